@@ -1,0 +1,36 @@
+// Host memory: a caching allocator with 64-byte alignment.
+//
+// Freed blocks go to size-binned free lists (powers of two above 512 bytes, rounded
+// to 64 below) and are handed out again without a trip to the system allocator;
+// the cache is bounded and trimmed when it grows past its limit. The allocator also
+// counts bytes allocated since the last reset, which the Lua binding reads to step
+// its collector (DESIGN.md decision 4), and enforces an optional byte cap (the
+// embedding API's tensor memory limit).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace dl {
+
+struct AllocatorStats {
+  int64_t in_use = 0;           // bytes handed out and not yet freed
+  int64_t cached = 0;           // bytes held in free lists
+  int64_t peak_in_use = 0;
+  int64_t allocated_since_reset = 0;
+  int64_t limit = 0;            // 0: no limit
+};
+
+namespace host_allocator {
+// Returns 64-byte aligned memory of at least `nbytes`; throws dl::Error (Memory) naming
+// `op` when the system is out of memory or the cap would be exceeded.
+void* allocate(size_t nbytes, const char* op);
+void deallocate(void* p, size_t nbytes) noexcept;
+AllocatorStats stats() noexcept;
+// Bytes allocated since the last call (and resets the counter).
+int64_t take_allocated_since_reset() noexcept;
+void set_limit(int64_t bytes) noexcept;
+// Returns every cached block to the system.
+void empty_cache() noexcept;
+}  // namespace host_allocator
+
+}  // namespace dl

@@ -1,0 +1,187 @@
+// Elementwise loops over strided, broadcast operands (the CPU side of the functors).
+//
+// Operand 0 is the output; every operand is described by a data pointer and strides
+// over the output's shape (0 where it broadcasts). Dims are coalesced first, so a
+// contiguous same-shape op runs as one flat loop with no per-element index
+// arithmetic, which the compiler vectorises. Above kParallelGrain elements the loop is
+// split across OpenMP threads; below it no thread is touched.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace dl::cpu {
+
+constexpr int64_t kParallelGrain = 32768;
+
+template <int N>
+struct StridedOperands {
+  std::array<char*, N> data;
+  std::array<std::array<int64_t, kMaxDims>, N> strides;  // in bytes
+  std::array<int64_t, kMaxDims> sizes;
+  int ndim = 0;
+  int64_t numel = 1;
+};
+
+// Builds the operand geometry for out and inputs broadcast to out.shape(), coalescing
+// adjacent dims that can be walked as one.
+template <int N>
+StridedOperands<N> make_operands(const std::array<const Tensor*, N>& ts) {
+  StridedOperands<N> g;
+  const Shape& shape = ts[0]->shape();
+  int nd = shape.size();
+  g.numel = ts[0]->numel();
+  for (int k = 0; k < N; ++k) {
+    g.data[k] = static_cast<char*>(ts[k]->raw_data());
+    int off = nd - ts[k]->dim();
+    int64_t isz = int64_t(ts[k]->itemsize());
+    for (int d = 0; d < nd; ++d) {
+      int dk = d - off;
+      g.strides[k][d] = (dk < 0 || ts[k]->size(dk) == 1) ? 0 : ts[k]->stride(dk) * isz;
+    }
+  }
+  // Drop size-1 dims, then merge dim d into d+1 when every operand allows it.
+  int m = 0;
+  for (int d = 0; d < nd; ++d) {
+    if (shape[d] == 1) continue;
+    g.sizes[m] = shape[d];
+    for (int k = 0; k < N; ++k) g.strides[k][m] = g.strides[k][d];
+    ++m;
+  }
+  int w = 0;
+  for (int d = 0; d < m; ++d) {
+    if (w > 0) {
+      bool ok = true;
+      for (int k = 0; k < N; ++k)
+        if (g.strides[k][w - 1] != g.strides[k][d] * g.sizes[d]) { ok = false; break; }
+      if (ok) {
+        g.sizes[w - 1] *= g.sizes[d];
+        for (int k = 0; k < N; ++k) g.strides[k][w - 1] = g.strides[k][d];
+        continue;
+      }
+    }
+    g.sizes[w] = g.sizes[d];
+    for (int k = 0; k < N; ++k) g.strides[k][w] = g.strides[k][d];
+    ++w;
+  }
+  g.ndim = w;
+  return g;
+}
+
+// Calls body(ptrs, inner_strides, n) for runs of the innermost dim, covering the linear
+// range [begin, end) of the (coalesced) iteration space.
+template <int N, typename Body>
+void for_each_run(const StridedOperands<N>& g, int64_t begin, int64_t end, Body&& body) {
+  if (g.ndim == 0) {
+    if (begin < end) {
+      std::array<int64_t, N> zs{};
+      body(g.data, zs, int64_t(1));
+    }
+    return;
+  }
+  const int last = g.ndim - 1;
+  const int64_t inner = g.sizes[last];
+  std::array<int64_t, N> inner_strides;
+  for (int k = 0; k < N; ++k) inner_strides[k] = g.strides[k][last];
+  // Multi-index of `begin`.
+  int64_t idx[kMaxDims];
+  int64_t rem = begin;
+  for (int d = last; d >= 0; --d) {
+    idx[d] = rem % g.sizes[d];
+    rem /= g.sizes[d];
+  }
+  int64_t pos = begin;
+  while (pos < end) {
+    std::array<char*, N> p = g.data;
+    for (int d = 0; d < g.ndim; ++d)
+      for (int k = 0; k < N; ++k) p[k] += idx[d] * g.strides[k][d];
+    int64_t n = inner - idx[last];
+    if (n > end - pos) n = end - pos;
+    body(p, inner_strides, n);
+    pos += n;
+    idx[last] += n;
+    for (int d = last; d > 0 && idx[d] >= g.sizes[d]; --d) {
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+// Runs `run(begin, end)` over [0, n), in parallel chunks when n is large.
+template <typename Run>
+void parallel_range(int64_t n, Run&& run) {
+  if (n < kParallelGrain) {
+    run(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel
+  {
+#ifdef _OPENMP
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    int nt = 1, t = 0;
+#endif
+    int64_t chunk = (n + nt - 1) / nt;
+    int64_t b = t * chunk, e = b + chunk < n ? b + chunk : n;
+    if (b < e) run(b, e);
+  }
+}
+
+// out[i] = f(in1[i], ..., inN-1[i]) with out of type Out and inputs of type In
+// (for N == 4, the first input is bool: the shape of where()).
+template <typename Out, typename In, int N, typename F>
+void elementwise(const std::array<const Tensor*, N>& ts, F f) {
+  static_assert(N >= 1 && N <= 4);
+  StridedOperands<N> g = make_operands<N>(ts);
+  if (g.numel == 0) return;
+  auto run = [&](int64_t b, int64_t e) {
+    for_each_run<N>(g, b, e, [&](const std::array<char*, N>& p, const std::array<int64_t, N>& s,
+                                 int64_t n) {
+      Out* o = reinterpret_cast<Out*>(p[0]);
+      bool contig = s[0] == int64_t(sizeof(Out));
+      for (int k = 1; k < N; ++k) contig = contig && s[k] == int64_t(sizeof(In));
+      if constexpr (N == 1) {
+        for (int64_t i = 0; i < n; ++i) o[i * s[0] / int64_t(sizeof(Out))] = f();
+      } else if constexpr (N == 2) {
+        const In* a = reinterpret_cast<const In*>(p[1]);
+        if (contig) {
+          for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+        } else {
+          for (int64_t i = 0; i < n; ++i)
+            *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[1] + i * s[1]));
+        }
+      } else if constexpr (N == 3) {
+        const In* a = reinterpret_cast<const In*>(p[1]);
+        const In* b2 = reinterpret_cast<const In*>(p[2]);
+        if (contig) {
+          for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b2[i]);
+        } else if (s[0] == int64_t(sizeof(Out)) && s[1] == int64_t(sizeof(In)) && s[2] == 0) {
+          const In bv = *b2;
+          for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], bv);
+        } else if (s[0] == int64_t(sizeof(Out)) && s[1] == 0 && s[2] == int64_t(sizeof(In))) {
+          const In av = *a;
+          for (int64_t i = 0; i < n; ++i) o[i] = f(av, b2[i]);
+        } else {
+          for (int64_t i = 0; i < n; ++i)
+            *reinterpret_cast<Out*>(p[0] + i * s[0]) =
+                f(*reinterpret_cast<const In*>(p[1] + i * s[1]),
+                  *reinterpret_cast<const In*>(p[2] + i * s[2]));
+        }
+      } else {  // where-shaped: a bool condition, then two In operands
+        for (int64_t i = 0; i < n; ++i)
+          *reinterpret_cast<Out*>(p[0] + i * s[0]) =
+              f(*reinterpret_cast<const bool*>(p[1] + i * s[1]),
+                *reinterpret_cast<const In*>(p[2] + i * s[2]),
+                *reinterpret_cast<const In*>(p[3] + i * s[3]));
+      }
+    });
+  };
+  parallel_range(g.numel, run);
+}
+
+}  // namespace dl::cpu

@@ -1,0 +1,141 @@
+// CPU kernels of the pointwise families: each op's functor (tensor/functors.h) run by
+// the loops of tensor/cpu/loops.h, for every dtype the op accepts.
+#include <cmath>
+
+#include "tensor/backend.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
+#include "tensor/functors.h"
+
+namespace dl::cpu {
+
+namespace {
+
+template <typename T, typename F>
+void run_unary(const Tensor& out, const Tensor& x, F f) {
+  elementwise<T, T, 2>({&out, &x}, [f](T v) { return T(f(v)); });
+}
+
+template <typename Out, typename T, typename F>
+void run_binary(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  elementwise<Out, T, 3>({&out, &a, &b}, [f](T x, T y) { return Out(f(x, y)); });
+}
+
+template <typename Out, typename T, typename F>
+void run_binary_scalar(const Tensor& out, const Tensor& a, T s, bool first, F f) {
+  if (first)
+    elementwise<Out, T, 2>({&out, &a}, [f, s](T x) { return Out(f(s, x)); });
+  else
+    elementwise<Out, T, 2>({&out, &a}, [f, s](T x) { return Out(f(x, s)); });
+}
+
+// Which dtypes a functor is instantiated for: float-only ops for float and double,
+// no-bool ops for everything but bool (the front end has already refused the rest).
+template <typename T>
+constexpr bool accepts(unsigned flags) {
+  if ((flags & kFloatOnly) && !std::is_floating_point_v<T>) return false;
+  if ((flags & kNoBool) && std::is_same_v<T, bool>) return false;
+  return true;
+}
+
+}  // namespace
+
+void unary(Op op, const Tensor& out, const Tensor& x) {
+  if (op == Op::Logical_not) {
+    DL_DISPATCH_ALL(x.dtype(), "logical_not",
+        elementwise<bool, scalar_t, 2>({&out, &x}, [](scalar_t v) { return fn::NotFn{}(v); }));
+    return;
+  }
+  switch (op) {
+#define DL_UNARY(Name, lua, Fn, flags)                                              \
+    case Op::Name:                                                                  \
+      DL_DISPATCH_NUMERIC(x.dtype(), lua, {                                         \
+        if constexpr (accepts<scalar_t>(flags)) run_unary<scalar_t>(out, x, fn::Fn{}); \
+        else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(x.dtype())); \
+      });                                                                           \
+      return;
+#include "tensor/ops.def"
+    default: break;
+  }
+  fail(ErrorKind::Internal, "unary: not a unary op: ", op_name(op));
+}
+
+void binary(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  switch (op) {
+#define DL_BINARY(Name, lua, Fn, flags)                                             \
+    case Op::Name:                                                                  \
+      DL_DISPATCH_ALL(a.dtype(), lua, {                                             \
+        if constexpr (accepts<scalar_t>(flags)) run_binary<scalar_t, scalar_t>(out, a, b, fn::Fn{}); \
+        else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(a.dtype())); \
+      });                                                                           \
+      return;
+#define DL_COMPARE(Name, lua, Fn)                                                   \
+    case Op::Name:                                                                  \
+      DL_DISPATCH_ALL(a.dtype(), lua, run_binary<bool, scalar_t>(out, a, b, fn::Fn{})); \
+      return;
+#include "tensor/ops.def"
+    default: break;
+  }
+  fail(ErrorKind::Internal, "binary: not a binary op: ", op_name(op));
+}
+
+void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool first) {
+  switch (op) {
+#define DL_BINARY(Name, lua, Fn, flags)                                             \
+    case Op::Name:                                                                  \
+      DL_DISPATCH_ALL(a.dtype(), lua, {                                             \
+        if constexpr (accepts<scalar_t>(flags))                                     \
+          run_binary_scalar<scalar_t, scalar_t>(out, a, fn::convert<scalar_t>(s), first, fn::Fn{}); \
+        else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(a.dtype())); \
+      });                                                                           \
+      return;
+#define DL_COMPARE(Name, lua, Fn)                                                   \
+    case Op::Name:                                                                  \
+      if (is_floating(a.dtype()) || s == std::floor(s)) {                           \
+        DL_DISPATCH_ALL(a.dtype(), lua,                                             \
+          run_binary_scalar<bool, scalar_t>(out, a, fn::convert<scalar_t>(s), first, fn::Fn{})); \
+      } else {  /* int tensor against a fractional number: compare in double */     \
+        DL_DISPATCH_ALL(a.dtype(), lua,                                             \
+          elementwise<bool, scalar_t, 2>({&out, &a}, [s, first](scalar_t x) {       \
+            return first ? fn::Fn{}(s, double(x)) : fn::Fn{}(double(x), s); }));     \
+      }                                                                             \
+      return;
+#include "tensor/ops.def"
+    default: break;
+  }
+  fail(ErrorKind::Internal, "binary: not a binary op: ", op_name(op));
+}
+
+void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  DL_DISPATCH_ALL(out.dtype(), "where",
+      elementwise<scalar_t, scalar_t, 4>({&out, &cond, &a, &b},
+          [](bool c, scalar_t x, scalar_t y) { return c ? x : y; }));
+}
+
+void clamp(const Tensor& out, const Tensor& x, double lo, double hi) {
+  DL_DISPATCH_NUMERIC(out.dtype(), "clamp", {
+    // Bounds outside the dtype's range saturate instead of overflowing.
+    scalar_t l = fn::convert<scalar_t>(lo), h = fn::convert<scalar_t>(hi);
+    elementwise<scalar_t, scalar_t, 2>({&out, &x}, [l, h](scalar_t v) {
+      if constexpr (std::is_floating_point_v<scalar_t>) { if (v != v) return v; }
+      return v < l ? l : (v > h ? h : v);
+    });
+  });
+}
+
+void copy(const Tensor& out, const Tensor& src) {
+  DL_DISPATCH_ALL(src.dtype(), "copy_", {
+    using In = scalar_t;
+    DL_DISPATCH_ALL(out.dtype(), "copy_",
+        elementwise<scalar_t, In, 2>({&out, &src}, [](In v) { return fn::convert<scalar_t>(v); }));
+  });
+}
+
+void fill(const Tensor& out, double value) {
+  DL_DISPATCH_ALL(out.dtype(), "fill_", {
+    scalar_t v = fn::convert<scalar_t>(value);
+    elementwise<scalar_t, scalar_t, 1>({&out}, [v]() { return v; });
+  });
+}
+
+}  // namespace dl::cpu

@@ -1,0 +1,93 @@
+// Tensors made from nothing: constants, ranges, identity, host values, foreign memory.
+#include <cmath>
+
+#include "tensor/backend.h"
+#include "tensor/cpu/loops.h"
+#include "tensor/functors.h"
+
+namespace dl {
+
+Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device, "zeros");
+  backend_for(device, "zeros").fill(t, 0);
+  return t;
+}
+
+Tensor ones(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device, "ones");
+  backend_for(device, "ones").fill(t, 1);
+  return t;
+}
+
+Tensor full(const Shape& shape, Scalar value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device, "full");
+  backend_for(device, "full").fill(t, value.v);
+  return t;
+}
+
+namespace {
+// Fills a host tensor from index -> value, then moves it to `device`.
+template <typename F>
+Tensor generate(const Shape& shape, DType dtype, Device device, const char* op, F f) {
+  Tensor t = empty(shape, dtype, Device{}, op);
+  DL_DISPATCH_ALL(dtype, op, {
+    scalar_t* p = t.data<scalar_t>();
+    int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) p[i] = fn::convert<scalar_t>(f(i));
+  });
+  if (device.is_cpu()) return t;
+  Tensor d = empty(shape, dtype, device, op);
+  copy_(d, t);
+  return d;
+}
+}  // namespace
+
+Tensor arange(double start, double stop, double step, DType dtype, Device device) {
+  DL_CHECK(step != 0 && std::isfinite(step), "arange: step must be non-zero and finite, got ", step);
+  DL_CHECK(std::isfinite(start) && std::isfinite(stop), "arange: start and stop must be finite");
+  DL_CHECK((stop - start) / step >= 0 || start == stop, "arange: step ", step,
+           " has the wrong sign for the range [", start, ", ", stop, ")");
+  double count = std::ceil((stop - start) / step);
+  DL_CHECK(count < 9e15, "arange: range [", start, ", ", stop, ") by ", step, " is too large");
+  int64_t n = count > 0 ? int64_t(count) : 0;
+  return generate(Shape{n}, dtype, device, "arange", [=](int64_t i) { return start + double(i) * step; });
+}
+
+Tensor linspace(double start, double stop, int64_t n, DType dtype, Device device) {
+  DL_CHECK(n >= 0, "linspace: number of points must be non-negative, got ", n);
+  double step = n > 1 ? (stop - start) / double(n - 1) : 0;
+  // Symmetric evaluation, as PyTorch does, so both ends are exact.
+  return generate(Shape{n}, dtype, device, "linspace", [=](int64_t i) {
+    return i < n / 2 ? start + step * double(i) : stop - step * double(n - 1 - i);
+  });
+}
+
+Tensor eye(int64_t n, int64_t m, DType dtype, Device device) {
+  DL_CHECK(n >= 0 && m >= 0, "eye: sizes must be non-negative, got ", n, " and ", m);
+  return generate(Shape{n, m}, dtype, device, "eye", [=](int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
+}
+
+Tensor from_values(const double* values, int64_t n, const Shape& shape, DType dtype, Device device) {
+  int64_t numel = checked_numel(shape, "tensor");
+  DL_CHECK(numel == n, "tensor: ", n, " values cannot fill shape ", shape);
+  return generate(shape, dtype, device, "tensor", [=](int64_t i) { return values[i]; });
+}
+
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype,
+                 Storage::FreeFn free_fn, void* ctx) {
+  DL_CHECK(data != nullptr || checked_numel(shape, "from_blob") == 0, "from_blob: null data pointer");
+  checked_numel(shape, "from_blob");
+  Shape st = strides.empty() && !shape.empty() ? contiguous_strides(shape) : strides;
+  DL_CHECK(st.size() == shape.size(), "from_blob: ", shape.size(), " sizes but ", st.size(), " strides");
+  // Extent in elements of the furthest element reachable.
+  int64_t extent = 1;
+  for (int d = 0; d < shape.size(); ++d) {
+    DL_CHECK(st[d] >= 0, "from_blob: negative stride ", st[d]);
+    if (shape[d] == 0) { extent = 0; break; }
+    extent += (shape[d] - 1) * st[d];
+  }
+  auto storage = Storage::borrow(data, size_t(extent) * itemsize(dtype), Device{}, free_fn, ctx);
+  return Tensor(make_ref<TensorImpl>(std::move(storage), shape, st, 0, dtype));
+}
+
+}  // namespace dl

@@ -1,0 +1,90 @@
+// Element types, their names, and PyTorch's type promotion.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "tensor/error.h"
+
+namespace dl {
+
+// Ordered by promotion category: bool < integers < floats.
+enum class DType : uint8_t { Bool = 0, UInt8 = 1, Int32 = 2, Int64 = 3, Float32 = 4, Float64 = 5 };
+constexpr int kNumDTypes = 6;
+
+constexpr size_t itemsize(DType t) {
+  switch (t) {
+    case DType::Bool: case DType::UInt8: return 1;
+    case DType::Int32: case DType::Float32: return 4;
+    case DType::Int64: case DType::Float64: return 8;
+  }
+  return 0;
+}
+constexpr bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
+constexpr bool is_integral(DType t, bool include_bool = false) {
+  return t == DType::UInt8 || t == DType::Int32 || t == DType::Int64 ||
+         (include_bool && t == DType::Bool);
+}
+
+std::string_view dtype_name(DType t);
+// Parses "float32", "float", "double", "int64", "long", ...; throws on unknown names.
+DType dtype_from_name(std::string_view name);
+
+// The dtype that floats default to (dl.set_default_dtype); float32 unless changed.
+DType default_float();
+void set_default_float(DType t);
+
+// Promotion of two dtypes of the same priority (PyTorch's promoteTypes).
+DType promote(DType a, DType b);
+
+// The kind of a wrapped Lua number: integral values are ints, others floats.
+enum class ScalarKind : uint8_t { Int, Float, Bool };
+
+template <typename T> struct dtype_of;
+template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::UInt8; };
+template <> struct dtype_of<int32_t> { static constexpr DType value = DType::Int32; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
+template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
+
+}  // namespace dl
+
+// Runs the body with `scalar_t` bound to the C++ type of `dt`.
+#define DL_DTYPE_CASE(enumv, type, ...) \
+  case ::dl::DType::enumv: { using scalar_t = type; __VA_ARGS__; } break;
+
+#define DL_DISPATCH_ALL(dt, opname, ...)                                          \
+  do {                                                                             \
+    switch (dt) {                                                                  \
+      DL_DTYPE_CASE(Bool, bool, __VA_ARGS__)                                       \
+      DL_DTYPE_CASE(UInt8, uint8_t, __VA_ARGS__)                                   \
+      DL_DTYPE_CASE(Int32, int32_t, __VA_ARGS__)                                   \
+      DL_DTYPE_CASE(Int64, int64_t, __VA_ARGS__)                                   \
+      DL_DTYPE_CASE(Float32, float, __VA_ARGS__)                                   \
+      DL_DTYPE_CASE(Float64, double, __VA_ARGS__)                                  \
+    }                                                                              \
+  } while (0)
+
+#define DL_DISPATCH_NUMERIC(dt, opname, ...)                                      \
+  do {                                                                             \
+    switch (dt) {                                                                  \
+      DL_DTYPE_CASE(UInt8, uint8_t, __VA_ARGS__)                                   \
+      DL_DTYPE_CASE(Int32, int32_t, __VA_ARGS__)                                   \
+      DL_DTYPE_CASE(Int64, int64_t, __VA_ARGS__)                                   \
+      DL_DTYPE_CASE(Float32, float, __VA_ARGS__)                                   \
+      DL_DTYPE_CASE(Float64, double, __VA_ARGS__)                                  \
+      default: ::dl::fail(::dl::ErrorKind::Type, opname, ": not implemented for dtype ", \
+                          ::dl::dtype_name(dt));                                   \
+    }                                                                              \
+  } while (0)
+
+#define DL_DISPATCH_FLOAT(dt, opname, ...)                                        \
+  do {                                                                             \
+    switch (dt) {                                                                  \
+      DL_DTYPE_CASE(Float32, float, __VA_ARGS__)                                   \
+      DL_DTYPE_CASE(Float64, double, __VA_ARGS__)                                  \
+      default: ::dl::fail(::dl::ErrorKind::Type, opname, ": expected a floating tensor, got ", \
+                          ::dl::dtype_name(dt));                                   \
+    }                                                                              \
+  } while (0)

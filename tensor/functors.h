@@ -1,0 +1,129 @@
+// Kernel math, written once for the host and the device (DESIGN.md decision 7).
+//
+// Each functor is a plain struct whose call operator is DL_HD: tensor/cpu runs it in
+// vectorisable loops, gpu/ in grid-stride CUDA kernels, and the CPU tests check it.
+// Integer-valued functors must avoid UB (division by zero, INT_MIN / -1, shifts).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#ifdef __CUDACC__
+#define DL_HD __host__ __device__ __forceinline__
+#else
+#define DL_HD inline
+#endif
+
+namespace dl::fn {
+
+template <typename T> constexpr bool kIsFloat = std::is_floating_point_v<T>;
+
+// ---- unary ----
+struct NegFn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (std::is_signed_v<T>) return T(T(0) - x); else return T(-x); } };
+struct AbsFn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return x;
+  else return x < T(0) ? T(-x) : x; } };
+struct SignFn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (kIsFloat<T>) { if (x != x) return x; }
+  return T((T(0) < x) - (x < T(0))); } };
+struct ExpFn { template <typename T> DL_HD T operator()(T x) const { return std::exp(x); } };
+struct LogFn { template <typename T> DL_HD T operator()(T x) const { return std::log(x); } };
+struct Log1pFn { template <typename T> DL_HD T operator()(T x) const { return std::log1p(x); } };
+struct Expm1Fn { template <typename T> DL_HD T operator()(T x) const { return std::expm1(x); } };
+struct SqrtFn { template <typename T> DL_HD T operator()(T x) const { return std::sqrt(x); } };
+struct RsqrtFn { template <typename T> DL_HD T operator()(T x) const { return T(1) / std::sqrt(x); } };
+struct SinFn { template <typename T> DL_HD T operator()(T x) const { return std::sin(x); } };
+struct CosFn { template <typename T> DL_HD T operator()(T x) const { return std::cos(x); } };
+struct TanFn { template <typename T> DL_HD T operator()(T x) const { return std::tan(x); } };
+struct TanhFn { template <typename T> DL_HD T operator()(T x) const { return std::tanh(x); } };
+struct SigmoidFn { template <typename T> DL_HD T operator()(T x) const {
+  // Stable for large |x|: never exponentiates a large positive number.
+  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+  T e = std::exp(x);
+  return e / (T(1) + e); } };
+struct ReluFn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (kIsFloat<T>) { if (x != x) return x; }
+  return x > T(0) ? x : T(0); } };
+struct SoftplusFn { template <typename T> DL_HD T operator()(T x) const {
+  // log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
+  return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::fabs(x))); } };
+struct ErfFn { template <typename T> DL_HD T operator()(T x) const { return std::erf(x); } };
+struct FloorFn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (kIsFloat<T>) return std::floor(x); else return x; } };
+struct CeilFn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (kIsFloat<T>) return std::ceil(x); else return x; } };
+struct RoundFn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (kIsFloat<T>) return std::nearbyint(x); else return x; } };  // half to even
+struct NotFn { template <typename T> DL_HD bool operator()(T x) const { return !(x != T(0)); } };
+
+// ---- binary ----
+struct AddFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (std::is_same_v<T, bool>) return a || b; else return T(a + b); } };
+struct SubFn { template <typename T> DL_HD T operator()(T a, T b) const { return T(a - b); } };
+struct MulFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (std::is_same_v<T, bool>) return a && b; else return T(a * b); } };
+struct DivFn { template <typename T> DL_HD T operator()(T a, T b) const { return a / b; } };
+// Floor modulo with the sign of the divisor (Lua's % and Python's %). Integer
+// division by zero is reported by the caller before the kernel runs.
+struct ModFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T>) {
+    T r = std::fmod(a, b);
+    if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
+    return r;
+  } else if constexpr (std::is_unsigned_v<T>) {
+    return b == T(0) ? T(0) : T(a % b);
+  } else {
+    if (b == T(0)) return T(0);
+    if (b == T(-1)) return T(0);  // avoids INT_MIN % -1
+    T r = T(a % b);
+    if (r != T(0) && ((r < T(0)) != (b < T(0)))) r = T(r + b);
+    return r;
+  } } };
+struct PowFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T>) return std::pow(a, b);
+  else {
+    if constexpr (std::is_signed_v<T>) {
+      if (b < T(0)) return a == T(1) ? T(1) : (a == T(-1) ? ((b & 1) ? T(-1) : T(1)) : T(0));
+    }
+    using U = std::make_unsigned_t<T>;
+    U base = U(a), r = 1;
+    uint64_t e = uint64_t(b);
+    while (e) { if (e & 1) r = U(r * base); base = U(base * base); e >>= 1; }
+    return T(r);
+  } } };
+struct MaximumFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T>) { if (a != a) return a; if (b != b) return b; }
+  return a > b ? a : b; } };
+struct MinimumFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T>) { if (a != a) return a; if (b != b) return b; }
+  return a < b ? a : b; } };
+struct Atan2Fn { template <typename T> DL_HD T operator()(T a, T b) const { return std::atan2(a, b); } };
+
+// ---- comparisons (bool results) ----
+struct EqFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a == b; } };
+struct NeFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a != b; } };
+struct LtFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a < b; } };
+struct LeFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a <= b; } };
+struct GtFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a > b; } };
+struct GeFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a >= b; } };
+struct AndFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a != T(0) && b != T(0); } };
+struct OrFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a != T(0) || b != T(0); } };
+
+// ---- conversion with PyTorch's semantics for out-of-range floats to ints avoided ----
+template <typename To, typename From>
+DL_HD To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) return v != From(0);
+  else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    // Saturating, NaN -> 0: float-to-int overflow is UB in C++.
+    if (!(v == v)) return To(0);
+    constexpr double lo = double(std::numeric_limits<To>::min());
+    constexpr double hi = double(std::numeric_limits<To>::max());
+    if (double(v) <= lo) return std::numeric_limits<To>::min();
+    if (double(v) >= hi) return std::numeric_limits<To>::max();
+    return To(v);
+  } else return To(v);
+}
+
+}  // namespace dl::fn

@@ -1,0 +1,158 @@
+// The engine's ops, declared from tensor/ops.def, with no autograd.
+//
+//   dl::Tensor a = dl::randn({2, 3}, dl::DType::Float32);
+//   dl::Tensor b = dl::binary(dl::Op::Add, a, dl::Scalar(1.0));   // a + 1
+//   dl::Tensor s = dl::reduce(dl::Op::Sum, b, {1}, /*keepdim=*/false);
+//
+// Dims here are 0-based (negative counts from the end); the Lua layer converts from
+// its 1-based convention. Every function checks its inputs and throws dl::Error with
+// a message that starts with the op's name. The autograd layer (autograd/) wraps
+// these functions to record them; nothing here records anything.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace dl {
+
+enum class Op : uint16_t {
+#define DL_OP(Name, lua, arity, flags) Name,
+#include "tensor/ops.def"
+  NumOps
+};
+constexpr int kNumOps = static_cast<int>(Op::NumOps);
+
+enum OpFlags : unsigned {
+  kDiff = 1u << 0,
+  kFloatOnly = 1u << 1,
+  kNoBool = 1u << 2,
+  kIntExact = 1u << 3,
+};
+enum class OpFamily : uint8_t { Unary, Binary, Compare, Reduce, Other };
+
+struct OpInfo {
+  Op op;
+  const char* name;      // C++ name, "LogSoftmax"
+  const char* lua_name;  // "log_softmax"
+  int arity;             // -1: a list of tensors
+  unsigned flags;
+  OpFamily family;
+};
+const OpInfo& op_info(Op op);
+inline const char* op_name(Op op) { return op_info(op).lua_name; }
+
+// A Lua number (or a C++ constant) taking part in an op. Its kind decides promotion
+// as PyTorch's wrapped numbers do: an int tensor plus an integral number stays int;
+// a non-integral number makes it the default float dtype.
+struct Scalar {
+  double v = 0;
+  ScalarKind kind = ScalarKind::Float;
+  Scalar() = default;
+  Scalar(double x) : v(x), kind(ScalarKind::Float) {}
+  static Scalar from_lua(double x);  // integral values become Int
+  static Scalar integer(int64_t x) { Scalar s; s.v = double(x); s.kind = ScalarKind::Int; return s; }
+};
+
+// ---- type promotion (PyTorch's result_type) -------------------------------------
+// Dimensioned tensors take precedence over 0-dim tensors, which take precedence over
+// scalars, unless a lower-priority operand is of a higher category (bool < int < float).
+DType result_type(const Tensor& a, const Tensor& b);
+DType result_type(const Tensor& a, Scalar s);
+
+// ---- creation --------------------------------------------------------------------
+Tensor zeros(const Shape& shape, DType dtype, Device device = Device{});
+Tensor ones(const Shape& shape, DType dtype, Device device = Device{});
+Tensor full(const Shape& shape, Scalar value, DType dtype, Device device = Device{});
+Tensor arange(double start, double stop, double step, DType dtype, Device device = Device{});
+Tensor linspace(double start, double stop, int64_t n, DType dtype, Device device = Device{});
+Tensor eye(int64_t n, int64_t m, DType dtype, Device device = Device{});
+// Contiguous tensor from host values (row-major), converted to `dtype`.
+Tensor from_values(const double* values, int64_t n, const Shape& shape, DType dtype,
+                   Device device = Device{});
+// Zero-copy view of foreign host memory (see Storage::borrow).
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype,
+                 Storage::FreeFn free_fn = nullptr, void* ctx = nullptr);
+
+// ---- random numbers (tensor/random.cpp) -------------------------------------------
+// One global generator: Philox-4x32-10 keyed by the seed, counter-based, so a stream is
+// reproducible on one machine for a given seed whatever the thread count.
+void manual_seed(uint64_t seed);
+uint64_t initial_seed();
+Tensor rand(const Shape& shape, DType dtype, Device device = Device{});       // U[0, 1)
+Tensor randn(const Shape& shape, DType dtype, Device device = Device{});      // N(0, 1)
+Tensor randint(int64_t lo, int64_t hi, const Shape& shape, DType dtype, Device device = Device{});  // [lo, hi)
+Tensor randperm(int64_t n, DType dtype = DType::Int64);                         // 0..n-1 shuffled
+Tensor bernoulli(const Shape& shape, double p, DType dtype, Device device = Device{});
+
+// ---- pointwise --------------------------------------------------------------------
+Tensor unary(Op op, const Tensor& x);
+Tensor binary(Op op, const Tensor& a, const Tensor& b);
+// `s op a` when scalar_first, else `a op s`.
+Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first = false);
+// In place: a = a op b (b broadcast to a's shape; the result dtype must be a's).
+void binary_(Op op, Tensor& a, const Tensor& b);
+void binary_(Op op, Tensor& a, Scalar s);
+Tensor compare(Op op, const Tensor& a, const Tensor& b);
+Tensor compare(Op op, const Tensor& a, Scalar s, bool scalar_first = false);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+// dtype conversion (a copy; returns x itself when the dtype already matches and
+// `copy` is false).
+Tensor cast(const Tensor& x, DType dtype, bool copy = false);
+// dst[...] = src, broadcasting src to dst's shape and converting its dtype.
+void copy_(Tensor& dst, const Tensor& src);
+void fill_(Tensor& dst, Scalar value);
+Tensor contiguous(const Tensor& x);   // x itself when already contiguous
+Tensor clone(const Tensor& x);
+
+// ---- reductions (tensor/cpu/reduce.cpp) --------------------------------------------
+// `dims` empty means every dim. For Var/Std `correction` is 1 (unbiased) by default;
+// for Norm `p` is the order. Integer Sum/Prod give int64, as PyTorch does.
+struct ReduceOpts {
+  double correction = 1;  // Var, Std
+  double p = 2;           // Norm
+};
+Tensor reduce(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim,
+              const ReduceOpts& opts = {});
+// Values and int64 indices (0-based) of the max/min along `dim`.
+std::pair<Tensor, Tensor> max_dim(const Tensor& x, int dim, bool keepdim);
+std::pair<Tensor, Tensor> min_dim(const Tensor& x, int dim, bool keepdim);
+// int64 index (0-based) of the max/min: over the flattened tensor when dim is nullopt.
+Tensor argmax(const Tensor& x, std::optional<int> dim, bool keepdim);
+Tensor argmin(const Tensor& x, std::optional<int> dim, bool keepdim);
+Tensor softmax(const Tensor& x, int dim);
+Tensor log_softmax(const Tensor& x, int dim);
+
+// ---- shape ops (tensor/view.cpp): views share storage ------------------------------
+// `shape` may hold one -1, inferred. view() needs compatible strides; reshape() copies
+// when it must.
+Tensor view(const Tensor& x, const Shape& shape);
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, int d0, int d1);
+Tensor permute(const Tensor& x, const std::vector<int>& order);
+Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length);
+// Elements start, start+step, ... < stop along dim (0-based, stop exclusive, step > 0).
+Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step);
+Tensor select(const Tensor& x, int dim, int64_t index);
+Tensor expand(const Tensor& x, const Shape& shape);  // -1 keeps a dim
+Tensor squeeze(const Tensor& x, std::optional<int> dim);
+Tensor unsqueeze(const Tensor& x, int dim);
+Tensor flatten(const Tensor& x, int start_dim = 0, int end_dim = -1);
+Tensor cat(const TensorList& xs, int dim);
+Tensor stack(const TensorList& xs, int dim);
+// Index tensors hold 0-based int64 (or int32) indices.
+Tensor index_select(const Tensor& x, int dim, const Tensor& index);
+Tensor gather(const Tensor& x, int dim, const Tensor& index);
+Tensor scatter_add(const Tensor& x, int dim, const Tensor& index, const Tensor& src);
+// x with `sizes` broadcast-summed away: the reverse of expand (used for gradients).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- linear algebra (tensor/cpu/matmul.cpp) -----------------------------------------
+// PyTorch's matmul: 1-D x 1-D dot, 2-D x 2-D, batched with broadcast batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+}  // namespace dl

@@ -1,0 +1,246 @@
+// Front ends of the pointwise ops: argument checks, promotion, broadcasting, output
+// allocation. The arithmetic itself is in the device kernels (tensor/cpu/, gpu/).
+#include <cmath>
+
+#include "tensor/backend.h"
+
+namespace dl {
+
+// ---- the op table -----------------------------------------------------------------
+
+namespace {
+const OpInfo kOpInfo[] = {
+#define DL_OP(Name, lua, arity, flags) {Op::Name, #Name, lua, arity, flags, OpFamily::Other},
+#define DL_UNARY(Name, lua, Fn, flags) {Op::Name, #Name, lua, 1, flags, OpFamily::Unary},
+#define DL_BINARY(Name, lua, Fn, flags) {Op::Name, #Name, lua, 2, flags, OpFamily::Binary},
+#define DL_COMPARE(Name, lua, Fn) {Op::Name, #Name, lua, 2, 0, OpFamily::Compare},
+#define DL_REDUCE(Name, lua, flags) {Op::Name, #Name, lua, 1, flags, OpFamily::Reduce},
+#include "tensor/ops.def"
+};
+static_assert(sizeof(kOpInfo) / sizeof(kOpInfo[0]) == size_t(kNumOps));
+}  // namespace
+
+const OpInfo& op_info(Op op) { return kOpInfo[static_cast<int>(op)]; }
+
+// ---- promotion ----------------------------------------------------------------------
+
+Scalar Scalar::from_lua(double x) {
+  Scalar s;
+  s.v = x;
+  s.kind = (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9.2e18) ? ScalarKind::Int
+                                                                           : ScalarKind::Float;
+  return s;
+}
+
+namespace {
+int category(DType t) { return t == DType::Bool ? 0 : (is_floating(t) ? 2 : 1); }
+int category(ScalarKind k) { return k == ScalarKind::Bool ? 0 : (k == ScalarKind::Float ? 2 : 1); }
+}  // namespace
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  bool a0 = a.dim() == 0, b0 = b.dim() == 0;
+  if (a0 == b0) return promote(a.dtype(), b.dtype());
+  const Tensor& hi = a0 ? b : a;  // the dimensioned one
+  const Tensor& lo = a0 ? a : b;  // the 0-dim one
+  if (category(lo.dtype()) > category(hi.dtype())) return lo.dtype();
+  return hi.dtype();
+}
+
+DType result_type(const Tensor& a, Scalar s) {
+  if (category(s.kind) > category(a.dtype()))
+    return s.kind == ScalarKind::Float ? default_float() : DType::Int64;
+  return a.dtype();
+}
+
+// ---- helpers ------------------------------------------------------------------------
+
+namespace {
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  DL_CHECK(a.device() == b.device(), op, ": expected tensors on the same device, got ",
+           a.device(), " and ", b.device());
+}
+
+// The dtype an op computes in, given the promoted input dtype.
+DType compute_dtype(Op op, DType t) {
+  unsigned f = op_info(op).flags;
+  DL_CHECK_KIND(Type, !(t == DType::Bool && (f & kNoBool)), op_name(op),
+                ": not supported for bool tensors");
+  if ((f & kFloatOnly) && !is_floating(t)) return default_float();
+  return t;
+}
+
+Tensor to_dtype(const Tensor& x, DType t) { return x.dtype() == t ? x : cast(x, t); }
+
+void check_int_divisor(Op op, const Tensor& b) {
+  if (op != Op::Mod || is_floating(b.dtype())) return;
+  Tensor zero = compare(Op::Eq, b, Scalar::integer(0));
+  DL_CHECK(reduce(Op::Any, zero, {}, false).item() == 0, op_name(op),
+           ": integer division by zero");
+}
+
+}  // namespace
+
+// ---- unary -------------------------------------------------------------------------
+
+Tensor unary(Op op, const Tensor& x) {
+  const OpInfo& info = op_info(op);
+  DL_ASSERT(info.family == OpFamily::Unary);
+  DType in = x.dtype();
+  if (op == Op::Logical_not) {
+    Tensor out = empty(x.shape(), DType::Bool, x.device(), info.lua_name);
+    backend_for(x.device(), info.lua_name).unary(op, out, x);
+    return out;
+  }
+  if (in == DType::Bool && !(info.flags & kFloatOnly))
+    fail(ErrorKind::Type, info.lua_name, ": not supported for bool tensors");
+  DType ct = compute_dtype(op, in);
+  Tensor xin = to_dtype(x, ct);
+  Tensor out = empty(x.shape(), ct, x.device(), info.lua_name);
+  backend_for(x.device(), info.lua_name).unary(op, out, xin);
+  return out;
+}
+
+// ---- binary ------------------------------------------------------------------------
+
+Tensor binary(Op op, const Tensor& a, const Tensor& b) {
+  const OpInfo& info = op_info(op);
+  DL_ASSERT(info.family == OpFamily::Binary);
+  check_same_device(a, b, info.lua_name);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), info.lua_name);
+  DType ct = compute_dtype(op, result_type(a, b));
+  check_int_divisor(op, b);
+  Tensor out = empty(shape, ct, a.device(), info.lua_name);
+  backend_for(a.device(), info.lua_name).binary(op, out, to_dtype(a, ct), to_dtype(b, ct));
+  return out;
+}
+
+Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first) {
+  const OpInfo& info = op_info(op);
+  DL_ASSERT(info.family == OpFamily::Binary);
+  DType ct = compute_dtype(op, result_type(a, s));
+  if (op == Op::Mod && !scalar_first && !is_floating(ct))
+    DL_CHECK(s.v != 0, info.lua_name, ": integer division by zero");
+  if (op == Op::Mod && scalar_first && !is_floating(ct)) check_int_divisor(op, a);
+  Tensor out = empty(a.shape(), ct, a.device(), info.lua_name);
+  backend_for(a.device(), info.lua_name).binary_scalar(op, out, to_dtype(a, ct), s.v, scalar_first);
+  return out;
+}
+
+void binary_(Op op, Tensor& a, const Tensor& b) {
+  const OpInfo& info = op_info(op);
+  check_same_device(a, b, info.lua_name);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), info.lua_name);
+  DL_CHECK(shape == a.shape(), info.lua_name, "_: cannot broadcast shape ", b.shape(),
+           " into the in-place target of shape ", a.shape());
+  DType ct = compute_dtype(op, result_type(a, b));
+  DL_CHECK_KIND(Type, ct == a.dtype(), info.lua_name, "_: result dtype ", dtype_name(ct),
+                " cannot be stored in the in-place target of dtype ", dtype_name(a.dtype()));
+  check_int_divisor(op, b);
+  backend_for(a.device(), info.lua_name).binary(op, a, a, to_dtype(b, ct));
+  a.storage().bump_version();
+}
+
+void binary_(Op op, Tensor& a, Scalar s) {
+  const OpInfo& info = op_info(op);
+  DType ct = compute_dtype(op, result_type(a, s));
+  DL_CHECK_KIND(Type, ct == a.dtype(), info.lua_name, "_: result dtype ", dtype_name(ct),
+                " cannot be stored in the in-place target of dtype ", dtype_name(a.dtype()));
+  if (op == Op::Mod && !is_floating(ct)) DL_CHECK(s.v != 0, info.lua_name, ": integer division by zero");
+  backend_for(a.device(), info.lua_name).binary_scalar(op, a, a, s.v, false);
+  a.storage().bump_version();
+}
+
+// ---- comparisons ---------------------------------------------------------------------
+
+Tensor compare(Op op, const Tensor& a, const Tensor& b) {
+  const OpInfo& info = op_info(op);
+  DL_ASSERT(info.family == OpFamily::Compare);
+  check_same_device(a, b, info.lua_name);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), info.lua_name);
+  DType ct = result_type(a, b);
+  Tensor out = empty(shape, DType::Bool, a.device(), info.lua_name);
+  backend_for(a.device(), info.lua_name).binary(op, out, to_dtype(a, ct), to_dtype(b, ct));
+  return out;
+}
+
+Tensor compare(Op op, const Tensor& a, Scalar s, bool scalar_first) {
+  const OpInfo& info = op_info(op);
+  DL_ASSERT(info.family == OpFamily::Compare);
+  DType ct = result_type(a, s);
+  Tensor out = empty(a.shape(), DType::Bool, a.device(), info.lua_name);
+  backend_for(a.device(), info.lua_name).binary_scalar(op, out, to_dtype(a, ct), s.v, scalar_first);
+  return out;
+}
+
+// ---- where, clamp, masked_fill ---------------------------------------------------------
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_same_device(cond, a, "where");
+  check_same_device(a, b, "where");
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  DType ct = result_type(a, b);
+  Tensor out = empty(shape, ct, a.device(), "where");
+  backend_for(a.device(), "where").where(out, to_dtype(cond, DType::Bool), to_dtype(a, ct), to_dtype(b, ct));
+  return out;
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  DL_CHECK(lo || hi, "clamp: at least one of min and max must be given");
+  DL_CHECK_KIND(Type, x.dtype() != DType::Bool, "clamp: not supported for bool tensors");
+  double l = lo ? *lo : -INFINITY, h = hi ? *hi : INFINITY;
+  DType ct = x.dtype();
+  if (!is_floating(ct) && ((lo && *lo != std::floor(*lo)) || (hi && *hi != std::floor(*hi))))
+    ct = default_float();
+  Tensor out = empty(x.shape(), ct, x.device(), "clamp");
+  backend_for(x.device(), "clamp").clamp(out, to_dtype(x, ct), l, h);
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  DL_CHECK_KIND(Type, mask.dtype() == DType::Bool, "masked_fill: expected a bool mask, got ",
+                dtype_name(mask.dtype()));
+  Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  DL_CHECK(shape == x.shape(), "masked_fill: mask of shape ", mask.shape(),
+           " cannot be broadcast to the tensor's shape ", x.shape());
+  Tensor v = full(Shape{}, value, x.dtype(), x.device());
+  return where(mask, v, x);
+}
+
+// ---- conversion and copies ----------------------------------------------------------------
+
+Tensor cast(const Tensor& x, DType dtype, bool copy) {
+  if (x.dtype() == dtype && !copy) return x;
+  Tensor out = empty(x.shape(), dtype, x.device(), "to");
+  backend_for(x.device(), "to").copy(out, x);
+  return out;
+}
+
+void copy_(Tensor& dst, const Tensor& src) {
+  Shape shape = broadcast_shapes(dst.shape(), src.shape(), "copy_");
+  DL_CHECK(shape == dst.shape(), "copy_: cannot broadcast shape ", src.shape(),
+           " into shape ", dst.shape());
+  if (dst.device() != src.device()) {
+    // Cross-device copies go through the non-cpu side's backend.
+    Device d = dst.device().is_cpu() ? src.device() : dst.device();
+    backend_for(d, "copy_").copy(dst, src);
+  } else {
+    backend_for(dst.device(), "copy_").copy(dst, src);
+  }
+  dst.storage().bump_version();
+}
+
+void fill_(Tensor& dst, Scalar value) {
+  backend_for(dst.device(), "fill_").fill(dst, value.v);
+  dst.storage().bump_version();
+}
+
+Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
+
+Tensor clone(const Tensor& x) {
+  Tensor out = empty(x.shape(), x.dtype(), x.device(), "clone");
+  backend_for(x.device(), "clone").copy(out, x);
+  return out;
+}
+
+}  // namespace dl

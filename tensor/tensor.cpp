@@ -1,0 +1,154 @@
+#include "tensor/tensor.h"
+
+#include <mutex>
+
+#include "tensor/allocator.h"
+#include "tensor/backend.h"
+#include "tensor/functors.h"
+
+namespace dl {
+
+// ---- dtypes ----------------------------------------------------------------------
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::UInt8: return "uint8";
+    case DType::Int32: return "int32";
+    case DType::Int64: return "int64";
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+  }
+  return "?";
+}
+
+DType dtype_from_name(std::string_view n) {
+  if (n == "float32" || n == "float") return DType::Float32;
+  if (n == "float64" || n == "double") return DType::Float64;
+  if (n == "int32" || n == "int") return DType::Int32;
+  if (n == "int64" || n == "long") return DType::Int64;
+  if (n == "uint8" || n == "byte") return DType::UInt8;
+  if (n == "bool") return DType::Bool;
+  fail(ErrorKind::Type, "dtype: unknown dtype '", n,
+       "' (expected float32, float64, int32, int64, uint8 or bool)");
+}
+
+namespace {
+std::atomic<DType> g_default_float{DType::Float32};
+}
+DType default_float() { return g_default_float.load(std::memory_order_relaxed); }
+void set_default_float(DType t) {
+  DL_CHECK_KIND(Type, is_floating(t), "set_default_dtype: expected float32 or float64, got ",
+                dtype_name(t));
+  g_default_float.store(t);
+}
+
+DType promote(DType a, DType b) {
+  if (a == b) return a;
+  if (is_floating(a) || is_floating(b)) {
+    if (!is_floating(a)) return b;
+    if (!is_floating(b)) return a;
+    return DType::Float64;
+  }
+  if (a == DType::Bool) return b;
+  if (b == DType::Bool) return a;
+  // uint8 with a signed type: the signed one when it is wider (int32, int64).
+  return static_cast<uint8_t>(a) > static_cast<uint8_t>(b) ? a : b;
+}
+
+// ---- storage ---------------------------------------------------------------------
+
+Ref<Storage> Storage::allocate(size_t nbytes, Device device, const char* op) {
+  Ref<Storage> s = Ref<Storage>(new Storage());
+  s->nbytes_ = nbytes;
+  s->device_ = device;
+  if (device.is_cpu()) {
+    s->data_ = host_allocator::allocate(nbytes, op);
+  } else {
+    const Backend& b = backend_for(device, op);
+    s->data_ = b.alloc(nbytes, device.index, op);
+  }
+  return s;
+}
+
+Ref<Storage> Storage::borrow(void* data, size_t nbytes, Device device, FreeFn free_fn, void* ctx) {
+  Ref<Storage> s = Ref<Storage>(new Storage());
+  s->data_ = data;
+  s->nbytes_ = nbytes;
+  s->device_ = device;
+  s->free_fn_ = free_fn;
+  s->ctx_ = ctx;
+  s->borrowed_ = true;
+  return s;
+}
+
+Storage::~Storage() {
+  if (borrowed_) {
+    if (free_fn_) free_fn_(ctx_, data_, nbytes_);
+  } else if (device_.is_cpu()) {
+    host_allocator::deallocate(data_, nbytes_);
+  } else {
+    try {
+      backend_for(device_, "free").free(data_, nbytes_, device_.index);
+    } catch (...) {
+      // The plugin is gone only at process exit; nothing to give back then.
+    }
+  }
+}
+
+void Storage::throw_revoked() {
+  fail(ErrorKind::Value, "tensor: its memory was revoked by the host (from_blob buffer released)");
+}
+
+// ---- tensors ----------------------------------------------------------------------
+
+TensorImpl::TensorImpl(Ref<Storage> st, const Shape& sz, const Shape& str, int64_t off, DType dt)
+    : storage(std::move(st)), sizes(sz), strides(str), offset(off), dtype(dt) {
+  numel = 1;
+  for (int64_t d : sizes) numel *= d;
+}
+
+bool TensorImpl::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = sizes.size() - 1; i >= 0; --i) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
+  auto impl = make_ref<TensorImpl>(base.impl()->storage, sizes, strides, offset, base.dtype());
+  return Tensor(std::move(impl));
+}
+
+Tensor empty(const Shape& shape, DType dtype, Device device, const char* op) {
+  int64_t n = checked_numel(shape, op);
+  if (n > int64_t(1) << 56) fail(ErrorKind::Memory, op, ": shape ", shape, " is too large");
+  size_t nbytes = size_t(n) * itemsize(dtype);
+  auto st = Storage::allocate(nbytes, device, op);
+  return Tensor(make_ref<TensorImpl>(std::move(st), shape, contiguous_strides(shape), 0, dtype));
+}
+
+double Tensor::value_at(const int64_t* idx) const {
+  DL_CHECK(device().is_cpu(), "item: tensor is on ", device(), ", move it to the cpu first");
+  int64_t off = 0;
+  for (int d = 0; d < dim(); ++d) off += idx[d] * stride(d);
+  double v = 0;
+  DL_DISPATCH_ALL(dtype(), "item", v = double(data<scalar_t>()[off]));
+  return v;
+}
+
+double Tensor::item() const {
+  DL_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape());
+  if (!device().is_cpu()) {
+    Tensor host = empty(Shape{}, dtype());
+    backend_for(device(), "item").copy(host, *this);
+    return host.item();
+  }
+  int64_t zeros[kMaxDims] = {};
+  return value_at(zeros);
+}
+
+}  // namespace dl

@@ -1,0 +1,134 @@
+// Tensor, TensorImpl and Storage: the engine's data model.
+//
+//   dl::Tensor x = dl::arange(0, 6, 1, dl::DType::Float32).view({2, 3});
+//   dl::Tensor y = dl::transpose(x, 0, 1);      // a view: shares x's storage
+//   float v = y.item_at<float>({2, 1});         // x[1][2] == 5
+//
+// A Storage owns (or borrows) one block of memory. A TensorImpl is a strided view of
+// a storage: sizes, strides (in elements) and an offset, up to kMaxDims dims. Tensor
+// is a cheap handle (one intrusive pointer). Views share the storage, and with it a
+// version counter that every in-place write bumps (autograd checks it, see
+// Note [Saved tensors and versions] in autograd/node.h).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+#include "tensor/intrusive.h"
+#include "tensor/shape.h"
+
+namespace dl {
+
+class Storage : public RefCounted {
+ public:
+  using FreeFn = void (*)(void* ctx, void* data, size_t nbytes);
+
+  // Memory from the host caching allocator (or a device allocator when `device` is not
+  // the CPU), at least `nbytes` long; `op` names who asked, for the error message.
+  static Ref<Storage> allocate(size_t nbytes, Device device, const char* op);
+  // Borrowed memory (zero copy). `free_fn`, if given, is called when the last tensor
+  // using it goes away.
+  static Ref<Storage> borrow(void* data, size_t nbytes, Device device,
+                             FreeFn free_fn = nullptr, void* ctx = nullptr);
+  ~Storage() override;
+
+  void* data() const {
+    if (revoked_.load(std::memory_order_relaxed)) throw_revoked();
+    return data_;
+  }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  bool borrowed() const { return borrowed_; }
+  // The host took its memory back (embedding API): every later access is an error.
+  void revoke() { revoked_.store(true); }
+  bool revoked() const { return revoked_.load(); }
+
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  Storage() = default;
+  [[noreturn]] static void throw_revoked();
+
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  FreeFn free_fn_ = nullptr;
+  void* ctx_ = nullptr;
+  bool borrowed_ = false;
+  std::atomic<bool> revoked_{false};
+  std::atomic<uint64_t> version_{0};
+};
+
+// The autograd layer hangs its per-tensor data here; tensor/ never looks inside.
+struct AutogradMetaBase : RefCounted {};
+
+class TensorImpl : public RefCounted {
+ public:
+  TensorImpl(Ref<Storage> storage, const Shape& sizes, const Shape& strides, int64_t offset,
+             DType dtype);
+
+  Ref<Storage> storage;
+  Shape sizes;
+  Shape strides;
+  int64_t offset = 0;   // in elements
+  int64_t numel = 1;
+  DType dtype;
+  bool requires_grad = false;        // a leaf the user wants gradients for
+  Ref<AutogradMetaBase> autograd;    // owned by autograd/
+
+  bool is_contiguous() const;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(Ref<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return bool(impl_); }
+  TensorImpl* impl() const { return impl_.get(); }
+  const Ref<TensorImpl>& impl_ref() const { return impl_; }
+
+  int dim() const { return impl_->sizes.size(); }
+  const Shape& shape() const { return impl_->sizes; }
+  const Shape& strides() const { return impl_->strides; }
+  int64_t size(int d) const { return impl_->sizes[d]; }
+  int64_t stride(int d) const { return impl_->strides[d]; }
+  int64_t numel() const { return impl_->numel; }
+  int64_t offset() const { return impl_->offset; }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->storage->device(); }
+  size_t itemsize() const { return dl::itemsize(impl_->dtype); }
+  bool is_contiguous() const { return impl_->is_contiguous(); }
+  bool is_floating() const { return dl::is_floating(impl_->dtype); }
+  bool requires_grad() const { return impl_->requires_grad; }
+  Storage& storage() const { return *impl_->storage; }
+  bool same_storage(const Tensor& o) const { return impl_->storage == o.impl_->storage; }
+
+  // Address of element 0 (after the offset).
+  void* raw_data() const {
+    return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(itemsize());
+  }
+  template <typename T>
+  T* data() const { return static_cast<T*>(raw_data()); }
+
+  // The value of a one-element tensor as a double (any dtype, any device).
+  double item() const;
+  // Element at a 0-based multi-index, converted to double (host tensors).
+  double value_at(const int64_t* idx) const;
+
+ private:
+  Ref<TensorImpl> impl_;
+};
+
+using TensorList = std::vector<Tensor>;
+
+// A new tensor viewing `base`'s storage with another geometry.
+Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
+// A new uninitialised contiguous tensor.
+Tensor empty(const Shape& shape, DType dtype, Device device = Device{}, const char* op = "empty");
+
+}  // namespace dl
