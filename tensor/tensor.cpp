@@ -120,6 +120,7 @@ bool TensorImpl::is_contiguous() const {
 
 Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
   auto impl = make_ref<TensorImpl>(base.impl()->storage, sizes, strides, offset, base.dtype());
+  impl->view_base = base.impl()->view_base ? base.impl()->view_base : base.impl_ref();
   return Tensor(std::move(impl));
 }
 

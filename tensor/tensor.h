@@ -77,8 +77,18 @@ class TensorImpl : public RefCounted {
   int64_t offset = 0;   // in elements
   int64_t numel = 1;
   DType dtype;
-  bool requires_grad = false;        // a leaf the user wants gradients for
-  Ref<AutogradMetaBase> autograd;    // owned by autograd/
+  // For views: the tensor that owns the storage (never itself a view). In-place
+  // writes through a view use it to rewrite the base's history (autograd/).
+  Ref<TensorImpl> view_base;
+
+  // Owned by autograd/ and opaque here: the node that produced this tensor and which
+  // of its outputs it is (kept inline so that recording an op allocates nothing but
+  // the node), the storage version the node was recorded at, and rarer extras.
+  Ref<RefCounted> grad_node;
+  uint32_t grad_nr = 0;
+  bool is_variable = false;
+  uint64_t grad_version = 0;
+  Ref<AutogradMetaBase> autograd;
 
   bool is_contiguous() const;
 };
@@ -104,7 +114,6 @@ class Tensor {
   size_t itemsize() const { return dl::itemsize(impl_->dtype); }
   bool is_contiguous() const { return impl_->is_contiguous(); }
   bool is_floating() const { return dl::is_floating(impl_->dtype); }
-  bool requires_grad() const { return impl_->requires_grad; }
   Storage& storage() const { return *impl_->storage; }
   bool same_storage(const Tensor& o) const { return impl_->storage == o.impl_->storage; }
 

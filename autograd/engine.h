@@ -1,0 +1,58 @@
+// The backward engine: plays the recorded graph backwards from some outputs and
+// collects the gradients reaching some inputs.
+//
+// A GraphTask runs in topological order by dependency counting (no recursion), sums
+// gradients of values used many times, sums broadcast gradients back to each input's
+// shape, and frees each node's saved values once it has run unless the graph is to be
+// kept. It can stop at a custom-gradient node whose backward is a Lua function
+// (DESIGN.md decision 3: C++ never calls into Lua): the binding then calls the
+// function with pending_grads() and hands the results back with supply().
+#pragma once
+#include <unordered_map>
+#include <vector>
+
+#include "autograd/node.h"
+
+namespace dl::ag {
+
+class GraphTask {
+ public:
+  GraphTask(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs,
+            bool create_graph, bool retain_graph);
+  ~GraphTask();
+
+  // Runs until done (true) or until a custom node needs its Lua backward (false).
+  bool run();
+  Node* custom_node() const { return custom_; }
+  const TensorList& pending_grads() const { return pending_; }
+  // The gradients for custom_node()'s inputs (undefined entries: none).
+  void supply(const TensorList& grads);
+  // One gradient per input (zeros for inputs the outputs do not depend on).
+  TensorList results() const;
+
+ private:
+  struct Info {
+    int deps = 0;
+    bool needed = false;       // has a path to an input
+    std::vector<Tensor> buf;   // incoming gradient per output of the node
+  };
+  void discover(const std::vector<Edge>& roots);
+  void add_grad(const Edge& e, const Tensor& g);
+  void finish_node(Node* n, const TensorList& grads);
+
+  TensorList inputs_;
+  std::vector<Edge> input_edges_;
+  std::vector<Tensor> captured_;
+  std::unordered_map<Node*, Info> info_;
+  std::vector<Node*> ready_;
+  std::vector<Ref<Node>> keep_;  // roots stay alive while the task runs
+  bool create_graph_, retain_graph_;
+  Node* custom_ = nullptr;
+  TensorList pending_;
+};
+
+// History stamps: set_history() gives each tensor the next stamp; a view whose base
+// got a newer history (an in-place write) is stale and regenerates its edge.
+uint64_t next_history_stamp();
+
+}  // namespace dl::ag

@@ -1,0 +1,112 @@
+// The recorded graph: nodes, edges and saved tensors.
+//
+// Note [Saved tensors and versions]
+// A node keeps what its backward needs as SavedTensor: a history-free alias of the
+// value (sharing storage, so nothing is copied) plus the storage's version counter at
+// the time it was saved. In-place ops bump the counter; unpacking a saved tensor whose
+// storage moved on is an error naming the op, never a silently wrong gradient.
+// A saved *output* is stored without its producer (the node itself), which would be a
+// reference cycle; unpack() reattaches it to the node being run (c10's SavedVariable).
+//
+// Note [Teardown of long chains]
+// Nodes own their input edges, so dropping the end of a 1e6-op chain would recurse a
+// million frames deep. ~Node hands children whose last reference it drops to a
+// thread-local list that the outermost destructor drains in a loop.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "tensor/ops.h"
+
+namespace dl::ag {
+
+struct Node;
+
+// The place a gradient flows to: output `nr` of `node`.
+struct Edge {
+  Ref<Node> node;
+  uint32_t nr = 0;
+  bool valid() const { return bool(node); }
+};
+
+// A small vector with inline room for N elements: recording a node allocates nothing
+// besides the node for ops of up to N inputs.
+template <typename T, int N>
+class InlineVec {
+ public:
+  int size() const { return n_ <= N ? n_ : int(heap_.size()); }
+  bool empty() const { return size() == 0; }
+  T& operator[](int i) { return n_ <= N ? inl_[i] : heap_[i]; }
+  const T& operator[](int i) const { return n_ <= N ? inl_[i] : heap_[i]; }
+  void push_back(T v) {
+    if (n_ < N) { inl_[n_++] = std::move(v); return; }
+    if (n_ == N) {
+      heap_.reserve(2 * N + 2);
+      for (auto& x : inl_) heap_.push_back(std::move(x));
+      n_ = N + 1;
+    }
+    heap_.push_back(std::move(v));
+  }
+  void clear() {
+    for (auto& x : inl_) x = T();
+    heap_.clear();
+    n_ = 0;
+  }
+
+ private:
+  std::array<T, N> inl_{};
+  std::vector<T> heap_;
+  int n_ = 0;
+};
+
+struct SavedTensor {
+  Tensor data;        // history-free alias
+  Edge edge;          // the edge of a saved input (empty for outputs)
+  uint64_t version = 0;
+  bool is_output = false;
+  uint32_t output_nr = 0;
+};
+
+// What the engine needs to know of each input to hand it a gradient of the right
+// shape and dtype (broadcast gradients are summed back here, in one place).
+struct InputMeta {
+  Shape shape;
+  DType dtype = DType::Float32;
+};
+
+// Op parameters a backward needs (dims, scalars, shapes); no heap.
+struct Attrs {
+  int64_t i[4] = {0, 0, 0, 0};
+  double d[2] = {0, 0};
+  Shape shape;
+  Shape dims;
+};
+
+using BackwardFn = TensorList (*)(struct Node& n, const TensorList& grads);
+
+struct Node : RefCounted {
+  ~Node() override;
+
+  const char* name = "";          // for error messages: the op's Lua name
+  BackwardFn backward = nullptr;
+  InlineVec<Edge, 3> next;        // one per input (invalid: no gradient needed)
+  InlineVec<InputMeta, 3> inputs;
+  InlineVec<SavedTensor, 3> saved;
+  Attrs attrs;
+  uint32_t num_outputs = 1;
+  bool released = false;          // saved values freed by a backward pass
+  int64_t custom_ref = 0;         // custom (Lua) gradient: the binding's function ref
+  std::vector<Shape> output_shapes;  // custom nodes: shapes of their outputs
+
+  // The saved tensor `i`, checked against in-place changes and reattached to the graph.
+  Tensor unpack(int i);
+  void save(const Tensor& t, bool is_output = false, uint32_t output_nr = 0);
+};
+
+// The edge a tensor's gradient flows to (invalid if none).
+Edge edge_of(const Tensor& t);
+// Attaches `t` to output `nr` of `node`.
+void set_history(const Tensor& t, const Ref<Node>& node, uint32_t nr);
+
+}  // namespace dl::ag

@@ -1,0 +1,214 @@
+// The reduction family, recorded: forwards and derivatives side by side.
+#include <cmath>
+
+#include "autograd/math.h"
+#include "autograd/record.h"
+
+namespace dl::ag {
+
+using namespace math;
+
+namespace {
+// The reduced dims of `x` (all when `dims` is empty), sorted and wrapped.
+Shape reduced_dims(const Shape& xshape, const std::vector<int>& dims, const char* op) {
+  Shape out;
+  int nd = xshape.size();
+  if (dims.empty()) {
+    for (int d = 0; d < nd; ++d) out.push_back(d);
+    return out;
+  }
+  bool seen[kMaxDims] = {};
+  for (int d : dims) seen[wrap_dim(d, nd, op)] = true;
+  for (int d = 0; d < nd; ++d) if (seen[d]) out.push_back(d);
+  return out;
+}
+
+// g (the gradient of a reduction without keepdim) reshaped so it broadcasts against x.
+Tensor unreduce(const Tensor& g, const Shape& xshape, const Shape& dims, bool keepdim) {
+  if (keepdim || xshape.size() == 0) return g;
+  Shape s = xshape;
+  for (int64_t d : dims) s[int(d)] = 1;
+  return ag::reshape(g, s);
+}
+
+int64_t count_of(const Shape& xshape, const Shape& dims) {
+  int64_t c = 1;
+  for (int64_t d : dims) c *= xshape[int(d)];
+  return c;
+}
+}  // namespace
+
+Tensor reduce(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim, const ReduceOpts& opts) {
+  Tensor y = dl::reduce(op, x, dims, keepdim, opts);
+  Ref<Node> n = maybe_node(op, {&x});
+  if (!n) return y;
+  n->save(x);
+  n->save(y, true);
+  n->attrs.dims = reduced_dims(x.shape(), dims, op_name(op));
+  n->attrs.i[0] = keepdim;
+  n->attrs.d[0] = op == Op::Norm ? opts.p : opts.correction;
+  return finish(n, y);
+}
+
+namespace {
+struct Red {
+  Tensor x, y, g;  // g and y broadcastable against x
+  int64_t count;
+};
+Red unpack_reduction(Node& n, const TensorList& grads) {
+  Red r;
+  r.x = n.unpack(0);
+  bool keep = n.attrs.i[0] != 0;
+  r.y = unreduce(n.unpack(1), r.x.shape(), n.attrs.dims, keep);
+  r.g = unreduce(grads[0], r.x.shape(), n.attrs.dims, keep);
+  r.count = count_of(r.x.shape(), n.attrs.dims);
+  return r;
+}
+Tensor expand_to(const Tensor& g, const Tensor& x) { return ag::expand(g, x.shape()); }
+
+// amax/amin: the gradient is shared evenly among the elements equal to the result.
+TensorList extremum_backward(Node& n, const TensorList& grads) {
+  Red r = unpack_reduction(n, grads);
+  Tensor hit = mask(ag::compare(Op::Eq, r.x, r.y), r.g);
+  std::vector<int> dims = dims_of(n.attrs);
+  Tensor count = ag::reduce(Op::Sum, hit, dims, true);
+  return {r.g * hit / count};
+}
+}  // namespace
+
+template <> TensorList derivative<Op::Sum>(Node& n, const TensorList& grads) {
+  Red r = unpack_reduction(n, grads);
+  return {expand_to(r.g, r.x)};
+}
+template <> TensorList derivative<Op::Mean>(Node& n, const TensorList& grads) {
+  Red r = unpack_reduction(n, grads);
+  return {expand_to(r.g / double(r.count), r.x)};
+}
+template <> TensorList derivative<Op::Prod>(Node& n, const TensorList& grads) {
+  // prod / x where x != 0; where x has zeros, the product of the others, computed by
+  // replacing the zeros with ones (exact when a slice holds a single zero; slices
+  // with two or more zeros have a zero gradient, which this also gives).
+  Red r = unpack_reduction(n, grads);
+  Tensor zero = ag::compare(Op::Eq, r.x, Scalar(0.0));
+  Tensor x1 = ag::where(zero, ones(Shape{}, r.x.dtype(), r.x.device()), r.x);
+  std::vector<int> dims = dims_of(n.attrs);
+  Tensor others = ag::reduce(Op::Prod, x1, dims, true);
+  Tensor nzeros = ag::reduce(Op::Sum, mask(zero, r.x), dims, true);
+  // Elementwise: zeros in the slice other than this element.
+  Tensor other_zeros = nzeros - mask(zero, r.x);
+  Tensor p = ag::where(zero, others, others / x1);
+  Tensor ok = ag::compare(Op::Eq, other_zeros, Scalar(0.0));
+  return {r.g * p * mask(ok, r.x)};
+}
+template <> TensorList derivative<Op::Amax>(Node& n, const TensorList& g) { return extremum_backward(n, g); }
+template <> TensorList derivative<Op::Amin>(Node& n, const TensorList& g) { return extremum_backward(n, g); }
+template <> TensorList derivative<Op::Var>(Node& n, const TensorList& grads) {
+  Red r = unpack_reduction(n, grads);
+  Tensor mean = ag::reduce(Op::Mean, r.x, dims_of(n.attrs), true);
+  return {r.g * (r.x - mean) * (2.0 / (double(r.count) - n.attrs.d[0]))};
+}
+template <> TensorList derivative<Op::Std>(Node& n, const TensorList& grads) {
+  Red r = unpack_reduction(n, grads);
+  Tensor mean = ag::reduce(Op::Mean, r.x, dims_of(n.attrs), true);
+  return {r.g * (r.x - mean) / (r.y * (double(r.count) - n.attrs.d[0]))};
+}
+template <> TensorList derivative<Op::Norm>(Node& n, const TensorList& grads) {
+  Red r = unpack_reduction(n, grads);
+  double p = n.attrs.d[0];
+  if (p == 2) return {r.g * r.x / r.y};
+  if (p == 1) return {r.g * sign(r.x)};
+  if (p == 0) return {r.g * 0.0 * r.x};
+  if (std::isinf(p)) {
+    Tensor hit = mask(ag::compare(Op::Eq, abs(r.x), r.y), r.g);
+    Tensor count = ag::reduce(Op::Sum, hit, dims_of(n.attrs), true);
+    return {r.g * sign(r.x) * hit / count};
+  }
+  return {r.g * r.x * pow(abs(r.x), p - 2) / pow(r.y, p - 1)};
+}
+template <> TensorList derivative<Op::Logsumexp>(Node& n, const TensorList& grads) {
+  Red r = unpack_reduction(n, grads);
+  return {r.g * exp(r.x - r.y)};
+}
+
+// ---- max/min over a dim: gradient to the selected index -------------------------------
+
+namespace {
+Tensor scatter_back(const Tensor& g, const Tensor& x, int dim, const Tensor& idx, bool keepdim) {
+  Tensor gi = keepdim ? g : ag::unsqueeze(g, dim);
+  Tensor ii = keepdim ? idx : dl::unsqueeze(idx, dim);
+  return ag::scatter_add(zeros(x.shape(), g.dtype(), g.device()), dim, ii, gi);
+}
+std::pair<Tensor, Tensor> record_extremum_dim(Op op, std::pair<Tensor, Tensor> r, const Tensor& x,
+                                              int dim, bool keepdim) {
+  Ref<Node> n = maybe_node(op, {&x});
+  if (!n) return r;
+  n->save(r.second);
+  n->attrs.i[0] = wrap_dim(dim, x.dim(), op_name(op));
+  n->attrs.i[1] = keepdim;
+  n->attrs.shape = x.shape();
+  n->num_outputs = 2;
+  r.first = finish(n, r.first, 0);
+  return r;
+}
+TensorList extremum_dim_backward(Node& n, const TensorList& g) {
+  Tensor idx = n.unpack(0);
+  Tensor x = zeros(n.attrs.shape, g[0].dtype(), g[0].device());
+  return {scatter_back(g[0], x, int(n.attrs.i[0]), idx, n.attrs.i[1] != 0)};
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> max_dim(const Tensor& x, int dim, bool keepdim) {
+  return record_extremum_dim(Op::MaxDim, dl::max_dim(x, dim, keepdim), x, dim, keepdim);
+}
+std::pair<Tensor, Tensor> min_dim(const Tensor& x, int dim, bool keepdim) {
+  return record_extremum_dim(Op::MinDim, dl::min_dim(x, dim, keepdim), x, dim, keepdim);
+}
+template <> TensorList derivative<Op::MaxDim>(Node& n, const TensorList& g) { return extremum_dim_backward(n, g); }
+template <> TensorList derivative<Op::MinDim>(Node& n, const TensorList& g) { return extremum_dim_backward(n, g); }
+
+// ---- softmax family ---------------------------------------------------------------------
+
+Tensor softmax(const Tensor& x, int dim) {
+  Tensor y = dl::softmax(x, dim);
+  Ref<Node> n = maybe_node(Op::Softmax, {&x});
+  if (!n) return y;
+  n->save(y, true);
+  n->attrs.i[0] = wrap_dim(dim, x.dim(), "softmax");
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::Softmax>(Node& n, const TensorList& g) {
+  Tensor y = n.unpack(0);
+  int d = int(n.attrs.i[0]);
+  return {y * (g[0] - ag::reduce(Op::Sum, g[0] * y, {d}, true))};
+}
+
+Tensor log_softmax(const Tensor& x, int dim) {
+  Tensor y = dl::log_softmax(x, dim);
+  Ref<Node> n = maybe_node(Op::LogSoftmax, {&x});
+  if (!n) return y;
+  n->save(y, true);
+  n->attrs.i[0] = wrap_dim(dim, x.dim(), "log_softmax");
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::LogSoftmax>(Node& n, const TensorList& g) {
+  Tensor y = n.unpack(0);
+  int d = int(n.attrs.i[0]);
+  return {g[0] - exp(y) * ag::reduce(Op::Sum, g[0], {d}, true)};
+}
+
+// ---- sum_to: the reverse of broadcasting ---------------------------------------------------
+
+namespace {
+TensorList sum_to_backward(Node& n, const TensorList& g) { return {ag::expand(g[0], n.attrs.shape)}; }
+}  // namespace
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  Tensor y = dl::sum_to(x, shape);
+  Ref<Node> n = maybe_node("sum_to", sum_to_backward, {&x});
+  if (!n) return y;
+  n->attrs.shape = x.shape();
+  return finish(n, y);
+}
+
+}  // namespace dl::ag

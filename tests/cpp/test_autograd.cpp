@@ -1,0 +1,164 @@
+// The autograd engine: textbook derivatives, nesting, in-place rules, and the
+// table-driven gradient check of every differentiable op in tensor/ops.def.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+
+#include "autograd/autograd.h"
+
+using namespace dl;
+namespace ag = dl::ag;
+
+namespace {
+
+Tensor scalar(double v) { return full(Shape{}, Scalar(v), DType::Float64); }
+
+// d/dx of f at x, with the computation recorded when an outer gradient is open.
+Tensor d(const std::function<Tensor(const Tensor&)>& f, const Tensor& x) {
+  ag::GradScope scope;
+  Tensor w = ag::watch(x);
+  Tensor y = f(w);
+  return ag::grad({y}, {}, {w}, /*create_graph=*/ag::is_recording())[0];
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) { return ag::binary(Op::Mul, a, b); }
+Tensor add(const Tensor& a, const Tensor& b) { return ag::binary(Op::Add, a, b); }
+
+}  // namespace
+
+TEST_CASE("derivatives of x*x to third order", "[autograd]") {
+  auto f = [](const Tensor& x) { return mul(x, x); };
+  REQUIRE(d(f, scalar(3)).item() == 6);
+  REQUIRE(d([&](const Tensor& x) { return d(f, x); }, scalar(3)).item() == 2);
+  REQUIRE(d([&](const Tensor& x) { return d([&](const Tensor& y) { return d(f, y); }, x); },
+            scalar(3)).item() == 0);
+}
+
+TEST_CASE("perturbation confusion: inner gradients do not see outer arguments", "[autograd]") {
+  // d/dx [ x * (d/dy (x + y))(y = x) ] = d/dx [x * 1] = 1   (Siskind & Pearlmutter)
+  Tensor r = d([](const Tensor& x) {
+    Tensor inner = d([&](const Tensor& y) { return add(x, y); }, x);
+    return mul(x, inner);
+  }, scalar(1));
+  REQUIRE(r.item() == 1);
+  // d/dx [ (d/dy x*y)(y = x) ] = d/dx [x] = 1, not 2
+  Tensor r2 = d([](const Tensor& x) { return d([&](const Tensor& y) { return mul(x, y); }, x); },
+                scalar(3));
+  REQUIRE(r2.item() == 1);
+}
+
+TEST_CASE("gradients of values used many times accumulate", "[autograd]") {
+  // f(x) = x*x + x*x*x  ->  2x + 3x^2 = 33 at 3
+  Tensor g = d([](const Tensor& x) { return add(mul(x, x), mul(mul(x, x), x)); }, scalar(3));
+  REQUIRE(g.item() == 33);
+}
+
+TEST_CASE("broadcast gradients are summed to each input's shape", "[autograd]") {
+  ag::GradScope scope;
+  Tensor a = ag::watch(ones(Shape{3, 4}, DType::Float64));
+  Tensor b = ag::watch(ones(Shape{4}, DType::Float64));
+  Tensor y = ag::reduce(Op::Sum, ag::binary(Op::Mul, a, b), {}, false);
+  TensorList g = ag::grad({y}, {}, {a, b}, false);
+  REQUIRE(g[0].shape() == Shape{3, 4});
+  REQUIRE(g[1].shape() == Shape{4});
+  int64_t i0[] = {0};
+  REQUIRE(g[1].value_at(i0) == 3);
+}
+
+TEST_CASE("nothing is recorded outside a gradient", "[autograd]") {
+  Tensor x = ag::watch(scalar(2));
+  Tensor y = ag::binary(Op::Mul, x, x);
+  REQUIRE_FALSE(bool(y.impl()->grad_node));
+}
+
+TEST_CASE("an input the output does not depend on gets zeros", "[autograd]") {
+  ag::GradScope scope;
+  Tensor x = ag::watch(scalar(2)), z = ag::watch(scalar(5));
+  Tensor y = ag::binary(Op::Mul, x, x);
+  TensorList g = ag::grad({y}, {}, {x, z}, false);
+  REQUIRE(g[0].item() == 4);
+  REQUIRE(g[1].item() == 0);
+}
+
+TEST_CASE("integer tensors cannot be differentiated", "[autograd]") {
+  REQUIRE_THROWS_WITH(ag::watch(zeros(Shape{2}, DType::Int64)), Catch::Contains("int64"));
+}
+
+TEST_CASE("freeing a 1,000,000-op tape does not overflow the stack", "[autograd]") {
+  ag::GradScope scope;
+  Tensor x = ag::watch(scalar(1));
+  Tensor y = x;
+  for (int i = 0; i < 1000000; ++i) y = ag::binary(Op::Add, y, Scalar(0.0));
+  y = Tensor();  // drops the whole chain
+  SUCCEED();
+}
+
+TEST_CASE("a backward pass through a long chain is iterative", "[autograd]") {
+  ag::GradScope scope;
+  Tensor x = ag::watch(scalar(1));
+  Tensor y = x;
+  for (int i = 0; i < 200000; ++i) y = ag::binary(Op::Add, y, Scalar(1.0));
+  REQUIRE(ag::grad({y}, {}, {x}, false)[0].item() == 1);
+}
+
+TEST_CASE("in-place change of a saved value is an error, not a wrong gradient", "[autograd]") {
+  ag::GradScope scope;
+  Tensor x = ag::watch(full(Shape{3}, Scalar(2.0), DType::Float64));
+  Tensor y = ag::unary(Op::Exp, x);       // saves y
+  Tensor s = ag::reduce(Op::Sum, y, {}, false);
+  ag::NoGradScope off;
+  dl::binary_(Op::Add, y, Scalar(1.0));   // overwrites the saved output behind autograd's back
+  ag::GradScope on;
+  REQUIRE_THROWS_WITH(ag::grad({s}, {}, {x}, false), Catch::Contains("exp") && Catch::Contains("in-place"));
+}
+
+TEST_CASE("writing into a view rewrites the base's history", "[autograd]") {
+  ag::GradScope scope;
+  Tensor w = ag::watch(full(Shape{3}, Scalar(2.0), DType::Float64));
+  Tensor x = zeros(Shape{3}, DType::Float64);
+  Tensor v = ag::select(x, 0, 1);           // a view of x
+  Tensor src = ag::binary(Op::Mul, ag::select(w, 0, 1), Scalar(5.0));
+  ag::copy_(v, src);                         // x[1] = 5 * w[1]
+  Tensor s = ag::reduce(Op::Sum, ag::binary(Op::Mul, x, x), {}, false);  // 25 w1^2
+  Tensor g = ag::grad({s}, {}, {w}, false)[0];
+  int64_t i0[] = {0}, i1[] = {1};
+  REQUIRE(g.value_at(i0) == 0);
+  REQUIRE(g.value_at(i1) == Approx(100));    // 50 w1 at w1 = 2
+}
+
+TEST_CASE("in-place arithmetic on a recorded tensor keeps gradients right", "[autograd]") {
+  ag::GradScope scope;
+  Tensor x = ag::watch(full(Shape{2}, Scalar(3.0), DType::Float64));
+  Tensor y = ag::binary(Op::Mul, x, Scalar(1.0));
+  ag::binary_(Op::Mul, y, x);                // y = x * x, in place
+  Tensor s = ag::reduce(Op::Sum, y, {}, false);
+  Tensor g = ag::grad({s}, {}, {x}, false)[0];
+  int64_t i0[] = {0};
+  REQUIRE(g.value_at(i0) == 6);
+}
+
+TEST_CASE("a view taken before an in-place write sees the new history", "[autograd]") {
+  ag::GradScope scope;
+  Tensor x = ag::watch(full(Shape{2}, Scalar(3.0), DType::Float64));
+  Tensor y = ag::binary(Op::Mul, x, Scalar(1.0));
+  Tensor v = ag::select(y, 0, 0);            // view taken first
+  ag::binary_(Op::Mul, y, Scalar(4.0));      // then the base is scaled in place
+  Tensor g = ag::grad({v}, {}, {x}, false)[0];
+  int64_t i0[] = {0}, i1[] = {1};
+  REQUIRE(g.value_at(i0) == 4);
+  REQUIRE(g.value_at(i1) == 0);
+}
+
+TEST_CASE("variables are recorded only while a gradient is taken, and logged", "[autograd]") {
+  Tensor v = full(Shape{}, Scalar(3.0), DType::Float64);
+  ag::mark_variable(v);
+  Tensor y0 = ag::binary(Op::Mul, v, v);
+  REQUIRE_FALSE(bool(y0.impl()->grad_node));
+  ag::GradScope scope;
+  ag::VariableLog log;
+  Tensor y = ag::binary(Op::Mul, v, v);
+  REQUIRE(log.used().size() == 1);
+  REQUIRE(ag::grad({y}, {}, {v}, false)[0].item() == 6);
+  REQUIRE_THROWS_WITH(ag::fill_(v, Scalar(1.0)), Catch::Contains("Variable"));
+}
