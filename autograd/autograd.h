@@ -47,6 +47,9 @@ class NoGradScope {
 // itself is being differentiated by an enclosing gradient, the result stays
 // connected to it.
 Tensor watch(const Tensor& x);
+// Makes x itself differentiable (a leaf), unless it already has a history
+// (GradientTape.watch: later ops on the same tensor are recorded).
+void watch_inplace(const Tensor& x);
 // True when ops on x are recorded right now.
 bool requires_grad(const Tensor& x);
 // x's values without its history (shares storage).

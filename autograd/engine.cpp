@@ -127,6 +127,16 @@ Tensor watch(const Tensor& x) {
   return y;
 }
 
+void watch_inplace(const Tensor& x) {
+  DL_CHECK_KIND(Type, x.is_floating(), "watch: cannot differentiate with respect to a tensor of dtype ",
+                dtype_name(x.dtype()), " (only float32 and float64)");
+  TensorImpl* i = x.impl();
+  if (i->grad_node) return;
+  Ref<Node> leaf = make_ref<Node>();
+  leaf->name = "watch";
+  set_history(x, leaf, 0);
+}
+
 // ---- variables -------------------------------------------------------------------------
 
 void mark_variable(const Tensor& x) {
@@ -158,7 +168,8 @@ void VariableLog::note(const Tensor& v) {
 
 GraphTask::GraphTask(const TensorList& outputs, const TensorList& grad_outputs,
                      const TensorList& inputs, bool create_graph, bool retain_graph)
-    : inputs_(inputs), create_graph_(create_graph), retain_graph_(retain_graph) {
+    // A recorded backward refers to the forward graph: keep it for the outer pass.
+    : inputs_(inputs), create_graph_(create_graph), retain_graph_(retain_graph || create_graph) {
   DL_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
            "grad: ", outputs.size(), " outputs but ", grad_outputs.size(), " output gradients");
   GradScope scope;  // edges of variables are visible while the task is set up
@@ -331,7 +342,7 @@ TensorList GraphTask::results() const {
 
 TensorList grad(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs,
                 bool create_graph, bool retain_graph) {
-  GraphTask task(outputs, grad_outputs, inputs, create_graph, retain_graph || create_graph);
+  GraphTask task(outputs, grad_outputs, inputs, create_graph, retain_graph);
   DL_CHECK(task.run(), "grad: the graph holds a custom gradient; call it from Lua");
   return task.results();
 }

@@ -42,8 +42,11 @@ Tensor reduce(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim
   Tensor y = dl::reduce(op, x, dims, keepdim, opts);
   Ref<Node> n = maybe_node(op, {&x});
   if (!n) return y;
-  n->save(x);
-  n->save(y, true);
+  // Sum and Mean need only shapes; the others read the input and the result.
+  if (op != Op::Sum && op != Op::Mean) {
+    n->save(x);
+    n->save(y, true);
+  }
   n->attrs.dims = reduced_dims(x.shape(), dims, op_name(op));
   n->attrs.i[0] = keepdim;
   n->attrs.d[0] = op == Op::Norm ? opts.p : opts.correction;
@@ -52,19 +55,22 @@ Tensor reduce(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim
 
 namespace {
 struct Red {
-  Tensor x, y, g;  // g and y broadcastable against x
+  Tensor x, y, g;  // g and y broadcastable against x (x, y: only when saved)
+  Shape shape;     // the input's
   int64_t count;
 };
 Red unpack_reduction(Node& n, const TensorList& grads) {
   Red r;
-  r.x = n.unpack(0);
+  r.shape = n.inputs[0].shape;
   bool keep = n.attrs.i[0] != 0;
-  r.y = unreduce(n.unpack(1), r.x.shape(), n.attrs.dims, keep);
-  r.g = unreduce(grads[0], r.x.shape(), n.attrs.dims, keep);
-  r.count = count_of(r.x.shape(), n.attrs.dims);
+  if (n.saved.size() == 2) {
+    r.x = n.unpack(0);
+    r.y = unreduce(n.unpack(1), r.shape, n.attrs.dims, keep);
+  }
+  r.g = unreduce(grads[0], r.shape, n.attrs.dims, keep);
+  r.count = count_of(r.shape, n.attrs.dims);
   return r;
 }
-Tensor expand_to(const Tensor& g, const Tensor& x) { return ag::expand(g, x.shape()); }
 
 // amax/amin: the gradient is shared evenly among the elements equal to the result.
 TensorList extremum_backward(Node& n, const TensorList& grads) {
@@ -78,11 +84,11 @@ TensorList extremum_backward(Node& n, const TensorList& grads) {
 
 template <> TensorList derivative<Op::Sum>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
-  return {expand_to(r.g, r.x)};
+  return {ag::expand(r.g, r.shape)};
 }
 template <> TensorList derivative<Op::Mean>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
-  return {expand_to(r.g / double(r.count), r.x)};
+  return {ag::expand(r.g / double(r.count), r.shape)};
 }
 template <> TensorList derivative<Op::Prod>(Node& n, const TensorList& grads) {
   // prod / x where x != 0; where x has zeros, the product of the others, computed by

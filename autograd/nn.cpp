@@ -1,0 +1,338 @@
+// The neural-network family, recorded: forwards and derivatives side by side.
+//
+// The convolution ops close under differentiation. With A_w the linear map x -> conv(x, w):
+//   conv2d(x, w)              = A_w x        d/dx: A_w^T g = input_grad(g, w)
+//                                            d/dw: weight_grad(x, g)
+//   input_grad(g, w)          = A_w^T g      d/dg: A_w gg = conv2d(gg, w)
+//                                            d/dw: weight_grad(gg, g)
+//   weight_grad(x, g)         (bilinear; <gg, weight_grad(x, g)> = <conv2d(x, gg), g>)
+//                                            d/dx: input_grad(g, gg); d/dg: conv2d(x, gg)
+// so every order of gradient is made of these three ops. Likewise avg_pool2d and
+// avg_pool2d_backward are each other's adjoints, and max_pool2d_backward (a scatter
+// at the saved indices) has a gather as its derivative.
+#include "autograd/nn.h"
+
+#include <algorithm>
+
+#include "autograd/math.h"
+#include "autograd/record.h"
+
+namespace dl::ag {
+
+using namespace math;
+
+namespace {
+
+void store(Attrs& a, const Conv2dOpts& o) {
+  a.dims = Shape{o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1], o.groups};
+}
+Conv2dOpts conv_opts(const Attrs& a) {
+  Conv2dOpts o;
+  o.stride[0] = a.dims[0]; o.stride[1] = a.dims[1];
+  o.padding[0] = a.dims[2]; o.padding[1] = a.dims[3];
+  o.dilation[0] = a.dims[4]; o.dilation[1] = a.dims[5];
+  o.groups = a.dims[6];
+  return o;
+}
+
+void store(Attrs& a, const Pool2dOpts& o) {
+  a.dims = Shape{o.kernel[0], o.kernel[1], o.stride[0], o.stride[1], o.padding[0], o.padding[1],
+                 int64_t(o.ceil_mode), int64_t(o.count_include_pad)};
+}
+Pool2dOpts pool_opts(const Attrs& a) {
+  Pool2dOpts o;
+  o.kernel[0] = a.dims[0]; o.kernel[1] = a.dims[1];
+  o.stride[0] = a.dims[2]; o.stride[1] = a.dims[3];
+  o.padding[0] = a.dims[4]; o.padding[1] = a.dims[5];
+  o.ceil_mode = a.dims[6] != 0;
+  o.count_include_pad = a.dims[7] != 0;
+  return o;
+}
+
+// Every dim of an image-shaped tensor but the channel dim (dim 1 of NCHW, 0 of CHW).
+std::vector<int> non_channel_dims(int ndim, int channel_dim) {
+  std::vector<int> d;
+  for (int i = 0; i < ndim; ++i)
+    if (i != channel_dim) d.push_back(i);
+  return d;
+}
+
+}  // namespace
+
+// ---- convolution ---------------------------------------------------------------------------
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o) {
+  Tensor y = dl::conv2d(x, w, bias, o);
+  Ref<Node> n = bias.defined() ? maybe_node(Op::Conv2d, {&x, &w, &bias}) : maybe_node(Op::Conv2d, {&x, &w});
+  if (!n) return y;
+  n->save(x);
+  n->save(w);
+  store(n->attrs, o);
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::Conv2d>(Node& n, const TensorList& grads) {
+  const Conv2dOpts o = conv_opts(n.attrs);
+  Tensor x = n.unpack(0), w = n.unpack(1);
+  const Tensor& g = grads[0];
+  TensorList out(size_t(n.inputs.size()));
+  if (n.next[0].valid()) out[0] = ag::conv2d_input_grad(g, w, x.shape(), o);
+  if (n.next[1].valid()) out[1] = ag::conv2d_weight_grad(x, g, w.shape(), o);
+  if (n.inputs.size() == 3 && n.next[2].valid())
+    out[2] = ag::reduce(Op::Sum, g, non_channel_dims(g.dim(), g.dim() - 3), false);
+  return out;
+}
+
+Tensor conv2d_input_grad(const Tensor& g, const Tensor& w, const Shape& input_shape, const Conv2dOpts& o) {
+  Tensor y = dl::conv2d_input_grad(g, w, input_shape, o);
+  Ref<Node> n = maybe_node(Op::Conv2dInputGrad, {&g, &w});
+  if (!n) return y;
+  n->save(g);
+  n->save(w);
+  store(n->attrs, o);
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::Conv2dInputGrad>(Node& n, const TensorList& grads) {
+  const Conv2dOpts o = conv_opts(n.attrs);
+  Tensor g = n.unpack(0), w = n.unpack(1);
+  const Tensor& gg = grads[0];
+  TensorList out(2);
+  if (n.next[0].valid()) out[0] = ag::conv2d(gg, w, Tensor(), o);
+  if (n.next[1].valid()) out[1] = ag::conv2d_weight_grad(gg, g, w.shape(), o);
+  return out;
+}
+
+Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, const Shape& weight_shape, const Conv2dOpts& o) {
+  Tensor y = dl::conv2d_weight_grad(x, g, weight_shape, o);
+  Ref<Node> n = maybe_node(Op::Conv2dWeightGrad, {&x, &g});
+  if (!n) return y;
+  n->save(x);
+  n->save(g);
+  store(n->attrs, o);
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::Conv2dWeightGrad>(Node& n, const TensorList& grads) {
+  const Conv2dOpts o = conv_opts(n.attrs);
+  Tensor x = n.unpack(0), g = n.unpack(1);
+  const Tensor& gg = grads[0];
+  TensorList out(2);
+  if (n.next[0].valid()) out[0] = ag::conv2d_input_grad(g, gg, x.shape(), o);
+  if (n.next[1].valid()) out[1] = ag::conv2d(x, gg, Tensor(), o);
+  return out;
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o,
+                        const int64_t output_padding[2]) {
+  const Shape s = conv_transpose2d_shape(x, w, o, output_padding);
+  const int64_t c = s[s.size() - 3];
+  if (bias.defined())
+    DL_CHECK(bias.dim() == 1 && bias.size(0) == c, "conv_transpose2d: expected a bias of shape (", c,
+             ",) for a weight of shape ", w.shape(), ", got ", bias.shape());
+  Tensor y = ag::conv2d_input_grad(x, w, s, o);
+  if (!bias.defined()) return y;
+  return y + ag::view(bias, Shape{c, 1, 1});
+}
+
+// ---- pooling -----------------------------------------------------------------------------------
+
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& o) {
+  auto r = dl::max_pool2d(x, o);
+  Ref<Node> n = maybe_node(Op::MaxPool2d, {&x});
+  if (!n) return r;
+  n->save(r.second);
+  n->attrs.shape = x.shape();
+  n->num_outputs = 2;  // the indices carry no gradient
+  r.first = finish(n, r.first, 0);
+  return r;
+}
+template <> TensorList derivative<Op::MaxPool2d>(Node& n, const TensorList& grads) {
+  return {ag::max_pool2d_backward(grads[0], n.unpack(0), n.attrs.shape)};
+}
+
+Tensor max_pool2d_backward(const Tensor& g, const Tensor& indices, const Shape& input_shape) {
+  Tensor y = dl::max_pool2d_backward(g, indices, input_shape);
+  Ref<Node> n = maybe_node(Op::MaxPool2dBackward, {&g});
+  if (!n) return y;
+  n->save(indices);
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::MaxPool2dBackward>(Node& n, const TensorList& grads) {
+  // Each output took the value at its index: gather there, plane by plane.
+  const Tensor& gg = grads[0];
+  Tensor idx = n.unpack(0);
+  const int d = gg.dim();
+  Tensor planes = ag::flatten(gg, d - 2, d - 1);
+  Tensor flat_idx = dl::flatten(dl::cast(idx, DType::Int64), d - 2, d - 1);
+  return {ag::reshape(ag::gather(planes, d - 2, flat_idx), n.inputs[0].shape)};
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dOpts& o) {
+  Tensor y = dl::avg_pool2d(x, o);
+  Ref<Node> n = maybe_node(Op::AvgPool2d, {&x});
+  if (!n) return y;
+  n->attrs.shape = x.shape();
+  store(n->attrs, o);
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::AvgPool2d>(Node& n, const TensorList& grads) {
+  return {ag::avg_pool2d_backward(grads[0], n.attrs.shape, pool_opts(n.attrs))};
+}
+
+Tensor avg_pool2d_backward(const Tensor& g, const Shape& input_shape, const Pool2dOpts& o) {
+  Tensor y = dl::avg_pool2d_backward(g, input_shape, o);
+  Ref<Node> n = maybe_node(Op::AvgPool2dBackward, {&g});
+  if (!n) return y;
+  store(n->attrs, o);
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::AvgPool2dBackward>(Node& n, const TensorList& grads) {
+  return {ag::avg_pool2d(grads[0], pool_opts(n.attrs))};
+}
+
+Tensor global_avg_pool2d(const Tensor& x, bool keepdim) {
+  DL_CHECK(x.dim() == 3 || x.dim() == 4,
+           "global_avg_pool2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape ", x.shape());
+  return ag::reduce(Op::Mean, x, {-2, -1}, keepdim);
+}
+
+// ---- dropout ----------------------------------------------------------------------------------------
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  DL_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got ", p);
+  if (!training || p == 0) return x;
+  auto [y, scaled_mask] = dl::dropout(x, p);
+  Ref<Node> n = maybe_node(Op::Dropout, {&x});
+  if (!n) return y;
+  n->save(scaled_mask);
+  return finish(n, y);
+}
+// The saved mask already holds 1 / (1 - p) where it keeps an element.
+template <> TensorList derivative<Op::Dropout>(Node& n, const TensorList& grads) {
+  return {grads[0] * n.unpack(0)};
+}
+
+// ---- batch normalisation ------------------------------------------------------------------------------
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  BatchNormResult r = dl::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  TensorList ins{x};
+  if (weight.defined()) ins.push_back(weight);
+  if (bias.defined()) ins.push_back(bias);
+  Ref<Node> n = maybe_node("batch_norm", derivative_of(Op::BatchNorm), ins);
+  if (!n) return r.y;
+  n->save(x);
+  if (weight.defined()) n->save(weight);
+  n->save(r.mean);
+  n->save(r.invstd);
+  n->attrs.i[0] = training;
+  n->attrs.i[1] = weight.defined();
+  n->attrs.i[2] = bias.defined();
+  n->attrs.d[0] = eps;
+  return finish(n, r.y);
+}
+template <> TensorList derivative<Op::BatchNorm>(Node& n, const TensorList& grads) {
+  const bool training = n.attrs.i[0] != 0, has_w = n.attrs.i[1] != 0, has_b = n.attrs.i[2] != 0;
+  int k = 0;
+  Tensor x = n.unpack(k++);
+  Tensor w = has_w ? n.unpack(k++) : Tensor();
+  Tensor mean = n.unpack(k++), invstd = n.unpack(k++);
+  const Tensor& g = grads[0];
+  const std::vector<int> dims = non_channel_dims(x.dim(), 1);
+  Shape per_channel;  // (1, C, 1, ...): broadcasts a (C) vector against x
+  for (int i = 0; i < x.dim(); ++i) per_channel.push_back(i == 1 ? x.size(1) : 1);
+  Tensor inv, xhat;
+  if (training && is_recording()) {
+    // A gradient of this gradient is wanted: the batch statistics are recomputed as
+    // recorded functions of x, so that it sees how they depend on x.
+    ReduceOpts biased;
+    biased.correction = 0;
+    Tensor m = ag::reduce(Op::Mean, x, dims, true);
+    inv = ag::unary(Op::Rsqrt, ag::reduce(Op::Var, x, dims, true, biased) + n.attrs.d[0]);
+    xhat = (x - m) * inv;
+  } else {
+    inv = ag::reshape(invstd, per_channel);
+    xhat = (x - ag::reshape(mean, per_channel)) * inv;
+  }
+  const int iw = has_w ? 1 : -1, ib = has_b ? (has_w ? 2 : 1) : -1;
+  TensorList out(size_t(n.inputs.size()));
+  if (n.next[0].valid()) {
+    Tensor gh = has_w ? g * ag::reshape(w, per_channel) : g;  // the gradient for xhat
+    if (training) {
+      // xhat depends on x through the batch mean and variance too.
+      Tensor mg = ag::reduce(Op::Mean, gh, dims, true);
+      Tensor mgx = ag::reduce(Op::Mean, gh * xhat, dims, true);
+      out[0] = inv * (gh - mg - xhat * mgx);
+    } else {
+      out[0] = gh * inv;
+    }
+  }
+  if (iw >= 0 && n.next[iw].valid()) out[size_t(iw)] = ag::reduce(Op::Sum, g * xhat, dims, false);
+  if (ib >= 0 && n.next[ib].valid()) out[size_t(ib)] = ag::reduce(Op::Sum, g, dims, false);
+  return out;
+}
+
+// ---- embedding, loss -------------------------------------------------------------------------------------
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  Tensor y = dl::embedding(weight, indices, padding_idx);
+  Ref<Node> n = maybe_node(Op::Embedding, {&weight});
+  if (!n) return y;
+  n->save(indices);
+  n->attrs.i[0] = padding_idx.has_value();
+  n->attrs.i[1] = padding_idx ? (*padding_idx < 0 ? *padding_idx + weight.size(0) : *padding_idx) : 0;
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::Embedding>(Node& n, const TensorList& grads) {
+  // Rows of g added into zeros at their indices; the padding row gets nothing.
+  const Shape& ws = n.inputs[0].shape;
+  Tensor idx = dl::cast(n.unpack(0), DType::Int64);
+  const int64_t m = idx.numel(), D = ws[1];
+  Tensor g = ag::reshape(grads[0], Shape{m, D});
+  Tensor flat = dl::reshape(idx, Shape{m, 1});
+  if (n.attrs.i[0]) {
+    Tensor keep = dl::compare(Op::Ne, flat, Scalar::integer(n.attrs.i[1]));
+    g = g * mask(keep, g);
+  }
+  Tensor rows = dl::contiguous(dl::expand(flat, Shape{m, D}));
+  return {ag::scatter_add(zeros(ws, g.dtype(), g.device()), 0, rows, g)};
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
+                     std::optional<int64_t> ignore_index) {
+  Tensor y = dl::cross_entropy(logits, target, reduction, ignore_index);
+  Ref<Node> n = maybe_node(Op::CrossEntropy, {&logits});
+  if (!n) return y;
+  n->save(logits);
+  n->save(target);
+  n->attrs.i[0] = int64_t(reduction);
+  n->attrs.i[1] = ignore_index.has_value();
+  n->attrs.i[2] = ignore_index.value_or(0);
+  n->attrs.d[0] = reduction == Reduction::Mean ? double(cross_entropy_count(target, ignore_index)) : 1.0;
+  return finish(n, y);
+}
+template <> TensorList derivative<Op::CrossEntropy>(Node& n, const TensorList& grads) {
+  // (softmax(logits) - onehot(target)) times the output gradient of each row; ignored
+  // rows get zero. softmax is recorded, so this is differentiable again.
+  Tensor x = n.unpack(0);
+  Tensor t = dl::cast(n.unpack(1), DType::Int64);
+  const int64_t N = x.size(0), C = x.size(1);
+  const DType dt = is_floating(x.dtype()) ? x.dtype() : default_float();
+  Tensor col = dl::reshape(t, Shape{N, 1});
+  Tensor keep = ones(Shape{N, 1}, dt, x.device());
+  if (n.attrs.i[1]) {
+    Tensor kept = dl::compare(Op::Ne, col, Scalar::integer(n.attrs.i[2]));
+    keep = dl::cast(kept, dt);
+    col = dl::where(kept, col, zeros(Shape{}, DType::Int64, x.device()));  // any class: masked out
+  }
+  Tensor onehot = dl::scatter_add(zeros(Shape{N, C}, dt, x.device()), 1, col, keep);
+  Tensor g = grads[0];
+  switch (Reduction(n.attrs.i[0])) {
+    case Reduction::None: g = ag::reshape(g, Shape{N, 1}) * keep; break;
+    case Reduction::Sum: g = g * keep; break;
+    // All rows ignored: a NaN loss, but zero gradients (as PyTorch's).
+    case Reduction::Mean: g = g * keep / std::max(n.attrs.d[0], 1.0); break;
+  }
+  return {(ag::softmax(x, 1) - onehot) * g};
+}
+
+}  // namespace dl::ag

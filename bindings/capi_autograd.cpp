@@ -1,0 +1,221 @@
+// The C ABI of autograd (declared in bindings/capi.h, "autograd" section): grad mode,
+// watched tensors, variables, the resumable backward pass that lets the Lua side run
+// custom gradients (DESIGN.md decision 3), and recording custom-gradient nodes.
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "autograd/autograd.h"
+#include "autograd/engine.h"
+#include "bindings/capi.h"
+#include "bindings/guard.h"
+#include "bindings/handles.h"
+
+using dl::Tensor;
+using dl::TensorList;
+namespace ag = dl::ag;
+using namespace dl::bind;
+
+namespace {
+
+// Scopes opened from Lua; the Lua side pairs every enter with an exit (also on error).
+thread_local std::vector<std::unique_ptr<ag::GradScope>> t_grad;
+thread_local std::vector<std::unique_ptr<ag::NoGradScope>> t_nograd;
+thread_local std::vector<std::unique_ptr<ag::VariableLog>> t_logs;
+
+// Backward passes in flight, by id (never a pointer handed to Lua).
+thread_local std::vector<std::unique_ptr<ag::GraphTask>> t_tasks;
+
+ag::GraphTask& task_of(int id, const char* op) {
+  if (id < 1 || id > int(t_tasks.size()) || !t_tasks[size_t(id - 1)])
+    dl::fail(dl::ErrorKind::Value, op, ": invalid backward task");
+  return *t_tasks[size_t(id - 1)];
+}
+
+TensorList tensors(const uint64_t* ids, int n, const char* op, bool allow_zero = false) {
+  TensorList out;
+  for (int i = 0; i < n; ++i) {
+    if (allow_zero && ids[i] == 0) out.emplace_back();
+    else out.push_back(get(ids[i], op));
+  }
+  return out;
+}
+
+// Custom (Lua) gradient functions whose nodes have died: the Lua side drains this list
+// to drop its references (the engine never calls into Lua to say so).
+std::mutex g_dead_mu;
+std::vector<double> g_dead_refs;
+
+struct CustomNode : ag::Node {
+  ~CustomNode() override {
+    std::lock_guard<std::mutex> lock(g_dead_mu);
+    g_dead_refs.push_back(double(custom_ref));
+  }
+};
+
+dl::TensorList no_backward(ag::Node&, const TensorList&) { return {}; }
+
+}  // namespace
+
+extern "C" {
+
+int dl_grad_enter(void) {
+  return guard_status([] { t_grad.push_back(std::make_unique<ag::GradScope>()); });
+}
+int dl_grad_exit(void) {
+  return guard_status([] {
+    DL_CHECK(!t_grad.empty(), "grad: unbalanced scope exit");
+    t_grad.pop_back();
+  });
+}
+int dl_no_grad_enter(void) {
+  return guard_status([] { t_nograd.push_back(std::make_unique<ag::NoGradScope>()); });
+}
+int dl_no_grad_exit(void) {
+  return guard_status([] {
+    DL_CHECK(!t_nograd.empty(), "no_grad: unbalanced scope exit");
+    t_nograd.pop_back();
+  });
+}
+int dl_is_recording(void) { return ag::is_recording() ? 1 : 0; }
+
+uint64_t dl_watch(uint64_t x) { return guard_handle([&] { return ag::watch(get(x, "watch")); }); }
+uint64_t dl_detach(uint64_t x) { return guard_handle([&] { return ag::detach(get(x, "detach")); }); }
+int dl_requires_grad(uint64_t x) {
+  int r = -1;
+  guard_status([&] { r = ag::requires_grad(get(x, "requires_grad")) ? 1 : 0; });
+  return r;
+}
+int dl_mark_variable(uint64_t x) { return guard_status([&] { ag::mark_variable(get(x, "Variable")); }); }
+int dl_is_variable(uint64_t x) {
+  int r = -1;
+  guard_status([&] { r = ag::is_variable(get(x, "is_variable")) ? 1 : 0; });
+  return r;
+}
+
+int dl_varlog_push(void) {
+  return guard_status([] { t_logs.push_back(std::make_unique<ag::VariableLog>()); });
+}
+int dl_varlog_count(void) { return t_logs.empty() ? 0 : int(t_logs.back()->used().size()); }
+uint64_t dl_varlog_get(int i) {
+  return guard_handle([&] {
+    DL_CHECK(!t_logs.empty() && i >= 1 && i <= int(t_logs.back()->used().size()),
+             "implicit_grad: variable ", i, " out of range");
+    return t_logs.back()->used()[size_t(i - 1)];
+  });
+}
+int dl_varlog_pop(void) {
+  return guard_status([] {
+    DL_CHECK(!t_logs.empty(), "implicit_grad: unbalanced variable log");
+    t_logs.pop_back();
+  });
+}
+
+int dl_backward_begin(const uint64_t* outs, int nout, const uint64_t* grad_outs,
+                      const uint64_t* ins, int nin, int create_graph, int retain_graph) {
+  int id = -1;
+  guard_status([&] {
+    TensorList o = tensors(outs, nout, "grad");
+    TensorList g = grad_outs ? tensors(grad_outs, nout, "grad", true) : TensorList{};
+    TensorList i = tensors(ins, nin, "grad");
+    auto task = std::make_unique<ag::GraphTask>(o, g, i, create_graph != 0, retain_graph != 0);
+    for (size_t k = 0; k < t_tasks.size(); ++k) {
+      if (!t_tasks[k]) {
+        t_tasks[k] = std::move(task);
+        id = int(k) + 1;
+        return;
+      }
+    }
+    t_tasks.push_back(std::move(task));
+    id = int(t_tasks.size());
+  });
+  return id;
+}
+
+int dl_backward_run(int task) {
+  int r = -1;
+  guard_status([&] { r = task_of(task, "grad").run() ? 1 : 0; });
+  return r;
+}
+
+double dl_backward_custom_ref(int task) {
+  double r = 0;
+  guard_status([&] {
+    ag::Node* n = task_of(task, "grad").custom_node();
+    DL_CHECK(n != nullptr, "grad: no custom gradient is pending");
+    r = double(n->custom_ref);
+  });
+  return r;
+}
+
+int dl_backward_pending(int task, uint64_t* out, int n) {
+  return guard_status([&] {
+    const TensorList& p = task_of(task, "grad").pending_grads();
+    DL_CHECK(int(p.size()) <= n, "grad: ", p.size(), " pending gradients, room for ", n);
+    for (size_t k = 0; k < p.size(); ++k) out[k] = p[k].defined() ? handle_new(p[k]) : 0;
+    for (int k = int(p.size()); k < n; ++k) out[k] = 0;
+  });
+}
+
+int dl_backward_supply(int task, const uint64_t* grads, int n) {
+  return guard_status([&] { task_of(task, "custom_gradient").supply(tensors(grads, n, "custom_gradient", true)); });
+}
+
+int dl_backward_results(int task, uint64_t* out, int n) {
+  return guard_status([&] {
+    TensorList r = task_of(task, "grad").results();
+    DL_CHECK(int(r.size()) == n, "grad: ", r.size(), " results, room for ", n);
+    for (size_t k = 0; k < r.size(); ++k) out[k] = handle_new(r[k]);
+  });
+}
+
+void dl_backward_free(int task) {
+  if (task >= 1 && task <= int(t_tasks.size())) t_tasks[size_t(task - 1)].reset();
+}
+
+// Connects fresh outputs `outs` (replaced in place by new handles) to `ins` through a
+// node whose backward is the Lua function registered as `ref`.
+int dl_custom_record(const uint64_t* ins, int nin, uint64_t* outs, int nout, double ref) {
+  return guard_status([&] {
+    TensorList in = tensors(ins, nin, "custom_gradient");
+    TensorList out = tensors(outs, nout, "custom_gradient");
+    if (!ag::is_recording()) return;
+    bool any = false;
+    for (const Tensor& t : in) any = any || ag::edge_of(t).valid();
+    if (!any) return;
+    dl::Ref<ag::Node> n(new CustomNode());
+    n->name = "custom_gradient";
+    n->backward = no_backward;  // never called: the engine stops at custom nodes
+    n->custom_ref = int64_t(ref);
+    n->num_outputs = uint32_t(nout);
+    for (const Tensor& t : in) {
+      n->next.push_back(ag::edge_of(t));
+      n->inputs.push_back(ag::InputMeta{t.shape(), t.dtype()});
+    }
+    for (int k = 0; k < nout; ++k) {
+      Tensor y = ag::detach(out[size_t(k)]);
+      ag::set_history(y, n, uint32_t(k));
+      outs[k] = handle_new(y);
+    }
+  });
+}
+
+int dl_watch_inplace(uint64_t x) { return guard_status([&] { ag::watch_inplace(get(x, "watch")); }); }
+
+double dl_tensor_key(uint64_t x) {
+  double k = 0;
+  guard_status([&] { k = double(reinterpret_cast<uintptr_t>(get(x, "tensor").impl())); });
+  return k;
+}
+
+int dl_dead_custom_refs(double* out, int n) {
+  std::lock_guard<std::mutex> lock(g_dead_mu);
+  int k = 0;
+  while (k < n && !g_dead_refs.empty()) {
+    out[k++] = g_dead_refs.back();
+    g_dead_refs.pop_back();
+  }
+  return k;
+}
+
+}  // extern "C"

@@ -1,0 +1,518 @@
+-- dlua.autograd: gradients of Lua functions (API.md, "Automatic differentiation").
+--
+--   local f = function(x) return x * x end
+--   dl.grad(f)(3)               --> tensor(6.)
+--   dl.grad(dl.grad(f))(3)      --> tensor(2.)
+--
+-- The tape and the backward pass are in C++ (autograd/); this module opens and closes
+-- the engine's gradient scopes around the user's function, hands it watched aliases of
+-- the arguments (so that an inner gradient never confuses its argument with an outer
+-- one's), and drives the backward pass. A custom gradient written in Lua cannot be
+-- called from C++ (DESIGN.md decision 3): the engine stops at its node, this module
+-- calls the Lua function with the pending gradient and resumes the engine.
+--
+-- Nesting: a gradient taken while an outer gradient is being taken is computed with its
+-- own backward recorded (create_graph), which is what makes dl.grad(dl.grad(f)) work.
+local ffi = require("ffi")
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local C = core.C
+local raise, raise_last = core.raise, core.raise_last
+local wrap, is_tensor = T.wrap, T.is_tensor
+local methods, props, dl = T.methods, T.props, T.dl
+local ffi_new, ffi_string = ffi.new, ffi.string
+local type, select, pcall, error, ipairs, pairs, tostring, setmetatable, getmetatable, unpack =
+  type, select, pcall, error, ipairs, pairs, tostring, setmetatable, getmetatable, unpack
+local abs, max = math.abs, math.max
+
+local M = {}
+
+-- ---- scopes -----------------------------------------------------------------------------
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+-- Calls f(...) with the engine's scope `enter`/`exit` around it, also on error.
+local function scoped(enter, exit, f, ...)
+  if enter() ~= 0 then raise_last() end
+  local r = pack(pcall(f, ...))
+  exit()
+  if not r[1] then error(r[2], 0) end
+  return r
+end
+M.scoped = scoped
+
+function dl.no_grad(f, ...)
+  if type(f) ~= "function" then raise("no_grad: expected a function, got " .. type(f)) end
+  local r = scoped(C.dl_no_grad_enter, C.dl_no_grad_exit, f, ...)
+  return unpack(r, 2, r.n)
+end
+
+function dl.is_grad_enabled() return C.dl_is_recording() == 1 end
+
+local function detach(x)
+  if not is_tensor(x) then raise("stop_gradient: expected a tensor, got " .. type(x)) end
+  return wrap(C.dl_detach(x.id))
+end
+dl.stop_gradient, dl.detach, methods.detach = detach, detach, detach
+
+function methods.requires_grad(x)
+  local r = C.dl_requires_grad(x.id)
+  if r < 0 then raise_last() end
+  return r == 1
+end
+
+-- ---- arguments: numbers, tensors and nested tables of tensors ------------------------------
+
+-- A Lua number as a 0-dim tensor of the default float dtype.
+local function float_scalar(v)
+  return dl.tensor(v, { dtype = core.dtype_names[C.dl_default_dtype()] })
+end
+
+local function to_float_tensor(op, v)
+  if type(v) == "number" then return float_scalar(v) end
+  if is_tensor(v) then return v end
+  raise(op .. ": cannot differentiate with respect to a " .. type(v))
+end
+
+-- Replaces every tensor (or number) leaf of `v` with a watched alias; appends the
+-- aliases to `flat`. Returns the new structure.
+local function watch_tree(op, v, flat, depth)
+  if type(v) == "table" and not is_tensor(v) then
+    if depth > 32 then raise(op .. ": argument tables nested too deeply") end
+    local out = {}
+    for k, x in pairs(v) do out[k] = watch_tree(op, x, flat, depth + 1) end
+    return out
+  end
+  local t = to_float_tensor(op, v)
+  local w = C.dl_watch(t.id)
+  if w == 0 then raise_last() end
+  local wt = wrap(w)
+  flat[#flat + 1] = wt
+  return wt
+end
+
+-- The same structure as `v`, with leaves taken from `grads` in watch order.
+local function rebuild(v, grads, pos)
+  if type(v) == "table" and not is_tensor(v) then
+    local out = {}
+    for k, x in pairs(v) do out[k], pos = rebuild(x, grads, pos) end
+    return out, pos
+  end
+  return grads[pos], pos + 1
+end
+
+local function tensor_list(op, list)
+  local n = #list
+  local ids = ffi_new("uint64_t[?]", max(n, 1))
+  for i = 1, n do ids[i - 1] = list[i].id end
+  return ids, n
+end
+
+-- ---- the backward pass, with custom gradients called from here -----------------------------
+
+local custom_fns = {}       -- ref -> the Lua backward of a custom_gradient node
+local next_ref = 1
+local dead = ffi_new("double[64]")
+
+local function drain_dead_refs()
+  while true do
+    local n = C.dl_dead_custom_refs(dead, 64)
+    for i = 0, n - 1 do custom_fns[dead[i]] = nil end
+    if n < 64 then return end
+  end
+end
+
+local function gradient_list(op, v, n)
+  -- What a custom backward returned, as one tensor (or nil) per input.
+  local out = {}
+  if n == 1 and (is_tensor(v) or type(v) == "number") then v = { v } end
+  if type(v) ~= "table" then
+    raise(op .. ": the gradient function must return " .. n .. " gradient(s), got " .. type(v))
+  end
+  for i = 1, n do
+    local g = v[i]
+    if type(g) == "number" then g = float_scalar(g) end
+    if g ~= nil and not is_tensor(g) then
+      raise(op .. ": gradient " .. i .. " is a " .. type(g) .. ", expected a tensor")
+    end
+    out[i] = g
+  end
+  return out
+end
+
+-- Gradients of `outputs` (with output gradients `seeds`, or nil) with respect to the
+-- tensors of `inputs`: a list of tensors in the same order.
+local function backward(op, outputs, seeds, inputs, retain)
+  local outs, nout = tensor_list(op, outputs)
+  local gouts = nil
+  if seeds then
+    gouts = ffi_new("uint64_t[?]", max(nout, 1))
+    for i = 1, nout do gouts[i - 1] = seeds[i] and seeds[i].id or 0 end
+  end
+  local ins, nin = tensor_list(op, inputs)
+  local create_graph = C.dl_is_recording()
+  local task = C.dl_backward_begin(outs, nout, gouts, ins, nin, create_graph, retain and 1 or 0)
+  if task < 0 then raise_last() end
+  local ok, err = pcall(function()
+    while true do
+      local st = C.dl_backward_run(task)
+      if st < 0 then raise_last() end
+      if st == 1 then break end
+      -- A custom gradient: call its Lua backward with the pending output gradients.
+      local info = custom_fns[C.dl_backward_custom_ref(task)]
+      if not info then raise(op .. ": the custom gradient's function is gone") end
+      local pending = ffi_new("uint64_t[16]")
+      if C.dl_backward_pending(task, pending, 16) ~= 0 then raise_last() end
+      local args, nargs = {}, 0
+      for i = 0, 15 do
+        if pending[i] ~= 0 then nargs = i + 1; args[i + 1] = wrap(pending[i]) end
+      end
+      local grads = gradient_list("custom_gradient", info.fn(unpack(args, 1, max(nargs, 1))), info.n)
+      local gids = ffi_new("uint64_t[?]", max(info.n, 1))
+      for i = 1, info.n do gids[i - 1] = grads[i] and grads[i].id or 0 end
+      if C.dl_backward_supply(task, gids, info.n) ~= 0 then raise_last() end
+    end
+  end)
+  local result
+  if ok then
+    local res = ffi_new("uint64_t[?]", max(nin, 1))
+    if C.dl_backward_results(task, res, nin) ~= 0 then
+      ok, err = false, ffi_string(C.dl_last_error())
+    else
+      result = {}
+      for i = 1, nin do result[i] = wrap(res[i - 1]) end
+    end
+  end
+  C.dl_backward_free(task)
+  if not ok then error(err, 0) end
+  return result
+end
+M.backward = backward
+
+-- ---- dl.grad and dl.value_and_grad ----------------------------------------------------------
+
+local function argnum_list(op, argnums)
+  if argnums == nil then return { 1 }, false end
+  if type(argnums) == "number" then return { argnums }, false end
+  if type(argnums) == "table" and #argnums > 0 then return argnums, true end
+  raise(op .. ": argnums must be a number or a list of numbers, got " .. type(argnums))
+end
+
+-- Runs f with watched arguments; returns the results of f, the watched structures per
+-- argnum, and the flat list of watched tensors.
+local function run_watched(op, f, nums, ...)
+  local args = pack(...)
+  local flat, trees = {}, {}
+  local r = scoped(C.dl_grad_enter, C.dl_grad_exit, function()
+    for i, k in ipairs(nums) do
+      if type(k) ~= "number" or k < 1 or k > args.n then
+        raise(op .. ": argnum " .. tostring(k) .. " out of range for " .. args.n .. " argument(s)")
+      end
+      local before = #flat
+      args[k] = watch_tree(op, args[k], flat, 0)
+      trees[i] = { tree = args[k], first = before + 1 }
+    end
+    return f(unpack(args, 1, args.n))
+  end)
+  return r, trees, flat
+end
+
+local function differentiate(op, f, argnums, with_value)
+  if type(f) ~= "function" and not (type(f) == "table" and getmetatable(f) and getmetatable(f).__call) then
+    raise(op .. ": expected a function, got " .. type(f))
+  end
+  local nums, multi = argnum_list(op, argnums)
+  return function(...)
+    local r, trees, flat = run_watched(op, f, nums, ...)
+    local y = r[2]
+    if type(y) == "number" then y = float_scalar(y) end
+    if not is_tensor(y) then
+      raise(op .. ": the function must return a tensor, got " .. type(y))
+    end
+    local g = backward(op, { y }, nil, flat, false)
+    local res = {}
+    for i, t in ipairs(trees) do res[i] = (rebuild(t.tree, g, t.first)) end
+    local nres = #trees
+    if with_value then
+      local out = { y }
+      for i = 1, nres do out[#out + 1] = res[i] end
+      for i = 3, r.n do out[#out + 1] = r[i] end
+      return unpack(out, 1, 1 + nres + max(r.n - 2, 0))
+    end
+    return unpack(res, 1, nres)
+  end
+end
+
+function dl.grad(f, argnums) return differentiate("grad", f, argnums, false) end
+function dl.value_and_grad(f, argnums) return differentiate("value_and_grad", f, argnums, true) end
+
+-- ---- variables --------------------------------------------------------------------------------
+
+-- Variables by the identity of their tensor, so that the ones the engine reports (as
+-- fresh handles) come back as the very objects the script holds.
+local variables = setmetatable({}, { __mode = "v" })
+local names = setmetatable({}, { __mode = "k" })
+local variable_count = 0
+
+local function key_of(x)
+  local k = C.dl_tensor_key(x.id)
+  if k == 0 then raise_last() end
+  return k
+end
+
+local function is_variable(x) return is_tensor(x) and C.dl_is_variable(x.id) == 1 end
+dl.is_variable = is_variable
+
+function dl.Variable(init, name)
+  local t
+  if type(init) == "number" then
+    t = float_scalar(init)
+  elseif type(init) == "table" then
+    t = dl.tensor(init)
+  elseif is_tensor(init) then
+    t = methods.clone(detach(init))
+  else
+    raise("Variable: expected a tensor, a number or a table of numbers, got " .. type(init))
+  end
+  if not methods.is_floating_point(t) then t = methods.to(t, core.dtype_names[C.dl_default_dtype()]) end
+  if name ~= nil and type(name) ~= "string" then
+    raise("Variable: name must be a string, got " .. type(name))
+  end
+  if C.dl_mark_variable(t.id) ~= 0 then raise_last() end
+  variable_count = variable_count + 1
+  variables[key_of(t)] = t
+  names[t] = name or ("Variable:" .. variable_count)
+  return t
+end
+
+props.name = function(x) return names[x] end
+props.is_variable = is_variable
+
+local function as_value(op, v, like)
+  if type(v) == "number" then return v end
+  if is_tensor(v) then return v end
+  raise(op .. ": expected a tensor or a number, got " .. type(v))
+end
+
+-- Assignments change the variable's values in place, outside any recording; a backward
+-- that needed the old values then reports it (version counters).
+function methods.assign(v, x)
+  if not is_variable(v) then raise("assign: expected a Variable") end
+  x = as_value("assign", x)
+  dl.no_grad(function()
+    if type(x) == "number" then methods.fill_(v, x) else methods.copy_(v, x) end
+  end)
+  return v
+end
+function methods.assign_add(v, x)
+  if not is_variable(v) then raise("assign_add: expected a Variable") end
+  x = as_value("assign_add", x)
+  dl.no_grad(function() methods.add_(v, x) end)
+  return v
+end
+function methods.assign_sub(v, x)
+  if not is_variable(v) then raise("assign_sub: expected a Variable") end
+  x = as_value("assign_sub", x)
+  dl.no_grad(function() methods.sub_(v, x) end)
+  return v
+end
+
+-- ---- implicit gradients: every Variable the function used -------------------------------------
+
+local function implicit(op, f, with_value)
+  if type(f) ~= "function" then raise(op .. ": expected a function, got " .. type(f)) end
+  return function(...)
+    if C.dl_varlog_push() ~= 0 then raise_last() end
+    local ok, r = pcall(scoped, C.dl_grad_enter, C.dl_grad_exit, f, ...)
+    local used = {}
+    if ok then
+      for i = 1, C.dl_varlog_count() do
+        local id = C.dl_varlog_get(i)
+        if id == 0 then ok, r = false, ffi_string(C.dl_last_error()) break end
+        local t = wrap(id)
+        used[i] = variables[key_of(t)] or t
+      end
+    end
+    C.dl_varlog_pop()
+    if not ok then error(r, 0) end
+    local y = r[2]
+    if not is_tensor(y) then raise(op .. ": the function must return a tensor, got " .. type(y)) end
+    local g = backward(op, { y }, nil, used, false)
+    local pairs_ = {}
+    for i = 1, #used do pairs_[i] = { g[i], used[i] } end
+    if with_value then return y, pairs_, unpack(r, 3, r.n) end
+    return pairs_
+  end
+end
+
+function dl.implicit_grad(f) return implicit("implicit_grad", f, false) end
+function dl.implicit_value_and_grad(f) return implicit("implicit_value_and_grad", f, true) end
+
+-- ---- GradientTape ----------------------------------------------------------------------------
+
+local Tape = {}
+Tape.__index = Tape
+Tape.__tostring = function(t)
+  return "GradientTape(persistent=" .. tostring(t.persistent) .. ")"
+end
+
+function dl.GradientTape(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("GradientTape: options must be a table, got " .. type(opts))
+  end
+  return setmetatable({ persistent = opts and opts.persistent or false, used = false }, Tape)
+end
+
+function Tape:watch(x)
+  if type(x) == "table" and not is_tensor(x) then
+    for _, v in pairs(x) do self:watch(v) end
+    return
+  end
+  if not is_tensor(x) then raise("GradientTape.watch: expected a tensor, got " .. type(x)) end
+  if C.dl_watch_inplace(x.id) ~= 0 then raise_last() end
+end
+
+function Tape:record(f, ...)
+  if type(f) ~= "function" then raise("GradientTape.record: expected a function, got " .. type(f)) end
+  local r = scoped(C.dl_grad_enter, C.dl_grad_exit, f, ...)
+  return unpack(r, 2, r.n)
+end
+
+local function flatten_sources(v, flat, depth)
+  if type(v) == "table" and not is_tensor(v) then
+    if depth > 32 then raise("GradientTape.gradient: sources nested too deeply") end
+    for _, x in pairs(v) do flatten_sources(x, flat, depth + 1) end
+    return
+  end
+  if not is_tensor(v) then raise("GradientTape.gradient: a source is a " .. type(v) .. ", expected a tensor") end
+  flat[#flat + 1] = v
+end
+
+local function rebuild_sources(v, grads, pos)
+  if type(v) == "table" and not is_tensor(v) then
+    local out = {}
+    for k, x in pairs(v) do out[k], pos = rebuild_sources(x, grads, pos) end
+    return out, pos
+  end
+  return grads[pos], pos + 1
+end
+
+function Tape:gradient(target, sources, output_gradients)
+  if self.used and not self.persistent then
+    raise("GradientTape.gradient: can only be called once on a non-persistent tape "
+          .. "(use dl.GradientTape{persistent = true})")
+  end
+  self.used = true
+  local targets = is_tensor(target) and { target } or target
+  if type(targets) ~= "table" then
+    raise("GradientTape.gradient: target must be a tensor or a table of tensors, got " .. type(target))
+  end
+  local flat = {}
+  flatten_sources(sources, flat, 0)
+  local seeds = nil
+  if output_gradients ~= nil then
+    seeds = is_tensor(output_gradients) and { output_gradients } or output_gradients
+  end
+  local g = backward("GradientTape.gradient", targets, seeds, flat, self.persistent)
+  if is_tensor(sources) then return g[1] end
+  return (rebuild_sources(sources, g, 1))
+end
+
+-- ---- custom gradients ------------------------------------------------------------------------
+
+-- f returns y, grad_fn; grad_fn(dy) returns one gradient per tensor argument of f.
+function dl.custom_gradient(f)
+  if type(f) ~= "function" then raise("custom_gradient: expected a function, got " .. type(f)) end
+  return function(...)
+    drain_dead_refs()
+    local args = pack(...)
+    local inputs = {}
+    for i = 1, args.n do
+      local a = args[i]
+      if type(a) == "number" then a = float_scalar(a); args[i] = a end
+      if is_tensor(a) then inputs[#inputs + 1] = a end
+    end
+    -- The forward runs recorded, so that values it computes and the gradient function
+    -- uses stay differentiable (higher orders); its output is cut from that history
+    -- and attached to a node whose backward is grad_fn.
+    local r = pack(f(unpack(args, 1, args.n)))
+    local y, grad_fn = r[1], r[2]
+    if type(y) == "number" then y = float_scalar(y) end
+    if not is_tensor(y) then
+      raise("custom_gradient: the function must return a tensor and a gradient function, got " .. type(y))
+    end
+    if type(grad_fn) ~= "function" then
+      raise("custom_gradient: the function's second result must be the gradient function, got " .. type(grad_fn))
+    end
+    local ref = next_ref
+    next_ref = next_ref + 1
+    local ins, nin = tensor_list("custom_gradient", inputs)
+    local outs = ffi_new("uint64_t[1]", y.id)
+    if C.dl_custom_record(ins, nin, outs, 1, ref) ~= 0 then raise_last() end
+    if outs[0] == y.id then return y, unpack(r, 3, r.n) end  -- nothing was recorded
+    custom_fns[ref] = { fn = grad_fn, n = nin }
+    return wrap(outs[0]), unpack(r, 3, r.n)
+  end
+end
+
+-- ---- gradient checking --------------------------------------------------------------------
+
+-- Finite differences in float64, first and (unless opts.second_order == false) second
+-- order. Returns true, or raises an error naming the input and element that differ.
+function dl.gradcheck(f, inputs, opts)
+  opts = opts or {}
+  local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
+  if type(f) ~= "function" then raise("gradcheck: expected a function, got " .. type(f)) end
+  if is_tensor(inputs) or type(inputs) == "number" then inputs = { inputs } end
+  if type(inputs) ~= "table" then raise("gradcheck: inputs must be a table of tensors") end
+  local xs = {}
+  for i, x in ipairs(inputs) do
+    xs[i] = methods.clone(methods.to(to_float_tensor("gradcheck", x), "float64"))
+  end
+  local n = #xs
+  local nums = {}
+  for i = 1, n do nums[i] = i end
+  local function scalar(...)
+    local y = f(...)
+    if type(y) == "number" then y = dl.tensor(y, { dtype = "float64" }) end
+    return methods.sum(y)
+  end
+  local function check(analytic, value_of, what)
+    for i = 1, n do
+      local x, a = xs[i], analytic[i]
+      local flatx = methods.view(x, -1)
+      local flata = methods.view(methods.contiguous(a), -1)
+      for j = 1, methods.numel(x) do
+        local v = flatx[j]
+        flatx[j] = v + eps
+        local hi = value_of()
+        flatx[j] = v - eps
+        local lo = value_of()
+        flatx[j] = v
+        local num, ana = (hi - lo) / (2 * eps), flata[j]
+        if abs(num - ana) > atol + rtol * abs(num) then
+          raise(("gradcheck: %s derivative for input %d, element %d: analytic %.8g, numeric %.8g")
+                :format(what, i, j, ana, num))
+        end
+      end
+    end
+  end
+  local g = pack(dl.grad(scalar, nums)(unpack(xs, 1, n)))
+  check(g, function() return methods.item(dl.no_grad(scalar, unpack(xs, 1, n))) end, "first")
+  if opts.second_order ~= false then
+    -- The gradient of sum_i <grad_i f, 1> against differences of the first derivative.
+    local function gsum(...)
+      local gs = pack(dl.grad(scalar, nums)(...))
+      local acc = dl.tensor(0, { dtype = "float64" })
+      for i = 1, n do acc = acc + methods.sum(gs[i]) end
+      return acc
+    end
+    local h = pack(dl.grad(gsum, nums)(unpack(xs, 1, n)))
+    check(h, function() return methods.item(gsum(unpack(xs, 1, n))) end, "second")
+  end
+  return true
+end
+
+return M

@@ -1,0 +1,262 @@
+-- The autograd API of API.md, from a script: dl.grad and friends, Variables, tapes,
+-- custom gradients, and the examples of TensorFlow's eager execution guide.
+local dl = require("dlua")
+local H = require("harness")
+
+local function square(x) return x * x end
+
+H.test("d/dx x*x at 3 is 6, then 2, then 0", function()
+  H.values(dl.grad(square)(3), 6)
+  H.values(dl.grad(dl.grad(square))(3), 2)
+  H.values(dl.grad(dl.grad(dl.grad(square)))(3), 0)
+end)
+
+H.test("a number argument is a float scalar", function()
+  local g = dl.grad(square)(3)
+  H.eq(g.dtype, "float32")
+  H.eq(g:dim(), 0)
+end)
+
+H.test("native control flow: abs written with if", function()
+  local function abs(x)
+    if x > 0 then return x else return -x end
+  end
+  H.values(dl.grad(abs)(2), 1)
+  H.values(dl.grad(abs)(-2), -1)
+end)
+
+H.test("while loops and recursion are differentiated as run", function()
+  local function pow_loop(x, n)
+    local y = dl.tensor(1.0)
+    local i = 0
+    while i < n do y = y * x; i = i + 1 end
+    return y
+  end
+  H.values(dl.grad(pow_loop)(2, 5), 80)   -- 5 x^4
+  local function fact_poly(x, n)  -- x^n by recursion
+    if n == 0 then return dl.tensor(1.0) end
+    return x * fact_poly(x, n - 1)
+  end
+  H.values(dl.grad(fact_poly)(3, 3), 27)  -- 3 x^2
+end)
+
+H.test("argnums: several gradients", function()
+  local f = function(x, y) return x ^ 2 + y ^ 2 end
+  local gx, gy = dl.grad(f, { 1, 2 })(2, 3)
+  H.values(gx, 4)
+  H.values(gy, 6)
+  H.values(dl.grad(f, 2)(2, 3), 6)
+end)
+
+H.test("nested tables of tensors get gradient tables of the same shape", function()
+  local params = { w = dl.tensor({ 1, 2 }), layers = { { b = dl.tensor(3.0) } } }
+  local function loss(p, x)
+    return ((p.w * x):sum() + p.layers[1].b * 2)
+  end
+  local g = dl.grad(loss)(params, dl.tensor({ 10, 20 }))
+  H.values(g.w, { 10, 20 })
+  H.values(g.layers[1].b, 2)
+end)
+
+H.test("value_and_grad passes auxiliary outputs through", function()
+  local v, g, aux1, aux2 = dl.value_and_grad(function(x) return x * x, "aux", 7 end)(4)
+  H.values(v, 16)
+  H.values(g, 8)
+  H.eq(aux1, "aux")
+  H.eq(aux2, 7)
+end)
+
+H.test("gradients with respect to tensors of any shape, with broadcasting", function()
+  local w = dl.tensor({ { 1, 2 }, { 3, 4 } })
+  local b = dl.tensor({ 1, 1 })
+  local gw, gb = dl.grad(function(w, b) return (w + b):sum() end, { 1, 2 })(w, b)
+  H.values(gw, { { 1, 1 }, { 1, 1 } })
+  H.values(gb, { 2, 2 })
+end)
+
+H.test("an unused argument gets zeros", function()
+  H.values(dl.grad(function(x, y) return x * 2 end, 2)(1, dl.tensor({ 1, 2 })), { 0, 0 })
+end)
+
+H.test("log(1 + exp(x)): 0.5 at 0, nan at 100; stable with a custom gradient", function()
+  local function softplus(x) return dl.log(1 + dl.exp(x)) end
+  H.values(dl.grad(softplus)(0), 0.5)
+  H.values(dl.grad(softplus)(100), 0 / 0)
+  local log1pexp = dl.custom_gradient(function(x)
+    local e = dl.exp(x)
+    return dl.log(1 + e), function(dy) return dy * (1 - 1 / (1 + e)) end
+  end)
+  H.values(dl.grad(log1pexp)(0), 0.5)
+  H.values(dl.grad(log1pexp)(100), 1)
+end)
+
+H.test("a custom gradient's backward is itself differentiable", function()
+  local log1pexp = dl.custom_gradient(function(x)
+    local e = dl.exp(x)
+    return dl.log(1 + e), function(dy) return dy * (1 - 1 / (1 + e)) end
+  end)
+  H.values(dl.grad(dl.grad(log1pexp))(0), 0.25, { tol = 1e-6 })
+end)
+
+H.test("custom gradient for clipping", function()
+  local clip = dl.custom_gradient(function(x)
+    return x * 1, function(dy) return dl.clamp(dy, -0.5, 0.5) end
+  end)
+  H.values(dl.grad(function(x) return clip(x) * 10 end)(1), 0.5)
+end)
+
+H.test("perturbation confusion: nested gradients stay separate", function()
+  -- d/dx [x * (d/dy (x + y))] = 1
+  H.values(dl.grad(function(x) return x * dl.grad(function(y) return x + y end)(1) end)(1), 1)
+  -- d/dx [(d/dy x*y)(y = x)] = 1, not 2
+  H.values(dl.grad(function(x) return dl.grad(function(y) return x * y end)(x) end)(3), 1)
+end)
+
+H.test("Variables: identity, names, assign", function()
+  local v = dl.Variable(dl.tensor({ 1, 2 }), "weights")
+  H.eq(v.name, "weights")
+  H.ok(v.is_variable)
+  local t = {}
+  t[v] = "found"
+  H.eq(t[v], "found")
+  v:assign(dl.tensor({ 5, 6 }))
+  H.values(v, { 5, 6 })
+  v:assign_add(1)
+  H.values(v, { 6, 7 })
+  v:assign_sub(dl.tensor({ 1, 1 }))
+  H.values(v, { 5, 6 })
+  local s = dl.Variable(3)
+  H.eq(s.dtype, "float32")
+  H.ok(s.name ~= nil)
+end)
+
+H.test("implicit_grad returns {grad, variable} pairs in first-use order", function()
+  local a = dl.Variable(dl.tensor({ 1, 2 }), "a")
+  local b = dl.Variable(2.0, "b")
+  local unused = dl.Variable(1.0, "unused")
+  local grads = dl.implicit_grad(function(x) return (b * x + a * a):sum() end)(dl.tensor({ 3, 4 }))
+  H.eq(#grads, 2)
+  H.ok(rawequal(grads[1][2], b))
+  H.ok(rawequal(grads[2][2], a))
+  H.values(grads[1][1], 7)
+  H.values(grads[2][1], { 2, 4 })
+  local value, pairs_ = dl.implicit_value_and_grad(function() return b * b end)()
+  H.values(value, 4)
+  H.values(pairs_[1][1], 4)
+  H.ok(unused ~= nil)
+end)
+
+H.test("Variables are not recorded outside a gradient", function()
+  local v = dl.Variable(2.0)
+  local y = v * v
+  H.eq(y:requires_grad(), false)
+end)
+
+H.test("modifying a Variable while taking its gradient is an error", function()
+  local v = dl.Variable(2.0)
+  H.raises(function()
+    dl.implicit_grad(function() v:add_(1); return v * v end)()
+  end, "Variable cannot be modified in place")
+end)
+
+H.test("GradientTape: watch, record, gradient, and the single-use error", function()
+  local x = dl.tensor(3.0)
+  local tape = dl.GradientTape()
+  tape:watch(x)
+  local y = tape:record(function() return x * x end)
+  H.values(tape:gradient(y, x), 6)
+  H.raises(function() tape:gradient(y, x) end, "can only be called once on a non-persistent tape")
+end)
+
+H.test("GradientTape: persistent tapes and structured sources", function()
+  local x = dl.tensor(3.0)
+  local tape = dl.GradientTape({ persistent = true })
+  tape:watch(x)
+  local y, z = tape:record(function() local y = x * x; return y, y * y end)
+  H.values(tape:gradient(z, x), 108)   -- 4 x^3
+  H.values(tape:gradient(y, x), 6)
+  local g = tape:gradient(y, { first = x, list = { x } })
+  H.values(g.first, 6)
+  H.values(g.list[1], 6)
+end)
+
+H.test("GradientTape: variables are watched automatically; nested tapes", function()
+  local v = dl.Variable(3.0)
+  local outer = dl.GradientTape()
+  local inner_grad
+  local y = outer:record(function()
+    local inner = dl.GradientTape()
+    local z = inner:record(function() return v * v * v end)
+    inner_grad = inner:gradient(z, v)    -- 3 v^2, recorded by the outer tape
+    return inner_grad
+  end)
+  H.values(inner_grad, 27)
+  H.values(outer:gradient(y, v), 18)     -- 6 v
+end)
+
+H.test("stop_gradient, detach and no_grad", function()
+  H.values(dl.grad(function(x) return x * dl.stop_gradient(x) end)(3), 3)
+  H.values(dl.grad(function(x) return x * x:detach() end)(3), 3)
+  H.values(dl.grad(function(x) return x * dl.no_grad(function() return x * 2 end) end)(3), 6)
+  local r1, r2 = dl.no_grad(function(a, b) return a + b, "second" end, 1, 2)
+  H.eq(r1, 3)
+  H.eq(r2, "second")
+end)
+
+H.test("gradients through views, indexing and assignment", function()
+  local g = dl.grad(function(x) return x[2] * 3 + x:narrow(1, 1, 1):sum() end)(dl.tensor({ 1, 2, 3 }))
+  H.values(g, { 1, 3, 0 })
+  local g2 = dl.grad(function(x)
+    local y = dl.zeros(3)
+    y[2] = x * 5              -- assignment into a tensor that needs no gradient
+    return (y * y):sum()
+  end)(2)
+  H.values(g2, 100)
+  local g3 = dl.grad(function(x)
+    local y = x * 1
+    y[1] = 0                  -- overwritten elements get no gradient
+    return y:sum()
+  end)(dl.tensor({ 1, 2, 3 }))
+  H.values(g3, { 0, 1, 1 })
+end)
+
+H.test("an in-place change of a value needed by backward is an error", function()
+  H.raises(function()
+    dl.grad(function(x)
+      local y = x:exp()
+      local s = y:sum()
+      dl.no_grad(function() y:add_(1) end)
+      return s
+    end)(dl.tensor({ 1, 2 }))
+  end, "exp: a tensor needed to compute its gradient was modified by an in-place operation")
+end)
+
+H.test("errors: integer arguments, non-tensor results, bad arguments", function()
+  H.raises(function() dl.grad(square)(dl.tensor({ 1, 2 }, { dtype = "int64" })) end,
+           "cannot differentiate with respect to a tensor of dtype int64")
+  H.raises(function() dl.grad(function(x) return "nope" end)(1) end,
+           "grad: the function must return a tensor, got string")
+  H.raises(function() dl.grad(function(x) return x * dl.ones(2) end)(1) end,
+           "grad: the function must return a single-element tensor")
+  H.raises(function() dl.grad(square, 3)(1) end, "grad: argnum 3 out of range for 1 argument(s)")
+  H.raises(function() dl.grad(42) end, "grad: expected a function, got number")
+  local line = H.line() + 1
+  local ok, err = pcall(function() dl.grad(function(x) return x:matmul(dl.ones(2, 2)) end)(1) end)
+  H.ok(not ok)
+  H.ok(err:find("matmul", 1, true) ~= nil, err)
+  -- the runtime is usable afterwards
+  H.values(dl.grad(square)(5), 10)
+  H.ok(line > 0)
+end)
+
+H.test("gradcheck passes for smooth functions and catches a wrong custom gradient", function()
+  H.ok(dl.gradcheck(function(a, b) return (a * b):sin():sum() + (a / b):sum() end,
+                    { dl.tensor({ 0.5, 1.5 }), dl.tensor({ 1.2, 0.7 }) }))
+  local wrong = dl.custom_gradient(function(x)
+    return x * x, function(dy) return dy * x end  -- should be 2 x dy
+  end)
+  H.raises(function() dl.gradcheck(function(x) return wrong(x):sum() end, { dl.tensor({ 1, 2 }) }) end,
+           "gradcheck: first derivative")
+end)
+
+H.run()
