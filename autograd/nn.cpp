@@ -134,9 +134,9 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 
 // ---- pooling -----------------------------------------------------------------------------------
 
-std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& o) {
-  auto r = dl::max_pool2d(x, o);
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& o, bool with_indices) {
   Ref<Node> n = maybe_node(Op::MaxPool2d, {&x});
+  auto r = dl::max_pool2d(x, o, with_indices || n);
   if (!n) return r;
   n->save(r.second);
   n->attrs.shape = x.shape();

@@ -28,7 +28,9 @@ Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, const Shape& weight_
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o,
                         const int64_t output_padding[2]);
 
-std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& o);  // values, indices
+// Values and indices; without `with_indices` the indices are only computed (and then
+// returned) when the op is recorded, since its gradient needs them.
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& o, bool with_indices = true);
 Tensor max_pool2d_backward(const Tensor& g, const Tensor& indices, const Shape& input_shape);
 Tensor avg_pool2d(const Tensor& x, const Pool2dOpts& o);
 Tensor avg_pool2d_backward(const Tensor& g, const Shape& input_shape, const Pool2dOpts& o);

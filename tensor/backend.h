@@ -6,6 +6,7 @@
 #pragma once
 #include <optional>
 
+#include "tensor/nn.h"
 #include "tensor/ops.h"
 
 namespace dl {
@@ -24,6 +25,70 @@ struct Backend {
   // out = src converted to out's dtype, src broadcast to out's shape
   void (*copy)(const Tensor& out, const Tensor& src);
   void (*fill)(const Tensor& out, double value);
+  // ---- reductions (front ends: tensor/reduce.cpp; CPU: tensor/cpu/reduce.cpp) ----
+  // `out` is contiguous with x's dims, size 1 at each of `dims` (sorted, 0-based) and
+  // the op's result dtype; x has any strides and its own dtype (kFloatOnly ops get it
+  // converted to a float dtype first). Sum/Prod/Any/All read every dtype directly.
+  void (*reduce)(Op op, const Tensor& out, const Tensor& x, const std::vector<int>& dims,
+                 const ReduceOpts& opts);
+  // Max (Op::MaxDim, Op::Argmax) or min (Op::MinDim, Op::Argmin) along `dim` of a
+  // non-empty dim: int64 `indices` and, when defined, `values` (x's dtype), both
+  // contiguous with size 1 at `dim`.
+  void (*arg_reduce)(Op op, const Tensor& values, const Tensor& indices, const Tensor& x,
+                     int dim);
+  // Op::Softmax or Op::LogSoftmax along `dim`: x and out contiguous, same shape, floating.
+  void (*softmax)(Op op, const Tensor& out, const Tensor& x, int dim);
+
+  // ---- indexing and linear algebra (front ends: tensor/index.cpp, tensor/linalg.cpp;
+  // CPU: tensor/cpu/index.cpp, tensor/cpu/matmul.cpp) ----
+  // A null entry makes the front end throw "OP: not implemented for <backend>". Index
+  // kernels check every index they read and throw dl::Error (Index) naming the op, the
+  // index and the size. Every tensor passed has at least one dim.
+  // out (contiguous) = the non-empty xs joined along dim; each x may have any layout
+  // and dtype (converted to out's).
+  void (*cat)(const Tensor& out, const TensorList& xs, int dim);
+  // out = x's slices at the 1-D (or 0-dim) int32/int64 `index` along dim.
+  void (*index_select)(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
+  // out (index's shape) = x[..., index[...], ...] along dim; index int32/int64.
+  void (*gather)(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
+  // out[..., index[...], ...] += src[...] along dim, in place on out.
+  void (*scatter_add)(const Tensor& out, int dim, const Tensor& index, const Tensor& src);
+  // out (contiguous (batch..., M, N)) = a (..., M, K) @ b (..., K, N), all in out's
+  // dtype; a's and b's batch dims broadcast to out's; M, N, K, batch all non-empty.
+  void (*matmul)(const Tensor& out, const Tensor& a, const Tensor& b);
+
+  // ---- neural networks (front ends: tensor/nn.cpp; CPU: tensor/cpu/conv.cpp, pool.cpp,
+  // norm.cpp, loss.cpp) ----
+  // Every tensor passed is contiguous, every float one of one float dtype (the
+  // output's), and no size is 0 (the front ends handle empty cases). Images are 4-D
+  // NCHW, conv weights OIHW; the geometry follows from the shapes and the options.
+  // out (N, O, Ho, Wo) = conv of x (N, C, H, W) with w (O, C / groups, kH, kW), plus
+  // bias (O) when it is defined.
+  void (*conv2d)(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
+                 const Conv2dOpts& o);
+  // gx (N, C, H, W), fully written = the gradient of conv2d with respect to x for the
+  // output gradient g (N, O, Ho, Wo).
+  void (*conv2d_input_grad)(const Tensor& gx, const Tensor& g, const Tensor& w, const Conv2dOpts& o);
+  // gw (O, C / groups, kH, kW), fully written = the gradient with respect to w.
+  void (*conv2d_weight_grad)(const Tensor& gw, const Tensor& x, const Tensor& g, const Conv2dOpts& o);
+  // out and int64 indices (N, C, Ho, Wo): window maxima of x (N, C, H, W) and their
+  // positions h * W + w in the plane (not computed when `indices` is undefined);
+  // o.stride already resolved (non-zero).
+  void (*max_pool2d)(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dOpts& o);
+  // gx (N, C, H, W), fully written = zeros plus each g (N, C, Ho, Wo) at its index.
+  void (*max_pool2d_backward)(const Tensor& gx, const Tensor& g, const Tensor& indices);
+  void (*avg_pool2d)(const Tensor& out, const Tensor& x, const Pool2dOpts& o);
+  // gx (N, C, H, W), fully written = the adjoint of avg_pool2d applied to g.
+  void (*avg_pool2d_backward)(const Tensor& gx, const Tensor& g, const Pool2dOpts& o);
+  // mean and biased var (C) of x (N, C, S) over N and S.
+  void (*batch_norm_stats)(const Tensor& mean, const Tensor& var, const Tensor& x);
+  // out (N, C, S) = x * scale[c] + shift[c].
+  void (*channel_affine)(const Tensor& out, const Tensor& x, const Tensor& scale, const Tensor& shift);
+  // loss (N) = logsumexp(logits[i]) - logits[i][target[i]] for logits (N, C) and int64
+  // target (N); 0 where target is ignore_index. Throws (Index) for a target outside
+  // [0, C) that is not ignored.
+  void (*cross_entropy)(const Tensor& loss, const Tensor& logits, const Tensor& target,
+                        std::optional<int64_t> ignore_index);
 };
 
 const Backend& cpu_backend();

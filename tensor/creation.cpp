@@ -58,6 +58,7 @@ Tensor linspace(double start, double stop, int64_t n, DType dtype, Device device
   double step = n > 1 ? (stop - start) / double(n - 1) : 0;
   // Symmetric evaluation, as PyTorch does, so both ends are exact.
   return generate(Shape{n}, dtype, device, "linspace", [=](int64_t i) {
+    if (n == 1) return start;
     return i < n / 2 ? start + step * double(i) : stop - step * double(n - 1 - i);
   });
 }

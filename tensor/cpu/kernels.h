@@ -12,4 +12,17 @@ void clamp(const Tensor& out, const Tensor& x, double lo, double hi);
 void copy(const Tensor& out, const Tensor& src);
 void fill(const Tensor& out, double value);
 
+// reductions (tensor/cpu/reduce.cpp)
+void reduce(Op op, const Tensor& out, const Tensor& x, const std::vector<int>& dims,
+            const ReduceOpts& opts);
+void arg_reduce(Op op, const Tensor& values, const Tensor& indices, const Tensor& x, int dim);
+void softmax(Op op, const Tensor& out, const Tensor& x, int dim);
+
+// indexing and linear algebra (tensor/cpu/index.cpp, tensor/cpu/matmul.cpp)
+void cat(const Tensor& out, const TensorList& xs, int dim);
+void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
+void gather(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
+void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src);
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
+
 }  // namespace dl::cpu

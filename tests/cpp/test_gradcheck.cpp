@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/autograd.h"
+#include "autograd/nn.h"
 
 using namespace dl;
 namespace ag = dl::ag;
@@ -257,6 +258,126 @@ std::vector<Case> other_cases(Op op) {
         ag::copy_(v, ag::unary(Op::Sin, x[1]));
         return ag::binary(Op::Mul, y, y);
       }, {x23(), values(Shape{2, 2}, 43)}}};
+    // ---- neural networks (autograd/nn.cpp) ----
+    case Op::Conv2d: {
+      Conv2dOpts pad1;
+      pad1.padding[0] = pad1.padding[1] = 1;
+      Conv2dOpts odd;  // strided, dilated, grouped, uneven padding
+      odd.stride[0] = 2;
+      odd.padding[0] = 1;
+      odd.dilation[1] = 2;
+      odd.groups = 2;
+      return {{"conv2d padded, bias", [pad1](const TensorList& x) { return ag::conv2d(x[0], x[1], x[2], pad1); },
+               {values(Shape{1, 2, 4, 4}, 44), values(Shape{2, 2, 3, 3}, 45), values(Shape{2}, 46)}},
+              {"conv2d stride, dilation, groups", [odd](const TensorList& x) { return ag::conv2d(x[0], x[1], Tensor(), odd); },
+               {values(Shape{1, 4, 5, 4}, 47), values(Shape{4, 2, 2, 2}, 48)}},
+              {"conv2d 1x1", [](const TensorList& x) { return ag::conv2d(x[0], x[1], Tensor(), Conv2dOpts{}); },
+               {values(Shape{2, 3, 2, 2}, 49), values(Shape{2, 3, 1, 1}, 50)}},
+              {"conv2d unbatched", [](const TensorList& x) { return ag::conv2d(x[0], x[1], x[2], Conv2dOpts{}); },
+               {values(Shape{2, 3, 3}, 51), values(Shape{2, 2, 2, 2}, 52), values(Shape{2}, 53)}}};
+    }
+    case Op::Conv2dInputGrad: {
+      Conv2dOpts pad1;
+      pad1.padding[0] = pad1.padding[1] = 1;
+      Conv2dOpts s2;
+      s2.stride[0] = s2.stride[1] = 2;
+      s2.padding[0] = s2.padding[1] = 1;
+      s2.groups = 2;
+      return {{"input grad padded", [pad1](const TensorList& x) { return ag::conv2d_input_grad(x[0], x[1], Shape{1, 2, 4, 4}, pad1); },
+               {values(Shape{1, 2, 4, 4}, 54), values(Shape{2, 2, 3, 3}, 55)}},
+              {"input grad strided, grouped", [s2](const TensorList& x) { return ag::conv2d_input_grad(x[0], x[1], Shape{1, 4, 5, 5}, s2); },
+               {values(Shape{1, 4, 3, 3}, 56), values(Shape{4, 2, 3, 3}, 57)}}};
+    }
+    case Op::Conv2dWeightGrad: {
+      Conv2dOpts pad1;
+      pad1.padding[0] = pad1.padding[1] = 1;
+      Conv2dOpts s2;
+      s2.stride[0] = s2.stride[1] = 2;
+      s2.dilation[0] = 2;
+      return {{"weight grad padded", [pad1](const TensorList& x) { return ag::conv2d_weight_grad(x[0], x[1], Shape{2, 2, 3, 3}, pad1); },
+               {values(Shape{1, 2, 4, 4}, 58), values(Shape{1, 2, 4, 4}, 59)}},
+              {"weight grad strided, dilated", [s2](const TensorList& x) { return ag::conv2d_weight_grad(x[0], x[1], Shape{2, 2, 2, 3}, s2); },
+               {values(Shape{2, 2, 5, 5}, 60), values(Shape{2, 2, 2, 2}, 61)}}};
+    }
+    case Op::MaxPool2d: {
+      Pool2dOpts k2;
+      k2.kernel[0] = k2.kernel[1] = 2;
+      Pool2dOpts k3;  // overlapping windows, padding, partial windows at the end
+      k3.kernel[0] = k3.kernel[1] = 3;
+      k3.stride[0] = k3.stride[1] = 2;
+      k3.padding[0] = k3.padding[1] = 1;
+      k3.ceil_mode = true;
+      return {{"max_pool2d 2x2", [k2](const TensorList& x) { return ag::max_pool2d(x[0], k2).first; }, {values(Shape{1, 2, 4, 4}, 62)}},
+              {"max_pool2d padded, ceil", [k3](const TensorList& x) { return ag::max_pool2d(x[0], k3).first; }, {values(Shape{2, 6, 6}, 63)}}};
+    }
+    case Op::MaxPool2dBackward: {
+      Pool2dOpts k2;
+      k2.kernel[0] = k2.kernel[1] = 2;
+      k2.stride[0] = k2.stride[1] = 1;
+      Tensor i = max_pool2d(values(Shape{1, 2, 4, 4}, 64), k2).second;
+      return {{"max_pool2d_backward", [i](const TensorList& x) { return ag::max_pool2d_backward(x[0], i, Shape{1, 2, 4, 4}); },
+               {values(Shape{1, 2, 3, 3}, 65)}}};
+    }
+    case Op::AvgPool2d: {
+      Pool2dOpts k3;
+      k3.kernel[0] = k3.kernel[1] = 3;
+      k3.stride[0] = k3.stride[1] = 2;
+      k3.padding[0] = k3.padding[1] = 1;
+      Pool2dOpts k3c = k3;
+      k3c.ceil_mode = true;
+      k3c.count_include_pad = false;
+      return {{"avg_pool2d padded", [k3](const TensorList& x) { return ag::avg_pool2d(x[0], k3); }, {values(Shape{1, 2, 5, 5}, 66)}},
+              {"avg_pool2d ceil, excluding pad", [k3c](const TensorList& x) { return ag::avg_pool2d(x[0], k3c); }, {values(Shape{2, 6, 6}, 67)}}};
+    }
+    case Op::AvgPool2dBackward: {
+      Pool2dOpts k3;
+      k3.kernel[0] = k3.kernel[1] = 3;
+      k3.stride[0] = k3.stride[1] = 2;
+      k3.padding[0] = k3.padding[1] = 1;
+      k3.ceil_mode = true;
+      k3.count_include_pad = false;
+      return {{"avg_pool2d_backward", [k3](const TensorList& x) { return ag::avg_pool2d_backward(x[0], Shape{1, 2, 6, 6}, k3); },
+               {values(Shape{1, 2, 4, 4}, 68)}}};
+    }
+    case Op::Dropout:
+      // The mask is drawn afresh each call: seed it so every evaluation sees the same one.
+      return {{"dropout", [](const TensorList& x) { manual_seed(1234); return ag::dropout(x[0], 0.4, true); }, {values(Shape{4, 5}, 69)}}};
+    case Op::BatchNorm: {
+      Tensor rm = zeros(Shape{2}, DType::Float64), rv = ones(Shape{2}, DType::Float64);
+      Tensor em = values(Shape{3}, 70), ev = values(Shape{3}, 71, true);
+      return {{"batch_norm training, affine", [rm, rv](const TensorList& x) {
+                 return ag::batch_norm(x[0], x[1], x[2], rm, rv, true, 0.1, 1e-5); },
+               {values(Shape{3, 2, 2, 2}, 72), values(Shape{2}, 73), values(Shape{2}, 74)}},
+              {"batch_norm training, 2-D, no affine", [](const TensorList& x) {
+                 return ag::batch_norm(x[0], Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5); },
+               {values(Shape{4, 3}, 75)}},
+              {"batch_norm training, bias only", [](const TensorList& x) {
+                 return ag::batch_norm(x[0], Tensor(), x[1], Tensor(), Tensor(), true, 0.1, 1e-5); },
+               {values(Shape{4, 2, 3}, 76), values(Shape{2}, 77)}},
+              {"batch_norm eval", [em, ev](const TensorList& x) {
+                 return ag::batch_norm(x[0], x[1], x[2], em, ev, false, 0.1, 1e-5); },
+               {values(Shape{2, 3, 2}, 78), values(Shape{3}, 79), values(Shape{3}, 80)}}};
+    }
+    case Op::Embedding: {
+      Tensor i = idx({1, 4, 1, 0, 2, 1}, Shape{2, 3});
+      // The padding row is looked up but gets no gradient (PyTorch's rule): the check
+      // zeroes the rows it fills, so that the function really does not depend on it.
+      Tensor keep = cast(compare(Op::Ne, view(i, Shape{2, 3, 1}), Scalar::integer(1)), DType::Float64);
+      return {{"embedding", [i](const TensorList& x) { return ag::embedding(x[0], i, std::nullopt); }, {values(Shape{5, 3}, 81)}},
+              {"embedding padding_idx", [i, keep](const TensorList& x) {
+                 return ag::binary(Op::Mul, ag::embedding(x[0], i, -4), keep); }, {values(Shape{5, 3}, 82)}}};
+    }
+    case Op::CrossEntropy: {
+      Tensor t = idx({2, 0, 3, 1}, Shape{4});
+      return {{"cross_entropy mean", [t](const TensorList& x) { return ag::cross_entropy(x[0], t, Reduction::Mean, std::nullopt); },
+               {values(Shape{4, 5}, 83)}},
+              {"cross_entropy sum, ignore", [t](const TensorList& x) { return ag::cross_entropy(x[0], t, Reduction::Sum, 0); },
+               {values(Shape{4, 5}, 84)}},
+              {"cross_entropy none, ignore", [t](const TensorList& x) { return ag::cross_entropy(x[0], t, Reduction::None, 3); },
+               {values(Shape{4, 5}, 85)}},
+              {"cross_entropy mean, ignore", [t](const TensorList& x) { return ag::cross_entropy(x[0], t, Reduction::Mean, 2); },
+               {values(Shape{4, 5}, 86)}}};
+    }
     default:
       return {};
   }

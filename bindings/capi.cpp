@@ -1,0 +1,747 @@
+// The C ABI (bindings/capi.h): one thin function per op, each behind one guard that
+// turns every exception into a status and a thread-local message.
+//
+// Note [The C ABI]
+// Every entry point is noexcept in effect: its body runs inside guard_handle() or
+// guard_status(), which catch dl::Error, std::exception and anything else. Lua-style
+// dims and indices (1-based, negative from the end) are converted here, with error
+// messages in those same terms, before the engine (0-based) sees them. Ops are called
+// through dl::ag so that they are recorded when a gradient is being taken; only the
+// non-differentiable helpers (argmax, index arithmetic, creation) call tensor/ops.h.
+#include "bindings/capi.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <optional>
+#include <vector>
+
+#include "autograd/autograd.h"
+#include "bindings/guard.h"
+#include "bindings/handles.h"
+#include "tensor/allocator.h"
+#include "tensor/backend.h"
+#include "tensor/functors.h"
+#include "tensor/ops.h"
+
+using dl::DType;
+using dl::Device;
+using dl::ErrorKind;
+using dl::Op;
+using dl::OpFamily;
+using dl::Scalar;
+using dl::Shape;
+using dl::Tensor;
+using dl::TensorList;
+using dl::fail;
+namespace ag = dl::ag;
+using dl::bind::get;
+using dl::bind::guard_handle;
+using dl::bind::guard_status;
+
+namespace {
+
+// ---- arguments -----------------------------------------------------------------------
+
+const dl::OpInfo& op_of(int op, OpFamily family, const char* entry) {
+  if (op < 0 || op >= dl::kNumOps) fail(ErrorKind::Value, entry, ": unknown op id ", op);
+  const dl::OpInfo& info = dl::op_info(Op(op));
+  if (info.family != family) fail(ErrorKind::Value, entry, ": ", info.lua_name, " is not in this op family");
+  return info;
+}
+
+DType dtype_of(int code, const char* op) {
+  if (code < 0 || code >= dl::kNumDTypes) fail(ErrorKind::Type, op, ": unknown dtype code ", code);
+  return DType(code);
+}
+
+Device device_of(const char* name) { return name ? dl::parse_device(name) : Device{}; }
+
+Shape shape_of(const int64_t* sizes, int n, const char* op) {
+  if (n < 0 || n > dl::kMaxDims)
+    fail(ErrorKind::Value, op, ": at most ", dl::kMaxDims, " dimensions are supported, got ", n);
+  if (n > 0 && !sizes) fail(ErrorKind::Value, op, ": no sizes given");
+  return Shape(sizes, n);
+}
+
+// A Lua dim (1..n or -n..-1) of a tensor with `ndim` dims, 0-based. A 0-dim tensor
+// accepts 1 and -1, as PyTorch accepts 0 and -1.
+int lua_dim(int64_t d, int ndim, const char* op) {
+  int64_t n = ndim > 0 ? ndim : 1;
+  if (d >= 1 && d <= n) return int(d - 1);
+  if (d <= -1 && d >= -n) return int(d + n);
+  fail(ErrorKind::Index, op, ": dimension ", d, " out of range for a tensor of ", ndim,
+       ndim == 1 ? " dimension" : " dimensions", " (expected 1..", n, " or -", n, "..-1)");
+}
+
+// A Lua index (1..size or -size..-1) along dim `d0` (0-based) of size `size`, 0-based.
+int64_t lua_index(int64_t i, int64_t size, int d0, const char* op) {
+  if (i >= 1 && i <= size) return i - 1;
+  if (i <= -1 && i >= -size) return i + size;
+  fail(ErrorKind::Index, op, ": index ", i, " out of range for dimension ", d0 + 1, " of size ", size);
+}
+
+// An index tensor holding 1-based indices into a dim of size `size`, made 0-based.
+Tensor index_from_lua(const Tensor& index, int64_t size, int d0, const char* op) {
+  DL_CHECK_KIND(Type, index.dtype() == DType::Int64 || index.dtype() == DType::Int32, op,
+                ": expected an int64 or int32 index tensor, got ", dl::dtype_name(index.dtype()));
+  if (index.numel() > 0) {
+    double lo = dl::reduce(Op::Amin, index, {}, false).item();
+    double hi = dl::reduce(Op::Amax, index, {}, false).item();
+    if (lo < 1 || hi > double(size)) {
+      double bad = lo < 1 ? lo : hi;
+      fail(ErrorKind::Index, op, ": index ", int64_t(bad), " out of range for dimension ", d0 + 1,
+           " of size ", size, " (indices are 1-based)");
+    }
+  }
+  return dl::binary(Op::Sub, index, Scalar::integer(1));
+}
+
+Tensor plus_one(const Tensor& t) { return dl::binary(Op::Add, t, Scalar::integer(1)); }
+
+}  // namespace
+
+extern "C" {
+
+const char* dl_cdef(void) {
+  static const char text[] =
+#include "cdef.inc"
+      ;
+  return text;
+}
+
+int dl_abi_version(void) { return 1; }
+
+// ---- op table ------------------------------------------------------------------------
+
+int dl_op_count(void) { return dl::kNumOps; }
+
+const char* dl_op_name(int op) {
+  return op >= 0 && op < dl::kNumOps ? dl::op_info(Op(op)).lua_name : nullptr;
+}
+
+int dl_op_family(int op) {
+  return op >= 0 && op < dl::kNumOps ? int(dl::op_info(Op(op)).family) : -1;
+}
+
+int dl_op_arity(int op) { return op >= 0 && op < dl::kNumOps ? dl::op_info(Op(op)).arity : 0; }
+
+unsigned dl_op_flags(int op) { return op >= 0 && op < dl::kNumOps ? dl::op_info(Op(op)).flags : 0; }
+
+int dl_op_id(const char* name) {
+  if (!name) return -1;
+  for (int i = 0; i < dl::kNumOps; ++i)
+    if (std::strcmp(dl::op_info(Op(i)).lua_name, name) == 0) return i;
+  return -1;
+}
+
+// ---- dtypes, devices, random numbers --------------------------------------------------
+
+int dl_dtype_count(void) { return dl::kNumDTypes; }
+
+const char* dl_dtype_name(int code) {
+  return code >= 0 && code < dl::kNumDTypes ? dl::dtype_name(DType(code)).data() : nullptr;
+}
+
+int dl_dtype_code(const char* name) {
+  int code = -1;
+  guard_status([&] {
+    if (!name) fail(ErrorKind::Type, "dtype: no dtype name given");
+    code = int(dl::dtype_from_name(name));
+  });
+  return code;
+}
+
+int dl_dtype_size(int code) {
+  return code >= 0 && code < dl::kNumDTypes ? int(dl::itemsize(DType(code))) : 0;
+}
+
+int dl_default_dtype(void) { return int(dl::default_float()); }
+
+int dl_set_default_dtype(int code) {
+  return guard_status([&] { dl::set_default_float(dtype_of(code, "set_default_dtype")); });
+}
+
+int dl_check_device(const char* name) {
+  return guard_status([&] { dl::parse_device(name ? name : ""); });
+}
+
+int dl_cuda_available(void) {
+  try {
+    dl::backend_for(Device{dl::DeviceType::CUDA, 0}, "cuda");
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void dl_manual_seed(double seed) {
+  dl::manual_seed(uint64_t(int64_t(seed)));
+}
+
+double dl_initial_seed(void) { return double(dl::initial_seed()); }
+
+// ---- handles and memory ----------------------------------------------------------------
+
+void dl_release(struct dl_tensor t) { dl::bind::handle_release(t.id); }
+void dl_release_id(uint64_t id) { dl::bind::handle_release(id); }
+int dl_valid(uint64_t id) { return dl::bind::handle_valid(id) ? 1 : 0; }
+
+uint64_t dl_alias(uint64_t id) {
+  return guard_handle([&] { return get(id, "alias"); });
+}
+
+double dl_live_handles(void) { return double(dl::bind::handle_count()); }
+const double* dl_allocated_total(void) { return dl::bind::allocated_total(); }
+
+void dl_memory_stats(double* out) {
+  if (!out) return;
+  dl::AllocatorStats s = dl::host_allocator::stats();
+  out[0] = double(s.in_use);
+  out[1] = double(s.cached);
+  out[2] = double(s.peak_in_use);
+  out[3] = double(s.limit);
+  out[4] = double(dl::bind::handle_count());
+}
+
+void dl_set_memory_limit(double bytes) {
+  dl::host_allocator::set_limit(bytes > 0 ? int64_t(bytes) : 0);
+}
+
+void dl_empty_cache(void) { dl::host_allocator::empty_cache(); }
+
+// ---- metadata and elements ---------------------------------------------------------------
+
+int dl_meta_get(uint64_t id, dl_meta* out) {
+  return guard_status([&] {
+    const Tensor& t = get(id, "tensor");
+    out->ndim = t.dim();
+    out->dtype = int(t.dtype());
+    out->device_type = int(t.device().type);
+    out->device_index = t.device().index;
+    out->contiguous = t.is_contiguous() ? 1 : 0;
+    out->requires_grad = ag::requires_grad(t) ? 1 : 0;
+    out->numel = double(t.numel());
+    out->offset = double(t.offset());
+    for (int d = 0; d < dl::kMaxDims; ++d) {
+      out->sizes[d] = d < t.dim() ? double(t.size(d)) : 0;
+      out->strides[d] = d < t.dim() ? double(t.stride(d)) : 0;
+    }
+  });
+}
+
+int dl_ndim(uint64_t id) {
+  int n = -1;
+  guard_status([&] { n = get(id, "dim").dim(); });
+  return n;
+}
+
+double dl_numel(uint64_t id) {
+  double n = -1;
+  guard_status([&] { n = double(get(id, "numel").numel()); });
+  return n;
+}
+
+int dl_dtype(uint64_t id) {
+  int d = -1;
+  guard_status([&] { d = int(get(id, "dtype").dtype()); });
+  return d;
+}
+
+int dl_item(uint64_t id, double* out) {
+  return guard_status([&] { *out = get(id, "item").item(); });
+}
+
+int dl_get1(uint64_t id, int64_t i, double* out) {
+  int code = -1;
+  guard_status([&] {
+    const Tensor& t = get(id, "index");
+    // Not a plain number when the element's gradient is wanted: the Lua side then
+    // takes the select() path, which records.
+    if (t.dim() != 1 || ag::requires_grad(t)) {
+      code = 1;
+      return;
+    }
+    int64_t i0 = lua_index(i, t.size(0), 0, "index");
+    if (!t.device().is_cpu()) {
+      *out = dl::select(t, 0, i0).item();
+    } else {
+      int64_t off = i0 * t.stride(0);
+      DL_DISPATCH_ALL(t.dtype(), "index", *out = double(t.data<scalar_t>()[off]));
+    }
+    code = t.dtype() == DType::Bool ? 2 : 0;
+  });
+  return code;
+}
+
+int dl_set1(uint64_t id, int64_t i, double v) {
+  int code = -1;
+  guard_status([&] {
+    Tensor t = get(id, "index");
+    if (t.dim() != 1) {
+      code = 1;
+      return;
+    }
+    int64_t i0 = lua_index(i, t.size(0), 0, "index");
+    if (ag::is_recording() || !t.device().is_cpu()) {
+      // Through the recording layer, so that a write into recorded history is seen.
+      Tensor s = ag::select(t, 0, i0);
+      ag::fill_(s, Scalar::from_lua(v));
+    } else {
+      int64_t off = i0 * t.stride(0);
+      DL_DISPATCH_ALL(t.dtype(), "index", t.data<scalar_t>()[off] = dl::fn::convert<scalar_t>(v));
+      t.storage().bump_version();
+    }
+    code = 0;
+  });
+  return code;
+}
+
+int dl_read(uint64_t id, double* out, int64_t n) {
+  return guard_status([&] {
+    Tensor t = get(id, "read");
+    DL_CHECK(n == t.numel(), "read: the tensor has ", t.numel(), " elements, not ", n);
+    if (n == 0) return;
+    if (!t.device().is_cpu()) {
+      Tensor host = dl::empty(t.shape(), t.dtype(), Device{}, "read");
+      dl::copy_(host, t);
+      t = host;
+    }
+    Tensor c = dl::contiguous(t);
+    DL_DISPATCH_ALL(c.dtype(), "read", {
+      const scalar_t* p = c.data<scalar_t>();
+      for (int64_t k = 0; k < n; ++k) out[k] = double(p[k]);
+    });
+  });
+}
+
+int dl_read_at(uint64_t id, const int64_t* idx, double* out) {
+  return guard_status([&] {
+    const Tensor& t = get(id, "read");
+    for (int d = 0; d < t.dim(); ++d)
+      DL_CHECK_KIND(Index, idx[d] >= 0 && idx[d] < t.size(d), "read: index ", idx[d] + 1,
+                    " out of range for dimension ", d + 1, " of size ", t.size(d));
+    *out = t.value_at(idx);
+  });
+}
+
+int dl_data_ptr(uint64_t id, double* out) {
+  return guard_status([&] {
+    const Tensor& t = get(id, "data_ptr");
+    *out = double(reinterpret_cast<uintptr_t>(t.raw_data()));
+  });
+}
+
+// ---- creation -----------------------------------------------------------------------------
+
+uint64_t dl_empty(const int64_t* shape, int ndim, int dtype, const char* device) {
+  return guard_handle([&] {
+    return dl::empty(shape_of(shape, ndim, "empty"), dtype_of(dtype, "empty"), device_of(device), "empty");
+  });
+}
+
+uint64_t dl_zeros(const int64_t* shape, int ndim, int dtype, const char* device) {
+  return guard_handle([&] {
+    return dl::zeros(shape_of(shape, ndim, "zeros"), dtype_of(dtype, "zeros"), device_of(device));
+  });
+}
+
+uint64_t dl_ones(const int64_t* shape, int ndim, int dtype, const char* device) {
+  return guard_handle([&] {
+    return dl::ones(shape_of(shape, ndim, "ones"), dtype_of(dtype, "ones"), device_of(device));
+  });
+}
+
+uint64_t dl_full(const int64_t* shape, int ndim, double value, int dtype, const char* device) {
+  return guard_handle([&] {
+    return dl::full(shape_of(shape, ndim, "full"), Scalar::from_lua(value), dtype_of(dtype, "full"),
+                    device_of(device));
+  });
+}
+
+uint64_t dl_arange(double start, double stop, double step, int dtype, const char* device) {
+  return guard_handle([&] { return dl::arange(start, stop, step, dtype_of(dtype, "arange"), device_of(device)); });
+}
+
+uint64_t dl_linspace(double start, double stop, int64_t n, int dtype, const char* device) {
+  return guard_handle([&] { return dl::linspace(start, stop, n, dtype_of(dtype, "linspace"), device_of(device)); });
+}
+
+uint64_t dl_eye(int64_t n, int64_t m, int dtype, const char* device) {
+  return guard_handle([&] { return dl::eye(n, m, dtype_of(dtype, "eye"), device_of(device)); });
+}
+
+uint64_t dl_rand(const int64_t* shape, int ndim, int dtype, const char* device) {
+  return guard_handle([&] {
+    return dl::rand(shape_of(shape, ndim, "rand"), dtype_of(dtype, "rand"), device_of(device));
+  });
+}
+
+uint64_t dl_randn(const int64_t* shape, int ndim, int dtype, const char* device) {
+  return guard_handle([&] {
+    return dl::randn(shape_of(shape, ndim, "randn"), dtype_of(dtype, "randn"), device_of(device));
+  });
+}
+
+uint64_t dl_randint(double lo, double hi, const int64_t* shape, int ndim, int dtype, const char* device) {
+  return guard_handle([&] {
+    DL_CHECK(std::floor(lo) == lo && std::floor(hi) == hi && std::fabs(lo) < 9e18 && std::fabs(hi) < 9e18,
+             "randint: bounds must be integers, got ", lo, " and ", hi);
+    return dl::randint(int64_t(lo), int64_t(hi), shape_of(shape, ndim, "randint"), dtype_of(dtype, "randint"),
+                       device_of(device));
+  });
+}
+
+uint64_t dl_randperm(int64_t n, int dtype) {
+  return guard_handle([&] { return plus_one(dl::randperm(n, dtype_of(dtype, "randperm"))); });
+}
+
+uint64_t dl_from_values(const double* values, int64_t n, const int64_t* shape, int ndim, int dtype,
+                        const char* device) {
+  return guard_handle([&] {
+    return dl::from_values(values, n, shape_of(shape, ndim, "tensor"), dtype_of(dtype, "tensor"),
+                           device_of(device));
+  });
+}
+
+uint64_t dl_from_ptr(void* data, const int64_t* shape, int ndim, const int64_t* strides, int dtype) {
+  return guard_handle([&] {
+    Shape sh = shape_of(shape, ndim, "from_ptr");
+    Shape st = strides ? shape_of(strides, ndim, "from_ptr") : Shape();
+    return dl::from_blob(data, sh, st, dtype_of(dtype, "from_ptr"));
+  });
+}
+
+// ---- op families --------------------------------------------------------------------------
+
+uint64_t dl_unary(int op, uint64_t x) {
+  return guard_handle([&] {
+    const dl::OpInfo& info = op_of(op, OpFamily::Unary, "unary");
+    return ag::unary(info.op, get(x, info.lua_name));
+  });
+}
+
+uint64_t dl_binary(int op, uint64_t a, uint64_t b) {
+  return guard_handle([&] {
+    const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
+    return ag::binary(info.op, get(a, info.lua_name), get(b, info.lua_name));
+  });
+}
+
+uint64_t dl_binary_scalar(int op, uint64_t a, double s, int scalar_first) {
+  return guard_handle([&] {
+    const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
+    return ag::binary(info.op, get(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
+  });
+}
+
+int dl_binary_(int op, uint64_t a, uint64_t b) {
+  return guard_status([&] {
+    const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary_");
+    Tensor t = get(a, info.lua_name);
+    ag::binary_(info.op, t, get(b, info.lua_name));
+  });
+}
+
+int dl_binary_scalar_(int op, uint64_t a, double s) {
+  return guard_status([&] {
+    const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary_");
+    Tensor t = get(a, info.lua_name);
+    ag::binary_(info.op, t, Scalar::from_lua(s));
+  });
+}
+
+uint64_t dl_compare(int op, uint64_t a, uint64_t b) {
+  return guard_handle([&] {
+    const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
+    return ag::compare(info.op, get(a, info.lua_name), get(b, info.lua_name));
+  });
+}
+
+uint64_t dl_compare_scalar(int op, uint64_t a, double s, int scalar_first) {
+  return guard_handle([&] {
+    const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
+    return ag::compare(info.op, get(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
+  });
+}
+
+uint64_t dl_reduce(int op, uint64_t x, const int32_t* dims, int ndims, int keepdim, double correction,
+                   double p) {
+  return guard_handle([&] {
+    const dl::OpInfo& info = op_of(op, OpFamily::Reduce, "reduce");
+    const Tensor& t = get(x, info.lua_name);
+    DL_CHECK(ndims >= 0 && ndims <= dl::kMaxDims && (ndims == 0 || dims), info.lua_name,
+             ": bad list of dims");
+    std::vector<int> ds;
+    for (int i = 0; i < ndims; ++i) {
+      int d = lua_dim(dims[i], t.dim(), info.lua_name);
+      for (int e : ds)
+        DL_CHECK_KIND(Index, e != d, info.lua_name, ": dimension ", d + 1, " appears more than once in the dims");
+      ds.push_back(d);
+    }
+    dl::ReduceOpts opts;
+    opts.correction = correction;
+    opts.p = p;
+    return ag::reduce(info.op, t, ds, keepdim != 0, opts);
+  });
+}
+
+// ---- the other ops ------------------------------------------------------------------------
+
+namespace {
+int extremum_dim(bool is_max, uint64_t x, int dim, int keepdim, uint64_t* out2) {
+  out2[0] = out2[1] = 0;
+  return guard_status([&] {
+    const char* name = is_max ? "max" : "min";
+    const Tensor& t = get(x, name);
+    int d = lua_dim(dim, t.dim(), name);
+    auto r = is_max ? ag::max_dim(t, d, keepdim != 0) : ag::min_dim(t, d, keepdim != 0);
+    Tensor idx = plus_one(r.second);
+    out2[0] = dl::bind::handle_new(r.first);
+    try {
+      out2[1] = dl::bind::handle_new(idx);
+    } catch (...) {
+      dl::bind::handle_release(out2[0]);
+      out2[0] = 0;
+      throw;
+    }
+  });
+}
+
+uint64_t arg_index(bool is_max, uint64_t x, int dim, int keepdim) {
+  return guard_handle([&] {
+    const char* name = is_max ? "argmax" : "argmin";
+    const Tensor& t = get(x, name);
+    std::optional<int> d;
+    if (dim != 0) d = lua_dim(dim, t.dim(), name);
+    return plus_one(is_max ? dl::argmax(t, d, keepdim != 0) : dl::argmin(t, d, keepdim != 0));
+  });
+}
+
+TensorList tensor_list(const uint64_t* xs, int n, const char* op) {
+  DL_CHECK(n >= 0 && (n == 0 || xs), op, ": bad tensor list");
+  TensorList list;
+  list.reserve(size_t(n));
+  for (int i = 0; i < n; ++i) list.push_back(get(xs[i], op));
+  return list;
+}
+}  // namespace
+
+int dl_max_dim(uint64_t x, int dim, int keepdim, uint64_t* out2) { return extremum_dim(true, x, dim, keepdim, out2); }
+int dl_min_dim(uint64_t x, int dim, int keepdim, uint64_t* out2) { return extremum_dim(false, x, dim, keepdim, out2); }
+uint64_t dl_argmax(uint64_t x, int dim, int keepdim) { return arg_index(true, x, dim, keepdim); }
+uint64_t dl_argmin(uint64_t x, int dim, int keepdim) { return arg_index(false, x, dim, keepdim); }
+
+uint64_t dl_softmax(uint64_t x, int dim) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "softmax");
+    return ag::softmax(t, lua_dim(dim, t.dim(), "softmax"));
+  });
+}
+
+uint64_t dl_log_softmax(uint64_t x, int dim) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "log_softmax");
+    return ag::log_softmax(t, lua_dim(dim, t.dim(), "log_softmax"));
+  });
+}
+
+uint64_t dl_where(uint64_t cond, uint64_t a, uint64_t b) {
+  return guard_handle([&] { return ag::where(get(cond, "where"), get(a, "where"), get(b, "where")); });
+}
+
+uint64_t dl_clamp(uint64_t x, double lo, double hi, int has_lo, int has_hi) {
+  return guard_handle([&] {
+    std::optional<double> l, h;
+    if (has_lo) l = lo;
+    if (has_hi) h = hi;
+    return ag::clamp(get(x, "clamp"), l, h);
+  });
+}
+
+uint64_t dl_masked_fill(uint64_t x, uint64_t mask, double value) {
+  return guard_handle([&] {
+    return ag::masked_fill(get(x, "masked_fill"), get(mask, "masked_fill"), Scalar::from_lua(value));
+  });
+}
+
+uint64_t dl_matmul(uint64_t a, uint64_t b) {
+  return guard_handle([&] { return ag::matmul(get(a, "matmul"), get(b, "matmul")); });
+}
+
+uint64_t dl_to(uint64_t x, int dtype) {
+  return guard_handle([&] { return ag::cast(get(x, "to"), dtype_of(dtype, "to")); });
+}
+
+uint64_t dl_to_device(uint64_t x, const char* device) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "to");
+    Device d = device_of(device);
+    if (d == t.device()) return t;
+    Tensor out = dl::empty(t.shape(), t.dtype(), d, "to");
+    ag::copy_(out, t);  // recorded: the gradient flows back to the source device
+    return out;
+  });
+}
+
+uint64_t dl_contiguous(uint64_t x) {
+  return guard_handle([&] { return ag::contiguous(get(x, "contiguous")); });
+}
+
+uint64_t dl_clone(uint64_t x) {
+  return guard_handle([&] { return ag::clone(get(x, "clone")); });
+}
+
+uint64_t dl_view(uint64_t x, const int64_t* shape, int ndim) {
+  return guard_handle([&] { return ag::view(get(x, "view"), shape_of(shape, ndim, "view")); });
+}
+
+uint64_t dl_reshape(uint64_t x, const int64_t* shape, int ndim) {
+  return guard_handle([&] { return ag::reshape(get(x, "reshape"), shape_of(shape, ndim, "reshape")); });
+}
+
+uint64_t dl_transpose(uint64_t x, int d1, int d2) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "transpose");
+    return ag::transpose(t, lua_dim(d1, t.dim(), "transpose"), lua_dim(d2, t.dim(), "transpose"));
+  });
+}
+
+uint64_t dl_permute(uint64_t x, const int32_t* dims, int ndims) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "permute");
+    DL_CHECK(ndims == 0 || dims, "permute: no dims given");
+    DL_CHECK(ndims == t.dim(), "permute: expected ", t.dim(), " dims for a tensor of shape ", t.shape(),
+             ", got ", ndims);
+    std::vector<int> order;
+    for (int i = 0; i < ndims; ++i) order.push_back(lua_dim(dims[i], t.dim(), "permute"));
+    return ag::permute(t, order);
+  });
+}
+
+uint64_t dl_narrow(uint64_t x, int dim, int64_t start, int64_t length) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "narrow");
+    DL_CHECK(t.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
+    int d = lua_dim(dim, t.dim(), "narrow");
+    int64_t size = t.size(d);
+    int64_t s0 = (start == size + 1 && length == 0) ? size : lua_index(start, size, d, "narrow");
+    DL_CHECK_KIND(Index, length >= 0 && s0 + length <= size, "narrow: start ", start, " with length ",
+                  length, " goes past the end of dimension ", d + 1, " of size ", size);
+    return ag::narrow(t, d, s0, length);
+  });
+}
+
+uint64_t dl_slice(uint64_t x, int dim, int64_t start, int64_t stop, int64_t step) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "slice");
+    DL_CHECK(t.dim() > 0, "slice: cannot be applied to a 0-dim tensor");
+    int d = lua_dim(dim, t.dim(), "slice");
+    DL_CHECK(step > 0, "slice: step must be positive, got ", step);
+    int64_t size = t.size(d);
+    // Lua bounds (1-based, stop inclusive, negative from the end) to a 0-based
+    // half-open range, clamped to the dim as Python's slices are.
+    int64_t s0 = start >= 1 ? start - 1 : (start == 0 ? 0 : size + start);
+    int64_t e0 = stop >= 0 ? stop : size + stop + 1;
+    s0 = s0 < 0 ? 0 : (s0 > size ? size : s0);
+    e0 = e0 < s0 ? s0 : (e0 > size ? size : e0);
+    return ag::slice(t, d, s0, e0, step);
+  });
+}
+
+uint64_t dl_select(uint64_t x, int dim, int64_t index) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "select");
+    DL_CHECK(t.dim() > 0, "select: cannot be applied to a 0-dim tensor");
+    int d = lua_dim(dim, t.dim(), "select");
+    return ag::select(t, d, lua_index(index, t.size(d), d, "select"));
+  });
+}
+
+uint64_t dl_expand(uint64_t x, const int64_t* shape, int ndim) {
+  return guard_handle([&] { return ag::expand(get(x, "expand"), shape_of(shape, ndim, "expand")); });
+}
+
+uint64_t dl_squeeze(uint64_t x, int dim) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "squeeze");
+    std::optional<int> d;
+    if (dim != 0) d = lua_dim(dim, t.dim(), "squeeze");
+    return ag::squeeze(t, d);
+  });
+}
+
+uint64_t dl_unsqueeze(uint64_t x, int dim) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "unsqueeze");
+    return ag::unsqueeze(t, lua_dim(dim, t.dim() + 1, "unsqueeze"));
+  });
+}
+
+uint64_t dl_flatten(uint64_t x, int start_dim, int end_dim) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "flatten");
+    return ag::flatten(t, lua_dim(start_dim, t.dim(), "flatten"), lua_dim(end_dim, t.dim(), "flatten"));
+  });
+}
+
+uint64_t dl_cat(const uint64_t* xs, int n, int dim) {
+  return guard_handle([&] {
+    TensorList list = tensor_list(xs, n, "cat");
+    DL_CHECK(!list.empty(), "cat: expected a non-empty list of tensors");
+    return ag::cat(list, lua_dim(dim, list[0].dim(), "cat"));
+  });
+}
+
+uint64_t dl_stack(const uint64_t* xs, int n, int dim) {
+  return guard_handle([&] {
+    TensorList list = tensor_list(xs, n, "stack");
+    DL_CHECK(!list.empty(), "stack: expected a non-empty list of tensors");
+    return ag::stack(list, lua_dim(dim, list[0].dim() + 1, "stack"));
+  });
+}
+
+uint64_t dl_index_select(uint64_t x, int dim, uint64_t index) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "index_select");
+    int d = lua_dim(dim, t.dim(), "index_select");
+    int64_t size = t.dim() > 0 ? t.size(d) : 1;
+    return ag::index_select(t, d, index_from_lua(get(index, "index_select"), size, d, "index_select"));
+  });
+}
+
+uint64_t dl_gather(uint64_t x, int dim, uint64_t index) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "gather");
+    int d = lua_dim(dim, t.dim(), "gather");
+    int64_t size = t.dim() > 0 ? t.size(d) : 1;
+    return ag::gather(t, d, index_from_lua(get(index, "gather"), size, d, "gather"));
+  });
+}
+
+uint64_t dl_scatter_add(uint64_t x, int dim, uint64_t index, uint64_t src) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "scatter_add");
+    int d = lua_dim(dim, t.dim(), "scatter_add");
+    int64_t size = t.dim() > 0 ? t.size(d) : 1;
+    return ag::scatter_add(t, d, index_from_lua(get(index, "scatter_add"), size, d, "scatter_add"),
+                           get(src, "scatter_add"));
+  });
+}
+
+int dl_copy_(uint64_t dst, uint64_t src) {
+  return guard_status([&] {
+    Tensor t = get(dst, "copy_");
+    ag::copy_(t, get(src, "copy_"));
+  });
+}
+
+int dl_fill_(uint64_t x, double value) {
+  return guard_status([&] {
+    Tensor t = get(x, "fill_");
+    ag::fill_(t, Scalar::from_lua(value));
+  });
+}
+
+}  // extern "C"

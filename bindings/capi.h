@@ -1,0 +1,290 @@
+/* The C ABI of the dlua engine, called by the Lua module (scripts/dlua/) through the
+ * LuaJIT FFI.
+ *
+ *   uint64_t x = dl_full(shape, 2, 1.0, dl_default_dtype(), NULL);  // ones(2, 3)
+ *   uint64_t y = dl_binary_scalar(dl_op_id("add"), x, 1.0, 0);      // x + 1
+ *   if (!y) fprintf(stderr, "%s\n", dl_last_error());
+ *   dl_release_id(y); dl_release_id(x);
+ *
+ * Conventions (Note [The C ABI]):
+ * - A tensor is a handle: a uint64_t id, (generation << 32 | slot) into a handle table
+ *   of engine tensors, below 2^53 so that it survives a trip through a Lua number. 0 is
+ *   never a valid id. Every call validates its ids: a released, stale or forged id is
+ *   the error "op: invalid tensor", never a crash.
+ * - No C++ exception crosses this ABI. A function returning a handle returns 0 on
+ *   failure; a function returning int returns 0 on success and -1 on failure; then
+ *   dl_last_error() (thread-local) holds the message, which starts with the op's name
+ *   and names the shapes/dtypes, and dl_last_error_kind() its dl::ErrorKind.
+ * - Dims and indices are given in the Lua convention and converted here: 1-based, and
+ *   negative counts from the end (-1 is the last). Where a dim is optional, 0 means
+ *   "none". Index tensors (index_select, gather, scatter_add) hold 1-based indices;
+ *   argmax/argmin and max/min over a dim return 1-based indices.
+ * - Sizes and counts that come back to Lua come back as doubles (exact below 2^53),
+ *   so the interpreter boxes no 64-bit integer.
+ * - Ops go through the recording layer (autograd/autograd.h, dl::ag), so gradients
+ *   are taken of whatever a script computes.
+ * - Nothing here calls back into Lua (DESIGN.md decision 3).
+ * - dtype codes are dl::DType's values (bool 0, uint8 1, int32 2, int64 3, float32 4,
+ *   float64 5); a device is a string ("cpu", "cuda", "cuda:1") or NULL for the cpu.
+ *
+ * The text between the cdef markers is plain C that LuaJIT's ffi.cdef parses: the
+ * build copies it into dl_cdef(), so the Lua side declares exactly this header.
+ */
+#ifndef DLUA_BINDINGS_CAPI_H
+#define DLUA_BINDINGS_CAPI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The declarations below, as one string for ffi.cdef (generated at build time). */
+const char* dl_cdef(void);
+
+/* dl:cdef-begin */
+/* A tensor on the Lua side: a struct value with one const scalar (DESIGN.md 1). */
+struct dl_tensor { const uint64_t id; };
+
+/* Everything about a tensor in one call. */
+typedef struct dl_meta {
+  int32_t ndim;
+  int32_t dtype;
+  int32_t device_type;   /* 0 cpu, 1 cuda */
+  int32_t device_index;
+  int32_t contiguous;
+  int32_t requires_grad;
+  double numel;
+  double offset;         /* in elements */
+  double sizes[8];
+  double strides[8];     /* in elements */
+} dl_meta;
+
+/* ---- errors, version ---- */
+int dl_abi_version(void);
+const char* dl_last_error(void);
+int dl_last_error_kind(void);
+
+/* ---- the op table (tensor/ops.def), queried once at load time ---- */
+int dl_op_count(void);
+const char* dl_op_name(int op);      /* Lua name: "add", "log_softmax" */
+int dl_op_family(int op);            /* 0 unary, 1 binary, 2 compare, 3 reduce, 4 other */
+int dl_op_arity(int op);
+unsigned dl_op_flags(int op);        /* 1 differentiable, 2 float only, 4 no bool, 8 int exact */
+int dl_op_id(const char* lua_name);  /* -1 when unknown */
+
+/* ---- dtypes, devices, random numbers ---- */
+int dl_dtype_count(void);
+const char* dl_dtype_name(int dtype);
+int dl_dtype_code(const char* name);         /* accepts aliases ("float", "long"); -1: error */
+int dl_dtype_size(int dtype);
+int dl_default_dtype(void);
+int dl_set_default_dtype(int dtype);
+int dl_check_device(const char* device);     /* 0 when the name parses */
+int dl_cuda_available(void);
+void dl_manual_seed(double seed);
+double dl_initial_seed(void);
+
+/* ---- handles and memory ---- */
+void dl_release(struct dl_tensor t);         /* the ffi.gc finalizer */
+void dl_release_id(uint64_t id);
+int dl_valid(uint64_t id);                   /* 1 for a live handle */
+uint64_t dl_alias(uint64_t id);              /* a second handle to the same tensor */
+double dl_live_handles(void);
+/* Bytes the engine has allocated since the process started, updated as handles are
+   made: the Lua wrapper reads it to step its collector (DESIGN.md decision 4). */
+const double* dl_allocated_total(void);
+/* in_use, cached, peak_in_use, limit, live handles */
+void dl_memory_stats(double* out5);
+void dl_set_memory_limit(double bytes);      /* 0: none */
+void dl_empty_cache(void);
+
+/* ---- metadata and elements ---- */
+int dl_meta_get(uint64_t id, dl_meta* out);
+int dl_ndim(uint64_t id);                    /* -1 on error */
+double dl_numel(uint64_t id);                /* -1 on error */
+int dl_dtype(uint64_t id);                   /* -1 on error */
+int dl_item(uint64_t id, double* out);       /* one-element tensors, any dtype */
+/* x[i] and x[i] = v for a 1-D tensor (i 1-based): 0 done, 2 done and the dtype is bool,
+   1 not done, no error: not a 1-D tensor, or (dl_get1) one being differentiated, whose
+   x[i] must stay a tensor; -1 error. */
+int dl_get1(uint64_t id, int64_t i, double* out);
+int dl_set1(uint64_t id, int64_t i, double v);
+int dl_read(uint64_t id, double* out, int64_t n);  /* all values, row-major */
+int dl_read_at(uint64_t id, const int64_t* idx0, double* out); /* 0-based multi-index */
+int dl_data_ptr(uint64_t id, double* out);   /* address of element 0, as a number */
+
+/* ---- creation ---- */
+uint64_t dl_empty(const int64_t* shape, int ndim, int dtype, const char* device);
+uint64_t dl_zeros(const int64_t* shape, int ndim, int dtype, const char* device);
+uint64_t dl_ones(const int64_t* shape, int ndim, int dtype, const char* device);
+uint64_t dl_full(const int64_t* shape, int ndim, double value, int dtype, const char* device);
+uint64_t dl_arange(double start, double stop, double step, int dtype, const char* device);
+uint64_t dl_linspace(double start, double stop, int64_t n, int dtype, const char* device);
+uint64_t dl_eye(int64_t n, int64_t m, int dtype, const char* device);
+uint64_t dl_rand(const int64_t* shape, int ndim, int dtype, const char* device);
+uint64_t dl_randn(const int64_t* shape, int ndim, int dtype, const char* device);
+uint64_t dl_randint(double lo, double hi, const int64_t* shape, int ndim, int dtype,
+                    const char* device);
+uint64_t dl_randperm(int64_t n, int dtype);
+uint64_t dl_from_values(const double* values, int64_t n, const int64_t* shape, int ndim,
+                        int dtype, const char* device);
+/* Zero-copy view of foreign host memory; strides in elements (NULL: row-major). */
+uint64_t dl_from_ptr(void* data, const int64_t* shape, int ndim, const int64_t* strides,
+                     int dtype);
+
+/* ---- the op families of tensor/ops.def ---- */
+uint64_t dl_unary(int op, uint64_t x);
+uint64_t dl_binary(int op, uint64_t a, uint64_t b);
+uint64_t dl_binary_scalar(int op, uint64_t a, double s, int scalar_first);
+int dl_binary_(int op, uint64_t a, uint64_t b);               /* a = a op b */
+int dl_binary_scalar_(int op, uint64_t a, double s);          /* a = a op s */
+uint64_t dl_compare(int op, uint64_t a, uint64_t b);
+uint64_t dl_compare_scalar(int op, uint64_t a, double s, int scalar_first);
+/* dims: 1-based, ndims 0 for every dim; correction for var/std, p for norm. */
+uint64_t dl_reduce(int op, uint64_t x, const int32_t* dims, int ndims, int keepdim,
+                   double correction, double p);
+
+/* ---- the other ops, one entry each ---- */
+int dl_max_dim(uint64_t x, int dim, int keepdim, uint64_t* out2);   /* values, indices */
+int dl_min_dim(uint64_t x, int dim, int keepdim, uint64_t* out2);
+uint64_t dl_argmax(uint64_t x, int dim, int keepdim);               /* dim 0: flattened */
+uint64_t dl_argmin(uint64_t x, int dim, int keepdim);
+uint64_t dl_softmax(uint64_t x, int dim);
+uint64_t dl_log_softmax(uint64_t x, int dim);
+uint64_t dl_where(uint64_t cond, uint64_t a, uint64_t b);
+uint64_t dl_clamp(uint64_t x, double lo, double hi, int has_lo, int has_hi);
+uint64_t dl_masked_fill(uint64_t x, uint64_t mask, double value);
+uint64_t dl_matmul(uint64_t a, uint64_t b);
+uint64_t dl_to(uint64_t x, int dtype);
+uint64_t dl_to_device(uint64_t x, const char* device);
+uint64_t dl_contiguous(uint64_t x);
+uint64_t dl_clone(uint64_t x);
+uint64_t dl_view(uint64_t x, const int64_t* shape, int ndim);
+uint64_t dl_reshape(uint64_t x, const int64_t* shape, int ndim);
+uint64_t dl_transpose(uint64_t x, int d1, int d2);
+uint64_t dl_permute(uint64_t x, const int32_t* dims, int ndims);
+uint64_t dl_narrow(uint64_t x, int dim, int64_t start, int64_t length);
+/* start..stop by step, stop inclusive; both clamped to the dim as Python slices are. */
+uint64_t dl_slice(uint64_t x, int dim, int64_t start, int64_t stop, int64_t step);
+uint64_t dl_select(uint64_t x, int dim, int64_t index);
+uint64_t dl_expand(uint64_t x, const int64_t* shape, int ndim);
+uint64_t dl_squeeze(uint64_t x, int dim);                           /* dim 0: every size-1 dim */
+uint64_t dl_unsqueeze(uint64_t x, int dim);
+uint64_t dl_flatten(uint64_t x, int start_dim, int end_dim);
+uint64_t dl_cat(const uint64_t* xs, int n, int dim);
+uint64_t dl_stack(const uint64_t* xs, int n, int dim);
+uint64_t dl_index_select(uint64_t x, int dim, uint64_t index);
+uint64_t dl_gather(uint64_t x, int dim, uint64_t index);
+uint64_t dl_scatter_add(uint64_t x, int dim, uint64_t index, uint64_t src);
+int dl_copy_(uint64_t dst, uint64_t src);
+int dl_fill_(uint64_t x, double value);
+/* ---- autograd (bindings/capi_autograd.cpp; the Lua side is scripts/dlua/autograd.lua) ---- */
+int dl_grad_enter(void);
+int dl_grad_exit(void);
+int dl_no_grad_enter(void);
+int dl_no_grad_exit(void);
+int dl_is_recording(void);
+uint64_t dl_watch(uint64_t x);
+uint64_t dl_detach(uint64_t x);
+int dl_requires_grad(uint64_t x);
+int dl_mark_variable(uint64_t x);
+int dl_is_variable(uint64_t x);
+int dl_varlog_push(void);
+int dl_varlog_count(void);
+uint64_t dl_varlog_get(int i);
+int dl_varlog_pop(void);
+int dl_backward_begin(const uint64_t* outs, int nout, const uint64_t* grad_outs,
+                      const uint64_t* ins, int nin, int create_graph, int retain_graph);
+int dl_backward_run(int task);
+double dl_backward_custom_ref(int task);
+int dl_backward_pending(int task, uint64_t* out, int n);
+int dl_backward_supply(int task, const uint64_t* grads, int n);
+int dl_backward_results(int task, uint64_t* out, int n);
+void dl_backward_free(int task);
+int dl_custom_record(const uint64_t* ins, int nin, uint64_t* outs, int nout, double ref);
+int dl_dead_custom_refs(double* out, int n);
+int dl_watch_inplace(uint64_t x);            /* GradientTape.watch: x itself becomes differentiable */
+double dl_tensor_key(uint64_t x);            /* the same number for every handle of one tensor */
+/* ---- files (bindings/capi_io.cpp; the Lua side is scripts/dlua/io.lua, checkpoint.lua,
+   summary.lua, progress.lua) ---- */
+/* A loaded file or a summary writer: an id in a table of its own (not a tensor id). */
+struct dl_io_object { const uint64_t id; };
+void dl_io_release(struct dl_io_object o);   /* the ffi.gc finalizer; closes a writer */
+void dl_io_release_id(uint64_t id);
+/* safetensors (io/safetensors.h), written atomically; strings as (pointer, length). */
+int dl_save_safetensors(const char* path, int n, const char* const* names,
+                        const int64_t* name_lens, const uint64_t* tensors, int nmeta,
+                        const char* const* meta_keys, const int64_t* key_lens,
+                        const char* const* meta_values, const int64_t* value_lens);
+uint64_t dl_load_safetensors(const char* path);        /* a loaded file: all or nothing */
+int dl_loaded_counts(uint64_t file, double* out2);     /* tensors, metadata entries */
+const char* dl_loaded_name(uint64_t file, int i, double* len);     /* i 0-based */
+uint64_t dl_loaded_tensor(uint64_t file, int i);
+const char* dl_loaded_meta(uint64_t file, int i, int value, double* len);  /* key, or value */
+uint64_t dl_load_idx(const char* path);                /* MNIST format, plain or gzip */
+int dl_write_file_atomic(const char* path, const char* data, int64_t n);
+int dl_make_dirs(const char* path);                    /* mkdir -p */
+/* TensorBoard event files (io/events.h). */
+uint64_t dl_summary_open(const char* logdir, const char* suffix);
+const char* dl_summary_path(uint64_t w);
+int dl_summary_scalar(uint64_t w, const char* tag, int64_t tag_len, double value, int64_t step);
+int dl_summary_histogram(uint64_t w, const char* tag, int64_t tag_len, uint64_t values,
+                         int64_t step, int buckets);
+int dl_summary_flush(uint64_t w);
+int dl_summary_close(uint64_t w);                      /* flushes; a second close does nothing */
+/* The terminal and clocks, for progress bars. */
+int dl_isatty(int fd);
+int dl_terminal_columns(int fd);                       /* 0 when unknown */
+double dl_monotonic_time(void);                        /* seconds */
+double dl_wall_time(void);                             /* seconds since the Unix epoch */
+/* ---- neural networks (bindings/capi_nn.cpp; tensor/nn.h) ---- */
+/* Images are NCHW (or CHW for one image), conv weights OIHW; (h, w) pairs are passed
+   as two ints; an optional tensor is 0 when absent. */
+uint64_t dl_conv2d(uint64_t x, uint64_t weight, uint64_t bias, int stride_h, int stride_w,
+                   int pad_h, int pad_w, int dilation_h, int dilation_w, int groups);
+/* The gradients of conv2d for its input and its weight, as ops of their own. */
+uint64_t dl_conv2d_input_grad(uint64_t grad, uint64_t weight, const int64_t* input_shape,
+                              int ndim, int stride_h, int stride_w, int pad_h, int pad_w,
+                              int dilation_h, int dilation_w, int groups);
+uint64_t dl_conv2d_weight_grad(uint64_t x, uint64_t grad, const int64_t* weight_shape, int ndim,
+                               int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h,
+                               int dilation_w, int groups);
+/* weight (in_channels, out_channels / groups, kH, kW); out_pad smaller than the stride. */
+uint64_t dl_conv_transpose2d(uint64_t x, uint64_t weight, uint64_t bias, int stride_h,
+                             int stride_w, int pad_h, int pad_w, int out_pad_h, int out_pad_w,
+                             int dilation_h, int dilation_w, int groups);
+/* Pools: stride 0 means the kernel size; padding at most half the kernel. max_pool2d's
+   indices are 1-based positions h * W + w + 1 within each (H, W) plane. */
+int dl_max_pool2d(uint64_t x, int kernel_h, int kernel_w, int stride_h, int stride_w,
+                  int pad_h, int pad_w, int ceil_mode, uint64_t* out2);  /* values, indices */
+/* The maxima alone: faster when no gradient is taken (the indices are made only then). */
+uint64_t dl_max_pool2d_values(uint64_t x, int kernel_h, int kernel_w, int stride_h,
+                              int stride_w, int pad_h, int pad_w, int ceil_mode);
+uint64_t dl_max_pool2d_backward(uint64_t grad, uint64_t indices, const int64_t* input_shape,
+                                int ndim);
+uint64_t dl_avg_pool2d(uint64_t x, int kernel_h, int kernel_w, int stride_h, int stride_w,
+                       int pad_h, int pad_w, int ceil_mode, int count_include_pad);
+uint64_t dl_avg_pool2d_backward(uint64_t grad, const int64_t* input_shape, int ndim,
+                                int kernel_h, int kernel_w, int stride_h, int stride_w,
+                                int pad_h, int pad_w, int ceil_mode, int count_include_pad);
+uint64_t dl_global_avg_pool2d(uint64_t x, int keepdim);        /* mean over H and W */
+/* training 0 (evaluation) or p 0: x itself, under a new handle. */
+uint64_t dl_dropout(uint64_t x, double p, int training);
+/* weight, bias, running_mean, running_var: 0 for none. Training normalises by the batch
+   statistics and updates the running ones in place; evaluation uses the running ones. */
+uint64_t dl_batch_norm(uint64_t x, uint64_t weight, uint64_t bias, uint64_t running_mean,
+                       uint64_t running_var, int training, double momentum, double eps);
+/* indices: 1-based rows of weight; padding_idx: 1-based (negative from the end), 0: none. */
+uint64_t dl_embedding(uint64_t weight, uint64_t indices, int64_t padding_idx);
+/* logits (N, C), target (N) of 1-based class labels; reduction 0 none, 1 mean, 2 sum; with
+   has_ignore, rows whose label equals ignore_index count for nothing. */
+uint64_t dl_cross_entropy(uint64_t logits, uint64_t target, int reduction, int has_ignore,
+                          int64_t ignore_index);
+/* dl:cdef-end */
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* DLUA_BINDINGS_CAPI_H */

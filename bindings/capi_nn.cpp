@@ -1,0 +1,264 @@
+// The C ABI of the neural-network ops (declared in bindings/capi.h, "neural networks";
+// the engine side is tensor/nn.h, recorded through autograd/nn.h).
+//
+// Conventions are those of Note [The C ABI] in capi.cpp: handles, 0 / -1 on failure,
+// and Lua's 1-based numbering converted here with messages in Lua's terms: class
+// labels, embedding indices, padding_idx and max_pool2d's indices are 1-based. (h, w)
+// pairs travel as two ints so that a call allocates nothing on the Lua side.
+#include <climits>
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "autograd/nn.h"
+#include "bindings/capi.h"
+#include "bindings/guard.h"
+#include "bindings/handles.h"
+
+using dl::DType;
+using dl::ErrorKind;
+using dl::Op;
+using dl::Scalar;
+using dl::Shape;
+using dl::Tensor;
+using dl::fail;
+namespace ag = dl::ag;
+using dl::bind::get;
+using dl::bind::guard_handle;
+using dl::bind::guard_status;
+
+namespace {
+
+Shape shape_arg(const int64_t* sizes, int n, const char* op) {
+  if (n < 0 || n > dl::kMaxDims)
+    fail(ErrorKind::Value, op, ": at most ", dl::kMaxDims, " dimensions are supported, got ", n);
+  if (n > 0 && !sizes) fail(ErrorKind::Value, op, ": no sizes given");
+  return Shape(sizes, n);
+}
+
+// The tensor behind an optional handle (0: none).
+Tensor optional(uint64_t id, const char* op) { return id ? get(id, op) : Tensor(); }
+
+dl::Conv2dOpts conv_opts(int sh, int sw, int ph, int pw, int dh, int dw, int groups) {
+  dl::Conv2dOpts o;
+  o.stride[0] = sh;
+  o.stride[1] = sw;
+  o.padding[0] = ph;
+  o.padding[1] = pw;
+  o.dilation[0] = dh;
+  o.dilation[1] = dw;
+  o.groups = groups;
+  return o;
+}
+
+dl::Pool2dOpts pool_opts(int kh, int kw, int sh, int sw, int ph, int pw, int ceil_mode, int count_include_pad) {
+  dl::Pool2dOpts o;
+  o.kernel[0] = kh;
+  o.kernel[1] = kw;
+  o.stride[0] = sh;
+  o.stride[1] = sw;
+  o.padding[0] = ph;
+  o.padding[1] = pw;
+  o.ceil_mode = ceil_mode != 0;
+  o.count_include_pad = count_include_pad != 0;
+  return o;
+}
+
+void check_int(const Tensor& t, const char* op, const char* what) {
+  DL_CHECK_KIND(Type, t.dtype() == DType::Int64 || t.dtype() == DType::Int32, op, ": expected int64 or int32 ",
+                what, ", got ", dl::dtype_name(t.dtype()));
+}
+
+// The smallest and largest value of a non-empty integer tensor, leaving out the
+// entries equal to `skip` ({1, 1} when nothing is left).
+std::pair<double, double> int_range(const Tensor& t, std::optional<int64_t> skip) {
+  if (!skip)
+    return {dl::reduce(Op::Amin, t, {}, false).item(), dl::reduce(Op::Amax, t, {}, false).item()};
+  Tensor keep = dl::compare(Op::Ne, t, Scalar::integer(*skip));
+  if (dl::reduce(Op::Any, keep, {}, false).item() == 0) return {1, 1};
+  // Left-out entries are replaced by a bound that cannot win.
+  Tensor big = dl::full(Shape{}, Scalar::integer(INT32_MAX), t.dtype());
+  Tensor small = dl::full(Shape{}, Scalar::integer(INT32_MIN), t.dtype());
+  return {dl::reduce(Op::Amin, dl::where(keep, t, big), {}, false).item(),
+          dl::reduce(Op::Amax, dl::where(keep, t, small), {}, false).item()};
+}
+
+// 1-based indices in [1, size] made 0-based; `what` names them in the error.
+Tensor from_lua_indices(const Tensor& t, int64_t size, const char* op, const char* what, const char* range) {
+  if (t.numel() > 0) {
+    auto [lo, hi] = int_range(t, std::nullopt);
+    if (lo < 1 || hi > double(size))
+      fail(ErrorKind::Index, op, ": ", what, " ", int64_t(lo < 1 ? lo : hi), " is out of range for ", range,
+           " (expected 1..", size, ")");
+  }
+  return dl::binary(Op::Sub, t, Scalar::integer(1));
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- convolution --------------------------------------------------------------------------
+
+uint64_t dl_conv2d(uint64_t x, uint64_t weight, uint64_t bias, int stride_h, int stride_w, int pad_h, int pad_w,
+                   int dilation_h, int dilation_w, int groups) {
+  return guard_handle([&] {
+    return ag::conv2d(get(x, "conv2d"), get(weight, "conv2d"), optional(bias, "conv2d"),
+                      conv_opts(stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups));
+  });
+}
+
+uint64_t dl_conv2d_input_grad(uint64_t grad, uint64_t weight, const int64_t* input_shape, int ndim, int stride_h,
+                              int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups) {
+  return guard_handle([&] {
+    const char* op = "conv2d_input_grad";
+    return ag::conv2d_input_grad(get(grad, op), get(weight, op), shape_arg(input_shape, ndim, op),
+                                 conv_opts(stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups));
+  });
+}
+
+uint64_t dl_conv2d_weight_grad(uint64_t x, uint64_t grad, const int64_t* weight_shape, int ndim, int stride_h,
+                               int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups) {
+  return guard_handle([&] {
+    const char* op = "conv2d_weight_grad";
+    return ag::conv2d_weight_grad(get(x, op), get(grad, op), shape_arg(weight_shape, ndim, op),
+                                  conv_opts(stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups));
+  });
+}
+
+uint64_t dl_conv_transpose2d(uint64_t x, uint64_t weight, uint64_t bias, int stride_h, int stride_w, int pad_h,
+                             int pad_w, int out_pad_h, int out_pad_w, int dilation_h, int dilation_w, int groups) {
+  return guard_handle([&] {
+    const char* op = "conv_transpose2d";
+    const int64_t out_pad[2] = {out_pad_h, out_pad_w};
+    return ag::conv_transpose2d(get(x, op), get(weight, op), optional(bias, op),
+                                conv_opts(stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups), out_pad);
+  });
+}
+
+// ---- pooling ------------------------------------------------------------------------------
+
+int dl_max_pool2d(uint64_t x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w,
+                  int ceil_mode, uint64_t* out2) {
+  if (out2) out2[0] = out2[1] = 0;
+  return guard_status([&] {
+    DL_CHECK(out2 != nullptr, "max_pool2d: no room for the results");
+    auto r = ag::max_pool2d(get(x, "max_pool2d"),
+                            pool_opts(kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, 1));
+    Tensor idx = dl::binary(Op::Add, r.second, Scalar::integer(1));
+    out2[0] = dl::bind::handle_new(r.first);
+    try {
+      out2[1] = dl::bind::handle_new(idx);
+    } catch (...) {
+      dl::bind::handle_release(out2[0]);
+      out2[0] = 0;
+      throw;
+    }
+  });
+}
+
+uint64_t dl_max_pool2d_values(uint64_t x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
+                              int pad_w, int ceil_mode) {
+  return guard_handle([&] {
+    return ag::max_pool2d(get(x, "max_pool2d"),
+                          pool_opts(kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, 1),
+                          /*with_indices=*/false)
+        .first;
+  });
+}
+
+uint64_t dl_max_pool2d_backward(uint64_t grad, uint64_t indices, const int64_t* input_shape, int ndim) {
+  return guard_handle([&] {
+    const char* op = "max_pool2d_backward";
+    Shape s = shape_arg(input_shape, ndim, op);
+    const Tensor& idx = get(indices, op);
+    check_int(idx, op, "indices");
+    DL_CHECK(s.size() >= 2, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape ", s);
+    const int64_t plane = s[s.size() - 2] * s[s.size() - 1];
+    return ag::max_pool2d_backward(get(grad, op), from_lua_indices(idx, plane, op, "index", "a plane"), s);
+  });
+}
+
+uint64_t dl_avg_pool2d(uint64_t x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w,
+                       int ceil_mode, int count_include_pad) {
+  return guard_handle([&] {
+    return ag::avg_pool2d(get(x, "avg_pool2d"), pool_opts(kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w,
+                                                          ceil_mode, count_include_pad));
+  });
+}
+
+uint64_t dl_avg_pool2d_backward(uint64_t grad, const int64_t* input_shape, int ndim, int kernel_h, int kernel_w,
+                                int stride_h, int stride_w, int pad_h, int pad_w, int ceil_mode,
+                                int count_include_pad) {
+  return guard_handle([&] {
+    const char* op = "avg_pool2d_backward";
+    return ag::avg_pool2d_backward(get(grad, op), shape_arg(input_shape, ndim, op),
+                                   pool_opts(kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, ceil_mode,
+                                             count_include_pad));
+  });
+}
+
+uint64_t dl_global_avg_pool2d(uint64_t x, int keepdim) {
+  return guard_handle([&] { return ag::global_avg_pool2d(get(x, "global_avg_pool2d"), keepdim != 0); });
+}
+
+// ---- dropout, batch normalisation ------------------------------------------------------------
+
+uint64_t dl_dropout(uint64_t x, double p, int training) {
+  return guard_handle([&] { return ag::dropout(get(x, "dropout"), p, training != 0); });
+}
+
+uint64_t dl_batch_norm(uint64_t x, uint64_t weight, uint64_t bias, uint64_t running_mean, uint64_t running_var,
+                       int training, double momentum, double eps) {
+  return guard_handle([&] {
+    const char* op = "batch_norm";
+    return ag::batch_norm(get(x, op), optional(weight, op), optional(bias, op), optional(running_mean, op),
+                          optional(running_var, op), training != 0, momentum, eps);
+  });
+}
+
+// ---- embedding, loss ------------------------------------------------------------------------------
+
+uint64_t dl_embedding(uint64_t weight, uint64_t indices, int64_t padding_idx) {
+  return guard_handle([&] {
+    const char* op = "embedding";
+    const Tensor& w = get(weight, op);
+    const Tensor& idx = get(indices, op);
+    DL_CHECK(w.dim() == 2, op, ": expected a 2-D weight (num_embeddings, embedding_dim), got shape ", w.shape());
+    check_int(idx, op, "indices");
+    const int64_t v = w.size(0);
+    std::optional<int64_t> pad;
+    if (padding_idx != 0) {
+      DL_CHECK_KIND(Index, padding_idx >= -v && padding_idx <= v, op, ": padding_idx ", padding_idx,
+                    " is out of range for ", v, " embeddings (expected 1..", v, " or -", v, "..-1)");
+      pad = padding_idx > 0 ? padding_idx - 1 : padding_idx + v;
+    }
+    return ag::embedding(w, from_lua_indices(idx, v, op, "index", "the embeddings"), pad);
+  });
+}
+
+uint64_t dl_cross_entropy(uint64_t logits, uint64_t target, int reduction, int has_ignore, int64_t ignore_index) {
+  return guard_handle([&] {
+    const char* op = "cross_entropy";
+    const Tensor& l = get(logits, op);
+    const Tensor& t = get(target, op);
+    DL_CHECK(reduction >= 0 && reduction <= 2, op, ": unknown reduction ", reduction,
+             " (0 none, 1 mean, 2 sum)");
+    DL_CHECK(l.dim() == 2, op, ": expected logits of shape (N, C), got shape ", l.shape());
+    check_int(t, op, "class labels");
+    std::optional<int64_t> ignore;
+    if (has_ignore) ignore = ignore_index;
+    const int64_t c = l.size(1);
+    if (t.numel() > 0) {
+      auto [lo, hi] = int_range(t, ignore);
+      if (lo < 1 || hi > double(c))
+        fail(ErrorKind::Index, op, ": class label ", int64_t(lo < 1 ? lo : hi), " is out of range for ", c,
+             " classes (labels are 1-based: 1..", c, ")");
+    }
+    Tensor t0 = dl::binary(Op::Sub, t, Scalar::integer(1));
+    if (ignore) ignore = *ignore - 1;
+    return ag::cross_entropy(l, t0, dl::Reduction(reduction), ignore);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,46 @@
+// The one exception guard of the C ABI (Note [The C ABI] in capi.cpp), shared by every
+// file that defines C entry points.
+//
+//   uint64_t dl_exp(uint64_t x) {
+//     return guard_handle([&] { return ag::unary(Op::Exp, get(x, "exp")); });
+//   }
+//
+// guard_handle returns the new tensor's handle, or 0; guard_status returns 0, or -1.
+// On failure the message and kind are left for dl_last_error()/dl_last_error_kind().
+#pragma once
+#include <cstdint>
+
+#include "bindings/handles.h"
+
+namespace dl::bind {
+
+// Records the exception in flight; call only from a catch block.
+void capture_exception() noexcept;
+// Records an error without an exception.
+void set_error(int kind, const char* msg) noexcept;
+
+template <typename F>
+uint64_t guard_handle(F&& f) noexcept {
+  try {
+    return handle_new(f());
+  } catch (...) {
+    capture_exception();
+    return 0;
+  }
+}
+
+template <typename F>
+int guard_status(F&& f) noexcept {
+  try {
+    f();
+    return 0;
+  } catch (...) {
+    capture_exception();
+    return -1;
+  }
+}
+
+// The tensor behind a handle; throws "op: invalid tensor" for a dead or forged id.
+inline const Tensor& get(uint64_t id, const char* op) { return handle_get(id, op); }
+
+}  // namespace dl::bind

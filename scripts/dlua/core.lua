@@ -1,0 +1,246 @@
+-- dlua.core: the engine's C ABI (bindings/capi.h) seen from Lua, error raising and the
+-- collector stepping shared by the other dlua modules. Internal: scripts use `dlua`.
+--
+-- Finding the engine (libdlua_core.so), first match wins:
+--   0. require("dlua.clib") when the host registered it (package.preload): the
+--      runtime (vm/bridge.cpp, Note [Finding the C ABI]) hands over the very copy of
+--      the engine it links, so that host and scripts share one handle table;
+--   1. the host program itself, when it links the engine and exports its symbols
+--      (ffi.C);
+--   2. the environment variable DLUA_CORE, the path of the library file;
+--   3. package.cpath, searched for the name "dlua_core" (a pattern like
+--      "<build>/lib/lib?.so" finds "<build>/lib/libdlua_core.so");
+--   4. next to this file: <repo>/build/lib/ when run from the source tree
+--      (scripts/dlua/core.lua), <prefix>/lib/ when installed under
+--      <prefix>/share/lua/5.1/dlua/;
+--   5. the system's library path (ffi.load("dlua_core")).
+-- So from stock luajit in the source tree:
+--   LUA_PATH="scripts/?/init.lua;scripts/?.lua;;" LUA_CPATH="build/lib/lib?.so;;" luajit x.lua
+--
+-- Sandbox note: every library function this file and the other dlua modules use is
+-- captured here or at the top of each module, before any script runs, so a script
+-- that replaces string.format or collectgarbage does not change dlua's behaviour.
+local ffi = require("ffi")
+
+local type, pcall, error, tostring, select = type, pcall, error, tostring, select
+local ffi_string, ffi_new = ffi.string, ffi.new
+local collectgarbage = collectgarbage
+local getinfo = debug and debug.getinfo
+local getenv = os and os.getenv
+local searchpath = package and package.searchpath
+local cpath = package and package.cpath
+local ssub, smatch, concat = string.sub, string.match, table.concat
+local ipairs, io_open = ipairs, io and io.open
+local mmin, mmax = math.min, math.max
+
+local M = {}
+M.ffi = ffi
+
+-- ---- the library ------------------------------------------------------------------------
+
+ffi.cdef("const char* dl_cdef(void);")
+
+local function has_engine(lib)
+  local ok = pcall(function() return lib.dl_cdef end)
+  return ok
+end
+
+local function this_dir()
+  if not getinfo then return nil end
+  local src = getinfo(1, "S").source
+  if ssub(src, 1, 1) ~= "@" then return nil end
+  local dir = smatch(ssub(src, 2), "^(.*)/[^/]*$")
+  return dir or "."
+end
+
+local function find_engine()
+  local tried = {}
+  local preload = package and package.preload
+  if preload and preload["dlua.clib"] then
+    local lib = require("dlua.clib")
+    if has_engine(lib) then return lib end
+    tried[#tried + 1] = "dlua.clib (no dlua engine in it)"
+  end
+  if has_engine(ffi.C) then return ffi.C end
+  local function try(path)
+    tried[#tried + 1] = path
+    local ok, lib = pcall(ffi.load, path)
+    if ok and has_engine(lib) then return lib end
+    if ok then tried[#tried] = path .. " (no dlua engine in it)" end
+    return nil
+  end
+  local env = getenv and getenv("DLUA_CORE")
+  if env and env ~= "" then
+    local lib = try(env)
+    if lib then return lib end
+  end
+  if searchpath and cpath then
+    local path = searchpath("dlua_core", cpath)
+    if path then
+      local lib = try(path)
+      if lib then return lib end
+    end
+  end
+  local dir = this_dir()
+  if dir then
+    for _, rel in ipairs({ "/../../build/lib/libdlua_core.so", "/../../../../lib/libdlua_core.so" }) do
+      local path = dir .. rel
+      local f = io_open and io_open(path, "rb")
+      if f then
+        f:close()
+        local lib = try(path)
+        if lib then return lib end
+      end
+    end
+  end
+  local lib = try("dlua_core")
+  if lib then return lib end
+  error("dlua: cannot find the engine library libdlua_core.so (tried: the host program, "
+        .. concat(tried, ", ")
+        .. "); set DLUA_CORE to its path or add its directory to LUA_CPATH as <dir>/lib?.so", 0)
+end
+
+local C = find_engine()
+M.C = C   -- kept referenced: a library loaded with ffi.load is unloaded with its last reference
+
+if pcall(ffi.typeof, "struct dl_tensor") then
+  error("dlua: the engine's types are already declared in this Lua state (dlua loaded twice?)", 0)
+end
+ffi.cdef(ffi_string(C.dl_cdef()))
+
+-- ---- errors -----------------------------------------------------------------------------
+
+-- Chunk names of dlua's own Lua files: an error is reported at the first caller outside
+-- them, that is at the script's line, however deep inside dlua it was raised.
+local own = {}
+function M.own_source()
+  if getinfo then own[getinfo(2, "S").source] = true end
+end
+M.own_source()
+
+local function raise(msg)
+  local level = 2
+  if getinfo then
+    while true do
+      local info = getinfo(level, "S")
+      if not info then level = 0 break end  -- no script frame (a tail call): no position
+      if info.what ~= "C" and not own[info.source] then break end
+      level = level + 1
+    end
+  else
+    level = 3
+  end
+  error(msg, level)
+end
+M.raise = raise
+
+-- Raises the engine's last error.
+function M.raise_last()
+  raise(ffi_string(C.dl_last_error()))
+end
+
+-- "op: expected <what>, got <type>".
+local TT   -- the tensor ctype, set by dlua.tensor
+function M.typename(v)
+  if TT and ffi.istype(TT, v) then return "tensor" end
+  return type(v)
+end
+function M.set_tensor_type(ct) TT = ct end
+
+function M.bad_arg(op, what, v)
+  raise(op .. ": expected " .. what .. ", got " .. M.typename(v))
+end
+
+-- ---- memory: stepping the collector -------------------------------------------------------
+
+-- Note [Stepping the collector]
+-- Tensor memory lives outside the Lua heap, so Lua's collector does not know that a
+-- few small cdata handles hold gigabytes. The engine counts the bytes it allocates
+-- (dl_allocated_total, per process and never reset); each new tensor handle
+-- (dlua.tensor's wrap) compares what was allocated since this Lua state's last
+-- collection with a budget and, past it, runs a full collection, which finalizes
+-- unreachable tensors and gives their memory back. (Counting from each state's own
+-- mark keeps one runtime's collections from hiding another's allocations.) Like
+-- torch7's soft limit: when a collection frees less than half of what was allocated
+-- since the previous one, most of it is alive (a growing data set, a model being
+-- built), so the budget grows by 40% to keep the collections from becoming
+-- quadratic; when it frees nearly all of it, the budget shrinks back towards its
+-- base. With a tensor memory limit set, the budget stays below a quarter of the
+-- limit, and an allocation the limit refuses is retried once after a full
+-- collection (M.retry).
+local KIND_MEMORY = 3        -- dl::ErrorKind::Memory
+local BASE_BUDGET = 64 * 2 ^ 20
+local MAX_BUDGET = 2 ^ 40
+M.total = C.dl_allocated_total()            -- const double*: bytes allocated so far
+M.mark = ffi_new("double[1]", M.total[0])   -- the total at this state's last collection
+M.budget = ffi_new("double[1]", BASE_BUDGET)
+local total, mark, budget = M.total, M.mark, M.budget
+local stats = ffi_new("double[5]")
+local collecting = false
+
+function M.collect()
+  if collecting then return end
+  collecting = true
+  C.dl_memory_stats(stats)
+  local before, allocated = stats[0], total[0] - mark[0]
+  mark[0] = total[0]
+  collectgarbage("collect")
+  C.dl_memory_stats(stats)
+  local freed, limit = before - stats[0], stats[3]
+  local b = budget[0]
+  if freed < 0.5 * allocated then
+    b = mmin(b * 1.4, MAX_BUDGET)
+  elseif freed > 0.9 * allocated then
+    b = mmax(BASE_BUDGET, b / 1.4)
+  end
+  if limit > 0 then b = mmax(2 ^ 20, mmin(b, limit / 4)) end
+  budget[0] = b
+  collecting = false
+end
+
+-- After a failed call: true when it failed for memory and a collection was run, so
+-- that the caller should try once more.
+function M.retry()
+  if C.dl_last_error_kind() ~= KIND_MEMORY or collecting then return false end
+  M.collect()
+  C.dl_empty_cache()
+  return true
+end
+
+function M.memory_stats()
+  C.dl_memory_stats(stats)
+  return {
+    in_use = stats[0], cached = stats[1], peak = stats[2], limit = stats[3],
+    tensors = stats[4], gc_budget = budget[0], gc_debt = total[0] - mark[0],
+  }
+end
+
+-- ---- the op table -------------------------------------------------------------------------
+
+-- ops[name] = {id =, family =, arity =, flags =}, from tensor/ops.def through the C ABI.
+local FAMILIES = { [0] = "unary", "binary", "compare", "reduce", "other" }
+M.ops = {}
+M.op_list = {}
+for i = 0, C.dl_op_count() - 1 do
+  local name = ffi_string(C.dl_op_name(i))
+  local op = { id = i, name = name, family = FAMILIES[C.dl_op_family(i)],
+               arity = C.dl_op_arity(i), flags = C.dl_op_flags(i) }
+  M.ops[name] = op
+  M.op_list[#M.op_list + 1] = op
+end
+M.FLAG_DIFF, M.FLAG_FLOAT_ONLY, M.FLAG_NO_BOOL, M.FLAG_INT_EXACT = 1, 2, 4, 8
+
+-- dtypes: code -> name, name (and alias) -> code.
+M.dtype_names = {}
+M.dtype_codes = {}
+for i = 0, C.dl_dtype_count() - 1 do
+  local name = ffi_string(C.dl_dtype_name(i))
+  M.dtype_names[i] = name
+  M.dtype_codes[name] = i
+end
+for _, alias in ipairs({ "float", "double", "int", "long", "byte" }) do
+  local code = C.dl_dtype_code(alias)
+  if code >= 0 then M.dtype_codes[alias] = code end
+end
+
+return M

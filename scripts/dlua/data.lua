@@ -1,0 +1,439 @@
+-- dlua.data: input pipelines, as dl.data (API.md, "Models, training, data"), composed
+-- like tf.data:
+--
+--   local ds = dl.data.from_tensors(images, labels):shuffle(42):batch(64)
+--   for epoch = 1, 5 do
+--     for x, y in ds:iter() do ... end          -- reshuffled at every epoch
+--   end
+--   ds:map(function(x, y) return x:flatten(2), y end):take(10)
+--
+-- An element is a tuple of values (tensors or numbers), like the results of a Lua
+-- function. from_tensors(x, y, ...) has one element per row (index along dim 1) of its
+-- tensors.
+--
+-- Speed: while a pipeline is still about rows of the source tensors (shuffle, take and
+-- skip before any map), it is planned as an index tensor (a permutation, a prefix) and
+-- each batch is gathered from every source tensor with one index_select: no Lua loop runs
+-- per element. A map placed before batch runs once per element (its function sees one
+-- row), as tf.data's does; put it after batch to run it once per batch.
+--
+-- Shuffling: shuffle(seed) draws a fresh permutation at each pass (each iter()) from a
+-- stream that depends only on the seed and the pass number, so a run is reproducible
+-- and every epoch differs; shuffle() without a seed draws from the engine's generator
+-- (dl.manual_seed). A shuffle after a map or a batch shuffles the whole stream in
+-- memory (there is no tf.data-style bounded buffer).
+local ffi = require("ffi")
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local C = core.C
+local raise, bad_arg, typename = core.raise, core.bad_arg, core.typename
+local is_tensor, wrap = T.is_tensor, T.wrap
+local dl = T.dl
+local type, select, tostring, ipairs, pairs, setmetatable, getmetatable, unpack =
+  type, select, tostring, ipairs, pairs, setmetatable, getmetatable, unpack
+local floor, min, max = math.floor, math.min, math.max
+local ffi_new = ffi.new
+local INT64 = core.dtype_codes.int64
+
+dl.data = dl.data or {}
+local data = dl.data
+
+local Dataset = {}
+Dataset.__index = Dataset
+data.Dataset = Dataset
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+local function node(kind, parent, fields)
+  fields.kind, fields.parent = kind, parent
+  return setmetatable(fields, Dataset)
+end
+
+local function check_ds(op, ds)
+  if getmetatable(ds) ~= Dataset then raise(op .. ": call it on a data set, as ds:" .. op .. "(...)") end
+end
+
+local function count_arg(op, n, what)
+  if type(n) ~= "number" or n ~= floor(n) or n < 0 then
+    raise(op .. ": " .. what .. " must be an integer >= 0, got " .. tostring(n))
+  end
+  return n
+end
+
+-- ---- sources -------------------------------------------------------------------------------
+
+-- One element per index along dim 1 of every tensor (all the same length).
+function data.from_tensors(...)
+  local n = select("#", ...)
+  if n == 0 then raise("from_tensors: expected at least one tensor") end
+  local ts, len = {}, nil
+  for i = 1, n do
+    local t = select(i, ...)
+    if not is_tensor(t) then raise("from_tensors: argument " .. i .. " is a " .. typename(t) .. ", expected a tensor") end
+    if t:dim() == 0 then raise("from_tensors: argument " .. i .. " is a 0-dim tensor; expected at least 1 dimension") end
+    local l = t:size(1)
+    if len and l ~= len then
+      raise("from_tensors: tensors have different sizes along dim 1: " .. len .. " and " .. l
+            .. " (argument " .. i .. ")")
+    end
+    len = l
+    ts[i] = t
+  end
+  return node("tensors", nil, { tensors = ts, length = len })
+end
+data.from_tensor_slices = data.from_tensors
+
+-- A data set over a Lua list of elements (each a value, or a table {v1, v2, ...} with
+-- tuple = true): mostly for tests and small dynamic data.
+function data.from_list(list, opts)
+  if type(list) ~= "table" then bad_arg("from_list", "a list", list) end
+  return node("list", nil, { list = list, tuple = opts and opts.tuple or false, length = #list })
+end
+
+-- ---- transformations -----------------------------------------------------------------------------
+
+function Dataset:shuffle(seed)
+  check_ds("shuffle", self)
+  if seed ~= nil and (type(seed) ~= "number" or seed ~= floor(seed)) then
+    raise("shuffle: the seed must be an integer, got " .. tostring(seed))
+  end
+  return node("shuffle", self, { seed = seed, passes = 0 })
+end
+
+function Dataset:batch(n, opts)
+  check_ds("batch", self)
+  if type(n) ~= "number" or n ~= floor(n) or n < 1 then
+    raise("batch: the batch size must be an integer >= 1, got " .. tostring(n))
+  end
+  if opts ~= nil and type(opts) ~= "table" then bad_arg("batch", "an options table", opts) end
+  for k in pairs(opts or {}) do
+    if k ~= "drop_remainder" then raise("batch: unknown option '" .. tostring(k) .. "'") end
+  end
+  return node("batch", self, { batch_size = n, drop_remainder = opts and opts.drop_remainder or false })
+end
+
+function Dataset:map(f)
+  check_ds("map", self)
+  if type(f) ~= "function" then bad_arg("map", "a function", f) end
+  return node("map", self, { fn = f })
+end
+
+function Dataset:take(n)
+  check_ds("take", self)
+  return node("take", self, { count = count_arg("take", n, "the count") })
+end
+
+function Dataset:skip(n)
+  check_ds("skip", self)
+  return node("skip", self, { count = count_arg("skip", n, "the count") })
+end
+
+-- Elements for which pred(...) is true (runs per element).
+function Dataset:filter(pred)
+  check_ds("filter", self)
+  if type(pred) ~= "function" then bad_arg("filter", "a function", pred) end
+  return node("filter", self, { fn = pred })
+end
+
+-- The data set `count` times over (reshuffling each time), or forever without a count.
+function Dataset:repeat_(count)
+  check_ds("repeat", self)
+  if count ~= nil then count_arg("repeat", count, "the count") end
+  return node("repeat", self, { count = count })
+end
+Dataset["repeat"] = Dataset.repeat_
+
+-- ---- planning: index tensors for row pipelines ------------------------------------------------------
+
+-- Park-Miller's minimal standard generator (exact in doubles), seeded from the seed and
+-- the pass number, for seeded shuffles that leave the engine's generator alone.
+local function permutation(seed, pass, n)
+  local s = (seed * 1000003 + pass * 7919 + 12345) % 2147483646
+  if s < 0 then s = s + 2147483646 end
+  s = s + 1
+  for _ = 1, 8 do s = s * 48271 % 2147483647 end
+  local buf = ffi_new("double[?]", max(n, 1))
+  for i = 0, n - 1 do buf[i] = i + 1 end
+  for i = n - 1, 1, -1 do
+    s = s * 48271 % 2147483647
+    local j = floor(s / 2147483647 * (i + 1))
+    buf[i], buf[j] = buf[j], buf[i]
+  end
+  local shape = ffi_new("int64_t[1]", n)
+  return wrap(C.dl_from_values(buf, n, shape, 1, INT64, nil))
+end
+
+-- Whether the pipeline is still about rows of one from_tensors source.
+local function is_row(ds)
+  local kind = ds.kind
+  if kind == "tensors" then return true end
+  if kind == "shuffle" or kind == "take" or kind == "skip" then return is_row(ds.parent) end
+  return false
+end
+
+-- For a pipeline of rows of one from_tensors source: the source and this pass's row
+-- order (an int64 index tensor, or nil for 1..length in order, with its length). Each
+-- call is a new pass (shuffles draw their next permutation).
+local function row_plan(ds)
+  local kind = ds.kind
+  if kind == "tensors" then return ds, nil, ds.length end
+  local src, order, len = row_plan(ds.parent)
+  if kind == "shuffle" then
+    local perm
+    if ds.seed ~= nil then
+      perm = permutation(ds.seed, ds.passes, len)
+    else
+      perm = dl.randperm(len)
+    end
+    ds.passes = ds.passes + 1
+    if order then order = order:index_select(1, perm) else order = perm end
+    return src, order, len
+  elseif kind == "take" then
+    local n = min(ds.count, len)
+    if order then order = order:narrow(1, 1, n) elseif n < len then order = dl.arange(1, n + 1, { dtype = "int64" }) end
+    return src, order, n
+  else
+    local n = max(len - ds.count, 0)
+    if order then order = order:narrow(1, len - n + 1, n)
+    else order = dl.arange(len - n + 1, len + 1, { dtype = "int64" }) end
+    return src, order, n
+  end
+end
+
+-- Rows start..start+count-1 of the plan, from every source tensor.
+local function gather_rows(src, order, start, count)
+  local ts = src.tensors
+  local out = {}
+  if order then
+    local idx = order:narrow(1, start, count)
+    for i = 1, #ts do out[i] = ts[i]:index_select(1, idx) end
+  else
+    for i = 1, #ts do out[i] = ts[i]:narrow(1, start, count) end
+  end
+  return out
+end
+
+-- ---- iteration: each node gives a function returning the next element as a packed tuple ---------
+
+local iterators = {}
+
+-- A batch of elements: per component, tensors stacked along a new dim 1, numbers and
+-- booleans as a tensor.
+local function stack_elements(els)
+  local first = els[1]
+  local out = { n = first.n }
+  for c = 1, first.n do
+    local v = first[c]
+    if is_tensor(v) then
+      local list = {}
+      for i = 1, #els do list[i] = els[i][c] end
+      out[c] = dl.stack(list, 1)
+    elseif type(v) == "number" or type(v) == "boolean" then
+      local list = {}
+      for i = 1, #els do list[i] = els[i][c] end
+      out[c] = dl.tensor(list)
+    else
+      raise("batch: cannot batch a " .. typename(v) .. " (component " .. c .. " of an element)")
+    end
+  end
+  return out
+end
+
+local function iterate(ds)
+  return iterators[ds.kind](ds)
+end
+
+iterators.tensors = function(ds)
+  local src, i, len = ds, 0, ds.length
+  return function()
+    if i >= len then return nil end
+    i = i + 1
+    local out = { n = #src.tensors }
+    for k, t in ipairs(src.tensors) do out[k] = t:select(1, i) end
+    return out
+  end
+end
+
+iterators.list = function(ds)
+  local i = 0
+  return function()
+    i = i + 1
+    local v = ds.list[i]
+    if v == nil then return nil end
+    if ds.tuple then return { n = #v, unpack(v) } end
+    return { n = 1, v }
+  end
+end
+
+-- shuffle/take/skip over rows: the planned order, one row at a time.
+local function row_iterator(ds)
+  local src, order, len = row_plan(ds)
+  local i = 0
+  return function()
+    if i >= len then return nil end
+    i = i + 1
+    local r = order and order[i] or i
+    local out = { n = #src.tensors }
+    for k, t in ipairs(src.tensors) do out[k] = t:select(1, r) end
+    return out
+  end
+end
+
+iterators.shuffle = function(ds)
+  if is_row(ds.parent) then return row_iterator(ds) end
+  -- Shuffling elements of another kind: all of them, in memory.
+  local els = {}
+  for el in iterate(ds.parent) do els[#els + 1] = el end
+  local n = #els
+  local perm = ds.seed ~= nil and permutation(ds.seed, ds.passes, n) or dl.randperm(n)
+  ds.passes = ds.passes + 1
+  local i = 0
+  return function()
+    if i >= n then return nil end
+    i = i + 1
+    return els[perm[i]]
+  end
+end
+
+iterators.take = function(ds)
+  if is_row(ds.parent) then return row_iterator(ds) end
+  local it, left = iterate(ds.parent), ds.count
+  return function()
+    if left <= 0 then return nil end
+    left = left - 1
+    return it()
+  end
+end
+
+iterators.skip = function(ds)
+  if is_row(ds.parent) then return row_iterator(ds) end
+  local it, skipped = iterate(ds.parent), false
+  return function()
+    if not skipped then
+      skipped = true
+      for _ = 1, ds.count do if it() == nil then return nil end end
+    end
+    return it()
+  end
+end
+
+iterators.batch = function(ds)
+  local size, drop = ds.batch_size, ds.drop_remainder
+  if is_row(ds.parent) then
+    local src, order, len = row_plan(ds.parent)
+    local start = 1
+    return function()
+      local left = len - start + 1
+      if left <= 0 or (drop and left < size) then return nil end
+      local count = min(size, left)
+      local out = gather_rows(src, order, start, count)
+      out.n = #out
+      start = start + count
+      return out
+    end
+  end
+  local it = iterate(ds.parent)
+  return function()
+    local els = {}
+    for _ = 1, size do
+      local el = it()
+      if el == nil then break end
+      els[#els + 1] = el
+    end
+    if #els == 0 or (drop and #els < size) then return nil end
+    return stack_elements(els)
+  end
+end
+
+iterators.map = function(ds)
+  local it, f = iterate(ds.parent), ds.fn
+  return function()
+    local el = it()
+    if el == nil then return nil end
+    return pack(f(unpack(el, 1, el.n)))
+  end
+end
+
+iterators.filter = function(ds)
+  local it, f = iterate(ds.parent), ds.fn
+  return function()
+    while true do
+      local el = it()
+      if el == nil then return nil end
+      local keep = f(unpack(el, 1, el.n))
+      if is_tensor(keep) then keep = keep:item() end
+      if keep and keep ~= 0 then return el end
+    end
+  end
+end
+
+iterators["repeat"] = function(ds)
+  local pass, it = 1, iterate(ds.parent)
+  return function()
+    while true do
+      local el = it()
+      if el ~= nil then return el end
+      if ds.count and pass >= ds.count then return nil end
+      pass = pass + 1
+      it = iterate(ds.parent)
+      local again = it()
+      if again == nil then return nil end   -- an empty data set would loop forever
+      return again
+    end
+  end
+end
+
+-- for x, y in ds:iter() do ... end: one pass over the data set.
+function Dataset:iter()
+  check_ds("iter", self)
+  local next_el = iterate(self)
+  return function()
+    local el = next_el()
+    if el == nil then return nil end
+    return unpack(el, 1, el.n)
+  end
+end
+
+-- The number of elements (batches, after batch) one pass gives, or nil when it is
+-- unknown before iterating (after filter, a shuffle of a non-row pipeline ...).
+function Dataset:size()
+  local kind = self.kind
+  if kind == "tensors" or kind == "list" then return self.length end
+  local p = self.parent and self.parent:size()
+  if p == nil then return nil end
+  if kind == "shuffle" or kind == "map" then return p end
+  if kind == "take" then return min(self.count, p) end
+  if kind == "skip" then return max(p - self.count, 0) end
+  if kind == "batch" then
+    local b = self.batch_size
+    if self.drop_remainder then return floor(p / b) end
+    return floor((p + b - 1) / b)
+  end
+  if kind == "repeat" then return self.count and p * self.count or nil end
+  return nil
+end
+Dataset.cardinality = Dataset.size
+
+function Dataset:__tostring()
+  local parts = {}
+  local d = self
+  while d do
+    local s = d.kind
+    if d.kind == "tensors" then
+      local shapes = {}
+      for i, t in ipairs(d.tensors) do shapes[i] = T.shape_str(t.shape) end
+      s = "from_tensors(" .. table.concat(shapes, ", ") .. ")"
+    elseif d.kind == "batch" then s = "batch(" .. d.batch_size .. (d.drop_remainder and ", drop_remainder" or "") .. ")"
+    elseif d.kind == "take" or d.kind == "skip" then s = d.kind .. "(" .. d.count .. ")"
+    elseif d.kind == "shuffle" then s = "shuffle(" .. (d.seed and tostring(d.seed) or "") .. ")"
+    elseif d.kind == "repeat" then s = "repeat(" .. (d.count and tostring(d.count) or "") .. ")"
+    else s = d.kind .. "(...)" end
+    table.insert(parts, 1, s)
+    d = d.parent
+  end
+  return "Dataset: " .. table.concat(parts, ":")
+end
+
+return data

@@ -1,0 +1,48 @@
+-- dlua: the differentiable scripting runtime's Lua module.
+--
+--   local dl = require("dlua")
+--   local x = dl.tensor({{1, 2}, {3, 4}})
+--   print(x:matmul(x):sum())      -- tensor(54., shape=(), dtype=float32)
+--
+-- The contract is shared/API.md. The pieces, all internal (scripts use only this):
+--   dlua.core      the C ABI through the LuaJIT FFI, errors, collector stepping
+--   dlua.tensor    the tensor type, creation, ops, indexing
+--   dlua.format    printing
+--   dlua.autograd  gradients (loaded when present)
+--   dlua.io, dlua.checkpoint, dlua.summary, dlua.progress   files, checkpoints,
+--                  TensorBoard summaries, progress bars
+--   dlua.nn, dlua.optim, dlua.data, dlua.metrics   models and losses, optimizers,
+--                  input pipelines, metrics
+-- How the engine library is found (the `dlua` program, DLUA_CORE, LUA_CPATH ...) is
+-- described at the top of core.lua.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+require("dlua.format")
+
+local dl = T.dl
+dl._VERSION = "0.1.0"
+
+-- The autograd layer extends dl and the tensor methods. It is optional only in the
+-- sense that a tree without it still loads; an error inside it is not hidden.
+local ok, err = pcall(require, "dlua.autograd")
+if not ok then
+  local msg = tostring(err)
+  if not string.find(msg, "module 'dlua.autograd' not found", 1, true) then
+    error(err, 0)
+  end
+end
+
+-- Files (dl.save/dl.load, dl.data.load_idx/fashion_mnist), checkpoints, TensorBoard
+-- summaries and progress bars; after autograd, whose no_grad they use.
+require("dlua.io")
+require("dlua.checkpoint")
+require("dlua.summary")
+require("dlua.progress")
+
+-- Training: models, optimizers, input pipelines, metrics (they use autograd).
+require("dlua.nn")
+require("dlua.optim")
+require("dlua.data")
+require("dlua.metrics")
+
+return dl

@@ -1,0 +1,302 @@
+-- dlua.nn.functional: the stateless forms of the layers and the losses, as
+-- dl.nn.functional (PyTorch's torch.nn.functional); the losses are also in dl.nn.
+--
+--   local F = dl.nn.functional
+--   local y = F.conv2d(x, w, b, {stride = 2, padding = 1})
+--   local loss = dl.nn.cross_entropy(logits, labels)      -- labels 1-based, int64
+--
+-- The fused ops (conv2d, pools, dropout, batch_norm, embedding, cross_entropy) are the
+-- engine's (bindings/capi.h, "neural networks"); they are recorded for gradients there.
+-- A (h, w) pair is given as one number or a table {h, w}.
+local ffi = require("ffi")
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local C = core.C
+local raise, raise_last, bad_arg, retry = core.raise, core.raise_last, core.bad_arg, core.retry
+local wrap, is_tensor, shape_str = T.wrap, T.is_tensor, T.shape_str
+local dl = T.dl
+local type, tostring, pairs, floor = type, tostring, pairs, math.floor
+local ffi_new = ffi.new
+
+local F = {}
+
+local out2 = ffi_new("uint64_t[2]")
+
+local function check_tensor(op, x)
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+end
+
+-- An (h, w) pair of non-negative integers from a number or {h, w}.
+local function pair(op, what, v, min)
+  local h, w
+  if type(v) == "number" then h, w = v, v
+  elseif type(v) == "table" and #v == 2 then h, w = v[1], v[2]
+  else raise(op .. ": " .. what .. " must be a number or a pair {h, w}, got " .. core.typename(v)) end
+  if type(h) ~= "number" or type(w) ~= "number" or h ~= floor(h) or w ~= floor(w) or h < min or w < min then
+    raise(op .. ": " .. what .. " must be integers >= " .. min .. ", got " .. tostring(h) .. ", " .. tostring(w))
+  end
+  return h, w
+end
+F.pair = pair
+
+local function opts_of(op, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then bad_arg(op, "an options table", opts) end
+  for k in pairs(opts) do
+    if not allowed[k] then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
+  end
+  return opts
+end
+
+-- ---- convolution and pooling ------------------------------------------------------------------
+
+local CONV_OPTS = { stride = true, padding = true, dilation = true, groups = true }
+
+-- Padding "valid" (none) or "same" (output as large as the input; stride 1), or sizes.
+local function conv_padding(op, padding, kh, kw, dh, dw, sh, sw)
+  if padding == nil or padding == "valid" then return 0, 0 end
+  if padding == "same" then
+    if sh ~= 1 or sw ~= 1 then raise(op .. ": padding \"same\" needs stride 1") end
+    local eh, ew = dh * (kh - 1), dw * (kw - 1)
+    if eh % 2 ~= 0 or ew % 2 ~= 0 then
+      raise(op .. ": padding \"same\" needs an odd (dilated) kernel size, got " .. (eh + 1) .. "x" .. (ew + 1))
+    end
+    return eh / 2, ew / 2
+  end
+  return pair(op, "padding", padding, 0)
+end
+
+-- conv2d(x, weight [, bias] [, {stride, padding, dilation, groups}]): x (N, C, H, W) or
+-- (C, H, W), weight (O, C / groups, kH, kW).
+function F.conv2d(x, w, b, opts)
+  if type(b) == "table" and not is_tensor(b) then b, opts = nil, b end
+  check_tensor("conv2d", x)
+  check_tensor("conv2d", w)
+  if b ~= nil then check_tensor("conv2d", b) end
+  opts = opts_of("conv2d", opts, CONV_OPTS)
+  local sh, sw = pair("conv2d", "stride", opts.stride or 1, 1)
+  local dh, dw = pair("conv2d", "dilation", opts.dilation or 1, 1)
+  local groups = opts.groups or 1
+  local ws = w.shape
+  local ph, pw = conv_padding("conv2d", opts.padding, ws[3] or 1, ws[4] or 1, dh, dw, sh, sw)
+  local bid = b and b.id or 0
+  local id = C.dl_conv2d(x.id, w.id, bid, sh, sw, ph, pw, dh, dw, groups)
+  if id == 0 and retry() then id = C.dl_conv2d(x.id, w.id, bid, sh, sw, ph, pw, dh, dw, groups) end
+  return wrap(id)
+end
+
+local POOL_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true,
+                    return_indices = true }
+-- The maxima without their indices (the engine makes those only for a gradient).
+local has_values_only = pcall(function() return C.dl_max_pool2d_values end)
+
+-- max_pool2d(x, k [, {stride, padding, ceil_mode, return_indices}]): with return_indices,
+-- also the 1-based position of each maximum within its (H, W) plane.
+function F.max_pool2d(x, k, opts)
+  check_tensor("max_pool2d", x)
+  opts = opts_of("max_pool2d", opts, POOL_OPTS)
+  local kh, kw = pair("max_pool2d", "kernel size", k, 1)
+  local sh, sw = pair("max_pool2d", "stride", opts.stride or 0, 0)
+  local ph, pw = pair("max_pool2d", "padding", opts.padding or 0, 0)
+  local ceil = opts.ceil_mode and 1 or 0
+  if not opts.return_indices and has_values_only then
+    local id = C.dl_max_pool2d_values(x.id, kh, kw, sh, sw, ph, pw, ceil)
+    if id == 0 and retry() then id = C.dl_max_pool2d_values(x.id, kh, kw, sh, sw, ph, pw, ceil) end
+    return wrap(id)
+  end
+  local st = C.dl_max_pool2d(x.id, kh, kw, sh, sw, ph, pw, ceil, out2)
+  if st ~= 0 and retry() then st = C.dl_max_pool2d(x.id, kh, kw, sh, sw, ph, pw, ceil, out2) end
+  if st ~= 0 then raise_last() end
+  local values, indices = out2[0], out2[1]
+  if opts.return_indices then return wrap(values), wrap(indices) end
+  C.dl_release_id(indices)
+  return wrap(values)
+end
+
+function F.avg_pool2d(x, k, opts)
+  check_tensor("avg_pool2d", x)
+  opts = opts_of("avg_pool2d", opts, POOL_OPTS)
+  local kh, kw = pair("avg_pool2d", "kernel size", k, 1)
+  local sh, sw = pair("avg_pool2d", "stride", opts.stride or 0, 0)
+  local ph, pw = pair("avg_pool2d", "padding", opts.padding or 0, 0)
+  local ceil = opts.ceil_mode and 1 or 0
+  local cip = opts.count_include_pad == false and 0 or 1
+  local id = C.dl_avg_pool2d(x.id, kh, kw, sh, sw, ph, pw, ceil, cip)
+  if id == 0 and retry() then id = C.dl_avg_pool2d(x.id, kh, kw, sh, sw, ph, pw, ceil, cip) end
+  return wrap(id)
+end
+
+-- The mean over H and W: (N, C, H, W) -> (N, C) (or (N, C, 1, 1) with keepdim).
+function F.global_avg_pool2d(x, keepdim)
+  check_tensor("global_avg_pool2d", x)
+  return wrap(C.dl_global_avg_pool2d(x.id, keepdim and 1 or 0))
+end
+
+-- ---- dropout, normalisation, embedding -------------------------------------------------------
+
+function F.dropout(x, p, training)
+  check_tensor("dropout", x)
+  p = p == nil and 0.5 or p
+  if type(p) ~= "number" or p < 0 or p > 1 then
+    raise("dropout: probability must be between 0 and 1, got " .. tostring(p))
+  end
+  if training == nil then training = true end
+  local id = C.dl_dropout(x.id, p, training and 1 or 0)
+  if id == 0 and retry() then id = C.dl_dropout(x.id, p, training and 1 or 0) end
+  return wrap(id)
+end
+
+-- batch_norm(x, running_mean, running_var [, weight, bias, training, momentum, eps]) in
+-- PyTorch's argument order; the running statistics (or nil) are updated in place when
+-- training.
+function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
+  check_tensor("batch_norm", x)
+  local function id_of(v, what)
+    if v == nil then return 0 end
+    if not is_tensor(v) then bad_arg("batch_norm", "a tensor for " .. what, v) end
+    return v.id
+  end
+  local rmi, rvi, wi, bi = id_of(rm, "running_mean"), id_of(rv, "running_var"), id_of(w, "weight"), id_of(b, "bias")
+  local tr = training and 1 or 0
+  momentum = momentum == nil and 0.1 or momentum
+  eps = eps == nil and 1e-5 or eps
+  local id = C.dl_batch_norm(x.id, wi, bi, rmi, rvi, tr, momentum, eps)
+  if id == 0 and retry() then id = C.dl_batch_norm(x.id, wi, bi, rmi, rvi, tr, momentum, eps) end
+  return wrap(id)
+end
+
+-- Rows of weight (V, D) at 1-based integer indices of any shape.
+function F.embedding(indices, weight, padding_idx)
+  check_tensor("embedding", indices)
+  check_tensor("embedding", weight)
+  local id = C.dl_embedding(weight.id, indices.id, padding_idx or 0)
+  if id == 0 and retry() then id = C.dl_embedding(weight.id, indices.id, padding_idx or 0) end
+  return wrap(id)
+end
+
+-- y = x W^T + b, W (out, in) as PyTorch's Linear.
+function F.linear(x, w, b)
+  local y = x:matmul(w:t())
+  if b ~= nil then y = y + b end
+  return y
+end
+
+-- ---- activations ------------------------------------------------------------------------------
+
+F.relu, F.tanh, F.sigmoid, F.softplus = dl.relu, dl.tanh, dl.sigmoid, dl.softplus
+F.softmax, F.log_softmax = dl.softmax, dl.log_softmax
+
+function F.leaky_relu(x, slope)
+  slope = slope or 0.01
+  return dl.where(x:gt(0), x, x * slope)
+end
+
+function F.gelu(x)
+  return x * 0.5 * (dl.erf(x * 0.7071067811865476) + 1)
+end
+
+function F.silu(x) return x * dl.sigmoid(x) end
+
+-- ---- losses -------------------------------------------------------------------------------------
+
+local REDUCTIONS = { none = 0, mean = 1, sum = 2 }
+
+local function reduction_of(op, opts)
+  local r = "mean"
+  if opts ~= nil then
+    if type(opts) == "string" then r = opts
+    elseif type(opts) == "table" then
+      for k in pairs(opts) do
+        if k ~= "reduction" and k ~= "ignore_index" and k ~= "pos_weight" then
+          raise(op .. ": unknown option '" .. tostring(k) .. "'")
+        end
+      end
+      r = opts.reduction or "mean"
+    else
+      bad_arg(op, "an options table", opts)
+    end
+  end
+  if REDUCTIONS[r] == nil then
+    raise(op .. ": reduction must be \"mean\", \"sum\" or \"none\", got " .. tostring(r))
+  end
+  return r
+end
+
+local function reduce(loss, r)
+  if r == "mean" then return loss:mean() end
+  if r == "sum" then return loss:sum() end
+  return loss
+end
+
+local function same_shape(op, a, b, what)
+  local sa, sb = a.shape, b.shape
+  local ok = #sa == #sb
+  for i = 1, #sa do ok = ok and sa[i] == sb[i] end
+  if not ok then
+    raise(op .. ": " .. what .. " shapes " .. shape_str(sa) .. " and " .. shape_str(sb) .. " differ")
+  end
+end
+
+-- cross_entropy(logits (N, C), labels (N) int64 1-based [, {reduction, ignore_index}]).
+function F.cross_entropy(logits, labels, opts)
+  check_tensor("cross_entropy", logits)
+  check_tensor("cross_entropy", labels)
+  local r = REDUCTIONS[reduction_of("cross_entropy", opts)]
+  local ign = type(opts) == "table" and opts.ignore_index or nil
+  local id = C.dl_cross_entropy(logits.id, labels.id, r, ign and 1 or 0, ign or 0)
+  if id == 0 and retry() then id = C.dl_cross_entropy(logits.id, labels.id, r, ign and 1 or 0, ign or 0) end
+  return wrap(id)
+end
+
+-- TF's softmax_cross_entropy_with_logits(labels, logits): labels are probabilities
+-- (one-hot rows) over the last dim; the per-row losses are averaged unless
+-- {reduction = "none"} (TF's own result) or "sum".
+function F.softmax_cross_entropy_with_logits(labels, logits, opts)
+  check_tensor("softmax_cross_entropy_with_logits", labels)
+  check_tensor("softmax_cross_entropy_with_logits", logits)
+  same_shape("softmax_cross_entropy_with_logits", labels, logits, "labels and logits")
+  local r = reduction_of("softmax_cross_entropy_with_logits", opts)
+  local loss = -(labels * dl.log_softmax(logits, -1)):sum(-1)
+  return reduce(loss, r)
+end
+
+function F.mse_loss(input, target, opts)
+  check_tensor("mse_loss", input)
+  if not is_tensor(target) and type(target) ~= "number" then bad_arg("mse_loss", "a target tensor", target) end
+  if is_tensor(target) then same_shape("mse_loss", input, target, "input and target") end
+  local d = input - target
+  return reduce(d * d, reduction_of("mse_loss", opts))
+end
+
+-- Binary cross-entropy on logits, stable for any logit: softplus(x) - x y, whose
+-- gradient sigmoid(x) - y is exact everywhere. With pos_weight (PyTorch's), the
+-- positive term is weighted: (1 - y) x + (1 + (pw - 1) y) softplus(-x).
+function F.bce_with_logits(logits, targets, opts)
+  check_tensor("bce_with_logits", logits)
+  check_tensor("bce_with_logits", targets)
+  same_shape("bce_with_logits", logits, targets, "logits and targets")
+  local r = reduction_of("bce_with_logits", opts)
+  local pw = type(opts) == "table" and opts.pos_weight or nil
+  local loss
+  if pw == nil then
+    loss = dl.softplus(logits) - logits * targets
+  else
+    loss = (1 - targets) * logits + (targets * (pw - 1) + 1) * dl.softplus(-logits)
+  end
+  return reduce(loss, r)
+end
+
+-- The per-class probabilities of one-hot rows: labels (N) 1-based -> (N, C) float.
+function F.one_hot(labels, num_classes, dtype)
+  check_tensor("one_hot", labels)
+  if type(num_classes) ~= "number" then bad_arg("one_hot", "the number of classes", num_classes) end
+  local shape = labels.shape
+  shape[#shape + 1] = num_classes
+  local out = dl.zeros(shape, { dtype = dtype or "float32", device = labels.device })
+  local idx = labels:long():unsqueeze(-1)
+  return out:scatter_add(-1, idx, dl.ones(idx.shape, { dtype = dtype or "float32", device = labels.device }))
+end
+
+return F

@@ -1,0 +1,33 @@
+-- dlua.nn: models and losses, as dl.nn (API.md, "Models, training, data").
+--
+--   local Net = dl.nn.Module:extend("Net")
+--   function Net:init() self.fc1 = dl.nn.Linear(784, 256); self.fc2 = dl.nn.Linear(256, 10) end
+--   function Net:forward(x) return self.fc2(dl.relu(self.fc1(x))) end
+--   local loss = dl.nn.cross_entropy(Net()(x), labels)
+--
+-- The pieces: dlua.nn.module (Module: tracking, state dicts, train/eval, to, printing),
+-- dlua.nn.layers (Linear, Dense, Conv2d, pools, BatchNorm, Embedding, cells ...),
+-- dlua.nn.functional (stateless forms and losses, also dl.nn.functional).
+local T = require("dlua.tensor")
+local Module = require("dlua.nn.module")
+local L = require("dlua.nn.layers")
+local F = require("dlua.nn.functional")
+
+local dl = T.dl
+local nn = dl.nn or {}
+dl.nn = nn
+
+nn.Module = Module
+nn.is_module = Module.is_module
+for name, cls in pairs(L) do
+  if type(cls) == "table" then nn[name] = cls end
+end
+nn.functional = F
+
+nn.cross_entropy = F.cross_entropy
+nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits
+nn.mse_loss = F.mse_loss
+nn.bce_with_logits = F.bce_with_logits
+nn.one_hot = F.one_hot
+
+return nn

@@ -1,0 +1,537 @@
+-- dlua.nn.layers: the layers of dl.nn (API.md, "Models, training, data").
+--
+--   local net = dl.nn.Sequential{
+--     dl.nn.Conv2d(1, 16, 3, {padding = 1}), dl.nn.ReLU(), dl.nn.MaxPool2d(2),
+--     dl.nn.Flatten(), dl.nn.Linear(16 * 14 * 14, 10),
+--   }
+--
+-- Shapes and initialisations are PyTorch's (so that a state dict moves between the two):
+-- Linear and Conv2d weights kaiming_uniform(a = sqrt(5)), that is U(-1/sqrt(fan_in),
+-- 1/sqrt(fan_in)), biases the same bound; recurrent cells U(-1/sqrt(hidden), ..);
+-- Embedding N(0, 1); batch norm weight 1, bias 0. Dense is TensorFlow's (kernel
+-- (in, units), glorot_uniform, zero bias, input size taken from the first call). All
+-- draw from the engine's generator, so dl.manual_seed(n) makes a model reproducible.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+local Module = require("dlua.nn.module")
+local F = require("dlua.nn.functional")
+core.own_source()
+
+local raise, bad_arg, typename = core.raise, core.bad_arg, core.typename
+local is_tensor, shape_str, meta = T.is_tensor, T.shape_str, T.meta
+local dl = T.dl
+local type, tostring, ipairs, pairs, rawget, rawset, select = type, tostring, ipairs, pairs, rawget, rawset, select
+local sqrt, floor = math.sqrt, math.floor
+local fmt = Module.format_args
+
+local L = {}
+
+-- ---- helpers ----------------------------------------------------------------------------------
+
+local function int_arg(op, v, what, min)
+  if type(v) ~= "number" or v ~= floor(v) or v < (min or 1) then
+    raise(op .. ": " .. what .. " must be an integer >= " .. (min or 1) .. ", got " .. tostring(v))
+  end
+  return v
+end
+
+local function opts_arg(op, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then bad_arg(op, "an options table", opts) end
+  for k in pairs(opts) do
+    if not allowed[k] then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
+  end
+  return opts
+end
+
+-- U(-bound, bound) of the given shape.
+local function uniform(shape, bound)
+  return (dl.rand(shape) * 2 - 1) * bound
+end
+L.uniform = uniform
+
+local function param(init, name) return dl.Variable(init, name) end
+
+local function check_tensor(op, x)
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+end
+
+-- ---- Linear, Dense --------------------------------------------------------------------------
+
+local Linear = Module:extend("Linear")
+L.Linear = Linear
+
+function Linear:init(in_features, out_features, opts)
+  opts = opts_arg("Linear", opts, { bias = true })
+  int_arg("Linear", in_features, "in_features", 0)
+  int_arg("Linear", out_features, "out_features", 0)
+  self.in_features, self.out_features = in_features, out_features
+  local bound = in_features > 0 and 1 / sqrt(in_features) or 0
+  self.weight = param(uniform({ out_features, in_features }, bound), "weight")
+  if opts.bias ~= false then self.bias = param(uniform({ out_features }, bound), "bias") end
+end
+
+function Linear:forward(x)
+  check_tensor("Linear", x)
+  local m = meta(x)
+  local n = m.ndim
+  if n == 0 or m.sizes[n - 1] ~= self.in_features then
+    raise("Linear: expected input with " .. self.in_features .. " features, got shape " .. shape_str(x))
+  end
+  local y = x:matmul(self.weight:t())
+  local b = self.bias
+  if b then y = y + b end
+  return y
+end
+
+function Linear:extra_repr()
+  return fmt("in_features", self.in_features, "out_features", self.out_features, "bias", self.bias ~= nil)
+end
+
+local ACTIVATIONS = {
+  relu = dl.relu, tanh = dl.tanh, sigmoid = dl.sigmoid, softplus = dl.softplus,
+  softmax = function(x) return dl.softmax(x, -1) end,
+  log_softmax = function(x) return dl.log_softmax(x, -1) end,
+  gelu = F.gelu, silu = F.silu, linear = false,
+}
+
+local function activation_arg(op, a)
+  if a == nil then return nil, nil end
+  if type(a) == "function" then return a, "function" end
+  if type(a) == "table" and Module.is_module(a) then return a, a.__name end
+  if type(a) == "string" and ACTIVATIONS[a] ~= nil then return ACTIVATIONS[a] or nil, a end
+  raise(op .. ": unknown activation " .. (type(a) == "string" and ("\"" .. a .. "\"") or typename(a))
+        .. " (expected a function or one of relu, tanh, sigmoid, softmax, log_softmax, softplus, gelu, silu, linear)")
+end
+
+-- TensorFlow's Dense: y = activation(x kernel + bias), kernel (in, units); the input size
+-- is taken from the first call, when the variables are made.
+local Dense = Module:extend("Dense")
+L.Dense = Dense
+
+function Dense:init(units, opts)
+  opts = opts_arg("Dense", opts, { activation = true, use_bias = true, input_dim = true })
+  self.units = int_arg("Dense", units, "units")
+  self._act, self._act_name = activation_arg("Dense", opts.activation)
+  self.use_bias = opts.use_bias ~= false
+  self.built = false
+  if opts.input_dim then self:_build(int_arg("Dense", opts.input_dim, "input_dim")) end
+end
+
+function Dense:_build(in_features)
+  self.in_features = in_features
+  local limit = sqrt(6 / (in_features + self.units))   -- glorot_uniform
+  self.kernel = param(uniform({ in_features, self.units }, limit), "kernel")
+  if self.use_bias then self.bias = param(dl.zeros(self.units), "bias") end
+  self.built = true
+end
+
+-- load_state_dict on a model not yet called: the kernel's shape in the state dict builds it.
+function Dense:_materialize(sd, prefix)
+  if self.built then return end
+  local k = sd[prefix .. "kernel"]
+  if is_tensor(k) and k:dim() == 2 and k:size(2) == self.units then self:_build(k:size(1)) end
+end
+
+function Dense:forward(x)
+  check_tensor("Dense", x)
+  local m = meta(x)
+  local n = m.ndim
+  if n == 0 then raise("Dense: expected an input with at least 1 dimension, got shape ()") end
+  if not self.built then
+    dl.no_grad(function() self:_build(m.sizes[n - 1]) end)
+  elseif m.sizes[n - 1] ~= self.in_features then
+    raise("Dense: expected input with " .. self.in_features .. " features, got shape " .. shape_str(x))
+  end
+  if not x:is_floating_point() then x = x:to(self.kernel.dtype) end
+  local y = x:matmul(self.kernel)
+  local b = self.bias
+  if b then y = y + b end
+  local act = self._act
+  if act then y = act(y) end
+  return y
+end
+
+function Dense:extra_repr()
+  return fmt("units", self.units, "in_features", self.in_features, "activation", self._act_name,
+             "use_bias", self.use_bias)
+end
+
+-- ---- convolution, pooling -----------------------------------------------------------------------
+
+local Conv2d = Module:extend("Conv2d")
+L.Conv2d = Conv2d
+
+function Conv2d:init(in_channels, out_channels, k, opts)
+  opts = opts_arg("Conv2d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
+  int_arg("Conv2d", in_channels, "in_channels")
+  int_arg("Conv2d", out_channels, "out_channels")
+  local kh, kw = F.pair("Conv2d", "kernel size", k, 1)
+  local groups = int_arg("Conv2d", opts.groups or 1, "groups")
+  if in_channels % groups ~= 0 or out_channels % groups ~= 0 then
+    raise("Conv2d: in_channels (" .. in_channels .. ") and out_channels (" .. out_channels
+          .. ") must be divisible by groups (" .. groups .. ")")
+  end
+  self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, { kh, kw }
+  self.stride = { F.pair("Conv2d", "stride", opts.stride or 1, 1) }
+  self.dilation = { F.pair("Conv2d", "dilation", opts.dilation or 1, 1) }
+  local p = opts.padding or 0
+  self.padding = type(p) == "string" and p or { F.pair("Conv2d", "padding", p, 0) }
+  self.groups = groups
+  self._opts = { stride = self.stride, padding = self.padding, dilation = self.dilation, groups = groups }
+  local fan_in = in_channels / groups * kh * kw
+  local bound = 1 / sqrt(fan_in)
+  self.weight = param(uniform({ out_channels, in_channels / groups, kh, kw }, bound), "weight")
+  if opts.bias ~= false then self.bias = param(uniform({ out_channels }, bound), "bias") end
+end
+
+function Conv2d:forward(x)
+  check_tensor("Conv2d", x)
+  local m = meta(x)
+  local n = m.ndim
+  if (n ~= 4 and n ~= 3) or m.sizes[n - 3] ~= self.in_channels then
+    raise("Conv2d: expected input (N, " .. self.in_channels .. ", H, W) or (" .. self.in_channels
+          .. ", H, W), got shape " .. shape_str(x))
+  end
+  return F.conv2d(x, self.weight, self.bias, self._opts)
+end
+
+function Conv2d:extra_repr()
+  local pad = self.padding
+  return fmt("", self.in_channels, "", self.out_channels, "kernel_size", self.kernel_size,
+             "stride", self.stride, "padding", pad, "dilation",
+             (self.dilation[1] ~= 1 or self.dilation[2] ~= 1) and self.dilation or nil,
+             "groups", self.groups ~= 1 and self.groups or nil, "bias", self.bias ~= nil)
+end
+
+local POOL_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true }
+
+local function pool_init(self, name, k, opts)
+  opts = opts_arg(name, opts, POOL_OPTS)
+  local kh, kw = F.pair(name, "kernel size", k, 1)
+  self.kernel_size = { kh, kw }
+  self.stride = { F.pair(name, "stride", opts.stride or { kh, kw }, 1) }
+  self.padding = { F.pair(name, "padding", opts.padding or 0, 0) }
+  self.ceil_mode = opts.ceil_mode and true or false
+  self._opts = { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
+                 count_include_pad = opts.count_include_pad }
+end
+
+local function pool_repr(self)
+  return fmt("kernel_size", self.kernel_size, "stride", self.stride, "padding", self.padding,
+             "ceil_mode", self.ceil_mode or nil)
+end
+
+local MaxPool2d = Module:extend("MaxPool2d")
+L.MaxPool2d = MaxPool2d
+function MaxPool2d:init(k, opts) pool_init(self, "MaxPool2d", k, opts) end
+function MaxPool2d:forward(x) return F.max_pool2d(x, self.kernel_size, self._opts) end
+MaxPool2d.extra_repr = pool_repr
+
+local AvgPool2d = Module:extend("AvgPool2d")
+L.AvgPool2d = AvgPool2d
+function AvgPool2d:init(k, opts) pool_init(self, "AvgPool2d", k, opts) end
+function AvgPool2d:forward(x) return F.avg_pool2d(x, self.kernel_size, self._opts) end
+AvgPool2d.extra_repr = pool_repr
+
+local GlobalAvgPool2d = Module:extend("GlobalAvgPool2d")
+L.GlobalAvgPool2d = GlobalAvgPool2d
+function GlobalAvgPool2d:init(opts)
+  opts = opts_arg("GlobalAvgPool2d", opts, { keepdim = true })
+  self.keepdim = opts.keepdim and true or false
+end
+function GlobalAvgPool2d:forward(x) return F.global_avg_pool2d(x, self.keepdim) end
+
+-- Flatten dims start_dim..end_dim (default 2..-1: everything but the batch dim).
+local Flatten = Module:extend("Flatten")
+L.Flatten = Flatten
+function Flatten:init(start_dim, end_dim)
+  self.start_dim, self.end_dim = start_dim or 2, end_dim or -1
+end
+function Flatten:forward(x)
+  check_tensor("Flatten", x)
+  return x:flatten(self.start_dim, self.end_dim)
+end
+function Flatten:extra_repr() return fmt("start_dim", self.start_dim, "end_dim", self.end_dim) end
+
+-- ---- dropout, normalisation, embedding ---------------------------------------------------------
+
+local Dropout = Module:extend("Dropout")
+L.Dropout = Dropout
+function Dropout:init(p)
+  p = p == nil and 0.5 or p
+  if type(p) ~= "number" or p < 0 or p > 1 then
+    raise("Dropout: probability must be between 0 and 1, got " .. tostring(p))
+  end
+  self.p = p
+end
+function Dropout:forward(x) return F.dropout(x, self.p, self.training) end
+function Dropout:extra_repr() return fmt("p", self.p) end
+
+-- Batch normalisation over dim 2 (channels) of (N, C) or (N, C, ...): the running mean
+-- and variance are buffers (in state_dict), updated in training with `momentum`.
+local BatchNorm = Module:extend("BatchNorm")
+L.BatchNorm = BatchNorm
+BatchNorm._dims = nil   -- accepted input ranks (BatchNorm1d: 2 or 3, BatchNorm2d: 4)
+
+function BatchNorm:init(num_features, opts)
+  opts = opts_arg(self.__name, opts, { eps = true, momentum = true, affine = true, track_running_stats = true })
+  self.num_features = int_arg(self.__name, num_features, "num_features")
+  self.eps = opts.eps or 1e-5
+  self.momentum = opts.momentum or 0.1
+  self.affine = opts.affine ~= false
+  self.track_running_stats = opts.track_running_stats ~= false
+  if self.affine then
+    self.weight = param(dl.ones(num_features), "weight")
+    self.bias = param(dl.zeros(num_features), "bias")
+  end
+  if self.track_running_stats then
+    self:register_buffer("running_mean", dl.zeros(num_features))
+    self:register_buffer("running_var", dl.ones(num_features))
+    self:register_buffer("num_batches_tracked", dl.tensor(0, { dtype = "int64" }))
+  end
+end
+
+function BatchNorm:forward(x)
+  check_tensor(self.__name, x)
+  local m = meta(x)
+  local n = m.ndim
+  local dims = self._dims
+  local rank_ok = n >= 2 and (dims == nil or n == dims[1] or n == dims[2])
+  if not rank_ok or m.sizes[1] ~= self.num_features then
+    local want = dims == nil and "(N, C, ...)" or (dims[1] == 4 and "(N, C, H, W)" or "(N, C) or (N, C, L)")
+    raise(self.__name .. ": expected input " .. want .. " with C = " .. self.num_features
+          .. ", got shape " .. shape_str(x))
+  end
+  local training = self.training
+  local rm, rv = self.running_mean, self.running_var
+  if training and rm then self.num_batches_tracked:add_(1) end
+  return F.batch_norm(x, rm, rv, self.weight, self.bias, training or not rm, self.momentum, self.eps)
+end
+
+function BatchNorm:extra_repr()
+  return fmt("", self.num_features, "eps", self.eps, "momentum", self.momentum, "affine", self.affine,
+             "track_running_stats", self.track_running_stats)
+end
+
+local BatchNorm1d = BatchNorm:extend("BatchNorm1d")
+BatchNorm1d._dims = { 2, 3 }
+L.BatchNorm1d = BatchNorm1d
+local BatchNorm2d = BatchNorm:extend("BatchNorm2d")
+BatchNorm2d._dims = { 4, 4 }
+L.BatchNorm2d = BatchNorm2d
+
+-- Embedding(n, d [, {padding_idx}]): rows of an (n, d) table at 1-based indices; the
+-- padding row (1-based) starts at zero and gets no gradient.
+local Embedding = Module:extend("Embedding")
+L.Embedding = Embedding
+function Embedding:init(n, d, opts)
+  opts = opts_arg("Embedding", opts, { padding_idx = true })
+  self.num_embeddings = int_arg("Embedding", n, "num_embeddings")
+  self.embedding_dim = int_arg("Embedding", d, "embedding_dim")
+  local pad = opts.padding_idx
+  local w = dl.randn(n, d)
+  if pad ~= nil then
+    if type(pad) ~= "number" or pad ~= floor(pad) or pad == 0 or pad > n or pad < -n then
+      raise("Embedding: padding_idx must be in 1.." .. n .. " or -" .. n .. "..-1, got " .. tostring(pad))
+    end
+    if pad < 0 then pad = n + 1 + pad end
+    w[pad] = 0
+  end
+  self.padding_idx = pad
+  self.weight = param(w, "weight")
+end
+function Embedding:forward(idx)
+  check_tensor("Embedding", idx)
+  return F.embedding(idx, self.weight, self.padding_idx)
+end
+function Embedding:extra_repr()
+  return fmt("", self.num_embeddings, "", self.embedding_dim, "padding_idx", self.padding_idx)
+end
+
+-- ---- activations -------------------------------------------------------------------------------
+
+local function activation(name, fn)
+  local cls = Module:extend(name)
+  function cls:forward(x) return fn(x) end
+  L[name] = cls
+  return cls
+end
+activation("ReLU", dl.relu)
+activation("Tanh", dl.tanh)
+activation("Sigmoid", dl.sigmoid)
+activation("Softplus", dl.softplus)
+activation("GELU", F.gelu)
+activation("SiLU", F.silu)
+activation("Identity", function(x) return x end)
+
+local LeakyReLU = Module:extend("LeakyReLU")
+L.LeakyReLU = LeakyReLU
+function LeakyReLU:init(slope) self.negative_slope = slope or 0.01 end
+function LeakyReLU:forward(x) return F.leaky_relu(x, self.negative_slope) end
+function LeakyReLU:extra_repr() return fmt("negative_slope", self.negative_slope) end
+
+for _, name in ipairs({ "Softmax", "LogSoftmax" }) do
+  local cls = Module:extend(name)
+  local fn = name == "Softmax" and dl.softmax or dl.log_softmax
+  function cls:init(dim) self.dim = dim or -1 end
+  function cls:forward(x) return fn(x, self.dim) end
+  function cls:extra_repr() return fmt("dim", self.dim) end
+  L[name] = cls
+end
+
+-- ---- Sequential -------------------------------------------------------------------------------
+
+-- Sequential{m1, m2, ...}: calls each in turn. The steps are the module's integer keys
+-- (seq[i], #seq, ipairs(seq)); a step may also be a plain function (no parameters).
+local Sequential = Module:extend("Sequential")
+L.Sequential = Sequential
+
+local function check_step(i, m)
+  if not (Module.is_module(m) or type(m) == "function") then
+    raise("Sequential: step " .. tostring(i) .. " is a " .. typename(m) .. ", expected a module or a function")
+  end
+end
+
+function Sequential:init(list, ...)
+  if Module.is_module(list) or type(list) == "function" then list = { list, ... } end
+  if list ~= nil and type(list) ~= "table" then bad_arg("Sequential", "a list of modules", list) end
+  rawset(self, "_raw_list", true)
+  for i, m in ipairs(list or {}) do
+    check_step(i, m)
+    rawset(self, i, m)
+  end
+end
+
+function Sequential:add(m)
+  check_step(#self + 1, m)
+  rawset(self, #self + 1, m)
+  return self
+end
+
+function Sequential:forward(x, ...)
+  for i = 1, #self do x = self[i](x, ...) end
+  return x
+end
+
+function Sequential:_walk_members(prefix, visit, seen, table_walk)
+  local list = {}
+  for i = 1, #self do
+    local m = self[i]
+    if Module.is_module(m) then list[#list + 1] = m else list[#list + 1] = false end
+  end
+  table_walk(list, prefix)
+  Module._walk_members(self, prefix, visit, seen, table_walk)
+end
+
+function Sequential:named_children()
+  local out = {}
+  for i = 1, #self do
+    if Module.is_module(self[i]) then out[#out + 1] = { tostring(i), self[i] } end
+  end
+  local rest = Module.named_children(self)
+  for _, c in ipairs(rest) do out[#out + 1] = c end
+  return out
+end
+
+-- ---- recurrent cells ----------------------------------------------------------------------------
+
+-- The shared parameters of a cell with `gates` gates: weight_ih (gates*hidden, in),
+-- weight_hh (gates*hidden, hidden), bias_ih, bias_hh, all U(-1/sqrt(hidden), ..).
+local function cell_init(self, name, in_size, hidden, gates, opts)
+  self.input_size = int_arg(name, in_size, "input_size")
+  self.hidden_size = int_arg(name, hidden, "hidden_size")
+  local k = 1 / sqrt(hidden)
+  self.weight_ih = param(uniform({ gates * hidden, in_size }, k), "weight_ih")
+  self.weight_hh = param(uniform({ gates * hidden, hidden }, k), "weight_hh")
+  if opts.bias ~= false then
+    self.bias_ih = param(uniform({ gates * hidden }, k), "bias_ih")
+    self.bias_hh = param(uniform({ gates * hidden }, k), "bias_hh")
+  end
+end
+
+local function cell_check(self, name, x, h)
+  check_tensor(name, x)
+  local m = meta(x)
+  if (m.ndim ~= 1 and m.ndim ~= 2) or m.sizes[m.ndim - 1] ~= self.input_size then
+    raise(name .. ": expected input (N, " .. self.input_size .. ") or (" .. self.input_size
+          .. "), got shape " .. shape_str(x))
+  end
+  local hs = x:dim() == 2 and { x:size(1), self.hidden_size } or { self.hidden_size }
+  if h == nil then return dl.zeros(hs, { dtype = x.dtype, device = x.device }) end
+  check_tensor(name, h)
+  local s = h.shape
+  if #s ~= #hs or s[1] ~= hs[1] or s[#s] ~= hs[#hs] then
+    raise(name .. ": expected a hidden state of shape " .. shape_str(hs) .. ", got shape " .. shape_str(s))
+  end
+  return h
+end
+
+local function cell_repr(self)
+  return fmt("", self.input_size, "", self.hidden_size, "bias", self.bias_ih ~= nil,
+             "nonlinearity", self.nonlinearity)
+end
+
+-- h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh), act tanh (default) or relu.
+local RNNCell = Module:extend("RNNCell")
+L.RNNCell = RNNCell
+function RNNCell:init(in_size, hidden, opts)
+  opts = opts_arg("RNNCell", opts, { nonlinearity = true, bias = true })
+  local nl = opts.nonlinearity or "tanh"
+  if nl ~= "tanh" and nl ~= "relu" then
+    raise("RNNCell: nonlinearity must be \"tanh\" or \"relu\", got " .. tostring(nl))
+  end
+  self.nonlinearity = nl
+  cell_init(self, "RNNCell", in_size, hidden, 1, opts)
+end
+function RNNCell:forward(x, h)
+  h = cell_check(self, "RNNCell", x, h)
+  local y = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh, self.bias_hh)
+  if self.nonlinearity == "relu" then return dl.relu(y) end
+  return dl.tanh(y)
+end
+RNNCell.extra_repr = cell_repr
+
+-- The state is (h, c): cell(x) starts from zeros; cell(x, h, c) or cell(x, {h, c}).
+-- Returns h', c'. Gates i, f, g, o in PyTorch's order.
+local LSTMCell = Module:extend("LSTMCell")
+L.LSTMCell = LSTMCell
+function LSTMCell:init(in_size, hidden, opts)
+  opts = opts_arg("LSTMCell", opts, { bias = true })
+  cell_init(self, "LSTMCell", in_size, hidden, 4, opts)
+end
+function LSTMCell:forward(x, h, c)
+  if type(h) == "table" and not is_tensor(h) then h, c = h[1], h[2] end
+  h = cell_check(self, "LSTMCell", x, h)
+  c = cell_check(self, "LSTMCell", x, c)
+  local gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh, self.bias_hh)
+  local H = self.hidden_size
+  local i = dl.sigmoid(gates:narrow(-1, 1, H))
+  local f = dl.sigmoid(gates:narrow(-1, H + 1, H))
+  local g = dl.tanh(gates:narrow(-1, 2 * H + 1, H))
+  local o = dl.sigmoid(gates:narrow(-1, 3 * H + 1, H))
+  local c2 = f * c + i * g
+  return o * dl.tanh(c2), c2
+end
+LSTMCell.extra_repr = cell_repr
+
+-- Gates r, z, n in PyTorch's order: h' = n + z (h - n), n = tanh(x_n + r (h_n)).
+local GRUCell = Module:extend("GRUCell")
+L.GRUCell = GRUCell
+function GRUCell:init(in_size, hidden, opts)
+  opts = opts_arg("GRUCell", opts, { bias = true })
+  cell_init(self, "GRUCell", in_size, hidden, 3, opts)
+end
+function GRUCell:forward(x, h)
+  h = cell_check(self, "GRUCell", x, h)
+  local gi = F.linear(x, self.weight_ih, self.bias_ih)
+  local gh = F.linear(h, self.weight_hh, self.bias_hh)
+  local H = self.hidden_size
+  local r = dl.sigmoid(gh:narrow(-1, 1, H) + gi:narrow(-1, 1, H))
+  local z = dl.sigmoid(gh:narrow(-1, H + 1, H) + gi:narrow(-1, H + 1, H))
+  local n = dl.tanh(gi:narrow(-1, 2 * H + 1, H) + gh:narrow(-1, 2 * H + 1, H) * r)
+  return (h - n) * z + n
+end
+GRUCell.extra_repr = cell_repr
+
+return L

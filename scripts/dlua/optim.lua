@@ -1,0 +1,553 @@
+-- dlua.optim: optimizers and learning-rate schedules, as dl.optim (API.md, "Models,
+-- training, data").
+--
+--   local opt = dl.optim.Adam{lr = 1e-3}
+--   local loss, grads = dl.implicit_value_and_grad(loss_fn)()
+--   opt:apply_gradients(grads)                    -- the {grad, variable} pairs
+--   opt:step(net:parameters(), gs)                -- or parallel tables
+--   opt:minimize(function() return loss_fn() end) -- or both at once; returns the loss
+--   local sched = dl.optim.StepLR(opt, 10, 0.1)   -- sched:step() once per epoch
+--
+-- The update rules are PyTorch's (torch/optim/*.py of 1.13, the single-tensor code
+-- paths), operation for operation, so that runs match to float rounding
+-- (tests/lua/test_optim.lua against tests/ref/gen_training_refs.py). Updates are applied
+-- in place, outside any gradient recording, so Variables keep their identity.
+--
+-- State is kept per variable and numbered by position: the order of `params` when given
+-- to the constructor, otherwise the order in which the variables are first updated
+-- (for implicit gradients, the order of first use, which the same program repeats).
+-- state_dict() is flat: "iterations", "lr", "state.<position>.<name>" (momentum buffers,
+-- moments, per-variable step counts). load_state_dict() before the variables have been
+-- seen keeps the state and gives it to each variable when it first comes (a checkpoint
+-- restored into a fresh program, before the first step), after checking its shape.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+local Module = require("dlua.nn.module")
+core.own_source()
+
+local C = core.C
+local raise, bad_arg, typename = core.raise, core.bad_arg, core.typename
+local is_tensor, shape_str = T.is_tensor, T.shape_str
+local dl = T.dl
+local type, pairs, ipairs, tostring, tonumber, setmetatable, getmetatable =
+  type, pairs, ipairs, tostring, tonumber, setmetatable, getmetatable
+local sqrt, cos, pi, floor = math.sqrt, math.cos, math.pi, math.floor
+local smatch, sort, concat = string.match, table.sort, table.concat
+
+local optim = dl.optim or {}
+dl.optim = optim
+
+local Optimizer = {}
+Optimizer.__index = Optimizer
+optim.Optimizer = Optimizer
+
+-- ---- construction -------------------------------------------------------------------------------
+
+local function number_opt(name, opts, key, default, min)
+  local v = opts[key]
+  if v == nil then return default end
+  if type(v) ~= "number" or v ~= v or (min and v < min) then
+    raise(name .. ": " .. key .. " must be a number" .. (min and (" >= " .. min) or "") .. ", got " .. tostring(v))
+  end
+  return v
+end
+
+-- An optimizer class: `defaults` maps each option to its default (nil: the option is
+-- required), `check(self)` validates the options, `update(self, p, g, state, lr)` is the
+-- rule for one variable.
+local function class(name, defaults, check, update)
+  local cls = setmetatable({ __name = name, _update = update }, { __index = Optimizer })
+  cls.__index = cls
+  cls.__tostring = function(self)
+    local keys = {}
+    for k in pairs(defaults) do keys[#keys + 1] = k end
+    sort(keys)
+    local parts = {}
+    for _, k in ipairs(keys) do
+      local v = self[k]
+      if type(v) == "table" then v = "{" .. concat(v, ", ") .. "}" end
+      parts[#parts + 1] = k .. "=" .. tostring(v)
+    end
+    return name .. "{" .. concat(parts, ", ") .. "}"
+  end
+  optim[name] = function(opts)
+    if opts == nil then opts = {} end
+    if type(opts) ~= "table" then bad_arg(name, "an options table", opts) end
+    local self = setmetatable({ iterations = 0, _state = {}, _pos = {}, _vars = {}, _pending = {} }, cls)
+    for k in pairs(opts) do
+      if defaults[k] == nil and k ~= "params" and k ~= "lr" then
+        raise(name .. ": unknown option '" .. tostring(k) .. "'")
+      end
+    end
+    local lr = opts.lr
+    if lr == nil then lr = defaults.lr end
+    if type(lr) ~= "number" and type(lr) ~= "function" then
+      raise(name .. ": lr must be a number or a function of the step, got " .. typename(lr))
+    end
+    if type(lr) == "number" and lr < 0 then raise(name .. ": lr must be >= 0, got " .. lr) end
+    self.lr = lr
+    for k, d in pairs(defaults) do
+      if k ~= "lr" then
+        if type(d) == "number" then self[k] = number_opt(name, opts, k, d, 0)
+        elseif type(d) == "boolean" then
+          local v = opts[k]
+          if v ~= nil and type(v) ~= "boolean" then raise(name .. ": " .. k .. " must be a boolean, got " .. typename(v)) end
+          if v == nil then v = d end
+          self[k] = v
+        else
+          self[k] = opts[k] == nil and d or opts[k]
+        end
+      end
+    end
+    check(self, name)
+    if opts.params ~= nil then
+      local ps = opts.params
+      if Module.is_module(ps) then ps = ps:parameters() end
+      if type(ps) ~= "table" then bad_arg(name, "a list of Variables or a module for params", ps) end
+      for i, p in ipairs(ps) do
+        if type(p) == "table" and is_tensor(p[2]) then p = p[2] end   -- named_parameters()
+        if not is_tensor(p) then raise(name .. ": params[" .. i .. "] is a " .. typename(p) .. ", expected a Variable") end
+        self:_position(p)
+      end
+    end
+    return self
+  end
+  return cls
+end
+
+-- The position of variable v (assigned on first sight, with its pending restored state).
+function Optimizer:_position(v)
+  local pos = self._pos[v]
+  if pos then return pos end
+  local vars = self._vars
+  pos = #vars + 1
+  local pending = self._pending[pos]
+  if pending then
+    for k, x in pairs(pending) do
+      if is_tensor(x) and x:numel() ~= v:numel() then
+        raise(self.__name .. ": the restored state \"state." .. pos .. "." .. k .. "\" has shape "
+              .. shape_str(x) .. ", but variable " .. pos .. " (" .. tostring(v.name) .. ") has shape " .. shape_str(v))
+      end
+    end
+    for k, x in pairs(pending) do
+      if is_tensor(x) then
+        if x.device ~= v.device or x.dtype ~= v.dtype then x = x:to(v) end
+        pending[k] = x:view_as(v)
+      end
+    end
+    self._state[pos] = pending
+    self._pending[pos] = nil
+  else
+    self._state[pos] = {}
+  end
+  vars[pos] = v
+  self._pos[v] = pos
+  return pos
+end
+
+-- ---- applying gradients ---------------------------------------------------------------------------
+
+function Optimizer:current_lr()
+  local lr = self.lr
+  if type(lr) == "function" then
+    lr = lr(self.iterations)
+    if is_tensor(lr) then lr = lr:item() end
+    if type(lr) ~= "number" then raise(self.__name .. ": the lr function returned a " .. typename(lr)) end
+  end
+  return lr
+end
+
+local function apply_one(self, g, v, lr)
+  if not is_tensor(v) then raise(self.__name .. ": expected a Variable, got " .. typename(v)) end
+  if not is_tensor(g) then raise(self.__name .. ": expected a gradient tensor, got " .. typename(g)) end
+  if C.dl_numel(g.id) ~= C.dl_numel(v.id) then
+    raise(self.__name .. ": gradient of shape " .. shape_str(g) .. " for a variable of shape " .. shape_str(v)
+          .. (v.name and (" (" .. v.name .. ")") or ""))
+  end
+  local pos = self._pos[v] or self:_position(v)
+  self:_update(v, g, self._state[pos], lr)
+end
+
+local function apply_pairs(self, gv, lr)
+  for i = 1, #gv do
+    local pair = gv[i]
+    if type(pair) ~= "table" then raise(self.__name .. ": expected {gradient, variable} pairs, got a " .. typename(pair)) end
+    local g = pair[1]
+    if g ~= nil then apply_one(self, g, pair[2], lr) end
+  end
+end
+
+local function apply_parallel(self, params, grads, lr)
+  for i = 1, #params do
+    local g = grads[i]
+    if g ~= nil then apply_one(self, g, params[i], lr) end
+  end
+end
+
+-- The {grad, variable} pairs of dl.implicit_grad (a nil grad skips its variable).
+function Optimizer:apply_gradients(gv)
+  if type(gv) ~= "table" then bad_arg("apply_gradients", "a list of {gradient, variable} pairs", gv) end
+  dl.no_grad(apply_pairs, self, gv, self:current_lr())
+  self.iterations = self.iterations + 1
+end
+
+-- Functional style: parallel lists of variables and gradients.
+function Optimizer:step(params, grads)
+  if Module.is_module(params) then params = params:parameters() end
+  if type(params) ~= "table" or type(grads) ~= "table" or is_tensor(params) or is_tensor(grads) then
+    raise("step: expected a list of variables and a list of gradients")
+  end
+  if #grads > #params then   -- fewer is fine: a nil gradient (a hole) skips its variable
+    raise("step: " .. #params .. " variables but " .. #grads .. " gradients")
+  end
+  dl.no_grad(apply_parallel, self, params, grads, self:current_lr())
+  self.iterations = self.iterations + 1
+end
+
+-- Computes loss_fn()'s gradients and applies them; returns the loss. With `variables`
+-- (a list, or a module for its parameters), only those are updated; otherwise every
+-- Variable the function used.
+function Optimizer:minimize(loss_fn, variables)
+  if type(loss_fn) ~= "function" then bad_arg("minimize", "a loss function", loss_fn) end
+  if variables == nil then
+    local loss, gv = dl.implicit_value_and_grad(loss_fn)()
+    self:apply_gradients(gv)
+    return loss
+  end
+  if Module.is_module(variables) then variables = variables:parameters() end
+  if type(variables) ~= "table" then bad_arg("minimize", "a list of variables", variables) end
+  local tape = dl.GradientTape()
+  local loss = tape:record(loss_fn)
+  if not is_tensor(loss) then raise("minimize: the loss function must return a tensor, got " .. typename(loss)) end
+  local grads = tape:gradient(loss, variables)
+  self:step(variables, grads)
+  return loss
+end
+
+-- ---- state ---------------------------------------------------------------------------------------
+
+function Optimizer:state_dict()
+  local sd = { iterations = self.iterations }
+  if type(self.lr) == "number" then sd.lr = self.lr end
+  for pos, st in pairs(self._state) do
+    for k, v in pairs(st) do
+      if k:sub(1, 1) ~= "_" then sd["state." .. pos .. "." .. k] = v end
+    end
+  end
+  for pos, st in pairs(self._pending) do
+    for k, v in pairs(st) do sd["state." .. pos .. "." .. k] = v end
+  end
+  return sd
+end
+
+-- Checks every entry, then replaces the whole state (all or nothing).
+function Optimizer:load_state_dict(sd)
+  local name = self.__name .. ":load_state_dict"
+  if type(sd) ~= "table" then bad_arg(name, "a state dict (a table)", sd) end
+  local states = {}
+  local iterations, lr = self.iterations, self.lr
+  for k, v in pairs(sd) do
+    if k == "iterations" then
+      if type(v) ~= "number" then raise(name .. ": \"iterations\" must be a number, got " .. typename(v)) end
+      iterations = v
+    elseif k == "lr" then
+      if type(v) ~= "number" then raise(name .. ": \"lr\" must be a number, got " .. typename(v)) end
+      if type(lr) == "number" then lr = v end
+    else
+      local pos, key = smatch(tostring(k), "^state%.(%d+)%.([%w_]+)$")
+      if not pos then raise(name .. ": unexpected key \"" .. tostring(k) .. "\"") end
+      if not is_tensor(v) and type(v) ~= "number" then
+        raise(name .. ": \"" .. k .. "\" must be a tensor or a number, got " .. typename(v))
+      end
+      pos = tonumber(pos)
+      local var = self._vars[pos]
+      if var and is_tensor(v) and v:numel() ~= var:numel() then
+        raise(name .. ": \"" .. k .. "\" has shape " .. shape_str(v) .. ", but variable " .. pos
+              .. " (" .. tostring(var.name) .. ") has shape " .. shape_str(var))
+      end
+      states[pos] = states[pos] or {}
+      states[pos][key] = v
+    end
+  end
+  -- Copies, so that the state never aliases the tensors handed in.
+  local copies = dl.no_grad(function()
+    local out = {}
+    for pos, st in pairs(states) do
+      local c = {}
+      for k, v in pairs(st) do c[k] = is_tensor(v) and v:detach():clone() or v end
+      out[pos] = c
+    end
+    return out
+  end)
+  self.iterations, self.lr = iterations, lr
+  self._state, self._pending = {}, {}
+  for pos, var in ipairs(self._vars) do
+    local st = copies[pos] or {}
+    for k, v in pairs(st) do
+      if is_tensor(v) then
+        if v.device ~= var.device or v.dtype ~= var.dtype then v = v:to(var) end
+        st[k] = v:view_as(var)
+      end
+    end
+    self._state[pos] = st
+    copies[pos] = nil
+  end
+  for pos, st in pairs(copies) do self._pending[pos] = st end
+end
+
+-- ---- the rules -------------------------------------------------------------------------------------
+
+local function nonneg_check(fields)
+  return function(self, name)
+    for _, f in ipairs(fields) do
+      if self[f] < 0 then raise(name .. ": " .. f .. " must be >= 0, got " .. self[f]) end
+    end
+  end
+end
+
+-- Every rule works in place on the state's tensors and on a scratch tensor or two per
+-- variable (state keys starting with "_", not saved): a step allocates at most one
+-- tensor (the square root of Adam and RMSprop, which has no in-place form), so it makes
+-- little garbage for the collector.
+local function scratch(st, key, p)
+  local s = st[key]
+  if s == nil then
+    s = dl.empty_like(p)
+    st[key] = s
+  end
+  return s
+end
+
+-- g + wd p (PyTorch's grad.add(param, alpha=wd)), or g itself without weight decay.
+-- With `dense`, the result is also contiguous: a Linear layer's weight gradient
+-- arrives as a transposed view, and a pointwise op reading a transposed operand is
+-- several times slower than one reading contiguous memory, so a rule that reads g more
+-- than once first copies it (one strided pass instead of several).
+local function decayed(st, p, g, wd, dense)
+  if wd ~= 0 then return scratch(st, "_g", p):copy_(p):mul_(wd):add_(g) end
+  if dense and not g:is_contiguous() then return scratch(st, "_g", p):copy_(g) end
+  return g
+end
+
+-- SGD: d = g + wd p; buf = mom buf + (1 - dampening) d (d on the first step);
+-- d = d + mom buf (nesterov) or buf; p = p - lr d.
+class("SGD", { lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false },
+  function(self, name)
+    if self.nesterov and (self.momentum <= 0 or self.dampening ~= 0) then
+      raise(name .. ": nesterov momentum needs momentum > 0 and dampening 0")
+    end
+  end,
+  function(self, p, g, st, lr)
+    local mom = self.momentum
+    local d = decayed(st, p, g, self.weight_decay, self.nesterov)
+    if mom ~= 0 then
+      local buf = st.momentum_buffer
+      if buf == nil then
+        buf = d:clone()
+        st.momentum_buffer = buf
+      else
+        buf:mul_(mom)
+        local damp = self.dampening
+        if damp ~= 0 then buf:add_(scratch(st, "_t", p):copy_(d):mul_(1 - damp)) else buf:add_(d) end
+      end
+      if self.nesterov then d = scratch(st, "_n", p):copy_(buf):mul_(mom):add_(d) else d = buf end
+    end
+    p:sub_(scratch(st, "_t", p):copy_(d):mul_(lr))
+  end)
+
+-- Adam / AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+-- p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+-- Adam's weight decay is L2 (added to g); AdamW's is decoupled (p = p (1 - lr wd) first).
+local function adam_update(decoupled)
+  return function(self, p, g, st, lr)
+    local b1, b2, wd = self.betas[1], self.betas[2], self.weight_decay
+    if decoupled then
+      if wd ~= 0 then p:mul_(1 - lr * wd) end
+      g = decayed(st, p, g, 0, true)
+    else
+      g = decayed(st, p, g, wd, true)
+    end
+    local m, v = st.exp_avg, st.exp_avg_sq
+    if m == nil then
+      m, v = dl.zeros_like(p), dl.zeros_like(p)
+      st.exp_avg, st.exp_avg_sq, st.step = m, v, 0
+      if self.amsgrad then st.max_exp_avg_sq = dl.zeros_like(p) end
+    end
+    local t = st.step + 1
+    st.step = t
+    local tmp = scratch(st, "_t", p)
+    m:mul_(b1):add_(tmp:copy_(g):mul_(1 - b1))
+    v:mul_(b2):add_(tmp:copy_(g):mul_(1 - b2):mul_(g))
+    local bc1, bc2 = 1 - b1 ^ t, 1 - b2 ^ t
+    local den
+    if self.amsgrad then
+      local mx = st.max_exp_avg_sq
+      mx:maximum_(v)
+      den = mx:sqrt()
+    else
+      den = v:sqrt()
+    end
+    den:div_(sqrt(bc2)):add_(self.eps)
+    p:add_(tmp:copy_(m):mul_(-lr / bc1):div_(den))
+  end
+end
+
+local function adam_check(self, name)
+  local b = self.betas
+  if type(b) ~= "table" or type(b[1]) ~= "number" or type(b[2]) ~= "number"
+     or b[1] < 0 or b[1] >= 1 or b[2] < 0 or b[2] >= 1 then
+    raise(name .. ": betas must be two numbers in [0, 1), got " .. typename(b))
+  end
+  if self.eps < 0 or self.weight_decay < 0 then raise(name .. ": eps and weight_decay must be >= 0") end
+end
+
+class("Adam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0, amsgrad = false },
+      adam_check, adam_update(false))
+class("AdamW", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 1e-2, amsgrad = false },
+      adam_check, adam_update(true))
+
+-- RMSprop: s = a s + (1 - a) g^2; centered: m = a m + (1 - a) g, d = sqrt(s - m^2) + eps,
+-- else d = sqrt(s) + eps; with momentum: buf = mom buf + g / d, p = p - lr buf;
+-- else p = p - lr g / d.
+class("RMSprop", { lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0, centered = false },
+  nonneg_check({ "alpha", "eps", "weight_decay", "momentum" }),
+  function(self, p, g, st, lr)
+    local a, mom = self.alpha, self.momentum
+    g = decayed(st, p, g, self.weight_decay, true)
+    local sq = st.square_avg
+    if sq == nil then
+      sq = dl.zeros_like(p)
+      st.square_avg, st.step = sq, 0
+      if mom > 0 then st.momentum_buffer = dl.zeros_like(p) end
+      if self.centered then st.grad_avg = dl.zeros_like(p) end
+    end
+    st.step = st.step + 1
+    local tmp = scratch(st, "_t", p)
+    sq:mul_(a):add_(tmp:copy_(g):mul_(1 - a):mul_(g))
+    local den
+    if self.centered then
+      local ga = st.grad_avg
+      ga:mul_(a):add_(tmp:copy_(g):mul_(1 - a))
+      den = tmp:copy_(ga):mul_(-1):mul_(ga):add_(sq):sqrt()
+    else
+      den = sq:sqrt()
+    end
+    den:add_(self.eps)
+    if mom > 0 then
+      local buf = st.momentum_buffer
+      buf:mul_(mom):add_(tmp:copy_(g):div_(den))
+      p:sub_(tmp:copy_(buf):mul_(lr))
+    else
+      p:add_(tmp:copy_(g):mul_(-lr):div_(den))
+    end
+  end)
+
+-- ---- gradient clipping --------------------------------------------------------------------------
+
+-- TensorFlow's clip_by_global_norm: scales every gradient by max_norm / max(norm,
+-- max_norm), norm being the 2-norm of all of them together. `grads` is a list of
+-- tensors or of {grad, variable} pairs (nil gradients allowed); returns a new list of
+-- the same kind and the global norm (a number, before clipping).
+function optim.clip_by_global_norm(grads, max_norm)
+  if type(grads) ~= "table" or is_tensor(grads) then bad_arg("clip_by_global_norm", "a list of gradients", grads) end
+  if type(max_norm) ~= "number" or max_norm <= 0 then
+    raise("clip_by_global_norm: max_norm must be a number > 0, got " .. tostring(max_norm))
+  end
+  local n = table.maxn(grads)
+  local sq = 0
+  for i = 1, n do
+    local e = grads[i]
+    local g = e
+    if type(e) == "table" then g = e[1] end
+    if g ~= nil then
+      if not is_tensor(g) then raise("clip_by_global_norm: element " .. i .. " is a " .. typename(g) .. ", expected a tensor") end
+      local v = dl.no_grad(function() return g:detach():double():pow(2):sum():item() end)
+      sq = sq + v
+    end
+  end
+  local norm = sqrt(sq)
+  local scale = max_norm / (norm > max_norm and norm or max_norm)
+  local out = {}
+  for i = 1, n do
+    local e = grads[i]
+    local pair = type(e) == "table"
+    local g = e
+    if pair then g = e[1] end
+    if g ~= nil and scale < 1 then g = g * scale end
+    if pair then out[i] = { g, e[2] } else out[i] = g end
+  end
+  return out, norm
+end
+
+-- ---- learning-rate schedules -------------------------------------------------------------------
+
+-- A schedule changes opt.lr at each sched:step() (once per epoch, as PyTorch's), from
+-- the lr the optimizer had when the schedule was made.
+local Schedule = {}
+Schedule.__index = Schedule
+
+local function schedule(name, lr_at)
+  local cls = setmetatable({ __name = name }, { __index = Schedule })
+  cls.__index = cls
+  cls._lr_at = lr_at
+  return cls
+end
+
+function Schedule:step()
+  self.last_epoch = self.last_epoch + 1
+  self.optimizer.lr = self:_lr_at(self.last_epoch)
+  return self.optimizer.lr
+end
+
+function Schedule:get_last_lr() return self.optimizer.lr end
+
+function Schedule:state_dict() return { last_epoch = self.last_epoch, base_lr = self.base_lr } end
+
+function Schedule:load_state_dict(sd)
+  if type(sd) ~= "table" or type(sd.last_epoch) ~= "number" or type(sd.base_lr) ~= "number" then
+    raise(self.__name .. ":load_state_dict: expected {last_epoch = n, base_lr = x}")
+  end
+  self.last_epoch, self.base_lr = sd.last_epoch, sd.base_lr
+  self.optimizer.lr = self:_lr_at(self.last_epoch)
+end
+
+local function schedule_opt(name, opt)
+  if type(opt) ~= "table" or getmetatable(opt) == nil or type(opt.apply_gradients) ~= "function" then
+    bad_arg(name, "an optimizer", opt)
+  end
+  if type(opt.lr) ~= "number" then raise(name .. ": the optimizer's lr must be a number, got " .. typename(opt.lr)) end
+end
+
+-- lr = base gamma^floor(epoch / step_size).
+local StepLR = schedule("StepLR", function(self, e)
+  return self.base_lr * self.gamma ^ floor(e / self.step_size)
+end)
+
+function optim.StepLR(opt, step_size, gamma)
+  schedule_opt("StepLR", opt)
+  if type(step_size) ~= "number" or step_size < 1 or step_size ~= floor(step_size) then
+    raise("StepLR: step_size must be an integer >= 1, got " .. tostring(step_size))
+  end
+  gamma = gamma == nil and 0.1 or gamma
+  if type(gamma) ~= "number" then bad_arg("StepLR", "a number for gamma", gamma) end
+  return setmetatable({ optimizer = opt, step_size = step_size, gamma = gamma, base_lr = opt.lr,
+                        last_epoch = 0 }, StepLR)
+end
+
+-- lr = eta_min + (base - eta_min) (1 + cos(pi epoch / T_max)) / 2.
+local Cosine = schedule("CosineAnnealingLR", function(self, e)
+  return self.eta_min + (self.base_lr - self.eta_min) * (1 + cos(pi * e / self.T_max)) / 2
+end)
+
+function optim.CosineAnnealingLR(opt, T_max, eta_min)
+  schedule_opt("CosineAnnealingLR", opt)
+  if type(T_max) ~= "number" or T_max <= 0 then
+    raise("CosineAnnealingLR: T_max must be a number > 0, got " .. tostring(T_max))
+  end
+  eta_min = eta_min == nil and 0 or eta_min
+  if type(eta_min) ~= "number" then bad_arg("CosineAnnealingLR", "a number for eta_min", eta_min) end
+  return setmetatable({ optimizer = opt, T_max = T_max, eta_min = eta_min, base_lr = opt.lr,
+                        last_epoch = 0 }, Cosine)
+end
+
+return optim

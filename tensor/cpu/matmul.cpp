@@ -1,0 +1,266 @@
+// CPU matmul: OpenBLAS for float32/float64, a plain loop with int64 accumulation for
+// the integer dtypes.
+//
+// Contract (tensor/backend.h): out is a fresh contiguous (batch..., M, N); a is
+// (..., M, K) and b (..., K, N), both at least 2-D, in out's dtype, with batch dims
+// that broadcast to out's (missing or of size 1); M, N, K and the batch are non-empty.
+//
+// No operand is copied when its matrices are row-major or transposed-contiguous:
+// BLAS reads either layout through CblasNoTrans/CblasTrans and a leading dimension.
+// Broadcast batch dims are read in place through a zero stride. A batch that b does
+// not vary over and that continues a's rows is folded into M: one gemm call, as
+// PyTorch does for (B, M, K) x (K, N). OpenBLAS runs its own threads, so nothing here
+// wraps a BLAS call in an OpenMP region.
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
+
+namespace dl::cpu {
+
+namespace {
+
+// How BLAS can read a rows x cols matrix with element strides (sr, sc), if at all.
+struct MatLayout {
+  bool ok = false;
+  bool trans = false;  // stored column-major: element (i, j) at i + j * ld
+  int64_t ld = 0;
+};
+
+MatLayout layout_of(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  // The stride of a dim of size 1 is never used, so it does not disqualify a layout.
+  if ((cols == 1 || sc == 1) && (rows == 1 || sr >= std::max<int64_t>(1, cols)))
+    return {true, false, rows == 1 ? std::max<int64_t>(1, cols) : sr};
+  if ((rows == 1 || sr == 1) && (cols == 1 || sc >= std::max<int64_t>(1, rows)))
+    return {true, true, cols == 1 ? std::max<int64_t>(1, rows) : sc};
+  return {};
+}
+
+MatLayout layout_of(const Tensor& t) {
+  int n = t.dim();
+  return layout_of(t.size(n - 2), t.size(n - 1), t.stride(n - 2), t.stride(n - 1));
+}
+
+// A copy of `t` whose matrices are row-major. Broadcast batch dims (stride 0) stay
+// broadcast: only the distinct matrices are copied.
+Tensor compact(const Tensor& t) {
+  const int n = t.dim();
+  Shape sizes = t.shape();
+  for (int i = 0; i < n - 2; ++i)
+    if (t.stride(i) == 0) sizes[i] = 1;
+  Tensor c = empty(sizes, t.dtype(), t.device(), "matmul");
+  copy(c, make_view(t, sizes, t.strides(), t.offset()));
+  Shape strides = c.strides();
+  for (int i = 0; i < n - 2; ++i)
+    if (t.stride(i) == 0) strides[i] = 0;
+  return make_view(c, t.shape(), strides, 0);
+}
+
+// Batch geometry: out's batch dims, and the element strides of a and b over them
+// (0 where the operand broadcasts).
+struct Batches {
+  int n = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t sa[kMaxDims] = {};
+  int64_t sb[kMaxDims] = {};
+  int64_t count = 1;
+};
+
+int64_t batch_stride(const Tensor& t, int i, int n) {
+  int ti = i - (n - (t.dim() - 2));
+  return (ti < 0 || t.size(ti) == 1) ? 0 : t.stride(ti);
+}
+
+Batches batches_of(const Tensor& out, const Tensor& a, const Tensor& b) {
+  Batches g;
+  g.n = out.dim() - 2;
+  for (int i = 0; i < g.n; ++i) {
+    g.sizes[i] = out.size(i);
+    g.sa[i] = batch_stride(a, i, g.n);
+    g.sb[i] = batch_stride(b, i, g.n);
+    g.count *= g.sizes[i];
+  }
+  return g;
+}
+
+// Calls f(batch, a_offset, b_offset) for every batch in row-major order.
+template <typename F>
+void for_each_batch(const Batches& g, F&& f) {
+  int64_t idx[kMaxDims] = {};
+  int64_t oa = 0, ob = 0;
+  for (int64_t k = 0; k < g.count; ++k) {
+    f(k, oa, ob);
+    for (int d = g.n - 1; d >= 0; --d) {
+      oa += g.sa[d];
+      ob += g.sb[d];
+      if (++idx[d] < g.sizes[d]) break;
+      oa -= g.sa[d] * g.sizes[d];
+      ob -= g.sb[d] * g.sizes[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <typename T> struct Blas;
+template <> struct Blas<float> {
+  static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a,
+                   int lda, const float* b, int ldb, float* c, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  }
+  static void gemv(CBLAS_TRANSPOSE t, int m, int n, const float* a, int lda, const float* x, int incx,
+                   float* y) {
+    cblas_sgemv(CblasRowMajor, t, m, n, 1.0f, a, lda, x, incx, 0.0f, y, 1);
+  }
+  static float dot(int n, const float* x, int incx, const float* y, int incy) {
+    return cblas_sdot(n, x, incx, y, incy);
+  }
+};
+template <> struct Blas<double> {
+  static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a,
+                   int lda, const double* b, int ldb, double* c, int ldc) {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+  }
+  static void gemv(CBLAS_TRANSPOSE t, int m, int n, const double* a, int lda, const double* x,
+                   int incx, double* y) {
+    cblas_dgemv(CblasRowMajor, t, m, n, 1.0, a, lda, x, incx, 0.0, y, 1);
+  }
+  static double dot(int n, const double* x, int incx, const double* y, int incy) {
+    return cblas_ddot(n, x, incx, y, incy);
+  }
+};
+
+CBLAS_TRANSPOSE op(const MatLayout& l) { return l.trans ? CblasTrans : CblasNoTrans; }
+
+// c (m x n, row-major, ld n) = a (m x k) b (k x n). A vector operand goes to gemv or
+// dot, which are much faster than a gemm with one row or column.
+template <typename T>
+void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n,
+             int k) {
+  const int a_inc = la.trans ? int(la.ld) : 1;  // between a(0, j) and a(0, j + 1)
+  const int b_inc = lb.trans ? 1 : int(lb.ld);  // between b(i, 0) and b(i + 1, 0)
+  if (m == 1 && n == 1) {
+    *c = Blas<T>::dot(k, a, a_inc, b, b_inc);
+  } else if (n == 1) {
+    // out is fresh memory: some BLAS builds scale y by beta = 0 instead of
+    // overwriting it, which would keep a NaN left there by an earlier tensor.
+    std::fill(c, c + m, T(0));
+    if (la.trans) Blas<T>::gemv(CblasTrans, k, m, a, int(la.ld), b, b_inc, c);
+    else Blas<T>::gemv(CblasNoTrans, m, k, a, int(la.ld), b, b_inc, c);
+  } else if (m == 1) {
+    std::fill(c, c + n, T(0));
+    if (lb.trans) Blas<T>::gemv(CblasNoTrans, n, k, b, int(lb.ld), a, a_inc, c);
+    else Blas<T>::gemv(CblasTrans, k, n, b, int(lb.ld), a, a_inc, c);
+  } else {
+    Blas<T>::gemm(op(la), op(lb), m, n, k, a, int(la.ld), b, int(lb.ld), c, n);
+  }
+}
+
+void check_blas_size(int64_t v, const Tensor& a, const Tensor& b) {
+  DL_CHECK(v <= INT_MAX, "matmul: shapes ", a.shape(), " and ", b.shape(),
+           " are too large for BLAS (a size or stride exceeds ", INT_MAX, ")");
+}
+
+template <typename T>
+void float_matmul(const Tensor& out, Tensor a, Tensor b) {
+  const int nd = out.dim();
+  const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a.size(a.dim() - 1);
+  for (int64_t v : {M, N, K}) check_blas_size(v, a, b);  // before any copy is made
+  MatLayout la = layout_of(a), lb = layout_of(b);
+  if (!la.ok) la = layout_of(a = compact(a));
+  if (!lb.ok) lb = layout_of(b = compact(b));
+  for (int64_t v : {la.ld, lb.ld}) check_blas_size(v, a, b);
+  const Batches g = batches_of(out, a, b);
+  T* c = out.data<T>();
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+
+  // Fold the batch into M when b is the same matrix for every batch and a's batches
+  // follow one another at M rows of ld each (out is contiguous, so its do too).
+  bool fold = g.count > 1 && !la.trans && M * g.count <= INT_MAX;
+  int64_t expect = M * la.ld;
+  for (int d = g.n - 1; d >= 0 && fold; --d) {
+    if (g.sizes[d] == 1) continue;
+    fold = g.sb[d] == 0 && g.sa[d] == expect;
+    expect *= g.sizes[d];
+  }
+  if (fold) {
+    product<T>(c, pa, la, pb, lb, int(M * g.count), int(N), int(K));
+    return;
+  }
+  for_each_batch(g, [&](int64_t k, int64_t oa, int64_t ob) {
+    product<T>(c + k * M * N, pa + oa, la, pb + ob, lb, int(M), int(N), int(K));
+  });
+}
+
+// Integer matmul: rows of out accumulated in uint64 (wrapping like int64 arithmetic
+// without the undefined behaviour of signed overflow), then narrowed to T.
+template <typename T>
+void int_matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int nd = out.dim(), ad = a.dim(), bd = b.dim();
+  const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a.size(ad - 1);
+  const int64_t ar = a.stride(ad - 2), ac = a.stride(ad - 1);
+  const int64_t br = b.stride(bd - 2), bc = b.stride(bd - 1);
+  const Batches g = batches_of(out, a, b);
+  // Operand offsets of every batch, so that rows can be split between threads.
+  std::vector<int64_t> oa(static_cast<size_t>(g.count)), ob(static_cast<size_t>(g.count));
+  for_each_batch(g, [&](int64_t k, int64_t x, int64_t y) {
+    oa[size_t(k)] = x;
+    ob[size_t(k)] = y;
+  });
+  T* c = out.data<T>();
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  const int64_t rows = g.count * M;
+  auto run = [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> acc(static_cast<size_t>(N));
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t k = r / M, i = r % M;
+      const T* arow = pa + oa[size_t(k)] + i * ar;
+      const T* bm = pb + ob[size_t(k)];
+      std::fill(acc.begin(), acc.end(), uint64_t(0));
+      for (int64_t p = 0; p < K; ++p) {
+        const uint64_t x = uint64_t(int64_t(arow[p * ac]));
+        if (x == 0) continue;
+        const T* brow = bm + p * br;
+        for (int64_t j = 0; j < N; ++j) acc[size_t(j)] += x * uint64_t(int64_t(brow[j * bc]));
+      }
+      T* crow = c + r * N;
+      for (int64_t j = 0; j < N; ++j) crow[j] = static_cast<T>(acc[size_t(j)]);
+    }
+  };
+  if (rows < 2 || rows * N * K < kParallelGrain) {
+    run(0, rows);
+    return;
+  }
+#pragma omp parallel
+  {
+#ifdef _OPENMP
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    int nt = 1, t = 0;
+#endif
+    int64_t chunk = (rows + nt - 1) / nt;
+    int64_t b0 = int64_t(t) * chunk, e0 = std::min(rows, b0 + chunk);
+    if (b0 < e0) run(b0, e0);
+  }
+}
+
+}  // namespace
+
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  switch (out.dtype()) {
+    case DType::Float32: float_matmul<float>(out, a, b); return;
+    case DType::Float64: float_matmul<double>(out, a, b); return;
+    case DType::Int64: int_matmul<int64_t>(out, a, b); return;
+    case DType::Int32: int_matmul<int32_t>(out, a, b); return;
+    case DType::UInt8: int_matmul<uint8_t>(out, a, b); return;
+    case DType::Bool: break;
+  }
+  fail(ErrorKind::Type, "matmul: not implemented for dtype ", dtype_name(out.dtype()));
+}
+
+}  // namespace dl::cpu

@@ -1,0 +1,60 @@
+// The CPU kernels of the neural-network ops behind dl::cpu_backend() (contracts in
+// tensor/backend.h, "neural networks").
+#pragma once
+#include <optional>
+
+#include "tensor/cpu/loops.h"
+#include "tensor/nn.h"
+
+namespace dl::cpu {
+
+// tensor/cpu/conv.cpp
+void conv2d(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o);
+void conv2d_input_grad(const Tensor& gx, const Tensor& g, const Tensor& w, const Conv2dOpts& o);
+void conv2d_weight_grad(const Tensor& gw, const Tensor& x, const Tensor& g, const Conv2dOpts& o);
+
+// tensor/cpu/pool.cpp
+void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dOpts& o);
+void max_pool2d_backward(const Tensor& gx, const Tensor& g, const Tensor& indices);
+void avg_pool2d(const Tensor& out, const Tensor& x, const Pool2dOpts& o);
+void avg_pool2d_backward(const Tensor& gx, const Tensor& g, const Pool2dOpts& o);
+
+// tensor/cpu/norm.cpp
+void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x);
+void channel_affine(const Tensor& out, const Tensor& x, const Tensor& scale, const Tensor& shift);
+
+// tensor/cpu/loss.cpp
+void cross_entropy(const Tensor& loss, const Tensor& logits, const Tensor& target,
+                   std::optional<int64_t> ignore_index);
+
+// Runs run(begin, end, thread) over [0, n) units, split into one contiguous range per
+// OpenMP thread when the whole job (`work`, roughly the elements touched) is worth
+// waking them for; `thread` is below max_threads(). Nothing inside may throw.
+template <typename Run>
+void parallel_units(int64_t n, int64_t work, Run&& run) {
+  if (n < 2 || work < kParallelGrain) {
+    run(int64_t(0), n, 0);
+    return;
+  }
+#pragma omp parallel
+  {
+#ifdef _OPENMP
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    int nt = 1, t = 0;
+#endif
+    int64_t chunk = (n + nt - 1) / nt;
+    int64_t b = int64_t(t) * chunk, e = b + chunk < n ? b + chunk : n;
+    if (b < e) run(b, e, t);
+  }
+}
+
+inline int max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+}  // namespace dl::cpu

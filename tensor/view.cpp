@@ -1,0 +1,270 @@
+// Shape ops: views that share the input's storage, computed from sizes, strides and
+// the offset alone (no kernel runs). reshape() and flatten() copy only when no view
+// of the input has the requested shape.
+//
+//   Tensor x = arange(0, 6, 1, DType::Float32);
+//   Tensor m = view(x, {2, -1});           // (2, 3), same storage
+//   Tensor c = select(transpose(m, 0, 1), 0, 2);   // m[:, 2], offset 2, stride 3
+//
+// Every function returns a new TensorImpl (make_view) even when the geometry does not
+// change, so that a caller recording views (autograd/) always sees a distinct output.
+// Dims are 0-based, negative ones count from the end (wrap_dim); a 0-dim tensor is
+// accepted wherever PyTorch accepts one, with dim 0 / -1 naming its implicit dim.
+#include <algorithm>
+#include <optional>
+
+#include "tensor/backend.h"
+
+namespace dl {
+
+namespace {
+
+// The sizes `shape` asks for, with its one -1 (if any) inferred from `numel`
+// (PyTorch's infer_size).
+Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
+  int infer = -1;
+  Shape known = shape;
+  for (int i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      DL_CHECK(infer < 0, op, ": only one dimension can be inferred (-1), got shape ", shape);
+      infer = i;
+      known[i] = 1;
+    } else {
+      DL_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " in shape ", shape);
+    }
+  }
+  int64_t product = checked_numel(known, op);
+  Shape out = shape;
+  if (infer >= 0) {
+    // With a zero in the other sizes any value would fit: refuse to guess.
+    DL_CHECK(product != 0, op, ": cannot infer the -1 in shape ", shape, " for an input of size ",
+             numel, " (with a zero-size dimension any size fits)");
+    DL_CHECK(numel % product == 0, op, ": shape ", shape, " is invalid for an input of size ", numel);
+    out[infer] = numel / product;
+  } else {
+    DL_CHECK(product == numel, op, ": shape ", shape, " is invalid for an input of size ", numel);
+  }
+  return out;
+}
+
+// Strides that make `new_sizes` a view of a tensor with (`sizes`, `strides`), or
+// nothing when none exist (PyTorch's computeStride). The old dims are split into
+// chunks that are each contiguous in memory; every new dim must fall inside one chunk.
+std::optional<Shape> compute_stride(const Shape& sizes, const Shape& strides,
+                                    const Shape& new_sizes) {
+  Shape out;
+  out.resize(new_sizes.size());
+  if (sizes.empty()) {  // a 0-dim tensor: any shape of one element views it
+    for (int i = 0; i < out.size(); ++i) out[i] = 1;
+    return out;
+  }
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  if (numel == 0) {
+    if (sizes == new_sizes) return strides;
+    // Nothing can be read through any stride: use the contiguous ones.
+    return contiguous_strides(new_sizes);
+  }
+  int view_d = new_sizes.size() - 1;
+  int64_t chunk_base_stride = strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int d = sizes.size() - 1; d >= 0; --d) {
+    tensor_numel *= sizes[d];
+    // The chunk ends where the next-outer dim is not laid out right after this one.
+    if (d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_sizes[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+Tensor same_view(const Tensor& x) { return make_view(x, x.shape(), x.strides(), x.offset()); }
+
+}  // namespace
+
+Tensor view(const Tensor& x, const Shape& shape) {
+  Shape sizes = infer_size(shape, x.numel(), "view");
+  std::optional<Shape> strides = compute_stride(x.shape(), x.strides(), sizes);
+  DL_CHECK(strides.has_value(), "view: shape ", shape, " is not compatible with the input's size ",
+           x.shape(), " and stride ", x.strides(),
+           " (a new dimension would span memory that is not contiguous); use reshape");
+  return make_view(x, sizes, *strides, x.offset());
+}
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  Shape sizes = infer_size(shape, x.numel(), "reshape");
+  if (std::optional<Shape> strides = compute_stride(x.shape(), x.strides(), sizes))
+    return make_view(x, sizes, *strides, x.offset());
+  // No view exists: a fresh tensor (not a view of a temporary) with x's values in
+  // row-major order, copied through a throwaway view of it shaped like x.
+  Tensor out = empty(sizes, x.dtype(), x.device(), "reshape");
+  Tensor dst = make_view(out, x.shape(), contiguous_strides(x.shape()), 0);
+  backend_for(x.device(), "reshape").copy(dst, x);
+  return out;
+}
+
+Tensor transpose(const Tensor& x, int d0, int d1) {
+  int a = wrap_dim(d0, x.dim(), "transpose"), b = wrap_dim(d1, x.dim(), "transpose");
+  if (x.dim() == 0) return same_view(x);
+  Shape sizes = x.shape(), strides = x.strides();
+  std::swap(sizes[a], sizes[b]);
+  std::swap(strides[a], strides[b]);
+  return make_view(x, sizes, strides, x.offset());
+}
+
+Tensor permute(const Tensor& x, const std::vector<int>& order) {
+  int n = x.dim();
+  DL_CHECK(int(order.size()) == n, "permute: expected an order of ", n, " dims for a tensor of shape ",
+           x.shape(), ", got ", order.size());
+  Shape sizes, strides;
+  bool seen[kMaxDims] = {};
+  for (int d : order) {
+    int w = wrap_dim(d, n, "permute");
+    DL_CHECK(!seen[w], "permute: dim ", d, " appears twice in the order");
+    seen[w] = true;
+    sizes.push_back(x.size(w));
+    strides.push_back(x.stride(w));
+  }
+  return make_view(x, sizes, strides, x.offset());
+}
+
+Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
+  DL_CHECK(x.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
+  int d = wrap_dim(dim, x.dim(), "narrow");
+  int64_t size = x.size(d);
+  DL_CHECK_KIND(Index, start >= -size && start <= size, "narrow: start ", start,
+                " out of range for dimension ", d, " of size ", size);
+  if (start < 0) start += size;
+  DL_CHECK_KIND(Index, length >= 0 && length <= size - start, "narrow: start (", start,
+                ") + length (", length, ") exceeds dimension ", d, " of size ", size);
+  Shape sizes = x.shape();
+  sizes[d] = length;
+  return make_view(x, sizes, x.strides(), x.offset() + start * x.stride(d));
+}
+
+Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step) {
+  DL_CHECK(x.dim() > 0, "slice: cannot be applied to a 0-dim tensor");
+  int d = wrap_dim(dim, x.dim(), "slice");
+  DL_CHECK(step > 0, "slice: step must be positive, got ", step);
+  int64_t size = x.size(d);
+  // Python's slice clamping: negative bounds count from the end, then clamp to [0, size].
+  auto clamp_bound = [size](int64_t v) {
+    if (v < 0) v = v < -size ? 0 : v + size;
+    return v > size ? size : v;
+  };
+  start = clamp_bound(start);
+  stop = std::max(clamp_bound(stop), start);
+  int64_t len = (stop - start) / step + ((stop - start) % step != 0);
+  Shape sizes = x.shape(), strides = x.strides();
+  sizes[d] = len;
+  // The stride times the step, as PyTorch has it. When that overflows (a huge step
+  // such as INT64_MAX) at most one element is selected and the stride is never used.
+  if (__builtin_mul_overflow(strides[d], step, &strides[d])) strides[d] = x.stride(d);
+  return make_view(x, sizes, strides, x.offset() + start * x.stride(d));
+}
+
+Tensor select(const Tensor& x, int dim, int64_t index) {
+  DL_CHECK(x.dim() > 0, "select: cannot be applied to a 0-dim tensor");
+  int d = wrap_dim(dim, x.dim(), "select");
+  int64_t size = x.size(d);
+  DL_CHECK_KIND(Index, index >= -size && index < size, "select: index ", index,
+                " is out of range for dimension ", d, " of size ", size, " (shape ", x.shape(), ")");
+  if (index < 0) index += size;
+  Shape sizes = x.shape(), strides = x.strides();
+  sizes.erase(d);
+  strides.erase(d);
+  return make_view(x, sizes, strides, x.offset() + index * x.stride(d));
+}
+
+Tensor expand(const Tensor& x, const Shape& shape) {
+  int n = shape.size(), xd = x.dim();
+  DL_CHECK(n >= xd, "expand: the number of sizes given (", n,
+           ") must be at least the tensor's number of dimensions (", xd, "); shape ", x.shape(),
+           " cannot expand to ", shape);
+  Shape sizes, strides;
+  sizes.resize(n);
+  strides.resize(n);
+  // PyTorch's inferExpandGeometry, from the last dim backwards.
+  for (int i = n - 1; i >= 0; --i) {
+    int j = i - (n - xd);
+    int64_t size = j >= 0 ? x.size(j) : 1;
+    int64_t stride = j >= 0 ? x.stride(j) : (i + 1 < n ? sizes[i + 1] * strides[i + 1] : 1);
+    int64_t target = shape[i];
+    if (target == -1) {
+      DL_CHECK(j >= 0, "expand: size -1 is not allowed in the new leading dimension ", i,
+               " (shape ", x.shape(), " to ", shape, ")");
+      target = size;
+    }
+    DL_CHECK(target >= 0, "expand: invalid size ", target, " at dimension ", i, " (shape ",
+             x.shape(), " to ", shape, ")");
+    if (size != target) {
+      DL_CHECK(size == 1, "expand: the size ", target, " must match the existing size ", size,
+               " at non-singleton dimension ", i, " (shape ", x.shape(), " to ", shape, ")");
+      size = target;
+      stride = 0;
+    }
+    sizes[i] = size;
+    strides[i] = stride;
+  }
+  return make_view(x, sizes, strides, x.offset());
+}
+
+Tensor squeeze(const Tensor& x, std::optional<int> dim) {
+  Shape sizes, strides;
+  if (dim) {
+    int d = wrap_dim(*dim, x.dim(), "squeeze");
+    if (x.dim() == 0 || x.size(d) != 1) return same_view(x);  // PyTorch: a no-op, not an error
+    sizes = x.shape();
+    strides = x.strides();
+    sizes.erase(d);
+    strides.erase(d);
+  } else {
+    for (int i = 0; i < x.dim(); ++i) {
+      if (x.size(i) == 1) continue;
+      sizes.push_back(x.size(i));
+      strides.push_back(x.stride(i));
+    }
+  }
+  return make_view(x, sizes, strides, x.offset());
+}
+
+Tensor unsqueeze(const Tensor& x, int dim) {
+  int n = x.dim();
+  int d = wrap_dim(dim, n + 1, "unsqueeze");
+  DL_CHECK(n < kMaxDims, "unsqueeze: shape ", x.shape(), " already has the maximum of ", kMaxDims,
+           " dimensions");
+  Shape sizes = x.shape(), strides = x.strides();
+  // The stride keeps the result contiguous when x is (any value would be valid).
+  sizes.insert(d, 1);
+  strides.insert(d, d < n ? x.size(d) * x.stride(d) : 1);
+  return make_view(x, sizes, strides, x.offset());
+}
+
+Tensor flatten(const Tensor& x, int start_dim, int end_dim) {
+  int n = x.dim();
+  int s = wrap_dim(start_dim, n, "flatten"), e = wrap_dim(end_dim, n, "flatten");
+  if (n == 0) return make_view(x, Shape{1}, Shape{1}, x.offset());
+  DL_CHECK(s <= e, "flatten: start_dim ", start_dim, " cannot come after end_dim ", end_dim,
+           " (for a tensor of shape ", x.shape(), ")");
+  if (s == e) return same_view(x);
+  Shape sizes;
+  for (int i = 0; i < s; ++i) sizes.push_back(x.size(i));
+  int64_t merged = 1;
+  for (int i = s; i <= e; ++i) merged *= x.size(i);
+  sizes.push_back(merged);
+  for (int i = e + 1; i < n; ++i) sizes.push_back(x.size(i));
+  return reshape(x, sizes);
+}
+
+}  // namespace dl

@@ -1,0 +1,284 @@
+// matmul (tensor/linalg.cpp, tensor/cpu/matmul.cpp) against PyTorch (ref/matmul_ref.inc)
+// for every rank combination and dtype, with each operand in each layout the kernel
+// treats differently, and every error path.
+#include <cmath>
+#include <limits>
+
+#include "ref/ref_check.h"
+#include "ref/matmul_ref.inc"
+#include "tensor/allocator.h"
+#include "tensor/backend.h"
+
+using namespace dl;
+
+namespace {
+
+double tol_for(DType t) { return t == DType::Float32 ? 1e-5 : (t == DType::Float64 ? 1e-12 : 0); }
+
+// Ways of laying out the same matrix values: the kernel must give the same product.
+enum class Layout { Contiguous, Transposed, Strided, Broadcast };
+
+// `t` with the same values laid out as asked (>= 2-D only; Broadcast needs a batch dim).
+Tensor relayout(const Tensor& t, Layout l) {
+  const int n = t.dim();
+  switch (l) {
+    case Layout::Contiguous:
+      return t;
+    case Layout::Transposed:  // stride pattern (1, ld): read with CblasTrans
+      return transpose(contiguous(transpose(t, n - 2, n - 1)), n - 2, n - 1);
+    case Layout::Strided: {  // every other row and column of a bigger tensor: no BLAS layout
+      Shape big = t.shape();
+      big[n - 2] *= 2;
+      big[n - 1] *= 2;
+      Tensor b = full(big, Scalar(std::nan("")), t.dtype());
+      Tensor v = slice(slice(b, n - 2, 0, big[n - 2], 2), n - 1, 0, big[n - 1], 2);
+      copy_(v, t);
+      return v;
+    }
+    case Layout::Broadcast: {  // the first batch dim read through a zero stride
+      Tensor first = narrow(t, 0, 0, 1);
+      Shape s = t.shape();
+      return expand(first, s);
+    }
+  }
+  return t;
+}
+
+// A deterministic pseudo-random integer tensor with entries in [-range, range].
+Tensor small_ints(const Shape& shape, int range, DType dt, unsigned seed) {
+  int64_t n = checked_numel(shape, "test");
+  std::vector<double> v(static_cast<size_t>(n));
+  uint64_t s = seed;
+  for (auto& e : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    e = double(int64_t((s >> 33) % uint64_t(2 * range + 1)) - range);
+  }
+  return from_values(v.data(), n, shape, dt);
+}
+
+}  // namespace
+
+TEST_CASE("matmul matches torch for every rank combination and dtype", "[matmul]") {
+  for (const ref::MatmulCase& c : ref::kMatmulCases) {
+    INFO("case " << c.name);
+    Tensor a = from_ref(*c.a, c.ta), b = from_ref(*c.b, c.tb);
+    Tensor out = matmul(a, b);
+    CHECK(out.dtype() == promote(c.ta, c.tb));
+    CHECK(out.is_contiguous());
+    check_ref(out, *c.out, tol_for(out.dtype()));
+  }
+}
+
+TEST_CASE("matmul gives the same product whatever the operands' layout", "[matmul]") {
+  const Layout layouts[] = {Layout::Contiguous, Layout::Transposed, Layout::Strided};
+  for (const ref::MatmulCase& c : ref::kMatmulCases) {
+    Tensor a0 = from_ref(*c.a, c.ta), b0 = from_ref(*c.b, c.tb);
+    for (Layout la : layouts)
+      for (Layout lb : layouts) {
+        INFO("case " << c.name << ", layouts " << int(la) << " x " << int(lb));
+        Tensor a = a0.dim() >= 2 ? relayout(a0, la) : a0;
+        Tensor b = b0.dim() >= 2 ? relayout(b0, lb) : b0;
+        check_ref(matmul(a, b), *c.out, tol_for(promote(c.ta, c.tb)));
+      }
+  }
+}
+
+TEST_CASE("matmul of 1-D operands with strides", "[matmul]") {
+  for (const ref::MatmulCase& c : ref::kMatmulCases) {
+    if (c.a->shape.size() != 1 && c.b->shape.size() != 1) continue;
+    INFO("case " << c.name);
+    auto strided = [](const Tensor& v) {
+      if (v.dim() != 1) return v;
+      Tensor big = full({3 * v.size(0)}, Scalar(std::nan("")), v.dtype());
+      Tensor s = slice(big, 0, 1, 3 * v.size(0), 3);
+      copy_(s, v);
+      return s;
+    };
+    Tensor a = strided(from_ref(*c.a, c.ta)), b = strided(from_ref(*c.b, c.tb));
+    check_ref(matmul(a, b), *c.out, tol_for(promote(c.ta, c.tb)));
+    // A vector read through a zero stride (all entries the same) is copied, not passed
+    // to BLAS with increment 0.
+    if (a.dim() == 1) {
+      Tensor e = expand(narrow(a, 0, 0, 1), {a.size(0)});
+      Tensor dense = contiguous(e);
+      check_values(matmul(e, b), values_of(matmul(dense, b)), tol_for(promote(c.ta, c.tb)));
+    }
+  }
+}
+
+TEST_CASE("matmul reads broadcast batch operands in place", "[matmul]") {
+  for (const ref::MatmulCase& c : ref::kMatmulCases) {
+    if (c.a->shape.size() < 3 || c.b->shape.size() < 3) continue;
+    INFO("case " << c.name);
+    Tensor a0 = from_ref(*c.a, c.ta), b0 = from_ref(*c.b, c.tb);
+    // Expanding the first batch entry over the batch: same as the product of that entry.
+    Tensor ea = relayout(a0, Layout::Broadcast);
+    Tensor expect = matmul(contiguous(ea), b0);
+    check_values(matmul(ea, b0), values_of(expect), tol_for(expect.dtype()));
+    check_values(matmul(ea, relayout(b0, Layout::Transposed)), values_of(expect), tol_for(expect.dtype()));
+    check_values(matmul(relayout(ea, Layout::Strided), b0), values_of(expect), tol_for(expect.dtype()));
+  }
+  // A (B, M, K) x (K, N) product folded into one gemm, and its unfoldable twins.
+  Tensor a = from_ref(ref::bmm_big_a, DType::Float32), b = from_ref(ref::bmm_big_b, DType::Float32);
+  check_ref(matmul(a, expand(unsqueeze(b, 0), {3, 18, 20})), ref::bmm_big_out, 1e-5);
+  check_ref(matmul(transpose(contiguous(transpose(a, 0, 1)), 0, 1), b), ref::bmm_big_out, 1e-5);
+  Tensor r4 = matmul(unsqueeze(a, 0), b);
+  CHECK(r4.shape() == Shape{1, 3, 12, 20});
+  check_values(r4, ref::bmm_big_out.values, 1e-5);
+  Tensor r = matmul(a, b);
+  CHECK(r.shape() == Shape{3, 12, 20});
+}
+
+TEST_CASE("matmul copies no operand that BLAS can read in place", "[matmul]") {
+  auto bytes_allocated_by = [](auto&& f) {
+    host_allocator::take_allocated_since_reset();
+    f();
+    return host_allocator::take_allocated_since_reset();
+  };
+  for (DType t : {DType::Float32, DType::Float64}) {
+    Tensor a = ones({64, 32}, t), b = ones({32, 48}, t), batch = ones({4, 64, 32}, t);
+    Tensor at = relayout(a, Layout::Transposed), bt = relayout(b, Layout::Transposed);
+    Tensor eb = expand(unsqueeze(b, 0), {4, 32, 48});
+    Tensor v = ones({32}, t), w = ones({64}, t);
+    const int64_t mm = bytes_allocated_by([&] { empty({64, 48}, t); });
+    const int64_t bmm = bytes_allocated_by([&] { empty({4, 64, 48}, t); });
+    const int64_t mv = bytes_allocated_by([&] { empty({64}, t); });
+    const int64_t vm = bytes_allocated_by([&] { empty({48}, t); });
+    INFO("dtype " << dtype_name(t));
+    CHECK(bytes_allocated_by([&] { matmul(a, b); }) == mm);
+    CHECK(bytes_allocated_by([&] { matmul(at, b); }) == mm);
+    CHECK(bytes_allocated_by([&] { matmul(a, bt); }) == mm);
+    CHECK(bytes_allocated_by([&] { matmul(at, bt); }) == mm);
+    CHECK(bytes_allocated_by([&] { matmul(batch, b); }) == bmm);
+    CHECK(bytes_allocated_by([&] { matmul(batch, eb); }) == bmm);
+    CHECK(bytes_allocated_by([&] { matmul(a, v); }) == mv);
+    CHECK(bytes_allocated_by([&] { matmul(at, v); }) == mv);
+    CHECK(bytes_allocated_by([&] { matmul(w, a); }) == bytes_allocated_by([&] { empty({32}, t); }));
+    CHECK(bytes_allocated_by([&] { matmul(v, bt); }) == vm);
+    // The layouts BLAS cannot read are copied (so the checks above can fail).
+    CHECK(bytes_allocated_by([&] { matmul(relayout(a, Layout::Strided), b); }) > mm);
+  }
+}
+
+TEST_CASE("matmul with empty dims returns zeros of the right shape", "[matmul]") {
+  for (DType t : {DType::Float32, DType::Float64, DType::Int64, DType::Int32}) {
+    INFO("dtype " << dtype_name(t));
+    Tensor k0 = matmul(ones({2, 0}, t), ones({0, 3}, t));
+    CHECK(k0.shape() == Shape{2, 3});
+    check_values(k0, std::vector<double>(6, 0.0), 0);
+    Tensor dot0 = matmul(ones({0}, t), ones({0}, t));
+    CHECK(dot0.dim() == 0);
+    CHECK(dot0.item() == 0);
+    CHECK(matmul(ones({0, 4}, t), ones({4, 3}, t)).shape() == Shape{0, 3});
+    CHECK(matmul(ones({2, 4}, t), ones({4, 0}, t)).shape() == Shape{2, 0});
+    CHECK(matmul(ones({0, 2, 4}, t), ones({4, 3}, t)).shape() == Shape{0, 2, 3});
+    CHECK(matmul(ones({5, 1, 2, 0}, t), ones({3, 0, 6}, t)).shape() == Shape{5, 3, 2, 6});
+    check_values(matmul(ones({5, 1, 2, 0}, t), ones({3, 0, 6}, t)), std::vector<double>(180, 0.0), 0);
+    CHECK(matmul(ones({3}, t), ones({2, 3, 0}, t)).shape() == Shape{2, 0});
+  }
+}
+
+TEST_CASE("matmul integer dtypes accumulate exactly in int64", "[matmul]") {
+  // Products beyond 2^53 are exact in int64 (a float64 accumulation would round).
+  double av[] = {3037000499.0, 2.0, 1.0, 1.0};
+  double bv[] = {3037000499.0, 1.0};
+  Tensor a = from_values(av, 4, Shape{2, 2}, DType::Int64);
+  Tensor b = from_values(bv, 2, Shape{2}, DType::Int64);
+  Tensor r = matmul(a, b);
+  CHECK(r.dtype() == DType::Int64);
+  CHECK(r.data<int64_t>()[0] == 3037000499ll * 3037000499ll + 2);
+  CHECK(r.data<int64_t>()[1] == 3037000500ll);
+  // uint8 wraps like torch's.
+  Tensor u = matmul(full({1, 4}, Scalar(200.0), DType::UInt8), full({4, 1}, Scalar(2.0), DType::UInt8));
+  CHECK(u.dtype() == DType::UInt8);
+  CHECK(u.item() == double((200 * 2 * 4) % 256));
+  // int32 and uint8 promote to int32; int with float to float.
+  CHECK(matmul(ones({2, 2}, DType::Int32), ones({2, 2}, DType::UInt8)).dtype() == DType::Int32);
+  CHECK(matmul(ones({2, 2}, DType::Int32), ones({2, 2}, DType::Float64)).dtype() == DType::Float64);
+}
+
+TEST_CASE("matmul of large integer matrices (threaded) matches a plain loop", "[matmul]") {
+  const int64_t B = 2, M = 70, K = 50, N = 60;
+  Tensor a = small_ints({B, M, K}, 9, DType::Int32, 11);
+  Tensor bt = small_ints({N, K}, 9, DType::Int32, 12);
+  Tensor b = transpose(bt, 0, 1);  // strided: the integer loop takes any layout
+  Tensor r = matmul(a, b);
+  REQUIRE(r.shape() == Shape{B, M, N});
+  std::vector<double> expect;
+  for (int64_t z = 0; z < B; ++z)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          int64_t ia[] = {z, i, k}, ib[] = {k, j};
+          acc += a.value_at(ia) * b.value_at(ib);
+        }
+        expect.push_back(acc);
+      }
+  check_values(r, expect, 0);
+}
+
+TEST_CASE("matmul overwrites whatever its output memory held", "[matmul]") {
+  // The kernel is handed fresh, uninitialised memory: NaN there must not leak through
+  // (BLAS with beta = 0 may scale instead of overwrite).
+  const ref::MatmulCase* picks[] = {&ref::kMatmulCases[0], &ref::kMatmulCases[1], &ref::kMatmulCases[2],
+                               &ref::kMatmulCases[3], &ref::kMatmulCases[8]};
+  for (const ref::MatmulCase* c : picks) {
+    INFO("case " << c->name);
+    Tensor a = from_ref(*c->a, c->ta), b = from_ref(*c->b, c->tb);
+    Tensor am = a.dim() == 1 ? unsqueeze(a, 0) : a;
+    Tensor bm = b.dim() == 1 ? unsqueeze(b, 1) : b;
+    Shape full_shape;
+    for (int i = 0; i + 2 < am.dim(); ++i) full_shape.push_back(am.size(i));
+    full_shape.push_back(am.size(am.dim() - 2));
+    full_shape.push_back(bm.size(bm.dim() - 1));
+    Tensor out = full(full_shape, Scalar(std::nan("")), DType::Float32);
+    cpu_backend().matmul(out, am, bm);
+    check_values(out, c->out->values, 1e-5);
+  }
+}
+
+TEST_CASE("matmul errors", "[matmul]") {
+  Tensor a = ones({2, 3}, DType::Float32);
+  CHECK_THAT(error_of([&] { matmul(a, ones({4, 5}, DType::Float32)); }),
+             StartsWith("matmul: shapes (2, 3) and (4, 5) cannot be multiplied"));
+  CHECK_THAT(error_of([&] { matmul(ones({3}, DType::Float32), ones({4}, DType::Float32)); }),
+             StartsWith("matmul: shapes (3,) and (4,) cannot be multiplied"));
+  CHECK_THAT(error_of([&] { matmul(a, ones({2}, DType::Float32)); }),
+             StartsWith("matmul: shapes (2, 3) and (2,) cannot be multiplied"));
+  CHECK_THAT(error_of([&] { matmul(ones({4}, DType::Float32), a); }),
+             StartsWith("matmul: shapes (4,) and (2, 3) cannot be multiplied"));
+  CHECK_THAT(error_of([&] { matmul(ones({2, 2, 3}, DType::Float32), ones({3, 3, 4}, DType::Float32)); }),
+             StartsWith("matmul: the batch dimensions of shapes (2, 2, 3) and (3, 3, 4) cannot be broadcast"));
+  CHECK_THAT(error_of([&] { matmul(ones(Shape{}, DType::Float32), a); }),
+             StartsWith("matmul: both arguments need at least 1 dimension, got shapes () and (2, 3)"));
+  CHECK_THAT(error_of([&] { matmul(a, ones(Shape{}, DType::Float32)); }),
+             StartsWith("matmul: both arguments need at least 1 dimension"));
+  CHECK_THAT(error_of([&] { matmul(ones({2, 2}, DType::Bool), ones({2, 2}, DType::Bool)); }),
+             StartsWith("matmul: not supported for bool tensors (got bool and bool)"));
+  CHECK_THAT(error_of([&] { matmul(ones({2, 2}, DType::Float32), ones({2, 2}, DType::Bool)); }),
+             StartsWith("matmul: not supported for bool tensors (got float32 and bool)"));
+  CHECK(error_kind_of([&] { matmul(ones({2, 2}, DType::Bool), ones({2, 2}, DType::Bool)); }) == ErrorKind::Type);
+  // Sizes past BLAS's int are refused before any copy (both operands are stride-0 views
+  // of one element, so nothing big is allocated).
+  const int64_t huge = int64_t(std::numeric_limits<int>::max()) + 1;
+  Tensor one = zeros({1, 1}, DType::Float32);
+  CHECK_THAT(error_of([&] { matmul(expand(one, {2, huge}), expand(one, {huge, 2})); }),
+             Contains("too large for BLAS"));
+}
+
+TEST_CASE("matmul on a backend without it, and across devices", "[matmul]") {
+  Backend fake = cpu_backend();
+  fake.name = "cuda";
+  fake.matmul = nullptr;
+  register_backend(DeviceType::CUDA, &fake);
+  {
+    Device dev{DeviceType::CUDA, 0};
+    Tensor a = ones({2, 3}, DType::Float32, dev), b = ones({3, 2}, DType::Float32, dev);
+    CHECK_THAT(error_of([&] { matmul(a, b); }), StartsWith("matmul: not implemented for cuda"));
+    CHECK(error_kind_of([&] { matmul(a, b); }) == ErrorKind::NotImplemented);
+    CHECK_THAT(error_of([&] { matmul(ones({2, 3}, DType::Float32), b); }),
+               StartsWith("matmul: expected tensors on the same device, got cpu and cuda:0"));
+  }
+  register_backend(DeviceType::CUDA, nullptr);
+}

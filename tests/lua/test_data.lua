@@ -1,0 +1,182 @@
+-- dl.data: pipelines composed like tf.data (from_tensors, shuffle, batch, map, take,
+-- skip, filter, repeat), their order, seeding, sizes and errors.
+local dl = require("dlua")
+local H = require("harness")
+
+local function ids(ds)
+  -- the labels (second values) of every element or batch, as one flat Lua list
+  local out = {}
+  for _, y in ds:iter() do
+    local t = y:totable()
+    if type(t) ~= "table" then t = { t } end
+    for _, v in ipairs(t) do out[#out + 1] = v end
+  end
+  return out
+end
+
+local function range(a, b)
+  local t = {}
+  for i = a, b do t[#t + 1] = i end
+  return t
+end
+
+local function sorted(t)
+  local c = { unpack(t) }
+  table.sort(c)
+  return c
+end
+
+local N = 10
+local xs = dl.arange(1, N + 1):view(N, 1) * dl.tensor({ { 1, 10 } })   -- row i: {i, 10 i}
+local ys = dl.arange(1, N + 1, { dtype = "int64" })
+
+H.test("from_tensors slices along dim 1, keeping dtypes", function()
+  local ds = dl.data.from_tensors(xs, ys)
+  local n = 0
+  for x, y in ds:iter() do
+    n = n + 1
+    H.values(x, { n, 10 * n })
+    H.eq(y.dtype, "int64")
+    H.eq(y:item(), n)
+  end
+  H.eq(n, N)
+  H.eq(ds:size(), N)
+end)
+
+H.test("batch: full batches, then the remainder unless dropped", function()
+  local ds = dl.data.from_tensors(xs, ys):batch(4)
+  local sizes = {}
+  for x, y in ds:iter() do
+    sizes[#sizes + 1] = x:size(1)
+    H.eq(y.dtype, "int64")
+    H.shape(x, { x:size(1), 2 })
+  end
+  H.eq(sizes, { 4, 4, 2 })
+  H.eq(ds:size(), 3)
+  local dropped = dl.data.from_tensors(xs, ys):batch(4, { drop_remainder = true })
+  H.eq(ids(dropped), range(1, 8))
+  H.eq(dropped:size(), 2)
+end)
+
+H.test("shuffle(seed): a permutation, the same for the same seed, new at each pass", function()
+  local a = dl.data.from_tensors(xs, ys):shuffle(7):batch(3)
+  local b = dl.data.from_tensors(xs, ys):shuffle(7):batch(3)
+  local e1, e2 = ids(a), ids(a)
+  H.eq(sorted(e1), range(1, N))
+  H.eq(sorted(e2), range(1, N))
+  H.ok(table.concat(e1, ",") ~= table.concat(e2, ","), "each pass is reshuffled")
+  H.eq(ids(b), e1)
+  H.eq(ids(b), e2)
+  local c = dl.data.from_tensors(xs, ys):shuffle(8):batch(3)
+  H.ok(table.concat(ids(c), ",") ~= table.concat(e1, ","), "another seed, another order")
+  -- labels travel with their rows
+  for x, y in a:iter() do H.values(x:select(2, 1), y:double():totable()) end
+end)
+
+H.test("shuffle() without a seed follows dl.manual_seed", function()
+  dl.manual_seed(3)
+  local first = ids(dl.data.from_tensors(xs, ys):shuffle():batch(4))
+  dl.manual_seed(3)
+  H.eq(ids(dl.data.from_tensors(xs, ys):shuffle():batch(4)), first)
+  H.eq(sorted(first), range(1, N))
+end)
+
+H.test("take and skip, before and after batch", function()
+  local ds = dl.data.from_tensors(xs, ys)
+  H.eq(ids(ds:take(3)), { 1, 2, 3 })
+  H.eq(ids(ds:skip(7)), { 8, 9, 10 })
+  H.eq(ids(ds:skip(2):take(3):batch(2)), { 3, 4, 5 })
+  H.eq(ids(ds:batch(3):take(2)), range(1, 6))
+  H.eq(ids(ds:batch(3):skip(3)), { 10 })
+  H.eq(ds:batch(3):take(2):size(), 2)
+  H.eq(ds:take(100):size(), N)
+  H.eq(ids(ds:take(0)), {})
+  local s = ds:shuffle(1):take(4)
+  local a = ids(s)
+  H.eq(#a, 4)
+end)
+
+H.test("map: once per batch after batch, once per element before it", function()
+  local calls = 0
+  local ds = dl.data.from_tensors(xs, ys):batch(4):map(function(x, y)
+    calls = calls + 1
+    return x * 2, y, "extra"
+  end)
+  local n = 0
+  for x, y, e in ds:iter() do
+    n = n + x:size(1)
+    H.eq(e, "extra")
+  end
+  H.eq(n, N)
+  H.eq(calls, 3)
+  calls = 0
+  local per = dl.data.from_tensors(xs, ys):map(function(x, y) calls = calls + 1; return x:sum(), y end):batch(4)
+  local out = {}
+  for s, y in per:iter() do
+    H.eq(y.dtype, "int64")
+    for _, v in ipairs(s:totable()) do out[#out + 1] = v end
+  end
+  H.eq(calls, N)
+  H.eq(out, { 11, 22, 33, 44, 55, 66, 77, 88, 99, 110 })
+  H.eq(per:size(), 3)
+end)
+
+H.test("any order composes: shuffle of batches, shuffle after map, filter, repeat", function()
+  local ds = dl.data.from_tensors(xs, ys)
+  local b = ids(ds:batch(2):shuffle(5))
+  H.eq(sorted(b), range(1, N))
+  local pairs_ok = true
+  for i = 1, N, 2 do pairs_ok = pairs_ok and b[i] % 2 == 1 and b[i + 1] == b[i] + 1 end
+  H.ok(pairs_ok, "batches stay whole when shuffled")
+  H.eq(sorted(ids(ds:map(function(x, y) return x, y end):shuffle(2))), range(1, N))
+  H.eq(ids(ds:filter(function(x, y) return y % 2 == 0 end):batch(2)), { 2, 4, 6, 8, 10 })
+  H.eq(ids(ds:take(3):repeat_(2)), { 1, 2, 3, 1, 2, 3 })
+  H.eq(ids(ds:take(2)["repeat"](ds:take(2), 3)), { 1, 2, 1, 2, 1, 2 })
+  H.eq(ds:take(3):repeat_(2):size(), 6)
+  local shuffled = ids(ds:shuffle(4):repeat_(2))
+  local twice = range(1, N)
+  for i = 1, N do twice[#twice + 1] = i end
+  H.eq(sorted(shuffled), sorted(twice))
+  H.ok(table.concat(shuffled, ",", 1, N) ~= table.concat(shuffled, ",", N + 1, 2 * N), "reshuffled when repeated")
+  H.eq(ds:filter(function() return true end):size(), nil)
+end)
+
+H.test("from_list and batching numbers", function()
+  local ds = dl.data.from_list({ 1, 2, 3, 4, 5 }):batch(2)
+  local out = {}
+  for x in ds:iter() do out[#out + 1] = x:totable() end
+  H.eq(out, { { 1, 2 }, { 3, 4 }, { 5 } })
+end)
+
+H.test("a data set drives dl.progress, which takes its size as the total", function()
+  local ds = dl.data.from_tensors(xs, ys):batch(4)
+  local lines = {}
+  local file = { write = function(_, s) lines[#lines + 1] = s end, flush = function() end }
+  local n = 0
+  for x, y in dl.progress(ds, { file = file, tty = false }) do n = n + x:size(1) end
+  H.eq(n, N)
+  H.ok(table.concat(lines):find("3/3", 1, true) ~= nil, "total from ds:size(): " .. table.concat(lines))
+end)
+
+H.test("tostring shows the pipeline", function()
+  H.eq(tostring(dl.data.from_tensors(xs, ys):shuffle(3):batch(4, { drop_remainder = true }):take(2)),
+       "Dataset: from_tensors((10, 2), (10,)):shuffle(3):batch(4, drop_remainder):take(2)")
+end)
+
+H.test("errors", function()
+  H.raises(function() dl.data.from_tensors(dl.zeros(3), dl.zeros(4)) end,
+           "from_tensors: tensors have different sizes along dim 1: 3 and 4 (argument 2)")
+  H.raises(function() dl.data.from_tensors() end, "from_tensors: expected at least one tensor")
+  H.raises(function() dl.data.from_tensors(dl.tensor(1)) end, "from_tensors: argument 1 is a 0-dim tensor")
+  H.raises(function() dl.data.from_tensors({ 1, 2 }) end, "from_tensors: argument 1 is a table, expected a tensor")
+  local ds = dl.data.from_tensors(xs)
+  H.raises(function() ds:batch(0) end, "batch: the batch size must be an integer >= 1, got 0")
+  H.raises(function() ds:batch(2, { drop = true }) end, "batch: unknown option 'drop'")
+  H.raises(function() ds:map(5) end, "map: expected a function, got number")
+  H.raises(function() ds:take(-1) end, "take: the count must be an integer >= 0, got -1")
+  H.raises(function() ds:shuffle(1.5) end, "shuffle: the seed must be an integer, got 1.5")
+  H.raises(function() ds.batch({}, 2) end, "batch: call it on a data set")
+  H.raises(function() for _ in dl.data.from_list({ {} }):batch(2):iter() do end end, "batch: cannot batch a table")
+end)
+
+H.run()

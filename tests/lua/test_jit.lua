@@ -1,0 +1,75 @@
+-- The hot paths compile: a loop of small-tensor arithmetic and an element loop over
+-- x[i] become JIT traces (DESIGN.md decision 1: FFI calls are compiled, classic
+-- lua_CFunction calls are not). Skipped where the JIT is off (a sandboxed runtime).
+local H = require("harness")
+local dl = require("dlua")
+
+local jit_on = jit and jit.status and jit.status()
+
+-- Runs f and returns true if a trace that starts in f was completed as a loop. A loop
+-- that calls something the JIT cannot compile (a classic C function) is at best
+-- "stitched" from several traces, whose first one does not link back to itself.
+local function compiles(f)
+  local util = require("jit.util")
+  local started_in_f = false
+  local function on_trace(what, tr, func)
+    if what == "stop" and func == f and util.traceinfo(tr).linktype == "loop" then
+      started_in_f = true
+    end
+  end
+  jit.attach(on_trace, "trace")
+  local ok, err = pcall(f)
+  jit.attach(on_trace)
+  if not ok then error(err, 0) end
+  return started_in_f
+end
+
+H.test("the check itself: a loop calling a classic C function does not count", function()
+  if not jit_on then print("        skipped: the JIT is off") return end
+  local x = 0
+  local function loop()
+    for i = 1, 5000 do x = x + select("#", collectgarbage("count")) end
+  end
+  H.ok(not compiles(loop), "a stitched loop was taken for a compiled one")
+end)
+
+H.test("a hot loop of a + b on small tensors compiles", function()
+  if not jit_on then print("        skipped: the JIT is off") return end
+  local a, b = dl.ones(4), dl.tensor({ 1, 2, 3, 4 })
+  local c
+  local function loop()
+    for i = 1, 5000 do c = a + b end
+  end
+  H.ok(compiles(loop), "no trace was compiled for the a + b loop")
+  H.values(c, { 2, 3, 4, 5 })
+end)
+
+H.test("numbers on either side stay on the compiled path", function()
+  if not jit_on then print("        skipped: the JIT is off") return end
+  local a = dl.ones(4)
+  local c
+  local function loop()
+    for i = 1, 5000 do c = (0.5 * a - 1) / 2 end
+  end
+  H.ok(compiles(loop), "no trace was compiled for the scalar loop")
+  H.values(c, { -0.25, -0.25, -0.25, -0.25 })
+end)
+
+H.test("an element loop over x[i] compiles and reads numbers", function()
+  if not jit_on then print("        skipped: the JIT is off") return end
+  local x = dl.arange(1, 10001, { dtype = "float64" })
+  local s = 0
+  local function loop()
+    for i = 1, 10000 do s = s + x[i] end
+  end
+  H.ok(compiles(loop), "no trace was compiled for the element loop")
+  H.eq(s, 10000 * 10001 / 2)
+  local y = dl.zeros(1000)
+  local function write()
+    for i = 1, 1000 do y[i] = i end
+  end
+  H.ok(compiles(write), "no trace was compiled for the element writes")
+  H.eq(y[1000], 1000)
+end)
+
+H.run()

@@ -1,0 +1,96 @@
+-- Tensor memory and Lua's collector (DESIGN.md decision 4): a loop making fresh
+-- tensors needs no collectgarbage(); the tensor memory limit is enforced, with one
+-- collection and a retry before an allocation is refused.
+local H = require("harness")
+local dl = require("dlua")
+local core = require("dlua.core")
+local C = core.C
+
+local MB = 2 ^ 20
+
+local function rss()
+  local f = io.open("/proc/self/statm", "r")
+  if not f then return nil end
+  local line = f:read("*l")
+  f:close()
+  local resident = tonumber(string.match(line, "^%d+%s+(%d+)"))
+  return resident * 4096
+end
+
+H.test("100000 fresh 1 MB tensors stay within bounded memory, no collectgarbage()", function()
+  local rss0 = rss()
+  local max_in_use, max_rss = 0, 0
+  for i = 1, 100000 do
+    local t = dl.empty(262144)             -- 1 MiB of float32
+    if i % 500 == 0 then
+      local s = dl.memory_stats()
+      if s.in_use > max_in_use then max_in_use = s.in_use end
+      local r = rss()
+      if r and r - rss0 > max_rss then max_rss = r - rss0 end
+      -- fail early, before the machine runs out of memory
+      if s.in_use > 512 * MB then
+        error(string.format("tensor memory in use grew to %.0f MB after %d tensors", s.in_use / MB, i))
+      end
+    end
+  end
+  print(string.format("        in use at most %.0f MB, RSS growth at most %.0f MB",
+                      max_in_use / MB, max_rss / MB))
+  H.ok(max_in_use < 256 * MB, "in use " .. max_in_use / MB .. " MB")
+  H.ok(max_rss < 400 * MB, "RSS grew by " .. max_rss / MB .. " MB")
+end)
+
+H.test("memory that is written to is given back too", function()
+  local rss0 = rss()
+  local max_rss = 0
+  local acc = dl.zeros(262144)
+  for i = 1, 600 do
+    local t = dl.ones(262144) * 2          -- two fresh 1 MiB tensors, both touched
+    if i % 20 == 0 then
+      acc:add_(t)
+      local r = rss()
+      if r and r - rss0 > max_rss then max_rss = r - rss0 end
+      if max_rss > 1024 * MB then error("RSS grew past 1 GB after " .. i .. " iterations") end
+    end
+  end
+  H.eq(acc[1], 60)
+  H.ok(max_rss < 400 * MB, "RSS grew by " .. max_rss / MB .. " MB")
+end)
+
+H.test("a collection releases every unreachable tensor", function()
+  collectgarbage("collect")
+  local base = dl.memory_stats().tensors
+  local keep = {}
+  for i = 1, 1000 do keep[i] = dl.ones(4) end
+  H.ok(dl.memory_stats().tensors >= base + 1000)
+  keep = nil
+  collectgarbage("collect")
+  collectgarbage("collect")
+  H.ok(dl.memory_stats().tensors <= base + 2, "tensors alive: " .. dl.memory_stats().tensors .. ", base " .. base)
+end)
+
+H.test("the tensor memory limit: a refused allocation is retried after a collection", function()
+  collectgarbage("collect")
+  local saved_budget = core.budget[0]
+  local in_use0 = dl.memory_stats().in_use
+  local F16MB = 4 * 1048576                 -- float32 elements in 16 MiB
+  C.dl_set_memory_limit(in_use0 + 256 * MB)
+  local ok, err = pcall(function()
+    core.budget[0] = 2 ^ 50               -- no collection from the budget: only the retry
+    for i = 1, 10 do local garbage = dl.empty(F16MB) end   -- 160 MiB, unreachable
+    H.ok(dl.memory_stats().in_use >= in_use0 + 160 * MB, "the garbage is still counted")
+    local big = dl.empty(8 * F16MB)       -- 128 MiB: refused until the garbage is collected
+    H.shape(big, { 8 * F16MB })
+    big = nil
+    -- memory that is really in use is refused, with a clear message
+    local keep = dl.empty(8 * F16MB)      -- 128 MiB
+    H.raises(function() return dl.ones(16 * F16MB) end, "ones: tensor memory limit exceeded")
+    H.raises(function() return keep:view(-1, 1) + dl.ones(1, 2) end, "add: tensor memory limit exceeded")
+    H.values(dl.ones(2) + 1, { 2, 2 })    -- small tensors still fit
+  end)
+  C.dl_set_memory_limit(0)
+  core.budget[0] = saved_budget
+  if not ok then error(err, 0) end
+  H.eq(dl.memory_stats().limit, 0)
+end)
+
+H.run()

@@ -1,0 +1,496 @@
+-- dl.nn: modules (tracking, names, state dicts, train/eval, to, printing), layers and
+-- losses against PyTorch (tests/lua/ref/training_ref.lua, from
+-- tests/ref/gen_training_refs.py), and every error message.
+local dl = require("dlua")
+local H = require("harness")
+local R = require("ref.training_ref")
+local nn = dl.nn
+
+local TOL = 2e-6
+
+local function close(got, want, tol, what)
+  H.near(got:totable(), want, tol or TOL, what)
+end
+
+local function set(v, values) v:assign(dl.tensor(values)) end
+
+local function names(list)
+  local out = {}
+  for i, p in ipairs(list) do out[i] = p[1] end
+  return out
+end
+
+-- ---- modules ----------------------------------------------------------------------------------
+
+local MLP = nn.Module:extend("MLP")
+function MLP:init(n_in, hidden, n_out)
+  self.fc1 = nn.Linear(n_in, hidden)
+  self.act = nn.ReLU()
+  self.fc2 = nn.Linear(hidden, n_out)
+end
+function MLP:forward(x) return self.fc2(self.act(self.fc1(x))) end
+
+H.test("a subclass: forward through net(x), parameters in assignment order", function()
+  local net = MLP(4, 8, 3)
+  H.shape(net(dl.randn(5, 4)), { 5, 3 })
+  H.eq(names(net:named_parameters()), { "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias" })
+  local ps = net:parameters()
+  H.eq(#ps, 4)
+  H.ok(rawequal(ps[1], net.fc1.weight))
+  H.shape(ps[3], { 3, 8 })
+  H.eq(net:num_parameters(), 4 * 8 + 8 + 8 * 3 + 3)
+end)
+
+H.test("Sequential, nested modules and plain tables filled later get dotted names", function()
+  local Net = nn.Module:extend("Net")
+  function Net:init()
+    self.embed = nn.Embedding(10, 4)
+    self.layers = {}
+    for i = 1, 2 do self.layers[i] = nn.Linear(4, 4) end
+    self.head = nn.Sequential{ nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2, { bias = false }) }
+    self.scale = dl.Variable(dl.ones(1), "scale")
+    self.note = "not tracked"
+    self.plain = dl.ones(2)   -- a plain tensor is an ordinary field
+  end
+  local net = Net()
+  H.eq(names(net:named_parameters()), { "embed.weight", "layers.1.weight", "layers.1.bias", "layers.2.weight",
+       "layers.2.bias", "head.1.weight", "head.1.bias", "head.3.weight", "scale" })
+  H.eq(net.note, "not tracked")
+  H.eq(#net.head, 3)
+  H.ok(rawequal(net.head, net:named_children()[4][2]))
+  H.ok(rawequal(net.head[3], net.head:named_children()[3][2]))
+  H.eq(names(net:named_children()), { "embed", "layers.1", "layers.2", "head" })
+  H.eq(#net:modules(), 8)
+end)
+
+H.test("reassigning keeps the position, other values untrack, shared modules count once", function()
+  local Net = nn.Module:extend("Net")
+  function Net:init()
+    self.a = nn.Linear(2, 2)
+    self.b = nn.Linear(2, 2)
+    self.a = nn.Linear(2, 3)      -- replaced in place
+    self.shared = self.b          -- the same module twice
+  end
+  local net = Net()
+  H.eq(names(net:named_parameters()), { "a.weight", "a.bias", "b.weight", "b.bias" })
+  H.shape(net.a.weight, { 3, 2 })
+  net.b = nil
+  H.eq(names(net:named_parameters()), { "a.weight", "a.bias", "shared.weight", "shared.bias" })
+  net.shared = 5
+  H.eq(net.shared, 5)
+  H.eq(#net:parameters(), 2)
+  net.shared = nn.Linear(1, 1)    -- a field that held a number becomes a member again
+  H.eq(#net:parameters(), 4)
+end)
+
+H.test("buffers are in the state dict but not in the parameters", function()
+  local bn = nn.BatchNorm1d(3)
+  H.eq(names(bn:named_parameters()), { "weight", "bias" })
+  H.eq(names(bn:named_buffers()), { "running_mean", "running_var", "num_batches_tracked" })
+  local keys = {}
+  for k in pairs(bn:state_dict()) do keys[#keys + 1] = k end
+  table.sort(keys)
+  H.eq(keys, { "bias", "num_batches_tracked", "running_mean", "running_var", "weight" })
+end)
+
+H.test("state_dict round trip: identical predictions, also through a file", function()
+  dl.manual_seed(1)
+  local a = nn.Sequential{ nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.GlobalAvgPool2d(), nn.Linear(4, 3) }
+  a(dl.randn(4, 1, 6, 6))   -- moves the running statistics
+  a:eval()
+  local b = nn.Sequential{ nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.GlobalAvgPool2d(), nn.Linear(4, 3) }
+  b:eval()
+  local x = dl.randn(2, 1, 6, 6)
+  H.ok(not dl.equal(a(x), b(x)))
+  b:load_state_dict(a:state_dict())
+  H.ok(dl.equal(a(x), b(x)))
+  H.eq(b[2].num_batches_tracked:item(), 1)
+  local path = os.tmpname() .. ".safetensors"
+  dl.save(path, a:state_dict())
+  local c = nn.Sequential{ nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.GlobalAvgPool2d(), nn.Linear(4, 3) }
+  c:eval()
+  c:load_state_dict((dl.load(path)))
+  H.ok(dl.equal(a(x), c(x)))
+  os.remove(path)
+end)
+
+H.test("load_state_dict: clear errors naming the key, and nothing changes", function()
+  local net = MLP(4, 8, 3)
+  local before = net.fc1.weight:clone()
+  local sd = MLP(4, 8, 3):state_dict()
+  sd["fc2.bias"] = nil
+  H.raises(function() net:load_state_dict(sd) end, "load_state_dict: missing key \"fc2.bias\" in the state dict")
+  sd = MLP(4, 8, 3):state_dict()
+  sd["fc2.weight"] = dl.zeros(3, 9)
+  H.raises(function() net:load_state_dict(sd) end,
+           "load_state_dict: \"fc2.weight\" has shape (3, 9) in the state dict, (3, 8) in the model")
+  sd = MLP(4, 8, 3):state_dict()
+  sd["fc1.bias"] = dl.zeros(8, { dtype = "float64" })
+  H.raises(function() net:load_state_dict(sd) end,
+           "load_state_dict: \"fc1.bias\" has dtype float64 in the state dict, float32 in the model")
+  sd = MLP(4, 8, 3):state_dict()
+  sd["fc3.weight"] = dl.zeros(1)
+  H.raises(function() net:load_state_dict(sd) end, "load_state_dict: unexpected key \"fc3.weight\" in the state dict")
+  H.ok(dl.equal(net.fc1.weight, before), "all or nothing")
+  local missing, unexpected = net:load_state_dict(sd, false)
+  H.eq(missing, {})
+  H.eq(unexpected, { "fc3.weight" })
+  H.ok(dl.equal(net.fc1.weight, sd["fc1.weight"]))
+  sd["fc1.weight"] = "x"
+  H.raises(function() net:load_state_dict(sd) end, "\"fc1.weight\" is a string in the state dict, expected a tensor")
+end)
+
+H.test("train() and eval() are recursive; Dropout is the identity in eval", function()
+  local net = nn.Sequential{ nn.Linear(100, 100), nn.Dropout(0.5) }
+  H.ok(net.training and net[2].training)
+  net:eval()
+  H.ok(not net.training and not net[2].training)
+  local x = dl.randn(8, 100)
+  H.ok(dl.equal(net(x), net[1](x)))
+  net:train()
+  local y = net[2](dl.ones(1000))
+  local zeros = y:eq(0):sum():item()
+  H.ok(zeros > 400 and zeros < 600, "about half dropped: " .. zeros)
+  H.ok(dl.allclose(y:sum() / (1000 - zeros), dl.tensor(2.0)), "the rest scaled by 2")
+end)
+
+H.test("BatchNorm: batch statistics in training, running ones in eval", function()
+  local bn = nn.BatchNorm1d(2)
+  local x = dl.tensor({ { 1, 10 }, { 3, 30 } })
+  H.values(bn(x), { { -1, -1 }, { 1, 1 } }, { tol = 1e-4 })
+  H.values(bn.running_mean, { 0.2, 2.0 }, { tol = 1e-6 })
+  bn:eval()
+  H.values(bn(dl.tensor({ { 0.2, 2.0 } })), { { 0, 0 } }, { tol = 1e-6 })
+end)
+
+H.test("net:to(dtype) replaces the parameters, keeping names and structure", function()
+  local net = MLP(4, 8, 3)
+  local x = dl.randn(2, 4)
+  local y32 = net(x)
+  local w = net.fc1.weight
+  net:to("float64")
+  H.eq(net.fc1.weight.dtype, "float64")
+  H.ok(net.fc1.weight.is_variable)
+  H.eq(net.fc1.weight.name, w.name)
+  H.eq(names(net:named_parameters()), { "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias" })
+  H.ok(dl.allclose(net(x:double()):float(), y32, 1e-5, 1e-6))
+  local same = net.fc2.weight
+  net:to("float64")
+  H.ok(rawequal(same, net.fc2.weight), "nothing to change: the same Variable")
+  local bn = nn.BatchNorm1d(2):to("float64")
+  H.eq(bn.running_mean.dtype, "float64")
+  net:to("cpu")
+  H.ok(rawequal(same, net.fc2.weight))
+end)
+
+H.test("tostring is PyTorch's module repr", function()
+  local net = MLP(784, 256, 10)
+  H.eq(tostring(net), table.concat({
+    "MLP(",
+    "  (fc1): Linear(in_features=784, out_features=256, bias=true)",
+    "  (act): ReLU()",
+    "  (fc2): Linear(in_features=256, out_features=10, bias=true)",
+    ")" }, "\n"))
+  local seq = nn.Sequential{ nn.Conv2d(1, 16, 3, { padding = 1 }), nn.MaxPool2d(2), nn.Sequential{ nn.Flatten() } }
+  H.eq(tostring(seq), table.concat({
+    "Sequential(",
+    "  (1): Conv2d(1, 16, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=true)",
+    "  (2): MaxPool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))",
+    "  (3): Sequential(",
+    "    (1): Flatten(start_dim=2, end_dim=-1)",
+    "  )",
+    ")" }, "\n"))
+  H.eq(tostring(nn.BatchNorm2d(8)), "BatchNorm2d(8, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true)")
+  H.eq(tostring(nn.LSTMCell(3, 4)), "LSTMCell(3, 4, bias=true)")
+  H.eq(tostring(nn.Dense(10, { activation = "relu" })), "Dense(units=10, activation=\"relu\", use_bias=true)")
+  H.eq(tostring(MLP), "class MLP")
+end)
+
+H.test("initialisation: PyTorch's bounds, reproducible with manual_seed", function()
+  dl.manual_seed(5)
+  local a = nn.Linear(100, 50)
+  dl.manual_seed(5)
+  local b = nn.Linear(100, 50)
+  H.ok(dl.equal(a.weight, b.weight) and dl.equal(a.bias, b.bias))
+  local bound = 1 / math.sqrt(100)
+  H.ok(a.weight:abs():max():item() <= bound)
+  H.ok(a.weight:abs():max():item() > 0.9 * bound)
+  H.near(a.weight:std():item(), bound / math.sqrt(3), 0.05)
+  local c = nn.Conv2d(4, 8, 3)
+  H.ok(c.weight:abs():max():item() <= 1 / 6)
+  local e = nn.Embedding(1000, 10)
+  H.near(e.weight:std():item(), 1, 0.05)
+  local cell = nn.LSTMCell(3, 25)
+  H.ok(cell.weight_hh:abs():max():item() <= 0.2)
+  local d = nn.Dense(20)
+  d(dl.zeros(1, 30))
+  H.ok(d.kernel:abs():max():item() <= math.sqrt(6 / 50))
+  H.values(d.bias, dl.zeros(20):totable())
+end)
+
+H.test("the TensorFlow guide's MNISTModel: Dense layers sized by the first call", function()
+  local MNISTModel = nn.Module:extend("MNISTModel")
+  function MNISTModel:init()
+    self.layer1 = nn.Dense(10)
+    self.layer2 = nn.Dense(10)
+  end
+  function MNISTModel:forward(input) return self.layer2(self.layer1(input)) end
+  local model = MNISTModel()
+  H.eq(#model:parameters(), 0)
+  local batch = dl.zeros(1, 1, 784)
+  H.eq(batch.shape, { 1, 1, 784 })
+  local result = model(batch)
+  H.values(result, { { dl.zeros(10):totable() } })
+  H.eq(names(model:named_parameters()), { "layer1.kernel", "layer1.bias", "layer2.kernel", "layer2.bias" })
+  H.shape(model.layer1.kernel, { 784, 10 })
+  -- a fresh model takes its shapes from a state dict
+  local fresh = MNISTModel()
+  fresh:load_state_dict(model:state_dict())
+  H.shape(fresh.layer2.kernel, { 10, 10 })
+  H.raises(function() model(dl.zeros(2, 100)) end, "Dense: expected input with 784 features, got shape (2, 100)")
+end)
+
+H.test("a Checkpoint restores a model of Dense layers before its first call", function()
+  local function make()
+    return nn.Sequential{ nn.Dense(8, { activation = "relu" }), nn.Dense(3) }
+  end
+  dl.manual_seed(2)
+  local a = make()
+  local x = dl.randn(4, 5)
+  local y = a(x)
+  local dir = os.tmpname()
+  os.remove(dir)
+  dl.Checkpoint{ model = a }:save(dir .. "/m")
+  local b = make()
+  dl.Checkpoint{ model = b }:restore(dl.latest_checkpoint(dir))
+  H.ok(dl.equal(b(x), y))
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+H.test("the guide's custom Linear model with Variables, trained by apply_gradients", function()
+  local Linear = nn.Module:extend("Linear")
+  function Linear:init()
+    self.w = dl.Variable(5, "weight")
+    self.b = dl.Variable(10, "bias")
+  end
+  function Linear:forward(x) return x * self.w + self.b end
+  dl.manual_seed(0)
+  local inputs = dl.randn(2000)
+  local outputs = inputs * 3 + 2 + dl.randn(2000)
+  local model = Linear()
+  local function loss(m, x, y) local e = m(x) - y; return (e * e):mean() end
+  local opt = dl.optim.SGD{ lr = 0.01 }
+  for _ = 1, 300 do
+    local tape = dl.GradientTape()
+    local l = tape:record(function() return loss(model, inputs, outputs) end)
+    local g = tape:gradient(l, { model.w, model.b })
+    opt:apply_gradients({ { g[1], model.w }, { g[2], model.b } })
+  end
+  H.near(model.w:item(), 3, 0.1)
+  H.near(model.b:item(), 2, 0.1)
+  H.eq(names(model:named_parameters()), { "w", "b" })
+end)
+
+-- ---- layers against PyTorch -----------------------------------------------------------------------
+
+H.test("Linear forward matches PyTorch", function()
+  local r = R.layers.linear
+  local lin = nn.Linear(4, 3)
+  set(lin.weight, r.weight); set(lin.bias, r.bias)
+  close(lin(dl.tensor(r.x)), r.y)
+  H.shape(lin(dl.randn(2, 5, 4)), { 2, 5, 3 })
+  H.shape(nn.Linear(4, 3, { bias = false })(dl.randn(4)), { 3 })
+end)
+
+H.test("Conv2d forward and gradients match PyTorch", function()
+  local r = R.layers.conv
+  local conv = nn.Conv2d(2, 3, 3, { stride = 2, padding = 1 })
+  set(conv.weight, r.weight); set(conv.bias, r.bias)
+  local x = dl.tensor(r.x)
+  close(conv(x), r.y, 1e-5)
+  local gx, gw = dl.grad(function(xx, ww)
+    local y = nn.functional.conv2d(xx, ww, conv.bias, conv._opts)
+    return y:sum() + (y * y):sum() * 0.5
+  end, { 1, 2 })(x, conv.weight)
+  close(gx, r.gx, 1e-5)
+  close(gw, r.gw, 1e-5)
+  local g = R.layers.conv_groups
+  local c2 = nn.Conv2d(4, 4, 3, { padding = 2, dilation = 2, groups = 2, bias = false })
+  set(c2.weight, g.weight)
+  close(c2(dl.tensor(g.x)), g.y, 1e-5)
+  H.shape(nn.Conv2d(3, 8, 5, { padding = "same" })(dl.randn(1, 3, 9, 9)), { 1, 8, 9, 9 })
+  H.shape(nn.Conv2d(3, 8, 3)(dl.randn(3, 9, 9)), { 8, 7, 7 })
+end)
+
+H.test("pools and Flatten match PyTorch", function()
+  local r = R.layers.pool
+  local x = dl.tensor(r.x)
+  close(nn.MaxPool2d(2)(x), r.max)
+  close(nn.AvgPool2d(3, { stride = 2, padding = 1 })(x), r.avg)
+  close(nn.MaxPool2d(3, { stride = 2, padding = 1 })(x), r.max_s)
+  close(nn.GlobalAvgPool2d()(x), r.gap)
+  H.shape(nn.GlobalAvgPool2d({ keepdim = true })(x), { 2, 3, 1, 1 })
+  H.shape(nn.Flatten()(x), { 2, 108 })
+end)
+
+H.test("BatchNorm2d and BatchNorm1d match PyTorch (training, running statistics, eval)", function()
+  local r = R.layers.bn2d
+  local bn = nn.BatchNorm2d(3)
+  set(bn.weight, r.weight); set(bn.bias, r.bias)
+  close(bn(dl.tensor(r.x1)), r.y1, 1e-5)
+  bn(dl.tensor(r.x2))
+  close(bn.running_mean, r.running_mean)
+  close(bn.running_var, r.running_var, 1e-5)
+  bn:eval()
+  close(bn(dl.tensor(r.x3)), r.y3, 1e-5)
+  H.eq(bn.num_batches_tracked:item(), 2)
+  local r1 = R.layers.bn1d
+  local bn1 = nn.BatchNorm1d(3, { momentum = 0.3 })
+  close(bn1(dl.tensor(r1.x)), r1.y, 1e-5)
+  close(bn1.running_mean, r1.running_mean)
+  close(bn1.running_var, r1.running_var, 1e-5)
+end)
+
+local function load_cell(cell, r)
+  set(cell.weight_ih, r.weight_ih); set(cell.weight_hh, r.weight_hh)
+  set(cell.bias_ih, r.bias_ih); set(cell.bias_hh, r.bias_hh)
+end
+
+H.test("LSTMCell, RNNCell and GRUCell match PyTorch", function()
+  local r = R.layers.lstm
+  local cell = nn.LSTMCell(3, 4)
+  load_cell(cell, r)
+  local x = dl.tensor(r.x)
+  local h, c = cell(x, dl.tensor(r.h), dl.tensor(r.c))
+  close(h, r.h2); close(c, r.c2)
+  h, c = cell(x, { dl.tensor(r.h), dl.tensor(r.c) })
+  close(h, r.h2)
+  h, c = cell(x)
+  close(h, r.h0); close(c, r.c0)
+  for _, name in ipairs({ "rnn_tanh", "rnn_relu" }) do
+    local rr = R.layers[name]
+    local rnn = nn.RNNCell(3, 4, { nonlinearity = name == "rnn_relu" and "relu" or "tanh" })
+    load_cell(rnn, rr)
+    close(rnn(dl.tensor(rr.x), dl.tensor(rr.h)), rr.h2, TOL, name)
+  end
+  local rg = R.layers.gru
+  local gru = nn.GRUCell(3, 4)
+  load_cell(gru, rg)
+  close(gru(dl.tensor(rg.x), dl.tensor(rg.h)), rg.h2)
+  H.shape(gru(dl.randn(3)), { 4 })
+end)
+
+H.test("Embedding forward and gradient match PyTorch (padding row gets none)", function()
+  local r = R.layers.embedding
+  local emb = nn.Embedding(5, 3, { padding_idx = r.padding_idx })
+  H.values(emb.weight[r.padding_idx], { 0, 0, 0 })
+  set(emb.weight, r.weight)
+  local idx = dl.tensor(r.idx, { dtype = "int64" })
+  close(emb(idx), r.y)
+  local g = dl.implicit_grad(function() local y = emb(idx); return (y * y):sum() end)()
+  close(g[1][1], r.gw)
+end)
+
+-- ---- losses ------------------------------------------------------------------------------------------
+
+H.test("cross_entropy matches PyTorch: values and gradient", function()
+  local r = R.losses.cross_entropy
+  local logits, labels = dl.tensor(r.logits), dl.tensor(r.labels, { dtype = "int64" })
+  close(nn.cross_entropy(logits, labels), r.mean)
+  close(nn.cross_entropy(logits, labels, { reduction = "sum" }), r.sum)
+  close(nn.cross_entropy(logits, labels, { reduction = "none" }), r.none)
+  close(dl.grad(function(l) return nn.cross_entropy(l, labels) end)(logits), r.grad)
+end)
+
+H.test("softmax_cross_entropy_with_logits(labels, logits): TF's argument order", function()
+  for _, name in ipairs({ "softmax_xent_onehot", "softmax_xent_soft" }) do
+    local r = R.losses[name]
+    local labels, logits = dl.tensor(r.labels), dl.tensor(r.logits)
+    close(nn.softmax_cross_entropy_with_logits(labels, logits), r.mean, TOL, name)
+    close(nn.softmax_cross_entropy_with_logits(labels, logits, { reduction = "none" }), r.none, TOL, name)
+    close(dl.grad(function(l) return nn.softmax_cross_entropy_with_logits(labels, l) end)(logits), r.grad, TOL, name)
+  end
+  local r = R.losses.cross_entropy
+  local onehot = nn.one_hot(dl.tensor(r.labels, { dtype = "int64" }), 5)
+  close(onehot, R.losses.softmax_xent_onehot.labels)
+end)
+
+H.test("mse_loss and bce_with_logits match PyTorch, bce stable at extreme logits", function()
+  local m = R.losses.mse
+  local a, b = dl.tensor(m.input), dl.tensor(m.target)
+  close(nn.mse_loss(a, b), m.mean)
+  close(nn.mse_loss(a, b, { reduction = "sum" }), m.sum)
+  close(dl.grad(function(x) return nn.mse_loss(x, b) end)(a), m.grad)
+  local r = R.losses.bce
+  local x, y = dl.tensor(r.logits), dl.tensor(r.targets)
+  close(nn.bce_with_logits(x, y), r.mean)
+  close(nn.bce_with_logits(x, y, { reduction = "none" }), r.none, 1e-6)
+  close(nn.bce_with_logits(x, y, { reduction = "none", pos_weight = 2.5 }), r.pos_weight_none, 1e-6)
+  close(dl.grad(function(l) return nn.bce_with_logits(l, y) end)(x), r.grad)
+end)
+
+H.test("an MLP trained end to end matches PyTorch (Adam; SGD with Nesterov momentum)", function()
+  for _, name in ipairs({ "adam", "sgd" }) do
+    local r = R.mlp[name]
+    local net = nn.Sequential{ nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3) }
+    local sd = {}
+    for k, v in pairs(r.init) do sd[k:gsub("^(%d+)", function(i) return tostring(i + 1) end)] = dl.tensor(v) end
+    net:load_state_dict(sd)
+    local x, y = dl.tensor(r.x), dl.tensor(r.y, { dtype = "int64" })
+    local opt = name == "adam" and dl.optim.Adam{ lr = 0.01 } or dl.optim.SGD{ lr = 0.1, momentum = 0.9, nesterov = true }
+    for i = 1, #r.losses do
+      local loss = opt:minimize(function() return nn.cross_entropy(net(x), y) end)
+      H.near(loss:item(), r.losses[i], 1e-6, name .. " loss " .. i)
+    end
+    for k, v in pairs(r.final) do
+      close(net:state_dict()[k:gsub("^(%d+)", function(i) return tostring(i + 1) end)], v, 1e-5, name .. " " .. k)
+    end
+  end
+end)
+
+-- ---- errors ------------------------------------------------------------------------------------------
+
+H.test("errors name the layer, what it expected and the shape it got, at the caller's line", function()
+  local lin = nn.Linear(784, 10)
+  local line = H.line() + 1
+  local msg = H.raises(function() local y = lin(dl.zeros(64, 100)) return y end,
+                       "Linear: expected input with 784 features, got shape (64, 100)")
+  H.at(msg, line)
+  H.raises(function() return lin(dl.tensor(1)) end, "Linear: expected input with 784 features, got shape ()")
+  H.raises(function() return lin("x") end, "Linear: expected a tensor, got string")
+  H.raises(function() nn.Conv2d(3, 8, 3)(dl.zeros(1, 4, 8, 8)) end,
+           "Conv2d: expected input (N, 3, H, W) or (3, H, W), got shape (1, 4, 8, 8)")
+  H.raises(function() nn.BatchNorm2d(3)(dl.zeros(2, 3)) end,
+           "BatchNorm2d: expected input (N, C, H, W) with C = 3, got shape (2, 3)")
+  H.raises(function() nn.BatchNorm1d(3)(dl.zeros(2, 4)) end,
+           "BatchNorm1d: expected input (N, C) or (N, C, L) with C = 3, got shape (2, 4)")
+  H.raises(function() nn.LSTMCell(3, 4)(dl.zeros(2, 5)) end, "LSTMCell: expected input (N, 3) or (3), got shape (2, 5)")
+  H.raises(function() nn.RNNCell(3, 4)(dl.zeros(2, 3), dl.zeros(2, 5)) end,
+           "RNNCell: expected a hidden state of shape (2, 4), got shape (2, 5)")
+  H.raises(function() nn.Embedding(5, 2)(dl.tensor({ 6 }, { dtype = "int64" })) end, "embedding: index 6 is out of range")
+  H.raises(function() nn.cross_entropy(dl.zeros(2, 3), dl.tensor({ 1, 4 }, { dtype = "int64" })) end,
+           "cross_entropy: class label 4 is out of range for 3 classes")
+  H.raises(function() nn.mse_loss(dl.zeros(2), dl.zeros(3)) end, "mse_loss: input and target shapes (2,) and (3,) differ")
+  H.raises(function() nn.cross_entropy(dl.zeros(2, 3), dl.zeros(2, { dtype = "int64" }), { reduction = "avg" }) end,
+           "cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got avg")
+end)
+
+H.test("errors in building modules", function()
+  H.raises(function() nn.Linear(-1, 3) end, "Linear: in_features must be an integer >= 0, got -1")
+  H.raises(function() nn.Linear(2, 3, { bias = false, biass = 1 }) end, "Linear: unknown option 'biass'")
+  H.raises(function() nn.Conv2d(3, 8, 3, { groups = 2 }) end, "Conv2d: in_channels (3) and out_channels (8) must be divisible by groups (2)")
+  H.raises(function() nn.Conv2d(3, 8, { 3 }) end, "Conv2d: kernel size must be a number or a pair {h, w}")
+  H.raises(function() nn.Conv2d(3, 8, 4, { padding = "same" })(dl.zeros(1, 3, 8, 8)) end,
+           "conv2d: padding \"same\" needs an odd (dilated) kernel size, got 4x4")
+  H.raises(function() nn.Dropout(1.5) end, "Dropout: probability must be between 0 and 1, got 1.5")
+  H.raises(function() nn.Dense(10, { activation = "relu6" }) end, "Dense: unknown activation \"relu6\"")
+  H.raises(function() nn.RNNCell(2, 2, { nonlinearity = "sigmoid" }) end, "RNNCell: nonlinearity must be \"tanh\" or \"relu\"")
+  H.raises(function() nn.Sequential{ nn.ReLU(), 5 } end, "Sequential: step 2 is a number, expected a module or a function")
+  H.raises(function() nn.Embedding(5, 2, { padding_idx = 6 }) end, "Embedding: padding_idx must be in 1..5 or -5..-1, got 6")
+  local NoForward = nn.Module:extend("NoForward")
+  H.raises(function() NoForward()(1) end, "NoForward: forward is not defined")
+  H.raises(function() nn.Module:extend("bad name") end, "Module:extend: expected a class name (an identifier)")
+  H.raises(function() nn.Linear(2, 2):to(5) end, "to: expected a device or dtype name")
+end)
+
+H.run()

@@ -1,0 +1,269 @@
+#!/usr/bin/python3
+"""Writes tests/lua/ref/training_ref.lua: PyTorch's results for the training library
+(scripts/dlua/nn, optim.lua): optimizer steps, layer forwards with given weights,
+losses and their gradients, learning-rate schedules, and a few training steps of a
+small MLP end to end.
+
+Run with Debian's python3 (it has python3-torch), from anywhere:
+
+    /usr/bin/python3 tests/ref/gen_training_refs.py
+
+The generated file is committed, so the Lua tests (tests/lua/test_optim.lua,
+test_nn.lua) need no torch. Inputs are drawn here (float32, torch.manual_seed) and
+stored with the results, exactly (17 significant digits), so both sides start from the
+same values. Every reference value comes from PyTorch, never from dlua.
+"""
+import math
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "tests", "lua", "ref", "training_ref.lua")
+
+torch.manual_seed(20240501)
+torch.set_num_threads(1)
+
+
+def lua(v, indent=""):
+    """A Lua constructor for numbers, strings, booleans, tensors, lists and dicts."""
+    if isinstance(v, torch.Tensor):
+        return lua(v.detach().double().tolist(), indent)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "0/0"
+        if math.isinf(v):
+            return "math.huge" if v > 0 else "-math.huge"
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v + '"'
+    if isinstance(v, (list, tuple)):
+        inner = ", ".join(lua(x, indent) for x in v)
+        return "{" + inner + "}"
+    if isinstance(v, dict):
+        nxt = indent + "  "
+        parts = [f"{nxt}{k} = {lua(x, nxt)}," for k, x in v.items()]
+        return "{\n" + "\n".join(parts) + "\n" + indent + "}"
+    raise TypeError(type(v))
+
+
+def rnd(*shape, scale=1.0):
+    return (torch.randn(*shape) * scale).float()
+
+
+# ---- optimizers: fixed gradient sequences, so that only the update rule is tested ------
+
+def opt_case(cls, kwargs, steps=5, lua_opts=None):
+    w0, b0 = rnd(3, 4), rnd(4)
+    grads = [[rnd(3, 4), rnd(4)] for _ in range(steps)]
+    w, b = w0.clone().requires_grad_(), b0.clone().requires_grad_()
+    opt = cls([w, b], **kwargs)
+    after = []
+    for gw, gb in grads:
+        w.grad, b.grad = gw.clone(), gb.clone()
+        opt.step()
+        after.append([w.detach().clone(), b.detach().clone()])
+    return {"opts": lua_opts, "w0": w0, "b0": b0, "grads": grads, "after": after}
+
+
+def gen_optim():
+    cases = {}
+    cases["sgd"] = opt_case(torch.optim.SGD, {"lr": 0.1}, lua_opts="{lr = 0.1}")
+    cases["sgd_momentum"] = opt_case(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9},
+                                     lua_opts="{lr = 0.1, momentum = 0.9}")
+    cases["sgd_nesterov_wd"] = opt_case(
+        torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
+        lua_opts="{lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 0.01}")
+    cases["sgd_dampening"] = opt_case(torch.optim.SGD, {"lr": 0.1, "momentum": 0.5, "dampening": 0.3},
+                                      lua_opts="{lr = 0.1, momentum = 0.5, dampening = 0.3}")
+    cases["adam"] = opt_case(torch.optim.Adam, {"lr": 0.01}, lua_opts="{lr = 0.01}")
+    cases["adam_wd_amsgrad"] = opt_case(
+        torch.optim.Adam, {"lr": 0.01, "betas": (0.8, 0.99), "eps": 1e-3, "weight_decay": 0.1, "amsgrad": True},
+        lua_opts="{lr = 0.01, betas = {0.8, 0.99}, eps = 1e-3, weight_decay = 0.1, amsgrad = true}")
+    cases["adamw"] = opt_case(torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1},
+                              lua_opts="{lr = 0.01, weight_decay = 0.1}")
+    cases["adamw_default"] = opt_case(torch.optim.AdamW, {}, lua_opts="{}")
+    cases["rmsprop"] = opt_case(torch.optim.RMSprop, {"lr": 0.01}, lua_opts="{lr = 0.01}")
+    cases["rmsprop_centered_momentum"] = opt_case(
+        torch.optim.RMSprop, {"lr": 0.01, "alpha": 0.9, "eps": 1e-2, "momentum": 0.9, "centered": True,
+                              "weight_decay": 0.1},
+        lua_opts="{lr = 0.01, alpha = 0.9, eps = 1e-2, momentum = 0.9, centered = true, weight_decay = 0.1}")
+    classes = {"sgd": "SGD", "sgd_momentum": "SGD", "sgd_nesterov_wd": "SGD", "sgd_dampening": "SGD",
+               "adam": "Adam", "adam_wd_amsgrad": "Adam", "adamw": "AdamW", "adamw_default": "AdamW",
+               "rmsprop": "RMSprop", "rmsprop_centered_momentum": "RMSprop"}
+    out = {}
+    for k, c in cases.items():
+        opts = c.pop("opts")
+        c["class"] = classes[k]
+        out[k] = c
+        out[k]["opts"] = "@" + opts   # a Lua expression, written unquoted
+    return out
+
+
+def gen_schedules():
+    def lrs(make, epochs):
+        p = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([p], lr=0.1)
+        sched = make(opt)
+        out = []
+        for _ in range(epochs):
+            opt.step()
+            sched.step()
+            out.append(opt.param_groups[0]["lr"])
+        return out
+    return {
+        "step": lrs(lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5), 7),
+        "cosine": lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5, eta_min=0.001), 12),
+    }
+
+
+# ---- layers with given weights ----------------------------------------------------------------
+
+def gen_layers():
+    out = {}
+    lin = nn.Linear(4, 3)
+    x = rnd(2, 4)
+    out["linear"] = {"weight": lin.weight, "bias": lin.bias, "x": x, "y": lin(x)}
+
+    conv = nn.Conv2d(2, 3, 3, stride=2, padding=1)
+    x = rnd(2, 2, 5, 5).requires_grad_()
+    y = conv(x)
+    gx, gw = torch.autograd.grad(y.sum() + (y * y).sum() * 0.5, [x, conv.weight])
+    out["conv"] = {"weight": conv.weight, "bias": conv.bias, "x": x, "y": y, "gx": gx, "gw": gw}
+
+    conv = nn.Conv2d(4, 4, 3, padding=2, dilation=2, groups=2, bias=False)
+    x = rnd(1, 4, 6, 6)
+    out["conv_groups"] = {"weight": conv.weight, "x": x, "y": conv(x)}
+
+    x = rnd(2, 3, 6, 6)
+    out["pool"] = {"x": x, "max": F.max_pool2d(x, 2), "avg": F.avg_pool2d(x, 3, stride=2, padding=1),
+                   "max_s": F.max_pool2d(x, 3, stride=2, padding=1), "gap": x.mean((2, 3))}
+
+    bn = nn.BatchNorm2d(3)
+    with torch.no_grad():
+        bn.weight.copy_(rnd(3))
+        bn.bias.copy_(rnd(3))
+    x1, x2, x3 = rnd(4, 3, 2, 2) + 1, rnd(4, 3, 2, 2) * 2, rnd(2, 3, 2, 2)
+    y1 = bn(x1)
+    bn(x2)
+    rm, rv = bn.running_mean.clone(), bn.running_var.clone()
+    bn.eval()
+    y3 = bn(x3)
+    out["bn2d"] = {"weight": bn.weight, "bias": bn.bias, "x1": x1, "x2": x2, "x3": x3, "y1": y1,
+                   "running_mean": rm, "running_var": rv, "y3": y3}
+
+    bn = nn.BatchNorm1d(3, momentum=0.3)
+    x = rnd(5, 3)
+    y = bn(x)
+    out["bn1d"] = {"x": x, "y": y, "running_mean": bn.running_mean, "running_var": bn.running_var}
+
+    cell = nn.LSTMCell(3, 4)
+    x, h, c = rnd(2, 3), rnd(2, 4), rnd(2, 4)
+    h2, c2 = cell(x, (h, c))
+    h0, c0 = cell(x)
+    out["lstm"] = {"weight_ih": cell.weight_ih, "weight_hh": cell.weight_hh, "bias_ih": cell.bias_ih,
+                   "bias_hh": cell.bias_hh, "x": x, "h": h, "c": c, "h2": h2, "c2": c2,
+                   "h0": h0, "c0": c0}
+    for name, nl in (("rnn_tanh", "tanh"), ("rnn_relu", "relu")):
+        cell = nn.RNNCell(3, 4, nonlinearity=nl)
+        x, h = rnd(2, 3), rnd(2, 4)
+        out[name] = {"weight_ih": cell.weight_ih, "weight_hh": cell.weight_hh, "bias_ih": cell.bias_ih,
+                     "bias_hh": cell.bias_hh, "x": x, "h": h, "h2": cell(x, h)}
+    cell = nn.GRUCell(3, 4)
+    x, h = rnd(2, 3), rnd(2, 4)
+    out["gru"] = {"weight_ih": cell.weight_ih, "weight_hh": cell.weight_hh, "bias_ih": cell.bias_ih,
+                  "bias_hh": cell.bias_hh, "x": x, "h": h, "h2": cell(x, h)}
+
+    emb = nn.Embedding(5, 3, padding_idx=1)
+    idx = torch.tensor([[0, 1, 4], [2, 2, 3]])
+    y = emb(idx)
+    (gw,) = torch.autograd.grad((y * y).sum(), [emb.weight])
+    out["embedding"] = {"weight": emb.weight, "idx": idx + 1, "padding_idx": 2, "y": y, "gw": gw}
+    return out
+
+
+# ---- losses and their gradients -----------------------------------------------------------------
+
+def gen_losses():
+    out = {}
+    logits = rnd(4, 5, scale=3.0).requires_grad_()
+    labels = torch.tensor([0, 3, 4, 1])
+    loss = F.cross_entropy(logits, labels)
+    (g,) = torch.autograd.grad(loss, [logits])
+    out["cross_entropy"] = {"logits": logits, "labels": labels + 1, "mean": loss, "grad": g,
+                            "sum": F.cross_entropy(logits, labels, reduction="sum"),
+                            "none": F.cross_entropy(logits, labels, reduction="none")}
+
+    probs = torch.softmax(rnd(4, 5), dim=1)
+    onehot = F.one_hot(labels, 5).float()
+    for name, target in (("softmax_xent_onehot", onehot), ("softmax_xent_soft", probs)):
+        loss = F.cross_entropy(logits, target)   # torch's probability targets
+        (g,) = torch.autograd.grad(loss, [logits])
+        out[name] = {"labels": target, "logits": logits, "mean": loss, "grad": g,
+                     "none": F.cross_entropy(logits, target, reduction="none")}
+
+    a, b = rnd(3, 4).requires_grad_(), rnd(3, 4)
+    loss = F.mse_loss(a, b)
+    (g,) = torch.autograd.grad(loss, [a])
+    out["mse"] = {"input": a, "target": b, "mean": loss, "grad": g,
+                  "sum": F.mse_loss(a, b, reduction="sum")}
+
+    x = torch.tensor([-100.0, -30.0, -2.5, -1e-3, 0.0, 0.5, 3.0, 30.0, 100.0]).requires_grad_()
+    y = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0, 0.3, 0.0, 1.0, 0.0])
+    loss = F.binary_cross_entropy_with_logits(x, y)
+    (g,) = torch.autograd.grad(loss, [x])
+    out["bce"] = {"logits": x, "targets": y, "mean": loss, "grad": g,
+                  "none": F.binary_cross_entropy_with_logits(x, y, reduction="none"),
+                  "pos_weight_none": F.binary_cross_entropy_with_logits(
+                      x, y, reduction="none", pos_weight=torch.tensor(2.5))}
+    return out
+
+
+# ---- end to end: an MLP trained a few steps ------------------------------------------------------
+
+def gen_mlp():
+    out = {}
+    for name, make in (("adam", lambda ps: torch.optim.Adam(ps, lr=0.01)),
+                       ("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True))):
+        net = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+        init = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        x = rnd(10, 6)
+        y = torch.randint(0, 3, (10,))
+        opt = make(net.parameters())
+        losses = []
+        for _ in range(4):
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        final = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        key = lambda k: '["' + k + '"]'
+        out[name] = {"init": {key(k): v for k, v in init.items()}, "x": x, "y": y + 1, "losses": losses,
+                     "final": {key(k): v for k, v in final.items()}}
+    return out
+
+
+def main():
+    refs = {"optim": gen_optim(), "schedules": gen_schedules(), "layers": gen_layers(),
+            "losses": gen_losses(), "mlp": gen_mlp()}
+    text = lua(refs)
+    # Option tables are Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}.
+    import re
+    text = re.sub(r'"@(\{[^"]*\})"', r"\1", text)
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
+    with open(OUT, "w") as f:
+        f.write("-- Generated by tests/ref/gen_training_refs.py (PyTorch " + torch.__version__
+                + "); do not edit.\n")
+        f.write("return " + text + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
