@@ -209,7 +209,7 @@ template <> TensorList derivative<Op::IndexSelect>(Node& n, const TensorList& g)
   const Tensor& gy = g[0];
   Shape s;
   for (int d = 0; d < gy.dim(); ++d) s.push_back(d == dim ? gy.size(d) : 1);
-  Tensor full_idx = dl::contiguous(dl::expand(dl::reshape(idx, s), gy.shape()));
+  Tensor full_idx = dl::expand(dl::reshape(idx, s), gy.shape());  // read in place, stride 0
   return {ag::scatter_add(zeros(n.inputs[0].shape, gy.dtype(), gy.device()), dim, full_idx, gy)};
 }
 

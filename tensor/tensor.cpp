@@ -109,6 +109,7 @@ TensorImpl::TensorImpl(Ref<Storage> st, const Shape& sz, const Shape& str, int64
 }
 
 bool TensorImpl::is_contiguous() const {
+  if (numel == 0) return true;  // as contiguous_strides() lays out empty shapes
   int64_t expected = 1;
   for (int i = sizes.size() - 1; i >= 0; --i) {
     if (sizes[i] == 1) continue;

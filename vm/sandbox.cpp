@@ -137,6 +137,15 @@ void build_sandbox(lua_State* L, Runtime::Impl* rt) {
   lua_getfield(L, -1, "restrict");
   lua_call(L, 0, 0);
   lua_pop(L, 1);
+  // No files either: dl.save, dl.load, checkpoints, summaries and data-set readers
+  // refuse to run (they would let a script read or write the host's files).
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "dlua.io");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "deny_files");
+  lua_pushliteral(L, "not available in the sandbox");
+  lua_call(L, 1, 0);
+  lua_pop(L, 1);
 
   // The real string table: no dump (bytecode), interruptible patterns, and a metatable
   // that scripts can neither get nor change.

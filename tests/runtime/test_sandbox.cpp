@@ -137,6 +137,21 @@ TEST_CASE("sandbox: nothing reachable from the globals leads to ffi or C") {
   )lua");
 }
 
+TEST_CASE("sandbox: no file access through the dl library") {
+  must_pass(R"lua(
+    for _, f in ipairs({
+      function() dl.save("/tmp/dlua_sandbox_probe.safetensors", {x = dl.ones(2)}) end,
+      function() dl.load("/etc/passwd") end,
+      function() dl.data.load_idx("/etc/passwd") end,
+      function() dl.summary.writer("/tmp/dlua_sandbox_probe") end,
+      function() dl.latest_checkpoint("/tmp") end,
+    }) do
+      local ok, err = pcall(f)
+      assert(not ok and tostring(err):find("not available in the sandbox", 1, true), tostring(err))
+    end
+  )lua");
+}
+
 TEST_CASE("sandbox: runaway loops are stopped") {
   for (const char* code : {
            "while true do end",
