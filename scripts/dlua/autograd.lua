@@ -93,14 +93,21 @@ local function watch_tree(op, v, flat, depth)
   return wt
 end
 
--- The same structure as `v`, with leaves taken from `grads` in watch order.
-local function rebuild(v, grads, pos)
-  if type(v) == "table" and not is_tensor(v) then
-    local out = {}
-    for k, x in pairs(v) do out[k], pos = rebuild(x, grads, pos) end
-    return out, pos
+-- The structure of `tree` (made by watch_tree) with each watched leaf replaced by its
+-- gradient: grads[i] belongs to flat[i]. Leaves are matched by identity, not by
+-- traversal order (pairs() may order two tables with the same keys differently).
+local function rebuild(tree, flat, grads)
+  local pos = {}
+  for i, t in ipairs(flat) do pos[t] = i end
+  local function walk(v)
+    if type(v) == "table" and not is_tensor(v) then
+      local out = {}
+      for k, x in pairs(v) do out[k] = walk(x) end
+      return out
+    end
+    return grads[pos[v]]
   end
-  return grads[pos], pos + 1
+  return walk(tree)
 end
 
 local function tensor_list(op, list)
@@ -210,9 +217,8 @@ local function run_watched(op, f, nums, ...)
       if type(k) ~= "number" or k < 1 or k > args.n then
         raise(op .. ": argnum " .. tostring(k) .. " out of range for " .. args.n .. " argument(s)")
       end
-      local before = #flat
       args[k] = watch_tree(op, args[k], flat, 0)
-      trees[i] = { tree = args[k], first = before + 1 }
+      trees[i] = args[k]
     end
     return f(unpack(args, 1, args.n))
   end)
@@ -233,7 +239,7 @@ local function differentiate(op, f, argnums, with_value)
     end
     local g = backward(op, { y }, nil, flat, false)
     local res = {}
-    for i, t in ipairs(trees) do res[i] = (rebuild(t.tree, g, t.first)) end
+    for i, t in ipairs(trees) do res[i] = rebuild(t, flat, g) end
     local nres = #trees
     if with_value then
       local out = { y }

@@ -58,6 +58,22 @@ H.test("nested tables of tensors get gradient tables of the same shape", functio
   H.values(g.layers[1].b, 2)
 end)
 
+H.test("gradient tables match their arguments key by key, whatever the key order", function()
+  local p, want = {}, {}
+  for i = 1, 40 do
+    p["k" .. i] = dl.tensor(i)
+    want["k" .. i] = 2 * i
+  end
+  p.vec = dl.tensor({ 1, 2, 3 })
+  local g = dl.grad(function(t)
+    local s = (t.vec * t.vec):sum()
+    for i = 1, 40 do s = s + t["k" .. i] * t["k" .. i] end
+    return s
+  end)(p)
+  for i = 1, 40 do H.values(g["k" .. i], want["k" .. i]) end
+  H.values(g.vec, { 2, 4, 6 })
+end)
+
 H.test("value_and_grad passes auxiliary outputs through", function()
   local v, g, aux1, aux2 = dl.value_and_grad(function(x) return x * x, "aux", 7 end)(4)
   H.values(v, 16)
