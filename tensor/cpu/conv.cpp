@@ -16,11 +16,13 @@
 // pool when m n k is above 65536 * 4 and on the calling thread otherwise; calling a
 // threaded GEMM from inside an OpenMP region would put two pools on the same cores.
 // So:
-// - small GEMMs (Og P Kg within that bound, the usual case for few channels): one
-//   OpenMP region over the samples, each thread with its own column buffer doing
-//   im2col, GEMM (and col2im) for its samples; weight gradients go to one partial sum
-//   per thread, added up at the end;
-// - large GEMMs: samples in chunks; im2col / col2im of a chunk split over (sample,
+// - layers with few channels (Og Kg times 64 columns within that bound, the usual
+//   case): one OpenMP region over the samples, each thread with its own column buffer
+//   (one sample's, reused while still in cache) doing im2col, GEMM (and col2im) for
+//   its samples, the GEMM cut into calls of as many output columns as keep it on the
+//   thread; weight gradients go to one partial sum per thread, added up at the end.
+//   One thread pool, and nothing spinning in one pool while the other works;
+// - big layers: samples in chunks; im2col / col2im of a chunk split over (sample,
 //   channel) pairs by OpenMP, then its GEMMs called one after another from this
 //   thread, each threaded by OpenBLAS.
 // One scratch allocation per call (through the caching host allocator) holds every
@@ -42,6 +44,12 @@ namespace {
 // OpenBLAS's GEMM_MULTITHREAD_THRESHOLD (4) times SMP_THRESHOLD_MIN (65536): up to this
 // m n k a GEMM runs on the calling thread (interface/gemm.c).
 constexpr int64_t kBlasSerialWork = 65536 * 4;
+// The fewest output columns per GEMM call worth cutting a sample's GEMM into (on
+// AVX-512, 16 x 96 x 144 calls ran as fast as one 16 x 576 x 144 call).
+constexpr int64_t kMinColumns = 64;
+// A thread's own column buffer is at most this big (large images take the chunked path,
+// which keeps one buffer).
+constexpr int64_t kThreadColumns = int64_t(8) << 20;
 // Column buffers of large convolutions are made for this many bytes of samples at a
 // time (at least one sample): small enough to stay in a core's L2 cache between im2col
 // writing them and the GEMM reading them (16 MiB made a training step of a 16-channel
@@ -57,10 +65,12 @@ struct Geom {
   int64_t rows;          // C kh kw: rows of a sample's column matrix
   bool direct;           // 1x1, stride 1, no padding: no column matrix
   bool rows_align;       // stride 1 and Wo == W: a tap's pixels are one shifted run
-  bool small;            // GEMMs small enough to run inside OpenMP threads
+  bool small;            // GEMMs cut small enough to run inside OpenMP threads
+  int64_t pb;            // output columns per GEMM call: P, or fewer when small
 };
 
-Geom geom_of(const char* op, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dOpts& o) {
+Geom geom_of(const char* op, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dOpts& o,
+             size_t itemsize) {
   Geom g;
   g.N = xs[0]; g.C = xs[1]; g.H = xs[2]; g.W = xs[3];
   g.O = ws[0]; g.kh = ws[2]; g.kw = ws[3];
@@ -74,7 +84,12 @@ Geom geom_of(const char* op, const Shape& xs, const Shape& ws, const Shape& ys, 
   g.rows = g.C * g.kh * g.kw;
   g.direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
   g.rows_align = g.sh == 1 && g.sw == 1 && g.Wo == g.W;
-  g.small = g.Og * g.P * g.Kg < kBlasSerialWork;
+  // Cut into calls of pb output columns, each GEMM stays on its thread; below
+  // kMinColumns per call they lose too much efficiency, so big layers go to OpenBLAS's
+  // threads instead.
+  g.small = g.Og * g.Kg * std::min(g.P, kMinColumns) <= kBlasSerialWork &&
+            g.rows * g.P * int64_t(itemsize) <= kThreadColumns;
+  g.pb = g.small ? std::clamp<int64_t>(kBlasSerialWork / (g.Og * g.Kg), 1, g.P) : g.P;
   for (int64_t v : {g.P, g.Kg, g.Og, g.H * g.W})
     DL_CHECK(v <= INT_MAX, op, ": input of shape ", xs, " and weight of shape ", ws,
              " are too large for BLAS (a matrix size exceeds ", INT_MAX, ")");
@@ -236,7 +251,7 @@ void chunk_channels(const Geom& g, int64_t nb, F&& f) {
 
 template <typename T>
 void forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o) {
-  const Geom g = geom_of("conv2d", x.shape(), w.shape(), out.shape(), o);
+  const Geom g = geom_of("conv2d", x.shape(), w.shape(), out.shape(), o, sizeof(T));
   const T* px = x.data<T>();
   const T* pw = w.data<T>();
   const T* pb = bias.defined() ? bias.data<T>() : nullptr;
@@ -248,8 +263,9 @@ void forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& 
     if (pb)
       for (int64_t oc = 0; oc < g.O; ++oc) std::fill(y + oc * g.P, y + (oc + 1) * g.P, pb[oc]);
     for (int64_t gr = 0; gr < g.G; ++gr)
-      gemm(false, false, g.Og, g.P, g.Kg, pw + gr * g.Og * g.Kg, g.Kg, col + gr * g.Kg * g.P, g.P,
-           pb != nullptr, y + gr * g.Og * g.P, g.P);
+      for (int64_t p0 = 0; p0 < g.P; p0 += g.pb)
+        gemm(false, false, g.Og, std::min(g.pb, g.P - p0), g.Kg, pw + gr * g.Og * g.Kg, g.Kg,
+             col + gr * g.Kg * g.P + p0, g.P, pb != nullptr, y + gr * g.Og * g.P + p0, g.P);
   };
   if (g.small) {
     Tensor scratch;
@@ -315,7 +331,7 @@ bool input_grad_as_conv(const Tensor& gx, const Tensor& gy, const Tensor& w, con
 template <typename T>
 void input_grad(const Tensor& gx, const Tensor& gy, const Tensor& w, const Conv2dOpts& o) {
   if (input_grad_as_conv<T>(gx, gy, w, o)) return;
-  const Geom g = geom_of("conv2d_input_grad", gx.shape(), w.shape(), gy.shape(), o);
+  const Geom g = geom_of("conv2d_input_grad", gx.shape(), w.shape(), gy.shape(), o, sizeof(T));
   const T* pg = gy.data<T>();
   const T* pw = w.data<T>();
   T* px = gx.data<T>();
@@ -323,8 +339,9 @@ void input_grad(const Tensor& gx, const Tensor& gy, const Tensor& w, const Conv2
   // col[n] (or gx[n] itself when direct) = W^T gy[n], group by group.
   auto sample = [&](int64_t n, T* col) {
     for (int64_t gr = 0; gr < g.G; ++gr)
-      gemm(true, false, g.Kg, g.P, g.Og, pw + gr * g.Og * g.Kg, g.Kg, pg + n * ys + gr * g.Og * g.P, g.P,
-           false, col + gr * g.Kg * g.P, g.P);
+      for (int64_t p0 = 0; p0 < g.P; p0 += g.pb)
+        gemm(true, false, g.Kg, std::min(g.pb, g.P - p0), g.Og, pw + gr * g.Og * g.Kg, g.Kg,
+             pg + n * ys + gr * g.Og * g.P + p0, g.P, false, col + gr * g.Kg * g.P + p0, g.P);
   };
   if (g.small) {
     Tensor scratch;
@@ -364,14 +381,15 @@ void input_grad(const Tensor& gx, const Tensor& gy, const Tensor& w, const Conv2
 // the sum is transposed into gw once at the end.
 template <typename T>
 void weight_grad(const Tensor& gw, const Tensor& x, const Tensor& gy, const Conv2dOpts& o) {
-  const Geom g = geom_of("conv2d_weight_grad", x.shape(), gw.shape(), gy.shape(), o);
+  const Geom g = geom_of("conv2d_weight_grad", x.shape(), gw.shape(), gy.shape(), o, sizeof(T));
   const T* px = x.data<T>();
   const T* pg = gy.data<T>();
   const int64_t xs = g.C * g.H * g.W, ys = g.O * g.P, cs = g.rows * g.P, wn = g.O * g.Kg;
   auto sample = [&](int64_t n, const T* col, T* acc_t, bool accumulate) {
     for (int64_t gr = 0; gr < g.G; ++gr)
-      gemm(false, true, g.Kg, g.Og, g.P, col + gr * g.Kg * g.P, g.P, pg + n * ys + gr * g.Og * g.P, g.P,
-           accumulate, acc_t + gr * g.Kg * g.Og, g.Og);
+      for (int64_t p0 = 0; p0 < g.P; p0 += g.pb)
+        gemm(false, true, g.Kg, g.Og, std::min(g.pb, g.P - p0), col + gr * g.Kg * g.P + p0, g.P,
+             pg + n * ys + gr * g.Og * g.P + p0, g.P, accumulate || p0 > 0, acc_t + gr * g.Kg * g.Og, g.Og);
   };
   // gw[g] (Og, Kg) = acc_t[g]^T.
   auto transpose_into_gw = [&](const T* acc_t) {

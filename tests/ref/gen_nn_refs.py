@@ -204,8 +204,11 @@ def gen_conv():
     # sums of the weight gradient).
     conv("small GEMMs, threaded", f32, [16, 3, 16, 16], [8, 3, 3, 3], True, pad=(1, 1), seed=60,
          every=29)
-    # Large GEMMs: OpenBLAS threads, im2col/col2im split by OpenMP, samples in chunks.
-    conv("large GEMMs, chunked", f32, [40, 16, 32, 32], [16, 16, 3, 3], True, pad=(1, 1),
+    # GEMMs cut into calls of fewer output columns so that each stays on its thread.
+    conv("column-blocked GEMMs, threaded", f32, [8, 16, 32, 32], [16, 16, 3, 3], True, pad=(1, 1),
+         seed=65, every=97)
+    # Big layers: OpenBLAS threads, im2col/col2im split by OpenMP, samples in chunks.
+    conv("large GEMMs, chunked", f32, [6, 32, 24, 24], [64, 32, 3, 3], True, pad=(1, 1),
          seed=70, every=997)
     conv("large 1x1", f64, [4, 64, 16, 16], [128, 64, 1, 1], True, seed=80, every=101)
     conv("large, strided, grouped", f64, [3, 32, 20, 20], [64, 16, 3, 3], False, stride=(2, 2),
