@@ -4,7 +4,10 @@
 // over the output's shape (0 where it broadcasts). Dims are coalesced first, so a
 // contiguous same-shape op runs as one flat loop with no per-element index
 // arithmetic, which the compiler vectorises. Above kParallelGrain elements the loop is
-// split across OpenMP threads; below it no thread is touched.
+// split across OpenMP threads; below it no thread is touched. The grain is large (1 MB
+// of float32) because a parallel region costs far more than the loop it splits when the
+// cores are shared: with other processes running, a 200,000-element update took ten
+// times longer on two OpenMP threads than on one.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -17,7 +20,7 @@
 
 namespace dl::cpu {
 
-constexpr int64_t kParallelGrain = 32768;
+constexpr int64_t kParallelGrain = int64_t(1) << 18;
 
 template <int N>
 struct StridedOperands {
