@@ -19,8 +19,11 @@ void capture_exception() noexcept;
 // Records an error without an exception.
 void set_error(int kind, const char* msg) noexcept;
 
+// Both guards set the message base (Note [Positions in messages]): a script counts
+// dims and positions from 1.
 template <typename F>
 uint64_t guard_handle(F&& f) noexcept {
+  MessageBase base(1);
   try {
     return handle_new(f());
   } catch (...) {
@@ -31,6 +34,7 @@ uint64_t guard_handle(F&& f) noexcept {
 
 template <typename F>
 int guard_status(F&& f) noexcept {
+  MessageBase base(1);
   try {
     f();
     return 0;

@@ -7,6 +7,8 @@
 // internal invariants only (a failure is a bug in dlua, reported the same way).
 // Nothing here ever aborts the process.
 #pragma once
+#include <cstdint>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -37,6 +39,30 @@ template <typename... Args>
 [[noreturn]] void fail(ErrorKind kind, const Args&... args) {
   throw Error(kind, detail::str_cat(args...));
 }
+
+// Note [Positions in messages]
+// Messages count dims and list positions from the caller's base: 0 for C++ callers,
+// 1 while the C ABI serves Lua (bindings/guard.h sets it around each call), so that a
+// script's error says "dimension 1" for its first dimension, as the script wrote it.
+// Stream a position as dl::pos(d); negative values (counted from the end) print as
+// they are.
+inline thread_local int t_message_base = 0;
+struct Pos { int64_t value; };
+inline Pos pos(int64_t v) { return Pos{v}; }
+inline std::ostream& operator<<(std::ostream& os, Pos p) {
+  return os << (p.value >= 0 ? p.value + t_message_base : p.value);
+}
+// Sets the base for the current scope (nests: the previous base comes back).
+class MessageBase {
+ public:
+  explicit MessageBase(int base) noexcept : saved_(t_message_base) { t_message_base = base; }
+  ~MessageBase() { t_message_base = saved_; }
+  MessageBase(const MessageBase&) = delete;
+  MessageBase& operator=(const MessageBase&) = delete;
+
+ private:
+  int saved_;
+};
 
 }  // namespace dl
 

@@ -53,8 +53,8 @@ Tensor cat(const TensorList& xs, int dim) {
   int ref = -1;  // the first tensor that is not skipped: the others must match it
   for (size_t i = 0; i < xs.size(); ++i) {
     const Tensor& x = xs[i];
-    DL_CHECK(x.defined(), "cat: tensor ", i, " in the list is undefined");
-    DL_CHECK(x.dim() > 0, "cat: zero-dimensional tensor (at position ", i, ") cannot be concatenated");
+    DL_CHECK(x.defined(), "cat: tensor ", pos(i), " in the list is undefined");
+    DL_CHECK(x.dim() > 0, "cat: zero-dimensional tensor (at position ", pos(i), ") cannot be concatenated");
     check_same_device(xs[0], x, "cat", "every tensor");
     dt = promote(dt, x.dtype());
     if (ref < 0 && !skipped_in_cat(x)) ref = int(i);
@@ -70,11 +70,11 @@ Tensor cat(const TensorList& xs, int dim) {
   for (size_t i = 0; i < xs.size(); ++i) {
     const Tensor& x = xs[i];
     if (skipped_in_cat(x)) continue;
-    DL_CHECK(x.dim() == n, "cat: tensors must have the same number of dimensions, but tensor ", ref,
-             " has shape ", r.shape(), " and tensor ", i, " has shape ", x.shape());
+    DL_CHECK(x.dim() == n, "cat: tensors must have the same number of dimensions, but tensor ", pos(ref),
+             " has shape ", r.shape(), " and tensor ", pos(i), " has shape ", x.shape());
     for (int k = 0; k < n; ++k)
-      DL_CHECK(k == d || x.size(k) == r.size(k), "cat: shapes must match except in dimension ", d,
-               ", but tensor ", ref, " has shape ", r.shape(), " and tensor ", i, " has shape ",
+      DL_CHECK(k == d || x.size(k) == r.size(k), "cat: shapes must match except in dimension ", pos(d),
+               ", but tensor ", pos(ref), " has shape ", r.shape(), " and tensor ", pos(i), " has shape ",
                x.shape());
     DL_CHECK(x.size(d) <= (int64_t(1) << 62) - shape[d], "cat: the result is too large");
     shape[d] += x.size(d);
@@ -88,14 +88,14 @@ Tensor cat(const TensorList& xs, int dim) {
 Tensor stack(const TensorList& xs, int dim) {
   DL_CHECK(!xs.empty(), "stack: expected a non-empty list of tensors");
   const Tensor& first = xs[0];
-  DL_CHECK(first.defined(), "stack: tensor 0 in the list is undefined");
+  DL_CHECK(first.defined(), "stack: tensor ", pos(0), " in the list is undefined");
   const int d = wrap_dim(dim, first.dim() + 1, "stack");
   TensorList parts;
   parts.reserve(xs.size());
   for (size_t i = 0; i < xs.size(); ++i) {
-    DL_CHECK(xs[i].defined(), "stack: tensor ", i, " in the list is undefined");
-    DL_CHECK(xs[i].shape() == first.shape(), "stack: expects tensors of equal shape, but tensor 0 has shape ",
-             first.shape(), " and tensor ", i, " has shape ", xs[i].shape());
+    DL_CHECK(xs[i].defined(), "stack: tensor ", pos(i), " in the list is undefined");
+    DL_CHECK(xs[i].shape() == first.shape(), "stack: expects tensors of equal shape, but tensor ", pos(0),
+             " has shape ", first.shape(), " and tensor ", pos(i), " has shape ", xs[i].shape());
     check_same_device(first, xs[i], "stack", "every tensor");
     parts.push_back(unsqueeze(xs[i], d));
   }
@@ -129,8 +129,8 @@ Tensor gather(const Tensor& x, int dim, const Tensor& index) {
   Tensor xv = at_least_1d(x), iv = at_least_1d(index);
   for (int k = 0; k < xv.dim(); ++k)
     DL_CHECK(k == d || iv.size(k) <= xv.size(k), "gather: index of shape ", index.shape(),
-             " is larger than the input of shape ", x.shape(), " at dimension ", k,
-             " (only dimension ", d, " may be larger)");
+             " is larger than the input of shape ", x.shape(), " at dimension ", pos(k),
+             " (only dimension ", pos(d), " may be larger)");
   Tensor out = empty(index.shape(), x.dtype(), x.device(), "gather");
   if (out.numel() == 0) return out;
   kernel(x.device(), &Backend::gather, "gather")(at_least_1d(out), xv, d, iv);
@@ -154,10 +154,10 @@ Tensor scatter_add(const Tensor& x, int dim, const Tensor& index, const Tensor& 
   Tensor xv = at_least_1d(x), iv = at_least_1d(index), sv = at_least_1d(src);
   for (int k = 0; k < n; ++k) {
     DL_CHECK(iv.size(k) <= sv.size(k), "scatter_add: index of shape ", index.shape(),
-             " is larger than src of shape ", src.shape(), " at dimension ", k);
+             " is larger than src of shape ", src.shape(), " at dimension ", pos(k));
     DL_CHECK(k == d || iv.size(k) <= xv.size(k), "scatter_add: index of shape ", index.shape(),
-             " is larger than the input of shape ", x.shape(), " at dimension ", k,
-             " (only dimension ", d, " may be larger)");
+             " is larger than the input of shape ", x.shape(), " at dimension ", pos(k),
+             " (only dimension ", pos(d), " may be larger)");
   }
   kernel(x.device(), &Backend::scatter_add, "scatter_add")(at_least_1d(out), d, iv, sv);
   return out;

@@ -41,7 +41,7 @@ std::vector<int> reduced_dims(const Tensor& x, const std::vector<int>& dims, con
   bool seen[kMaxDims] = {};
   for (int d : dims) {
     int w = wrap_dim(d, nd, op);
-    DL_CHECK_KIND(Index, !seen[w], op, ": dimension ", w, " appears more than once in the dims ",
+    DL_CHECK_KIND(Index, !seen[w], op, ": dimension ", pos(w), " appears more than once in the dims ",
                   list_str(dims));
     seen[w] = true;
   }
@@ -81,7 +81,7 @@ DType reduce_dtype(Op op, DType t) {
 // Refuses an empty reduction for ops without an identity (amax, amin, the +-inf norms).
 void check_nonempty(const Tensor& x, const std::vector<int>& rd, const char* op, const char* what) {
   for (int d : rd)
-    DL_CHECK(x.size(d) != 0, op, ": cannot ", what, " over dimension ", d, " of size 0 (tensor of shape ",
+    DL_CHECK(x.size(d) != 0, op, ": cannot ", what, " over dimension ", pos(d), " of size 0 (tensor of shape ",
              x.shape(), "): the operation has no identity");
 }
 
@@ -125,7 +125,7 @@ std::pair<Tensor, Tensor> arg_reduce(Op op, const Tensor& x, int dim, bool keepd
   const char* name = op_name(op);
   int d = wrap_dim(dim, x.dim(), name);
   Tensor x1 = as_1d(x);
-  DL_CHECK(x1.size(d) != 0, name, ": cannot reduce over dimension ", d,
+  DL_CHECK(x1.size(d) != 0, name, ": cannot reduce over dimension ", pos(d),
            " of size 0 (tensor of shape ", x.shape(), "): the operation has no identity");
   Shape ks = x1.shape();
   ks[d] = 1;
@@ -204,7 +204,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
     int64_t have = x.size(lead + i);
     if (shape[i] == have) continue;
     DL_CHECK(shape[i] == 1, "sum_to: cannot sum a tensor of shape ", x.shape(), " to the shape ",
-             shape, " (dimension ", lead + i, " has size ", have, ", the target ", shape[i], ")");
+             shape, " (dimension ", pos(lead + i), " has size ", have, ", the target ", shape[i], ")");
     dims.push_back(lead + i);
   }
   Tensor r = reduce(Op::Sum, x, dims, true);

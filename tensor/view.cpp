@@ -131,7 +131,7 @@ Tensor permute(const Tensor& x, const std::vector<int>& order) {
   bool seen[kMaxDims] = {};
   for (int d : order) {
     int w = wrap_dim(d, n, "permute");
-    DL_CHECK(!seen[w], "permute: dim ", d, " appears twice in the order");
+    DL_CHECK(!seen[w], "permute: dim ", pos(d), " appears twice in the order");
     seen[w] = true;
     sizes.push_back(x.size(w));
     strides.push_back(x.stride(w));
@@ -144,10 +144,10 @@ Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
   int d = wrap_dim(dim, x.dim(), "narrow");
   int64_t size = x.size(d);
   DL_CHECK_KIND(Index, start >= -size && start <= size, "narrow: start ", start,
-                " out of range for dimension ", d, " of size ", size);
+                " out of range for dimension ", pos(d), " of size ", size);
   if (start < 0) start += size;
-  DL_CHECK_KIND(Index, length >= 0 && length <= size - start, "narrow: start (", start,
-                ") + length (", length, ") exceeds dimension ", d, " of size ", size);
+  DL_CHECK_KIND(Index, length >= 0 && length <= size - start, "narrow: start (", pos(start),
+                ") + length (", length, ") exceeds dimension ", pos(d), " of size ", size);
   Shape sizes = x.shape();
   sizes[d] = length;
   return make_view(x, sizes, x.strides(), x.offset() + start * x.stride(d));
@@ -178,8 +178,8 @@ Tensor select(const Tensor& x, int dim, int64_t index) {
   DL_CHECK(x.dim() > 0, "select: cannot be applied to a 0-dim tensor");
   int d = wrap_dim(dim, x.dim(), "select");
   int64_t size = x.size(d);
-  DL_CHECK_KIND(Index, index >= -size && index < size, "select: index ", index,
-                " is out of range for dimension ", d, " of size ", size, " (shape ", x.shape(), ")");
+  DL_CHECK_KIND(Index, index >= -size && index < size, "select: index ", pos(index),
+                " is out of range for dimension ", pos(d), " of size ", size, " (shape ", x.shape(), ")");
   if (index < 0) index += size;
   Shape sizes = x.shape(), strides = x.strides();
   sizes.erase(d);
@@ -202,15 +202,15 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     int64_t stride = j >= 0 ? x.stride(j) : (i + 1 < n ? sizes[i + 1] * strides[i + 1] : 1);
     int64_t target = shape[i];
     if (target == -1) {
-      DL_CHECK(j >= 0, "expand: size -1 is not allowed in the new leading dimension ", i,
+      DL_CHECK(j >= 0, "expand: size -1 is not allowed in the new leading dimension ", pos(i),
                " (shape ", x.shape(), " to ", shape, ")");
       target = size;
     }
-    DL_CHECK(target >= 0, "expand: invalid size ", target, " at dimension ", i, " (shape ",
+    DL_CHECK(target >= 0, "expand: invalid size ", target, " at dimension ", pos(i), " (shape ",
              x.shape(), " to ", shape, ")");
     if (size != target) {
       DL_CHECK(size == 1, "expand: the size ", target, " must match the existing size ", size,
-               " at non-singleton dimension ", i, " (shape ", x.shape(), " to ", shape, ")");
+               " at non-singleton dimension ", pos(i), " (shape ", x.shape(), " to ", shape, ")");
       size = target;
       stride = 0;
     }
@@ -255,7 +255,7 @@ Tensor flatten(const Tensor& x, int start_dim, int end_dim) {
   int n = x.dim();
   int s = wrap_dim(start_dim, n, "flatten"), e = wrap_dim(end_dim, n, "flatten");
   if (n == 0) return make_view(x, Shape{1}, Shape{1}, x.offset());
-  DL_CHECK(s <= e, "flatten: start_dim ", start_dim, " cannot come after end_dim ", end_dim,
+  DL_CHECK(s <= e, "flatten: start_dim ", pos(start_dim), " cannot come after end_dim ", pos(end_dim),
            " (for a tensor of shape ", x.shape(), ")");
   if (s == e) return same_view(x);
   Shape sizes;

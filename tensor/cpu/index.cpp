@@ -20,7 +20,7 @@ namespace dl::cpu {
 namespace {
 
 [[noreturn]] void out_of_range(const char* op, int64_t index, int dim, int64_t size) {
-  fail(ErrorKind::Index, op, ": index ", index, " is out of range for dimension ", dim,
+  fail(ErrorKind::Index, op, ": index ", pos(index), " is out of range for dimension ", pos(dim),
        " of size ", size);
 }
 
