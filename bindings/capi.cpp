@@ -12,9 +12,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "autograd/autograd.h"
@@ -24,6 +26,7 @@
 #include "tensor/backend.h"
 #include "tensor/functors.h"
 #include "tensor/ops.h"
+#include "tensor/plugin.h"
 
 using dl::DType;
 using dl::Device;
@@ -56,7 +59,12 @@ DType dtype_of(int code, const char* op) {
   return DType(code);
 }
 
-Device device_of(const char* name) { return name ? dl::parse_device(name) : Device{}; }
+// Where creation ops put their tensors when given no device: per thread, as the Lua
+// states that set it (dl.device("cuda", f)) each run on one thread.
+thread_local Device g_default_device{};
+thread_local std::string g_default_device_name = "cpu";
+
+Device device_of(const char* name) { return name ? dl::parse_device(name) : g_default_device; }
 
 Shape shape_of(const int64_t* sizes, int n, const char* op) {
   if (n < 0 || n > dl::kMaxDims)
@@ -169,12 +177,66 @@ int dl_check_device(const char* name) {
 
 int dl_cuda_available(void) {
   try {
-    dl::backend_for(Device{dl::DeviceType::CUDA, 0}, "cuda");
-    return 1;
+    return dl::cuda::available() ? 1 : 0;
   } catch (...) {
     return 0;
   }
 }
+
+int dl_cuda_device_count(void) {
+  try {
+    return dl::cuda::device_count();
+  } catch (...) {
+    return 0;
+  }
+}
+
+const char* dl_cuda_status(void) {
+  try {
+    return dl::cuda::status().c_str();
+  } catch (...) {
+    return "cuda: status unknown";
+  }
+}
+
+int dl_cuda_synchronize(int device) {
+  return guard_status([&] { dl::cuda::synchronize(device); });
+}
+
+int dl_cuda_memory_stats(int device, double* out) {
+  return guard_status([&] {
+    DL_CHECK(out, "cuda.memory_stats: no output buffer");
+    dl::CudaMemoryStats m = dl::cuda::memory_stats(device);
+    out[0] = double(m.in_use);
+    out[1] = double(m.cached);
+    out[2] = double(m.peak_in_use);
+    out[3] = double(m.device_free);
+    out[4] = double(m.device_total);
+  });
+}
+
+int dl_cuda_device_name(int device, char* out, int size) {
+  return guard_status([&] {
+    DL_CHECK(out && size > 0, "cuda.get_device_name: no output buffer");
+    std::string name = dl::cuda::device_name(device);
+    std::snprintf(out, size_t(size), "%s", name.c_str());
+  });
+}
+
+void dl_cuda_empty_cache(void) { dl::cuda::empty_cache(); }
+
+int dl_set_default_device(const char* name) {
+  return guard_status([&] {
+    Device d = name ? dl::parse_device(name) : Device{};
+    if (d.is_cuda()) dl::backend_for(d, "device");  // fails now, naming why, if it cannot be used
+    g_default_device = d;
+    g_default_device_name = d.str();
+  });
+}
+
+const char* dl_default_device(void) { return g_default_device_name.c_str(); }
+
+double dl_device_bytes_in_use(void) { return double(dl::device_memory::in_use()); }
 
 void dl_manual_seed(double seed) {
   dl::manual_seed(uint64_t(int64_t(seed)));
@@ -209,7 +271,10 @@ void dl_set_memory_limit(double bytes) {
   dl::host_allocator::set_limit(bytes > 0 ? int64_t(bytes) : 0);
 }
 
-void dl_empty_cache(void) { dl::host_allocator::empty_cache(); }
+void dl_empty_cache(void) {
+  dl::host_allocator::empty_cache();
+  dl::cuda::empty_cache();  // only when the plugin is loaded
+}
 
 // ---- metadata and elements ---------------------------------------------------------------
 

@@ -81,7 +81,18 @@ int dl_dtype_size(int dtype);
 int dl_default_dtype(void);
 int dl_set_default_dtype(int dtype);
 int dl_check_device(const char* device);     /* 0 when the name parses */
-int dl_cuda_available(void);
+int dl_cuda_available(void);                /* loads the CUDA plugin on first use */
+int dl_cuda_device_count(void);
+const char* dl_cuda_status(void);            /* why CUDA is not available, or what is used */
+int dl_cuda_synchronize(int device);         /* device -1: every device */
+/* in_use, cached, peak_in_use, device_free, device_total */
+int dl_cuda_memory_stats(int device, double* out5);
+int dl_cuda_device_name(int device, char* out, int size);
+void dl_cuda_empty_cache(void);              /* cached device blocks back to the driver */
+/* Where creation ops put tensors when given no device (dl.device("cuda", f)). */
+int dl_set_default_device(const char* device);
+const char* dl_default_device(void);
+double dl_device_bytes_in_use(void);         /* device tensors, for the collector */
 void dl_manual_seed(double seed);
 double dl_initial_seed(void);
 

@@ -77,8 +77,8 @@ std::pair<double, double> int_range(const Tensor& t, std::optional<int64_t> skip
   Tensor keep = dl::compare(Op::Ne, t, Scalar::integer(*skip));
   if (dl::reduce(Op::Any, keep, {}, false).item() == 0) return {1, 1};
   // Left-out entries are replaced by a bound that cannot win.
-  Tensor big = dl::full(Shape{}, Scalar::integer(INT32_MAX), t.dtype());
-  Tensor small = dl::full(Shape{}, Scalar::integer(INT32_MIN), t.dtype());
+  Tensor big = dl::full(Shape{}, Scalar::integer(INT32_MAX), t.dtype(), t.device());
+  Tensor small = dl::full(Shape{}, Scalar::integer(INT32_MIN), t.dtype(), t.device());
   return {dl::reduce(Op::Amin, dl::where(keep, t, big), {}, false).item(),
           dl::reduce(Op::Amax, dl::where(keep, t, small), {}, false).item()};
 }

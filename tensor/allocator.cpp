@@ -1,5 +1,6 @@
 #include "tensor/allocator.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -125,3 +126,22 @@ void empty_cache() noexcept {
 }
 
 }  // namespace dl::host_allocator
+
+namespace dl::device_memory {
+
+namespace {
+std::atomic<int64_t> g_device_in_use{0};
+}
+
+void note_alloc(int64_t bytes) noexcept {
+  g_device_in_use.fetch_add(bytes, std::memory_order_relaxed);
+  host_allocator::State& s = host_allocator::state();
+  std::lock_guard<std::mutex> g(s.mu);
+  s.st.allocated_since_reset += bytes;
+}
+
+void note_free(int64_t bytes) noexcept { g_device_in_use.fetch_sub(bytes, std::memory_order_relaxed); }
+
+int64_t in_use() noexcept { return g_device_in_use.load(std::memory_order_relaxed); }
+
+}  // namespace dl::device_memory

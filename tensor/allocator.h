@@ -33,4 +33,14 @@ void set_limit(int64_t bytes) noexcept;
 void empty_cache() noexcept;
 }  // namespace host_allocator
 
+// Device allocators (the CUDA plugin) report what they hand out and take back here, so
+// that the bytes counted for the Lua collector (take_allocated_since_reset, DESIGN.md
+// decision 4) include device tensors, whose handles are just as small.
+namespace device_memory {
+void note_alloc(int64_t bytes) noexcept;
+void note_free(int64_t bytes) noexcept;
+// Device bytes held by tensors, all devices together.
+int64_t in_use() noexcept;
+}  // namespace device_memory
+
 }  // namespace dl

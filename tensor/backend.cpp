@@ -5,6 +5,7 @@
 #include "tensor/allocator.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/nn_kernels.h"
+#include "tensor/plugin.h"
 
 namespace dl {
 
@@ -12,20 +13,46 @@ namespace {
 void* cpu_alloc(size_t n, int, const char* op) { return host_allocator::allocate(n, op); }
 void cpu_free(void* p, size_t n, int) { host_allocator::deallocate(p, n); }
 
+// Filled by name (C++20 designated initializers, in the struct's order): an entry
+// added to Backend can never shift the others.
 const Backend kCpu = {
-    "cpu", cpu_alloc, cpu_free, cpu::unary, cpu::binary, cpu::binary_scalar,
-    cpu::where, cpu::clamp, cpu::copy, cpu::fill,
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .unary = cpu::unary,
+    .binary = cpu::binary,
+    .binary_scalar = cpu::binary_scalar,
+    .where = cpu::where,
+    .clamp = cpu::clamp,
+    .copy = cpu::copy,
+    .fill = cpu::fill,
     // reductions
-    cpu::reduce, cpu::arg_reduce, cpu::softmax,
+    .reduce = cpu::reduce,
+    .arg_reduce = cpu::arg_reduce,
+    .softmax = cpu::softmax,
     // indexing and linear algebra
-    cpu::cat, cpu::index_select, cpu::gather, cpu::scatter_add, cpu::matmul,
+    .cat = cpu::cat,
+    .index_select = cpu::index_select,
+    .gather = cpu::gather,
+    .scatter_add = cpu::scatter_add,
+    .matmul = cpu::matmul,
+    // random numbers
+    .random = cpu::random,
     // neural networks
-    cpu::conv2d, cpu::conv2d_input_grad, cpu::conv2d_weight_grad, cpu::max_pool2d,
-    cpu::max_pool2d_backward, cpu::avg_pool2d, cpu::avg_pool2d_backward, cpu::batch_norm_stats,
-    cpu::channel_affine, cpu::cross_entropy,
+    .conv2d = cpu::conv2d,
+    .conv2d_input_grad = cpu::conv2d_input_grad,
+    .conv2d_weight_grad = cpu::conv2d_weight_grad,
+    .max_pool2d = cpu::max_pool2d,
+    .max_pool2d_backward = cpu::max_pool2d_backward,
+    .avg_pool2d = cpu::avg_pool2d,
+    .avg_pool2d_backward = cpu::avg_pool2d_backward,
+    .batch_norm_stats = cpu::batch_norm_stats,
+    .channel_affine = cpu::channel_affine,
+    .cross_entropy = cpu::cross_entropy,
 };
 
 std::atomic<const Backend*> g_cuda{nullptr};
+std::atomic<int> g_cuda_count{-1};  // devices the backend serves; -1: unbounded
 }  // namespace
 
 const Backend& cpu_backend() { return kCpu; }
@@ -33,12 +60,21 @@ const Backend& cpu_backend() { return kCpu; }
 const Backend& backend_for(Device d, const char* op) {
   if (d.is_cpu()) return kCpu;
   const Backend* b = g_cuda.load(std::memory_order_acquire);
-  if (!b) fail(ErrorKind::NotImplemented, op, ": cuda is not available (no GPU plugin loaded)");
+  if (!b) {
+    cuda::available();  // loads the plugin on first use, which registers its backend
+    b = g_cuda.load(std::memory_order_acquire);
+    if (!b) fail(ErrorKind::NotImplemented, op, ": cuda is not available (", cuda::status(), ")");
+  }
+  const int n = g_cuda_count.load(std::memory_order_acquire);
+  if (n >= 0 && (d.index < 0 || d.index >= n))
+    fail(ErrorKind::Value, op, ": device ", d, " is not available (", n, " CUDA device",
+         n == 1 ? "" : "s", ")");
   return *b;
 }
 
-void register_backend(DeviceType type, const Backend* b) {
+void register_backend(DeviceType type, const Backend* b, int device_count) {
   DL_ASSERT(type == DeviceType::CUDA);
+  g_cuda_count.store(b ? device_count : -1, std::memory_order_release);
   g_cuda.store(b, std::memory_order_release);
 }
 

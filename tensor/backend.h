@@ -8,6 +8,7 @@
 
 #include "tensor/nn.h"
 #include "tensor/ops.h"
+#include "tensor/random.h"
 
 namespace dl {
 
@@ -57,6 +58,12 @@ struct Backend {
   // dtype; a's and b's batch dims broadcast to out's; M, N, K, batch all non-empty.
   void (*matmul)(const Tensor& out, const Tensor& a, const Tensor& b);
 
+  // ---- random numbers (front end: tensor/random.cpp; CPU: tensor/cpu/random.cpp) ----
+  // out (contiguous, fresh) element i = convert(spec(i)) (tensor/random.h): the math is
+  // the spec's, so every device produces the same stream. Null: generated on the host
+  // and copied.
+  void (*random)(const Tensor& out, const fn::RandomSpec& spec);
+
   // ---- neural networks (front ends: tensor/nn.cpp; CPU: tensor/cpu/conv.cpp, pool.cpp,
   // norm.cpp, loss.cpp) ----
   // Every tensor passed is contiguous, every float one of one float dtype (the
@@ -92,9 +99,13 @@ struct Backend {
 };
 
 const Backend& cpu_backend();
-// The backend for `d`; throws "op: not implemented for cuda" (or "cuda is not
-// available") when no plugin provides it.
+// The backend for `d`. For a cuda device this loads the plugin on first use
+// (tensor/plugin.h); throws "op: cuda is not available (why)" when there is none, and
+// names the device when its index is out of range.
 const Backend& backend_for(Device d, const char* op);
-void register_backend(DeviceType type, const Backend* b);
+// Installs (or, with nullptr, removes) the backend of a device type. `device_count`, when
+// not negative, bounds the device indices backend_for accepts (the plugin passes it;
+// tests that install a fake backend leave it open).
+void register_backend(DeviceType type, const Backend* b, int device_count = -1);
 
 }  // namespace dl

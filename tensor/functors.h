@@ -27,7 +27,8 @@ struct AbsFn { template <typename T> DL_HD T operator()(T x) const {
   else return x < T(0) ? T(-x) : x; } };
 struct SignFn { template <typename T> DL_HD T operator()(T x) const {
   if constexpr (kIsFloat<T>) { if (x != x) return x; }
-  return T((T(0) < x) - (x < T(0))); } };
+  if constexpr (std::is_unsigned_v<T>) return T(x != T(0));
+  else return T((T(0) < x) - (x < T(0))); } };
 struct ExpFn { template <typename T> DL_HD T operator()(T x) const { return std::exp(x); } };
 struct LogFn { template <typename T> DL_HD T operator()(T x) const { return std::log(x); } };
 struct Log1pFn { template <typename T> DL_HD T operator()(T x) const { return std::log1p(x); } };

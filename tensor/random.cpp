@@ -3,7 +3,6 @@
 #include <mutex>
 
 #include "tensor/backend.h"
-#include "tensor/cpu/loops.h"
 #include "tensor/random.h"
 
 namespace dl {
@@ -27,32 +26,22 @@ fn::Philox reserve(uint64_t blocks, uint64_t* first) {
   return fn::Philox{uint32_t(g.seed), uint32_t(g.seed >> 32)};
 }
 
-// Fills a host tensor with f(philox, element index, first block) for each element,
-// in parallel chunks; then moves it to `device`.
-template <typename F>
+// A fresh tensor holding spec(i) at element i, made by the device's kernel (on the
+// host and copied when the device's backend has none).
 Tensor random_tensor(const Shape& shape, DType dtype, Device device, const char* op,
-                     uint64_t words_per_elem, F f) {
-  Tensor t = empty(shape, dtype, Device{}, op);
-  int64_t n = t.numel();
-  uint64_t first = 0;
-  fn::Philox ph = reserve((uint64_t(n) * words_per_elem + 3) / 4, &first);
-  DL_DISPATCH_ALL(dtype, op, {
-    scalar_t* p = t.data<scalar_t>();
-    cpu::parallel_range(n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) p[i] = fn::convert<scalar_t>(f(ph, first, uint64_t(i)));
-    });
-  });
-  if (device.is_cpu()) return t;
-  Tensor d = empty(shape, dtype, device, op);
-  copy_(d, t);
-  return d;
-}
-
-// The k-th 32-bit word of the stream starting at block `first`.
-inline uint32_t word(const fn::Philox& ph, uint64_t first, uint64_t k) {
-  uint32_t w[4];
-  ph.block(first + k / 4, w);
-  return w[k % 4];
+                     fn::RandomSpec spec) {
+  Tensor t = empty(shape, dtype, device, op);
+  spec.ph = reserve(fn::RandomSpec::blocks(spec.kind, uint64_t(t.numel())), &spec.first);
+  if (t.numel() == 0) return t;
+  const Backend& be = backend_for(device, op);
+  if (be.random) {
+    be.random(t, spec);
+    return t;
+  }
+  Tensor host = empty(shape, dtype, Device{}, op);
+  cpu_backend().random(host, spec);
+  copy_(t, host);
+  return t;
 }
 }  // namespace
 
@@ -71,40 +60,34 @@ uint64_t initial_seed() {
 
 Tensor rand(const Shape& shape, DType dtype, Device device) {
   DL_CHECK_KIND(Type, is_floating(dtype), "rand: expected a floating dtype, got ", dtype_name(dtype));
-  return random_tensor(shape, dtype, device, "rand", 2, [dtype](const fn::Philox& ph, uint64_t f, uint64_t i) {
-    uint32_t w[4];
-    ph.block(f + i / 2, w);
-    return dtype == DType::Float32 ? double(ph.uniform_f(w[(i % 2) * 2]))
-                                   : ph.uniform_d(w[(i % 2) * 2], w[(i % 2) * 2 + 1]);
-  });
+  fn::RandomSpec spec;
+  spec.kind = fn::RandomSpec::Uniform;
+  spec.single = dtype == DType::Float32;
+  return random_tensor(shape, dtype, device, "rand", spec);
 }
 
 Tensor randn(const Shape& shape, DType dtype, Device device) {
   DL_CHECK_KIND(Type, is_floating(dtype), "randn: expected a floating dtype, got ", dtype_name(dtype));
-  // Box-Muller: one block of four words gives two uniforms in double precision.
-  return random_tensor(shape, dtype, device, "randn", 4, [](const fn::Philox& ph, uint64_t f, uint64_t i) {
-    uint32_t w[4];
-    ph.block(f + i, w);
-    double u1 = ph.uniform_d(w[0], w[1]), u2 = ph.uniform_d(w[2], w[3]);
-    if (u1 < 1e-300) u1 = 1e-300;
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  });
+  fn::RandomSpec spec;
+  spec.kind = fn::RandomSpec::Normal;
+  return random_tensor(shape, dtype, device, "randn", spec);
 }
 
 Tensor randint(int64_t lo, int64_t hi, const Shape& shape, DType dtype, Device device) {
   DL_CHECK(hi > lo, "randint: expected lo < hi, got [", lo, ", ", hi, ")");
-  uint64_t range = uint64_t(hi) - uint64_t(lo);
-  return random_tensor(shape, dtype, device, "randint", 2, [=](const fn::Philox& ph, uint64_t f, uint64_t i) {
-    uint64_t r = (uint64_t(word(ph, f, 2 * i)) << 32) | word(ph, f, 2 * i + 1);
-    return double(int64_t(uint64_t(lo) + r % range));
-  });
+  fn::RandomSpec spec;
+  spec.kind = fn::RandomSpec::Int;
+  spec.lo = lo;
+  spec.range = uint64_t(hi) - uint64_t(lo);
+  return random_tensor(shape, dtype, device, "randint", spec);
 }
 
 Tensor bernoulli(const Shape& shape, double p, DType dtype, Device device) {
   DL_CHECK(p >= 0 && p <= 1, "bernoulli: probability must be in [0, 1], got ", p);
-  return random_tensor(shape, dtype, device, "bernoulli", 2, [p](const fn::Philox& ph, uint64_t f, uint64_t i) {
-    return ph.uniform_d(word(ph, f, 2 * i), word(ph, f, 2 * i + 1)) < p ? 1.0 : 0.0;
-  });
+  fn::RandomSpec spec;
+  spec.kind = fn::RandomSpec::Bernoulli;
+  spec.p = p;
+  return random_tensor(shape, dtype, device, "bernoulli", spec);
 }
 
 Tensor randperm(int64_t n, DType dtype) {

@@ -39,4 +39,46 @@ struct Philox {
   }
 };
 
+// What a random tensor holds: its distribution and where its numbers start in the
+// stream. Element i is spec(i), a double that the kernel converts to the tensor's
+// dtype; the CPU and CUDA kernels both run this, so a seed gives the same tensor on
+// every device (bit for bit, except that randn's log and cos may differ in the last
+// bit of a double between the C library and CUDA's).
+struct RandomSpec {
+  enum Kind : uint8_t { Uniform, Normal, Int, Bernoulli };
+  Philox ph{0, 0};
+  uint64_t first = 0;      // the first counter block
+  Kind kind = Uniform;
+  bool single = false;     // Uniform: 24 random bits (float32) instead of 53
+  int64_t lo = 0;          // Int: lo + r % range
+  uint64_t range = 1;
+  double p = 0;            // Bernoulli: 1 with probability p
+
+  // Counter blocks (four words each) that n elements use: Normal takes a block per
+  // element, the others two words.
+  static DL_HD uint64_t blocks(Kind k, uint64_t n) { return k == Normal ? n : (n + 1) / 2; }
+
+  DL_HD double operator()(uint64_t i) const {
+    uint32_t w[4];
+    if (kind == Normal) {
+      // Box-Muller: one block gives two uniforms in double precision.
+      ph.block(first + i, w);
+      double u1 = ph.uniform_d(w[0], w[1]), u2 = ph.uniform_d(w[2], w[3]);
+      if (u1 < 1e-300) u1 = 1e-300;
+      return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    }
+    // Words 2i and 2i + 1 of the stream: both in block i / 2.
+    ph.block(first + i / 2, w);
+    const uint32_t a = w[(i % 2) * 2], b = w[(i % 2) * 2 + 1];
+    switch (kind) {
+      case Uniform: return single ? double(ph.uniform_f(a)) : ph.uniform_d(a, b);
+      case Int: {
+        uint64_t r = (uint64_t(a) << 32) | b;
+        return double(int64_t(uint64_t(lo) + r % range));
+      }
+      default: return ph.uniform_d(a, b) < p ? 1.0 : 0.0;
+    }
+  }
+};
+
 }  // namespace dl::fn

@@ -182,11 +182,12 @@ function M.collect()
   if collecting then return end
   collecting = true
   C.dl_memory_stats(stats)
-  local before, allocated = stats[0], total[0] - mark[0]
+  -- Device tensors count too: their bytes are in `total` as well.
+  local before, allocated = stats[0] + C.dl_device_bytes_in_use(), total[0] - mark[0]
   mark[0] = total[0]
   collectgarbage("collect")
   C.dl_memory_stats(stats)
-  local freed, limit = before - stats[0], stats[3]
+  local freed, limit = before - stats[0] - C.dl_device_bytes_in_use(), stats[3]
   local b = budget[0]
   if freed < 0.5 * allocated then
     b = mmin(b * 1.4, MAX_BUDGET)

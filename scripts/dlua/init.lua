@@ -18,6 +18,7 @@
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 require("dlua.format")
+require("dlua.device")   -- dl.device(name, f), dl.cuda: the CUDA plugin, loaded on first use
 
 local dl = T.dl
 dl._VERSION = "0.1.0"

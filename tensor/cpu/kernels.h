@@ -1,6 +1,7 @@
 // The CPU kernels behind dl::cpu_backend() (see tensor/backend.h for the contract).
 #pragma once
 #include "tensor/ops.h"
+#include "tensor/random.h"
 
 namespace dl::cpu {
 
@@ -24,5 +25,8 @@ void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& ind
 void gather(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
 void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src);
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
+
+// random numbers (tensor/cpu/random.cpp)
+void random(const Tensor& out, const fn::RandomSpec& spec);
 
 }  // namespace dl::cpu

@@ -1,0 +1,169 @@
+// Grid-stride loops over strided, broadcast operands: the CUDA side of the functors of
+// tensor/functors.h (the CPU side is tensor/cpu/loops.h, with the same geometry).
+//
+// Operand 0 is the output; every operand has a byte stride per dim of the output's
+// shape (0 where it broadcasts). Dims of size 1 are dropped and neighbours that every
+// operand walks as one are merged, so a contiguous op is one flat dim and its offsets
+// are a multiply; otherwise an element's offsets come from dividing its index by the
+// sizes (in 32 bits when the tensor is small enough, much cheaper than 64).
+#pragma once
+#include <array>
+#include <climits>
+
+#include "gpu/common.h"
+#include "tensor/functors.h"
+
+namespace dl::gpu {
+
+constexpr int kThreads = 256;
+
+template <int N>
+struct Geom {
+  char* data[N];
+  int64_t sizes[kMaxDims];
+  int64_t strides[N][kMaxDims];  // bytes
+  int ndim;                      // at least 1
+  int64_t numel;
+  bool small;                    // numel fits 32-bit index arithmetic
+};
+
+template <int N>
+Geom<N> make_geom(const std::array<const Tensor*, N>& ts) {
+  Geom<N> g{};
+  const Shape& shape = ts[0]->shape();
+  const int nd = shape.size();
+  g.numel = ts[0]->numel();
+  g.small = g.numel <= int64_t(UINT_MAX);
+  int64_t st[N][kMaxDims];
+  for (int k = 0; k < N; ++k) {
+    g.data[k] = static_cast<char*>(ts[k]->raw_data());
+    const int off = nd - ts[k]->dim();
+    const int64_t isz = int64_t(ts[k]->itemsize());
+    for (int d = 0; d < nd; ++d) {
+      const int dk = d - off;
+      st[k][d] = (dk < 0 || ts[k]->size(dk) == 1) ? 0 : ts[k]->stride(dk) * isz;
+    }
+  }
+  int64_t sz[kMaxDims];
+  int m = 0;
+  for (int d = 0; d < nd; ++d) {
+    if (shape[d] == 1) continue;
+    sz[m] = shape[d];
+    for (int k = 0; k < N; ++k) st[k][m] = st[k][d];
+    ++m;
+  }
+  int w = 0;
+  for (int d = 0; d < m; ++d) {
+    if (w > 0) {
+      bool ok = true;
+      for (int k = 0; k < N; ++k)
+        if (st[k][w - 1] != st[k][d] * sz[d]) { ok = false; break; }
+      if (ok) {
+        sz[w - 1] *= sz[d];
+        for (int k = 0; k < N; ++k) st[k][w - 1] = st[k][d];
+        continue;
+      }
+    }
+    sz[w] = sz[d];
+    for (int k = 0; k < N; ++k) st[k][w] = st[k][d];
+    ++w;
+  }
+  if (w == 0) {  // one element
+    sz[0] = 1;
+    for (int k = 0; k < N; ++k) st[k][0] = 0;
+    w = 1;
+  }
+  g.ndim = w;
+  for (int d = 0; d < w; ++d) {
+    g.sizes[d] = sz[d];
+    for (int k = 0; k < N; ++k) g.strides[k][d] = st[k][d];
+  }
+  return g;
+}
+
+template <int N>
+__device__ __forceinline__ void offsets(const Geom<N>& g, int64_t i, char* (&p)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) p[k] = g.data[k];
+  if (g.ndim == 1) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] += i * g.strides[k][0];
+    return;
+  }
+  if (g.small) {
+    uint32_t r = uint32_t(i);
+    for (int d = g.ndim - 1; d >= 0; --d) {
+      const uint32_t s = uint32_t(g.sizes[d]);
+      const uint32_t q = r % s;
+      r /= s;
+#pragma unroll
+      for (int k = 0; k < N; ++k) p[k] += int64_t(q) * g.strides[k][d];
+    }
+    return;
+  }
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    const int64_t q = i % g.sizes[d];
+    i /= g.sizes[d];
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] += q * g.strides[k][d];
+  }
+}
+
+// op(p, i) for every element i, with p[k] pointing at operand k's element.
+template <int N, typename Op>
+__global__ void __launch_bounds__(kThreads) elementwise_kernel(Geom<N> g, Op op) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < g.numel; i += step) {
+    char* p[N];
+    offsets<N>(g, i, p);
+    op(p, i);
+  }
+}
+
+template <int N, typename Op>
+void launch_elementwise(const DeviceContext& c, const Geom<N>& g, const Op& op, const char* name) {
+  if (g.numel == 0) return;
+  elementwise_kernel<N, Op><<<grid_for(g.numel, c, kThreads), kThreads, 0, c.stream>>>(g, op);
+  check_launch(name);
+}
+
+template <typename T>
+__device__ __forceinline__ T load(const char* p) { return *reinterpret_cast<const T*>(p); }
+template <typename T>
+__device__ __forceinline__ void store(char* p, T v) { *reinterpret_cast<T*>(p) = v; }
+
+// The lowest element position at which a kernel met a bad index: kernels call
+// record(i); the host resets the slot before the launch and reads it after (the one
+// synchronisation of an index op, so that the error names the op that failed).
+struct BadIndexSlot {
+  unsigned long long* slot;
+  __device__ __forceinline__ void record(int64_t pos) const {
+    atomicMin(slot, static_cast<unsigned long long>(pos));
+  }
+};
+
+class BadIndexCheck {
+ public:
+  BadIndexCheck(const DeviceContext& c, const char* op)
+      : c_(c), op_(op), mem_(sizeof(unsigned long long), c.index, op) {
+    check_cuda(cudaMemsetAsync(mem_.as<void>(), 0xff, sizeof(unsigned long long), c.stream), op,
+               "preparing the index check");
+  }
+  BadIndexSlot slot() const { return BadIndexSlot{mem_.as<unsigned long long>()}; }
+  // The position recorded, or -1 when every index was good (waits for the kernels).
+  int64_t first_bad() const {
+    unsigned long long v = 0;
+    d2h(&v, mem_.as<void>(), sizeof v, c_.index, op_);
+    return v == ~0ull ? -1 : int64_t(v);
+  }
+
+ private:
+  const DeviceContext& c_;
+  const char* op_;
+  Scratch mem_;
+};
+
+// The value of an int32/int64 index tensor at row-major position `pos` (host copy).
+int64_t index_value_at(const Tensor& index, int64_t pos, const char* op);
+
+}  // namespace dl::gpu

@@ -1,0 +1,540 @@
+// CUDA kernels of the reductions, max/min with indices, and softmax: the reducers of
+// tensor/reduce_functors.h (the ones tensor/cpu/reduce.cpp runs) in grid-stride kernels.
+//
+// The plan is the CPU's: x's dims sorted by stride (memory order), size-1 dims dropped,
+// neighbours merged, then split into kept and reduced dims. Each output is folded by a
+// group of bx threads (a block holds 256 / bx groups):
+//  - bx > 1 when the innermost dim in memory is reduced and long: the group's threads
+//    read neighbouring elements of each row (coalesced) and their folds are merged in
+//    shared memory;
+//  - bx = 1 otherwise: a thread per output, and neighbouring threads read neighbouring
+//    outputs' elements.
+// When that leaves the device mostly idle (few outputs, long reductions), each output's
+// elements are cut into S slices (grid.y): slice folds go to a scratch buffer and a
+// second kernel merges them left to right and finishes. The fold order depends only on
+// the shape, so results are deterministic, though not bit-identical to the CPU's
+// (another order of float additions).
+#include <cmath>
+
+#include "gpu/loops.cuh"
+#include "tensor/reduce_functors.h"
+
+namespace dl::gpu {
+
+namespace {
+
+struct RedPlan {
+  int nk = 0, nr = 0;
+  int64_t ks[kMaxDims] = {}, kxs[kMaxDims] = {}, kos[kMaxDims] = {};  // kept: size, x and out strides
+  int64_t rs[kMaxDims] = {}, rxs[kMaxDims] = {};                      // reduced: size, x stride
+  int64_t nout = 1, nred = 1;
+  bool red_innermost = false;
+};
+
+RedPlan make_plan(const Tensor& out, const Tensor& x, const bool* red) {
+  struct D { int64_t size, xs, os; bool red; };
+  D v[kMaxDims];
+  int n = 0;
+  for (int d = 0; d < x.dim(); ++d) {
+    if (x.size(d) == 1) continue;
+    D cur{x.size(d), x.stride(d), red[d] ? 0 : out.stride(d), red[d]};
+    int j = n++;
+    while (j > 0 && v[j - 1].xs < cur.xs) { v[j] = v[j - 1]; --j; }
+    v[j] = cur;
+  }
+  int w = 0;
+  for (int i = 0; i < n; ++i) {
+    if (w > 0 && v[w - 1].red == v[i].red && v[w - 1].xs == v[i].xs * v[i].size &&
+        v[w - 1].os == v[i].os * v[i].size) {
+      v[w - 1].size *= v[i].size;
+      v[w - 1].xs = v[i].xs;
+      v[w - 1].os = v[i].os;
+      continue;
+    }
+    v[w++] = v[i];
+  }
+  RedPlan p;
+  for (int i = 0; i < w; ++i) {
+    if (v[i].red) {
+      p.rs[p.nr] = v[i].size;
+      p.rxs[p.nr++] = v[i].xs;
+      p.nred *= v[i].size;
+    } else {
+      p.ks[p.nk] = v[i].size;
+      p.kxs[p.nk] = v[i].xs;
+      p.kos[p.nk++] = v[i].os;
+      p.nout *= v[i].size;
+    }
+  }
+  p.red_innermost = w > 0 && v[w - 1].red;
+  if (p.nr == 0) {  // nothing to fold: every output reads one element
+    p.rs[0] = 1;
+    p.rxs[0] = 0;
+    p.nr = 1;
+  }
+  return p;
+}
+
+__device__ __forceinline__ void kept_offsets(const RedPlan& p, int64_t o, int64_t& xo, int64_t& oo) {
+  for (int d = p.nk - 1; d >= 0; --d) {
+    const int64_t q = o % p.ks[d];
+    o /= p.ks[d];
+    xo += q * p.kxs[d];
+    oo += q * p.kos[d];
+  }
+}
+
+// The x offset of row `row` of the reduced dims other than the innermost.
+__device__ __forceinline__ int64_t outer_offset(const RedPlan& p, int64_t row) {
+  int64_t off = 0;
+  for (int d = p.nr - 2; d >= 0; --d) {
+    const int64_t q = row % p.rs[d];
+    row /= p.rs[d];
+    off += q * p.rxs[d];
+  }
+  return off;
+}
+
+template <typename R, typename Out>
+__global__ void __launch_bounds__(kThreads)
+reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::acc_t* partial,
+              const double* centers) {
+  using A = typename R::acc_t;
+  using T = typename R::in_t;
+  __shared__ A sh[kThreads];
+  const int bx = int(blockDim.x), by = int(blockDim.y), tx = int(threadIdx.x), ty = int(threadIdx.y);
+  const int64_t S = gridDim.y, slice = blockIdx.y;
+  const int64_t r0 = p.nred * slice / S, r1 = p.nred * (slice + 1) / S;
+  const int64_t L = p.rs[p.nr - 1], ls = p.rxs[p.nr - 1];
+  for (int64_t ob = int64_t(blockIdx.x) * by; ob < p.nout; ob += int64_t(gridDim.x) * by) {
+    const int64_t o = ob + ty;
+    A acc = r.identity();
+    int64_t oo = 0;
+    double c = 0;
+    if (o < p.nout) {
+      int64_t xo = 0;
+      kept_offsets(p, o, xo, oo);
+      if constexpr (R::kCentered) c = R::center(centers[oo]);
+      for (int64_t q = r0; q < r1;) {
+        const int64_t row = q / L, i0 = q - row * L;
+        const int64_t i1 = L - i0 < r1 - q ? L : i0 + (r1 - q);
+        const T* base = x + xo + outer_offset(p, row);
+        for (int64_t i = i0 + tx; i < i1; i += bx) acc = r.step(acc, base[i * ls], c);
+        q += i1 - i0;
+      }
+    }
+    if (bx > 1) {
+      sh[ty * bx + tx] = acc;
+      __syncthreads();
+      for (int w = bx / 2; w > 0; w /= 2) {
+        if (tx < w) sh[ty * bx + tx] = r.merge(sh[ty * bx + tx], sh[ty * bx + tx + w]);
+        __syncthreads();
+      }
+      acc = sh[ty * bx];
+      __syncthreads();
+    }
+    if (tx == 0 && o < p.nout) {
+      if (S == 1) out[oo] = fn::convert<Out>(r.finish(acc, p.nred, c));
+      else partial[o * S + slice] = acc;
+    }
+  }
+}
+
+template <typename R, typename Out>
+__global__ void __launch_bounds__(kThreads)
+reduce_finish_kernel(RedPlan p, R r, const typename R::acc_t* partial, int64_t S, Out* out,
+                     const double* centers) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < p.nout; o += step) {
+    int64_t xo = 0, oo = 0;
+    kept_offsets(p, o, xo, oo);
+    typename R::acc_t acc = partial[o * S];
+    for (int64_t s = 1; s < S; ++s) acc = r.merge(acc, partial[o * S + s]);
+    double c = 0;
+    if constexpr (R::kCentered) c = R::center(centers[oo]);
+    out[oo] = fn::convert<Out>(r.finish(acc, p.nred, c));
+  }
+}
+
+// Threads per output and slices per output for `nout` outputs of `nred` elements.
+struct Shape2 {
+  int bx = 1;
+  int64_t S = 1;
+};
+Shape2 split(const DeviceContext& c, int64_t nout, int64_t nred, bool coalesced_rows, int64_t row_len) {
+  Shape2 s;
+  if (coalesced_rows && row_len >= 32) {
+    s.bx = 32;
+    while (s.bx < row_len && s.bx < kThreads) s.bx *= 2;
+  }
+  const int64_t target = int64_t(c.sm_count) * 2048;  // threads that fill the device
+  const int64_t have = nout * s.bx;
+  if (have < target && nred >= int64_t(s.bx) * 64) {
+    int64_t S = (target + have - 1) / have;
+    const int64_t by_work = nred / (int64_t(s.bx) * 32);  // each thread folds 32 or more
+    if (S > by_work) S = by_work;
+    if (S > 1024) S = 1024;
+    s.S = S < 1 ? 1 : S;
+  }
+  return s;
+}
+
+template <typename Out, typename R>
+void run_reduce(const R& r, const Tensor& out, const Tensor& x, const std::vector<int>& dims,
+                const double* centers, const char* op) {
+  using A = typename R::acc_t;
+  using T = typename R::in_t;
+  DL_ASSERT(out.is_contiguous() && out.dtype() == dtype_of<Out>::value);
+  if (out.numel() == 0) return;
+  const DeviceContext& c = activate(out, op);
+  RedPlan p;
+  if (x.numel() == 0) {  // an empty reduction: each output is the identity, finished
+    p.nk = 1;
+    p.ks[0] = out.numel();
+    p.kos[0] = 1;
+    p.nr = 1;
+    p.rs[0] = 1;
+    p.nout = out.numel();
+    p.nred = 0;
+  } else {
+    bool red[kMaxDims] = {};
+    for (int d : dims) red[d] = true;
+    p = make_plan(out, x, red);
+  }
+  const Shape2 s = split(c, p.nout, p.nred, p.red_innermost, p.rs[p.nr - 1]);
+  const int by = kThreads / s.bx;
+  int64_t groups = (p.nout + by - 1) / by;
+  const int64_t cap = int64_t(c.sm_count) * 64;
+  if (groups > cap) groups = cap;
+  const dim3 grid(unsigned(groups), unsigned(s.S)), block(unsigned(s.bx), unsigned(by));
+  const T* xp = x.numel() == 0 ? nullptr : x.data<T>();
+  Out* o = out.data<Out>();
+  if (s.S == 1) {
+    reduce_kernel<R, Out><<<grid, block, 0, c.stream>>>(p, r, xp, o, nullptr, centers);
+    check_launch(op);
+    return;
+  }
+  Scratch part(size_t(p.nout * s.S) * sizeof(A), c.index, op);
+  reduce_kernel<R, Out><<<grid, block, 0, c.stream>>>(p, r, xp, o, part.as<A>(), centers);
+  check_launch(op);
+  reduce_finish_kernel<R, Out><<<grid_for(p.nout, c), kThreads, 0, c.stream>>>(p, r, part.as<A>(), s.S, o, centers);
+  check_launch(op);
+}
+
+// Two passes: the centres (the first reducer's results, in double), then the centred fold.
+template <typename Out, typename First, typename R>
+void run_centered(const First& first, const R& r, const Tensor& out, const Tensor& x,
+                  const std::vector<int>& dims, const char* op) {
+  Tensor cen = empty(out.shape(), DType::Float64, out.device(), op);
+  run_reduce<double>(first, cen, x, dims, nullptr, op);
+  run_reduce<Out>(r, out, x, dims, cen.data<double>(), op);
+}
+
+template <typename T>
+void reduce_norm(const Tensor& out, const Tensor& x, const std::vector<int>& dims, double p) {
+  const char* op = "norm";
+  if (p == 2) run_reduce<T>(fn::Norm2Red<T>{}, out, x, dims, nullptr, op);
+  else if (p == 1) run_reduce<T>(fn::Norm1Red<T>{}, out, x, dims, nullptr, op);
+  else if (p == 0) run_reduce<T>(fn::Norm0Red<T>{}, out, x, dims, nullptr, op);
+  else if (p == INFINITY) run_reduce<T>(fn::NormInfRed<T>{}, out, x, dims, nullptr, op);
+  else if (p == -INFINITY) run_reduce<T>(fn::NormNegInfRed<T>{}, out, x, dims, nullptr, op);
+  else run_reduce<T>(fn::NormPRed<T>{p}, out, x, dims, nullptr, op);
+}
+
+// ---- max/min with indices -----------------------------------------------------------
+
+// The kept dims of x (all but `dim`) in row-major order: output o (the row-major index
+// over them, as the contiguous keepdim outputs are laid out) reads x from xo on.
+struct ArgPlan {
+  int nk = 0;
+  int64_t ks[kMaxDims] = {}, kxs[kMaxDims] = {};
+  int64_t n = 0, s = 0, nout = 1;
+};
+
+// (bv, bi) becomes the better of itself and (v, i): the larger (smaller) value, a NaN
+// over any number, the smaller index between equals; bi < 0 is "nothing yet".
+template <typename T, bool IsMax>
+__device__ __forceinline__ void arg_merge(T& bv, int64_t& bi, T v, int64_t i) {
+  if (i < 0) return;
+  if (bi < 0) {
+    bv = v;
+    bi = i;
+    return;
+  }
+  if constexpr (fn::kIsFloat<T>) {
+    const bool bn = bv != bv, vn = v != v;
+    if (bn || vn) {
+      if ((vn && !bn) || (vn && bn && i < bi)) {
+        bv = v;
+        bi = i;
+      }
+      return;
+    }
+  }
+  fn::ArgBetter<T, IsMax> better;
+  if (better(v, bv) || (!better(bv, v) && i < bi)) {
+    bv = v;
+    bi = i;
+  }
+}
+
+template <typename T, bool IsMax>
+__global__ void __launch_bounds__(kThreads)
+arg_kernel(ArgPlan p, const T* x, T* vals, int64_t* idx, T* pv, int64_t* pi) {
+  __shared__ T sv[kThreads];
+  __shared__ int64_t si[kThreads];
+  const int bx = int(blockDim.x), by = int(blockDim.y), tx = int(threadIdx.x), ty = int(threadIdx.y);
+  const int64_t S = gridDim.y, slice = blockIdx.y;
+  const int64_t i0 = p.n * slice / S, i1 = p.n * (slice + 1) / S;
+  for (int64_t ob = int64_t(blockIdx.x) * by; ob < p.nout; ob += int64_t(gridDim.x) * by) {
+    const int64_t o = ob + ty;
+    T bv = T(0);
+    int64_t bi = -1;
+    if (o < p.nout) {
+      int64_t xo = 0, rest = o;
+      for (int d = p.nk - 1; d >= 0; --d) {
+        xo += (rest % p.ks[d]) * p.kxs[d];
+        rest /= p.ks[d];
+      }
+      for (int64_t i = i0 + tx; i < i1; i += bx) arg_merge<T, IsMax>(bv, bi, x[xo + i * p.s], i);
+    }
+    if (bx > 1) {
+      const int t = ty * bx + tx;
+      sv[t] = bv;
+      si[t] = bi;
+      __syncthreads();
+      for (int w = bx / 2; w > 0; w /= 2) {
+        if (tx < w) arg_merge<T, IsMax>(sv[t], si[t], sv[t + w], si[t + w]);
+        __syncthreads();
+      }
+      bv = sv[ty * bx];
+      bi = si[ty * bx];
+      __syncthreads();
+    }
+    if (tx == 0 && o < p.nout) {
+      if (S == 1) {
+        if (vals) vals[o] = bv;
+        idx[o] = bi;
+      } else {
+        pv[o * S + slice] = bv;
+        pi[o * S + slice] = bi;
+      }
+    }
+  }
+}
+
+template <typename T, bool IsMax>
+__global__ void __launch_bounds__(kThreads)
+arg_finish_kernel(int64_t nout, int64_t S, const T* pv, const int64_t* pi, T* vals, int64_t* idx) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < nout; o += step) {
+    T bv = pv[o * S];
+    int64_t bi = pi[o * S];
+    for (int64_t s = 1; s < S; ++s) arg_merge<T, IsMax>(bv, bi, pv[o * S + s], pi[o * S + s]);
+    if (vals) vals[o] = bv;
+    idx[o] = bi;
+  }
+}
+
+template <typename T, bool IsMax>
+void arg_reduce_typed(const Tensor& values, const Tensor& indices, const Tensor& x, int dim, const char* op) {
+  const DeviceContext& c = activate(indices, op);
+  ArgPlan p;
+  for (int d = 0; d < x.dim(); ++d) {
+    if (d == dim) continue;
+    p.ks[p.nk] = x.size(d);
+    p.kxs[p.nk++] = x.stride(d);
+    p.nout *= x.size(d);
+  }
+  p.n = x.size(dim);
+  p.s = x.stride(dim);
+  const Shape2 s = split(c, p.nout, p.n, p.s == 1, p.n);
+  const int by = kThreads / s.bx;
+  int64_t groups = (p.nout + by - 1) / by;
+  const int64_t cap = int64_t(c.sm_count) * 64;
+  if (groups > cap) groups = cap;
+  const dim3 grid(unsigned(groups), unsigned(s.S)), block(unsigned(s.bx), unsigned(by));
+  T* vo = values.defined() ? values.data<T>() : nullptr;
+  int64_t* io = indices.data<int64_t>();
+  if (s.S == 1) {
+    arg_kernel<T, IsMax><<<grid, block, 0, c.stream>>>(p, x.data<T>(), vo, io, nullptr, nullptr);
+    check_launch(op);
+    return;
+  }
+  Scratch pv(size_t(p.nout * s.S) * sizeof(T), c.index, op);
+  Scratch pi(size_t(p.nout * s.S) * sizeof(int64_t), c.index, op);
+  arg_kernel<T, IsMax><<<grid, block, 0, c.stream>>>(p, x.data<T>(), vo, io, pv.as<T>(), pi.as<int64_t>());
+  check_launch(op);
+  arg_finish_kernel<T, IsMax><<<grid_for(p.nout, c), kThreads, 0, c.stream>>>(p.nout, s.S, pv.as<T>(),
+                                                                              pi.as<int64_t>(), vo, io);
+  check_launch(op);
+}
+
+// ---- softmax --------------------------------------------------------------------------
+
+// The merge of every thread's `v` in the block (blockDim.x a power of two, blockDim.y 1).
+template <typename A, typename R>
+__device__ A block_merge(A* sh, A v, const R& r) {
+  const int t = int(threadIdx.x);
+  sh[t] = v;
+  __syncthreads();
+  for (int w = int(blockDim.x) / 2; w > 0; w /= 2) {
+    if (t < w) sh[t] = r.merge(sh[t], sh[t + w]);
+    __syncthreads();
+  }
+  const A out = sh[0];
+  __syncthreads();
+  return out;
+}
+
+// J == 1: a block per row. The same passes as the CPU: the max (NaN wins), then for
+// log_softmax the centred log-sum-exp and x - m - log(s); for softmax exp(x - m) kept
+// in the output and scaled by 1 / its sum.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) softmax_rows(const T* x, T* out, int64_t M, int64_t N, bool log) {
+  __shared__ T shm[kThreads];
+  __shared__ double shs[kThreads];
+  const fn::AmaxRed<T> amax;
+  const fn::SumRed<double> dsum;
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const T* row = x + m * N;
+    T* o = out + m * N;
+    T mx = amax.identity();
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) mx = amax.step(mx, row[i], 0.0);
+    mx = block_merge(shm, mx, amax);
+    if (log) {
+      const fn::LogsumexpRed<T> lse;
+      double s = lse.identity();
+      for (int64_t i = threadIdx.x; i < N; i += blockDim.x) s = lse.step(s, row[i], double(mx));
+      s = block_merge(shs, s, dsum);
+      const T ls = T(std::log(s));
+      const fn::LogSoftmaxOutFn f;
+      for (int64_t i = threadIdx.x; i < N; i += blockDim.x) o[i] = f(row[i], mx, ls);
+    } else {
+      double s = 0;
+      for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+        const T e = std::exp(row[i] - mx);
+        o[i] = e;
+        s += double(e);
+      }
+      s = block_merge(shs, s, dsum);
+      const T inv = T(1.0 / s);
+      for (int64_t i = threadIdx.x; i < N; i += blockDim.x) o[i] *= inv;
+    }
+  }
+}
+
+// J > 1: a thread per (m, j) column, neighbouring threads on neighbouring columns.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+softmax_cols(const T* x, T* out, int64_t M, int64_t N, int64_t J, bool log) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < M * J; t += step) {
+    const int64_t m = t / J, j = t % J;
+    const T* base = x + m * N * J + j;
+    T* ob = out + m * N * J + j;
+    T mx = base[0];
+    for (int64_t i = 1; i < N; ++i) mx = fn::nan_max(mx, base[i * J]);
+    double s = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      const T e = std::exp(base[i * J] - mx);
+      if (!log) ob[i * J] = e;
+      s += double(e);
+    }
+    if (log) {
+      const T f = T(std::log(s));
+      const fn::LogSoftmaxOutFn g;
+      for (int64_t i = 0; i < N; ++i) ob[i * J] = g(base[i * J], mx, f);
+    } else {
+      const T f = T(1.0 / s);
+      for (int64_t i = 0; i < N; ++i) ob[i * J] *= f;
+    }
+  }
+}
+
+template <typename T>
+void softmax_typed(bool log, const Tensor& out, const Tensor& x, int dim, const char* op) {
+  int64_t M = 1, N = x.size(dim), J = 1;
+  for (int d = 0; d < dim; ++d) M *= x.size(d);
+  for (int d = dim + 1; d < x.dim(); ++d) J *= x.size(d);
+  if (M * N * J == 0) return;
+  const DeviceContext& c = activate(out, op);
+  if (J == 1) {
+    const int64_t cap = int64_t(c.sm_count) * 16;
+    softmax_rows<T><<<unsigned(M < cap ? M : cap), kThreads, 0, c.stream>>>(x.data<T>(), out.data<T>(), M, N, log);
+  } else {
+    softmax_cols<T><<<grid_for(M * J, c), kThreads, 0, c.stream>>>(x.data<T>(), out.data<T>(), M, N, J, log);
+  }
+  check_launch(op);
+}
+
+}  // namespace
+
+void reduce(Op op, const Tensor& out, const Tensor& x, const std::vector<int>& dims, const ReduceOpts& opts) {
+  const char* name = op_name(op);
+  switch (op) {
+    case Op::Sum:
+      DL_DISPATCH_ALL(x.dtype(), name,
+          run_reduce<fn::sum_out_t<scalar_t>>(fn::SumRed<scalar_t>{}, out, x, dims, nullptr, name));
+      return;
+    case Op::Prod:
+      DL_DISPATCH_ALL(x.dtype(), name,
+          run_reduce<fn::sum_out_t<scalar_t>>(fn::ProdRed<scalar_t>{}, out, x, dims, nullptr, name));
+      return;
+    case Op::Mean:
+      DL_DISPATCH_FLOAT(x.dtype(), name, run_reduce<scalar_t>(fn::MeanRed<scalar_t>{}, out, x, dims, nullptr, name));
+      return;
+    case Op::Amax:
+      DL_DISPATCH_ALL(x.dtype(), name, run_reduce<scalar_t>(fn::AmaxRed<scalar_t>{}, out, x, dims, nullptr, name));
+      return;
+    case Op::Amin:
+      DL_DISPATCH_ALL(x.dtype(), name, run_reduce<scalar_t>(fn::AminRed<scalar_t>{}, out, x, dims, nullptr, name));
+      return;
+    case Op::Var:
+    case Op::Std:
+      DL_DISPATCH_FLOAT(x.dtype(), name, {
+        fn::VarRed<scalar_t> r;
+        r.correction = opts.correction;
+        r.take_sqrt = op == Op::Std;
+        run_centered<scalar_t>(fn::MeanRed<scalar_t>{}, r, out, x, dims, name);
+      });
+      return;
+    case Op::Norm:
+      DL_DISPATCH_FLOAT(x.dtype(), name, reduce_norm<scalar_t>(out, x, dims, opts.p));
+      return;
+    case Op::Logsumexp:
+      DL_DISPATCH_FLOAT(x.dtype(), name,
+          run_centered<scalar_t>(fn::AmaxRed<scalar_t>{}, fn::LogsumexpRed<scalar_t>{}, out, x, dims, name));
+      return;
+    case Op::Any:
+      DL_DISPATCH_ALL(x.dtype(), name, run_reduce<bool>(fn::AnyRed<scalar_t>{}, out, x, dims, nullptr, name));
+      return;
+    case Op::All:
+      DL_DISPATCH_ALL(x.dtype(), name, run_reduce<bool>(fn::AllRed<scalar_t>{}, out, x, dims, nullptr, name));
+      return;
+    default:
+      break;
+  }
+  fail(ErrorKind::Internal, "reduce: not a reduction: ", name);
+}
+
+void arg_reduce(Op op, const Tensor& values, const Tensor& indices, const Tensor& x, int dim) {
+  DL_ASSERT(indices.is_contiguous() && indices.dtype() == DType::Int64);
+  DL_ASSERT(!values.defined() || (values.is_contiguous() && values.dtype() == x.dtype()));
+  if (indices.numel() == 0) return;
+  const bool is_max = op == Op::MaxDim || op == Op::Argmax;
+  DL_ASSERT(is_max || op == Op::MinDim || op == Op::Argmin);
+  const char* name = op_name(op);
+  DL_DISPATCH_ALL(x.dtype(), name, {
+    if (is_max) arg_reduce_typed<scalar_t, true>(values, indices, x, dim, name);
+    else arg_reduce_typed<scalar_t, false>(values, indices, x, dim, name);
+  });
+}
+
+void softmax(Op op, const Tensor& out, const Tensor& x, int dim) {
+  DL_ASSERT(x.is_contiguous() && out.is_contiguous() && out.dtype() == x.dtype());
+  DL_ASSERT(op == Op::Softmax || op == Op::LogSoftmax);
+  DL_DISPATCH_FLOAT(x.dtype(), op_name(op), softmax_typed<scalar_t>(op == Op::LogSoftmax, out, x, dim, op_name(op)));
+}
+
+}  // namespace dl::gpu
