@@ -96,7 +96,18 @@ end
 -- The structure of `tree` (made by watch_tree) with each watched leaf replaced by its
 -- gradient: grads[i] belongs to flat[i]. Leaves are matched by identity, not by
 -- traversal order (pairs() may order two tables with the same keys differently).
+local function leaf_grad(leaf, flat, grads)
+  local g = nil
+  for i = 1, #flat do
+    if rawequal(flat[i], leaf) then g = grads[i] end
+  end
+  return g
+end
+
 local function rebuild(tree, flat, grads)
+  -- A watched leaf itself (the common dl.grad(f)(x)): no table and no closure, which
+  -- LuaJIT 2.1 does not compile and which would send each call to the interpreter.
+  if type(tree) ~= "table" or is_tensor(tree) then return leaf_grad(tree, flat, grads) end
   local pos = {}
   for i, t in ipairs(flat) do pos[t] = i end
   local function walk(v)
@@ -149,6 +160,30 @@ local function gradient_list(op, v, n)
   return out
 end
 
+-- Runs a backward task to its end, calling the Lua backward of each custom gradient it
+-- stops at. (A named function, not a closure made per call: LuaJIT 2.1 does not compile
+-- closure creation, and one would send every call of dl.grad back to the interpreter.)
+local function run_task(op, task)
+  while true do
+    local st = C.dl_backward_run(task)
+    if st < 0 then raise_last() end
+    if st == 1 then break end
+    -- A custom gradient: call its Lua backward with the pending output gradients.
+    local info = custom_fns[C.dl_backward_custom_ref(task)]
+    if not info then raise(op .. ": the custom gradient's function is gone") end
+    local pending = ffi_new("uint64_t[16]")
+    if C.dl_backward_pending(task, pending, 16) ~= 0 then raise_last() end
+    local args, nargs = {}, 0
+    for i = 0, 15 do
+      if pending[i] ~= 0 then nargs = i + 1; args[i + 1] = wrap(pending[i]) end
+    end
+    local grads = gradient_list("custom_gradient", info.fn(unpack(args, 1, max(nargs, 1))), info.n)
+    local gids = ffi_new("uint64_t[?]", max(info.n, 1))
+    for i = 1, info.n do gids[i - 1] = grads[i] and grads[i].id or 0 end
+    if C.dl_backward_supply(task, gids, info.n) ~= 0 then raise_last() end
+  end
+end
+
 -- Gradients of `outputs` (with output gradients `seeds`, or nil) with respect to the
 -- tensors of `inputs`: a list of tensors in the same order.
 local function backward(op, outputs, seeds, inputs, retain)
@@ -162,26 +197,7 @@ local function backward(op, outputs, seeds, inputs, retain)
   local create_graph = C.dl_is_recording()
   local task = C.dl_backward_begin(outs, nout, gouts, ins, nin, create_graph, retain and 1 or 0)
   if task < 0 then raise_last() end
-  local ok, err = pcall(function()
-    while true do
-      local st = C.dl_backward_run(task)
-      if st < 0 then raise_last() end
-      if st == 1 then break end
-      -- A custom gradient: call its Lua backward with the pending output gradients.
-      local info = custom_fns[C.dl_backward_custom_ref(task)]
-      if not info then raise(op .. ": the custom gradient's function is gone") end
-      local pending = ffi_new("uint64_t[16]")
-      if C.dl_backward_pending(task, pending, 16) ~= 0 then raise_last() end
-      local args, nargs = {}, 0
-      for i = 0, 15 do
-        if pending[i] ~= 0 then nargs = i + 1; args[i + 1] = wrap(pending[i]) end
-      end
-      local grads = gradient_list("custom_gradient", info.fn(unpack(args, 1, max(nargs, 1))), info.n)
-      local gids = ffi_new("uint64_t[?]", max(info.n, 1))
-      for i = 1, info.n do gids[i - 1] = grads[i] and grads[i].id or 0 end
-      if C.dl_backward_supply(task, gids, info.n) ~= 0 then raise_last() end
-    end
-  end)
+  local ok, err = pcall(run_task, op, task)
   local result
   if ok then
     local res = ffi_new("uint64_t[?]", max(nin, 1))
@@ -209,19 +225,21 @@ end
 
 -- Runs f with watched arguments; returns the results of f, the watched structures per
 -- argnum, and the flat list of watched tensors.
+local function watched_call(op, f, nums, args, flat, trees)
+  for i, k in ipairs(nums) do
+    if type(k) ~= "number" or k < 1 or k > args.n then
+      raise(op .. ": argnum " .. tostring(k) .. " out of range for " .. args.n .. " argument(s)")
+    end
+    args[k] = watch_tree(op, args[k], flat, 0)
+    trees[i] = args[k]
+  end
+  return f(unpack(args, 1, args.n))
+end
+
 local function run_watched(op, f, nums, ...)
   local args = pack(...)
   local flat, trees = {}, {}
-  local r = scoped(C.dl_grad_enter, C.dl_grad_exit, function()
-    for i, k in ipairs(nums) do
-      if type(k) ~= "number" or k < 1 or k > args.n then
-        raise(op .. ": argnum " .. tostring(k) .. " out of range for " .. args.n .. " argument(s)")
-      end
-      args[k] = watch_tree(op, args[k], flat, 0)
-      trees[i] = args[k]
-    end
-    return f(unpack(args, 1, args.n))
-  end)
+  local r = scoped(C.dl_grad_enter, C.dl_grad_exit, watched_call, op, f, nums, args, flat, trees)
   return r, trees, flat
 end
 

@@ -1,0 +1,241 @@
+-- The dlua side of each benchmark of bench/run.lua, mirrored line for line by
+-- bench/torch_ref.py (PyTorch) and bench/ref.c (raw OpenBLAS, plain C loops): the same
+-- shapes, ops, data, batch sizes and optimizers.
+--
+-- Each function measures one sample and returns seconds per unit (per op, per call,
+-- per epoch). Time is the wall clock (clock_gettime(CLOCK_MONOTONIC) through the FFI),
+-- never os.clock: the engine's threads work while this one waits. The garbage each
+-- loop makes is collected inside the timed region, as a real script pays for it.
+local ffi = require("ffi")
+local dl = require("dlua")
+
+local M = {}
+
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } dlua_bench_timespec;
+int clock_gettime(int clk, dlua_bench_timespec* ts);
+]]
+local ts = ffi.new("dlua_bench_timespec")
+local CLOCK_MONOTONIC = 1
+
+-- Seconds, from an arbitrary origin.
+function M.now()
+  ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+  return tonumber(ts.tv_sec) + 1e-9 * tonumber(ts.tv_nsec)
+end
+local now = M.now
+
+M.CHAIN_REPEAT = 10                      -- (y * w, + 0.1, tanh) ten times, then sum
+M.CHAIN_OPS = 3 * M.CHAIN_REPEAT + 1     -- 31 ops recorded per call
+M.MEAN, M.STD = 0.2860, 0.3530           -- Fashion-MNIST's pixel mean and deviation
+
+-- ---- small ops: the per-op overhead ---------------------------------------------------------------
+
+-- c = a + b on 16 float32, no gradient: seconds per op.
+function M.add16(iters)
+  local a, b = dl.rand(16), dl.rand(16)
+  local c
+  for _ = 1, 200 do c = a + b end          -- compile the loop's trace first
+  local t0 = now()
+  for _ = 1, iters do c = a + b end
+  local t = now() - t0
+  assert(c:numel() == 16)
+  return t / iters
+end
+
+local function chain_fn(x, w)
+  local y = x
+  for _ = 1, M.CHAIN_REPEAT do y = (y * w + 0.1):tanh() end
+  return y:sum()
+end
+M.chain_fn = chain_fn
+
+-- The gradient of chain_fn at a 16-element x: seconds per op recorded (the forward ops,
+-- their recording and their share of the backward pass).
+function M.chain(iters)
+  local x, w = dl.rand(16), dl.rand(16)
+  local g = dl.grad(chain_fn)
+  local r
+  for _ = 1, 20 do r = g(x, w) end
+  local t0 = now()
+  for _ = 1, iters do r = g(x, w) end
+  local t = now() - t0
+  assert(r:numel() == 16)
+  return t / iters / M.CHAIN_OPS
+end
+
+-- d2/dx2 of x^3 at a scalar tensor: seconds per call.
+function M.d2(iters)
+  local d2 = dl.grad(dl.grad(function(x) return x ^ 3 end))
+  local x = dl.tensor(2.0)
+  local h = d2(x)
+  assert(math.abs(h:item() - 12) < 1e-4, "d2: wrong second derivative " .. tostring(h))
+  for _ = 1, 20 do h = d2(x) end
+  local t0 = now()
+  for _ = 1, iters do h = d2(x) end
+  return (now() - t0) / iters
+end
+
+-- ---- big kernels --------------------------------------------------------------------------------
+
+-- c = a:matmul(b), n x n float32 (a fresh result each call, as a script gets it):
+-- seconds per call.
+function M.matmul(n, iters)
+  local a, b = dl.randn(n, n), dl.randn(n, n)
+  local c = a:matmul(b)
+  local t0 = now()
+  for _ = 1, iters do c = a:matmul(b) end
+  local t = now() - t0
+  assert(c:size(1) == n)
+  return t / iters
+end
+
+-- c = a + b over n float32: seconds per op.
+function M.add(n, iters)
+  local a, b = dl.rand(n), dl.rand(n)
+  local c = a + b
+  local t0 = now()
+  for _ = 1, iters do c = a + b end
+  local t = now() - t0
+  assert(c:numel() == n)
+  return t / iters
+end
+
+-- s = a:sum() over n float32: seconds per op.
+function M.sum(n, iters)
+  local a = dl.rand(n)
+  local s = a:sum()
+  local t0 = now()
+  for _ = 1, iters do s = a:sum() end
+  local t = now() - t0
+  assert(s:numel() == 1)
+  return t / iters
+end
+
+-- ---- training epochs ---------------------------------------------------------------------------
+
+-- Fashion-MNIST's training set: images (60000, 28, 28) standardised float32, labels
+-- int64 1..10. Standardised in place: no copy of the 188 MB beyond the one made from
+-- the file's bytes.
+local train_x, train_y
+function M.train_data()
+  if not train_x then
+    local x, y = dl.data.fashion_mnist("train")
+    x:sub_(M.MEAN):div_(M.STD)
+    train_x, train_y = x, y
+  end
+  return train_x, train_y
+end
+
+-- A model, its optimizer and its data, kept across samples (as bench/torch_ref.py keeps
+-- its own): every timed epoch continues training the same model.
+local models = {}
+
+local function make(name)
+  local nn = dl.nn
+  local x, y = M.train_data()
+  dl.manual_seed(1)
+  local model, opt, batch
+  if name == "mlp" then
+    -- 784-256-10, SGD with momentum, batch 64.
+    x = x:view(-1, 784)
+    model = nn.Sequential{ nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10) }
+    opt = dl.optim.SGD{ lr = 0.05, momentum = 0.9 }
+    batch = 64
+  else
+    -- The conv net of TensorFlow's eager execution guide: Conv2D(16, 3x3, relu),
+    -- Conv2D(16, 3x3, relu), GlobalAveragePooling2D, Dense(10); Adam, batch 32.
+    x = x:view(-1, 1, 28, 28)
+    model = nn.Sequential{
+      nn.Conv2d(1, 16, 3), nn.ReLU(),
+      nn.Conv2d(16, 16, 3), nn.ReLU(),
+      nn.GlobalAvgPool2d(),
+      nn.Linear(16, 10),
+    }
+    opt = dl.optim.Adam{ lr = 1e-3 }
+    batch = 32
+  end
+  local step = dl.implicit_value_and_grad(function(xb, yb) return nn.cross_entropy(model(xb), yb) end)
+  local m = { x = x, y = y, batch = batch, step = step, opt = opt, sets = {} }
+  models[name] = m
+  return m
+end
+
+-- One epoch (or its first `limit` images): shuffle, then for each batch an index
+-- gather, forward, loss, backward and the optimizer's step. Returns seconds and the
+-- last batch's loss.
+function M.epoch(name, limit)
+  local m = models[name] or make(name)
+  local n = limit or m.x:size(1)
+  local ds = m.sets[n]
+  if not ds then
+    local x, y = m.x, m.y
+    if n < x:size(1) then x, y = x:narrow(1, 1, n), y:narrow(1, 1, n) end
+    ds = dl.data.from_tensors(x, y):shuffle(1):batch(m.batch)
+    m.sets[n] = ds
+  end
+  local step, opt = m.step, m.opt
+  local loss
+  local t0 = now()
+  for xb, yb in ds:iter() do
+    local grads
+    loss, grads = step(xb, yb)
+    opt:apply_gradients(grads)
+  end
+  return now() - t0, loss:item()
+end
+
+-- The harness's form: n > 1000 is a partial epoch of n images (the quick mode), else n
+-- whole epochs; seconds per epoch (or per partial epoch).
+function M.epochs(name, n)
+  if n > 1000 then return (M.epoch(name, n)) end
+  local t = 0
+  for _ = 1, n do t = t + M.epoch(name) end
+  return t / n
+end
+
+-- ---- the worker -----------------------------------------------------------------------------
+
+-- The peak resident set of this process so far, in bytes (VmHWM: this process only, since
+-- its exec; a parent's peak never leaks into it, unlike wait4's ru_maxrss after vfork).
+function M.peak_rss()
+  local f = io.open("/proc/self/status", "r")
+  if not f then return nil end
+  local text = f:read("*a")
+  f:close()
+  local kb = text:match("VmHWM:%s*(%d+)")
+  return kb and tonumber(kb) * 1024
+end
+
+-- bench/run.lua's protocol (as bench/torch_ref.py and bench/ref.c speak it): one command
+-- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
+--   add16 <iters> | chain <iters> | d2 <iters> | matmul <n> <iters> | add <n> <iters>
+--   | sum <n> <iters> | mlp <epochs or images> | cnn <epochs or images> | info | quit
+function M.worker(input, output)
+  local commands = {
+    add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum,
+    mlp = function(n) return M.epochs("mlp", n) end,
+    cnn = function(n) return M.epochs("cnn", n) end,
+  }
+  for line in input:lines() do
+    local words = {}
+    for w in line:gmatch("%S+") do words[#words + 1] = w end
+    local cmd = words[1]
+    if cmd == "quit" then break end
+    if cmd == "info" then
+      output:write(("ok dlua %s, %s\n"):format(dl._VERSION or "?", jit and jit.version or _VERSION))
+    elseif commands[cmd] then
+      local ok, t = pcall(commands[cmd], tonumber(words[2]), tonumber(words[3]))
+      if ok then
+        output:write(("ok %.9g\n"):format(t))
+      else
+        output:write("err " .. tostring(t):gsub("\n", " ") .. "\n")
+      end
+    elseif cmd then
+      output:write("err unknown command " .. cmd .. "\n")
+    end
+    output:flush()
+  end
+end
+
+return M

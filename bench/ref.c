@@ -1,0 +1,122 @@
+/* The C references of bench/run.lua: raw cblas_sgemm on the same OpenBLAS the engine
+ * links, and plain OpenMP loops for memory bandwidth.
+ *
+ * A worker: it reads one command a line on stdin and answers one line on stdout, so
+ * that the harness can alternate it with its own measurement in the same run.
+ *   info                      -> "ok <compiler> | <openblas config> | <core> | <threads>"
+ *   sgemm <n> <iters>         -> "ok <seconds per call>"   C = A B, n x n float32, row-major
+ *   add <n> <iters>           -> "ok <seconds per call>"   c[i] = a[i] + b[i]
+ *   sum <n> <iters>           -> "ok <seconds per call>"   s = sum of a[i]
+ *   quit
+ * Buffers are allocated and touched once per command, outside the timed loop: this is
+ * the best case (no allocation, no page faults) that the engine is measured against.
+ * Loops run on OpenMP's default thread count, the same pool size as the engine's. */
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+int openblas_get_num_threads(void);
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float* fresh(size_t n, float v) {
+  float* p = NULL;
+  if (posix_memalign((void**)&p, 64, n * sizeof(float) + 64) != 0) return NULL;
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < (long)n; ++i) p[i] = v + (float)(i % 7) * 0.125f;
+  return p;
+}
+
+static volatile float g_sink;
+
+static double run_sgemm(long n, long iters) {
+  float *a = fresh((size_t)(n * n), 0.5f), *b = fresh((size_t)(n * n), 0.25f), *c = fresh((size_t)(n * n), 0);
+  if (!a || !b || !c) return -1;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n,
+              0.0f, c, (int)n);
+  double t0 = now();
+  for (long it = 0; it < iters; ++it)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b,
+                (int)n, 0.0f, c, (int)n);
+  double t = (now() - t0) / (double)iters;
+  g_sink = c[n];
+  free(a), free(b), free(c);
+  return t;
+}
+
+static double run_add(long n, long iters) {
+  float *a = fresh((size_t)n, 0.5f), *b = fresh((size_t)n, 0.25f), *c = fresh((size_t)n, 0);
+  if (!a || !b || !c) return -1;
+  double t0 = 0;
+  for (long it = -1; it < iters; ++it) {  /* it == -1: warm-up */
+    if (it == 0) t0 = now();
+#pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; ++i) c[i] = a[i] + b[i];
+  }
+  double t = (now() - t0) / (double)iters;
+  g_sink = c[n / 2];
+  free(a), free(b), free(c);
+  return t;
+}
+
+static double run_sum(long n, long iters) {
+  float* a = fresh((size_t)n, 0.5f);
+  if (!a) return -1;
+  double t0 = 0;
+  for (long it = -1; it < iters; ++it) {
+    if (it == 0) t0 = now();
+    float s = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : s)
+    for (long i = 0; i < n; ++i) s += a[i];
+    g_sink = s;
+  }
+  double t = (now() - t0) / (double)iters;
+  free(a);
+  return t;
+}
+
+int main(void) {
+  char line[512];
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  while (fgets(line, sizeof line, stdin)) {
+    char cmd[64] = "";
+    long n = 0, iters = 1;
+    int got = sscanf(line, "%63s %ld %ld", cmd, &n, &iters);
+    if (got < 1) continue;
+    if (iters < 1) iters = 1;
+    if (strcmp(cmd, "quit") == 0) break;
+    if (strcmp(cmd, "info") == 0) {
+#ifdef __VERSION__
+      const char* cc = "gcc " __VERSION__;
+#else
+      const char* cc = "cc";
+#endif
+      printf("ok %s | %s | %s | openblas threads %d, omp threads %d\n", cc, openblas_get_config(),
+             openblas_get_corename(), openblas_get_num_threads(), omp_get_max_threads());
+      continue;
+    }
+    double t = -1;
+    if (got >= 2 && n > 0) {
+      if (strcmp(cmd, "sgemm") == 0) t = run_sgemm(n, iters);
+      else if (strcmp(cmd, "add") == 0) t = run_add(n, iters);
+      else if (strcmp(cmd, "sum") == 0) t = run_sum(n, iters);
+      else {
+        printf("err unknown command %s\n", cmd);
+        continue;
+      }
+    }
+    if (t < 0) printf("err %s: bad arguments or out of memory\n", cmd);
+    else printf("ok %.9g\n", t);
+  }
+  return 0;
+}

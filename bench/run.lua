@@ -1,0 +1,517 @@
+-- dlua's benchmark suite: every case side by side with its reference, in one run.
+--
+--   bench/run.sh [build-dir] [options]          (builds what it needs, then runs this)
+--   <build>/bin/dlua bench/run.lua [options]
+--     --rows a,b,...  only these rows (ids in the table below; a prefix such as "matmul"
+--                     selects all the matmul rows)
+--     --reps N        alternating repetitions per row (default 5; fewer for the slow rows)
+--     --quick         a few short iterations of each row: checks that the harness runs,
+--                     measures nothing worth reading (the smoke test uses it)
+--     --out FILE      also write the table (Markdown) to FILE
+--     --python PATH   the Python with torch (default /usr/bin/python3, Debian's)
+--     --ref PATH      the C reference program (default <build>/bin/dlua_bench_ref)
+--
+-- How it measures (docs/performance.md says more). Every side is a worker process that
+-- reads one command a line and answers with the seconds it measured with its own wall
+-- clock: dlua (bench/dlua_worker.lua, the cases in bench/cases.lua), PyTorch eager
+-- (bench/torch_ref.py) and the C references (bench/ref.c: raw OpenBLAS sgemm, plain
+-- OpenMP loops). Each row starts fresh workers, so that no row inherits another's heap,
+-- caches or threads. A row runs one warm-up round, then --reps rounds in which each
+-- side measures one sample in turn, ours first in odd rounds and last in even ones; the
+-- table shows the medians, and ours / theirs of the medians. Where a reference has
+-- settings to choose from (PyTorch's thread count, 1 or 2), each is measured and the row
+-- is compared with the best. Before each sample of a multi-threaded row the harness waits
+-- 150 ms, so that the previous side's spinning pool threads (OpenBLAS, OpenMP) have gone
+-- to sleep. Start-up and peak memory are measured on whole processes. The machine is
+-- shared and noisy: only ratios from one run mean anything.
+local ffi = require("ffi")
+
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } dlua_bench_ts;
+int clock_gettime(int clk, dlua_bench_ts* ts);
+int getpid(void);
+long readlink(const char* path, char* buf, unsigned long size);
+int mkfifo(const char* path, unsigned mode);
+int usleep(unsigned usec);
+void* signal(int sig, void* handler);
+typedef struct { int64_t opaque[16]; } dlua_bench_spawn_actions;
+int posix_spawn_file_actions_init(dlua_bench_spawn_actions* fa);
+int posix_spawn_file_actions_addopen(dlua_bench_spawn_actions* fa, int fd, const char* path, int flags, unsigned mode);
+int posix_spawn_file_actions_destroy(dlua_bench_spawn_actions* fa);
+int posix_spawn(int* pid, const char* path, const dlua_bench_spawn_actions* fa, const void* attr,
+                char* const argv[], char* const envp[]);
+int waitpid(int pid, int* status, int options);
+extern char** environ;
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+int openblas_get_num_threads(void);
+int omp_get_max_threads(void);
+]]
+local C = ffi.C
+C.signal(13, ffi.cast("void*", 1))   -- SIGPIPE ignored: a dead worker is an error, not our death
+
+local ts = ffi.new("dlua_bench_ts")
+local function now()
+  C.clock_gettime(1, ts)   -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) + 1e-9 * tonumber(ts.tv_nsec)
+end
+
+-- ---- options --------------------------------------------------------------------------------
+
+local opts = { quick = false, python = "/usr/bin/python3" }
+do
+  local i = 1
+  while arg[i] do
+    local a = arg[i]
+    if a == "--quick" then
+      opts.quick = true
+      i = i + 1
+    elseif a == "--reps" or a == "--rows" or a == "--out" or a == "--python" or a == "--ref" then
+      local v = arg[i + 1] or error("bench: " .. a .. " needs a value", 0)
+      opts[a:sub(3)] = a == "--reps" and (tonumber(v) or error("bench: --reps needs a number", 0)) or v
+      i = i + 2
+    else
+      error("bench: unknown argument " .. a .. " (see the top of bench/run.lua)", 0)
+    end
+  end
+end
+local quick = opts.quick
+
+-- The `dlua` running this (/proc/self/exe), and the build it belongs to.
+local function readlink(p)
+  local buf = ffi.new("char[4096]")
+  local n = C.readlink(p, buf, 4096)
+  if n <= 0 or n >= 4096 then return nil end
+  return ffi.string(buf, n)
+end
+local dlua_exe = readlink("/proc/self/exe") or arg[-1]
+local build_bin = dlua_exe:match("^(.*)/[^/]*$") or "."
+opts.ref = opts.ref or build_bin .. "/dlua_bench_ref"
+
+local function shq(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local function exists(p)
+  local f = io.open(p, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- ---- processes ---------------------------------------------------------------------------
+
+local tmpdir = "/tmp/dlua-bench-" .. C.getpid()
+os.execute("mkdir -p " .. shq(tmpdir))
+
+-- Runs argv[1] with arguments argv[2..] (no shell), its stdout into `out_file` (or
+-- /dev/null); returns the wall time in seconds, or nil and a message.
+local function spawn(argv, out_file)
+  local n = #argv
+  local cargv = ffi.new("char*[?]", n + 1)
+  local keep = {}
+  for i = 1, n do
+    keep[i] = ffi.new("char[?]", #argv[i] + 1, argv[i])
+    cargv[i - 1] = keep[i]
+  end
+  cargv[n] = nil
+  local fa = ffi.new("dlua_bench_spawn_actions")
+  C.posix_spawn_file_actions_init(fa)
+  -- O_WRONLY | O_CREAT | O_TRUNC
+  C.posix_spawn_file_actions_addopen(fa, 1, out_file or "/dev/null", 1 + 64 + 512, 420)
+  local pid, status = ffi.new("int[1]"), ffi.new("int[1]")
+  local t0 = now()
+  local rc = C.posix_spawn(pid, argv[1], fa, nil, cargv, C.environ)
+  C.posix_spawn_file_actions_destroy(fa)
+  if rc ~= 0 then return nil, "cannot start " .. argv[1] .. " (error " .. rc .. ")" end
+  while C.waitpid(pid[0], status, 0) < 0 do end
+  local t = now() - t0
+  local st = status[0]
+  if st % 128 ~= 0 or math.floor(st / 256) % 256 ~= 0 then
+    return nil, table.concat(argv, " ") .. " failed (status " .. st .. ")"
+  end
+  return t
+end
+
+-- A worker: a process reading one command a line on its stdin and answering one line
+-- ("ok <text>" or "err <message>") on a FIFO.
+local Worker = {}
+Worker.__index = Worker
+local nworkers = 0
+
+local function start_worker(name, cmd)
+  nworkers = nworkers + 1
+  local fifo = ("%s/%s-%d"):format(tmpdir, name, nworkers)
+  local self = setmetatable({ name = name }, Worker)
+  if C.mkfifo(fifo, 384) ~= 0 then
+    self.dead = "cannot make " .. fifo
+    return self
+  end
+  self.fifo = fifo
+  self.w = io.popen(cmd .. " > " .. shq(fifo), "w")
+  self.r = self.w and io.open(fifo, "r")   -- waits for the worker's side to open it
+  if not self.r then self.dead = "cannot start: " .. cmd end
+  local info, err = self:ask("info")
+  self.info = info or err
+  return self
+end
+
+-- Sends a command; returns the answer's text after "ok ", or nil and why.
+function Worker:ask(line)
+  if self.dead then return nil, self.dead end
+  local ok = self.w:write(line, "\n") and self.w:flush()
+  local answer = ok and self.r:read("*l")
+  if not answer then
+    self.dead = self.name .. ": the worker exited"
+    return nil, self.dead
+  end
+  local status, rest = answer:match("^(%a+)%s*(.*)$")
+  if status == "ok" then return rest end
+  return nil, rest or answer
+end
+
+function Worker:close()
+  if self.w then
+    pcall(function() self.w:write("quit\n") self.w:flush() end)
+    self.w:close()
+  end
+  if self.r then self.r:close() end
+  if self.fifo then os.remove(self.fifo) end
+end
+
+local WORKERS = {
+  dlua = function() return start_worker("dlua", shq(dlua_exe) .. " " .. shq(here .. "/dlua_worker.lua")) end,
+  torch = function()
+    if not exists(opts.python) then return { dead = opts.python .. " not found" } end
+    return start_worker("torch", shq(opts.python) .. " " .. shq(here .. "/torch_ref.py"))
+  end,
+  c = function()
+    if not exists(opts.ref) then
+      return { dead = opts.ref .. " not built (cmake --build <build> --target dlua_bench_ref)" }
+    end
+    return start_worker("c", shq(opts.ref))
+  end,
+}
+local infos = {}   -- what each kind of worker said about itself, for the header
+
+-- ---- the rows ---------------------------------------------------------------------------------
+
+-- A side: a label and either a worker command (`kind`, `cmd`) or a function `run`
+-- (returning the sample). A row: id, label, unit, `show` (a sample to the number shown),
+-- `higher` (higher is better), target (ours / theirs of the numbers shown), `threaded`
+-- (settle before each sample), ours, refs, and optionally `warm` (the warm-up round's
+-- commands, ours first, when they differ from a sample's).
+local US, MS, S = 1e6, 1e3, 1
+local function per(k) return function(t) return t * k end end
+
+local rows = {}
+local function row(r) rows[#rows + 1] = r end
+local function ours(cmd) return { label = "dlua", kind = "dlua", cmd = cmd } end
+local function torch(cmd, threads)
+  return { label = "PyTorch " .. (threads == 1 and "1 thread" or threads .. " threads"), kind = "torch",
+           cmd = cmd .. " " .. threads }
+end
+local function cref(label, cmd) return { label = label, kind = "c", cmd = cmd } end
+
+do
+  local n = quick and 2000 or 300000
+  row{ id = "add16", label = "`a + b`, 16 float32, no grad", unit = "us/op", show = per(US), target = 1 / 10,
+       ours = ours("add16 " .. n), refs = { torch("add16 " .. n, 1) } }
+  n = quick and 50 or 4000
+  row{ id = "chain", label = "small-op chain recorded + backward, per op", unit = "us/op", show = per(US),
+       target = 1 / 8, ours = ours("chain " .. n), refs = { torch("chain " .. n, 1) } }
+  n = quick and 200 or 20000
+  row{ id = "d2", label = "d2/dx2 of x^3 at a scalar, per call", unit = "us/call", show = per(US),
+       target = 1 / 10, ours = ours("d2 " .. n), refs = { torch("d2 " .. n, 1) } }
+end
+
+for _, n in ipairs({ 64, 256, 1024, 2048 }) do
+  -- About 0.3 s per sample at 200 GFLOP/s.
+  local iters = math.max(1, math.floor((quick and 2e8 or 6e10) / (2 * n ^ 3)))
+  local flops = 2 * n ^ 3
+  row{ id = "matmul" .. n, label = ("float32 matmul %d x %d"):format(n, n), unit = "GFLOP/s",
+       show = function(t) return flops / t / 1e9 end, higher = true, target = 0.95, threaded = true,
+       ours = ours(("matmul %d %d"):format(n, iters)),
+       refs = { cref("OpenBLAS sgemm", ("sgemm %d %d"):format(n, iters)) } }
+end
+
+do
+  local n = quick and 1e6 or 1e7
+  local iters = quick and 3 or 30
+  row{ id = "add1e7", label = "elementwise add, 1e7 float32", unit = "GB/s",
+       show = function(t) return 12 * n / t / 1e9 end, higher = true, target = 0.9, threaded = true,
+       ours = ours(("add %d %d"):format(n, iters)), refs = { cref("C loop (OpenMP)", ("add %d %d"):format(n, iters)) } }
+  row{ id = "sum1e7", label = "sum, 1e7 float32", unit = "GB/s",
+       show = function(t) return 4 * n / t / 1e9 end, higher = true, target = 0.9, threaded = true,
+       ours = ours(("sum %d %d"):format(n, iters)), refs = { cref("C loop (OpenMP)", ("sum %d %d"):format(n, iters)) } }
+end
+
+do
+  -- Whole epochs (quick: a partial epoch of a few batches; a count above 1000 is a
+  -- number of images). The warm-up round runs a partial epoch on each side: it builds
+  -- the model, compiles the traces and fills the caches; the timed epochs continue
+  -- training that model.
+  local function epoch_row(r, name, n, warm_n)
+    r.ours = ours(name .. " " .. n)
+    r.refs = { torch(name .. " " .. n, 1), torch(name .. " " .. n, 2) }
+    r.warm = { name .. " " .. warm_n, name .. " " .. warm_n .. " 1", name .. " " .. warm_n .. " 2" }
+    r.threaded, r.slow = true, true
+    row(r)
+  end
+  epoch_row({ id = "mlp", label = "Fashion-MNIST MLP epoch (784-256-10, batch 64, SGD)", unit = "s/epoch",
+              show = per(S), target = 0.7 }, "mlp", quick and 2048 or 1, quick and 1024 or 6400)
+  epoch_row({ id = "cnn", label = "TF guide's conv net epoch (batch 32, Adam)", unit = "s/epoch",
+              show = per(S), target = 1.0, reps = 2 }, "cnn", quick and 1024 or 1, quick and 1024 or 3200)
+end
+
+do
+  local k_ours, k_theirs = quick and 2 or 10, quick and 1 or 2
+  local function startup(argv, k)
+    return function()
+      local total = 0
+      for _ = 1, k do
+        local t, err = spawn(argv)
+        if not t then error(err, 0) end
+        total = total + t
+      end
+      return total / k
+    end
+  end
+  row{ id = "startup", label = "start-up: `dlua -e ''` vs `python3 -c 'import torch'`", unit = "ms",
+       show = per(MS), target = 1 / 50, slow = true,
+       ours = { label = "dlua", run = startup({ dlua_exe, "-e", "" }, k_ours) },
+       refs = { { label = "python3 -c 'import torch'", run = startup({ opts.python, "-c", "import torch" }, k_theirs) } } }
+end
+
+do
+  -- Peak RSS of a whole training run in a fresh process (start, load the data, build
+  -- the model, one epoch), as the process itself reports it (VmHWM), each side at its
+  -- own best. (wait4's ru_maxrss is no good here: after posix_spawn's vfork a child
+  -- reports its parent's peak when that is higher.)
+  local function peak(argv)
+    return function()
+      local out = tmpdir .. "/peak.txt"
+      local t, err = spawn(argv, out)
+      if not t then error(err, 0) end
+      local f = assert(io.open(out, "r"))
+      local text = f:read("*a")
+      f:close()
+      os.remove(out)
+      return tonumber(text:match("peak_rss (%d+)")) or error("no peak_rss line in the output", 0)
+    end
+  end
+  local extra = quick and { "--limit", "2048" } or {}
+  local mine = { dlua_exe, here .. "/mlp_train.lua" }
+  local theirs = { opts.python, here .. "/torch_ref.py", "train-mlp", "1" }
+  for _, a in ipairs(extra) do
+    mine[#mine + 1] = a
+    theirs[#theirs + 1] = a
+  end
+  row{ id = "mlpmem", label = "peak memory (max RSS) of the MLP training run", unit = "MB",
+       show = function(b) return b / 2 ^ 20 end, target = 1 / 2, slow = true, reps = 2,
+       ours = { label = "dlua", run = peak(mine) }, refs = { { label = "PyTorch 1 thread", run = peak(theirs) } } }
+end
+
+-- ---- selection --------------------------------------------------------------------------------
+
+local selected = {}
+if opts.rows then
+  for id in opts.rows:gmatch("[^,%s]+") do
+    local any = false
+    for _, r in ipairs(rows) do
+      if r.id == id or r.id:sub(1, #id) == id then
+        selected[r] = true
+        any = true
+      end
+    end
+    if not any then error("bench: no row '" .. id .. "'", 0) end
+  end
+else
+  for _, r in ipairs(rows) do selected[r] = true end
+end
+
+-- ---- running --------------------------------------------------------------------------------------
+
+local function median(xs)
+  local s = {}
+  for i, v in ipairs(xs) do s[i] = v end
+  table.sort(s)
+  local n = #s
+  if n == 0 then return nil end
+  if n % 2 == 1 then return s[(n + 1) / 2] end
+  return (s[n / 2] + s[n / 2 + 1]) / 2
+end
+
+local function fmt(v)
+  if v == nil then return "n/a" end
+  local a = math.abs(v)
+  if a >= 100 then return ("%.0f"):format(v) end
+  if a >= 10 then return ("%.1f"):format(v) end
+  if a >= 1 then return ("%.2f"):format(v) end
+  return ("%.3g"):format(v)
+end
+
+local function log(...)
+  io.stderr:write(...)
+  io.stderr:flush()
+end
+
+local function load_average()
+  local f = io.open("/proc/loadavg", "r")
+  local l = f and f:read("*l")
+  if f then f:close() end
+  return l and l:match("^(%S+ %S+ %S+)") or "?"
+end
+
+local load_start = load_average()
+local results = {}
+local t_start = now()
+for _, r in ipairs(rows) do
+  if selected[r] then
+    local reps = opts.reps or r.reps or (r.slow and 3 or 5)
+    if quick then reps = opts.reps or 1 end
+    local sides = { r.ours }
+    for _, ref in ipairs(r.refs) do sides[#sides + 1] = ref end
+    -- Fresh workers for this row, one per kind.
+    local workers = {}
+    for _, side in ipairs(sides) do
+      if side.kind and not workers[side.kind] then
+        local w = WORKERS[side.kind]()
+        workers[side.kind] = w
+        infos[side.kind] = infos[side.kind] or w.info or w.dead
+      end
+    end
+    local samples, errs = {}, {}
+    for k = 1, #sides do samples[k] = {} end
+    local function measure(k, warm)
+      if errs[k] then return end
+      local side = sides[k]
+      if r.threaded then C.usleep(quick and 10000 or 150000) end
+      local ok, v
+      if side.kind then
+        local cmd = (warm and r.warm) and r.warm[k] or side.cmd
+        local w = workers[side.kind]
+        local text, err = w:ask(cmd)
+        ok = text ~= nil
+        v = text and tonumber(text:match("^(%S+)")) or err or ("bad answer " .. tostring(text))
+        if ok and type(v) ~= "number" then ok = false end
+      else
+        ok, v = pcall(side.run)
+      end
+      if not ok then
+        errs[k] = tostring(v)
+        log(("\n  %s: %s failed: %s\n"):format(r.id, side.label, errs[k]))
+        return
+      end
+      if not warm then samples[k][#samples[k] + 1] = r.show(v) end
+    end
+    log(("%s: warm-up"):format(r.id))
+    for k = 1, #sides do measure(k, true) end
+    for rep = 1, reps do
+      log((" %d"):format(rep))
+      if rep % 2 == 1 then
+        for k = 1, #sides do measure(k, false) end
+      else
+        for k = #sides, 1, -1 do measure(k, false) end
+      end
+    end
+    for _, w in pairs(workers) do if w.close then w:close() end end
+    -- The best reference: the best median.
+    local best, best_k
+    for k = 2, #sides do
+      local m = median(samples[k])
+      if m and (not best or (r.higher and m > best) or (not r.higher and m < best)) then best, best_k = m, k end
+    end
+    local mo = median(samples[1])
+    local ratio = mo and best and mo / best
+    local met
+    if ratio then
+      if r.higher then met = ratio >= r.target else met = ratio <= r.target end
+    end
+    local ref_label = sides[best_k or 2].label
+    if #sides > 2 and best_k then
+      local others = {}
+      for k = 2, #sides do
+        if k ~= best_k then others[#others + 1] = sides[k].label .. ": " .. fmt(median(samples[k])) end
+      end
+      ref_label = ref_label .. " (" .. table.concat(others, "; ") .. ")"
+    end
+    local err = errs[1] or (not best and (errs[2] or "no reference")) or nil
+    results[#results + 1] = { row = r, ours = mo, theirs = best, ratio = ratio, met = met, ref = ref_label,
+                              n = reps, err = err }
+    log((" -> %s vs %s %s\n"):format(fmt(mo), fmt(best), r.unit))
+  end
+end
+os.remove(tmpdir)
+
+-- ---- the table -----------------------------------------------------------------------------------
+
+local function target_str(r)
+  local t = r.target
+  if r.higher then return (">= %.2f"):format(t) end
+  local inv = 1 / t
+  if t < 1 and math.abs(inv - math.floor(inv + 0.5)) < 1e-9 then
+    return ("<= 1/%d (%dx %s)"):format(inv + 0.5, inv + 0.5, r.unit == "MB" and "less" or "faster")
+  end
+  return ("<= %.2f"):format(t)
+end
+
+local lines = {}
+local function out(s) lines[#lines + 1] = s end
+out("| case | unit | dlua | reference | reference's | ours/theirs | target | met | reps |")
+out("|---|---|---|---|---|---|---|---|---|")
+for _, res in ipairs(results) do
+  local r = res.row
+  local met = res.met == nil and "n/a" or (res.met and "yes" or "**no**")
+  local ratio = res.ratio and ("%.3f"):format(res.ratio) or "n/a"
+  if res.ratio and not r.higher and res.ratio < 1 then
+    ratio = ratio .. (" (%.1fx %s)"):format(1 / res.ratio, r.unit == "MB" and "less" or "faster")
+  end
+  out(("| %s | %s | %s | %s | %s | %s | %s | %s | %d |"):format(r.label, r.unit, fmt(res.ours), res.ref,
+      fmt(res.theirs), ratio, target_str(r), met, res.n))
+  if res.err then out(("| %s: %s |  |  |  |  |  |  |  |  |"):format(r.id, (res.err:gsub("|", "/")))) end
+end
+
+-- The machine, as this process (linked to the same OpenBLAS as the engine) sees it.
+local function first_line(cmd)
+  local f = io.popen(cmd .. " 2>/dev/null")
+  local l = f and f:read("*l")
+  if f then f:close() end
+  return l
+end
+local function cpu_model()
+  for l in io.lines("/proc/cpuinfo") do
+    local m = l:match("^model name%s*:%s*(.+)$")
+    if m then return m end
+  end
+  return "?"
+end
+local function env(name) return os.getenv(name) or "(unset)" end
+local function cstr(f)
+  local ok, p = pcall(f)
+  return ok and p ~= nil and ffi.string(p) or "?"
+end
+local function cnum(f)
+  local ok, v = pcall(f)
+  return ok and tostring(v) or "?"
+end
+
+local header = {
+  ("- CPU: %s, %s cores online; load average %s at the start, %s at the end"):format(
+    cpu_model(), first_line("nproc") or "?", load_start, load_average()),
+  ("- OpenBLAS: %s; core %s; %s threads. OPENBLAS_CORETYPE=%s, OPENBLAS_NUM_THREADS=%s, OMP_NUM_THREADS=%s; "
+   .. "OpenMP threads %s"):format(cstr(C.openblas_get_config), cstr(C.openblas_get_corename),
+    cnum(C.openblas_get_num_threads), env("OPENBLAS_CORETYPE"), env("OPENBLAS_NUM_THREADS"), env("OMP_NUM_THREADS"),
+    cnum(C.omp_get_max_threads)),
+  ("- dlua: %s (%s); %s"):format(infos.dlua or "not run", dlua_exe, first_line("uname -sr") or "?"),
+}
+if infos.torch then header[#header + 1] = "- PyTorch reference: " .. infos.torch end
+if infos.c then header[#header + 1] = "- C reference: " .. infos.c end
+header[#header + 1] = ("- %s; medians of `reps` alternating repetitions per row after a warm-up round%s; %.0f s in all")
+  :format(os.date("!%Y-%m-%d %H:%M UTC"), quick and " (--quick: NOT meaningful numbers)" or "", now() - t_start)
+
+local text = table.concat(header, "\n") .. "\n\n" .. table.concat(lines, "\n") .. "\n"
+io.write(text)
+if opts.out then
+  local f = assert(io.open(opts.out, "w"))
+  f:write(text)
+  f:close()
+end

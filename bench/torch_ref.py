@@ -1,0 +1,243 @@
+"""The PyTorch references of bench/run.lua (PyTorch eager, Debian's python3-torch).
+
+A worker: one command a line on stdin, one answer a line on stdout (bench/run.lua
+alternates it with its own measurement in the same run):
+  info                        -> "ok python X | torch Y | numpy Z | threads ..."
+  add16 <iters> <threads>     -> "ok <seconds per op>"    c = a + b, 16 float32, no grad
+  chain <iters> <threads>     -> "ok <seconds per op>"    the op chain recorded, then backward
+  d2 <iters> <threads>        -> "ok <seconds per call>"  d2/dx2 of x^3 at a scalar
+  mlp <epochs> <threads>      -> "ok <seconds per epoch>" Fashion-MNIST MLP, SGD, batch 64
+  cnn <epochs> <threads>      -> "ok <seconds per epoch>" the TF guide's conv net, Adam, batch 32
+  quit
+The cases mirror bench/cases.lua line for line: the same shapes, ops, data, batch
+sizes and optimizers. Each command sets torch.set_num_threads(threads) first.
+
+Also a program: `python3 bench/torch_ref.py train-mlp [threads] [--limit N]` trains the
+MLP for one epoch (or on its first N images) from a cold start (bench/run.lua reads its
+peak RSS, printed last as "peak_rss <bytes>"), as bench/mlp_train.lua does for dlua.
+"""
+import gzip
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DATA_DIRS = [os.environ.get("DLUA_FASHION_MNIST", ""), "/usr/share/datasets/fashion-mnist",
+             "/usr/share/datasets/fashion_mnist"]
+MEAN, STD = 0.2860, 0.3530
+CHAIN_REPEAT = 10          # (y * w, + 0.1, tanh) ten times, then sum: 31 ops
+CHAIN_OPS = 3 * CHAIN_REPEAT + 1
+
+now = time.perf_counter
+
+
+def read_idx(name):
+    for d in DATA_DIRS:
+        if not d:
+            continue
+        for path in (os.path.join(d, name + ".gz"), os.path.join(d, name)):
+            if os.path.exists(path):
+                opener = gzip.open if path.endswith(".gz") else open
+                with opener(path, "rb") as f:
+                    raw = f.read()
+                ndim = raw[3]
+                dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+                return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+    raise FileNotFoundError("fashion_mnist: cannot find " + name)
+
+
+_train = None
+
+
+def train_data():
+    """Images (60000, 1, 28, 28) float32 standardised, labels int64 0..9."""
+    global _train
+    if _train is None:
+        # In place after the one conversion to float32, as bench/cases.lua does.
+        x = torch.from_numpy(read_idx("train-images-idx3-ubyte").copy()).float()
+        x.div_(255.0).sub_(MEAN).div_(STD)
+        y = torch.from_numpy(read_idx("train-labels-idx1-ubyte").astype(np.int64))
+        _train = (x.unsqueeze(1), y)
+    return _train
+
+
+def add16(iters):
+    a, b = torch.rand(16), torch.rand(16)
+    for _ in range(100):
+        c = a + b
+    t0 = now()
+    for _ in range(iters):
+        c = a + b
+    t = now() - t0
+    del c
+    return t / iters
+
+
+def chain_fn(x, w):
+    y = x
+    for _ in range(CHAIN_REPEAT):
+        y = torch.tanh(y * w + 0.1)
+    return y.sum()
+
+
+def chain(iters):
+    x = torch.rand(16, requires_grad=True)
+    w = torch.rand(16)
+    for _ in range(20):
+        g, = torch.autograd.grad(chain_fn(x, w), x)
+    t0 = now()
+    for _ in range(iters):
+        g, = torch.autograd.grad(chain_fn(x, w), x)
+    t = now() - t0
+    return t / iters / CHAIN_OPS
+
+
+def d2_fn(x):
+    y = x ** 3
+    g, = torch.autograd.grad(y, x, create_graph=True)
+    h, = torch.autograd.grad(g, x)
+    return h
+
+
+def d2(iters):
+    x = torch.tensor(2.0, requires_grad=True)
+    h = d2_fn(x)
+    assert abs(h.item() - 12.0) < 1e-4, h
+    for _ in range(20):
+        d2_fn(x)
+    t0 = now()
+    for _ in range(iters):
+        h = d2_fn(x)
+    return (now() - t0) / iters
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(784, 256)
+        self.fc2 = torch.nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class GuideCNN(torch.nn.Module):
+    """The conv net of TensorFlow's eager execution guide: Conv2D(16, 3x3, relu),
+    Conv2D(16, 3x3, relu), GlobalAveragePooling2D, Dense(10)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(1, 16, 3)
+        self.c2 = torch.nn.Conv2d(16, 16, 3)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.c1(x))
+        x = torch.relu(self.c2(x))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+_models = {}
+
+
+def model_for(name):
+    """One model and optimizer per case, kept across commands (as the Lua side keeps
+    its own): every timed epoch continues training the same model."""
+    if name not in _models:
+        torch.manual_seed(1)
+        if name == "mlp":
+            m = MLP()
+            opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+            x, y = train_data()
+            x = x.reshape(-1, 784).contiguous()
+            batch = 64
+        else:
+            m = GuideCNN()
+            opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+            x, y = train_data()
+            batch = 32
+        _models[name] = (m, opt, x, y, batch)
+    return _models[name]
+
+
+def epoch(name, limit=None):
+    """One epoch (or its first `limit` images): shuffle, then for each batch an index
+    gather, forward, loss, backward and the optimizer's step. Returns seconds and the
+    last batch's loss."""
+    m, opt, x, y, batch = model_for(name)
+    n = x.shape[0] if limit is None else limit
+    t0 = now()
+    perm = torch.randperm(n)
+    loss = None
+    for i in range(0, n, batch):
+        idx = perm[i:i + batch]
+        xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        loss = F.cross_entropy(m(xb), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    t = now() - t0
+    return t, loss.item()
+
+
+def run(cmd, n, threads):
+    torch.set_num_threads(threads)
+    if cmd == "add16":
+        return add16(n)
+    if cmd == "chain":
+        return chain(n)
+    if cmd == "d2":
+        return d2(n)
+    if cmd in ("mlp", "cnn"):
+        # n > 1000: a partial epoch of n images (the quick mode), else n epochs.
+        if n > 1000:
+            return epoch(cmd, n)[0]
+        return sum(epoch(cmd)[0] for _ in range(n)) / n
+    raise ValueError("unknown command " + cmd)
+
+
+def worker():
+    out = sys.stdout
+    for line in sys.stdin:
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "quit":
+            break
+        try:
+            if parts[0] == "info":
+                out.write("ok python %s | torch %s | numpy %s | torch threads %d (default), interop %d\n" % (
+                    sys.version.split()[0], torch.__version__, np.__version__, torch.get_num_threads(),
+                    torch.get_num_interop_threads()))
+            else:
+                t = run(parts[0], int(parts[1]), int(parts[2]))
+                out.write("ok %.9g\n" % t)
+        except Exception as e:  # the harness shows the reference as failed
+            out.write("err %s: %s\n" % (type(e).__name__, str(e).replace("\n", " ")))
+        out.flush()
+
+
+def train_mlp(threads, limit=None):
+    torch.set_num_threads(threads)
+    t, loss = epoch("mlp", limit)
+    print("mlp: one epoch in %.2f s, last loss %.4f" % (t, loss))
+    # This process's own peak RSS (VmHWM), which bench/run.lua reads.
+    with open("/proc/self/status") as f:
+        kb = int(next(l for l in f if l.startswith("VmHWM:")).split()[1])
+    print("peak_rss %d" % (kb * 1024))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "train-mlp":
+        args = sys.argv[2:]
+        limit = None
+        if "--limit" in args:
+            i = args.index("--limit")
+            limit = int(args[i + 1])
+            del args[i:i + 2]
+        train_mlp(int(args[0]) if args else 1, limit)
+    else:
+        worker()
