@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer targets (tests/fuzz/README.md) for a bounded time each.
+#
+#   tests/fuzz/run.sh                     # every target, 60 s each
+#   tests/fuzz/run.sh -t 3600 ops idx     # these targets, an hour each
+#   tests/fuzz/run.sh --merge             # then fold new coverage into the corpora
+#
+# Needs clang with libFuzzer (Debian: clang, libclang-rt-14-dev). Builds build-fuzz/
+# (clang, -DDLUA_FUZZ=ON, ASan+UBSan) once, copies each committed corpus to a scratch
+# corpus there, and fuzzes at low priority (nice 19) with one process per target.
+# Crashes land in build-fuzz/artifacts/<target>/; each one becomes a regression input
+# in tests/fuzz/regressions/<target>/ (and a fix). --merge adds to
+# tests/fuzz/corpus/<target>/ only the inputs that bring new coverage (libFuzzer
+# -merge=1), which keeps the committed corpora small.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=${DLUA_FUZZ_BUILD:-$src/build-fuzz}
+seconds=60
+merge=0
+targets=()
+while (($#)); do
+  case "$1" in
+    -t) seconds=$2; shift 2 ;;
+    --merge) merge=1; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+((${#targets[@]})) || targets=(ops safetensors idx checkpoint)
+
+if ! command -v clang++ >/dev/null; then
+  echo "fuzz: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2
+  exit 2
+fi
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  CC=clang CXX=clang++ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Debug \
+    -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+    -DDLUA_FUZZ=ON -DDLUA_SANITIZE=address,undefined -DDLUA_WERROR=OFF \
+    -DDLUA_SANITIZER_SUITE=OFF -DDLUA_CUDA=OFF
+fi
+nice -n 19 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+
+# The engine's threads would only make each input slower here.
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
+export LSAN_OPTIONS="suppressions=$src/tests/sanitize/lsan.supp:${LSAN_OPTIONS:-}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
+status=0
+for t in "${targets[@]}"; do
+  corpus=$build/corpus/$t artifacts=$build/artifacts/$t
+  mkdir -p "$corpus" "$artifacts"
+  cp -n "$src/tests/fuzz/corpus/$t/"* "$corpus/" 2>/dev/null || true
+  dict=()
+  [ -f "$src/tests/fuzz/$t.dict" ] && dict=(-dict="$src/tests/fuzz/$t.dict")
+  echo "fuzz: $t for $seconds s (corpus $corpus)"
+  # -timeout: an input slower than 20 s is reported (a hang or a quadratic path).
+  # -rss_limit_mb: the engine's tensor limit is 64 MB in fuzz_ops; 2 GB means a leak.
+  if ! TMPDIR=$build nice -n 19 "$build/bin/fuzz_$t" "${dict[@]}" -max_total_time="$seconds" \
+        -timeout=20 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
+        -artifact_prefix="$artifacts/" "$corpus" 2>&1 | tee "$build/fuzz_$t.log" | grep -E "^#[0-9]+ +(DONE|pulse)|ERROR|SUMMARY|stat::|Done"; then
+    :
+  fi
+  if grep -qE "^==[0-9]+==ERROR|SUMMARY: |deadly signal|fuzz_[a-z]+: " "$build/fuzz_$t.log"; then
+    echo "fuzz: $t FOUND A FAILURE; inputs in $artifacts" >&2
+    status=1
+  fi
+  if ((merge)); then
+    "$build/bin/fuzz_$t" -merge=1 "$src/tests/fuzz/corpus/$t" "$corpus" >/dev/null 2>&1
+    echo "fuzz: merged; tests/fuzz/corpus/$t has $(ls "$src/tests/fuzz/corpus/$t" | wc -l) inputs"
+  fi
+done
+exit $status
