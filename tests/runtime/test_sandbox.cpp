@@ -225,6 +225,38 @@ TEST_CASE("sandbox: the tensor memory cap") {
   CHECK(dl::host_allocator::stats().in_use == before);
 }
 
+TEST_CASE("sandbox: deep recursion is an error, not a crash") {
+  dlua::Options o = sandbox_options();
+  o.time_limit = 60;  // stack growth is slow work on a busy machine, and must still end in an error
+  for (const char* code : {
+           "local function f(n) return 1 + f(n + 1) end f(1)",
+           "local t = setmetatable({}, {__index = function(t, k) return t[k] end}) return t.x",
+           "local function f() local s = tostring(setmetatable({}, {__tostring = f})) return s end f()",
+           "local function f() local ok, e = pcall(f) error(e, 0) end f()",
+           "local function f(...) return f(1, ...) end f()",
+           "local function f(x) return f(dl.ones(1) + x) + 1 end f(dl.ones(1))",
+       })
+    must_fail(code, ErrorKind::Runtime, "stack overflow", o);
+  // A coroutine that recurses fails alone; its caller goes on.
+  must_pass(R"lua(
+    local co = coroutine.create(function() local function f() return 1 + f() end return f() end)
+    local ok, err = coroutine.resume(co)
+    assert(not ok and tostring(err):find("stack overflow"), tostring(err))
+  )lua");
+}
+
+TEST_CASE("sandbox: loops the JIT compiles are stopped too") {
+  // Hot, tight, compiled loops (numeric for, tensor arithmetic inside, a loop that
+  // calls an FFI-backed op): the stop reaches code that is running as machine code.
+  for (const char* code : {
+           "local s = 0 for i = 1, 2^52 do s = s + i % 7 end",
+           "local x = 0 while x >= 0 do x = (x + 1) % 1000 end",
+           "local t = dl.zeros(4) while true do t = t + 1 end",
+           "local s = 0 for i = 1, 2^52 do s = s + dl.ones(1):numel() end",
+       })
+    must_fail(code, ErrorKind::Timeout, "time limit exceeded");
+}
+
 TEST_CASE("sandbox: huge unpack") {
   must_fail("unpack({}, -2^31, 2^31 - 1)", ErrorKind::Runtime, "too many results");
 }
