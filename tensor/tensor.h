@@ -18,6 +18,7 @@
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/intrusive.h"
+#include "tensor/pool.h"
 #include "tensor/shape.h"
 
 namespace dl {
@@ -34,6 +35,7 @@ class Storage : public RefCounted {
   static Ref<Storage> borrow(void* data, size_t nbytes, Device device,
                              FreeFn free_fn = nullptr, void* ctx = nullptr);
   ~Storage() override;
+  DL_POOLED(Storage)
 
   void* data() const {
     if (revoked_.load(std::memory_order_relaxed)) throw_revoked();
@@ -70,6 +72,7 @@ class TensorImpl : public RefCounted {
  public:
   TensorImpl(Ref<Storage> storage, const Shape& sizes, const Shape& strides, int64_t offset,
              DType dtype);
+  DL_POOLED(TensorImpl)
 
   Ref<Storage> storage;
   Shape sizes;
