@@ -271,6 +271,8 @@ void dl_set_memory_limit(double bytes) {
   dl::host_allocator::set_limit(bytes > 0 ? int64_t(bytes) : 0);
 }
 
+void dl_trim_idle_cache(void) { dl::host_allocator::trim_idle(); }
+
 void dl_empty_cache(void) {
   dl::host_allocator::empty_cache();
   dl::cuda::empty_cache();  // only when the plugin is loaded

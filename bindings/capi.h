@@ -109,6 +109,7 @@ const double* dl_allocated_total(void);
 void dl_memory_stats(double* out5);
 void dl_set_memory_limit(double bytes);      /* 0: none */
 void dl_empty_cache(void);
+void dl_trim_idle_cache(void);
 
 /* ---- metadata and elements ---- */
 int dl_meta_get(uint64_t id, dl_meta* out);
@@ -234,6 +235,7 @@ const char* dl_loaded_name(uint64_t file, int i, double* len);     /* i 0-based 
 uint64_t dl_loaded_tensor(uint64_t file, int i);
 const char* dl_loaded_meta(uint64_t file, int i, int value, double* len);  /* key, or value */
 uint64_t dl_load_idx(const char* path);                /* MNIST format, plain or gzip */
+uint64_t dl_load_idx_ubyte_as_float(const char* path, double divisor);  /* float32 = ubyte / divisor */
 int dl_write_file_atomic(const char* path, const char* data, int64_t n);
 int dl_make_dirs(const char* path);                    /* mkdir -p */
 /* TensorBoard event files (io/events.h). */

@@ -12,8 +12,16 @@ namespace dl::host_allocator {
 namespace {
 
 constexpr size_t kAlign = 64;
-constexpr int kNumBins = 48;
+// Size classes: multiples of 64 bytes up to 512, then four classes per power of two
+// (a block is at most 25% larger than asked; powers of two alone wasted up to half,
+// which the tensor memory limit counts).
+constexpr int kSmallBins = 8;
+constexpr int kNumBins = kSmallBins + 4 * 54;
 constexpr int64_t kMaxCached = int64_t(1) << 30;  // keep at most 1 GiB of free blocks
+// Blocks at least this large that sat in the cache through a whole collection cycle go
+// back to the system (trim_idle): a big temporary (a data set's conversion, say) must
+// not stay resident for the rest of the run.
+constexpr size_t kLargeBlock = size_t(1) << 20;
 
 // Bin of a request and the block size actually allocated for it.
 int bin_of(size_t n, size_t* rounded) {
@@ -23,16 +31,31 @@ int bin_of(size_t n, size_t* rounded) {
     *rounded = r;
     return static_cast<int>(r / kAlign) - 1;  // bins 0..7
   }
-  int b = 10;
-  while ((size_t(1) << b) < n) ++b;
-  *rounded = size_t(1) << b;
-  return 8 + (b - 10);
+  int b = 9;
+  while ((size_t(1) << (b + 1)) < n) ++b;  // 2^b < n <= 2^(b+1)
+  size_t step = size_t(1) << (b - 2);      // four classes between 2^b and 2^(b+1)
+  size_t k = (n - (size_t(1) << b) + step - 1) / step;  // 1..4
+  *rounded = (size_t(1) << b) + k * step;
+  return kSmallBins + 4 * (b - 9) + static_cast<int>(k) - 1;
 }
+
+// The block size of bin b (the inverse of bin_of).
+size_t bin_size(int b) {
+  if (b < kSmallBins) return size_t(b + 1) * kAlign;
+  int p2 = 9 + (b - kSmallBins) / 4, k = (b - kSmallBins) % 4 + 1;
+  return (size_t(1) << p2) + size_t(k) * (size_t(1) << (p2 - 2));
+}
+
+struct Cached {
+  void* p;
+  uint64_t epoch;  // the trim epoch it was cached in
+};
 
 struct State {
   std::mutex mu;
-  std::vector<void*> bins[kNumBins];
+  std::vector<Cached> bins[kNumBins];
   AllocatorStats st;
+  uint64_t epoch = 0;
 };
 State& state() {
   static State* s = new State();  // leaked on purpose: usable during static destruction
@@ -54,7 +77,7 @@ void* allocate(size_t nbytes, const char* op) {
     if (s.st.in_use > s.st.peak_in_use) s.st.peak_in_use = s.st.in_use;
     s.st.allocated_since_reset += rounded;
     if (b < kNumBins && !s.bins[b].empty()) {
-      void* p = s.bins[b].back();
+      void* p = s.bins[b].back().p;  // the most recently freed: likeliest still in cache
       s.bins[b].pop_back();
       s.st.cached -= rounded;
       return p;
@@ -83,12 +106,38 @@ void deallocate(void* p, size_t nbytes) noexcept {
     std::lock_guard<std::mutex> g(s.mu);
     s.st.in_use -= rounded;
     if (b < kNumBins && s.st.cached + int64_t(rounded) <= kMaxCached) {
-      s.bins[b].push_back(p);
+      s.bins[b].push_back(Cached{p, s.epoch});
       s.st.cached += rounded;
       return;
     }
   }
   std::free(p);
+}
+
+void trim_idle() noexcept {
+  State& s = state();
+  std::vector<void*> idle;
+  {
+    std::lock_guard<std::mutex> g(s.mu);
+    for (int b = 0; b < kNumBins; ++b) {
+      auto& v = s.bins[b];
+      if (v.empty()) continue;
+      size_t rounded = bin_size(b);
+      if (rounded < kLargeBlock) continue;
+      size_t kept = 0;
+      for (const Cached& c : v) {
+        if (c.epoch < s.epoch) {
+          idle.push_back(c.p);
+          s.st.cached -= int64_t(rounded);
+        } else {
+          v[kept++] = c;
+        }
+      }
+      v.resize(kept);
+    }
+    ++s.epoch;
+  }
+  for (void* p : idle) std::free(p);
 }
 
 AllocatorStats stats() noexcept {
@@ -117,7 +166,7 @@ void empty_cache() noexcept {
   {
     std::lock_guard<std::mutex> g(s.mu);
     for (auto& v : s.bins) {
-      all.insert(all.end(), v.begin(), v.end());
+      for (const Cached& c : v) all.push_back(c.p);
       v.clear();
     }
     s.st.cached = 0;

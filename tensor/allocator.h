@@ -1,8 +1,9 @@
 // Host memory: a caching allocator with 64-byte alignment.
 //
-// Freed blocks go to size-binned free lists (powers of two above 512 bytes, rounded
-// to 64 below) and are handed out again without a trip to the system allocator;
-// the cache is bounded and trimmed when it grows past its limit. The allocator also
+// Freed blocks go to size-binned free lists (multiples of 64 up to 512 bytes, then four
+// classes per power of two) and are handed out again, most recently freed first,
+// without a trip to the system allocator; the cache is bounded, and large blocks that
+// went unused for a whole collection cycle are given back (trim_idle). The allocator also
 // counts bytes allocated since the last reset, which the Lua binding reads to step
 // its collector (DESIGN.md decision 4), and enforces an optional byte cap (the
 // embedding API's tensor memory limit).
@@ -31,6 +32,10 @@ int64_t take_allocated_since_reset() noexcept;
 void set_limit(int64_t bytes) noexcept;
 // Returns every cached block to the system.
 void empty_cache() noexcept;
+// Returns the cached blocks of 1 MB or more that were already cached at the previous
+// call and have not been reused since. The Lua binding calls it after each full
+// collection, so a large temporary is resident for at most two collection cycles.
+void trim_idle() noexcept;
 }  // namespace host_allocator
 
 // Device allocators (the CUDA plugin) report what they hand out and take back here, so

@@ -186,6 +186,7 @@ function M.collect()
   local before, allocated = stats[0] + C.dl_device_bytes_in_use(), total[0] - mark[0]
   mark[0] = total[0]
   collectgarbage("collect")
+  C.dl_trim_idle_cache()   -- large cached blocks unused for a whole cycle go back to the system
   C.dl_memory_stats(stats)
   local freed, limit = before - stats[0] - C.dl_device_bytes_in_use(), stats[3]
   local b = budget[0]
