@@ -204,6 +204,12 @@ uint64_t dl_load_idx(const char* path) {
   return guard_handle([&] { return dl::io::load_idx(path_of(path, "load_idx"), "load_idx"); });
 }
 
+uint64_t dl_load_idx_ubyte_as_float(const char* path, double divisor) {
+  return guard_handle([&] {
+    return dl::io::load_idx_ubyte_as_float(path_of(path, "fashion_mnist"), float(divisor), "fashion_mnist");
+  });
+}
+
 int dl_write_file_atomic(const char* path, const char* data, int64_t n) {
   return guard_status([&] {
     std::string d = str_of(data, n, "write_file", "data");

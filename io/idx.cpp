@@ -59,7 +59,9 @@ uint32_t be32(const unsigned char* p) {
 
 }  // namespace
 
-Tensor load_idx(const std::string& path, const char* op) {
+namespace {
+
+Tensor read_idx(const std::string& path, const char* op, float ubyte_divisor) {
   const std::string where = std::string(op) + ": " + path;
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) fail(ErrorKind::Value, where, ": cannot open: ", std::strerror(errno));
@@ -110,7 +112,9 @@ Tensor load_idx(const std::string& path, const char* op) {
              "-byte gzip file can hold");
   }
 
-  Tensor t = empty(shape, type->dtype, Device{}, op);
+  const bool to_float = ubyte_divisor > 0;
+  DL_CHECK(!to_float || type->code == 0x08, where, ": expected ubyte (0x08) data, got ", type->name);
+  Tensor t = empty(shape, to_float ? DType::Float32 : type->dtype, Device{}, op);
   auto* raw = static_cast<unsigned char*>(t.raw_data());
   got = nbytes ? gz_read(gz.f, raw, size_t(nbytes), where) : 0;
   DL_CHECK(got == nbytes, where, ": truncated file: header says ", nbytes, " data bytes (shape ", shape,
@@ -122,6 +126,12 @@ Tensor load_idx(const std::string& path, const char* op) {
   // Big-endian in the file; widen from the last element down so it works in place.
   int64_t n = int64_t(numel);
   switch (type->code) {
+    case 0x08: {
+      if (!to_float) break;
+      auto* dst = t.data<float>();
+      for (int64_t i = n - 1; i >= 0; --i) dst[i] = float(raw[i]) / ubyte_divisor;
+      break;
+    }
     case 0x09: {
       auto* dst = t.data<int32_t>();
       for (int64_t i = n - 1; i >= 0; --i) dst[i] = int32_t(int8_t(raw[i]));
@@ -145,6 +155,15 @@ Tensor load_idx(const std::string& path, const char* op) {
     default: break;
   }
   return t;
+}
+
+}  // namespace
+
+Tensor load_idx(const std::string& path, const char* op) { return read_idx(path, op, 0); }
+
+Tensor load_idx_ubyte_as_float(const std::string& path, float divisor, const char* op) {
+  DL_CHECK(divisor > 0, op, ": the divisor must be positive, got ", divisor);
+  return read_idx(path, op, divisor);
 }
 
 }  // namespace dl::io

@@ -18,4 +18,9 @@ namespace dl::io {
 
 Tensor load_idx(const std::string& path, const char* op = "load_idx");
 
+// A ubyte file as float32 values divided by `divisor` (Fashion-MNIST's pixels in [0, 1]
+// with 255), converted in place in the one float32 buffer: no uint8 copy of the data
+// set is ever alive beside it. Other element types are refused.
+Tensor load_idx_ubyte_as_float(const std::string& path, float divisor, const char* op);
+
 }  // namespace dl::io

@@ -167,6 +167,21 @@ H.test("fashion_mnist finds files in a given directory, compressed or not", func
   H.eq(x[1][1][1], 1)
   H.values(x[2]:sum(), 0)
   H.values(y, { 10, 1 }, { dtype = "int64" })
+  -- Every byte value converts as uint8 -> float32 / 255 does.
+  local ramp = {}
+  for v = 0, 255 do ramp[#ramp + 1] = string.char(v) end
+  ramp = table.concat(ramp)
+  write(dir .. "/t10k-images-idx3-ubyte", "\0\0\8\3\0\0\0\2\0\0\0\28\0\0\0\28" .. (ramp):rep(3) .. ramp:sub(1, 16)
+        .. (ramp):rep(3) .. ramp:sub(1, 16))
+  x = dl.data.fashion_mnist("test", dir)
+  local raw = dl.data.load_idx(dir .. "/t10k-images-idx3-ubyte")
+  H.eq(raw.dtype, "uint8")
+  H.ok((x - raw:to("float32") / 255):abs():max():item() == 0, "the pixels differ from uint8 / 255")
+  -- Images must be ubyte.
+  write(dir .. "/t10k-images-idx3-ubyte", "\0\0\12\3\0\0\0\2\0\0\0\28\0\0\0\28" .. string.rep("\0", 4 * 1568))
+  H.raises(function() return dl.data.fashion_mnist("test", dir) end,
+    "t10k-images-idx3-ubyte: expected ubyte (0x08) data, got int32")
+  write(dir .. "/t10k-images-idx3-ubyte", img)
   H.raises(function() return dl.data.fashion_mnist("train", dir) end,
     "fashion_mnist: cannot find train-images-idx3-ubyte.gz (or train-images-idx3-ubyte) in " .. dir)
   H.raises(function() return dl.data.fashion_mnist("valid") end,
