@@ -7,7 +7,8 @@
 #
 # Needs clang with libFuzzer (Debian: clang, libclang-rt-14-dev). Builds build-fuzz/
 # (clang, -DDLUA_FUZZ=ON, ASan+UBSan) once, copies each committed corpus to a scratch
-# corpus there, and fuzzes at low priority (nice 19) with one process per target.
+# corpus there, and fuzzes at low priority (nice 19) with one process per target, all
+# targets at once, each for the time given.
 # Crashes land in build-fuzz/artifacts/<target>/; each one becomes a regression input
 # in tests/fuzz/regressions/<target>/ (and a fix). --merge adds to
 # tests/fuzz/corpus/<target>/ only the inputs that bring new coverage (libFuzzer
@@ -45,27 +46,35 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
 export LSAN_OPTIONS="suppressions=$src/tests/sanitize/lsan.supp:${LSAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
-status=0
-for t in "${targets[@]}"; do
-  corpus=$build/corpus/$t artifacts=$build/artifacts/$t
+# One process per target, all at once: each runs for the whole time given.
+fuzz_one() {
+  local t=$1 corpus=$build/corpus/$1 artifacts=$build/artifacts/$1
   mkdir -p "$corpus" "$artifacts"
   cp -n "$src/tests/fuzz/corpus/$t/"* "$corpus/" 2>/dev/null || true
-  dict=()
+  local dict=()
   [ -f "$src/tests/fuzz/$t.dict" ] && dict=(-dict="$src/tests/fuzz/$t.dict")
-  echo "fuzz: $t for $seconds s (corpus $corpus)"
+  echo "fuzz: $t for $seconds s (corpus $corpus, log $build/fuzz_$t.log)"
   # -timeout: an input slower than 20 s is reported (a hang or a quadratic path).
   # -rss_limit_mb: the engine's tensor limit is 64 MB in fuzz_ops; 2 GB means a leak.
-  if ! TMPDIR=$build nice -n 19 "$build/bin/fuzz_$t" "${dict[@]}" -max_total_time="$seconds" \
-        -timeout=20 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
-        -artifact_prefix="$artifacts/" "$corpus" 2>&1 | tee "$build/fuzz_$t.log" | grep -E "^#[0-9]+ +(DONE|pulse)|ERROR|SUMMARY|stat::|Done"; then
-    :
-  fi
-  if grep -qE "^==[0-9]+==ERROR|SUMMARY: |deadly signal|fuzz_[a-z]+: " "$build/fuzz_$t.log"; then
-    echo "fuzz: $t FOUND A FAILURE; inputs in $artifacts" >&2
+  TMPDIR=$build nice -n 19 "$build/bin/fuzz_$t" "${dict[@]}" -max_total_time="$seconds" \
+    -timeout=20 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
+    -artifact_prefix="$artifacts/" "$corpus" >"$build/fuzz_$t.log" 2>&1 || true
+}
+for t in "${targets[@]}"; do fuzz_one "$t" & done
+wait
+
+status=0
+for t in "${targets[@]}"; do
+  log=$build/fuzz_$t.log
+  echo "fuzz: $t: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') inputs run," \
+       "$(grep -E '^stat::average_exec_per_sec' "$log" | awk '{print $2}')/s; coverage:" \
+       "$(grep -E '^#[0-9]+ +(DONE|pulse)' "$log" | tail -1 | sed 's/^#[0-9]* *[A-Z]* *//')"
+  if grep -qE "^==[0-9]+==ERROR|SUMMARY: |deadly signal|fuzz_[a-z]+: " "$log"; then
+    echo "fuzz: $t FOUND A FAILURE; inputs in $build/artifacts/$t, log $log" >&2
     status=1
   fi
   if ((merge)); then
-    "$build/bin/fuzz_$t" -merge=1 "$src/tests/fuzz/corpus/$t" "$corpus" >/dev/null 2>&1
+    "$build/bin/fuzz_$t" -merge=1 "$src/tests/fuzz/corpus/$t" "$build/corpus/$t" >/dev/null 2>&1
     echo "fuzz: merged; tests/fuzz/corpus/$t has $(ls "$src/tests/fuzz/corpus/$t" | wc -l) inputs"
   fi
 done
