@@ -1,6 +1,8 @@
 #include "io/file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -8,6 +10,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "tensor/error.h"
@@ -34,6 +37,38 @@ void sync_dir(const std::string& dir, const char* op) {
   int err = errno;
   ::close(fd);
   if (rc != 0 && err != EINVAL && err != EROFS) fail_sys(op, dir, "fsync of the directory failed", err);
+}
+
+// Note [Stray temporary files]
+// A process killed while it writes leaves its ".<name>.tmp-<pid>-..." file behind, as
+// big as what it was writing (a training run preempted mid-checkpoint, many times over
+// a long run). Each new AtomicFile for the same target removes those whose writer is
+// gone: the pid no longer exists on this machine, and the file has not changed for
+// kStaleSeconds (a margin for a pid that the file's creator shares with nothing here,
+// such as a writer on another machine of a network file system, which is then still
+// given that long). Best effort: a failure here never fails the write.
+constexpr time_t kStaleSeconds = 60;
+
+void remove_stale_temporaries(const std::string& dir, const std::string& base) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  const std::string start = "." + base + ".tmp-";
+  struct timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.compare(0, start.size(), start) != 0) continue;
+    char* end = nullptr;
+    long pid = std::strtol(name.c_str() + start.size(), &end, 10);
+    if (pid <= 0 || !end || *end != '-') continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::string path = dir + "/" + name;
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (now.tv_sec - st.st_mtime < kStaleSeconds) continue;
+    ::unlink(path.c_str());
+  }
+  ::closedir(d);
 }
 
 }  // namespace
@@ -86,6 +121,7 @@ AtomicFile::AtomicFile(std::string path, const char* op) : path_(std::move(path)
   std::string dir = dir_name(path_);
   std::string prefix = dir == "/" ? "/" : dir + "/";
   if (path_.find('/') == std::string::npos) prefix.clear();
+  remove_stale_temporaries(dir, base_name(path_));
   // Unique among threads (counter) and processes (pid, time); O_EXCL makes sure.
   for (int attempt = 0;; ++attempt) {
     tmp_ = prefix + "." + base_name(path_) + ".tmp-" + std::to_string(::getpid()) + "-" +

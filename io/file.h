@@ -10,8 +10,10 @@
 // rename() can replace the target atomically), fsyncs it, renames it over the target,
 // then fsyncs the directory so that the rename itself is durable. Whenever the process
 // dies, the target holds either its old bytes or all the new ones. A crash between the
-// first write and the rename leaves only a stray ".<name>.tmp-*" file beside it; an
-// AtomicFile destroyed without commit() removes its temporary file.
+// first write and the rename leaves only a stray ".<name>.tmp-*" file beside it, which
+// the next AtomicFile for that target removes once its writer is gone (Note [Stray
+// temporary files] in file.cpp); an AtomicFile destroyed without commit() removes its
+// temporary file.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <bit>
+#include <chrono>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -427,6 +428,36 @@ TEST_CASE("atomic writes create, replace, and report errors", "[io]") {
   CHECK(io::dir_name("a/b.txt") == "a");
   CHECK(io::dir_name("b.txt") == ".");
   CHECK(io::dir_name("/b.txt") == "/");
+}
+
+TEST_CASE("stray temporaries of dead writers are removed by the next write", "[io]") {
+  TempDir dir;
+  std::string target = dir / "m.safetensors";
+  // A pid that existed and is gone: a child that exited and was reaped.
+  pid_t dead = ::fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  auto make = [&](const std::string& name, int age_seconds) {
+    std::string p = dir / name;
+    std::ofstream(p) << "partial";
+    auto when = fs::file_time_type::clock::now() - std::chrono::seconds(age_seconds);
+    fs::last_write_time(p, when);
+    return p;
+  };
+  const std::string pid = std::to_string(dead), me = std::to_string(::getpid());
+  std::string old_dead = make(".m.safetensors.tmp-" + pid + "-0-1", 3600);
+  std::string new_dead = make(".m.safetensors.tmp-" + pid + "-1-1", 0);      // may still be in flight elsewhere
+  std::string old_alive = make(".m.safetensors.tmp-" + me + "-7-1", 3600);    // a live writer's
+  std::string other = make(".n.safetensors.tmp-" + pid + "-0-1", 3600);       // another target's
+  std::string odd = make(".m.safetensors.tmp-x", 3600);                       // not our pattern
+  io::write_file_atomic(target, "new", "save");
+  CHECK(read_bytes(target) == "new");
+  CHECK(!fs::exists(old_dead));
+  CHECK(fs::exists(new_dead));
+  CHECK(fs::exists(old_alive));
+  CHECK(fs::exists(other));
+  CHECK(fs::exists(odd));
 }
 
 // ---- IDX -------------------------------------------------------------------------------------
