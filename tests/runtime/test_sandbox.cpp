@@ -245,9 +245,10 @@ TEST_CASE("sandbox: deep recursion is an error, not a crash") {
   )lua");
 }
 
-TEST_CASE("sandbox: loops the JIT compiles are stopped too") {
-  // Hot, tight, compiled loops (numeric for, tensor arithmetic inside, a loop that
-  // calls an FFI-backed op): the stop reaches code that is running as machine code.
+TEST_CASE("sandbox: hot loops that the JIT would compile are stopped") {
+  // Compiled LuaJIT code ignores hooks, so a runtime with a time limit runs with the
+  // JIT off (vm/runtime.cpp); these are the loops that would otherwise be compiled
+  // (tight numeric ones, tensor arithmetic, FFI-backed calls), and must still stop.
   for (const char* code : {
            "local s = 0 for i = 1, 2^52 do s = s + i % 7 end",
            "local x = 0 while x >= 0 do x = (x + 1) % 1000 end",
