@@ -404,7 +404,12 @@ int dl_data_ptr(uint64_t id, double* out) {
 
 uint64_t dl_empty(const int64_t* shape, int ndim, int dtype, const char* device) {
   return guard_handle([&] {
-    return dl::empty(shape_of(shape, ndim, "empty"), dtype_of(dtype, "empty"), device_of(device), "empty");
+    Shape s = shape_of(shape, ndim, "empty");
+    DType dt = dtype_of(dtype, "empty");
+    // A bool byte other than 0 or 1 is undefined behaviour to read in C++, so an
+    // "uninitialised" bool tensor is all false (found by tests/fuzz: fuzz_ops).
+    if (dt == DType::Bool) return dl::zeros(s, dt, device_of(device));
+    return dl::empty(s, dt, device_of(device), "empty");
   });
 }
 

@@ -141,7 +141,8 @@ uint64_t dl_randint(double lo, double hi, const int64_t* shape, int ndim, int dt
 uint64_t dl_randperm(int64_t n, int dtype);
 uint64_t dl_from_values(const double* values, int64_t n, const int64_t* shape, int ndim,
                         int dtype, const char* device);
-/* Zero-copy view of foreign host memory; strides in elements (NULL: row-major). */
+/* Zero-copy view of foreign host memory; strides in elements (NULL: row-major). The
+   memory must cover every element, and a bool tensor's bytes must each be 0 or 1. */
 uint64_t dl_from_ptr(void* data, const int64_t* shape, int ndim, const int64_t* strides,
                      int dtype);
 

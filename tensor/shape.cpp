@@ -31,7 +31,9 @@ Shape contiguous_strides(const Shape& s) {
   int64_t acc = 1;
   for (int i = s.size() - 1; i >= 0; --i) {
     st[i] = acc;
-    acc *= s[i] > 0 ? s[i] : 1;
+    // Only an empty tensor's shape can overflow here (checked_numel refuses others),
+    // e.g. (0, 2^62, 4); its strides address nothing, so saturating is harmless.
+    if (__builtin_mul_overflow(acc, s[i] > 0 ? s[i] : 1, &acc)) acc = std::numeric_limits<int64_t>::max();
   }
   return st;
 }

@@ -77,6 +77,7 @@ class Tensor {
   // A tensor over memory the host owns (zero copy). Strides are in elements (row-major
   // when empty). The buffer must stay valid until release() or until the last
   // reference (host's and scripts') is gone; `on_free`, if given, is called then.
+  // A Bool tensor's bytes must each be 0 or 1, as C++'s bool.
   static Tensor from_blob(void* data, const std::vector<int64_t>& shape, DType dtype,
                           const std::vector<int64_t>& strides = {},
                           std::function<void(void*)> on_free = nullptr);

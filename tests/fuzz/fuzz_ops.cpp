@@ -179,7 +179,11 @@ struct Program {
   // Foreign memory: the host promises the buffer covers every element, so only layouts
   // that fit the static buffer are made (the ABI cannot check a host's promise).
   void from_ptr(const int64_t* sh, int nd, int dt) {
-    static double buffer[1024];
+    // Bool tensors get their own buffer: other dtypes write arbitrary bytes into theirs,
+    // and the ABI's promise for bool memory is 0 or 1 in every byte (capi.h).
+    static double doubles[1024];
+    static bool bools[sizeof doubles];
+    void* buffer = dt == 0 ? static_cast<void*>(bools) : static_cast<void*>(doubles);
     if (nd > 8 || dt < 0 || dt > 5) {
       put(dl_from_ptr(buffer, sh, nd, nullptr, dt));
       return;
@@ -194,7 +198,7 @@ struct Program {
       reach += (sh[d] - 1) * st[d];
     }
     int size = dt == 0 || dt == 1 ? 1 : dt == 2 || dt == 4 ? 4 : 8;
-    if (!empty && (reach + 1) * size > int64_t(sizeof buffer)) return;
+    if (!empty && (reach + 1) * size > int64_t(sizeof doubles)) return;
     put(dl_from_ptr(buffer, sh, nd, st, dt));
   }
 
