@@ -14,6 +14,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <vector>
 
@@ -105,6 +106,27 @@ void for_each_batch(const Batches& g, F&& f) {
   }
 }
 
+// Note [BLAS threads]
+// OpenBLAS splits a product over its own threads from about 64^3 multiply-adds up. On
+// two cores shared with other processes, a split product of a small model's layer sizes
+// keeps waiting for a helper thread that has been preempted: forward and backward of
+// the 784-256-10 MLP at batch 64 took 12.4 ms a step with 2 threads and 0.97 ms with
+// one while other processes ran (bench/, `mlp` row). So products below kSplitFlops run
+// on one thread, and larger ones on as many as OpenBLAS started with
+// (OPENBLAS_NUM_THREADS, or the core count). 2^25 flops is a 256^3 product, where two
+// threads beat one on a quiet machine (bench/, `matmul256`).
+constexpr double kSplitFlops = double(int64_t(1) << 25);
+
+void blas_threads_for(double flops) {
+  static const int configured = openblas_get_num_threads();
+  static std::atomic<int> current{configured};
+  int want = flops < kSplitFlops ? 1 : configured;
+  if (current.load(std::memory_order_relaxed) != want) {
+    openblas_set_num_threads(want);
+    current.store(want, std::memory_order_relaxed);
+  }
+}
+
 template <typename T> struct Blas;
 template <> struct Blas<float> {
   static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a,
@@ -142,6 +164,7 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
              int k) {
   const int a_inc = la.trans ? int(la.ld) : 1;  // between a(0, j) and a(0, j + 1)
   const int b_inc = lb.trans ? 1 : int(lb.ld);  // between b(i, 0) and b(i + 1, 0)
+  blas_threads_for(2.0 * m * n * k);
   if (m == 1 && n == 1) {
     *c = Blas<T>::dot(k, a, a_inc, b, b_inc);
   } else if (n == 1) {

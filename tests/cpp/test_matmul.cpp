@@ -1,7 +1,11 @@
 // matmul (tensor/linalg.cpp, tensor/cpu/matmul.cpp) against PyTorch (ref/matmul_ref.inc)
 // for every rank combination and dtype, with each operand in each layout the kernel
 // treats differently, and every error path.
+#include <cblas.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <thread>
 #include <limits>
 
 #include "ref/ref_check.h"
@@ -216,6 +220,25 @@ TEST_CASE("matmul of large integer matrices (threaded) matches a plain loop", "[
         expect.push_back(acc);
       }
   check_values(r, expect, 0);
+}
+
+TEST_CASE("small products run on one BLAS thread, large ones on all", "[matmul]") {
+  // Note [BLAS threads] in tensor/cpu/matmul.cpp. Both sides of the threshold give the
+  // product (the values are checked by the torch cases); here, the thread count.
+  Tensor big = ones(Shape{256, 512}, DType::Float32);
+  Tensor bt = ones(Shape{512, 256}, DType::Float32);
+  Tensor small = ones(Shape{64, 64}, DType::Float32);
+  Tensor r = matmul(big, bt);
+  CHECK(r.value_at(std::vector<int64_t>{255, 255}.data()) == 512);
+  const int all = openblas_get_num_threads();
+  if (std::thread::hardware_concurrency() > 1 && !std::getenv("OPENBLAS_NUM_THREADS") &&
+      !std::getenv("OMP_NUM_THREADS"))
+    CHECK(all > 1);
+  r = matmul(small, small);
+  CHECK(r.value_at(std::vector<int64_t>{0, 0}.data()) == 64);
+  CHECK(openblas_get_num_threads() == 1);
+  r = matmul(big, bt);
+  CHECK(openblas_get_num_threads() == all);
 }
 
 TEST_CASE("matmul overwrites whatever its output memory held", "[matmul]") {
