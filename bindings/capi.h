@@ -295,6 +295,15 @@ uint64_t dl_embedding(uint64_t weight, uint64_t indices, int64_t padding_idx);
    has_ignore, rows whose label equals ignore_index count for nothing. */
 uint64_t dl_cross_entropy(uint64_t logits, uint64_t target, int reduction, int has_ignore,
                           int64_t ignore_index);
+
+/* ---- fused optimizer updates (tensor/optim.h), in place; not recorded ---- */
+/* buf: the momentum buffer (0 when momentum is 0); first: buf is written, not read. */
+int dl_sgd_step_(uint64_t p, uint64_t g, uint64_t buf, double lr, double momentum, double dampening,
+                 double weight_decay, int nesterov, int first);
+/* vmax: the amsgrad maximum, 0 without amsgrad; step: 1-based, after this update. */
+int dl_adam_step_(uint64_t p, uint64_t g, uint64_t m, uint64_t v, uint64_t vmax, double lr,
+                  double beta1, double beta2, double eps, double weight_decay, int decoupled,
+                  double step);
 /* dl:cdef-end */
 
 #ifdef __cplusplus

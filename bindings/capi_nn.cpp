@@ -6,14 +6,17 @@
 // labels, embedding indices, padding_idx and max_pool2d's indices are 1-based. (h, w)
 // pairs travel as two ints so that a call allocates nothing on the Lua side.
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <utility>
 
+#include "autograd/autograd.h"
 #include "autograd/nn.h"
 #include "bindings/capi.h"
 #include "bindings/guard.h"
 #include "bindings/handles.h"
+#include "tensor/optim.h"
 
 using dl::DType;
 using dl::ErrorKind;
@@ -262,3 +265,28 @@ uint64_t dl_cross_entropy(uint64_t logits, uint64_t target, int reduction, int h
 }
 
 }  // extern "C"
+
+// ---- fused optimizer updates -----------------------------------------------------------------
+
+int dl_sgd_step_(uint64_t p, uint64_t g, uint64_t buf, double lr, double momentum, double dampening,
+                 double weight_decay, int nesterov, int first) {
+  return guard_status([&] {
+    DL_CHECK(!dl::ag::is_recording(), "sgd_step: an optimizer update is not recorded; run it under no_grad");
+    const char* op = "sgd_step";
+    dl::fn::SgdStep s{lr, momentum, dampening, weight_decay, nesterov != 0, first != 0};
+    dl::sgd_step_(get(p, op), get(g, op), momentum != 0 ? get(buf, op) : Tensor(), s);
+  });
+}
+
+int dl_adam_step_(uint64_t p, uint64_t g, uint64_t m, uint64_t v, uint64_t vmax, double lr,
+                  double beta1, double beta2, double eps, double weight_decay, int decoupled,
+                  double step) {
+  return guard_status([&] {
+    DL_CHECK(!dl::ag::is_recording(), "adam_step: an optimizer update is not recorded; run it under no_grad");
+    const char* op = "adam_step";
+    DL_CHECK(step >= 1, op, ": the step count must be at least 1, got ", step);
+    dl::fn::AdamStep s{lr, beta1, beta2, eps, weight_decay, 1 - std::pow(beta1, step),
+                       std::sqrt(1 - std::pow(beta2, step)), decoupled != 0};
+    dl::adam_step_(get(p, op), get(g, op), get(m, op), get(v, op), vmax ? get(vmax, op) : Tensor(), s);
+  });
+}

@@ -117,6 +117,10 @@ void cat(const Tensor& out, const TensorList& xs, int dim);
 void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
 void gather(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
 void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src);
+// optim.cu
+void sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const fn::SgdStep& s);
+void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+               const fn::AdamStep& s);
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
 void random(const Tensor& out, const fn::RandomSpec& spec);
 

@@ -36,6 +36,9 @@ const Backend kCuda = {
     .matmul = matmul,
     // random numbers
     .random = random,
+    // optimizer updates
+    .sgd_step = sgd_step,
+    .adam_step = adam_step,
     // neural networks
     .conv2d = conv2d,
     .conv2d_input_grad = conv2d_input_grad,

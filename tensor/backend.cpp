@@ -38,6 +38,9 @@ const Backend kCpu = {
     .matmul = cpu::matmul,
     // random numbers
     .random = cpu::random,
+    // optimizer updates
+    .sgd_step = cpu::sgd_step,
+    .adam_step = cpu::adam_step,
     // neural networks
     .conv2d = cpu::conv2d,
     .conv2d_input_grad = cpu::conv2d_input_grad,

@@ -8,6 +8,7 @@
 
 #include "tensor/nn.h"
 #include "tensor/ops.h"
+#include "tensor/optim_functors.h"
 #include "tensor/random.h"
 
 namespace dl {
@@ -63,6 +64,14 @@ struct Backend {
   // the spec's, so every device produces the same stream. Null: generated on the host
   // and copied.
   void (*random)(const Tensor& out, const fn::RandomSpec& spec);
+
+  // ---- optimizer updates (front end: tensor/optim.cpp; CPU: tensor/cpu/optim.cpp) ----
+  // In place on p and the state, one pass; the tensors share p's shape, dtype (floating)
+  // and device and may have any strides; p is not empty. sgd_step's buf is p itself
+  // when momentum is 0; adam_step's vmax is undefined without amsgrad.
+  void (*sgd_step)(const Tensor& p, const Tensor& g, const Tensor& buf, const fn::SgdStep& s);
+  void (*adam_step)(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                    const Tensor& vmax, const fn::AdamStep& s);
 
   // ---- neural networks (front ends: tensor/nn.cpp; CPU: tensor/cpu/conv.cpp, pool.cpp,
   // norm.cpp, loss.cpp) ----

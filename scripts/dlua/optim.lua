@@ -26,7 +26,7 @@ local Module = require("dlua.nn.module")
 core.own_source()
 
 local C = core.C
-local raise, bad_arg, typename = core.raise, core.bad_arg, core.typename
+local raise, raise_last, bad_arg, typename = core.raise, core.raise_last, core.bad_arg, core.typename
 local is_tensor, shape_str = T.is_tensor, T.shape_str
 local dl = T.dl
 local type, pairs, ipairs, tostring, tonumber, setmetatable, getmetatable =
@@ -305,10 +305,11 @@ local function nonneg_check(fields)
   end
 end
 
--- Every rule works in place on the state's tensors and on a scratch tensor or two per
--- variable (state keys starting with "_", not saved): a step allocates at most one
--- tensor (the square root of Adam and RMSprop, which has no in-place form), so it makes
--- little garbage for the collector.
+-- SGD, Adam and AdamW are fused engine updates (tensor/optim.h): one pass over the
+-- parameter and its state. RMSprop works in place on its state and on a scratch tensor
+-- or two per variable (state keys starting with "_", not saved): a step allocates at
+-- most one tensor (the square root, which has no in-place form), so it makes little
+-- garbage for the collector.
 local function scratch(st, key, p)
   local s = st[key]
   if s == nil then
@@ -330,7 +331,8 @@ local function decayed(st, p, g, wd, dense)
 end
 
 -- SGD: d = g + wd p; buf = mom buf + (1 - dampening) d (d on the first step);
--- d = d + mom buf (nesterov) or buf; p = p - lr d.
+-- d = d + mom buf (nesterov) or buf; p = p - lr d. One fused pass over p, g and buf
+-- (tensor/optim_functors.h has the rule, in PyTorch's order of operations).
 class("SGD", { lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false },
   function(self, name)
     if self.nesterov and (self.momentum <= 0 or self.dampening ~= 0) then
@@ -339,56 +341,44 @@ class("SGD", { lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0, nestero
   end,
   function(self, p, g, st, lr)
     local mom = self.momentum
-    local d = decayed(st, p, g, self.weight_decay, self.nesterov)
+    local buf, first = 0, 0
     if mom ~= 0 then
-      local buf = st.momentum_buffer
-      if buf == nil then
-        buf = d:clone()
-        st.momentum_buffer = buf
-      else
-        buf:mul_(mom)
-        local damp = self.dampening
-        if damp ~= 0 then buf:add_(scratch(st, "_t", p):copy_(d):mul_(1 - damp)) else buf:add_(d) end
+      local b = st.momentum_buffer
+      if b == nil then
+        b = dl.empty_like(p)
+        st.momentum_buffer = b
+        first = 1
       end
-      if self.nesterov then d = scratch(st, "_n", p):copy_(buf):mul_(mom):add_(d) else d = buf end
+      buf = b.id
     end
-    p:sub_(scratch(st, "_t", p):copy_(d):mul_(lr))
+    if C.dl_sgd_step_(p.id, g.id, buf, lr, mom, self.dampening, self.weight_decay,
+                      self.nesterov and 1 or 0, first) ~= 0 then
+      raise_last()
+    end
   end)
 
 -- Adam / AdamW: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
--- p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
--- Adam's weight decay is L2 (added to g); AdamW's is decoupled (p = p (1 - lr wd) first).
+-- p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), with amsgrad the
+-- running maximum of v in place of v. Adam's weight decay is L2 (added to g); AdamW's is
+-- decoupled (p = p (1 - lr wd) first). One fused pass over p, g and the moments.
 local function adam_update(decoupled)
   return function(self, p, g, st, lr)
-    local b1, b2, wd = self.betas[1], self.betas[2], self.weight_decay
-    if decoupled then
-      if wd ~= 0 then p:mul_(1 - lr * wd) end
-      g = decayed(st, p, g, 0, true)
-    else
-      g = decayed(st, p, g, wd, true)
-    end
     local m, v = st.exp_avg, st.exp_avg_sq
     if m == nil then
       m, v = dl.zeros_like(p), dl.zeros_like(p)
       st.exp_avg, st.exp_avg_sq, st.step = m, v, 0
-      if self.amsgrad then st.max_exp_avg_sq = dl.zeros_like(p) end
+    end
+    local vmax = 0
+    if self.amsgrad then
+      if st.max_exp_avg_sq == nil then st.max_exp_avg_sq = dl.zeros_like(p) end
+      vmax = st.max_exp_avg_sq.id
     end
     local t = st.step + 1
     st.step = t
-    local tmp = scratch(st, "_t", p)
-    m:mul_(b1):add_(tmp:copy_(g):mul_(1 - b1))
-    v:mul_(b2):add_(tmp:copy_(g):mul_(1 - b2):mul_(g))
-    local bc1, bc2 = 1 - b1 ^ t, 1 - b2 ^ t
-    local den
-    if self.amsgrad then
-      local mx = st.max_exp_avg_sq
-      mx:maximum_(v)
-      den = mx:sqrt()
-    else
-      den = v:sqrt()
+    if C.dl_adam_step_(p.id, g.id, m.id, v.id, vmax, lr, self.betas[1], self.betas[2], self.eps,
+                       self.weight_decay, decoupled and 1 or 0, t) ~= 0 then
+      raise_last()
     end
-    den:div_(sqrt(bc2)):add_(self.eps)
-    p:add_(tmp:copy_(m):mul_(-lr / bc1):div_(den))
   end
 end
 

@@ -1,6 +1,7 @@
 // The CPU kernels behind dl::cpu_backend() (see tensor/backend.h for the contract).
 #pragma once
 #include "tensor/ops.h"
+#include "tensor/optim_functors.h"
 #include "tensor/random.h"
 
 namespace dl::cpu {
@@ -28,5 +29,10 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
 
 // random numbers (tensor/cpu/random.cpp)
 void random(const Tensor& out, const fn::RandomSpec& spec);
+
+// optim.cpp
+void sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const fn::SgdStep& s);
+void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+               const fn::AdamStep& s);
 
 }  // namespace dl::cpu

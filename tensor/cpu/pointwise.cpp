@@ -123,7 +123,53 @@ void clamp(const Tensor& out, const Tensor& x, double lo, double hi) {
   });
 }
 
+namespace {
+
+// A copy that transposes (after coalescing: out walks its rows contiguously while src
+// walks them down its columns), done in square tiles that stay in the L1 cache. Read
+// element by element, every element of a column touched a new cache line: making a
+// 256 x 784 float32 weight gradient contiguous took 233 us that way.
+template <typename T>
+bool copy_transposed(const Tensor& out, const Tensor& src) {
+  StridedOperands<2> g = make_operands<2>({&out, &src});
+  const int64_t z = int64_t(sizeof(T));
+  if (g.ndim != 2 || g.strides[0][1] != z || g.strides[1][0] != z) return false;
+  const int64_t rows = g.sizes[0], cols = g.sizes[1];
+  const int64_t out_row = g.strides[0][0], src_col = g.strides[1][1];  // bytes
+  constexpr int64_t kTile = 32;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  char* o = g.data[0];
+  const char* in = g.data[1];
+  auto run = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i0 = t * kTile, i1 = i0 + kTile < rows ? i0 + kTile : rows;
+      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+        const int64_t j1 = j0 + kTile < cols ? j0 + kTile : cols;
+        for (int64_t i = i0; i < i1; ++i) {
+          T* dst = reinterpret_cast<T*>(o + i * out_row);
+          const char* col = in + i * z;
+          for (int64_t j = j0; j < j1; ++j) dst[j] = *reinterpret_cast<const T*>(col + j * src_col);
+        }
+      }
+    }
+  };
+  if (g.numel < kParallelGrain) {
+    run(0, row_tiles);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < row_tiles; ++t) run(t, t + 1);
+  }
+  return true;
+}
+
+}  // namespace
+
 void copy(const Tensor& out, const Tensor& src) {
+  if (out.dtype() == src.dtype()) {
+    bool done = false;
+    DL_DISPATCH_ALL(src.dtype(), "copy_", done = copy_transposed<scalar_t>(out, src));
+    if (done) return;
+  }
   DL_DISPATCH_ALL(src.dtype(), "copy_", {
     using In = scalar_t;
     DL_DISPATCH_ALL(out.dtype(), "copy_",

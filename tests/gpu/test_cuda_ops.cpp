@@ -20,6 +20,7 @@
 
 #include "tensor/nn.h"
 #include "tensor/ops.h"
+#include "tensor/optim.h"
 #include "tensor/plugin.h"
 
 using namespace dl;
@@ -611,6 +612,34 @@ TEST_CASE("random tensors are the CPU's stream", "[cuda]") {
   Tensor want = bernoulli(Shape{77}, 0.25, DType::Bool);
   manual_seed(8);
   expect_same(want, bernoulli(Shape{77}, 0.25, DType::Bool, kCuda), kExact, "bernoulli");
+}
+
+TEST_CASE("fused optimizer updates match the CPU", "[cuda]") {
+  // Every switch of each rule, with a transposed gradient (made contiguous on the way).
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (int variant = 0; variant < 6; ++variant) {
+      manual_seed(uint64_t(40 + variant));
+      Tensor p = randn(Shape{37, 23}, dt), g = transpose(randn(Shape{23, 37}, dt), 0, 1);
+      Tensor a = rand(Shape{37, 23}, dt), b = rand(Shape{37, 23}, dt), c = rand(Shape{37, 23}, dt);
+      Tensor dp = to_device(p, kCuda), dg = to_device(g, kCuda);
+      Tensor da = to_device(a, kCuda), db = to_device(b, kCuda), dc = to_device(c, kCuda);
+      std::string what = "variant " + std::to_string(variant) + " " + std::string(dtype_name(dt));
+      if (variant < 3) {
+        fn::SgdStep s{0.1, variant == 0 ? 0.0 : 0.9, variant == 2 ? 0.0 : 0.25, 0.01, variant == 2, variant == 1};
+        sgd_step_(p, g, a, s);
+        sgd_step_(dp, dg, da, s);
+      } else {
+        fn::AdamStep s{1e-2, 0.9, 0.99, 1e-8, variant == 3 ? 0.0 : 0.05, 1 - std::pow(0.9, 3),
+                       std::sqrt(1 - std::pow(0.99, 3)), variant == 5};
+        Tensor vmax = variant == 4 ? c : Tensor(), dvmax = variant == 4 ? dc : Tensor();
+        adam_step_(p, g, a, b, vmax, s);
+        adam_step_(dp, dg, da, db, dvmax, s);
+        expect_same(b, db, folds(), what + " v");
+      }
+      expect_same(p, dp, folds(), what + " p");
+      expect_same(a, da, folds(), what + " state");
+    }
+  }
 }
 
 TEST_CASE("device memory: caching, statistics, clear out-of-memory errors", "[cuda]") {

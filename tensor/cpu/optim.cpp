@@ -1,0 +1,100 @@
+// CPU kernels of the fused optimizer updates (tensor/optim.h): the rules of
+// tensor/optim_functors.h over every element, in one pass. Operands may have any
+// strides (a Linear layer's weight gradient is a transposed view); contiguous runs
+// take a plain indexed loop.
+#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
+
+#include <type_traits>
+
+namespace dl::cpu {
+
+namespace {
+
+template <typename T, int N>
+T& at(const std::array<char*, N>& p, const std::array<int64_t, N>& s, int k, int64_t i) {
+  return *reinterpret_cast<T*>(p[k] + i * s[k]);
+}
+
+}  // namespace
+
+namespace {
+
+template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov, typename T>
+void sgd_loop(const StridedOperands<3>& ops, const fn::SgdStep::Consts<T> c) {
+  using Step = fn::SgdStep;
+  parallel_range(ops.numel, [&](int64_t b, int64_t e) {
+    for_each_run<3>(ops, b, e, [&](const std::array<char*, 3>& ptr, const std::array<int64_t, 3>& s,
+                                   int64_t n) {
+      const int64_t z = int64_t(sizeof(T));
+      if (s[0] == z && s[1] == z && s[2] == z) {
+        T* __restrict pp = reinterpret_cast<T*>(ptr[0]);
+        const T* __restrict gp = reinterpret_cast<const T*>(ptr[1]);
+        // Without momentum, buf is p itself (never written): not a restrict pointer.
+        T* bp = kMomentum ? reinterpret_cast<T*>(ptr[2]) : pp;
+        for (int64_t i = 0; i < n; ++i)
+          Step::apply<kDecay, kMomentum, kFirst, kNesterov>(c, pp[i], gp[i], bp[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          Step::apply<kDecay, kMomentum, kFirst, kNesterov>(c, at<T, 3>(ptr, s, 0, i), at<T, 3>(ptr, s, 1, i),
+                                                           at<T, 3>(ptr, s, 2, i));
+      }
+    });
+  });
+}
+
+// f(std::bool_constant<flag>{}): a run-time switch made a compile-time one.
+template <typename F>
+void with_flag(bool flag, F&& f) {
+  if (flag) f(std::true_type{});
+  else f(std::false_type{});
+}
+
+}  // namespace
+
+void sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const fn::SgdStep& f) {
+  StridedOperands<3> ops = make_operands<3>({&p, &g, &buf});
+  DL_DISPATCH_FLOAT(p.dtype(), "sgd_step", {
+    using T = scalar_t;
+    const auto c = f.consts<T>();
+    with_flag(f.weight_decay != 0, [&](auto decay) {
+      with_flag(f.momentum != 0, [&](auto momentum) {
+        with_flag(f.first, [&](auto first) {
+          with_flag(f.nesterov, [&](auto nesterov) {
+            sgd_loop<decay(), momentum(), first(), nesterov()>(ops, c);
+          });
+        });
+      });
+    });
+  });
+}
+
+void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+               const fn::AdamStep& f) {
+  const bool ams = vmax.defined();
+  // Without amsgrad the fifth operand walks v again and is not used.
+  StridedOperands<5> ops = make_operands<5>({&p, &g, &m, &v, ams ? &vmax : &v});
+  DL_DISPATCH_FLOAT(p.dtype(), "adam_step", {
+    using T = scalar_t;
+    parallel_range(ops.numel, [&](int64_t b, int64_t e) {
+      for_each_run<5>(ops, b, e, [&](const std::array<char*, 5>& ptr, const std::array<int64_t, 5>& s,
+                                     int64_t n) {
+        const int64_t z = int64_t(sizeof(T));
+        if (s[0] == z && s[1] == z && s[2] == z && s[3] == z && s[4] == z) {
+          T* pp = reinterpret_cast<T*>(ptr[0]);
+          const T* gp = reinterpret_cast<const T*>(ptr[1]);
+          T* mp = reinterpret_cast<T*>(ptr[2]);
+          T* vp = reinterpret_cast<T*>(ptr[3]);
+          T* xp = reinterpret_cast<T*>(ptr[4]);
+          for (int64_t i = 0; i < n; ++i) f(pp[i], gp[i], mp[i], vp[i], ams ? &xp[i] : nullptr);
+        } else {
+          for (int64_t i = 0; i < n; ++i)
+            f(at<T, 5>(ptr, s, 0, i), at<T, 5>(ptr, s, 1, i), at<T, 5>(ptr, s, 2, i), at<T, 5>(ptr, s, 3, i),
+              ams ? &at<T, 5>(ptr, s, 4, i) : nullptr);
+        }
+      });
+    });
+  });
+}
+
+}  // namespace dl::cpu
