@@ -698,8 +698,10 @@ uint64_t dl_narrow(uint64_t x, int dim, int64_t start, int64_t length) {
     DL_CHECK(t.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
     int d = lua_dim(dim, t.dim(), "narrow");
     int64_t size = t.size(d);
-    int64_t s0 = (start == size + 1 && length == 0) ? size : lua_index(start, size, d, "narrow");
-    DL_CHECK_KIND(Index, length >= 0 && s0 + length <= size, "narrow: start ", start, " with length ",
+    // start = size + 1 with length 0: the empty slice past the end (written so that a
+    // dim of INT64_MAX cannot overflow; found by tests/fuzz: fuzz_ops).
+    int64_t s0 = (length == 0 && start > size && start - 1 == size) ? size : lua_index(start, size, d, "narrow");
+    DL_CHECK_KIND(Index, length >= 0 && length <= size - s0, "narrow: start ", start, " with length ",
                   length, " goes past the end of dimension ", d + 1, " of size ", size);
     return ag::narrow(t, d, s0, length);
   });
