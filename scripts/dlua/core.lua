@@ -165,11 +165,17 @@ end
 -- since the previous one, most of it is alive (a growing data set, a model being
 -- built), so the budget grows by 40% to keep the collections from becoming
 -- quadratic; when it frees nearly all of it, the budget shrinks back towards its
--- base. With a tensor memory limit set, the budget stays below a quarter of the
--- limit, and an allocation the limit refuses is retried once after a full
--- collection (M.retry).
+-- base, but not below four times the Lua heap, whose size a full collection's cost
+-- follows. The base (32 MB) bounds the garbage a training loop carries: it is most of
+-- what the MLP training run holds beyond its data set (bench/, `mlpmem`). With a
+-- tensor memory limit set, the budget stays below a quarter of the limit, and an
+-- allocation the limit refuses is retried once after a full collection (M.retry).
 local KIND_MEMORY = 3        -- dl::ErrorKind::Memory
-local BASE_BUDGET = 64 * 2 ^ 20
+local BASE_BUDGET = 32 * 2 ^ 20
+-- A full collection costs time in proportion to the Lua heap, so the budget never falls
+-- below this many times the heap: a script holding a large Lua heap is not collected
+-- more often than that heap can afford.
+local HEAP_FACTOR = 4
 local MAX_BUDGET = 2 ^ 40
 M.total = C.dl_allocated_total()            -- const double*: bytes allocated so far
 M.mark = ffi_new("double[1]", M.total[0])   -- the total at this state's last collection
@@ -195,6 +201,7 @@ function M.collect()
   elseif freed > 0.9 * allocated then
     b = mmax(BASE_BUDGET, b / 1.4)
   end
+  b = mmax(b, HEAP_FACTOR * 1024 * collectgarbage("count"))
   if limit > 0 then b = mmax(2 ^ 20, mmin(b, limit / 4)) end
   budget[0] = b
   collecting = false
