@@ -34,6 +34,10 @@ Geom<N> make_geom(const std::array<const Tensor*, N>& ts) {
   const int nd = shape.size();
   g.numel = ts[0]->numel();
   g.small = g.numel <= int64_t(UINT_MAX);
+  if (g.numel == 0) {  // nothing to walk; an empty shape's strides may not scale to bytes
+    g.ndim = 1;
+    return g;
+  }
   int64_t st[N][kMaxDims];
   for (int k = 0; k < N; ++k) {
     g.data[k] = static_cast<char*>(ts[k]->raw_data());

@@ -39,6 +39,9 @@ StridedOperands<N> make_operands(const std::array<const Tensor*, N>& ts) {
   const Shape& shape = ts[0]->shape();
   int nd = shape.size();
   g.numel = ts[0]->numel();
+  // Nothing to walk. (An empty shape's strides can be huge, e.g. for (0, 2^62, 4), and
+  // are never used: scaling them to bytes could overflow.)
+  if (g.numel == 0) return g;
   for (int k = 0; k < N; ++k) {
     g.data[k] = static_cast<char*>(ts[k]->raw_data());
     int off = nd - ts[k]->dim();
