@@ -73,7 +73,7 @@ for t in "${targets[@]}"; do
   log=$build/fuzz_$t.log
   echo "fuzz: $t: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') inputs run," \
        "$(grep -E '^stat::average_exec_per_sec' "$log" | awk '{print $2}')/s; coverage:" \
-       "$(grep -E '^#[0-9]+ +(DONE|pulse)' "$log" | tail -1 | sed 's/^#[0-9]* *[A-Z]* *//')"
+       "$(grep -E '^#[0-9]+[[:space:]]+(DONE|pulse)' "$log" | tail -1 | sed -E 's/^#[0-9]+[[:space:]]+[A-Z]+[[:space:]]+//')"
   if grep -qE "^==[0-9]+==ERROR|SUMMARY: |deadly signal|fuzz_[a-z]+: " "$log"; then
     echo "fuzz: $t FOUND A FAILURE; inputs in $build/artifacts/$t, log $log" >&2
     status=1
