@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <optional>
 #include <string>
@@ -65,6 +66,16 @@ thread_local Device g_default_device{};
 thread_local std::string g_default_device_name = "cpu";
 
 Device device_of(const char* name) { return name ? dl::parse_device(name) : g_default_device; }
+
+// Note [NaN payloads reaching Lua]
+// LuaJIT stores every value in a NaN-boxed 64-bit slot: a double whose bits form a NaN
+// with certain payloads reads as another type (nil, a table, a pointer) once it sits in
+// a Lua slot, and JIT-compiled code loads doubles from FFI buffers without
+// canonicalising them. A tensor's bytes can be anything (a safetensors file, a host's
+// buffer), so every element value this ABI hands to Lua passes through lua_number:
+// any NaN becomes the one quiet NaN. (tests/fuzz: fuzz_checkpoint saw a forged nil; a
+// JIT-compiled read of such a value crashed dlua.)
+inline double lua_number(double v) { return v == v ? v : std::numeric_limits<double>::quiet_NaN(); }
 
 Shape shape_of(const int64_t* sizes, int n, const char* op) {
   if (n < 0 || n > dl::kMaxDims)
@@ -317,7 +328,7 @@ int dl_dtype(uint64_t id) {
 }
 
 int dl_item(uint64_t id, double* out) {
-  return guard_status([&] { *out = get(id, "item").item(); });
+  return guard_status([&] { *out = lua_number(get(id, "item").item()); });
 }
 
 int dl_get1(uint64_t id, int64_t i, double* out) {
@@ -332,10 +343,10 @@ int dl_get1(uint64_t id, int64_t i, double* out) {
     }
     int64_t i0 = lua_index(i, t.size(0), 0, "index");
     if (!t.device().is_cpu()) {
-      *out = dl::select(t, 0, i0).item();
+      *out = lua_number(dl::select(t, 0, i0).item());
     } else {
       int64_t off = i0 * t.stride(0);
-      DL_DISPATCH_ALL(t.dtype(), "index", *out = double(t.data<scalar_t>()[off]));
+      DL_DISPATCH_ALL(t.dtype(), "index", *out = lua_number(double(t.data<scalar_t>()[off])));
     }
     code = t.dtype() == DType::Bool ? 2 : 0;
   });
@@ -378,7 +389,7 @@ int dl_read(uint64_t id, double* out, int64_t n) {
     Tensor c = dl::contiguous(t);
     DL_DISPATCH_ALL(c.dtype(), "read", {
       const scalar_t* p = c.data<scalar_t>();
-      for (int64_t k = 0; k < n; ++k) out[k] = double(p[k]);
+      for (int64_t k = 0; k < n; ++k) out[k] = lua_number(double(p[k]));
     });
   });
 }
@@ -389,7 +400,7 @@ int dl_read_at(uint64_t id, const int64_t* idx, double* out) {
     for (int d = 0; d < t.dim(); ++d)
       DL_CHECK_KIND(Index, idx[d] >= 0 && idx[d] < t.size(d), "read: index ", idx[d] + 1,
                     " out of range for dimension ", d + 1, " of size ", t.size(d));
-    *out = t.value_at(idx);
+    *out = lua_number(t.value_at(idx));
   });
 }
 
