@@ -106,11 +106,17 @@ Tensor index_from_lua(const Tensor& index, int64_t size, int d0, const char* op)
   DL_CHECK_KIND(Type, index.dtype() == DType::Int64 || index.dtype() == DType::Int32, op,
                 ": expected an int64 or int32 index tensor, got ", dl::dtype_name(index.dtype()));
   if (index.numel() > 0) {
-    double lo = dl::reduce(Op::Amin, index, {}, false).item();
-    double hi = dl::reduce(Op::Amax, index, {}, false).item();
-    if (lo < 1 || hi > double(size)) {
-      double bad = lo < 1 ? lo : hi;
-      fail(ErrorKind::Index, op, ": index ", int64_t(bad), " out of range for dimension ", d0 + 1,
+    // Read exactly, as int64 (through a double, 2^63 - 1 rounds up to 2^63, which no
+    // int64 holds; found by tests/fuzz: fuzz_ops).
+    auto extreme = [&](Op which) {
+      Tensor r = dl::reduce(which, index, {}, false);
+      Tensor host = dl::empty(Shape{}, DType::Int64, Device{}, op);
+      dl::copy_(host, r);  // to the host and to int64
+      return host.data<int64_t>()[0];
+    };
+    int64_t lo = extreme(Op::Amin), hi = extreme(Op::Amax);
+    if (lo < 1 || hi > size) {
+      fail(ErrorKind::Index, op, ": index ", lo < 1 ? lo : hi, " out of range for dimension ", d0 + 1,
            " of size ", size, " (indices are 1-based)");
     }
   }
