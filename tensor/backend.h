@@ -8,6 +8,7 @@
 
 #include "tensor/nn.h"
 #include "tensor/ops.h"
+#include "tensor/error.h"
 #include "tensor/optim_functors.h"
 #include "tensor/random.h"
 
@@ -112,6 +113,16 @@ const Backend& cpu_backend();
 // (tensor/plugin.h); throws "op: cuda is not available (why)" when there is none, and
 // names the device when its index is out of range.
 const Backend& backend_for(Device d, const char* op);
+
+// The backend entry `k` for `d`; a backend that leaves it null gets "op: not
+// implemented for cuda" instead of a call through a null pointer.
+template <typename Fn>
+Fn kernel(Device d, Fn Backend::*k, const char* op) {
+  const Backend& b = backend_for(d, op);
+  Fn f = b.*k;
+  if (!f) fail(ErrorKind::NotImplemented, op, ": not implemented for ", b.name);
+  return f;
+}
 // Installs (or, with nullptr, removes) the backend of a device type. `device_count`, when
 // not negative, bounds the device indices backend_for accepts (the plugin passes it;
 // tests that install a fake backend leave it open).

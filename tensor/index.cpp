@@ -15,16 +15,6 @@ namespace dl {
 
 namespace {
 
-// The backend entry `k` for `d`; a plugin that leaves it null gets "op: not
-// implemented for cuda" instead of a call through a null pointer.
-template <typename Fn>
-Fn kernel(Device d, Fn Backend::*k, const char* op) {
-  const Backend& b = backend_for(d, op);
-  Fn f = b.*k;
-  if (!f) fail(ErrorKind::NotImplemented, op, ": not implemented for ", b.name);
-  return f;
-}
-
 void check_same_device(const Tensor& a, const Tensor& b, const char* op, const char* what) {
   DL_CHECK(a.device() == b.device(), op, ": expected ", what, " on the same device as the input (",
            a.device(), "), got ", b.device());

@@ -33,14 +33,6 @@ void check_param(const Tensor& p, const char* op) {
                 dtype_name(p.dtype()));
 }
 
-template <typename Fn>
-Fn kernel_of(const Tensor& p, Fn Backend::*k, const char* op) {
-  const Backend& b = backend_for(p.device(), op);
-  Fn f = b.*k;
-  if (!f) fail(ErrorKind::NotImplemented, op, ": not implemented for ", b.name);
-  return f;
-}
-
 }  // namespace
 
 void sgd_step_(const Tensor& p, const Tensor& g, const Tensor& buf, const fn::SgdStep& s) {
@@ -49,7 +41,7 @@ void sgd_step_(const Tensor& p, const Tensor& g, const Tensor& buf, const fn::Sg
   Tensor gc = checked(p, g, op, "the gradient", true);
   Tensor b = s.momentum != 0 ? checked(p, buf, op, "the momentum buffer", false) : p;
   if (p.numel() == 0) return;
-  kernel_of(p, &Backend::sgd_step, op)(p, gc, b, s);
+  kernel(p.device(), &Backend::sgd_step, op)(p, gc, b, s);
   p.storage().bump_version();
   if (s.momentum != 0) b.storage().bump_version();
 }
@@ -65,7 +57,7 @@ void adam_step_(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor&
   DL_CHECK(s.bias_correction1 > 0 && s.bias_correction2_sqrt > 0, op,
            ": the bias corrections must be positive (a step count of at least 1)");
   if (p.numel() == 0) return;
-  kernel_of(p, &Backend::adam_step, op)(p, gc, m, v, vmax, s);
+  kernel(p.device(), &Backend::adam_step, op)(p, gc, m, v, vmax, s);
   for (const Tensor* t : {&p, &m, &v, &vmax})
     if (t->defined()) t->storage().bump_version();
 }
