@@ -28,6 +28,7 @@
 #include "tensor/functors.h"
 #include "tensor/ops.h"
 #include "tensor/plugin.h"
+#include "tensor/small.h"
 
 using dl::DType;
 using dl::Device;
@@ -41,6 +42,12 @@ using dl::TensorList;
 using dl::fail;
 namespace ag = dl::ag;
 using dl::bind::get;
+using dl::bind::SmallOperand;
+using dl::bind::finish_inline;
+using dl::bind::guard_value;
+using dl::bind::inline_elements;
+using dl::bind::small_operand;
+using dl::bind::value_of;
 using dl::bind::guard_handle;
 using dl::bind::guard_status;
 
@@ -263,12 +270,26 @@ double dl_initial_seed(void) { return double(dl::initial_seed()); }
 
 // ---- handles and memory ----------------------------------------------------------------
 
-void dl_release(struct dl_tensor t) { dl::bind::handle_release(t.id); }
+void dl_release(const struct dl_tensor* t) { dl::bind::handle_release(t->id); }
 void dl_release_id(uint64_t id) { dl::bind::handle_release(id); }
 int dl_valid(uint64_t id) { return dl::bind::handle_valid(id) ? 1 : 0; }
 
 uint64_t dl_alias(uint64_t id) {
   return guard_handle([&] { return get(id, "alias"); });
+}
+
+uint64_t dl_promote(struct dl_tensor* t) {
+  uint64_t id = 0;
+  guard_status([&] { id = dl::bind::promote(t); });
+  return id;
+}
+
+int dl_deliver(uint64_t id, struct dl_tensor* out) {
+  return guard_value(out, [&] {
+    Tensor t = get(id, "tensor");
+    dl::bind::handle_release(id);
+    return t;
+  });
 }
 
 double dl_live_handles(void) { return double(dl::bind::handle_count()); }
@@ -297,9 +318,9 @@ void dl_empty_cache(void) {
 
 // ---- metadata and elements ---------------------------------------------------------------
 
-int dl_meta_get(uint64_t id, dl_meta* out) {
+int dl_meta_get(const struct dl_tensor* x, dl_meta* out) {
   return guard_status([&] {
-    const Tensor& t = get(id, "tensor");
+    Tensor t = value_of(x, "tensor");
     out->ndim = t.dim();
     out->dtype = int(t.dtype());
     out->device_type = int(t.device().type);
@@ -315,32 +336,59 @@ int dl_meta_get(uint64_t id, dl_meta* out) {
   });
 }
 
-int dl_ndim(uint64_t id) {
+int dl_ndim(const struct dl_tensor* x) {
   int n = -1;
-  guard_status([&] { n = get(id, "dim").dim(); });
+  guard_status([&] {
+    SmallOperand v;
+    n = small_operand(x, &v) ? v.ndim : value_of(x, "dim").dim();
+  });
   return n;
 }
 
-double dl_numel(uint64_t id) {
+double dl_numel(const struct dl_tensor* x) {
   double n = -1;
-  guard_status([&] { n = double(get(id, "numel").numel()); });
+  guard_status([&] {
+    SmallOperand v;
+    n = double(small_operand(x, &v) ? v.numel : value_of(x, "numel").numel());
+  });
   return n;
 }
 
-int dl_dtype(uint64_t id) {
+int dl_dtype(const struct dl_tensor* x) {
   int d = -1;
-  guard_status([&] { d = int(get(id, "dtype").dtype()); });
+  guard_status([&] {
+    SmallOperand v;
+    d = int(small_operand(x, &v) ? v.dtype : value_of(x, "dtype").dtype());
+  });
   return d;
 }
 
-int dl_item(uint64_t id, double* out) {
-  return guard_status([&] { *out = lua_number(get(id, "item").item()); });
+int dl_item(const struct dl_tensor* x, double* out) {
+  return guard_status([&] {
+    SmallOperand v;
+    if (small_operand(x, &v) && v.numel == 1) {
+      DL_DISPATCH_ALL(v.dtype, "item", *out = lua_number(double(*static_cast<const scalar_t*>(v.data))));
+      return;
+    }
+    *out = lua_number(value_of(x, "item").item());
+  });
 }
 
-int dl_get1(uint64_t id, int64_t i, double* out) {
+int dl_get1(const struct dl_tensor* x, int64_t i, double* out) {
   int code = -1;
   guard_status([&] {
-    const Tensor& t = get(id, "index");
+    SmallOperand v;
+    if (small_operand(x, &v)) {
+      if (v.ndim != 1) {
+        code = 1;
+        return;
+      }
+      int64_t i0 = lua_index(i, v.numel, 0, "index");
+      DL_DISPATCH_ALL(v.dtype, "index", *out = lua_number(double(static_cast<const scalar_t*>(v.data)[i0])));
+      code = v.dtype == DType::Bool ? 2 : 0;
+      return;
+    }
+    Tensor t = value_of(x, "index");
     // Not a plain number when the element's gradient is wanted: the Lua side then
     // takes the select() path, which records.
     if (t.dim() != 1 || ag::requires_grad(t)) {
@@ -382,9 +430,9 @@ int dl_set1(uint64_t id, int64_t i, double v) {
   return code;
 }
 
-int dl_read(uint64_t id, double* out, int64_t n) {
+int dl_read(const struct dl_tensor* x, double* out, int64_t n) {
   return guard_status([&] {
-    Tensor t = get(id, "read");
+    Tensor t = value_of(x, "read");
     DL_CHECK(n == t.numel(), "read: the tensor has ", t.numel(), " elements, not ", n);
     if (n == 0) return;
     if (!t.device().is_cpu()) {
@@ -400,9 +448,9 @@ int dl_read(uint64_t id, double* out, int64_t n) {
   });
 }
 
-int dl_read_at(uint64_t id, const int64_t* idx, double* out) {
+int dl_read_at(const struct dl_tensor* x, const int64_t* idx, double* out) {
   return guard_status([&] {
-    const Tensor& t = get(id, "read");
+    Tensor t = value_of(x, "read");
     for (int d = 0; d < t.dim(); ++d)
       DL_CHECK_KIND(Index, idx[d] >= 0 && idx[d] < t.size(d), "read: index ", idx[d] + 1,
                     " out of range for dimension ", d + 1, " of size ", t.size(d));
@@ -504,24 +552,81 @@ uint64_t dl_from_ptr(void* data, const int64_t* shape, int ndim, const int64_t* 
 
 // ---- op families --------------------------------------------------------------------------
 
-uint64_t dl_unary(int op, uint64_t x) {
-  return guard_handle([&] {
+// The fast paths of the pointwise families (Note [Small tensors inline]): small
+// operands of one float dtype, of one shape or one of them 0-d, computed straight into
+// an inline result. False: the general path.
+namespace {
+
+bool small_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
+  SmallOperand v;
+  if (op < 0 || op >= dl::kNumOps || dl::op_info(Op(op)).family != OpFamily::Unary) return false;
+  if (!small_operand(x, &v)) return false;
+  if (!dl::small::unary(Op(op), v.dtype, inline_elements(out), v.data, v.numel)) return false;
+  finish_inline(out, Op(op) == Op::Logical_not ? DType::Bool : v.dtype, v);
+  return true;
+}
+
+bool small_binary(int op, OpFamily family, const struct dl_tensor* a, const struct dl_tensor* b,
+                  struct dl_tensor* out) {
+  SmallOperand x, y;
+  if (op < 0 || op >= dl::kNumOps || dl::op_info(Op(op)).family != family) return false;
+  if (!small_operand(a, &x) || !small_operand(b, &y) || x.dtype != y.dtype) return false;
+  // The result's shape: both operands', or the dimensioned one's when the other is 0-d
+  // (read with step 0).
+  const SmallOperand* like = &x;
+  int step_a = 1, step_b = 1;
+  if (x.ndim != y.ndim || x.sizes != y.sizes) {
+    if (y.ndim == 0) {
+      step_b = 0;
+    } else if (x.ndim == 0) {
+      step_a = 0;
+      like = &y;
+    } else {
+      return false;
+    }
+  }
+  if (!dl::small::binary(Op(op), x.dtype, inline_elements(out), x.data, step_a, y.data, step_b,
+                         like->numel))
+    return false;
+  finish_inline(out, family == OpFamily::Compare ? DType::Bool : x.dtype, *like);
+  return true;
+}
+
+bool small_binary_scalar(int op, OpFamily family, const struct dl_tensor* a, double s, int first,
+                         struct dl_tensor* out) {
+  SmallOperand x;
+  if (op < 0 || op >= dl::kNumOps || dl::op_info(Op(op)).family != family) return false;
+  if (!small_operand(a, &x)) return false;
+  if (!dl::small::binary_scalar(Op(op), x.dtype, inline_elements(out), x.data, s, first != 0, x.numel))
+    return false;
+  finish_inline(out, family == OpFamily::Compare ? DType::Bool : x.dtype, x);
+  return true;
+}
+
+}  // namespace
+
+int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
+  if (small_unary(op, x, out)) return 0;
+  return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Unary, "unary");
-    return ag::unary(info.op, get(x, info.lua_name));
+    return ag::unary(info.op, value_of(x, info.lua_name));
   });
 }
 
-uint64_t dl_binary(int op, uint64_t a, uint64_t b) {
-  return guard_handle([&] {
+int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
+  if (small_binary(op, OpFamily::Binary, a, b, out)) return 0;
+  return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
-    return ag::binary(info.op, get(a, info.lua_name), get(b, info.lua_name));
+    return ag::binary(info.op, value_of(a, info.lua_name), value_of(b, info.lua_name));
   });
 }
 
-uint64_t dl_binary_scalar(int op, uint64_t a, double s, int scalar_first) {
-  return guard_handle([&] {
+int dl_binary_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
+                     struct dl_tensor* out) {
+  if (small_binary_scalar(op, OpFamily::Binary, a, s, scalar_first, out)) return 0;
+  return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
-    return ag::binary(info.op, get(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
+    return ag::binary(info.op, value_of(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
   });
 }
 
@@ -541,25 +646,28 @@ int dl_binary_scalar_(int op, uint64_t a, double s) {
   });
 }
 
-uint64_t dl_compare(int op, uint64_t a, uint64_t b) {
-  return guard_handle([&] {
+int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
+  if (small_binary(op, OpFamily::Compare, a, b, out)) return 0;
+  return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
-    return ag::compare(info.op, get(a, info.lua_name), get(b, info.lua_name));
+    return ag::compare(info.op, value_of(a, info.lua_name), value_of(b, info.lua_name));
   });
 }
 
-uint64_t dl_compare_scalar(int op, uint64_t a, double s, int scalar_first) {
-  return guard_handle([&] {
+int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
+                      struct dl_tensor* out) {
+  if (small_binary_scalar(op, OpFamily::Compare, a, s, scalar_first, out)) return 0;
+  return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
-    return ag::compare(info.op, get(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
+    return ag::compare(info.op, value_of(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
   });
 }
 
-uint64_t dl_reduce(int op, uint64_t x, const int32_t* dims, int ndims, int keepdim, double correction,
-                   double p) {
-  return guard_handle([&] {
+int dl_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
+              double correction, double p, struct dl_tensor* out) {
+  return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Reduce, "reduce");
-    const Tensor& t = get(x, info.lua_name);
+    Tensor t = value_of(x, info.lua_name);
     DL_CHECK(ndims >= 0 && ndims <= dl::kMaxDims && (ndims == 0 || dims), info.lua_name,
              ": bad list of dims");
     std::vector<int> ds;

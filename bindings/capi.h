@@ -2,15 +2,19 @@
  * LuaJIT FFI.
  *
  *   uint64_t x = dl_full(shape, 2, 1.0, dl_default_dtype(), NULL);  // ones(2, 3)
- *   uint64_t y = dl_binary_scalar(dl_op_id("add"), x, 1.0, 0);      // x + 1
- *   if (!y) fprintf(stderr, "%s\n", dl_last_error());
- *   dl_release_id(y); dl_release_id(x);
+ *   struct dl_tensor tx = {x}, y;
+ *   int st = dl_binary_scalar(dl_op_id("add"), &tx, 1.0, 0, &y);    // x + 1
+ *   if (st < 0) fprintf(stderr, "%s\n", dl_last_error());
+ *   if (st == 1) dl_release(&y);                                     // y was a handle
+ *   dl_release_id(x);
  *
  * Conventions (Note [The C ABI]):
  * - A tensor is a handle: a uint64_t id, (generation << 32 | slot) into a handle table
  *   of engine tensors, below 2^53 so that it survives a trip through a Lua number. 0 is
  *   never a valid id. Every call validates its ids: a released, stale or forged id is
- *   the error "op: invalid tensor", never a crash.
+ *   the error "op: invalid tensor", never a crash. The hot entry points (metadata,
+ *   elements, the pointwise and reduction families) take a struct dl_tensor instead,
+ *   which is a handle or a small tensor held inline by the caller (see below).
  * - No C++ exception crosses this ABI. A function returning a handle returns 0 on
  *   failure; a function returning int returns 0 on success and -1 on failure; then
  *   dl_last_error() (thread-local) holds the message, which starts with the op's name
@@ -43,8 +47,21 @@ extern "C" {
 const char* dl_cdef(void);
 
 /* dl:cdef-begin */
-/* A tensor on the Lua side: a struct value with one const scalar (DESIGN.md 1). */
-struct dl_tensor { const uint64_t id; };
+/* A tensor on the Lua side (DESIGN.md 1): a struct value of const scalars, never an
+   array (an array field would be indexable past its end). Either a handle (id != 0), or
+   a small host tensor whose value lives inline (id == 0, Note [Small tensors inline] in
+   bindings/value.cpp): its dtype code, ndim, numel, the sizes one byte each (sizes >> 8*d
+   for dim d) and up to 64 bytes of elements, row-major, from inl_v0 on. An inline tensor
+   is an immutable value that nothing else refers to, collected by Lua with no finalizer;
+   whatever needs its identity (a view, an in-place write, a gradient) first makes it a
+   handle in place with dl_promote. */
+struct dl_tensor {
+  const uint64_t id;
+  const uint8_t inl_dtype, inl_ndim, inl_numel, inl_pad8;
+  const uint32_t inl_pad32;
+  const uint64_t inl_sizes;
+  const uint64_t inl_v0, inl_v1, inl_v2, inl_v3, inl_v4, inl_v5, inl_v6, inl_v7;
+};
 
 /* Everything about a tensor in one call. */
 typedef struct dl_meta {
@@ -97,10 +114,17 @@ void dl_manual_seed(double seed);
 double dl_initial_seed(void);
 
 /* ---- handles and memory ---- */
-void dl_release(struct dl_tensor t);         /* the ffi.gc finalizer */
+void dl_release(const struct dl_tensor* t);  /* the ffi.gc finalizer of a handle */
 void dl_release_id(uint64_t id);
 int dl_valid(uint64_t id);                   /* 1 for a live handle */
 uint64_t dl_alias(uint64_t id);              /* a second handle to the same tensor */
+/* Makes t a handle in place (when it is inline) and returns its id, 0 on error. */
+uint64_t dl_promote(struct dl_tensor* t);
+/* Hands the tensor of handle `id` to Lua in *out: inline when it is small, plain and
+   unaliased (the handle is released; returns 0), else as the handle itself (1); -1 when
+   id is not a live handle. Ops that return a struct dl_tensor do the same for their
+   results: 0 inline, 1 a handle that needs the finalizer, -1 error. */
+int dl_deliver(uint64_t id, struct dl_tensor* out);
 double dl_live_handles(void);
 /* Bytes the engine has allocated since the process started, updated as handles are
    made: the Lua wrapper reads it to step its collector (DESIGN.md decision 4). */
@@ -112,18 +136,18 @@ void dl_empty_cache(void);
 void dl_trim_idle_cache(void);
 
 /* ---- metadata and elements ---- */
-int dl_meta_get(uint64_t id, dl_meta* out);
-int dl_ndim(uint64_t id);                    /* -1 on error */
-double dl_numel(uint64_t id);                /* -1 on error */
-int dl_dtype(uint64_t id);                   /* -1 on error */
-int dl_item(uint64_t id, double* out);       /* one-element tensors, any dtype */
+int dl_meta_get(const struct dl_tensor* x, dl_meta* out);
+int dl_ndim(const struct dl_tensor* x);                    /* -1 on error */
+double dl_numel(const struct dl_tensor* x);                /* -1 on error */
+int dl_dtype(const struct dl_tensor* x);                   /* -1 on error */
+int dl_item(const struct dl_tensor* x, double* out);       /* one-element tensors, any dtype */
 /* x[i] and x[i] = v for a 1-D tensor (i 1-based): 0 done, 2 done and the dtype is bool,
    1 not done, no error: not a 1-D tensor, or (dl_get1) one being differentiated, whose
    x[i] must stay a tensor; -1 error. */
-int dl_get1(uint64_t id, int64_t i, double* out);
+int dl_get1(const struct dl_tensor* x, int64_t i, double* out);
 int dl_set1(uint64_t id, int64_t i, double v);
-int dl_read(uint64_t id, double* out, int64_t n);  /* all values, row-major */
-int dl_read_at(uint64_t id, const int64_t* idx0, double* out); /* 0-based multi-index */
+int dl_read(const struct dl_tensor* x, double* out, int64_t n);  /* all values, row-major */
+int dl_read_at(const struct dl_tensor* x, const int64_t* idx0, double* out); /* 0-based multi-index */
 int dl_data_ptr(uint64_t id, double* out);   /* address of element 0, as a number */
 
 /* ---- creation ---- */
@@ -147,16 +171,21 @@ uint64_t dl_from_ptr(void* data, const int64_t* shape, int ndim, const int64_t* 
                      int dtype);
 
 /* ---- the op families of tensor/ops.def ---- */
-uint64_t dl_unary(int op, uint64_t x);
-uint64_t dl_binary(int op, uint64_t a, uint64_t b);
-uint64_t dl_binary_scalar(int op, uint64_t a, double s, int scalar_first);
+/* Results in *out, as dl_deliver: 0 inline, 1 a handle, -1 error. */
+int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out);
+int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b,
+              struct dl_tensor* out);
+int dl_binary_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
+                     struct dl_tensor* out);
 int dl_binary_(int op, uint64_t a, uint64_t b);               /* a = a op b */
 int dl_binary_scalar_(int op, uint64_t a, double s);          /* a = a op s */
-uint64_t dl_compare(int op, uint64_t a, uint64_t b);
-uint64_t dl_compare_scalar(int op, uint64_t a, double s, int scalar_first);
+int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b,
+               struct dl_tensor* out);
+int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
+                      struct dl_tensor* out);
 /* dims: 1-based, ndims 0 for every dim; correction for var/std, p for norm. */
-uint64_t dl_reduce(int op, uint64_t x, const int32_t* dims, int ndims, int keepdim,
-                   double correction, double p);
+int dl_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
+              double correction, double p, struct dl_tensor* out);
 
 /* ---- the other ops, one entry each ---- */
 int dl_max_dim(uint64_t x, int dim, int keepdim, uint64_t* out2);   /* values, indices */

@@ -5,12 +5,14 @@
 //     return guard_handle([&] { return ag::unary(Op::Exp, get(x, "exp")); });
 //   }
 //
-// guard_handle returns the new tensor's handle, or 0; guard_status returns 0, or -1.
+// guard_handle returns the new tensor's handle, or 0; guard_status returns 0, or -1;
+// guard_value delivers a struct dl_tensor (value.h).
 // On failure the message and kind are left for dl_last_error()/dl_last_error_kind().
 #pragma once
 #include <cstdint>
 
 #include "bindings/handles.h"
+#include "bindings/value.h"
 
 namespace dl::bind {
 
@@ -38,6 +40,19 @@ int guard_status(F&& f) noexcept {
   try {
     f();
     return 0;
+  } catch (...) {
+    capture_exception();
+    return -1;
+  }
+}
+
+// For the entry points that return a struct dl_tensor (Note [Small tensors inline]):
+// the result goes to *out inline (0) or as a handle (1); -1 on failure.
+template <typename F>
+int guard_value(dl_tensor* out, F&& f) noexcept {
+  MessageBase base(1);
+  try {
+    return deliver(f(), out);
   } catch (...) {
     capture_exception();
     return -1;

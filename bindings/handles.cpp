@@ -78,16 +78,18 @@ uint64_t handle_new(Tensor t) {
   return (uint64_t(s->gen) << 32) | slot;
 }
 
-bool handle_valid(uint64_t id) noexcept {
+bool handle_valid(uint64_t id) noexcept { return handle_find(id) != nullptr; }
+
+const Tensor* handle_find(uint64_t id) noexcept {
   Slot* s = slot_of(id);
-  return s && s->gen == uint32_t(id >> 32) && s->tensor.defined();
+  if (!s || s->gen != uint32_t(id >> 32) || !s->tensor.defined()) return nullptr;
+  return &s->tensor;
 }
 
 const Tensor& handle_get(uint64_t id, const char* op) {
-  Slot* s = slot_of(id);
-  if (!s || s->gen != uint32_t(id >> 32) || !s->tensor.defined())
-    fail(ErrorKind::Value, op, ": invalid tensor (released, or not a dlua tensor)");
-  return s->tensor;
+  const Tensor* t = handle_find(id);
+  if (!t) fail(ErrorKind::Value, op, ": invalid tensor (released, or not a dlua tensor)");
+  return *t;
 }
 
 void handle_release(uint64_t id) noexcept {

@@ -24,6 +24,8 @@ uint64_t handle_new(Tensor t);
 // live.
 const Tensor& handle_get(uint64_t id, const char* op);
 bool handle_valid(uint64_t id) noexcept;
+// The tensor behind `id`, or null when the id is not live.
+const Tensor* handle_find(uint64_t id) noexcept;
 // Releasing a stale or unknown id does nothing.
 void handle_release(uint64_t id) noexcept;
 int64_t handle_count() noexcept;

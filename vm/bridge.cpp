@@ -12,13 +12,14 @@
 // ffi.load search when that module does not exist (stock luajit).
 //
 // Note [Tensors across the boundary]
-// A Lua tensor is a `struct dl_tensor { const uint64_t id; }` cdata whose id indexes
-// the bindings' handle table (bindings/handles.h). Host -> Lua: the tensor gets a
-// temporary handle, dlua.tensor's from_id(id) makes a Lua tensor owning an alias of
-// it (dl_alias), and the temporary handle is released. Lua -> host: dlua.tensor's
-// is_tensor confirms the ctype, the id is read from the cdata payload (lua_topointer
-// points at it) and the handle table gives the engine tensor. Both directions share
-// the storage: nothing is copied.
+// A Lua tensor is a `struct dl_tensor` cdata: the id of a handle in the bindings' table
+// (bindings/handles.h), or a small tensor held inline (Note [Small tensors inline] in
+// bindings/value.cpp). Host -> Lua: the tensor gets a temporary handle, dlua.tensor's
+// from_id(id) makes a Lua tensor owning an alias of it (dl_alias), and the temporary
+// handle is released. Lua -> host: dlua.tensor's id_of gives the handle id, first
+// making an inline tensor a handle in place, and the handle table gives the engine
+// tensor. Both directions share the storage: nothing is copied, and a host that
+// writes into a tensor a script gave it changes the script's tensor.
 #include <dlfcn.h>
 
 #include "bindings/capi.h"
@@ -43,7 +44,7 @@ return ffi.C
 
 const char kBridge[] = R"(
 local T = require("dlua.tensor")
-return T.is_tensor, T.from_id
+return T.id_of, T.from_id
 )";
 
 int clib_preload(lua_State* L) {
@@ -54,7 +55,7 @@ int clib_preload(lua_State* L) {
   return 1;
 }
 
-// Pushes the bridge's is_tensor and from_id functions (made once per state).
+// Pushes the bridge's id_of and from_id functions (made once per state).
 void push_bridge(lua_State* L) {
   lua_getfield(L, LUA_REGISTRYINDEX, "dlua.bridge");
   if (lua_type(L, -1) != LUA_TTABLE) {
@@ -64,7 +65,7 @@ void push_bridge(lua_State* L) {
     lua_setfenv(L, -2);
     lua_call(L, 0, 2);
     if (lua_type(L, -1) != LUA_TFUNCTION || lua_type(L, -2) != LUA_TFUNCTION)
-      luaL_error(L, "dlua: dlua.tensor has no is_tensor/from_id for host tensors");
+      luaL_error(L, "dlua: dlua.tensor has no id_of/from_id for host tensors");
     lua_createtable(L, 2, 0);
     lua_insert(L, -3);
     lua_rawseti(L, -3, 2);
@@ -117,11 +118,10 @@ bool to_tensor(lua_State* L, int idx, Tensor* out) {
   lua_remove(L, -2);
   lua_pushvalue(L, idx);
   lua_call(L, 1, 1);
-  bool is = lua_toboolean(L, -1);
+  bool is = lua_type(L, -1) == LUA_TNUMBER;
+  uint64_t id = is ? uint64_t(lua_tonumber(L, -1)) : 0;
   lua_pop(L, 1);
-  if (!is) return false;
-  uint64_t id = *static_cast<const uint64_t*>(lua_topointer(L, idx));
-  if (!dl::bind::handle_valid(id)) return false;
+  if (!is || !dl::bind::handle_valid(id)) return false;
   *out = Tensor::unsafe_wrap(dl::bind::handle_get(id, "dlua").impl());
   return true;
 }

@@ -16,6 +16,7 @@
 local ffi = require("ffi")
 local core = require("dlua.core")
 local T = require("dlua.tensor")
+local hid = T.hid
 core.own_source()
 
 local C = core.C
@@ -53,12 +54,12 @@ function dl.is_grad_enabled() return C.dl_is_recording() == 1 end
 
 local function detach(x)
   if not is_tensor(x) then raise("stop_gradient: expected a tensor, got " .. type(x)) end
-  return wrap(C.dl_detach(x.id))
+  return wrap(C.dl_detach(hid(x)))
 end
 dl.stop_gradient, dl.detach, methods.detach = detach, detach, detach
 
 function methods.requires_grad(x)
-  local r = C.dl_requires_grad(x.id)
+  local r = C.dl_requires_grad(hid(x))
   if r < 0 then raise_last() end
   return r == 1
 end
@@ -86,7 +87,7 @@ local function watch_tree(op, v, flat, depth)
     return out
   end
   local t = to_float_tensor(op, v)
-  local w = C.dl_watch(t.id)
+  local w = C.dl_watch(hid(t))
   if w == 0 then raise_last() end
   local wt = wrap(w)
   flat[#flat + 1] = wt
@@ -124,7 +125,7 @@ end
 local function tensor_list(op, list)
   local n = #list
   local ids = ffi_new("uint64_t[?]", max(n, 1))
-  for i = 1, n do ids[i - 1] = list[i].id end
+  for i = 1, n do ids[i - 1] = hid(list[i]) end
   return ids, n
 end
 
@@ -179,7 +180,7 @@ local function run_task(op, task)
     end
     local grads = gradient_list("custom_gradient", info.fn(unpack(args, 1, max(nargs, 1))), info.n)
     local gids = ffi_new("uint64_t[?]", max(info.n, 1))
-    for i = 1, info.n do gids[i - 1] = grads[i] and grads[i].id or 0 end
+    for i = 1, info.n do gids[i - 1] = grads[i] and hid(grads[i]) or 0 end
     if C.dl_backward_supply(task, gids, info.n) ~= 0 then raise_last() end
   end
 end
@@ -191,7 +192,7 @@ local function backward(op, outputs, seeds, inputs, retain)
   local gouts = nil
   if seeds then
     gouts = ffi_new("uint64_t[?]", max(nout, 1))
-    for i = 1, nout do gouts[i - 1] = seeds[i] and seeds[i].id or 0 end
+    for i = 1, nout do gouts[i - 1] = seeds[i] and hid(seeds[i]) or 0 end
   end
   local ins, nin = tensor_list(op, inputs)
   local create_graph = C.dl_is_recording()
@@ -281,12 +282,12 @@ local names = setmetatable({}, { __mode = "k" })
 local variable_count = 0
 
 local function key_of(x)
-  local k = C.dl_tensor_key(x.id)
+  local k = C.dl_tensor_key(hid(x))
   if k == 0 then raise_last() end
   return k
 end
 
-local function is_variable(x) return is_tensor(x) and C.dl_is_variable(x.id) == 1 end
+local function is_variable(x) return is_tensor(x) and C.dl_is_variable(hid(x)) == 1 end
 dl.is_variable = is_variable
 
 function dl.Variable(init, name)
@@ -304,7 +305,7 @@ function dl.Variable(init, name)
   if name ~= nil and type(name) ~= "string" then
     raise("Variable: name must be a string, got " .. type(name))
   end
-  if C.dl_mark_variable(t.id) ~= 0 then raise_last() end
+  if C.dl_mark_variable(hid(t)) ~= 0 then raise_last() end
   variable_count = variable_count + 1
   variables[key_of(t)] = t
   names[t] = name or ("Variable:" .. variable_count)
@@ -395,7 +396,7 @@ function Tape:watch(x)
     return
   end
   if not is_tensor(x) then raise("GradientTape.watch: expected a tensor, got " .. type(x)) end
-  if C.dl_watch_inplace(x.id) ~= 0 then raise_last() end
+  if C.dl_watch_inplace(hid(x)) ~= 0 then raise_last() end
 end
 
 function Tape:record(f, ...)
@@ -473,9 +474,9 @@ function dl.custom_gradient(f)
     local ref = next_ref
     next_ref = next_ref + 1
     local ins, nin = tensor_list("custom_gradient", inputs)
-    local outs = ffi_new("uint64_t[1]", y.id)
+    local outs = ffi_new("uint64_t[1]", hid(y))
     if C.dl_custom_record(ins, nin, outs, 1, ref) ~= 0 then raise_last() end
-    if outs[0] == y.id then return y, unpack(r, 3, r.n) end  -- nothing was recorded
+    if outs[0] == hid(y) then return y, unpack(r, 3, r.n) end  -- nothing was recorded
     custom_fns[ref] = { fn = grad_fn, n = nin }
     return wrap(outs[0]), unpack(r, 3, r.n)
   end

@@ -125,7 +125,7 @@ local function gather_values(x, sizes, nd, summarize)
   for d = 1, nd do pos[d] = 1 end
   for k = 1, total do
     for d = 1, nd do idx[d - 1] = kept[d][pos[d]] end
-    if C.dl_read_at(x.id, idx, out) ~= 0 then core.raise_last() end
+    if C.dl_read_at(x, idx, out) ~= 0 then core.raise_last() end
     vals[k] = out[0]
     local d = nd
     while d >= 1 do

@@ -17,6 +17,7 @@
 local ffi = require("ffi")
 local core = require("dlua.core")
 local T = require("dlua.tensor")
+local hid = T.hid
 core.own_source()
 
 local C = core.C
@@ -108,7 +109,7 @@ function dl.save(path, tensors, metadata)
                              ffi_new("uint64_t[?]", n + 1)
   for i = 1, n do
     local k = names[i]
-    cnames[i - 1], clens[i - 1], ids[i - 1] = k, #k, tensors[k].id
+    cnames[i - 1], clens[i - 1], ids[i - 1] = k, #k, hid(tensors[k])
   end
   local mkeys, mvals = {}, {}
   if metadata then

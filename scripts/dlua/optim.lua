@@ -22,6 +22,7 @@
 -- restored into a fresh program, before the first step), after checking its shape.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
+local hid = T.hid
 local Module = require("dlua.nn.module")
 core.own_source()
 
@@ -160,7 +161,7 @@ end
 local function apply_one(self, g, v, lr)
   if not is_tensor(v) then raise(self.__name .. ": expected a Variable, got " .. typename(v)) end
   if not is_tensor(g) then raise(self.__name .. ": expected a gradient tensor, got " .. typename(g)) end
-  if C.dl_numel(g.id) ~= C.dl_numel(v.id) then
+  if C.dl_numel(g) ~= C.dl_numel(v) then
     raise(self.__name .. ": gradient of shape " .. shape_str(g) .. " for a variable of shape " .. shape_str(v)
           .. (v.name and (" (" .. v.name .. ")") or ""))
   end
@@ -349,9 +350,9 @@ class("SGD", { lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0, nestero
         st.momentum_buffer = b
         first = 1
       end
-      buf = b.id
+      buf = hid(b)
     end
-    if C.dl_sgd_step_(p.id, g.id, buf, lr, mom, self.dampening, self.weight_decay,
+    if C.dl_sgd_step_(hid(p), hid(g), buf, lr, mom, self.dampening, self.weight_decay,
                       self.nesterov and 1 or 0, first) ~= 0 then
       raise_last()
     end
@@ -371,11 +372,11 @@ local function adam_update(decoupled)
     local vmax = 0
     if self.amsgrad then
       if st.max_exp_avg_sq == nil then st.max_exp_avg_sq = dl.zeros_like(p) end
-      vmax = st.max_exp_avg_sq.id
+      vmax = hid(st.max_exp_avg_sq)
     end
     local t = st.step + 1
     st.step = t
-    if C.dl_adam_step_(p.id, g.id, m.id, v.id, vmax, lr, self.betas[1], self.betas[2], self.eps,
+    if C.dl_adam_step_(hid(p), hid(g), hid(m), hid(v), vmax, lr, self.betas[1], self.betas[2], self.eps,
                        self.weight_decay, decoupled and 1 or 0, t) ~= 0 then
       raise_last()
     end

@@ -15,6 +15,7 @@
 local ffi = require("ffi")
 local core = require("dlua.core")
 local T = require("dlua.tensor")
+local hid = T.hid
 local IO = require("dlua.io")
 core.own_source()
 
@@ -96,7 +97,7 @@ function Writer:histogram(tag, values, step, opts)
     raise("histogram: buckets must be an integer in 1..10000, got " .. tostring(buckets))
   end
   local st = step_arg("histogram", step)
-  if C.dl_summary_histogram(self._id, tag, #tag, values.id, st, buckets) ~= 0 then raise_last() end
+  if C.dl_summary_histogram(self._id, tag, #tag, hid(values), st, buckets) ~= 0 then raise_last() end
   return self
 end
 

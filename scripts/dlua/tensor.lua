@@ -1,11 +1,14 @@
 -- dlua.tensor: the tensor type and its operations (API.md, "Tensors").
 --
--- A tensor is cdata of `struct dl_tensor { const uint64_t id; }` under ffi.metatype: a
--- struct value holding the id of a handle in the engine's table (DESIGN.md decision 1,
--- notes/sandbox.md). Every tensor is made by wrap() (one place, so that small tensors
--- can later get another representation) and released by the C finalizer dl_release.
--- Ops call the C ABI (bindings/capi.h) with the ids; a failed call returns 0 (or -1)
--- and is raised as a Lua error at the script's line (core.raise).
+-- A tensor is cdata of `struct dl_tensor` (bindings/capi.h) under ffi.metatype: a struct
+-- value of const scalars (DESIGN.md decision 1, notes/sandbox.md) that is either the id
+-- of a handle in the engine's table, released by the C finalizer dl_release, or a small
+-- host tensor held inline, with no finalizer (Note [Small tensors inline] in
+-- bindings/value.cpp). The hot entry points (the op families, metadata, elements) take
+-- the value itself and write their result into a new one (value()); every other entry
+-- point takes a handle id, hid(x), which first makes an inline x a handle in place, for
+-- good. A failed call returns 0 (or -1) and is raised as a Lua error at the script's
+-- line (core.raise).
 --
 -- Internal module: it returns the table of internals that the other dlua modules
 -- extend (methods, props, setters, wrap ...); scripts see only `dlua`. A sandbox must
@@ -48,13 +51,39 @@ core.set_tensor_type(Tensor)
 local total, mark, budget, collect = core.total, core.mark, core.budget, core.collect
 local release = C.dl_release
 
--- The one place a tensor is made from a handle id (0: the call failed).
+-- The one place a tensor is made from a handle id (0: the call failed): inline when the
+-- engine finds it small and unaliased, else the handle.
 local function wrap(id)
   if id == 0 then return raise_last() end
   if total[0] - mark[0] > budget[0] then collect() end
-  return ffi_gc(Tensor(id), release)
+  local r = Tensor()
+  local st = C.dl_deliver(id, r)
+  if st == 0 then return r end
+  if st < 0 then return raise_last() end
+  return ffi_gc(r, release)
 end
 M.wrap = wrap
+
+-- The result r of an entry point that returned status st: 0 inline, 1 a handle, -1 an
+-- error.
+local function value(st, r)
+  if st == 0 then return r end
+  if st < 0 then return raise_last() end
+  if total[0] - mark[0] > budget[0] then collect() end
+  return ffi_gc(r, release)
+end
+
+-- The handle id of x, for the entry points that need one; an inline x becomes a handle
+-- here, in place, and so gets its finalizer.
+local function hid(x)
+  local id = x.id
+  if id ~= 0 then return id end
+  id = C.dl_promote(x)
+  if id == 0 then return raise_last() end
+  ffi_gc(x, release)
+  return id
+end
+M.hid = hid
 
 -- wrap(f(...)) with one retry after a collection when the tensor memory limit refused
 -- the allocation. For the calls off the hot paths (those repeat the call inline).
@@ -105,7 +134,7 @@ local out2 = ffi_new("uint64_t[2]")
 local meta = ffi_new("dl_meta")
 
 local function get_meta(x)
-  if C.dl_meta_get(x.id, meta) ~= 0 then raise_last() end
+  if C.dl_meta_get(x, meta) ~= 0 then raise_last() end
   return meta
 end
 M.meta = get_meta
@@ -128,7 +157,7 @@ end
 M.shape_str = shape_str
 
 local function dtype_of(x)
-  local d = C.dl_dtype(x.id)
+  local d = C.dl_dtype(x)
   if d < 0 then raise_last() end
   return d
 end
@@ -224,33 +253,34 @@ end
 local function unary_fn(op, name)
   return function(x)
     if not istype(Tensor, x) then return bad_arg(name, "a tensor", x) end
-    local id = C.dl_unary(op, x.id)
-    if id == 0 and retry() then id = C.dl_unary(op, x.id) end
-    return wrap(id)
+    local r = Tensor()
+    local st = C.dl_unary(op, x, r)
+    if st < 0 and retry() then st = C.dl_unary(op, x, r) end
+    return value(st, r)
   end
 end
 
 local function binary_fn(op, name)
   return function(a, b)
-    local id
+    local r, st = Tensor(), nil
     if istype(Tensor, a) then
       if istype(Tensor, b) then
-        id = C.dl_binary(op, a.id, b.id)
-        if id == 0 and retry() then id = C.dl_binary(op, a.id, b.id) end
+        st = C.dl_binary(op, a, b, r)
+        if st < 0 and retry() then st = C.dl_binary(op, a, b, r) end
       elseif type(b) == "number" then
-        id = C.dl_binary_scalar(op, a.id, b, 0)
-        if id == 0 and retry() then id = C.dl_binary_scalar(op, a.id, b, 0) end
+        st = C.dl_binary_scalar(op, a, b, 0, r)
+        if st < 0 and retry() then st = C.dl_binary_scalar(op, a, b, 0, r) end
       else
         return bad_arg(name, "a tensor or a number", b)
       end
     elseif istype(Tensor, b) then
       if type(a) ~= "number" then return bad_arg(name, "a tensor or a number", a) end
-      id = C.dl_binary_scalar(op, b.id, a, 1)
-      if id == 0 and retry() then id = C.dl_binary_scalar(op, b.id, a, 1) end
+      st = C.dl_binary_scalar(op, b, a, 1, r)
+      if st < 0 and retry() then st = C.dl_binary_scalar(op, b, a, 1, r) end
     else
       return raise(name .. ": expected a tensor, got " .. typename(a) .. " and " .. typename(b))
     end
-    return wrap(id)
+    return value(st, r)
   end
 end
 
@@ -260,11 +290,11 @@ local function binary_inplace_fn(op, name)
     if not istype(Tensor, a) then return bad_arg(iname, "a tensor", a) end
     local st
     if istype(Tensor, b) then
-      st = C.dl_binary_(op, a.id, b.id)
-      if st ~= 0 and retry() then st = C.dl_binary_(op, a.id, b.id) end
+      st = C.dl_binary_(op, hid(a), hid(b))
+      if st ~= 0 and retry() then st = C.dl_binary_(op, hid(a), hid(b)) end
     elseif type(b) == "number" then
-      st = C.dl_binary_scalar_(op, a.id, b)
-      if st ~= 0 and retry() then st = C.dl_binary_scalar_(op, a.id, b) end
+      st = C.dl_binary_scalar_(op, hid(a), b)
+      if st ~= 0 and retry() then st = C.dl_binary_scalar_(op, hid(a), b) end
     else
       return bad_arg(iname, "a tensor or a number", b)
     end
@@ -277,25 +307,25 @@ local function compare_fn(op, name)
   return function(a, b)
     if type(b) == "boolean" then b = b and 1 or 0 end
     if type(a) == "boolean" then a = a and 1 or 0 end
-    local id
+    local r, st = Tensor(), nil
     if istype(Tensor, a) then
       if istype(Tensor, b) then
-        id = C.dl_compare(op, a.id, b.id)
-        if id == 0 and retry() then id = C.dl_compare(op, a.id, b.id) end
+        st = C.dl_compare(op, a, b, r)
+        if st < 0 and retry() then st = C.dl_compare(op, a, b, r) end
       elseif type(b) == "number" then
-        id = C.dl_compare_scalar(op, a.id, b, 0)
-        if id == 0 and retry() then id = C.dl_compare_scalar(op, a.id, b, 0) end
+        st = C.dl_compare_scalar(op, a, b, 0, r)
+        if st < 0 and retry() then st = C.dl_compare_scalar(op, a, b, 0, r) end
       else
         return bad_arg(name, "a tensor or a number", b)
       end
     elseif istype(Tensor, b) then
       if type(a) ~= "number" then return bad_arg(name, "a tensor or a number", a) end
-      id = C.dl_compare_scalar(op, b.id, a, 1)
-      if id == 0 and retry() then id = C.dl_compare_scalar(op, b.id, a, 1) end
+      st = C.dl_compare_scalar(op, b, a, 1, r)
+      if st < 0 and retry() then st = C.dl_compare_scalar(op, b, a, 1, r) end
     else
       return raise(name .. ": expected a tensor, got " .. typename(a) .. " and " .. typename(b))
     end
-    return wrap(id)
+    return value(st, r)
   end
 end
 
@@ -306,7 +336,7 @@ local function assign(op, x, y)
     raise(op .. ": result dtype " .. dtype_names[dy]
           .. " cannot be stored in the in-place target of dtype " .. dtype_names[dx])
   end
-  if C.dl_copy_(x.id, y.id) ~= 0 then raise_last() end
+  if C.dl_copy_(hid(x), hid(y)) ~= 0 then raise_last() end
   return x
 end
 
@@ -370,9 +400,10 @@ local function reduce_fn(op, name)
       if type(p) ~= "number" then bad_arg(name, "a number for p", p) end
     end
     local k = keepdim and 1 or 0
-    local id = C.dl_reduce(op, x.id, dims_buf, nd, k, corr, p)
-    if id == 0 and retry() then id = C.dl_reduce(op, x.id, dims_buf, nd, k, corr, p) end
-    return wrap(id)
+    local r = Tensor()
+    local st = C.dl_reduce(op, x, dims_buf, nd, k, corr, p, r)
+    if st < 0 and retry() then st = C.dl_reduce(op, x, dims_buf, nd, k, corr, p, r) end
+    return value(st, r)
   end
 end
 
@@ -415,10 +446,11 @@ local function truth(op, name)
   return function(x, a, b, c)
     if a == nil and b == nil and c == nil then
       check_tensor(name, x)
-      local id = C.dl_reduce(op, x.id, dims_buf, 0, 0, 1, 2)
-      if id == 0 and retry() then id = C.dl_reduce(op, x.id, dims_buf, 0, 0, 1, 2) end
-      local t = wrap(id)
-      if C.dl_item(t.id, vbuf) ~= 0 then raise_last() end
+      local r = Tensor()
+      local st = C.dl_reduce(op, x, dims_buf, 0, 0, 1, 2, r)
+      if st < 0 and retry() then st = C.dl_reduce(op, x, dims_buf, 0, 0, 1, 2, r) end
+      local t = value(st, r)
+      if C.dl_item(t, vbuf) ~= 0 then raise_last() end
       return vbuf[0] ~= 0
     end
     return f(x, a, b, c)
@@ -441,9 +473,9 @@ local function extremum(is_max)
     if keepdim ~= nil and type(keepdim) ~= "boolean" then bad_arg(name, "keepdim (a boolean)", keepdim) end
     local k = keepdim and 1 or 0
     local st
-    if is_max then st = C.dl_max_dim(x.id, dim, k, out2) else st = C.dl_min_dim(x.id, dim, k, out2) end
+    if is_max then st = C.dl_max_dim(hid(x), dim, k, out2) else st = C.dl_min_dim(hid(x), dim, k, out2) end
     if st ~= 0 and retry() then
-      if is_max then st = C.dl_max_dim(x.id, dim, k, out2) else st = C.dl_min_dim(x.id, dim, k, out2) end
+      if is_max then st = C.dl_max_dim(hid(x), dim, k, out2) else st = C.dl_min_dim(hid(x), dim, k, out2) end
     end
     if st ~= 0 then return raise_last() end
     local v, i = out2[0], out2[1]
@@ -460,12 +492,12 @@ local function arg_extremum(is_max)
     local d = 0
     if dim ~= nil then
       d = dim_arg(name, dim)
-      if d == 0 then dim_error(name, 0, C.dl_ndim(x.id)) end
+      if d == 0 then dim_error(name, 0, C.dl_ndim(x)) end
     end
     if keepdim ~= nil and type(keepdim) ~= "boolean" then bad_arg(name, "keepdim (a boolean)", keepdim) end
     local k = keepdim and 1 or 0
-    if is_max then return new(C.dl_argmax, x.id, d, k) end
-    return new(C.dl_argmin, x.id, d, k)
+    if is_max then return new(C.dl_argmax, hid(x), d, k) end
+    return new(C.dl_argmin, hid(x), d, k)
   end
 end
 methods.argmax, dl.argmax = arg_extremum(true), arg_extremum(true)
@@ -476,8 +508,8 @@ local function softmax_fn(name, is_log)
     check_tensor(name, x)
     local d = -1
     if dim ~= nil then d = dim_arg(name, dim) end
-    if is_log then return new(C.dl_log_softmax, x.id, d) end
-    return new(C.dl_softmax, x.id, d)
+    if is_log then return new(C.dl_log_softmax, hid(x), d) end
+    return new(C.dl_softmax, hid(x), d)
   end
 end
 methods.softmax, dl.softmax = softmax_fn("softmax", false), softmax_fn("softmax", false)
@@ -498,14 +530,14 @@ M.device_of = device_of
 
 function methods.dim(x)
   check_tensor("dim", x)
-  local n = C.dl_ndim(x.id)
+  local n = C.dl_ndim(x)
   if n < 0 then raise_last() end
   return n
 end
 
 function methods.numel(x)
   check_tensor("numel", x)
-  local n = C.dl_numel(x.id)
+  local n = C.dl_numel(x)
   if n < 0 then raise_last() end
   return n
 end
@@ -547,17 +579,17 @@ end
 
 function methods.item(x)
   check_tensor("item", x)
-  if C.dl_item(x.id, vbuf) ~= 0 then raise_last() end
-  if C.dl_dtype(x.id) == BOOL then return vbuf[0] ~= 0 end
+  if C.dl_item(x, vbuf) ~= 0 then raise_last() end
+  if C.dl_dtype(x) == BOOL then return vbuf[0] ~= 0 end
   return vbuf[0]
 end
 
 -- All values, row-major, into a fresh double array; returns it and the count.
 local function read_all(x)
-  local n = C.dl_numel(x.id)
+  local n = C.dl_numel(x)
   if n < 0 then raise_last() end
   local buf = ffi_new("double[?]", n > 0 and n or 1)
-  if C.dl_read(x.id, buf, n) ~= 0 then raise_last() end
+  if C.dl_read(x, buf, n) ~= 0 then raise_last() end
   return buf, n
 end
 M.read_all = read_all
@@ -592,14 +624,14 @@ end
 
 local function to_dtype(x, code)
   if dtype_of(x) == code then return x end
-  return new(C.dl_to, x.id, code)
+  return new(C.dl_to, hid(x), code)
 end
 M.to_dtype = to_dtype
 
 local function to_device(x, dev)
   if device_of(x) == dev or (dev == "cuda" and device_of(x) == "cuda:0") then return x end
-  local id = C.dl_to_device(x.id, dev)
-  if id == 0 and retry() then id = C.dl_to_device(x.id, dev) end
+  local id = C.dl_to_device(hid(x), dev)
+  if id == 0 and retry() then id = C.dl_to_device(hid(x), dev) end
   return wrap(id)
 end
 
@@ -637,16 +669,16 @@ end
 
 function methods.clone(x)
   check_tensor("clone", x)
-  local id = C.dl_clone(x.id)
-  if id == 0 and retry() then id = C.dl_clone(x.id) end
+  local id = C.dl_clone(hid(x))
+  if id == 0 and retry() then id = C.dl_clone(hid(x)) end
   return wrap(id)
 end
 
 function methods.contiguous(x)
   check_tensor("contiguous", x)
   if get_meta(x).contiguous ~= 0 then return x end
-  local id = C.dl_contiguous(x.id)
-  if id == 0 and retry() then id = C.dl_contiguous(x.id) end
+  local id = C.dl_contiguous(hid(x))
+  if id == 0 and retry() then id = C.dl_contiguous(hid(x)) end
   return wrap(id)
 end
 
@@ -654,7 +686,7 @@ end
 -- removes it: see M.restrict).
 function methods.data_ptr(x)
   check_tensor("data_ptr", x)
-  if C.dl_data_ptr(x.id, vbuf) ~= 0 then raise_last() end
+  if C.dl_data_ptr(hid(x), vbuf) ~= 0 then raise_last() end
   return vbuf[0]
 end
 
@@ -663,54 +695,54 @@ end
 function methods.view(x, ...)
   check_tensor("view", x)
   local nd = parse_shape("view", false, ...)
-  return wrap(C.dl_view(x.id, shape_buf, nd))
+  return wrap(C.dl_view(hid(x), shape_buf, nd))
 end
 
 function methods.reshape(x, ...)
   check_tensor("reshape", x)
   local nd = parse_shape("reshape", false, ...)
-  local id = C.dl_reshape(x.id, shape_buf, nd)
-  if id == 0 and retry() then id = C.dl_reshape(x.id, shape_buf, nd) end
+  local id = C.dl_reshape(hid(x), shape_buf, nd)
+  if id == 0 and retry() then id = C.dl_reshape(hid(x), shape_buf, nd) end
   return wrap(id)
 end
 
 function methods.view_as(x, y)
   check_tensor("view_as", x)
   check_tensor("view_as", y)
-  return wrap(C.dl_view(x.id, shape_buf, fill_shape_from(y)))
+  return wrap(C.dl_view(hid(x), shape_buf, fill_shape_from(y)))
 end
 
 function methods.reshape_as(x, y)
   check_tensor("reshape_as", x)
   check_tensor("reshape_as", y)
-  return wrap(C.dl_reshape(x.id, shape_buf, fill_shape_from(y)))
+  return wrap(C.dl_reshape(hid(x), shape_buf, fill_shape_from(y)))
 end
 
 function methods.expand(x, ...)
   check_tensor("expand", x)
   local nd = parse_shape("expand", false, ...)
-  return wrap(C.dl_expand(x.id, shape_buf, nd))
+  return wrap(C.dl_expand(hid(x), shape_buf, nd))
 end
 
 function methods.expand_as(x, y)
   check_tensor("expand_as", x)
   check_tensor("expand_as", y)
-  return wrap(C.dl_expand(x.id, shape_buf, fill_shape_from(y)))
+  return wrap(C.dl_expand(hid(x), shape_buf, fill_shape_from(y)))
 end
 
 function methods.transpose(x, d1, d2)
   check_tensor("transpose", x)
-  return wrap(C.dl_transpose(x.id, dim_arg("transpose", d1), dim_arg("transpose", d2)))
+  return wrap(C.dl_transpose(hid(x), dim_arg("transpose", d1), dim_arg("transpose", d2)))
 end
 
 function methods.t(x)
   check_tensor("t", x)
-  local n = C.dl_ndim(x.id)
+  local n = C.dl_ndim(x)
   if n < 2 then return x end
   if n > 2 then
     raise("t: expected a tensor with at most 2 dimensions, got shape " .. shape_str(x))
   end
-  return wrap(C.dl_transpose(x.id, 1, 2))
+  return wrap(C.dl_transpose(hid(x), 1, 2))
 end
 
 function methods.permute(x, ...)
@@ -726,29 +758,29 @@ function methods.permute(x, ...)
     if n > 8 then raise("permute: at most 8 dimensions") end
     for i = 1, n do dims_buf[i - 1] = dim_arg("permute", (select(i, ...))) end
   end
-  return wrap(C.dl_permute(x.id, dims_buf, n))
+  return wrap(C.dl_permute(hid(x), dims_buf, n))
 end
 
 function methods.squeeze(x, d)
   check_tensor("squeeze", x)
-  if d == 0 then dim_error("squeeze", 0, C.dl_ndim(x.id)) end
-  return wrap(C.dl_squeeze(x.id, d == nil and 0 or dim_arg("squeeze", d)))
+  if d == 0 then dim_error("squeeze", 0, C.dl_ndim(x)) end
+  return wrap(C.dl_squeeze(hid(x), d == nil and 0 or dim_arg("squeeze", d)))
 end
 
 function methods.unsqueeze(x, d)
   check_tensor("unsqueeze", x)
-  return wrap(C.dl_unsqueeze(x.id, dim_arg("unsqueeze", d)))
+  return wrap(C.dl_unsqueeze(hid(x), dim_arg("unsqueeze", d)))
 end
 
 function methods.flatten(x, s, e)
   check_tensor("flatten", x)
   s = s == nil and 1 or dim_arg("flatten", s)
   e = e == nil and -1 or dim_arg("flatten", e)
-  return wrap(C.dl_flatten(x.id, s, e))
+  return wrap(C.dl_flatten(hid(x), s, e))
 end
 
 local function select_(x, d, i)
-  return wrap(C.dl_select(x.id, d, i))
+  return wrap(C.dl_select(hid(x), d, i))
 end
 
 function methods.select(x, d, i)
@@ -758,7 +790,7 @@ end
 
 function methods.narrow(x, d, start, len)
   check_tensor("narrow", x)
-  return wrap(C.dl_narrow(x.id, dim_arg("narrow", d), int_arg("narrow", start, "start"),
+  return wrap(C.dl_narrow(hid(x), dim_arg("narrow", d), int_arg("narrow", start, "start"),
                           int_arg("narrow", len, "length")))
 end
 
@@ -769,7 +801,7 @@ function methods.slice(x, d, start, stop, step)
   start = start == nil and 1 or int_arg("slice", start, "start")
   stop = stop == nil and -1 or int_arg("slice", stop, "stop")
   step = step == nil and 1 or int_arg("slice", step, "step")
-  return wrap(C.dl_slice(x.id, dim_arg("slice", d), start, stop, step))
+  return wrap(C.dl_slice(hid(x), dim_arg("slice", d), start, stop, step))
 end
 
 -- An index given as a tensor or a Lua list of (1-based) integers.
@@ -783,20 +815,20 @@ end
 function methods.index_select(x, d, idx)
   check_tensor("index_select", x)
   idx = index_arg("index_select", idx)
-  return new(C.dl_index_select, x.id, dim_arg("index_select", d), idx.id)
+  return new(C.dl_index_select, hid(x), dim_arg("index_select", d), hid(idx))
 end
 
 function methods.gather(x, d, idx)
   check_tensor("gather", x)
   idx = index_arg("gather", idx)
-  return new(C.dl_gather, x.id, dim_arg("gather", d), idx.id)
+  return new(C.dl_gather, hid(x), dim_arg("gather", d), hid(idx))
 end
 
 function methods.scatter_add(x, d, idx, src)
   check_tensor("scatter_add", x)
   idx = index_arg("scatter_add", idx)
   check_tensor("scatter_add", src)
-  return new(C.dl_scatter_add, x.id, dim_arg("scatter_add", d), idx.id, src.id)
+  return new(C.dl_scatter_add, hid(x), dim_arg("scatter_add", d), hid(idx), hid(src))
 end
 
 local function list_ids(op, list)
@@ -809,7 +841,7 @@ local function list_ids(op, list)
     if not istype(Tensor, t) then
       raise(op .. ": element " .. i .. " of the list is a " .. typename(t) .. ", expected a tensor")
     end
-    ids[i - 1] = t.id
+    ids[i - 1] = hid(t)
   end
   return ids, n
 end
@@ -849,8 +881,8 @@ function dl.where(cond, a, b)
   check_tensor("where", cond)
   if not istype(Tensor, a) then a = scalar_tensor("where", a) end
   if not istype(Tensor, b) then b = scalar_tensor("where", b) end
-  local id = C.dl_where(cond.id, a.id, b.id)
-  if id == 0 and retry() then id = C.dl_where(cond.id, a.id, b.id) end
+  local id = C.dl_where(hid(cond), hid(a), hid(b))
+  if id == 0 and retry() then id = C.dl_where(hid(cond), hid(a), hid(b)) end
   return wrap(id)
 end
 -- x:where(cond, y) is dl.where(cond, x, y), as in PyTorch.
@@ -865,8 +897,8 @@ end
 function methods.masked_fill(x, mask, v)
   check_tensor("masked_fill", x)
   check_tensor("masked_fill", mask)
-  local id = C.dl_masked_fill(x.id, mask.id, fill_value("masked_fill", v))
-  if id == 0 and retry() then id = C.dl_masked_fill(x.id, mask.id, fill_value("masked_fill", v)) end
+  local id = C.dl_masked_fill(hid(x), hid(mask), fill_value("masked_fill", v))
+  if id == 0 and retry() then id = C.dl_masked_fill(hid(x), hid(mask), fill_value("masked_fill", v)) end
   return wrap(id)
 end
 dl.masked_fill = methods.masked_fill
@@ -881,27 +913,27 @@ local function clamp(x, lo, hi)
   if type(lo) == "table" then lo, hi = lo.min, lo.max end
   if lo ~= nil and type(lo) ~= "number" then bad_arg("clamp", "a number for min", lo) end
   if hi ~= nil and type(hi) ~= "number" then bad_arg("clamp", "a number for max", hi) end
-  return new(C.dl_clamp, x.id, lo or 0, hi or 0, lo ~= nil and 1 or 0, hi ~= nil and 1 or 0)
+  return new(C.dl_clamp, hid(x), lo or 0, hi or 0, lo ~= nil and 1 or 0, hi ~= nil and 1 or 0)
 end
 methods.clamp, dl.clamp = clamp, clamp
 function methods.clamp_(x, lo, hi) return assign("clamp_", x, clamp(x, lo, hi)) end
 
 function methods.fill_(x, v)
   check_tensor("fill_", x)
-  if C.dl_fill_(x.id, fill_value("fill_", v)) ~= 0 then raise_last() end
+  if C.dl_fill_(hid(x), fill_value("fill_", v)) ~= 0 then raise_last() end
   return x
 end
 
 function methods.zero_(x)
   check_tensor("zero_", x)
-  if C.dl_fill_(x.id, 0) ~= 0 then raise_last() end
+  if C.dl_fill_(hid(x), 0) ~= 0 then raise_last() end
   return x
 end
 
 function methods.copy_(x, src)
   check_tensor("copy_", x)
   if not istype(Tensor, src) then return methods.fill_(x, src) end
-  if C.dl_copy_(x.id, src.id) ~= 0 then raise_last() end
+  if C.dl_copy_(hid(x), hid(src)) ~= 0 then raise_last() end
   return x
 end
 
@@ -910,8 +942,8 @@ end
 local function matmul(a, b)
   check_tensor("matmul", a)
   check_tensor("matmul", b)
-  local id = C.dl_matmul(a.id, b.id)
-  if id == 0 and retry() then id = C.dl_matmul(a.id, b.id) end
+  local id = C.dl_matmul(hid(a), hid(b))
+  if id == 0 and retry() then id = C.dl_matmul(hid(a), hid(b)) end
   return wrap(id)
 end
 methods.matmul, dl.matmul = matmul, matmul
@@ -920,7 +952,7 @@ local function matmul_of_rank(name, rank)
   return function(a, b)
     check_tensor(name, a)
     check_tensor(name, b)
-    if C.dl_ndim(a.id) ~= rank or C.dl_ndim(b.id) ~= rank then
+    if C.dl_ndim(a) ~= rank or C.dl_ndim(b) ~= rank then
       raise(name .. ": expected " .. rank .. "-D tensors, got shapes " .. shape_str(a)
             .. " and " .. shape_str(b))
     end
@@ -1200,8 +1232,8 @@ function dl.tensor(data, opts)
         raise("tensor: a tensor of shape " .. shape_str(s) .. " does not fit at dimension " .. d
               .. " of shape " .. shape_str(shape))
       end
-      local cnt = C.dl_numel(x.id)
-      if cnt > 0 and C.dl_read(x.id, buf + k, cnt) ~= 0 then raise_last() end
+      local cnt = C.dl_numel(x)
+      if cnt > 0 and C.dl_read(x, buf + k, cnt) ~= 0 then raise_last() end
       k = k + cnt
       local dt = dtype_of(x)
       if tdtype == nil or tdtype == dt then tdtype = dt else tdtype = false end
@@ -1277,7 +1309,7 @@ function dl.memory_stats() return core.memory_stats() end
 local function index(x, k)
   if type(k) == "number" then
     if k ~= floor(k) then return raise("index: expected an integer index, got " .. tostring(k)) end
-    local st = C.dl_get1(x.id, k, vbuf)
+    local st = C.dl_get1(x, k, vbuf)
     if st == 0 then return vbuf[0] end
     if st == 2 then return vbuf[0] ~= 0 end
     if st == 1 then return select_(x, 1, int_arg("index", k, "index")) end
@@ -1296,7 +1328,7 @@ local function newindex(x, k, v)
     local tv = type(v)
     if tv == "number" or tv == "boolean" then
       if tv == "boolean" then v = v and 1 or 0 end
-      local st = C.dl_set1(x.id, k, v)
+      local st = C.dl_set1(hid(x), k, v)
       if st == 0 then return end
       if st == 1 then
         methods.fill_(select_(x, 1, int_arg("index", k, "index")), v)
@@ -1318,8 +1350,8 @@ end
 local function cmp_value(v)
   if type(v) == "number" then return v end
   if istype(Tensor, v) then
-    if C.dl_item(v.id, vbuf) == 0 then return vbuf[0] end
-    local n = C.dl_numel(v.id)
+    if C.dl_item(v, vbuf) == 0 then return vbuf[0] end
+    local n = C.dl_numel(v)
     if n >= 0 and n ~= 1 then
       raise("compare: a tensor with " .. n .. " elements (shape " .. shape_str(v)
             .. ") is ambiguous in a Lua comparison; use x:lt(y), x:eq(y) ... with :all() or :any()")
@@ -1348,7 +1380,7 @@ mt.__eq = function(a, b)
   return cmp_value(a) == cmp_value(b)
 end
 mt.__len = function(x)
-  local n = C.dl_ndim(x.id)
+  local n = C.dl_ndim(x)
   if n < 0 then return raise_last() end
   if n == 0 then return raise("len: a 0-dim tensor has no length") end
   return get_meta(x).sizes[0]
@@ -1370,7 +1402,7 @@ end
 -- The handle id of a tensor as a Lua number (exact: ids are below 2^53), or nil.
 function M.id_of(x)
   if not istype(Tensor, x) then return nil end
-  return tonumber(x.id)
+  return tonumber(hid(x))
 end
 
 -- Removes what a sandboxed script must not have: raw addresses and foreign memory;

@@ -7,6 +7,11 @@
 // without create_graph, custom nodes), interleaved with releases so that stale handles
 // are used too.
 //
+// Small tensors held inline (struct dl_tensor with id 0, Note [Small tensors inline] in
+// bindings/value.cpp) are kept in a pool of their own, as a script holds them: they feed
+// the entry points that take values, are promoted into handles, and forged headers
+// must be refused.
+//
 // Oracles, besides ASan/UBSan: a failing call must leave a message; every tensor a
 // call returns must describe itself consistently and, when small, have all its
 // elements readable (a view reaching outside its storage shows up here under ASan);
@@ -35,6 +40,7 @@ using dlfuzz::FuzzInput;
 namespace {
 
 constexpr int kPool = 12;
+constexpr int kValues = 4;
 constexpr double kMaxCompute = 1 << 14;   // elements an input of a compute op may have
 constexpr int64_t kReadMax = 4096;         // results this small are read in full
 constexpr double kMemoryLimit = 64 << 20;  // bytes; past it allocations must fail cleanly
@@ -61,9 +67,20 @@ constexpr int64_t kPositions[] = {1, 0, 2, -1, 3, -2, 5, 1000, std::numeric_limi
                                   std::numeric_limits<int64_t>::min()};
 const char* const kDevices[] = {nullptr, nullptr, nullptr, "cpu", "cuda", "cuda:7", "tpu", "", "cpu:1"};
 
+// A struct dl_tensor the harness can write (its fields are const to Lua).
+struct ValueSlot {
+  alignas(8) unsigned char bytes[sizeof(dl_tensor)] = {};
+  ValueSlot() = default;
+  explicit ValueSlot(uint64_t id) { std::memcpy(bytes, &id, sizeof id); }  // a handle
+  dl_tensor* get() { return reinterpret_cast<dl_tensor*>(bytes); }
+};
+
 struct Program {
   FuzzInput in;
   uint64_t pool[kPool] = {};
+  ValueSlot values[kValues];   // inline values (all zero bytes: a malformed one)
+  ValueSlot operands[4];       // handles or forged headers passed as values
+  ValueSlot result;
   std::vector<uint64_t> dead;  // released ids, to be used again (must be refused)
   std::vector<int> tasks;      // backward tasks in flight
   int grad_depth = 0, nograd_depth = 0, varlogs = 0;
@@ -82,13 +99,55 @@ struct Program {
     }
   }
 
+  // The tensor operand of an entry point that takes a value: mostly a handle of the
+  // pool, sometimes an inline value or a forged header (whose elements are 0 or 1, as
+  // the engine writes bool bytes).
+  const dl_tensor* value(int k) {
+    uint8_t b = in.byte();
+    if (b < 192) {
+      operands[k] = ValueSlot(tensor());
+      return operands[k].get();
+    }
+    if (b < 248) return values[in.pick(kValues)].get();
+    unsigned char* p = operands[k].bytes;
+    std::memset(p, 0, sizeof(dl_tensor));
+    for (int i = 8; i < 24; ++i) p[i] = in.byte();
+    for (size_t i = 24; i < sizeof(dl_tensor); ++i) p[i] = in.byte() & 1;
+    return operands[k].get();
+  }
+
+  // The result of an entry point that returns a value (status st, the value in
+  // `result`): an inline one is checked and kept in the value pool or promoted into a
+  // handle; a handle goes to put().
+  void put_value(int st) {
+    if (st < 0) {
+      failed();
+      return;
+    }
+    dl_tensor* r = result.get();
+    if (st == 1) {
+      put(r->id);
+      return;
+    }
+    if (st != 0 || r->id != 0) fatal("a value result is neither inline nor a handle");
+    check(r);
+    if (in.flag()) {
+      uint64_t id = dl_promote(r);
+      if (id == 0) failed();
+      else put(id);
+    } else {
+      std::memcpy(values[in.pick(kValues)].bytes, result.bytes, sizeof(dl_tensor));
+    }
+  }
+
   // The result of a call: checked, then stored in a slot (releasing what was there).
   void put(uint64_t id) {
     if (id == 0) {
       failed();
       return;
     }
-    check(id);
+    ValueSlot h(id);
+    check(h.get());
     int slot = in.pick(kPool);
     release_slot(slot);
     pool[slot] = id;
@@ -113,9 +172,9 @@ struct Program {
   }
 
   // A fresh tensor must describe itself consistently and, when small, be readable.
-  void check(uint64_t id) {
+  void check(const dl_tensor* t) {
     dl_meta m;
-    if (dl_meta_get(id, &m) != 0) fatal("meta of a fresh tensor failed:", dl_last_error());
+    if (dl_meta_get(t, &m) != 0) fatal("meta of a fresh tensor failed:", dl_last_error());
     if (m.ndim < 0 || m.ndim > 8) fatal("bad ndim");
     double n = 1;
     for (int d = 0; d < m.ndim; ++d) {
@@ -124,12 +183,16 @@ struct Program {
     }
     if (n != m.numel) fatal("numel is not the product of the sizes");
     if (m.numel <= double(kReadMax)) {
-      if (dl_read(id, scratch, int64_t(m.numel)) != 0) fatal("reading a fresh tensor failed:", dl_last_error());
+      if (dl_read(t, scratch, int64_t(m.numel)) != 0) fatal("reading a fresh tensor failed:", dl_last_error());
     }
   }
 
   bool cheap(uint64_t id) {
-    double n = dl_numel(id);
+    ValueSlot h(id);
+    return cheap(h.get());
+  }
+  bool cheap(const dl_tensor* t) {
+    double n = dl_numel(t);
     return n <= kMaxCompute;  // -1 (invalid id) counts as cheap: the call must refuse it
   }
 
@@ -205,22 +268,24 @@ struct Program {
   int op_id() { return in.pick(dl_op_count() + 2) - 1; }  // -1 and count are invalid
 
   void family() {
-    uint64_t a = tensor(), b = tensor();
+    const dl_tensor* a = value(0);
+    const dl_tensor* b = value(1);
     if (!cheap(a) || !cheap(b)) return;
     int op = op_id();
+    dl_tensor* r = result.get();
     switch (in.pick(8)) {
-      case 0: put(dl_unary(op, a)); break;
-      case 1: put(dl_binary(op, a, b)); break;
-      case 2: put(dl_binary_scalar(op, a, scalar(), in.flag())); break;
-      case 3: check_status(dl_binary_(op, a, b)); break;
-      case 4: check_status(dl_binary_scalar_(op, a, scalar())); break;
-      case 5: put(dl_compare(op, a, b)); break;
-      case 6: put(dl_compare_scalar(op, a, scalar(), in.flag())); break;
+      case 0: put_value(dl_unary(op, a, r)); break;
+      case 1: put_value(dl_binary(op, a, b, r)); break;
+      case 2: put_value(dl_binary_scalar(op, a, scalar(), in.flag(), r)); break;
+      case 3: check_status(dl_binary_(op, a->id, b->id)); break;
+      case 4: check_status(dl_binary_scalar_(op, a->id, scalar())); break;
+      case 5: put_value(dl_compare(op, a, b, r)); break;
+      case 6: put_value(dl_compare_scalar(op, a, scalar(), in.flag(), r)); break;
       default: {
         int32_t dims[4];
         int nd = in.pick(4);
         for (int i = 0; i < nd; ++i) dims[i] = dim();
-        put(dl_reduce(op, a, dims, nd, in.flag(), scalar(), scalar()));
+        put_value(dl_reduce(op, a, dims, nd, in.flag(), scalar(), scalar(), r));
         break;
       }
     }
@@ -349,8 +414,9 @@ struct Program {
   }
 
   void elements() {
-    uint64_t x = tensor();
-    switch (in.pick(9)) {
+    const dl_tensor* v = value(2);
+    uint64_t x = v->id;
+    switch (in.pick(10)) {
       case 0: {
         uint64_t src = tensor();
         if (cheap(x) && cheap(src)) check_status(dl_copy_(x, src));
@@ -358,12 +424,12 @@ struct Program {
       }
       case 1: if (cheap(x)) check_status(dl_fill_(x, scalar())); break;
       case 2: dl_set1(x, position(), scalar()); break;
-      case 3: dl_get1(x, position(), scratch); break;
+      case 3: dl_get1(v, position(), scratch); break;
       case 4: {
-        double n = dl_numel(x);
+        double n = dl_numel(v);
         if (n >= 0 && n <= double(kReadMax)) {
           int64_t ask = in.flag() ? int64_t(n) : int64_t(in.pick(int(n) + 1));
-          check_status(dl_read(x, scratch, ask));
+          check_status(dl_read(v, scratch, ask));
         }
         break;
       }
@@ -373,11 +439,22 @@ struct Program {
           int64_t p = position();
           i = p == std::numeric_limits<int64_t>::min() ? p : p - 1;
         }
-        dl_read_at(x, idx, scratch);
+        dl_read_at(v, idx, scratch);
         break;
       }
-      case 6: dl_item(x, scratch); break;
+      case 6: dl_item(v, scratch); break;
       case 7: dl_data_ptr(x, scratch); break;
+      case 8: {  // an inline value of the pool becomes a handle
+        ValueSlot& s = values[in.pick(kValues)];
+        uint64_t id = dl_promote(s.get());
+        if (id == 0) {
+          failed();
+        } else {
+          put(id);
+          std::memset(s.bytes, 0, sizeof s.bytes);  // the handle now belongs to the pool
+        }
+        break;
+      }
       default: {
         double stats[5];
         dl_memory_stats(stats);
@@ -389,7 +466,9 @@ struct Program {
 
   void nn() {
     uint64_t x = tensor(), w = tensor(), b = in.flag() ? 0 : tensor();
-    if (!cheap(x) || !cheap(w) || !cheap(b) || dl_numel(x) * dl_numel(w) > double(1 << 18)) return;
+    if (!cheap(x) || !cheap(w) || !cheap(b)) return;
+    ValueSlot hx(x), hw(w);
+    if (dl_numel(hx.get()) * dl_numel(hw.get()) > double(1 << 18)) return;
     int64_t sh[16];
     uint64_t out2[2] = {0, 0};
     switch (in.pick(15)) {

@@ -11,6 +11,7 @@
 local ffi = require("ffi")
 local core = require("dlua.core")
 local T = require("dlua.tensor")
+local hid = T.hid
 core.own_source()
 
 local C = core.C
@@ -81,9 +82,9 @@ function F.conv2d(x, w, b, opts)
   local groups = opts.groups or 1
   local ws = w.shape
   local ph, pw = conv_padding("conv2d", opts.padding, ws[3] or 1, ws[4] or 1, dh, dw, sh, sw)
-  local bid = b and b.id or 0
-  local id = C.dl_conv2d(x.id, w.id, bid, sh, sw, ph, pw, dh, dw, groups)
-  if id == 0 and retry() then id = C.dl_conv2d(x.id, w.id, bid, sh, sw, ph, pw, dh, dw, groups) end
+  local bid = b and hid(b) or 0
+  local id = C.dl_conv2d(hid(x), hid(w), bid, sh, sw, ph, pw, dh, dw, groups)
+  if id == 0 and retry() then id = C.dl_conv2d(hid(x), hid(w), bid, sh, sw, ph, pw, dh, dw, groups) end
   return wrap(id)
 end
 
@@ -102,12 +103,12 @@ function F.max_pool2d(x, k, opts)
   local ph, pw = pair("max_pool2d", "padding", opts.padding or 0, 0)
   local ceil = opts.ceil_mode and 1 or 0
   if not opts.return_indices and has_values_only then
-    local id = C.dl_max_pool2d_values(x.id, kh, kw, sh, sw, ph, pw, ceil)
-    if id == 0 and retry() then id = C.dl_max_pool2d_values(x.id, kh, kw, sh, sw, ph, pw, ceil) end
+    local id = C.dl_max_pool2d_values(hid(x), kh, kw, sh, sw, ph, pw, ceil)
+    if id == 0 and retry() then id = C.dl_max_pool2d_values(hid(x), kh, kw, sh, sw, ph, pw, ceil) end
     return wrap(id)
   end
-  local st = C.dl_max_pool2d(x.id, kh, kw, sh, sw, ph, pw, ceil, out2)
-  if st ~= 0 and retry() then st = C.dl_max_pool2d(x.id, kh, kw, sh, sw, ph, pw, ceil, out2) end
+  local st = C.dl_max_pool2d(hid(x), kh, kw, sh, sw, ph, pw, ceil, out2)
+  if st ~= 0 and retry() then st = C.dl_max_pool2d(hid(x), kh, kw, sh, sw, ph, pw, ceil, out2) end
   if st ~= 0 then raise_last() end
   local values, indices = out2[0], out2[1]
   if opts.return_indices then return wrap(values), wrap(indices) end
@@ -123,15 +124,15 @@ function F.avg_pool2d(x, k, opts)
   local ph, pw = pair("avg_pool2d", "padding", opts.padding or 0, 0)
   local ceil = opts.ceil_mode and 1 or 0
   local cip = opts.count_include_pad == false and 0 or 1
-  local id = C.dl_avg_pool2d(x.id, kh, kw, sh, sw, ph, pw, ceil, cip)
-  if id == 0 and retry() then id = C.dl_avg_pool2d(x.id, kh, kw, sh, sw, ph, pw, ceil, cip) end
+  local id = C.dl_avg_pool2d(hid(x), kh, kw, sh, sw, ph, pw, ceil, cip)
+  if id == 0 and retry() then id = C.dl_avg_pool2d(hid(x), kh, kw, sh, sw, ph, pw, ceil, cip) end
   return wrap(id)
 end
 
 -- The mean over H and W: (N, C, H, W) -> (N, C) (or (N, C, 1, 1) with keepdim).
 function F.global_avg_pool2d(x, keepdim)
   check_tensor("global_avg_pool2d", x)
-  return wrap(C.dl_global_avg_pool2d(x.id, keepdim and 1 or 0))
+  return wrap(C.dl_global_avg_pool2d(hid(x), keepdim and 1 or 0))
 end
 
 -- ---- dropout, normalisation, embedding -------------------------------------------------------
@@ -143,8 +144,8 @@ function F.dropout(x, p, training)
     raise("dropout: probability must be between 0 and 1, got " .. tostring(p))
   end
   if training == nil then training = true end
-  local id = C.dl_dropout(x.id, p, training and 1 or 0)
-  if id == 0 and retry() then id = C.dl_dropout(x.id, p, training and 1 or 0) end
+  local id = C.dl_dropout(hid(x), p, training and 1 or 0)
+  if id == 0 and retry() then id = C.dl_dropout(hid(x), p, training and 1 or 0) end
   return wrap(id)
 end
 
@@ -156,14 +157,14 @@ function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
   local function id_of(v, what)
     if v == nil then return 0 end
     if not is_tensor(v) then bad_arg("batch_norm", "a tensor for " .. what, v) end
-    return v.id
+    return hid(v)
   end
   local rmi, rvi, wi, bi = id_of(rm, "running_mean"), id_of(rv, "running_var"), id_of(w, "weight"), id_of(b, "bias")
   local tr = training and 1 or 0
   momentum = momentum == nil and 0.1 or momentum
   eps = eps == nil and 1e-5 or eps
-  local id = C.dl_batch_norm(x.id, wi, bi, rmi, rvi, tr, momentum, eps)
-  if id == 0 and retry() then id = C.dl_batch_norm(x.id, wi, bi, rmi, rvi, tr, momentum, eps) end
+  local id = C.dl_batch_norm(hid(x), wi, bi, rmi, rvi, tr, momentum, eps)
+  if id == 0 and retry() then id = C.dl_batch_norm(hid(x), wi, bi, rmi, rvi, tr, momentum, eps) end
   return wrap(id)
 end
 
@@ -171,8 +172,8 @@ end
 function F.embedding(indices, weight, padding_idx)
   check_tensor("embedding", indices)
   check_tensor("embedding", weight)
-  local id = C.dl_embedding(weight.id, indices.id, padding_idx or 0)
-  if id == 0 and retry() then id = C.dl_embedding(weight.id, indices.id, padding_idx or 0) end
+  local id = C.dl_embedding(hid(weight), hid(indices), padding_idx or 0)
+  if id == 0 and retry() then id = C.dl_embedding(hid(weight), hid(indices), padding_idx or 0) end
   return wrap(id)
 end
 
@@ -245,8 +246,8 @@ function F.cross_entropy(logits, labels, opts)
   check_tensor("cross_entropy", labels)
   local r = REDUCTIONS[reduction_of("cross_entropy", opts)]
   local ign = type(opts) == "table" and opts.ignore_index or nil
-  local id = C.dl_cross_entropy(logits.id, labels.id, r, ign and 1 or 0, ign or 0)
-  if id == 0 and retry() then id = C.dl_cross_entropy(logits.id, labels.id, r, ign and 1 or 0, ign or 0) end
+  local id = C.dl_cross_entropy(hid(logits), hid(labels), r, ign and 1 or 0, ign or 0)
+  if id == 0 and retry() then id = C.dl_cross_entropy(hid(logits), hid(labels), r, ign and 1 or 0, ign or 0) end
   return wrap(id)
 end
 

@@ -1,0 +1,177 @@
+// Lua tensor values: handles and small tensors held inline (value.h).
+//
+// Note [Small tensors inline]
+// A handle costs more than a small op: the engine allocates a TensorImpl, a Storage and
+// its bytes, takes the handle table's lock to register it and again to release it, and
+// the Lua value that holds it carries a finalizer, which LuaJIT charges 160-360 ns over
+// the value's life. For `a + b` on 16 floats that is several times the arithmetic and
+// more than PyTorch's whole eager op. So a small host tensor (at most kInlineBytes of
+// elements, at most 8 dims of at most 255 each) that nothing else refers to lives in
+// the Lua value itself: struct dl_tensor with id 0, a header (dtype, ndim, numel,
+// sizes) and the elements, allocated by LuaJIT as plain cdata with no finalizer, freed
+// by the collector like a number box.
+//
+// Such a value is immutable and unaliased, like a Lua number: the engine copies it in
+// when an op needs an engine tensor (value_of) and never keeps a pointer to it, so no
+// lifetime ties the engine to the Lua heap. Identity only starts to matter once a view
+// shares its storage, an in-place op writes into it, or autograd records it; every
+// such entry point of the C ABI takes a handle id, and the Lua side first promotes the
+// value in place (promote: the copy goes into a new handle, whose id is written into
+// the same cdata, which gets the finalizer then). Because promotion happens to the very
+// object the script holds, every alias of it sees the change.
+//
+// Results are delivered inline only when that loses nothing (deliver): a contiguous
+// host tensor with no autograd history that is not a variable, not a view, not host
+// memory lent by an embedding program, and whose TensorImpl and Storage have no other
+// reference. The pointwise ops on small operands skip the engine's front end entirely
+// (dl::small, tensor/small.h): they read inline values and small handle tensors in
+// place and write the result inline, allocating nothing but the Lua value. Handles
+// are read that way only while no gradient is being recorded; inline values never
+// need recording, as nothing can have asked for their gradient.
+#include "bindings/value.h"
+
+#include <cstddef>
+#include <cstring>
+
+#include "autograd/autograd.h"
+#include "bindings/handles.h"
+#include "tensor/error.h"
+
+namespace dl::bind {
+
+namespace {
+
+// struct dl_tensor seen as bytes (capi.h): the id, the inline header, the elements.
+struct Header {
+  uint64_t id;
+  uint8_t dtype, ndim, numel, pad8;
+  uint32_t pad32;
+  uint64_t sizes;
+};
+constexpr size_t kHeaderBytes = sizeof(Header);
+static_assert(kHeaderBytes == offsetof(dl_tensor, inl_v0), "dl_tensor's header layout");
+static_assert(sizeof(dl_tensor) == kHeaderBytes + kInlineBytes, "dl_tensor's inline bytes");
+static_assert(offsetof(dl_tensor, inl_sizes) == offsetof(Header, sizes), "dl_tensor's sizes");
+
+Header header_of(const dl_tensor* t) {
+  Header h;
+  std::memcpy(&h, t, sizeof h);
+  return h;
+}
+
+const void* elements_of(const dl_tensor* t) {
+  return reinterpret_cast<const unsigned char*>(t) + kHeaderBytes;
+}
+
+// The Lua side declares the fields const, so that scripts cannot write them; the engine
+// writes them as bytes.
+unsigned char* bytes_of(dl_tensor* t) { return reinterpret_cast<unsigned char*>(t); }
+
+void* elements_of(dl_tensor* t) { return bytes_of(t) + kHeaderBytes; }
+
+void write_header(dl_tensor* out, const Header& h) { std::memcpy(bytes_of(out), &h, sizeof h); }
+
+int64_t size_at(uint64_t sizes, int d) { return int64_t((sizes >> (8 * d)) & 0xff); }
+
+// Sizes packed one byte a dim; false when a size does not fit a byte.
+bool pack_sizes(const Shape& s, uint64_t* out) {
+  uint64_t v = 0;
+  for (int d = 0; d < s.size(); ++d) {
+    if (s[d] < 0 || s[d] > 0xff) return false;
+    v |= uint64_t(s[d]) << (8 * d);
+  }
+  *out = v;
+  return true;
+}
+
+// A well-formed inline header: what a forged or corrupted value is refused by.
+bool valid_inline(const Header& h) {
+  if (h.dtype >= kNumDTypes || h.ndim > kMaxDims) return false;
+  if (h.ndim < 8 && (h.sizes >> (8 * h.ndim)) != 0) return false;
+  int64_t n = 1;
+  for (int d = 0; d < h.ndim; ++d) n *= size_at(h.sizes, d);
+  return n == h.numel && n * int64_t(itemsize(DType(h.dtype))) <= kInlineBytes;
+}
+
+bool no_autograd(const TensorImpl* i) { return !i->grad_node && !i->is_variable && !i->autograd; }
+
+// Nothing but `t` refers to its memory: its TensorImpl and Storage have no other
+// owner, or it is a view (a reduction's result drops dims that way) whose base only it
+// holds.
+bool unaliased(const Tensor& t) {
+  const TensorImpl* i = t.impl();
+  if (i->use_count() != 1 || !no_autograd(i) || t.storage().borrowed()) return false;
+  const TensorImpl* base = i->view_base.get();
+  if (!base) return i->storage->use_count() == 1;
+  return base->use_count() == 1 && no_autograd(base) && i->storage->use_count() == 2 &&
+         base->storage == i->storage;
+}
+
+bool small_host_bytes(const Tensor& t) {
+  return t.device().is_cpu() && t.numel() * int64_t(t.itemsize()) <= kInlineBytes;
+}
+
+}  // namespace
+
+Tensor value_of(const dl_tensor* t, const char* op) {
+  Header h = header_of(t);
+  if (h.id != 0) return handle_get(h.id, op);
+  if (!valid_inline(h)) fail(ErrorKind::Value, op, ": invalid tensor (not a dlua tensor)");
+  Shape shape;
+  for (int d = 0; d < h.ndim; ++d) shape.push_back(size_at(h.sizes, d));
+  Tensor r = empty(shape, DType(h.dtype), Device{}, op);
+  if (h.numel > 0) std::memcpy(r.raw_data(), elements_of(t), size_t(h.numel) * r.itemsize());
+  return r;
+}
+
+int deliver(Tensor t, dl_tensor* out) {
+  Header h{};
+  if (small_host_bytes(t) && pack_sizes(t.shape(), &h.sizes) && t.is_contiguous() && unaliased(t)) {
+    h.dtype = uint8_t(t.dtype());
+    h.ndim = uint8_t(t.dim());
+    h.numel = uint8_t(t.numel());
+    if (t.numel() > 0) std::memcpy(elements_of(out), t.raw_data(), size_t(t.numel()) * t.itemsize());
+    write_header(out, h);
+    return 0;
+  }
+  h.id = handle_new(std::move(t));
+  write_header(out, h);
+  return 1;
+}
+
+uint64_t promote(dl_tensor* t) {
+  Header h = header_of(t);
+  if (h.id != 0) return h.id;
+  h.id = handle_new(value_of(t, "tensor"));
+  write_header(t, h);
+  return h.id;
+}
+
+bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept {
+  Header h = header_of(t);
+  if (h.id == 0) {
+    if (!valid_inline(h)) return false;
+    *v = SmallOperand{DType(h.dtype), h.ndim, h.numel, h.sizes, elements_of(t)};
+    return true;
+  }
+  if (ag::is_recording()) return false;
+  const Tensor* x = handle_find(h.id);
+  if (!x || !small_host_bytes(*x) || !x->is_contiguous() || x->storage().revoked()) return false;
+  uint64_t sizes;
+  if (!pack_sizes(x->shape(), &sizes)) return false;
+  *v = SmallOperand{x->dtype(), x->dim(), x->numel(), sizes, x->raw_data()};
+  return true;
+}
+
+void* inline_elements(dl_tensor* out) noexcept { return elements_of(out); }
+
+void finish_inline(dl_tensor* out, DType dtype, const SmallOperand& like) noexcept {
+  Header h{};
+  h.dtype = uint8_t(dtype);
+  h.ndim = uint8_t(like.ndim);
+  h.numel = uint8_t(like.numel);
+  h.sizes = like.sizes;
+  write_header(out, h);
+}
+
+}  // namespace dl::bind

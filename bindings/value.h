@@ -1,0 +1,46 @@
+// Lua tensor values (struct dl_tensor): a handle, or a small tensor held inline.
+// Note [Small tensors inline] in value.cpp says why and when.
+//
+//   Tensor x = dl::bind::value_of(a, "add");        // either kind, as an engine tensor
+//   int st = dl::bind::deliver(dl::exp(x), out);     // 0: inline, 1: a handle
+//
+// An inline tensor is an immutable value: value_of gives a fresh copy of it, so an op
+// that returns a view of its input or writes into it must be given a handle
+// (promote); the Lua side promotes before every such call.
+#pragma once
+#include <cstdint>
+
+#include "bindings/capi.h"
+#include "tensor/tensor.h"
+
+namespace dl::bind {
+
+constexpr int kInlineBytes = 64;    // elements held inline: 16 float32, 8 float64
+
+// The engine tensor `t` stands for; throws "op: invalid tensor" for a dead handle or a
+// malformed inline header.
+Tensor value_of(const dl_tensor* t, const char* op);
+// Writes `t` into *out: inline when it is small, plain and unaliased (returns 0), else
+// as a new handle (returns 1).
+int deliver(Tensor t, dl_tensor* out);
+// Makes *t a handle in place when it is inline; returns its id.
+uint64_t promote(dl_tensor* t);
+
+// The operand of a fast path: the elements of a small contiguous host tensor.
+struct SmallOperand {
+  DType dtype;
+  int ndim;
+  int64_t numel;
+  uint64_t sizes;     // one byte a dim, as in struct dl_tensor
+  const void* data;
+};
+// Fills *v when `t` can be read directly: inline, or (when no gradient is being
+// recorded) a handle to a small contiguous plain host tensor. False: take the general
+// path.
+bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept;
+// Where an inline result's elements go, and its header once they are written: of
+// dtype `dtype`, shaped like `like`.
+void* inline_elements(dl_tensor* out) noexcept;
+void finish_inline(dl_tensor* out, DType dtype, const SmallOperand& like) noexcept;
+
+}  // namespace dl::bind

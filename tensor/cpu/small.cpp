@@ -1,0 +1,79 @@
+// dl::small (tensor/small.h): the pointwise functors over small contiguous buffers.
+#include "tensor/small.h"
+
+#include "tensor/functors.h"
+
+namespace dl::small {
+
+namespace {
+
+// One loop per (functor, dtype): short enough that the dispatch costs more than it.
+template <typename Out, typename T, typename F>
+void loop2(void* out, const void* a, int sa, const void* b, int sb, int64_t n, F f) {
+  Out* o = static_cast<Out*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (int64_t i = 0; i < n; ++i) o[i] = Out(f(x[i * sa], y[i * sb]));
+}
+
+template <typename Out, typename T, typename F>
+void loop1(void* out, const void* a, int64_t n, F f) {
+  Out* o = static_cast<Out*>(out);
+  const T* x = static_cast<const T*>(a);
+  for (int64_t i = 0; i < n; ++i) o[i] = Out(f(x[i]));
+}
+
+bool served(DType dt) { return dt == DType::Float32 || dt == DType::Float64; }
+
+}  // namespace
+
+bool unary(Op op, DType dt, void* out, const void* x, int64_t n) {
+  if (!served(dt)) return false;
+  switch (op) {
+#define DL_UNARY(Name, lua, Fn, flags)                                                 \
+    case Op::Name:                                                                     \
+      if (op == Op::Logical_not) {                                                     \
+        if (dt == DType::Float32) loop1<bool, float>(out, x, n, fn::Fn{});             \
+        else loop1<bool, double>(out, x, n, fn::Fn{});                                 \
+      } else {                                                                         \
+        if (dt == DType::Float32) loop1<float, float>(out, x, n, fn::Fn{});            \
+        else loop1<double, double>(out, x, n, fn::Fn{});                               \
+      }                                                                                \
+      return true;
+#include "tensor/ops.def"
+    default: return false;
+  }
+}
+
+bool binary(Op op, DType dt, void* out, const void* a, int a_step, const void* b, int b_step,
+            int64_t n) {
+  if (!served(dt)) return false;
+  switch (op) {
+#define DL_BINARY(Name, lua, Fn, flags)                                                \
+    case Op::Name:                                                                     \
+      if (dt == DType::Float32) loop2<float, float>(out, a, a_step, b, b_step, n, fn::Fn{}); \
+      else loop2<double, double>(out, a, a_step, b, b_step, n, fn::Fn{});              \
+      return true;
+#define DL_COMPARE(Name, lua, Fn)                                                      \
+    case Op::Name:                                                                     \
+      if (dt == DType::Float32) loop2<bool, float>(out, a, a_step, b, b_step, n, fn::Fn{}); \
+      else loop2<bool, double>(out, a, a_step, b, b_step, n, fn::Fn{});                \
+      return true;
+#include "tensor/ops.def"
+    default: return false;
+  }
+}
+
+bool binary_scalar(Op op, DType dt, void* out, const void* a, double s, bool scalar_first, int64_t n) {
+  // The general kernels convert the number to the tensor's dtype first
+  // (cpu::binary_scalar); so does this.
+  if (dt == DType::Float32) {
+    float v = fn::convert<float>(s);
+    return scalar_first ? binary(op, dt, out, &v, 0, a, 1, n) : binary(op, dt, out, a, 1, &v, 0, n);
+  }
+  if (dt == DType::Float64)
+    return scalar_first ? binary(op, dt, out, &s, 0, a, 1, n) : binary(op, dt, out, a, 1, &s, 0, n);
+  return false;
+}
+
+}  // namespace dl::small
