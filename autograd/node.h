@@ -87,6 +87,7 @@ using BackwardFn = TensorList (*)(struct Node& n, const TensorList& grads);
 
 struct Node : RefCounted {
   ~Node() override;
+  DL_POOLED(Node)   // every recorded op makes one: per-thread free lists (tensor/pool.h)
 
   const char* name = "";          // for error messages: the op's Lua name
   BackwardFn backward = nullptr;

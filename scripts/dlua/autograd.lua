@@ -105,10 +105,7 @@ local function leaf_grad(leaf, flat, grads)
   return g
 end
 
-local function rebuild(tree, flat, grads)
-  -- A watched leaf itself (the common dl.grad(f)(x)): no table and no closure, which
-  -- LuaJIT 2.1 does not compile and which would send each call to the interpreter.
-  if type(tree) ~= "table" or is_tensor(tree) then return leaf_grad(tree, flat, grads) end
+local function rebuild_table(tree, flat, grads)
   local pos = {}
   for i, t in ipairs(flat) do pos[t] = i end
   local function walk(v)
@@ -120,6 +117,15 @@ local function rebuild(tree, flat, grads)
     return grads[pos[v]]
   end
   return walk(tree)
+end
+
+local function rebuild(tree, flat, grads)
+  -- A watched leaf itself (the common dl.grad(f)(x)) takes no table and no closure,
+  -- which LuaJIT 2.1 does not compile and which would send each call to the
+  -- interpreter. (Nor may this function hold the closure itself: a function with a
+  -- captured local closes its upvalues on every return, and that is not compiled either.)
+  if type(tree) ~= "table" or is_tensor(tree) then return leaf_grad(tree, flat, grads) end
+  return rebuild_table(tree, flat, grads)
 end
 
 local function tensor_list(op, list)
