@@ -15,12 +15,16 @@ std::ostream& operator<<(std::ostream& os, const Shape& s) {
 }
 
 int64_t checked_numel(const Shape& s, const char* op) {
-  int64_t n = 1;
+  bool empty = false;
   for (int64_t d : s) {
     DL_CHECK(d >= 0, op, ": negative dimension ", d, " in shape ", s);
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+    empty = empty || d == 0;
+  }
+  if (empty) return 0;  // however large the other dims: (2^62, 4, 0) is empty
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (__builtin_mul_overflow(n, d, &n))
       fail(ErrorKind::Memory, op, ": shape ", s, " has too many elements");
-    n *= d;
   }
   return n;
 }

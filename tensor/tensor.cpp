@@ -104,8 +104,9 @@ void Storage::throw_revoked() {
 
 TensorImpl::TensorImpl(Ref<Storage> st, const Shape& sz, const Shape& str, int64_t off, DType dt)
     : storage(std::move(st)), sizes(sz), strides(str), offset(off), dtype(dt) {
-  numel = 1;
-  for (int64_t d : sizes) numel *= d;
+  // Every shape reaching here went through checked_numel (creation, views), which is
+  // also the safety net: a shape whose element count overflows is refused, not wrapped.
+  numel = checked_numel(sizes, "tensor");
 }
 
 bool TensorImpl::is_contiguous() const {

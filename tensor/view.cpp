@@ -11,6 +11,7 @@
 // Dims are 0-based, negative ones count from the end (wrap_dim); a 0-dim tensor is
 // accepted wherever PyTorch accepts one, with dim 0 / -1 naming its implicit dim.
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "tensor/backend.h"
@@ -199,7 +200,11 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   for (int i = n - 1; i >= 0; --i) {
     int j = i - (n - xd);
     int64_t size = j >= 0 ? x.size(j) : 1;
-    int64_t stride = j >= 0 ? x.stride(j) : (i + 1 < n ? sizes[i + 1] * strides[i + 1] : 1);
+    // A new leading dim's stride only matters when its size stays 1 (where any value
+    // addresses nothing new): saturate rather than overflow.
+    int64_t stride = j >= 0 ? x.stride(j) : 1;
+    if (j < 0 && i + 1 < n && __builtin_mul_overflow(sizes[i + 1], strides[i + 1], &stride))
+      stride = std::numeric_limits<int64_t>::max();
     int64_t target = shape[i];
     if (target == -1) {
       DL_CHECK(j >= 0, "expand: size -1 is not allowed in the new leading dimension ", pos(i),
@@ -217,6 +222,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     sizes[i] = size;
     strides[i] = stride;
   }
+  checked_numel(sizes, "expand");
   return make_view(x, sizes, strides, x.offset());
 }
 

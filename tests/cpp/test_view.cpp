@@ -254,3 +254,15 @@ TEST_CASE("every shape op returns a distinct view sharing storage", "[view]") {
     CHECK(v.dtype() == x.dtype());
   }
 }
+
+TEST_CASE("expand refuses element counts past int64 and keeps empty shapes empty", "[view]") {
+  // (found by tests/fuzz: fuzz_ops, where the element count overflowed in the view)
+  Tensor x = ones({1, 1}, DType::Float32);
+  CHECK_THAT(error_of([&] { expand(x, {int64_t(1) << 50, 100000}); }),
+             Contains("expand: shape (1125899906842624, 100000) has too many elements"));
+  CHECK_THAT(error_of([&] { expand(x, {int64_t(1) << 62, 4, 2, 1}); }), Contains("too many elements"));
+  Tensor e = expand(ones({0}, DType::Float32), {int64_t(1) << 62, 4, 0});
+  CHECK(e.numel() == 0);
+  CHECK(checked_numel({int64_t(1) << 62, 4, 0}, "t") == 0);
+  CHECK_THAT(error_of([&] { checked_numel({int64_t(1) << 62, 4}, "t"); }), Contains("too many elements"));
+}
