@@ -64,12 +64,20 @@ local function wrap(id)
 end
 M.wrap = wrap
 
+-- A fresh value for an entry point to write its result into. The collector is stepped
+-- here, before the op allocates, not after: the garbage of earlier ops (a loop's previous
+-- result) is freed first and its memory reused at once, so that `c = a + b` in a loop
+-- takes turns between two buffers, as PyTorch's reference counting does, not three.
+local function result()
+  if total[0] - mark[0] > budget[0] then collect() end
+  return Tensor()
+end
+
 -- The result r of an entry point that returned status st: 0 inline, 1 a handle, -1 an
 -- error.
 local function value(st, r)
   if st == 0 then return r end
   if st < 0 then return raise_last() end
-  if total[0] - mark[0] > budget[0] then collect() end
   return ffi_gc(r, release)
 end
 
@@ -253,7 +261,7 @@ end
 local function unary_fn(op, name)
   return function(x)
     if not istype(Tensor, x) then return bad_arg(name, "a tensor", x) end
-    local r = Tensor()
+    local r = result()
     local st = C.dl_unary(op, x, r)
     if st < 0 and retry() then st = C.dl_unary(op, x, r) end
     return value(st, r)
@@ -262,7 +270,7 @@ end
 
 local function binary_fn(op, name)
   return function(a, b)
-    local r, st = Tensor(), nil
+    local r, st = result(), nil
     if istype(Tensor, a) then
       if istype(Tensor, b) then
         st = C.dl_binary(op, a, b, r)
@@ -307,7 +315,7 @@ local function compare_fn(op, name)
   return function(a, b)
     if type(b) == "boolean" then b = b and 1 or 0 end
     if type(a) == "boolean" then a = a and 1 or 0 end
-    local r, st = Tensor(), nil
+    local r, st = result(), nil
     if istype(Tensor, a) then
       if istype(Tensor, b) then
         st = C.dl_compare(op, a, b, r)
@@ -400,7 +408,7 @@ local function reduce_fn(op, name)
       if type(p) ~= "number" then bad_arg(name, "a number for p", p) end
     end
     local k = keepdim and 1 or 0
-    local r = Tensor()
+    local r = result()
     local st = C.dl_reduce(op, x, dims_buf, nd, k, corr, p, r)
     if st < 0 and retry() then st = C.dl_reduce(op, x, dims_buf, nd, k, corr, p, r) end
     return value(st, r)
@@ -446,7 +454,7 @@ local function truth(op, name)
   return function(x, a, b, c)
     if a == nil and b == nil and c == nil then
       check_tensor(name, x)
-      local r = Tensor()
+      local r = result()
       local st = C.dl_reduce(op, x, dims_buf, 0, 0, 1, 2, r)
       if st < 0 and retry() then st = C.dl_reduce(op, x, dims_buf, 0, 0, 1, 2, r) end
       local t = value(st, r)
