@@ -19,12 +19,21 @@ namespace dl::fn {
 
 template <typename T> constexpr bool kIsFloat = std::is_floating_point_v<T>;
 
+// Integer arithmetic wraps around (two's complement), as PyTorch's integer tensors do.
+// Signed overflow is undefined behaviour in C++, so +, - and * on signed integers are
+// computed in the unsigned type of the same width (wrap_t) and converted back.
+template <typename T, bool = std::is_integral_v<T> && !std::is_same_v<T, bool>>
+struct Wrap { using type = T; };
+template <typename T> struct Wrap<T, true> { using type = std::make_unsigned_t<T>; };
+template <typename T> using wrap_t = typename Wrap<T>::type;
+
 // ---- unary ----
 struct NegFn { template <typename T> DL_HD T operator()(T x) const {
-  if constexpr (std::is_signed_v<T>) return T(T(0) - x); else return T(-x); } };
+  if constexpr (kIsFloat<T>) return -x; else return T(wrap_t<T>(0) - wrap_t<T>(x)); } };
 struct AbsFn { template <typename T> DL_HD T operator()(T x) const {
   if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return x;
-  else return x < T(0) ? T(-x) : x; } };
+  else if constexpr (kIsFloat<T>) return x < T(0) ? -x : x;
+  else return x < T(0) ? T(wrap_t<T>(0) - wrap_t<T>(x)) : x; } };  // |INT_MIN| wraps to INT_MIN
 struct SignFn { template <typename T> DL_HD T operator()(T x) const {
   if constexpr (kIsFloat<T>) { if (x != x) return x; }
   if constexpr (std::is_unsigned_v<T>) return T(x != T(0));
@@ -61,10 +70,11 @@ struct NotFn { template <typename T> DL_HD bool operator()(T x) const { return !
 
 // ---- binary ----
 struct AddFn { template <typename T> DL_HD T operator()(T a, T b) const {
-  if constexpr (std::is_same_v<T, bool>) return a || b; else return T(a + b); } };
-struct SubFn { template <typename T> DL_HD T operator()(T a, T b) const { return T(a - b); } };
+  if constexpr (std::is_same_v<T, bool>) return a || b; else return T(wrap_t<T>(a) + wrap_t<T>(b)); } };
+struct SubFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  return T(wrap_t<T>(a) - wrap_t<T>(b)); } };
 struct MulFn { template <typename T> DL_HD T operator()(T a, T b) const {
-  if constexpr (std::is_same_v<T, bool>) return a && b; else return T(a * b); } };
+  if constexpr (std::is_same_v<T, bool>) return a && b; else return T(wrap_t<T>(a) * wrap_t<T>(b)); } };
 struct DivFn { template <typename T> DL_HD T operator()(T a, T b) const { return a / b; } };
 // Floor modulo with the sign of the divisor (Lua's % and Python's %). Integer
 // division by zero is reported by the caller before the kernel runs.
