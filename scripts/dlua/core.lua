@@ -161,12 +161,16 @@ end
 -- collection with a budget and, past it, runs a full collection, which finalizes
 -- unreachable tensors and gives their memory back. (Counting from each state's own
 -- mark keeps one runtime's collections from hiding another's allocations.) Like
--- torch7's soft limit: when a collection frees less than half of what was allocated
--- since the previous one, most of it is alive (a growing data set, a model being
--- built), so the budget grows by 40% to keep the collections from becoming
--- quadratic; when it frees nearly all of it, the budget shrinks back towards its
--- base, but not below four times the Lua heap, whose size a full collection's cost
--- follows. The base (32 MB) bounds the garbage a training loop carries: it is most of
+-- torch7's soft limit, the budget adapts: when the memory still in use after a
+-- collection grew by more than half the budget since the previous one, the data is
+-- growing (a data set being loaded, a model being built), and the budget grows by 40%
+-- so that collections do not become quadratic; when it did not grow, the budget
+-- shrinks back towards its base, but never below four times the Lua heap, whose size a
+-- full collection's cost follows. (What a collection frees is no measure of this:
+-- much of what the engine allocates between collections is freed without one, the
+-- temporaries of a backward pass for instance. Measured that way, a conv net's
+-- training steps grew the budget without end, the garbage with it, and every step
+-- paged in fresh memory.) The base (32 MB) bounds the garbage a training loop carries: it is most of
 -- what the MLP training run holds beyond its data set (bench/, `mlpmem`). With a
 -- tensor memory limit set, the budget stays below a quarter of the limit, and an
 -- allocation the limit refuses is retried once after a full collection (M.retry).
@@ -183,24 +187,24 @@ M.budget = ffi_new("double[1]", BASE_BUDGET)
 local total, mark, budget = M.total, M.mark, M.budget
 local stats = ffi_new("double[5]")
 local collecting = false
+local live_before = 0   -- bytes in use right after this state's previous collection
 
 function M.collect()
   if collecting then return end
   collecting = true
-  C.dl_memory_stats(stats)
-  -- Device tensors count too: their bytes are in `total` as well.
-  local before, allocated = stats[0] + C.dl_device_bytes_in_use(), total[0] - mark[0]
   mark[0] = total[0]
   collectgarbage("collect")
   C.dl_trim_idle_cache()   -- large cached blocks unused for a whole cycle go back to the system
   C.dl_memory_stats(stats)
-  local freed, limit = before - stats[0] - C.dl_device_bytes_in_use(), stats[3]
+  -- Device tensors count too: their bytes are in `total` as well.
+  local live, limit = stats[0] + C.dl_device_bytes_in_use(), stats[3]
   local b = budget[0]
-  if freed < 0.5 * allocated then
+  if live - live_before > 0.5 * b then
     b = mmin(b * 1.4, MAX_BUDGET)
-  elseif freed > 0.9 * allocated then
+  elseif live <= live_before then
     b = mmax(BASE_BUDGET, b / 1.4)
   end
+  live_before = live
   b = mmax(b, HEAP_FACTOR * 1024 * collectgarbage("count"))
   if limit > 0 then b = mmax(2 ^ 20, mmin(b, limit / 4)) end
   budget[0] = b

@@ -56,6 +56,23 @@ H.test("memory that is written to is given back too", function()
   H.ok(max_rss < 400 * MB, "RSS grew by " .. max_rss / MB .. " MB")
 end)
 
+H.test("the collector's budget stays at its base when the live set does not grow", function()
+  -- Half of what a gradient step allocates is freed without a collection (the backward
+  -- pass's temporaries): that is no sign of growing data. A budget grown from it kept
+  -- growing without end, and the garbage with it.
+  local x = dl.rand(1000000)
+  local g = dl.grad(function(t) return t:tanh():tanh():sum() end)
+  for _ = 1, 300 do g(x) end
+  local ms = dl.memory_stats()
+  H.ok(ms.gc_budget <= 64 * MB, "budget " .. ms.gc_budget / MB .. " MB")
+  H.ok(ms.in_use + ms.cached < 200 * MB, "in use " .. ms.in_use / MB .. " MB, cached " .. ms.cached / MB .. " MB")
+  -- a growing live set still grows the budget
+  local keep = {}
+  for i = 1, 40 do keep[i] = dl.ones(4 * 1024 * 1024) end   -- 16 MB each
+  H.ok(dl.memory_stats().gc_budget > 32 * MB, "budget " .. dl.memory_stats().gc_budget / MB .. " MB")
+  keep = nil
+end)
+
 H.test("a collection releases every unreachable tensor", function()
   collectgarbage("collect")
   local base = dl.memory_stats().tensors
