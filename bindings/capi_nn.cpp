@@ -258,8 +258,10 @@ uint64_t dl_cross_entropy(uint64_t logits, uint64_t target, int reduction, int h
         fail(ErrorKind::Index, op, ": class label ", int64_t(lo < 1 ? lo : hi), " is out of range for ", c,
              " classes (labels are 1-based: 1..", c, ")");
     }
+    // To 0-based. Both sides wrap around alike (integer tensors do), so a label equal to
+    // the ignore index still matches it after the shift, even at INT64_MIN.
     Tensor t0 = dl::binary(Op::Sub, t, Scalar::integer(1));
-    if (ignore) ignore = *ignore - 1;
+    if (ignore) ignore = int64_t(uint64_t(*ignore) - 1);
     return ag::cross_entropy(l, t0, dl::Reduction(reduction), ignore);
   });
 }

@@ -400,6 +400,10 @@ H.test("cross_entropy matches PyTorch: values and gradient", function()
   close(nn.cross_entropy(logits, labels, { reduction = "sum" }), r.sum)
   close(nn.cross_entropy(logits, labels, { reduction = "none" }), r.none)
   close(dl.grad(function(l) return nn.cross_entropy(l, labels) end)(logits), r.grad)
+  -- an ignore index that no label has changes nothing, down to the most negative int64
+  -- (its shift to 0-based wrapped around as undefined behaviour: tests/fuzz, fuzz_ops)
+  close(nn.cross_entropy(logits, labels, { ignore_index = -2 ^ 63 }), r.mean)
+  close(nn.cross_entropy(logits, labels, { ignore_index = 1000 }), r.mean)
 end)
 
 H.test("softmax_cross_entropy_with_logits(labels, logits): TF's argument order", function()
