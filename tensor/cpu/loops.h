@@ -18,6 +18,15 @@
 #include <omp.h>
 #endif
 
+// A hot loop compiled for AVX2 as well as for the baseline, the version picked when the
+// library loads (GCC's and clang's function multiversioning). Only for loops whose
+// results do not depend on the instruction set: AVX2 adds no fused multiply-add.
+#if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 6) && !defined(__CUDACC__)
+#define DL_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DL_TARGET_CLONES
+#endif
+
 namespace dl::cpu {
 
 constexpr int64_t kParallelGrain = int64_t(1) << 18;

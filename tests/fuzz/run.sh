@@ -59,10 +59,12 @@ fuzz_one() {
   # Leaks are checked at exit instead, after the state is closed.
   [ "$t" = checkpoint ] && dict+=(-detect_leaks=0)
   echo "fuzz: $t for $seconds s (corpus $corpus, log $build/fuzz_$t.log)"
-  # -timeout: an input slower than 20 s is reported (a hang or a quadratic path).
+  # -timeout: an input slower than 60 s is reported (a hang or a quadratic path). It is
+  # wall time, and at nice 19 on a busy machine an input of a second can wait 20 s for
+  # a core (a false report seen here while a build ran).
   # -rss_limit_mb: the engine's tensor limit is 64 MB in fuzz_ops; 2 GB means a leak.
   TMPDIR=$build nice -n 19 "$build/bin/fuzz_$t" "${dict[@]}" -max_total_time="$seconds" \
-    -timeout=20 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
+    -timeout=60 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
     -artifact_prefix="$artifacts/" "$corpus" >"$build/fuzz_$t.log" 2>&1 || true
 }
 for t in "${targets[@]}"; do fuzz_one "$t" & done
