@@ -164,7 +164,7 @@ struct Lanes {
   // library loads: 4 doubles a vector instead of 2. Each lane still folds its elements
   // in the same order, and AVX2 brings no fused multiply-add, so both versions give the
   // same bits.
-  template <typename T>
+  using T = typename R::in_t;   // (a member template could not be multiversioned by clang)
   DL_TARGET_CLONES void add(const R& r, const T* p, int64_t n, int64_t s, double c) {
     int64_t i = 0;
     if (s == 1) {
