@@ -18,10 +18,15 @@ constexpr size_t kAlign = 64;
 constexpr int kSmallBins = 8;
 constexpr int kNumBins = kSmallBins + 4 * 54;
 constexpr int64_t kMaxCached = int64_t(1) << 30;  // keep at most 1 GiB of free blocks
-// Blocks at least this large that sat in the cache through a whole collection cycle go
-// back to the system (trim_idle): a big temporary (a data set's conversion, say) must
-// not stay resident for the rest of the run.
+// Blocks at least this large that sat in the cache through a whole collection cycle,
+// while kIdleFactor times their size was allocated, go back to the system (trim_idle):
+// a big temporary (a data set's conversion, say) must not stay resident for the rest of
+// the run. The volume matters when single tensors are larger than the collector's
+// budget: every op is then a cycle of its own, and a cycle alone would give back the
+// blocks a loop is about to reuse (c = a + b over 10^7 floats paged in 80 MB afresh
+// every 30 iterations, at several microseconds a page on a virtual machine).
 constexpr size_t kLargeBlock = size_t(1) << 20;
+constexpr uint64_t kIdleFactor = 4;
 
 // Bin of a request and the block size actually allocated for it.
 int bin_of(size_t n, size_t* rounded) {
@@ -48,7 +53,8 @@ size_t bin_size(int b) {
 
 struct Cached {
   void* p;
-  uint64_t epoch;  // the trim epoch it was cached in
+  uint64_t epoch;   // the trim epoch it was cached in
+  uint64_t volume;  // State::volume when it was cached
 };
 
 struct State {
@@ -56,6 +62,7 @@ struct State {
   std::vector<Cached> bins[kNumBins];
   AllocatorStats st;
   uint64_t epoch = 0;
+  uint64_t volume = 0;  // bytes ever allocated (cache hits included)
 };
 State& state() {
   static State* s = new State();  // leaked on purpose: usable during static destruction
@@ -76,6 +83,7 @@ void* allocate(size_t nbytes, const char* op) {
     s.st.in_use += rounded;
     if (s.st.in_use > s.st.peak_in_use) s.st.peak_in_use = s.st.in_use;
     s.st.allocated_since_reset += rounded;
+    s.volume += rounded;
     if (b < kNumBins && !s.bins[b].empty()) {
       void* p = s.bins[b].back().p;  // the most recently freed: likeliest still in cache
       s.bins[b].pop_back();
@@ -106,7 +114,7 @@ void deallocate(void* p, size_t nbytes) noexcept {
     std::lock_guard<std::mutex> g(s.mu);
     s.st.in_use -= rounded;
     if (b < kNumBins && s.st.cached + int64_t(rounded) <= kMaxCached) {
-      s.bins[b].push_back(Cached{p, s.epoch});
+      s.bins[b].push_back(Cached{p, s.epoch, s.volume});
       s.st.cached += rounded;
       return;
     }
@@ -126,7 +134,7 @@ void trim_idle() noexcept {
       if (rounded < kLargeBlock) continue;
       size_t kept = 0;
       for (const Cached& c : v) {
-        if (c.epoch < s.epoch) {
+        if (c.epoch < s.epoch && s.volume - c.volume >= kIdleFactor * rounded) {
           idle.push_back(c.p);
           s.st.cached -= int64_t(rounded);
         } else {

@@ -3,7 +3,8 @@
 // Freed blocks go to size-binned free lists (multiples of 64 up to 512 bytes, then four
 // classes per power of two) and are handed out again, most recently freed first,
 // without a trip to the system allocator; the cache is bounded, and large blocks that
-// went unused for a whole collection cycle are given back (trim_idle). The allocator also
+// went unused for a whole collection cycle, and while four times their size was
+// allocated, are given back (trim_idle). The allocator also
 // counts bytes allocated since the last reset, which the Lua binding reads to step
 // its collector (DESIGN.md decision 4), and enforces an optional byte cap (the
 // embedding API's tensor memory limit).
@@ -33,8 +34,10 @@ void set_limit(int64_t bytes) noexcept;
 // Returns every cached block to the system.
 void empty_cache() noexcept;
 // Returns the cached blocks of 1 MB or more that were already cached at the previous
-// call and have not been reused since. The Lua binding calls it after each full
-// collection, so a large temporary is resident for at most two collection cycles.
+// call and have not been reused since, while four times their size was allocated. The
+// Lua binding calls it after each full collection, so a large temporary stays resident
+// for at most two collection cycles or four times its size of allocation, whichever is
+// longer.
 void trim_idle() noexcept;
 }  // namespace host_allocator
 
