@@ -177,7 +177,10 @@ uint64_t dl_max_pool2d_backward(uint64_t grad, uint64_t indices, const int64_t* 
     const Tensor& idx = get(indices, op);
     check_int(idx, op, "indices");
     DL_CHECK(s.size() >= 2, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape ", s);
-    const int64_t plane = s[s.size() - 2] * s[s.size() - 1];
+    checked_numel(s, op);
+    int64_t plane = 0;
+    if (__builtin_mul_overflow(s[s.size() - 2], s[s.size() - 1], &plane))  // an empty shape's dims
+      fail(ErrorKind::Memory, op, ": input shape ", s, " has too many elements per plane");
     return ag::max_pool2d_backward(get(grad, op), from_lua_indices(idx, plane, op, "index", "a plane"), s);
   });
 }
