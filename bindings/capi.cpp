@@ -430,8 +430,20 @@ int dl_set1(uint64_t id, int64_t i, double v) {
   return code;
 }
 
+// Reading allocates nothing on the host (a script must be able to look at its tensors
+// when the tensor memory limit is reached): small values are read in place, host
+// tensors through their strides.
 int dl_read(const struct dl_tensor* x, double* out, int64_t n) {
   return guard_status([&] {
+    SmallOperand v;
+    if (small_operand(x, &v)) {
+      DL_CHECK(n == v.numel, "read: the tensor has ", v.numel, " elements, not ", n);
+      DL_DISPATCH_ALL(v.dtype, "read", {
+        const scalar_t* p = static_cast<const scalar_t*>(v.data);
+        for (int64_t k = 0; k < n; ++k) out[k] = lua_number(double(p[k]));
+      });
+      return;
+    }
     Tensor t = value_of(x, "read");
     DL_CHECK(n == t.numel(), "read: the tensor has ", t.numel(), " elements, not ", n);
     if (n == 0) return;
@@ -440,10 +452,20 @@ int dl_read(const struct dl_tensor* x, double* out, int64_t n) {
       dl::copy_(host, t);
       t = host;
     }
-    Tensor c = dl::contiguous(t);
-    DL_DISPATCH_ALL(c.dtype(), "read", {
-      const scalar_t* p = c.data<scalar_t>();
-      for (int64_t k = 0; k < n; ++k) out[k] = lua_number(double(p[k]));
+    const int nd = t.dim();
+    int64_t idx[dl::kMaxDims] = {};
+    DL_DISPATCH_ALL(t.dtype(), "read", {
+      const scalar_t* p = t.data<scalar_t>();  // element 0; walked by its strides
+      int64_t off = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        out[k] = lua_number(double(p[off]));
+        for (int d = nd - 1; d >= 0; --d) {  // the next index, row-major
+          off += t.stride(d);
+          if (++idx[d] < t.size(d)) break;
+          off -= t.stride(d) * t.size(d);
+          idx[d] = 0;
+        }
+      }
     });
   });
 }

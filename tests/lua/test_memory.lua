@@ -103,6 +103,18 @@ H.test("the tensor memory limit: a refused allocation is retried after a collect
     H.raises(function() return dl.ones(16 * F16MB) end, "ones: tensor memory limit exceeded")
     H.raises(function() return keep:view(-1, 1) + dl.ones(1, 2) end, "add: tensor memory limit exceeded")
     H.values(dl.ones(2) + 1, { 2, 2 })    -- small tensors still fit
+    -- at the limit, a script can still read its tensors, views included: reading
+    -- allocates nothing (it copied non-contiguous views first: tests/fuzz, fuzz_ops)
+    local t = dl.arange(0, 60):view(6, 10):t()   -- (10, 6), not contiguous: 240 bytes
+    local fill = {}
+    for _, n in ipairs({ F16MB / 16, 32 }) do    -- 1 MiB tensors, then 128-byte ones
+      while pcall(function() fill[#fill + 1] = dl.empty(n) end) do end
+    end
+    H.raises(function() return dl.empty(32) end, "empty: tensor memory limit exceeded")
+    local got = t:totable()
+    H.eq(got[10], { 9, 19, 29, 39, 49, 59 })
+    H.ok(tostring(t):find("59.", 1, true))
+    fill = nil
   end)
   C.dl_set_memory_limit(0)
   core.budget[0] = saved_budget
