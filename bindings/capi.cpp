@@ -459,10 +459,15 @@ int dl_read(const struct dl_tensor* x, double* out, int64_t n) {
       int64_t off = 0;
       for (int64_t k = 0; k < n; ++k) {
         out[k] = lua_number(double(p[off]));
-        for (int d = nd - 1; d >= 0; --d) {  // the next index, row-major
-          off += t.stride(d);
-          if (++idx[d] < t.size(d)) break;
-          off -= t.stride(d) * t.size(d);
+        // The next index, row-major. Offsets stay among the elements' own (a size-1
+        // dim's stride can be anything, even 2^63 - 1, and is never added).
+        for (int d = nd - 1; d >= 0; --d) {
+          if (t.size(d) == 1) continue;
+          if (++idx[d] < t.size(d)) {
+            off += t.stride(d);
+            break;
+          }
+          off -= t.stride(d) * (t.size(d) - 1);
           idx[d] = 0;
         }
       }
