@@ -28,10 +28,11 @@ void cross_entropy(const Tensor& loss, const Tensor& logits, const Tensor& targe
                    std::optional<int64_t> ignore_index);
 
 // Runs run(begin, end, thread) over [0, n) units, split into one contiguous range per
-// OpenMP thread when the whole job (`work`, roughly the elements touched) is worth
+// OpenMP thread when the whole job (`work`, roughly the elements touched; a double, as an
+// estimate from a caller's geometry such as a pool's window can pass 2^63) is worth
 // waking them for; `thread` is below max_threads(). Nothing inside may throw.
 template <typename Run>
-void parallel_units(int64_t n, int64_t work, Run&& run) {
+void parallel_units(int64_t n, double work, Run&& run) {
   if (n < 2 || work < kParallelGrain) {
     run(int64_t(0), n, 0);
     return;

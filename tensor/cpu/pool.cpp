@@ -97,7 +97,7 @@ void max_forward(const Tensor& out, const Tensor& indices, const Tensor& x, cons
   T* py = out.data<T>();
   int64_t* pi = indices.defined() ? indices.data<int64_t>() : nullptr;
   const int64_t HW = g.H * g.W, P = g.Ho * g.Wo;
-  parallel_units(g.planes, g.planes * (HW + P * g.kh * g.kw), [&](int64_t b, int64_t e, int) {
+  parallel_units(g.planes, double(g.planes) * (double(HW) + double(P) * g.kh * g.kw), [&](int64_t b, int64_t e, int) {
     for (int64_t pl = b; pl < e; ++pl) {
       if (pi) max_plane<T, true>(g, px + pl * HW, py + pl * P, pi + pl * P);
       else max_plane<T, false>(g, px + pl * HW, py + pl * P, nullptr);
@@ -144,7 +144,7 @@ void avg_forward(const Tensor& out, const Tensor& x, const Pool2dOpts& o) {
   const T* px = x.data<T>();
   T* py = out.data<T>();
   const int64_t HW = g.H * g.W, P = g.Ho * g.Wo;
-  parallel_units(g.planes, g.planes * (HW + P * g.kh * g.kw), [&](int64_t b, int64_t e, int) {
+  parallel_units(g.planes, double(g.planes) * (double(HW) + double(P) * g.kh * g.kw), [&](int64_t b, int64_t e, int) {
     for (int64_t pl = b; pl < e; ++pl) {
       const T* plane = px + pl * HW;
       T* y = py + pl * P;
@@ -176,7 +176,7 @@ void avg_backward(const Tensor& gx, const Tensor& gy, const Pool2dOpts& o) {
   const T* pg = gy.data<T>();
   T* px = gx.data<T>();
   const int64_t HW = g.H * g.W, P = g.Ho * g.Wo;
-  parallel_units(g.planes, g.planes * (HW + P * g.kh * g.kw), [&](int64_t b, int64_t e, int) {
+  parallel_units(g.planes, double(g.planes) * (double(HW) + double(P) * g.kh * g.kw), [&](int64_t b, int64_t e, int) {
     for (int64_t pl = b; pl < e; ++pl) {
       T* plane = px + pl * HW;
       std::fill(plane, plane + HW, T(0));
