@@ -54,7 +54,8 @@ const char* dl_cdef(void);
    for dim d) and up to 64 bytes of elements, row-major, from inl_v0 on. An inline tensor
    is an immutable value that nothing else refers to, collected by Lua with no finalizer;
    whatever needs its identity (a view, an in-place write, a gradient) first makes it a
-   handle in place with dl_promote. */
+   handle in place with dl_promote. A host passes only values the engine wrote (a
+   malformed header is refused, but a bool element must hold 0 or 1, as in dl_from_ptr). */
 struct dl_tensor {
   const uint64_t id;
   const uint8_t inl_dtype, inl_ndim, inl_numel, inl_pad8;
