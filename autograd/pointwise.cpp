@@ -47,7 +47,9 @@ DL_UNARY_GRAD(Cos, x, -(gy * sin(x)))
 DL_UNARY_GRAD(Tan, y, gy * (y * y + 1.0))
 DL_UNARY_GRAD(Tanh, y, gy * (1.0 - y * y))
 DL_UNARY_GRAD(Sigmoid, y, gy * (y * (1.0 - y)))
-DL_UNARY_GRAD(Relu, x, gy * mask(ag::compare(Op::Gt, x, Scalar(0.0)), gy))
+// PyTorch's threshold_backward: 0 where x <= 0, gy elsewhere (even where gy is not
+// finite), in one pass over gy instead of a mask's cast and a product.
+DL_UNARY_GRAD(Relu, x, ag::masked_fill(gy, ag::compare(Op::Le, x, Scalar(0.0)), Scalar(0.0)))
 DL_UNARY_GRAD(Softplus, x, gy * sigmoid(x))
 DL_UNARY_GRAD(Erf, x, gy * exp(-(x * x)) * (2.0 / std::sqrt(M_PI)))
 #undef DL_UNARY_GRAD

@@ -275,4 +275,16 @@ H.test("gradcheck passes for smooth functions and catches a wrong custom gradien
            "gradcheck: first derivative")
 end)
 
+H.test("relu's gradient is 0 where x <= 0 even when the incoming gradient is not finite", function()
+  -- PyTorch's threshold_backward: (relu(x) * inf):sum() has gradient (0, inf) at (-1, 2),
+  -- not (nan, inf) as a product with a 0/1 mask would give.
+  local g = dl.grad(function(x) return (x:relu() * math.huge):sum() end)(dl.tensor({ -1, 0, 2 }))
+  H.eq(g:totable(), { 0, 0, math.huge })
+  local v = dl.tensor({ -1, 2 })
+  local tape = dl.GradientTape()
+  tape:watch(v)
+  local y = tape:record(function() return v:relu() end)
+  H.eq(tape:gradient(y, v, dl.tensor({ 0 / 0, 1 })):totable(), { 0, 1 })
+end)
+
 H.run()
