@@ -140,6 +140,18 @@ Tensor permute(const Tensor& x, const std::vector<int>& order) {
   return make_view(x, sizes, strides, x.offset());
 }
 
+namespace {
+// x's offset moved k steps along dim d. Only an empty view can reach past every element
+// (a start equal to the size, or a size-1 dim whose stride is a saturated placeholder),
+// and its offset addresses nothing: it keeps x's own rather than overflow.
+int64_t moved_offset(const Tensor& x, int d, int64_t k) {
+  int64_t step = 0, off = 0;
+  if (__builtin_mul_overflow(k, x.stride(d), &step) || __builtin_add_overflow(x.offset(), step, &off))
+    return x.offset();
+  return off;
+}
+}  // namespace
+
 Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
   DL_CHECK(x.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
   int d = wrap_dim(dim, x.dim(), "narrow");
@@ -151,7 +163,7 @@ Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
                 ") + length (", length, ") exceeds dimension ", pos(d), " of size ", size);
   Shape sizes = x.shape();
   sizes[d] = length;
-  return make_view(x, sizes, x.strides(), x.offset() + start * x.stride(d));
+  return make_view(x, sizes, x.strides(), moved_offset(x, d, start));
 }
 
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step) {
@@ -172,7 +184,7 @@ Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step
   // The stride times the step, as PyTorch has it. When that overflows (a huge step
   // such as INT64_MAX) at most one element is selected and the stride is never used.
   if (__builtin_mul_overflow(strides[d], step, &strides[d])) strides[d] = x.stride(d);
-  return make_view(x, sizes, strides, x.offset() + start * x.stride(d));
+  return make_view(x, sizes, strides, moved_offset(x, d, start));
 }
 
 Tensor select(const Tensor& x, int dim, int64_t index) {
@@ -185,7 +197,7 @@ Tensor select(const Tensor& x, int dim, int64_t index) {
   Shape sizes = x.shape(), strides = x.strides();
   sizes.erase(d);
   strides.erase(d);
-  return make_view(x, sizes, strides, x.offset() + index * x.stride(d));
+  return make_view(x, sizes, strides, moved_offset(x, d, index));
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
@@ -251,9 +263,13 @@ Tensor unsqueeze(const Tensor& x, int dim) {
   DL_CHECK(n < kMaxDims, "unsqueeze: shape ", x.shape(), " already has the maximum of ", kMaxDims,
            " dimensions");
   Shape sizes = x.shape(), strides = x.strides();
-  // The stride keeps the result contiguous when x is (any value would be valid).
+  // The stride keeps the result contiguous when x is (any value would be valid, so it
+  // saturates rather than overflow for a huge empty dim).
+  int64_t stride = 1;
+  if (d < n && __builtin_mul_overflow(x.size(d), x.stride(d), &stride))
+    stride = std::numeric_limits<int64_t>::max();
   sizes.insert(d, 1);
-  strides.insert(d, d < n ? x.size(d) * x.stride(d) : 1);
+  strides.insert(d, stride);
   return make_view(x, sizes, strides, x.offset());
 }
 

@@ -266,3 +266,19 @@ TEST_CASE("expand refuses element counts past int64 and keeps empty shapes empty
   CHECK(checked_numel({int64_t(1) << 62, 4, 0}, "t") == 0);
   CHECK_THAT(error_of([&] { checked_numel({int64_t(1) << 62, 4}, "t"); }), Contains("too many elements"));
 }
+
+TEST_CASE("views of size-1 dims with huge strides neither overflow nor misplace elements", "[view]") {
+  // unsqueeze after a huge empty dim: the new dim's stride would be 10^5 x (2^63 - 1)
+  // (found by tests/fuzz: fuzz_ops, through stack)
+  Tensor e = zeros({0, int64_t(1) << 62, 4}, DType::Float32);
+  Tensor u = unsqueeze(e, 1);   // stride 2^62 x 4
+  CHECK(u.shape() == Shape{0, 1, int64_t(1) << 62, 4});
+  CHECK(narrow(u, 1, 1, 0).numel() == 0);
+  Tensor x = arange(0, 6, 1, DType::Float32);
+  Tensor v = unsqueeze(x, 0);
+  CHECK(v.shape() == Shape{1, 6});
+  CHECK(narrow(v, 0, 1, 0).numel() == 0);      // empty slice past the end
+  CHECK(narrow(v, 0, 0, 1).numel() == 6);
+  int64_t at[] = {0, 5};
+  CHECK(select(slice(v, 0, 0, 1, kBig), 0, 0).value_at(at + 1) == 5);
+}
