@@ -584,9 +584,15 @@ uint64_t dl_from_ptr(void* data, const int64_t* shape, int ndim, const int64_t* 
 // an inline result. False: the general path.
 namespace {
 
+// A valid op id of this family (op_of() says what is wrong with the others, on the
+// general path).
+bool of_family(int op, OpFamily family) {
+  return op >= 0 && op < dl::kNumOps && dl::op_info(Op(op)).family == family;
+}
+
 bool small_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
   SmallOperand v;
-  if (op < 0 || op >= dl::kNumOps || dl::op_info(Op(op)).family != OpFamily::Unary) return false;
+  if (!of_family(op, OpFamily::Unary)) return false;
   if (!small_operand(x, &v)) return false;
   if (!dl::small::unary(Op(op), v.dtype, inline_elements(out), v.data, v.numel)) return false;
   finish_inline(out, Op(op) == Op::Logical_not ? DType::Bool : v.dtype, v);
@@ -596,7 +602,7 @@ bool small_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
 bool small_binary(int op, OpFamily family, const struct dl_tensor* a, const struct dl_tensor* b,
                   struct dl_tensor* out) {
   SmallOperand x, y;
-  if (op < 0 || op >= dl::kNumOps || dl::op_info(Op(op)).family != family) return false;
+  if (!of_family(op, family)) return false;
   if (!small_operand(a, &x) || !small_operand(b, &y) || x.dtype != y.dtype) return false;
   // The result's shape: both operands', or the dimensioned one's when the other is 0-d
   // (read with step 0).
@@ -622,7 +628,7 @@ bool small_binary(int op, OpFamily family, const struct dl_tensor* a, const stru
 bool small_binary_scalar(int op, OpFamily family, const struct dl_tensor* a, double s, int first,
                          struct dl_tensor* out) {
   SmallOperand x;
-  if (op < 0 || op >= dl::kNumOps || dl::op_info(Op(op)).family != family) return false;
+  if (!of_family(op, family)) return false;
   if (!small_operand(a, &x)) return false;
   if (!dl::small::binary_scalar(Op(op), x.dtype, inline_elements(out), x.data, s, first != 0, x.numel))
     return false;
