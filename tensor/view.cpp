@@ -11,7 +11,6 @@
 // Dims are 0-based, negative ones count from the end (wrap_dim); a 0-dim tensor is
 // accepted wherever PyTorch accepts one, with dim 0 / -1 naming its implicit dim.
 #include <algorithm>
-#include <limits>
 #include <optional>
 
 #include "tensor/backend.h"
@@ -19,6 +18,12 @@
 namespace dl {
 
 namespace {
+
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return (a < 0) != (b < 0) ? INT64_MIN : INT64_MAX;
+  return r;
+}
 
 // The sizes `shape` asks for, with its one -1 (if any) inferred from `numel`
 // (PyTorch's infer_size).
@@ -59,8 +64,7 @@ std::optional<Shape> compute_stride(const Shape& sizes, const Shape& strides,
     for (int i = 0; i < out.size(); ++i) out[i] = 1;
     return out;
   }
-  int64_t numel = 1;
-  for (int64_t s : sizes) numel *= s;
+  const int64_t numel = checked_numel(sizes, "view");  // (an empty shape's product can overflow)
   if (numel == 0) {
     if (sizes == new_sizes) return strides;
     // Nothing can be read through any stride: use the contiguous ones.
@@ -72,9 +76,11 @@ std::optional<Shape> compute_stride(const Shape& sizes, const Shape& strides,
   for (int d = sizes.size() - 1; d >= 0; --d) {
     tensor_numel *= sizes[d];
     // The chunk ends where the next-outer dim is not laid out right after this one.
-    if (d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base_stride)) {
+    // (Products saturate: a size-1 dim's stride can be anything a host lent, even 2^63 - 1,
+    // and a saturated stride only ever lands on a size-1 dim of the view.)
+    if (d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != saturating_mul(tensor_numel, chunk_base_stride))) {
       while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d] == 1)) {
-        out[view_d] = view_numel * chunk_base_stride;
+        out[view_d] = saturating_mul(view_numel, chunk_base_stride);
         view_numel *= new_sizes[view_d];
         --view_d;
       }
@@ -214,9 +220,7 @@ Tensor expand(const Tensor& x, const Shape& shape) {
     int64_t size = j >= 0 ? x.size(j) : 1;
     // A new leading dim's stride only matters when its size stays 1 (where any value
     // addresses nothing new): saturate rather than overflow.
-    int64_t stride = j >= 0 ? x.stride(j) : 1;
-    if (j < 0 && i + 1 < n && __builtin_mul_overflow(sizes[i + 1], strides[i + 1], &stride))
-      stride = std::numeric_limits<int64_t>::max();
+    int64_t stride = j >= 0 ? x.stride(j) : (i + 1 < n ? saturating_mul(sizes[i + 1], strides[i + 1]) : 1);
     int64_t target = shape[i];
     if (target == -1) {
       DL_CHECK(j >= 0, "expand: size -1 is not allowed in the new leading dimension ", pos(i),
@@ -265,11 +269,8 @@ Tensor unsqueeze(const Tensor& x, int dim) {
   Shape sizes = x.shape(), strides = x.strides();
   // The stride keeps the result contiguous when x is (any value would be valid, so it
   // saturates rather than overflow for a huge empty dim).
-  int64_t stride = 1;
-  if (d < n && __builtin_mul_overflow(x.size(d), x.stride(d), &stride))
-    stride = std::numeric_limits<int64_t>::max();
   sizes.insert(d, 1);
-  strides.insert(d, stride);
+  strides.insert(d, d < n ? saturating_mul(x.size(d), x.stride(d)) : 1);
   return make_view(x, sizes, strides, x.offset());
 }
 

@@ -373,6 +373,10 @@ TEST_CASE("conv2d errors name the op and the shapes", "[nn]") {
              StartsWith("conv_transpose2d: expected input of shape (N, C, H, W) with C = 4, got (1, 3, 3, 3)"));
   CHECK(error_of([&] { conv_transpose2d(randu({1, 4, 3, 3}), randu({4, 2, 3, 3}), randu({3}), s2, op1); }) ==
         "conv_transpose2d: expected a bias of shape (2,) for a weight of shape (4, 2, 3, 3), got (3,)");
+  // An empty input may have a dim near 2^63: the output size is checked, not overflowed.
+  Tensor huge = zeros({0, 4, int64_t(1) << 62, 3}, DType::Float32);
+  CHECK_THAT(error_of([&] { conv_transpose2d(huge, randu({4, 2, 3, 3}), Tensor(), s2, op1); }),
+             StartsWith("conv_transpose2d: the output size overflows for an input of shape (0, 4, 4611686018427387904, 3)"));
   // The engine stays usable.
   CHECK(conv2d(randu({1, 3, 4, 4}), w, Tensor(), Conv2dOpts{}).shape() == Shape{1, 16, 2, 2});
 }

@@ -1,5 +1,6 @@
 // Shape ops (tensor/view.cpp) against PyTorch: values, strides and storage offsets of
 // every view (ref/view_ref.inc), aliasing through fill_/copy_, and every error path.
+#include <array>
 #include <limits>
 
 #include "ref/ref_check.h"
@@ -279,6 +280,15 @@ TEST_CASE("views of size-1 dims with huge strides neither overflow nor misplace 
   CHECK(v.shape() == Shape{1, 6});
   CHECK(narrow(v, 0, 1, 0).numel() == 0);      // empty slice past the end
   CHECK(narrow(v, 0, 0, 1).numel() == 6);
+  // a view of an empty shape whose sizes' product overflows before its 0 is reached
+  Tensor z = zeros({int64_t(1) << 62, 4, 0}, DType::Float32);
+  CHECK(view(z, {0}).numel() == 0);
+  CHECK(view(z, {int64_t(1) << 62, 0, 4}).numel() == 0);
+  // a size-1 dim lent with a huge stride (a host's from_blob may do that) still views
+  float buf[6] = {0, 1, 2, 3, 4, 5};
+  Tensor lent = from_blob(buf, Shape{1, 6}, Shape{kBig, 1}, DType::Float32);
+  CHECK(view(lent, {2, 3}).shape() == Shape{2, 3});
+  CHECK(view(lent, {6, 1}).value_at(std::array<int64_t, 2>{4, 0}.data()) == 4);
   int64_t at[] = {0, 5};
   CHECK(select(slice(v, 0, 0, 1, kBig), 0, 0).value_at(at + 1) == 5);
 }
