@@ -81,13 +81,17 @@ Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dty
   Shape st = strides.empty() && !shape.empty() ? contiguous_strides(shape) : strides;
   DL_CHECK(st.size() == shape.size(), "from_blob: ", shape.size(), " sizes but ", st.size(), " strides");
   // Extent in elements of the furthest element reachable.
-  int64_t extent = 1;
+  int64_t extent = 1, span = 0, bytes = 0;
   for (int d = 0; d < shape.size(); ++d) {
     DL_CHECK(st[d] >= 0, "from_blob: negative stride ", st[d]);
     if (shape[d] == 0) { extent = 0; break; }
-    extent += (shape[d] - 1) * st[d];
+    DL_CHECK_KIND(Memory, !__builtin_mul_overflow(shape[d] - 1, st[d], &span) &&
+                              !__builtin_add_overflow(extent, span, &extent),
+                  "from_blob: shape ", shape, " with strides ", st, " reaches past 2^63 elements");
   }
-  auto storage = Storage::borrow(data, size_t(extent) * itemsize(dtype), Device{}, free_fn, ctx);
+  DL_CHECK_KIND(Memory, !__builtin_mul_overflow(extent, int64_t(itemsize(dtype)), &bytes), "from_blob: shape ",
+                shape, " with strides ", st, " reaches past 2^63 bytes");
+  auto storage = Storage::borrow(data, size_t(bytes), Device{}, free_fn, ctx);
   return Tensor(make_ref<TensorImpl>(std::move(storage), shape, st, 0, dtype));
 }
 

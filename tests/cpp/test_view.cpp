@@ -289,6 +289,11 @@ TEST_CASE("views of size-1 dims with huge strides neither overflow nor misplace 
   Tensor lent = from_blob(buf, Shape{1, 6}, Shape{kBig, 1}, DType::Float32);
   CHECK(view(lent, {2, 3}).shape() == Shape{2, 3});
   CHECK(view(lent, {6, 1}).value_at(std::array<int64_t, 2>{4, 0}.data()) == 4);
+  // strides that reach past 2^63 elements or bytes are refused, not overflowed
+  CHECK_THAT(error_of([&] { from_blob(buf, Shape{3}, Shape{int64_t(1) << 62}, DType::Float32); }),
+             Contains("from_blob: shape (3,) with strides (4611686018427387904,) reaches past 2^63 elements"));
+  CHECK_THAT(error_of([&] { from_blob(buf, Shape{2}, Shape{int64_t(1) << 62}, DType::Float32); }),
+             Contains("reaches past 2^63 bytes"));
   int64_t at[] = {0, 5};
   CHECK(select(slice(v, 0, 0, 1, kBig), 0, 0).value_at(at + 1) == 5);
 }
