@@ -61,6 +61,14 @@ void check_conv_opts(const char* op, const Conv2dOpts& o) {
   DL_CHECK(o.groups >= 1, op, ": groups must be positive, got ", o.groups);
 }
 
+// A size computed from a caller's geometry, in 128 bits (an empty input can have a dim
+// near 2^63, and kernel, stride, padding and dilation come as ints); refused when it
+// does not fit int64.
+int64_t fit(const char* op, __int128 v, const char* what) {
+  DL_CHECK_KIND(Memory, v >= INT64_MIN && v <= INT64_MAX, op, ": the ", what, " overflows 64 bits");
+  return int64_t(v);
+}
+
 void check_image(const char* op, const Shape& xs, const char* what) {
   DL_CHECK(xs.size() == 3 || xs.size() == 4, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) ", what,
            ", got shape ", xs);
@@ -85,11 +93,13 @@ ConvDims conv_dims(const char* op, const Shape& xs, const Shape& ws, const Conv2
   DL_CHECK(ws[2] >= 1 && ws[3] >= 1, op, ": the kernel size must be positive, got a weight of shape ", ws);
   DL_CHECK(d.O % o.groups == 0, op, ": out_channels ", d.O, " (weight of shape ", ws,
            ") must be divisible by groups = ", o.groups);
-  const int64_t c = ws[1] * o.groups;
+  const int64_t c = fit(op, __int128(ws[1]) * o.groups, "channel count");
   DL_CHECK(d.C == c, op, ": expected input of shape ", xs.size() == 4 ? "(N, C, H, W)" : "(C, H, W)",
            " with C = ", c, ", got ", xs, " (weight of shape ", ws, ", groups = ", o.groups, ")");
-  const int64_t eh = o.dilation[0] * (ws[2] - 1) + 1, ew = o.dilation[1] * (ws[3] - 1) + 1;
-  const int64_t ph = d.H + 2 * o.padding[0], pw = d.W + 2 * o.padding[1];
+  const int64_t eh = fit(op, __int128(o.dilation[0]) * (ws[2] - 1) + 1, "dilated kernel size");
+  const int64_t ew = fit(op, __int128(o.dilation[1]) * (ws[3] - 1) + 1, "dilated kernel size");
+  const int64_t ph = fit(op, __int128(d.H) + 2 * __int128(o.padding[0]), "padded input size");
+  const int64_t pw = fit(op, __int128(d.W) + 2 * __int128(o.padding[1]), "padded input size");
   DL_CHECK(eh <= ph && ew <= pw, op, ": the kernel (", eh, ", ", ew, ")", (eh > ws[2] || ew > ws[3]) ? " (dilated)" : "",
            " is larger than the padded input (", ph, ", ", pw, ") of an input of shape ", xs);
   d.Ho = (ph - eh) / o.stride[0] + 1;
@@ -102,12 +112,13 @@ ConvDims conv_dims(const char* op, const Shape& xs, const Shape& ws, const Conv2
 
 // PyTorch's pooling_output_shape: floor (or ceil) division, and with ceil_mode the last
 // window must start inside the input or its left padding.
+// (In 128 bits: an empty input's length can be near 2^63; the result is at most it.)
 int64_t pool_out(int64_t len, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
-  int64_t num = len + 2 * p - k + (ceil_mode ? s - 1 : 0);
-  int64_t q = num >= 0 ? num / s : -((-num + s - 1) / s);
-  int64_t out = q + 1;
-  if (ceil_mode && (out - 1) * s >= len + p) --out;
-  return out;
+  const __int128 num = __int128(len) + 2 * __int128(p) - k + (ceil_mode ? s - 1 : 0);
+  const __int128 q = num >= 0 ? num / s : -((-num + s - 1) / s);
+  __int128 out = q + 1;
+  if (ceil_mode && (out - 1) * s >= __int128(len) + p) --out;
+  return int64_t(out);
 }
 
 struct PoolDims {
@@ -136,8 +147,8 @@ PoolDims pool_dims(const char* op, const Shape& xs, const Pool2dOpts& opts) {
   const int64_t ho = pool_out(b[2], o.kernel[0], o.stride[0], o.padding[0], o.ceil_mode);
   const int64_t wo = pool_out(b[3], o.kernel[1], o.stride[1], o.padding[1], o.ceil_mode);
   DL_CHECK(ho >= 1 && wo >= 1, op, ": the output size (", ho, ", ", wo, ") is too small: kernel_size ",
-           pair_str(o.kernel), " is larger than the padded input (", b[2] + 2 * o.padding[0], ", ",
-           b[3] + 2 * o.padding[1], ") of an input of shape ", xs);
+           pair_str(o.kernel), " is larger than the padded input (", double(b[2]) + 2.0 * o.padding[0], ", ",
+           double(b[3]) + 2.0 * o.padding[1], ") of an input of shape ", xs);
   d.out = xs.size() == 4 ? Shape{b[0], b[1], ho, wo} : Shape{b[1], ho, wo};
   return d;
 }

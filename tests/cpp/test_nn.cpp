@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -377,6 +378,17 @@ TEST_CASE("conv2d errors name the op and the shapes", "[nn]") {
   Tensor huge = zeros({0, 4, int64_t(1) << 62, 3}, DType::Float32);
   CHECK_THAT(error_of([&] { conv_transpose2d(huge, randu({4, 2, 3, 3}), Tensor(), s2, op1); }),
              StartsWith("conv_transpose2d: the output size overflows for an input of shape (0, 4, 4611686018427387904, 3)"));
+  // ... and so can conv2d's and the pools' (sizes computed in 128 bits, refused past 64)
+  const int64_t top = std::numeric_limits<int64_t>::max();
+  Conv2dOpts pad1;
+  pad1.padding[0] = pad1.padding[1] = 1;
+  CHECK_THAT(error_of([&] { conv2d(zeros({0, 3, top, 4}, DType::Float32), w, Tensor(), pad1); }),
+             StartsWith("conv2d: the padded input size overflows 64 bits"));
+  Pool2dOpts wide;
+  wide.kernel[0] = wide.kernel[1] = 1;
+  wide.stride[0] = wide.stride[1] = std::numeric_limits<int>::max();
+  wide.ceil_mode = true;
+  CHECK(max_pool2d(zeros({0, 1, top, 1}, DType::Float32), wide).first.numel() == 0);
   // The engine stays usable.
   CHECK(conv2d(randu({1, 3, 4, 4}), w, Tensor(), Conv2dOpts{}).shape() == Shape{1, 16, 2, 2});
 }
