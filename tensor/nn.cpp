@@ -231,21 +231,17 @@ Shape conv_transpose2d_shape(const Tensor& x, const Tensor& w, const Conv2dOpts&
              pair_str(output_padding), " and stride ", pair_str(o.stride));
   int64_t out[2];
   for (int i = 0; i < 2; ++i) {
-    // (b - 1) s - 2 p + d (k - 1) + output_padding + 1, checked: an empty input can
-    // have a dim near 2^63.
-    int64_t span = 0, reach = 0;
-    bool overflow = __builtin_mul_overflow(b[2 + i] - 1, int64_t(o.stride[i]), &span) ||
-                    __builtin_mul_overflow(int64_t(o.dilation[i]), w.size(2 + i) - 1, &reach) ||
-                    __builtin_add_overflow(span, reach, &out[i]) ||
-                    __builtin_add_overflow(out[i], int64_t(output_padding[i]) + 1 - 2 * int64_t(o.padding[i]), &out[i]);
-    DL_CHECK_KIND(Memory, !overflow, op, ": the output size overflows for an input of shape ", x.shape(),
-                  " and a weight of shape ", w.shape());
+    // (b - 1) s - 2 p + d (k - 1) + output_padding + 1 in 128 bits, as conv_dims does:
+    // an empty input can have a dim near 2^63.
+    const __int128 v = __int128(b[2 + i] - 1) * o.stride[i] - 2 * __int128(o.padding[i]) +
+                       __int128(o.dilation[i]) * (w.size(2 + i) - 1) + output_padding[i] + 1;
+    DL_CHECK_KIND(Memory, v >= INT64_MIN && v <= INT64_MAX, op, ": the output size overflows for an input of shape ",
+                  x.shape(), " and a weight of shape ", w.shape());
+    out[i] = int64_t(v);
   }
   DL_CHECK(b[2] >= 1 && b[3] >= 1 && out[0] >= 1 && out[1] >= 1, op, ": the output size (", out[0], ", ", out[1],
            ") is too small for an input of shape ", x.shape(), " and a weight of shape ", w.shape());
-  int64_t c = 0;
-  DL_CHECK_KIND(Memory, !__builtin_mul_overflow(w.size(1), int64_t(o.groups), &c), op,
-                ": the output channels overflow for a weight of shape ", w.shape(), " and groups = ", o.groups);
+  const int64_t c = fit(op, __int128(w.size(1)) * o.groups, "channel count");
   return x.dim() == 4 ? Shape{b[0], c, out[0], out[1]} : Shape{c, out[0], out[1]};
 }
 
