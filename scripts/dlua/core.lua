@@ -170,8 +170,8 @@ end
 -- much of what the engine allocates between collections is freed without one, the
 -- temporaries of a backward pass for instance. Measured that way, a conv net's
 -- training steps grew the budget without end, the garbage with it, and every step
--- paged in fresh memory.) The base (32 MB) bounds the garbage a training loop carries: it is most of
--- what the MLP training run holds beyond its data set (bench/, `mlpmem`). With a
+-- paged in fresh memory.) The base (32 MB) bounds the garbage a training loop carries:
+-- it is most of what the MLP training run holds beyond its data set (bench/, `mlpmem`). With a
 -- tensor memory limit set, the budget stays below a quarter of the limit, and an
 -- allocation the limit refuses is retried once after a full collection (M.retry).
 local KIND_MEMORY = 3        -- dl::ErrorKind::Memory
@@ -194,7 +194,7 @@ function M.collect()
   collecting = true
   mark[0] = total[0]
   collectgarbage("collect")
-  C.dl_trim_idle_cache()   -- large cached blocks unused for a whole cycle go back to the system
+  C.dl_trim_idle_cache()   -- large cached blocks long unused go back to the system (tensor/allocator.h)
   C.dl_memory_stats(stats)
   -- Device tensors count too: their bytes are in `total` as well.
   local live, limit = stats[0] + C.dl_device_bytes_in_use(), stats[3]
