@@ -34,20 +34,34 @@ local M = {}
 
 local function pack(...) return { n = select("#", ...), ... } end
 
--- Calls f(...) with the engine's scope `enter`/`exit` around it, also on error.
-local function scoped(enter, exit, f, ...)
-  if enter() ~= 0 then raise_last() end
-  local r = pack(pcall(f, ...))
-  exit()
-  if not r[1] then error(r[2], 0) end
+-- Note [The user's function is not called by pcall]
+-- LuaJIT cannot end a trace that returns into a pcall made outside it ("NYI: return
+-- to lower frame"). A function that pcall calls directly, often, from code that is not
+-- compiled (this module's drivers are not: their short loops and pcalls keep them
+-- interpreted) would start a trace at each hot call that aborts there, until LuaJIT
+-- blacklists it for good; every trace that calls it later aborts too, the script's own
+-- compiled loops included. So pcall calls invoke(), and the user's function returns
+-- into invoke's Lua frame, where its traces end normally (tests/lua/test_jit.lua).
+-- invoke() itself may be blacklisted; nothing else calls it.
+local function invoke(f, ...)
+  local r = pack(f(...))
   return r
 end
-M.scoped = scoped
+
+-- Calls f(...) with the engine's scope `enter`/`exit` around it, also on error; returns
+-- f's results packed: r[1] .. r[r.n].
+local function scoped(enter, exit, f, ...)
+  if enter() ~= 0 then raise_last() end
+  local ok, r = pcall(invoke, f, ...)
+  exit()
+  if not ok then error(r, 0) end
+  return r
+end
 
 function dl.no_grad(f, ...)
   if type(f) ~= "function" then raise("no_grad: expected a function, got " .. type(f)) end
   local r = scoped(C.dl_no_grad_enter, C.dl_no_grad_exit, f, ...)
-  return unpack(r, 2, r.n)
+  return unpack(r, 1, r.n)
 end
 
 function dl.is_grad_enabled() return C.dl_is_recording() == 1 end
@@ -168,11 +182,11 @@ local function gradient_list(op, v, n)
 end
 
 -- Runs a backward task to its end, calling the Lua backward of each custom gradient it
--- stops at. (A named function, not a closure made per call: LuaJIT 2.1 does not compile
--- closure creation, and one would send every call of dl.grad back to the interpreter.)
-local function run_task(op, task)
+-- stops at; st is what the task's last dl_backward_run returned. (A named function, not
+-- a closure made per call: LuaJIT 2.1 does not compile closure creation, and one would
+-- send every call of dl.grad back to the interpreter.)
+local function run_task(op, task, st)
   while true do
-    local st = C.dl_backward_run(task)
     if st < 0 then raise_last() end
     if st == 1 then break end
     -- A custom gradient: call its Lua backward with the pending output gradients.
@@ -188,6 +202,7 @@ local function run_task(op, task)
     local gids = ffi_new("uint64_t[?]", max(info.n, 1))
     for i = 1, info.n do gids[i - 1] = grads[i] and hid(grads[i]) or 0 end
     if C.dl_backward_supply(task, gids, info.n) ~= 0 then raise_last() end
+    st = C.dl_backward_run(task)
   end
 end
 
@@ -204,7 +219,12 @@ local function backward(op, outputs, seeds, inputs, retain)
   local create_graph = C.dl_is_recording()
   local task = C.dl_backward_begin(outs, nout, gouts, ins, nin, create_graph, retain and 1 or 0)
   if task < 0 then raise_last() end
-  local ok, err = pcall(run_task, op, task)
+  -- Only a task that stops (at a custom gradient, or on an error) runs under pcall, to
+  -- free it on the way out: the common one is not (Note [The user's function is not
+  -- called by pcall]).
+  local ok, err = true, nil
+  local st = C.dl_backward_run(task)
+  if st ~= 1 then ok, err = pcall(run_task, op, task, st) end
   local result
   if ok then
     local res = ffi_new("uint64_t[?]", max(nin, 1))
@@ -257,7 +277,7 @@ local function differentiate(op, f, argnums, with_value)
   local nums, multi = argnum_list(op, argnums)
   return function(...)
     local r, trees, flat = run_watched(op, f, nums, ...)
-    local y = r[2]
+    local y = r[1]
     if type(y) == "number" then y = float_scalar(y) end
     if not is_tensor(y) then
       raise(op .. ": the function must return a tensor, got " .. type(y))
@@ -269,8 +289,8 @@ local function differentiate(op, f, argnums, with_value)
     if with_value then
       local out = { y }
       for i = 1, nres do out[#out + 1] = res[i] end
-      for i = 3, r.n do out[#out + 1] = r[i] end
-      return unpack(out, 1, 1 + nres + max(r.n - 2, 0))
+      for i = 2, r.n do out[#out + 1] = r[i] end
+      return unpack(out, 1, 1 + nres + max(r.n - 1, 0))
     end
     return unpack(res, 1, nres)
   end
@@ -368,12 +388,12 @@ local function implicit(op, f, with_value)
     end
     C.dl_varlog_pop()
     if not ok then error(r, 0) end
-    local y = r[2]
+    local y = r[1]
     if not is_tensor(y) then raise(op .. ": the function must return a tensor, got " .. type(y)) end
     local g = backward(op, { y }, nil, used, false)
     local pairs_ = {}
     for i = 1, #used do pairs_[i] = { g[i], used[i] } end
-    if with_value then return y, pairs_, unpack(r, 3, r.n) end
+    if with_value then return y, pairs_, unpack(r, 2, r.n) end
     return pairs_
   end
 end
@@ -408,7 +428,7 @@ end
 function Tape:record(f, ...)
   if type(f) ~= "function" then raise("GradientTape.record: expected a function, got " .. type(f)) end
   local r = scoped(C.dl_grad_enter, C.dl_grad_exit, f, ...)
-  return unpack(r, 2, r.n)
+  return unpack(r, 1, r.n)
 end
 
 local function flatten_sources(v, flat, depth)

@@ -51,6 +51,18 @@ core.set_tensor_type(Tensor)
 local total, mark, budget, collect = core.total, core.mark, core.budget, core.collect
 local release = C.dl_release
 
+-- Note [No tail calls to built-ins in hot helpers]
+-- The small functions here (wrap, result, value, is_tensor) end with `local v = f(...);
+-- return v`, never `return f(...)` for a built-in or C function f. LuaJIT starts a
+-- trace at a function called often from code that is not compiled (a gradient's
+-- driver in autograd.lua, a script's loop that cannot compile); a trace that starts
+-- here must end at this function's own return. A tail call to a built-in returns
+-- straight to the caller's frame, which such a trace cannot follow ("leaving loop in
+-- root trace", "NYI: return to lower frame"); after a few of those aborts LuaJIT
+-- blacklists the function, and from then on every trace that would inline it aborts
+-- too: `a + b` in a loop ran 6x slower for the rest of the process after some calls
+-- of dl.grad (tests/lua/test_jit.lua).
+
 -- The one place a tensor is made from a handle id (0: the call failed): inline when the
 -- engine finds it small and unaliased, else the handle.
 local function wrap(id)
@@ -60,7 +72,8 @@ local function wrap(id)
   local st = C.dl_deliver(id, r)
   if st == 0 then return r end
   if st < 0 then return raise_last() end
-  return ffi_gc(r, release)
+  r = ffi_gc(r, release)
+  return r
 end
 M.wrap = wrap
 
@@ -70,7 +83,8 @@ M.wrap = wrap
 -- takes turns between two buffers, as PyTorch's reference counting does, not three.
 local function result()
   if total[0] - mark[0] > budget[0] then collect() end
-  return Tensor()
+  local r = Tensor()
+  return r
 end
 
 -- The result r of an entry point that returned status st: 0 inline, 1 a handle, -1 an
@@ -78,7 +92,8 @@ end
 local function value(st, r)
   if st == 0 then return r end
   if st < 0 then return raise_last() end
-  return ffi_gc(r, release)
+  r = ffi_gc(r, release)
+  return r
 end
 
 -- The handle id of x, for the entry points that need one; an inline x becomes a handle
@@ -101,7 +116,10 @@ local function new(f, ...)
   return wrap(id)
 end
 
-local function is_tensor(x) return istype(Tensor, x) end
+local function is_tensor(x)
+  local yes = istype(Tensor, x)
+  return yes
+end
 M.is_tensor = is_tensor
 
 -- ---- argument helpers --------------------------------------------------------------------

@@ -72,4 +72,38 @@ H.test("an element loop over x[i] compiles and reads numbers", function()
   H.eq(y[1000], 1000)
 end)
 
+-- LuaJIT blacklists a function whose traces keep aborting, and then every trace that
+-- would call it aborts too. The bytecode at a function's start tells: FUNCF, then
+-- IFUNCF when blacklisted, JFUNCF when it has a trace (lj_bc.h keeps them in that order).
+local function blacklisted(fn)
+  local util, bit = require("jit.util"), require("bit")
+  local fresh = bit.band(util.funcbc(function(v) return v end, 0), 0xff)
+  return bit.band(util.funcbc(fn, 0), 0xff) == fresh + 1
+end
+
+H.test("dl.grad called often from a loop that cannot compile blacklists nothing it calls", function()
+  if not jit_on then print("        skipped: the JIT is off") return end
+  local T = require("dlua.tensor")
+  local cube = function(v) return v ^ 3 end      -- a fresh function: blacklists are per function
+  local d2 = dl.grad(dl.grad(cube))
+  local x = dl.tensor(2.0)
+  -- Each call of the driver runs interpreted, as a training step's does. About 80,000
+  -- calls blacklisted the function when pcall called it directly; the helpers that
+  -- ended in a tail call to a built-in (return istype(...)) went sooner.
+  for _ = 1, 120000 do
+    d2(x)
+    if blacklisted(cube) then break end
+  end
+  H.ok(not blacklisted(cube), "LuaJIT blacklisted the function that dl.grad differentiates")
+  for name, fn in pairs({ is_tensor = T.is_tensor, wrap = T.wrap, hid = T.hid }) do
+    H.ok(not blacklisted(fn), "LuaJIT blacklisted dlua.tensor's " .. name)
+  end
+  H.near(d2(x):item(), 12, 1e-5)
+  -- And the script's own loop over the function still compiles.
+  local y
+  local function loop() for _ = 1, 5000 do y = cube(x) end end
+  H.ok(compiles(loop), "a loop calling the differentiated function no longer compiles")
+  H.eq(y:item(), 8)
+end)
+
 H.run()
