@@ -89,7 +89,11 @@ Lines<N> make_lines(const std::array<const Tensor*, N>& ts, const Shape& shape, 
   std::array<const Tensor*, N> ptrs;
   for (int k = 0; k < N; ++k) {
     Shape st = ts[k]->strides();
-    g.step[k] = st[dim] * int64_t(ts[k]->itemsize());
+    // A step is only ever taken to a position below the operand's own size along dim:
+    // for a size of 0 or 1, or an empty operand, none is, and the stride may be any
+    // value (a saturated one from unsqueeze); scaled to bytes it could overflow.
+    const bool steps = ts[k]->size(dim) > 1 && ts[k]->numel() > 0;
+    g.step[k] = steps ? st[dim] * int64_t(ts[k]->itemsize()) : 0;
     st.erase(dim);
     views[k] = make_view(*ts[k], outer_sizes, st, ts[k]->offset());
     ptrs[k] = &views[k];

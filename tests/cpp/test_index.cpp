@@ -171,6 +171,24 @@ TEST_CASE("gather matches torch", "[index]") {
     }
 }
 
+TEST_CASE("gather and scatter_add take any stride along a dim of size 1", "[index]") {
+  // Found by fuzz_ops: index_select of a strided input whose dim of size 1 had a
+  // saturated stride (unsqueeze past 2^63 elements); scaling it to bytes overflowed
+  // (UBSan in the sanitizer suite).
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  Tensor a = from_ref(ref::a34, DType::Float64);
+  Tensor row = make_view(a, {3, 1, 4}, {4, big, 1}, 0);  // a, unsqueezed at 1
+  Tensor zero = make_view(zeros({3, 1, 4}, DType::Int64), {3, 1, 4}, {4, big, 1}, 0);
+  check_values(gather(row, 1, zero), ref::a34.values, 0);
+  Tensor picked = index_select(row, 1, index_of({0, 0}));
+  CHECK(picked.shape() == Shape{3, 2, 4});
+  check_values(select(picked, 1, 1), ref::a34.values, 0);
+  Tensor twice = scatter_add(row, 1, zero, row);
+  std::vector<double> doubled;
+  for (double v : ref::a34.values) doubled.push_back(2 * v);
+  check_values(twice, doubled, 0);
+}
+
 TEST_CASE("gather shape rules and errors", "[index]") {
   Tensor a = f32(ref::a34);
   // The gathered dim may be larger than the input's; the others not.
