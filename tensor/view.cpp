@@ -284,7 +284,9 @@ Tensor flatten(const Tensor& x, int start_dim, int end_dim) {
   Shape sizes;
   for (int i = 0; i < s; ++i) sizes.push_back(x.size(i));
   int64_t merged = 1;
-  for (int i = s; i <= e; ++i) merged *= x.size(i);
+  for (int i = s; i <= e; ++i)
+    DL_CHECK(!__builtin_mul_overflow(merged, x.size(i), &merged), "flatten: dimensions ", pos(s), " to ",
+             pos(e), " of shape ", x.shape(), " hold more than 2^63 - 1 elements together");
   sizes.push_back(merged);
   for (int i = e + 1; i < n; ++i) sizes.push_back(x.size(i));
   return reshape(x, sizes);

@@ -536,10 +536,11 @@ void arg_reduce_typed(const Tensor& values, const Tensor& indices, const Tensor&
 
 template <typename T>
 void softmax_typed(bool log, const Tensor& out, const Tensor& x, int dim) {
+  // An empty x's other sizes may multiply past 2^63, e.g. (2^62, 2^62, 0).
+  if (x.numel() == 0) return;
   int64_t M = 1, N = x.size(dim), J = 1;
   for (int d = 0; d < dim; ++d) M *= x.size(d);
   for (int d = dim + 1; d < x.dim(); ++d) J *= x.size(d);
-  if (M * N * J == 0) return;
   const T* xp = x.data<T>();
   T* op = out.data<T>();
   bool big = M * N * J >= kParallelGrain;

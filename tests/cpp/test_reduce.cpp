@@ -377,6 +377,15 @@ TEST_CASE("reductions refuse bad dims", "[reduce]") {
         "sum: dimension 1 out of range for a tensor of 0 dimensions");
 }
 
+TEST_CASE("softmax of an empty tensor whose other sizes multiply past 2^63", "[reduce]") {
+  // Found by fuzz_ops: the sizes before dim were multiplied before the 0 was seen
+  // (UBSan in the sanitizer suite).
+  const int64_t half = int64_t(1) << 62;
+  Tensor e = zeros(Shape{half, half, 0}, DType::Float64);
+  CHECK(softmax(e, 2).shape() == e.shape());
+  CHECK(log_softmax(e, 1).shape() == e.shape());
+}
+
 TEST_CASE("reductions without an identity refuse empty reductions", "[reduce]") {
   Tensor e = zeros(Shape{0, 3}, DType::Float32);
   CHECK(error_of([&] { reduce(Op::Amax, e, {}, false); }) ==

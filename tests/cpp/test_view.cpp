@@ -284,6 +284,10 @@ TEST_CASE("views of size-1 dims with huge strides neither overflow nor misplace 
   Tensor z = zeros({int64_t(1) << 62, 4, 0}, DType::Float32);
   CHECK(view(z, {0}).numel() == 0);
   CHECK(view(z, {int64_t(1) << 62, 0, 4}).numel() == 0);
+  CHECK(flatten(z, 1, 2).shape() == Shape{int64_t(1) << 62, 0});
+  CHECK_THAT(error_of([&] { flatten(zeros({0, int64_t(1) << 62, 4}, DType::Float32), 1, 2); }),
+             Contains("flatten: dimensions 1 to 2 of shape (0, 4611686018427387904, 4) hold more than "
+                      "2^63 - 1 elements together"));
   // a size-1 dim lent with a huge stride (a host's from_blob may do that) still views
   float buf[6] = {0, 1, 2, 3, 4, 5};
   Tensor lent = from_blob(buf, Shape{1, 6}, Shape{kBig, 1}, DType::Float32);
