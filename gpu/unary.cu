@@ -23,7 +23,7 @@ struct NotOp {
 template <typename T>
 struct WhereOp {
   __device__ void operator()(char* const (&p)[4], int64_t) const {
-    store<T>(p[0], load<bool>(p[1]) ? load<T>(p[2]) : load<T>(p[3]));
+    store<T>(p[0], fn::WhereFn{}(load<bool>(p[1]), load<T>(p[2]), load<T>(p[3])));
   }
 };
 

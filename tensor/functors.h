@@ -6,6 +6,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -121,6 +122,31 @@ struct GtFn { template <typename T> DL_HD bool operator()(T a, T b) const { retu
 struct GeFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a >= b; } };
 struct AndFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a != T(0) && b != T(0); } };
 struct OrFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a != T(0) || b != T(0); } };
+
+// ---- where: c ? a : b ----
+// On the host as a select of bits, not a branch: the loops over dense operands then
+// vectorise, and a random mask (ReLU's gradient is masked_fill through where) costs no
+// mispredictions; the branchy form took 7% of a small conv net's training step.
+template <std::size_t N> struct Bits;
+template <> struct Bits<1> { using type = uint8_t; };
+template <> struct Bits<2> { using type = uint16_t; };
+template <> struct Bits<4> { using type = uint32_t; };
+template <> struct Bits<8> { using type = uint64_t; };
+struct WhereFn { template <typename T> DL_HD T operator()(bool c, T a, T b) const {
+#ifdef __CUDA_ARCH__
+  return c ? a : b;  // a predicated select already
+#else
+  using U = typename Bits<sizeof(T)>::type;
+  const U m = U(U(0) - U(c));
+  U ua, ub;
+  std::memcpy(&ua, &a, sizeof(T));
+  std::memcpy(&ub, &b, sizeof(T));
+  const U r = U((ua & m) | (ub & U(~m)));
+  T out;
+  std::memcpy(&out, &r, sizeof(T));
+  return out;
+#endif
+} };
 
 // ---- conversion with PyTorch's semantics for out-of-range floats to ints avoided ----
 template <typename To, typename From>

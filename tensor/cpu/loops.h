@@ -188,11 +188,31 @@ void elementwise(const std::array<const Tensor*, N>& ts, F f) {
                   *reinterpret_cast<const In*>(p[2] + i * s[2]));
         }
       } else {  // where-shaped: a bool condition, then two In operands
-        for (int64_t i = 0; i < n; ++i)
-          *reinterpret_cast<Out*>(p[0] + i * s[0]) =
-              f(*reinterpret_cast<const bool*>(p[1] + i * s[1]),
-                *reinterpret_cast<const In*>(p[2] + i * s[2]),
-                *reinterpret_cast<const In*>(p[3] + i * s[3]));
+        // Dense runs, with either value operand possibly one broadcast number (as
+        // masked_fill's, and so ReLU's gradient, is): loops the compiler vectorises.
+        const bool* c = reinterpret_cast<const bool*>(p[1]);
+        const In* a = reinterpret_cast<const In*>(p[2]);
+        const In* b2 = reinterpret_cast<const In*>(p[3]);
+        const int64_t z = int64_t(sizeof(In));
+        const bool dense = s[0] == int64_t(sizeof(Out)) && s[1] == int64_t(sizeof(bool));
+        if (dense && s[2] == z && s[3] == z) {
+          for (int64_t i = 0; i < n; ++i) o[i] = f(c[i], a[i], b2[i]);
+        } else if (dense && s[2] == 0 && s[3] == z) {
+          const In av = *a;
+          for (int64_t i = 0; i < n; ++i) o[i] = f(c[i], av, b2[i]);
+        } else if (dense && s[2] == z && s[3] == 0) {
+          const In bv = *b2;
+          for (int64_t i = 0; i < n; ++i) o[i] = f(c[i], a[i], bv);
+        } else if (dense && s[2] == 0 && s[3] == 0) {  // e.g. masked_fill of an expanded tensor
+          const In av = *a, bv = *b2;
+          for (int64_t i = 0; i < n; ++i) o[i] = f(c[i], av, bv);
+        } else {
+          for (int64_t i = 0; i < n; ++i)
+            *reinterpret_cast<Out*>(p[0] + i * s[0]) =
+                f(*reinterpret_cast<const bool*>(p[1] + i * s[1]),
+                  *reinterpret_cast<const In*>(p[2] + i * s[2]),
+                  *reinterpret_cast<const In*>(p[3] + i * s[3]));
+        }
       }
     });
   };

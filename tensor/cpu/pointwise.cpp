@@ -109,7 +109,7 @@ void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool fir
 void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   DL_DISPATCH_ALL(out.dtype(), "where",
       elementwise<scalar_t, scalar_t, 4>({&out, &cond, &a, &b},
-          [](bool c, scalar_t x, scalar_t y) { return c ? x : y; }));
+          [](bool c, scalar_t x, scalar_t y) { return fn::WhereFn{}(c, x, y); }));
 }
 
 void clamp(const Tensor& out, const Tensor& x, double lo, double hi) {

@@ -38,3 +38,36 @@ TEST_CASE("integer arithmetic wraps around as two's complement", "[pointwise]") 
   CHECK(at(binary(Op::Add, u, Scalar::integer(10)), 0) == 4);
   CHECK(at(binary(Op::Mul, u, Scalar::integer(2)), 0) == 244);
 }
+
+TEST_CASE("where and masked_fill take every operand layout", "[pointwise]") {
+  // Dense runs, a broadcast number on either side (masked_fill's), and strided
+  // operands each have their own loop in the kernel (tensor/cpu/loops.h).
+  const int64_t n = 37;  // not a multiple of any vector width
+  std::vector<double> cv(n), av(n), bv(n);
+  for (int64_t i = 0; i < n; ++i) {
+    cv[size_t(i)] = (i * 7) % 3 == 0;
+    av[size_t(i)] = double(i) + 0.5;
+    bv[size_t(i)] = -double(i) - 0.25;
+  }
+  for (DType dt : {DType::Float32, DType::Float64, DType::Int32, DType::Int64}) {
+    Tensor c = from_values(cv.data(), n, Shape{n}, DType::Bool);
+    Tensor a = from_values(av.data(), n, Shape{n}, dt), b = from_values(bv.data(), n, Shape{n}, dt);
+    Tensor seven = full(Shape{}, Scalar(7.0), dt);
+    auto at = [](const Tensor& t, int64_t i) { return t.value_at(&i); };
+    Tensor both = where(c, a, b), left = where(c, seven, b), right = where(c, a, seven);
+    Tensor filled = masked_fill(b, c, Scalar(7.0));
+    Tensor spread = masked_fill(expand(full(Shape{1}, Scalar(3.0), dt), Shape{n}), c, Scalar(7.0));
+    // every other element, through strided views of out-of-place copies
+    Tensor c2 = slice(from_values(cv.data(), n, Shape{n}, DType::Bool), 0, 0, n, 2);
+    Tensor strided = where(c2, slice(a, 0, 0, n, 2), slice(b, 0, 0, n, 2));
+    for (int64_t i = 0; i < n; ++i) {
+      const bool ci = cv[size_t(i)] != 0;
+      CHECK(at(both, i) == at(ci ? a : b, i));
+      CHECK(at(left, i) == (ci ? 7.0 : at(b, i)));
+      CHECK(at(right, i) == (ci ? at(a, i) : 7.0));
+      CHECK(at(filled, i) == (ci ? 7.0 : at(b, i)));
+      CHECK(at(spread, i) == (ci ? 7.0 : 3.0));
+      if (i % 2 == 0) CHECK(at(strided, i / 2) == at(ci ? a : b, i));
+    }
+  }
+}
