@@ -1,5 +1,6 @@
 // The reduction family, recorded: forwards and derivatives side by side.
 #include <cmath>
+#include <cstdint>
 
 #include "autograd/math.h"
 #include "autograd/record.h"
@@ -31,9 +32,12 @@ Tensor unreduce(const Tensor& g, const Shape& xshape, const Shape& dims, bool ke
   return ag::reshape(g, s);
 }
 
+// The number of elements each result element reduced. Past 2^63 (only an empty x's
+// sizes multiply that far, and then the gradient is empty) it saturates.
 int64_t count_of(const Shape& xshape, const Shape& dims) {
   int64_t c = 1;
-  for (int64_t d : dims) c *= xshape[int(d)];
+  for (int64_t d : dims)
+    if (__builtin_mul_overflow(c, xshape[int(d)], &c)) return INT64_MAX;
   return c;
 }
 }  // namespace

@@ -62,29 +62,28 @@ TensorList embed_backward(Node& n, const TensorList& g) {
 }
 
 // narrow/slice/select: the input's shape is known to the node; the geometry is
-// recomputed from the op's parameters when the backward runs.
-TensorList region_backward(Node& n, const TensorList& g) {
+// recomputed from the op's parameters (attrs.i: dim and up to three integers, kept as
+// integers: a slice's step may be near 2^63) when the backward runs.
+TensorList region_backward(Op op, Node& n, const TensorList& g) {
   const Attrs& a = n.attrs;
   const Shape& xs = n.inputs[0].shape;
-  Op op = Op(a.i[3]);
   Geometry geo = geometry_in(xs, [&](const Tensor& p) {
     switch (op) {
       case Op::Narrow: return dl::narrow(p, int(a.i[0]), a.i[1], a.i[2]);
-      case Op::Slice: return dl::slice(p, int(a.i[0]), a.i[1], a.i[2], int64_t(a.d[0]));
+      case Op::Slice: return dl::slice(p, int(a.i[0]), a.i[1], a.i[2], a.i[3]);
       default: return dl::select(p, int(a.i[0]), a.i[1]);
     }
   });
   return {embed(g[0], xs, geo)};
 }
 
-Tensor record_region(Op op, const Tensor& x, Tensor y, int64_t dim, int64_t p1, int64_t p2, double p3) {
+Tensor record_region(Op op, const Tensor& x, Tensor y, int64_t dim, int64_t p1, int64_t p2, int64_t p3) {
   Ref<Node> n = maybe_node(op, {&x});
   if (!n) return y;
   n->attrs.i[0] = dim;
   n->attrs.i[1] = p1;
   n->attrs.i[2] = p2;
-  n->attrs.i[3] = int64_t(op);
-  n->attrs.d[0] = p3;
+  n->attrs.i[3] = p3;
   return finish(n, y);
 }
 
@@ -96,14 +95,20 @@ Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
   return record_region(Op::Narrow, x, dl::narrow(x, dim, start, length), dim, start, length, 0);
 }
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step) {
-  return record_region(Op::Slice, x, dl::slice(x, dim, start, stop, step), dim, start, stop, double(step));
+  return record_region(Op::Slice, x, dl::slice(x, dim, start, stop, step), dim, start, stop, step);
 }
 Tensor select(const Tensor& x, int dim, int64_t index) {
   return record_region(Op::Select, x, dl::select(x, dim, index), dim, index, 0, 0);
 }
-template <> TensorList derivative<Op::Narrow>(Node& n, const TensorList& g) { return region_backward(n, g); }
-template <> TensorList derivative<Op::Slice>(Node& n, const TensorList& g) { return region_backward(n, g); }
-template <> TensorList derivative<Op::Select>(Node& n, const TensorList& g) { return region_backward(n, g); }
+template <> TensorList derivative<Op::Narrow>(Node& n, const TensorList& g) {
+  return region_backward(Op::Narrow, n, g);
+}
+template <> TensorList derivative<Op::Slice>(Node& n, const TensorList& g) {
+  return region_backward(Op::Slice, n, g);
+}
+template <> TensorList derivative<Op::Select>(Node& n, const TensorList& g) {
+  return region_backward(Op::Select, n, g);
+}
 
 Tensor view(const Tensor& x, const Shape& shape) { return finish(maybe_node(Op::View, {&x}), dl::view(x, shape)); }
 Tensor reshape(const Tensor& x, const Shape& shape) {

@@ -72,26 +72,34 @@ void check_int(const Tensor& t, const char* op, const char* what) {
                 what, ", got ", dl::dtype_name(t.dtype()));
 }
 
+// The value of a one-element integer tensor on any device, exactly (item() is a double,
+// which cannot hold every int64, and converting one past 2^63 back is undefined).
+int64_t int_item(const Tensor& t) {
+  Tensor host = dl::empty(Shape{}, DType::Int64);
+  dl::copy_(host, t);
+  return *host.data<int64_t>();
+}
+
 // The smallest and largest value of a non-empty integer tensor, leaving out the
 // entries equal to `skip` ({1, 1} when nothing is left).
-std::pair<double, double> int_range(const Tensor& t, std::optional<int64_t> skip) {
+std::pair<int64_t, int64_t> int_range(const Tensor& t, std::optional<int64_t> skip) {
   if (!skip)
-    return {dl::reduce(Op::Amin, t, {}, false).item(), dl::reduce(Op::Amax, t, {}, false).item()};
+    return {int_item(dl::reduce(Op::Amin, t, {}, false)), int_item(dl::reduce(Op::Amax, t, {}, false))};
   Tensor keep = dl::compare(Op::Ne, t, Scalar::integer(*skip));
   if (dl::reduce(Op::Any, keep, {}, false).item() == 0) return {1, 1};
   // Left-out entries are replaced by a bound that cannot win.
   Tensor big = dl::full(Shape{}, Scalar::integer(INT32_MAX), t.dtype(), t.device());
   Tensor small = dl::full(Shape{}, Scalar::integer(INT32_MIN), t.dtype(), t.device());
-  return {dl::reduce(Op::Amin, dl::where(keep, t, big), {}, false).item(),
-          dl::reduce(Op::Amax, dl::where(keep, t, small), {}, false).item()};
+  return {int_item(dl::reduce(Op::Amin, dl::where(keep, t, big), {}, false)),
+          int_item(dl::reduce(Op::Amax, dl::where(keep, t, small), {}, false))};
 }
 
 // 1-based indices in [1, size] made 0-based; `what` names them in the error.
 Tensor from_lua_indices(const Tensor& t, int64_t size, const char* op, const char* what, const char* range) {
   if (t.numel() > 0) {
     auto [lo, hi] = int_range(t, std::nullopt);
-    if (lo < 1 || hi > double(size))
-      fail(ErrorKind::Index, op, ": ", what, " ", int64_t(lo < 1 ? lo : hi), " is out of range for ", range,
+    if (lo < 1 || hi > size)
+      fail(ErrorKind::Index, op, ": ", what, " ", lo < 1 ? lo : hi, " is out of range for ", range,
            " (expected 1..", size, ")");
   }
   return dl::binary(Op::Sub, t, Scalar::integer(1));
@@ -257,8 +265,8 @@ uint64_t dl_cross_entropy(uint64_t logits, uint64_t target, int reduction, int h
     const int64_t c = l.size(1);
     if (t.numel() > 0) {
       auto [lo, hi] = int_range(t, ignore);
-      if (lo < 1 || hi > double(c))
-        fail(ErrorKind::Index, op, ": class label ", int64_t(lo < 1 ? lo : hi), " is out of range for ", c,
+      if (lo < 1 || hi > c)
+        fail(ErrorKind::Index, op, ": class label ", lo < 1 ? lo : hi, " is out of range for ", c,
              " classes (labels are 1-based: 1..", c, ")");
     }
     // To 0-based. Both sides wrap around alike (integer tensors do), so a label equal to

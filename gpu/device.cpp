@@ -147,7 +147,7 @@ cublasHandle_t cublas(const DeviceContext& c, const char* op) {
 }
 
 unsigned grid_for(int64_t n, const DeviceContext& c, int threads) {
-  const int64_t want = (n + threads - 1) / threads;
+  const int64_t want = n / threads + (n % threads != 0);  // (n + threads - 1) overflows near 2^63
   const int64_t cap = int64_t(c.sm_count) * (2048 / threads) * 4;
   const int64_t g = want < cap ? want : cap;
   return unsigned(g < 1 ? 1 : g);

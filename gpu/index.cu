@@ -15,10 +15,20 @@ namespace dl::gpu {
 namespace {
 
 // `t` viewed with `shape` (its own strides), with a zero stride along `dim`.
+// (An empty t, where every index is out of range, is never read: its strides, which may
+// be huge, are left out.)
 Tensor along(const Tensor& t, const Shape& shape, int dim) {
   Shape st = t.strides();
   st[dim] = 0;
+  if (t.numel() == 0)
+    for (int d = 0; d < st.size(); ++d) st[d] = 0;
   return make_view(t, shape, st, t.offset());
+}
+
+// Bytes between neighbours along dim, 0 where no step is ever taken (a size of 0 or 1,
+// whose stride may be any value, e.g. a saturated one from unsqueeze).
+int64_t step_along(const Tensor& t, int dim) {
+  return t.size(dim) > 1 && t.numel() > 0 ? t.stride(dim) * int64_t(t.itemsize()) : 0;
 }
 
 template <typename U, typename I>
@@ -91,7 +101,7 @@ struct ScatterAddOp {
 void gather_named(const Tensor& out, const Tensor& x, int dim, const Tensor& index, const char* op) {
   const DeviceContext& c = activate(out, op);
   const int64_t size = x.size(dim);
-  const int64_t xstride = x.stride(dim) * int64_t(x.itemsize());
+  const int64_t xstride = step_along(x, dim);
   Tensor xv = along(x, index.shape(), dim);
   const Geom<3> g = make_geom<3>({&out, &index, &xv});
   BadIndexCheck check(c, op);
@@ -142,7 +152,7 @@ void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& 
   const char* op = "scatter_add";
   const DeviceContext& c = activate(out, op);
   const int64_t size = out.size(dim);
-  const int64_t ostride = out.stride(dim) * int64_t(out.itemsize());
+  const int64_t ostride = step_along(out, dim);
   Tensor ov = along(out, index.shape(), dim);
   // src is at least as large as the index along every dim: view it with the index's shape.
   Tensor sv = make_view(src, index.shape(), src.strides(), src.offset());

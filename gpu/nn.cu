@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(kThreads) avg_pool_kernel(PoolGeom g, const T*
       y[t] = T(0);
       continue;
     }
-    const int64_t div = g.count_include_pad ? wy.padded * wx.padded : (wy.hi - wy.lo) * (wx.hi - wx.lo);
+    const double div = g.count_include_pad ? double(wy.padded) * double(wx.padded)
+                                            : double((wy.hi - wy.lo) * (wx.hi - wx.lo));
     const T* plane = x + pl * g.H * g.W;
     T sum = T(0);
     for (int64_t iy = wy.lo; iy < wy.hi; ++iy)
@@ -142,7 +143,8 @@ __global__ void __launch_bounds__(kThreads) avg_pool_backward_kernel(PoolGeom g,
       for (int64_t ox = ox0; ox <= ox1; ++ox) {
         const Window wx = window(ox, g.sw, g.pw, g.kw, g.W);
         if (wx.lo >= wx.hi) continue;
-        const int64_t div = g.count_include_pad ? wy.padded * wx.padded : (wy.hi - wy.lo) * (wx.hi - wx.lo);
+        const double div = g.count_include_pad ? double(wy.padded) * double(wx.padded)
+                                                : double((wy.hi - wy.lo) * (wx.hi - wx.lo));
         acc += gp[oy * g.Wo + ox] / T(div);
       }
     }

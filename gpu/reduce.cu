@@ -454,10 +454,11 @@ softmax_cols(const T* x, T* out, int64_t M, int64_t N, int64_t J, bool log) {
 
 template <typename T>
 void softmax_typed(bool log, const Tensor& out, const Tensor& x, int dim, const char* op) {
+  // An empty x's other sizes may multiply past 2^63, e.g. (2^62, 2^62, 0).
+  if (x.numel() == 0) return;
   int64_t M = 1, N = x.size(dim), J = 1;
   for (int d = 0; d < dim; ++d) M *= x.size(d);
   for (int d = dim + 1; d < x.dim(); ++d) J *= x.size(d);
-  if (M * N * J == 0) return;
   const DeviceContext& c = activate(out, op);
   if (J == 1) {
     const int64_t cap = int64_t(c.sm_count) * 16;

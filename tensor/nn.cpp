@@ -138,8 +138,8 @@ PoolDims pool_dims(const char* op, const Shape& xs, const Pool2dOpts& opts) {
     o.stride[1] = o.kernel[1];
   }
   DL_CHECK(o.stride[0] >= 1 && o.stride[1] >= 1, op, ": stride must be positive, got ", pair_str(o.stride));
-  DL_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0 && 2 * o.padding[0] <= o.kernel[0] &&
-               2 * o.padding[1] <= o.kernel[1],
+  DL_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0 && o.padding[0] <= o.kernel[0] / 2 &&
+               o.padding[1] <= o.kernel[1] / 2,
            op, ": padding must be between 0 and half the kernel size, got padding ", pair_str(o.padding),
            " for kernel_size ", pair_str(o.kernel));
   const Shape b = batched(xs);
@@ -361,7 +361,8 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   if (!training)
     DL_CHECK(running_mean.defined() && running_var.defined(), op,
              ": running_mean and running_var are needed in evaluation mode");
-  const int64_t S = C == 0 || N == 0 ? 0 : x.numel() / (N * C);
+  // (an empty x's N * C may pass 2^63: (2^62, 2^62, 0))
+  const int64_t S = x.numel() == 0 ? 0 : x.numel() / (N * C);
   const int64_t count = N * S;
   if (training && C > 0)
     DL_CHECK(count > 1, op, ": expected more than 1 value per channel when training, got an input of shape ",

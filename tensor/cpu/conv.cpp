@@ -115,8 +115,8 @@ struct Span {
   int64_t lo, hi;
 };
 Span valid_span(int64_t off, int64_t s, int64_t len, int64_t out) {
-  int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
-  int64_t hi = len - off <= 0 ? 0 : (len - off + s - 1) / s;
+  int64_t lo = off >= 0 ? 0 : ceil_div(-off, s);
+  int64_t hi = len - off <= 0 ? 0 : ceil_div(len - off, s);
   lo = std::min(lo, out);
   hi = std::clamp(hi, lo, out);
   return {lo, hi};

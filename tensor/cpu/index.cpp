@@ -35,13 +35,12 @@ void parallel_for(int64_t n, int64_t work, Run&& run) {
 #pragma omp parallel
   {
 #ifdef _OPENMP
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
 #else
-    int nt = 1, t = 0;
+    const int nt = 1, t = 0;
 #endif
-    int64_t chunk = (n + nt - 1) / nt;
-    int64_t b = int64_t(t) * chunk, e = std::min(n, b + chunk);
-    if (b < e) run(b, e);
+    const Chunk c = chunk_of(n, nt, t);
+    if (c.b < c.e) run(c.b, c.e);
   }
 }
 
@@ -95,6 +94,10 @@ Lines<N> make_lines(const std::array<const Tensor*, N>& ts, const Shape& shape, 
     const bool steps = ts[k]->size(dim) > 1 && ts[k]->numel() > 0;
     g.step[k] = steps ? st[dim] * int64_t(ts[k]->itemsize()) : 0;
     st.erase(dim);
+    // An empty operand (x empty along dim, where every index is out of range) is never
+    // read; its other strides may be huge, e.g. (2^61, 1) for shape (2, 0, 2^61).
+    if (ts[k]->numel() == 0)
+      for (int d = 0; d < st.size(); ++d) st[d] = 0;
     views[k] = make_view(*ts[k], outer_sizes, st, ts[k]->offset());
     ptrs[k] = &views[k];
   }

@@ -127,6 +127,21 @@ void for_each_run(const StridedOperands<N>& g, int64_t begin, int64_t end, Body&
   }
 }
 
+// ceil(a / b) for a >= 0, b > 0, without the overflow of (a + b - 1) / b near 2^63.
+inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+// Thread t's share [b, e) of [0, n) cut into nt chunks (empty when b >= e). Written so
+// that nothing overflows for n near 2^63: a broadcast (expanded) tensor may have that
+// many elements and still be read, or written by an in-place op.
+struct Chunk {
+  int64_t b, e;
+};
+inline Chunk chunk_of(int64_t n, int nt, int t) {
+  const int64_t chunk = ceil_div(n, nt);
+  const int64_t b = int64_t(t) * chunk;
+  return {b, n - b > chunk ? b + chunk : n};
+}
+
 // Runs `run(begin, end)` over [0, n), in parallel chunks when n is large.
 template <typename Run>
 void parallel_range(int64_t n, Run&& run) {
@@ -137,13 +152,11 @@ void parallel_range(int64_t n, Run&& run) {
 #pragma omp parallel
   {
 #ifdef _OPENMP
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const Chunk c = chunk_of(n, omp_get_num_threads(), omp_get_thread_num());
 #else
-    int nt = 1, t = 0;
+    const Chunk c = chunk_of(n, 1, 0);
 #endif
-    int64_t chunk = (n + nt - 1) / nt;
-    int64_t b = t * chunk, e = b + chunk < n ? b + chunk : n;
-    if (b < e) run(b, e);
+    if (c.b < c.e) run(c.b, c.e);
   }
 }
 

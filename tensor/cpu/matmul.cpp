@@ -255,20 +255,19 @@ void int_matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
       for (int64_t j = 0; j < N; ++j) crow[j] = static_cast<T>(acc[size_t(j)]);
     }
   };
-  if (rows < 2 || rows * N * K < kParallelGrain) {
+  // (in double: broadcast operands may have sizes whose product passes 2^63)
+  if (rows < 2 || double(rows) * double(N) * double(K) < double(kParallelGrain)) {
     run(0, rows);
     return;
   }
 #pragma omp parallel
   {
 #ifdef _OPENMP
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const Chunk c = chunk_of(rows, omp_get_num_threads(), omp_get_thread_num());
 #else
-    int nt = 1, t = 0;
+    const Chunk c = chunk_of(rows, 1, 0);
 #endif
-    int64_t chunk = (rows + nt - 1) / nt;
-    int64_t b0 = int64_t(t) * chunk, e0 = std::min(rows, b0 + chunk);
-    if (b0 < e0) run(b0, e0);
+    if (c.b < c.e) run(c.b, c.e);
   }
 }
 

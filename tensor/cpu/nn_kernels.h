@@ -40,13 +40,12 @@ void parallel_units(int64_t n, double work, Run&& run) {
 #pragma omp parallel
   {
 #ifdef _OPENMP
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
 #else
-    int nt = 1, t = 0;
+    const int nt = 1, t = 0;
 #endif
-    int64_t chunk = (n + nt - 1) / nt;
-    int64_t b = int64_t(t) * chunk, e = b + chunk < n ? b + chunk : n;
-    if (b < e) run(b, e, t);
+    const Chunk c = chunk_of(n, nt, t);
+    if (c.b < c.e) run(c.b, c.e, t);
   }
 }
 

@@ -156,7 +156,7 @@ void avg_forward(const Tensor& out, const Tensor& x, const Pool2dOpts& o) {
             y[oy * g.Wo + ox] = T(0);
             continue;
           }
-          const int64_t div = o.count_include_pad ? wy.padded * wx.padded
+          const double div = o.count_include_pad ? double(wy.padded) * double(wx.padded)
                                                   : (wy.hi - wy.lo) * (wx.hi - wx.lo);
           T sum = T(0);
           for (int64_t iy = wy.lo; iy < wy.hi; ++iy) {
@@ -186,7 +186,7 @@ void avg_backward(const Tensor& gx, const Tensor& gy, const Pool2dOpts& o) {
         for (int64_t ox = 0; ox < g.Wo; ++ox) {
           const Window wx = window(ox, g.sw, g.pw, g.kw, g.W);
           if (wy.lo >= wy.hi || wx.lo >= wx.hi) continue;
-          const int64_t div = o.count_include_pad ? wy.padded * wx.padded
+          const double div = o.count_include_pad ? double(wy.padded) * double(wx.padded)
                                                   : (wy.hi - wy.lo) * (wx.hi - wx.lo);
           const T v = gp[oy * g.Wo + ox] / T(div);
           for (int64_t iy = wy.lo; iy < wy.hi; ++iy) {

@@ -207,12 +207,12 @@ struct RowBlocks {
     nruns = p.nred / len;
     if (len >= kBlock) {
       runs_per_block = 1;
-      chunks_per_run = (len + kBlock - 1) / kBlock;
+      chunks_per_run = ceil_div(len, kBlock);
       count = nruns * chunks_per_run;
     } else {
       runs_per_block = std::max<int64_t>(1, kBlock / len);
       chunks_per_run = 1;
-      count = (nruns + runs_per_block - 1) / runs_per_block;
+      count = ceil_div(nruns, runs_per_block);
     }
   }
 };
@@ -375,8 +375,10 @@ void reduce_cols(const R& r, const Plan& p, const T* x, Out* out, const double* 
     task_geometry(t, k, j0, jt);
     TileCenters c = tile_centers(k, j0);
     parallel_for(nrb, big, [&](int64_t b) {
-      fold_cols(r, p, x + k.off0 + j0 * js, jt, js, p.nred * b / nrb, p.nred * (b + 1) / nrb, c,
-                part.get() + b * kTile);
+      // block b's share of the reduced rows, floor(nred b / nrb), in 128 bits: an
+      // expanded x may reduce over nearly 2^63 rows
+      const auto at = [&](int64_t i) { return int64_t(__int128(p.nred) * i / nrb); };
+      fold_cols(r, p, x + k.off0 + j0 * js, jt, js, at(b), at(b + 1), c, part.get() + b * kTile);
     });
     for (int64_t b = 1; b < nrb; ++b)
       for (int64_t q = 0; q < jt; ++q) part[q] = r.merge(part[q], part[b * kTile + q]);
@@ -475,7 +477,7 @@ void arg_reduce_typed(const Tensor& values, const Tensor& indices, const Tensor&
       const T* row = xp + k.off0;
       T best;
       int64_t bi;
-      int64_t nb = (n + kBlock - 1) / kBlock;
+      int64_t nb = ceil_div(n, kBlock);
       if (!par || nb < 2) {
         scan(row, 0, n, best, bi);
       } else {  // blocks in parallel, merged in order (ties keep the earlier block)

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "autograd/autograd.h"
 
@@ -161,4 +162,23 @@ TEST_CASE("variables are recorded only while a gradient is taken, and logged", "
   REQUIRE(log.used().size() == 1);
   REQUIRE(ag::grad({y}, {}, {v}, false)[0].item() == 6);
   REQUIRE_THROWS_WITH(ag::fill_(v, Scalar(1.0)), Catch::Contains("Variable"));
+}
+
+TEST_CASE("backward through huge geometry: a slice step near 2^63, an empty input's sizes", "[autograd]") {
+  // The step was kept as a double, and 2^63 - 1 rounds to 2^63, which does not convert
+  // back; the reduced count of an empty (2^62, 2^62, 0) multiplied past 2^63.
+  const int64_t top = std::numeric_limits<int64_t>::max();
+  Tensor g = d([&](const Tensor& x) { return ag::reduce(Op::Sum, ag::slice(x, 0, 0, 3, top), {}, false); },
+               ones(Shape{3}, DType::Float64));
+  CHECK(g.shape() == Shape{3});
+  int64_t at = 0;
+  CHECK(g.value_at(&at) == 1);
+  at = 2;
+  CHECK(g.value_at(&at) == 0);
+  const int64_t half = int64_t(1) << 62;
+  for (Op op : {Op::Sum, Op::Mean}) {
+    auto f = [&](const Tensor& x) { return ag::reduce(Op::Sum, ag::reduce(op, x, {0, 1}, false), {}, false); };
+    Tensor e = d(f, zeros(Shape{half, half, 0}, DType::Float64));
+    CHECK(e.shape() == Shape{half, half, 0});
+  }
 }

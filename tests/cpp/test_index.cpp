@@ -353,3 +353,15 @@ TEST_CASE("a backend without the indexing kernels reports them as not implemente
   }
   register_backend(DeviceType::CUDA, nullptr);
 }
+
+TEST_CASE("gather and scatter_add into an input empty along dim say the index is out of range", "[index]") {
+  // The empty operand's other strides may be huge ((2^61, 1) here); scaled to bytes
+  // they overflowed before the index was checked.
+  const int64_t big = int64_t(1) << 61;
+  Tensor x = zeros({2, 0, big}, DType::Float32);
+  Tensor idx = zeros({2, 1, 2}, DType::Int64);
+  CHECK_THAT(error_of([&] { gather(x, 1, idx); }),
+             StartsWith("gather: index 0 is out of range for dimension 1 of size 0"));
+  CHECK_THAT(error_of([&] { scatter_add(x, 1, idx, zeros({2, 1, 2}, DType::Float32)); }),
+             StartsWith("scatter_add: index 0 is out of range for dimension 1 of size 0"));
+}

@@ -389,6 +389,26 @@ TEST_CASE("conv2d errors name the op and the shapes", "[nn]") {
   wide.stride[0] = wide.stride[1] = std::numeric_limits<int>::max();
   wide.ceil_mode = true;
   CHECK(max_pool2d(zeros({0, 1, top, 1}, DType::Float32), wide).first.numel() == 0);
+  // Sizes the C ABI cannot pass (it takes ints) but C++ callers can: a stride near 2^63
+  // (conv's tap bounds), a window of 2^64 padded pixels (avg_pool2d's divisor), and the
+  // channel statistics of an empty (2^62, 2^62, 0) input (batch_norm's N * C).
+  Conv2dOpts far;
+  far.stride[1] = top;
+  Tensor x4 = randu({1, 1, 2, 2});
+  Tensor y4 = conv2d(x4, ones({1, 1, 1, 1}, DType::Float32), Tensor(), far);
+  CHECK(y4.shape() == Shape{1, 1, 2, 1});
+  int64_t at[] = {0, 0, 1, 0};
+  CHECK(y4.value_at(at) == x4.value_at(at));
+  Pool2dOpts vast;
+  vast.kernel[0] = vast.kernel[1] = int64_t(1) << 32;
+  vast.padding[0] = vast.padding[1] = int64_t(1) << 31;
+  Tensor one = ones({1, 1, 1, 1}, DType::Float64);
+  int64_t at0[] = {0, 0, 0, 0};
+  CHECK(avg_pool2d(one, vast).value_at(at0) == std::ldexp(1.0, -64));
+  const int64_t half = int64_t(1) << 62;
+  CHECK_THAT(error_of([&] { batch_norm(zeros({half, half, 0}, DType::Float32), Tensor(), Tensor(), Tensor(),
+                                       Tensor(), true, 0.1, 1e-5); }),
+             StartsWith("batch_norm: expected more than 1 value per channel when training"));
   // The engine stays usable.
   CHECK(conv2d(randu({1, 3, 4, 4}), w, Tensor(), Conv2dOpts{}).shape() == Shape{1, 16, 2, 2});
 }

@@ -200,12 +200,17 @@ local OTHER = {
     { "float indices", function() return F.embedding(dl.ones(2), dl.ones(5, 3)) end, { "embedding", "float32" } },
     { "index out of range", function() return F.embedding(dl.tensor({ 6 }, { dtype = "int64" }), dl.ones(5, 3)) end,
       { "embedding", "6" } },
+    -- 2^63 - 1 (int64 wraps around): named exactly, not through a double (fuzz_ops)
+    { "index 2^63 - 1", function() return F.embedding(dl.tensor({ 2 ^ 62 }, { dtype = "int64" }) * 2 - 1, dl.ones(5, 3)) end,
+      { "embedding", "index 9223372036854775807 is out of range" } },
   },
   cross_entropy = {
     { "batch sizes", function() return dl.nn.cross_entropy(dl.ones(3, 4), dl.tensor({ 1, 2 }, { dtype = "int64" })) end,
       { "cross_entropy", "(3, 4)", "(2,)" } },
     { "label out of range", function() return dl.nn.cross_entropy(dl.ones(2, 4), dl.tensor({ 1, 5 }, { dtype = "int64" })) end,
       { "cross_entropy", "5" } },
+    { "label 2^63 - 1", function() return dl.nn.cross_entropy(dl.ones(1, 4), dl.tensor({ 2 ^ 62 }, { dtype = "int64" }) * 2 - 1) end,
+      { "cross_entropy", "class label 9223372036854775807 is out of range" } },
     { "float labels", function() return dl.nn.cross_entropy(dl.ones(2, 4), dl.ones(2)) end,
       { "cross_entropy", "float32" } },
   },
