@@ -182,3 +182,31 @@ TEST_CASE("backward through huge geometry: a slice step near 2^63, an empty inpu
     CHECK(e.shape() == Shape{half, half, 0});
   }
 }
+
+TEST_CASE("matmul's gradient for an operand stored transposed comes in the operand's layout", "[autograd]") {
+  // y = x W^T, as in a Linear layer: W's gradient g^T x arrives contiguous, so the
+  // optimizer's step needs no copy; the values are those of the plain formula.
+  ag::GradScope scope;
+  double xv[] = {1, 2, 3, 4, 5, 6, 7, 8}, wv[] = {1, -1, 2, 0.5, 3, -2};
+  Tensor x = ag::watch(from_values(xv, 8, Shape{4, 2}, DType::Float64));
+  Tensor w = ag::watch(from_values(wv, 6, Shape{3, 2}, DType::Float64));
+  Tensor wt = ag::transpose(w, 0, 1);
+  Tensor y = ag::matmul(x, wt);
+  Tensor loss = ag::reduce(Op::Sum, ag::binary(Op::Mul, y, y), {}, false);
+  TensorList g = ag::grad({loss}, {}, {w, wt, x}, false);
+  CHECK(g[0].is_contiguous());
+  // dL/dW = (2 y)^T x; dL/dx = (2 y) W
+  Tensor gy = dl::binary(Op::Mul, dl::matmul(x, dl::transpose(w, 0, 1)), Scalar(2.0));
+  Tensor want_w = dl::matmul(dl::transpose(gy, 0, 1), x), want_x = dl::matmul(gy, w);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 2; ++j) {
+      int64_t at[] = {i, j}, at_t[] = {j, i};
+      CHECK(g[0].value_at(at) == Approx(want_w.value_at(at)));
+      CHECK(g[1].value_at(at_t) == Approx(want_w.value_at(at)));
+    }
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 2; ++j) {
+      int64_t at[] = {i, j};
+      CHECK(g[2].value_at(at) == Approx(want_x.value_at(at)));
+    }
+}
