@@ -104,7 +104,9 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
   __shared__ A sh[kThreads];
   const int bx = int(blockDim.x), by = int(blockDim.y), tx = int(threadIdx.x), ty = int(threadIdx.y);
   const int64_t S = gridDim.y, slice = blockIdx.y;
-  const int64_t r0 = p.nred * slice / S, r1 = p.nred * (slice + 1) / S;
+  // this slice's share of the reduced rows, in 128 bits: an expanded x may reduce over
+  // nearly 2^63 rows
+  const int64_t r0 = int64_t(__int128(p.nred) * slice / S), r1 = int64_t(__int128(p.nred) * (slice + 1) / S);
   const int64_t L = p.rs[p.nr - 1], ls = p.rxs[p.nr - 1];
   for (int64_t ob = int64_t(blockIdx.x) * by; ob < p.nout; ob += int64_t(gridDim.x) * by) {
     const int64_t o = ob + ty;
@@ -285,7 +287,7 @@ arg_kernel(ArgPlan p, const T* x, T* vals, int64_t* idx, T* pv, int64_t* pi) {
   __shared__ int64_t si[kThreads];
   const int bx = int(blockDim.x), by = int(blockDim.y), tx = int(threadIdx.x), ty = int(threadIdx.y);
   const int64_t S = gridDim.y, slice = blockIdx.y;
-  const int64_t i0 = p.n * slice / S, i1 = p.n * (slice + 1) / S;
+  const int64_t i0 = int64_t(__int128(p.n) * slice / S), i1 = int64_t(__int128(p.n) * (slice + 1) / S);
   for (int64_t ob = int64_t(blockIdx.x) * by; ob < p.nout; ob += int64_t(gridDim.x) * by) {
     const int64_t o = ob + ty;
     T bv = T(0);
