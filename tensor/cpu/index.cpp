@@ -28,20 +28,7 @@ namespace {
 // elements touched) is worth it.
 template <typename Run>
 void parallel_for(int64_t n, int64_t work, Run&& run) {
-  if (n < 2 || work < kParallelGrain) {
-    run(int64_t(0), n);
-    return;
-  }
-#pragma omp parallel
-  {
-#ifdef _OPENMP
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-    const int nt = 1, t = 0;
-#endif
-    const Chunk c = chunk_of(n, nt, t);
-    if (c.b < c.e) run(c.b, c.e);
-  }
+  parallel_units(n, double(work), [&](int64_t b, int64_t e, int) { run(b, e); });
 }
 
 // The bad index at the lowest position (byte offset in the index tensor) among all

@@ -142,22 +142,40 @@ inline Chunk chunk_of(int64_t n, int nt, int t) {
   return {b, n - b > chunk ? b + chunk : n};
 }
 
-// Runs `run(begin, end)` over [0, n), in parallel chunks when n is large.
+// Runs run(begin, end, thread) over [0, n) units, split into one contiguous range per
+// OpenMP thread when the whole job (`work`, roughly the elements touched; a double, as an
+// estimate from a caller's geometry such as a pool's window can pass 2^63) is worth
+// waking them for; `thread` is below max_threads(). Nothing inside may throw.
 template <typename Run>
-void parallel_range(int64_t n, Run&& run) {
-  if (n < kParallelGrain) {
-    run(int64_t(0), n);
+void parallel_units(int64_t n, double work, Run&& run) {
+  if (n < 2 || work < kParallelGrain) {
+    run(int64_t(0), n, 0);
     return;
   }
 #pragma omp parallel
   {
 #ifdef _OPENMP
-    const Chunk c = chunk_of(n, omp_get_num_threads(), omp_get_thread_num());
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
 #else
-    const Chunk c = chunk_of(n, 1, 0);
+    const int nt = 1, t = 0;
 #endif
-    if (c.b < c.e) run(c.b, c.e);
+    const Chunk c = chunk_of(n, nt, t);
+    if (c.b < c.e) run(c.b, c.e, t);
   }
+}
+
+inline int max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// Runs `run(begin, end)` over [0, n), in parallel chunks when n is large.
+template <typename Run>
+void parallel_range(int64_t n, Run&& run) {
+  parallel_units(n, double(n), [&](int64_t b, int64_t e, int) { run(b, e); });
 }
 
 // out[i] = f(in1[i], ..., inN-1[i]) with out of type Out and inputs of type In

@@ -255,20 +255,8 @@ void int_matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
       for (int64_t j = 0; j < N; ++j) crow[j] = static_cast<T>(acc[size_t(j)]);
     }
   };
-  // (in double: broadcast operands may have sizes whose product passes 2^63)
-  if (rows < 2 || double(rows) * double(N) * double(K) < double(kParallelGrain)) {
-    run(0, rows);
-    return;
-  }
-#pragma omp parallel
-  {
-#ifdef _OPENMP
-    const Chunk c = chunk_of(rows, omp_get_num_threads(), omp_get_thread_num());
-#else
-    const Chunk c = chunk_of(rows, 1, 0);
-#endif
-    if (c.b < c.e) run(c.b, c.e);
-  }
+  // (the work in double: broadcast operands may have sizes whose product passes 2^63)
+  parallel_units(rows, double(rows) * double(N) * double(K), [&](int64_t b, int64_t e, int) { run(b, e); });
 }
 
 }  // namespace

@@ -27,34 +27,4 @@ void channel_affine(const Tensor& out, const Tensor& x, const Tensor& scale, con
 void cross_entropy(const Tensor& loss, const Tensor& logits, const Tensor& target,
                    std::optional<int64_t> ignore_index);
 
-// Runs run(begin, end, thread) over [0, n) units, split into one contiguous range per
-// OpenMP thread when the whole job (`work`, roughly the elements touched; a double, as an
-// estimate from a caller's geometry such as a pool's window can pass 2^63) is worth
-// waking them for; `thread` is below max_threads(). Nothing inside may throw.
-template <typename Run>
-void parallel_units(int64_t n, double work, Run&& run) {
-  if (n < 2 || work < kParallelGrain) {
-    run(int64_t(0), n, 0);
-    return;
-  }
-#pragma omp parallel
-  {
-#ifdef _OPENMP
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-    const int nt = 1, t = 0;
-#endif
-    const Chunk c = chunk_of(n, nt, t);
-    if (c.b < c.e) run(c.b, c.e, t);
-  }
-}
-
-inline int max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 }  // namespace dl::cpu
