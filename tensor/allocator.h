@@ -4,7 +4,9 @@
 // classes per power of two) and are handed out again, most recently freed first,
 // without a trip to the system allocator; the cache is bounded, and large blocks that
 // went unused for a whole collection cycle, and while four times their size was
-// allocated, are given back (trim_idle). The allocator also
+// allocated, are given back (trim_idle). Blocks of 2 MB and more are mapped on their
+// own and backed by transparent huge pages where Linux offers them (Note [Huge pages
+// for large blocks] in allocator.cpp). The allocator also
 // counts bytes allocated since the last reset, which the Lua binding reads to step
 // its collector (DESIGN.md decision 4), and enforces an optional byte cap (the
 // embedding API's tensor memory limit).
@@ -34,7 +36,9 @@ void set_limit(int64_t bytes) noexcept;
 // Returns every cached block to the system.
 void empty_cache() noexcept;
 // Returns the cached blocks of 1 MB or more that were already cached at the previous
-// call and have not been reused since, while four times their size was allocated. The
+// call and have not been reused since, while four times their size was allocated,
+// beyond as many blocks of their size class as were handed out in either of the last
+// two cycles (a loop's steady demand stays cached). The
 // Lua binding calls it after each full collection, so a large temporary stays resident
 // for at most two collection cycles or four times its size of allocation, whichever is
 // longer.

@@ -80,6 +80,53 @@ TEST_CASE("allocator: large blocks idle for a whole cycle and four times their s
   ha::empty_cache();
 }
 
+TEST_CASE("allocator: a bin keeps the blocks it handed out in either of the last two cycles") {
+  const size_t big = size_t(4) << 20;
+  const int64_t big_block = block_size(big);
+  ha::empty_cache();
+  auto churn = [] {  // 24 MB of allocation in blocks too small to be trimmed
+    for (int i = 0; i < 48; ++i) {
+      void* other = ha::allocate(size_t(512) << 10, "test");
+      ha::deallocate(other, size_t(512) << 10);
+    }
+  };
+  churn();  // its one block stays cached throughout
+  void* p[3];
+  for (auto& b : p) b = ha::allocate(big, "test");  // three in one cycle
+  for (auto& b : p) ha::deallocate(b, big);
+  ha::trim_idle();
+  const int64_t three = ha::stats().cached;
+  CHECK(three >= 3 * big_block);
+  void* q[2];
+  for (auto& b : q) b = ha::allocate(big, "test");  // two in the next: the third sits idle...
+  churn();
+  for (auto& b : q) ha::deallocate(b, big);
+  ha::trim_idle();  // ...but the cycle before wanted three
+  CHECK(ha::stats().cached == three);
+  churn();
+  ha::trim_idle();  // the last two cycles wanted two and none: one goes
+  CHECK(ha::stats().cached == three - big_block);
+  churn();
+  ha::trim_idle();  // none and none: all go
+  CHECK(ha::stats().cached == three - 3 * big_block);
+  ha::empty_cache();
+}
+
+#if defined(__linux__)
+TEST_CASE("allocator: blocks of 2 MB and more are mapped on their own, aligned to a huge page") {
+  ha::empty_cache();
+  for (size_t n : {size_t(2) << 20, (size_t(5) << 20) + 3, size_t(40000000)}) {
+    INFO(n);
+    void* p = ha::allocate(n, "test");
+    CHECK(reinterpret_cast<uintptr_t>(p) % (size_t(2) << 20) == 0);
+    std::memset(p, 7, n);
+    CHECK(static_cast<unsigned char*>(p)[n - 1] == 7);
+    ha::deallocate(p, n);
+  }
+  ha::empty_cache();  // unmapped again (ASan and the address space agree)
+}
+#endif
+
 TEST_CASE("object pool: tensors are made and freed across threads without loss") {
   // Tensors made on one thread and released on another, then the threads exit: the
   // pool's per-thread lists must neither lose nor double-free a block (ASan, LSan).
