@@ -35,6 +35,7 @@
 #include <climits>
 #include <cstring>
 
+#include "tensor/cpu/conv_direct.h"
 #include "tensor/cpu/nn_kernels.h"
 
 namespace dl::cpu {
@@ -249,9 +250,34 @@ void chunk_channels(const Geom& g, int64_t nb, F&& f) {
 
 // ---- forward --------------------------------------------------------------------------
 
+// float32, stride 1, one group, a kernel larger than 1x1 and few output channels: the
+// direct kernels of conv_direct.cpp, one sample per thread at a time (Note [Direct
+// convolution]). Returns false, having done nothing, when they do not serve the shape.
+bool forward_direct(const Geom& g, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  if (x.dtype() != DType::Float32 || g.G != 1 || g.sh != 1 || g.sw != 1 ||
+      !direct_conv_suits(g.C, g.H, g.W, g.O, g.kh, g.kw))
+    return false;
+  const DirectConv d = direct_conv_plan(g.C, g.H, g.W, g.O, g.kh, g.kw, g.ph, g.pw, g.dh, g.dw);
+  if (d.scratch_len * int64_t(sizeof(float)) > kThreadColumns) return false;
+  Tensor scratch = empty(Shape{d.taps * d.O + buffers(g) * d.scratch_len}, DType::Float32, Device{}, "conv2d");
+  Tensor shifts = empty(Shape{d.taps}, DType::Int64, Device{}, "conv2d");
+  float* wt = scratch.data<float>();
+  int64_t* shift = shifts.data<int64_t>();
+  direct_conv_prepare(d, w.data<float>(), wt, shift);
+  const float* px = x.data<float>();
+  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+  float* py = out.data<float>();
+  const int64_t xs = g.C * g.H * g.W, ys = g.O * g.P;
+  per_sample_threads(g, wt + d.taps * d.O, d.scratch_len, [&](int64_t n, float* buf, int) {
+    direct_conv_sample(d, px + n * xs, wt, shift, pb, py + n * ys, buf);
+  });
+  return true;
+}
+
 template <typename T>
 void forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o) {
   const Geom g = geom_of("conv2d", x.shape(), w.shape(), out.shape(), o, sizeof(T));
+  if (forward_direct(g, out, x, w, bias)) return;
   const T* px = x.data<T>();
   const T* pw = w.data<T>();
   const T* pb = bias.defined() ? bias.data<T>() : nullptr;
@@ -375,6 +401,47 @@ void input_grad(const Tensor& gx, const Tensor& gy, const Tensor& w, const Conv2
 
 // ---- gradient with respect to the weight -------------------------------------------------
 
+// gw[g] (Og, Kg) = acc_t[g]^T, acc_t[g] (Kg, Og) being the sum of nt partial sums `per`
+// apart (the first in place).
+template <typename T>
+void sum_transposed_into(const Geom& g, T* acc_t, int64_t nt, int64_t per, const Tensor& gw) {
+  const int64_t wn = g.O * g.Kg;
+  for (int64_t t = 1; t < nt; ++t) {
+    const T* acc = acc_t + t * per;
+    for (int64_t i = 0; i < wn; ++i) acc_t[i] += acc[i];
+  }
+  T* pw = gw.data<T>();
+  for (int64_t gr = 0; gr < g.G; ++gr)
+    for (int64_t k = 0; k < g.Kg; ++k)
+      for (int64_t oc = 0; oc < g.Og; ++oc) pw[(gr * g.Og + oc) * g.Kg + k] = acc_t[(gr * g.Kg + k) * g.Og + oc];
+}
+
+// The direct kernels' weight gradient (the shapes forward_direct takes): per thread a
+// scratch buffer, then its partial sum. Returns false, having done nothing, when they
+// do not serve the shape.
+bool weight_grad_direct(const Geom& g, const Tensor& gw, const Tensor& x, const Tensor& gy) {
+  if (x.dtype() != DType::Float32 || g.G != 1 || g.sh != 1 || g.sw != 1 ||
+      !direct_conv_suits(g.C, g.H, g.W, g.O, g.kh, g.kw))
+    return false;
+  const DirectConv d = direct_conv_plan(g.C, g.H, g.W, g.O, g.kh, g.kw, g.ph, g.pw, g.dh, g.dw);
+  if (d.scratch_len * int64_t(sizeof(float)) > kThreadColumns) return false;
+  const int64_t nt = buffers(g), wn = d.taps * d.O, per = d.scratch_len + wn;
+  Tensor scratch = empty(Shape{nt * per}, DType::Float32, Device{}, "conv2d_weight_grad");
+  Tensor shifts = empty(Shape{d.taps}, DType::Int64, Device{}, "conv2d_weight_grad");
+  float* sp = scratch.data<float>();
+  int64_t* shift = shifts.data<int64_t>();
+  direct_conv_prepare(d, nullptr, nullptr, shift);
+  for (int64_t t = 0; t < nt; ++t) std::fill(sp + t * per + d.scratch_len, sp + (t + 1) * per, 0.0f);
+  const float* px = x.data<float>();
+  const float* pg = gy.data<float>();
+  const int64_t xs = g.C * g.H * g.W, ys = g.O * g.P;
+  per_sample_threads(g, sp, per, [&](int64_t n, float* buf, int) {
+    direct_conv_weight_grad_sample(d, px + n * xs, pg + n * ys, shift, buf + d.scratch_len, buf);
+  });
+  sum_transposed_into(g, sp + d.scratch_len, nt, per, gw);
+  return true;
+}
+
 // Accumulated transposed, gW[g]^T (Kg, Og) += col[n, g] (Kg, P) . gy[n, g]^T: the same
 // products, but OpenBLAS's AVX-512 kernels ran this shape (a narrow result) about a
 // fifth faster than gy . col^T for the 16-channel 3x3 layers of small image models;
@@ -382,6 +449,7 @@ void input_grad(const Tensor& gx, const Tensor& gy, const Tensor& w, const Conv2
 template <typename T>
 void weight_grad(const Tensor& gw, const Tensor& x, const Tensor& gy, const Conv2dOpts& o) {
   const Geom g = geom_of("conv2d_weight_grad", x.shape(), gw.shape(), gy.shape(), o, sizeof(T));
+  if (weight_grad_direct(g, gw, x, gy)) return;
   const T* px = x.data<T>();
   const T* pg = gy.data<T>();
   const int64_t xs = g.C * g.H * g.W, ys = g.O * g.P, cs = g.rows * g.P, wn = g.O * g.Kg;
@@ -390,14 +458,6 @@ void weight_grad(const Tensor& gw, const Tensor& x, const Tensor& gy, const Conv
       for (int64_t p0 = 0; p0 < g.P; p0 += g.pb)
         gemm(false, true, g.Kg, g.Og, std::min(g.pb, g.P - p0), col + gr * g.Kg * g.P + p0, g.P,
              pg + n * ys + gr * g.Og * g.P + p0, g.P, accumulate || p0 > 0, acc_t + gr * g.Kg * g.Og, g.Og);
-  };
-  // gw[g] (Og, Kg) = acc_t[g]^T.
-  auto transpose_into_gw = [&](const T* acc_t) {
-    T* pw = gw.data<T>();
-    for (int64_t gr = 0; gr < g.G; ++gr)
-      for (int64_t k = 0; k < g.Kg; ++k)
-        for (int64_t oc = 0; oc < g.Og; ++oc)
-          pw[(gr * g.Og + oc) * g.Kg + k] = acc_t[(gr * g.Kg + k) * g.Og + oc];
   };
   if (g.small) {
     // Per thread: a column buffer (unless direct), then a partial sum, zeroed first
@@ -416,12 +476,7 @@ void weight_grad(const Tensor& gw, const Tensor& x, const Tensor& gy, const Conv
         sample(n, buf, acc, true);
       }
     });
-    T* total = sp + per - wn;
-    for (int64_t t = 1; t < nt; ++t) {
-      const T* acc = sp + t * per + per - wn;
-      for (int64_t i = 0; i < wn; ++i) total[i] += acc[i];
-    }
-    transpose_into_gw(total);
+    sum_transposed_into(g, sp + per - wn, nt, per, gw);
     return;
   }
   const int64_t chunk = g.direct ? 0 : chunk_samples(g, sizeof(T));
@@ -439,7 +494,7 @@ void weight_grad(const Tensor& gw, const Tensor& x, const Tensor& gy, const Conv
       for (int64_t s = 0; s < nb; ++s) sample(n0 + s, cols + s * cs, acc, n0 + s > 0);
     }
   }
-  transpose_into_gw(acc);
+  sum_transposed_into(g, acc, 1, 0, gw);
 }
 
 }  // namespace

@@ -1,0 +1,287 @@
+// Direct float32 convolution, stride 1, one group (contract in conv_direct.h).
+//
+// Note [Direct convolution]
+// With few output channels, im2col + GEMM is a poor fit: the column matrix is kh kw
+// times the input (written, then read back), and a product with 16 rows keeps BLAS's
+// kernels far from their peak (a 16-channel 3x3 layer of 28x28 images ran its GEMMs at
+// about 45 GFLOP/s on one AVX-512 core, and im2col cost half as much again). Here each
+// output is accumulated in registers straight from the input:
+//
+// - The sample is copied once into a zero-padded buffer of (Hp, Wp) planes, and the
+//   output is computed on a grid Ho x Wp, as wide as the padded input: then output
+//   position q = oy Wp + ox reads input q + (ki dh Wp + kj dw) of each plane, one
+//   offset (`shift`) per (channel, tap), so a tile of consecutive positions is one
+//   unaligned vector load per tap, whatever its row. The Wp - Wo columns past each
+//   row's end are computed and thrown away (2 of 26 for a 3x3 kernel on 24-pixel rows).
+// - A tile is OB output channels by NV vectors of positions, OB NV accumulators in
+//   registers; per (channel, tap) it loads NV input vectors and OB broadcast weights
+//   (the weight reordered to (C kh kw, O)) for OB NV multiply-adds.
+// - Vectors are GCC/clang vector extensions, compiled three times, picked when first
+//   used: AVX-512 (16 floats, 8 x 3 accumulators), AVX2 with FMA (8 floats, 4 x 3) and
+//   the x86-64 baseline, SSE2 (4 floats, 4 x 3), so each keeps its accumulators in the
+//   16 or 32 vector registers it has. This file is compiled with -ffp-contract=fast:
+//   a multiply-add is fused where the instruction set has one, as BLAS's kernels do.
+//   The result differs from the im2col path by the order and rounding of its sums only.
+#include "tensor/cpu/conv_direct.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+namespace dl::cpu {
+
+namespace {
+
+constexpr int64_t kMaxOutputs = 64;  // beyond this, GEMMs do better
+constexpr int64_t kMaxTaps = 4096;   // C kh kw: the weight's reordered copy stays in L1/L2
+const float kZeros[kMaxOutputs] = {};
+
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define DL_INLINE __attribute__((always_inline)) inline
+#else
+#define DL_INLINE inline
+#endif
+
+// W floats (an alias template would drop the attribute: GCC ignores it on a dependent
+// alias).
+template <int W>
+struct VecOf {
+  typedef float type __attribute__((vector_size(4 * W)));
+};
+
+// OB output rows (stride ldo) of NV W positions: ye[o][q..] = bias[o] + sum over
+// (channel, tap) ct of wt[ct][o] * xp[q + shift[ct]].
+template <int W, int OB, int NV>
+DL_INLINE void tile(const float* xp, const int64_t* shift, int64_t taps, const float* wt, int64_t O,
+                    const float* bias, float* ye, int64_t ldo) {
+  using V = typename VecOf<W>::type;
+  static_assert(sizeof(V) == 4 * W);
+  V acc[OB][NV];
+  for (int o = 0; o < OB; ++o)
+    for (int j = 0; j < NV; ++j) acc[o][j] = V{} + bias[o];
+  for (int64_t ct = 0; ct < taps; ++ct) {
+    const float* x = xp + shift[ct];
+    V xv[NV];
+    for (int j = 0; j < NV; ++j) std::memcpy(&xv[j], x + j * W, sizeof(V));
+    const float* w = wt + ct * O;
+    for (int o = 0; o < OB; ++o) {
+      const V wb = V{} + w[o];
+      for (int j = 0; j < NV; ++j) acc[o][j] += wb * xv[j];
+    }
+  }
+  for (int o = 0; o < OB; ++o)
+    for (int j = 0; j < NV; ++j) std::memcpy(ye + o * ldo + j * W, &acc[o][j], sizeof(V));
+}
+
+// Every tile of the output grid: tiles of positions outside, so that their input
+// vectors are reused from L1 by every block of output channels.
+template <int W, int OB, int NV>
+DL_INLINE void all_tiles(const DirectConv& d, const float* xp, const float* wt, const int64_t* shift,
+                         const float* bias, float* ye) {
+  constexpr int64_t kTile = int64_t(W) * NV;
+  for (int64_t q = 0; q < d.ldo; q += kTile) {
+    int64_t o = 0;
+    for (; o + OB <= d.O; o += OB)
+      tile<W, OB, NV>(xp + q, shift, d.taps, wt + o, d.O, bias + o, ye + o * d.ldo + q, d.ldo);
+    for (; o < d.O; ++o) tile<W, 1, NV>(xp + q, shift, d.taps, wt + o, d.O, bias + o, ye + o * d.ldo + q, d.ldo);
+  }
+}
+
+// The weight gradient of one sample, accumulated transposed: acc_t[ct][o] += sum over
+// q of ge[o][q] * xp[q + shift[ct]], with ge the output gradient on the same Ho x Wp
+// grid, zero in the thrown-away columns. A tile is OB output channels by TB (channel,
+// tap) pairs, OB TB vector accumulators summed across their lanes at the end.
+template <int W>
+DL_INLINE float lane_sum(typename VecOf<W>::type v) {
+  float s = 0;
+  for (int i = 0; i < W; ++i) s += v[i];
+  return s;
+}
+
+template <int W, int OB, int TB>
+DL_INLINE void wtile(const float* xp, const float* ge, const int64_t* shift, int64_t ldo, float* acc_t, int64_t O) {
+  using V = typename VecOf<W>::type;
+  V acc[OB][TB];
+  for (int o = 0; o < OB; ++o)
+    for (int t = 0; t < TB; ++t) acc[o][t] = V{};
+  for (int64_t q = 0; q < ldo; q += W) {
+    V g[OB];
+    for (int o = 0; o < OB; ++o) std::memcpy(&g[o], ge + o * ldo + q, sizeof(V));
+    for (int t = 0; t < TB; ++t) {
+      V xv;
+      std::memcpy(&xv, xp + shift[t] + q, sizeof(V));
+      for (int o = 0; o < OB; ++o) acc[o][t] += g[o] * xv;
+    }
+  }
+  for (int o = 0; o < OB; ++o)
+    for (int t = 0; t < TB; ++t) acc_t[t * O + o] += lane_sum<W>(acc[o][t]);
+}
+
+template <int W, int OB, int TB>
+DL_INLINE void all_wtiles(const DirectConv& d, const float* xp, const float* ge, const int64_t* shift, float* acc_t) {
+  int64_t ct = 0;
+  for (; ct + TB <= d.taps; ct += TB) {
+    int64_t o = 0;
+    for (; o + OB <= d.O; o += OB)
+      wtile<W, OB, TB>(xp, ge + o * d.ldo, shift + ct, d.ldo, acc_t + ct * d.O + o, d.O);
+    for (; o < d.O; ++o) wtile<W, 1, TB>(xp, ge + o * d.ldo, shift + ct, d.ldo, acc_t + ct * d.O + o, d.O);
+  }
+  for (; ct < d.taps; ++ct) {
+    int64_t o = 0;
+    for (; o + OB <= d.O; o += OB) wtile<W, OB, 1>(xp, ge + o * d.ldo, shift + ct, d.ldo, acc_t + ct * d.O + o, d.O);
+    for (; o < d.O; ++o) wtile<W, 1, 1>(xp, ge + o * d.ldo, shift + ct, d.ldo, acc_t + ct * d.O + o, d.O);
+  }
+}
+
+using RunFn = void (*)(const DirectConv&, const float*, const float*, const int64_t*, const float*, float*);
+using WRunFn = void (*)(const DirectConv&, const float*, const float*, const int64_t*, float*);
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
+#define DL_CONV_X86 1
+__attribute__((target("avx512f"))) void run_avx512(const DirectConv& d, const float* xp, const float* wt,
+                                                   const int64_t* shift, const float* bias, float* ye) {
+  all_tiles<16, 8, 3>(d, xp, wt, shift, bias, ye);
+}
+__attribute__((target("avx512f"))) void wrun_avx512(const DirectConv& d, const float* xp, const float* ge,
+                                                    const int64_t* shift, float* acc_t) {
+  all_wtiles<16, 4, 6>(d, xp, ge, shift, acc_t);
+}
+__attribute__((target("avx2,fma"))) void run_avx2(const DirectConv& d, const float* xp, const float* wt,
+                                                  const int64_t* shift, const float* bias, float* ye) {
+  all_tiles<8, 4, 3>(d, xp, wt, shift, bias, ye);
+}
+__attribute__((target("avx2,fma"))) void wrun_avx2(const DirectConv& d, const float* xp, const float* ge,
+                                                   const int64_t* shift, float* acc_t) {
+  all_wtiles<8, 2, 5>(d, xp, ge, shift, acc_t);
+}
+#endif
+void run_base(const DirectConv& d, const float* xp, const float* wt, const int64_t* shift, const float* bias,
+              float* ye) {
+  all_tiles<4, 4, 3>(d, xp, wt, shift, bias, ye);
+}
+void wrun_base(const DirectConv& d, const float* xp, const float* ge, const int64_t* shift, float* acc_t) {
+  all_wtiles<4, 2, 5>(d, xp, ge, shift, acc_t);
+}
+
+struct Variant {
+  const char* name;
+  int64_t tile;  // positions a tile covers
+  RunFn run;
+  WRunFn wrun;
+};
+
+// The variants this CPU can run, best first.
+struct Variants {
+  Variant v[3];
+  int n = 0;
+  Variants() {
+#ifdef DL_CONV_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) v[n++] = {"avx512", 48, run_avx512, wrun_avx512};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v[n++] = {"avx2", 24, run_avx2, wrun_avx2};
+#endif
+    v[n++] = {"baseline", 12, run_base, wrun_base};
+  }
+};
+const Variants& variants() {
+  static const Variants vs;
+  return vs;
+}
+std::atomic<int> g_variant{0};
+
+}  // namespace
+
+int direct_conv_variants() { return variants().n; }
+const char* direct_conv_use(int i) {
+  const Variants& vs = variants();
+  i = std::clamp(i, 0, vs.n - 1);
+  g_variant.store(i, std::memory_order_relaxed);
+  return vs.v[i].name;
+}
+
+bool direct_conv_suits(int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh, int64_t kw) {
+  (void)H;
+  (void)W;
+  return O <= kMaxOutputs && kh * kw > 1 && C * kh * kw <= kMaxTaps;
+}
+
+DirectConv direct_conv_plan(int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh, int64_t kw, int64_t ph,
+                            int64_t pw, int64_t dh, int64_t dw) {
+  DirectConv d{};
+  d.C = C; d.H = H; d.W = W; d.O = O; d.kh = kh; d.kw = kw;
+  d.ph = ph; d.pw = pw; d.dh = dh; d.dw = dw;
+  d.Hp = H + 2 * ph;
+  d.Wp = W + 2 * pw;
+  d.Ho = d.Hp - dh * (kh - 1);
+  d.Wo = d.Wp - dw * (kw - 1);
+  d.taps = C * kh * kw;
+  d.variant = g_variant.load(std::memory_order_relaxed);
+  const int64_t tile = variants().v[d.variant].tile;
+  d.ldo = (d.Ho * d.Wp + tile - 1) / tile * tile;
+  // The last tile of the last plane reads up to ldo - 1 + its largest shift.
+  d.xp_len = std::max(C * d.Hp * d.Wp, (C - 1) * d.Hp * d.Wp + dh * (kh - 1) * d.Wp + dw * (kw - 1) + d.ldo);
+  d.scratch_len = d.xp_len + O * d.ldo;
+  return d;
+}
+
+void direct_conv_prepare(const DirectConv& d, const float* w, float* wt, int64_t* shift) {
+  const int64_t T = d.kh * d.kw, plane = d.Hp * d.Wp;
+  if (w)
+    for (int64_t o = 0; o < d.O; ++o)
+      for (int64_t ct = 0; ct < d.taps; ++ct) wt[ct * d.O + o] = w[o * d.taps + ct];
+  for (int64_t c = 0; c < d.C; ++c)
+    for (int64_t ki = 0; ki < d.kh; ++ki)
+      for (int64_t kj = 0; kj < d.kw; ++kj) shift[c * T + ki * d.kw + kj] = c * plane + ki * d.dh * d.Wp + kj * d.dw;
+}
+
+namespace {
+
+// The padded planes of x into xp, every element written once; then the tail the last
+// tiles read (zeros: what thrown-away columns read must not be a slow denormal).
+void pad_input(const DirectConv& d, const float* x, float* xp) {
+  float* p = xp;
+  for (int64_t c = 0; c < d.C; ++c) {
+    std::fill(p, p + d.ph * d.Wp, 0.0f);
+    p += d.ph * d.Wp;
+    for (int64_t r = 0; r < d.H; ++r) {
+      std::fill(p, p + d.pw, 0.0f);
+      std::memcpy(p + d.pw, x + (c * d.H + r) * d.W, size_t(d.W) * sizeof(float));
+      std::fill(p + d.pw + d.W, p + d.Wp, 0.0f);
+      p += d.Wp;
+    }
+    std::fill(p, p + d.ph * d.Wp, 0.0f);
+    p += d.ph * d.Wp;
+  }
+  std::fill(p, xp + d.xp_len, 0.0f);
+}
+
+}  // namespace
+
+void direct_conv_sample(const DirectConv& d, const float* x, const float* wt, const int64_t* shift,
+                        const float* bias, float* y, float* scratch) {
+  float* xp = scratch;
+  float* ye = scratch + d.xp_len;
+  pad_input(d, x, xp);
+  variants().v[d.variant].run(d, xp, wt, shift, bias ? bias : kZeros, ye);
+  for (int64_t o = 0; o < d.O; ++o)
+    for (int64_t r = 0; r < d.Ho; ++r)
+      std::memcpy(y + (o * d.Ho + r) * d.Wo, ye + o * d.ldo + r * d.Wp, size_t(d.Wo) * sizeof(float));
+}
+
+void direct_conv_weight_grad_sample(const DirectConv& d, const float* x, const float* gy, const int64_t* shift,
+                                    float* acc_t, float* scratch) {
+  float* xp = scratch;
+  float* ge = scratch + d.xp_len;
+  pad_input(d, x, xp);
+  for (int64_t o = 0; o < d.O; ++o) {
+    float* row = ge + o * d.ldo;
+    for (int64_t r = 0; r < d.Ho; ++r) {
+      std::memcpy(row + r * d.Wp, gy + (o * d.Ho + r) * d.Wo, size_t(d.Wo) * sizeof(float));
+      std::fill(row + r * d.Wp + d.Wo, row + (r + 1) * d.Wp, 0.0f);
+    }
+    std::fill(row + d.Ho * d.Wp, row + d.ldo, 0.0f);
+  }
+  variants().v[d.variant].wrun(d, xp, ge, shift, acc_t);
+}
+
+}  // namespace dl::cpu

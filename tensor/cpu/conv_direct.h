@@ -1,0 +1,45 @@
+// Direct float32 convolution with stride 1 and one group, for layers with few output
+// channels (tensor/cpu/conv.cpp picks it; Note [Direct convolution] in
+// conv_direct.cpp). One sample at a time: the caller runs samples on its threads.
+#pragma once
+#include <cstdint>
+
+namespace dl::cpu {
+
+struct DirectConv {
+  int64_t C, H, W, O, kh, kw, ph, pw, dh, dw;  // input (C, H, W), weight (O, C, kh, kw)
+  int64_t Hp, Wp, Ho, Wo;                      // padded input, output
+  int64_t taps;                                // C kh kw
+  int64_t ldo;                                 // an output row block: Ho Wp, rounded up to a tile
+  int64_t xp_len, scratch_len;                 // floats: padded input, then the whole scratch
+  int variant;                                 // the kernels planned for (direct_conv_use)
+};
+
+// Whether the direct kernels serve this shape (stride 1 and one group assumed), and
+// its plan.
+bool direct_conv_suits(int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh, int64_t kw);
+DirectConv direct_conv_plan(int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh, int64_t kw,
+                            int64_t ph, int64_t pw, int64_t dh, int64_t dw);
+
+// The weight (O, C, kh, kw) reordered to (C kh kw, O) into `wt` (taps O floats; skipped
+// when w is null), and each tap's offset in the padded input into `shift` (taps entries).
+void direct_conv_prepare(const DirectConv& d, const float* w, float* wt, int64_t* shift);
+
+// y (O, Ho, Wo) = the convolution of one sample x (C, H, W), plus bias (O floats, or
+// null); `scratch` holds d.scratch_len floats.
+void direct_conv_sample(const DirectConv& d, const float* x, const float* wt, const int64_t* shift,
+                        const float* bias, float* y, float* scratch);
+
+// acc_t (C kh kw, O) += the weight gradient of one sample x (C, H, W) given its output
+// gradient gy (O, Ho, Wo): the weight's gradient transposed, as direct_conv_prepare
+// lays the weight out; `scratch` holds d.scratch_len floats.
+void direct_conv_weight_grad_sample(const DirectConv& d, const float* x, const float* gy, const int64_t* shift,
+                                    float* acc_t, float* scratch);
+
+// The kernel variants this CPU can run (AVX-512, AVX2 with FMA, baseline: those it
+// supports, best first) and, for tests, which one later plans use (0: the best);
+// returns its name.
+int direct_conv_variants();
+const char* direct_conv_use(int variant);
+
+}  // namespace dl::cpu
