@@ -92,7 +92,7 @@ DL_INLINE void all_tiles(const DirectConv& d, const float* xp, const float* wt, 
 // grid, zero in the thrown-away columns. A tile is OB output channels by TB (channel,
 // tap) pairs, OB TB vector accumulators summed across their lanes at the end.
 template <int W>
-DL_INLINE float lane_sum(typename VecOf<W>::type v) {
+DL_INLINE float lane_sum(const typename VecOf<W>::type& v) {
   float s = 0;
   for (int i = 0; i < W; ++i) s += v[i];
   return s;
