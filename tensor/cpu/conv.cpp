@@ -123,20 +123,6 @@ Span valid_span(int64_t off, int64_t s, int64_t len, int64_t out) {
   return {lo, hi};
 }
 
-// d[0, n) = s[0, n) for the short runs of an image row: blocks of a constant size, which
-// the compiler turns into a few vector moves, the last one overlapping the one before
-// (a memcpy call per row of 26 pixels cost more than the copy).
-template <typename T>
-inline void copy_run(T* d, const T* s, int64_t n) {
-  constexpr int64_t kBlock = 32 / sizeof(T);
-  if (n < kBlock) {
-    std::memcpy(d, s, size_t(n) * sizeof(T));
-    return;
-  }
-  for (int64_t i = 0; i + kBlock <= n; i += kBlock) std::memcpy(d + i, s + i, sizeof(T) * kBlock);
-  std::memcpy(d + n - kBlock, s + n - kBlock, sizeof(T) * kBlock);
-}
-
 // Rows of channels [c0, c1) of one sample's column matrix from its input planes.
 template <typename T>
 void im2col(const Geom& g, const T* x, T* col, int64_t c0, int64_t c1) {

@@ -24,6 +24,8 @@
 //   The result differs from the im2col path by the order and rounding of its sums only.
 #include "tensor/cpu/conv_direct.h"
 
+#include "tensor/cpu/loops.h"  // copy_run
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -245,7 +247,7 @@ void pad_input(const DirectConv& d, const float* x, float* xp) {
     p += d.ph * d.Wp;
     for (int64_t r = 0; r < d.H; ++r) {
       std::fill(p, p + d.pw, 0.0f);
-      std::memcpy(p + d.pw, x + (c * d.H + r) * d.W, size_t(d.W) * sizeof(float));
+      copy_run(p + d.pw, x + (c * d.H + r) * d.W, d.W);
       std::fill(p + d.pw + d.W, p + d.Wp, 0.0f);
       p += d.Wp;
     }
@@ -265,7 +267,7 @@ void direct_conv_sample(const DirectConv& d, const float* x, const float* wt, co
   variants().v[d.variant].run(d, xp, wt, shift, bias ? bias : kZeros, ye);
   for (int64_t o = 0; o < d.O; ++o)
     for (int64_t r = 0; r < d.Ho; ++r)
-      std::memcpy(y + (o * d.Ho + r) * d.Wo, ye + o * d.ldo + r * d.Wp, size_t(d.Wo) * sizeof(float));
+      copy_run(y + (o * d.Ho + r) * d.Wo, ye + o * d.ldo + r * d.Wp, d.Wo);
 }
 
 void direct_conv_weight_grad_sample(const DirectConv& d, const float* x, const float* gy, const int64_t* shift,
@@ -276,7 +278,7 @@ void direct_conv_weight_grad_sample(const DirectConv& d, const float* x, const f
   for (int64_t o = 0; o < d.O; ++o) {
     float* row = ge + o * d.ldo;
     for (int64_t r = 0; r < d.Ho; ++r) {
-      std::memcpy(row + r * d.Wp, gy + (o * d.Ho + r) * d.Wo, size_t(d.Wo) * sizeof(float));
+      copy_run(row + r * d.Wp, gy + (o * d.Ho + r) * d.Wo, d.Wo);
       std::fill(row + r * d.Wp + d.Wo, row + (r + 1) * d.Wp, 0.0f);
     }
     std::fill(row + d.Ho * d.Wp, row + d.ldo, 0.0f);

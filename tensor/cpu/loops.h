@@ -11,6 +11,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 #include "tensor/tensor.h"
 
@@ -129,6 +130,20 @@ void for_each_run(const StridedOperands<N>& g, int64_t begin, int64_t end, Body&
 
 // ceil(a / b) for a >= 0, b > 0, without the overflow of (a + b - 1) / b near 2^63.
 inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+// d[0, n) = s[0, n) for short runs (an image row): blocks of a constant size, which the
+// compiler turns into a few vector moves, the last one overlapping the one before (a
+// memcpy call per row of 26 pixels cost more than the copy). d and s do not overlap.
+template <typename T>
+inline void copy_run(T* d, const T* s, int64_t n) {
+  constexpr int64_t kBlock = 32 / sizeof(T);
+  if (n < kBlock) {
+    std::memcpy(d, s, size_t(n) * sizeof(T));
+    return;
+  }
+  for (int64_t i = 0; i + kBlock <= n; i += kBlock) std::memcpy(d + i, s + i, sizeof(T) * kBlock);
+  std::memcpy(d + n - kBlock, s + n - kBlock, sizeof(T) * kBlock);
+}
 
 // Thread t's share [b, e) of [0, n) cut into nt chunks (empty when b >= e). Written so
 // that nothing overflows for n near 2^63: a broadcast (expanded) tensor may have that
