@@ -177,11 +177,21 @@ function Worker:close()
   if self.fifo then os.remove(self.fifo) end
 end
 
+-- PyTorch's best allocator setting for the timed rows. Its CPU tensors come from glibc's
+-- malloc, whose mmap threshold adapts to the sizes freed: depending on the order of the
+-- first frees, a process kept mapping and unmapping its activations (750,000 to a
+-- million page faults in 3 x 6,400 images of the conv net, at about 14 us a fault on
+-- this virtual machine) or did not (100,000). The same epoch took 2.5 or 0.4 s from one
+-- process to the next. Fixed thresholds keep every process in the fast mode. (Not for
+-- the peak memory row: there torch's default is its best.)
+local TORCH_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+
 local WORKERS = {
   dlua = function() return start_worker("dlua", shq(dlua_exe) .. " " .. shq(here .. "/dlua_worker.lua")) end,
   torch = function()
     if not exists(opts.python) then return { dead = opts.python .. " not found" } end
-    return start_worker("torch", shq(opts.python) .. " " .. shq(here .. "/torch_ref.py"))
+    return start_worker("torch", "GLIBC_TUNABLES=" .. TORCH_MALLOC .. " " .. shq(opts.python) .. " " ..
+                        shq(here .. "/torch_ref.py"))
   end,
   c = function()
     if not exists(opts.ref) then

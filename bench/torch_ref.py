@@ -222,9 +222,10 @@ def worker():
             break
         try:
             if parts[0] == "info":
-                out.write("ok python %s | torch %s | numpy %s | torch threads %d (default), interop %d\n" % (
-                    sys.version.split()[0], torch.__version__, np.__version__, torch.get_num_threads(),
-                    torch.get_num_interop_threads()))
+                out.write("ok python %s | torch %s | numpy %s | torch threads %d (default), interop %d | "
+                          "GLIBC_TUNABLES=%s\n" % (
+                              sys.version.split()[0], torch.__version__, np.__version__, torch.get_num_threads(),
+                              torch.get_num_interop_threads(), os.environ.get("GLIBC_TUNABLES", "(unset)")))
             else:
                 t = run(parts[0], int(parts[1]), int(parts[2]))
                 out.write("ok %.9g\n" % t)
