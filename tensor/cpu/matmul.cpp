@@ -9,8 +9,9 @@
 // BLAS reads either layout through CblasNoTrans/CblasTrans and a leading dimension.
 // Broadcast batch dims are read in place through a zero stride. A batch that b does
 // not vary over and that continues a's rows is folded into M: one gemm call, as
-// PyTorch does for (B, M, K) x (K, N). OpenBLAS runs its own threads, so nothing here
-// wraps a BLAS call in an OpenMP region.
+// PyTorch does for (B, M, K) x (K, N). OpenBLAS runs its own threads for large
+// products; mid-sized ones are split between OpenMP threads here (Note [Products split
+// between OpenMP threads]).
 #include <cblas.h>
 
 #include <algorithm>
@@ -127,6 +128,25 @@ void blas_threads_for(double flops) {
   }
 }
 
+// Note [Products split between OpenMP threads]
+// Below kSplitFlops OpenBLAS runs a product on one thread (Note [BLAS threads]), which
+// leaves the other core idle through a small model's whole training step: the
+// 784-256-10 MLP's products are 26 MFLOP each. From kOmpSplitFlops up, such a product
+// is cut along the larger of the output's dims into one part per OpenMP thread, each
+// part a one-thread BLAS call: OpenMP's threads are the ones the elementwise kernels
+// keep busy (and warm) between the products, and a part is still a sizeable product.
+// Not inside another parallel region (a conv's per-sample threads call BLAS too).
+constexpr double kOmpSplitFlops = double(int64_t(1) << 22);
+
+bool split_between_threads(int m, int n, int k) {
+  const double flops = 2.0 * m * n * k;
+  if (flops < kOmpSplitFlops || flops >= kSplitFlops || max_threads() < 2) return false;
+#ifdef _OPENMP
+  if (omp_in_parallel()) return false;
+#endif
+  return std::max(m, n) >= 64 * max_threads();
+}
+
 template <typename T> struct Blas;
 template <> struct Blas<float> {
   static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a,
@@ -177,6 +197,19 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
     std::fill(c, c + n, T(0));
     if (lb.trans) Blas<T>::gemv(CblasNoTrans, n, k, b, int(lb.ld), a, a_inc, c);
     else Blas<T>::gemv(CblasTrans, k, n, b, int(lb.ld), a, a_inc, c);
+  } else if (split_between_threads(m, n, k)) {
+    // Halves (thirds...) of the larger of c's dims, each a product of its own.
+    const bool by_rows = m >= n;
+    parallel_units(by_rows ? m : n, 2.0 * m * n * k, [&](int64_t b0, int64_t e0, int) {
+      const int lo = int(b0), len = int(e0 - b0);
+      if (by_rows) {
+        const T* ap = la.trans ? a + lo : a + int64_t(lo) * la.ld;  // a's rows lo...
+        Blas<T>::gemm(op(la), op(lb), len, n, k, ap, int(la.ld), b, int(lb.ld), c + int64_t(lo) * n, n);
+      } else {
+        const T* bp = lb.trans ? b + int64_t(lo) * lb.ld : b + lo;  // b's columns lo...
+        Blas<T>::gemm(op(la), op(lb), m, len, k, a, int(la.ld), bp, int(lb.ld), c + lo, n);
+      }
+    });
   } else {
     Blas<T>::gemm(op(la), op(lb), m, n, k, a, int(la.ld), b, int(lb.ld), c, n);
   }

@@ -241,6 +241,36 @@ TEST_CASE("small products run on one BLAS thread, large ones on all", "[matmul]"
   CHECK(openblas_get_num_threads() == all);
 }
 
+TEST_CASE("mid-sized products split between OpenMP threads match one BLAS call", "[matmul]") {
+  // Note [Products split between OpenMP threads]: 2^22 to 2^25 flops, cut along the
+  // larger of the output's dims (rows when m >= n, else columns), each operand in
+  // either BLAS layout. The reference is one cblas_sgemm call over the whole product.
+  struct Dims {
+    int m, n, k;
+  };
+  for (Dims d : {Dims{64, 256, 784}, Dims{784, 256, 64}, Dims{130, 301, 150}}) {
+    Tensor a0 = randn(Shape{d.m, d.k}, DType::Float32), b0 = randn(Shape{d.k, d.n}, DType::Float32);
+    std::vector<float> want(size_t(d.m) * size_t(d.n));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.m, d.n, d.k, 1.0f, a0.data<float>(), d.k,
+                b0.data<float>(), d.n, 0.0f, want.data(), d.n);
+    for (Layout la : {Layout::Contiguous, Layout::Transposed})
+      for (Layout lb : {Layout::Contiguous, Layout::Transposed}) {
+        INFO(d.m << " x " << d.k << " x " << d.n << ", layouts " << int(la) << " x " << int(lb));
+        Tensor r = matmul(relayout(a0, la), relayout(b0, lb));
+        REQUIRE(r.shape() == Shape{d.m, d.n});
+        const float* got = r.data<float>();
+        // Each part may sum in another order than the whole: a float32 product's
+        // rounding over k terms of about unit size.
+        const float tol = 1e-6f * float(d.k);
+        int64_t bad = -1;
+        for (size_t i = 0; i < want.size() && bad < 0; ++i)
+          if (!(std::fabs(got[i] - want[i]) <= tol)) bad = int64_t(i);
+        INFO("element " << bad << ": got " << (bad >= 0 ? got[bad] : 0) << ", want " << (bad >= 0 ? want[size_t(bad)] : 0));
+        CHECK(bad == -1);
+      }
+  }
+}
+
 TEST_CASE("matmul overwrites whatever its output memory held", "[matmul]") {
   // The kernel is handed fresh, uninitialised memory: NaN there must not leak through
   // (BLAS with beta = 0 may scale instead of overwrite).
