@@ -10,6 +10,8 @@
 // times longer on two OpenMP threads than on one.
 #pragma once
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 
@@ -177,6 +179,47 @@ void parallel_units(int64_t n, double work, Run&& run) {
     const Chunk c = chunk_of(n, nt, t);
     if (c.b < c.e) run(c.b, c.e, t);
   }
+}
+
+// Note [Throttling parallel regions under contention]
+// A parallel region ends when every thread of the team has run its part, so when
+// another process holds one of the cores, a region waits for a scheduler time slice
+// (milliseconds) whatever its size. Where regions are frequent and short, a caller can
+// time them with a RegionThrottle: two regions in a row that took more than kSlowFactor
+// times the fastest time per unit of work seen so far turn the splitting off for
+// kBackoffNs, after which the next regions probe again. (One alone does not: on a quiet
+// machine the first region after a long serial stretch sometimes waited 2 ms for a
+// parked thread.) On a quiet machine that costs nothing; under contention, two slow
+// regions a second. (Races between threads only blur the record.)
+class RegionThrottle {
+ public:
+  static constexpr double kSlowFactor = 3.0;
+  static constexpr int64_t kBackoffNs = 1000000000;  // 1 s
+
+  bool allowed(int64_t now_ns) const { return now_ns >= off_until_.load(std::memory_order_relaxed); }
+  // A region that did `work` units in `took_ns`, ending at now_ns.
+  void record(double work, int64_t took_ns, int64_t now_ns) {
+    const double per = double(took_ns) / work;
+    const double best = best_.load(std::memory_order_relaxed);
+    if (per < best) best_.store(per, std::memory_order_relaxed);
+    if (per <= kSlowFactor * best) {
+      slow_in_a_row_.store(0, std::memory_order_relaxed);
+    } else if (slow_in_a_row_.fetch_add(1, std::memory_order_relaxed) + 1 >= 2) {
+      slow_in_a_row_.store(0, std::memory_order_relaxed);
+      off_until_.store(now_ns + kBackoffNs, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  std::atomic<double> best_{1e300};
+  std::atomic<int> slow_in_a_row_{0};
+  std::atomic<int64_t> off_until_{0};
+};
+
+// A monotonic clock in nanoseconds.
+inline int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 inline int max_threads() {

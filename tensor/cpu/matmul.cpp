@@ -135,8 +135,12 @@ void blas_threads_for(double flops) {
 // is cut along the larger of the output's dims into one part per OpenMP thread, each
 // part a one-thread BLAS call: OpenMP's threads are the ones the elementwise kernels
 // keep busy (and warm) between the products, and a part is still a sizeable product.
-// Not inside another parallel region (a conv's per-sample threads call BLAS too).
+// Not inside another parallel region (a conv's per-sample threads call BLAS too). Split
+// products are timed (Note [Throttling parallel regions under contention] in loops.h):
+// with one busy process beside it on this 2-core machine, the MLP's epoch took 15 times
+// longer with every such product split than with none.
 constexpr double kOmpSplitFlops = double(int64_t(1) << 22);
+RegionThrottle g_split_throttle;
 
 bool split_between_threads(int m, int n, int k) {
   const double flops = 2.0 * m * n * k;
@@ -144,7 +148,7 @@ bool split_between_threads(int m, int n, int k) {
 #ifdef _OPENMP
   if (omp_in_parallel()) return false;
 #endif
-  return std::max(m, n) >= 64 * max_threads();
+  return std::max(m, n) >= 64 * max_threads() && g_split_throttle.allowed(monotonic_ns());
 }
 
 template <typename T> struct Blas;
@@ -200,6 +204,7 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
   } else if (split_between_threads(m, n, k)) {
     // Halves (thirds...) of the larger of c's dims, each a product of its own.
     const bool by_rows = m >= n;
+    const int64_t t0 = monotonic_ns();
     parallel_units(by_rows ? m : n, 2.0 * m * n * k, [&](int64_t b0, int64_t e0, int) {
       const int lo = int(b0), len = int(e0 - b0);
       if (by_rows) {
@@ -210,6 +215,8 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
         Blas<T>::gemm(op(la), op(lb), m, len, k, a, int(la.ld), bp, int(lb.ld), c + lo, n);
       }
     });
+    const int64_t t1 = monotonic_ns();
+    g_split_throttle.record(2.0 * m * n * k, t1 - t0, t1);
   } else {
     Blas<T>::gemm(op(la), op(lb), m, n, k, a, int(la.ld), b, int(lb.ld), c, n);
   }

@@ -12,6 +12,7 @@
 #include "ref/matmul_ref.inc"
 #include "tensor/allocator.h"
 #include "tensor/backend.h"
+#include "tensor/cpu/loops.h"
 
 using namespace dl;
 
@@ -334,4 +335,29 @@ TEST_CASE("matmul on a backend without it, and across devices", "[matmul]") {
                StartsWith("matmul: expected tensors on the same device, got cpu and cuda:0"));
   }
   register_backend(DeviceType::CUDA, nullptr);
+}
+
+TEST_CASE("two parallel regions in a row much slower than the best seen turn splitting off for a while", "[matmul]") {
+  // Note [Throttling parallel regions under contention] (tensor/cpu/loops.h), with
+  // made-up times: 1 ns a unit of work is the best, 2 is within the factor, 4 is not.
+  dl::cpu::RegionThrottle t;
+  const int64_t s = 1000000000;
+  CHECK(t.allowed(0));
+  t.record(1000, 1000, 10 * s);
+  t.record(1000, 2000, 11 * s);
+  CHECK(t.allowed(11 * s));
+  t.record(1000, 4000, 12 * s);  // one slow region alone: a stall, splitting stays on
+  CHECK(t.allowed(12 * s));
+  t.record(1000, 1500, 12 * s);
+  t.record(1000, 4000, 12 * s);  // not two in a row either
+  CHECK(t.allowed(12 * s));
+  t.record(1000, 4000, 12 * s);  // now two in a row
+  CHECK_FALSE(t.allowed(12 * s));
+  CHECK_FALSE(t.allowed(12 * s + dl::cpu::RegionThrottle::kBackoffNs - 1));
+  CHECK(t.allowed(12 * s + dl::cpu::RegionThrottle::kBackoffNs));  // a probe
+  t.record(1000, 900, 14 * s);  // fast again: a new best, and splitting stays on
+  CHECK(t.allowed(14 * s));
+  t.record(1000, 2600, 15 * s);  // 2.9 times the new best, twice
+  t.record(1000, 2600, 15 * s);
+  CHECK(t.allowed(15 * s));
 }
