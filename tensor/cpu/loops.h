@@ -230,6 +230,25 @@ inline int max_threads() {
 #endif
 }
 
+// Runs `run(begin, end)` over [0, n): in parallel chunks from `grain` elements up (a
+// finer grain than kParallelGrain's) while `throttle` allows, timing each region (Note
+// [Throttling parallel regions under contention]); on one thread otherwise.
+template <typename Run>
+void parallel_range_throttled(RegionThrottle& throttle, int64_t n, int64_t grain, Run&& run) {
+  bool split = n >= grain && n >= 2 && max_threads() > 1;
+#ifdef _OPENMP
+  split = split && !omp_in_parallel();
+#endif
+  if (!split || !throttle.allowed(monotonic_ns())) {
+    run(int64_t(0), n);
+    return;
+  }
+  const int64_t t0 = monotonic_ns();
+  parallel_units(n, double(kParallelGrain), [&](int64_t b, int64_t e, int) { run(b, e); });
+  const int64_t t1 = monotonic_ns();
+  throttle.record(double(n), t1 - t0, t1);
+}
+
 // Runs `run(begin, end)` over [0, n), in parallel chunks when n is large.
 template <typename Run>
 void parallel_range(int64_t n, Run&& run) {

@@ -21,16 +21,21 @@ Tensor copy_of(const Tensor& t) { return cast(t, t.dtype(), true); }
 
 }  // namespace
 
+// The second size is split between threads (Note [Optimizer steps on two threads]).
+const int64_t kRows[] = {9, 300};
+
 TEST_CASE("fused SGD equals its rule written as separate ops", "[optim]") {
-  for (int v = 0; v < 5; ++v) {
-    INFO("variant " << v);
+  for (int k = 0; k < 10; ++k) {
+    const int v = k % 5;
+    const int64_t R = kRows[k / 5], C = 7 + k / 5 * 243;
+    INFO("variant " << v << ", " << R << " x " << C);
     const double lr = 0.1, wd = v >= 3 ? 0.01 : 0, damp = v == 2 ? 0.25 : 0;
     const double mom = v == 0 ? 0 : 0.9;
     const bool nesterov = v == 4;
-    manual_seed(uint64_t(10 + v));
-    Tensor p = randn(Shape{9, 7}, DType::Float64);
-    Tensor g = transpose(randn(Shape{7, 9}, DType::Float64), 0, 1);  // strided, as a Linear's
-    Tensor buf = randn(Shape{9, 7}, DType::Float64);
+    manual_seed(uint64_t(10 + k));
+    Tensor p = randn(Shape{R, C}, DType::Float64);
+    Tensor g = transpose(randn(Shape{C, R}, DType::Float64), 0, 1);  // strided, as a Linear's
+    Tensor buf = randn(Shape{R, C}, DType::Float64);
     Tensor want_p = copy_of(p), want_buf = copy_of(buf);
     for (int step = 0; step < 3; ++step) {
       const bool first = step == 0 && v == 1;
@@ -48,15 +53,17 @@ TEST_CASE("fused SGD equals its rule written as separate ops", "[optim]") {
 }
 
 TEST_CASE("fused Adam and AdamW equal their rule written as separate ops", "[optim]") {
-  for (int v = 0; v < 3; ++v) {
-    INFO("variant " << v);
+  for (int k = 0; k < 6; ++k) {
+    const int v = k % 3;
+    const Shape sh = k < 3 ? Shape{5, 6} : Shape{200, 300};
+    INFO("variant " << v << ", " << sh);
     const double lr = 0.01, b1 = 0.8, b2 = 0.99, eps = 1e-3, wd = v == 0 ? 0 : 0.1;
     const bool decoupled = v == 2, amsgrad = v == 1;
-    manual_seed(uint64_t(20 + v));
-    Tensor p = randn(Shape{5, 6}, DType::Float64), g0 = randn(Shape{5, 6}, DType::Float64);
-    Tensor m = zeros(Shape{5, 6}, DType::Float64), s = zeros(Shape{5, 6}, DType::Float64);
-    Tensor vmax = amsgrad ? zeros(Shape{5, 6}, DType::Float64) : Tensor();
-    Tensor wp = copy_of(p), wm = copy_of(m), ws = copy_of(s), wx = zeros(Shape{5, 6}, DType::Float64);
+    manual_seed(uint64_t(20 + k));
+    Tensor p = randn(sh, DType::Float64), g0 = randn(sh, DType::Float64);
+    Tensor m = zeros(sh, DType::Float64), s = zeros(sh, DType::Float64);
+    Tensor vmax = amsgrad ? zeros(sh, DType::Float64) : Tensor();
+    Tensor wp = copy_of(p), wm = copy_of(m), ws = copy_of(s), wx = zeros(sh, DType::Float64);
     for (int t = 1; t <= 3; ++t) {
       Tensor g = mul(g0, double(t));
       Tensor gg = g;
