@@ -255,7 +255,7 @@ bool forward_direct(const Geom& g, const Tensor& out, const Tensor& x, const Ten
   float* py = out.data<float>();
   const int64_t xs = g.C * g.H * g.W, ys = g.O * g.P;
   per_sample_threads(g, wt + d.taps * d.O, d.scratch_len, [&](int64_t n, float* buf, int) {
-    direct_conv_sample(d, px + n * xs, wt, shift, pb, py + n * ys, buf);
+    direct_conv_sample(d, px + n * xs, (g.N - n) * xs, wt, shift, pb, py + n * ys, buf);
   });
   return true;
 }

@@ -257,13 +257,20 @@ void pad_input(const DirectConv& d, const float* x, float* xp) {
   std::fill(p, xp + d.xp_len, 0.0f);
 }
 
+// The padded sample the kernels read: x itself when it needs no padding and what the
+// tiles read past it is readable, else its copy in scratch.
+const float* padded(const DirectConv& d, const float* x, int64_t readable, float* scratch) {
+  if (d.ph == 0 && d.pw == 0 && readable >= d.xp_len) return x;
+  pad_input(d, x, scratch);
+  return scratch;
+}
+
 }  // namespace
 
-void direct_conv_sample(const DirectConv& d, const float* x, const float* wt, const int64_t* shift,
-                        const float* bias, float* y, float* scratch) {
-  float* xp = scratch;
+void direct_conv_sample(const DirectConv& d, const float* x, int64_t readable, const float* wt,
+                        const int64_t* shift, const float* bias, float* y, float* scratch) {
+  const float* xp = padded(d, x, readable, scratch);
   float* ye = scratch + d.xp_len;
-  pad_input(d, x, xp);
   variants().v[d.variant].run(d, xp, wt, shift, bias ? bias : kZeros, ye);
   for (int64_t o = 0; o < d.O; ++o)
     for (int64_t r = 0; r < d.Ho; ++r)

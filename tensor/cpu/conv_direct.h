@@ -26,13 +26,18 @@ DirectConv direct_conv_plan(int64_t C, int64_t H, int64_t W, int64_t O, int64_t 
 void direct_conv_prepare(const DirectConv& d, const float* w, float* wt, int64_t* shift);
 
 // y (O, Ho, Wo) = the convolution of one sample x (C, H, W), plus bias (O floats, or
-// null); `scratch` holds d.scratch_len floats.
-void direct_conv_sample(const DirectConv& d, const float* x, const float* wt, const int64_t* shift,
-                        const float* bias, float* y, float* scratch);
+// null); `scratch` holds d.scratch_len floats. `readable`: how many floats from x on
+// may be read (the rest of the batch); an unpadded sample followed by enough of them
+// is read in place instead of copied (what its last tiles read past it only feeds
+// outputs that are thrown away).
+void direct_conv_sample(const DirectConv& d, const float* x, int64_t readable, const float* wt,
+                        const int64_t* shift, const float* bias, float* y, float* scratch);
 
 // acc_t (C kh kw, O) += the weight gradient of one sample x (C, H, W) given its output
 // gradient gy (O, Ho, Wo): the weight's gradient transposed, as direct_conv_prepare
-// lays the weight out; `scratch` holds d.scratch_len floats.
+// lays the weight out; `scratch` holds d.scratch_len floats. (x is always copied here:
+// a thrown-away position contributes 0 times what it reads, which must not be the next
+// sample's infinity.)
 void direct_conv_weight_grad_sample(const DirectConv& d, const float* x, const float* gy, const int64_t* shift,
                                     float* acc_t, float* scratch);
 
