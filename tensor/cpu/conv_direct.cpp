@@ -22,6 +22,13 @@
 //   16 or 32 vector registers it has. This file is compiled with -ffp-contract=fast:
 //   a multiply-add is fused where the instruction set has one, as BLAS's kernels do.
 //   The result differs from the im2col path by the order and rounding of its sums only.
+// - An unpadded sample followed by the rest of its batch is read in place: its last
+//   tiles read into the next sample, which reaches only thrown-away outputs. The weight
+//   gradient always works on a copy: there a thrown-away position adds 0 times what it
+//   reads, which is NaN if that is an infinity. (Within a sample the same can happen: a
+//   thrown-away column reads the start of the next row, so an infinite input can make
+//   a neighbouring tap's weight gradient NaN where im2col's would have stayed finite;
+//   the loss is infinite or NaN by then.)
 #include "tensor/cpu/conv_direct.h"
 
 #include "tensor/cpu/loops.h"  // copy_run
