@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "tensor/tensor.h"
 
@@ -260,6 +261,10 @@ void parallel_range(int64_t n, Run&& run) {
 template <typename Out, typename In, int N, typename F>
 void elementwise(const std::array<const Tensor*, N>& ts, F f) {
   static_assert(N >= 1 && N <= 4);
+  // Dense bool inputs are read as bytes and converted: GCC's vectoriser has no vector
+  // type for a bool load and left such loops scalar (a mask's cast to float took three
+  // times a float copy's time).
+  using Load = std::conditional_t<std::is_same_v<In, bool>, uint8_t, In>;
   StridedOperands<N> g = make_operands<N>(ts);
   if (g.numel == 0) return;
   auto run = [&](int64_t b, int64_t e) {
@@ -271,24 +276,24 @@ void elementwise(const std::array<const Tensor*, N>& ts, F f) {
       if constexpr (N == 1) {
         for (int64_t i = 0; i < n; ++i) o[i * s[0] / int64_t(sizeof(Out))] = f();
       } else if constexpr (N == 2) {
-        const In* a = reinterpret_cast<const In*>(p[1]);
+        const Load* a = reinterpret_cast<const Load*>(p[1]);
         if (contig) {
-          for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+          for (int64_t i = 0; i < n; ++i) o[i] = f(In(a[i]));
         } else {
           for (int64_t i = 0; i < n; ++i)
             *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[1] + i * s[1]));
         }
       } else if constexpr (N == 3) {
-        const In* a = reinterpret_cast<const In*>(p[1]);
-        const In* b2 = reinterpret_cast<const In*>(p[2]);
+        const Load* a = reinterpret_cast<const Load*>(p[1]);
+        const Load* b2 = reinterpret_cast<const Load*>(p[2]);
         if (contig) {
-          for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b2[i]);
+          for (int64_t i = 0; i < n; ++i) o[i] = f(In(a[i]), In(b2[i]));
         } else if (s[0] == int64_t(sizeof(Out)) && s[1] == int64_t(sizeof(In)) && s[2] == 0) {
-          const In bv = *b2;
-          for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], bv);
+          const In bv = In(*b2);
+          for (int64_t i = 0; i < n; ++i) o[i] = f(In(a[i]), bv);
         } else if (s[0] == int64_t(sizeof(Out)) && s[1] == 0 && s[2] == int64_t(sizeof(In))) {
-          const In av = *a;
-          for (int64_t i = 0; i < n; ++i) o[i] = f(av, b2[i]);
+          const In av = In(*a);
+          for (int64_t i = 0; i < n; ++i) o[i] = f(av, In(b2[i]));
         } else {
           for (int64_t i = 0; i < n; ++i)
             *reinterpret_cast<Out*>(p[0] + i * s[0]) =
