@@ -72,7 +72,17 @@ size_t bin_size(int b) {
 // 1024 x 1024 float32 product (10 ms) whose result landed in a fresh block took twice
 // as long. Huge pages also spare the TLB misses of long streaming loops. What a block
 // costs in memory does not change much: blocks this large are written whole.
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
+// Not under AddressSanitizer, whose redzones around the system allocator's blocks catch
+// overruns that a mapping of our own would hide.
+#if defined(__SANITIZE_ADDRESS__)
+#define DL_ALLOCATOR_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DL_ALLOCATOR_ASAN 1
+#endif
+#endif
+#if defined(__linux__) && defined(MADV_HUGEPAGE) && !defined(DL_ALLOCATOR_ASAN)
+#define DL_HUGE_PAGE_BLOCKS 1
 constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kHugeBlock = kHugePage;
 
@@ -214,6 +224,14 @@ void trim_idle() noexcept {
     ++s.epoch;
   }
   for (const Block& k : idle) system_free(k.p, k.size);
+}
+
+bool maps_large_blocks() noexcept {
+#ifdef DL_HUGE_PAGE_BLOCKS
+  return true;
+#else
+  return false;
+#endif
 }
 
 AllocatorStats stats() noexcept {

@@ -43,6 +43,9 @@ void empty_cache() noexcept;
 // for at most two collection cycles or four times its size of allocation, whichever is
 // longer.
 void trim_idle() noexcept;
+// Whether blocks of 2 MB and more are mapped on their own with huge pages (Linux, not
+// under AddressSanitizer).
+bool maps_large_blocks() noexcept;
 }  // namespace host_allocator
 
 // Device allocators (the CUDA plugin) report what they hand out and take back here, so
