@@ -1,5 +1,7 @@
 // CPU convolution: im2col + one GEMM per sample and group (OpenBLAS). Contracts in
-// tensor/backend.h ("neural networks").
+// tensor/backend.h ("neural networks"). Float32 layers with stride 1, one group and few
+// output channels take the direct kernels of conv_direct.cpp instead (direct_plan); what
+// follows is the general path.
 //
 // The column matrix of a sample is (C kH kW, Ho Wo): row (c, ki, kj) holds the input
 // pixels that kernel tap (ki, kj) of channel c sees at each output position, zeros in
@@ -34,6 +36,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <optional>
 
 #include "tensor/cpu/conv_direct.h"
 #include "tensor/cpu/nn_kernels.h"
@@ -236,15 +239,24 @@ void chunk_channels(const Geom& g, int64_t nb, F&& f) {
 
 // ---- forward --------------------------------------------------------------------------
 
-// float32, stride 1, one group, a kernel larger than 1x1 and few output channels: the
-// direct kernels of conv_direct.cpp, one sample per thread at a time (Note [Direct
-// convolution]). Returns false, having done nothing, when they do not serve the shape.
-bool forward_direct(const Geom& g, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  if (x.dtype() != DType::Float32 || g.G != 1 || g.sh != 1 || g.sw != 1 ||
+// The direct kernels' plan when they serve the shape (Note [Direct convolution]): float32,
+// stride 1, one group, a kernel larger than 1x1, few output channels, and a per-thread
+// scratch buffer within kThreadColumns.
+std::optional<DirectConv> direct_plan(const Geom& g, DType dtype) {
+  if (dtype != DType::Float32 || g.G != 1 || g.sh != 1 || g.sw != 1 ||
       !direct_conv_suits(g.C, g.H, g.W, g.O, g.kh, g.kw))
-    return false;
+    return std::nullopt;
   const DirectConv d = direct_conv_plan(g.C, g.H, g.W, g.O, g.kh, g.kw, g.ph, g.pw, g.dh, g.dw);
-  if (d.scratch_len * int64_t(sizeof(float)) > kThreadColumns) return false;
+  if (d.scratch_len * int64_t(sizeof(float)) > kThreadColumns) return std::nullopt;
+  return d;
+}
+
+// The direct kernels, one sample per thread at a time. Returns false, having done
+// nothing, when they do not serve the shape.
+bool forward_direct(const Geom& g, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const std::optional<DirectConv> plan = direct_plan(g, x.dtype());
+  if (!plan) return false;
+  const DirectConv& d = *plan;
   Tensor scratch = empty(Shape{d.taps * d.O + buffers(g) * d.scratch_len}, DType::Float32, Device{}, "conv2d");
   Tensor shifts = empty(Shape{d.taps}, DType::Int64, Device{}, "conv2d");
   float* wt = scratch.data<float>();
@@ -406,11 +418,9 @@ void sum_transposed_into(const Geom& g, T* acc_t, int64_t nt, int64_t per, const
 // scratch buffer, then its partial sum. Returns false, having done nothing, when they
 // do not serve the shape.
 bool weight_grad_direct(const Geom& g, const Tensor& gw, const Tensor& x, const Tensor& gy) {
-  if (x.dtype() != DType::Float32 || g.G != 1 || g.sh != 1 || g.sw != 1 ||
-      !direct_conv_suits(g.C, g.H, g.W, g.O, g.kh, g.kw))
-    return false;
-  const DirectConv d = direct_conv_plan(g.C, g.H, g.W, g.O, g.kh, g.kw, g.ph, g.pw, g.dh, g.dw);
-  if (d.scratch_len * int64_t(sizeof(float)) > kThreadColumns) return false;
+  const std::optional<DirectConv> plan = direct_plan(g, x.dtype());
+  if (!plan) return false;
+  const DirectConv& d = *plan;
   const int64_t nt = buffers(g), wn = d.taps * d.O, per = d.scratch_len + wn;
   Tensor scratch = empty(Shape{nt * per}, DType::Float32, Device{}, "conv2d_weight_grad");
   Tensor shifts = empty(Shape{d.taps}, DType::Int64, Device{}, "conv2d_weight_grad");
