@@ -71,3 +71,24 @@ TEST_CASE("where and masked_fill take every operand layout", "[pointwise]") {
     }
   }
 }
+
+TEST_CASE("a bool tensor casts to every dtype as 0 and 1, in any layout", "[pointwise]") {
+  // The cast reads the bools as bytes (tensor/cpu/pointwise.cpp's copy): dense, strided
+  // and broadcast sources, every output dtype.
+  Tensor x = randn(Shape{37, 29}, DType::Float32);
+  Tensor m = compare(Op::Gt, x, Scalar(0.0));
+  REQUIRE(m.dtype() == DType::Bool);
+  const Tensor sources[] = {m, transpose(m, 0, 1), expand(narrow(m, 0, 0, 1), Shape{37, 29})};
+  for (const Tensor& src : sources)
+    for (DType dt : {DType::Bool, DType::UInt8, DType::Int32, DType::Int64, DType::Float32, DType::Float64}) {
+      INFO(dtype_name(dt) << ", source strides " << src.stride(0) << ", " << src.stride(1));
+      Tensor c = cast(src, dt, true);
+      REQUIRE(c.shape() == src.shape());
+      int64_t bad = -1;
+      int64_t idx[2];
+      for (idx[0] = 0; idx[0] < src.size(0) && bad < 0; ++idx[0])
+        for (idx[1] = 0; idx[1] < src.size(1) && bad < 0; ++idx[1])
+          if (c.value_at(idx) != (src.value_at(idx) != 0 ? 1.0 : 0.0)) bad = idx[0] * src.size(1) + idx[1];
+      CHECK(bad == -1);
+    }
+}
