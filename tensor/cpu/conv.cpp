@@ -244,7 +244,7 @@ void chunk_channels(const Geom& g, int64_t nb, F&& f) {
 // scratch buffer within kThreadColumns.
 std::optional<DirectConv> direct_plan(const Geom& g, DType dtype) {
   if (dtype != DType::Float32 || g.G != 1 || g.sh != 1 || g.sw != 1 ||
-      !direct_conv_suits(g.C, g.H, g.W, g.O, g.kh, g.kw))
+      !direct_conv_suits(g.C, g.O, g.kh, g.kw))
     return std::nullopt;
   const DirectConv d = direct_conv_plan(g.C, g.H, g.W, g.O, g.kh, g.kw, g.ph, g.pw, g.dh, g.dw);
   if (d.scratch_len * int64_t(sizeof(float)) > kThreadColumns) return std::nullopt;

@@ -208,9 +208,7 @@ const char* direct_conv_use(int i) {
   return vs.v[i].name;
 }
 
-bool direct_conv_suits(int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh, int64_t kw) {
-  (void)H;
-  (void)W;
+bool direct_conv_suits(int64_t C, int64_t O, int64_t kh, int64_t kw) {
   return O <= kMaxOutputs && kh * kw > 1 && C * kh * kw <= kMaxTaps;
 }
 

@@ -204,8 +204,7 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
   } else if (split_between_threads(m, n, k)) {
     // Halves (thirds...) of the larger of c's dims, each a product of its own.
     const bool by_rows = m >= n;
-    const int64_t t0 = monotonic_ns();
-    parallel_units(by_rows ? m : n, 2.0 * m * n * k, [&](int64_t b0, int64_t e0, int) {
+    auto part = [&](int64_t b0, int64_t e0, int) {
       const int lo = int(b0), len = int(e0 - b0);
       if (by_rows) {
         const T* ap = la.trans ? a + lo : a + int64_t(lo) * la.ld;  // a's rows lo...
@@ -214,9 +213,9 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
         const T* bp = lb.trans ? b + int64_t(lo) * lb.ld : b + lo;  // b's columns lo...
         Blas<T>::gemm(op(la), op(lb), m, len, k, a, int(la.ld), bp, int(lb.ld), c + lo, n);
       }
-    });
-    const int64_t t1 = monotonic_ns();
-    g_split_throttle.record(2.0 * m * n * k, t1 - t0, t1);
+    };
+    const double flops = 2.0 * m * n * k;
+    g_split_throttle.timed(flops, [&] { parallel_units(by_rows ? m : n, flops, part); });
   } else {
     Blas<T>::gemm(op(la), op(lb), m, n, k, a, int(la.ld), b, int(lb.ld), c, n);
   }

@@ -59,7 +59,7 @@ TEST_CASE("direct conv: every kernel variant matches a plain loop") {
       for (const Case& k : cases) {
         INFO(name << (in_place ? ", x followed by more" : ", x alone") << ": C " << k.C << " H " << k.H << " W " << k.W
                   << " O " << k.O << " kernel " << k.kh << "x" << k.kw);
-        REQUIRE(direct_conv_suits(k.C, k.H, k.W, k.O, k.kh, k.kw));
+        REQUIRE(direct_conv_suits(k.C, k.O, k.kh, k.kw));
         const DirectConv d = direct_conv_plan(k.C, k.H, k.W, k.O, k.kh, k.kw, k.ph, k.pw, k.dh, k.dw);
         std::vector<float> x(size_t(k.C * k.H * k.W)), w(size_t(k.O * d.taps)), b(size_t(k.O));
         for (auto* t : {&x, &w, &b})
@@ -120,7 +120,7 @@ TEST_CASE("direct conv: every kernel variant matches a plain loop") {
 }
 
 TEST_CASE("direct conv: shapes it leaves to im2col") {
-  CHECK_FALSE(direct_conv_suits(16, 8, 8, 65, 3, 3));   // many outputs
-  CHECK_FALSE(direct_conv_suits(16, 8, 8, 16, 1, 1));   // 1x1: a GEMM needs no columns
-  CHECK_FALSE(direct_conv_suits(512, 8, 8, 16, 3, 3));  // a long reduction
+  CHECK_FALSE(direct_conv_suits(16, 65, 3, 3));   // many outputs
+  CHECK_FALSE(direct_conv_suits(16, 16, 1, 1));   // 1x1: a GEMM needs no columns
+  CHECK_FALSE(direct_conv_suits(512, 16, 3, 3));  // a long reduction
 }
