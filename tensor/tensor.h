@@ -25,6 +25,9 @@ namespace dl {
 
 class Storage : public RefCounted {
  public:
+  // Host blocks up to this size live inside the Storage object itself (Note [Small
+  // storages inline] in tensor.cpp).
+  static constexpr size_t kInlineBytes = 64;
   using FreeFn = void (*)(void* ctx, void* data, size_t nbytes);
 
   // Memory from the host caching allocator (or a device allocator when `device` is not
@@ -63,6 +66,7 @@ class Storage : public RefCounted {
   bool borrowed_ = false;
   std::atomic<bool> revoked_{false};
   std::atomic<uint64_t> version_{0};
+  alignas(16) unsigned char inline_[kInlineBytes];  // the data of a small host storage
 };
 
 // The autograd layer hangs its per-tensor data here; tensor/ never looks inside.

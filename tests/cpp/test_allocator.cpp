@@ -141,3 +141,30 @@ TEST_CASE("object pool: tensors are made and freed across threads without loss")
     CHECK(t.numel() == 2);
   }
 }
+
+TEST_CASE("storage: host data of at most 64 bytes lives in the storage object, larger in the allocator") {
+  const int64_t before = ha::stats().in_use;
+  {
+    dl::Tensor small = dl::full(dl::Shape{16}, 2.5, dl::DType::Float32);   // 64 bytes
+    dl::Tensor scalar = dl::full(dl::Shape{}, 7.0, dl::DType::Float64);
+    const auto* obj = reinterpret_cast<const unsigned char*>(&small.storage());
+    const auto* data = static_cast<const unsigned char*>(small.raw_data());
+    CHECK(data >= obj);
+    CHECK(data + 64 <= obj + sizeof(dl::Storage));
+    CHECK(reinterpret_cast<uintptr_t>(data) % 16 == 0);
+    CHECK(ha::stats().in_use == before);  // not the allocator's
+    for (int i = 0; i < 16; ++i) CHECK(small.data<float>()[i] == 2.5f);
+    CHECK(scalar.item() == 7.0);
+    // A view shares the inline bytes; a write through it is seen by the base.
+    dl::Tensor v = dl::narrow(small, 0, 4, 2);
+    v.data<float>()[1] = -1.0f;
+    CHECK(small.data<float>()[5] == -1.0f);
+
+    dl::Tensor large = dl::zeros(dl::Shape{17}, dl::DType::Float32);     // 68 bytes
+    CHECK(ha::stats().in_use == before + 128);
+    const auto* lobj = reinterpret_cast<const unsigned char*>(&large.storage());
+    const auto* ldata = static_cast<const unsigned char*>(large.raw_data());
+    CHECK((ldata < lobj || ldata >= lobj + sizeof(dl::Storage)));
+  }
+  CHECK(ha::stats().in_use == before);
+}
