@@ -52,7 +52,7 @@ const char* dl_cdef(void);
    a small host tensor whose value lives inline (id == 0, Note [Small tensors inline] in
    bindings/value.cpp): its dtype code, ndim, numel, the sizes one byte each (sizes >> 8*d
    for dim d) and up to 64 bytes of elements, row-major, from inl_v0 on. An inline tensor
-   is an immutable value that nothing else refers to, collected by Lua with no finalizer;
+   is an immutable value that nothing else refers to, collected by Lua with nothing to release;
    whatever needs its identity (a view, an in-place write, a gradient) first makes it a
    handle in place with dl_promote. A host passes only values the engine wrote (a
    malformed header is refused, but a bool element must hold 0 or 1, as in dl_from_ptr). */
@@ -115,8 +115,8 @@ void dl_manual_seed(double seed);
 double dl_initial_seed(void);
 
 /* ---- handles and memory ---- */
-void dl_release(const struct dl_tensor* t);  /* the ffi.gc finalizer of a handle */
-void dl_release_id(uint64_t id);
+void dl_release(const struct dl_tensor* t);  /* releases t's handle (nothing for inline t) */
+void dl_release_id(uint64_t id);             /* what the Lua side's sweep calls for a dead value */
 int dl_valid(uint64_t id);                   /* 1 for a live handle */
 uint64_t dl_alias(uint64_t id);              /* a second handle to the same tensor */
 /* Makes t a handle in place (when it is inline) and returns its id, 0 on error. */
@@ -124,7 +124,7 @@ uint64_t dl_promote(struct dl_tensor* t);
 /* Hands the tensor of handle `id` to Lua in *out: inline when it is small, plain and
    unaliased (the handle is released; returns 0), else as the handle itself (1); -1 when
    id is not a live handle. Ops that return a struct dl_tensor do the same for their
-   results: 0 inline, 1 a handle that needs the finalizer, -1 error. */
+   results: 0 inline, 1 a handle that must be released once its value dies, -1 error. */
 int dl_deliver(uint64_t id, struct dl_tensor* out);
 double dl_live_handles(void);
 /* Bytes the engine has allocated since the process started, updated as handles are

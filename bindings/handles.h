@@ -2,7 +2,7 @@
 //
 //   uint64_t id = dl::bind::handle_new(t);            // what a Lua tensor carries
 //   dl::Tensor u = dl::bind::handle_get(id, "add");   // throws "add: invalid tensor"
-//   dl::bind::handle_release(id);                     // the ffi.gc finalizer's work
+//   dl::bind::handle_release(id);                     // once the Lua value is dead
 //
 // An id is (generation << 32 | slot), below 2^53 so that it also travels exactly as a
 // Lua number (the runtime's bridge to C++ hands ids to Lua that way). A slot's

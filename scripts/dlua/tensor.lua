@@ -2,9 +2,9 @@
 --
 -- A tensor is cdata of `struct dl_tensor` (bindings/capi.h) under ffi.metatype: a struct
 -- value of const scalars (DESIGN.md decision 1, notes/sandbox.md) that is either the id
--- of a handle in the engine's table, released by the C finalizer dl_release, or a small
--- host tensor held inline, with no finalizer (Note [Small tensors inline] in
--- bindings/value.cpp). The hot entry points (the op families, metadata, elements) take
+-- of a handle in the engine's table, released once the value dies (Note [Handles released
+-- by a sweep, not by finalizers] below), or a small host tensor held inline (Note [Small
+-- tensors inline] in bindings/value.cpp). No tensor value carries a finalizer. The hot entry points (the op families, metadata, elements) take
 -- the value itself and write their result into a new one (value()); every other entry
 -- point takes a handle id, hid(x), which first makes an inline x a handle in place, for
 -- good. A failed call returns 0 (or -1) and is raised as a Lua error at the script's
@@ -49,7 +49,66 @@ M.Tensor = Tensor
 core.set_tensor_type(Tensor)
 
 local total, mark, budget, collect = core.total, core.mark, core.budget, core.collect
-local release = C.dl_release
+local release_id = C.dl_release_id
+local setmetatable, tonumber_ = setmetatable, tonumber
+
+-- Note [Handles released by a sweep, not by finalizers]
+-- A handle must be released when the Lua value holding it dies. A finalizer would say
+-- when (ffi.gc), but LuaJIT charges 350 to 450 ns over the life of each cdata that has
+-- one (this machine: a loop making 88-byte cdata took 55 ns a value without a
+-- finalizer, 430 with a C one), as much as a whole 16-element op and its recording.
+-- So a handle's cdata is instead the value of a weak table, `tracked`, at a slot whose
+-- id `ids` keeps: the collector clears the weak entry when the cdata dies, and once per
+-- cycle the finalizer of a sentinel (made unreachable on purpose, and made afresh each
+-- time) sweeps the slots whose entry is gone and releases their handles. A cycle's
+-- atomic phase clears weak entries before its finalizers run, so a handle is released
+-- in the cycle its value died in, as a finalizer would have. (A value resurrected by a
+-- finalizer is marked before weak entries are cleared: never released while reachable.)
+-- Per handle that is two table stores and its share of the sweep, which visits every
+-- slot once a cycle, as the collector's mark phase visits every live value anyway.
+-- lua_close clears no weak table: it calls every finalizer, and the `closer`, a cdata
+-- this module keeps to the end, releases every handle still tracked from its own.
+local tracked = setmetatable({}, { __mode = "v" })   -- slot -> the cdata of a live handle
+local ids = {}                                       -- slot -> its handle id, or false
+local free_slots, nfree, nslots = {}, 0, 0
+
+local function own(r, id)
+  local slot
+  if nfree > 0 then
+    slot = free_slots[nfree]
+    nfree = nfree - 1
+  else
+    nslots = nslots + 1
+    slot = nslots
+  end
+  tracked[slot] = r
+  ids[slot] = tonumber_(id)
+end
+
+local function sweep()
+  for slot = 1, nslots do
+    local id = ids[slot]
+    if id and tracked[slot] == nil then
+      ids[slot] = false
+      release_id(id)
+      nfree = nfree + 1
+      free_slots[nfree] = slot
+    end
+  end
+end
+
+local sentinel_type = ffi.typeof("struct { char c; }")
+local function arm_sentinel()
+  ffi_gc(sentinel_type(), function() sweep() arm_sentinel() end)
+end
+arm_sentinel()
+M.closer = ffi_gc(sentinel_type(), function()
+  for slot = 1, nslots do
+    local id = ids[slot]
+    if id then ids[slot] = false release_id(id) end
+  end
+end)
+M.sweep = sweep
 
 -- Note [No tail calls to built-ins in hot helpers]
 -- The small functions here (wrap, result, value, is_tensor) end with `local v = f(...);
@@ -72,7 +131,7 @@ local function wrap(id)
   local st = C.dl_deliver(id, r)
   if st == 0 then return r end
   if st < 0 then return raise_last() end
-  r = ffi_gc(r, release)
+  own(r, r.id)
   return r
 end
 M.wrap = wrap
@@ -92,18 +151,18 @@ end
 local function value(st, r)
   if st == 0 then return r end
   if st < 0 then return raise_last() end
-  r = ffi_gc(r, release)
+  own(r, r.id)
   return r
 end
 
 -- The handle id of x, for the entry points that need one; an inline x becomes a handle
--- here, in place, and so gets its finalizer.
+-- here, in place, and is tracked from then on.
 local function hid(x)
   local id = x.id
   if id ~= 0 then return id end
   id = C.dl_promote(x)
   if id == 0 then return raise_last() end
-  ffi_gc(x, release)
+  own(x, id)
   return id
 end
 M.hid = hid
