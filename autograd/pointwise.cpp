@@ -45,11 +45,11 @@ DL_UNARY_GRAD(Rsqrt, y, gy * (y * y * y) * -0.5)
 DL_UNARY_GRAD(Sin, x, gy * cos(x))
 DL_UNARY_GRAD(Cos, x, -(gy * sin(x)))
 DL_UNARY_GRAD(Tan, y, gy * (y * y + 1.0))
-DL_UNARY_GRAD(Tanh, y, gy * (1.0 - y * y))
-DL_UNARY_GRAD(Sigmoid, y, gy * (y * (1.0 - y)))
-// PyTorch's threshold_backward: 0 where x <= 0, gy elsewhere (even where gy is not
-// finite), in one pass over gy instead of a mask's cast and a product.
-DL_UNARY_GRAD(Relu, x, ag::masked_fill(gy, ag::compare(Op::Le, x, Scalar(0.0)), Scalar(0.0)))
+// One pass each instead of two or three recorded ops (ops.def, "Derivatives of unary
+// ops"); themselves differentiable, so higher orders still work.
+DL_UNARY_GRAD(Tanh, y, ag::binary(Op::TanhBackward, gy, y))
+DL_UNARY_GRAD(Sigmoid, y, ag::binary(Op::SigmoidBackward, gy, y))
+DL_UNARY_GRAD(Relu, x, ag::binary(Op::ReluBackward, gy, x))
 DL_UNARY_GRAD(Softplus, x, gy * sigmoid(x))
 DL_UNARY_GRAD(Erf, x, gy * exp(-(x * x)) * (2.0 / std::sqrt(M_PI)))
 #undef DL_UNARY_GRAD
@@ -95,6 +95,8 @@ Tensor grad_a(Op op, const Tensor& g, const Tensor& a, const Tensor& b, const Te
     case Op::Maximum: return g * (mask(ag::compare(Op::Gt, a, b), g) + mask(ag::compare(Op::Eq, a, b), g) * 0.5);
     case Op::Minimum: return g * (mask(ag::compare(Op::Lt, a, b), g) + mask(ag::compare(Op::Eq, a, b), g) * 0.5);
     case Op::Atan2: return g * b / (a * a + b * b);
+    // Linear in the incoming gradient a: the same op on g.
+    case Op::TanhBackward: case Op::SigmoidBackward: case Op::ReluBackward: return ag::binary(op, g, b);
     default: fail(ErrorKind::Internal, "no derivative for ", op_name(op));
   }
 }
@@ -114,6 +116,9 @@ Tensor grad_b(Op op, const Tensor& g, const Tensor& a, const Tensor& b, const Te
     case Op::Maximum: return g * (mask(ag::compare(Op::Lt, a, b), g) + mask(ag::compare(Op::Eq, a, b), g) * 0.5);
     case Op::Minimum: return g * (mask(ag::compare(Op::Gt, a, b), g) + mask(ag::compare(Op::Eq, a, b), g) * 0.5);
     case Op::Atan2: return -(g * a / (a * a + b * b));
+    case Op::TanhBackward: return g * a * b * -2.0;           // d/dy of a (1 - y^2)
+    case Op::SigmoidBackward: return g * a * (1.0 - b * 2.0);  // d/dy of a y (1 - y)
+    case Op::ReluBackward: return Tensor();                    // 0 almost everywhere: none
     default: fail(ErrorKind::Internal, "no derivative for ", op_name(op));
   }
 }
@@ -151,6 +156,9 @@ DL_BINARY_GRAD(Pow)
 DL_BINARY_GRAD(Maximum)
 DL_BINARY_GRAD(Minimum)
 DL_BINARY_GRAD(Atan2)
+DL_BINARY_GRAD(TanhBackward)
+DL_BINARY_GRAD(SigmoidBackward)
+DL_BINARY_GRAD(ReluBackward)
 #undef DL_BINARY_GRAD
 
 // ---- comparisons: never recorded ---------------------------------------------------------

@@ -112,6 +112,12 @@ struct MinimumFn { template <typename T> DL_HD T operator()(T a, T b) const {
   if constexpr (kIsFloat<T>) { if (a != a) return a; if (b != b) return b; }
   return a < b ? a : b; } };
 struct Atan2Fn { template <typename T> DL_HD T operator()(T a, T b) const { return std::atan2(a, b); } };
+// Derivatives in one pass (ops.def): the same arithmetic, in the same order, as the
+// formulas of recorded ops they replace, so gradients keep their bits.
+struct TanhBackwardFn { template <typename T> DL_HD T operator()(T g, T y) const { return g * (T(1) - y * y); } };
+struct SigmoidBackwardFn { template <typename T> DL_HD T operator()(T g, T y) const { return g * (y * (T(1) - y)); } };
+// 0 where x <= 0, g elsewhere (NaN x included, as PyTorch's threshold_backward).
+struct ReluBackwardFn { template <typename T> DL_HD T operator()(T g, T x) const { return x <= T(0) ? T(0) : g; } };
 
 // ---- comparisons (bool results) ----
 struct EqFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a == b; } };
