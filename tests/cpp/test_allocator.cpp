@@ -168,3 +168,18 @@ TEST_CASE("storage: host data of at most 64 bytes lives in the storage object, l
   }
   CHECK(ha::stats().in_use == before);
 }
+
+TEST_CASE("object pool: a collection's worth of freed tensors is kept for reuse") {
+  if (!dl::detail::kPoolObjects) return;  // off under AddressSanitizer
+  using ImplPool = dl::detail::ObjectPool<sizeof(dl::TensorImpl)>;
+  // 8 MB of blocks per size: far more than the 4,096 a sweep of dead handles overflowed.
+  CHECK(ImplPool::capacity() == (size_t(8) << 20) / sizeof(dl::TensorImpl));
+  CHECK(ImplPool::capacity() > 20000);
+  std::vector<dl::Tensor> batch;
+  for (int i = 0; i < 20000; ++i) batch.push_back(dl::empty(dl::Shape{4}, dl::DType::Float32));
+  const uint32_t before = ImplPool::cached();
+  batch.clear();  // freed at once, as a sweep frees them
+  CHECK(ImplPool::cached() == std::min<uint32_t>(before + 20000, ImplPool::capacity()));
+  for (int i = 0; i < 20000; ++i) batch.push_back(dl::empty(dl::Shape{4}, dl::DType::Float32));
+  CHECK(ImplPool::cached() == before);  // all taken from the list again
+}
