@@ -166,6 +166,68 @@ void VariableLog::note(const Tensor& v) {
 
 // ---- the engine -------------------------------------------------------------------------
 
+Tensor* GraphTask::Info::slot(uint32_t nr) {
+  if (nr == 0) return &grad0;
+  if (more.size() < nr) more.resize(nr);
+  return &more[nr - 1];
+}
+
+const Tensor* GraphTask::Info::peek(uint32_t nr) const {
+  const Tensor* t = nr == 0 ? &grad0 : (nr <= more.size() ? &more[nr - 1] : nullptr);
+  return t && t->defined() ? t : nullptr;
+}
+
+bool GraphTask::Info::any() const {
+  if (grad0.defined()) return true;
+  for (const Tensor& g : more) if (g.defined()) return true;
+  return false;
+}
+
+namespace {
+// Fibonacci hashing of a node's address (pooled blocks: the low bits carry nothing).
+size_t hash_node(const Node* n, size_t mask) {
+  return size_t((uint64_t(reinterpret_cast<uintptr_t>(n)) * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+}  // namespace
+
+int GraphTask::Index::find(const Node* n) const {
+  if (slots_.empty()) return -1;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash_node(n, mask);; i = (i + 1) & mask) {
+    if (slots_[i].first == n) return slots_[i].second;
+    if (!slots_[i].first) return -1;
+  }
+}
+
+int GraphTask::Index::insert(const Node* n, int next, bool* fresh) {
+  if (2 * (used_ + 1) > slots_.size()) grow();
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash_node(n, mask);; i = (i + 1) & mask) {
+    if (slots_[i].first == n) {
+      *fresh = false;
+      return slots_[i].second;
+    }
+    if (!slots_[i].first) {
+      slots_[i] = {n, next};
+      ++used_;
+      *fresh = true;
+      return next;
+    }
+  }
+}
+
+void GraphTask::Index::grow() {
+  std::vector<std::pair<const Node*, int>> old(std::max<size_t>(64, 2 * slots_.size()));
+  old.swap(slots_);
+  const size_t mask = slots_.size() - 1;
+  for (const auto& s : old) {
+    if (!s.first) continue;
+    size_t i = hash_node(s.first, mask);
+    while (slots_[i].first) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
+}
+
 GraphTask::GraphTask(const TensorList& outputs, const TensorList& grad_outputs,
                      const TensorList& inputs, bool create_graph, bool retain_graph)
     // A recorded backward refers to the forward graph: keep it for the outer pass.
@@ -201,65 +263,75 @@ GraphTask::GraphTask(const TensorList& outputs, const TensorList& grad_outputs,
     keep_.push_back(roots[k].node);
     add_grad(roots[k], seeds[k]);
   }
-  for (auto& [n, inf] : info_)
-    if (inf.deps == 0 && inf.needed) ready_.push_back(n);
+  // In reverse discovery order, so that of two ready roots the first is run first.
+  for (auto it = infos_.rbegin(); it != infos_.rend(); ++it)
+    if (it->deps == 0 && it->needed) ready_.push_back(it->node);
 }
 
 GraphTask::~GraphTask() = default;
 
 void GraphTask::discover(const std::vector<Edge>& roots) {
-  std::vector<Node*> targets;
-  for (const Edge& e : input_edges_) if (e.valid()) targets.push_back(e.node.get());
-  // Iterative DFS: count the edges into each node; order nodes for the "needed" pass.
-  std::vector<Node*> stack, order;
-  for (const Edge& e : roots) {
-    if (info_.count(e.node.get())) continue;
-    info_[e.node.get()];
-    stack.push_back(e.node.get());
-  }
+  // Iterative DFS: count the edges into each node; infos_ is in discovery order, which
+  // the "needed" pass below walks backwards (children were discovered after parents).
+  std::vector<Node*> stack;
+  bool fresh = false;
+  auto add = [&](Node* n) {
+    int i = index_.insert(n, int(infos_.size()), &fresh);
+    if (fresh) {
+      infos_.push_back(Info{});
+      infos_.back().node = n;
+      stack.push_back(n);
+    }
+    return i;
+  };
+  for (const Edge& e : roots) add(e.node.get());
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    order.push_back(n);
-    for (int i = 0; i < n->next.size(); ++i) {
-      Node* c = n->next[i].node.get();
-      if (!c) continue;
-      auto [it, fresh] = info_.try_emplace(c);
-      it->second.deps++;
-      if (fresh) stack.push_back(c);
-    }
+    for (int i = 0; i < n->next.size(); ++i)
+      if (Node* c = n->next[i].node.get()) infos_[size_t(add(c))].deps++;
   }
   // A node is needed when it is a target or feeds a needed node. Propagate to a fixed
-  // point in reverse discovery order (children were discovered after parents).
-  for (Node* t : targets) if (info_.count(t)) info_[t].needed = true;
+  // point in reverse discovery order.
+  for (const Edge& e : input_edges_)
+    if (e.valid())
+      if (Info* t = info(e.node.get())) t->needed = true;
   bool changed = true;
   while (changed) {
     changed = false;
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      Info& inf = info_[*it];
-      if (inf.needed) continue;
-      for (int i = 0; i < (*it)->next.size(); ++i) {
-        Node* c = (*it)->next[i].node.get();
-        if (c && info_[c].needed) { inf.needed = true; changed = true; break; }
+    for (auto it = infos_.rbegin(); it != infos_.rend(); ++it) {
+      if (it->needed) continue;
+      Node* n = it->node;
+      for (int i = 0; i < n->next.size(); ++i) {
+        Node* c = n->next[i].node.get();
+        if (c && info(c)->needed) { it->needed = true; changed = true; break; }
       }
     }
   }
   // Dependencies only count edges from needed nodes (others never run).
-  for (auto& [n, inf] : info_) inf.deps = 0;
-  for (Node* n : order) {
-    if (!info_[n].needed) continue;
+  for (Info& inf : infos_) inf.deps = 0;
+  for (size_t k = 0; k < infos_.size(); ++k) {
+    if (!infos_[k].needed) continue;
+    Node* n = infos_[k].node;
     for (int i = 0; i < n->next.size(); ++i)
-      if (Node* c = n->next[i].node.get()) info_[c].deps++;
+      if (Node* c = n->next[i].node.get()) info(c)->deps++;
   }
 }
 
 void GraphTask::add_grad(const Edge& e, const Tensor& g) {
-  auto it = info_.find(e.node.get());
-  if (it == info_.end() || !it->second.needed || !g.defined()) return;
-  auto& buf = it->second.buf;
-  if (buf.size() < e.node->num_outputs) buf.resize(e.node->num_outputs);
-  Tensor& slot = buf[e.nr];
-  slot = slot.defined() ? ag::binary(Op::Add, slot, g) : g;
+  Info* inf = info(e.node.get());
+  if (!inf || !inf->needed || !g.defined()) return;
+  Tensor* slot = inf->slot(e.nr);
+  *slot = slot->defined() ? ag::binary(Op::Add, *slot, g) : g;
+}
+
+const TensorList& GraphTask::gather_grads(Info& inf) {
+  scratch_.clear();
+  scratch_.push_back(std::move(inf.grad0));
+  for (Tensor& g : inf.more) scratch_.push_back(std::move(g));
+  scratch_.resize(std::max<size_t>(inf.node->num_outputs, 1));
+  inf.clear();
+  return scratch_;
 }
 
 bool GraphTask::run() {
@@ -270,31 +342,30 @@ bool GraphTask::run() {
   while (!ready_.empty()) {
     Node* n = ready_.back();
     ready_.pop_back();
-    Info& inf = info_[n];
+    Info& inf = *info(n);
     // Capture gradients arriving at the inputs asked for.
     for (size_t k = 0; k < input_edges_.size(); ++k) {
       const Edge& e = input_edges_[k];
-      if (e.node.get() != n || e.nr >= inf.buf.size() || !inf.buf[e.nr].defined()) continue;
-      captured_[k] = captured_[k].defined() ? ag::binary(Op::Add, captured_[k], inf.buf[e.nr])
-                                            : inf.buf[e.nr];
+      const Tensor* g = e.node.get() == n ? inf.peek(e.nr) : nullptr;
+      if (!g) continue;
+      captured_[k] = captured_[k].defined() ? ag::binary(Op::Add, captured_[k], *g) : *g;
     }
-    bool any = false, feeds = false;
-    for (auto& g : inf.buf) any = any || g.defined();
+    bool feeds = false;
     for (int i = 0; i < n->next.size() && !feeds; ++i) {
-      auto it = info_.find(n->next[i].node.get());
-      feeds = it != info_.end() && it->second.needed;
+      const Info* c = info(n->next[i].node.get());
+      feeds = c && c->needed;
     }
-    if (!any || !feeds || !n->backward) {
+    if (!inf.any() || !feeds || !n->backward) {
       finish_node(n, {});
       continue;
     }
     if (n->custom_ref) {  // a Lua backward: hand control back to the binding
       custom_ = n;
-      pending_.assign(inf.buf.begin(), inf.buf.end());
-      pending_.resize(n->num_outputs);
+      pending_ = gather_grads(inf);
       return false;
     }
-    TensorList grads = n->backward(*n, inf.buf);
+    TensorList grads = n->backward(*n, gather_grads(inf));
+    scratch_.clear();
     finish_node(n, grads);
   }
   return true;
@@ -322,10 +393,10 @@ void GraphTask::finish_node(Node* n, const TensorList& grads) {
       if (g.dtype() != m.dtype && is_floating(m.dtype)) g = ag::cast(g, m.dtype);
       add_grad(e, g);
     }
-    auto it = info_.find(e.node.get());
-    if (it != info_.end() && it->second.needed && --it->second.deps == 0) ready_.push_back(e.node.get());
+    Info* c = info(e.node.get());
+    if (c && c->needed && --c->deps == 0) ready_.push_back(e.node.get());
   }
-  info_[n].buf.clear();
+  info(n)->clear();
   if (!retain_graph_ && !n->custom_ref) {
     n->saved.clear();
     n->released = n->backward != nullptr;

@@ -8,7 +8,7 @@
 // (DESIGN.md decision 3: C++ never calls into Lua): the binding then calls the
 // function with pending_grads() and hands the results back with supply().
 #pragma once
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "autograd/node.h"
@@ -31,19 +31,47 @@ class GraphTask {
   TensorList results() const;
 
  private:
+  // What the task knows of a node of the graph: made once per node it discovers, kept
+  // in one vector (no allocation per node: the std::unordered_map it replaces allocated
+  // a map node and a gradient vector per graph node, a tenth of a recorded small op).
   struct Info {
+    Node* node = nullptr;
     int deps = 0;
-    bool needed = false;       // has a path to an input
-    std::vector<Tensor> buf;   // incoming gradient per output of the node
+    bool needed = false;   // has a path to an input
+    Tensor grad0;          // incoming gradient of output 0
+    TensorList more;       // of outputs 1.. (multi-output nodes only)
+    Tensor* slot(uint32_t nr);              // made on demand
+    const Tensor* peek(uint32_t nr) const;  // null when none arrived
+    bool any() const;
+    void clear() { grad0 = Tensor(); more.clear(); }
   };
+  // Node* -> index in infos_, open addressing with linear probing.
+  class Index {
+   public:
+    int find(const Node* n) const;
+    // The index of n, inserting `next` for it when absent (*fresh then true).
+    int insert(const Node* n, int next, bool* fresh);
+   private:
+    void grow();
+    std::vector<std::pair<const Node*, int>> slots_;
+    size_t used_ = 0;
+  };
+  Info* info(const Node* n) {
+    int i = index_.find(n);
+    return i < 0 ? nullptr : &infos_[size_t(i)];
+  }
   void discover(const std::vector<Edge>& roots);
   void add_grad(const Edge& e, const Tensor& g);
   void finish_node(Node* n, const TensorList& grads);
+  // The node's incoming gradients, one per output, in scratch_.
+  const TensorList& gather_grads(Info& inf);
 
   TensorList inputs_;
   std::vector<Edge> input_edges_;
   std::vector<Tensor> captured_;
-  std::unordered_map<Node*, Info> info_;
+  std::vector<Info> infos_;
+  Index index_;
+  TensorList scratch_;
   std::vector<Node*> ready_;
   std::vector<Ref<Node>> keep_;  // roots stay alive while the task runs
   bool create_graph_, retain_graph_;

@@ -103,6 +103,36 @@ TEST_CASE("a backward pass through a long chain is iterative", "[autograd]") {
   REQUIRE(ag::grad({y}, {}, {x}, false)[0].item() == 1);
 }
 
+TEST_CASE("a backward pass over a wide graph: fan-out, a sum tree and a multi-output node", "[autograd]") {
+  ag::GradScope scope;
+  Tensor x = ag::watch(view(arange(0, 12, 1, DType::Float64), Shape{3, 4}));
+  // 3,000 multiples of x summed as a tree: x feeds 3,000 nodes, each node two parents
+  // away from the root (the task's index grows many times over).
+  std::vector<Tensor> terms;
+  double total = 0;
+  for (int k = 1; k <= 3000; ++k) {
+    terms.push_back(ag::binary(Op::Mul, x, Scalar(0.001 * k)));
+    total += 0.001 * k;
+  }
+  while (terms.size() > 1) {
+    std::vector<Tensor> next;
+    for (size_t i = 0; i + 1 < terms.size(); i += 2) next.push_back(add(terms[i], terms[i + 1]));
+    if (terms.size() % 2) next.push_back(terms.back());
+    terms.swap(next);
+  }
+  // max over dim 1 gives values and indices (a node of two outputs); its values are
+  // used twice, so their gradients meet before the node runs.
+  Tensor m = ag::view(ag::max_dim(x, 1, false).first, Shape{3, 1});
+  Tensor y = ag::reduce(Op::Sum, add(add(terms[0], ag::binary(Op::Mul, m, Scalar(2.0))), m), {}, false);
+  Tensor g = ag::grad({y}, {}, {x}, false)[0];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) {
+      int64_t at[2] = {i, j};
+      // the row's largest element is its last: 2m + m, broadcast over the row's 4 columns
+      REQUIRE(g.value_at(at) == Approx(total + (j == 3 ? 12 : 0)).epsilon(1e-12));
+    }
+}
+
 TEST_CASE("in-place change of a saved value is an error, not a wrong gradient", "[autograd]") {
   ag::GradScope scope;
   Tensor x = ag::watch(full(Shape{3}, Scalar(2.0), DType::Float64));
