@@ -245,6 +245,12 @@ int dl_backward_pending(int task, uint64_t* out, int n);
 int dl_backward_supply(int task, const uint64_t* grads, int n);
 int dl_backward_results(int task, uint64_t* out, int n);
 void dl_backward_free(int task);
+/* The whole backward pass in one call (begin with create_graph while recording, run,
+   results, free): 1 with the gradients' handles in res[0..nin-1]; 0 when the graph holds
+   a custom gradient, the task then left in *task for the calls above to drive; -1 on error
+   (no task left). */
+int dl_backward_once(const uint64_t* outs, int nout, const uint64_t* grad_outs,
+                     const uint64_t* ins, int nin, int retain_graph, uint64_t* res, int* task);
 int dl_custom_record(const uint64_t* ins, int nin, uint64_t* outs, int nout, double ref);
 int dl_dead_custom_refs(double* out, int n);
 int dl_watch_inplace(uint64_t x);            /* GradientTape.watch: x itself becomes differentiable */

@@ -152,6 +152,7 @@ end
 -- ---- the backward pass, with custom gradients called from here -----------------------------
 
 local custom_fns = {}       -- ref -> the Lua backward of a custom_gradient node
+local task_out = ffi_new("int[1]")  -- read at once after each dl_backward_once
 local next_ref = 1
 local dead = ffi_new("double[64]")
 
@@ -216,27 +217,24 @@ local function backward(op, outputs, seeds, inputs, retain)
     for i = 1, nout do gouts[i - 1] = seeds[i] and hid(seeds[i]) or 0 end
   end
   local ins, nin = tensor_list(op, inputs)
-  local create_graph = C.dl_is_recording()
-  local task = C.dl_backward_begin(outs, nout, gouts, ins, nin, create_graph, retain and 1 or 0)
-  if task < 0 then raise_last() end
-  -- Only a task that stops (at a custom gradient, or on an error) runs under pcall, to
-  -- free it on the way out: the common one is not (Note [The user's function is not
-  -- called by pcall]).
-  local ok, err = true, nil
-  local st = C.dl_backward_run(task)
-  if st ~= 1 then ok, err = pcall(run_task, op, task, st) end
-  local result
-  if ok then
-    local res = ffi_new("uint64_t[?]", max(nin, 1))
-    if C.dl_backward_results(task, res, nin) ~= 0 then
+  local res = ffi_new("uint64_t[?]", max(nin, 1))
+  -- The whole pass in one call (this driver runs interpreted, where an FFI call costs
+  -- 70-110 ns); only a graph with a custom gradient leaves a task to drive from here,
+  -- under pcall, to free it on the way out (Note [The user's function is not called by
+  -- pcall]).
+  local st = C.dl_backward_once(outs, nout, gouts, ins, nin, retain and 1 or 0, res, task_out)
+  if st < 0 then raise_last() end
+  if st == 0 then
+    local task = task_out[0]
+    local ok, err = pcall(run_task, op, task, 0)
+    if ok and C.dl_backward_results(task, res, nin) ~= 0 then
       ok, err = false, ffi_string(C.dl_last_error())
-    else
-      result = {}
-      for i = 1, nin do result[i] = wrap(res[i - 1]) end
     end
+    C.dl_backward_free(task)
+    if not ok then error(err, 0) end
   end
-  C.dl_backward_free(task)
-  if not ok then error(err, 0) end
+  local result = {}
+  for i = 1, nin do result[i] = wrap(res[i - 1]) end
   return result
 end
 M.backward = backward
