@@ -94,4 +94,24 @@ H.test("a loop of handle results keeps few handles alive without collectgarbage(
   H.ok(peak < 20000, "live handles peaked at " .. peak)
 end)
 
+H.test("handles pace collections: a loop making them never holds more than a few thousand", function()
+  -- With LuaJIT's own collector stopped, only the count of handles made triggers the
+  -- collections (Note [Handles released by a sweep, not by finalizers]).
+  collectgarbage("collect")
+  local before = live_handles()
+  local a = dl.rand(100)                   -- 400-byte results: 30,000 of them stay far
+  local peak = 0                           -- below the 16 MB byte budget
+  collectgarbage("stop")
+  local ok, err = pcall(function()
+    for i = 1, 30000 do
+      local c = a * 2                      -- a handle
+      local n = live_handles() - before
+      if n > peak then peak = n end
+    end
+  end)
+  collectgarbage("restart")
+  if not ok then error(err, 0) end
+  H.ok(peak > 1000 and peak <= 4096 + 2, "live handles peaked at " .. peak)
+end)
+
 H.run()
