@@ -362,6 +362,7 @@ bool GraphTask::run() {
     if (n->custom_ref) {  // a Lua backward: hand control back to the binding
       custom_ = n;
       pending_ = gather_grads(inf);
+      scratch_.clear();
       return false;
     }
     TensorList grads = n->backward(*n, gather_grads(inf));

@@ -58,6 +58,13 @@ DL_UNARY_GRAD(Erf, x, gy * exp(-(x * x)) * (2.0 / std::sqrt(M_PI)))
 
 namespace {
 TensorList binary_scalar_backward(Node& n, const TensorList& g);
+
+// a op s (or s op a) whose derivative in a is a number: a number added, subtracted, a
+// multiple, a divided by a number. Such a node saves nothing; binary_scalar_backward
+// takes these ops' gradients from the number alone.
+constexpr bool linear_in_tensor(Op op, bool scalar_first) {
+  return op == Op::Add || op == Op::Sub || op == Op::Mul || (op == Op::Div && !scalar_first);
+}
 }
 
 Tensor binary(Op op, const Tensor& a, const Tensor& b) {
@@ -76,10 +83,7 @@ Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   Tensor y = dl::binary(op, a, s, scalar_first);
   Ref<Node> n = maybe_node(op_name(op), derivative_of(op) ? binary_scalar_backward : nullptr, {&a});
   if (!n) return y;
-  // Linear in a (a number added, subtracted, a multiple, a divided by a number): the
-  // derivative is a number, and nothing needs saving.
-  const bool linear = op == Op::Add || op == Op::Sub || op == Op::Mul || (op == Op::Div && !scalar_first);
-  if (!linear) n->save(a);
+  if (!linear_in_tensor(op, scalar_first)) n->save(a);
   if (op == Op::Pow && scalar_first) n->save(y, true);  // s^a's gradient reads s^a
   n->attrs.i[0] = int64_t(op);
   n->attrs.i[1] = scalar_first;
@@ -141,16 +145,16 @@ TensorList binary_backward(Node& n, const TensorList& g) {
 TensorList binary_scalar_backward(Node& n, const TensorList& g) {
   Op op = Op(n.attrs.i[0]);
   bool first = n.attrs.i[1] != 0;
-  switch (op) {  // the ops linear in x (binary(Op, Tensor, Scalar) saved nothing for them)
-    case Op::Add: return {g[0]};
-    case Op::Sub: return {first ? -g[0] : g[0]};
-    case Op::Mul: return {g[0] * n.attrs.d[0]};
-    case Op::Div: if (!first) return {g[0] / n.attrs.d[0]}; break;
-    case Op::Pow:  // x^s: g s x^(s-1), with s - 1 taken as a number (as PyTorch's pow_backward)
-      if (!first) return {g[0] * n.attrs.d[0] * pow(n.unpack(0), n.attrs.d[0] - 1.0)};
-      break;
-    default: break;
+  if (linear_in_tensor(op, first)) {  // nothing was saved
+    switch (op) {
+      case Op::Add: return {g[0]};
+      case Op::Sub: return {first ? -g[0] : g[0]};
+      case Op::Mul: return {g[0] * n.attrs.d[0]};
+      default: return {g[0] / n.attrs.d[0]};  // Div, not first
+    }
   }
+  // x^s: g s x^(s-1), with s - 1 taken as a number (as PyTorch's pow_backward)
+  if (op == Op::Pow && !first) return {g[0] * n.attrs.d[0] * pow(n.unpack(0), n.attrs.d[0] - 1.0)};
   Tensor x = n.unpack(0), y = op == Op::Pow && first ? n.unpack(1) : Tensor();
   const Tensor& gy = g[0];
   Tensor s = full(Shape{}, Scalar(n.attrs.d[0]), is_floating(x.dtype()) ? x.dtype() : default_float(), x.device());

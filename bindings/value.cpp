@@ -5,12 +5,12 @@
 // its bytes, takes the handle table's lock to register it and again to release it, and
 // the Lua side tracks the value that holds it until the collector finds it dead (Note
 // [Handles released by a sweep, not by finalizers] in scripts/dlua/tensor.lua; a
-// finalizer, as it first had, cost 350-450 ns over the value's life). For `a + b` on 16 floats that is several times the arithmetic and
-// more than PyTorch's whole eager op. So a small host tensor (at most kInlineBytes of
-// elements, at most 8 dims of at most 255 each) that nothing else refers to lives in
-// the Lua value itself: struct dl_tensor with id 0, a header (dtype, ndim, numel,
-// sizes) and the elements, allocated by LuaJIT as plain cdata, freed by the collector
-// like a number box, with nothing to release.
+// finalizer, as it first had, cost 350-450 ns over the value's life). For `a + b` on 16
+// floats that is several times the arithmetic and more than PyTorch's whole eager op.
+// So a small host tensor (at most kInlineBytes of elements, at most 8 dims of at most
+// 255 each) that nothing else refers to lives in the Lua value itself: struct dl_tensor
+// with id 0, a header (dtype, ndim, numel, sizes) and the elements, allocated by LuaJIT
+// as plain cdata, freed by the collector like a number box, with nothing to release.
 //
 // Such a value is immutable and unaliased, like a Lua number: the engine copies it in
 // when an op needs an engine tensor (value_of) and never keeps a pointer to it, so no
@@ -18,8 +18,8 @@
 // shares its storage, an in-place op writes into it, or autograd records it; every
 // such entry point of the C ABI takes a handle id, and the Lua side first promotes the
 // value in place (promote: the copy goes into a new handle, whose id is written into
-// the same cdata, which the Lua side tracks from then on). Because promotion happens to the very
-// object the script holds, every alias of it sees the change.
+// the same cdata, which the Lua side tracks from then on). Because promotion happens to
+// the very object the script holds, every alias of it sees the change.
 //
 // Results are delivered inline only when that loses nothing (deliver): a contiguous
 // host tensor with no autograd history that is not a variable, not a view, not host

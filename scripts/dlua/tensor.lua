@@ -4,11 +4,11 @@
 -- value of const scalars (DESIGN.md decision 1, notes/sandbox.md) that is either the id
 -- of a handle in the engine's table, released once the value dies (Note [Handles released
 -- by a sweep, not by finalizers] below), or a small host tensor held inline (Note [Small
--- tensors inline] in bindings/value.cpp). No tensor value carries a finalizer. The hot entry points (the op families, metadata, elements) take
--- the value itself and write their result into a new one (value()); every other entry
--- point takes a handle id, hid(x), which first makes an inline x a handle in place, for
--- good. A failed call returns 0 (or -1) and is raised as a Lua error at the script's
--- line (core.raise).
+-- tensors inline] in bindings/value.cpp). No tensor value carries a finalizer. The hot
+-- entry points (the op families, metadata, elements) take the value itself and write
+-- their result into a new one (value()); every other entry point takes a handle id,
+-- hid(x), which first makes an inline x a handle in place, for good. A failed call
+-- returns 0 (or -1) and is raised as a Lua error at the script's line (core.raise).
 --
 -- Internal module: it returns the table of internals that the other dlua modules
 -- extend (methods, props, setters, wrap ...); scripts see only `dlua`. A sandbox must
@@ -125,7 +125,6 @@ M.closer = ffi_gc(sentinel_type(), function()
     if id then ids[slot] = false release_id(id) end
   end
 end)
-M.sweep = sweep
 
 -- Note [No tail calls to built-ins in hot helpers]
 -- The small functions here (wrap, result, value, is_tensor) end with `local v = f(...);
