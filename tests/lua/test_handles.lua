@@ -7,23 +7,25 @@ local dl = require("dlua")
 local ffi = require("ffi")
 
 local function live_handles() return dl.memory_stats().tensors end
+-- Live handles after a full collection.
+local function settled()
+  collectgarbage("collect")
+  return live_handles()
+end
 
 H.test("handles that die are released by the next full collection", function()
-  collectgarbage("collect")
-  local before = live_handles()
+  local before = settled()
   do
     local keep = {}
     for i = 1, 300 do keep[i] = dl.full({ 100 }, i) end    -- 400 bytes each: handles
     H.eq(live_handles(), before + 300)
     keep = nil
   end
-  collectgarbage("collect")
-  H.eq(live_handles(), before, "all 300 released by one collection")
+  H.eq(settled(), before, "all 300 released by one collection")
 end)
 
 H.test("live handles keep their values through many collections and reused slots", function()
-  collectgarbage("collect")
-  local before = live_handles()
+  local before = settled()
   local kept = {}
   for round = 1, 20 do
     -- garbage between the kept tensors, so that freed slots are taken again
@@ -37,13 +39,11 @@ H.test("live handles keep their values through many collections and reused slots
   end
   H.eq(live_handles(), before + 20)
   kept = nil
-  collectgarbage("collect")
-  H.eq(live_handles(), before)
+  H.eq(settled(), before)
 end)
 
 H.test("a tensor brought back to life by a finalizer keeps its handle", function()
-  collectgarbage("collect")
-  local before = live_handles()
+  local before = settled()
   local revived
   do
     local t = dl.arange(0, 100)          -- a handle
@@ -57,13 +57,11 @@ H.test("a tensor brought back to life by a finalizer keeps its handle", function
   H.eq(revived:sum():item(), 4950, "the revived tensor is intact")
   H.eq(live_handles(), before + 1)
   revived = nil
-  collectgarbage("collect")
-  H.eq(live_handles(), before)
+  H.eq(settled(), before)
 end)
 
 H.test("promoted inline values and recorded results are tracked like other handles", function()
-  collectgarbage("collect")
-  local before = live_handles()
+  local before = settled()
   local g
   do
     local xs = {}
@@ -77,13 +75,11 @@ H.test("promoted inline values and recorded results are tracked like other handl
   collectgarbage("collect")
   H.values(g, { 2, 2, 2, 2, 2, 2, 2, 2 })
   g = nil
-  collectgarbage("collect")
-  H.eq(live_handles(), before)
+  H.eq(settled(), before)
 end)
 
 H.test("a loop of handle results keeps few handles alive without collectgarbage()", function()
-  collectgarbage("collect")
-  local before = live_handles()
+  local before = settled()
   local a = dl.rand(1000)
   local peak = 0
   for i = 1, 20000 do
@@ -97,8 +93,7 @@ end)
 H.test("handles pace collections: a loop making them never holds more than a few thousand", function()
   -- With LuaJIT's own collector stopped, only the count of handles made triggers the
   -- collections (Note [Handles released by a sweep, not by finalizers]).
-  collectgarbage("collect")
-  local before = live_handles()
+  local before = settled()
   local a = dl.rand(100)                   -- 400-byte results: 30,000 of them stay far
   local peak = 0                           -- below the 16 MB byte budget
   collectgarbage("stop")
