@@ -160,10 +160,10 @@ struct Lanes {
   explicit Lanes(const R& r) {
     for (int k = 0; k < kLanes; ++k) lane[k] = r.identity();
   }
-  // Compiled for AVX2 too (the baseline x86-64 build has only SSE2), picked when the
-  // library loads: 4 doubles a vector instead of 2. Each lane still folds its elements
-  // in the same order, and AVX2 brings no fused multiply-add, so both versions give the
-  // same bits.
+  // Compiled for AVX-512 and AVX2 too (the baseline x86-64 build has only SSE2), picked
+  // when the library loads: 8 or 4 doubles a vector instead of 2. Each lane still folds
+  // its elements in the same order, and nothing is fused into a multiply-add
+  // (DL_TARGET_CLONES), so every version gives the same bits.
   using T = typename R::in_t;   // (a member template could not be multiversioned by clang)
   DL_TARGET_CLONES void add(const R& r, const T* p, int64_t n, int64_t s, double c) {
     int64_t i = 0;
