@@ -6,10 +6,34 @@
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/functors.h"
+#include "tensor/small.h"
 
 namespace dl::cpu {
 
 namespace {
+
+// Note [Small dense operands]
+// An op on a few elements costs more in its loop's set-up than in its arithmetic: the
+// operand geometry (make_operands' strides and coalescing, for_each_run's index) was
+// about 300 of the 1,000 instructions of a 16-element multiply, and a recorded op and
+// its gradient run several such kernels (callgrind, bench/ `chain`). So when out and
+// every operand are dense (contiguous, each either of out's size or a single element
+// read for all) and the op is small, it runs as dl::small's loop over the raw buffers
+// (tensor/small.h): the same functor in the same dtype and order, so the same bits.
+// (Contiguous with out's element count means the same layout: broadcasting to out's
+// shape can only have added or kept size-1 dims.) Larger ops, and the dtypes and
+// layouts dl::small does not serve, take the general loops.
+constexpr int64_t kSmallDense = 1024;
+
+// t's step in a dense loop over out: 1 or 0, or -1 when t is not dense.
+int dense_step(const Tensor& t, const Tensor& out) {
+  if (t.numel() == out.numel() && t.is_contiguous()) return 1;
+  return t.numel() == 1 ? 0 : -1;
+}
+
+bool small_dense(const Tensor& out) {
+  return out.numel() <= kSmallDense && out.numel() > 0 && out.is_contiguous();
+}
 
 template <typename T, typename F>
 void run_unary(const Tensor& out, const Tensor& x, F f) {
@@ -41,6 +65,9 @@ constexpr bool accepts(unsigned flags) {
 }  // namespace
 
 void unary(Op op, const Tensor& out, const Tensor& x) {
+  if (small_dense(out) && dense_step(x, out) == 1 &&
+      small::unary(op, x.dtype(), out.raw_data(), x.raw_data(), out.numel()))
+    return;
   if (op == Op::Logical_not) {
     DL_DISPATCH_ALL(x.dtype(), "logical_not",
         elementwise<bool, scalar_t, 2>({&out, &x}, [](scalar_t v) { return fn::NotFn{}(v); }));
@@ -61,6 +88,12 @@ void unary(Op op, const Tensor& out, const Tensor& x) {
 }
 
 void binary(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (small_dense(out) && a.dtype() == b.dtype()) {
+    const int sa = dense_step(a, out), sb = dense_step(b, out);
+    if (sa >= 0 && sb >= 0 &&
+        small::binary(op, a.dtype(), out.raw_data(), a.raw_data(), sa, b.raw_data(), sb, out.numel()))
+      return;
+  }
   switch (op) {
 #define DL_BINARY(Name, lua, Fn, flags)                                             \
     case Op::Name:                                                                  \
@@ -80,6 +113,9 @@ void binary(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool first) {
+  if (small_dense(out) && dense_step(a, out) == 1 && (is_floating(a.dtype()) || s == std::floor(s)) &&
+      small::binary_scalar(op, a.dtype(), out.raw_data(), a.raw_data(), s, first, out.numel()))
+    return;
   switch (op) {
 #define DL_BINARY(Name, lua, Fn, flags)                                             \
     case Op::Name:                                                                  \

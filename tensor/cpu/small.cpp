@@ -8,12 +8,26 @@ namespace dl::small {
 namespace {
 
 // One loop per (functor, dtype): short enough that the dispatch costs more than it.
+// Each step pattern has its loop, which the compiler vectorises; a one-element operand
+// is read once before the loop, as the general loops read it (tensor/cpu/loops.h), in
+// case out is the buffer it lies in.
 template <typename Out, typename T, typename F>
 void loop2(void* out, const void* a, int sa, const void* b, int sb, int64_t n, F f) {
   Out* o = static_cast<Out*>(out);
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
-  for (int64_t i = 0; i < n; ++i) o[i] = Out(f(x[i * sa], y[i * sb]));
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) o[i] = Out(f(x[i], y[i]));
+  } else if (sa == 1) {
+    const T yv = *y;
+    for (int64_t i = 0; i < n; ++i) o[i] = Out(f(x[i], yv));
+  } else if (sb == 1) {
+    const T xv = *x;
+    for (int64_t i = 0; i < n; ++i) o[i] = Out(f(xv, y[i]));
+  } else {
+    const Out v = Out(f(*x, *y));
+    for (int64_t i = 0; i < n; ++i) o[i] = v;
+  }
 }
 
 template <typename Out, typename T, typename F>

@@ -92,3 +92,63 @@ TEST_CASE("a bool tensor casts to every dtype as 0 and 1, in any layout", "[poin
       CHECK(bad == -1);
     }
 }
+
+// Note [Small dense operands] (tensor/cpu/pointwise.cpp): a small op on dense operands
+// runs dl::small's loop, anything else the general loops; the two must agree to the bit.
+// Every pointwise op, in float32 and float64, on dense operands against the same values
+// seen through strided views (every other element of a buffer twice as long).
+TEST_CASE("small dense operands compute the general loops' bits", "[pointwise]") {
+  const int64_t n = 37;  // not a multiple of any vector width
+  const double vals[] = {-2.5, -1, -0.5, -0.0, 0, 0.25, 0.5, 1, 1.5, 2, 3, 7.5, 1e-3, -1e3,
+                         std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()};
+  std::vector<double> av(2 * n), bv(2 * n);
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    av[size_t(i)] = vals[(i / 2) % 16];
+    bv[size_t(i)] = vals[(i / 2 * 7 + 3) % 16];
+  }
+  auto bits_equal = [](const Tensor& x, const Tensor& y) {
+    if (x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double p = x.value_at(&i), q = y.value_at(&i);
+      if (!(p == q || (p != p && q != q)) || std::signbit(p) != std::signbit(q)) return false;
+    }
+    return true;
+  };
+  int cases = 0;
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Tensor A = slice(from_values(av.data(), 2 * n, Shape{2 * n}, dt), 0, 0, 2 * n, 2);  // strided
+    Tensor B = slice(from_values(bv.data(), 2 * n, Shape{2 * n}, dt), 0, 0, 2 * n, 2);
+    Tensor a = contiguous(A), b = contiguous(B);  // the same values, dense
+    REQUIRE((!A.is_contiguous() && a.is_contiguous()));
+    Tensor s0 = full(Shape{}, Scalar(1.5), dt), s1 = full(Shape{1}, Scalar(-0.5), dt);
+    for (int k = 0; k < kNumOps; ++k) {
+      const Op op = static_cast<Op>(k);
+      const OpInfo& info = op_info(op);
+      INFO(dtype_name(dt) << " " << info.lua_name);
+      if (info.family == OpFamily::Unary) {
+        CHECK(bits_equal(unary(op, a), unary(op, A)));
+        ++cases;
+      } else if (info.family == OpFamily::Binary || info.family == OpFamily::Compare) {
+        const bool cmp = info.family == OpFamily::Compare;
+        auto f = [&](const Tensor& x, const Tensor& y) { return cmp ? compare(op, x, y) : binary(op, x, y); };
+        auto fs = [&](const Tensor& x, double v, bool first) {
+          return cmp ? compare(op, x, Scalar(v), first) : binary(op, x, Scalar(v), first);
+        };
+        CHECK(bits_equal(f(a, b), f(A, B)));
+        CHECK(bits_equal(f(a, s0), f(A, s0)));
+        CHECK(bits_equal(f(s1, a), f(s1, A)));
+        CHECK(bits_equal(fs(a, 2.5, false), fs(A, 2.5, false)));
+        CHECK(bits_equal(fs(a, -3.0, true), fs(A, -3.0, true)));
+        if (info.family == OpFamily::Binary) {  // in place: out is an operand
+          Tensor x = contiguous(A);  // a fresh copy (contiguous(a) would be a itself)
+          Tensor X = slice(from_values(av.data(), 2 * n, Shape{2 * n}, dt), 0, 0, 2 * n, 2);
+          binary_(op, x, b);
+          binary_(op, X, B);
+          CHECK(bits_equal(x, X));
+        }
+        cases += 5;
+      }
+    }
+  }
+  CHECK(cases > 200);
+}
