@@ -2,6 +2,7 @@
 #include "autograd/engine.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "autograd/autograd.h"
 #include "autograd/record.h"
@@ -194,8 +195,9 @@ int GraphTask::Index::find(const Node* n) const {
   if (slots_.empty()) return -1;
   const size_t mask = slots_.size() - 1;
   for (size_t i = hash_node(n, mask);; i = (i + 1) & mask) {
-    if (slots_[i].first == n) return slots_[i].second;
-    if (!slots_[i].first) return -1;
+    const Slot& s = slots_[i];
+    if (s.stamp != stamp_) return -1;
+    if (s.node == n) return s.index;
   }
 }
 
@@ -203,42 +205,130 @@ int GraphTask::Index::insert(const Node* n, int next, bool* fresh) {
   if (2 * (used_ + 1) > slots_.size()) grow();
   const size_t mask = slots_.size() - 1;
   for (size_t i = hash_node(n, mask);; i = (i + 1) & mask) {
-    if (slots_[i].first == n) {
-      *fresh = false;
-      return slots_[i].second;
-    }
-    if (!slots_[i].first) {
-      slots_[i] = {n, next};
+    Slot& s = slots_[i];
+    if (s.stamp != stamp_) {
+      s = {n, next, stamp_};
       ++used_;
       *fresh = true;
       return next;
+    }
+    if (s.node == n) {
+      *fresh = false;
+      return s.index;
     }
   }
 }
 
 void GraphTask::Index::grow() {
-  std::vector<std::pair<const Node*, int>> old(std::max<size_t>(64, 2 * slots_.size()));
+  std::vector<Slot> old(std::max<size_t>(64, 2 * slots_.size()));
   old.swap(slots_);
+  const uint32_t live = stamp_;
+  stamp_ = 1;  // the fresh slots are all stamped 0
   const size_t mask = slots_.size() - 1;
-  for (const auto& s : old) {
-    if (!s.first) continue;
-    size_t i = hash_node(s.first, mask);
-    while (slots_[i].first) i = (i + 1) & mask;
-    slots_[i] = s;
+  for (const Slot& s : old) {
+    if (s.stamp != live) continue;
+    size_t i = hash_node(s.node, mask);
+    while (slots_[i].stamp == stamp_) i = (i + 1) & mask;
+    slots_[i] = {s.node, s.index, stamp_};
   }
 }
 
+void GraphTask::Index::clear() {
+  used_ = 0;
+  if (++stamp_ == 0) {  // wrapped: no slot may look taken
+    for (Slot& s : slots_) s.stamp = 0;
+    stamp_ = 1;
+  }
+}
+
+// Note [Backward task buffers]
+// A backward task is made per backward pass, and for a small graph its vectors were
+// most of its cost: a dozen allocations (more as they grew), about a sixth of the
+// instructions of a second derivative (callgrind, bench/ `d2`). So a task's vectors
+// live in a Buffers object that the thread keeps when the task ends, cleared (every
+// tensor and node reference dropped) but with its capacity, for the next task; tasks on
+// one thread can nest (a custom gradient's Lua backward may run a backward pass of its
+// own), so the thread keeps a few. Buffers grown past kKeptNodes nodes are freed
+// instead, so that one large graph does not pin its memory.
+struct GraphTask::Buffers {
+  TensorList inputs;
+  std::vector<Edge> input_edges;
+  std::vector<Tensor> captured;
+  std::vector<Info> infos;
+  Index index;
+  TensorList scratch;
+  std::vector<Node*> ready;
+  std::vector<Ref<Node>> keep;
+  TensorList pending;
+  // The constructor's and discover()'s working lists.
+  std::vector<Edge> roots;
+  TensorList seeds;
+  std::vector<Node*> stack;
+
+  void clear() {
+    inputs.clear();
+    input_edges.clear();
+    captured.clear();
+    infos.clear();
+    index.clear();
+    scratch.clear();
+    ready.clear();
+    keep.clear();
+    pending.clear();
+    roots.clear();
+    seeds.clear();
+    stack.clear();
+  }
+  bool large() const { return infos.capacity() > kKeptNodes || index.capacity() > 4 * kKeptNodes; }
+  static constexpr size_t kKeptNodes = 1024;
+};
+
+namespace {
+constexpr size_t kKeptBuffers = 4;
+thread_local std::vector<std::unique_ptr<GraphTask::Buffers>> t_spare_buffers;
+
+GraphTask::Buffers* take_buffers() {
+  if (t_spare_buffers.empty()) return new GraphTask::Buffers();
+  GraphTask::Buffers* b = t_spare_buffers.back().release();
+  t_spare_buffers.pop_back();
+  return b;
+}
+
+void give_back(GraphTask::Buffers* b) {
+  std::unique_ptr<GraphTask::Buffers> owned(b);
+  owned->clear();
+  if (!owned->large() && t_spare_buffers.size() < kKeptBuffers) t_spare_buffers.push_back(std::move(owned));
+}
+}  // namespace
+
 GraphTask::GraphTask(const TensorList& outputs, const TensorList& grad_outputs,
                      const TensorList& inputs, bool create_graph, bool retain_graph)
-    // A recorded backward refers to the forward graph: keep it for the outer pass.
-    : inputs_(inputs), create_graph_(create_graph), retain_graph_(retain_graph || create_graph) {
+    : buf_(take_buffers()),
+      inputs_(buf_->inputs),
+      input_edges_(buf_->input_edges),
+      captured_(buf_->captured),
+      infos_(buf_->infos),
+      index_(buf_->index),
+      scratch_(buf_->scratch),
+      ready_(buf_->ready),
+      keep_(buf_->keep),
+      // A recorded backward refers to the forward graph: keep it for the outer pass.
+      create_graph_(create_graph),
+      retain_graph_(retain_graph || create_graph),
+      pending_(buf_->pending) {
+  // The buffers go back to the thread if the set-up throws (no destructor runs then).
+  struct Guard {
+    Buffers* b;
+    ~Guard() { if (b) give_back(b); }
+  } guard{buf_};
   DL_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
            "grad: ", outputs.size(), " outputs but ", grad_outputs.size(), " output gradients");
+  inputs_.assign(inputs.begin(), inputs.end());
   GradScope scope;  // edges of variables are visible while the task is set up
   for (const Tensor& x : inputs) input_edges_.push_back(edge_of(x));
   captured_.resize(inputs.size());
-  std::vector<Edge> roots;
-  TensorList seeds;
+  std::vector<Edge>& roots = buf_->roots;
+  TensorList& seeds = buf_->seeds;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const Tensor& y = outputs[k];
     Tensor g;
@@ -266,14 +356,17 @@ GraphTask::GraphTask(const TensorList& outputs, const TensorList& grad_outputs,
   // In reverse discovery order, so that of two ready roots the first is run first.
   for (auto it = infos_.rbegin(); it != infos_.rend(); ++it)
     if (it->deps == 0 && it->needed) ready_.push_back(it->node);
+  roots.clear();
+  seeds.clear();
+  guard.b = nullptr;
 }
 
-GraphTask::~GraphTask() = default;
+GraphTask::~GraphTask() { give_back(buf_); }
 
 void GraphTask::discover(const std::vector<Edge>& roots) {
   // Iterative DFS: count the edges into each node; infos_ is in discovery order, which
   // the "needed" pass below walks backwards (children were discovered after parents).
-  std::vector<Node*> stack;
+  std::vector<Node*>& stack = buf_->stack;
   bool fresh = false;
   auto add = [&](Node* n) {
     int i = index_.insert(n, int(infos_.size()), &fresh);

@@ -8,6 +8,7 @@
 // (DESIGN.md decision 3: C++ never calls into Lua): the binding then calls the
 // function with pending_grads() and hands the results back with supply().
 #pragma once
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,8 @@ class GraphTask {
   GraphTask(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs,
             bool create_graph, bool retain_graph);
   ~GraphTask();
+  GraphTask(const GraphTask&) = delete;
+  GraphTask& operator=(const GraphTask&) = delete;
 
   // Runs until done (true) or until a custom node needs its Lua backward (false).
   bool run();
@@ -29,6 +32,10 @@ class GraphTask {
   void supply(const TensorList& grads);
   // One gradient per input (zeros for inputs the outputs do not depend on).
   TensorList results() const;
+
+  // Everything a task keeps, in one object that outlives it (Note [Backward task
+  // buffers] in engine.cpp, the only place that uses it).
+  struct Buffers;
 
  private:
   // What the task knows of a node of the graph: made once per node it discovers, kept
@@ -45,16 +52,25 @@ class GraphTask {
     bool any() const;
     void clear() { grad0 = Tensor(); more.clear(); }
   };
-  // Node* -> index in infos_, open addressing with linear probing.
+  // Node* -> index in infos_, open addressing with linear probing. A slot is taken when
+  // its stamp is the index's current one, so clear() is one increment.
   class Index {
    public:
     int find(const Node* n) const;
     // The index of n, inserting `next` for it when absent (*fresh then true).
     int insert(const Node* n, int next, bool* fresh);
+    void clear();
+    size_t capacity() const { return slots_.size(); }
    private:
+    struct Slot {
+      const Node* node = nullptr;
+      int index = 0;
+      uint32_t stamp = 0;
+    };
     void grow();
-    std::vector<std::pair<const Node*, int>> slots_;
+    std::vector<Slot> slots_;
     size_t used_ = 0;
+    uint32_t stamp_ = 1;
   };
   Info* info(const Node* n) {
     int i = index_.find(n);
@@ -66,17 +82,18 @@ class GraphTask {
   // The node's incoming gradients, one per output, in scratch_.
   const TensorList& gather_grads(Info& inf);
 
-  TensorList inputs_;
-  std::vector<Edge> input_edges_;
-  std::vector<Tensor> captured_;
-  std::vector<Info> infos_;
-  Index index_;
-  TensorList scratch_;
-  std::vector<Node*> ready_;
-  std::vector<Ref<Node>> keep_;  // roots stay alive while the task runs
+  Buffers* buf_;                  // first: the references below point into it
+  TensorList& inputs_;
+  std::vector<Edge>& input_edges_;
+  std::vector<Tensor>& captured_;
+  std::vector<Info>& infos_;
+  Index& index_;
+  TensorList& scratch_;
+  std::vector<Node*>& ready_;
+  std::vector<Ref<Node>>& keep_;  // roots stay alive while the task runs
   bool create_graph_, retain_graph_;
   Node* custom_ = nullptr;
-  TensorList pending_;
+  TensorList& pending_;
 };
 
 // History stamps: set_history() gives each tensor the next stamp; a view whose base

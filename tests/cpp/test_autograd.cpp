@@ -3,10 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <array>
 #include <functional>
 #include <limits>
 
 #include "autograd/autograd.h"
+#include "autograd/engine.h"
+#include "tensor/allocator.h"
 
 using namespace dl;
 namespace ag = dl::ag;
@@ -239,4 +242,41 @@ TEST_CASE("matmul's gradient for an operand stored transposed comes in the opera
       int64_t at[] = {i, j};
       CHECK(g[2].value_at(at) == Approx(want_x.value_at(at)));
     }
+}
+
+// Note [Backward task buffers]: a task's vectors outlive it, kept by the thread for the
+// next task. They must hold nothing once a task ends (no tensor, no node), whether it
+// ran, failed in its set-up or was abandoned; and tasks may nest and differ in size.
+TEST_CASE("backward tasks reuse their buffers and keep nothing of a finished task", "[autograd]") {
+  namespace ha = dl::host_allocator;
+  const int64_t before = ha::stats().in_use;
+  auto square_sum = [](const Tensor& x) { return ag::reduce(Op::Sum, mul(x, x), {}, false); };
+  {
+    ag::GradScope scope;
+    Tensor x = ag::watch(full(Shape{1 << 18}, Scalar(2.0), DType::Float32));  // 1 MB
+    Tensor g = ag::grad({square_sum(x)}, {}, {x}, false)[0];
+    CHECK(g.value_at(std::array<int64_t, 1>{7}.data()) == 4);
+    // A set-up that fails (a non-scalar output without output gradients)...
+    CHECK_THROWS_WITH(ag::grad({mul(x, x)}, {}, {x}, false), Catch::Contains("single-element"));
+    // ...and a task made but never run, held while a nested one runs to its end.
+    Tensor y = square_sum(x);
+    ag::GraphTask outer({y}, {}, {x}, false, false);
+    {
+      Tensor w = ag::watch(scalar(3));
+      CHECK(ag::grad({mul(w, w)}, {}, {w}, false)[0].item() == 6);
+    }
+    REQUIRE(outer.run());
+    CHECK(outer.results()[0].value_at(std::array<int64_t, 1>{0}.data()) == 4);
+  }
+  CHECK(ha::stats().in_use == before);  // the buffers kept by the thread hold no tensor
+  // A large graph, then small ones: the same answers with reused buffers.
+  ag::GradScope scope;
+  Tensor x = ag::watch(scalar(1));
+  Tensor y = x;
+  for (int i = 0; i < 20000; ++i) y = ag::binary(Op::Add, y, x);
+  CHECK(ag::grad({y}, {}, {x}, false)[0].item() == 20001);
+  for (int k = 1; k <= 3; ++k) {
+    Tensor z = ag::watch(scalar(k));
+    CHECK(d([](const Tensor& t) { return mul(t, mul(t, t)); }, z).item() == 3 * k * k);
+  }
 }
