@@ -207,6 +207,17 @@ local function run_task(op, task, st)
   end
 end
 
+-- Drives a task that stopped at a custom gradient to its end (under pcall, to free it
+-- on the way out) and writes its results, nin ids, to res.
+local function finish_task(op, task, res, nin)
+  local ok, err = pcall(run_task, op, task, 0)
+  if ok and C.dl_backward_results(task, res, nin) ~= 0 then
+    ok, err = false, ffi_string(C.dl_last_error())
+  end
+  C.dl_backward_free(task)
+  if not ok then error(err, 0) end
+end
+
 -- Gradients of `outputs` (with output gradients `seeds`, or nil) with respect to the
 -- tensors of `inputs`: a list of tensors in the same order.
 local function backward(op, outputs, seeds, inputs, retain)
@@ -224,20 +235,81 @@ local function backward(op, outputs, seeds, inputs, retain)
   -- pcall]).
   local st = C.dl_backward_once(outs, nout, gouts, ins, nin, retain and 1 or 0, res, task_out)
   if st < 0 then raise_last() end
-  if st == 0 then
-    local task = task_out[0]
-    local ok, err = pcall(run_task, op, task, 0)
-    if ok and C.dl_backward_results(task, res, nin) ~= 0 then
-      ok, err = false, ffi_string(C.dl_last_error())
-    end
-    C.dl_backward_free(task)
-    if not ok then error(err, 0) end
-  end
+  if st == 0 then finish_task(op, task_out[0], res, nin) end
   local result = {}
   for i = 1, nin do result[i] = wrap(res[i - 1]) end
   return result
 end
 M.backward = backward
+
+-- Note [One tensor in, one gradient out]
+-- dl.grad(f)(x) with one tensor x is the common call, and a second derivative is two
+-- of them nested. The general driver (run_watched, backward) makes a dozen Lua objects
+-- a call (argument packs, the lists of watched tensors and their structures, id
+-- arrays, result lists), which LuaJIT's collector then sweeps: in a second derivative
+-- the collector took a fifth of the time. This path makes none beyond the watched alias
+-- and the gradient: the user's function is called through call_watched (a Lua frame
+-- for it to return into, Note [The user's function is not called by pcall]) and the
+-- backward pass is one dl_backward_once on module-level id arrays. They are filled
+-- from locals and read right after the call, with nothing allocated in between, so no
+-- finalizer can run a nested dl.grad that would overwrite them. The errors are the
+-- general path's. A second derivative went from 54,800 to 36,900 instructions a call
+-- (callgrind, bench/ `d2`) and the collector's share of its time from 21% to 9-13%
+-- (jit.p's "v" mode); any other call (a table argument, argnums, more arguments,
+-- value_and_grad) takes the general path.
+local one_out, one_in, one_res = ffi_new("uint64_t[1]"), ffi_new("uint64_t[1]"), ffi_new("uint64_t[1]")
+
+local function watch_one(op, x)
+  local w = C.dl_watch(hid(to_float_tensor(op, x)))
+  if w == 0 then raise_last() end
+  local wt = wrap(w)
+  return wt
+end
+
+-- f called with n (1 to 3) arguments: its first, x, watched, then b and c. (Named
+-- arguments, not `...`: with vararg functions here, the traces through this path
+-- aborted ("NYI: return to lower frame", and "NYI: bytecode 71", a vararg call in a
+-- frame the trace did not enter), the calling loop ended up interpreted, and a second
+-- derivative cost more than on the general path. As written, jit.v reports no abort.)
+local function call_watched(op, f, n, x, b, c)
+  local w = watch_one(op, x)
+  local y
+  if n == 1 then
+    y = f(w)
+  elseif n == 2 then
+    y = f(w, b)
+  else
+    y = f(w, b, c)
+  end
+  return w, y
+end
+
+-- The gradient of f at its first argument x (a tensor or a number); f takes n
+-- arguments, x, b and c.
+local function grad_one(op, f, n, x, b, c)
+  if C.dl_grad_enter() ~= 0 then raise_last() end
+  local ok, w, y = pcall(call_watched, op, f, n, x, b, c)
+  C.dl_grad_exit()
+  if not ok then error(w, 0) end
+  if type(y) == "number" then y = float_scalar(y) end
+  if not is_tensor(y) then
+    raise(op .. ": the function must return a tensor, got " .. type(y))
+  end
+  local yid, wid = hid(y), hid(w)
+  one_out[0], one_in[0] = yid, wid
+  local st = C.dl_backward_once(one_out, 1, nil, one_in, 1, 0, one_res, task_out)
+  local gid = one_res[0]
+  if st < 0 then raise_last() end
+  if st == 0 then
+    -- A custom gradient's Lua backward runs before the result is read: an array of
+    -- this call's own.
+    local res = ffi_new("uint64_t[1]")
+    finish_task(op, task_out[0], res, 1)
+    gid = res[0]
+  end
+  local g = wrap(gid)
+  return g
+end
 
 -- ---- dl.grad and dl.value_and_grad ----------------------------------------------------------
 
@@ -273,7 +345,16 @@ local function differentiate(op, f, argnums, with_value)
     raise(op .. ": expected a function, got " .. type(f))
   end
   local nums, multi = argnum_list(op, argnums)
+  local first_only = not with_value and not multi and nums[1] == 1
   return function(...)
+    local n = select("#", ...)
+    if first_only and n >= 1 and n <= 3 then
+      local x, b, c = ...
+      if type(x) ~= "table" or is_tensor(x) then
+        local g = grad_one(op, f, n, x, b, c)
+        return g
+      end
+    end
     local r, trees, flat = run_watched(op, f, nums, ...)
     local y = r[1]
     if type(y) == "number" then y = float_scalar(y) end

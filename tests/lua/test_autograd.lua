@@ -287,4 +287,50 @@ H.test("relu's gradient is 0 where x <= 0 even when the incoming gradient is not
   H.eq(tape:gradient(y, v, dl.tensor({ 0 / 0, 1 })):totable(), { 0, 1 })
 end)
 
+
+-- Note [One tensor in, one gradient out] (scripts/dlua/autograd.lua): dl.grad(f) called
+-- with one to three arguments, the first a tensor or a number, takes a path of its own;
+-- with a table first, or four arguments, the general one. The two must agree: values,
+-- extra arguments passed through (nil ones included), nesting, custom gradients (which
+-- leave a task to drive from Lua), errors, and the gradient scope closed afterwards.
+H.test("dl.grad's one-argument path and the general path agree", function()
+  local function f(x, a, b, c)
+    local y = x * x * (a or 1)
+    if b then y = y + x * b end
+    if c then y = y + c end
+    return y:sum()
+  end
+  local x = dl.tensor({ 1, 2, 3 })
+  local g = dl.grad(f)
+  local want = function(a, b) return { 2 * (a or 1) * 1 + (b or 0), 2 * (a or 1) * 2 + (b or 0), 2 * (a or 1) * 3 + (b or 0) } end
+  H.values(g(x), want())
+  H.values(g(x, 2), want(2))
+  H.values(g(x, nil, 5), want(nil, 5))
+  H.values(g(x, 2, 5), want(2, 5))
+  H.values(g(x, 2, 5, 7), want(2, 5))          -- four arguments: the general path
+  H.values(dl.grad(function(t) return (t[1] * t[1]):sum() end)({ x })[1], { 2, 4, 6 })
+  -- the count of arguments the function sees is the caller's
+  local seen
+  dl.grad(function(y, ...) seen = select("#", ...); return y end)(1, nil, nil)
+  H.eq(seen, 2)
+  -- nesting, and numbers
+  H.values(dl.grad(dl.grad(function(t) return t ^ 3 end))(2), 12)
+  H.values(dl.grad(function(t, k) return t * k end)(3, dl.tensor(4)), 4)
+  -- a custom gradient in the graph, with a gradient taken inside its backward
+  local scaled = dl.custom_gradient(function(t)
+    return t * 3, function(up) return up * dl.grad(function(s) return s * s end)(dl.tensor(1.5)) end
+  end)
+  H.values(dl.grad(function(t) return scaled(t) end)(dl.tensor(2)), 3)
+  H.values(dl.grad(function(t, k) return scaled(t) * k end)(dl.tensor(2), 2), 6)
+  -- errors, the same as the general path's, and the scope closed after each
+  H.raises(function() g("a") end, "grad: cannot differentiate with respect to a string")
+  H.raises(function() dl.grad(function() return "nope" end)(1) end,
+           "grad: the function must return a tensor, got string")
+  H.raises(function() dl.grad(function() error("inside f") end)(1) end, "inside f")
+  H.raises(function() dl.grad(function(t) return t * dl.ones(2) end)(1) end,
+           "grad: the function must return a single-element tensor")
+  H.ok(not dl.is_grad_enabled(), "no gradient scope left open")
+  H.values(g(x), want())
+end)
+
 H.run()
