@@ -2,7 +2,6 @@
 #include "autograd/engine.h"
 
 #include <algorithm>
-#include <memory>
 
 #include "autograd/autograd.h"
 #include "autograd/record.h"
@@ -248,8 +247,8 @@ void GraphTask::Index::clear() {
 // live in a Buffers object that the thread keeps when the task ends, cleared (every
 // tensor and node reference dropped) but with its capacity, for the next task; tasks on
 // one thread can nest (a custom gradient's Lua backward may run a backward pass of its
-// own), so the thread keeps a few. Buffers grown past kKeptNodes nodes are freed
-// instead, so that one large graph does not pin its memory.
+// own), so the thread keeps a few. Buffers grown past kKeptNodes nodes, inputs or
+// outputs are freed instead, so that one large graph does not pin its memory.
 struct GraphTask::Buffers {
   TensorList inputs;
   std::vector<Edge> input_edges;
@@ -279,25 +278,48 @@ struct GraphTask::Buffers {
     seeds.clear();
     stack.clear();
   }
-  bool large() const { return infos.capacity() > kKeptNodes || index.capacity() > 4 * kKeptNodes; }
+  // Grown past what a small graph needs (kKeptNodes nodes, inputs or outputs).
+  bool large() const {
+    for (size_t c : {inputs.capacity(), input_edges.capacity(), captured.capacity(), infos.capacity(),
+                     roots.capacity(), seeds.capacity(), keep.capacity(), stack.capacity(), ready.capacity()})
+      if (c > kKeptNodes) return true;
+    return index.capacity() > 4 * kKeptNodes;
+  }
   static constexpr size_t kKeptNodes = 1024;
 };
 
 namespace {
-constexpr size_t kKeptBuffers = 4;
-thread_local std::vector<std::unique_ptr<GraphTask::Buffers>> t_spare_buffers;
+// The thread's spare buffers, in thread-locals without destructors: a task still held
+// when its thread ends (by the binding's own thread-local list, say) may be destroyed
+// after any thread-local that has one. t_pool_owner's destructor frees the spares at
+// thread exit and closes the pool; buffers given back after that are freed at once.
+constexpr int kKeptBuffers = 4;
+thread_local GraphTask::Buffers* t_spare[kKeptBuffers];
+thread_local int t_nspare = 0;
+thread_local bool t_pool_closed = false;
+struct PoolOwner {
+  ~PoolOwner() {
+    for (int i = 0; i < t_nspare; ++i) delete t_spare[i];
+    t_nspare = 0;
+    t_pool_closed = true;
+  }
+};
+thread_local PoolOwner t_pool_owner;
 
 GraphTask::Buffers* take_buffers() {
-  if (t_spare_buffers.empty()) return new GraphTask::Buffers();
-  GraphTask::Buffers* b = t_spare_buffers.back().release();
-  t_spare_buffers.pop_back();
-  return b;
+  (void)&t_pool_owner;  // constructed (its destructor registered) on the thread's first use
+  if (t_nspare == 0) return new GraphTask::Buffers();
+  return t_spare[--t_nspare];
 }
 
-void give_back(GraphTask::Buffers* b) {
-  std::unique_ptr<GraphTask::Buffers> owned(b);
-  owned->clear();
-  if (!owned->large() && t_spare_buffers.size() < kKeptBuffers) t_spare_buffers.push_back(std::move(owned));
+// Clears b and keeps it for the next task, or frees it. Never throws.
+void give_back(GraphTask::Buffers* b) noexcept {
+  b->clear();
+  if (t_pool_closed || t_nspare == kKeptBuffers || b->large()) {
+    delete b;
+    return;
+  }
+  t_spare[t_nspare++] = b;
 }
 }  // namespace
 

@@ -8,9 +8,11 @@ namespace dl::small {
 namespace {
 
 // One loop per (functor, dtype): short enough that the dispatch costs more than it.
-// Each step pattern has its loop, which the compiler vectorises; a one-element operand
-// is read once before the loop, as the general loops read it (tensor/cpu/loops.h), in
-// case out is the buffer it lies in.
+// Each step pattern has its loop, which the compiler vectorises. A one-element operand
+// beside a dense one is read once before the loop, as the general loops read a
+// broadcast operand (tensor/cpu/loops.h), in case out is the buffer it lies in; with
+// both operands one element, the value is computed once and written n times (the
+// callers pass n > 1 only for a fresh out, where reading again would give the same).
 template <typename Out, typename T, typename F>
 void loop2(void* out, const void* a, int sa, const void* b, int sb, int64_t n, F f) {
   Out* o = static_cast<Out*>(out);

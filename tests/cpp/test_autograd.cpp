@@ -6,6 +6,8 @@
 #include <array>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <thread>
 
 #include "autograd/autograd.h"
 #include "autograd/engine.h"
@@ -258,7 +260,9 @@ TEST_CASE("backward tasks reuse their buffers and keep nothing of a finished tas
     CHECK(g.value_at(std::array<int64_t, 1>{7}.data()) == 4);
     // A set-up that fails (a non-scalar output without output gradients)...
     CHECK_THROWS_WITH(ag::grad({mul(x, x)}, {}, {x}, false), Catch::Contains("single-element"));
-    // ...and a task made but never run, held while a nested one runs to its end.
+    // ...a task made and dropped without running...
+    { ag::GraphTask abandoned({square_sum(x)}, {}, {x}, false, false); }
+    // ...and a task held while a nested one runs to its end.
     Tensor y = square_sum(x);
     ag::GraphTask outer({y}, {}, {x}, false, false);
     {
@@ -279,4 +283,23 @@ TEST_CASE("backward tasks reuse their buffers and keep nothing of a finished tas
     Tensor z = ag::watch(scalar(k));
     CHECK(d([](const Tensor& t) { return mul(t, mul(t, t)); }, z).item() == 3 * k * k);
   }
+}
+
+// A task can outlive its thread's pool of buffers: a thread-local that holds it (the
+// binding keeps its tasks in one) may be destroyed after the pool's own. Its buffers
+// are then freed, not handed to the destroyed pool (the sanitizer build checks this).
+TEST_CASE("a backward task alive at its thread's exit is freed after the pool", "[autograd]") {
+  double got = 0;
+  std::thread([&got] {
+    struct Holder {
+      std::unique_ptr<ag::GraphTask> task;
+    };
+    thread_local Holder holder;  // made before the pool's first use, so destroyed after it
+    holder.task.reset();
+    ag::GradScope scope;
+    Tensor x = ag::watch(scalar(2));
+    got = ag::grad({mul(x, x)}, {}, {x}, false)[0].item();  // the pool now holds buffers
+    holder.task = std::make_unique<ag::GraphTask>(TensorList{mul(x, x)}, TensorList{}, TensorList{x}, false, false);
+  }).join();
+  CHECK(got == 4);
 }
