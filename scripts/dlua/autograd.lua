@@ -91,6 +91,24 @@ local function to_float_tensor(op, v)
   raise(op .. ": cannot differentiate with respect to a " .. type(v))
 end
 
+-- A watched alias of x (a tensor or a number).
+local function watch_one(op, x)
+  local w = C.dl_watch(hid(to_float_tensor(op, x)))
+  if w == 0 then raise_last() end
+  local wt = wrap(w)
+  return wt
+end
+
+-- What a differentiated function returned, as the tensor to differentiate: a number
+-- becomes a float scalar, anything else is an error.
+local function result_tensor(op, y)
+  if type(y) == "number" then y = float_scalar(y) end
+  if not is_tensor(y) then
+    raise(op .. ": the function must return a tensor, got " .. type(y))
+  end
+  return y
+end
+
 -- Replaces every tensor (or number) leaf of `v` with a watched alias; appends the
 -- aliases to `flat`. Returns the new structure.
 local function watch_tree(op, v, flat, depth)
@@ -100,10 +118,7 @@ local function watch_tree(op, v, flat, depth)
     for k, x in pairs(v) do out[k] = watch_tree(op, x, flat, depth + 1) end
     return out
   end
-  local t = to_float_tensor(op, v)
-  local w = C.dl_watch(hid(t))
-  if w == 0 then raise_last() end
-  local wt = wrap(w)
+  local wt = watch_one(op, v)
   flat[#flat + 1] = wt
   return wt
 end
@@ -259,18 +274,12 @@ M.backward = backward
 -- value_and_grad) takes the general path.
 local one_out, one_in, one_res = ffi_new("uint64_t[1]"), ffi_new("uint64_t[1]"), ffi_new("uint64_t[1]")
 
-local function watch_one(op, x)
-  local w = C.dl_watch(hid(to_float_tensor(op, x)))
-  if w == 0 then raise_last() end
-  local wt = wrap(w)
-  return wt
-end
-
 -- f called with n (1 to 3) arguments: its first, x, watched, then b and c. (Named
 -- arguments, not `...`: with vararg functions here, the traces through this path
 -- aborted ("NYI: return to lower frame", and "NYI: bytecode 71", a vararg call in a
 -- frame the trace did not enter), the calling loop ended up interpreted, and a second
--- derivative cost more than on the general path. As written, jit.v reports no abort.)
+-- derivative cost more than on the general path. As written, jit.v reports at most a
+-- few aborts a run, never enough to blacklist anything: tests/lua/test_jit.lua.)
 local function call_watched(op, f, n, x, b, c)
   local w = watch_one(op, x)
   local y
@@ -291,10 +300,7 @@ local function grad_one(op, f, n, x, b, c)
   local ok, w, y = pcall(call_watched, op, f, n, x, b, c)
   C.dl_grad_exit()
   if not ok then error(w, 0) end
-  if type(y) == "number" then y = float_scalar(y) end
-  if not is_tensor(y) then
-    raise(op .. ": the function must return a tensor, got " .. type(y))
-  end
+  y = result_tensor(op, y)
   local yid, wid = hid(y), hid(w)
   one_out[0], one_in[0] = yid, wid
   local st = C.dl_backward_once(one_out, 1, nil, one_in, 1, 0, one_res, task_out)
@@ -356,11 +362,7 @@ local function differentiate(op, f, argnums, with_value)
       end
     end
     local r, trees, flat = run_watched(op, f, nums, ...)
-    local y = r[1]
-    if type(y) == "number" then y = float_scalar(y) end
-    if not is_tensor(y) then
-      raise(op .. ": the function must return a tensor, got " .. type(y))
-    end
+    local y = result_tensor(op, r[1])
     local g = backward(op, { y }, nil, flat, false)
     local res = {}
     for i, t in ipairs(trees) do res[i] = rebuild(t, flat, g) end

@@ -113,7 +113,7 @@ void binary(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool first) {
-  if (small_dense(out) && dense_step(a, out) == 1 && (is_floating(a.dtype()) || s == std::floor(s)) &&
+  if (small_dense(out) && dense_step(a, out) == 1 &&
       small::binary_scalar(op, a.dtype(), out.raw_data(), a.raw_data(), s, first, out.numel()))
     return;
   switch (op) {
