@@ -519,11 +519,11 @@ void GraphTask::finish_node(Node* n, const TensorList& grads) {
   }
 }
 
-TensorList GraphTask::results() const {
+TensorList GraphTask::take_results() {
   TensorList out;
   for (size_t k = 0; k < inputs_.size(); ++k)
-    out.push_back(captured_[k].defined() ? captured_[k] : zeros(inputs_[k].shape(), inputs_[k].dtype(),
-                                                                 inputs_[k].device()));
+    out.push_back(captured_[k].defined() ? std::move(captured_[k])
+                                         : zeros(inputs_[k].shape(), inputs_[k].dtype(), inputs_[k].device()));
   return out;
 }
 
@@ -531,7 +531,7 @@ TensorList grad(const TensorList& outputs, const TensorList& grad_outputs, const
                 bool create_graph, bool retain_graph) {
   GraphTask task(outputs, grad_outputs, inputs, create_graph, retain_graph);
   DL_CHECK(task.run(), "grad: the graph holds a custom gradient; call it from Lua");
-  return task.results();
+  return task.take_results();
 }
 
 }  // namespace dl::ag

@@ -30,8 +30,9 @@ class GraphTask {
   const TensorList& pending_grads() const { return pending_; }
   // The gradients for custom_node()'s inputs (undefined entries: none).
   void supply(const TensorList& grads);
-  // One gradient per input (zeros for inputs the outputs do not depend on).
-  TensorList results() const;
+  // One gradient per input (zeros for inputs the outputs do not depend on), moved out
+  // of the task: call it once, after run() returned true.
+  TensorList take_results();
 
   // Everything a task keeps, in one object that outlives it (Note [Backward task
   // buffers] in engine.cpp, the only place that uses it).

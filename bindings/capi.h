@@ -54,13 +54,16 @@ const char* dl_cdef(void);
    for dim d) and up to 64 bytes of elements, row-major, from inl_v0 on. An inline tensor
    is an immutable value that nothing else refers to, collected by Lua with nothing to release;
    whatever needs its identity (a view, an in-place write, a gradient) first makes it a
-   handle in place with dl_promote. A host passes only values the engine wrote (a
+   handle in place with dl_promote. A small recorded value also names where its history
+   is kept while its gradient is taken (inl_tape != 0, slot inl_slot; Note [Recorded values
+   on the tape] in bindings/tapes.cpp); once that tape is discarded it is a plain value. A host passes only values the engine wrote (a
    malformed header is refused, but a bool element must hold 0 or 1, as in dl_from_ptr). */
 struct dl_tensor {
   const uint64_t id;
   const uint8_t inl_dtype, inl_ndim, inl_numel, inl_pad8;
-  const uint32_t inl_pad32;
+  const uint32_t inl_slot;
   const uint64_t inl_sizes;
+  const uint64_t inl_tape;
   const uint64_t inl_v0, inl_v1, inl_v2, inl_v3, inl_v4, inl_v5, inl_v6, inl_v7;
 };
 
@@ -223,8 +226,16 @@ uint64_t dl_scatter_add(uint64_t x, int dim, uint64_t index, uint64_t src);
 int dl_copy_(uint64_t dst, uint64_t src);
 int dl_fill_(uint64_t x, double value);
 /* ---- autograd (bindings/capi_autograd.cpp; the Lua side is scripts/dlua/autograd.lua) ---- */
+/* A gradient scope; each opens a tape for the small values recorded in it (Note [Recorded
+   values on the tape] in bindings/tapes.cpp). Closing the outermost leaves its tape
+   pending: dl_tape_done discards it once the gradient is taken, or dl_tape_hold hands it
+   to the caller (a GradientTape) as a serial for dl_tape_free (0: nothing to hold). */
 int dl_grad_enter(void);
 int dl_grad_exit(void);
+void dl_tape_done(void);
+double dl_tape_hold(void);
+void dl_tape_free(double serial);
+double dl_tape_values(void);
 int dl_no_grad_enter(void);
 int dl_no_grad_exit(void);
 int dl_is_recording(void);
@@ -251,6 +262,11 @@ void dl_backward_free(int task);
    (no task left). */
 int dl_backward_once(const uint64_t* outs, int nout, const uint64_t* grad_outs,
                      const uint64_t* ins, int nin, int retain_graph, uint64_t* res, int* task);
+/* dl_backward_once for one output and one input given as values: 0 or 1 with the
+   gradient in *out (inline or a handle), 2 when a custom gradient left *task to drive
+   (dl_backward_results then gives the gradient), -1 on error. */
+int dl_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
+                    int* task);
 int dl_custom_record(const uint64_t* ins, int nin, uint64_t* outs, int nout, double ref);
 int dl_dead_custom_refs(double* out, int n);
 int dl_watch_inplace(uint64_t x);            /* GradientTape.watch: x itself becomes differentiable */

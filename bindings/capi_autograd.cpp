@@ -10,6 +10,7 @@
 #include "bindings/capi.h"
 #include "bindings/guard.h"
 #include "bindings/handles.h"
+#include "bindings/tapes.h"
 
 using dl::Tensor;
 using dl::TensorList;
@@ -30,6 +31,18 @@ ag::GraphTask& task_of(int id, const char* op) {
   if (id < 1 || id > int(t_tasks.size()) || !t_tasks[size_t(id - 1)])
     dl::fail(dl::ErrorKind::Value, op, ": invalid backward task");
   return *t_tasks[size_t(id - 1)];
+}
+
+// A task's id for the calls that drive it.
+int add_task(std::unique_ptr<ag::GraphTask> task) {
+  for (size_t k = 0; k < t_tasks.size(); ++k) {
+    if (!t_tasks[k]) {
+      t_tasks[k] = std::move(task);
+      return int(k) + 1;
+    }
+  }
+  t_tasks.push_back(std::move(task));
+  return int(t_tasks.size());
 }
 
 TensorList tensors(const uint64_t* ids, int n, const char* op, bool allow_zero = false) {
@@ -60,14 +73,25 @@ dl::TensorList no_backward(ag::Node&, const TensorList&) { return {}; }
 extern "C" {
 
 int dl_grad_enter(void) {
-  return guard_status([] { t_grad.push_back(std::make_unique<ag::GradScope>()); });
+  return guard_status([] {
+    t_grad.reserve(t_grad.size() + 1);
+    tape_open();
+    t_grad.push_back(std::make_unique<ag::GradScope>());
+  });
 }
 int dl_grad_exit(void) {
   return guard_status([] {
     DL_CHECK(!t_grad.empty(), "grad: unbalanced scope exit");
     t_grad.pop_back();
+    tape_close();
   });
 }
+void dl_tape_done(void) { tape_done(); }
+double dl_tape_hold(void) { return double(tape_hold()); }
+void dl_tape_free(double serial) {
+  if (serial >= 1 && serial < 9007199254740992.0) tape_free(uint64_t(serial));
+}
+double dl_tape_values(void) { return double(tape_values()); }
 int dl_no_grad_enter(void) {
   return guard_status([] { t_nograd.push_back(std::make_unique<ag::NoGradScope>()); });
 }
@@ -118,16 +142,7 @@ int dl_backward_begin(const uint64_t* outs, int nout, const uint64_t* grad_outs,
     TensorList o = tensors(outs, nout, "grad");
     TensorList g = grad_outs ? tensors(grad_outs, nout, "grad", true) : TensorList{};
     TensorList i = tensors(ins, nin, "grad");
-    auto task = std::make_unique<ag::GraphTask>(o, g, i, create_graph != 0, retain_graph != 0);
-    for (size_t k = 0; k < t_tasks.size(); ++k) {
-      if (!t_tasks[k]) {
-        t_tasks[k] = std::move(task);
-        id = int(k) + 1;
-        return;
-      }
-    }
-    t_tasks.push_back(std::move(task));
-    id = int(t_tasks.size());
+    id = add_task(std::make_unique<ag::GraphTask>(o, g, i, create_graph != 0, retain_graph != 0));
   });
   return id;
 }
@@ -163,7 +178,7 @@ int dl_backward_supply(int task, const uint64_t* grads, int n) {
 
 int dl_backward_results(int task, uint64_t* out, int n) {
   return guard_status([&] {
-    TensorList r = task_of(task, "grad").results();
+    TensorList r = task_of(task, "grad").take_results();
     DL_CHECK(int(r.size()) == n, "grad: ", r.size(), " results, room for ", n);
     for (size_t k = 0; k < r.size(); ++k) out[k] = handle_new(r[k]);
   });
@@ -188,6 +203,25 @@ int dl_backward_once(const uint64_t* outs, int nout, const uint64_t* grad_outs, 
   const int r = st < 0 ? -1 : dl_backward_results(id, res, nin);
   dl_backward_free(id);
   return r < 0 ? -1 : 1;
+}
+
+int dl_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
+                    int* task) {
+  *task = 0;
+  std::unique_ptr<ag::GraphTask> t;
+  bool done = false;
+  if (guard_status([&] {
+        TensorList o{value_of(y, "grad")}, i{value_of(x, "grad")};
+        t = std::make_unique<ag::GraphTask>(o, TensorList{}, i, ag::is_recording(), false);
+        done = t->run();
+      }) != 0)
+    return -1;
+  if (done) return guard_value(out, [&] { return std::move(t->take_results()[0]); });
+  // The graph holds a custom gradient: the task waits for the Lua side to drive it.
+  int id = -1;
+  if (guard_status([&] { id = add_task(std::move(t)); }) != 0) return -1;
+  *task = id;
+  return 2;
 }
 
 // Connects fresh outputs `outs` (replaced in place by new handles) to `ins` through a

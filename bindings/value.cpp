@@ -27,8 +27,13 @@
 // reference. The pointwise ops on small operands skip the engine's front end entirely
 // (dl::small, tensor/small.h): they read inline values and small handle tensors in
 // place and write the result inline, allocating nothing but the Lua value. Handles
-// are read that way only while no gradient is being recorded; inline values never
-// need recording, as nothing can have asked for their gradient.
+// are read that way only while no gradient is being recorded.
+//
+// A small recorded result is inline too, its history kept on the gradient's tape
+// (Note [Recorded values on the tape] in tapes.cpp): while that tape lives the value
+// stands for the kept tensor (value_of returns it, the fast paths leave it to the
+// recording general path); afterwards it is a plain inline value. Every other inline
+// value needs no recording, as nothing can have asked for its gradient.
 #include "bindings/value.h"
 
 #include <cstddef>
@@ -36,6 +41,7 @@
 
 #include "autograd/autograd.h"
 #include "bindings/handles.h"
+#include "bindings/tapes.h"
 #include "tensor/error.h"
 
 namespace dl::bind {
@@ -46,13 +52,15 @@ namespace {
 struct Header {
   uint64_t id;
   uint8_t dtype, ndim, numel, pad8;
-  uint32_t pad32;
+  uint32_t slot;      // a recorded value's place on its tape (tapes.h)
   uint64_t sizes;
+  uint64_t tape;      // that tape's serial, or 0
 };
 constexpr size_t kHeaderBytes = sizeof(Header);
 static_assert(kHeaderBytes == offsetof(dl_tensor, inl_v0), "dl_tensor's header layout");
 static_assert(sizeof(dl_tensor) == kHeaderBytes + kInlineBytes, "dl_tensor's inline bytes");
 static_assert(offsetof(dl_tensor, inl_sizes) == offsetof(Header, sizes), "dl_tensor's sizes");
+static_assert(offsetof(dl_tensor, inl_tape) == offsetof(Header, tape), "dl_tensor's tape");
 
 Header header_of(const dl_tensor* t) {
   Header h;
@@ -108,6 +116,25 @@ bool unaliased(const Tensor& t) {
          base->storage == i->storage;
 }
 
+// A recorded result that can be kept on the open tape and held inline (Note [Recorded
+// values on the tape] in tapes.cpp): no script-visible tensor shares its memory.
+bool keepable(const Tensor& t) {
+  const TensorImpl* i = t.impl();
+  if (!i->grad_node || i->is_variable || i->autograd || i->use_count() != 1 || t.storage().borrowed() ||
+      !tape_is_open())
+    return false;
+  const TensorImpl* base = i->view_base.get();
+  return !base || base->use_count() == 1;
+}
+
+// The tensor a recorded inline value stands for while its tape lives, else null.
+const Tensor* kept(const Header& h) {
+  if (h.tape == 0) return nullptr;
+  const Tensor* k = tape_find(TapeRef{h.tape, h.slot});
+  if (!k || uint8_t(k->dtype()) != h.dtype || k->numel() != h.numel) return nullptr;
+  return k;
+}
+
 bool small_host_bytes(const Tensor& t) {
   return t.device().is_cpu() && t.numel() * int64_t(t.itemsize()) <= kInlineBytes;
 }
@@ -118,6 +145,7 @@ Tensor value_of(const dl_tensor* t, const char* op) {
   Header h = header_of(t);
   if (h.id != 0) return handle_get(h.id, op);
   if (!valid_inline(h)) fail(ErrorKind::Value, op, ": invalid tensor (not a dlua tensor)");
+  if (const Tensor* k = kept(h)) return *k;
   Shape shape;
   for (int d = 0; d < h.ndim; ++d) shape.push_back(size_at(h.sizes, d));
   Tensor r = empty(shape, DType(h.dtype), Device{}, op);
@@ -127,13 +155,21 @@ Tensor value_of(const dl_tensor* t, const char* op) {
 
 int deliver(Tensor t, dl_tensor* out) {
   Header h{};
-  if (small_host_bytes(t) && pack_sizes(t.shape(), &h.sizes) && t.is_contiguous() && unaliased(t)) {
-    h.dtype = uint8_t(t.dtype());
-    h.ndim = uint8_t(t.dim());
-    h.numel = uint8_t(t.numel());
-    if (t.numel() > 0) std::memcpy(elements_of(out), t.raw_data(), size_t(t.numel()) * t.itemsize());
-    write_header(out, h);
-    return 0;
+  if (small_host_bytes(t) && pack_sizes(t.shape(), &h.sizes) && t.is_contiguous()) {
+    const bool keep = keepable(t);
+    if (keep || unaliased(t)) {
+      h.dtype = uint8_t(t.dtype());
+      h.ndim = uint8_t(t.dim());
+      h.numel = uint8_t(t.numel());
+      if (t.numel() > 0) std::memcpy(elements_of(out), t.raw_data(), size_t(t.numel()) * t.itemsize());
+      if (keep) {
+        TapeRef r = tape_keep(std::move(t));
+        h.tape = r.serial;
+        h.slot = r.slot;
+      }
+      write_header(out, h);
+      return 0;
+    }
   }
   h.id = handle_new(std::move(t));
   write_header(out, h);
@@ -152,6 +188,7 @@ bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept {
   Header h = header_of(t);
   if (h.id == 0) {
     if (!valid_inline(h)) return false;
+    if (h.tape != 0 && ag::is_recording() && kept(h)) return false;   // recorded: the general path
     *v = SmallOperand{DType(h.dtype), h.ndim, h.numel, h.sizes, elements_of(t)};
     return true;
   }

@@ -21,7 +21,7 @@ core.own_source()
 
 local C = core.C
 local raise, raise_last = core.raise, core.raise_last
-local wrap, is_tensor = T.wrap, T.is_tensor
+local wrap, is_tensor, fresh, value = T.wrap, T.is_tensor, T.result, T.value
 local methods, props, dl = T.methods, T.props, T.dl
 local ffi_new, ffi_string = ffi.new, ffi.string
 local type, select, pcall, error, ipairs, pairs, tostring, setmetatable, getmetatable, unpack =
@@ -265,14 +265,13 @@ M.backward = backward
 -- the collector took a fifth of the time. This path makes none beyond the watched alias
 -- and the gradient: the user's function is called through call_watched (a Lua frame
 -- for it to return into, Note [The user's function is not called by pcall]) and the
--- backward pass is one dl_backward_once on module-level id arrays. They are filled
--- from locals and read right after the call, with nothing allocated in between, so no
--- finalizer can run a nested dl.grad that would overwrite them. The errors are the
--- general path's. A second derivative went from 54,800 to 36,900 instructions a call
--- (callgrind, bench/ `d2`) and the collector's share of its time from 21% to 9-13%
--- (jit.p's "v" mode); any other call (a table argument, argnums, more arguments,
+-- backward pass is one dl_backward_one, which takes the result and the watched alias
+-- as values (so a small result kept on the tape, Note [Recorded values on the tape] in
+-- bindings/tapes.cpp, is not made a handle) and writes the gradient into a value.
+-- The errors are the general path's. A second derivative went from 54,800 to 36,900
+-- instructions a call (callgrind, bench/ `d2`) and the collector's share of its time
+-- from 21% to 9-13% (jit.p's "v" mode); any other call (a table argument, argnums, more arguments,
 -- value_and_grad) takes the general path.
-local one_out, one_in, one_res = ffi_new("uint64_t[1]"), ffi_new("uint64_t[1]"), ffi_new("uint64_t[1]")
 
 -- f called with n (1 to 3) arguments: its first, x, watched, then b and c. (Named
 -- arguments, not `...`: with vararg functions here, the traces through this path
@@ -301,19 +300,17 @@ local function grad_one(op, f, n, x, b, c)
   C.dl_grad_exit()
   if not ok then error(w, 0) end
   y = result_tensor(op, y)
-  local yid, wid = hid(y), hid(w)
-  one_out[0], one_in[0] = yid, wid
-  local st = C.dl_backward_once(one_out, 1, nil, one_in, 1, 0, one_res, task_out)
-  local gid = one_res[0]
-  if st < 0 then raise_last() end
-  if st == 0 then
-    -- A custom gradient's Lua backward runs before the result is read: an array of
-    -- this call's own.
+  local g = fresh()
+  local st = C.dl_backward_one(y, w, g, task_out)
+  if st == 2 then
+    -- A custom gradient's Lua backward runs first.
     local res = ffi_new("uint64_t[1]")
     finish_task(op, task_out[0], res, 1)
-    gid = res[0]
+    g = wrap(res[0])
+  else
+    g = value(st, g)
   end
-  local g = wrap(gid)
+  C.dl_tape_done()
   return g
 end
 
@@ -364,6 +361,7 @@ local function differentiate(op, f, argnums, with_value)
     local r, trees, flat = run_watched(op, f, nums, ...)
     local y = result_tensor(op, r[1])
     local g = backward(op, { y }, nil, flat, false)
+    C.dl_tape_done()
     local res = {}
     for i, t in ipairs(trees) do res[i] = rebuild(t, flat, g) end
     local nres = #trees
@@ -472,6 +470,7 @@ local function implicit(op, f, with_value)
     local y = r[1]
     if not is_tensor(y) then raise(op .. ": the function must return a tensor, got " .. type(y)) end
     local g = backward(op, { y }, nil, used, false)
+    C.dl_tape_done()
     local pairs_ = {}
     for i = 1, #used do pairs_[i] = { g[i], used[i] } end
     if with_value then return y, pairs_, unpack(r, 2, r.n) end
@@ -490,11 +489,17 @@ Tape.__tostring = function(t)
   return "GradientTape(persistent=" .. tostring(t.persistent) .. ")"
 end
 
+-- The engine's tapes this GradientTape holds (one per record call that was not inside
+-- another gradient), each let go when its holder dies: after a non-persistent tape's
+-- gradient, or when the GradientTape is collected.
+local tape_holder = ffi.typeof("struct { double serial; }")
+local function free_held(h) C.dl_tape_free(h.serial) end
+
 function dl.GradientTape(opts)
   if opts ~= nil and type(opts) ~= "table" then
     raise("GradientTape: options must be a table, got " .. type(opts))
   end
-  return setmetatable({ persistent = opts and opts.persistent or false, used = false }, Tape)
+  return setmetatable({ persistent = opts and opts.persistent or false, used = false, held = {} }, Tape)
 end
 
 function Tape:watch(x)
@@ -508,7 +513,10 @@ end
 
 function Tape:record(f, ...)
   if type(f) ~= "function" then raise("GradientTape.record: expected a function, got " .. type(f)) end
-  local r = scoped(C.dl_grad_enter, C.dl_grad_exit, f, ...)
+  local ok, r = pcall(scoped, C.dl_grad_enter, C.dl_grad_exit, f, ...)
+  local serial = C.dl_tape_hold()
+  if serial ~= 0 then self.held[#self.held + 1] = ffi.gc(tape_holder(serial), free_held) end
+  if not ok then error(r, 0) end
   return unpack(r, 1, r.n)
 end
 
@@ -548,6 +556,14 @@ function Tape:gradient(target, sources, output_gradients)
     seeds = is_tensor(output_gradients) and { output_gradients } or output_gradients
   end
   local g = backward("GradientTape.gradient", targets, seeds, flat, self.persistent)
+  if not self.persistent then
+    for i = #self.held, 1, -1 do
+      local h = self.held[i]
+      self.held[i] = nil
+      ffi.gc(h, nil)
+      free_held(h)
+    end
+  end
   if is_tensor(sources) then return g[1] end
   return (rebuild_sources(sources, g, 1))
 end

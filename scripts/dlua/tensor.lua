@@ -170,6 +170,7 @@ local function value(st, r)
   own(r, r.id)
   return r
 end
+M.result, M.value = result, value
 
 -- The handle id of x, for the entry points that need one; an inline x becomes a handle
 -- here, in place, and is tracked from then on.

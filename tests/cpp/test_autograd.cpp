@@ -270,7 +270,7 @@ TEST_CASE("backward tasks reuse their buffers and keep nothing of a finished tas
       CHECK(ag::grad({mul(w, w)}, {}, {w}, false)[0].item() == 6);
     }
     REQUIRE(outer.run());
-    CHECK(outer.results()[0].value_at(std::array<int64_t, 1>{0}.data()) == 4);
+    CHECK(outer.take_results()[0].value_at(std::array<int64_t, 1>{0}.data()) == 4);
   }
   CHECK(ha::stats().in_use == before);  // the buffers kept by the thread hold no tensor
   // A large graph, then small ones: the same answers with reused buffers.

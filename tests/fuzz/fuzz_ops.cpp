@@ -25,6 +25,7 @@
 // and broadcasting, where the engine must refuse them (the tensor memory limit is set
 // low for that).
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -84,6 +85,7 @@ struct Program {
   std::vector<uint64_t> dead;  // released ids, to be used again (must be refused)
   std::vector<int> tasks;      // backward tasks in flight
   int grad_depth = 0, nograd_depth = 0, varlogs = 0;
+  uint64_t last_tape = 0;      // the tape of the last recorded value seen
   double scratch[kReadMax];
 
   explicit Program(const uint8_t* d, size_t n) : in(d, n) {}
@@ -111,8 +113,14 @@ struct Program {
     if (b < 248) return values[in.pick(kValues)].get();
     unsigned char* p = operands[k].bytes;
     std::memset(p, 0, sizeof(dl_tensor));
-    for (int i = 8; i < 24; ++i) p[i] = in.byte();
-    for (size_t i = 24; i < sizeof(dl_tensor); ++i) p[i] = in.byte() & 1;
+    constexpr size_t kElements = offsetof(dl_tensor, inl_v0);
+    for (size_t i = 8; i < kElements; ++i) p[i] = in.byte();
+    // Often a recent tape's serial: a forged slot on a tape that may be live.
+    if (in.flag()) {
+      uint64_t serial = last_tape + in.byte() % 3;
+      std::memcpy(p + offsetof(dl_tensor, inl_tape), &serial, sizeof serial);
+    }
+    for (size_t i = kElements; i < sizeof(dl_tensor); ++i) p[i] = in.byte() & 1;
     return operands[k].get();
   }
 
@@ -131,6 +139,7 @@ struct Program {
     }
     if (st != 0 || r->id != 0) fatal("a value result is neither inline nor a handle");
     check(r);
+    if (r->inl_tape != 0) last_tape = r->inl_tape - 1;
     if (in.flag()) {
       uint64_t id = dl_promote(r);
       if (id == 0) failed();
@@ -528,6 +537,9 @@ struct Program {
       case 1:
         check_status(dl_grad_exit());
         if (grad_depth > 0) --grad_depth;
+        // The tape it leaves pending: discarded, or held and later let go.
+        if (in.flag()) dl_tape_done();
+        else if (double serial = dl_tape_hold(); serial != 0 && in.flag()) dl_tape_free(serial);
         break;
       case 2:
         if (nograd_depth < 4 && dl_no_grad_enter() == 0) ++nograd_depth;

@@ -25,11 +25,12 @@ H.test("small plain results live inline, the rest are handles", function()
   -- a view shares its base's storage: never inline
   local big = dl.arange(0, 100)
   H.ok(not inline(big:narrow(1, 1, 4)))
-  -- results that carry a gradient's history are handles
+  -- small results that carry a gradient's history are inline too, on the tape
   dl.grad(function(x)
     local y = x * 2
-    H.ok(not inline(y), "a recorded result is a handle")
-    H.ok(inline(dl.ones(3) * 2), "an unrecorded one inside a gradient is inline")
+    H.ok(inline(y) and y.inl_tape ~= 0, "a recorded result is inline, on the tape")
+    H.ok(inline(dl.ones(3) * 2) and (dl.ones(3) * 2).inl_tape == 0, "an unrecorded one is plain")
+    H.ok(not inline(dl.ones(17) * x:sum()), "a large recorded result is a handle")
     return y:sum()
   end)(dl.ones(3))
 end)

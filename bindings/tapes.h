@@ -1,0 +1,46 @@
+// Tapes: who owns the small recorded values a script holds inline (Note [Recorded
+// values on the tape] in tapes.cpp).
+//
+//   tape_open();                         // dl_grad_enter: a gradient is being taken
+//   Ref r = tape_keep(y);                // a recorded result, held until the tape goes
+//   const Tensor* t = tape_find(r);      // y while its tape lives, else null
+//   tape_close();                        // dl_grad_exit: adopted by the enclosing tape,
+//   tape_done();                         //   or pending until the gradient is taken
+//
+// Everything here is per thread, as the Lua states that use it each run on one thread.
+#pragma once
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace dl::bind {
+
+// Where a recorded value lives: tape `serial` (never 0, never reused), slot `slot`.
+struct TapeRef {
+  uint64_t serial = 0;
+  uint32_t slot = 0;
+};
+
+// Opens a tape for a gradient scope; closes the innermost one. A closed tape is adopted
+// by the enclosing open one (its values are part of that gradient's graph), or, when
+// it was the outermost, waits as pending until tape_done(), tape_hold() or the next
+// outermost tape_open().
+void tape_open();
+void tape_close() noexcept;
+// True when a tape is open: recorded results can be kept on it.
+bool tape_is_open() noexcept;
+// Keeps `t` on the innermost open tape (one must be open).
+TapeRef tape_keep(Tensor t);
+// The tensor at `r`, or null once its tape is gone (or for a forged reference).
+const Tensor* tape_find(const TapeRef& r) noexcept;
+// Frees the pending tapes (after the gradient was taken).
+void tape_done() noexcept;
+// Takes the most recent pending tape out of the pending list, for a GradientTape to
+// hold until tape_free(); returns its serial, or 0 when there was none (a tape closed
+// inside another gradient was adopted by it).
+uint64_t tape_hold() noexcept;
+void tape_free(uint64_t serial) noexcept;
+// Values kept on the tapes alive now (tests).
+int64_t tape_values() noexcept;
+
+}  // namespace dl::bind

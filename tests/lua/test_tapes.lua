@@ -1,0 +1,175 @@
+-- Small recorded values kept on the tape (Note [Recorded values on the tape] in
+-- bindings/tapes.cpp): they carry their history while the gradient is taken, the tape
+-- is discarded once it has been (the graph goes back with no collection), and a value
+-- that outlives its tape is a plain constant with the values it had.
+local H = require("harness")
+local dl = require("dlua")
+local ffi = require("ffi")
+local core = require("dlua.core")
+local C = core.C
+
+local function on_tape(x) return x.id == 0 and x.inl_tape ~= 0 end
+local function kept() return C.dl_tape_values() end
+
+H.test("recorded small values carry their history while the gradient is taken", function()
+  local seen
+  local g = dl.grad(function(x)
+    local y = x * x            -- kept on the tape
+    local z = (y + 1):tanh()   -- so are these
+    seen = { on_tape(y), on_tape(z), y:requires_grad(), kept() > 0 }
+    return (z * y):sum()
+  end)(dl.tensor({ 0.5, -1, 2 }, { dtype = "float64" }))
+  H.ok(seen[1] and seen[2], "the results are inline, on the tape")
+  H.ok(seen[3], "and require a gradient")
+  H.ok(seen[4])
+  -- d/dx tanh(x^2 + 1) x^2 = (1 - tanh^2) 2x x^2 + tanh 2x
+  local want = {}
+  for i, x in ipairs({ 0.5, -1, 2 }) do
+    local t = math.tanh(x * x + 1)
+    want[i] = (1 - t * t) * 2 * x * x * x + t * 2 * x
+  end
+  H.values(g, want, { tol = 1e-12 })
+  H.eq(kept(), 0, "the tape is discarded once the gradient is taken")
+end)
+
+H.test("a value that outlives its tape is a constant with its values", function()
+  local escaped
+  local g = dl.grad(function(x)
+    escaped = x * 3
+    return (escaped * x):sum()
+  end)(dl.tensor({ 1, 2 }))
+  H.values(g, { 6, 12 })
+  H.ok(escaped.id == 0 and escaped.inl_tape ~= 0, "the value still names its tape")
+  H.values(escaped, { 3, 6 })
+  H.ok(not dl.grad(function(x) return (escaped * x):sum() end)(dl.ones(2)):requires_grad())
+  H.values(dl.grad(function(x) return (escaped * x):sum() end)(dl.ones(2)), { 3, 6 },
+           { msg = "a later gradient sees a constant" })
+  H.values(escaped + 1, { 4, 7 })
+  -- made a handle, it is a plain tensor with those values
+  escaped:add_(1)
+  H.values(escaped, { 4, 7 })
+end)
+
+H.test("promotion keeps the history: views, in-place writes, indexing", function()
+  local g = dl.grad(function(x)
+    local y = x * 2
+    H.ok(on_tape(y))
+    local v = y:view(2, 2)          -- y becomes a handle sharing the kept tensor
+    H.ok(y.id ~= 0 and v:requires_grad())
+    local z = x + 0
+    z:mul_(3)                        -- in place on a recorded value
+    local e = z[2]                   -- a view while recorded
+    return v:sum() + z:sum() + e * 10
+  end)(dl.tensor({ 1, 2, 3, 4 }, { dtype = "float64" }))
+  H.values(g, { 5, 35, 5, 5 })
+end)
+
+H.test("nested gradients: the inner tape is adopted by the outer one", function()
+  local f = function(x) return x ^ 3 end
+  local d1 = dl.grad(f)
+  local d2 = dl.grad(d1)
+  local d3 = dl.grad(d2)
+  local x = dl.tensor(2.0, { dtype = "float64" })
+  H.near(d1(x):item(), 12)
+  H.near(d2(x):item(), 12)
+  H.near(d3(x):item(), 6)
+  H.eq(kept(), 0)
+  -- an inner value kept for the outer gradient
+  local inner_on_tape
+  local h = dl.grad(function(x)
+    local gx = dl.grad(function(u) return u * u * x end)(x)   -- 2 x^2, recorded
+    inner_on_tape = on_tape(gx)
+    return gx
+  end)(x)
+  H.ok(inner_on_tape)
+  H.near(h:item(), 8)
+  H.eq(kept(), 0)
+end)
+
+H.test("value_and_grad, implicit_grad and argnums discard their tapes", function()
+  local v, g = dl.value_and_grad(function(x) return (x * x):sum() end)(dl.tensor({ 1, 2 }))
+  H.values(v, 5)
+  H.values(g, { 2, 4 })
+  H.ok(not v:requires_grad())
+  local w = dl.Variable({ 1, 2 })
+  local pairs_ = dl.implicit_grad(function() return (w * w * 2):sum() end)()
+  H.values(pairs_[1][1], { 4, 8 })
+  local ga, gb = dl.grad(function(a, b) return (a * b):sum() end, { 1, 2 })(dl.ones(2), dl.tensor({ 3, 4 }))
+  H.values(ga, { 3, 4 })
+  H.values(gb, { 1, 1 })
+  H.eq(kept(), 0)
+end)
+
+H.test("an error leaves the tape pending until the next gradient", function()
+  H.raises(function()
+    dl.grad(function(x)
+      local y = x * 2
+      error("boom")
+      return y
+    end)(dl.ones(2))
+  end, "boom")
+  H.ok(kept() > 0, "pending")
+  H.values(dl.grad(function(x) return (x * x):sum() end)(dl.ones(2)), { 2, 2 })
+  H.eq(kept(), 0, "discarded when the next outermost gradient starts")
+end)
+
+H.test("a GradientTape holds its tapes until its gradient, or while persistent", function()
+  local x = dl.tensor({ 1, 2 })
+  local tape = dl.GradientTape()
+  tape:watch(x)
+  local y = tape:record(function() return (x * x):sum() end)
+  H.ok(on_tape(y) and kept() > 0)
+  H.values(tape:gradient(y, x), { 2, 4 })
+  H.eq(kept(), 0, "a non-persistent tape lets go after its gradient")
+
+  local p = dl.GradientTape({ persistent = true })
+  p:watch(x)
+  local a = p:record(function() return x * 3 end)
+  local b = p:record(function() return (a * x):sum() end)   -- reads a, from the first record
+  H.values(p:gradient(b, x), { 6, 12 })
+  H.values(p:gradient(b, x), { 6, 12 })
+  H.ok(kept() > 0)
+  p = nil
+  collectgarbage("collect")
+  collectgarbage("collect")
+  H.eq(kept(), 0, "a collected persistent tape lets go")
+end)
+
+H.test("the graph goes back without a collection", function()
+  local x = dl.rand(16)
+  local g = dl.grad(function(v)
+    local y = v
+    for _ = 1, 50 do y = (y * 1.01 + 0.1):tanh() end
+    return y:sum()
+  end)
+  g(x)
+  collectgarbage("collect")
+  collectgarbage("stop")
+  local before = dl.memory_stats()
+  for _ = 1, 20 do g(x) end
+  local after = dl.memory_stats()
+  collectgarbage("restart")
+  -- each call leaves its watched alias (a handle) to the collector, not its 150 results
+  H.ok(after.tensors - before.tensors <= 2 * 20, "handles left: " .. (after.tensors - before.tensors))
+  H.ok(after.in_use - before.in_use < 20 * 4096, "bytes left: " .. (after.in_use - before.in_use))
+  H.eq(kept(), 0)
+end)
+
+H.test("forged tape references read as plain values", function()
+  local y
+  dl.grad(function(x)
+    y = x * 2
+    -- a copy of y's bytes naming a slot past the tape's end, and one naming no tape
+    local bytes = ffi.new("uint8_t[?]", ffi.sizeof("struct dl_tensor"))
+    ffi.copy(bytes, y, ffi.sizeof("struct dl_tensor"))
+    local slot = ffi.cast("uint32_t*", bytes + 12)
+    slot[0] = slot[0] + 1000
+    local forged = ffi.cast("struct dl_tensor*", bytes)
+    local r = dl.tensor(0) + 0
+    H.ok(C.dl_binary_scalar(C.dl_op_id("add"), forged, 1, 0, r) == 0)
+    H.values(r, { 3, 5 })
+    return y:sum()
+  end)(dl.tensor({ 1, 2 }))
+end)
+
+H.run()
