@@ -54,6 +54,9 @@ void watch_inplace(const Tensor& x);
 bool requires_grad(const Tensor& x);
 // x's values without its history (shares storage).
 Tensor detach(const Tensor& x);
+// Drops x's history in place: from now on x is a constant to every gradient (the
+// bindings do this when the tape that recorded x is discarded).
+void forget_history(const Tensor& x);
 
 // Variables: trainable tensors with a stable identity. Recorded only while a
 // GradScope is open; each use inside a VariableLog is logged once, in order.

@@ -110,6 +110,12 @@ bool requires_grad(const Tensor& t) { return is_recording() && edge_of(t).valid(
 
 Tensor detach(const Tensor& x) { return alias(x); }
 
+void forget_history(const Tensor& x) {
+  TensorImpl* i = x.impl();
+  i->grad_node.reset();
+  i->grad_nr = 0;
+}
+
 namespace {
 TensorList identity_backward(Node&, const TensorList& g) { return {g[0]}; }
 }  // namespace

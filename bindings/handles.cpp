@@ -4,6 +4,7 @@
 #include <mutex>
 #include <utility>
 
+#include "bindings/tapes.h"
 #include "tensor/allocator.h"
 #include "tensor/error.h"
 
@@ -50,6 +51,7 @@ Slot* slot_of(uint64_t id) noexcept {
 
 uint64_t handle_new(Tensor t) {
   DL_ASSERT(t.defined());
+  tape_note(t);
   Table& tb = table();
   uint32_t slot;
   Slot* s;

@@ -17,7 +17,10 @@
 // its elements inline plus (tape serial, slot). While the tape lives, the engine reads
 // the value as the kept tensor, history and all; once the tape is discarded the value
 // reads as its inline elements, a constant, as a TensorFlow tensor computed under a
-// GradientTape is once the tape is gone. A tape is discarded
+// GradientTape is once the tape is gone. The tape also notes the recorded tensors that
+// went to Lua as handles (large ones, views, a promoted value) and drops their history
+// when it is discarded, so that every value recorded under a tape, whatever its size,
+// is a constant afterwards. A tape is discarded
 // - when it closes inside another gradient's scope: never on its own; the enclosing
 //   tape adopts it, since its values are part of the graph that the enclosing gradient
 //   differentiates (dl.grad(dl.grad(f)));
@@ -42,6 +45,7 @@
 #include <memory>
 #include <vector>
 
+#include "autograd/autograd.h"
 #include "tensor/error.h"
 
 namespace dl::bind {
@@ -97,8 +101,13 @@ void discard(Tape* tape) noexcept {
   std::unique_ptr<Tape> owned = std::move(*it);
   ts.live.erase(it);
   // Later values depend on earlier ones: dropping them last-first frees each graph
-  // node as soon as its last user goes.
-  while (!owned->values.empty()) owned->values.pop_back();
+  // node as soon as its last user goes. One that a handle still holds becomes a
+  // constant, as the small ones' inline values do.
+  while (!owned->values.empty()) {
+    const Tensor& t = owned->values.back();
+    if (t.impl()->use_count() > 1) ag::forget_history(t);
+    owned->values.pop_back();
+  }
   if (ts.spare.size() < kSpareTapes && owned->values.capacity() <= kMaxSpareValues)
     ts.spare.push_back(std::move(owned));
 }
@@ -149,6 +158,12 @@ TapeRef tape_keep(Tensor t) {
   DL_CHECK_KIND(Memory, tape->values.size() < 0xffffffffu, "grad: too many values recorded");
   tape->values.push_back(std::move(t));
   return TapeRef{tape->serial, uint32_t(tape->values.size() - 1)};
+}
+
+void tape_note(const Tensor& t) {
+  Tapes& ts = tapes();
+  if (ts.open.empty() || !t.impl()->grad_node) return;
+  ts.open.back()->values.push_back(t);
 }
 
 const Tensor* tape_find(const TapeRef& r) noexcept {

@@ -4,6 +4,7 @@
 //   tape_open();                         // dl_grad_enter: a gradient is being taken
 //   Ref r = tape_keep(y);                // a recorded result, held until the tape goes
 //   const Tensor* t = tape_find(r);      // y while its tape lives, else null
+//   tape_note(big);                      // a recorded handle: made a constant with the tape
 //   tape_close();                        // dl_grad_exit: adopted by the enclosing tape,
 //   tape_done();                         //   or pending until the gradient is taken
 //
@@ -31,6 +32,9 @@ void tape_close() noexcept;
 bool tape_is_open() noexcept;
 // Keeps `t` on the innermost open tape (one must be open).
 TapeRef tape_keep(Tensor t);
+// Notes a recorded tensor handed to Lua as a handle, when a tape is open: once the
+// tape is discarded, its history is dropped if a handle still holds it.
+void tape_note(const Tensor& t);
 // The tensor at `r`, or null once its tape is gone (or for a forged reference).
 const Tensor* tape_find(const TapeRef& r) noexcept;
 // Frees the pending tapes (after the gradient was taken).

@@ -50,6 +50,29 @@ H.test("a value that outlives its tape is a constant with its values", function(
   H.values(escaped, { 4, 7 })
 end)
 
+H.test("every value recorded under a discarded tape is a constant, whatever its size", function()
+  local w = dl.Variable({ 1, 2 })
+  local small, big, promoted, view
+  local pairs_ = dl.implicit_grad(function()
+    small = w * 2
+    big = w:expand(10, 2) * 2       -- 20 floats: a handle
+    promoted = w * 3
+    view = promoted:view(2, 1)      -- promotes: a handle sharing the kept tensor
+    H.ok(small.id == 0 and big.id ~= 0 and promoted.id ~= 0)
+    H.ok(big:requires_grad() and view:requires_grad())
+    return small:sum() + big:sum() + view:sum()
+  end)()
+  H.values(pairs_[1][1], { 25, 25 })
+  -- a later gradient through an old value does not reach w
+  for name, v in pairs({ small = small, big = big, promoted = promoted, view = view }) do
+    local tape = dl.GradientTape()
+    local y = tape:record(function() return (v * 1):sum() end)
+    H.ok(not y:requires_grad(), name)
+    H.values(tape:gradient(y, w), { 0, 0 }, { msg = name })
+  end
+  H.values(big:sum(), 60)
+end)
+
 H.test("promotion keeps the history: views, in-place writes, indexing", function()
   local g = dl.grad(function(x)
     local y = x * 2
