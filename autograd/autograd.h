@@ -27,8 +27,14 @@ class GradScope {
  public:
   GradScope();
   ~GradScope();
+  // Movable, so that a binding can keep its open scopes in a vector.
+  GradScope(GradScope&& o) noexcept : open_(o.open_) { o.open_ = false; }
+  GradScope& operator=(GradScope&&) = delete;
   GradScope(const GradScope&) = delete;
   GradScope& operator=(const GradScope&) = delete;
+
+ private:
+  bool open_ = true;
 };
 class NoGradScope {
  public:

@@ -19,7 +19,9 @@ thread_local uint64_t t_stamp = 0;
 
 bool is_recording() { return t_scopes > 0 && !t_no_grad; }
 GradScope::GradScope() { ++t_scopes; }
-GradScope::~GradScope() { --t_scopes; }
+GradScope::~GradScope() {
+  if (open_) --t_scopes;
+}
 NoGradScope::NoGradScope() : prev_(t_no_grad) { t_no_grad = true; }
 NoGradScope::~NoGradScope() { t_no_grad = prev_; }
 uint64_t next_history_stamp() { return ++t_stamp; }
@@ -56,7 +58,7 @@ Node::~Node() {
 namespace {
 // A new TensorImpl sharing t's storage and geometry, with no history and no base.
 Tensor alias(const Tensor& t) {
-  auto impl = make_ref<TensorImpl>(t.impl()->storage, t.shape(), t.strides(), t.offset(), t.dtype());
+  auto impl = make_ref<TensorImpl>(t.impl()->storage, t.shape(), t.strides(), t.offset(), t.dtype(), t.numel());
   return Tensor(std::move(impl));
 }
 }  // namespace

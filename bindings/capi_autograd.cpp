@@ -20,7 +20,7 @@ using namespace dl::bind;
 namespace {
 
 // Scopes opened from Lua; the Lua side pairs every enter with an exit (also on error).
-thread_local std::vector<std::unique_ptr<ag::GradScope>> t_grad;
+thread_local std::vector<ag::GradScope> t_grad;
 thread_local std::vector<std::unique_ptr<ag::NoGradScope>> t_nograd;
 thread_local std::vector<std::unique_ptr<ag::VariableLog>> t_logs;
 
@@ -76,7 +76,7 @@ int dl_grad_enter(void) {
   return guard_status([] {
     t_grad.reserve(t_grad.size() + 1);
     tape_open();
-    t_grad.push_back(std::make_unique<ag::GradScope>());
+    t_grad.emplace_back();
   });
 }
 int dl_grad_exit(void) {

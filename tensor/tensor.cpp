@@ -142,7 +142,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device, const char* op) {
   if (n > int64_t(1) << 56) fail(ErrorKind::Memory, op, ": shape ", shape, " is too large");
   size_t nbytes = size_t(n) * itemsize(dtype);
   auto st = Storage::allocate(nbytes, device, op);
-  return Tensor(make_ref<TensorImpl>(std::move(st), shape, contiguous_strides(shape), 0, dtype));
+  return Tensor(make_ref<TensorImpl>(std::move(st), shape, contiguous_strides(shape), 0, dtype, n));
 }
 
 double Tensor::value_at(const int64_t* idx) const {

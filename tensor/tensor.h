@@ -76,6 +76,11 @@ class TensorImpl : public RefCounted {
  public:
   TensorImpl(Ref<Storage> storage, const Shape& sizes, const Shape& strides, int64_t offset,
              DType dtype);
+  // With the element count of `sizes` already checked by the caller (checked_numel).
+  TensorImpl(Ref<Storage> storage, const Shape& sizes, const Shape& strides, int64_t offset,
+             DType dtype, int64_t numel)
+      : storage(std::move(storage)), sizes(sizes), strides(strides), offset(offset), numel(numel),
+        dtype(dtype) {}
   DL_POOLED(TensorImpl)
 
   Ref<Storage> storage;
