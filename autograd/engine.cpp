@@ -527,11 +527,15 @@ void GraphTask::finish_node(Node* n, const TensorList& grads) {
   }
 }
 
+Tensor GraphTask::take_result(size_t k) {
+  DL_ASSERT(k < inputs_.size());
+  if (captured_[k].defined()) return std::move(captured_[k]);
+  return zeros(inputs_[k].shape(), inputs_[k].dtype(), inputs_[k].device());
+}
+
 TensorList GraphTask::take_results() {
   TensorList out;
-  for (size_t k = 0; k < inputs_.size(); ++k)
-    out.push_back(captured_[k].defined() ? std::move(captured_[k])
-                                         : zeros(inputs_[k].shape(), inputs_[k].dtype(), inputs_[k].device()));
+  for (size_t k = 0; k < inputs_.size(); ++k) out.push_back(take_result(k));
   return out;
 }
 

@@ -33,6 +33,7 @@ class GraphTask {
   // One gradient per input (zeros for inputs the outputs do not depend on), moved out
   // of the task: call it once, after run() returned true.
   TensorList take_results();
+  Tensor take_result(size_t k);   // the gradient of input k alone
 
   // Everything a task keeps, in one object that outlives it (Note [Backward task
   // buffers] in engine.cpp, the only place that uses it).

@@ -208,15 +208,21 @@ int dl_backward_once(const uint64_t* outs, int nout, const uint64_t* grad_outs, 
 int dl_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
                     int* task) {
   *task = 0;
+  // The argument lists are kept for the next call (the task copies what it keeps).
+  thread_local TensorList o(1), i(1), none;
   std::unique_ptr<ag::GraphTask> t;
   bool done = false;
   if (guard_status([&] {
-        TensorList o{value_of(y, "grad")}, i{value_of(x, "grad")};
-        t = std::make_unique<ag::GraphTask>(o, TensorList{}, i, ag::is_recording(), false);
+        o[0] = value_of(y, "grad");
+        i[0] = value_of(x, "grad");
+        t = std::make_unique<ag::GraphTask>(o, none, i, ag::is_recording(), false);
+        o[0] = i[0] = Tensor();
         done = t->run();
-      }) != 0)
+      }) != 0) {
+    o[0] = i[0] = Tensor();
     return -1;
-  if (done) return guard_value(out, [&] { return std::move(t->take_results()[0]); });
+  }
+  if (done) return guard_value(out, [&] { return t->take_result(0); });
   // The graph holds a custom gradient: the task waits for the Lua side to drive it.
   int id = -1;
   if (guard_status([&] { id = add_task(std::move(t)); }) != 0) return -1;
