@@ -153,8 +153,13 @@ TensorList binary_scalar_backward(Node& n, const TensorList& g) {
       default: return {g[0] / n.attrs.d[0]};  // Div, not first
     }
   }
-  // x^s: g s x^(s-1), with s - 1 taken as a number (as PyTorch's pow_backward)
-  if (op == Op::Pow && !first) return {g[0] * n.attrs.d[0] * pow(n.unpack(0), n.attrs.d[0] - 1.0)};
+  // x^s: g s x^(s-1), with s - 1 taken as a number (as PyTorch's pow_backward); x^1 is x
+  // (the second derivative of x^3 computes one op fewer).
+  if (op == Op::Pow && !first) {
+    Tensor x = n.unpack(0);
+    const double e = n.attrs.d[0] - 1.0;
+    return {g[0] * n.attrs.d[0] * (e == 1.0 ? x : pow(x, e))};
+  }
   Tensor x = n.unpack(0), y = op == Op::Pow && first ? n.unpack(1) : Tensor();
   const Tensor& gy = g[0];
   Tensor s = full(Shape{}, Scalar(n.attrs.d[0]), is_floating(x.dtype()) ? x.dtype() : default_float(), x.device());
