@@ -93,9 +93,7 @@ end
 
 -- A watched alias of x (a tensor or a number).
 local function watch_one(op, x)
-  local w = C.dl_watch(hid(to_float_tensor(op, x)))
-  if w == 0 then raise_last() end
-  local wt = wrap(w)
+  local wt = T.wrap_handle(C.dl_watch(hid(to_float_tensor(op, x))))
   return wt
 end
 
