@@ -228,8 +228,9 @@ int dl_fill_(uint64_t x, double value);
 /* ---- autograd (bindings/capi_autograd.cpp; the Lua side is scripts/dlua/autograd.lua) ---- */
 /* A gradient scope; each opens a tape for the small values recorded in it (Note [Recorded
    values on the tape] in bindings/tapes.cpp). Closing the outermost leaves its tape
-   pending: dl_tape_done discards it once the gradient is taken, or dl_tape_hold hands it
-   to the caller (a GradientTape) as a serial for dl_tape_free (0: nothing to hold). */
+   pending: dl_tape_done discards it once the gradient is taken. dl_tape_hold holds the
+   tape closed last for the caller (a GradientTape's record) until dl_tape_free(serial)
+   (0: nothing to hold). */
 int dl_grad_enter(void);
 int dl_grad_exit(void);
 void dl_tape_done(void);

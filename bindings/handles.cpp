@@ -51,7 +51,6 @@ Slot* slot_of(uint64_t id) noexcept {
 
 uint64_t handle_new(Tensor t) {
   DL_ASSERT(t.defined());
-  tape_note(t);
   Table& tb = table();
   uint32_t slot;
   Slot* s;
@@ -77,7 +76,9 @@ uint64_t handle_new(Tensor t) {
     s->tensor = std::move(t);
   }
   tb.live.fetch_add(1, std::memory_order_relaxed);
-  return (uint64_t(s->gen) << 32) | slot;
+  const uint64_t id = (uint64_t(s->gen) << 32) | slot;
+  tape_note(id, s->tensor);   // the slot is this thread's until the id is handed out
+  return id;
 }
 
 bool handle_valid(uint64_t id) noexcept { return handle_find(id) != nullptr; }

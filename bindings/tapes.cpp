@@ -20,13 +20,21 @@
 // GradientTape is once the tape is gone. The tape also notes the recorded tensors that
 // went to Lua as handles (large ones, views, a promoted value) and drops their history
 // when it is discarded, so that every value recorded under a tape, whatever its size,
-// is a constant afterwards. A tape is discarded
+// is a constant afterwards. Only history made under that tape goes: a tape knows the
+// history stamps (ag::next_history_stamp) it was open between, a note goes to the
+// innermost tape whose span holds the tensor's stamp, and it is dropped only if the
+// stamp is still the noted one (a Variable's or a watched tensor's leaf, history made
+// under another tape, or rewritten since by an in-place op, stays). Notes are weak (a
+// handle id): a noted tensor is freed when Lua lets go of it, as before. A tape is
+// discarded
 // - when it closes inside another gradient's scope: never on its own; the enclosing
 //   tape adopts it, since its values are part of the graph that the enclosing gradient
 //   differentiates (dl.grad(dl.grad(f)));
 // - for an outermost scope, right after the gradient is taken (dl.grad,
-//   implicit_grad: tape_done), or when a GradientTape object that holds it lets it go
-//   (after its gradient, or when it is collected);
+//   implicit_grad: tape_done);
+// - for a GradientTape's record, when the GradientTape lets it go (after its gradient,
+//   or when it is collected): it holds the tape (tape_hold), also one that an enclosing
+//   tape adopted, which then outlives its parent while held;
 // - at the latest when the next outermost scope opens (a gradient that raised an
 //   error before it was taken leaves its tape pending).
 // So the graph of a gradient goes back to the pools when the gradient has been taken,
@@ -42,23 +50,40 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "autograd/engine.h"
+#include "bindings/handles.h"
 #include "tensor/error.h"
 
 namespace dl::bind {
 
 namespace {
 
-enum class State { Open, Pending, Adopted, Held };
+struct Kept {
+  Tensor t;
+  uint64_t version;   // its history stamp when kept
+};
+
+struct Noted {
+  uint64_t id;        // the handle (weak: looked up when the tape is discarded)
+  uint64_t version;
+};
 
 struct Tape {
   uint64_t serial = 0;
-  State state = State::Open;
-  std::vector<Tensor> values;
-  std::vector<Tape*> children;   // adopted tapes, discarded with this one
+  uint64_t opened = 0;                                      // history stamps: made under this
+  uint64_t closed = std::numeric_limits<uint64_t>::max();   // tape are in (opened, closed)
+  bool open = true;
+  bool pending = false;   // closed outermost, waiting for tape_done
+  bool adopted = false;   // a child of the enclosing tape
+  int holders = 0;        // GradientTapes holding it
+  std::vector<Kept> values;
+  std::vector<Noted> noted;
+  std::vector<Tape*> children;
 };
 
 constexpr size_t kSpareTapes = 4;
@@ -70,6 +95,7 @@ struct Tapes {
   std::vector<std::unique_ptr<Tape>> live;   // every tape not yet discarded
   std::vector<Tape*> open;                   // innermost last
   std::vector<Tape*> pending;
+  Tape* last_closed = nullptr;
   std::vector<std::unique_ptr<Tape>> spare;
   Tapes() { spare.reserve(kSpareTapes); }
 };
@@ -87,10 +113,19 @@ Tape* find_tape(uint64_t serial) noexcept {
   return nullptr;
 }
 
+// Drops t's history if it is still the one made under the tape being discarded.
+void forget_if(const Tensor& t, uint64_t version) noexcept {
+  TensorImpl* i = t.impl();
+  if (i->grad_node && i->grad_version == version && !i->is_variable) ag::forget_history(t);
+}
+
 void discard(Tape* tape) noexcept {
   Tapes& ts = tapes();
-  // Adopted tapes first (they may hold values that this tape's values depend on; the
-  // order does not matter for correctness, as nodes hold their inputs themselves).
+  if (tape->holders > 0) {   // a GradientTape still holds it: it outlives its parent
+    tape->adopted = false;
+    return;
+  }
+  if (ts.last_closed == tape) ts.last_closed = nullptr;
   while (!tape->children.empty()) {
     Tape* c = tape->children.back();
     tape->children.pop_back();
@@ -100,16 +135,23 @@ void discard(Tape* tape) noexcept {
   if (it == ts.live.end()) return;
   std::unique_ptr<Tape> owned = std::move(*it);
   ts.live.erase(it);
+  for (const Noted& n : owned->noted)
+    if (const Tensor* h = handle_find(n.id)) forget_if(*h, n.version);
+  owned->noted.clear();
   // Later values depend on earlier ones: dropping them last-first frees each graph
-  // node as soon as its last user goes. One that a handle still holds becomes a
-  // constant, as the small ones' inline values do.
+  // node as soon as its last user goes. One that a handle still holds (a promoted
+  // value) becomes a constant, as the inline ones do.
   while (!owned->values.empty()) {
-    const Tensor& t = owned->values.back();
-    if (t.impl()->use_count() > 1) ag::forget_history(t);
+    const Kept& k = owned->values.back();
+    if (k.t.impl()->use_count() > 1) forget_if(k.t, k.version);
     owned->values.pop_back();
   }
-  if (ts.spare.size() < kSpareTapes && owned->values.capacity() <= kMaxSpareValues)
-    ts.spare.push_back(std::move(owned));
+  if (ts.spare.size() < kSpareTapes && owned->values.capacity() <= kMaxSpareValues) {
+    owned->closed = std::numeric_limits<uint64_t>::max();
+    owned->open = true;
+    owned->pending = owned->adopted = false;
+    ts.spare.push_back(std::move(owned));   // its vectors are empty, their memory kept
+  }
 }
 
 }  // namespace
@@ -124,9 +166,13 @@ void tape_open() {
   } else {
     t = std::make_unique<Tape>();
   }
-  t->serial = g_next_serial.fetch_add(1, std::memory_order_relaxed);
-  t->state = State::Open;
+  // Room for what tape_close will do, so that closing cannot fail.
+  if (ts.open.empty()) ts.pending.reserve(ts.pending.size() + 1);
+  else ts.open.back()->children.reserve(ts.open.back()->children.size() + 1);
   ts.open.reserve(ts.open.size() + 1);
+  ts.live.reserve(ts.live.size() + 1);
+  t->serial = g_next_serial.fetch_add(1, std::memory_order_relaxed);
+  t->opened = ag::next_history_stamp();
   ts.live.push_back(std::move(t));
   ts.open.push_back(ts.live.back().get());
 }
@@ -136,16 +182,15 @@ void tape_close() noexcept {
   if (ts.open.empty()) return;
   Tape* t = ts.open.back();
   ts.open.pop_back();
-  try {
-    if (!ts.open.empty()) {
-      t->state = State::Adopted;
-      ts.open.back()->children.push_back(t);
-    } else {
-      t->state = State::Pending;
-      ts.pending.push_back(t);
-    }
-  } catch (...) {
-    discard(t);   // out of memory: the tape goes now rather than leak
+  t->open = false;
+  t->closed = ag::next_history_stamp();
+  ts.last_closed = t;
+  if (!ts.open.empty()) {
+    t->adopted = true;
+    ts.open.back()->children.push_back(t);   // reserved by tape_open
+  } else {
+    t->pending = true;
+    ts.pending.push_back(t);                 // reserved by tape_open
   }
 }
 
@@ -156,20 +201,31 @@ TapeRef tape_keep(Tensor t) {
   DL_ASSERT(!ts.open.empty());
   Tape* tape = ts.open.back();
   DL_CHECK_KIND(Memory, tape->values.size() < 0xffffffffu, "grad: too many values recorded");
-  tape->values.push_back(std::move(t));
+  const uint64_t version = t.impl()->grad_version;
+  tape->values.push_back(Kept{std::move(t), version});
   return TapeRef{tape->serial, uint32_t(tape->values.size() - 1)};
 }
 
-void tape_note(const Tensor& t) {
-  Tapes& ts = tapes();
-  if (ts.open.empty() || !t.impl()->grad_node) return;
-  ts.open.back()->values.push_back(t);
+void tape_note(uint64_t id, const Tensor& t) noexcept {
+  const TensorImpl* i = t.impl();
+  if (!i->grad_node || i->is_variable) return;
+  const uint64_t v = i->grad_version;
+  // The innermost tape whose span holds v: the one the history was made under.
+  Tape* owner = nullptr;
+  for (const auto& p : tapes().live)
+    if (p->opened < v && v < p->closed && (!owner || p->opened > owner->opened)) owner = p.get();
+  if (!owner) return;
+  try {
+    owner->noted.push_back(Noted{id, v});
+  } catch (...) {
+    // Out of memory: the history then outlives the tape, as it did before tapes.
+  }
 }
 
 const Tensor* tape_find(const TapeRef& r) noexcept {
   Tape* t = find_tape(r.serial);
   if (!t || r.slot >= t->values.size()) return nullptr;
-  return &t->values[r.slot];
+  return &t->values[r.slot].t;
 }
 
 void tape_done() noexcept {
@@ -177,26 +233,28 @@ void tape_done() noexcept {
   while (!ts.pending.empty()) {
     Tape* t = ts.pending.back();
     ts.pending.pop_back();
+    t->pending = false;
     discard(t);
   }
 }
 
 uint64_t tape_hold() noexcept {
   Tapes& ts = tapes();
-  if (ts.pending.empty()) return 0;
-  Tape* t = ts.pending.back();
-  ts.pending.pop_back();
-  t->state = State::Held;
+  Tape* t = ts.last_closed;
+  if (!t) return 0;
+  ts.last_closed = nullptr;
+  ++t->holders;
+  if (t->pending) {
+    t->pending = false;
+    ts.pending.erase(std::remove(ts.pending.begin(), ts.pending.end(), t), ts.pending.end());
+  }
   return t->serial;
 }
 
 void tape_free(uint64_t serial) noexcept {
   Tape* t = find_tape(serial);
-  if (t && (t->state == State::Held || t->state == State::Pending)) {
-    Tapes& ts = tapes();
-    ts.pending.erase(std::remove(ts.pending.begin(), ts.pending.end(), t), ts.pending.end());
-    discard(t);
-  }
+  if (!t || t->holders == 0) return;
+  if (--t->holders == 0 && !t->adopted && !t->open && !t->pending) discard(t);
 }
 
 int64_t tape_values() noexcept {

@@ -4,7 +4,7 @@
 //   tape_open();                         // dl_grad_enter: a gradient is being taken
 //   Ref r = tape_keep(y);                // a recorded result, held until the tape goes
 //   const Tensor* t = tape_find(r);      // y while its tape lives, else null
-//   tape_note(big);                      // a recorded handle: made a constant with the tape
+//   tape_note(id, big);                  // a recorded handle: made a constant with the tape
 //   tape_close();                        // dl_grad_exit: adopted by the enclosing tape,
 //   tape_done();                         //   or pending until the gradient is taken
 //
@@ -32,16 +32,16 @@ void tape_close() noexcept;
 bool tape_is_open() noexcept;
 // Keeps `t` on the innermost open tape (one must be open).
 TapeRef tape_keep(Tensor t);
-// Notes a recorded tensor handed to Lua as a handle, when a tape is open: once the
-// tape is discarded, its history is dropped if a handle still holds it.
-void tape_note(const Tensor& t);
+// Notes a recorded tensor just handed to Lua as handle `id`: once the tape its history
+// was made under is discarded, that history is dropped if the handle still holds it.
+void tape_note(uint64_t id, const Tensor& t) noexcept;
 // The tensor at `r`, or null once its tape is gone (or for a forged reference).
 const Tensor* tape_find(const TapeRef& r) noexcept;
 // Frees the pending tapes (after the gradient was taken).
 void tape_done() noexcept;
-// Takes the most recent pending tape out of the pending list, for a GradientTape to
-// hold until tape_free(); returns its serial, or 0 when there was none (a tape closed
-// inside another gradient was adopted by it).
+// Holds the tape closed last (a GradientTape's record) until tape_free(serial): it is
+// not discarded by tape_done() or with the tape that adopted it. Returns its serial,
+// or 0 when there is none.
 uint64_t tape_hold() noexcept;
 void tape_free(uint64_t serial) noexcept;
 // Values kept on the tapes alive now (tests).

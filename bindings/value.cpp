@@ -32,7 +32,7 @@
 // A small recorded result is inline too, its history kept on the gradient's tape
 // (Note [Recorded values on the tape] in tapes.cpp): while that tape lives the value
 // stands for the kept tensor (value_of returns it, the fast paths leave it to the
-// recording general path); afterwards it is a plain inline value. Every other inline
+// general path, which records it); afterwards it is a plain inline value. Every other inline
 // value needs no recording, as nothing can have asked for its gradient.
 #include "bindings/value.h"
 
@@ -188,7 +188,7 @@ bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept {
   Header h = header_of(t);
   if (h.id == 0) {
     if (!valid_inline(h)) return false;
-    if (h.tape != 0 && ag::is_recording() && kept(h)) return false;   // recorded: the general path
+    if (h.tape != 0 && kept(h)) return false;   // on a live tape: the kept tensor, general path
     *v = SmallOperand{DType(h.dtype), h.ndim, h.numel, h.sizes, elements_of(t)};
     return true;
   }

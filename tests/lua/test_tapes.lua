@@ -73,6 +73,51 @@ H.test("every value recorded under a discarded tape is a constant, whatever its 
   H.values(big:sum(), 60)
 end)
 
+H.test("a discarded tape drops only the history made under it", function()
+  -- A Variable handed back as a handle inside a gradient (an implicit gradient nested
+  -- in another, a reshape to its own shape) keeps its leaf after the tapes are gone.
+  local w = dl.Variable({ 1, 2 })
+  for round = 1, 2 do
+    local inner
+    dl.grad(function(x)
+      inner = dl.implicit_grad(function() return (w:reshape(2) * w * x):sum() end)()
+      return x * 1
+    end)(dl.tensor(1.0))
+    H.values(inner[1][1], { 2, 4 }, { msg = "round " .. round })
+    H.values(dl.implicit_grad(function() return (w * w):sum() end)()[1][1], { 2, 4 })
+  end
+  -- A value of a persistent tape made a handle under another tape keeps its history
+  -- while the persistent tape lives.
+  local x = dl.tensor({ 1, 2 })
+  local p = dl.GradientTape({ persistent = true })
+  p:watch(x)
+  local y = p:record(function() return x * 3 end)
+  dl.grad(function(v) return (y:view(2, 1):sum() + v):sum() end)(dl.tensor(0.0))
+  local z = p:record(function() return (y * x):sum() end)
+  H.values(p:gradient(z, x), { 6, 12 })
+  H.values(p:gradient(y, x, dl.ones(2)), { 3, 3 })
+  p, y, z = nil, nil, nil
+  collectgarbage("collect")
+  collectgarbage("collect")
+  H.eq(kept(), 0, "the persistent tape let go when collected")
+end)
+
+H.test("a GradientTape recorded inside another keeps its values until it lets go", function()
+  local x = dl.tensor({ 1, 2 })
+  local outer, inner = dl.GradientTape(), dl.GradientTape()
+  outer:watch(x)
+  inner:watch(x)
+  local yi
+  local yo = outer:record(function()
+    yi = inner:record(function() return (x * x):sum() end)
+    return (x * 5):sum()
+  end)
+  H.values(outer:gradient(yo, x), { 5, 5 })
+  H.ok(on_tape(yi), "the inner tape's value is still on a live tape")
+  H.values(inner:gradient(yi, x), { 2, 4 })
+  H.eq(kept(), 0)
+end)
+
 H.test("promotion keeps the history: views, in-place writes, indexing", function()
   local g = dl.grad(function(x)
     local y = x * 2
