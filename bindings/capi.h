@@ -241,6 +241,10 @@ int dl_no_grad_enter(void);
 int dl_no_grad_exit(void);
 int dl_is_recording(void);
 uint64_t dl_watch(uint64_t x);
+/* dl_watch for a value: the watched alias of an inline x is a value on the tape (its
+   memory is no script-visible tensor's); of a handle, a handle. 0, 1 or -1 as
+   dl_unary. */
+int dl_watch_value(const struct dl_tensor* x, struct dl_tensor* out);
 uint64_t dl_detach(uint64_t x);
 int dl_requires_grad(uint64_t x);
 int dl_mark_variable(uint64_t x);

@@ -104,6 +104,17 @@ int dl_no_grad_exit(void) {
 int dl_is_recording(void) { return ag::is_recording() ? 1 : 0; }
 
 uint64_t dl_watch(uint64_t x) { return guard_handle([&] { return ag::watch(get(x, "watch")); }); }
+int dl_watch_value(const struct dl_tensor* x, struct dl_tensor* out) {
+  // A handle's memory is the script's (a Variable, a promoted value): its alias stays a
+  // handle, so that an inline copy never stands for memory a script can write to.
+  const bool shared = x->id != 0;
+  int st = -1;
+  guard_status([&] {
+    Tensor w = ag::watch(value_of(x, "watch"));
+    st = shared ? deliver_handle(std::move(w), out) : deliver(std::move(w), out);
+  });
+  return st;
+}
 uint64_t dl_detach(uint64_t x) { return guard_handle([&] { return ag::detach(get(x, "detach")); }); }
 int dl_requires_grad(uint64_t x) {
   int r = -1;

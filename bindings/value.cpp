@@ -171,6 +171,11 @@ int deliver(Tensor t, dl_tensor* out) {
       return 0;
     }
   }
+  return deliver_handle(std::move(t), out);
+}
+
+int deliver_handle(Tensor t, dl_tensor* out) {
+  Header h{};
   h.id = handle_new(std::move(t));
   write_header(out, h);
   return 1;

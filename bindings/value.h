@@ -23,6 +23,8 @@ Tensor value_of(const dl_tensor* t, const char* op);
 // Writes `t` into *out: inline when it is small, plain and unaliased (returns 0), else
 // as a new handle (returns 1).
 int deliver(Tensor t, dl_tensor* out);
+// Writes `t` into *out as a new handle (returns 1).
+int deliver_handle(Tensor t, dl_tensor* out);
 // Makes *t a handle in place when it is inline; returns its id.
 uint64_t promote(dl_tensor* t);
 

@@ -91,9 +91,11 @@ local function to_float_tensor(op, v)
   raise(op .. ": cannot differentiate with respect to a " .. type(v))
 end
 
--- A watched alias of x (a tensor or a number).
+-- A watched alias of x (a tensor or a number): a value on the tape when x is inline.
 local function watch_one(op, x)
-  local wt = T.wrap_handle(C.dl_watch(hid(to_float_tensor(op, x))))
+  local r = fresh()
+  local st = C.dl_watch_value(to_float_tensor(op, x), r)
+  local wt = value(st, r)
   return wt
 end
 

@@ -152,17 +152,6 @@ local function wrap(id)
 end
 M.wrap = wrap
 
--- A tensor for a handle that stays one: an entry point's result known to carry a
--- history (a watched alias), which dl_deliver would only move to a new handle.
-local function wrap_handle(id)
-  if id == 0 then return raise_last() end
-  if total[0] - mark[0] > budget[0] then collect() end
-  local r = Tensor(id)
-  own(r, id)
-  return r
-end
-M.wrap_handle = wrap_handle
-
 -- A fresh value for an entry point to write its result into. The collector is stepped
 -- here, before the op allocates, not after: the garbage of earlier ops (a loop's previous
 -- result) is freed first and its memory reused at once, so that `c = a + b` in a loop

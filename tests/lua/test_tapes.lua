@@ -118,6 +118,17 @@ H.test("a GradientTape recorded inside another keeps its values until it lets go
   H.eq(kept(), 0)
 end)
 
+H.test("the watched alias of an inline argument is on the tape, of a handle a handle", function()
+  local seen
+  H.values(dl.grad(function(w) seen = w; return (w * w):sum() end)(dl.tensor({ 1, 2 })), { 2, 4 })
+  H.ok(on_tape(seen))
+  local v = dl.Variable({ 1, 2 })
+  H.values(dl.grad(function(w) seen = w; return (w * w):sum() end)(v), { 2, 4 })
+  H.ok(seen.id ~= 0, "a Variable's alias shares its memory: a handle")
+  v:assign(dl.tensor({ 5, 6 }))
+  H.values(seen, { 5, 6 }, { msg = "and sees the Variable's new values" })
+end)
+
 H.test("promotion keeps the history: views, in-place writes, indexing", function()
   local g = dl.grad(function(x)
     local y = x * 2
