@@ -2,6 +2,7 @@
 #include "autograd/engine.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "autograd/autograd.h"
 #include "autograd/record.h"
@@ -14,7 +15,9 @@ namespace {
 thread_local int t_scopes = 0;        // open GradScopes
 thread_local bool t_no_grad = false;  // inside a NoGradScope
 thread_local VariableLog* t_varlog = nullptr;
-thread_local uint64_t t_stamp = 0;
+// History stamps, increasing across threads: a tensor's and a tape's (bindings/tapes.cpp)
+// are compared whatever thread made them.
+std::atomic<uint64_t> g_stamp{0};
 }  // namespace
 
 bool is_recording() { return t_scopes > 0 && !t_no_grad; }
@@ -24,7 +27,7 @@ GradScope::~GradScope() {
 }
 NoGradScope::NoGradScope() : prev_(t_no_grad) { t_no_grad = true; }
 NoGradScope::~NoGradScope() { t_no_grad = prev_; }
-uint64_t next_history_stamp() { return ++t_stamp; }
+uint64_t next_history_stamp() { return g_stamp.fetch_add(1, std::memory_order_relaxed) + 1; }
 
 // ---- nodes -------------------------------------------------------------------------
 

@@ -52,6 +52,7 @@
 #include <atomic>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "autograd/autograd.h"
@@ -80,6 +81,7 @@ struct Tape {
   bool open = true;
   bool pending = false;   // closed outermost, waiting for tape_done
   bool adopted = false;   // a child of the enclosing tape
+  bool shared = false;    // in the held registry, not the thread's list
   int holders = 0;        // GradientTapes holding it
   std::vector<Kept> values;
   std::vector<Noted> noted;
@@ -98,6 +100,7 @@ struct Tapes {
   Tape* last_closed = nullptr;
   std::vector<std::unique_ptr<Tape>> spare;
   Tapes() { spare.reserve(kSpareTapes); }
+  ~Tapes();
 };
 
 Tapes& tapes() {
@@ -105,12 +108,75 @@ Tapes& tapes() {
   return t;
 }
 
+// The tapes GradientTapes hold, and the tapes those adopted: a runtime may be driven
+// from another thread by its next call (include/dlua/dlua.hpp), and a GradientTape
+// recorded in one call may be asked for its gradient in the next. Open and pending
+// tapes live and die within one call, on its thread. Only the thread running the
+// runtime whose tape it is touches a tape (its serial is in no other runtime's values);
+// the lock guards the list.
+struct Held {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Tape>> tapes;
+};
+
+Held& held() {
+  static Held* h = new Held();   // never destroyed: finalizers may free tapes at exit
+  return *h;
+}
+
+// At the thread's exit its tapes go; a held tape one of them adopted is left to its
+// holder alone.
+Tapes::~Tapes() {
+  Held& h = held();
+  std::lock_guard<std::mutex> g(h.mu);
+  for (const auto& t : live)
+    for (Tape* c : t->children)
+      if (c->shared) c->adopted = false;
+}
+
+Tape* find_in(std::vector<std::unique_ptr<Tape>>& list, uint64_t serial) noexcept {
+  for (auto it = list.rbegin(); it != list.rend(); ++it)
+    if ((*it)->serial == serial) return it->get();
+  return nullptr;
+}
+
 Tape* find_tape(uint64_t serial) noexcept {
   Tapes& ts = tapes();
   if (!ts.open.empty() && ts.open.back()->serial == serial) return ts.open.back();
-  for (auto it = ts.live.rbegin(); it != ts.live.rend(); ++it)
-    if ((*it)->serial == serial) return it->get();
-  return nullptr;
+  if (Tape* t = find_in(ts.live, serial)) return t;
+  Held& h = held();
+  std::lock_guard<std::mutex> g(h.mu);
+  return find_in(h.tapes, serial);
+}
+
+// Moves `t` from the list it is in; null if it is in neither.
+std::unique_ptr<Tape> take_out(Tape* t) noexcept {
+  auto from = [&](std::vector<std::unique_ptr<Tape>>& list) {
+    std::unique_ptr<Tape> owned;
+    auto it = std::find_if(list.begin(), list.end(), [&](const auto& p) { return p.get() == t; });
+    if (it != list.end()) {
+      owned = std::move(*it);
+      list.erase(it);
+    }
+    return owned;
+  };
+  if (!t->shared) return from(tapes().live);
+  Held& h = held();
+  std::lock_guard<std::mutex> g(h.mu);
+  return from(h.tapes);
+}
+
+// Moves `t` and the tapes it adopted into the held registry.
+void share(Tape* t) {
+  if (t->shared) return;
+  std::unique_ptr<Tape> owned = take_out(t);
+  if (owned) {
+    Held& h = held();
+    std::lock_guard<std::mutex> g(h.mu);
+    h.tapes.push_back(std::move(owned));
+    t->shared = true;
+  }
+  for (Tape* c : t->children) share(c);
 }
 
 // Drops t's history if it is still the one made under the tape being discarded.
@@ -131,10 +197,8 @@ void discard(Tape* tape) noexcept {
     tape->children.pop_back();
     discard(c);
   }
-  auto it = std::find_if(ts.live.begin(), ts.live.end(), [&](const auto& p) { return p.get() == tape; });
-  if (it == ts.live.end()) return;
-  std::unique_ptr<Tape> owned = std::move(*it);
-  ts.live.erase(it);
+  std::unique_ptr<Tape> owned = take_out(tape);
+  if (!owned) return;
   for (const Noted& n : owned->noted)
     if (const Tensor* h = handle_find(n.id)) forget_if(*h, n.version);
   owned->noted.clear();
@@ -149,7 +213,7 @@ void discard(Tape* tape) noexcept {
   if (ts.spare.size() < kSpareTapes && owned->values.capacity() <= kMaxSpareValues) {
     owned->closed = std::numeric_limits<uint64_t>::max();
     owned->open = true;
-    owned->pending = owned->adopted = false;
+    owned->pending = owned->adopted = owned->shared = false;
     ts.spare.push_back(std::move(owned));   // its vectors are empty, their memory kept
   }
 }
@@ -212,8 +276,14 @@ void tape_note(uint64_t id, const Tensor& t) noexcept {
   const uint64_t v = i->grad_version;
   // The innermost tape whose span holds v: the one the history was made under.
   Tape* owner = nullptr;
-  for (const auto& p : tapes().live)
-    if (p->opened < v && v < p->closed && (!owner || p->opened > owner->opened)) owner = p.get();
+  auto consider = [&](const std::vector<std::unique_ptr<Tape>>& list) {
+    for (const auto& p : list)
+      if (p->opened < v && v < p->closed && (!owner || p->opened > owner->opened)) owner = p.get();
+  };
+  consider(tapes().live);
+  Held& h = held();
+  std::lock_guard<std::mutex> g(h.mu);
+  consider(h.tapes);
   if (!owner) return;
   try {
     owner->noted.push_back(Noted{id, v});
@@ -243,11 +313,16 @@ uint64_t tape_hold() noexcept {
   Tape* t = ts.last_closed;
   if (!t) return 0;
   ts.last_closed = nullptr;
-  ++t->holders;
   if (t->pending) {
     t->pending = false;
     ts.pending.erase(std::remove(ts.pending.begin(), ts.pending.end(), t), ts.pending.end());
   }
+  try {
+    share(t);
+  } catch (...) {
+    // Out of memory: the tape stays the thread's (and is still held).
+  }
+  ++t->holders;
   return t->serial;
 }
 
@@ -260,6 +335,9 @@ void tape_free(uint64_t serial) noexcept {
 int64_t tape_values() noexcept {
   int64_t n = 0;
   for (const auto& t : tapes().live) n += int64_t(t->values.size());
+  Held& h = held();
+  std::lock_guard<std::mutex> g(h.mu);
+  for (const auto& t : h.tapes) n += int64_t(t->values.size());
   return n;
 }
 

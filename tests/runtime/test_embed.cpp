@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 using dlua::ErrorKind;
@@ -280,4 +281,22 @@ TEST_CASE("the C API mirrors the C++ one") {
   dlua_tensor_free(t);
   CHECK(dlua_call(nullptr, "f", nullptr, 0, nullptr, 0) == DLUA_ERR_ARG);
   dlua_close(rt);
+}
+
+TEST_CASE("a GradientTape recorded in one call answers in the next, on another thread") {
+  // A runtime is used from one thread at a time, not always the same one: the values a
+  // held tape keeps (bindings/tapes.cpp) are found from any thread.
+  Runtime rt;
+  std::thread([&] {
+    rt.run_string("x = dl.tensor({1, 2}) tape = dl.GradientTape({persistent = true}) tape:watch(x) "
+                  "y = tape:record(function() return (x * x * x):sum() end)");
+  }).join();
+  std::thread([&] {
+    auto r = rt.run_string("local g = tape:gradient(y, x) return g[1], g[2]");
+    CHECK(r[0].as_number() == 3);
+    CHECK(r[1].as_number() == 12);
+    r = rt.run_string("tape = nil y = nil collectgarbage() collectgarbage() "
+                      "return require('dlua.core').C.dl_tape_values()");
+    CHECK(r[0].as_number() == 0);
+  }).join();
 }
