@@ -105,9 +105,10 @@ int dl_is_recording(void) { return ag::is_recording() ? 1 : 0; }
 
 uint64_t dl_watch(uint64_t x) { return guard_handle([&] { return ag::watch(get(x, "watch")); }); }
 int dl_watch_value(const struct dl_tensor* x, struct dl_tensor* out) {
-  // A handle's memory is the script's (a Variable, a promoted value): its alias stays a
-  // handle, so that an inline copy never stands for memory a script can write to.
-  const bool shared = x->id != 0;
+  // A handle's memory is the script's (a Variable, a promoted value), and so is a value
+  // kept on a tape (it can be promoted and written to): their alias stays a handle, so
+  // that an inline copy never stands for memory a script can write to.
+  const bool shared = x->id != 0 || x->inl_tape != 0;
   int st = -1;
   guard_status([&] {
     Tensor w = ag::watch(value_of(x, "watch"));

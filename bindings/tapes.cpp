@@ -35,11 +35,12 @@
 // - for a GradientTape's record, when the GradientTape lets it go (after its gradient,
 //   or when it is collected): it holds the tape (tape_hold), also one that an enclosing
 //   tape adopted, which then outlives its parent while held;
-// - at the latest when the next outermost scope opens (a gradient that raised an
-//   error before it was taken leaves its tape pending).
+// - at the latest when the next outermost scope opens or the runtime's call ends (a
+//   gradient that raised an error before it was taken leaves its tape pending).
 // So the graph of a gradient goes back to the pools when the gradient has been taken,
 // warm, with no collection involved. A value's serial is never reused (a 64-bit
-// counter), so a stale value can never reach a later tape's slot.
+// counter), so a stale value can never reach a later tape's slot; the first read of a
+// value whose tape is gone clears its reference (value.cpp, kept).
 //
 // The inline elements are a copy, which is only right if nothing can write to the
 // kept tensor's memory while the value exists: so only results whose storage no
@@ -103,6 +104,8 @@ struct Tapes {
   ~Tapes();
 };
 
+thread_local bool t_tapes_gone = false;   // trivially destructible: readable at exit
+
 Tapes& tapes() {
   thread_local Tapes t;
   return t;
@@ -111,12 +114,14 @@ Tapes& tapes() {
 // The tapes GradientTapes hold, and the tapes those adopted: a runtime may be driven
 // from another thread by its next call (include/dlua/dlua.hpp), and a GradientTape
 // recorded in one call may be asked for its gradient in the next. Open and pending
-// tapes live and die within one call, on its thread. Only the thread running the
-// runtime whose tape it is touches a tape (its serial is in no other runtime's values);
-// the lock guards the list.
+// tapes live and die within one call, on its thread (the runtime discards what an
+// error left pending when its call ends). Only the thread running the runtime whose
+// tape it is uses a tape (its serial is in no other runtime's values); the lock guards
+// the list and the holder counts of the tapes in it.
 struct Held {
   std::mutex mu;
   std::vector<std::unique_ptr<Tape>> tapes;
+  std::atomic<size_t> count{0};   // tapes.size(), read without the lock
 };
 
 Held& held() {
@@ -124,14 +129,28 @@ Held& held() {
   return *h;
 }
 
-// At the thread's exit its tapes go; a held tape one of them adopted is left to its
-// holder alone.
+// At the thread's exit its tapes go. A held tape one of them adopted is left to its
+// holders, or freed with them when it has none.
 Tapes::~Tapes() {
-  Held& h = held();
-  std::lock_guard<std::mutex> g(h.mu);
-  for (const auto& t : live)
-    for (Tape* c : t->children)
-      if (c->shared) c->adopted = false;
+  std::vector<std::unique_ptr<Tape>> orphans;
+  {
+    Held& h = held();
+    std::lock_guard<std::mutex> g(h.mu);
+    for (const auto& t : live) {
+      for (Tape* c : t->children) {
+        if (!c->shared) continue;
+        c->adopted = false;
+        if (c->holders > 0) continue;
+        auto it = std::find_if(h.tapes.begin(), h.tapes.end(), [&](const auto& p) { return p.get() == c; });
+        if (it != h.tapes.end()) {
+          orphans.push_back(std::move(*it));
+          h.tapes.erase(it);
+          h.count.store(h.tapes.size(), std::memory_order_relaxed);
+        }
+      }
+    }
+  }
+  t_tapes_gone = true;
 }
 
 Tape* find_in(std::vector<std::unique_ptr<Tape>>& list, uint64_t serial) noexcept {
@@ -141,10 +160,13 @@ Tape* find_in(std::vector<std::unique_ptr<Tape>>& list, uint64_t serial) noexcep
 }
 
 Tape* find_tape(uint64_t serial) noexcept {
-  Tapes& ts = tapes();
-  if (!ts.open.empty() && ts.open.back()->serial == serial) return ts.open.back();
-  if (Tape* t = find_in(ts.live, serial)) return t;
+  if (!t_tapes_gone) {
+    Tapes& ts = tapes();
+    if (!ts.open.empty() && ts.open.back()->serial == serial) return ts.open.back();
+    if (Tape* t = find_in(ts.live, serial)) return t;
+  }
   Held& h = held();
+  if (h.count.load(std::memory_order_relaxed) == 0) return nullptr;
   std::lock_guard<std::mutex> g(h.mu);
   return find_in(h.tapes, serial);
 }
@@ -160,23 +182,40 @@ std::unique_ptr<Tape> take_out(Tape* t) noexcept {
     }
     return owned;
   };
-  if (!t->shared) return from(tapes().live);
+  if (!t->shared) return t_tapes_gone ? nullptr : from(tapes().live);
   Held& h = held();
   std::lock_guard<std::mutex> g(h.mu);
-  return from(h.tapes);
+  std::unique_ptr<Tape> owned = from(h.tapes);
+  h.count.store(h.tapes.size(), std::memory_order_relaxed);
+  return owned;
 }
 
-// Moves `t` and the tapes it adopted into the held registry.
+// Moves `t` and the tapes it adopted into the held registry. Throws only before
+// moving anything (a child that cannot move stays the thread's).
 void share(Tape* t) {
-  if (t->shared) return;
-  std::unique_ptr<Tape> owned = take_out(t);
-  if (owned) {
+  if (!t->shared) {
+    Tapes& ts = tapes();
     Held& h = held();
     std::lock_guard<std::mutex> g(h.mu);
-    h.tapes.push_back(std::move(owned));
-    t->shared = true;
+    h.tapes.reserve(h.tapes.size() + 1);
+    auto it = std::find_if(ts.live.begin(), ts.live.end(), [&](const auto& p) { return p.get() == t; });
+    if (it != ts.live.end()) {
+      h.tapes.push_back(std::move(*it));   // reserved: cannot throw
+      ts.live.erase(it);
+      h.count.store(h.tapes.size(), std::memory_order_relaxed);
+      t->shared = true;
+    }
   }
   for (Tape* c : t->children) share(c);
+}
+
+// False when a GradientTape still holds `t`: it then outlives the tape that adopted it.
+bool unheld(Tape* t) noexcept {
+  std::unique_lock<std::mutex> g;
+  if (t->shared) g = std::unique_lock<std::mutex>(held().mu);
+  if (t->holders == 0) return true;
+  t->adopted = false;
+  return false;
 }
 
 // Drops t's history if it is still the one made under the tape being discarded.
@@ -186,11 +225,8 @@ void forget_if(const Tensor& t, uint64_t version) noexcept {
 }
 
 void discard(Tape* tape) noexcept {
+  if (!unheld(tape)) return;
   Tapes& ts = tapes();
-  if (tape->holders > 0) {   // a GradientTape still holds it: it outlives its parent
-    tape->adopted = false;
-    return;
-  }
   if (ts.last_closed == tape) ts.last_closed = nullptr;
   while (!tape->children.empty()) {
     Tape* c = tape->children.back();
@@ -223,6 +259,7 @@ void discard(Tape* tape) noexcept {
 void tape_open() {
   Tapes& ts = tapes();
   if (ts.open.empty()) tape_done();
+  ts.last_closed = nullptr;
   std::unique_ptr<Tape> t;
   if (!ts.spare.empty()) {
     t = std::move(ts.spare.back());
@@ -274,16 +311,17 @@ void tape_note(uint64_t id, const Tensor& t) noexcept {
   const TensorImpl* i = t.impl();
   if (!i->grad_node || i->is_variable) return;
   const uint64_t v = i->grad_version;
-  // The innermost tape whose span holds v: the one the history was made under.
+  // The innermost open tape opened before v: the one the history was made under, if it
+  // was made in this call. (History of a closed tape, a handle made of a persistent
+  // tape's value in a later call, stays with it: its kept value is forgotten with it.)
+  if (t_tapes_gone) return;
   Tape* owner = nullptr;
-  auto consider = [&](const std::vector<std::unique_ptr<Tape>>& list) {
-    for (const auto& p : list)
-      if (p->opened < v && v < p->closed && (!owner || p->opened > owner->opened)) owner = p.get();
-  };
-  consider(tapes().live);
-  Held& h = held();
-  std::lock_guard<std::mutex> g(h.mu);
-  consider(h.tapes);
+  const Tapes& ts = tapes();
+  for (auto it = ts.open.rbegin(); it != ts.open.rend(); ++it)
+    if ((*it)->opened < v) {
+      owner = *it;
+      break;
+    }
   if (!owner) return;
   try {
     owner->noted.push_back(Noted{id, v});
@@ -299,6 +337,7 @@ const Tensor* tape_find(const TapeRef& r) noexcept {
 }
 
 void tape_done() noexcept {
+  if (t_tapes_gone) return;
   Tapes& ts = tapes();
   while (!ts.pending.empty()) {
     Tape* t = ts.pending.back();
@@ -317,24 +356,30 @@ uint64_t tape_hold() noexcept {
     t->pending = false;
     ts.pending.erase(std::remove(ts.pending.begin(), ts.pending.end(), t), ts.pending.end());
   }
+  ++t->holders;
   try {
     share(t);
   } catch (...) {
     // Out of memory: the tape stays the thread's (and is still held).
   }
-  ++t->holders;
   return t->serial;
 }
 
 void tape_free(uint64_t serial) noexcept {
   Tape* t = find_tape(serial);
-  if (!t || t->holders == 0) return;
-  if (--t->holders == 0 && !t->adopted && !t->open && !t->pending) discard(t);
+  if (!t) return;
+  {
+    std::unique_lock<std::mutex> g;
+    if (t->shared) g = std::unique_lock<std::mutex>(held().mu);
+    if (t->holders == 0 || --t->holders > 0 || t->adopted || t->open || t->pending) return;
+  }
+  discard(t);
 }
 
 int64_t tape_values() noexcept {
   int64_t n = 0;
-  for (const auto& t : tapes().live) n += int64_t(t->values.size());
+  if (!t_tapes_gone)
+    for (const auto& t : tapes().live) n += int64_t(t->values.size());
   Held& h = held();
   std::lock_guard<std::mutex> g(h.mu);
   for (const auto& t : h.tapes) n += int64_t(t->values.size());

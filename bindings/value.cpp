@@ -127,12 +127,17 @@ bool keepable(const Tensor& t) {
   return !base || base->use_count() == 1;
 }
 
-// The tensor a recorded inline value stands for while its tape lives, else null.
-const Tensor* kept(const Header& h) {
+// The tensor a recorded inline value stands for while its tape lives, else null. A
+// value whose tape is gone is made a plain inline value on the way (serials are never
+// reused), so that it is not looked for again.
+const Tensor* kept(const dl_tensor* t, const Header& h) {
   if (h.tape == 0) return nullptr;
   const Tensor* k = tape_find(TapeRef{h.tape, h.slot});
-  if (!k || uint8_t(k->dtype()) != h.dtype || k->numel() != h.numel) return nullptr;
-  return k;
+  if (k && uint8_t(k->dtype()) == h.dtype && k->numel() == h.numel) return k;
+  const uint64_t none = 0;
+  std::memcpy(const_cast<unsigned char*>(reinterpret_cast<const unsigned char*>(t)) + offsetof(Header, tape),
+              &none, sizeof none);
+  return nullptr;
 }
 
 bool small_host_bytes(const Tensor& t) {
@@ -145,7 +150,7 @@ Tensor value_of(const dl_tensor* t, const char* op) {
   Header h = header_of(t);
   if (h.id != 0) return handle_get(h.id, op);
   if (!valid_inline(h)) fail(ErrorKind::Value, op, ": invalid tensor (not a dlua tensor)");
-  if (const Tensor* k = kept(h)) return *k;
+  if (const Tensor* k = kept(t, h)) return *k;
   Shape shape;
   for (int d = 0; d < h.ndim; ++d) shape.push_back(size_at(h.sizes, d));
   Tensor r = empty(shape, DType(h.dtype), Device{}, op);
@@ -193,7 +198,7 @@ bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept {
   Header h = header_of(t);
   if (h.id == 0) {
     if (!valid_inline(h)) return false;
-    if (h.tape != 0 && kept(h)) return false;   // on a live tape: the kept tensor, general path
+    if (h.tape != 0 && kept(t, h)) return false;   // on a live tape: the kept tensor, general path
     *v = SmallOperand{DType(h.dtype), h.ndim, h.numel, h.sizes, elements_of(t)};
     return true;
   }

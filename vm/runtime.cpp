@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bindings/capi.h"
 #include "tensor/allocator.h"
 #include "vm/runtime_impl.h"
 
@@ -309,6 +310,9 @@ int Runtime::Impl::call(int nargs, int nresults) {
   ++depth;
   int st = lua_pcall(L, nargs, nresults, base);
   --depth;
+  // A gradient that raised an error leaves its tape pending: it goes with the call
+  // (Note [Recorded values on the tape] in bindings/tapes.cpp).
+  if (outer) dl_tape_done();
   in_msgh = false;
   if (st == 0) {
     if (outer) disarm();

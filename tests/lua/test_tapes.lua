@@ -41,6 +41,8 @@ H.test("a value that outlives its tape is a constant with its values", function(
   H.values(g, { 6, 12 })
   H.ok(escaped.id == 0 and escaped.inl_tape ~= 0, "the value still names its tape")
   H.values(escaped, { 3, 6 })
+  H.values(escaped * 1, { 3, 6 })
+  H.eq(escaped.inl_tape, 0ULL, "until an op reads it and finds the tape gone")
   H.ok(not dl.grad(function(x) return (escaped * x):sum() end)(dl.ones(2)):requires_grad())
   H.values(dl.grad(function(x) return (escaped * x):sum() end)(dl.ones(2)), { 3, 6 },
            { msg = "a later gradient sees a constant" })
@@ -127,6 +129,12 @@ H.test("the watched alias of an inline argument is on the tape, of a handle a ha
   H.ok(seen.id ~= 0, "a Variable's alias shares its memory: a handle")
   v:assign(dl.tensor({ 5, 6 }))
   H.values(seen, { 5, 6 }, { msg = "and sees the Variable's new values" })
+  -- a value kept on an outer tape can be promoted and written to: a handle too
+  local inner
+  H.near(dl.grad(function(x)
+    return dl.grad(function(u) inner = u; return u * u * u end)(x)
+  end)(dl.tensor(2.0)):item(), 12)
+  H.ok(inner.id ~= 0, "the alias of an outer tape's value is a handle")
 end)
 
 H.test("promotion keeps the history: views, in-place writes, indexing", function()

@@ -300,3 +300,10 @@ TEST_CASE("a GradientTape recorded in one call answers in the next, on another t
     CHECK(r[0].as_number() == 0);
   }).join();
 }
+
+TEST_CASE("a gradient that raised an error leaves nothing kept after its call") {
+  Runtime rt;
+  CHECK_THROWS(rt.run_string("dl.grad(function(x) local y = x * 2 error('boom') end)(dl.ones(2))"));
+  auto r = rt.run_string("return require('dlua.core').C.dl_tape_values()");
+  CHECK(r[0].as_number() == 0);
+}
