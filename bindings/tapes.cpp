@@ -21,12 +21,13 @@
 // went to Lua as handles (large ones, views, a promoted value) and drops their history
 // when it is discarded, so that every value recorded under a tape, whatever its size,
 // is a constant afterwards. Only history made under that tape goes: a tape knows the
-// history stamps (ag::next_history_stamp) it was open between, a note goes to the
-// innermost tape whose span holds the tensor's stamp, and it is dropped only if the
-// stamp is still the noted one (a Variable's or a watched tensor's leaf, history made
-// under another tape, or rewritten since by an in-place op, stays). Notes are weak (a
-// handle id): a noted tensor is freed when Lua lets go of it, as before. A tape is
-// discarded
+// history stamp (ag::next_history_stamp) it opened at, a note goes to the innermost of
+// the thread's open tapes opened before the tensor's stamp (a handle made later of a
+// closed tape's value is not noted: its kept value is forgotten with that tape), and
+// the history is dropped only if the stamp is still the noted one (a Variable's or a
+// watched tensor's leaf, history made under another tape, or rewritten since by an
+// in-place op, stays). Notes are weak (a handle id): a noted tensor is freed when Lua
+// lets go of it, as before. A tape is discarded
 // - when it closes inside another gradient's scope: never on its own; the enclosing
 //   tape adopts it, since its values are part of the graph that the enclosing gradient
 //   differentiates (dl.grad(dl.grad(f)));
@@ -51,7 +52,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -77,8 +77,7 @@ struct Noted {
 
 struct Tape {
   uint64_t serial = 0;
-  uint64_t opened = 0;                                      // history stamps: made under this
-  uint64_t closed = std::numeric_limits<uint64_t>::max();   // tape are in (opened, closed)
+  uint64_t opened = 0;    // the history stamp it opened at: later ones were made under it
   bool open = true;
   bool pending = false;   // closed outermost, waiting for tape_done
   bool adopted = false;   // a child of the enclosing tape
@@ -226,8 +225,8 @@ void forget_if(const Tensor& t, uint64_t version) noexcept {
 
 void discard(Tape* tape) noexcept {
   if (!unheld(tape)) return;
-  Tapes& ts = tapes();
-  if (ts.last_closed == tape) ts.last_closed = nullptr;
+  // (A GradientTape's finalizer may free a held tape after this thread's Tapes is gone.)
+  if (!t_tapes_gone && tapes().last_closed == tape) tapes().last_closed = nullptr;
   while (!tape->children.empty()) {
     Tape* c = tape->children.back();
     tape->children.pop_back();
@@ -246,8 +245,9 @@ void discard(Tape* tape) noexcept {
     if (k.t.impl()->use_count() > 1) forget_if(k.t, k.version);
     owned->values.pop_back();
   }
+  if (t_tapes_gone) return;
+  Tapes& ts = tapes();
   if (ts.spare.size() < kSpareTapes && owned->values.capacity() <= kMaxSpareValues) {
-    owned->closed = std::numeric_limits<uint64_t>::max();
     owned->open = true;
     owned->pending = owned->adopted = owned->shared = false;
     ts.spare.push_back(std::move(owned));   // its vectors are empty, their memory kept
@@ -284,7 +284,6 @@ void tape_close() noexcept {
   Tape* t = ts.open.back();
   ts.open.pop_back();
   t->open = false;
-  t->closed = ag::next_history_stamp();
   ts.last_closed = t;
   if (!ts.open.empty()) {
     t->adopted = true;
