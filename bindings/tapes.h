@@ -8,7 +8,8 @@
 //   tape_close();                        // dl_grad_exit: adopted by the enclosing tape,
 //   tape_done();                         //   or pending until the gradient is taken
 //
-// Everything here is per thread, as the Lua states that use it each run on one thread.
+// Open and pending tapes are the thread's (a call runs on one thread); tapes a
+// GradientTape holds are found from any thread, as a runtime may move between calls.
 #pragma once
 #include <cstdint>
 

@@ -32,8 +32,8 @@
 // A small recorded result is inline too, its history kept on the gradient's tape
 // (Note [Recorded values on the tape] in tapes.cpp): while that tape lives the value
 // stands for the kept tensor (value_of returns it, the fast paths leave it to the
-// general path, which records it); afterwards it is a plain inline value. Every other inline
-// value needs no recording, as nothing can have asked for its gradient.
+// general path, which records it); afterwards it is a plain inline value. Every other
+// inline value needs no recording, as nothing can have asked for its gradient.
 #include "bindings/value.h"
 
 #include <cstddef>
@@ -135,8 +135,7 @@ const Tensor* kept(const dl_tensor* t, const Header& h) {
   const Tensor* k = tape_find(TapeRef{h.tape, h.slot});
   if (k && uint8_t(k->dtype()) == h.dtype && k->numel() == h.numel) return k;
   const uint64_t none = 0;
-  std::memcpy(const_cast<unsigned char*>(reinterpret_cast<const unsigned char*>(t)) + offsetof(Header, tape),
-              &none, sizeof none);
+  std::memcpy(bytes_of(const_cast<dl_tensor*>(t)) + offsetof(Header, tape), &none, sizeof none);
   return nullptr;
 }
 
