@@ -12,21 +12,28 @@ namespace dl::ag {
 // ---- grad mode --------------------------------------------------------------------
 
 namespace {
-thread_local int t_scopes = 0;        // open GradScopes
-thread_local bool t_no_grad = false;  // inside a NoGradScope
+// One thread-local, so that is_recording (asked by every op) looks up one address.
+struct GradMode {
+  int scopes = 0;        // open GradScopes
+  bool no_grad = false;  // inside a NoGradScope
+};
+thread_local GradMode t_mode;
 thread_local VariableLog* t_varlog = nullptr;
 // History stamps, increasing across threads: a tensor's and a tape's (bindings/tapes.cpp)
 // are compared whatever thread made them.
 std::atomic<uint64_t> g_stamp{0};
 }  // namespace
 
-bool is_recording() { return t_scopes > 0 && !t_no_grad; }
-GradScope::GradScope() { ++t_scopes; }
-GradScope::~GradScope() {
-  if (open_) --t_scopes;
+bool is_recording() {
+  const GradMode& m = t_mode;
+  return m.scopes > 0 && !m.no_grad;
 }
-NoGradScope::NoGradScope() : prev_(t_no_grad) { t_no_grad = true; }
-NoGradScope::~NoGradScope() { t_no_grad = prev_; }
+GradScope::GradScope() { ++t_mode.scopes; }
+GradScope::~GradScope() {
+  if (open_) --t_mode.scopes;
+}
+NoGradScope::NoGradScope() : prev_(t_mode.no_grad) { t_mode.no_grad = true; }
+NoGradScope::~NoGradScope() { t_mode.no_grad = prev_; }
 uint64_t next_history_stamp() { return g_stamp.fetch_add(1, std::memory_order_relaxed) + 1; }
 
 // ---- nodes -------------------------------------------------------------------------
@@ -35,33 +42,35 @@ namespace {
 thread_local std::vector<Node*>* t_graveyard = nullptr;
 
 // Drops one reference to `n`; the node is deleted by the outermost ~Node's loop.
-void bury(Ref<Node>& r) {
+void bury(Ref<Node>& r, std::vector<Node*>& yard) {
   Node* n = r.release();
-  if (n && n->release_ref()) t_graveyard->push_back(n);
+  if (n && n->release_ref()) yard.push_back(n);
 }
 }  // namespace
 
 Node::~Node() {
-  // See Note [Teardown of long chains].
-  bool outermost = t_graveyard == nullptr;
+  // See Note [Teardown of long chains]. (The thread-local is looked up once.)
+  std::vector<Node*>*& yard = t_graveyard;
+  bool outermost = yard == nullptr;
   std::vector<Node*> local;
-  if (outermost) t_graveyard = &local;
-  for (int i = 0; i < next.size(); ++i) bury(next[i].node);
-  for (int i = 0; i < saved.size(); ++i) bury(saved[i].edge.node);
+  if (outermost) yard = &local;
+  for (int i = 0; i < next.size(); ++i) bury(next[i].node, *yard);
+  for (int i = 0; i < saved.size(); ++i) bury(saved[i].edge.node, *yard);
   if (outermost) {
     while (!local.empty()) {
       Node* n = local.back();
       local.pop_back();
       delete n;  // its children land in `local`
     }
-    t_graveyard = nullptr;
+    yard = nullptr;
   }
 }
 
 namespace {
 // A new TensorImpl sharing t's storage and geometry, with no history and no base.
 Tensor alias(const Tensor& t) {
-  auto impl = make_ref<TensorImpl>(t.impl()->storage, t.shape(), t.strides(), t.offset(), t.dtype(), t.numel());
+  auto impl = make_ref<TensorImpl>(t.impl()->storage, t.shape(), t.strides(), t.offset(), t.dtype(), t.numel(),
+                                   t.is_contiguous());
   return Tensor(std::move(impl));
 }
 }  // namespace

@@ -103,11 +103,29 @@ struct Tapes {
   ~Tapes();
 };
 
-thread_local bool t_tapes_gone = false;   // trivially destructible: readable at exit
+// The thread's tapes are made on first use and freed at its exit by the owner below.
+// The pointer and the flag are trivially destructible (readable at exit) and need no
+// guard on access, which a thread-local object with a constructor would on every call.
+thread_local Tapes* t_tapes = nullptr;
+thread_local bool t_tapes_gone = false;
+
+struct TapesOwner {
+  ~TapesOwner() {
+    delete t_tapes;   // sets t_tapes_gone
+    t_tapes = nullptr;
+  }
+};
+
+Tapes& make_tapes() {
+  thread_local TapesOwner owner;
+  (void)owner;
+  t_tapes = new Tapes();
+  return *t_tapes;
+}
 
 Tapes& tapes() {
-  thread_local Tapes t;
-  return t;
+  Tapes* t = t_tapes;
+  return t ? *t : make_tapes();
 }
 
 // The tapes GradientTapes hold, and the tapes those adopted: a runtime may be driven
@@ -294,7 +312,10 @@ void tape_close() noexcept {
   }
 }
 
-bool tape_is_open() noexcept { return !tapes().open.empty(); }
+bool tape_is_open() noexcept {
+  const Tapes* t = t_tapes;
+  return t && !t->open.empty();
+}
 
 TapeRef tape_keep(Tensor t) {
   Tapes& ts = tapes();

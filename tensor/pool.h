@@ -45,10 +45,18 @@ class ObjectPool {
     Block* head;
     uint32_t count;
     bool closed;
+    bool reaped;   // the Reaper is registered
   };
   static List& list() noexcept {
-    static thread_local List l{nullptr, 0, false};
+    static thread_local List l{nullptr, 0, false, false};
     return l;
+  }
+  // Registered on the list's first block, not touched again: a thread-local with a
+  // destructor costs a guard check on every access.
+  static void register_reaper(List& l) noexcept {
+    static thread_local Reaper reaper;  // frees the list at thread exit
+    (void)reaper;
+    l.reaped = true;
   }
   struct Reaper {
     ~Reaper() {
@@ -85,8 +93,7 @@ class ObjectPool {
       ::operator delete(p);
       return;
     }
-    static thread_local Reaper reaper;  // registered on first use: frees the list at thread exit
-    (void)reaper;
+    if (!l.reaped) register_reaper(l);
     Block* b = static_cast<Block*>(p);
     b->next = l.head;
     l.head = b;

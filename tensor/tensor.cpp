@@ -113,15 +113,10 @@ void Storage::throw_revoked() {
 
 // ---- tensors ----------------------------------------------------------------------
 
-TensorImpl::TensorImpl(Ref<Storage> st, const Shape& sz, const Shape& str, int64_t off, DType dt)
-    : storage(std::move(st)), sizes(sz), strides(str), offset(off), dtype(dt) {
-  // Every shape reaching here went through checked_numel (creation, views), which is
-  // also the safety net: a shape whose element count overflows is refused, not wrapped.
-  numel = checked_numel(sizes, "tensor");
-}
-
-bool TensorImpl::is_contiguous() const {
-  if (numel == 0) return true;  // as contiguous_strides() lays out empty shapes
+namespace {
+bool contiguous_layout(const Shape& sizes, const Shape& strides) {
+  for (int64_t n : sizes)
+    if (n == 0) return true;  // as contiguous_strides() lays out empty shapes
   int64_t expected = 1;
   for (int i = sizes.size() - 1; i >= 0; --i) {
     if (sizes[i] == 1) continue;
@@ -130,6 +125,13 @@ bool TensorImpl::is_contiguous() const {
   }
   return true;
 }
+}  // namespace
+
+// Every shape reaching here went through checked_numel (creation, views), which is also
+// the safety net: a shape whose element count overflows is refused, not wrapped.
+TensorImpl::TensorImpl(Ref<Storage> st, const Shape& sz, const Shape& str, int64_t off, DType dt)
+    : storage(std::move(st)), sizes(sz), strides(str), offset(off),
+      numel(checked_numel(sz, "tensor")), dtype(dt), contiguous(contiguous_layout(sz, str)) {}
 
 Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
   auto impl = make_ref<TensorImpl>(base.impl()->storage, sizes, strides, offset, base.dtype());
@@ -142,7 +144,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device, const char* op) {
   if (n > int64_t(1) << 56) fail(ErrorKind::Memory, op, ": shape ", shape, " is too large");
   size_t nbytes = size_t(n) * itemsize(dtype);
   auto st = Storage::allocate(nbytes, device, op);
-  return Tensor(make_ref<TensorImpl>(std::move(st), shape, contiguous_strides(shape), 0, dtype, n));
+  return Tensor(make_ref<TensorImpl>(std::move(st), shape, contiguous_strides(shape), 0, dtype, n, true));
 }
 
 double Tensor::value_at(const int64_t* idx) const {

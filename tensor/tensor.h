@@ -76,19 +76,23 @@ class TensorImpl : public RefCounted {
  public:
   TensorImpl(Ref<Storage> storage, const Shape& sizes, const Shape& strides, int64_t offset,
              DType dtype);
-  // With the element count of `sizes` already checked by the caller (checked_numel).
+  // With the element count of `sizes` already checked by the caller (checked_numel)
+  // and whether the layout is contiguous already known.
   TensorImpl(Ref<Storage> storage, const Shape& sizes, const Shape& strides, int64_t offset,
-             DType dtype, int64_t numel)
+             DType dtype, int64_t numel, bool contiguous)
       : storage(std::move(storage)), sizes(sizes), strides(strides), offset(offset), numel(numel),
-        dtype(dtype) {}
+        dtype(dtype), contiguous(contiguous) {}
   DL_POOLED(TensorImpl)
 
+  // The layout is fixed at construction (a view is a new TensorImpl), which is what
+  // lets `contiguous` be worked out once instead of on every kernel call.
   Ref<Storage> storage;
-  Shape sizes;
-  Shape strides;
-  int64_t offset = 0;   // in elements
-  int64_t numel = 1;
-  DType dtype;
+  const Shape sizes;
+  const Shape strides;
+  const int64_t offset = 0;   // in elements
+  const int64_t numel = 1;
+  const DType dtype;
+  const bool contiguous;
   // For views: the tensor that owns the storage (never itself a view). In-place
   // writes through a view use it to rewrite the base's history (autograd/).
   Ref<TensorImpl> view_base;
@@ -102,7 +106,7 @@ class TensorImpl : public RefCounted {
   uint64_t grad_version = 0;
   Ref<AutogradMetaBase> autograd;
 
-  bool is_contiguous() const;
+  bool is_contiguous() const { return contiguous; }
 };
 
 class Tensor {
