@@ -147,6 +147,12 @@ Tensor empty(const Shape& shape, DType dtype, Device device, const char* op) {
   return Tensor(make_ref<TensorImpl>(std::move(st), shape, contiguous_strides(shape), 0, dtype, n, true));
 }
 
+Tensor empty_like(const Tensor& x, DType dtype) {
+  const int64_t n = x.numel();
+  auto st = Storage::allocate(size_t(n) * itemsize(dtype), x.device(), "empty");
+  return Tensor(make_ref<TensorImpl>(std::move(st), x.shape(), contiguous_strides(x.shape()), 0, dtype, n, true));
+}
+
 double Tensor::value_at(const int64_t* idx) const {
   DL_CHECK(device().is_cpu(), "item: tensor is on ", device(), ", move it to the cpu first");
   int64_t off = 0;

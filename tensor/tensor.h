@@ -155,5 +155,8 @@ using TensorList = std::vector<Tensor>;
 Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
 // A new uninitialised contiguous tensor.
 Tensor empty(const Shape& shape, DType dtype, Device device = Device{}, const char* op = "empty");
+// A new uninitialised contiguous tensor of x's shape, on x's device (x's element count
+// is taken as checked).
+Tensor empty_like(const Tensor& x, DType dtype);
 
 }  // namespace dl

@@ -98,7 +98,9 @@ TEST_CASE("a bool tensor casts to every dtype as 0 and 1, in any layout", "[poin
 // Note [Small dense operands] (tensor/cpu/pointwise.cpp): a small op on dense operands
 // runs dl::small's loop, anything else the general loops; the two must agree to the bit.
 // Every pointwise op, in float32 and float64, on dense operands against the same values
-// seen through strided views (every other element of a buffer twice as long).
+// seen through strided views (every other element of a buffer twice as long). Dense
+// operands of one shape take dl::small's loop in the front end (Note [Small same-shape
+// ops] in tensor/pointwise.cpp), dense ones beside a one-element one in the cpu backend.
 TEST_CASE("small dense operands compute the general loops' bits", "[pointwise]") {
   const int64_t n = 37;  // not a multiple of any vector width
   const double vals[] = {-2.5, -1, -0.5, -0.0, 0, 0.25, 0.5, 1, 1.5, 2, 3, 7.5, 1e-3, -1e3,
