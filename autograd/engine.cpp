@@ -55,7 +55,14 @@ Node::~Node() {
   std::vector<Node*> local;
   if (outermost) yard = &local;
   for (int i = 0; i < next.size(); ++i) bury(next[i].node, *yard);
-  for (int i = 0; i < saved.size(); ++i) bury(saved[i].edge.node, *yard);
+  for (int i = 0; i < saved.size(); ++i) {
+    bury(saved[i].edge.node, *yard);
+    TensorImpl* t = saved[i].data.impl();
+    if (t && t->use_count() == 1 && t->grad_node) {   // a saved input the node alone holds
+      Ref<Node> producer = Ref<Node>::adopt(static_cast<Node*>(t->grad_node.release()));
+      bury(producer, *yard);
+    }
+  }
   if (outermost) {
     while (!local.empty()) {
       Node* n = local.back();
@@ -77,7 +84,8 @@ Tensor alias(const Tensor& t) {
 
 void Node::save(const Tensor& t, bool is_output, uint32_t output_nr) {
   SavedTensor s;
-  s.data = alias(t);
+  const TensorImpl* i = t.impl();
+  s.data = is_output || i->view_base || i->autograd ? alias(t) : t;   // Note [Saved tensors and versions]
   s.version = t.storage().version();
   s.is_output = is_output;
   s.output_nr = output_nr;

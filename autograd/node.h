@@ -1,17 +1,25 @@
 // The recorded graph: nodes, edges and saved tensors.
 //
 // Note [Saved tensors and versions]
-// A node keeps what its backward needs as SavedTensor: a history-free alias of the
-// value (sharing storage, so nothing is copied) plus the storage's version counter at
-// the time it was saved. In-place ops bump the counter; unpacking a saved tensor whose
-// storage moved on is an error naming the op, never a silently wrong gradient.
-// A saved *output* is stored without its producer (the node itself), which would be a
-// reference cycle; unpack() reattaches it to the node being run (c10's SavedVariable).
+// A node keeps what its backward needs as SavedTensor: the value plus its storage's
+// version counter at the time it was saved, and for an input the edge it had then.
+// In-place ops bump the counter; unpacking a saved tensor whose storage moved on is an
+// error naming the op, never a silently wrong gradient. A saved *output* is stored as a
+// history-free alias (sharing storage, so nothing is copied): with its producer, the
+// node itself, it would be a reference cycle. A saved input is the input itself, unless
+// it is a view or carries autograd extras (then an alias too): its history is its
+// producer's, which the node's edges hold anyway, and an alias per saved input was a
+// tenth of a recorded 16-element product. What the backward reads of a saved tensor is
+// its values and, when it records (create_graph), the history unpack() gives a fresh
+// alias from the saved edge or the node itself (c10's SavedVariable): a later change to
+// the input's own history (a tape making it a constant, an in-place rebase, which bumps
+// the version anyway) does not reach the gradient.
 //
 // Note [Teardown of long chains]
 // Nodes own their input edges, so dropping the end of a 1e6-op chain would recurse a
 // million frames deep. ~Node hands children whose last reference it drops to a
-// thread-local list that the outermost destructor drains in a loop.
+// thread-local list that the outermost destructor drains in a loop; so does the history
+// of a saved input whose last reference the node holds.
 #pragma once
 #include <array>
 #include <cstdint>

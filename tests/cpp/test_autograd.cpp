@@ -100,6 +100,32 @@ TEST_CASE("freeing a 1,000,000-op tape does not overflow the stack", "[autograd]
   SUCCEED();
 }
 
+// Each product saves its input itself (Note [Saved tensors and versions]): the chain's
+// history is reached through saved tensors as well as edges, and both are freed in a loop.
+TEST_CASE("freeing a 1,000,000-product tape whose nodes save their inputs does not overflow the stack",
+          "[autograd]") {
+  ag::GradScope scope;
+  Tensor x = ag::watch(scalar(1));
+  Tensor c = scalar(1);
+  Tensor y = x;
+  for (int i = 0; i < 1000000; ++i) y = ag::binary(Op::Mul, y, c);
+  y = Tensor();
+  SUCCEED();
+}
+
+TEST_CASE("a saved input keeps the history it was recorded with", "[autograd]") {
+  // y = x * x saves x itself; x then becomes a constant (as a discarded tape makes its
+  // values) and the gradient and second derivative still follow the recorded graph.
+  ag::GradScope scope;
+  Tensor w = ag::watch(scalar(3));
+  Tensor x = ag::binary(Op::Mul, w, Scalar(2.0));   // x = 2w, recorded
+  Tensor y = ag::binary(Op::Mul, x, x);             // 4w^2
+  ag::forget_history(x);
+  Tensor g = ag::grad({y}, {}, {w}, true)[0];       // 8w = 24, recorded
+  CHECK(g.item() == 24);
+  CHECK(ag::grad({g}, {}, {w}, false)[0].item() == 8);
+}
+
 TEST_CASE("a backward pass through a long chain is iterative", "[autograd]") {
   ag::GradScope scope;
   Tensor x = ag::watch(scalar(1));
