@@ -79,8 +79,8 @@ class GraphTask {
     return i < 0 ? nullptr : &infos_[size_t(i)];
   }
   void discover(const std::vector<Edge>& roots);
-  void add_grad(const Edge& e, const Tensor& g);
-  void finish_node(Node* n, const TensorList& grads);
+  void add_grad(Info* inf, uint32_t nr, const Tensor& g);   // inf: null when not in the task
+  void finish_node(Node* n, Info& inf, const TensorList& grads);
   // The node's incoming gradients, one per output, in scratch_.
   const TensorList& gather_grads(Info& inf);
 

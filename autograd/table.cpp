@@ -26,14 +26,15 @@ const Tensor& deref(const Tensor& t) { return t; }
 template <typename It>
 Ref<Node> make_node(const char* name, BackwardFn fn, It begin, It end) {
   if (!is_recording() || !fn) return {};
+  constexpr int kInline = 4;   // most ops have at most 4 inputs: no allocation for them
   bool any = false;
-  Edge edges[8];
+  Edge edges[kInline];
   int k = 0;
   std::vector<Edge> many;
   for (It it = begin; it != end; ++it, ++k) {
     Edge e = edge_of(deref(*it));
     any = any || e.valid();
-    if (k < 8) edges[k] = std::move(e); else many.push_back(std::move(e));
+    if (k < kInline) edges[k] = std::move(e); else many.push_back(std::move(e));
   }
   if (!any) return {};
   Ref<Node> n = make_ref<Node>();
@@ -42,7 +43,7 @@ Ref<Node> make_node(const char* name, BackwardFn fn, It begin, It end) {
   k = 0;
   for (It it = begin; it != end; ++it, ++k) {
     const Tensor& t = deref(*it);
-    n->next.push_back(k < 8 ? std::move(edges[k]) : std::move(many[k - 8]));
+    n->next.push_back(k < kInline ? std::move(edges[k]) : std::move(many[k - kInline]));
     n->inputs.push_back(InputMeta{t.shape(), t.dtype()});
   }
   return n;

@@ -126,6 +126,29 @@ TEST_CASE("a saved input keeps the history it was recorded with", "[autograd]") 
   CHECK(ag::grad({g}, {}, {w}, false)[0].item() == 8);
 }
 
+TEST_CASE("a node with more inputs than it keeps inline routes every gradient", "[autograd]") {
+  // cat of 10 tensors, every other one watched: the edges past the inline ones take the
+  // heap path of the node's recording (autograd/table.cpp).
+  ag::GradScope scope;
+  TensorList xs;
+  for (int k = 0; k < 10; ++k) {
+    Tensor x = full(Shape{2}, Scalar(double(k)), DType::Float64);
+    xs.push_back(k % 2 ? ag::watch(x) : x);
+  }
+  Tensor w = arange(1, 21, 1, DType::Float64);   // d(sum(w * cat))/dx_k = w's slice
+  Tensor y = ag::reduce(Op::Sum, ag::binary(Op::Mul, ag::cat(xs, 0), w), {}, false);
+  TensorList wanted;
+  for (int k = 1; k < 10; k += 2) wanted.push_back(xs[size_t(k)]);
+  TensorList g = ag::grad({y}, {}, wanted, false);
+  REQUIRE(g.size() == 5);
+  for (int j = 0; j < 5; ++j) {
+    const int k = 2 * j + 1;
+    int64_t i0 = 0, i1 = 1;
+    CHECK(g[size_t(j)].value_at(&i0) == 2 * k + 1);
+    CHECK(g[size_t(j)].value_at(&i1) == 2 * k + 2);
+  }
+}
+
 TEST_CASE("a backward pass through a long chain is iterative", "[autograd]") {
   ag::GradScope scope;
   Tensor x = ag::watch(scalar(1));
