@@ -45,6 +45,7 @@ class GraphTask {
   // a map node and a gradient vector per graph node, a tenth of a recorded small op).
   struct Info {
     Node* node = nullptr;
+    int kids = 0;          // where its inputs' Info indices start in kids_ (Note [Inputs by index])
     int deps = 0;
     bool needed = false;   // has a path to an input
     Tensor grad0;          // incoming gradient of output 0
@@ -80,7 +81,12 @@ class GraphTask {
   }
   void discover(const std::vector<Edge>& roots);
   void add_grad(Info* inf, uint32_t nr, const Tensor& g);   // inf: null when not in the task
-  void finish_node(Node* n, Info& inf, const TensorList& grads);
+  // The Info of input i of the node of `inf` (null: no node there).
+  Info* kid(const Info& inf, int i) {
+    const int k = kids_[size_t(inf.kids + i)];
+    return k < 0 ? nullptr : &infos_[size_t(k)];
+  }
+  void finish_node(int at, const TensorList& grads);
   // The node's incoming gradients, one per output, in scratch_.
   const TensorList& gather_grads(Info& inf);
 
@@ -91,10 +97,12 @@ class GraphTask {
   std::vector<Info>& infos_;
   Index& index_;
   TensorList& scratch_;
-  std::vector<Node*>& ready_;
+  std::vector<int>& kids_;
+  std::vector<int>& ready_;       // indices in infos_
   std::vector<Ref<Node>>& keep_;  // roots stay alive while the task runs
   bool create_graph_, retain_graph_;
   Node* custom_ = nullptr;
+  int custom_at_ = -1;
   TensorList& pending_;
 };
 
