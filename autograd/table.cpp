@@ -44,7 +44,7 @@ Ref<Node> make_node(const char* name, BackwardFn fn, It begin, It end) {
   for (It it = begin; it != end; ++it, ++k) {
     const Tensor& t = deref(*it);
     n->next.push_back(k < kInline ? std::move(edges[k]) : std::move(many[k - kInline]));
-    n->inputs.push_back(InputMeta{t.shape(), t.dtype()});
+    n->inputs.emplace_back(t.shape(), t.dtype());
   }
   return n;
 }
