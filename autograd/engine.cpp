@@ -139,7 +139,7 @@ void forget_history(const Tensor& x) {
 }
 
 namespace {
-TensorList identity_backward(Node&, const TensorList& g) { return {g[0]}; }
+Grads identity_backward(Node&, const TensorList& g) { return {g[0]}; }
 }  // namespace
 
 Tensor watch(const Tensor& x) {
@@ -508,7 +508,7 @@ bool GraphTask::run() {
       feeds = c && c->needed;
     }
     if (!inf.any() || !feeds || !n->backward) {
-      finish_node(at, {});
+      finish_node(at, Grads());
       continue;
     }
     if (n->custom_ref) {  // a Lua backward: hand control back to the binding
@@ -518,7 +518,7 @@ bool GraphTask::run() {
       scratch_.clear();
       return false;
     }
-    TensorList grads = n->backward(*n, gather_grads(inf));
+    Grads grads = n->backward(*n, gather_grads(inf));
     scratch_.clear();
     finish_node(at, grads);
   }
@@ -535,7 +535,7 @@ void GraphTask::supply(const TensorList& grads) {
   finish_node(custom_at_, grads);
 }
 
-void GraphTask::finish_node(int at, const TensorList& grads) {
+void GraphTask::finish_node(int at, const Grads& grads) {
   Info& inf = infos_[size_t(at)];
   Node* n = inf.node;
   for (int i = 0; i < n->next.size(); ++i) {

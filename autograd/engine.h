@@ -86,7 +86,7 @@ class GraphTask {
     const int k = kids_[size_t(inf.kids + i)];
     return k < 0 ? nullptr : &infos_[size_t(k)];
   }
-  void finish_node(int at, const TensorList& grads);
+  void finish_node(int at, const Grads& grads);
   // The node's incoming gradients, one per output, in scratch_.
   const TensorList& gather_grads(Info& inf);
 

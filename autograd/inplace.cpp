@@ -29,16 +29,16 @@ Tensor base_of(const Tensor& view) { return Tensor(view.impl()->view_base); }
 
 // d(written base)/d(old base) is the gradient outside the region; d/d(value) is the
 // region itself (summed to the value's shape by the engine).
-TensorList copy_slices_backward(Node& n, const TensorList& g) {
+Grads copy_slices_backward(Node& n, const TensorList& g) {
   Geometry geo{n.attrs.shape, n.attrs.dims, n.attrs.i[0]};
   Tensor region = strided_view(g[0], geo);
-  TensorList out(2);
+  Grads out(2);
   if (n.next[0].valid()) out[0] = g[0] - embed(region, g[0].shape(), geo);
   if (n.next[1].valid()) out[1] = region;
   return out;
 }
 
-TensorList overwrite_backward(Node& n, const TensorList& g) { return {Tensor(), g[0]}; }
+Grads overwrite_backward(Node& n, const TensorList& g) { return {Tensor(), g[0]}; }
 
 // After `dst` was overwritten with `value` (undefined: a constant), rewrites the
 // history of dst, or of its base when dst is a view.
@@ -94,7 +94,7 @@ void regenerate_view_history(const Tensor& view) {
   // The view now reads the base: a strided view of its current history.
   Ref<Node> n = make_ref<Node>();
   n->name = "view";
-  n->backward = [](Node& nd, const TensorList& g) -> TensorList {
+  n->backward = [](Node& nd, const TensorList& g) -> Grads {
     return {embed(g[0], nd.inputs[0].shape, Geometry{nd.attrs.shape, nd.attrs.dims, nd.attrs.i[0]})};
   };
   n->next.push_back(Edge{Ref<Node>(static_cast<Node*>(base->grad_node.get())), base->grad_nr});
@@ -161,6 +161,6 @@ void binary_(Op op, Tensor& a, Scalar s) {
 
 // copy_ as a table op (x:copy_(src) from the bindings goes through ag::copy_); its
 // gradient is the overwrite/copy-slices backward above.
-template <> TensorList derivative<Op::Copy>(Node& n, const TensorList& g) { return overwrite_backward(n, g); }
+template <> Grads derivative<Op::Copy>(Node& n, const TensorList& g) { return overwrite_backward(n, g); }
 
 }  // namespace dl::ag

@@ -70,11 +70,11 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   store(n->attrs, o);
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Conv2d>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Conv2d>(Node& n, const TensorList& grads) {
   const Conv2dOpts o = conv_opts(n.attrs);
   Tensor x = n.unpack(0), w = n.unpack(1);
   const Tensor& g = grads[0];
-  TensorList out(size_t(n.inputs.size()));
+  Grads out(n.inputs.size());
   if (n.next[0].valid()) out[0] = ag::conv2d_input_grad(g, w, x.shape(), o);
   if (n.next[1].valid()) out[1] = ag::conv2d_weight_grad(x, g, w.shape(), o);
   if (n.inputs.size() == 3 && n.next[2].valid())
@@ -91,11 +91,11 @@ Tensor conv2d_input_grad(const Tensor& g, const Tensor& w, const Shape& input_sh
   store(n->attrs, o);
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Conv2dInputGrad>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Conv2dInputGrad>(Node& n, const TensorList& grads) {
   const Conv2dOpts o = conv_opts(n.attrs);
   Tensor g = n.unpack(0), w = n.unpack(1);
   const Tensor& gg = grads[0];
-  TensorList out(2);
+  Grads out(2);
   if (n.next[0].valid()) out[0] = ag::conv2d(gg, w, Tensor(), o);
   if (n.next[1].valid()) out[1] = ag::conv2d_weight_grad(gg, g, w.shape(), o);
   return out;
@@ -110,11 +110,11 @@ Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, const Shape& weight_
   store(n->attrs, o);
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Conv2dWeightGrad>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Conv2dWeightGrad>(Node& n, const TensorList& grads) {
   const Conv2dOpts o = conv_opts(n.attrs);
   Tensor x = n.unpack(0), g = n.unpack(1);
   const Tensor& gg = grads[0];
-  TensorList out(2);
+  Grads out(2);
   if (n.next[0].valid()) out[0] = ag::conv2d_input_grad(g, gg, x.shape(), o);
   if (n.next[1].valid()) out[1] = ag::conv2d(x, gg, Tensor(), o);
   return out;
@@ -144,7 +144,7 @@ std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& o, bool 
   r.first = finish(n, r.first, 0);
   return r;
 }
-template <> TensorList derivative<Op::MaxPool2d>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::MaxPool2d>(Node& n, const TensorList& grads) {
   return {ag::max_pool2d_backward(grads[0], n.unpack(0), n.attrs.shape)};
 }
 
@@ -155,7 +155,7 @@ Tensor max_pool2d_backward(const Tensor& g, const Tensor& indices, const Shape& 
   n->save(indices);
   return finish(n, y);
 }
-template <> TensorList derivative<Op::MaxPool2dBackward>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::MaxPool2dBackward>(Node& n, const TensorList& grads) {
   // Each output took the value at its index: gather there, plane by plane.
   const Tensor& gg = grads[0];
   Tensor idx = n.unpack(0);
@@ -173,7 +173,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOpts& o) {
   store(n->attrs, o);
   return finish(n, y);
 }
-template <> TensorList derivative<Op::AvgPool2d>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::AvgPool2d>(Node& n, const TensorList& grads) {
   return {ag::avg_pool2d_backward(grads[0], n.attrs.shape, pool_opts(n.attrs))};
 }
 
@@ -184,7 +184,7 @@ Tensor avg_pool2d_backward(const Tensor& g, const Shape& input_shape, const Pool
   store(n->attrs, o);
   return finish(n, y);
 }
-template <> TensorList derivative<Op::AvgPool2dBackward>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::AvgPool2dBackward>(Node& n, const TensorList& grads) {
   return {ag::avg_pool2d(grads[0], pool_opts(n.attrs))};
 }
 
@@ -206,7 +206,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   return finish(n, y);
 }
 // The saved mask already holds 1 / (1 - p) where it keeps an element.
-template <> TensorList derivative<Op::Dropout>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Dropout>(Node& n, const TensorList& grads) {
   return {grads[0] * n.unpack(0)};
 }
 
@@ -230,7 +230,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   n->attrs.d[0] = eps;
   return finish(n, r.y);
 }
-template <> TensorList derivative<Op::BatchNorm>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::BatchNorm>(Node& n, const TensorList& grads) {
   const bool training = n.attrs.i[0] != 0, has_w = n.attrs.i[1] != 0, has_b = n.attrs.i[2] != 0;
   int k = 0;
   Tensor x = n.unpack(k++);
@@ -254,7 +254,7 @@ template <> TensorList derivative<Op::BatchNorm>(Node& n, const TensorList& grad
     xhat = (x - ag::reshape(mean, per_channel)) * inv;
   }
   const int iw = has_w ? 1 : -1, ib = has_b ? (has_w ? 2 : 1) : -1;
-  TensorList out(size_t(n.inputs.size()));
+  Grads out(n.inputs.size());
   if (n.next[0].valid()) {
     Tensor gh = has_w ? g * ag::reshape(w, per_channel) : g;  // the gradient for xhat
     if (training) {
@@ -282,7 +282,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   n->attrs.i[1] = padding_idx ? (*padding_idx < 0 ? *padding_idx + weight.size(0) : *padding_idx) : 0;
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Embedding>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Embedding>(Node& n, const TensorList& grads) {
   // Rows of g added into zeros at their indices; the padding row gets nothing.
   const Shape& ws = n.inputs[0].shape;
   Tensor idx = dl::cast(n.unpack(0), DType::Int64);
@@ -310,7 +310,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   n->attrs.d[0] = reduction == Reduction::Mean ? double(cross_entropy_count(target, ignore_index)) : 1.0;
   return finish(n, y);
 }
-template <> TensorList derivative<Op::CrossEntropy>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::CrossEntropy>(Node& n, const TensorList& grads) {
   // (softmax(logits) - onehot(target)) times the output gradient of each row; ignored
   // rows get zero. softmax is recorded, so this is differentiable again.
   Tensor x = n.unpack(0);

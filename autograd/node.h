@@ -22,6 +22,7 @@
 // of a saved input whose last reference the node holds.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <new>
 #include <utility>
 #include <vector>
@@ -113,7 +114,42 @@ struct Attrs {
   Shape dims;
 };
 
-using BackwardFn = TensorList (*)(struct Node& n, const TensorList& grads);
+// A backward's results, one gradient per input (undefined: none), with room for three
+// inline: a TensorList returned per node was a heap block made and freed per node, 2% of
+// a recorded chain of small ops.
+class Grads {
+ public:
+  Grads() = default;
+  explicit Grads(int n) { resize(n); }
+  Grads(std::initializer_list<Tensor> l) {
+    for (const Tensor& t : l) push_back(t);
+  }
+  Grads(const TensorList& l) {   // NOLINT: implicit, for backwards built as lists
+    for (const Tensor& t : l) push_back(t);
+  }
+  Grads(Grads&&) noexcept = default;
+  Grads& operator=(Grads&&) noexcept = default;
+
+  int size() const { return n_; }
+  Tensor& operator[](int i) { return i < kInline ? inl_[i] : heap_[size_t(i - kInline)]; }
+  const Tensor& operator[](int i) const { return i < kInline ? inl_[i] : heap_[size_t(i - kInline)]; }
+  void push_back(Tensor t) {
+    if (n_ < kInline) inl_[n_] = std::move(t);
+    else heap_.push_back(std::move(t));
+    ++n_;
+  }
+  void resize(int n) {
+    while (n_ < n) push_back(Tensor());
+  }
+
+ private:
+  static constexpr int kInline = 3;
+  Tensor inl_[kInline];
+  TensorList heap_;   // gradients kInline.. of nodes with more inputs
+  int n_ = 0;
+};
+
+using BackwardFn = Grads (*)(struct Node& n, const TensorList& grads);
 
 struct Node : RefCounted {
   ~Node() override;

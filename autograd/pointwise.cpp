@@ -27,7 +27,7 @@ Tensor unary(Op op, const Tensor& x) {
 }
 
 #define DL_UNARY_GRAD(Name, var, expr)                                         \
-  template <> TensorList derivative<Op::Name>(Node & n, const TensorList& g) { \
+  template <> Grads derivative<Op::Name>(Node & n, const TensorList& g) { \
     static_assert(uses_output(Op::Name) == (#var[0] == 'y'));                  \
     const Tensor& gy = g[0];                                                   \
     Tensor var = n.unpack(0);                                                  \
@@ -57,7 +57,7 @@ DL_UNARY_GRAD(Erf, x, gy * exp(-(x * x)) * (2.0 / std::sqrt(M_PI)))
 // ---- binary: nodes save a (0) and b (1); scalar forms keep the number in attrs --------
 
 namespace {
-TensorList binary_scalar_backward(Node& n, const TensorList& g);
+Grads binary_scalar_backward(Node& n, const TensorList& g);
 
 // a op s (or s op a) whose derivative in a is a number: a number added, subtracted, a
 // multiple, a divided by a number. Such a node saves nothing; binary_scalar_backward
@@ -130,19 +130,19 @@ Tensor grad_b(Op op, const Tensor& g, const Tensor& a, const Tensor& b, const Te
   }
 }
 
-TensorList binary_backward(Node& n, const TensorList& g) {
+Grads binary_backward(Node& n, const TensorList& g) {
   Op op = Op(n.attrs.i[0]);
   bool saved = op != Op::Add && op != Op::Sub;
   Tensor a = saved ? n.unpack(0) : Tensor(), b = saved ? n.unpack(1) : Tensor();
   Tensor y = op == Op::Pow ? n.unpack(2) : Tensor();
   const Tensor& gy = g[0];
-  TensorList out(2);
+  Grads out(2);
   if (n.next[0].valid()) out[0] = grad_a(op, gy, a, b, y);
   if (n.next[1].valid()) out[1] = grad_b(op, gy, a, b, y);
   return out;
 }
 
-TensorList binary_scalar_backward(Node& n, const TensorList& g) {
+Grads binary_scalar_backward(Node& n, const TensorList& g) {
   Op op = Op(n.attrs.i[0]);
   bool first = n.attrs.i[1] != 0;
   if (linear_in_tensor(op, first)) {  // nothing was saved
@@ -168,7 +168,7 @@ TensorList binary_scalar_backward(Node& n, const TensorList& g) {
 }  // namespace
 
 #define DL_BINARY_GRAD(Name) \
-  template <> TensorList derivative<Op::Name>(Node & n, const TensorList& g) { return binary_backward(n, g); }
+  template <> Grads derivative<Op::Name>(Node & n, const TensorList& g) { return binary_backward(n, g); }
 DL_BINARY_GRAD(Add)
 DL_BINARY_GRAD(Sub)
 DL_BINARY_GRAD(Mul)
@@ -197,7 +197,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   n->save(cond);
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Where>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::Where>(Node& n, const TensorList& g) {
   Tensor c = n.unpack(0);
   return {g[0] * mask(c, g[0]), g[0] * mask(dl::unary(Op::Logical_not, c), g[0])};
 }
@@ -211,7 +211,7 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   n->attrs.d[1] = hi ? *hi : INFINITY;
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Clamp>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::Clamp>(Node& n, const TensorList& g) {
   Tensor x = n.unpack(0);
   Tensor inside = ag::compare(Op::Logical_and, ag::compare(Op::Ge, x, Scalar(n.attrs.d[0])),
                           ag::compare(Op::Le, x, Scalar(n.attrs.d[1])));
@@ -225,7 +225,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& m, Scalar value) {
   n->save(m);
   return finish(n, y);
 }
-template <> TensorList derivative<Op::MaskedFill>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::MaskedFill>(Node& n, const TensorList& g) {
   return {g[0] * mask(dl::unary(Op::Logical_not, n.unpack(0)), g[0])};
 }
 
@@ -236,7 +236,7 @@ Tensor cast(const Tensor& x, DType dtype) {
   return finish(n, y);
 }
 // The engine casts each gradient to its input's dtype.
-template <> TensorList derivative<Op::Cast>(Node&, const TensorList& g) { return {g[0]}; }
+template <> Grads derivative<Op::Cast>(Node&, const TensorList& g) { return {g[0]}; }
 
 Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
@@ -247,6 +247,6 @@ Tensor clone(const Tensor& x) {
   Tensor y = dl::clone(x);
   return finish(maybe_node(Op::Contiguous, {&x}), y);
 }
-template <> TensorList derivative<Op::Contiguous>(Node&, const TensorList& g) { return {g[0]}; }
+template <> Grads derivative<Op::Contiguous>(Node&, const TensorList& g) { return {g[0]}; }
 
 }  // namespace dl::ag

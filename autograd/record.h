@@ -13,7 +13,7 @@
 namespace dl::ag {
 
 template <Op op>
-TensorList derivative(Node& n, const TensorList& grads);
+Grads derivative(Node& n, const TensorList& grads);
 
 // The backward of a table op (nullptr for ops without a gradient).
 BackwardFn derivative_of(Op op);

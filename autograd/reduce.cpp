@@ -77,7 +77,7 @@ Red unpack_reduction(Node& n, const TensorList& grads) {
 }
 
 // amax/amin: the gradient is shared evenly among the elements equal to the result.
-TensorList extremum_backward(Node& n, const TensorList& grads) {
+Grads extremum_backward(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
   Tensor hit = mask(ag::compare(Op::Eq, r.x, r.y), r.g);
   std::vector<int> dims = dims_of(n.attrs);
@@ -86,15 +86,15 @@ TensorList extremum_backward(Node& n, const TensorList& grads) {
 }
 }  // namespace
 
-template <> TensorList derivative<Op::Sum>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Sum>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
   return {ag::expand(r.g, r.shape)};
 }
-template <> TensorList derivative<Op::Mean>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Mean>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
   return {ag::expand(r.g / double(r.count), r.shape)};
 }
-template <> TensorList derivative<Op::Prod>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Prod>(Node& n, const TensorList& grads) {
   // prod / x where x != 0; where x has zeros, the product of the others, computed by
   // replacing the zeros with ones (exact when a slice holds a single zero; slices
   // with two or more zeros have a zero gradient, which this also gives).
@@ -110,19 +110,19 @@ template <> TensorList derivative<Op::Prod>(Node& n, const TensorList& grads) {
   Tensor ok = ag::compare(Op::Eq, other_zeros, Scalar(0.0));
   return {r.g * p * mask(ok, r.x)};
 }
-template <> TensorList derivative<Op::Amax>(Node& n, const TensorList& g) { return extremum_backward(n, g); }
-template <> TensorList derivative<Op::Amin>(Node& n, const TensorList& g) { return extremum_backward(n, g); }
-template <> TensorList derivative<Op::Var>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Amax>(Node& n, const TensorList& g) { return extremum_backward(n, g); }
+template <> Grads derivative<Op::Amin>(Node& n, const TensorList& g) { return extremum_backward(n, g); }
+template <> Grads derivative<Op::Var>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
   Tensor mean = ag::reduce(Op::Mean, r.x, dims_of(n.attrs), true);
   return {r.g * (r.x - mean) * (2.0 / (double(r.count) - n.attrs.d[0]))};
 }
-template <> TensorList derivative<Op::Std>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Std>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
   Tensor mean = ag::reduce(Op::Mean, r.x, dims_of(n.attrs), true);
   return {r.g * (r.x - mean) / (r.y * (double(r.count) - n.attrs.d[0]))};
 }
-template <> TensorList derivative<Op::Norm>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Norm>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
   double p = n.attrs.d[0];
   if (p == 2) return {r.g * r.x / r.y};
@@ -135,7 +135,7 @@ template <> TensorList derivative<Op::Norm>(Node& n, const TensorList& grads) {
   }
   return {r.g * r.x * pow(abs(r.x), p - 2) / pow(r.y, p - 1)};
 }
-template <> TensorList derivative<Op::Logsumexp>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::Logsumexp>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
   return {r.g * exp(r.x - r.y)};
 }
@@ -160,7 +160,7 @@ std::pair<Tensor, Tensor> record_extremum_dim(Op op, std::pair<Tensor, Tensor> r
   r.first = finish(n, r.first, 0);
   return r;
 }
-TensorList extremum_dim_backward(Node& n, const TensorList& g) {
+Grads extremum_dim_backward(Node& n, const TensorList& g) {
   Tensor idx = n.unpack(0);
   Tensor x = zeros(n.attrs.shape, g[0].dtype(), g[0].device());
   return {scatter_back(g[0], x, int(n.attrs.i[0]), idx, n.attrs.i[1] != 0)};
@@ -173,8 +173,8 @@ std::pair<Tensor, Tensor> max_dim(const Tensor& x, int dim, bool keepdim) {
 std::pair<Tensor, Tensor> min_dim(const Tensor& x, int dim, bool keepdim) {
   return record_extremum_dim(Op::MinDim, dl::min_dim(x, dim, keepdim), x, dim, keepdim);
 }
-template <> TensorList derivative<Op::MaxDim>(Node& n, const TensorList& g) { return extremum_dim_backward(n, g); }
-template <> TensorList derivative<Op::MinDim>(Node& n, const TensorList& g) { return extremum_dim_backward(n, g); }
+template <> Grads derivative<Op::MaxDim>(Node& n, const TensorList& g) { return extremum_dim_backward(n, g); }
+template <> Grads derivative<Op::MinDim>(Node& n, const TensorList& g) { return extremum_dim_backward(n, g); }
 
 // ---- softmax family ---------------------------------------------------------------------
 
@@ -186,7 +186,7 @@ Tensor softmax(const Tensor& x, int dim) {
   n->attrs.i[0] = wrap_dim(dim, x.dim(), "softmax");
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Softmax>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::Softmax>(Node& n, const TensorList& g) {
   Tensor y = n.unpack(0);
   int d = int(n.attrs.i[0]);
   return {y * (g[0] - ag::reduce(Op::Sum, g[0] * y, {d}, true))};
@@ -200,7 +200,7 @@ Tensor log_softmax(const Tensor& x, int dim) {
   n->attrs.i[0] = wrap_dim(dim, x.dim(), "log_softmax");
   return finish(n, y);
 }
-template <> TensorList derivative<Op::LogSoftmax>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::LogSoftmax>(Node& n, const TensorList& g) {
   Tensor y = n.unpack(0);
   int d = int(n.attrs.i[0]);
   return {g[0] - exp(y) * ag::reduce(Op::Sum, g[0], {d}, true)};
@@ -209,7 +209,7 @@ template <> TensorList derivative<Op::LogSoftmax>(Node& n, const TensorList& g) 
 // ---- sum_to: the reverse of broadcasting ---------------------------------------------------
 
 namespace {
-TensorList sum_to_backward(Node& n, const TensorList& g) { return {ag::expand(g[0], n.attrs.shape)}; }
+Grads sum_to_backward(Node& n, const TensorList& g) { return {ag::expand(g[0], n.attrs.shape)}; }
 }  // namespace
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {

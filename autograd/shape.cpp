@@ -23,8 +23,8 @@ Geometry geometry_in(const Shape& base_shape, const std::function<Tensor(const T
 }
 
 namespace {
-TensorList strided_view_backward(Node& n, const TensorList& g);
-TensorList embed_backward(Node& n, const TensorList& g);
+Grads strided_view_backward(Node& n, const TensorList& g);
+Grads embed_backward(Node& n, const TensorList& g);
 
 void store(Attrs& a, const Geometry& geo) {
   a.shape = geo.sizes;
@@ -54,17 +54,17 @@ Tensor embed(const Tensor& g, const Shape& base_shape, const Geometry& geo) {
 
 namespace {
 Geometry geometry_of(const Attrs& a) { return Geometry{a.shape, a.dims, a.i[0]}; }
-TensorList strided_view_backward(Node& n, const TensorList& g) {
+Grads strided_view_backward(Node& n, const TensorList& g) {
   return {embed(g[0], n.inputs[0].shape, geometry_of(n.attrs))};
 }
-TensorList embed_backward(Node& n, const TensorList& g) {
+Grads embed_backward(Node& n, const TensorList& g) {
   return {strided_view(g[0], geometry_of(n.attrs))};
 }
 
 // narrow/slice/select: the input's shape is known to the node; the geometry is
 // recomputed from the op's parameters (attrs.i: dim and up to three integers, kept as
 // integers: a slice's step may be near 2^63) when the backward runs.
-TensorList region_backward(Op op, Node& n, const TensorList& g) {
+Grads region_backward(Op op, Node& n, const TensorList& g) {
   const Attrs& a = n.attrs;
   const Shape& xs = n.inputs[0].shape;
   Geometry geo = geometry_in(xs, [&](const Tensor& p) {
@@ -88,7 +88,7 @@ Tensor record_region(Op op, const Tensor& x, Tensor y, int64_t dim, int64_t p1, 
 }
 
 // Views that only rearrange: the gradient is reshaped back to the input's shape.
-TensorList reshape_backward(Node& n, const TensorList& g) { return {ag::reshape(g[0], n.inputs[0].shape)}; }
+Grads reshape_backward(Node& n, const TensorList& g) { return {ag::reshape(g[0], n.inputs[0].shape)}; }
 }  // namespace
 
 Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
@@ -100,13 +100,13 @@ Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step
 Tensor select(const Tensor& x, int dim, int64_t index) {
   return record_region(Op::Select, x, dl::select(x, dim, index), dim, index, 0, 0);
 }
-template <> TensorList derivative<Op::Narrow>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::Narrow>(Node& n, const TensorList& g) {
   return region_backward(Op::Narrow, n, g);
 }
-template <> TensorList derivative<Op::Slice>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::Slice>(Node& n, const TensorList& g) {
   return region_backward(Op::Slice, n, g);
 }
-template <> TensorList derivative<Op::Select>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::Select>(Node& n, const TensorList& g) {
   return region_backward(Op::Select, n, g);
 }
 
@@ -124,9 +124,9 @@ Tensor unsqueeze(const Tensor& x, int dim) {
 Tensor flatten(const Tensor& x, int start_dim, int end_dim) {
   return finish(maybe_node(Op::View, {&x}), dl::flatten(x, start_dim, end_dim));
 }
-template <> TensorList derivative<Op::View>(Node& n, const TensorList& g) { return reshape_backward(n, g); }
-template <> TensorList derivative<Op::Squeeze>(Node& n, const TensorList& g) { return reshape_backward(n, g); }
-template <> TensorList derivative<Op::Unsqueeze>(Node& n, const TensorList& g) { return reshape_backward(n, g); }
+template <> Grads derivative<Op::View>(Node& n, const TensorList& g) { return reshape_backward(n, g); }
+template <> Grads derivative<Op::Squeeze>(Node& n, const TensorList& g) { return reshape_backward(n, g); }
+template <> Grads derivative<Op::Unsqueeze>(Node& n, const TensorList& g) { return reshape_backward(n, g); }
 
 Tensor transpose(const Tensor& x, int d0, int d1) {
   Tensor y = dl::transpose(x, d0, d1);
@@ -136,7 +136,7 @@ Tensor transpose(const Tensor& x, int d0, int d1) {
   n->attrs.i[1] = d1;
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Transpose>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::Transpose>(Node& n, const TensorList& g) {
   return {ag::transpose(g[0], int(n.attrs.i[0]), int(n.attrs.i[1]))};
 }
 
@@ -147,7 +147,7 @@ Tensor permute(const Tensor& x, const std::vector<int>& order) {
   for (int d : order) n->attrs.dims.push_back(wrap_dim(d, x.dim(), "permute"));
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Permute>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::Permute>(Node& n, const TensorList& g) {
   std::vector<int> inverse(size_t(n.attrs.dims.size()));
   for (int i = 0; i < n.attrs.dims.size(); ++i) inverse[size_t(n.attrs.dims[i])] = i;
   return {ag::permute(g[0], inverse)};
@@ -157,14 +157,14 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   return finish(maybe_node(Op::Expand, {&x}), dl::expand(x, shape));
 }
 // The engine sums the gradient back to the input's shape.
-template <> TensorList derivative<Op::Expand>(Node&, const TensorList& g) { return {g[0]}; }
+template <> Grads derivative<Op::Expand>(Node&, const TensorList& g) { return {g[0]}; }
 
 // ---- joining ------------------------------------------------------------------------------
 
 namespace {
-TensorList split_backward(Node& n, const TensorList& g, bool stacked) {
+Grads split_backward(Node& n, const TensorList& g, bool stacked) {
   int dim = int(n.attrs.i[0]);
-  TensorList out;
+  Grads out;
   int64_t at = 0;
   for (int i = 0; i < n.inputs.size(); ++i) {
     if (stacked) {
@@ -186,7 +186,7 @@ Tensor cat(const TensorList& xs, int dim) {
   n->attrs.i[0] = wrap_dim(dim, y.dim(), "cat");
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Cat>(Node& n, const TensorList& g) { return split_backward(n, g, false); }
+template <> Grads derivative<Op::Cat>(Node& n, const TensorList& g) { return split_backward(n, g, false); }
 
 Tensor stack(const TensorList& xs, int dim) {
   Tensor y = dl::stack(xs, dim);
@@ -195,7 +195,7 @@ Tensor stack(const TensorList& xs, int dim) {
   n->attrs.i[0] = wrap_dim(dim, y.dim(), "stack");
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Stack>(Node& n, const TensorList& g) { return split_backward(n, g, true); }
+template <> Grads derivative<Op::Stack>(Node& n, const TensorList& g) { return split_backward(n, g, true); }
 
 // ---- indexing ---------------------------------------------------------------------------------
 
@@ -207,7 +207,7 @@ Tensor index_select(const Tensor& x, int dim, const Tensor& index) {
   n->attrs.i[0] = wrap_dim(dim, x.dim(), "index_select");
   return finish(n, y);
 }
-template <> TensorList derivative<Op::IndexSelect>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::IndexSelect>(Node& n, const TensorList& g) {
   // index_add as a scatter_add with the index broadcast along the other dims.
   int dim = int(n.attrs.i[0]);
   Tensor idx = n.unpack(0);
@@ -226,7 +226,7 @@ Tensor gather(const Tensor& x, int dim, const Tensor& index) {
   n->attrs.i[0] = wrap_dim(dim, x.dim(), "gather");
   return finish(n, y);
 }
-template <> TensorList derivative<Op::Gather>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::Gather>(Node& n, const TensorList& g) {
   int dim = int(n.attrs.i[0]);
   return {ag::scatter_add(zeros(n.inputs[0].shape, g[0].dtype(), g[0].device()), dim, n.unpack(0), g[0])};
 }
@@ -239,9 +239,9 @@ Tensor scatter_add(const Tensor& x, int dim, const Tensor& index, const Tensor& 
   n->attrs.i[0] = wrap_dim(dim, x.dim(), "scatter_add");
   return finish(n, y);
 }
-template <> TensorList derivative<Op::ScatterAdd>(Node& n, const TensorList& g) {
+template <> Grads derivative<Op::ScatterAdd>(Node& n, const TensorList& g) {
   int dim = int(n.attrs.i[0]);
-  TensorList out(2);
+  Grads out(2);
   if (n.next[0].valid()) out[0] = g[0];
   if (n.next[1].valid()) out[1] = ag::gather(g[0], dim, n.unpack(0));
   return out;
@@ -268,7 +268,7 @@ bool stored_transposed(const Tensor& t) {
 }
 }  // namespace
 
-template <> TensorList derivative<Op::MatMul>(Node& n, const TensorList& grads) {
+template <> Grads derivative<Op::MatMul>(Node& n, const TensorList& grads) {
   // Treat 1-D operands as matrices (a row on the left, a column on the right), take the
   // matrix gradients, and let the engine sum broadcast batch dims away.
   Tensor a = n.unpack(0), b = n.unpack(1);
@@ -278,7 +278,7 @@ template <> TensorList derivative<Op::MatMul>(Node& n, const TensorList& grads) 
   Tensor bm = b1 ? ag::unsqueeze(b, 1) : b;
   if (a1) g = ag::unsqueeze(g, b1 ? 0 : -2);
   if (b1) g = ag::unsqueeze(g, -1);
-  TensorList out(2);
+  Grads out(2);
   const bool plain = am.dim() == 2 && bm.dim() == 2;  // no batch dims to sum away
   if (n.next[0].valid()) {
     // ga = g b^T, or (b g^T)^T in a's layout

@@ -66,7 +66,7 @@ struct CustomNode : ag::Node {
   }
 };
 
-dl::TensorList no_backward(ag::Node&, const TensorList&) { return {}; }
+ag::Grads no_backward(ag::Node&, const TensorList&) { return {}; }
 
 }  // namespace
 
