@@ -186,18 +186,41 @@ end
 -- the peak memory row: there torch's default is its best.)
 local TORCH_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
 
+-- Note [Single-threaded rows on one CPU]
+-- The virtual CPUs of these machines are not equally fast: on one afternoon the second of
+-- two ran the d2 row 1.6x slower than the first (taskset -c 0 / -c 1, alternating, the
+-- same binary), steadily for minutes, and a worker keeps the CPU it started on. So two
+-- workers of a row could each sit on its own CPU and the ratio measure the CPUs. The
+-- rows where no side uses a second thread (`pinned` below) run every worker on the same
+-- one, the first this process may use; the rows with threads have both CPUs anyway.
+local pin_cpu = nil
+do
+  local f = io.open("/proc/self/status", "r")
+  local text = f and f:read("*a") or ""
+  if f then f:close() end
+  local list = text:match("Cpus_allowed_list:%s*(%S+)")
+  pin_cpu = list and tonumber(list:match("^(%d+)"))
+  if not exists("/usr/bin/taskset") then pin_cpu = nil end
+end
+local function pinned(cmd, pin)
+  if not (pin and pin_cpu) then return cmd end
+  return "/usr/bin/taskset -c " .. pin_cpu .. " " .. cmd
+end
+
 local WORKERS = {
-  dlua = function() return start_worker("dlua", shq(dlua_exe) .. " " .. shq(here .. "/dlua_worker.lua")) end,
-  torch = function()
-    if not exists(opts.python) then return { dead = opts.python .. " not found" } end
-    return start_worker("torch", "GLIBC_TUNABLES=" .. TORCH_MALLOC .. " " .. shq(opts.python) .. " " ..
-                        shq(here .. "/torch_ref.py"))
+  dlua = function(pin)
+    return start_worker("dlua", pinned(shq(dlua_exe) .. " " .. shq(here .. "/dlua_worker.lua"), pin))
   end,
-  c = function()
+  torch = function(pin)
+    if not exists(opts.python) then return { dead = opts.python .. " not found" } end
+    return start_worker("torch", "GLIBC_TUNABLES=" .. TORCH_MALLOC .. " " ..
+                        pinned(shq(opts.python) .. " " .. shq(here .. "/torch_ref.py"), pin))
+  end,
+  c = function(pin)
     if not exists(opts.ref) then
       return { dead = opts.ref .. " not built (cmake --build <build> --target dlua_bench_ref)" }
     end
-    return start_worker("c", shq(opts.ref))
+    return start_worker("c", pinned(shq(opts.ref), pin))
   end,
 }
 local infos = {}   -- what each kind of worker said about itself, for the header
@@ -224,13 +247,13 @@ local function cref(label, cmd) return { label = label, kind = "c", cmd = cmd } 
 do
   local n = quick and 2000 or 300000
   row{ id = "add16", label = "`a + b`, 16 float32, no grad", unit = "us/op", show = per(US), target = 1 / 10,
-       ours = ours("add16 " .. n), refs = { torch("add16 " .. n, 1) } }
+       ours = ours("add16 " .. n), refs = { torch("add16 " .. n, 1) }, pinned = true }
   n = quick and 50 or 4000
   row{ id = "chain", label = "small-op chain recorded + backward, per op", unit = "us/op", show = per(US),
-       target = 1 / 8, ours = ours("chain " .. n), refs = { torch("chain " .. n, 1) } }
+       target = 1 / 8, ours = ours("chain " .. n), refs = { torch("chain " .. n, 1) }, pinned = true }
   n = quick and 200 or 20000
   row{ id = "d2", label = "d2/dx2 of x^3 at a scalar, per call", unit = "us/call", show = per(US),
-       target = 1 / 10, ours = ours("d2 " .. n), refs = { torch("d2 " .. n, 1) } }
+       target = 1 / 10, ours = ours("d2 " .. n), refs = { torch("d2 " .. n, 1) }, pinned = true }
 end
 
 for _, n in ipairs({ 64, 256, 1024, 2048 }) do
@@ -384,7 +407,7 @@ for _, r in ipairs(rows) do
     local workers = {}
     for _, side in ipairs(sides) do
       if side.kind and not workers[side.kind] then
-        local w = WORKERS[side.kind]()
+        local w = WORKERS[side.kind](r.pinned)
         workers[side.kind] = w
         infos[side.kind] = infos[side.kind] or w.info or w.dead
       end
@@ -515,6 +538,12 @@ local header = {
 }
 if infos.torch then header[#header + 1] = "- PyTorch reference: " .. infos.torch end
 if infos.c then header[#header + 1] = "- C reference: " .. infos.c end
+do
+  local ids = {}
+  for _, r in ipairs(rows) do if r.pinned then ids[#ids + 1] = r.id end end
+  header[#header + 1] = ("- rows %s: %s (Note [Single-threaded rows on one CPU] in bench/run.lua)")
+    :format(table.concat(ids, ", "), pin_cpu and ("every side on CPU " .. pin_cpu) or "not pinned (no taskset)")
+end
 header[#header + 1] = ("- %s; medians of `reps` alternating repetitions per row after a warm-up round%s; %.0f s in all")
   :format(os.date("!%Y-%m-%d %H:%M UTC"), quick and " (--quick: NOT meaningful numbers)" or "", now() - t_start)
 
