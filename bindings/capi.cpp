@@ -48,6 +48,7 @@ using dl::bind::guard_value;
 using dl::bind::inline_elements;
 using dl::bind::small_operand;
 using dl::bind::value_of;
+using dl::bind::operand_of;
 using dl::bind::guard_handle;
 using dl::bind::guard_status;
 
@@ -642,7 +643,7 @@ int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
   if (small_unary(op, x, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Unary, "unary");
-    return ag::unary(info.op, value_of(x, info.lua_name));
+    return ag::unary(info.op, operand_of(x, info.lua_name));
   });
 }
 
@@ -650,7 +651,7 @@ int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, stru
   if (small_binary(op, OpFamily::Binary, a, b, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
-    return ag::binary(info.op, value_of(a, info.lua_name), value_of(b, info.lua_name));
+    return ag::binary(info.op, operand_of(a, info.lua_name), operand_of(b, info.lua_name));
   });
 }
 
@@ -659,7 +660,7 @@ int dl_binary_scalar(int op, const struct dl_tensor* a, double s, int scalar_fir
   if (small_binary_scalar(op, OpFamily::Binary, a, s, scalar_first, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
-    return ag::binary(info.op, value_of(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
+    return ag::binary(info.op, operand_of(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
   });
 }
 
@@ -683,7 +684,7 @@ int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, str
   if (small_binary(op, OpFamily::Compare, a, b, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
-    return ag::compare(info.op, value_of(a, info.lua_name), value_of(b, info.lua_name));
+    return ag::compare(info.op, operand_of(a, info.lua_name), operand_of(b, info.lua_name));
   });
 }
 
@@ -692,7 +693,7 @@ int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_fi
   if (small_binary_scalar(op, OpFamily::Compare, a, s, scalar_first, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
-    return ag::compare(info.op, value_of(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
+    return ag::compare(info.op, operand_of(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
   });
 }
 

@@ -145,15 +145,84 @@ bool small_host_bytes(const Tensor& t) {
 
 }  // namespace
 
+namespace {
+
+// A fresh engine copy of a plain inline value.
+Tensor copy_of(const dl_tensor* t, const Header& h, const char* op) {
+  Shape shape;
+  for (int d = 0; d < h.ndim; ++d) shape.push_back(size_at(h.sizes, d));
+  Tensor r = empty(shape, DType(h.dtype), Device{}, op);
+  if (h.numel > 0) std::memcpy(r.raw_data(), elements_of(t), size_t(h.numel) * r.itemsize());
+  return r;
+}
+
+// Note [Inline operands of pointwise ops]
+// A plain inline value (not on a tape) that a recorded op reads is copied into an
+// engine tensor, and the node keeps the copy: in `y = (y * w + 0.1):tanh()` repeated,
+// w was copied at every product, a tenth of a recorded op. The pointwise entry points,
+// whose results are always fresh tensors (never an operand, never a view of one), take
+// such operands through a memo of the thread's last few copies instead. An entry is
+// handed out again only when its dtype and shape are the value's and its storage holds
+// the value's bytes, compared at each lookup: equal values are interchangeable, and a
+// copy that anything had written to would not match. Nothing writes to one, though: a
+// memo copy is an operand of pointwise ops alone (view, in-place and every other entry
+// point take value_of's own fresh copies or handles), and the nodes that save it only
+// read it.
+struct Memo {
+  static constexpr int kEntries = 4;
+  Tensor t[kEntries];
+  uint64_t sizes[kEntries] = {};
+  uint8_t dtype[kEntries] = {}, ndim[kEntries] = {};
+  int next = 0;
+};
+thread_local Memo* t_memo = nullptr;
+thread_local bool t_memo_gone = false;   // trivially destructible: readable at exit
+struct MemoOwner {
+  ~MemoOwner() {
+    delete t_memo;
+    t_memo = nullptr;
+    t_memo_gone = true;
+  }
+};
+Memo* memo() {
+  if (Memo* m = t_memo) return m;
+  if (t_memo_gone) return nullptr;
+  thread_local MemoOwner owner;
+  (void)owner;
+  return t_memo = new Memo();
+}
+
+}  // namespace
+
 Tensor value_of(const dl_tensor* t, const char* op) {
   Header h = header_of(t);
   if (h.id != 0) return handle_get(h.id, op);
   if (!valid_inline(h)) fail(ErrorKind::Value, op, ": invalid tensor (not a dlua tensor)");
   if (const Tensor* k = kept(t, h)) return *k;
-  Shape shape;
-  for (int d = 0; d < h.ndim; ++d) shape.push_back(size_at(h.sizes, d));
-  Tensor r = empty(shape, DType(h.dtype), Device{}, op);
-  if (h.numel > 0) std::memcpy(r.raw_data(), elements_of(t), size_t(h.numel) * r.itemsize());
+  return copy_of(t, h, op);
+}
+
+Tensor operand_of(const dl_tensor* t, const char* op) {
+  Header h = header_of(t);
+  if (h.id != 0) return handle_get(h.id, op);
+  if (!valid_inline(h)) fail(ErrorKind::Value, op, ": invalid tensor (not a dlua tensor)");
+  if (const Tensor* k = kept(t, h)) return *k;
+  Memo* m = memo();
+  if (!m) return copy_of(t, h, op);
+  const size_t nbytes = size_t(h.numel) * itemsize(DType(h.dtype));
+  for (int i = 0; i < Memo::kEntries; ++i) {
+    const Tensor& c = m->t[i];
+    if (c.defined() && m->dtype[i] == h.dtype && m->ndim[i] == h.ndim && m->sizes[i] == h.sizes &&
+        std::memcmp(c.raw_data(), elements_of(t), nbytes) == 0)
+      return c;
+  }
+  Tensor r = copy_of(t, h, op);
+  const int i = m->next;
+  m->next = (i + 1) % Memo::kEntries;
+  m->t[i] = r;
+  m->dtype[i] = h.dtype;
+  m->ndim[i] = h.ndim;
+  m->sizes[i] = h.sizes;
   return r;
 }
 

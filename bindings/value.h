@@ -20,6 +20,10 @@ constexpr int kInlineBytes = 64;    // elements held inline: 16 float32, 8 float
 // The engine tensor `t` stands for; throws "op: invalid tensor" for a dead handle or a
 // malformed inline header.
 Tensor value_of(const dl_tensor* t, const char* op);
+// value_of for the operands of pointwise ops only, whose results never share an
+// operand's memory: an inline value may come back as an earlier, equal copy (Note
+// [Inline operands of pointwise ops] in value.cpp).
+Tensor operand_of(const dl_tensor* t, const char* op);
 // Writes `t` into *out: inline when it is small, plain and unaliased (returns 0), else
 // as a new handle (returns 1).
 int deliver(Tensor t, dl_tensor* out);

@@ -259,4 +259,32 @@ H.test("forged tape references read as plain values", function()
   end)(dl.tensor({ 1, 2 }))
 end)
 
+-- Note [Inline operands of pointwise ops] in bindings/value.cpp: an inline operand of a
+-- recorded pointwise op may be an earlier equal copy; one that differs in a byte, its
+-- dtype or its shape never is, nor is a value written to since.
+H.test("inline operands of recorded ops: equal values share a copy, others never", function()
+  local f64 = { dtype = "float64" }
+  local cases = {   -- x, w: d/dx sum(x w w w) = w^3
+    { { 1, 2, 3, 4 }, { 0.5, 2, 3, 4 } },
+    { { 1, 2, 3, 4 }, { 0.5, 2, 3, 5 } },               -- one element differs
+    { { { 1, 2 }, { 3, 4 } }, { { 0.5, 2 }, { 3, 4 } } },  -- the first's bytes, another shape
+    { { { 1, 2, 3, 4 } }, { { 0.5, 2, 3, 4 } } },          -- and another of as many dims
+  }
+  local function f(x, w) return (x * w * w * w):sum() end
+  for round = 1, 2 do   -- the second round finds every copy the first made
+    for _, c in ipairs(cases) do
+      local x, w = dl.tensor(c[1], f64), dl.tensor(c[2], f64)
+      local g = dl.grad(f)(x, w)
+      H.eq(g:dim(), x:dim())
+      local want = {}
+      for i, v in ipairs(w:reshape(4):totable()) do want[i] = v ^ 3 end
+      H.values(g:reshape(4), want, { tol = 1e-12 })
+    end
+    local x, w = dl.tensor({ 1, 2, 3, 4 }, f64), dl.tensor({ 1, 1, 1, 1 }, f64)
+    H.values(dl.grad(function(x) return (x * w):sum() end)(x), { 1, 1, 1, 1 })
+    w:add_(1)   -- promoted and written: the product reads 2s now
+    H.values(dl.grad(function(x) return (x * w):sum() end)(x), { 2, 2, 2, 2 })
+  end
+end)
+
 H.run()
