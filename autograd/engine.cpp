@@ -55,14 +55,7 @@ Node::~Node() {
   std::vector<Node*> local;
   if (outermost) yard = &local;
   for (int i = 0; i < next.size(); ++i) bury(next[i].node, *yard);
-  for (int i = 0; i < saved.size(); ++i) {
-    bury(saved[i].edge.node, *yard);
-    TensorImpl* t = saved[i].data.impl();
-    if (t && t->use_count() == 1 && t->grad_node) {   // a saved input the node alone holds
-      Ref<Node> producer = Ref<Node>::adopt(static_cast<Node*>(t->grad_node.release()));
-      bury(producer, *yard);
-    }
-  }
+  for (int i = 0; i < saved.size(); ++i) bury(saved[i].edge.node, *yard);
   if (outermost) {
     while (!local.empty()) {
       Node* n = local.back();
@@ -84,8 +77,7 @@ Tensor alias(const Tensor& t) {
 
 void Node::save(const Tensor& t, bool is_output, uint32_t output_nr) {
   SavedTensor s;
-  const TensorImpl* i = t.impl();
-  s.data = is_output || i->view_base || i->autograd ? alias(t) : t;   // Note [Saved tensors and versions]
+  s.data = alias(t);
   s.version = t.storage().version();
   s.is_output = is_output;
   s.output_nr = output_nr;
@@ -541,16 +533,17 @@ void GraphTask::finish_node(int at, const Grads& grads) {
   for (int i = 0; i < n->next.size(); ++i) {
     const Edge& e = n->next[i];
     Info* c = kid(inf, i);
-    if (!c || !c->needed) continue;   // no node, or not on a path to an input asked for
+    if (!c) continue;   // no gradient flows there
     if (i < int(grads.size()) && grads[i].defined()) {
       Tensor g = grads[i];
       const InputMeta& m = n->inputs[i];
-      // The one place broadcast gradients are reduced to the input's shape and dtype.
+      // The one place broadcast gradients are reduced to the input's shape and dtype
+      // (and a custom gradient of a shape that cannot be is refused, needed or not).
       if (g.shape() != m.shape) g = ag::sum_to(g, m.shape);
       if (g.dtype() != m.dtype && is_floating(m.dtype)) g = ag::cast(g, m.dtype);
       add_grad(c, e.nr, g);
     }
-    if (--c->deps == 0) ready_.push_back(int(c - infos_.data()));
+    if (c->needed && --c->deps == 0) ready_.push_back(int(c - infos_.data()));
   }
   inf.clear();
   if (!retain_graph_ && !n->custom_ref) {

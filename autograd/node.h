@@ -1,29 +1,26 @@
 // The recorded graph: nodes, edges and saved tensors.
 //
 // Note [Saved tensors and versions]
-// A node keeps what its backward needs as SavedTensor: the value plus its storage's
-// version counter at the time it was saved, and for an input the edge it had then.
-// In-place ops bump the counter; unpacking a saved tensor whose storage moved on is an
-// error naming the op, never a silently wrong gradient. A saved *output* is stored as a
-// history-free alias (sharing storage, so nothing is copied): with its producer, the
-// node itself, it would be a reference cycle. A saved input is the input itself, unless
-// it is a view or carries autograd extras (then an alias too): its history is its
-// producer's, which the node's edges hold anyway, and an alias per saved input was a
-// tenth of a recorded 16-element product. What the backward reads of a saved tensor is
-// its values and, when it records (create_graph), the history unpack() gives a fresh
-// alias from the saved edge or the node itself (c10's SavedVariable): a later change to
-// the input's own history (a tape making it a constant, an in-place rebase, which bumps
-// the version anyway) does not reach the gradient.
+// A node keeps what its backward needs as SavedTensor: a history-free alias of the
+// value (sharing storage, so nothing is copied) plus the storage's version counter at
+// the time it was saved. In-place ops bump the counter; unpacking a saved tensor whose
+// storage moved on is an error naming the op, never a silently wrong gradient.
+// A saved *output* is stored without its producer (the node itself), which would be a
+// reference cycle; unpack() reattaches it to the node being run (c10's SavedVariable).
+// Inputs are aliased too, though their history is their producer's: saved as itself, an
+// input that an in-place op later rebases onto a node reached from this one would close
+// a cycle (h:copy_(h:relu()): relu saves h, h's new history leads back to relu), and
+// the teardown below could not reach a saved tensor's history without recursing.
 //
 // Note [Teardown of long chains]
 // Nodes own their input edges, so dropping the end of a 1e6-op chain would recurse a
 // million frames deep. ~Node hands children whose last reference it drops to a
-// thread-local list that the outermost destructor drains in a loop; so does the history
-// of a saved input whose last reference the node holds.
+// thread-local list that the outermost destructor drains in a loop.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
 #include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -46,6 +43,8 @@ struct Edge {
 // making and freeing a node that used one or two of each.
 template <typename T, int N>
 class InlineVec {
+  static_assert(std::is_nothrow_move_constructible_v<T>, "elements move to the heap without throwing");
+
  public:
   InlineVec() = default;
   InlineVec(const InlineVec&) = delete;
@@ -57,18 +56,25 @@ class InlineVec {
   T& operator[](int i) { return data()[i]; }
   const T& operator[](int i) const { return data()[i]; }
 
+  // Strong guarantee: when making the element or room for it throws, nothing changed.
   template <typename... Args>
   T& emplace_back(Args&&... args) {
-    if (n_ < N) return *new (inl() + n_++) T{std::forward<Args>(args)...};
-    if (n_ == N) {  // the inline elements move to the heap
+    if (n_ < N) {
+      T* p = new (reinterpret_cast<T*>(buf_) + n_) T{std::forward<Args>(args)...};
+      ++n_;
+      return *p;
+    }
+    T v{std::forward<Args>(args)...};   // before anything moves: args may name an element
+    if (n_ == N) {  // the inline elements move to the heap (moves that cannot throw)
       heap_.reserve(2 * N + 2);
       for (int i = 0; i < N; ++i) {
         heap_.push_back(std::move(inl()[i]));
         inl()[i].~T();
       }
     }
+    heap_.push_back(std::move(v));
     ++n_;
-    return heap_.emplace_back(T{std::forward<Args>(args)...});
+    return heap_.back();
   }
   void push_back(T v) { emplace_back(std::move(v)); }
   void clear() {

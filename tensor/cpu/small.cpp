@@ -49,8 +49,9 @@ bool served(DType dt) { return dt == DType::Float32 || dt == DType::Float64; }
 // also built for AVX2 (four lanes), picked once at load time where the CPU has it. Only
 // AVX2, not FMA: fused multiply-adds would round differently from the general loops, and
 // lane width alone changes no element's bits (tests/cpp/test_pointwise.cpp compares them).
+// Where the loader has no ifunc (not glibc ELF), the one baseline build serves.
 // (The binary loops, one arithmetic op an element, gained nothing measurable so.)
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && defined(__GLIBC__)
 #define DL_SMALL_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define DL_SMALL_CLONES
