@@ -39,8 +39,8 @@ struct Edge {
 
 // A small vector with inline room for N elements: recording a node allocates nothing
 // besides the node for ops of up to N inputs, and constructs (and later destroys) only
-// the elements it holds: a node's three vectors of three were a quarter of the cost of
-// making and freeing a node that used one or two of each.
+// the elements it holds: three of each of a node's edges, input shapes and saved
+// tensors made and destroyed, used or not, were 3% of a recorded chain of small ops.
 template <typename T, int N>
 class InlineVec {
   static_assert(std::is_nothrow_move_constructible_v<T>, "elements move to the heap without throwing");
@@ -144,7 +144,7 @@ class Grads {
     else heap_.push_back(std::move(t));
     ++n_;
   }
-  void resize(int n) {
+  void resize(int n) {   // grows only
     while (n_ < n) push_back(Tensor());
   }
 
