@@ -117,6 +117,9 @@ struct TapesOwner {
 };
 
 Tapes& make_tapes() {
+  // After the owner ran (a finalizer recording a gradient while its thread exits) a new
+  // Tapes would never be freed.
+  if (t_tapes_gone) fail(ErrorKind::Value, "grad: this thread is exiting; nothing more can be recorded on it");
   thread_local TapesOwner owner;
   (void)owner;
   t_tapes = new Tapes();
@@ -368,7 +371,8 @@ void tape_done() noexcept {
 }
 
 uint64_t tape_hold() noexcept {
-  Tapes& ts = tapes();
+  if (!t_tapes) return 0;   // no tape was ever opened on this thread
+  Tapes& ts = *t_tapes;
   Tape* t = ts.last_closed;
   if (!t) return 0;
   ts.last_closed = nullptr;
