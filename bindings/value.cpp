@@ -169,10 +169,13 @@ Tensor copy_of(const dl_tensor* t, const Header& h, const char* op) {
 // point take value_of's own fresh copies or handles), and the nodes that save it only
 // read it.
 struct Memo {
+  struct Entry {
+    Tensor t;          // undefined: a free entry
+    uint64_t sizes;    // the value's header: its packed sizes, dims and dtype
+    uint8_t ndim, dtype;
+  };
   static constexpr int kEntries = 4;
-  Tensor t[kEntries];
-  uint64_t sizes[kEntries] = {};
-  uint8_t dtype[kEntries] = {}, ndim[kEntries] = {};
+  Entry e[kEntries] = {};
   int next = 0;
 };
 thread_local Memo* t_memo = nullptr;
@@ -192,39 +195,35 @@ Memo* memo() {
   return t_memo = new Memo();
 }
 
-}  // namespace
-
-Tensor value_of(const dl_tensor* t, const char* op) {
-  Header h = header_of(t);
-  if (h.id != 0) return handle_get(h.id, op);
-  if (!valid_inline(h)) fail(ErrorKind::Value, op, ": invalid tensor (not a dlua tensor)");
-  if (const Tensor* k = kept(t, h)) return *k;
-  return copy_of(t, h, op);
-}
-
-Tensor operand_of(const dl_tensor* t, const char* op) {
-  Header h = header_of(t);
-  if (h.id != 0) return handle_get(h.id, op);
-  if (!valid_inline(h)) fail(ErrorKind::Value, op, ": invalid tensor (not a dlua tensor)");
-  if (const Tensor* k = kept(t, h)) return *k;
-  Memo* m = memo();
-  if (!m) return copy_of(t, h, op);
+// A plain inline value's copy from the memo, or a fresh one that the memo then keeps.
+Tensor memo_copy(Memo& m, const dl_tensor* t, const Header& h, const char* op) {
   const size_t nbytes = size_t(h.numel) * itemsize(DType(h.dtype));
-  for (int i = 0; i < Memo::kEntries; ++i) {
-    const Tensor& c = m->t[i];
-    if (c.defined() && m->dtype[i] == h.dtype && m->ndim[i] == h.ndim && m->sizes[i] == h.sizes &&
-        std::memcmp(c.raw_data(), elements_of(t), nbytes) == 0)
-      return c;
-  }
+  for (const Memo::Entry& e : m.e)
+    if (e.t.defined() && e.dtype == h.dtype && e.ndim == h.ndim && e.sizes == h.sizes &&
+        std::memcmp(e.t.raw_data(), elements_of(t), nbytes) == 0)
+      return e.t;
   Tensor r = copy_of(t, h, op);
-  const int i = m->next;
-  m->next = (i + 1) % Memo::kEntries;
-  m->t[i] = r;
-  m->dtype[i] = h.dtype;
-  m->ndim[i] = h.ndim;
-  m->sizes[i] = h.sizes;
+  m.e[m.next] = Memo::Entry{r, h.sizes, h.ndim, h.dtype};
+  m.next = (m.next + 1) % Memo::kEntries;
   return r;
 }
+
+// The engine tensor `t` stands for: a handle's, a kept value's while its tape lives, or
+// a copy of a plain inline value (through the memo when `memoized`).
+inline Tensor read_value(const dl_tensor* t, const char* op, bool memoized) {
+  Header h = header_of(t);
+  if (h.id != 0) return handle_get(h.id, op);
+  if (!valid_inline(h)) fail(ErrorKind::Value, op, ": invalid tensor (not a dlua tensor)");
+  if (const Tensor* k = kept(t, h)) return *k;
+  Memo* m = memoized ? memo() : nullptr;
+  return m ? memo_copy(*m, t, h, op) : copy_of(t, h, op);
+}
+
+}  // namespace
+
+Tensor value_of(const dl_tensor* t, const char* op) { return read_value(t, op, false); }
+
+Tensor operand_of(const dl_tensor* t, const char* op) { return read_value(t, op, true); }
 
 int deliver(Tensor t, dl_tensor* out) {
   Header h{};
