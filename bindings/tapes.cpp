@@ -103,16 +103,20 @@ struct Tapes {
   ~Tapes();
 };
 
-// The thread's tapes are made on first use and freed at its exit by the owner below.
-// The pointer and the flag are trivially destructible (readable at exit) and need no
-// guard on access, which a thread-local object with a constructor would on every call.
+// The thread's tapes are made on first use (tapes()) and freed at its exit by the owner
+// below. The pointer and the flag are trivially destructible (readable at exit) and
+// need no guard on access, which a thread-local object with a constructor would on
+// every call. What only reads the thread's tapes reads t_tapes, null when there are
+// none (none made yet, or gone).
 thread_local Tapes* t_tapes = nullptr;
 thread_local bool t_tapes_gone = false;
 
 struct TapesOwner {
   ~TapesOwner() {
-    delete t_tapes;   // sets t_tapes_gone
+    Tapes* t = t_tapes;
     t_tapes = nullptr;
+    t_tapes_gone = true;
+    delete t;
   }
 };
 
@@ -149,6 +153,15 @@ Held& held() {
   return *h;
 }
 
+// Moves `t` out of `list`; null when it is not there.
+std::unique_ptr<Tape> remove_from(std::vector<std::unique_ptr<Tape>>& list, const Tape* t) noexcept {
+  auto it = std::find_if(list.begin(), list.end(), [&](const auto& p) { return p.get() == t; });
+  if (it == list.end()) return nullptr;
+  std::unique_ptr<Tape> owned = std::move(*it);
+  list.erase(it);
+  return owned;
+}
+
 // At the thread's exit its tapes go. A held tape one of them adopted is left to its
 // holders, or freed with them when it has none.
 Tapes::~Tapes() {
@@ -161,29 +174,25 @@ Tapes::~Tapes() {
         if (!c->shared) continue;
         c->adopted = false;
         if (c->holders > 0) continue;
-        auto it = std::find_if(h.tapes.begin(), h.tapes.end(), [&](const auto& p) { return p.get() == c; });
-        if (it != h.tapes.end()) {
-          orphans.push_back(std::move(*it));
-          h.tapes.erase(it);
+        if (std::unique_ptr<Tape> owned = remove_from(h.tapes, c)) {
+          orphans.push_back(std::move(owned));
           h.count.store(h.tapes.size(), std::memory_order_relaxed);
         }
       }
     }
   }
-  t_tapes_gone = true;
 }
 
-Tape* find_in(std::vector<std::unique_ptr<Tape>>& list, uint64_t serial) noexcept {
+Tape* find_in(const std::vector<std::unique_ptr<Tape>>& list, uint64_t serial) noexcept {
   for (auto it = list.rbegin(); it != list.rend(); ++it)
     if ((*it)->serial == serial) return it->get();
   return nullptr;
 }
 
 Tape* find_tape(uint64_t serial) noexcept {
-  if (!t_tapes_gone) {
-    Tapes& ts = tapes();
-    if (!ts.open.empty() && ts.open.back()->serial == serial) return ts.open.back();
-    if (Tape* t = find_in(ts.live, serial)) return t;
+  if (const Tapes* ts = t_tapes) {
+    if (!ts->open.empty() && ts->open.back()->serial == serial) return ts->open.back();
+    if (Tape* t = find_in(ts->live, serial)) return t;
   }
   Held& h = held();
   if (h.count.load(std::memory_order_relaxed) == 0) return nullptr;
@@ -193,19 +202,10 @@ Tape* find_tape(uint64_t serial) noexcept {
 
 // Moves `t` from the list it is in; null if it is in neither.
 std::unique_ptr<Tape> take_out(Tape* t) noexcept {
-  auto from = [&](std::vector<std::unique_ptr<Tape>>& list) {
-    std::unique_ptr<Tape> owned;
-    auto it = std::find_if(list.begin(), list.end(), [&](const auto& p) { return p.get() == t; });
-    if (it != list.end()) {
-      owned = std::move(*it);
-      list.erase(it);
-    }
-    return owned;
-  };
-  if (!t->shared) return t_tapes_gone ? nullptr : from(tapes().live);
+  if (!t->shared) return t_tapes ? remove_from(t_tapes->live, t) : nullptr;
   Held& h = held();
   std::lock_guard<std::mutex> g(h.mu);
-  std::unique_ptr<Tape> owned = from(h.tapes);
+  std::unique_ptr<Tape> owned = remove_from(h.tapes, t);
   h.count.store(h.tapes.size(), std::memory_order_relaxed);
   return owned;
 }
@@ -214,14 +214,11 @@ std::unique_ptr<Tape> take_out(Tape* t) noexcept {
 // moving anything (a child that cannot move stays the thread's).
 void share(Tape* t) {
   if (!t->shared) {
-    Tapes& ts = tapes();
     Held& h = held();
     std::lock_guard<std::mutex> g(h.mu);
     h.tapes.reserve(h.tapes.size() + 1);
-    auto it = std::find_if(ts.live.begin(), ts.live.end(), [&](const auto& p) { return p.get() == t; });
-    if (it != ts.live.end()) {
-      h.tapes.push_back(std::move(*it));   // reserved: cannot throw
-      ts.live.erase(it);
+    if (std::unique_ptr<Tape> owned = remove_from(tapes().live, t)) {
+      h.tapes.push_back(std::move(owned));   // reserved: cannot throw
       h.count.store(h.tapes.size(), std::memory_order_relaxed);
       t->shared = true;
     }
@@ -247,7 +244,7 @@ void forget_if(const Tensor& t, uint64_t version) noexcept {
 void discard(Tape* tape) noexcept {
   if (!unheld(tape)) return;
   // (A GradientTape's finalizer may free a held tape after this thread's Tapes is gone.)
-  if (!t_tapes_gone && tapes().last_closed == tape) tapes().last_closed = nullptr;
+  if (Tapes* ts = t_tapes; ts && ts->last_closed == tape) ts->last_closed = nullptr;
   while (!tape->children.empty()) {
     Tape* c = tape->children.back();
     tape->children.pop_back();
@@ -266,12 +263,11 @@ void discard(Tape* tape) noexcept {
     if (k.t.impl()->use_count() > 1) forget_if(k.t, k.version);
     owned->values.pop_back();
   }
-  if (t_tapes_gone) return;
-  Tapes& ts = tapes();
-  if (ts.spare.size() < kSpareTapes && owned->values.capacity() <= kMaxSpareValues) {
+  Tapes* ts = t_tapes;
+  if (ts && ts->spare.size() < kSpareTapes && owned->values.capacity() <= kMaxSpareValues) {
     owned->open = true;
     owned->pending = owned->adopted = owned->shared = false;
-    ts.spare.push_back(std::move(owned));   // its vectors are empty, their memory kept
+    ts->spare.push_back(std::move(owned));   // its vectors are empty, their memory kept
   }
 }
 
@@ -337,10 +333,10 @@ void tape_note(uint64_t id, const Tensor& t) noexcept {
   // The innermost open tape opened before v: the one the history was made under, if it
   // was made in this call. (History of a closed tape, a handle made of a persistent
   // tape's value in a later call, stays with it: its kept value is forgotten with it.)
-  if (t_tapes_gone) return;
+  const Tapes* ts = t_tapes;
+  if (!ts) return;
   Tape* owner = nullptr;
-  const Tapes& ts = tapes();
-  for (auto it = ts.open.rbegin(); it != ts.open.rend(); ++it)
+  for (auto it = ts->open.rbegin(); it != ts->open.rend(); ++it)
     if ((*it)->opened < v) {
       owner = *it;
       break;
@@ -360,11 +356,11 @@ const Tensor* tape_find(const TapeRef& r) noexcept {
 }
 
 void tape_done() noexcept {
-  if (t_tapes_gone) return;
-  Tapes& ts = tapes();
-  while (!ts.pending.empty()) {
-    Tape* t = ts.pending.back();
-    ts.pending.pop_back();
+  Tapes* ts = t_tapes;
+  if (!ts) return;
+  while (!ts->pending.empty()) {
+    Tape* t = ts->pending.back();
+    ts->pending.pop_back();
     t->pending = false;
     discard(t);
   }
@@ -402,8 +398,8 @@ void tape_free(uint64_t serial) noexcept {
 
 int64_t tape_values() noexcept {
   int64_t n = 0;
-  if (!t_tapes_gone)
-    for (const auto& t : tapes().live) n += int64_t(t->values.size());
+  if (const Tapes* ts = t_tapes)
+    for (const auto& t : ts->live) n += int64_t(t->values.size());
   Held& h = held();
   std::lock_guard<std::mutex> g(h.mu);
   for (const auto& t : h.tapes) n += int64_t(t->values.size());
