@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "bindings/compile.h"
 #include "bindings/guard.h"
 #include "bindings/handles.h"
 #include "tensor/allocator.h"
@@ -320,6 +321,7 @@ void dl_empty_cache(void) {
 // ---- metadata and elements ---------------------------------------------------------------
 
 int dl_meta_get(const struct dl_tensor* x, dl_meta* out) {
+  if (dl::compile::current() && dl::bind::proxy_meta(x, out)) return 0;
   return guard_status([&] {
     Tensor t = value_of(x, "tensor");
     out->ndim = t.dim();
@@ -338,6 +340,8 @@ int dl_meta_get(const struct dl_tensor* x, dl_meta* out) {
 }
 
 int dl_ndim(const struct dl_tensor* x) {
+  dl_meta m;
+  if (dl::compile::current() && dl::bind::proxy_meta(x, &m)) return m.ndim;
   int n = -1;
   guard_status([&] {
     SmallOperand v;
@@ -347,6 +351,8 @@ int dl_ndim(const struct dl_tensor* x) {
 }
 
 double dl_numel(const struct dl_tensor* x) {
+  dl_meta m;
+  if (dl::compile::current() && dl::bind::proxy_meta(x, &m)) return m.numel;
   double n = -1;
   guard_status([&] {
     SmallOperand v;
@@ -356,6 +362,8 @@ double dl_numel(const struct dl_tensor* x) {
 }
 
 int dl_dtype(const struct dl_tensor* x) {
+  dl_meta m;
+  if (dl::compile::current() && dl::bind::proxy_meta(x, &m)) return m.dtype;
   int d = -1;
   guard_status([&] {
     SmallOperand v;
@@ -640,6 +648,10 @@ bool small_binary_scalar(int op, OpFamily family, const struct dl_tensor* a, dou
 }  // namespace
 
 int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
+  if (dl::compile::current()) {
+    const int st = dl::bind::defer_unary(op, x, out);
+    if (st != -2) return st;
+  }
   if (small_unary(op, x, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Unary, "unary");
@@ -648,6 +660,10 @@ int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
 }
 
 int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
+  if (dl::compile::current()) {
+    const int st = dl::bind::defer_binary(op, a, b, out);
+    if (st != -2) return st;
+  }
   if (small_binary(op, OpFamily::Binary, a, b, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
@@ -657,6 +673,10 @@ int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, stru
 
 int dl_binary_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
                      struct dl_tensor* out) {
+  if (dl::compile::current()) {
+    const int st = dl::bind::defer_binary_scalar(op, a, s, scalar_first, out);
+    if (st != -2) return st;
+  }
   if (small_binary_scalar(op, OpFamily::Binary, a, s, scalar_first, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
@@ -681,6 +701,10 @@ int dl_binary_scalar_(int op, uint64_t a, double s) {
 }
 
 int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
+  if (dl::compile::current()) {
+    const int st = dl::bind::defer_compare(op, a, b, out);
+    if (st != -2) return st;
+  }
   if (small_binary(op, OpFamily::Compare, a, b, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
@@ -690,6 +714,10 @@ int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, str
 
 int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
                       struct dl_tensor* out) {
+  if (dl::compile::current()) {
+    const int st = dl::bind::defer_compare_scalar(op, a, s, scalar_first, out);
+    if (st != -2) return st;
+  }
   if (small_binary_scalar(op, OpFamily::Compare, a, s, scalar_first, out)) return 0;
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
@@ -699,6 +727,10 @@ int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_fi
 
 int dl_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
               double correction, double p, struct dl_tensor* out) {
+  if (dl::compile::current()) {
+    const int st = dl::bind::defer_reduce(op, x, dims, ndims, keepdim, out);
+    if (st != -2) return st;
+  }
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Reduce, "reduce");
     Tensor t = value_of(x, info.lua_name);

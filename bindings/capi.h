@@ -361,6 +361,29 @@ int dl_sgd_step_(uint64_t p, uint64_t g, uint64_t buf, double lr, double momentu
 int dl_adam_step_(uint64_t p, uint64_t g, uint64_t m, uint64_t v, uint64_t vmax, double lr,
                   double beta1, double beta2, double eps, double weight_decay, int decoupled,
                   double step);
+/* ---- dl.compile (bindings/capi_compile.cpp; the Lua side is scripts/dlua/compile.lua) ---- */
+/* While a compiled call is in progress, the op families above may return 2 instead of
+   0 or 1: *out is then a proxy, the promise of a deferred result (Note [Proxies]), and
+   3 is the same for an op just recorded into the trace. The Lua side keeps every proxy
+   referenced until the call ends, then settles each. */
+struct dl_compiled { const uint64_t id; };
+uint64_t dl_compile_new(const char* name);          /* a compiled function's id; 0 on error */
+void dl_compile_release(struct dl_compiled f);      /* the ffi.gc finalizer of its object */
+int dl_compile_begin(uint64_t f);                   /* starts the thread's call of f */
+int dl_compile_active(void);                        /* 1 while a call is in progress */
+int dl_compile_return(const struct dl_tensor* x);   /* the call returns x (a proxy) */
+/* Runs what the call still defers (every result when keep_all, as after an error): 1
+   when the call recorded ops (Lua then marks what outlived it: dl_compile_keep,
+   dl_compile_analysed), 0, -1 on error. */
+int dl_compile_finish(int keep_all);
+/* A proxy of the call becomes its value in place: 0 (inline, or expired: its result was
+   never written), 1 (a handle, to be tracked), 2 (not a proxy of the call), -1 error. */
+int dl_compile_settle(struct dl_tensor* x);
+void dl_compile_keep(uint32_t pos);                 /* op pos's result outlived the call */
+void dl_compile_analysed(void);
+void dl_compile_line(uint32_t pos, const char* where);   /* "chunk:line" of a recorded op */
+const char* dl_compile_end(void);                   /* ends the call: a warning to print, or NULL */
+const char* dl_compile_report(uint64_t f);          /* what dl.compile.explain shows */
 /* dl:cdef-end */
 
 #ifdef __cplusplus

@@ -8,11 +8,15 @@
 // guard_handle returns the new tensor's handle, or 0; guard_status returns 0, or -1;
 // guard_value delivers a struct dl_tensor (value.h).
 // On failure the message and kind are left for dl_last_error()/dl_last_error_kind().
+// Each first runs the steps a compiled call has deferred (compile::sync, Note [Deferred
+// steps] in compile/trace.cpp): an entry point that is not a deferred op then sees the
+// state eager execution would have left.
 #pragma once
 #include <cstdint>
 
 #include "bindings/handles.h"
 #include "bindings/value.h"
+#include "compile/trace.h"
 
 namespace dl::bind {
 
@@ -27,6 +31,7 @@ template <typename F>
 uint64_t guard_handle(F&& f) noexcept {
   MessageBase base(1);
   try {
+    compile::sync();
     return handle_new(f());
   } catch (...) {
     capture_exception();
@@ -38,6 +43,7 @@ template <typename F>
 int guard_status(F&& f) noexcept {
   MessageBase base(1);
   try {
+    compile::sync();
     f();
     return 0;
   } catch (...) {
@@ -52,6 +58,7 @@ template <typename F>
 int guard_value(dl_tensor* out, F&& f) noexcept {
   MessageBase base(1);
   try {
+    compile::sync();
     return deliver(f(), out);
   } catch (...) {
     capture_exception();

@@ -213,6 +213,11 @@ Tensor memo_copy(Memo& m, const dl_tensor* t, const Header& h, const char* op) {
 inline Tensor read_value(const dl_tensor* t, const char* op, bool memoized) {
   Header h = header_of(t);
   if (h.id != 0) return handle_get(h.id, op);
+  if (h.dtype == kProxyTag || h.dtype == kExpiredTag) {
+    ProxyRef r;
+    proxy_ref(t, &r);
+    return resolve_proxy(r, op);
+  }
   if (!valid_inline(h)) fail(ErrorKind::Value, op, ": invalid tensor (not a dlua tensor)");
   if (const Tensor* k = kept(t, h)) return *k;
   Memo* m = memoized ? memo() : nullptr;
@@ -256,6 +261,12 @@ int deliver_handle(Tensor t, dl_tensor* out) {
 uint64_t promote(dl_tensor* t) {
   Header h = header_of(t);
   if (h.id != 0) return h.id;
+  if (h.dtype == kProxyTag || h.dtype == kExpiredTag) {   // a clean handle header
+    Header c{};
+    c.id = handle_new(value_of(t, "tensor"));
+    write_header(t, c);
+    return c.id;
+  }
   h.id = handle_new(value_of(t, "tensor"));
   write_header(t, h);
   return h.id;
@@ -279,6 +290,25 @@ bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept {
 }
 
 void* inline_elements(dl_tensor* out) noexcept { return elements_of(out); }
+
+bool proxy_ref(const dl_tensor* t, ProxyRef* r) noexcept {
+  Header h = header_of(t);
+  if (h.id != 0 || (h.dtype != kProxyTag && h.dtype != kExpiredTag)) return false;
+  r->tag = h.dtype;
+  r->pos = h.slot;
+  r->serial = h.tape;
+  r->fn = h.sizes;
+  return true;
+}
+
+void write_proxy(dl_tensor* out, const ProxyRef& r) noexcept {
+  Header h{};
+  h.dtype = r.tag;
+  h.slot = r.pos;
+  h.tape = r.serial;
+  h.sizes = r.fn;
+  write_header(out, h);
+}
 
 void finish_inline(dl_tensor* out, DType dtype, const SmallOperand& like) noexcept {
   Header h{};

@@ -49,4 +49,21 @@ bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept;
 void* inline_elements(dl_tensor* out) noexcept;
 void finish_inline(dl_tensor* out, DType dtype, const SmallOperand& like) noexcept;
 
+// The promise of a deferred result of a compiled call (Note [Proxies] in
+// capi_compile.cpp): a value with id 0 whose dtype byte is one of these tags.
+constexpr uint8_t kProxyTag = 0xFD;     // a step of the call `serial`, at `pos`
+constexpr uint8_t kExpiredTag = 0xFC;   // a step's result that its call did not keep
+struct ProxyRef {
+  uint8_t tag = kProxyTag;
+  uint32_t pos = 0;
+  uint64_t serial = 0;    // kProxyTag: the call; kExpiredTag: the trace's index + 1
+  uint64_t fn = 0;        // kExpiredTag: the compiled function's id
+};
+// True when t is a proxy or an expired one, with its fields in *r.
+bool proxy_ref(const dl_tensor* t, ProxyRef* r) noexcept;
+void write_proxy(dl_tensor* out, const ProxyRef& r) noexcept;
+// The tensor a proxy stands for, running the call's deferred steps first; an error
+// (named after `op`) for an expired or stale one (capi_compile.cpp).
+Tensor resolve_proxy(const ProxyRef& r, const char* op);
+
 }  // namespace dl::bind

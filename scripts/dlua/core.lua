@@ -134,6 +134,21 @@ local function raise(msg)
 end
 M.raise = raise
 
+-- "chunk:line" of the first caller outside dlua's own files: where a script made the
+-- call being served (a compiled op's line, scripts/dlua/compile.lua).
+function M.where()
+  if not getinfo then return "?" end
+  local level = 2
+  while true do
+    local info = getinfo(level, "Sl")
+    if not info then return "?" end
+    if info.what ~= "C" and not own[info.source] then
+      return info.short_src .. ":" .. tostring(info.currentline)
+    end
+    level = level + 1
+  end
+end
+
 -- Raises the engine's last error.
 function M.raise_last()
   raise(ffi_string(C.dl_last_error()))

@@ -9,6 +9,7 @@
 --   dlua.tensor    the tensor type, creation, ops, indexing
 --   dlua.format    printing
 --   dlua.autograd  gradients (loaded when present)
+--   dlua.compile   dl.compile: a function's tensor work deferred, traced and fused
 --   dlua.io, dlua.checkpoint, dlua.summary, dlua.progress   files, checkpoints,
 --                  TensorBoard summaries, progress bars
 --   dlua.nn, dlua.optim, dlua.data, dlua.metrics   models and losses, optimizers,
@@ -32,6 +33,9 @@ if not ok then
     error(err, 0)
   end
 end
+
+-- dl.compile: deferred, traced and fused calls of a Lua function.
+require("dlua.compile")
 
 -- Files (dl.save/dl.load, dl.data.load_idx/fashion_mnist), checkpoints, TensorBoard
 -- summaries and progress bars; after autograd, whose no_grad they use.

@@ -162,10 +162,25 @@ local function result()
   return r
 end
 
--- The result r of an entry point that returned status st: 0 inline, 1 a handle, -1 an
--- error.
+-- The proxies of the compiled call in progress (2 or 3 from an op: Note [Proxies] in
+-- bindings/capi_compile.cpp), kept referenced until scripts/dlua/compile.lua settles
+-- them at the call's end; for an op just recorded (3), its line goes to the trace.
+local proxies = { n = 0 }
+M.proxies = proxies
+local where = core.where
+local function anchor(st, r)
+  local n = proxies.n + 1
+  proxies.n = n
+  proxies[n] = r
+  if st == 3 then C.dl_compile_line(r.inl_slot, where()) end
+  return r
+end
+
+-- The result r of an entry point that returned status st: 0 inline, 1 a handle, 2 or 3
+-- a compiled call's proxy, -1 an error.
 local function value(st, r)
   if st == 0 then return r end
+  if st >= 2 then return anchor(st, r) end
   if st < 0 then return raise_last() end
   own(r, r.id)
   return r
@@ -183,6 +198,7 @@ local function hid(x)
   return id
 end
 M.hid = hid
+M.own = own
 
 -- wrap(f(...)) with one retry after a collection when the tensor memory limit refused
 -- the allocation. For the calls off the hot paths (those repeat the call inline).

@@ -146,6 +146,14 @@ function Module:forward()
   raise(self.__name .. ": forward is not defined (define " .. self.__name .. ":forward(...))")
 end
 
+-- net:compile([opts]): this module's forward from now on runs through dl.compile (the
+-- class's forward, so sub-modules stay as they are; docs/compile.md). Returns the module.
+function Module:compile(opts)
+  local forward = self.forward
+  self.forward = dl.compile(forward, opts or { name = self.__name .. ":forward" })
+  return self
+end
+
 -- Registers a tensor saved with the module's state (state_dict) but not trained.
 function Module:register_buffer(name, t)
   if type(name) ~= "string" then bad_arg("register_buffer", "a name (a string)", name) end

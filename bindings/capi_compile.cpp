@@ -1,0 +1,353 @@
+// The C ABI of dl.compile (capi.h; the Lua side is scripts/dlua/compile.lua, the
+// engine side compile/).
+//
+// Note [Proxies]
+// A deferred op (Note [Deferred steps] in compile/trace.cpp) hands Lua a proxy: a
+// struct dl_tensor with id 0 whose dtype byte is kProxyTag, naming the call (its serial)
+// and the step. It is never a valid inline value, so every entry point that reads it
+// goes to value_of, which resolves it here: the call's deferred steps run first (sync),
+// then the step's result is read. The deferred ops themselves take proxies of their own
+// call as operands without running anything. Metadata (shape, dtype) is answered from
+// the step without running it.
+//
+// The Lua side keeps every proxy of a call referenced until the call ends (so their
+// memory is not reused while the engine may still write it), then settles each: a
+// proxy whose result was computed becomes that value in place (inline or a handle,
+// exactly as an eager op's result would be delivered), and one whose result the call
+// never wrote becomes expired. A script that reads an expired proxy (it kept a tensor
+// past the call that the function did not keep when it was captured) gets an error
+// naming the op and its line, and the trace keeps that result from the next call on:
+// a loud failure, never a stale value. A proxy of a call that has ended but was not
+// settled (a copy of the cdata) is refused the same way.
+#include <mutex>
+#include <unordered_map>
+
+#include "autograd/autograd.h"
+#include "bindings/capi.h"
+#include "bindings/guard.h"
+#include "compile/trace.h"
+
+using dl::DType;
+using dl::Op;
+using dl::OpFamily;
+using dl::Shape;
+using dl::Tensor;
+using dl::bind::ProxyRef;
+namespace compile = dl::compile;
+
+namespace {
+
+// Compiled functions by id: a function is freed when its Lua object is collected, and
+// an expired proxy names it by id, so a late read finds nothing rather than freed memory.
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::shared_ptr<compile::Function>> fns;
+  uint64_t next = 1;
+};
+Registry& registry() {
+  static Registry* r = new Registry();   // never destroyed: finalizers may run at exit
+  return *r;
+}
+
+std::shared_ptr<compile::Function> find_fn(uint64_t id) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.fns.find(id);
+  return it == r.fns.end() ? nullptr : it->second;
+}
+
+uint64_t id_of(const compile::Function* fn) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& [id, f] : r.fns)
+    if (f.get() == fn) return id;
+  return 0;
+}
+
+const char* line_of(const compile::Function& fn, const compile::Trace& t, uint32_t pos) {
+  if (pos >= t.ops.size()) return nullptr;
+  int line = t.ops[pos].line;
+  return line >= 0 && size_t(line) < fn.lines.size() ? fn.lines[size_t(line)].c_str() : nullptr;
+}
+
+// An operand of a deferred op: a proxy of this call, or any other tensor on the host.
+// False: the op is not deferred (a proxy of another call, a device tensor).
+bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, compile::OperandKey& k,
+                 const char* op) {
+  ProxyRef r;
+  if (dl::bind::proxy_ref(t, &r)) {
+    if (r.tag != dl::bind::kProxyTag || r.serial != c.serial || r.pos >= c.steps.size()) return false;
+    o = compile::Operand::of(int32_t(r.pos));
+    k.step = int32_t(r.pos);
+    k.dtype = c.steps[r.pos].dtype;
+    k.shape = c.steps[r.pos].shape;
+    return true;
+  }
+  Tensor x = dl::bind::operand_of(t, op);
+  if (!x.device().is_cpu()) return false;
+  k.step = -1;
+  k.dtype = x.dtype();
+  k.shape = x.shape();
+  o = compile::Operand::bound(std::move(x));
+  return true;
+}
+
+// Defers an op of a pointwise or reduction family when the thread has a compiled call
+// that can take it: 2 (a proxy in *out), 3 (the same, for an op just recorded, whose
+// line the Lua side then notes), -1 (the eager op's own error, raised here), -2 (not
+// deferred: the caller runs the eager op).
+int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s, int first,
+          const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
+  compile::Call* c = compile::current();
+  if (!c || c->eager || op < 0 || op >= dl::kNumOps || dl::ag::is_recording()) return -2;
+  dl::MessageBase base(1);
+  try {
+    const dl::OpInfo& info = dl::op_info(Op(op));
+    compile::Step st;
+    compile::TraceOp key;
+    st.kind = key.kind = kind;
+    st.op = key.op = Op(op);
+    st.s = s;
+    st.scalar_first = first != 0;
+    if (!operand_for(*c, a, st.a, key.a, info.lua_name)) return -2;
+    const bool two = kind == compile::Kind::Binary || kind == compile::Kind::Compare;
+    if (two && !operand_for(*c, b, st.b, key.b, info.lua_name)) return -2;
+    if (kind == compile::Kind::Reduce) {
+      if (ndims < 0 || ndims > dl::kMaxDims || (ndims > 0 && !dims)) return -2;
+      const int rank = key.a.shape.size();
+      for (int i = 0; i < ndims; ++i) {
+        int d = dims[i] < 0 ? dims[i] + rank : dims[i] - 1;
+        if (d < 0 || d >= rank) return -2;   // the eager op says what is wrong
+        for (int j = 0; j < i; ++j)
+          if (st.dims[j] == d) return -2;
+        st.dims[i] = key.dims[i] = int8_t(d);
+      }
+      st.ndims = key.ndims = int8_t(ndims);
+      st.keepdim = key.keepdim = keepdim != 0;
+    }
+    if (!compile::infer(st, key.a.dtype, key.a.shape, key.b.dtype, key.b.shape)) return -2;
+    const int r = compile::defer(*c, std::move(st), key);
+    if (r == 0) return -2;
+    ProxyRef p;
+    p.pos = uint32_t(c->steps.size() - 1);
+    p.serial = c->serial;
+    dl::bind::write_proxy(out, p);
+    return r == 2 ? 3 : 2;
+  } catch (...) {
+    dl::bind::capture_exception();
+    return -1;
+  }
+}
+
+}  // namespace
+
+namespace dl::bind {
+
+Tensor resolve_proxy(const ProxyRef& r, const char* op) {
+  compile::Call* c = compile::current();
+  if (r.tag == kProxyTag) {
+    DL_CHECK(c && c->serial == r.serial && r.pos < c->steps.size(), op,
+             ": a tensor promised by a compiled call (dl.compile) that has ended; it was copied "
+             "out of the call's own value, which holds the result");
+    compile::sync();
+    const Tensor& t = c->results[r.pos];
+    DL_CHECK(t.defined(), op, ": a tensor of a compiled call read after its call finished");
+    return t;
+  }
+  // Expired: the function keeps this result from its next call on.
+  std::shared_ptr<compile::Function> fn = find_fn(r.fn);
+  const char* where = nullptr;
+  const char* what = "an op";
+  if (fn && r.serial >= 1 && r.serial <= fn->traces.size()) {
+    compile::Trace& t = *fn->traces[r.serial - 1];
+    if (r.pos < t.kept.size()) {
+      t.kept[r.pos] = 1;
+      what = op_name(t.ops[r.pos].op);
+      where = line_of(*fn, t, r.pos);
+    }
+    ++fn->expired_reads;
+  }
+  fail(ErrorKind::Value, op, ": this tensor (", what, where ? " at " : "", where ? where : "",
+       ") was made inside a compiled call and kept past it, but the compiled function did not "
+       "keep it when it was captured, so its value was never written. It is kept from the "
+       "next call on; to keep a tensor of a compiled call, return it (or keep t:clone())");
+}
+
+}  // namespace dl::bind
+
+namespace dl::bind {
+
+int defer_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
+  return defer(compile::Kind::Unary, op, x, nullptr, 0, 0, nullptr, 0, 0, out);
+}
+int defer_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b,
+                            struct dl_tensor* out) {
+  return defer(compile::Kind::Binary, op, a, b, 0, 0, nullptr, 0, 0, out);
+}
+int defer_binary_scalar(int op, const struct dl_tensor* a, double s, int first,
+                                   struct dl_tensor* out) {
+  return defer(compile::Kind::BinaryScalar, op, a, nullptr, s, first, nullptr, 0, 0, out);
+}
+int defer_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b,
+                             struct dl_tensor* out) {
+  return defer(compile::Kind::Compare, op, a, b, 0, 0, nullptr, 0, 0, out);
+}
+int defer_compare_scalar(int op, const struct dl_tensor* a, double s, int first,
+                                    struct dl_tensor* out) {
+  return defer(compile::Kind::CompareScalar, op, a, nullptr, s, first, nullptr, 0, 0, out);
+}
+int defer_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims,
+                            int keepdim, struct dl_tensor* out) {
+  return defer(compile::Kind::Reduce, op, x, nullptr, 0, 0, dims, ndims, keepdim, out);
+}
+
+bool proxy_meta(const struct dl_tensor* x, dl_meta* out) {
+  ProxyRef r;
+  if (!dl::bind::proxy_ref(x, &r) || r.tag != dl::bind::kProxyTag) return false;
+  compile::Call* c = compile::current();
+  if (!c || c->serial != r.serial || r.pos >= c->steps.size()) return false;
+  const compile::Step& st = c->steps[r.pos];
+  out->ndim = st.shape.size();
+  out->dtype = int(st.dtype);
+  out->device_type = 0;
+  out->device_index = 0;
+  out->contiguous = 1;
+  out->requires_grad = 0;
+  int64_t n = 1, stride = 1;
+  for (int64_t d : st.shape) n *= d;
+  out->numel = double(n);
+  out->offset = 0;
+  for (int d = dl::kMaxDims - 1; d >= 0; --d) {
+    out->sizes[d] = d < st.shape.size() ? double(st.shape[d]) : 0;
+    out->strides[d] = d < st.shape.size() ? double(stride) : 0;
+    if (d < st.shape.size()) stride *= st.shape[d];
+  }
+  return true;
+}
+
+}  // namespace dl::bind
+
+// ---- the entry points ------------------------------------------------------------------
+
+uint64_t dl_compile_new(const char* name) {
+  try {
+    Registry& r = registry();
+    auto fn = std::make_shared<compile::Function>(name ? name : "?");
+    std::lock_guard<std::mutex> lock(r.mu);
+    uint64_t id = r.next++;
+    r.fns.emplace(id, std::move(fn));
+    return id;
+  } catch (...) {
+    dl::bind::capture_exception();
+    return 0;
+  }
+}
+
+void dl_compile_release(struct dl_compiled f) {
+  Registry& r = registry();
+  std::shared_ptr<compile::Function> gone;   // freed outside the lock
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.fns.find(f.id);
+  if (it == r.fns.end()) return;
+  gone = std::move(it->second);
+  r.fns.erase(it);
+}
+
+int dl_compile_begin(uint64_t f) {
+  return dl::bind::guard_status([&] {
+    std::shared_ptr<compile::Function> fn = find_fn(f);
+    DL_CHECK(fn, "compile: not a compiled function (it was released)");
+    compile::begin_call(std::move(fn));
+  });
+}
+
+int dl_compile_active(void) { return compile::current() ? 1 : 0; }
+
+int dl_compile_return(const struct dl_tensor* x) {
+  ProxyRef r;
+  compile::Call* c = compile::current();
+  if (!c || !dl::bind::proxy_ref(x, &r) || r.tag != dl::bind::kProxyTag || r.serial != c->serial ||
+      r.pos >= c->steps.size())
+    return 0;
+  c->returned[r.pos] = 1;
+  return 1;
+}
+
+int dl_compile_finish(int keep_all) {
+  compile::Call* c = compile::current();
+  if (!c) return 0;
+  dl::MessageBase base(1);
+  try {
+    if (keep_all) compile::flush(*c);
+    else compile::finish_call(*c);
+  } catch (...) {
+    dl::bind::capture_exception();
+    return -1;
+  }
+  return c->recorded_any ? 1 : 0;
+}
+
+int dl_compile_settle(struct dl_tensor* x) {
+  ProxyRef r;
+  compile::Call* c = compile::current();
+  if (!c || !dl::bind::proxy_ref(x, &r) || r.tag != dl::bind::kProxyTag || r.serial != c->serial ||
+      r.pos >= c->steps.size())
+    return 2;
+  Tensor t = std::move(c->results[r.pos]);
+  c->results[r.pos] = Tensor();
+  if (!t.defined()) {
+    ProxyRef e;
+    e.tag = dl::bind::kExpiredTag;
+    e.pos = r.pos;
+    e.serial = c->trace ? c->trace_index + 1 : 0;
+    e.fn = id_of(c->fn.get());
+    dl::bind::write_proxy(x, e);
+    return 0;
+  }
+  dl::MessageBase base(1);
+  try {
+    return dl::bind::deliver(std::move(t), x);
+  } catch (...) {
+    dl::bind::capture_exception();
+    return -1;
+  }
+}
+
+void dl_compile_keep(uint32_t pos) {
+  compile::Call* c = compile::current();
+  if (c && c->trace && pos < c->trace->kept.size()) c->trace->kept[pos] = 1;
+}
+
+void dl_compile_analysed(void) {
+  compile::Call* c = compile::current();
+  if (c && c->trace) c->trace->analysed = true;
+}
+
+void dl_compile_line(uint32_t pos, const char* where) {
+  compile::Call* c = compile::current();
+  if (!c || !c->trace || pos >= c->trace->ops.size() || !where) return;
+  try {
+    c->trace->ops[pos].line = c->fn->line_id(where);
+  } catch (...) {
+  }
+}
+
+const char* dl_compile_end(void) {
+  thread_local std::string warning;
+  warning.clear();
+  compile::Call* c = compile::current();
+  if (c && !c->fn->warning.empty()) warning.swap(c->fn->warning);
+  compile::end_call();
+  return warning.empty() ? nullptr : warning.c_str();
+}
+
+const char* dl_compile_report(uint64_t f) {
+  thread_local std::string text;
+  std::shared_ptr<compile::Function> fn = find_fn(f);
+  try {
+    text = fn ? fn->report() : std::string("compiled function released\n");
+  } catch (...) {
+    text = "compile: out of memory\n";
+  }
+  return text.c_str();
+}

@@ -1,0 +1,340 @@
+// The executor of deferred steps (plan.h).
+#include "compile/plan.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "tensor/small.h"
+
+namespace dl::compile {
+
+namespace {
+
+bool float_dtype(DType t) { return t == DType::Float32 || t == DType::Float64; }
+
+int64_t numel_of(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+bool pointwise(const Step& s) {
+  switch (s.kind) {
+    case Kind::Unary: return s.op != Op::Logical_not;
+    case Kind::Binary:
+    case Kind::BinaryScalar: return true;
+    default: return false;
+  }
+}
+
+int arity(const Step& s) {
+  return (s.kind == Kind::Binary || s.kind == Kind::Compare) ? 2 : 1;
+}
+
+const Tensor& tensor_of(const Operand& o, const std::vector<Tensor>& results) {
+  return o.step >= 0 ? results[size_t(o.step)] : o.input;
+}
+
+}  // namespace
+
+bool infer(Step& s, DType ad, const Shape& as, DType bd, const Shape& bs) {
+  if (!float_dtype(ad)) return false;
+  const char* name = op_info(s.op).lua_name;
+  switch (s.kind) {
+    case Kind::Unary:
+      if (s.op == Op::Logical_not) return false;
+      s.dtype = ad;
+      s.shape = as;
+      return true;
+    case Kind::BinaryScalar:
+      s.dtype = ad;
+      s.shape = as;
+      return true;
+    case Kind::CompareScalar:
+      s.dtype = DType::Bool;
+      s.shape = as;
+      return true;
+    case Kind::Binary:
+    case Kind::Compare:
+      if (bd != ad) return false;
+      s.shape = broadcast_shapes(as, bs, name);
+      s.dtype = s.kind == Kind::Binary ? ad : DType::Bool;
+      return true;
+    case Kind::Reduce: {
+      // The reductions whose result dtype is their float input's and which refuse no
+      // non-empty input: anything else runs eagerly, where its checks are.
+      if (s.op != Op::Sum && s.op != Op::Mean && s.op != Op::Amax && s.op != Op::Amin) return false;
+      if (numel_of(as) == 0) return false;
+      bool reduced[kMaxDims] = {};
+      for (int i = 0; i < s.ndims; ++i) reduced[s.dims[i]] = true;
+      Shape out;
+      for (int d = 0; d < as.size(); ++d) {
+        if (s.ndims == 0 || reduced[d]) {
+          if (s.keepdim) out.push_back(1);
+        } else {
+          out.push_back(as[d]);
+        }
+      }
+      s.dtype = ad;
+      s.shape = out;
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// Note [Fused groups]
+// A run of consecutive pointwise steps of one float dtype and one result shape is a
+// group: it runs a block of kBlock elements at a time through every step, each step's
+// block of results staying in a scratch buffer (in cache) for the steps after it, and
+// only the results that are wanted afterwards written to memory. Every step applies
+// dl::small's loop for its op: the functor and the dtype of eager execution's kernels
+// (tensor/small.h says why their bits are the same), so each element gets the value
+// that eager execution gives it, only its memory traffic changes. An operand outside
+// the group is read in place when it has the group's shape and is contiguous, read as
+// one value when it has one element, cycled when it is contiguous and fills the
+// group's trailing dims (a bias), and else expanded into a contiguous copy first.
+// Blocks are independent, so large groups run on the engine's OpenMP threads.
+constexpr int64_t kBlock = 2048;
+constexpr int64_t kParallelElements = 1 << 16;
+
+// How one operand of a fused step is read, block by block.
+struct Source {
+  enum Kind : uint8_t { Temp, Dense, One, Cycle } kind = Dense;
+  int temp = 0;                 // Temp: the step (within the group) whose block it is
+  const unsigned char* base = nullptr;
+  int64_t period = 0;           // Cycle: elements before it repeats
+};
+
+struct Group {
+  size_t g0, g1;
+  DType dtype;
+  int64_t numel;
+  size_t isz;
+  std::vector<Source> src;       // two per step (b unused for one-operand steps)
+  std::vector<uint8_t> live;     // per step of the group: computed at all
+  std::vector<Tensor> held;      // expanded copies of operands read through them
+};
+
+Source source_for(Group& g, const Step& st, const Operand& o, const std::vector<Step>& steps,
+                  const std::vector<Tensor>& results) {
+  Source s;
+  if (o.step >= 0 && size_t(o.step) >= g.g0 && size_t(o.step) < g.g1) {
+    s.kind = Source::Temp;
+    s.temp = int(size_t(o.step) - g.g0);
+    return s;
+  }
+  const Tensor& t = tensor_of(o, results);
+  if (t.numel() == 1) {
+    s.kind = Source::One;
+    s.base = static_cast<const unsigned char*>(t.raw_data());
+    return s;
+  }
+  const Shape& shape = steps[g.g0].shape;
+  if (t.is_contiguous() && t.shape() == shape) {
+    s.base = static_cast<const unsigned char*>(t.raw_data());
+    return s;
+  }
+  // Trailing dims: t's shape, leading 1s dropped, equals the group shape's last dims.
+  if (t.is_contiguous()) {
+    int lead = 0;
+    while (lead < t.dim() && t.size(lead) == 1) ++lead;
+    int k = t.dim() - lead;
+    bool trailing = k <= shape.size();
+    for (int i = 0; trailing && i < k; ++i)
+      trailing = t.size(lead + i) == shape[shape.size() - k + i];
+    if (trailing) {
+      s.kind = Source::Cycle;
+      s.base = static_cast<const unsigned char*>(t.raw_data());
+      s.period = t.numel();
+      return s;
+    }
+  }
+  g.held.push_back(contiguous(expand(t, shape)));
+  s.base = static_cast<const unsigned char*>(g.held.back().raw_data());
+  return s;
+}
+
+// The block [o, o + n) of an operand: its address and step (1 dense, 0 one value).
+const void* block_of(const Group& g, const Source& s, int64_t o, int64_t n,
+                     unsigned char* const* temps, unsigned char* cycle, int* step) {
+  *step = 1;
+  switch (s.kind) {
+    case Source::Temp: return temps[s.temp];
+    case Source::Dense: return s.base + size_t(o) * g.isz;
+    case Source::One: *step = 0; return s.base;
+    case Source::Cycle: {
+      int64_t i = o % s.period, done = 0;
+      while (done < n) {
+        int64_t len = std::min(n - done, s.period - i);
+        std::memcpy(cycle + size_t(done) * g.isz, s.base + size_t(i) * g.isz, size_t(len) * g.isz);
+        done += len;
+        i = 0;
+      }
+      return cycle;
+    }
+  }
+  return nullptr;
+}
+
+void run_block(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
+               int64_t o, int64_t n, std::vector<unsigned char>& scratch) {
+  const size_t nsteps = g.g1 - g.g0;
+  const size_t bytes = size_t(kBlock) * g.isz;
+  if (scratch.size() < (nsteps + 2) * bytes) scratch.resize((nsteps + 2) * bytes);
+  unsigned char* temps[64 + 1];
+  std::vector<unsigned char*> many;
+  unsigned char** tp = temps;
+  if (nsteps > 64) {
+    many.resize(nsteps);
+    tp = many.data();
+  }
+  for (size_t k = 0; k < nsteps; ++k) {
+    const size_t i = g.g0 + k;
+    if (!g.live[k]) continue;
+    tp[k] = results[i].defined() ? static_cast<unsigned char*>(results[i].raw_data()) + size_t(o) * g.isz
+                                 : scratch.data() + k * bytes;
+  }
+  unsigned char* cycle_a = scratch.data() + nsteps * bytes;
+  unsigned char* cycle_b = cycle_a + bytes;
+  for (size_t k = 0; k < nsteps; ++k) {
+    if (!g.live[k]) continue;
+    const Step& st = steps[g.g0 + k];
+    int sa = 1, sb = 1;
+    const void* a = block_of(g, g.src[2 * k], o, n, tp, cycle_a, &sa);
+    bool done = false;
+    if (st.kind == Kind::Unary) {
+      done = small::unary(st.op, g.dtype, tp[k], a, n);
+    } else if (st.kind == Kind::BinaryScalar) {
+      done = small::binary_scalar(st.op, g.dtype, tp[k], a, st.s, st.scalar_first, n);
+    } else {
+      const void* b = block_of(g, g.src[2 * k + 1], o, n, tp, cycle_b, &sb);
+      done = small::binary(st.op, g.dtype, tp[k], a, sa, b, sb, n);
+    }
+    DL_ASSERT(done);
+  }
+}
+
+void run_group(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
+               const std::vector<uint8_t>& keep) {
+  const Step& first = steps[g.g0];
+  g.dtype = first.dtype;
+  g.numel = numel_of(first.shape);
+  g.isz = itemsize(first.dtype);
+  const size_t nsteps = g.g1 - g.g0;
+  g.src.resize(2 * nsteps);
+  for (size_t k = 0; k < nsteps; ++k) {
+    const size_t i = g.g0 + k;
+    if (!g.live[k]) continue;
+    if (keep[i]) results[i] = empty(first.shape, first.dtype, Device{}, op_info(steps[i].op).lua_name);
+    g.src[2 * k] = source_for(g, steps[i], steps[i].a, steps, results);
+    if (arity(steps[i]) == 2) g.src[2 * k + 1] = source_for(g, steps[i], steps[i].b, steps, results);
+  }
+  // A one-element operand that is a step of the group is read with step 0 by no loop:
+  // a group's steps all have the group's shape, so a temp is always dense.
+  const int64_t nblocks = (g.numel + kBlock - 1) / kBlock;
+  if (g.numel >= kParallelElements && omp_get_max_threads() > 1) {
+#pragma omp parallel
+    {
+      std::vector<unsigned char> scratch;
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < nblocks; ++b)
+        run_block(g, steps, results, b * kBlock, std::min(kBlock, g.numel - b * kBlock), scratch);
+    }
+  } else {
+    thread_local std::vector<unsigned char> scratch;
+    for (int64_t b = 0; b < nblocks; ++b)
+      run_block(g, steps, results, b * kBlock, std::min(kBlock, g.numel - b * kBlock), scratch);
+  }
+}
+
+Tensor run_single(const Step& st, const std::vector<Tensor>& results) {
+  const Tensor& a = tensor_of(st.a, results);
+  switch (st.kind) {
+    case Kind::Unary: return unary(st.op, a);
+    case Kind::Binary: return binary(st.op, a, tensor_of(st.b, results));
+    case Kind::BinaryScalar: return binary(st.op, a, Scalar::from_lua(st.s), st.scalar_first);
+    case Kind::Compare: return compare(st.op, a, tensor_of(st.b, results));
+    case Kind::CompareScalar: return compare(st.op, a, Scalar::from_lua(st.s), st.scalar_first);
+    case Kind::Reduce: {
+      std::vector<int> dims(st.dims, st.dims + st.ndims);
+      return reduce(st.op, a, dims, st.keepdim);
+    }
+  }
+  fail(ErrorKind::Internal, "compile: unknown step kind");
+}
+
+ExecStats t_stats;
+
+}  // namespace
+
+ExecStats& exec_stats() { return t_stats; }
+
+void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vector<Tensor>& results,
+             const std::vector<uint8_t>& want) {
+  DL_ASSERT(begin <= end && end <= steps.size() && results.size() >= end && want.size() >= end - begin);
+  const size_t n = end - begin;
+  // Groups: runs of consecutive pointwise steps of one dtype and shape.
+  std::vector<size_t> group_end(n);
+  for (size_t i = begin; i < end;) {
+    size_t j = i + 1;
+    if (pointwise(steps[i]) && float_dtype(steps[i].dtype))
+      while (j < end && pointwise(steps[j]) && steps[j].dtype == steps[i].dtype &&
+             steps[j].shape == steps[i].shape)
+        ++j;
+    for (size_t k = i; k < j; ++k) group_end[k - begin] = j;
+    i = j;
+  }
+  // keep: the result is written to memory (wanted later, or read outside its group);
+  // live: computed at all (kept, or read by a live step of its group). Backwards, so
+  // that a step read only by dead steps is dead too.
+  std::vector<uint8_t> keep(end, 0), live(n, 0);
+  for (size_t i = end; i-- > begin;) {
+    const size_t k = i - begin;
+    if (want[k]) keep[i] = 1;
+    if (!keep[i] && !live[k]) continue;
+    live[k] = 1;
+    const Step& st = steps[i];
+    const Operand* ops[2] = {&st.a, &st.b};
+    for (int r = 0; r < arity(st); ++r) {
+      const int32_t j = ops[r]->step;
+      if (j < 0 || size_t(j) < begin) continue;
+      live[size_t(j) - begin] = 1;
+      if (group_end[size_t(j) - begin] != group_end[k]) keep[size_t(j)] = 1;
+    }
+  }
+  ExecStats& stats = t_stats;
+  for (size_t i = begin; i < end;) {
+    const size_t j = group_end[i - begin];
+    bool fused = pointwise(steps[i]) && float_dtype(steps[i].dtype) && j - i > 1;
+    if (!fused) {
+      if (live[i - begin]) {
+        results[i] = run_single(steps[i], results);
+        ++stats.single_steps;
+      } else {
+        ++stats.elided;
+      }
+      i = j;
+      continue;
+    }
+    Group g{i, j, DType::Float32, 0, 0, {}, {}, {}};
+    g.live.assign(live.begin() + long(i - begin), live.begin() + long(j - begin));
+    bool any = false;
+    for (uint8_t l : g.live) any = any || l;
+    if (any) {
+      run_group(g, steps, results, keep);
+      ++stats.groups;
+    }
+    for (size_t k = i; k < j; ++k) {
+      if (g.live[k - i]) ++stats.fused_steps;
+      if (!keep[k]) ++stats.elided;
+    }
+    i = j;
+  }
+}
+
+}  // namespace dl::compile

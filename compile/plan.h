@@ -1,0 +1,75 @@
+// The steps of a compiled call and the executor that runs them, fused (dl.compile).
+//
+//   std::vector<Step> steps;          // a + b, then tanh of it, then its sum
+//   steps.push_back(Step::binary(Op::Add, Operand::input(a), Operand::input(b)));
+//   steps.push_back(Step::unary(Op::Tanh, Operand::of(0)));
+//   steps.push_back(Step::reduce(Op::Sum, Operand::of(1), {}, false));
+//   std::vector<Tensor> results(3);
+//   execute(steps, 0, 3, results, {0, 0, 1});   // only the sum is wanted: add and tanh
+//                                               // run as one pass, their results unkept
+//
+// A step is an op of the pointwise or reduction families whose result was promised to
+// Lua before it was computed (Note [Deferred steps] in compile/trace.cpp says when a
+// call defers one). The executor runs a range of them in their order, with the engine's
+// own arithmetic, so that every value is the one eager execution gives, bit for bit
+// (Note [Fused groups] in plan.cpp). It knows nothing of Lua or autograd: a step is
+// never recorded, and a call defers none while a gradient is being taken.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tensor/ops.h"
+#include "tensor/tensor.h"
+
+namespace dl::compile {
+
+enum class Kind : uint8_t { Unary, Binary, BinaryScalar, Compare, CompareScalar, Reduce };
+
+// A step's operand: the result of an earlier step of the same call (step >= 0), or a
+// tensor bound for this call (an argument, a closure's tensor, a value from an op that
+// was not deferred), read when the step runs.
+struct Operand {
+  int32_t step = -1;
+  Tensor input;
+  static Operand of(int32_t s) { Operand o; o.step = s; return o; }
+  static Operand bound(Tensor t) { Operand o; o.input = std::move(t); return o; }
+};
+
+struct Step {
+  Kind kind = Kind::Unary;
+  Op op = Op::Neg;
+  Operand a, b;
+  double s = 0;                  // the Lua number of the *Scalar kinds: a runtime parameter
+  bool scalar_first = false;
+  // Reductions: the dims (0-based, none: all), keepdim.
+  int8_t ndims = 0;
+  bool keepdim = false;
+  int8_t dims[kMaxDims] = {};
+  // The result's, worked out when the step was deferred.
+  DType dtype = DType::Float32;
+  Shape shape;
+};
+
+// Works out a step's result dtype and shape from its operands' (a_dtype/a_shape, and
+// b's for the two-operand kinds), as the eager front end would, raising the eager
+// front end's error for operands it refuses. False: the step is not one the executor
+// takes (an operand that is not a float32 or float64 host tensor, mixed dtypes, a
+// reduction it does not defer); nothing is deferred then, and the eager op runs.
+bool infer(Step& s, DType a_dtype, const Shape& a_shape, DType b_dtype, const Shape& b_shape);
+
+// Runs steps [begin, end) in order. results[i] receives step i's result when it is
+// needed: want[i - begin] (wanted after this range), or read by a step of the range
+// that is not fused with it. Operands that are earlier steps' results are read from
+// results. Pointwise steps of one float dtype and one shape run fused, a block of
+// elements at a time through all of them.
+void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vector<Tensor>& results,
+             const std::vector<uint8_t>& want);
+
+// How many steps of [begin, end) the last execute() ran in fused groups, and how many
+// groups: for dl.compile.explain and the tests.
+struct ExecStats {
+  int64_t fused_steps = 0, groups = 0, single_steps = 0, elided = 0;
+};
+ExecStats& exec_stats();
+
+}  // namespace dl::compile

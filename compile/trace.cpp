@@ -1,0 +1,252 @@
+// Traces of compiled functions and the call in progress (trace.h).
+//
+// Note [Deferred steps]
+// A compiled function's Lua code runs on every call, as in eager execution; what
+// changes is when its tensor work runs. Each op of the pointwise and reduction families
+// that it makes on float host tensors, outside any gradient, is matched against the
+// function's trace instead of being run: the op, and for each operand either the
+// earlier step whose result it is or, for any other tensor, its dtype and shape. A
+// matched op becomes a step of the call and Lua gets a promise of its result (a proxy,
+// bindings/capi_compile.cpp), which later ops of the call can use as operands. Lua
+// numbers are not matched: each call's own are the steps' parameters, so a learning
+// rate that changes every call changes nothing here.
+//
+// Steps run when a value must leave for Lua (anything but a deferred op reading a
+// proxy, or any other entry point of the C ABI: sync()), and at the end of the call.
+// Up to the end, every result is kept, since the rest of the call may take any path;
+// at the end, a result is computed only when it is returned, read by a later step, or
+// was still referenced after the call when its trace was captured (the Lua side learns
+// that with a full collection at the end of every call that recorded). So the steps'
+// order is eager's and each step computes what eager computes; a call can only differ
+// in which results it never writes.
+//
+// An op that does not match leaves the trace: another trace whose first ops equal the
+// call's so far and whose next op matches is taken (traces form a tree by their shared
+// prefixes, as LuaJIT's side traces do); else a new trace starts with the call's ops so
+// far and records what follows, deferred as before. With kMaxTraces traces, the rest of
+// the call runs eagerly and the function's report says where it left. A call never has
+// to undo anything: the steps deferred up to a divergence are eager's own.
+#include "compile/trace.h"
+
+#include <atomic>
+#include <sstream>
+
+namespace dl::compile {
+
+thread_local Call* t_call = nullptr;
+
+namespace {
+
+uint64_t next_serial() {
+  static std::atomic<uint64_t> serial{1};
+  return serial.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string describe(const Function& fn, const TraceOp& t) {
+  std::ostringstream os;
+  os << op_name(t.op) << "(";
+  auto operand = [&](const OperandKey& k) {
+    if (k.step >= 0) os << "step " << k.step + 1;
+    else os << dtype_name(k.dtype) << " " << k.shape;
+  };
+  operand(t.a);
+  if (t.kind == Kind::Binary || t.kind == Kind::Compare) {
+    os << ", ";
+    operand(t.b);
+  } else if (t.kind == Kind::BinaryScalar || t.kind == Kind::CompareScalar) {
+    os << ", number";
+  }
+  os << ")";
+  if (t.line >= 0 && size_t(t.line) < fn.lines.size()) os << " at " << fn.lines[size_t(t.line)];
+  return os.str();
+}
+
+bool same_prefix(const Trace* a, const Trace* b, size_t n) {
+  if (!a) return n == 0;
+  if (a->ops.size() < n || b->ops.size() < n) return false;
+  for (size_t i = 0; i < n; ++i)
+    if (!a->ops[i].same_op(b->ops[i])) return false;
+  return true;
+}
+
+void push(Call& c, Step&& step) {
+  c.steps.push_back(std::move(step));
+  c.results.emplace_back();
+  c.returned.push_back(0);
+}
+
+void note_divergence(Call& c, size_t pos, const TraceOp& got) {
+  Function& fn = *c.fn;
+  std::string what;
+  int line = -1;
+  if (!c.trace) {
+    what = "no trace starts with " + describe(fn, got);
+  } else if (pos >= c.trace->ops.size()) {
+    what = "the trace ended; got " + describe(fn, got);
+  } else {
+    what = "expected " + describe(fn, c.trace->ops[pos]) + "; got " + describe(fn, got);
+    line = c.trace->ops[pos].line;
+  }
+  const size_t ti = c.trace ? c.trace_index : kMaxTraces;
+  for (Divergence& d : fn.divergences)
+    if (d.trace == ti && d.pos == pos && d.what == what) {
+      ++d.count;
+      return;
+    }
+  if (fn.divergences.size() < 64) fn.divergences.push_back(Divergence{ti, pos, what, line, 1});
+}
+
+void run(Call& c, const std::vector<uint8_t>& want) {
+  ExecStats& s = exec_stats();
+  ExecStats before = s;
+  execute(c.steps, c.flushed, c.steps.size(), c.results, want);
+  c.flushed = c.steps.size();
+  Function& fn = *c.fn;
+  ++fn.flushes;
+  fn.fused += s.fused_steps - before.fused_steps;
+  fn.groups += s.groups - before.groups;
+  fn.elided += s.elided - before.elided;
+  fn.single += s.single_steps - before.single_steps;
+}
+
+}  // namespace
+
+bool TraceOp::same_op(const TraceOp& o) const {
+  if (kind != o.kind || op != o.op || !(a == o.a)) return false;
+  if ((kind == Kind::Binary || kind == Kind::Compare) && !(b == o.b)) return false;
+  if (kind == Kind::Reduce) {
+    if (ndims != o.ndims || keepdim != o.keepdim) return false;
+    for (int i = 0; i < ndims; ++i)
+      if (dims[i] != o.dims[i]) return false;
+  }
+  return true;
+}
+
+int Function::line_id(const std::string& where) {
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (lines[i] == where) return int(i);
+  lines.push_back(where);
+  return int(lines.size() - 1);
+}
+
+std::string Function::report() const {
+  std::ostringstream os;
+  os << "compiled function " << name << ": " << calls << " calls, " << traces.size()
+     << (traces.size() == 1 ? " trace" : " traces") << "\n";
+  os << "  ops: " << matched << " replayed, " << recorded << " recorded; " << fused
+     << " ran fused in " << groups << " groups, " << single << " alone, " << elided
+     << " results never written\n";
+  if (eager_calls) os << "  " << eager_calls << " calls ran partly eagerly (trace limit " << kMaxTraces << ")\n";
+  if (expired_reads)
+    os << "  " << expired_reads << " reads of a result that was not kept (now kept)\n";
+  for (size_t t = 0; t < traces.size(); ++t) {
+    const Trace& tr = *traces[t];
+    os << "  trace " << t + 1 << ": " << tr.ops.size() << " ops, followed to its end "
+       << tr.replays << " times";
+    size_t kept = 0;
+    for (uint8_t k : tr.kept) kept += k;
+    if (tr.analysed) os << ", " << kept << " results kept past the call";
+    os << "\n";
+    for (size_t i = 0; i < tr.ops.size() && i < 40; ++i)
+      os << "    " << i + 1 << " " << describe(*this, tr.ops[i]) << "\n";
+    if (tr.ops.size() > 40) os << "    ... " << tr.ops.size() - 40 << " more\n";
+  }
+  for (const Divergence& d : divergences) {
+    os << "  left ";
+    if (d.trace < kMaxTraces) os << "trace " << d.trace + 1 << " at op " << d.pos + 1;
+    else os << "no trace at op " << d.pos + 1;
+    os << " (" << d.count << (d.count == 1 ? " time" : " times") << "): " << d.what << "\n";
+  }
+  return os.str();
+}
+
+Call& begin_call(std::shared_ptr<Function> fn) {
+  DL_CHECK(!t_call, "compile: a compiled call is already in progress on this thread");
+  Call* c = new Call();
+  c->fn = std::move(fn);
+  c->serial = next_serial();
+  ++c->fn->calls;
+  t_call = c;
+  return *c;
+}
+
+void end_call() noexcept {
+  Call* c = t_call;
+  t_call = nullptr;
+  delete c;
+}
+
+int defer(Call& c, Step&& step, const TraceOp& key) {
+  if (c.eager) return 0;
+  Function& fn = *c.fn;
+  const size_t pos = c.steps.size();
+  if (!c.recording) {
+    if (c.trace && pos < c.trace->ops.size() && c.trace->ops[pos].same_op(key)) {
+      push(c, std::move(step));
+      ++fn.matched;
+      return 1;
+    }
+    for (size_t i = 0; i < fn.traces.size(); ++i) {
+      Trace* t = fn.traces[i].get();
+      if (t == c.trace || pos >= t->ops.size() || !t->ops[pos].same_op(key)) continue;
+      if (!same_prefix(c.trace, t, pos)) continue;
+      if (c.trace) note_divergence(c, pos, key);   // left one trace for another
+      c.trace = t;
+      c.trace_index = i;
+      push(c, std::move(step));
+      ++fn.matched;
+      return 1;
+    }
+    if (c.trace || !fn.traces.empty()) note_divergence(c, pos, key);
+    if (fn.traces.size() >= kMaxTraces) {
+      c.eager = true;
+      ++fn.eager_calls;
+      if (!fn.warned) {
+        fn.warned = true;
+        fn.warning = "dl.compile: " + fn.name + " has " + std::to_string(kMaxTraces) +
+                     " traces; calls that leave them run eagerly from there (first: " +
+                     fn.divergences.back().what + "). dl.compile.explain lists them";
+      }
+      return 0;
+    }
+    auto t = std::make_unique<Trace>();
+    if (c.trace) {
+      t->ops.assign(c.trace->ops.begin(), c.trace->ops.begin() + long(pos));
+      t->kept.assign(c.trace->kept.begin(), c.trace->kept.begin() + long(pos));
+    }
+    c.trace = t.get();
+    c.trace_index = fn.traces.size();
+    fn.traces.push_back(std::move(t));
+    c.recording = true;
+  }
+  c.trace->ops.push_back(key);
+  c.trace->kept.push_back(0);
+  c.recorded_any = true;
+  push(c, std::move(step));
+  ++fn.recorded;
+  return 2;
+}
+
+void flush(Call& c) {
+  if (c.flushed == c.steps.size()) return;
+  std::vector<uint8_t> want(c.steps.size() - c.flushed, 1);
+  run(c, want);
+}
+
+void flush_pending() { flush(*t_call); }
+
+void finish_call(Call& c) {
+  const size_t n = c.steps.size();
+  if (c.flushed == n) return;
+  const Trace* t = c.trace;
+  // Results may be left unwritten only on a trace whose kept results are known, that
+  // the call followed without leaving it (its every op so far is the trace's).
+  const bool known = t && t->analysed && !c.recording && !c.eager && n <= t->ops.size();
+  std::vector<uint8_t> want(n - c.flushed, 1);
+  if (known)
+    for (size_t i = c.flushed; i < n; ++i) want[i - c.flushed] = t->kept[i] || c.returned[i];
+  run(c, want);
+  if (known && n == t->ops.size()) ++c.trace->replays;
+}
+
+}  // namespace dl::compile

@@ -1,0 +1,124 @@
+// Traces of compiled functions and the call in progress (dl.compile).
+//
+//   auto fn = std::make_shared<Function>("step");
+//   Call& c = begin_call(fn);                   // the thread's call of fn
+//   int r = defer(c, std::move(step), key);     // 1: matched the trace, 2: recorded
+//   ...                                         // (0: not deferred, run it eagerly)
+//   finish_call(c);                             // runs what is still deferred
+//   end_call();
+//
+// Note [Deferred steps] in trace.cpp has the rules. Nothing here knows Lua: the bindings
+// (bindings/capi_compile.cpp) turn deferred results into Lua values and back, and the
+// Lua module (scripts/dlua/compile.lua) runs the function.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compile/plan.h"
+
+namespace dl::compile {
+
+// At most this many traces per function; then its calls run eagerly.
+constexpr size_t kMaxTraces = 8;
+
+// What a trace knows of an operand: an earlier step's result, or a bound tensor's
+// dtype and shape (its values are read live at every call).
+struct OperandKey {
+  int32_t step = -1;
+  DType dtype = DType::Float32;
+  Shape shape;
+  bool operator==(const OperandKey& o) const {
+    return step == o.step && (step >= 0 || (dtype == o.dtype && shape == o.shape));
+  }
+};
+
+// One op of a trace: what a call's op must equal to be matched (its Lua numbers are
+// not part of it: they are parameters of each call's step).
+struct TraceOp {
+  Kind kind = Kind::Unary;
+  Op op = Op::Neg;
+  OperandKey a, b;
+  int8_t ndims = 0;
+  bool keepdim = false;
+  int8_t dims[kMaxDims] = {};
+  int line = -1;   // an index into Function::lines, -1 unknown
+  bool same_op(const TraceOp& o) const;
+};
+
+struct Trace {
+  std::vector<TraceOp> ops;
+  std::vector<uint8_t> kept;   // per op: its result outlived the call when it was captured
+  bool analysed = false;       // kept is known (a call that recorded has ended)
+  int64_t replays = 0;         // calls that followed it to its end without recording
+};
+
+struct Divergence {
+  size_t trace;      // the trace the call followed (kMaxTraces: none)
+  size_t pos;        // the op where it left it
+  std::string what;  // expected ... got ...
+  int line = -1;     // the expected op's line
+  int64_t count = 0;
+};
+
+struct Function {
+  explicit Function(std::string n) : name(std::move(n)) {}
+  std::string name;
+  std::vector<std::unique_ptr<Trace>> traces;
+  std::vector<std::string> lines;           // "chunk:line" of recorded ops
+  std::vector<Divergence> divergences;
+  int64_t calls = 0, matched = 0, recorded = 0, eager_calls = 0, flushes = 0;
+  int64_t fused = 0, groups = 0, elided = 0, single = 0, expired_reads = 0;
+  std::string warning;       // to be printed once by the Lua side
+  bool warned = false;
+  int line_id(const std::string& where);
+  std::string report() const;
+};
+
+// The thread's call of a compiled function.
+struct Call {
+  std::shared_ptr<Function> fn;
+  Trace* trace = nullptr;
+  size_t trace_index = 0;
+  bool recording = false;   // new ops extend `trace`
+  bool eager = false;       // left every trace with no room for another: no more deferring
+  bool recorded_any = false;
+  uint64_t serial = 0;      // unique among all calls: stamped on the proxies (bindings)
+  std::vector<Step> steps;
+  std::vector<Tensor> results;
+  std::vector<uint8_t> returned;
+  size_t flushed = 0;       // steps [0, flushed) have run
+};
+
+// The thread's call in progress, or null.
+extern thread_local Call* t_call;
+inline Call* current() noexcept { return t_call; }
+// Starts the thread's call of fn; an error if one is in progress (the Lua side runs a
+// nested compiled function as part of the enclosing call instead).
+Call& begin_call(std::shared_ptr<Function> fn);
+// Ends it, dropping everything it held.
+void end_call() noexcept;
+
+// Matches `step` (whose trace form is `key`) against the call's trace. 1: matched and
+// deferred; 2: deferred and recorded (a new trace, or the call's trace grows); 0: not
+// deferred (the call has left every trace and may make no more): run the op eagerly.
+int defer(Call& c, Step&& step, const TraceOp& key);
+
+// Runs every deferred step, keeping every result (a value leaves for Lua; the rest of
+// the call may take any path).
+void flush(Call& c);
+// The thread's call has deferred steps that have not run.
+inline bool pending(const Call* c) noexcept { return c && c->flushed < c->steps.size(); }
+void flush_pending();
+// flush() of the thread's call when it has pending steps: what every entry point of the
+// C ABI that is not a deferred op does first, so that it sees eager's state.
+inline void sync() {
+  if (pending(t_call)) flush_pending();
+}
+// Runs the call's remaining steps at its end: a result is computed only if it is
+// returned, read later in the call, or was kept when its trace was captured (unless the
+// trace is not yet analysed, or the call took a path it does not know: then all are).
+void finish_call(Call& c);
+
+}  // namespace dl::compile

@@ -1,0 +1,153 @@
+-- dl.compile: a Lua function whose tensor work is deferred, matched against a trace
+-- and run fused (docs/compile.md).
+--
+--   local step = dl.compile(function(x, w) return dl.tanh(x * w + 1):sum() end)
+--   step(x, w)                        -- records the trace
+--   step(x, w)                        -- matches it: the pointwise ops run as one pass
+--   print(dl.compile.explain(step))   -- traces, where calls left them, with lines
+--
+-- The function runs on every call, as in eager execution: prints, counters, closures
+-- and globals behave as they would without compiling. What changes is when its ops run
+-- (Note [Deferred steps] in compile/trace.cpp) and which unused results are never
+-- written. A call ends by settling its proxies (Note [Proxies] in
+-- bindings/capi_compile.cpp): results become ordinary values, the caller's own. A call
+-- that recorded ops then runs a full collection to learn which results outlived it
+-- (kept in a table, a closure, a field), so that later calls keep exactly those.
+--
+-- DLUA_COMPILE=0 in the environment makes every compiled function call its Lua
+-- function directly.
+local ffi = require("ffi")
+local core = require("dlua.core")
+core.own_source()
+local T = require("dlua.tensor")
+
+local C = core.C
+local dl = T.dl
+local Tensor, own, proxies = T.Tensor, T.own, T.proxies
+local istype, ffi_string = ffi.istype, ffi.string
+local type, pairs, pcall, select, error, setmetatable, collectgarbage =
+  type, pairs, pcall, select, error, setmetatable, collectgarbage
+local unpack = unpack or table.unpack
+
+local PROXY = 0xFD   -- bindings/value.h, kProxyTag
+local compiled_t = ffi.typeof("struct dl_compiled")
+local weak_keys = { __mode = "k" }
+local enabled = os.getenv("DLUA_COMPILE") ~= "0"
+
+-- Compiled function -> its state, for explain.
+local states = setmetatable({}, weak_keys)
+
+local function is_proxy(v)
+  return v.id == 0 and v.inl_dtype == PROXY
+end
+
+-- Tells the call which of its proxies it returns, through tables too (as dl.grad takes
+-- nested tables), so that their results are computed whatever the trace knows.
+local function mark_returned(v, seen, depth)
+  if istype(Tensor, v) then
+    if is_proxy(v) then C.dl_compile_return(v) end
+  elseif type(v) == "table" and depth < 16 and not seen[v] then
+    seen[v] = true
+    for k, x in pairs(v) do
+      mark_returned(k, seen, depth + 1)
+      mark_returned(x, seen, depth + 1)
+    end
+  end
+end
+
+-- Ends the thread's compiled call: runs what it still defers, turns its proxies into
+-- values and, when it recorded, marks which results outlived it. rets are pcall's.
+local function finish(rets)
+  local ok = rets[1]
+  local seen = nil
+  if ok then
+    for i = 2, rets.n do
+      local v = rets[i]
+      if istype(Tensor, v) then
+        if is_proxy(v) then C.dl_compile_return(v) end
+      elseif type(v) == "table" then
+        seen = seen or {}
+        mark_returned(v, seen, 0)
+      end
+    end
+  end
+  local rec = C.dl_compile_finish(ok and 0 or 1)
+  local failed = rec < 0 and ffi_string(C.dl_last_error()) or nil
+  local outlived = rec == 1 and setmetatable({}, weak_keys) or nil
+  local n = proxies.n
+  for i = 1, n do
+    local r = proxies[i]
+    proxies[i] = nil
+    local slot, was_proxy = r.inl_slot, is_proxy(r)
+    local st = C.dl_compile_settle(r)
+    if st == 1 then
+      own(r, r.id)
+    elseif st < 0 and not failed then
+      failed = ffi_string(C.dl_last_error())
+    end
+    if outlived and was_proxy then outlived[r] = slot end
+  end
+  proxies.n = 0
+  if outlived then
+    -- What survives a full collection is referenced from outside the call (or returned).
+    collectgarbage("collect")
+    for _, slot in pairs(outlived) do C.dl_compile_keep(slot) end
+    C.dl_compile_analysed()
+  end
+  local warning = C.dl_compile_end()
+  if warning ~= nil then io.stderr:write(ffi_string(warning), "\n") end
+  if failed then core.raise(failed) end
+end
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+local function name_of(f)
+  local info = debug and debug.getinfo and debug.getinfo(f, "S")
+  if info and info.short_src then return info.short_src .. ":" .. tostring(info.linedefined) end
+  return "function"
+end
+
+-- dl.compile(f [, {name = ...}])
+local function compile(f, opts)
+  if type(f) ~= "function" and not (type(f) == "table" and getmetatable(f) and getmetatable(f).__call) then
+    core.raise("compile: expected a function, got " .. core.typename(f))
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    core.raise("compile: expected a table of options, got " .. core.typename(opts))
+  end
+  local name = opts and opts.name or (type(f) == "function" and name_of(f) or "callable")
+  if type(name) ~= "string" then core.raise("compile: name must be a string") end
+  local fid = C.dl_compile_new(name)
+  if fid == 0 then core.raise_last() end
+  local obj = ffi.gc(compiled_t(fid), C.dl_compile_release)
+  local function cf(...)
+    if not enabled or C.dl_compile_active() ~= 0 or C.dl_is_recording() ~= 0 then
+      return f(...)   -- eager; inside an enclosing compiled call, part of it
+    end
+    if C.dl_compile_begin(fid) ~= 0 then core.raise_last() end
+    local rets = pack(pcall(f, ...))
+    finish(rets)
+    if not rets[1] then error(rets[2], 0) end
+    return unpack(rets, 2, rets.n)
+  end
+  states[cf] = { fid = fid, obj = obj, name = name }
+  return cf
+end
+
+local M = setmetatable({}, { __call = function(_, f, opts) return compile(f, opts) end })
+
+-- dl.compile.explain(cf): the traces of a compiled function, how often calls followed
+-- them, where calls left them (with the line of the op they expected), as text.
+function M.explain(cf)
+  local st = states[cf]
+  if not st then core.raise("compile.explain: expected a compiled function, got " .. core.typename(cf)) end
+  local text = ffi_string(C.dl_compile_report(st.fid))
+  if not enabled then text = "dl.compile is off (DLUA_COMPILE=0): calls run eagerly\n" .. text end
+  return text
+end
+
+-- dl.compile.enabled(): false when DLUA_COMPILE=0.
+function M.enabled() return enabled end
+
+dl.compile = M
+return M

@@ -1,0 +1,384 @@
+-- dl.compile: every compiled call gives what the eager call gives (the footguns of
+-- earlier tracing systems, each ported), the proxies settle into ordinary values, and
+-- the traces, fusion and unwritten results show in explain.
+local H = require("harness")
+local dl = require("dlua")
+
+-- Same dtype, shape and values (exactly; nan equal to nan), through tables too.
+local function identical(a, b, what)
+  what = what or "result"
+  if dl.is_tensor(a) or dl.is_tensor(b) then
+    H.ok(dl.is_tensor(a) and dl.is_tensor(b), what .. ": a tensor and a " .. type(dl.is_tensor(a) and b or a))
+    H.eq(a.dtype, b.dtype, what .. " dtype")
+    H.eq(a.shape, b.shape, what .. " shape")
+    H.eq(a:totable(), b:totable(), what .. " values")
+  elseif type(a) == "table" and type(b) == "table" then
+    for k, v in pairs(b) do identical(a[k], v, what .. "." .. tostring(k)) end
+    for k in pairs(a) do H.ok(b[k] ~= nil, what .. ": extra key " .. tostring(k)) end
+  else
+    H.eq(a, b, what)
+  end
+end
+
+-- Runs f eagerly and compiled on each argument list, in turn, and compares.
+local function agree(f, calls, cf)
+  cf = cf or dl.compile(f)
+  for i, args in ipairs(calls) do
+    local want = { f(unpack(args)) }
+    local got = { cf(unpack(args)) }
+    identical(got, want, "call " .. i)
+  end
+  return cf
+end
+
+local function count(text, pattern)
+  local n = 0
+  for _ in string.gmatch(text, pattern) do n = n + 1 end
+  return n
+end
+
+local function traces(cf) return tonumber(string.match(dl.compile.explain(cf), "(%d+) traces?")) end
+
+H.test("a compiled call gives eager's values, bit for bit, and later calls replay", function()
+  local f = function(x, w, b) return dl.tanh(x * w + b):sum(), (x - b):abs():mean(2) end
+  local x, w, b = dl.randn(4, 5), dl.randn(4, 5), dl.randn(5)
+  local cf = agree(f, { { x, w, b }, { x, w, b }, { w, x, b }, { x, w, b } })
+  local text = dl.compile.explain(cf)
+  H.eq(traces(cf), 1, text)
+  H.ok(string.find(text, "followed to its end 3 times", 1, true), text)
+  H.ok(string.find(text, "test_compile.lua:", 1, true), "ops carry their lines: " .. text)
+end)
+
+H.test("large chains run fused, with broadcasts, and give eager's bits", function()
+  local f = function(x, row, col, s)
+    local y = x * row + col                 -- a (n) bias and a (m, 1) column
+    y = dl.exp(y * 0.01) - s
+    y = dl.sigmoid(y) * dl.tanh(x) + dl.abs(y) / (1 + x * x)
+    return y, (y * y):sum(1), dl.relu(-y):amax()
+  end
+  local x = dl.randn(300, 700)
+  local row, col = dl.randn(700), dl.randn(300, 1)
+  local cf = agree(f, { { x, row, col, 0.5 }, { x, row, col, 0.25 }, { x * 2, row, col, -1 } })
+  local text = dl.compile.explain(cf)
+  H.ok(string.find(text, "ran fused", 1, true), text)
+  local never = tonumber(string.match(text, "(%d+) results never written"))
+  H.ok(never and never > 0, "intermediate results are not written: " .. text)
+  -- float64 too, and a transposed (strided) input
+  agree(f, { { x:double(), row:double(), col:double(), 2 }, { x:t():contiguous():t(), row, col, 1 } })
+end)
+
+H.test("a branch on a tensor's value takes eager's path every call", function()
+  local f = function(x)
+    if x:sum() > 0 then return x * 2 + 1 else return (x - 1):tanh() end
+  end
+  local cf = agree(f, { { dl.ones(3) }, { -dl.ones(3) }, { dl.ones(3) }, { -dl.ones(3) }, { dl.tensor({ 1, -5, 1 }) } })
+  H.eq(traces(cf), 2)
+end)
+
+H.test("tensors of closures and globals are read live, never baked in", function()
+  local w = dl.tensor({ 1, 2, 3 })
+  local f = function(x) return x * w + G_COMPILE_BIAS end
+  G_COMPILE_BIAS = dl.tensor({ 0.5, 0.5, 0.5 })
+  local cf = dl.compile(f)
+  local x = dl.tensor({ 1, 1, 1 })
+  identical(cf(x), f(x))
+  w = dl.tensor({ 10, 20, 30 })                -- a new tensor in the upvalue
+  identical(cf(x), f(x))
+  H.values(cf(x), { 10.5, 20.5, 30.5 })
+  w:add_(1)                                    -- written in place
+  G_COMPILE_BIAS = dl.tensor({ -1, -1, -1 })   -- a new global
+  H.values(cf(x), { 10, 20, 30 })
+  identical(cf(x), f(x))
+  G_COMPILE_BIAS = nil
+end)
+
+H.test(":item() inside the function is read at every call", function()
+  local f = function(x) local s = x:sum():item() return x * s, s end
+  agree(f, { { dl.tensor({ 1, 2 }) }, { dl.tensor({ 3, 4 }) }, { dl.tensor({ -1, 0.5 }) } })
+end)
+
+H.test("a changed Lua number is a parameter of the call, not a new trace", function()
+  local f = function(x, lr) return x - lr * dl.tanh(x) end
+  local calls = {}
+  for i = 1, 6 do calls[i] = { dl.randn(8), 0.1 / i } end
+  local cf = agree(f, calls)
+  H.eq(traces(cf), 1, dl.compile.explain(cf))
+end)
+
+H.test("a table of a different length or with other keys", function()
+  local f = function(t)
+    local acc = t[1]
+    for i = 2, #t do acc = acc + t[i] end
+    if t.scale then acc = acc * t.scale end
+    return acc
+  end
+  local a, b, c = dl.randn(4), dl.randn(4), dl.randn(4)
+  agree(f, { { { a, b } }, { { a, b, c } }, { { a } }, { { a, b, scale = 3 } }, { { a, b, c } } })
+end)
+
+H.test("in-place updates of an argument are ordered as in eager", function()
+  local f = function(x)
+    local y = x * 2          -- deferred: reads x before the update
+    x:add_(1)
+    return y + x
+  end
+  local cf = dl.compile(f)
+  for _ = 1, 3 do
+    local a, b = dl.tensor({ 1, 2, 3 }), dl.tensor({ 1, 2, 3 })
+    identical(cf(a), f(b))
+    identical(a, b, "the argument afterwards")
+  end
+end)
+
+H.test("results belong to the caller: the next call does not overwrite them", function()
+  local cf = dl.compile(function(x) local y = x * 2 return y + 1, y end)
+  local x = dl.randn(50)
+  local r1, y1 = cf(x)
+  local keep1, keepy = r1:clone(), y1:clone()
+  local r2 = cf(x * 3)
+  local r3 = cf(x - 1)
+  identical(r1, keep1)
+  identical(y1, keepy)
+  H.ok(not dl.equal(r2, r3))
+end)
+
+H.test("a different dtype, shape or layout of an argument is a new trace", function()
+  local f = function(x) return (x * 3 - 1):sum(1) end
+  local x = dl.randn(3, 4)
+  local cf = agree(f, { { x }, { x:double() }, { dl.randn(5, 4) }, { x:t() }, { x:t():contiguous() }, { x } })
+  H.ok(traces(cf) >= 3)
+end)
+
+H.test("a view of an argument versus a copy", function()
+  local f = function(x) local v = x:narrow(1, 1, 2) return v * 2 + x:sum() end
+  agree(f, { { dl.randn(4, 3) }, { dl.randn(4, 3):t():contiguous() }, { dl.randn(4, 3) } })
+end)
+
+H.test("a compiled function called inside another is part of its call", function()
+  local inner = dl.compile(function(x) return dl.tanh(x) * 2 end)
+  local f = function(x) return inner(x + 1) - inner(x) end
+  agree(f, { { dl.randn(6) }, { dl.randn(6) } })
+  local outer = dl.compile(f)
+  agree(f, { { dl.randn(6) }, { dl.randn(6) } }, outer)
+end)
+
+H.test("a compiled function under dl.grad, and dl.grad inside a compiled function", function()
+  local f = function(x) return (dl.tanh(x) * x):sum() end
+  local cf = dl.compile(f)
+  local x = dl.randn(5, { dtype = "float64" })
+  identical(dl.grad(cf)(x), dl.grad(f)(x))
+  identical(dl.grad(dl.grad(function(v) return cf(v * 1) end))(dl.tensor(0.3, { dtype = "float64" })),
+            dl.grad(dl.grad(f))(dl.tensor(0.3, { dtype = "float64" })))
+  local cg = dl.compile(dl.grad(f))
+  for _ = 1, 3 do identical(cg(x), dl.grad(f)(x)) end
+  local cvg = dl.compile(function(v) local val, g = dl.value_and_grad(f)(v) return val * 2, g * g end)
+  for _ = 1, 2 do
+    local a1, b1 = cvg(x)
+    local val, g = dl.value_and_grad(f)(x)
+    identical(a1, val * 2)
+    identical(b1, g * g)
+  end
+end)
+
+H.test("random ops draw the same stream as eager", function()
+  local f = function(x) return x + dl.rand(4) * 2, dl.randn(4) + x end
+  local cf = dl.compile(f)
+  for s = 1, 3 do
+    local x = dl.ones(4)
+    dl.manual_seed(s)
+    local a, b = f(x)
+    dl.manual_seed(s)
+    local c, d = cf(x)
+    identical(c, a)
+    identical(d, b)
+  end
+end)
+
+H.test("an error mid-call leaves eager's state and the runtime usable", function()
+  local state = {}
+  local f = function(x, fail)
+    local y = x * 2
+    state.y = y
+    if fail then error("boom at call") end
+    return y + 1
+  end
+  local cf = dl.compile(f)
+  local x = dl.tensor({ 1, 2 })
+  identical(cf(x, false), f(x, false))
+  identical(cf(x, false), f(x, false))
+  local ok, err = pcall(cf, x, true)
+  H.ok(not ok and string.find(err, "boom at call", 1, true), tostring(err))
+  H.values(state.y, { 2, 4 })
+  identical(cf(x * 3, false), f(x * 3, false))
+  -- an op's own error is raised at the script's line, as eager's
+  local bad = dl.compile(function(a, b) return a + b end)
+  local line = H.line() + 1
+  H.raises(function() return bad(dl.ones(2), dl.ones(3)) end, "add:", nil)
+  identical(bad(dl.ones(2), dl.ones(2)), dl.ones(2) * 2)
+  H.ok(line > 0)
+end)
+
+H.test("a tensor kept in a table, a field or an upvalue keeps its value", function()
+  local cache, last = {}, nil
+  local net = { }
+  local f = function(x)
+    local h = x * 2
+    cache.h = h
+    net.act = dl.tanh(h)
+    last = h + 1
+    return (last * net.act):sum()
+  end
+  local cf = dl.compile(f)
+  for i = 1, 4 do
+    local x = dl.randn(10)
+    local want = f(x)
+    local wc, wa, wl = cache.h, net.act, last
+    local got = cf(x)
+    identical(got, want)
+    identical(cache.h, wc, "cache.h")
+    identical(net.act, wa, "net.act")
+    identical(last, wl, "last")
+  end
+end)
+
+H.test("a result kept only on a later call is an error naming it, then kept", function()
+  local keep, n = nil, 0
+  local cf = dl.compile(function(x)
+    n = n + 1
+    local h = x * 2
+    if n == 3 then keep = h end
+    return (h + 1):sum()
+  end)
+  local x = dl.tensor({ 1, 2, 3 })
+  for _ = 1, 3 do identical(cf(x), ((x * 2) + 1):sum()) end
+  local msg = H.raises(function() return keep + 1 end, "was made inside a compiled call and kept past it")
+  H.ok(string.find(msg, "mul at ", 1, true), msg)
+  n = 2
+  cf(x)
+  H.values(keep + 1, { 3, 5, 7 })
+  H.ok(string.find(dl.compile.explain(cf), "reads of a result that was not kept", 1, true))
+end)
+
+H.test("the function runs every call: prints, counters and metadata reads", function()
+  local calls, shapes = 0, {}
+  local cf = dl.compile(function(x)
+    calls = calls + 1
+    local y = x * 2
+    shapes[#shapes + 1] = y.shape[1] + y:dim() + y:numel()   -- answered without running y
+    return y.dtype == "float32" and y + 1 or y - 1
+  end)
+  for i = 1, 5 do H.values(cf(dl.ones(i)), (function() local t = {} for j = 1, i do t[j] = 3 end return t end)()) end
+  H.eq(calls, 5)
+  H.eq(shapes, { 3, 5, 7, 9, 11 })
+end)
+
+H.test("comparisons, reductions over dims and printing inside a call", function()
+  local f = function(x)
+    local m = x:gt(0)
+    local s = (x * 2):sum({ 1 }, true)
+    local txt = tostring(x * 1)
+    return m, s, x:mean(2), x:amax(1), (x + 1):le(x * 2), #txt > 0
+  end
+  agree(f, { { dl.randn(3, 4) }, { dl.randn(3, 4) }, { dl.randn(3, 4):double() } })
+end)
+
+H.test("integer, bool and mixed-dtype ops run eagerly inside a call", function()
+  local f = function(x, i)
+    local a = i * 2 + 1          -- int64: not deferred
+    local b = x + a              -- float32 + int64: promotes, not deferred
+    return b * 0.5, a % 3, x:lt(1):logical_not()
+  end
+  agree(f, { { dl.randn(4), dl.tensor({ 1, 2, 3, 4 }, { dtype = "int64" }) },
+             { dl.randn(4), dl.tensor({ 5, 6, 7, 8 }, { dtype = "int64" }) } })
+end)
+
+H.test("after 8 traces a function runs eagerly, with one warning", function()
+  local f = function(x) return x * 2 + 1 end
+  local cf = dl.compile(f)
+  for n = 1, 12 do identical(cf(dl.ones(n)), f(dl.ones(n))) end
+  local text = dl.compile.explain(cf)
+  H.eq(traces(cf), 8, text)
+  H.ok(string.find(text, "ran partly eagerly", 1, true), text)
+end)
+
+H.test("a module's :compile() compiles its forward", function()
+  local net = dl.nn.Sequential({ dl.nn.Linear(6, 8), dl.nn.Tanh(), dl.nn.Linear(8, 3) })
+  local x = dl.randn(5, 6)
+  local want = net(x)
+  net:compile()
+  for _ = 1, 3 do identical(net(x), want) end
+  local loss = function(x) return net(x):sum() end
+  local g = dl.implicit_grad(loss)(x)
+  H.ok(#g == 4)
+end)
+
+H.test("bad arguments are clear errors", function()
+  H.raises(function() return dl.compile(3) end, "compile: expected a function, got number")
+  H.raises(function() return dl.compile(function() end, 5) end, "compile: expected a table of options")
+  H.raises(function() return dl.compile.explain(print) end, "compile.explain: expected a compiled function")
+end)
+
+-- Random programs: chains of 5-40 ops with branches on values, views, products and
+-- reductions, generated as Lua source, run eagerly and compiled over many inputs.
+H.test("random differential programs: compiled equals eager, always", function()
+  local rng = 12345
+  local function rand(n)   -- deterministic, independent of dl's stream
+    rng = (rng * 1103515245 + 12345) % 2147483648
+    return math.floor(rng / 65536) % n + 1   -- the high bits: an LCG's low bits repeat
+  end
+  local unary = { "dl.tanh(%s)", "dl.sigmoid(%s)", "dl.abs(%s)", "(-%s)", "dl.relu(%s)", "dl.sin(%s)",
+                  "dl.exp(%s * 0.1)", "dl.sqrt(dl.abs(%s) + 1)", "dl.log1p(dl.abs(%s))", "dl.floor(%s)" }
+  local binary = { "(%s + %s)", "(%s - %s)", "(%s * %s)", "(%s / (dl.abs(%s) + 1))", "dl.maximum(%s, %s)",
+                   "dl.minimum(%s, %s)", "dl.atan2(%s, %s)" }
+  local scalar = { "(%s * %g)", "(%s + %g)", "(%s - %g)", "(%s ^ 2)", "(%s %% 1.5)", "(%s / %g)",
+                   "(0.5 - %s * %g)" }
+  local mismatches, programs, calls = 0, 0, 0
+  for p = 1, 40 do
+    local lines, vars = { "return function(x, y, k)" }, { "x", "y" }
+    local function pick() return vars[rand(#vars)] end
+    local nops = 4 + rand(36)
+    for i = 1, nops do
+      local r = rand(20)
+      local e
+      if r <= 7 then e = string.format(unary[rand(#unary)], pick())
+      elseif r <= 12 then e = string.format(binary[rand(#binary)], pick(), pick())
+      elseif r <= 15 then e = string.format(scalar[rand(#scalar)], pick(), (rand(9) - 5) / 4 + 0.1)
+      elseif r == 16 then e = string.format("(%s * k)", pick())
+      elseif r == 17 then e = string.format("(%s:sum(2, true) + %s)", pick(), pick())
+      elseif r == 18 then e = string.format("(%s:t():contiguous():t() * 0.5)", pick())
+      elseif r == 19 then e = string.format("(%s:matmul(%s:t()):sum() * 0.01 + %s)", pick(), pick(), pick())
+      else
+        local a, b = pick(), pick()
+        lines[#lines + 1] = string.format("  local v%d", i)
+        lines[#lines + 1] = string.format("  if (%s):mean() > 0 then v%d = %s * 0.5 else v%d = %s - 1 end", a, i, b, i, a)
+        vars[#vars + 1] = "v" .. i
+      end
+      if e then
+        lines[#lines + 1] = string.format("  local v%d = %s", i, e)
+        vars[#vars + 1] = "v" .. i
+      end
+    end
+    lines[#lines + 1] = string.format("  return %s, (%s):sum(), %s", vars[#vars], vars[#vars - 1], pick())
+    lines[#lines + 1] = "end"
+    local src = table.concat(lines, "\n")
+    local f = assert(loadstring(src, "=program" .. p))()
+    local cf = dl.compile(f)
+    programs = programs + 1
+    for c = 1, 6 do
+      local n = (c == 5) and 7 or 5
+      local x, y = dl.randn(n, 4), dl.randn(n, 4)
+      if c == 6 then x, y = x:double(), y:double() end
+      local want = { f(x, y, c * 0.3) }
+      local got = { cf(x, y, c * 0.3) }
+      calls = calls + 1
+      local ok, err = pcall(identical, got, want)
+      if not ok then
+        mismatches = mismatches + 1
+        print("mismatch in program " .. p .. ", call " .. c .. ": " .. tostring(err) .. "\n" .. src)
+      end
+    end
+  end
+  H.eq(mismatches, 0, programs .. " programs, " .. calls .. " calls")
+end)
+
+H.run()
