@@ -112,6 +112,79 @@ function M.sum(n, iters)
   return t / iters
 end
 
+-- ---- dl.compile ---------------------------------------------------------------------------------
+
+-- Eight pointwise ops, one input and one output (bench/ref.c's pw8 is the same loop in C).
+local function pw8_fn(x) return ((((x * 1.1 + 0.2):abs() - 0.3) * 0.9):relu() + 1) * 0.5 end
+M.pw8_fn = pw8_fn
+
+local function timed(f, iters, ...)
+  local r = f(...)
+  r = f(...)
+  local t0 = now()
+  for _ = 1, iters do r = f(...) end
+  local t = now() - t0
+  assert(r ~= nil)
+  return t / iters
+end
+
+-- pw8_fn over n float32, eagerly or compiled: seconds per call.
+function M.pw8(n, iters, compiled)
+  local x = dl.rand(n)
+  return timed(compiled and dl.compile(pw8_fn) or pw8_fn, iters, x)
+end
+
+-- The chain row's function without a gradient, eagerly or compiled: seconds per op.
+function M.chainfwd(iters, compiled)
+  local x, w = dl.rand(16), dl.rand(16)
+  return timed(compiled and dl.compile(chain_fn) or chain_fn, iters, x, w) / M.CHAIN_OPS
+end
+
+-- The chain row (recorded + backward) through dl.compile: seconds per op.
+function M.chainc(iters)
+  local x, w = dl.rand(16), dl.rand(16)
+  return timed(dl.compile(dl.grad(chain_fn)), iters, x, w) / M.CHAIN_OPS
+end
+
+-- One training step of the MLP (784-256-10, batch 64, SGD with momentum) on random data,
+-- eagerly or compiled: seconds per step.
+function M.mlpstep(iters, compiled)
+  local nn = dl.nn
+  dl.manual_seed(1)
+  local model = nn.Sequential{ nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10) }
+  local opt = dl.optim.SGD{ lr = 0.01, momentum = 0.9 }
+  local grad = dl.implicit_value_and_grad(function(xb, yb) return nn.cross_entropy(model(xb), yb) end)
+  local step = function(xb, yb)
+    local loss, grads = grad(xb, yb)
+    opt:apply_gradients(grads)
+    return loss
+  end
+  local xb, yb = dl.randn(64, 784), dl.randint(1, 11, { 64 }, { dtype = "int64" })
+  return timed(compiled and dl.compile(step) or step, iters, xb, yb)
+end
+
+-- A function of 100 pointwise ops on (64, 64) float32: its first call through a fresh
+-- dl.compile (capture, planning, the collection that finds what it kept), or an eager
+-- call: seconds per call.
+local function ops100(x)
+  local y = x
+  for _ = 1, 25 do y = ((y * 0.5 + 0.25):tanh() - x) end
+  return y
+end
+function M.capture100(iters, compiled)
+  local x = dl.randn(64, 64)
+  if not compiled then return timed(ops100, iters, x) end
+  local t = 0
+  for _ = 1, iters do
+    local cf = dl.compile(ops100)
+    local t0 = now()
+    local r = cf(x)
+    t = t + (now() - t0)
+    assert(r ~= nil)
+  end
+  return t / iters
+end
+
 -- ---- training epochs ---------------------------------------------------------------------------
 
 -- Fashion-MNIST's training set: images (60000, 28, 28) standardised float32, labels
@@ -210,10 +283,17 @@ end
 -- bench/run.lua's protocol (as bench/torch_ref.py and bench/ref.c speak it): one command
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | matmul <n> <iters> | add <n> <iters>
---   | sum <n> <iters> | mlp <epochs or images> | cnn <epochs or images> | info | quit
+--   | sum <n> <iters> | mlp <epochs or images> | cnn <epochs or images>
+--   | pw8 <n> <iters> [c] | chainfwd <iters> [c] | chainc <iters> | mlpstep <iters> [c]
+--   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
   local commands = {
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum,
+    pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
+    chainfwd = function(iters, c) return M.chainfwd(iters, c == "c") end,
+    chainc = M.chainc,
+    mlpstep = function(iters, c) return M.mlpstep(iters, c == "c") end,
+    capture100 = function(iters, c) return M.capture100(iters, c == "c") end,
     mlp = function(n) return M.epochs("mlp", n) end,
     cnn = function(n) return M.epochs("cnn", n) end,
   }
@@ -225,7 +305,8 @@ function M.worker(input, output)
     if cmd == "info" then
       output:write(("ok dlua %s, %s\n"):format(dl._VERSION or "?", jit and jit.version or _VERSION))
     elseif commands[cmd] then
-      local ok, t = pcall(commands[cmd], tonumber(words[2]), tonumber(words[3]))
+      local a2, a3 = tonumber(words[2]), tonumber(words[3])
+      local ok, t = pcall(commands[cmd], a2, a3 or words[3], words[4])
       if ok then
         output:write(("ok %.9g\n"):format(t))
       else

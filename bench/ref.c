@@ -7,6 +7,8 @@
  *   sgemm <n> <iters>         -> "ok <seconds per call>"   C = A B, n x n float32, row-major
  *   add <n> <iters>           -> "ok <seconds per call>"   c[i] = a[i] + b[i]
  *   sum <n> <iters>           -> "ok <seconds per call>"   s = sum of a[i]
+ *   pw8 <n> <iters>           -> "ok <seconds per call>"   c[i] = bench/cases.lua's pw8_fn(a[i]),
+ *                                                           one read and one write an element
  *   quit
  * Buffers are allocated and touched once per command, outside the timed loop: this is
  * the best case (no allocation, no page faults) that the engine is measured against.
@@ -85,6 +87,27 @@ static double run_sum(long n, long iters) {
   return t;
 }
 
+static double run_pw8(long n, long iters) {
+  float *a = fresh((size_t)n, 0.5f), *c = fresh((size_t)n, 0);
+  if (!a || !c) return -1;
+  double t0 = 0;
+  for (long it = -1; it < iters; ++it) {
+    if (it == 0) t0 = now();
+#pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; ++i) {
+      float v = a[i] * 1.1f + 0.2f;
+      v = (v < 0 ? -v : v) - 0.3f;
+      v = v * 0.9f;
+      v = v > 0 ? v : 0;
+      c[i] = (v + 1) * 0.5f;
+    }
+  }
+  double t = (now() - t0) / (double)iters;
+  g_sink = c[n / 2];
+  free(a), free(c);
+  return t;
+}
+
 int main(void) {
   char line[512];
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -110,6 +133,7 @@ int main(void) {
       if (strcmp(cmd, "sgemm") == 0) t = run_sgemm(n, iters);
       else if (strcmp(cmd, "add") == 0) t = run_add(n, iters);
       else if (strcmp(cmd, "sum") == 0) t = run_sum(n, iters);
+      else if (strcmp(cmd, "pw8") == 0) t = run_pw8(n, iters);
       else {
         printf("err unknown command %s\n", cmd);
         continue;

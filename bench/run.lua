@@ -278,6 +278,36 @@ do
 end
 
 do
+  -- dl.compile (docs/compile.md): compiled against dlua's own eager calls, and against
+  -- the machine (a C loop) and PyTorch where the goal names them.
+  local n = quick and 1e6 or 1e7
+  local iters = quick and 3 or 20
+  row{ id = "pw8c", label = "8 pointwise ops on 1e7 float32, compiled vs eager", unit = "ms/call",
+       show = per(MS), target = 1 / 4, threaded = true,
+       ours = ours(("pw8 %d %d c"):format(n, iters)),
+       refs = { { label = "dlua eager", kind = "dlua", cmd = ("pw8 %d %d"):format(n, iters) } } }
+  row{ id = "pw8bw", label = "8 pointwise ops on 1e7 float32, compiled, one read + one write", unit = "GB/s",
+       show = function(t) return 8 * n / t / 1e9 end, higher = true, target = 0.8, threaded = true,
+       ours = ours(("pw8 %d %d c"):format(n, iters)), refs = { cref("C loop (OpenMP)", ("pw8 %d %d"):format(n, iters)) } }
+  local k = quick and 200 or 20000
+  row{ id = "chainfwdc", label = "small-op chain, no gradient, compiled vs eager, per op", unit = "us/op",
+       show = per(US), target = 1 / 3, pinned = true,
+       ours = ours(("chainfwd %d c"):format(k)), refs = { { label = "dlua eager", kind = "dlua", cmd = ("chainfwd %d"):format(k) } } }
+  k = quick and 50 or 4000
+  row{ id = "chainc", label = "small-op chain recorded + backward, compiled, per op", unit = "us/op",
+       show = per(US), target = 1 / 30, pinned = true,
+       ours = ours("chainc " .. k), refs = { torch("chain " .. k, 1), { label = "dlua eager", kind = "dlua", cmd = "chain " .. k } } }
+  k = quick and 20 or 400
+  row{ id = "mlpstepc", label = "MLP 784-256-10 training step, compiled vs eager", unit = "ms/step",
+       show = per(MS), target = 0.9, threaded = true,
+       ours = ours(("mlpstep %d c"):format(k)), refs = { { label = "dlua eager", kind = "dlua", cmd = ("mlpstep %d"):format(k) } } }
+  k = quick and 5 or 50
+  row{ id = "capture100", label = "first call of a 100-op function: capture and planning vs an eager call", unit = "ms",
+       show = per(MS), target = 20, pinned = true,
+       ours = ours(("capture100 %d c"):format(k)), refs = { { label = "dlua eager call", kind = "dlua", cmd = ("capture100 %d"):format(k * 20) } } }
+end
+
+do
   -- Whole epochs (quick: a partial epoch of a few batches; a count above 1000 is a
   -- number of images). The warm-up round runs a partial epoch on each side: it builds
   -- the model, compiles the traces and fills the caches; the timed epochs continue

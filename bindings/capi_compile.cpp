@@ -56,14 +56,6 @@ std::shared_ptr<compile::Function> find_fn(uint64_t id) {
   return it == r.fns.end() ? nullptr : it->second;
 }
 
-uint64_t id_of(const compile::Function* fn) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  for (auto& [id, f] : r.fns)
-    if (f.get() == fn) return id;
-  return 0;
-}
-
 const char* line_of(const compile::Function& fn, const compile::Trace& t, uint32_t pos) {
   if (pos >= t.ops.size()) return nullptr;
   int line = t.ops[pos].line;
@@ -104,29 +96,28 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
   try {
     const dl::OpInfo& info = dl::op_info(Op(op));
     compile::Step st;
-    compile::TraceOp key;
-    st.kind = key.kind = kind;
-    st.op = key.op = Op(op);
+    compile::OperandKey ka, kb;
+    st.kind = kind;
+    st.op = Op(op);
     st.s = s;
     st.scalar_first = first != 0;
-    if (!operand_for(*c, a, st.a, key.a, info.lua_name)) return -2;
+    if (!operand_for(*c, a, st.a, ka, info.lua_name)) return -2;
     const bool two = kind == compile::Kind::Binary || kind == compile::Kind::Compare;
-    if (two && !operand_for(*c, b, st.b, key.b, info.lua_name)) return -2;
+    if (two && !operand_for(*c, b, st.b, kb, info.lua_name)) return -2;
     if (kind == compile::Kind::Reduce) {
       if (ndims < 0 || ndims > dl::kMaxDims || (ndims > 0 && !dims)) return -2;
-      const int rank = key.a.shape.size();
+      const int rank = ka.shape.size();
       for (int i = 0; i < ndims; ++i) {
         int d = dims[i] < 0 ? dims[i] + rank : dims[i] - 1;
         if (d < 0 || d >= rank) return -2;   // the eager op says what is wrong
         for (int j = 0; j < i; ++j)
           if (st.dims[j] == d) return -2;
-        st.dims[i] = key.dims[i] = int8_t(d);
+        st.dims[i] = int8_t(d);
       }
-      st.ndims = key.ndims = int8_t(ndims);
-      st.keepdim = key.keepdim = keepdim != 0;
+      st.ndims = int8_t(ndims);
+      st.keepdim = keepdim != 0;
     }
-    if (!compile::infer(st, key.a.dtype, key.a.shape, key.b.dtype, key.b.shape)) return -2;
-    const int r = compile::defer(*c, std::move(st), key);
+    const int r = compile::defer(*c, std::move(st), ka, kb);
     if (r == 0) return -2;
     ProxyRef p;
     p.pos = uint32_t(c->steps.size() - 1);
@@ -232,10 +223,9 @@ bool proxy_meta(const struct dl_tensor* x, dl_meta* out) {
 uint64_t dl_compile_new(const char* name) {
   try {
     Registry& r = registry();
-    auto fn = std::make_shared<compile::Function>(name ? name : "?");
     std::lock_guard<std::mutex> lock(r.mu);
-    uint64_t id = r.next++;
-    r.fns.emplace(id, std::move(fn));
+    const uint64_t id = r.next++;
+    r.fns.emplace(id, std::make_shared<compile::Function>(name ? name : "?", id));
     return id;
   } catch (...) {
     dl::bind::capture_exception();
@@ -300,7 +290,7 @@ int dl_compile_settle(struct dl_tensor* x) {
     e.tag = dl::bind::kExpiredTag;
     e.pos = r.pos;
     e.serial = c->trace ? c->trace_index + 1 : 0;
-    e.fn = id_of(c->fn.get());
+    e.fn = c->fn->id;
     dl::bind::write_proxy(x, e);
     return 0;
   }

@@ -278,8 +278,10 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
              const std::vector<uint8_t>& want) {
   DL_ASSERT(begin <= end && end <= steps.size() && results.size() >= end && want.size() >= end - begin);
   const size_t n = end - begin;
-  // Groups: runs of consecutive pointwise steps of one dtype and shape.
-  std::vector<size_t> group_end(n);
+  // The thread's scratch lists, kept for the next call (no allocation in steady state).
+  thread_local std::vector<size_t> group_end;
+  thread_local std::vector<uint8_t> keep, live;
+  group_end.assign(n, 0);
   for (size_t i = begin; i < end;) {
     size_t j = i + 1;
     if (pointwise(steps[i]) && float_dtype(steps[i].dtype))
@@ -292,7 +294,8 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
   // keep: the result is written to memory (wanted later, or read outside its group);
   // live: computed at all (kept, or read by a live step of its group). Backwards, so
   // that a step read only by dead steps is dead too.
-  std::vector<uint8_t> keep(end, 0), live(n, 0);
+  keep.assign(end, 0);
+  live.assign(n, 0);
   for (size_t i = end; i-- > begin;) {
     const size_t k = i - begin;
     if (want[k]) keep[i] = 1;
@@ -321,7 +324,10 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
       i = j;
       continue;
     }
-    Group g{i, j, DType::Float32, 0, 0, {}, {}, {}};
+    thread_local Group g;
+    g.g0 = i;
+    g.g1 = j;
+    g.held.clear();
     g.live.assign(live.begin() + long(i - begin), live.begin() + long(j - begin));
     bool any = false;
     for (uint8_t l : g.live) any = any || l;

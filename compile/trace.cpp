@@ -75,6 +75,20 @@ void push(Call& c, Step&& step) {
   c.returned.push_back(0);
 }
 
+TraceOp key_of(const Step& st, const OperandKey& a, const OperandKey& b) {
+  TraceOp k;
+  k.kind = st.kind;
+  k.op = st.op;
+  k.a = a;
+  if (st.kind == Kind::Binary || st.kind == Kind::Compare) k.b = b;
+  k.ndims = st.ndims;
+  k.keepdim = st.keepdim;
+  for (int i = 0; i < st.ndims; ++i) k.dims[i] = st.dims[i];
+  k.out_dtype = st.dtype;
+  k.out_shape = st.shape;
+  return k;
+}
+
 void note_divergence(Call& c, size_t pos, const TraceOp& got) {
   Function& fn = *c.fn;
   std::string what;
@@ -122,6 +136,20 @@ bool TraceOp::same_op(const TraceOp& o) const {
   return true;
 }
 
+bool TraceOp::matches(const Step& st, const OperandKey& ka, const OperandKey& kb) const {
+  if (kind != st.kind || op != st.op || !(a == ka)) return false;
+  if ((kind == Kind::Binary || kind == Kind::Compare) && !(b == kb)) return false;
+  if (kind == Kind::Reduce) {
+    if (ndims != st.ndims || keepdim != st.keepdim) return false;
+    for (int i = 0; i < ndims; ++i)
+      if (dims[i] != st.dims[i]) return false;
+  }
+  return true;
+}
+
+Function::Function(std::string n, uint64_t i) : name(std::move(n)), id(i) {}
+Function::~Function() = default;
+
 int Function::line_id(const std::string& where) {
   for (size_t i = 0; i < lines.size(); ++i)
     if (lines[i] == where) return int(i);
@@ -162,7 +190,7 @@ std::string Function::report() const {
 
 Call& begin_call(std::shared_ptr<Function> fn) {
   DL_CHECK(!t_call, "compile: a compiled call is already in progress on this thread");
-  Call* c = new Call();
+  Call* c = fn->spare ? fn->spare.release() : new Call();
   c->fn = std::move(fn);
   c->serial = next_serial();
   ++c->fn->calls;
@@ -173,19 +201,36 @@ Call& begin_call(std::shared_ptr<Function> fn) {
 void end_call() noexcept {
   Call* c = t_call;
   t_call = nullptr;
-  delete c;
+  if (!c) return;
+  // Parked in its function for the next call, emptied but with its vectors' room.
+  std::shared_ptr<Function> fn = std::move(c->fn);
+  c->trace = nullptr;
+  c->trace_index = 0;
+  c->recording = c->eager = c->recorded_any = false;
+  c->steps.clear();
+  c->results.clear();
+  c->returned.clear();
+  c->flushed = 0;
+  fn->spare.reset(c);
 }
 
-int defer(Call& c, Step&& step, const TraceOp& key) {
+int defer(Call& c, Step&& step, const OperandKey& a, const OperandKey& b) {
   if (c.eager) return 0;
   Function& fn = *c.fn;
   const size_t pos = c.steps.size();
-  if (!c.recording) {
-    if (c.trace && pos < c.trace->ops.size() && c.trace->ops[pos].same_op(key)) {
+  if (!c.recording && c.trace && pos < c.trace->ops.size()) {
+    const TraceOp& t = c.trace->ops[pos];
+    if (t.matches(step, a, b)) {   // the common case: the result is known, nothing to infer
+      step.dtype = t.out_dtype;
+      step.shape = t.out_shape;
       push(c, std::move(step));
       ++fn.matched;
       return 1;
     }
+  }
+  if (!infer(step, a.dtype, a.shape, b.dtype, b.shape)) return 0;
+  const TraceOp key = key_of(step, a, b);
+  if (!c.recording) {
     for (size_t i = 0; i < fn.traces.size(); ++i) {
       Trace* t = fn.traces[i].get();
       if (t == c.trace || pos >= t->ops.size() || !t->ops[pos].same_op(key)) continue;

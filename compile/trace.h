@@ -44,7 +44,11 @@ struct TraceOp {
   bool keepdim = false;
   int8_t dims[kMaxDims] = {};
   int line = -1;   // an index into Function::lines, -1 unknown
+  DType out_dtype = DType::Float32;   // the result's, as infer() worked it out
+  Shape out_shape;
   bool same_op(const TraceOp& o) const;
+  // `step`, whose operands are `a` and `b`, is this op.
+  bool matches(const Step& step, const OperandKey& a, const OperandKey& b) const;
 };
 
 struct Trace {
@@ -62,9 +66,14 @@ struct Divergence {
   int64_t count = 0;
 };
 
+struct Call;
+
 struct Function {
-  explicit Function(std::string n) : name(std::move(n)) {}
+  Function(std::string n, uint64_t i);
+  ~Function();
   std::string name;
+  uint64_t id;                              // the bindings' id of it
+  std::unique_ptr<Call> spare;              // the last call's, reused (its vectors' room)
   std::vector<std::unique_ptr<Trace>> traces;
   std::vector<std::string> lines;           // "chunk:line" of recorded ops
   std::vector<Divergence> divergences;
@@ -100,10 +109,12 @@ Call& begin_call(std::shared_ptr<Function> fn);
 // Ends it, dropping everything it held.
 void end_call() noexcept;
 
-// Matches `step` (whose trace form is `key`) against the call's trace. 1: matched and
-// deferred; 2: deferred and recorded (a new trace, or the call's trace grows); 0: not
-// deferred (the call has left every trace and may make no more): run the op eagerly.
-int defer(Call& c, Step&& step, const TraceOp& key);
+// Matches `step`, whose operands are `a` and `b` (b unused for one-operand kinds),
+// against the call's trace. 1: matched and deferred; 2: deferred and recorded (a new
+// trace, or the call's trace grows); 0: not deferred (an op the executor does not take,
+// or the call has left every trace and may make no more): run the op eagerly. Throws
+// the eager op's error for operands it refuses.
+int defer(Call& c, Step&& step, const OperandKey& a, const OperandKey& b);
 
 // Runs every deferred step, keeping every result (a value leaves for Lua; the rest of
 // the call may take any path).

@@ -22,6 +22,7 @@ core.own_source()
 local T = require("dlua.tensor")
 
 local C = core.C
+local total, mark, budget, collect = core.total, core.mark, core.budget, core.collect
 local dl = T.dl
 local Tensor, own, proxies = T.Tensor, T.own, T.proxies
 local istype, ffi_string = ffi.istype, ffi.string
@@ -124,6 +125,10 @@ local function compile(f, opts)
     if not enabled or C.dl_compile_active() ~= 0 or C.dl_is_recording() ~= 0 then
       return f(...)   -- eager; inside an enclosing compiled call, part of it
     end
+    -- The collector is stepped here, as before an eager op allocates (Note [Stepping the
+    -- collector] in core.lua): the call's results are allocated when its steps run, and
+    -- the garbage of the calls before (last call's results) is then freed and reused.
+    if total[0] - mark[0] > budget[0] then collect() end
     if C.dl_compile_begin(fid) ~= 0 then core.raise_last() end
     local rets = pack(pcall(f, ...))
     finish(rets)
