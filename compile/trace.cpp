@@ -170,7 +170,7 @@ std::string Function::report() const {
   for (size_t t = 0; t < traces.size(); ++t) {
     const Trace& tr = *traces[t];
     os << "  trace " << t + 1 << ": " << tr.ops.size() << " ops, followed to its end "
-       << tr.replays << " times";
+       << tr.replays << (tr.replays == 1 ? " time" : " times");
     size_t kept = 0;
     for (uint8_t k : tr.kept) kept += k;
     if (tr.analysed) os << ", " << kept << " results kept past the call";

@@ -1,0 +1,190 @@
+// dl.compile's engine side (compile/): the fused executor gives eager's bits whatever
+// its operands' layout, writes only what is wanted, and the traces match, grow and stop.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <memory>
+
+#include "compile/plan.h"
+#include "compile/trace.h"
+#include "tensor/ops.h"
+
+using namespace dl;
+using namespace dl::compile;
+
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  Tensor x = contiguous(a), y = contiguous(b);
+  return std::memcmp(x.raw_data(), y.raw_data(), size_t(x.numel()) * x.itemsize()) == 0;
+}
+
+Step unary_step(Op op, Operand a, DType dt, const Shape& s) {
+  Step st;
+  st.kind = Kind::Unary;
+  st.op = op;
+  st.a = std::move(a);
+  st.dtype = dt;
+  st.shape = s;
+  return st;
+}
+
+Step binary_step(Op op, Operand a, Operand b, DType dt, const Shape& s) {
+  Step st;
+  st.kind = Kind::Binary;
+  st.op = op;
+  st.a = std::move(a);
+  st.b = std::move(b);
+  st.dtype = dt;
+  st.shape = s;
+  return st;
+}
+
+Step scalar_step(Op op, Operand a, double v, bool first, DType dt, const Shape& s) {
+  Step st;
+  st.kind = Kind::BinaryScalar;
+  st.op = op;
+  st.a = std::move(a);
+  st.s = v;
+  st.scalar_first = first;
+  st.dtype = dt;
+  st.shape = s;
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE("a fused group gives eager's bits for every kind of operand", "[compile]") {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (int64_t m : {3, 67, 400}) {   // one block, and (400 x 333) many blocks on threads
+      const int64_t n = m == 400 ? 333 : 5;
+      const Shape s{m, n};
+      Tensor x = randn(s, dt);
+      Tensor row = randn(Shape{n}, dt);           // cycled: the group's trailing dim
+      Tensor col = randn(Shape{m, 1}, dt);        // expanded into a copy
+      Tensor one = randn(Shape{1, 1}, dt);        // one value, step 0
+      Tensor xt = contiguous(transpose(randn(Shape{n, m}, dt), 0, 1));
+      Tensor strided = transpose(randn(Shape{n, m}, dt), 0, 1);   // not contiguous
+      std::vector<Step> steps;
+      steps.push_back(binary_step(Op::Mul, Operand::bound(x), Operand::bound(row), dt, s));        // 0
+      steps.push_back(binary_step(Op::Add, Operand::of(0), Operand::bound(col), dt, s));           // 1
+      steps.push_back(unary_step(Op::Tanh, Operand::of(1), dt, s));                                // 2
+      steps.push_back(scalar_step(Op::Sub, Operand::of(2), 0.25, true, dt, s));                    // 3
+      steps.push_back(binary_step(Op::Div, Operand::of(3), Operand::bound(one), dt, s));           // 4
+      steps.push_back(binary_step(Op::Maximum, Operand::of(4), Operand::bound(strided), dt, s));   // 5
+      steps.push_back(binary_step(Op::Atan2, Operand::bound(xt), Operand::of(5), dt, s));          // 6
+      std::vector<Tensor> results(steps.size());
+      std::vector<uint8_t> want(steps.size(), 1);
+      execute(steps, 0, steps.size(), results, want);
+      Tensor e0 = binary(Op::Mul, x, row);
+      Tensor e1 = binary(Op::Add, e0, col);
+      Tensor e2 = unary(Op::Tanh, e1);
+      Tensor e3 = binary(Op::Sub, e2, Scalar::from_lua(0.25), true);
+      Tensor e4 = binary(Op::Div, e3, one);
+      Tensor e5 = binary(Op::Maximum, e4, strided);
+      Tensor e6 = binary(Op::Atan2, xt, e5);
+      const Tensor* eager[] = {&e0, &e1, &e2, &e3, &e4, &e5, &e6};
+      for (size_t i = 0; i < steps.size(); ++i) {
+        INFO("step " << i << ", " << dtype_name(dt) << ", " << s);
+        CHECK(same_bits(results[i], *eager[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("the executor writes only the results that are wanted", "[compile]") {
+  const Shape s{4, 6};
+  Tensor x = randn(s, DType::Float32);
+  std::vector<Step> steps;
+  steps.push_back(scalar_step(Op::Mul, Operand::bound(x), 2, false, DType::Float32, s));   // 0: read in-group
+  steps.push_back(unary_step(Op::Exp, Operand::of(0), DType::Float32, s));                 // 1: read by the sum
+  steps.push_back(unary_step(Op::Neg, Operand::bound(x), DType::Float32, s));             // 2: dead
+  Step sum;
+  sum.kind = Kind::Reduce;
+  sum.op = Op::Sum;
+  sum.a = Operand::of(1);
+  sum.dtype = DType::Float32;
+  steps.push_back(sum);                                                                  // 3: wanted
+  std::vector<Tensor> results(steps.size());
+  const ExecStats before = exec_stats();
+  execute(steps, 0, steps.size(), results, {0, 0, 0, 1});
+  CHECK_FALSE(results[0].defined());
+  CHECK(results[1].defined());   // a reduction reads it from memory
+  CHECK_FALSE(results[2].defined());
+  REQUIRE(results[3].defined());
+  CHECK(same_bits(results[3], reduce(Op::Sum, unary(Op::Exp, binary(Op::Mul, x, Scalar::from_lua(2))), {}, false)));
+  CHECK(exec_stats().elided - before.elided == 2);
+}
+
+TEST_CASE("infer refuses what the executor does not take and raises eager's errors", "[compile]") {
+  Step st;
+  st.kind = Kind::Binary;
+  st.op = Op::Add;
+  CHECK(infer(st, DType::Float32, Shape{2, 3}, DType::Float32, Shape{3}));
+  CHECK(st.shape == Shape{2, 3});
+  CHECK_FALSE(infer(st, DType::Float32, Shape{3}, DType::Float64, Shape{3}));   // mixed dtypes
+  CHECK_FALSE(infer(st, DType::Int64, Shape{3}, DType::Int64, Shape{3}));       // integers
+  CHECK_THROWS_WITH(infer(st, DType::Float32, Shape{2}, DType::Float32, Shape{3}), Catch::Contains("add"));
+  st.kind = Kind::Reduce;
+  st.op = Op::Sum;
+  st.ndims = 1;
+  st.dims[0] = 1;
+  st.keepdim = true;
+  CHECK(infer(st, DType::Float64, Shape{2, 3, 4}, DType::Float64, Shape{}));
+  CHECK(st.shape == Shape{2, 1, 4});
+  st.op = Op::Var;   // its correction and empty-input rules stay eager's
+  CHECK_FALSE(infer(st, DType::Float64, Shape{2, 3, 4}, DType::Float64, Shape{}));
+}
+
+TEST_CASE("traces: matched, grown into a tree, and at most kMaxTraces", "[compile]") {
+  auto fn = std::make_shared<Function>("f", 1);
+  // nops tanh ops in a row on ones(s), as the bindings make them: an op that is not
+  // deferred runs eagerly and its result is bound for the next.
+  auto run = [&](const Shape& s, int nops) {
+    Call& c = begin_call(fn);
+    Tensor eager_value = ones(s, DType::Float32);
+    int32_t last_step = -1;
+    std::vector<int> r;
+    for (int i = 0; i < nops; ++i) {
+      Step st;
+      st.kind = Kind::Unary;
+      st.op = Op::Tanh;
+      OperandKey a, none;
+      if (last_step < 0) {
+        st.a = Operand::bound(eager_value);
+        a.dtype = eager_value.dtype();
+        a.shape = eager_value.shape();
+      } else {
+        st.a = Operand::of(last_step);
+        a.step = last_step;
+        a.shape = s;
+      }
+      const int d = defer(c, std::move(st), a, none);
+      r.push_back(d);
+      if (d == 0) {
+        flush(c);
+        eager_value = unary(Op::Tanh, last_step < 0 ? eager_value : c.results[size_t(last_step)]);
+        last_step = -1;
+      } else {
+        last_step = int32_t(c.steps.size() - 1);
+      }
+    }
+    finish_call(c);
+    Tensor last = last_step < 0 ? eager_value : c.results[size_t(last_step)];
+    end_call();
+    Tensor want = ones(s, DType::Float32);
+    for (int i = 0; i < nops; ++i) want = unary(Op::Tanh, want);
+    CHECK(same_bits(last, want));
+    return r;
+  };
+  CHECK(run(Shape{3}, 2) == std::vector<int>{2, 2});   // recorded
+  CHECK(run(Shape{3}, 2) == std::vector<int>{1, 1});   // replayed
+  CHECK(fn->traces.size() == 1);
+  CHECK(run(Shape{3}, 3).back() == 2);                 // grows past the trace's end: a child
+  CHECK(fn->traces.size() == 2);
+  CHECK(run(Shape{3}, 3) == std::vector<int>{1, 1, 1});
+  for (int64_t n = 4; n < 12; ++n) run(Shape{n}, 2);
+  CHECK(fn->traces.size() == kMaxTraces);
+  CHECK(fn->eager_calls > 0);
+  CHECK(fn->report().find("calls ran partly eagerly") != std::string::npos);
+}
