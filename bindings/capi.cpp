@@ -833,6 +833,14 @@ uint64_t dl_matmul(uint64_t a, uint64_t b) {
   return guard_handle([&] { return ag::matmul(get(a, "matmul"), get(b, "matmul")); });
 }
 
+int dl_matmul_value(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
+  if (dl::compile::current()) {
+    const int st = dl::bind::defer_matmul(a, b, out);
+    if (st != -2) return st;
+  }
+  return guard_value(out, [&] { return ag::matmul(value_of(a, "matmul"), value_of(b, "matmul")); });
+}
+
 uint64_t dl_to(uint64_t x, int dtype) {
   return guard_handle([&] { return ag::cast(get(x, "to"), dtype_of(dtype, "to")); });
 }

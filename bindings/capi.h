@@ -202,6 +202,9 @@ uint64_t dl_where(uint64_t cond, uint64_t a, uint64_t b);
 uint64_t dl_clamp(uint64_t x, double lo, double hi, int has_lo, int has_hi);
 uint64_t dl_masked_fill(uint64_t x, uint64_t mask, double value);
 uint64_t dl_matmul(uint64_t a, uint64_t b);
+/* matmul of two values (inline or handles; never a view of either), delivered as
+   dl_unary's results; what the Lua side calls. */
+int dl_matmul_value(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out);
 uint64_t dl_to(uint64_t x, int dtype);
 uint64_t dl_to_device(uint64_t x, const char* device);
 uint64_t dl_contiguous(uint64_t x);

@@ -102,7 +102,8 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
     st.s = s;
     st.scalar_first = first != 0;
     if (!operand_for(*c, a, st.a, ka, info.lua_name)) return -2;
-    const bool two = kind == compile::Kind::Binary || kind == compile::Kind::Compare;
+    const bool two = kind == compile::Kind::Binary || kind == compile::Kind::Compare ||
+                     kind == compile::Kind::MatMul;
     if (two && !operand_for(*c, b, st.b, kb, info.lua_name)) return -2;
     if (kind == compile::Kind::Reduce) {
       if (ndims < 0 || ndims > dl::kMaxDims || (ndims > 0 && !dims)) return -2;
@@ -190,6 +191,10 @@ int defer_compare_scalar(int op, const struct dl_tensor* a, double s, int first,
 int defer_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims,
                             int keepdim, struct dl_tensor* out) {
   return defer(compile::Kind::Reduce, op, x, nullptr, 0, 0, dims, ndims, keepdim, out);
+}
+
+int defer_matmul(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
+  return defer(compile::Kind::MatMul, int(Op::MatMul), a, b, 0, 0, nullptr, 0, 0, out);
 }
 
 bool proxy_meta(const struct dl_tensor* x, dl_meta* out) {

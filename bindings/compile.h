@@ -17,6 +17,7 @@ int defer_binary(int op, const dl_tensor* a, const dl_tensor* b, dl_tensor* out)
 int defer_binary_scalar(int op, const dl_tensor* a, double s, int first, dl_tensor* out);
 int defer_compare(int op, const dl_tensor* a, const dl_tensor* b, dl_tensor* out);
 int defer_compare_scalar(int op, const dl_tensor* a, double s, int first, dl_tensor* out);
+int defer_matmul(const dl_tensor* a, const dl_tensor* b, dl_tensor* out);
 int defer_reduce(int op, const dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
                  dl_tensor* out);
 // Fills *out with a proxy's metadata, known without running anything; false for

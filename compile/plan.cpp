@@ -30,7 +30,7 @@ bool pointwise(const Step& s) {
 }
 
 int arity(const Step& s) {
-  return (s.kind == Kind::Binary || s.kind == Kind::Compare) ? 2 : 1;
+  return (s.kind == Kind::Binary || s.kind == Kind::Compare || s.kind == Kind::MatMul) ? 2 : 1;
 }
 
 const Tensor& tensor_of(const Operand& o, const std::vector<Tensor>& results) {
@@ -62,6 +62,27 @@ bool infer(Step& s, DType ad, const Shape& as, DType bd, const Shape& bs) {
       s.shape = broadcast_shapes(as, bs, name);
       s.dtype = s.kind == Kind::Binary ? ad : DType::Bool;
       return true;
+    case Kind::MatMul: {
+      // Float operands of one dtype; anything the front end would refuse (tensor/
+      // linalg.cpp) is left to it, to raise its own error.
+      if (bd != ad || as.size() < 1 || bs.size() < 1) return false;
+      const int da = as.size(), db = bs.size();
+      const int64_t K = as[da - 1];
+      if (K != (db == 1 ? bs[0] : bs[db - 2])) return false;
+      const int na = std::max(da - 2, 0), nb = std::max(db - 2, 0), nbatch = std::max(na, nb);
+      Shape out;
+      for (int i = 0; i < nbatch; ++i) {
+        const int ia = i - (nbatch - na), ib = i - (nbatch - nb);
+        const int64_t sa = ia >= 0 ? as[ia] : 1, sb = ib >= 0 ? bs[ib] : 1;
+        if (sa != sb && sa != 1 && sb != 1) return false;
+        out.push_back(sa == 1 ? sb : sa);
+      }
+      if (da >= 2) out.push_back(as[da - 2]);
+      if (db >= 2) out.push_back(bs[db - 1]);
+      s.dtype = ad;
+      s.shape = out;
+      return true;
+    }
     case Kind::Reduce: {
       // The reductions whose result dtype is their float input's and which refuse no
       // non-empty input: anything else runs eagerly, where its checks are.
@@ -264,6 +285,7 @@ Tensor run_single(const Step& st, const std::vector<Tensor>& results) {
       std::vector<int> dims(st.dims, st.dims + st.ndims);
       return reduce(st.op, a, dims, st.keepdim);
     }
+    case Kind::MatMul: return matmul(a, tensor_of(st.b, results));
   }
   fail(ErrorKind::Internal, "compile: unknown step kind");
 }

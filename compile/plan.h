@@ -8,7 +8,8 @@
 //   execute(steps, 0, 3, results, {0, 0, 1});   // only the sum is wanted: add and tanh
 //                                               // run as one pass, their results unkept
 //
-// A step is an op of the pointwise or reduction families whose result was promised to
+// A step is an op of the pointwise or reduction families, or a matrix product, whose
+// result was promised to
 // Lua before it was computed (Note [Deferred steps] in compile/trace.cpp says when a
 // call defers one). The executor runs a range of them in their order, with the engine's
 // own arithmetic, so that every value is the one eager execution gives, bit for bit
@@ -23,7 +24,7 @@
 
 namespace dl::compile {
 
-enum class Kind : uint8_t { Unary, Binary, BinaryScalar, Compare, CompareScalar, Reduce };
+enum class Kind : uint8_t { Unary, Binary, BinaryScalar, Compare, CompareScalar, Reduce, MatMul };
 
 // A step's operand: the result of an earlier step of the same call (step >= 0), or a
 // tensor bound for this call (an argument, a closure's tensor, a value from an op that

@@ -50,7 +50,7 @@ std::string describe(const Function& fn, const TraceOp& t) {
     else os << dtype_name(k.dtype) << " " << k.shape;
   };
   operand(t.a);
-  if (t.kind == Kind::Binary || t.kind == Kind::Compare) {
+  if (t.kind == Kind::Binary || t.kind == Kind::Compare || t.kind == Kind::MatMul) {
     os << ", ";
     operand(t.b);
   } else if (t.kind == Kind::BinaryScalar || t.kind == Kind::CompareScalar) {
@@ -80,7 +80,7 @@ TraceOp key_of(const Step& st, const OperandKey& a, const OperandKey& b) {
   k.kind = st.kind;
   k.op = st.op;
   k.a = a;
-  if (st.kind == Kind::Binary || st.kind == Kind::Compare) k.b = b;
+  if (st.kind == Kind::Binary || st.kind == Kind::Compare || st.kind == Kind::MatMul) k.b = b;
   k.ndims = st.ndims;
   k.keepdim = st.keepdim;
   for (int i = 0; i < st.ndims; ++i) k.dims[i] = st.dims[i];
@@ -125,9 +125,13 @@ void run(Call& c, const std::vector<uint8_t>& want) {
 
 }  // namespace
 
+namespace {
+bool two_operands(Kind k) { return k == Kind::Binary || k == Kind::Compare || k == Kind::MatMul; }
+}  // namespace
+
 bool TraceOp::same_op(const TraceOp& o) const {
   if (kind != o.kind || op != o.op || !(a == o.a)) return false;
-  if ((kind == Kind::Binary || kind == Kind::Compare) && !(b == o.b)) return false;
+  if (two_operands(kind) && !(b == o.b)) return false;
   if (kind == Kind::Reduce) {
     if (ndims != o.ndims || keepdim != o.keepdim) return false;
     for (int i = 0; i < ndims; ++i)
@@ -138,7 +142,7 @@ bool TraceOp::same_op(const TraceOp& o) const {
 
 bool TraceOp::matches(const Step& st, const OperandKey& ka, const OperandKey& kb) const {
   if (kind != st.kind || op != st.op || !(a == ka)) return false;
-  if ((kind == Kind::Binary || kind == Kind::Compare) && !(b == kb)) return false;
+  if (two_operands(kind) && !(b == kb)) return false;
   if (kind == Kind::Reduce) {
     if (ndims != st.ndims || keepdim != st.keepdim) return false;
     for (int i = 0; i < ndims; ++i)

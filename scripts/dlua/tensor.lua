@@ -1060,9 +1060,10 @@ end
 local function matmul(a, b)
   check_tensor("matmul", a)
   check_tensor("matmul", b)
-  local id = C.dl_matmul(hid(a), hid(b))
-  if id == 0 and retry() then id = C.dl_matmul(hid(a), hid(b)) end
-  return wrap(id)
+  local r = result()
+  local st = C.dl_matmul_value(a, b, r)
+  if st < 0 and retry() then st = C.dl_matmul_value(a, b, r) end
+  return value(st, r)
 end
 methods.matmul, dl.matmul = matmul, matmul
 

@@ -282,6 +282,23 @@ H.test("comparisons, reductions over dims and printing inside a call", function(
   agree(f, { { dl.randn(3, 4) }, { dl.randn(3, 4) }, { dl.randn(3, 4):double() } })
 end)
 
+H.test("matrix products are deferred too: a forward pass is one plan", function()
+  local w1, b1, w2, b2 = dl.randn(784, 64), dl.randn(64), dl.randn(64, 10), dl.randn(10)
+  local f = function(x) return dl.relu(x:matmul(w1) + b1):matmul(w2) + b2 end
+  local cf = agree(f, { { dl.randn(32, 784) }, { dl.randn(32, 784) }, { dl.randn(5, 784):double():float() } })
+  local text = dl.compile.explain(cf)
+  H.ok(string.find(text, "matmul(float32 (32, 784), float32 (784, 64))", 1, true), text)
+  H.ok(tonumber(string.match(text, "(%d+) results never written")) > 0, text)
+  -- 1-D, batched and broadcast products, and transposed operands
+  local g = function(a, b, v) return a:matmul(b) * 2, a:matmul(v), v:matmul(v), a:transpose(-1, -2):matmul(a) end
+  agree(g, { { dl.randn(3, 4, 5), dl.randn(5, 2), dl.randn(5) }, { dl.randn(3, 4, 5), dl.randn(3, 5, 2), dl.randn(5) },
+             { dl.randn(4, 5):double(), dl.randn(5, 2):double(), dl.randn(5):double() } })
+  -- the front end's errors, at the script's line
+  local bad = dl.compile(function(a, b) return (a * 1):matmul(b) end)
+  H.raises(function() return bad(dl.ones(2, 3), dl.ones(4, 5)) end, "matmul: shapes (2, 3) and (4, 5) cannot be multiplied")
+  identical(bad(dl.ones(2, 3), dl.ones(3, 5)), dl.full({ 2, 5 }, 3))
+end)
+
 H.test("integer, bool and mixed-dtype ops run eagerly inside a call", function()
   local f = function(x, i)
     local a = i * 2 + 1          -- int64: not deferred
