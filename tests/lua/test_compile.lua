@@ -355,9 +355,17 @@ H.test("random differential programs: compiled equals eager, always", function()
     local function pick() return vars[rand(#vars)] end
     local nops = 4 + rand(36)
     for i = 1, nops do
-      local r = rand(20)
+      local r = rand(23)
       local e
-      if r <= 7 then e = string.format(unary[rand(#unary)], pick())
+      if r == 21 then      -- an in-place update of a copy
+        lines[#lines + 1] = string.format("  local v%d = %s:clone()", i, pick())
+        lines[#lines + 1] = string.format("  v%d:mul_(0.5):add_(%s)", i, pick())
+        vars[#vars + 1] = "v" .. i
+      elseif r == 22 then  -- a value read back into Lua arithmetic
+        e = string.format("(%s * (%s):sum():item())", pick(), pick())
+      elseif r == 23 then  -- a reduction over one dim, kept
+        e = string.format("(%s:mean(1, true) - %s:amax(2, true))", pick(), pick())
+      elseif r <= 7 then e = string.format(unary[rand(#unary)], pick())
       elseif r <= 12 then e = string.format(binary[rand(#binary)], pick(), pick())
       elseif r <= 15 then e = string.format(scalar[rand(#scalar)], pick(), (rand(9) - 5) / 4 + 0.1)
       elseif r == 16 then e = string.format("(%s * k)", pick())
