@@ -134,9 +134,10 @@ function M.pw8(n, iters, compiled)
   return timed(compiled and dl.compile(pw8_fn) or pw8_fn, iters, x)
 end
 
--- The chain row's function without a gradient, eagerly or compiled: seconds per op.
-function M.chainfwd(iters, compiled)
-  local x, w = dl.rand(16), dl.rand(16)
+-- The chain row's function without a gradient on n float32, eagerly or compiled:
+-- seconds per op.
+function M.chainfwd(n, iters, compiled)
+  local x, w = dl.rand(n), dl.rand(n)
   return timed(compiled and dl.compile(chain_fn) or chain_fn, iters, x, w) / M.CHAIN_OPS
 end
 
@@ -284,13 +285,13 @@ end
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | matmul <n> <iters> | add <n> <iters>
 --   | sum <n> <iters> | mlp <epochs or images> | cnn <epochs or images>
---   | pw8 <n> <iters> [c] | chainfwd <iters> [c] | chainc <iters> | mlpstep <iters> [c]
+--   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
   local commands = {
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
-    chainfwd = function(iters, c) return M.chainfwd(iters, c == "c") end,
+    chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
     chainc = M.chainc,
     mlpstep = function(iters, c) return M.mlpstep(iters, c == "c") end,
     capture100 = function(iters, c) return M.capture100(iters, c == "c") end,
