@@ -270,6 +270,22 @@ void dl_manual_seed(double seed) {
 
 double dl_initial_seed(void) { return double(dl::initial_seed()); }
 
+void dl_rng_state(double* out2) {
+  const dl::RngState s = dl::rng_state();
+  out2[0] = double(s.seed);
+  out2[1] = double(s.offset);
+}
+
+int dl_set_rng_state(double seed, double offset) {
+  return guard_status([&] {
+    DL_CHECK(seed >= 0 && seed < 9007199254740992.0 && seed == std::floor(seed) && offset >= 0 &&
+                 offset < 9007199254740992.0 && offset == std::floor(offset),
+             "set_rng_state: expected a state from get_rng_state (whole numbers below 2^53), got seed ",
+             seed, " and offset ", offset);
+    dl::set_rng_state(dl::RngState{uint64_t(seed), uint64_t(offset)});
+  });
+}
+
 // ---- handles and memory ----------------------------------------------------------------
 
 void dl_release(const struct dl_tensor* t) { dl::bind::handle_release(t->id); }

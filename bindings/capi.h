@@ -116,6 +116,8 @@ const char* dl_default_device(void);
 double dl_device_bytes_in_use(void);         /* device tensors, for the collector */
 void dl_manual_seed(double seed);
 double dl_initial_seed(void);
+void dl_rng_state(double* out2);                     /* seed, offset (blocks read so far) */
+int dl_set_rng_state(double seed, double offset);
 
 /* ---- handles and memory ---- */
 void dl_release(const struct dl_tensor* t);  /* releases t's handle (nothing for inline t) */

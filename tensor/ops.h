@@ -81,6 +81,13 @@ Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dty
 // reproducible on one machine for a given seed whatever the thread count.
 void manual_seed(uint64_t seed);
 uint64_t initial_seed();
+// The generator's whole state: its seed and how far its stream has been read (in
+// blocks of four 32-bit words); setting it back replays the same numbers.
+struct RngState {
+  uint64_t seed = 0, offset = 0;
+};
+RngState rng_state();
+void set_rng_state(const RngState& s);
 Tensor rand(const Shape& shape, DType dtype, Device device = Device{});       // U[0, 1)
 Tensor randn(const Shape& shape, DType dtype, Device device = Device{});      // N(0, 1)
 Tensor randint(int64_t lo, int64_t hi, const Shape& shape, DType dtype, Device device = Device{});  // [lo, hi)

@@ -58,6 +58,19 @@ uint64_t initial_seed() {
   return g.seed;
 }
 
+RngState rng_state() {
+  GenState& g = gen();
+  std::lock_guard<std::mutex> lock(g.mu);
+  return RngState{g.seed, g.offset};
+}
+
+void set_rng_state(const RngState& s) {
+  GenState& g = gen();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.seed = s.seed;
+  g.offset = s.offset;
+}
+
 Tensor rand(const Shape& shape, DType dtype, Device device) {
   DL_CHECK_KIND(Type, is_floating(dtype), "rand: expected a floating dtype, got ", dtype_name(dtype));
   fn::RandomSpec spec;

@@ -102,6 +102,31 @@ end
 
 local function pack(...) return { n = select("#", ...), ... } end
 
+-- Same dtype, shape and bits (nan equal to nan), through tables; else what differs.
+local function differ(got, want, where, depth)
+  if istype(Tensor, want) or istype(Tensor, got) then
+    if not (istype(Tensor, want) and istype(Tensor, got)) then return where .. ": a tensor and a " .. type(got) end
+    if got.dtype ~= want.dtype then return where .. ": dtype " .. got.dtype .. ", eager " .. want.dtype end
+    local gs, ws = got.shape, want.shape
+    if #gs ~= #ws then return where .. ": shapes differ" end
+    for i = 1, #ws do if gs[i] ~= ws[i] then return where .. ": shapes differ" end end
+    local same = dl.equal(got, want)
+    if not same and got:is_floating_point() then
+      local gn, wn = got:ne(got), want:ne(want)   -- nan where nan
+      same = dl.equal(gn, wn) and dl.equal(got:masked_fill(gn, 0), want:masked_fill(wn, 0))
+    end
+    return not same and (where .. ": values differ from eager's") or nil
+  elseif type(want) == "table" and type(got) == "table" and depth < 16 then
+    for k, v in pairs(want) do
+      local d = differ(got[k], v, where .. "." .. tostring(k), depth + 1)
+      if d then return d end
+    end
+    return nil
+  end
+  if got ~= want and not (got ~= got and want ~= want) then return where .. ": differs from eager's" end
+  return nil
+end
+
 local function name_of(f)
   local info = debug and debug.getinfo and debug.getinfo(f, "S")
   if info and info.short_src then return info.short_src .. ":" .. tostring(info.linedefined) end
@@ -118,6 +143,11 @@ local function compile(f, opts)
   end
   local name = opts and opts.name or (type(f) == "function" and name_of(f) or "callable")
   if type(name) ~= "string" then core.raise("compile: name must be a string") end
+  local check = opts and opts.check
+  if check ~= nil and type(check) ~= "boolean" then core.raise("compile: check must be a boolean") end
+  for k in pairs(opts or {}) do
+    if k ~= "name" and k ~= "check" then core.raise("compile: unknown option " .. tostring(k)) end
+  end
   local fid = C.dl_compile_new(name)
   if fid == 0 then core.raise_last() end
   local obj = ffi.gc(compiled_t(fid), C.dl_compile_release)
@@ -129,9 +159,31 @@ local function compile(f, opts)
     -- collector] in core.lua): the call's results are allocated when its steps run, and
     -- the garbage of the calls before (last call's results) is then freed and reused.
     if total[0] - mark[0] > budget[0] then collect() end
+    local want, rng_before, rng_after
+    if check then
+      -- Eagerly first, then compiled from the same random state: both must agree.
+      rng_before = dl.get_rng_state()
+      want = pack(pcall(f, ...))
+      rng_after = dl.get_rng_state()
+      dl.set_rng_state(rng_before)
+    end
     if C.dl_compile_begin(fid) ~= 0 then core.raise_last() end
     local rets = pack(pcall(f, ...))
     finish(rets)
+    if check then
+      local d
+      if want[1] ~= rets[1] then
+        d = "the eager call " .. (want[1] and "returned" or "raised an error") .. ", the compiled one did not"
+      else
+        if want.n ~= rets.n then d = "a different number of results" end
+        for i = 2, want.n do d = d or differ(rets[i], want[i], "result " .. (i - 1), 0) end
+        local now_state = dl.get_rng_state()
+        if not d and (now_state.offset ~= rng_after.offset or now_state.seed ~= rng_after.seed) then
+          d = "a different number of random draws"
+        end
+      end
+      if d then core.raise("compile: check failed for " .. name .. ": " .. d) end
+    end
     if not rets[1] then error(rets[2], 0) end
     return unpack(rets, 2, rets.n)
   end

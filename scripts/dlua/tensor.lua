@@ -1281,6 +1281,20 @@ end
 
 function dl.initial_seed() return C.dl_initial_seed() end
 
+-- The random generator's state, { seed = s, offset = k } (how far its stream has been
+-- read); dl.set_rng_state(state) goes back to it, and the same numbers come again.
+local state_buf = ffi.new("double[2]")
+function dl.get_rng_state()
+  C.dl_rng_state(state_buf)
+  return { seed = state_buf[0], offset = state_buf[1] }
+end
+function dl.set_rng_state(s)
+  if type(s) ~= "table" or type(s.seed) ~= "number" or type(s.offset) ~= "number" then
+    raise("set_rng_state: expected a state from dl.get_rng_state(), got " .. typename(s))
+  end
+  if C.dl_set_rng_state(s.seed, s.offset) ~= 0 then raise_last() end
+end
+
 function dl.set_default_dtype(name)
   if C.dl_set_default_dtype(dtype_code("set_default_dtype", name)) ~= 0 then raise_last() end
 end

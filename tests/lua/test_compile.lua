@@ -341,10 +341,32 @@ H.test("a module's :compile() compiles its forward", function()
   H.ok(#g == 4)
 end)
 
+H.test("check = true runs eagerly too and compares, random draws included", function()
+  local f = function(x) return (x * 2 + dl.rand(40)):sum(), x:gt(0) end
+  local cf = dl.compile(f, { check = true })
+  for _ = 1, 3 do
+    dl.manual_seed(7)
+    local a, b = f(dl.randn(40))
+    H.ok(a ~= nil and b ~= nil)
+    local s = dl.get_rng_state()
+    local x = dl.randn(40)
+    dl.set_rng_state(s)
+    local y = dl.randn(40)
+    identical(x, y, "get/set_rng_state replays the stream")
+    cf(x)
+  end
+  -- a function whose compiled call differs from its eager one (its Lua side counts calls)
+  local n = 0
+  local odd = dl.compile(function(x) n = n + 1 return x * n end, { check = true })
+  H.raises(function() return odd(dl.ones(40)) end, "compile: check failed for")
+  H.raises(function() return dl.set_rng_state({ seed = -1, offset = 0 }) end, "set_rng_state: expected a state")
+end)
+
 H.test("bad arguments are clear errors", function()
   H.raises(function() return dl.compile(3) end, "compile: expected a function, got number")
   H.raises(function() return dl.compile(function() end, 5) end, "compile: expected a table of options")
   H.raises(function() return dl.compile.explain(print) end, "compile.explain: expected a compiled function")
+  H.raises(function() return dl.compile(print, { chek = true }) end, "compile: unknown option chek")
 end)
 
 -- Random programs: chains of 5-40 ops with branches on values, views, products and
