@@ -52,6 +52,7 @@ using dl::bind::value_of;
 using dl::bind::operand_of;
 using dl::bind::guard_handle;
 using dl::bind::guard_status;
+using dl::bind::guard_status_nosync;
 
 namespace {
 
@@ -338,7 +339,7 @@ void dl_empty_cache(void) {
 
 int dl_meta_get(const struct dl_tensor* x, dl_meta* out) {
   if (dl::compile::current() && dl::bind::proxy_meta(x, out)) return 0;
-  return guard_status([&] {
+  return guard_status_nosync([&] {
     Tensor t = value_of(x, "tensor");
     out->ndim = t.dim();
     out->dtype = int(t.dtype());
@@ -359,7 +360,7 @@ int dl_ndim(const struct dl_tensor* x) {
   dl_meta m;
   if (dl::compile::current() && dl::bind::proxy_meta(x, &m)) return m.ndim;
   int n = -1;
-  guard_status([&] {
+  guard_status_nosync([&] {
     SmallOperand v;
     n = small_operand(x, &v) ? v.ndim : value_of(x, "dim").dim();
   });
@@ -370,7 +371,7 @@ double dl_numel(const struct dl_tensor* x) {
   dl_meta m;
   if (dl::compile::current() && dl::bind::proxy_meta(x, &m)) return m.numel;
   double n = -1;
-  guard_status([&] {
+  guard_status_nosync([&] {
     SmallOperand v;
     n = double(small_operand(x, &v) ? v.numel : value_of(x, "numel").numel());
   });
@@ -381,7 +382,7 @@ int dl_dtype(const struct dl_tensor* x) {
   dl_meta m;
   if (dl::compile::current() && dl::bind::proxy_meta(x, &m)) return m.dtype;
   int d = -1;
-  guard_status([&] {
+  guard_status_nosync([&] {
     SmallOperand v;
     d = int(small_operand(x, &v) ? v.dtype : value_of(x, "dtype").dtype());
   });

@@ -8,6 +8,8 @@
 #include "autograd/autograd.h"
 #include "autograd/engine.h"
 #include "bindings/capi.h"
+#include "bindings/compile.h"
+#include "compile/grad.h"
 #include "bindings/guard.h"
 #include "bindings/handles.h"
 #include "bindings/tapes.h"
@@ -70,23 +72,67 @@ ag::Grads no_backward(ag::Node&, const TensorList&) { return {}; }
 
 }  // namespace
 
+namespace dl::bind {
+void grad_scope_open() {
+  t_grad.reserve(t_grad.size() + 1);
+  tape_open();
+  t_grad.emplace_back();
+}
+void grad_scope_close() {
+  DL_CHECK(!t_grad.empty(), "grad: unbalanced scope exit");
+  t_grad.pop_back();
+  tape_close();
+}
+}  // namespace dl::bind
+
+namespace dl::bind {
+int backward_one(const Tensor& y, const Tensor& x, Tensor* grad, int* task) {
+  // The argument lists are kept for the next call (the task copies what it keeps).
+  thread_local TensorList o(1), i(1), none;
+  std::unique_ptr<ag::GraphTask> t;
+  bool done = false;
+  if (guard_status_nosync([&] {
+        o[0] = y;
+        i[0] = x;
+        t = std::make_unique<ag::GraphTask>(o, none, i, ag::is_recording(), false);
+        o[0] = i[0] = Tensor();
+        done = t->run();
+        if (done) *grad = t->take_result(0);
+      }) != 0) {
+    o[0] = i[0] = Tensor();
+    return -1;
+  }
+  if (done) return 0;
+  // The graph holds a custom gradient: the task waits for the Lua side to drive it.
+  int id = -1;
+  if (guard_status_nosync([&] { id = add_task(std::move(t)); }) != 0) return -1;
+  *task = id;
+  return 2;
+}
+}  // namespace dl::bind
+
 extern "C" {
 
+
 int dl_grad_enter(void) {
-  return guard_status([] {
-    t_grad.reserve(t_grad.size() + 1);
-    tape_open();
-    t_grad.emplace_back();
-  });
+  if (dl::compile::current()) {
+    const int st = compiled_grad_scope(true);
+    if (st != 1) return st;
+  }
+  return guard_status_nosync([] { grad_scope_open(); });
 }
 int dl_grad_exit(void) {
-  return guard_status([] {
-    DL_CHECK(!t_grad.empty(), "grad: unbalanced scope exit");
-    t_grad.pop_back();
-    tape_close();
-  });
+  if (dl::compile::current()) {
+    const int st = compiled_grad_scope(false);
+    if (st != 1) return st;
+  }
+  return guard_status_nosync([] { grad_scope_close(); });
 }
-void dl_tape_done(void) { tape_done(); }
+void dl_tape_done(void) {
+  if (dl::compile::Call* c = dl::compile::current())
+    if (!dl::compile::scope_done(*c)) return;
+  tape_done();
+}
 double dl_tape_hold(void) { return double(tape_hold()); }
 void dl_tape_free(double serial) {
   if (serial >= 1 && serial < 9007199254740992.0) tape_free(uint64_t(serial));
@@ -101,10 +147,18 @@ int dl_no_grad_exit(void) {
     t_nograd.pop_back();
   });
 }
-int dl_is_recording(void) { return ag::is_recording() ? 1 : 0; }
+int dl_is_recording(void) {
+  if (dl::compile::Call* c = dl::compile::current())
+    if (dl::compile::scope_recording(*c)) return 1;
+  return ag::is_recording() ? 1 : 0;
+}
 
 uint64_t dl_watch(uint64_t x) { return guard_handle([&] { return ag::watch(get(x, "watch")); }); }
 int dl_watch_value(const struct dl_tensor* x, struct dl_tensor* out) {
+  if (dl::compile::current()) {
+    const int st = defer_watch(x, out);
+    if (st != -2) return st;
+  }
   // A handle's memory is the script's (a Variable, a promoted value), and so is a value
   // kept on a tape (it can be promoted and written to): their alias stays a handle, so
   // that an inline copy never stands for memory a script can write to.
@@ -217,29 +271,23 @@ int dl_backward_once(const uint64_t* outs, int nout, const uint64_t* grad_outs, 
   return r < 0 ? -1 : 1;
 }
 
+
 int dl_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
                     int* task) {
   *task = 0;
-  // The argument lists are kept for the next call (the task copies what it keeps).
-  thread_local TensorList o(1), i(1), none;
-  std::unique_ptr<ag::GraphTask> t;
-  bool done = false;
-  if (guard_status([&] {
-        o[0] = value_of(y, "grad");
-        i[0] = value_of(x, "grad");
-        t = std::make_unique<ag::GraphTask>(o, none, i, ag::is_recording(), false);
-        o[0] = i[0] = Tensor();
-        done = t->run();
-      }) != 0) {
-    o[0] = i[0] = Tensor();
-    return -1;
+  if (dl::compile::current()) {
+    const int st = compiled_backward_one(y, x, out, task);
+    if (st != -2) return st;
   }
-  if (done) return guard_value(out, [&] { return t->take_result(0); });
-  // The graph holds a custom gradient: the task waits for the Lua side to drive it.
-  int id = -1;
-  if (guard_status([&] { id = add_task(std::move(t)); }) != 0) return -1;
-  *task = id;
-  return 2;
+  Tensor ty, tx, g;
+  if (guard_status([&] {
+        ty = value_of(y, "grad");
+        tx = value_of(x, "grad");
+      }) != 0)
+    return -1;
+  const int st = backward_one(ty, tx, &g, task);
+  if (st != 0) return st;
+  return guard_value(out, [&] { return std::move(g); });
 }
 
 // Connects fresh outputs `outs` (replaced in place by new handles) to `ins` through a

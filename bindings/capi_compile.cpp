@@ -20,11 +20,15 @@
 // a loud failure, never a stale value. A proxy of a call that has ended but was not
 // settled (a copy of the cdata) is refused the same way.
 #include <mutex>
+#include <optional>
+#include <string>
 #include <unordered_map>
 
 #include "autograd/autograd.h"
 #include "bindings/capi.h"
+#include "bindings/compile.h"
 #include "bindings/guard.h"
+#include "compile/grad.h"
 #include "compile/trace.h"
 
 using dl::DType;
@@ -91,7 +95,13 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
 int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s, int first,
           const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
   compile::Call* c = compile::current();
-  if (!c || c->eager || op < 0 || op >= dl::kNumOps || dl::ag::is_recording()) return -2;
+  if (!c || c->eager || op < 0 || op >= dl::kNumOps || c->scope.nested > 0) return -2;
+  // Inside a gradient's scope that autograd runs (Note [Compiled gradients] in
+  // compile/grad.cpp) an op is a step run at once, recorded; in any other recording
+  // scope it is autograd's alone.
+  const compile::ScopeMode mode = c->scope.mode;
+  if (dl::ag::is_recording() && mode != compile::ScopeMode::Capture && mode != compile::ScopeMode::Real)
+    return -2;
   // Note [Inline operands run at once]
   // An op whose operands are all small values held inline (Note [Small tensors inline]
   // in value.cpp) runs eagerly: its fast path costs less than matching it (bench/
@@ -100,7 +110,8 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
   // nothing for being compiled. An op that reads a proxy is always deferred.
   const bool two = kind == compile::Kind::Binary || kind == compile::Kind::Compare ||
                    kind == compile::Kind::MatMul;
-  if (a->id == 0 && a->inl_dtype < dl::kNumDTypes && (!two || (b->id == 0 && b->inl_dtype < dl::kNumDTypes)))
+  if (kind != compile::Kind::Watch && a->id == 0 && a->inl_dtype < dl::kNumDTypes &&
+      (!two || (b->id == 0 && b->inl_dtype < dl::kNumDTypes)))
     return -2;
   dl::MessageBase base(1);
   try {
@@ -199,6 +210,124 @@ int defer_compare_scalar(int op, const struct dl_tensor* a, double s, int first,
 int defer_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims,
                             int keepdim, struct dl_tensor* out) {
   return defer(compile::Kind::Reduce, op, x, nullptr, 0, 0, dims, ndims, keepdim, out);
+}
+
+int defer_watch(const struct dl_tensor* x, struct dl_tensor* out) {
+  compile::Call* c = compile::current();
+  if (!c || c->scope.mode == compile::ScopeMode::None || c->scope.nested > 0 || c->scope.exited) return -2;
+  return defer(compile::Kind::Watch, 0, x, nullptr, 0, 0, nullptr, 0, 0, out);
+}
+
+namespace {
+void register_hooks() {
+  static const bool once = [] {
+    compile::ScopeHooks h;
+    h.enter = grad_scope_open;
+    h.exit = grad_scope_close;
+    compile::set_scope_hooks(h);
+    return true;
+  }();
+  (void)once;
+}
+}  // namespace
+
+int compiled_grad_scope(bool enter) {
+  compile::Call* c = compile::current();
+  if (!c) return 1;
+  dl::MessageBase base(1);
+  try {
+    register_hooks();
+    return (enter ? compile::scope_enter(*c) : compile::scope_exit(*c)) ? 1 : 0;
+  } catch (...) {
+    capture_exception();
+    return -1;
+  }
+}
+
+// A proxy of the call `c` (of a step of kind `kind`, when given).
+bool own_proxy(const compile::Call& c, const dl_tensor* t, ProxyRef* r) {
+  return proxy_ref(t, r) && r->tag == kProxyTag && r->serial == c.serial && r->pos < c.steps.size();
+}
+
+int compiled_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
+                          int* task) {
+  compile::Call* c = compile::current();
+  compile::Scope& s = c->scope;
+  if (s.mode == compile::ScopeMode::None || s.nested > 0 || !s.exited) return -2;
+  dl::MessageBase base(1);
+  try {
+    ProxyRef ry, rx;
+    if (!own_proxy(*c, y, &ry) || !own_proxy(*c, x, &rx) || rx.pos <= s.start ||
+        c->steps[rx.pos].kind != compile::Kind::Watch) {
+      compile::scope_event(*c);   // not the scope's pass: autograd's
+      return -2;
+    }
+    compile::OperandKey ky, kx;
+    ky.step = int32_t(ry.pos);
+    ky.dtype = c->steps[ry.pos].dtype;
+    ky.shape = c->steps[ry.pos].shape;
+    kx.step = int32_t(rx.pos);
+    kx.dtype = c->steps[rx.pos].dtype;
+    kx.shape = c->steps[rx.pos].shape;
+    compile::Step mark;
+    mark.kind = compile::Kind::Marker;
+    mark.mark = compile::Mark::Backward;
+    if (compile::defer(*c, std::move(mark), ky, kx) == 0) return -2;   // the call runs eagerly now
+    const size_t marker = c->steps.size() - 1;
+    ProxyRef g;
+    g.serial = c->serial;
+    if (s.mode == compile::ScopeMode::Symbolic) {
+      const int64_t pos = compile::replay_backward(*c, marker);
+      if (pos >= 0) {
+        g.pos = uint32_t(pos);
+        write_proxy(out, g);
+        return 4;
+      }
+      compile::materialize(*c);
+    }
+    // Autograd's pass, on the recorded tensors; recorded itself when the call records.
+    Tensor grad;
+    int st;
+    const bool capture = c->recording && !s.failed;
+    compile::BackwardPlan plan;
+    std::string why;
+    bool have = false;
+    {
+      std::optional<compile::BackwardCapture> cap;
+      if (capture) cap.emplace(*c);
+      st = backward_one(c->results[ry.pos], c->results[rx.pos], &grad, task);
+      if (st == 0 && cap) have = cap->finish(*c, marker, grad, &plan, &why);
+    }
+    if (st != 0) {
+      s.failed = true;
+      return st;   // an error, or a custom gradient's task for the Lua side to drive
+    }
+    if (capture && !have) c->fn->note("its backward pass holds " + why);
+    if (have) {
+      c->trace->plans.push_back(std::move(plan));
+      c->trace->ops[marker].plan = int32_t(c->trace->plans.size() - 1);
+      c->trace->ops[s.start].symbolic = true;
+    }
+    // The trace's places for the pass's steps, the gradient in its own.
+    const compile::BackwardPlan* p = compile::plan_at(*c, marker);
+    const size_t n = p ? p->steps.size() : 1;
+    const size_t gpos = marker + 1 + (p ? size_t(p->grad) : 0);
+    for (size_t k = 0; k < n; ++k) {
+      compile::Step place;
+      place.kind = compile::Kind::Marker;
+      place.mark = compile::Mark::BackwardStep;
+      if (compile::defer(*c, std::move(place), compile::OperandKey{}, compile::OperandKey{}) == 0)
+        return deliver(std::move(grad), out);   // the call runs eagerly now
+    }
+    c->results[gpos] = std::move(grad);
+    c->flushed = c->steps.size();
+    g.pos = uint32_t(gpos);
+    write_proxy(out, g);
+    return 4;
+  } catch (...) {
+    capture_exception();
+    return -1;
+  }
 }
 
 int defer_matmul(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {

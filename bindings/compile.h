@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "bindings/capi.h"
+#include "tensor/tensor.h"
 
 namespace dl::bind {
 
@@ -20,6 +21,21 @@ int defer_compare_scalar(int op, const dl_tensor* a, double s, int first, dl_ten
 int defer_matmul(const dl_tensor* a, const dl_tensor* b, dl_tensor* out);
 int defer_reduce(int op, const dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
                  dl_tensor* out);
+int defer_watch(const dl_tensor* x, dl_tensor* out);
+// dl_grad_enter (enter) and dl_grad_exit in a compiled call: 0 done, 1 the caller opens
+// (closes) autograd's scope as outside one, -1 error (compile/grad.h).
+int compiled_grad_scope(bool enter);
+// dl_backward_one in a compiled call: as dl_backward_one, or -2 (not the call's: the
+// caller runs it as outside one).
+int compiled_backward_one(const dl_tensor* y, const dl_tensor* x, dl_tensor* out, int* task);
+
+// What dl_grad_enter / dl_grad_exit do outside a compiled call, and dl_backward_one's
+// pass: 0 with the gradient in *grad, 2 with a custom gradient's task in *task, -1 error
+// (capi_autograd.cpp).
+void grad_scope_open();
+void grad_scope_close();
+int backward_one(const Tensor& y, const Tensor& x, Tensor* grad, int* task);
+
 // Fills *out with a proxy's metadata, known without running anything; false for
 // anything that is not a proxy of the thread's call.
 bool proxy_meta(const dl_tensor* x, dl_meta* out);

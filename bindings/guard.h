@@ -52,6 +52,20 @@ int guard_status(F&& f) noexcept {
   }
 }
 
+// guard_status without compile::sync, for what cannot depend on deferred steps (a
+// tensor's metadata) and for the compiled call's own work.
+template <typename F>
+int guard_status_nosync(F&& f) noexcept {
+  MessageBase base(1);
+  try {
+    f();
+    return 0;
+  } catch (...) {
+    capture_exception();
+    return -1;
+  }
+}
+
 // For the entry points that return a struct dl_tensor (Note [Small tensors inline]):
 // the result goes to *out inline (0) or as a handle (1); -1 on failure.
 template <typename F>

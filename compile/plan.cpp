@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "tensor/small.h"
 
@@ -19,6 +20,8 @@ int64_t numel_of(const Shape& s) {
   for (int64_t d : s) n *= d;
   return n;
 }
+
+bool no_value(const Step& s) { return s.kind == Kind::Marker; }
 
 bool pointwise(const Step& s) {
   switch (s.kind) {
@@ -102,6 +105,17 @@ bool infer(Step& s, DType ad, const Shape& as, DType bd, const Shape& bs) {
       s.shape = out;
       return true;
     }
+    case Kind::Watch:
+      s.dtype = ad;
+      s.shape = as;
+      return true;
+    case Kind::Marker:
+      s.dtype = ad;
+      s.shape = Shape{};
+      return true;
+    case Kind::Shape:
+    case Kind::Full:
+      return false;   // steps of recorded backward passes, made with their results known
   }
   return false;
 }
@@ -283,9 +297,28 @@ Tensor run_single(const Step& st, const std::vector<Tensor>& results) {
     case Kind::CompareScalar: return compare(st.op, a, Scalar::from_lua(st.s), st.scalar_first);
     case Kind::Reduce: {
       std::vector<int> dims(st.dims, st.dims + st.ndims);
-      return reduce(st.op, a, dims, st.keepdim);
+      return reduce(st.op, a, dims, st.keepdim, st.opts);
     }
     case Kind::MatMul: return matmul(a, tensor_of(st.b, results));
+    case Kind::Shape: {
+      switch (st.fn) {
+        case Fn::SumTo: return sum_to(a, st.arg);
+        case Fn::Expand: return expand(a, st.arg);
+        case Fn::Reshape: return reshape(a, st.arg);
+        case Fn::View: return view(a, st.arg);
+        case Fn::Squeeze: return squeeze(a, st.ndims ? std::optional<int>(st.dims[0]) : std::nullopt);
+        case Fn::Unsqueeze: return unsqueeze(a, st.dims[0]);
+        case Fn::Transpose: return transpose(a, st.dims[0], st.dims[1]);
+        case Fn::Cast: return cast(a, st.arg_dtype);
+        case Fn::Contiguous: return contiguous(a);
+        case Fn::Clone: return clone(a);
+        default: break;
+      }
+      fail(ErrorKind::Internal, "compile: not a shape step");
+    }
+    case Kind::Full: return full(st.arg, Scalar::from_lua(st.s), st.arg_dtype);
+    case Kind::Watch: return a;
+    case Kind::Marker: return Tensor();
   }
   fail(ErrorKind::Internal, "compile: unknown step kind");
 }
@@ -306,8 +339,8 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
   group_end.assign(n, 0);
   for (size_t i = begin; i < end;) {
     size_t j = i + 1;
-    if (pointwise(steps[i]) && float_dtype(steps[i].dtype))
-      while (j < end && pointwise(steps[j]) && steps[j].dtype == steps[i].dtype &&
+    if (pointwise(steps[i]) && !steps[i].alone && float_dtype(steps[i].dtype))
+      while (j < end && pointwise(steps[j]) && !steps[j].alone && steps[j].dtype == steps[i].dtype &&
              steps[j].shape == steps[i].shape)
         ++j;
     for (size_t k = i; k < j; ++k) group_end[k - begin] = j;
@@ -335,12 +368,12 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
   ExecStats& stats = t_stats;
   for (size_t i = begin; i < end;) {
     const size_t j = group_end[i - begin];
-    bool fused = pointwise(steps[i]) && float_dtype(steps[i].dtype) && j - i > 1;
+    bool fused = pointwise(steps[i]) && !steps[i].alone && float_dtype(steps[i].dtype) && j - i > 1;
     if (!fused) {
-      if (live[i - begin]) {
+      if (live[i - begin] && !no_value(steps[i])) {
         results[i] = run_single(steps[i], results);
         ++stats.single_steps;
-      } else {
+      } else if (!no_value(steps[i])) {
         ++stats.elided;
       }
       i = j;

@@ -19,12 +19,23 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/observe.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"
 
 namespace dl::compile {
 
-enum class Kind : uint8_t { Unary, Binary, BinaryScalar, Compare, CompareScalar, Reduce, MatMul };
+enum class Kind : uint8_t {
+  Unary, Binary, BinaryScalar, Compare, CompareScalar, Reduce, MatMul,
+  Shape,    // a shape function or a copy (`fn`: SumTo, Expand, Reshape, View, Squeeze,
+            // Unsqueeze, Transpose, Cast, Contiguous, Clone), from a recorded backward
+  Full,     // a constant (`arg` its shape, `arg_dtype`, `s` its value), likewise
+  Watch,    // a gradient's watched argument: the operand itself
+  Marker,   // a place in the call (a gradient's scope, its backward pass): no value
+};
+
+// What a marker step marks (compile/grad.cpp).
+enum class Mark : uint8_t { GradEnter, GradExit, Backward, BackwardStep };
 
 // A step's operand: the result of an earlier step of the same call (step >= 0), or a
 // tensor bound for this call (an argument, a closure's tensor, a value from an op that
@@ -45,7 +56,13 @@ struct Step {
   // Reductions: the dims (0-based, none: all), keepdim.
   int8_t ndims = 0;
   bool keepdim = false;
-  int8_t dims[kMaxDims] = {};
+  int8_t dims[kMaxDims] = {};   // Reduce: 0-based dims; Transpose: two; (Un)squeeze: one
+  ReduceOpts opts;
+  Fn fn = Fn::Unary;            // Shape: which function
+  Shape arg;                    // Shape: the shape asked for; Full: its shape
+  DType arg_dtype = DType::Float32;   // Cast, Full
+  Mark mark = Mark::GradEnter;  // Marker
+  bool alone = false;           // never fused (operands of another dtype than its own)
   // The result's, worked out when the step was deferred.
   DType dtype = DType::Float32;
   Shape shape;

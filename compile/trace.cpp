@@ -28,6 +28,8 @@
 // to undo anything: the steps deferred up to a divergence are eager's own.
 #include "compile/trace.h"
 
+#include "compile/grad.h"
+
 #include <atomic>
 #include <sstream>
 
@@ -44,7 +46,18 @@ uint64_t next_serial() {
 
 std::string describe(const Function& fn, const TraceOp& t) {
   std::ostringstream os;
-  os << op_name(t.op) << "(";
+  if (t.kind == Kind::Marker) {
+    switch (t.mark) {
+      case Mark::GradEnter: os << "gradient scope" << (t.symbolic ? " (compiled)" : " (recorded on a tape)"); break;
+      case Mark::GradExit: os << "end of the gradient scope"; break;
+      case Mark::Backward:
+        os << (t.plan >= 0 ? "backward pass, compiled:" : "backward pass, by autograd");
+        break;
+      case Mark::BackwardStep: os << "step of the backward pass"; break;
+    }
+    return os.str();
+  }
+  os << (t.kind == Kind::Watch ? "watch" : op_name(t.op)) << "(";
   auto operand = [&](const OperandKey& k) {
     if (k.step >= 0) os << "step " << k.step + 1;
     else os << dtype_name(k.dtype) << " " << k.shape;
@@ -86,28 +99,32 @@ TraceOp key_of(const Step& st, const OperandKey& a, const OperandKey& b) {
   for (int i = 0; i < st.ndims; ++i) k.dims[i] = st.dims[i];
   k.out_dtype = st.dtype;
   k.out_shape = st.shape;
+  if (st.kind == Kind::Marker) {
+    k.mark = st.mark;
+    k.b = b;
+  }
   return k;
 }
 
+// Counted each time (a call that switches traces on every call comes here every call:
+// nothing is formatted until the report).
 void note_divergence(Call& c, size_t pos, const TraceOp& got) {
   Function& fn = *c.fn;
-  std::string what;
-  int line = -1;
-  if (!c.trace) {
-    what = "no trace starts with " + describe(fn, got);
-  } else if (pos >= c.trace->ops.size()) {
-    what = "the trace ended; got " + describe(fn, got);
-  } else {
-    what = "expected " + describe(fn, c.trace->ops[pos]) + "; got " + describe(fn, got);
-    line = c.trace->ops[pos].line;
-  }
   const size_t ti = c.trace ? c.trace_index : kMaxTraces;
   for (Divergence& d : fn.divergences)
-    if (d.trace == ti && d.pos == pos && d.what == what) {
+    if (d.trace == ti && d.pos == pos && d.got.same_op(got)) {
       ++d.count;
       return;
     }
-  if (fn.divergences.size() < 64) fn.divergences.push_back(Divergence{ti, pos, what, line, 1});
+  if (fn.divergences.size() < 64) fn.divergences.push_back(Divergence{ti, pos, got, 1});
+}
+
+// What a divergence was: "expected ...; got ...".
+std::string what_of(const Function& fn, const Divergence& d) {
+  const Trace* t = d.trace < fn.traces.size() ? fn.traces[d.trace].get() : nullptr;
+  if (!t) return "no trace starts with " + describe(fn, d.got);
+  if (d.pos >= t->ops.size()) return "the trace ended; got " + describe(fn, d.got);
+  return "expected " + describe(fn, t->ops[d.pos]) + "; got " + describe(fn, d.got);
 }
 
 void run(Call& c, const std::vector<uint8_t>& want) {
@@ -132,6 +149,7 @@ bool two_operands(Kind k) { return k == Kind::Binary || k == Kind::Compare || k 
 bool TraceOp::same_op(const TraceOp& o) const {
   if (kind != o.kind || op != o.op || !(a == o.a)) return false;
   if (two_operands(kind) && !(b == o.b)) return false;
+  if (kind == Kind::Marker && (mark != o.mark || !(b == o.b))) return false;
   if (kind == Kind::Reduce) {
     if (ndims != o.ndims || keepdim != o.keepdim) return false;
     for (int i = 0; i < ndims; ++i)
@@ -143,6 +161,7 @@ bool TraceOp::same_op(const TraceOp& o) const {
 bool TraceOp::matches(const Step& st, const OperandKey& ka, const OperandKey& kb) const {
   if (kind != st.kind || op != st.op || !(a == ka)) return false;
   if (two_operands(kind) && !(b == kb)) return false;
+  if (kind == Kind::Marker && (mark != st.mark || !(b == kb))) return false;
   if (kind == Kind::Reduce) {
     if (ndims != st.ndims || keepdim != st.keepdim) return false;
     for (int i = 0; i < ndims; ++i)
@@ -153,6 +172,12 @@ bool TraceOp::matches(const Step& st, const OperandKey& ka, const OperandKey& kb
 
 Function::Function(std::string n, uint64_t i) : name(std::move(n)), id(i) {}
 Function::~Function() = default;
+
+void Function::note(const std::string& why) {
+  for (const std::string& n : notes)
+    if (n == why) return;
+  if (notes.size() < 16) notes.push_back(why);
+}
 
 int Function::line_id(const std::string& where) {
   for (size_t i = 0; i < lines.size(); ++i)
@@ -183,11 +208,12 @@ std::string Function::report() const {
       os << "    " << i + 1 << " " << describe(*this, tr.ops[i]) << "\n";
     if (tr.ops.size() > 40) os << "    ... " << tr.ops.size() - 40 << " more\n";
   }
+  for (const std::string& n : notes) os << "  a gradient not compiled: " << n << "\n";
   for (const Divergence& d : divergences) {
     os << "  left ";
     if (d.trace < kMaxTraces) os << "trace " << d.trace + 1 << " at op " << d.pos + 1;
     else os << "no trace at op " << d.pos + 1;
-    os << " (" << d.count << (d.count == 1 ? " time" : " times") << "): " << d.what << "\n";
+    os << " (" << d.count << (d.count == 1 ? " time" : " times") << "): " << what_of(*this, d) << "\n";
   }
   return os.str();
 }
@@ -211,6 +237,7 @@ void end_call() noexcept {
   c->trace = nullptr;
   c->trace_index = 0;
   c->recording = c->eager = c->recorded_any = false;
+  c->scope = Scope{};
   c->steps.clear();
   c->results.clear();
   c->returned.clear();
@@ -229,6 +256,7 @@ int defer(Call& c, Step&& step, const OperandKey& a, const OperandKey& b) {
       step.shape = t.out_shape;
       push(c, std::move(step));
       ++fn.matched;
+      if (c.scope.mode == ScopeMode::Capture || c.scope.mode == ScopeMode::Real) run_now(c);
       return 1;
     }
   }
@@ -244,9 +272,14 @@ int defer(Call& c, Step&& step, const OperandKey& a, const OperandKey& b) {
       c.trace_index = i;
       push(c, std::move(step));
       ++fn.matched;
+      if (c.scope.mode == ScopeMode::Capture || c.scope.mode == ScopeMode::Real) run_now(c);
       return 1;
     }
     if (c.trace || !fn.traces.empty()) note_divergence(c, pos, key);
+    if (c.scope.mode == ScopeMode::Symbolic) {   // a gradient's scope goes on with autograd
+      materialize(c);
+      c.scope.diverged = !c.scope.nested;
+    }
     if (fn.traces.size() >= kMaxTraces) {
       c.eager = true;
       ++fn.eager_calls;
@@ -254,7 +287,7 @@ int defer(Call& c, Step&& step, const OperandKey& a, const OperandKey& b) {
         fn.warned = true;
         fn.warning = "dl.compile: " + fn.name + " has " + std::to_string(kMaxTraces) +
                      " traces; calls that leave them run eagerly from there (first: " +
-                     fn.divergences.back().what + "). dl.compile.explain lists them";
+                     what_of(fn, fn.divergences.back()) + "). dl.compile.explain lists them";
       }
       return 0;
     }
@@ -262,17 +295,34 @@ int defer(Call& c, Step&& step, const OperandKey& a, const OperandKey& b) {
     if (c.trace) {
       t->ops.assign(c.trace->ops.begin(), c.trace->ops.begin() + long(pos));
       t->kept.assign(c.trace->kept.begin(), c.trace->kept.begin() + long(pos));
+      // The plans of the scopes in the prefix come along; the open scope is not
+      // compiled in the new trace until its own backward pass is recorded.
+      for (TraceOp& op : t->ops) {
+        if (op.kind == Kind::Marker && op.mark == Mark::Backward && op.plan >= 0) {
+          t->plans.push_back(c.trace->plans[size_t(op.plan)]);
+          op.plan = int32_t(t->plans.size() - 1);
+        }
+      }
+      if (c.scope.mode != ScopeMode::None && c.scope.start < t->ops.size())
+        t->ops[c.scope.start].symbolic = false;
     }
     c.trace = t.get();
     c.trace_index = fn.traces.size();
     fn.traces.push_back(std::move(t));
     c.recording = true;
+    // A scope left on its way (materialized: its steps so far have their history) is
+    // recorded from here as one that is being captured.
+    if (c.scope.mode == ScopeMode::Real && c.scope.diverged) {
+      c.scope.mode = ScopeMode::Capture;
+      c.scope.failed = false;
+    }
   }
   c.trace->ops.push_back(key);
   c.trace->kept.push_back(0);
   c.recorded_any = true;
   push(c, std::move(step));
   ++fn.recorded;
+  if (c.scope.mode == ScopeMode::Capture || c.scope.mode == ScopeMode::Real) run_now(c);
   return 2;
 }
 
@@ -282,7 +332,11 @@ void flush(Call& c) {
   run(c, want);
 }
 
-void flush_pending() { flush(*t_call); }
+void sync_slow() {
+  Call& c = *t_call;
+  if (c.scope.mode != ScopeMode::None) scope_event(c);
+  if (pending(&c)) flush(c);
+}
 
 void finish_call(Call& c) {
   const size_t n = c.steps.size();

@@ -46,13 +46,39 @@ struct TraceOp {
   int line = -1;   // an index into Function::lines, -1 unknown
   DType out_dtype = DType::Float32;   // the result's, as infer() worked it out
   Shape out_shape;
+  Mark mark = Mark::GradEnter;   // Marker
+  bool symbolic = false;         // GradEnter: the scope's backward pass was recorded
+  int32_t plan = -1;             // Backward: its plan in Trace::plans
   bool same_op(const TraceOp& o) const;
   // `step`, whose operands are `a` and `b`, is this op.
   bool matches(const Step& step, const OperandKey& a, const OperandKey& b) const;
 };
 
+// A recorded backward pass's reference to a value (Note [Compiled gradients] in
+// compile/grad.cpp): a step's result, a step's bound operand, or an earlier step of the
+// backward pass itself.
+struct Ref {
+  enum class To : uint8_t { Result, Operand, Backward } to = To::Result;
+  int8_t k = 0;       // Operand: 0 for a, 1 for b
+  int32_t i = 0;
+};
+struct BackwardStep {
+  Step step;          // its kind, op and arguments, and its result's dtype and shape
+  Ref a, b;
+};
+struct BackwardPlan {
+  std::vector<BackwardStep> steps;
+  int32_t grad = -1;                    // the step whose result is the gradient
+  std::vector<std::vector<Ref>> same;   // refs that named one tensor: they must again
+  // The Lua numbers of the scope's steps that a derivative may read (x * k, x / k):
+  // the pass was recorded with these, and applies to a call with the same.
+  std::vector<std::pair<int32_t, double>> numbers;
+  int misses = 0;                       // calls whose numbers differed
+};
+
 struct Trace {
   std::vector<TraceOp> ops;
+  std::vector<BackwardPlan> plans;
   std::vector<uint8_t> kept;   // per op: its result outlived the call when it was captured
   bool analysed = false;       // kept is known (a call that recorded has ended)
   int64_t replays = 0;         // calls that followed it to its end without recording
@@ -61,8 +87,7 @@ struct Trace {
 struct Divergence {
   size_t trace;      // the trace the call followed (kMaxTraces: none)
   size_t pos;        // the op where it left it
-  std::string what;  // expected ... got ...
-  int line = -1;     // the expected op's line
+  TraceOp got;       // the op that came instead of the trace's
   int64_t count = 0;
 };
 
@@ -80,9 +105,22 @@ struct Function {
   int64_t calls = 0, matched = 0, recorded = 0, eager_calls = 0, flushes = 0;
   int64_t fused = 0, groups = 0, elided = 0, single = 0, expired_reads = 0;
   std::string warning;       // to be printed once by the Lua side
+  std::vector<std::string> notes;   // why gradient scopes were not compiled
+  void note(const std::string& why);
   bool warned = false;
   int line_id(const std::string& where);
   std::string report() const;
+};
+
+// A gradient's scope in a call (Note [Compiled gradients] in compile/grad.cpp).
+enum class ScopeMode : uint8_t { None, Capture, Symbolic, Real };
+struct Scope {
+  ScopeMode mode = ScopeMode::None;
+  size_t start = 0;      // its GradEnter step
+  int nested = 0;        // scopes opened inside it, left to autograd
+  bool exited = false;
+  bool failed = false;   // Capture: something the plan could not replay happened
+  bool diverged = false; // materialized because the call left its trace (not an event)
 };
 
 // The thread's call of a compiled function.
@@ -98,6 +136,7 @@ struct Call {
   std::vector<Tensor> results;
   std::vector<uint8_t> returned;
   size_t flushed = 0;       // steps [0, flushed) have run
+  Scope scope;
 };
 
 // The thread's call in progress, or null.
@@ -121,11 +160,14 @@ int defer(Call& c, Step&& step, const OperandKey& a, const OperandKey& b);
 void flush(Call& c);
 // The thread's call has deferred steps that have not run.
 inline bool pending(const Call* c) noexcept { return c && c->flushed < c->steps.size(); }
-void flush_pending();
+// sync()'s work when there is some: a gradient scope sees an event (grad.h), pending
+// steps run.
+void sync_slow();
 // flush() of the thread's call when it has pending steps: what every entry point of the
 // C ABI that is not a deferred op does first, so that it sees eager's state.
 inline void sync() {
-  if (pending(t_call)) flush_pending();
+  const Call* c = t_call;
+  if (c && (pending(c) || c->scope.mode != ScopeMode::None)) sync_slow();
 }
 // Runs the call's remaining steps at its end: a result is computed only if it is
 // returned, read later in the call, or was kept when its trace was captured (unless the

@@ -4,25 +4,47 @@
 #include "tensor/backend.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/functors.h"
+#include "tensor/observe.h"
 
 namespace dl {
 
-Tensor zeros(const Shape& shape, DType dtype, Device device) {
+namespace {
+Tensor zeros_impl(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device, "zeros");
   backend_for(device, "zeros").fill(t, 0);
   return t;
 }
+}  // namespace
 
-Tensor ones(const Shape& shape, DType dtype, Device device) {
+Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  return observed([&] { return zeros_impl(shape, dtype, device); },
+                  [&](Observed& o) { o.fn = Fn::Full; o.s = 0; o.shape = shape; o.dtype = dtype; o.device = device; });
+}
+
+namespace {
+Tensor ones_impl(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device, "ones");
   backend_for(device, "ones").fill(t, 1);
   return t;
 }
+}  // namespace
 
-Tensor full(const Shape& shape, Scalar value, DType dtype, Device device) {
+Tensor ones(const Shape& shape, DType dtype, Device device) {
+  return observed([&] { return ones_impl(shape, dtype, device); },
+                  [&](Observed& o) { o.fn = Fn::Full; o.s = 1; o.shape = shape; o.dtype = dtype; o.device = device; });
+}
+
+namespace {
+Tensor full_impl(const Shape& shape, Scalar value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device, "full");
   backend_for(device, "full").fill(t, value.v);
   return t;
+}
+}  // namespace
+
+Tensor full(const Shape& shape, Scalar value, DType dtype, Device device) {
+  return observed([&] { return full_impl(shape, value, dtype, device); },
+                  [&](Observed& o) { o.fn = Fn::Full; o.s = value.v; o.shape = shape; o.dtype = dtype; o.device = device; });
 }
 
 namespace {

@@ -13,10 +13,12 @@
 #include <algorithm>
 
 #include "tensor/backend.h"
+#include "tensor/observe.h"
 
 namespace dl {
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+namespace {
+Tensor matmul_impl(const Tensor& a, const Tensor& b) {
   DL_CHECK(a.device() == b.device(), "matmul: expected tensors on the same device, got ", a.device(),
            " and ", b.device());
   DL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got shapes ",
@@ -68,6 +70,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor om = result.size() == full.size() ? out : make_view(out, full, contiguous_strides(full), 0);
   be.matmul(om, am, bm);
   return out;
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  return observed([&] { return matmul_impl(a, b); },
+                  [&](Observed& o) { o.fn = Fn::MatMul; o.op = Op::MatMul; o.in[0] = &a; o.in[1] = &b; o.nin = 2; });
 }
 
 }  // namespace dl

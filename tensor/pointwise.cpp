@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tensor/backend.h"
+#include "tensor/observe.h"
 #include "tensor/small.h"
 
 namespace dl {
@@ -100,7 +101,8 @@ bool small_host_float(const Tensor& x) {
 
 // ---- unary -------------------------------------------------------------------------
 
-Tensor unary(Op op, const Tensor& x) {
+namespace {
+Tensor unary_impl(Op op, const Tensor& x) {
   const OpInfo& info = op_info(op);
   DL_ASSERT(info.family == OpFamily::Unary);
   if (op != Op::Logical_not && small_host_float(x)) {
@@ -121,10 +123,17 @@ Tensor unary(Op op, const Tensor& x) {
   backend_for(x.device(), info.lua_name).unary(op, out, xin);
   return out;
 }
+}  // namespace
+
+Tensor unary(Op op, const Tensor& x) {
+  return observed([&] { return unary_impl(op, x); },
+                  [&](Observed& o) { o.fn = Fn::Unary; o.op = op; o.in[0] = &x; o.nin = 1; });
+}
 
 // ---- binary ------------------------------------------------------------------------
 
-Tensor binary(Op op, const Tensor& a, const Tensor& b) {
+namespace {
+Tensor binary_impl(Op op, const Tensor& a, const Tensor& b) {
   const OpInfo& info = op_info(op);
   DL_ASSERT(info.family == OpFamily::Binary);
   if (a.dtype() == b.dtype() && a.shape() == b.shape() && small_host_float(a) && small_host_float(b)) {
@@ -140,8 +149,15 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b) {
   backend_for(a.device(), info.lua_name).binary(op, out, to_dtype(a, ct), to_dtype(b, ct));
   return out;
 }
+}  // namespace
 
-Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first) {
+Tensor binary(Op op, const Tensor& a, const Tensor& b) {
+  return observed([&] { return binary_impl(op, a, b); },
+                  [&](Observed& o) { o.fn = Fn::Binary; o.op = op; o.in[0] = &a; o.in[1] = &b; o.nin = 2; });
+}
+
+namespace {
+Tensor binary_scalar_impl(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   const OpInfo& info = op_info(op);
   DL_ASSERT(info.family == OpFamily::Binary);
   if (small_host_float(a)) {
@@ -157,8 +173,15 @@ Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   backend_for(a.device(), info.lua_name).binary_scalar(op, out, to_dtype(a, ct), s.v, scalar_first);
   return out;
 }
+}  // namespace
+
+Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first) {
+  return observed([&] { return binary_scalar_impl(op, a, s, scalar_first); },
+                  [&](Observed& o) { o.fn = Fn::BinaryScalar; o.op = op; o.in[0] = &a; o.nin = 1; o.s = s.v; o.first = scalar_first; });
+}
 
 void binary_(Op op, Tensor& a, const Tensor& b) {
+  observe_write(a);
   const OpInfo& info = op_info(op);
   check_same_device(a, b, info.lua_name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), info.lua_name);
@@ -173,6 +196,7 @@ void binary_(Op op, Tensor& a, const Tensor& b) {
 }
 
 void binary_(Op op, Tensor& a, Scalar s) {
+  observe_write(a);
   const OpInfo& info = op_info(op);
   DType ct = compute_dtype(op, result_type(a, s));
   DL_CHECK_KIND(Type, ct == a.dtype(), info.lua_name, "_: result dtype ", dtype_name(ct),
@@ -184,7 +208,8 @@ void binary_(Op op, Tensor& a, Scalar s) {
 
 // ---- comparisons ---------------------------------------------------------------------
 
-Tensor compare(Op op, const Tensor& a, const Tensor& b) {
+namespace {
+Tensor compare_impl(Op op, const Tensor& a, const Tensor& b) {
   const OpInfo& info = op_info(op);
   DL_ASSERT(info.family == OpFamily::Compare);
   check_same_device(a, b, info.lua_name);
@@ -194,14 +219,27 @@ Tensor compare(Op op, const Tensor& a, const Tensor& b) {
   backend_for(a.device(), info.lua_name).binary(op, out, to_dtype(a, ct), to_dtype(b, ct));
   return out;
 }
+}  // namespace
 
-Tensor compare(Op op, const Tensor& a, Scalar s, bool scalar_first) {
+Tensor compare(Op op, const Tensor& a, const Tensor& b) {
+  return observed([&] { return compare_impl(op, a, b); },
+                  [&](Observed& o) { o.fn = Fn::Compare; o.op = op; o.in[0] = &a; o.in[1] = &b; o.nin = 2; });
+}
+
+namespace {
+Tensor compare_scalar_impl(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   const OpInfo& info = op_info(op);
   DL_ASSERT(info.family == OpFamily::Compare);
   DType ct = result_type(a, s);
   Tensor out = empty(a.shape(), DType::Bool, a.device(), info.lua_name);
   backend_for(a.device(), info.lua_name).binary_scalar(op, out, to_dtype(a, ct), s.v, scalar_first);
   return out;
+}
+}  // namespace
+
+Tensor compare(Op op, const Tensor& a, Scalar s, bool scalar_first) {
+  return observed([&] { return compare_scalar_impl(op, a, s, scalar_first); },
+                  [&](Observed& o) { o.fn = Fn::CompareScalar; o.op = op; o.in[0] = &a; o.nin = 1; o.s = s.v; o.first = scalar_first; });
 }
 
 // ---- where, clamp, masked_fill ---------------------------------------------------------
@@ -240,14 +278,22 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 
 // ---- conversion and copies ----------------------------------------------------------------
 
-Tensor cast(const Tensor& x, DType dtype, bool copy) {
+namespace {
+Tensor cast_impl(const Tensor& x, DType dtype, bool copy) {
   if (x.dtype() == dtype && !copy) return x;
   Tensor out = empty(x.shape(), dtype, x.device(), "to");
   backend_for(x.device(), "to").copy(out, x);
   return out;
 }
+}  // namespace
+
+Tensor cast(const Tensor& x, DType dtype, bool copy) {
+  return observed([&] { return cast_impl(x, dtype, copy); },
+                  [&](Observed& o) { o.fn = copy ? Fn::Clone : Fn::Cast; o.in[0] = &x; o.nin = 1; o.dtype = dtype; });
+}
 
 void copy_(Tensor& dst, const Tensor& src) {
+  observe_write(dst);
   Shape shape = broadcast_shapes(dst.shape(), src.shape(), "copy_");
   DL_CHECK(shape == dst.shape(), "copy_: cannot broadcast shape ", src.shape(),
            " into shape ", dst.shape());
@@ -262,16 +308,27 @@ void copy_(Tensor& dst, const Tensor& src) {
 }
 
 void fill_(Tensor& dst, Scalar value) {
+  observe_write(dst);
   backend_for(dst.device(), "fill_").fill(dst, value.v);
   dst.storage().bump_version();
 }
 
-Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
+Tensor contiguous(const Tensor& x) {
+  return observed([&] { return x.is_contiguous() ? x : clone(x); },
+                  [&](Observed& o) { o.fn = Fn::Contiguous; o.in[0] = &x; o.nin = 1; });
+}
 
-Tensor clone(const Tensor& x) {
+namespace {
+Tensor clone_impl(const Tensor& x) {
   Tensor out = empty(x.shape(), x.dtype(), x.device(), "clone");
   backend_for(x.device(), "clone").copy(out, x);
   return out;
+}
+}  // namespace
+
+Tensor clone(const Tensor& x) {
+  return observed([&] { return clone_impl(x); },
+                  [&](Observed& o) { o.fn = Fn::Clone; o.in[0] = &x; o.nin = 1; o.dtype = x.dtype(); });
 }
 
 }  // namespace dl

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tensor/backend.h"
+#include "tensor/observe.h"
 
 namespace dl {
 
@@ -94,7 +95,8 @@ Tensor as_1d(const Tensor& x) {
 
 // ---- reductions ------------------------------------------------------------------------
 
-Tensor reduce(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim,
+namespace {
+Tensor reduce_impl(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim,
               const ReduceOpts& opts) {
   const OpInfo& info = op_info(op);
   const char* name = info.lua_name;
@@ -114,6 +116,13 @@ Tensor reduce(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim
   Tensor out = empty(keepdim_shape(x, rd), odt, x.device(), name);
   kernel(&Backend::reduce, x.device(), name)(op, out, xin, rd, opts);
   return keepdim ? out : drop_dims(out, rd);
+}
+}  // namespace
+
+Tensor reduce(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim,
+              const ReduceOpts& opts) {
+  return observed([&] { return reduce_impl(op, x, dims, keepdim, opts); },
+                  [&](Observed& o) { o.fn = Fn::Reduce; o.op = op; o.in[0] = &x; o.nin = 1; o.dims = dims; o.keepdim = keepdim; o.opts = opts; });
 }
 
 // ---- max/min with indices, argmax/argmin -------------------------------------------------
@@ -193,7 +202,8 @@ Tensor log_softmax(const Tensor& x, int dim) { return softmax_impl(Op::LogSoftma
 // `shape` has 1 are summed away in one reduction (keepdim, so the result is already laid
 // out as `shape`). The dtype is kept: this is a gradient's shape change, not a sum whose
 // integer results would widen to int64.
-Tensor sum_to(const Tensor& x, const Shape& shape) {
+namespace {
+Tensor sum_to_impl(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   const int lead = x.dim() - shape.size();
   DL_CHECK(lead >= 0, "sum_to: cannot sum a tensor of shape ", x.shape(),
@@ -210,6 +220,12 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   Tensor r = reduce(Op::Sum, x, dims, true);
   if (r.dtype() != x.dtype()) r = cast(r, x.dtype());
   return make_view(r, shape, contiguous_strides(shape), r.offset());
+}
+}  // namespace
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  return observed([&] { return sum_to_impl(x, shape); },
+                  [&](Observed& o) { o.fn = Fn::SumTo; o.in[0] = &x; o.nin = 1; o.shape = shape; });
 }
 
 }  // namespace dl

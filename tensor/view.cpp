@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "tensor/backend.h"
+#include "tensor/observe.h"
 
 namespace dl {
 
@@ -100,7 +101,8 @@ Tensor same_view(const Tensor& x) { return make_view(x, x.shape(), x.strides(), 
 
 }  // namespace
 
-Tensor view(const Tensor& x, const Shape& shape) {
+namespace {
+Tensor view_impl(const Tensor& x, const Shape& shape) {
   Shape sizes = infer_size(shape, x.numel(), "view");
   std::optional<Shape> strides = compute_stride(x.shape(), x.strides(), sizes);
   DL_CHECK(strides.has_value(), "view: shape ", shape, " is not compatible with the input's size ",
@@ -108,8 +110,15 @@ Tensor view(const Tensor& x, const Shape& shape) {
            " (a new dimension would span memory that is not contiguous); use reshape");
   return make_view(x, sizes, *strides, x.offset());
 }
+}  // namespace
 
-Tensor reshape(const Tensor& x, const Shape& shape) {
+Tensor view(const Tensor& x, const Shape& shape) {
+  return observed([&] { return view_impl(x, shape); },
+                  [&](Observed& o) { o.fn = Fn::View; o.in[0] = &x; o.nin = 1; o.shape = shape; });
+}
+
+namespace {
+Tensor reshape_impl(const Tensor& x, const Shape& shape) {
   Shape sizes = infer_size(shape, x.numel(), "reshape");
   if (std::optional<Shape> strides = compute_stride(x.shape(), x.strides(), sizes))
     return make_view(x, sizes, *strides, x.offset());
@@ -120,14 +129,27 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
   backend_for(x.device(), "reshape").copy(dst, x);
   return out;
 }
+}  // namespace
 
-Tensor transpose(const Tensor& x, int d0, int d1) {
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  return observed([&] { return reshape_impl(x, shape); },
+                  [&](Observed& o) { o.fn = Fn::Reshape; o.in[0] = &x; o.nin = 1; o.shape = shape; });
+}
+
+namespace {
+Tensor transpose_impl(const Tensor& x, int d0, int d1) {
   int a = wrap_dim(d0, x.dim(), "transpose"), b = wrap_dim(d1, x.dim(), "transpose");
   if (x.dim() == 0) return same_view(x);
   Shape sizes = x.shape(), strides = x.strides();
   std::swap(sizes[a], sizes[b]);
   std::swap(strides[a], strides[b]);
   return make_view(x, sizes, strides, x.offset());
+}
+}  // namespace
+
+Tensor transpose(const Tensor& x, int d0, int d1) {
+  return observed([&] { return transpose_impl(x, d0, d1); },
+                  [&](Observed& o) { o.fn = Fn::Transpose; o.in[0] = &x; o.nin = 1; o.dims = {d0, d1}; });
 }
 
 Tensor permute(const Tensor& x, const std::vector<int>& order) {
@@ -206,7 +228,8 @@ Tensor select(const Tensor& x, int dim, int64_t index) {
   return make_view(x, sizes, strides, moved_offset(x, d, index));
 }
 
-Tensor expand(const Tensor& x, const Shape& shape) {
+namespace {
+Tensor expand_impl(const Tensor& x, const Shape& shape) {
   int n = shape.size(), xd = x.dim();
   DL_CHECK(n >= xd, "expand: the number of sizes given (", n,
            ") must be at least the tensor's number of dimensions (", xd, "); shape ", x.shape(),
@@ -241,8 +264,15 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   checked_numel(sizes, "expand");
   return make_view(x, sizes, strides, x.offset());
 }
+}  // namespace
 
-Tensor squeeze(const Tensor& x, std::optional<int> dim) {
+Tensor expand(const Tensor& x, const Shape& shape) {
+  return observed([&] { return expand_impl(x, shape); },
+                  [&](Observed& o) { o.fn = Fn::Expand; o.in[0] = &x; o.nin = 1; o.shape = shape; });
+}
+
+namespace {
+Tensor squeeze_impl(const Tensor& x, std::optional<int> dim) {
   Shape sizes, strides;
   if (dim) {
     int d = wrap_dim(*dim, x.dim(), "squeeze");
@@ -260,8 +290,15 @@ Tensor squeeze(const Tensor& x, std::optional<int> dim) {
   }
   return make_view(x, sizes, strides, x.offset());
 }
+}  // namespace
 
-Tensor unsqueeze(const Tensor& x, int dim) {
+Tensor squeeze(const Tensor& x, std::optional<int> dim) {
+  return observed([&] { return squeeze_impl(x, dim); },
+                  [&](Observed& o) { o.fn = Fn::Squeeze; o.in[0] = &x; o.nin = 1; if (dim) o.dims = {*dim}; });
+}
+
+namespace {
+Tensor unsqueeze_impl(const Tensor& x, int dim) {
   int n = x.dim();
   int d = wrap_dim(dim, n + 1, "unsqueeze");
   DL_CHECK(n < kMaxDims, "unsqueeze: shape ", x.shape(), " already has the maximum of ", kMaxDims,
@@ -272,6 +309,12 @@ Tensor unsqueeze(const Tensor& x, int dim) {
   sizes.insert(d, 1);
   strides.insert(d, d < n ? saturating_mul(x.size(d), x.stride(d)) : 1);
   return make_view(x, sizes, strides, x.offset());
+}
+}  // namespace
+
+Tensor unsqueeze(const Tensor& x, int dim) {
+  return observed([&] { return unsqueeze_impl(x, dim); },
+                  [&](Observed& o) { o.fn = Fn::Unsqueeze; o.in[0] = &x; o.nin = 1; o.dims = {dim}; });
 }
 
 Tensor flatten(const Tensor& x, int start_dim, int end_dim) {

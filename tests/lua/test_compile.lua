@@ -182,6 +182,117 @@ H.test("a compiled function under dl.grad, and dl.grad inside a compiled functio
   end
 end)
 
+-- Note [Compiled gradients] in compile/grad.cpp
+local function chain(x, w)
+  local y = x
+  for _ = 1, 10 do y = (y * w + 0.1):tanh() end
+  return y:sum()
+end
+
+H.test("dl.compile(dl.grad(f)): one plan, autograd's gradient bit for bit", function()
+  local g = dl.grad(chain)
+  local cg = dl.compile(g)
+  -- sizes held inline, larger ones, and float64: a trace (and a plan) for each
+  for _, n in ipairs({ 16, 40, 300, 16, 300, 40 }) do
+    for _ = 1, 2 do
+      local x, w = dl.rand(n), dl.rand(n)
+      identical(cg(x, w), g(x, w), "n = " .. n)
+    end
+  end
+  local x, w = dl.rand(50):double(), dl.rand(50):double()
+  identical(cg(x, w), g(x, w), "float64")
+  local text = dl.compile.explain(cg)
+  H.ok(string.find(text, "gradient scope (compiled)", 1, true), text)
+  H.ok(string.find(text, "backward pass, compiled:", 1, true), text)
+  H.ok(not string.find(text, "a gradient not compiled", 1, true), text)
+  H.ok(tonumber(string.match(text, "(%d+) results never written")) > 0, text)
+end)
+
+H.test("a compiled gradient reads this call's Lua numbers, never the recorded ones", function()
+  local f = function(x, k, c) return (dl.tanh(x * k) / k + c):sum() end
+  local g = dl.grad(f)
+  local cg = dl.compile(g)
+  local x = dl.randn(30)
+  for i = 1, 5 do identical(cg(x, 0.5, i), g(x, 0.5, i)) end   -- k fixed: compiled, c free
+  H.ok(string.find(dl.compile.explain(cg), "gradient scope (compiled)", 1, true))
+  for i = 1, 5 do identical(cg(x, i * 0.25, 1), g(x, i * 0.25, 1)) end   -- k changing
+  H.ok(string.find(dl.compile.explain(cg), "changes from call to call", 1, true), dl.compile.explain(cg))
+end)
+
+H.test("compiled gradients with broadcasts, reductions over dims and products", function()
+  local cases = {
+    function(x, b) return (dl.tanh(x * b + 0.5) * x):mean() end,
+    function(x, b) return ((x - b) ^ 2):sum(2):sqrt():sum() end,
+    function(x, b) return dl.sigmoid(x:matmul(b:view(-1, 1) * 1)):sum() end,
+    function(x, b) return dl.relu(x / (b * b + 1)):amax() + x:sum(1, true):mean() end,
+    function(x, b) return (dl.exp(x * 0.1) - dl.log1p(dl.abs(b))):sum() * 3 end,
+  }
+  for i, f in ipairs(cases) do
+    local g = dl.grad(f)
+    local cg = dl.compile(g)
+    for _ = 1, 3 do
+      local x, b = dl.randn(6, 5), dl.randn(5)
+      identical(cg(x, b), g(x, b), "case " .. i)
+    end
+  end
+end)
+
+H.test("a compiled gradient leaves its plan where eager's path differs, and stays right", function()
+  local f = function(x)
+    if x:sum() > 0 then return (x * x):sum() else return (x * 3):tanh():sum() end   -- read back: autograd's
+  end
+  local g = dl.grad(f)
+  local cg = dl.compile(g)
+  for i = 1, 6 do
+    local x = dl.randn(30) * (i % 2 == 0 and 1 or -1) + (i % 2 == 0 and 2 or -2)
+    identical(cg(x), g(x))
+  end
+  H.ok(string.find(dl.compile.explain(cg), "a gradient not compiled", 1, true))
+  -- a function whose ops differ call to call inside the scope: the plan's scope goes on
+  -- with autograd from where the call left it
+  local n = 0
+  local h = function(x) n = n + 1 local y = x * 2 if n % 3 == 0 then y = y:exp() end return y:sum() end
+  local ch = dl.compile(dl.grad(h))
+  for _ = 1, 9 do
+    local x = dl.randn(30)
+    local k = n
+    local want = dl.grad(h)(x)
+    n = k
+    identical(ch(x), want)
+  end
+end)
+
+H.test("compiled gradients: nested, value_and_grad, kept values, errors", function()
+  local f = function(x) return (dl.sin(x) * x):sum() end
+  local x = dl.randn(25, { dtype = "float64" })
+  local c2 = dl.compile(dl.grad(function(v) return dl.grad(f)(v):sum() end))
+  for _ = 1, 2 do identical(c2(x), dl.grad(function(v) return dl.grad(f)(v):sum() end)(x)) end
+  local cv = dl.compile(dl.value_and_grad(f))
+  for _ = 1, 2 do
+    local a, b = cv(x)
+    local c, d = dl.value_and_grad(f)(x)
+    identical(a, c)
+    identical(b, d)
+  end
+  local kept = {}
+  local k = function(v) local h = dl.tanh(v * 2) kept.h = h return (h * h):sum() end
+  local ck = dl.compile(dl.grad(k))
+  for _ = 1, 3 do
+    local v = dl.randn(30)
+    local want = dl.grad(k)(v)
+    local wh = kept.h
+    identical(ck(v), want)
+    identical(kept.h, wh, "a value kept from inside the gradient")
+    H.ok(not kept.h:requires_grad(), "and it is a constant afterwards")
+  end
+  local bad = dl.compile(dl.grad(function(v) local y = v * 2 if y:numel() > 20 then error("too long") end return y:sum() end))
+  H.raises(function() return bad(dl.randn(30)) end, "too long")
+  identical(bad(dl.randn(10) * 0 + 1), dl.full({ 10 }, 2))
+  H.raises(function() return bad(dl.randn(30)) end, "too long")
+  identical(bad(dl.ones(10)), dl.full({ 10 }, 2))
+  H.ok(not dl.is_grad_enabled())
+end)
+
 H.test("random ops draw the same stream as eager", function()
   local f = function(x) return x + dl.rand(4) * 2, dl.randn(4) + x end
   local cf = dl.compile(f)
@@ -383,13 +494,17 @@ H.test("random differential programs: compiled equals eager, always", function()
                    "dl.minimum(%s, %s)", "dl.atan2(%s, %s)" }
   local scalar = { "(%s * %g)", "(%s + %g)", "(%s - %g)", "(%s ^ 2)", "(%s %% 1.5)", "(%s / %g)",
                    "(0.5 - %s * %g)" }
-  local mismatches, programs, calls = 0, 0, 0
+  local mismatches, programs, calls, compiled = 0, 0, 0, 0
   for p = 1, 40 do
     local lines, vars = { "return function(x, y, k)" }, { "x", "y" }
     local function pick() return vars[rand(#vars)] end
     local nops = 4 + rand(36)
+    -- Half the programs use only deferred ops, so that their gradients are compiled
+    -- plans; the others also read values back, branch, make views and write in place.
+    local pure = p % 2 == 0
     for i = 1, nops do
       local r = rand(23)
+      if pure and r >= 18 and r <= 22 then r = rand(17) end
       local e
       if r == 21 then      -- an in-place update of a copy
         lines[#lines + 1] = string.format("  local v%d = %s:clone()", i, pick())
@@ -422,6 +537,9 @@ H.test("random differential programs: compiled equals eager, always", function()
     local src = table.concat(lines, "\n")
     local f = assert(loadstring(src, "=program" .. p))()
     local cf = dl.compile(f)
+    -- and its gradient (a scalar of its first result), compiled as one plan where it can be
+    local g = dl.grad(function(x, y, k) local r = f(x, y, k) return (r * r):sum() end)
+    local cg = dl.compile(g)
     programs = programs + 1
     for c = 1, 6 do
       local n = (c == 5) and 7 or 5
@@ -429,6 +547,11 @@ H.test("random differential programs: compiled equals eager, always", function()
       if c == 6 then x, y = x:double(), y:double() end
       local want = { f(x, y, c * 0.3) }
       local got = { cf(x, y, c * 0.3) }
+      local ok, gwant = pcall(g, x, y, c * 0.3)
+      if ok then
+        want[#want + 1] = gwant
+        got[#got + 1] = cg(x, y, c * 0.3)
+      end
       calls = calls + 1
       local ok, err = pcall(identical, got, want)
       if not ok then
@@ -436,8 +559,10 @@ H.test("random differential programs: compiled equals eager, always", function()
         print("mismatch in program " .. p .. ", call " .. c .. ": " .. tostring(err) .. "\n" .. src)
       end
     end
+    if string.find(dl.compile.explain(cg), "gradient scope (compiled)", 1, true) then compiled = compiled + 1 end
   end
   H.eq(mismatches, 0, programs .. " programs, " .. calls .. " calls")
+  H.ok(compiled >= 10, "gradients compiled as plans: " .. compiled .. " of " .. programs)
 end)
 
 H.run()

@@ -1,0 +1,115 @@
+// Watching the engine's ops as they run: what dl.compile records of a backward pass.
+//
+//   struct Log : dl::Observer {
+//     void seen(const dl::Observed& o) override { ops.push_back(o.fn); }
+//     std::vector<dl::Fn> ops;
+//   } log;
+//   {
+//     dl::Observing on(&log);            // this thread's ops are reported to log
+//     dl::Tensor y = dl::binary(dl::Op::Mul, a, b);   // seen: Fn::Binary, Op::Mul
+//   }
+//
+// Only the outermost op is reported: the ops an op runs inside itself (a cast of an
+// operand, the view that reshapes a reduction) are its own business, and replaying the
+// outer op runs them again. What reports itself: the pointwise and reduction families,
+// matmul, the shape functions below, casts and copies, and the constants (zeros, ones,
+// full); in-place writes report themselves as Fn::Write (their target), so that an
+// observer can refuse what it could not replay. Nothing is reported, and nothing costs
+// more than a thread-local load, while no observer is set (the usual case).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tensor/ops.h"
+
+namespace dl {
+
+enum class Fn : uint8_t {
+  Unary, Binary, BinaryScalar, Compare, CompareScalar, Reduce, MatMul,
+  SumTo, Expand, Reshape, View, Squeeze, Unsqueeze, Transpose, Cast, Contiguous, Clone, Full,
+  Write,
+};
+
+// One op as it ran: its inputs (in[0..nin)), arguments and result.
+struct Observed {
+  Fn fn = Fn::Unary;
+  Op op = Op::Neg;
+  const Tensor* in[2] = {nullptr, nullptr};
+  int nin = 0;
+  double s = 0;             // the number of the *Scalar fns, Full's value
+  bool first = false;       // the number came first
+  std::vector<int> dims;    // Reduce: the dims; Transpose: two; Squeeze/Unsqueeze: one (or none)
+  bool keepdim = false;
+  ReduceOpts opts;
+  Shape shape;              // SumTo, Expand, Reshape, View, Full: the shape asked for
+  DType dtype = DType::Float32;   // Cast, Full
+  Device device;            // Full
+  Tensor out;
+};
+
+struct Observer {
+  virtual void seen(const Observed& op) = 0;
+  virtual ~Observer() = default;
+};
+
+// This thread's observer and how deep inside reported ops it is.
+extern thread_local Observer* t_observer;
+extern thread_local int t_observe_depth;
+
+// Sets the thread's observer for a scope.
+class Observing {
+ public:
+  explicit Observing(Observer* o) : prev_(t_observer), depth_(t_observe_depth) {
+    t_observer = o;
+    t_observe_depth = 0;
+  }
+  ~Observing() {
+    t_observer = prev_;
+    t_observe_depth = depth_;
+  }
+  Observing(const Observing&) = delete;
+  Observing& operator=(const Observing&) = delete;
+
+ private:
+  Observer* prev_;
+  int depth_;
+};
+
+// Runs `run` (which returns the op's result) and reports it, filled in by `fill`,
+// when an observer is set and this is the outermost op. The front ends wrap their
+// bodies in it.
+template <typename Run, typename Fill>
+Tensor observed(Run&& run, Fill&& fill) {
+  Observer* o = t_observer;
+  if (!o) return run();
+  struct Depth {
+    Depth() { ++t_observe_depth; }
+    ~Depth() { --t_observe_depth; }
+  };
+  Tensor r;
+  bool outermost = t_observe_depth == 0;
+  {
+    Depth d;
+    r = run();
+  }
+  if (outermost) {
+    Observed op;
+    fill(op);
+    op.out = r;
+    o->seen(op);
+  }
+  return r;
+}
+
+// For the in-place ops: reports a write to `target` (before it happens).
+inline void observe_write(const Tensor& target) {
+  Observer* o = t_observer;
+  if (!o || t_observe_depth != 0) return;
+  Observed op;
+  op.fn = Fn::Write;
+  op.in[0] = &target;
+  op.nin = 1;
+  o->seen(op);
+}
+
+}  // namespace dl
