@@ -36,6 +36,7 @@
 namespace dl::compile {
 
 thread_local Call* t_call = nullptr;
+std::atomic<int> g_calls{0};
 
 namespace {
 
@@ -225,6 +226,7 @@ Call& begin_call(std::shared_ptr<Function> fn) {
   c->serial = next_serial();
   ++c->fn->calls;
   t_call = c;
+  g_calls.fetch_add(1, std::memory_order_relaxed);
   return *c;
 }
 
@@ -232,6 +234,7 @@ void end_call() noexcept {
   Call* c = t_call;
   t_call = nullptr;
   if (!c) return;
+  g_calls.fetch_sub(1, std::memory_order_relaxed);
   // Parked in its function for the next call, emptied but with its vectors' room.
   std::shared_ptr<Function> fn = std::move(c->fn);
   c->trace = nullptr;

@@ -11,6 +11,7 @@
 // (bindings/capi_compile.cpp) turn deferred results into Lua values and back, and the
 // Lua module (scripts/dlua/compile.lua) runs the function.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -139,9 +140,14 @@ struct Call {
   Scope scope;
 };
 
-// The thread's call in progress, or null.
+// The thread's call in progress, or null. g_calls counts the calls in progress on every
+// thread: a plain load that spares the C ABI's hot entry points a thread-local lookup
+// while none is (eager execution).
 extern thread_local Call* t_call;
-inline Call* current() noexcept { return t_call; }
+extern std::atomic<int> g_calls;
+[[gnu::always_inline]] inline Call* current() noexcept {
+  return g_calls.load(std::memory_order_relaxed) == 0 ? nullptr : t_call;
+}
 // Starts the thread's call of fn; an error if one is in progress (the Lua side runs a
 // nested compiled function as part of the enclosing call instead).
 Call& begin_call(std::shared_ptr<Function> fn);
@@ -165,8 +171,8 @@ inline bool pending(const Call* c) noexcept { return c && c->flushed < c->steps.
 void sync_slow();
 // flush() of the thread's call when it has pending steps: what every entry point of the
 // C ABI that is not a deferred op does first, so that it sees eager's state.
-inline void sync() {
-  const Call* c = t_call;
+[[gnu::always_inline]] inline void sync() {
+  const Call* c = current();
   if (c && (pending(c) || c->scope.mode != ScopeMode::None)) sync_slow();
 }
 // Runs the call's remaining steps at its end: a result is computed only if it is

@@ -5,5 +5,6 @@ namespace dl {
 
 thread_local Observer* t_observer = nullptr;
 thread_local int t_observe_depth = 0;
+std::atomic<int> g_observers{0};
 
 }  // namespace dl

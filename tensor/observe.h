@@ -17,6 +17,7 @@
 // observer can refuse what it could not replay. Nothing is reported, and nothing costs
 // more than a thread-local load, while no observer is set (the usual case).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -52,9 +53,12 @@ struct Observer {
   virtual ~Observer() = default;
 };
 
-// This thread's observer and how deep inside reported ops it is.
+// This thread's observer and how deep inside reported ops it is; how many observers
+// are set on any thread (a plain load that spares the front ends a thread-local lookup
+// while there are none, the usual case).
 extern thread_local Observer* t_observer;
 extern thread_local int t_observe_depth;
+extern std::atomic<int> g_observers;
 
 // Sets the thread's observer for a scope.
 class Observing {
@@ -62,10 +66,12 @@ class Observing {
   explicit Observing(Observer* o) : prev_(t_observer), depth_(t_observe_depth) {
     t_observer = o;
     t_observe_depth = 0;
+    g_observers.fetch_add(1, std::memory_order_relaxed);
   }
   ~Observing() {
     t_observer = prev_;
     t_observe_depth = depth_;
+    g_observers.fetch_sub(1, std::memory_order_relaxed);
   }
   Observing(const Observing&) = delete;
   Observing& operator=(const Observing&) = delete;
@@ -77,19 +83,20 @@ class Observing {
 
 // Runs `run` (which returns the op's result) and reports it, filled in by `fill`,
 // when an observer is set and this is the outermost op. The front ends wrap their
-// bodies in it.
+// bodies in it (one call of `run`, so that the body is inlined here).
 template <typename Run, typename Fill>
-Tensor observed(Run&& run, Fill&& fill) {
-  Observer* o = t_observer;
-  if (!o) return run();
+[[gnu::always_inline]] inline Tensor observed(Run&& run, Fill&& fill) {
+  Observer* o = __builtin_expect(g_observers.load(std::memory_order_relaxed) == 0, 1) ? nullptr : t_observer;
   struct Depth {
-    Depth() { ++t_observe_depth; }
-    ~Depth() { --t_observe_depth; }
+    Observer* o;
+    explicit Depth(Observer* ob) : o(ob) { if (o) ++t_observe_depth; }
+    ~Depth() { if (o) --t_observe_depth; }
   };
+  bool outermost = false;
   Tensor r;
-  bool outermost = t_observe_depth == 0;
   {
-    Depth d;
+    if (o) outermost = t_observe_depth == 0;
+    Depth d(o);
     r = run();
   }
   if (outermost) {
@@ -103,6 +110,7 @@ Tensor observed(Run&& run, Fill&& fill) {
 
 // For the in-place ops: reports a write to `target` (before it happens).
 inline void observe_write(const Tensor& target) {
+  if (g_observers.load(std::memory_order_relaxed) == 0) return;
   Observer* o = t_observer;
   if (!o || t_observe_depth != 0) return;
   Observed op;
