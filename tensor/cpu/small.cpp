@@ -46,15 +46,17 @@ bool served(DType dt) { return dt == DType::Float32 || dt == DType::Float64; }
 // Note [Small loops for AVX2]
 // Built for the baseline x86-64 (SSE2), a float32 tanh over 16 elements took 730
 // instructions, its double-precision polynomial two lanes at a time; the loops are also
-// built for AVX2 (four lanes) and AVX-512 (eight), picked once at load time where the CPU
-// has them, as the general loops are (DL_TARGET_CLONES in loops.h). No multiply-add is
-// fused in any version (the engine is compiled with -ffp-contract=off): lane width alone
-// changes no element's bits (tests/cpp/test_pointwise.cpp compares them). The AVX-512
-// versions matter for dl.compile's fused groups, which run these loops over blocks of
-// 2,048 elements: a tanh there took 15 instructions an element with AVX2 only.
-// Where the loader has no ifunc (not glibc ELF), the one baseline build serves.
+// built for AVX2 (four lanes), picked once at load time where the CPU has it. Only AVX2,
+// not FMA: fused multiply-adds would round differently from the general loops, and lane
+// width alone changes no element's bits (tests/cpp/test_pointwise.cpp compares them).
+// Not AVX-512: on the Xeon of docs/performance.md's dl.compile table, AVX-512 versions of
+// these loops made the recorded chain of 16-element ops 10% slower (0.44 to 0.485 us an
+// op, alternating builds) for 1% fewer instructions; short bursts of 512-bit code cost
+// more time than they save. dl.compile's fused groups run these loops too, over blocks
+// of 2,048 elements. Where the loader has no ifunc (not glibc ELF), the one baseline
+// build serves.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && defined(__GLIBC__)
-#define DL_SMALL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define DL_SMALL_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define DL_SMALL_CLONES
 #endif
