@@ -39,19 +39,6 @@ uint64_t guard_handle(F&& f) noexcept {
   }
 }
 
-template <typename F>
-int guard_status(F&& f) noexcept {
-  MessageBase base(1);
-  try {
-    compile::sync();
-    f();
-    return 0;
-  } catch (...) {
-    capture_exception();
-    return -1;
-  }
-}
-
 // guard_status without compile::sync, for what cannot depend on deferred steps (a
 // tensor's metadata) and for the compiled call's own work.
 template <typename F>
@@ -64,6 +51,14 @@ int guard_status_nosync(F&& f) noexcept {
     capture_exception();
     return -1;
   }
+}
+
+template <typename F>
+int guard_status(F&& f) noexcept {
+  return guard_status_nosync([&] {
+    compile::sync();
+    f();
+  });
 }
 
 // For the entry points that return a struct dl_tensor (Note [Small tensors inline]):

@@ -206,20 +206,21 @@ int64_t replay_backward(Call& c, size_t marker) {
     }
     return -1;
   }
-  const size_t base = marker + 1;
+  const size_t base = marker + 1, n = plan->steps.size();
+  c.steps.reserve(base + n);
+  c.results.resize(base + n);
+  c.returned.resize(base + n, 0);
   for (const BackwardStep& b : plan->steps) {
-    Step st = b.step;
+    c.steps.push_back(b.step);   // copied in place; its operands are set below
+    Step& st = c.steps.back();
     const Ref* refs[2] = {&b.a, &b.b};
     Operand* ops[2] = {&st.a, &st.b};
     for (int k = 0; k < 2; ++k) {
       const Ref& r = *refs[k];
-      if (r.to == Ref::To::Result) *ops[k] = Operand::of(r.i);
-      else if (r.to == Ref::To::Backward) *ops[k] = Operand::of(int32_t(base + size_t(r.i)));
-      else *ops[k] = Operand::bound(bound(r));
+      if (r.to == Ref::To::Result) ops[k]->step = r.i;
+      else if (r.to == Ref::To::Backward) ops[k]->step = int32_t(base + size_t(r.i));
+      else ops[k]->input = bound(r);
     }
-    c.steps.push_back(std::move(st));
-    c.results.emplace_back();
-    c.returned.push_back(0);
   }
   c.fn->matched += int64_t(plan->steps.size());
   return int64_t(base) + plan->grad;
