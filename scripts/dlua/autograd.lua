@@ -292,14 +292,10 @@ local function call_watched(op, f, n, x, b, c)
   return w, y
 end
 
--- The gradient of f at its first argument x (a tensor or a number); f takes n
--- arguments, x, b and c.
-local function grad_one(op, f, n, x, b, c)
-  if C.dl_grad_enter() ~= 0 then raise_last() end
-  local ok, w, y = pcall(call_watched, op, f, n, x, b, c)
-  C.dl_grad_exit()
-  if not ok then error(w, 0) end
-  y = result_tensor(op, y)
+-- The gradient of y with respect to one watched tensor w (the tape is left to the
+-- caller). One dl_backward_one: a compiled call runs it from its recorded plan (Note
+-- [Compiled gradients] in compile/grad.cpp).
+local function backward_one(op, y, w)
   local g = fresh()
   local st = C.dl_backward_one(y, w, g, task_out)
   if st == 2 then
@@ -310,6 +306,18 @@ local function grad_one(op, f, n, x, b, c)
   else
     g = value(st, g)
   end
+  return g
+end
+
+-- The gradient of f at its first argument x (a tensor or a number); f takes n
+-- arguments, x, b and c.
+local function grad_one(op, f, n, x, b, c)
+  if C.dl_grad_enter() ~= 0 then raise_last() end
+  local ok, w, y = pcall(call_watched, op, f, n, x, b, c)
+  C.dl_grad_exit()
+  if not ok then error(w, 0) end
+  y = result_tensor(op, y)
+  local g = backward_one(op, y, w)
   C.dl_tape_done()
   return g
 end
@@ -360,7 +368,7 @@ local function differentiate(op, f, argnums, with_value)
     end
     local r, trees, flat = run_watched(op, f, nums, ...)
     local y = result_tensor(op, r[1])
-    local g = backward(op, { y }, nil, flat, false)
+    local g = #flat == 1 and { backward_one(op, y, flat[1]) } or backward(op, { y }, nil, flat, false)
     C.dl_tape_done()
     local res = {}
     for i, t in ipairs(trees) do res[i] = rebuild(t, flat, g) end

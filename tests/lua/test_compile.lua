@@ -268,11 +268,22 @@ H.test("compiled gradients: nested, value_and_grad, kept values, errors", functi
   local c2 = dl.compile(dl.grad(function(v) return dl.grad(f)(v):sum() end))
   for _ = 1, 2 do identical(c2(x), dl.grad(function(v) return dl.grad(f)(v):sum() end)(x)) end
   local cv = dl.compile(dl.value_and_grad(f))
-  for _ = 1, 2 do
+  for _ = 1, 3 do
     local a, b = cv(x)
     local c, d = dl.value_and_grad(f)(x)
     identical(a, c)
     identical(b, d)
+  end
+  H.ok(string.find(dl.compile.explain(cv), "gradient scope (compiled)", 1, true), dl.compile.explain(cv))
+  -- several tensors: on the tape, right
+  local f2 = function(a, b) return (a * b):tanh():sum() end
+  local c2v = dl.compile(dl.grad(f2, { 1, 2 }))
+  for _ = 1, 2 do
+    local a, b = dl.randn(30), dl.randn(30)
+    local g1, g2 = c2v(a, b)
+    local e1, e2 = dl.grad(f2, { 1, 2 })(a, b)
+    identical(g1, e1)
+    identical(g2, e2)
   end
   local kept = {}
   local k = function(v) local h = dl.tanh(v * 2) kept.h = h return (h * h):sum() end
