@@ -30,6 +30,7 @@
 
 #include "compile/grad.h"
 
+#include <algorithm>
 #include <atomic>
 #include <sstream>
 
@@ -72,6 +73,36 @@ std::string describe(const Function& fn, const TraceOp& t) {
   }
   os << ")";
   if (t.line >= 0 && size_t(t.line) < fn.lines.size()) os << " at " << fn.lines[size_t(t.line)];
+  return os.str();
+}
+
+// A step of a recorded backward pass, its operands as steps of the call (1-based, as
+// the report numbers them).
+std::string describe_backward(const BackwardStep& b, size_t base, bool is_grad) {
+  std::ostringstream os;
+  const Step& st = b.step;
+  switch (st.kind) {
+    case Kind::Full: os << "full(" << st.arg << ", " << st.s << ")"; break;
+    case Kind::Shape: os << fn_name(st.fn) << "("; break;
+    default: os << op_name(st.op) << "("; break;
+  }
+  if (st.kind != Kind::Full) {
+    auto ref = [&](const Ref& r) {
+      if (r.to == Ref::To::Result) os << "step " << r.i + 1;
+      else if (r.to == Ref::To::Backward) os << "step " << base + size_t(r.i) + 1;
+      else os << (r.k == 0 ? "first" : "second") << " operand of step " << r.i + 1;
+    };
+    ref(b.a);
+    if (st.kind == Kind::Binary || st.kind == Kind::Compare || st.kind == Kind::MatMul) {
+      os << ", ";
+      ref(b.b);
+    } else if (st.kind == Kind::BinaryScalar || st.kind == Kind::CompareScalar) {
+      os << ", " << st.s;
+    }
+    os << ")";
+  }
+  if (st.alone) os << " (alone)";
+  if (is_grad) os << ": the gradient";
   return os.str();
 }
 
@@ -205,9 +236,24 @@ std::string Function::report() const {
     for (uint8_t k : tr.kept) kept += k;
     if (tr.analysed) os << ", " << kept << " results kept past the call";
     os << "\n";
-    for (size_t i = 0; i < tr.ops.size() && i < 40; ++i)
-      os << "    " << i + 1 << " " << describe(*this, tr.ops[i]) << "\n";
-    if (tr.ops.size() > 40) os << "    ... " << tr.ops.size() - 40 << " more\n";
+    // A recorded backward pass's places show the pass's own steps.
+    const BackwardPlan* plan = nullptr;
+    size_t base = 0;
+    const size_t shown = std::min<size_t>(tr.ops.size(), 60);
+    for (size_t i = 0; i < shown; ++i) {
+      const TraceOp& op = tr.ops[i];
+      if (op.kind == Kind::Marker && op.mark == Mark::Backward) {
+        plan = op.plan >= 0 ? &tr.plans[size_t(op.plan)] : nullptr;
+        base = i + 1;
+      }
+      os << "    " << i + 1 << " ";
+      if (op.kind == Kind::Marker && op.mark == Mark::BackwardStep && plan && i - base < plan->steps.size())
+        os << describe_backward(plan->steps[i - base], base, int32_t(i - base) == plan->grad);
+      else
+        os << describe(*this, op);
+      os << "\n";
+    }
+    if (tr.ops.size() > shown) os << "    ... " << tr.ops.size() - shown << " more\n";
   }
   for (const std::string& n : notes) os << "  a gradient not compiled: " << n << "\n";
   for (const Divergence& d : divergences) {

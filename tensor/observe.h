@@ -31,6 +31,24 @@ enum class Fn : uint8_t {
   Write,
 };
 
+inline const char* fn_name(Fn f) {
+  switch (f) {
+    case Fn::SumTo: return "sum_to";
+    case Fn::Expand: return "expand";
+    case Fn::Reshape: return "reshape";
+    case Fn::View: return "view";
+    case Fn::Squeeze: return "squeeze";
+    case Fn::Unsqueeze: return "unsqueeze";
+    case Fn::Transpose: return "transpose";
+    case Fn::Cast: return "to";
+    case Fn::Contiguous: return "contiguous";
+    case Fn::Clone: return "clone";
+    case Fn::Full: return "full";
+    case Fn::Write: return "an in-place write";
+    default: return "an op of the table";
+  }
+}
+
 // One op as it ran: its inputs (in[0..nin)), arguments and result.
 struct Observed {
   Fn fn = Fn::Unary;
