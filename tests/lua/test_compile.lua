@@ -208,6 +208,32 @@ H.test("dl.compile(dl.grad(f)): one plan, autograd's gradient bit for bit", func
   H.ok(tonumber(string.match(text, "(%d+) results never written")) > 0, text)
 end)
 
+H.test("compiled gradients at the edges: constants, softmax, bad results, in-place writes", function()
+  local c = dl.randn(30)
+  local cases = {
+    function(x) return (c * 2):sum() end,                                   -- no dependence on x
+    function(x) return (dl.softmax(x:view(3, 10), 2) * c:view(3, 10)):sum() end,  -- an op not deferred
+    function(x) return (x * c):amax() end,
+    function(x) local y = x * 1 y:mul_(2) return (y * y):sum() end,          -- in place inside
+  }
+  for i, f in ipairs(cases) do
+    local g, cg = dl.grad(f), dl.compile(dl.grad(f))
+    for _ = 1, 3 do
+      local x = dl.randn(30)
+      identical(cg(x), g(x), "case " .. i)
+    end
+  end
+  local bad = dl.compile(dl.grad(function(x) return x * 2 end))
+  for _ = 1, 2 do
+    H.raises(function() return bad(dl.randn(30)) end, "grad: the function must return a single-element tensor")
+  end
+  local text = dl.compile.explain(dl.compile(dl.grad(chain)))
+  local cg = dl.compile(dl.grad(chain))
+  cg(dl.rand(20), dl.rand(20))
+  text = dl.compile.explain(cg)
+  H.ok(string.find(text, "tanh_backward(", 1, true) and string.find(text, ": the gradient", 1, true), text)
+end)
+
 H.test("a compiled gradient reads this call's Lua numbers, never the recorded ones", function()
   local f = function(x, k, c) return (dl.tanh(x * k) / k + c):sum() end
   local g = dl.grad(f)
