@@ -389,6 +389,10 @@ void dl_compile_analysed(void);
 void dl_compile_line(uint32_t pos, const char* where);   /* "chunk:line" of a recorded op */
 const char* dl_compile_end(void);                   /* ends the call: a warning to print, or NULL */
 const char* dl_compile_report(uint64_t f);          /* what dl.compile.explain shows */
+/* Ends the thread's compiled call, if one is left in progress by an error that unwound
+   through it (its proxies become errors when read); the runtime calls it after a failed
+   call, the Lua side before a call finds one it did not start. */
+void dl_compile_abandon(void);
 /* dl:cdef-end */
 
 #ifdef __cplusplus

@@ -473,6 +473,14 @@ const char* dl_compile_end(void) {
   return warning.empty() ? nullptr : warning.c_str();
 }
 
+void dl_compile_abandon(void) {
+  compile::Call* c = compile::current();
+  if (!c) return;
+  // Autograd's scope, if the call had opened one, is the bindings' to close: the Lua
+  // side that would have closed it is gone.
+  compile::end_call();
+}
+
 const char* dl_compile_report(uint64_t f) {
   thread_local std::string text;
   std::shared_ptr<compile::Function> fn = find_fn(f);

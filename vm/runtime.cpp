@@ -354,6 +354,10 @@ void Runtime::Impl::guard(lua_CFunction body, void* ud) {
     lua_pop(L, 1);
   }
   if (!pending.active) return;
+  // An error that unwound through a compiled call before it could end (a time limit or
+  // an interrupt stops its cleanup too) must not leave that call in progress on this
+  // thread for the ops that come next (scripts/dlua/compile.lua).
+  if (depth == 0) dl_compile_abandon();
   Error e(pending.kind, pending.message, pending.traceback);
   pending.clear();
   // Notes §1: after a time-limit or memory stop the state is retired, not reused.

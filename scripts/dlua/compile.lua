@@ -35,6 +35,10 @@ local compiled_t = ffi.typeof("struct dl_compiled")
 local weak_keys = { __mode = "k" }
 local enabled = os.getenv("DLUA_COMPILE") ~= "0"
 
+-- True while this Lua state runs a compiled function's Lua code (a compiled call found
+-- in progress at any other time was left by an error: dl_compile_abandon).
+local running = false
+
 -- Compiled function -> its state, for explain.
 local states = setmetatable({}, weak_keys)
 
@@ -152,6 +156,9 @@ local function compile(f, opts)
   if fid == 0 then core.raise_last() end
   local obj = ffi.gc(compiled_t(fid), C.dl_compile_release)
   local function cf(...)
+    if enabled and not running and C.dl_compile_active() ~= 0 then
+      C.dl_compile_abandon()   -- left in progress by an error that stopped its end
+    end
     if not enabled or C.dl_compile_active() ~= 0 or C.dl_is_recording() ~= 0 then
       return f(...)   -- eager; inside an enclosing compiled call, part of it
     end
@@ -168,7 +175,9 @@ local function compile(f, opts)
       dl.set_rng_state(rng_before)
     end
     if C.dl_compile_begin(fid) ~= 0 then core.raise_last() end
+    running = true
     local rets = pack(pcall(f, ...))
+    running = false
     finish(rets)
     if check then
       local d

@@ -140,3 +140,35 @@ TEST_CASE("limits: nested host calls share the outer deadline") {
   rt.run_string("function spin() while true do end end");
   CHECK(run_kind(rt, "pcall(spin) spin()") == ErrorKind::Timeout);
 }
+
+TEST_CASE("limits: a compiled call stopped by the time limit or an interrupt leaves nothing behind") {
+  // The stop unwinds through the compiled call's own end (scripts/dlua/compile.lua);
+  // the runtime ends the call, so the next ops on the thread run eagerly as before.
+  const char* setup =
+      "f = dl.compile(function(x) local y = x * 2 + 1 while y:sum():item() > 0 do end return y end)\n"
+      "g = dl.compile(function(x) return (x * 3):tanh() end)";
+  const char* after =
+      "local x = dl.ones(100)\n"
+      "local a, b = g(x), (x * 3):tanh()\n"
+      "local c = x * 5\n"
+      "return dl.equal(a, b) and dl.equal(c, dl.full({100}, 5)) and c.id ~= 0 and 1 or 0";
+  {
+    Runtime rt({.time_limit = 0.2});
+    rt.run_string(setup);
+    CHECK(run_kind(rt, "f(dl.ones(100))") == ErrorKind::Timeout);
+    rt.run_string(setup);   // the state was retired: a fresh one
+    CHECK(rt.run_string(after)[0].as_number() == 1);
+  }
+  {
+    Runtime rt({.sandbox = true});
+    rt.run_string(setup);
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      rt.interrupt();
+    });
+    ErrorKind k = run_kind(rt, "f(dl.ones(100))");
+    stopper.join();
+    CHECK(k == ErrorKind::Interrupted);
+    CHECK(rt.run_string(after)[0].as_number() == 1);   // the same state
+  }
+}
