@@ -510,6 +510,24 @@ H.test("check = true runs eagerly too and compares, random draws included", func
   H.raises(function() return dl.set_rng_state({ seed = -1, offset = 0 }) end, "set_rng_state: expected a state")
 end)
 
+H.test("DLUA_COMPILE=0 makes compiled functions call their Lua function", function()
+  H.ok(dl.compile.enabled() == (os.getenv("DLUA_COMPILE") ~= "0"))
+  -- Run the `dlua` program again (not under stock luajit, whose -e has no dl).
+  if not arg or not arg[-1] or not package.preload["dlua"] then return end
+  local code = "local f = dl.compile(function(x) return (x * 2):sum() end) "
+    .. "local r = f(dl.ones(100)) "
+    .. "io.write(tostring(dl.compile.enabled()), ' ', r:item(), ' ', "
+    .. "dl.compile.explain(f):find('is off', 1, true) and 'off' or 'on')"
+  local function run(env)
+    local p = io.popen(env .. " '" .. arg[-1] .. "' -e \"" .. code .. "\" 2>&1")
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+  H.eq(run("DLUA_COMPILE=0"), "false 200 off")
+  H.eq(run("DLUA_COMPILE=1"), "true 200 on")
+end)
+
 H.test("bad arguments are clear errors", function()
   H.raises(function() return dl.compile(3) end, "compile: expected a function, got number")
   H.raises(function() return dl.compile(function() end, 5) end, "compile: expected a table of options")
