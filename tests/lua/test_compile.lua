@@ -223,6 +223,17 @@ H.test("compiled gradients at the edges: constants, softmax, bad results, in-pla
       identical(cg(x), g(x), "case " .. i)
     end
   end
+  -- a custom gradient: its Lua backward runs, so the scope stays autograd's
+  local log1pexp = dl.custom_gradient(function(x)
+    local e = dl.exp(x)
+    return dl.log(1 + e), function(dy) return dy * (1 - 1 / (1 + e)) end
+  end)
+  local h = function(x) return (log1pexp(x * 2) * x):sum() end
+  local ch = dl.compile(dl.grad(h))
+  for _ = 1, 3 do
+    local x = dl.randn(30)
+    identical(ch(x), dl.grad(h)(x), "custom gradient")
+  end
   local bad = dl.compile(dl.grad(function(x) return x * 2 end))
   for _ = 1, 2 do
     H.raises(function() return bad(dl.randn(30)) end, "grad: the function must return a single-element tensor")
