@@ -112,6 +112,19 @@ TEST_CASE("sandbox: tensors are sealed cdata") {
   )lua");
 }
 
+TEST_CASE("sandbox: dl.compile works and compiled gradients too") {
+  must_pass(R"lua(
+    local f = dl.compile(function(x) return (x * 2 + 1):tanh():sum() end)
+    local g = dl.compile(dl.grad(function(x) return (x * x):sum() end))
+    for _ = 1, 3 do
+      local x = dl.ones(40)
+      assert(dl.equal(f(x), (x * 2 + 1):tanh():sum()))
+      assert(dl.equal(g(x), x * 2))
+    end
+    assert(dl.compile.explain(g):find("gradient scope (compiled)", 1, true))
+  )lua");
+}
+
 TEST_CASE("sandbox: nothing reachable from the globals leads to ffi or C") {
   // Walks every table, function upvalue-free value and metatable reachable without
   // the debug library: no userdata (a C library namespace), no cdata but tensors,
