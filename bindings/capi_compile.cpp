@@ -66,8 +66,8 @@ const char* line_of(const compile::Function& fn, const compile::Trace& t, uint32
   return line >= 0 && size_t(line) < fn.lines.size() ? fn.lines[size_t(line)].c_str() : nullptr;
 }
 
-// An operand of a deferred op: a proxy of this call, or any other tensor on the host.
-// False: the op is not deferred (a proxy of another call, a device tensor).
+// An operand of a deferred op: a proxy of this call, or any other tensor on the host or
+// a CUDA device. False: the op is not deferred (a proxy of another call, another device).
 bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, compile::OperandKey& k,
                  const char* op) {
   ProxyRef r;
@@ -77,13 +77,15 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
     k.step = int32_t(r.pos);
     k.dtype = c.steps[r.pos].dtype;
     k.shape = c.steps[r.pos].shape;
+    k.device = c.steps[r.pos].device;
     return true;
   }
   Tensor x = dl::bind::operand_of(t, op);
-  if (!x.device().is_cpu()) return false;
+  if (!x.device().is_cpu() && !x.device().is_cuda()) return false;
   k.step = -1;
   k.dtype = x.dtype();
   k.shape = x.shape();
+  k.device = x.device();
   o = compile::Operand::bound(std::move(x));
   return true;
 }
@@ -124,6 +126,8 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
     st.scalar_first = first != 0;
     if (!operand_for(*c, a, st.a, ka, info.lua_name)) return -2;
     if (two && !operand_for(*c, b, st.b, kb, info.lua_name)) return -2;
+    if (two && kb.device != ka.device) return -2;   // the eager op names both devices
+    st.device = ka.device;
     if (kind == compile::Kind::Reduce) {
       if (ndims < 0 || ndims > dl::kMaxDims || (ndims > 0 && !dims)) return -2;
       const int rank = ka.shape.size();
@@ -266,9 +270,11 @@ int compiled_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, 
     ky.step = int32_t(ry.pos);
     ky.dtype = c->steps[ry.pos].dtype;
     ky.shape = c->steps[ry.pos].shape;
+    ky.device = c->steps[ry.pos].device;
     kx.step = int32_t(rx.pos);
     kx.dtype = c->steps[rx.pos].dtype;
     kx.shape = c->steps[rx.pos].shape;
+    kx.device = c->steps[rx.pos].device;
     compile::Step mark;
     mark.kind = compile::Kind::Marker;
     mark.mark = compile::Mark::Backward;
@@ -342,8 +348,8 @@ bool proxy_meta(const struct dl_tensor* x, dl_meta* out) {
   const compile::Step& st = c->steps[r.pos];
   out->ndim = st.shape.size();
   out->dtype = int(st.dtype);
-  out->device_type = 0;
-  out->device_index = 0;
+  out->device_type = int(st.device.type);
+  out->device_index = st.device.index;
   out->contiguous = 1;
   out->requires_grad = 0;
   int64_t n = 1, stride = 1;

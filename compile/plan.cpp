@@ -7,6 +7,8 @@
 #include <cstring>
 #include <optional>
 
+#include "tensor/backend.h"
+#include "tensor/fused.h"
 #include "tensor/small.h"
 
 namespace dl::compile {
@@ -152,6 +154,8 @@ struct Group {
   size_t isz;
   std::vector<Source> src;       // two per step (b unused for one-operand steps)
   std::vector<uint8_t> live;     // per step of the group: computed at all
+  std::vector<int> slot;         // per step: its scratch block, -1 when written to its result
+  int nslots = 0;
   std::vector<Tensor> held;      // expanded copies of operands read through them
 };
 
@@ -220,7 +224,8 @@ void run_block(const Group& g, const std::vector<Step>& steps, std::vector<Tenso
                int64_t o, int64_t n, std::vector<unsigned char>& scratch) {
   const size_t nsteps = g.g1 - g.g0;
   const size_t bytes = size_t(kBlock) * g.isz;
-  if (scratch.size() < (nsteps + 2) * bytes) scratch.resize((nsteps + 2) * bytes);
+  const size_t nslots = size_t(g.nslots);
+  if (scratch.size() < (nslots + 2) * bytes) scratch.resize((nslots + 2) * bytes);
   unsigned char* temps[64 + 1];
   std::vector<unsigned char*> many;
   unsigned char** tp = temps;
@@ -231,10 +236,10 @@ void run_block(const Group& g, const std::vector<Step>& steps, std::vector<Tenso
   for (size_t k = 0; k < nsteps; ++k) {
     const size_t i = g.g0 + k;
     if (!g.live[k]) continue;
-    tp[k] = results[i].defined() ? static_cast<unsigned char*>(results[i].raw_data()) + size_t(o) * g.isz
-                                 : scratch.data() + k * bytes;
+    tp[k] = g.slot[k] < 0 ? static_cast<unsigned char*>(results[i].raw_data()) + size_t(o) * g.isz
+                          : scratch.data() + size_t(g.slot[k]) * bytes;
   }
-  unsigned char* cycle_a = scratch.data() + nsteps * bytes;
+  unsigned char* cycle_a = scratch.data() + nslots * bytes;
   unsigned char* cycle_b = cycle_a + bytes;
   for (size_t k = 0; k < nsteps; ++k) {
     if (!g.live[k]) continue;
@@ -254,6 +259,42 @@ void run_block(const Group& g, const std::vector<Step>& steps, std::vector<Tenso
   }
 }
 
+// Scratch blocks by liveness: a step that is not kept writes its block to a scratch
+// block that no step still to run reads, taken after its operands were read, so a
+// chain of any length works in two blocks that stay in the first-level cache (with a
+// block per step, eight steps of float32 filled 64 KB).
+void assign_slots(Group& g, const std::vector<Step>& steps, const std::vector<uint8_t>& keep) {
+  const size_t nsteps = g.g1 - g.g0;
+  thread_local std::vector<int> last, free_slots;
+  last.assign(nsteps, -1);
+  for (size_t k = 0; k < nsteps; ++k) {
+    if (!g.live[k]) continue;
+    for (int r = 0; r < arity(steps[g.g0 + k]); ++r)
+      if (g.src[2 * k + r].kind == Source::Temp) last[size_t(g.src[2 * k + r].temp)] = int(k);
+  }
+  g.slot.assign(nsteps, -1);
+  g.nslots = 0;
+  free_slots.clear();
+  for (size_t k = 0; k < nsteps; ++k) {
+    if (!g.live[k]) continue;
+    if (!keep[g.g0 + k]) {
+      if (free_slots.empty()) {
+        g.slot[k] = g.nslots++;
+      } else {
+        g.slot[k] = free_slots.back();
+        free_slots.pop_back();
+      }
+    }
+    for (int r = 0; r < arity(steps[g.g0 + k]); ++r) {
+      const Source& s = g.src[2 * k + r];
+      if (s.kind != Source::Temp || last[size_t(s.temp)] != int(k)) continue;
+      const int freed = g.slot[size_t(s.temp)];
+      last[size_t(s.temp)] = -1;   // x * x: its slot is freed once
+      if (freed >= 0) free_slots.push_back(freed);
+    }
+  }
+}
+
 void run_group(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
                const std::vector<uint8_t>& keep) {
   const Step& first = steps[g.g0];
@@ -265,10 +306,11 @@ void run_group(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& re
   for (size_t k = 0; k < nsteps; ++k) {
     const size_t i = g.g0 + k;
     if (!g.live[k]) continue;
-    if (keep[i]) results[i] = empty(first.shape, first.dtype, Device{}, op_info(steps[i].op).lua_name);
+    if (keep[i]) results[i] = empty(first.shape, first.dtype, first.device, op_info(steps[i].op).lua_name);
     g.src[2 * k] = source_for(g, steps[i], steps[i].a, steps, results);
     if (arity(steps[i]) == 2) g.src[2 * k + 1] = source_for(g, steps[i], steps[i].b, steps, results);
   }
+  assign_slots(g, steps, keep);
   // A one-element operand that is a step of the group is read with step 0 by no loop:
   // a group's steps all have the group's shape, so a temp is always dense.
   const int64_t nblocks = (g.numel + kBlock - 1) / kBlock;
@@ -285,6 +327,93 @@ void run_group(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& re
     for (int64_t b = 0; b < nblocks; ++b)
       run_block(g, steps, results, b * kBlock, std::min(kBlock, g.numel - b * kBlock), scratch);
   }
+}
+
+Tensor run_single(const Step& st, const std::vector<Tensor>& results);
+ExecStats t_stats;
+
+// Note [Fused groups off the host]
+// A group on another device runs as one fused program (tensor/fused.h): the group's
+// live steps become its instructions, its operands from outside its inputs (read as the
+// host's blocks read them: in place, one value, cycled, or an expanded copy), its kept
+// steps its outputs, and the device's backend interprets the program for every element
+// in one kernel (gpu/fused.cu), through the functors its one-op kernels apply. A group
+// larger than a program holds runs a step at a time instead, every live step's result
+// written. Host groups are lowered too where set_lowered_on_host() asks: the tests run
+// the same programs through the host's element-by-element runner.
+bool g_lowered_on_host = false;
+
+bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
+           const std::vector<uint8_t>& keep, fused::Program& p) {
+  const size_t nsteps = g.g1 - g.g0;
+  const Step& first = steps[g.g0];
+  p.dtype = first.dtype;
+  p.numel = g.numel;
+  p.ncode = p.ninputs = p.noutputs = 0;
+  thread_local std::vector<int> code_of;
+  code_of.assign(nsteps, -1);
+  auto operand = [&](const Source& s, int8_t* to) {
+    if (s.kind == Source::Temp) {
+      *to = int8_t(code_of[size_t(s.temp)]);
+      return true;
+    }
+    const int64_t period = s.kind == Source::One ? 1 : s.kind == Source::Cycle ? s.period : g.numel;
+    for (int k = 0; k < p.ninputs; ++k) {
+      if (p.inputs[k].data == s.base && p.inputs[k].period == period) {
+        *to = fused::input(k);
+        return true;
+      }
+    }
+    if (p.ninputs == fused::kMaxInputs) return false;
+    p.inputs[p.ninputs] = fused::Input{s.base, period};
+    *to = fused::input(p.ninputs++);
+    return true;
+  };
+  for (size_t k = 0; k < nsteps; ++k) {
+    if (!g.live[k]) continue;
+    if (p.ncode == fused::kMaxCode) return false;
+    const Step& st = steps[g.g0 + k];
+    fused::Instr& in = p.code[p.ncode];
+    in.op = st.op;
+    in.s = st.s;
+    in.code = st.kind == Kind::Unary          ? fused::Instr::Unary
+              : st.kind == Kind::Binary       ? fused::Instr::Binary
+              : st.scalar_first               ? fused::Instr::ScalarLeft
+                                              : fused::Instr::ScalarRight;
+    if (!operand(g.src[2 * k], &in.a)) return false;
+    if (in.code == fused::Instr::Binary && !operand(g.src[2 * k + 1], &in.b)) return false;
+    code_of[k] = p.ncode++;
+    if (keep[g.g0 + k]) {
+      if (p.noutputs == fused::kMaxOutputs) return false;
+      p.outputs[p.noutputs++] = fused::Output{int8_t(code_of[k]), results[g.g0 + k].raw_data()};
+    }
+  }
+  return true;
+}
+
+void run_lowered(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
+                 const std::vector<uint8_t>& keep) {
+  const Step& first = steps[g.g0];
+  g.dtype = first.dtype;
+  g.numel = numel_of(first.shape);
+  g.isz = itemsize(first.dtype);
+  const size_t nsteps = g.g1 - g.g0;
+  g.src.resize(2 * nsteps);
+  for (size_t k = 0; k < nsteps; ++k) {
+    const size_t i = g.g0 + k;
+    if (!g.live[k]) continue;
+    if (keep[i]) results[i] = empty(first.shape, first.dtype, first.device, op_info(steps[i].op).lua_name);
+    g.src[2 * k] = source_for(g, steps[i], steps[i].a, steps, results);
+    if (arity(steps[i]) == 2) g.src[2 * k + 1] = source_for(g, steps[i], steps[i].b, steps, results);
+  }
+  thread_local fused::Program p;
+  if (lower(g, steps, results, keep, p)) {
+    kernel(first.device, &Backend::fused, "compile")(p, first.device.index);
+    return;
+  }
+  ++t_stats.unlowered;
+  for (size_t k = 0; k < nsteps; ++k)
+    if (g.live[k]) results[g.g0 + k] = run_single(steps[g.g0 + k], results);
 }
 
 Tensor run_single(const Step& st, const std::vector<Tensor>& results) {
@@ -323,11 +452,11 @@ Tensor run_single(const Step& st, const std::vector<Tensor>& results) {
   fail(ErrorKind::Internal, "compile: unknown step kind");
 }
 
-ExecStats t_stats;
-
 }  // namespace
 
 ExecStats& exec_stats() { return t_stats; }
+
+void set_lowered_on_host(bool on) { g_lowered_on_host = on; }
 
 void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vector<Tensor>& results,
              const std::vector<uint8_t>& want) {
@@ -341,7 +470,7 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
     size_t j = i + 1;
     if (pointwise(steps[i]) && !steps[i].alone && float_dtype(steps[i].dtype))
       while (j < end && pointwise(steps[j]) && !steps[j].alone && steps[j].dtype == steps[i].dtype &&
-             steps[j].shape == steps[i].shape)
+             steps[j].shape == steps[i].shape && steps[j].device == steps[i].device)
         ++j;
     for (size_t k = i; k < j; ++k) group_end[k - begin] = j;
     i = j;
@@ -387,7 +516,10 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
     bool any = false;
     for (uint8_t l : g.live) any = any || l;
     if (any) {
-      run_group(g, steps, results, keep);
+      if (!steps[i].device.is_cpu() || g_lowered_on_host)
+        run_lowered(g, steps, results, keep);
+      else
+        run_group(g, steps, results, keep);
       ++stats.groups;
     }
     for (size_t k = i; k < j; ++k) {

@@ -66,12 +66,13 @@ struct Step {
   // The result's, worked out when the step was deferred.
   DType dtype = DType::Float32;
   Shape shape;
+  Device device;                // its operands' (a step's operands share a device)
 };
 
 // Works out a step's result dtype and shape from its operands' (a_dtype/a_shape, and
 // b's for the two-operand kinds), as the eager front end would, raising the eager
 // front end's error for operands it refuses. False: the step is not one the executor
-// takes (an operand that is not a float32 or float64 host tensor, mixed dtypes, a
+// takes (an operand that is not a float32 or float64 tensor, mixed dtypes, a
 // reduction it does not defer); nothing is deferred then, and the eager op runs.
 bool infer(Step& s, DType a_dtype, const Shape& a_shape, DType b_dtype, const Shape& b_shape);
 
@@ -87,7 +88,13 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
 // groups: for dl.compile.explain and the tests.
 struct ExecStats {
   int64_t fused_steps = 0, groups = 0, single_steps = 0, elided = 0;
+  int64_t unlowered = 0;   // groups off the host too large for one fused program
 };
 ExecStats& exec_stats();
+
+// Host groups run as fused programs through the host's backend (element by element), as
+// groups on a CUDA device always do (Note [Fused groups off the host] in plan.cpp): the
+// tests check lowering with it. Off by default: the block executor is faster.
+void set_lowered_on_host(bool on);
 
 }  // namespace dl::compile

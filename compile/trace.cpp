@@ -3,13 +3,13 @@
 // Note [Deferred steps]
 // A compiled function's Lua code runs on every call, as in eager execution; what
 // changes is when its tensor work runs. Each op of the pointwise and reduction families
-// that it makes on float host tensors, outside any gradient, is matched against the
-// function's trace instead of being run: the op, and for each operand either the
-// earlier step whose result it is or, for any other tensor, its dtype and shape. A
-// matched op becomes a step of the call and Lua gets a promise of its result (a proxy,
-// bindings/capi_compile.cpp), which later ops of the call can use as operands. Lua
-// numbers are not matched: each call's own are the steps' parameters, so a learning
-// rate that changes every call changes nothing here.
+// that it makes on float tensors (host or CUDA), outside any gradient, is matched
+// against the function's trace instead of being run: the op, and for each operand
+// either the earlier step whose result it is or, for any other tensor, its dtype, shape
+// and device. A matched op becomes a step of the call and Lua gets a promise of its
+// result (a proxy, bindings/capi_compile.cpp), which later ops of the call can use as
+// operands. Lua numbers are not matched: each call's own are the steps' parameters, so
+// a learning rate that changes every call changes nothing here.
 //
 // Steps run when a value must leave for Lua (anything but a deferred op reading a
 // proxy, or any other entry point of the C ABI: sync()), and at the end of the call.
@@ -62,7 +62,7 @@ std::string describe(const Function& fn, const TraceOp& t) {
   os << (t.kind == Kind::Watch ? "watch" : op_name(t.op)) << "(";
   auto operand = [&](const OperandKey& k) {
     if (k.step >= 0) os << "step " << k.step + 1;
-    else os << dtype_name(k.dtype) << " " << k.shape;
+    else os << dtype_name(k.dtype) << " " << k.shape << (k.device.is_cpu() ? "" : " on " + k.device.str());
   };
   operand(t.a);
   if (t.kind == Kind::Binary || t.kind == Kind::Compare || t.kind == Kind::MatMul) {

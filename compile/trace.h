@@ -30,8 +30,9 @@ struct OperandKey {
   int32_t step = -1;
   DType dtype = DType::Float32;
   Shape shape;
+  Device device;
   bool operator==(const OperandKey& o) const {
-    return step == o.step && (step >= 0 || (dtype == o.dtype && shape == o.shape));
+    return step == o.step && (step >= 0 || (dtype == o.dtype && shape == o.shape && device == o.device));
   }
 };
 

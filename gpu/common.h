@@ -105,6 +105,7 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor&
 void clamp(const Tensor& out, const Tensor& x, double lo, double hi);
 void copy(const Tensor& out, const Tensor& src);
 void fill(const Tensor& out, double value);
+void fused(const fused::Program& p, int device_index);   // gpu/fused.cu
 // out = src on the same device, converted and broadcast (the kernel behind copy).
 void convert(const Tensor& out, const Tensor& src, const char* op);
 

@@ -24,6 +24,7 @@ const Backend kCuda = {
     .clamp = clamp,
     .copy = copy,
     .fill = fill,
+    .fused = fused,
     // reductions
     .reduce = reduce,
     .arg_reduce = arg_reduce,

@@ -26,6 +26,7 @@ const Backend kCpu = {
     .clamp = cpu::clamp,
     .copy = cpu::copy,
     .fill = cpu::fill,
+    .fused = cpu::fused,
     // reductions
     .reduce = cpu::reduce,
     .arg_reduce = cpu::arg_reduce,

@@ -14,6 +14,8 @@
 
 namespace dl {
 
+namespace fused { struct Program; }
+
 struct Backend {
   const char* name;
   // memory
@@ -28,6 +30,8 @@ struct Backend {
   // out = src converted to out's dtype, src broadcast to out's shape
   void (*copy)(const Tensor& out, const Tensor& src);
   void (*fill)(const Tensor& out, double value);
+  // every output of a fused pointwise program (tensor/fused.h) of this device's memory
+  void (*fused)(const fused::Program& p, int device_index);
   // ---- reductions (front ends: tensor/reduce.cpp; CPU: tensor/cpu/reduce.cpp) ----
   // `out` is contiguous with x's dims, size 1 at each of `dims` (sorted, 0-based) and
   // the op's result dtype; x has any strides and its own dtype (kFloatOnly ops get it

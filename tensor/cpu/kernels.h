@@ -4,6 +4,8 @@
 #include "tensor/optim_functors.h"
 #include "tensor/random.h"
 
+namespace dl::fused { struct Program; }
+
 namespace dl::cpu {
 
 void unary(Op op, const Tensor& out, const Tensor& x);
@@ -13,6 +15,8 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor&
 void clamp(const Tensor& out, const Tensor& x, double lo, double hi);
 void copy(const Tensor& out, const Tensor& src);
 void fill(const Tensor& out, double value);
+// tensor/cpu/fused.cpp
+void fused(const fused::Program& p, int device_index);
 
 // reductions (tensor/cpu/reduce.cpp)
 void reduce(Op op, const Tensor& out, const Tensor& x, const std::vector<int>& dims,

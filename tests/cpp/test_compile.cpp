@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
+#include <random>
 
 #include "compile/plan.h"
 #include "compile/trace.h"
@@ -52,9 +53,38 @@ Step scalar_step(Op op, Operand a, double v, bool first, DType dt, const Shape& 
   return st;
 }
 
+// Groups run as fused programs (tensor/fused.h) while it lives, as on a CUDA device.
+struct LoweredOnHost {
+  explicit LoweredOnHost(bool on) { set_lowered_on_host(on); }
+  ~LoweredOnHost() { set_lowered_on_host(false); }
+};
+
+// Bit for bit, except that a NaN equals any NaN (the sign of a NaN that an operation
+// made is not specified, and a vectorised loop may differ there from an element-wise one).
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  Tensor x = contiguous(a), y = contiguous(b);
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    double u, v;
+    if (x.dtype() == DType::Float32) {
+      float fu = static_cast<const float*>(x.raw_data())[i], fv = static_cast<const float*>(y.raw_data())[i];
+      if (std::memcmp(&fu, &fv, sizeof fu) == 0) continue;
+      u = fu, v = fv;
+    } else {
+      u = static_cast<const double*>(x.raw_data())[i], v = static_cast<const double*>(y.raw_data())[i];
+      if (std::memcmp(&u, &v, sizeof u) == 0) continue;
+    }
+    if (!(u != u && v != v)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("a fused group gives eager's bits for every kind of operand", "[compile]") {
+  const bool lowered = GENERATE(false, true);
+  LoweredOnHost on(lowered);
   for (DType dt : {DType::Float32, DType::Float64}) {
     for (int64_t m : {3, 67, 400}) {   // one block, and (400 x 333) many blocks on threads
       const int64_t n = m == 400 ? 333 : 5;
@@ -85,11 +115,79 @@ TEST_CASE("a fused group gives eager's bits for every kind of operand", "[compil
       Tensor e6 = binary(Op::Atan2, xt, e5);
       const Tensor* eager[] = {&e0, &e1, &e2, &e3, &e4, &e5, &e6};
       for (size_t i = 0; i < steps.size(); ++i) {
-        INFO("step " << i << ", " << dtype_name(dt) << ", " << s);
+        INFO("step " << i << ", " << dtype_name(dt) << ", " << s << (lowered ? ", lowered" : ""));
         CHECK(same_bits(results[i], *eager[i]));
       }
     }
   }
+}
+
+TEST_CASE("random groups lowered to fused programs equal the block executor", "[compile]") {
+  // Chains of 3 to 70 steps (beyond a program's kMaxCode: run a step at a time) over
+  // dense, cycled, one-value, expanded and strided operands, some results unwanted.
+  const Op unary_ops[] = {Op::Neg, Op::Abs, Op::Exp, Op::Log, Op::Sqrt, Op::Tanh, Op::Sigmoid,
+                          Op::Relu, Op::Sin, Op::Floor, Op::Softplus, Op::Erf};
+  const Op binary_ops[] = {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum,
+                           Op::Pow, Op::Atan2, Op::Mod, Op::TanhBackward, Op::ReluBackward};
+  std::mt19937 rng(19);
+  auto pick = [&](int n) { return int(rng() % uint32_t(n)); };
+  int64_t lowered_groups = 0, unlowered = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const DType dt = trial % 2 ? DType::Float64 : DType::Float32;
+    const int64_t m = 1 + pick(70), n = 1 + pick(300);
+    const Shape s{m, n};
+    std::vector<Tensor> outside = {randn(s, dt), randn(Shape{n}, dt), randn(Shape{1}, dt),
+                                   randn(Shape{m, 1}, dt), transpose(randn(Shape{n, m}, dt), 0, 1)};
+    const int nsteps = 3 + pick(trial % 5 == 0 ? 68 : 20);
+    std::vector<Step> steps;
+    // An earlier step, or a tensor from outside: of the group's shape (`full`) or any
+    // that broadcasts to it.
+    auto operand = [&](int upto, bool full) {
+      if (upto > 0 && pick(3) != 0) return Operand::of(int32_t(upto - 1 - pick(std::min(upto, 4))));
+      const size_t o = full ? size_t(pick(2)) * 4 : size_t(pick(int(outside.size())));
+      return Operand::bound(outside[o]);
+    };
+    for (int k = 0; k < nsteps; ++k) {
+      const int kind = pick(3);
+      if (kind == 0)
+        steps.push_back(unary_step(unary_ops[pick(12)], operand(k, true), dt, s));
+      else if (kind == 1)
+        steps.push_back(binary_step(binary_ops[pick(11)], operand(k, true), operand(k, false), dt, s));
+      else
+        steps.push_back(scalar_step(binary_ops[pick(7)], operand(k, true), 0.5 + pick(5), pick(2) == 1, dt, s));
+    }
+    std::vector<uint8_t> want(steps.size());
+    for (auto& w : want) w = pick(3) == 0;
+    want.back() = 1;
+    std::vector<Tensor> block(steps.size()), program(steps.size());
+    execute(steps, 0, steps.size(), block, want);
+    {
+      LoweredOnHost on(true);
+      const ExecStats before = exec_stats();
+      execute(steps, 0, steps.size(), program, want);
+      lowered_groups += exec_stats().groups - before.groups;
+      unlowered += exec_stats().unlowered - before.unlowered;
+    }
+    std::vector<Tensor> eager(steps.size());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const Step& st = steps[i];
+      const Tensor& a = st.a.step >= 0 ? eager[size_t(st.a.step)] : st.a.input;
+      if (st.kind == Kind::Unary)
+        eager[i] = unary(st.op, a);
+      else if (st.kind == Kind::Binary)
+        eager[i] = binary(st.op, a, st.b.step >= 0 ? eager[size_t(st.b.step)] : st.b.input);
+      else
+        eager[i] = binary(st.op, a, Scalar::from_lua(st.s), st.scalar_first);
+      if (!want[i]) continue;
+      INFO("trial " << trial << ", step " << i << " of " << nsteps << ", " << dtype_name(dt) << " " << s);
+      REQUIRE(program[i].defined());
+      REQUIRE(block[i].defined());
+      CHECK(same_values(block[i], eager[i]));
+      CHECK(same_values(program[i], eager[i]));
+    }
+  }
+  CHECK(lowered_groups > unlowered);
+  CHECK(unlowered > 0);   // the longest chains
 }
 
 TEST_CASE("the executor writes only the results that are wanted", "[compile]") {

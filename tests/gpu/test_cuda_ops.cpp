@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "compile/plan.h"
 #include "tensor/nn.h"
 #include "tensor/ops.h"
 #include "tensor/optim.h"
@@ -664,6 +665,62 @@ TEST_CASE("device memory: caching, statistics, clear out-of-memory errors", "[cu
   CHECK(to_device(full(Shape{2}, Scalar(3.0), DType::Float32, kCuda), Device{}).item() == 3);
   cuda::empty_cache();
   CHECK(cuda::memory_stats(0).cached == 0);
+}
+
+TEST_CASE("dl.compile's fused groups on CUDA equal the device's one-op kernels", "[cuda]") {
+  // A group lowered to one fused program (gpu/fused.cu), and one too long for a program
+  // (run a step at a time), over every kind of operand the executor reads.
+  using compile::Kind;
+  using compile::Operand;
+  using compile::Step;
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (int length : {7, 60}) {
+      const Shape s{300, 257};
+      const Tensor outside[] = {to_device(sample(s, dt), kCuda), to_device(sample({257}, dt), kCuda),
+                                to_device(sample({1}, dt), kCuda), to_device(sample({300, 1}, dt), kCuda),
+                                transpose(to_device(sample({257, 300}, dt), kCuda), 0, 1)};
+      const Op unary_ops[] = {Op::Tanh, Op::Exp, Op::Abs, Op::Sigmoid, Op::Relu, Op::Sin};
+      const Op binary_ops[] = {Op::Add, Op::Mul, Op::Sub, Op::Maximum, Op::Div, Op::Atan2};
+      std::vector<Step> steps;
+      std::vector<Tensor> eager;
+      for (int k = 0; k < length; ++k) {
+        Step st;
+        st.dtype = dt;
+        st.shape = s;
+        st.device = kCuda;
+        st.a = k == 0 ? Operand::bound(outside[0]) : Operand::of(k - 1);
+        const Tensor& a = k == 0 ? outside[0] : eager.back();
+        if (k % 3 == 0) {
+          st.kind = Kind::Unary;
+          st.op = unary_ops[k % 6];
+          eager.push_back(unary(st.op, a));
+        } else if (k % 3 == 1) {
+          st.kind = Kind::Binary;
+          st.op = binary_ops[k % 6];
+          st.b = Operand::bound(outside[k % 5]);
+          eager.push_back(binary(st.op, a, outside[k % 5]));
+        } else {
+          st.kind = Kind::BinaryScalar;
+          st.op = binary_ops[k % 4];
+          st.s = 0.75;
+          st.scalar_first = k % 2 == 0;
+          eager.push_back(binary(st.op, a, Scalar::from_lua(0.75), st.scalar_first));
+        }
+        steps.push_back(std::move(st));
+      }
+      std::vector<Tensor> results(steps.size());
+      std::vector<uint8_t> want(steps.size(), 0);
+      want[2] = want.back() = 1;
+      const compile::ExecStats before = compile::exec_stats();
+      compile::execute(steps, 0, steps.size(), results, want);
+      CHECK(compile::exec_stats().unlowered - before.unlowered == (length > 48 ? 1 : 0));
+      for (size_t i : {size_t(2), steps.size() - 1}) {
+        REQUIRE(results[i].device() == kCuda);
+        expect_same(eager[i], results[i], folds(2), "fused step " + std::to_string(i) + " of " +
+                                                         std::to_string(length) + " " + std::string(dtype_name(dt)));
+      }
+    }
+  }
 }
 
 int main(int argc, char** argv) {

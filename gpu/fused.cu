@@ -1,0 +1,35 @@
+// The CUDA runner of fused programs (tensor/fused.h): one grid-stride kernel that
+// interprets a program for each element, through the functors the one-op kernels use
+// (gpu/unary.cu, gpu/binary.cu), so a fused group's values are the device's eager ones.
+// Every thread of a warp runs the same instruction, so the interpreter's switch does
+// not diverge; the values live in per-thread local memory, cached in L1.
+#include "gpu/loops.cuh"
+#include "tensor/fused.h"
+
+namespace dl::gpu {
+
+namespace {
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) fused_kernel(const fused::Program p) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.numel; i += step)
+    fused::run_element<T>(p, i);
+}
+
+}  // namespace
+
+void fused(const fused::Program& p, int device_index) {
+  if (p.numel == 0) return;
+  const DeviceContext& c = activate(device_index, "compile");
+  const unsigned grid = grid_for(p.numel, c, kThreads);
+  if (p.dtype == DType::Float32)
+    fused_kernel<float><<<grid, kThreads, 0, c.stream>>>(p);
+  else if (p.dtype == DType::Float64)
+    fused_kernel<double><<<grid, kThreads, 0, c.stream>>>(p);
+  else
+    fail(ErrorKind::Type, "fused: a program computes in float32 or float64, not ", dtype_name(p.dtype));
+  check_launch("compile");
+}
+
+}  // namespace dl::gpu
