@@ -631,4 +631,20 @@ H.test("random differential programs: compiled equals eager, always", function()
   H.ok(compiled >= 10, "gradients compiled as plans: " .. compiled .. " of " .. programs)
 end)
 
+H.test("CUDA tensors: fused groups as one kernel, eager's device values", function()
+  if not dl.cuda.is_available() then return end   -- gpu.md: needs a device
+  local f = function(x, row, col)
+    local y = dl.tanh(x * row + col) * 0.5 - x:abs()
+    return y, y:sum(2), y:matmul(x:t()):mean()
+  end
+  local x = dl.randn(200, 300, { device = "cuda" })
+  local row, col = dl.randn(300, { device = "cuda" }), dl.randn(200, 1, { device = "cuda" })
+  local cf = agree(f, { { x, row, col }, { x, row, col }, { x * 2, row, col } })
+  local text = dl.compile.explain(cf)
+  H.eq(traces(cf), 1, text)
+  H.ok(string.find(text, "on cuda:0", 1, true), "operands name their device: " .. text)
+  local mixed = dl.compile(function(a, b) return a + b end)
+  H.raises(function() mixed(x, dl.randn(200, 300)) end, "same device")
+end)
+
 H.run()
