@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "tensor/backend.h"
+#include "tensor/fold.h"
 #include "tensor/fused.h"
 #include "tensor/small.h"
 
@@ -156,6 +157,10 @@ struct Group {
   std::vector<uint8_t> live;     // per step of the group: computed at all
   std::vector<int> slot;         // per step: its scratch block, -1 when written to its result
   int nslots = 0;
+  // A trailing full reduction folded block by block (Note [Trailing reductions]): its
+  // step, and the step of the group whose values it folds; -1 without one.
+  int64_t tail = -1;
+  int tail_src = -1;
   std::vector<Tensor> held;      // expanded copies of operands read through them
 };
 
@@ -220,8 +225,14 @@ const void* block_of(const Group& g, const Source& s, int64_t o, int64_t n,
   return nullptr;
 }
 
+// The chunk of a trailing reduction that a block belongs to: its lanes and its length.
+struct TailChunk {
+  fold::State* st;
+  int64_t len;
+};
+
 void run_block(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
-               int64_t o, int64_t n, std::vector<unsigned char>& scratch) {
+               int64_t o, int64_t n, std::vector<unsigned char>& scratch, const TailChunk* tail) {
   const size_t nsteps = g.g1 - g.g0;
   const size_t bytes = size_t(kBlock) * g.isz;
   const size_t nslots = size_t(g.nslots);
@@ -256,6 +267,7 @@ void run_block(const Group& g, const std::vector<Step>& steps, std::vector<Tenso
       done = small::binary(st.op, g.dtype, tp[k], a, sa, b, sb, n);
     }
     DL_ASSERT(done);
+    if (tail && int(k) == g.tail_src) fold::add(steps[size_t(g.tail)].op, g.dtype, *tail->st, tp[k], n, tail->len);
   }
 }
 
@@ -295,6 +307,45 @@ void assign_slots(Group& g, const std::vector<Step>& steps, const std::vector<ui
   }
 }
 
+// Note [Trailing reductions]
+// A sum, mean, amax or amin of every element of a group's step, right after the group,
+// is folded while the group runs: each block's values are added to the lanes of their
+// chunk as soon as they are computed, in cache, instead of being written out and read
+// back by the reduction. The group then runs a chunk of the fold (tensor/fold.h: 16,384
+// elements, eight blocks) at a time, the chunks on the threads, and the chunks' values
+// are merged in order at the end: the additions are the ones reduce() makes, in its
+// order, so the result has its bits.
+void run_chunks(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results, bool parallel) {
+  const Step& red = steps[size_t(g.tail)];
+  const int64_t nchunks = (g.numel + fold::kChunk - 1) / fold::kChunk;
+  thread_local std::vector<fold::Part> parts;
+  parts.resize(size_t(nchunks));
+  fold::Part* out = parts.data();
+  auto chunk = [&](int64_t c, std::vector<unsigned char>& scratch) {
+    const int64_t c0 = c * fold::kChunk, c1 = std::min(g.numel, c0 + fold::kChunk);
+    fold::State st;
+    fold::start(red.op, g.dtype, st);
+    const TailChunk tail{&st, c1 - c0};
+    for (int64_t o = c0; o < c1; o += kBlock) run_block(g, steps, results, o, std::min(kBlock, c1 - o), scratch, &tail);
+    out[c] = fold::close(red.op, g.dtype, st, c1 - c0);
+  };
+  static_assert(fold::kChunk % kBlock == 0 && kBlock % fold::kPiece == 0);
+  if (parallel) {
+#pragma omp parallel
+    {
+      std::vector<unsigned char> scratch;
+#pragma omp for schedule(static)
+      for (int64_t c = 0; c < nchunks; ++c) chunk(c, scratch);
+    }
+  } else {
+    thread_local std::vector<unsigned char> scratch;
+    for (int64_t c = 0; c < nchunks; ++c) chunk(c, scratch);
+  }
+  Tensor r = empty(red.shape, red.dtype, Device{}, op_info(red.op).lua_name);
+  fold::finish(red.op, g.dtype, out, nchunks, g.numel, r.raw_data());
+  results[size_t(g.tail)] = std::move(r);
+}
+
 void run_group(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
                const std::vector<uint8_t>& keep) {
   const Step& first = steps[g.g0];
@@ -313,19 +364,24 @@ void run_group(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& re
   assign_slots(g, steps, keep);
   // A one-element operand that is a step of the group is read with step 0 by no loop:
   // a group's steps all have the group's shape, so a temp is always dense.
+  const bool parallel = g.numel >= kParallelElements && omp_get_max_threads() > 1;
+  if (g.tail >= 0) {
+    run_chunks(g, steps, results, parallel);
+    return;
+  }
   const int64_t nblocks = (g.numel + kBlock - 1) / kBlock;
-  if (g.numel >= kParallelElements && omp_get_max_threads() > 1) {
+  if (parallel) {
 #pragma omp parallel
     {
       std::vector<unsigned char> scratch;
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < nblocks; ++b)
-        run_block(g, steps, results, b * kBlock, std::min(kBlock, g.numel - b * kBlock), scratch);
+        run_block(g, steps, results, b * kBlock, std::min(kBlock, g.numel - b * kBlock), scratch, nullptr);
     }
   } else {
     thread_local std::vector<unsigned char> scratch;
     for (int64_t b = 0; b < nblocks; ++b)
-      run_block(g, steps, results, b * kBlock, std::min(kBlock, g.numel - b * kBlock), scratch);
+      run_block(g, steps, results, b * kBlock, std::min(kBlock, g.numel - b * kBlock), scratch, nullptr);
   }
 }
 
@@ -458,20 +514,37 @@ ExecStats& exec_stats() { return t_stats; }
 
 void set_lowered_on_host(bool on) { g_lowered_on_host = on; }
 
+namespace {
+
+// Whether steps[j] is a reduction that the group of steps [i, j) folds as it runs (Note
+// [Trailing reductions]): of every element of one of the group's steps, on the host.
+bool folds_into(const std::vector<Step>& steps, size_t i, size_t j) {
+  const Step& r = steps[j];
+  if (r.kind != Kind::Reduce || r.alone || !r.device.is_cpu() || g_lowered_on_host || r.a.step < 0) return false;
+  const size_t src = size_t(r.a.step);
+  if (src < i || src >= j || !fold::served(r.op, r.dtype) || r.dtype != steps[src].dtype) return false;
+  return r.ndims == 0 || r.ndims == steps[src].shape.size();
+}
+
+}  // namespace
+
 void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vector<Tensor>& results,
              const std::vector<uint8_t>& want) {
   DL_ASSERT(begin <= end && end <= steps.size() && results.size() >= end && want.size() >= end - begin);
   const size_t n = end - begin;
   // The thread's scratch lists, kept for the next call (no allocation in steady state).
   thread_local std::vector<size_t> group_end;
-  thread_local std::vector<uint8_t> keep, live;
+  thread_local std::vector<uint8_t> keep, live, tail;
   group_end.assign(n, 0);
+  tail.assign(n, 0);
   for (size_t i = begin; i < end;) {
     size_t j = i + 1;
-    if (pointwise(steps[i]) && !steps[i].alone && float_dtype(steps[i].dtype))
+    if (pointwise(steps[i]) && !steps[i].alone && float_dtype(steps[i].dtype)) {
       while (j < end && pointwise(steps[j]) && !steps[j].alone && steps[j].dtype == steps[i].dtype &&
              steps[j].shape == steps[i].shape && steps[j].device == steps[i].device)
         ++j;
+      if (j < end && folds_into(steps, i, j)) tail[j++ - begin] = 1;
+    }
     for (size_t k = i; k < j; ++k) group_end[k - begin] = j;
     i = j;
   }
@@ -497,7 +570,8 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
   ExecStats& stats = t_stats;
   for (size_t i = begin; i < end;) {
     const size_t j = group_end[i - begin];
-    bool fused = pointwise(steps[i]) && !steps[i].alone && float_dtype(steps[i].dtype) && j - i > 1;
+    const bool has_tail = tail[j - 1 - begin] != 0;
+    bool fused = pointwise(steps[i]) && !steps[i].alone && float_dtype(steps[i].dtype) && (j - i > 1);
     if (!fused) {
       if (live[i - begin] && !no_value(steps[i])) {
         results[i] = run_single(steps[i], results);
@@ -510,9 +584,11 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
     }
     thread_local Group g;
     g.g0 = i;
-    g.g1 = j;
+    g.g1 = has_tail ? j - 1 : j;
+    g.tail = has_tail && live[j - 1 - begin] ? int64_t(j - 1) : -1;
+    g.tail_src = g.tail >= 0 ? int(size_t(steps[j - 1].a.step) - i) : -1;
     g.held.clear();
-    g.live.assign(live.begin() + long(i - begin), live.begin() + long(j - begin));
+    g.live.assign(live.begin() + long(i - begin), live.begin() + long(g.g1 - begin));
     bool any = false;
     for (uint8_t l : g.live) any = any || l;
     if (any) {
@@ -522,10 +598,11 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
         run_group(g, steps, results, keep);
       ++stats.groups;
     }
-    for (size_t k = i; k < j; ++k) {
+    for (size_t k = i; k < g.g1; ++k) {
       if (g.live[k - i]) ++stats.fused_steps;
       if (!keep[k]) ++stats.elided;
     }
+    if (has_tail) ++(g.tail >= 0 ? stats.fused_steps : stats.elided);
     i = j;
   }
 }

@@ -80,7 +80,8 @@ bool infer(Step& s, DType a_dtype, const Shape& a_shape, DType b_dtype, const Sh
 // needed: want[i - begin] (wanted after this range), or read by a step of the range
 // that is not fused with it. Operands that are earlier steps' results are read from
 // results. Pointwise steps of one float dtype and one shape run fused, a block of
-// elements at a time through all of them.
+// elements at a time through all of them, and a sum, mean, amax or amin of all the
+// elements of one of them, right after them, is folded as the blocks are made.
 void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vector<Tensor>& results,
              const std::vector<uint8_t>& want);
 

@@ -19,11 +19,14 @@
 // result is bit-identical with 1 or 16 threads (tests/cpp/test_reduce.cpp checks it).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
+#include <new>
 
 #include "tensor/backend.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/fold.h"
 #include "tensor/reduce_functors.h"
 
 namespace dl::cpu {
@@ -672,4 +675,92 @@ void softmax(Op op, const Tensor& out, const Tensor& x, int dim) {
   DL_DISPATCH_FLOAT(x.dtype(), op_name(op), softmax_typed<scalar_t>(op == Op::LogSoftmax, out, x, dim));
 }
 
+// ---- folds fed a piece at a time (tensor/fold.h) ------------------------------------------
+// A full reduction of a contiguous buffer of n elements is, in the plan above, one run of
+// n: RowBlocks cuts it into chunks of kBlock, fold_block folds each with fold_run (lanes,
+// or in order when shorter than kLanes), fold_output merges them left to right. These
+// entries take the same steps with the chunk arriving in pieces: Lanes::add fed pieces
+// whose lengths are multiples of kLanes leaves each lane what one call would.
+
+static_assert(fold::kChunk == kBlock && fold::kPiece == kLanes);
+
+namespace {
+
+template <typename R>
+Lanes<R>* lanes_of(fold::State& st) {
+  static_assert(sizeof(Lanes<R>) <= sizeof(st.lanes) && alignof(Lanes<R>) <= 8);
+  return std::launder(reinterpret_cast<Lanes<R>*>(st.lanes));
+}
+
+// f(R{}) for the reducer of op over dt.
+template <typename F>
+void with_reducer(Op op, DType dt, F&& f) {
+  const bool single = dt == DType::Float32;
+  DL_ASSERT(fold::served(op, dt));
+  switch (op) {
+    case Op::Sum: return single ? f(fn::SumRed<float>{}) : f(fn::SumRed<double>{});
+    case Op::Mean: return single ? f(fn::MeanRed<float>{}) : f(fn::MeanRed<double>{});
+    case Op::Amax: return single ? f(fn::AmaxRed<float>{}) : f(fn::AmaxRed<double>{});
+    default: return single ? f(fn::AminRed<float>{}) : f(fn::AminRed<double>{});
+  }
+}
+
+}  // namespace
+
 }  // namespace dl::cpu
+
+namespace dl::fold {
+
+using cpu::Lanes;
+
+bool served(Op op, DType dt) {
+  return (dt == DType::Float32 || dt == DType::Float64) &&
+         (op == Op::Sum || op == Op::Mean || op == Op::Amax || op == Op::Amin);
+}
+
+void start(Op op, DType dt, State& st) {
+  cpu::with_reducer(op, dt, [&](auto r) { new (st.lanes) Lanes<decltype(r)>(r); });
+}
+
+void add(Op op, DType dt, State& st, const void* p, int64_t n, int64_t len) {
+  cpu::with_reducer(op, dt, [&](auto r) {
+    using R = decltype(r);
+    using T = typename R::in_t;
+    Lanes<R>* l = cpu::lanes_of<R>(st);
+    const T* x = static_cast<const T*>(p);
+    if (len < kPiece) {
+      for (int64_t i = 0; i < n; ++i) l->lane[0] = r.step(l->lane[0], x[i], 0.0);
+    } else {
+      l->add(r, x, n, 1, 0.0);
+    }
+  });
+}
+
+Part close(Op op, DType dt, State& st, int64_t len) {
+  Part out;
+  cpu::with_reducer(op, dt, [&](auto r) {
+    using R = decltype(r);
+    Lanes<R>* l = cpu::lanes_of<R>(st);
+    const typename R::acc_t a = len < kPiece ? l->lane[0] : l->result(r);
+    static_assert(sizeof a <= sizeof out.bytes);
+    std::memcpy(out.bytes, &a, sizeof a);
+  });
+  return out;
+}
+
+void finish(Op op, DType dt, const Part* parts, int64_t nparts, int64_t numel, void* out) {
+  cpu::with_reducer(op, dt, [&](auto r) {
+    using R = decltype(r);
+    using A = typename R::acc_t;
+    using T = typename R::in_t;
+    A a, b;
+    std::memcpy(&a, parts[0].bytes, sizeof a);
+    for (int64_t k = 1; k < nparts; ++k) {
+      std::memcpy(&b, parts[k].bytes, sizeof b);
+      a = r.merge(a, b);
+    }
+    *static_cast<T*>(out) = fn::convert<T>(r.finish(a, numel, 0.0));
+  });
+}
+
+}  // namespace dl::fold
