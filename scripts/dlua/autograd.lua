@@ -21,6 +21,7 @@ core.own_source()
 
 local C = core.C
 local raise, raise_last = core.raise, core.raise_last
+local entries = core.entries   -- Note [Walking nested tables] in core.lua
 local wrap, is_tensor, fresh, value = T.wrap, T.is_tensor, T.result, T.value
 local methods, props, dl = T.methods, T.props, T.dl
 local ffi_new, ffi_string = ffi.new, ffi.string
@@ -115,7 +116,7 @@ local function watch_tree(op, v, flat, depth)
   if type(v) == "table" and not is_tensor(v) then
     if depth > 32 then raise(op .. ": argument tables nested too deeply") end
     local out = {}
-    for k, x in pairs(v) do out[k] = watch_tree(op, x, flat, depth + 1) end
+    for k, x in entries(v) do out[k] = watch_tree(op, x, flat, depth + 1) end
     return out
   end
   local wt = watch_one(op, v)
@@ -140,7 +141,7 @@ local function rebuild_table(tree, flat, grads)
   local function walk(v)
     if type(v) == "table" and not is_tensor(v) then
       local out = {}
-      for k, x in pairs(v) do out[k] = walk(x) end
+      for k, x in entries(v) do out[k] = walk(x) end
       return out
     end
     return grads[pos[v]]
@@ -531,7 +532,7 @@ end
 local function flatten_sources(v, flat, depth)
   if type(v) == "table" and not is_tensor(v) then
     if depth > 32 then raise("GradientTape.gradient: sources nested too deeply") end
-    for _, x in pairs(v) do flatten_sources(x, flat, depth + 1) end
+    for _, x in entries(v) do flatten_sources(x, flat, depth + 1) end
     return
   end
   if not is_tensor(v) then raise("GradientTape.gradient: a source is a " .. type(v) .. ", expected a tensor") end
@@ -541,7 +542,7 @@ end
 local function rebuild_sources(v, grads, pos)
   if type(v) == "table" and not is_tensor(v) then
     local out = {}
-    for k, x in pairs(v) do out[k], pos = rebuild_sources(x, grads, pos) end
+    for k, x in entries(v) do out[k], pos = rebuild_sources(x, grads, pos) end
     return out, pos
   end
   return grads[pos], pos + 1

@@ -22,6 +22,7 @@ core.own_source()
 local T = require("dlua.tensor")
 
 local C = core.C
+local entries = core.entries   -- Note [Walking nested tables] in core.lua
 local total, mark, budget, collect = core.total, core.mark, core.budget, core.collect
 local dl = T.dl
 local Tensor, own, proxies = T.Tensor, T.own, T.proxies
@@ -53,7 +54,7 @@ local function mark_returned(v, seen, depth)
     if is_proxy(v) then C.dl_compile_return(v) end
   elseif type(v) == "table" and depth < 16 and not seen[v] then
     seen[v] = true
-    for k, x in pairs(v) do
+    for k, x in entries(v) do
       mark_returned(k, seen, depth + 1)
       mark_returned(x, seen, depth + 1)
     end
@@ -121,7 +122,7 @@ local function differ(got, want, where, depth)
     end
     return not same and (where .. ": values differ from eager's") or nil
   elseif type(want) == "table" and type(got) == "table" and depth < 16 then
-    for k, v in pairs(want) do
+    for k, v in entries(want) do
       local d = differ(got[k], v, where .. "." .. tostring(k), depth + 1)
       if d then return d end
     end

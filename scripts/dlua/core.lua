@@ -162,6 +162,19 @@ function M.typename(v)
 end
 function M.set_tensor_type(ct) TT = ct end
 
+-- Note [Walking nested tables]
+-- `for k, v in M.entries(t)` visits what `pairs(t)` visits. The recursive walkers of
+-- nested argument and result tables (dl.grad's watched arguments, GradientTape's
+-- sources, dl.compile's results) use it instead of pairs: LuaJIT's parser turns a loop
+-- over `pairs(...)` or `next` into its specialised ITERN bytecode, and the LuaJIT of
+-- Debian 12 (2.1.0~beta3+git20220320) mis-iterates a specialised loop that was
+-- despecialised while a nested one ran (upstream issues 744, 827 and 1510: elements
+-- skipped, the loop ended early, or the same key visited forever). A walker that calls
+-- itself inside its own loop is that case: tests/lua/test_compile.lua's comparison of
+-- results hung in about one run in 110 on the same key. Called through another name,
+-- the iterator is not specialised, and `next` runs as an ordinary call.
+function M.entries(t) return next, t, nil end
+
 function M.bad_arg(op, what, v)
   raise(op .. ": expected " .. what .. ", got " .. M.typename(v))
 end

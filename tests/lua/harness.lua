@@ -21,6 +21,11 @@ function H.test(name, fn)
   tests[#tests + 1] = { name = name, fn = fn }
 end
 
+-- pairs under another name, for the recursive walkers below: a loop over `pairs` (or
+-- `next`) that nests another is mis-iterated by Debian 12's LuaJIT (Note [Walking
+-- nested tables] in scripts/dlua/core.lua).
+local entries = pairs
+
 local function is_tensor(v)
   return type(v) == "cdata" and package.loaded.dlua and package.loaded.dlua.is_tensor(v)
 end
@@ -31,7 +36,7 @@ local function show(v, depth)
     if depth > 4 then return "{...}" end
     local parts = {}
     for i = 1, #v do parts[i] = show(v[i], depth + 1) end
-    for k, x in pairs(v) do
+    for k, x in entries(v) do
       if type(k) ~= "number" or k < 1 or k > #v or k ~= math.floor(k) then
         parts[#parts + 1] = tostring(k) .. "=" .. show(x, depth + 1)
       end
@@ -57,10 +62,10 @@ local function same(a, b, tol)
   end
   if type(a) == "table" and type(b) == "table" then
     if #a ~= #b then return false end
-    for k, v in pairs(b) do
+    for k, v in entries(b) do
       if not same(a[k], v, tol) then return false end
     end
-    for k in pairs(a) do
+    for k in entries(a) do
       if b[k] == nil then return false end
     end
     return true
