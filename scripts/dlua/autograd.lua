@@ -513,7 +513,7 @@ end
 
 function Tape:watch(x)
   if type(x) == "table" and not is_tensor(x) then
-    for _, v in pairs(x) do self:watch(v) end
+    for _, v in entries(x) do self:watch(v) end
     return
   end
   if not is_tensor(x) then raise("GradientTape.watch: expected a tensor, got " .. type(x)) end
