@@ -370,8 +370,9 @@ void run_chunks(const Group& g, const std::vector<Step>& steps, std::vector<Tens
   results[size_t(g.tail)] = std::move(r);
 }
 
-void run_group(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
-               const std::vector<uint8_t>& keep) {
+// A group's dtype and size, its kept results allocated, its operands' sources.
+void prepare(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
+             const std::vector<uint8_t>& keep) {
   const Step& first = steps[g.g0];
   g.dtype = first.dtype;
   g.numel = numel_of(first.shape);
@@ -385,6 +386,11 @@ void run_group(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& re
     g.src[2 * k] = source_for(g, steps[i], steps[i].a, steps, results);
     if (arity(steps[i]) == 2) g.src[2 * k + 1] = source_for(g, steps[i], steps[i].b, steps, results);
   }
+}
+
+void run_group(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
+               const std::vector<uint8_t>& keep) {
+  prepare(g, steps, results, keep);
   assign_slots(g, steps, keep);
   // A one-element operand that is a step of the group is read with step 0 by no loop:
   // a group's steps all have the group's shape, so a temp is always dense.
@@ -473,19 +479,9 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
 
 void run_lowered(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
                  const std::vector<uint8_t>& keep) {
+  prepare(g, steps, results, keep);
   const Step& first = steps[g.g0];
-  g.dtype = first.dtype;
-  g.numel = numel_of(first.shape);
-  g.isz = itemsize(first.dtype);
   const size_t nsteps = g.g1 - g.g0;
-  g.src.resize(2 * nsteps);
-  for (size_t k = 0; k < nsteps; ++k) {
-    const size_t i = g.g0 + k;
-    if (!g.live[k]) continue;
-    if (keep[i]) results[i] = empty(first.shape, first.dtype, first.device, op_info(steps[i].op).lua_name);
-    g.src[2 * k] = source_for(g, steps[i], steps[i].a, steps, results);
-    if (arity(steps[i]) == 2) g.src[2 * k + 1] = source_for(g, steps[i], steps[i].b, steps, results);
-  }
   thread_local fused::Program p;
   if (lower(g, steps, results, keep, p)) {
     kernel(first.device, &Backend::fused, "compile")(p, first.device.index);
