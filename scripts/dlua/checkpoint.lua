@@ -28,6 +28,7 @@ local IO = require("dlua.io")
 core.own_source()
 
 local raise, bad_arg = core.raise, core.bad_arg
+local entries = core.entries   -- nested loops: Note [Walking nested tables] in core.lua
 local is_tensor = T.is_tensor
 local dl = T.dl
 local type, pairs, ipairs, tostring, tonumber, pcall, setmetatable, getmetatable, rawget, rawset =
@@ -164,13 +165,13 @@ local function flatten(self, op, counter)
             .. "\"; a state dict maps names to tensors, numbers, booleans or strings")
     end
   end
-  for name, v in pairs(rawget(self, "_tracked")) do
+  for name, v in entries(rawget(self, "_tracked")) do
     if kind_of(v) == "object" then
       local sd = v:state_dict()
       if type(sd) ~= "table" then
         raise(op .. ": " .. name .. ":state_dict() returned a " .. core.typename(sd) .. ", expected a table")
       end
-      for key, x in pairs(sd) do
+      for key, x in entries(sd) do
         if type(key) ~= "string" then
           raise(op .. ": " .. name .. ":state_dict() has the " .. type(key) .. " key " .. tostring(key)
                 .. "; keys must be strings")

@@ -163,11 +163,12 @@ end
 function M.set_tensor_type(ct) TT = ct end
 
 -- Note [Walking nested tables]
--- `for k, v in M.entries(t)` visits what `pairs(t)` visits. The recursive walkers of
--- nested argument and result tables (dl.grad's watched arguments, GradientTape's
--- sources, dl.compile's results) use it instead of pairs: LuaJIT's parser turns a loop
--- over `pairs(...)` or `next` into its specialised ITERN bytecode, and the LuaJIT of
--- Debian 12 (2.1.0~beta3+git20220320) mis-iterates a specialised loop that was
+-- `for k, v in M.entries(t)` visits what `pairs(t)` visits. The library uses it instead
+-- of pairs for the recursive walkers of nested argument and result tables (dl.grad's
+-- watched arguments, GradientTape's sources, dl.compile's results) and for loops nested
+-- in a loop over another table (optimizer and checkpoint state). LuaJIT's parser turns
+-- a loop over `pairs(...)` or `next` into its specialised ITERN bytecode, and the LuaJIT
+-- of Debian 12 (2.1.0~beta3+git20220320) mis-iterates a specialised loop that was
 -- despecialised while a nested one ran (upstream issues 744, 827 and 1510: elements
 -- skipped, the loop ended early, or the same key visited forever). A walker that calls
 -- itself inside its own loop is that case: tests/lua/test_compile.lua's comparison of

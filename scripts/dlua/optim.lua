@@ -28,6 +28,7 @@ core.own_source()
 
 local C = core.C
 local raise, raise_last, bad_arg, typename = core.raise, core.raise_last, core.bad_arg, core.typename
+local entries = core.entries   -- nested loops: Note [Walking nested tables] in core.lua
 local is_tensor, shape_str = T.is_tensor, T.shape_str
 local dl = T.dl
 local type, pairs, ipairs, tostring, tonumber, setmetatable, getmetatable =
@@ -230,13 +231,13 @@ end
 function Optimizer:state_dict()
   local sd = { iterations = self.iterations }
   if type(self.lr) == "number" then sd.lr = self.lr end
-  for pos, st in pairs(self._state) do
-    for k, v in pairs(st) do
+  for pos, st in entries(self._state) do
+    for k, v in entries(st) do
       if k:sub(1, 1) ~= "_" then sd["state." .. pos .. "." .. k] = v end
     end
   end
-  for pos, st in pairs(self._pending) do
-    for k, v in pairs(st) do sd["state." .. pos .. "." .. k] = v end
+  for pos, st in entries(self._pending) do
+    for k, v in entries(st) do sd["state." .. pos .. "." .. k] = v end
   end
   return sd
 end
@@ -273,9 +274,9 @@ function Optimizer:load_state_dict(sd)
   -- Copies, so that the state never aliases the tensors handed in.
   local copies = dl.no_grad(function()
     local out = {}
-    for pos, st in pairs(states) do
+    for pos, st in entries(states) do
       local c = {}
-      for k, v in pairs(st) do c[k] = is_tensor(v) and v:detach():clone() or v end
+      for k, v in entries(st) do c[k] = is_tensor(v) and v:detach():clone() or v end
       out[pos] = c
     end
     return out
