@@ -157,12 +157,12 @@ local function compile(f, opts)
   if fid == 0 then core.raise_last() end
   local obj = ffi.gc(compiled_t(fid), C.dl_compile_release)
   local function cf(...)
-    if enabled and not running and C.dl_compile_active() ~= 0 then
+    if not enabled then return f(...) end
+    if C.dl_compile_active() ~= 0 then
+      if running then return f(...) end   -- inside an enclosing compiled call: part of it
       C.dl_compile_abandon()   -- left in progress by an error that stopped its end
     end
-    if not enabled or C.dl_compile_active() ~= 0 or C.dl_is_recording() ~= 0 then
-      return f(...)   -- eager; inside an enclosing compiled call, part of it
-    end
+    if C.dl_is_recording() ~= 0 then return f(...) end   -- eager under a gradient
     -- The collector is stepped here, as before an eager op allocates (Note [Stepping the
     -- collector] in core.lua): the call's results are allocated when its steps run, and
     -- the garbage of the calls before (last call's results) is then freed and reused.
