@@ -330,6 +330,17 @@ void dl_set_memory_limit(double bytes) {
 
 void dl_trim_idle_cache(void) { dl::host_allocator::trim_idle(); }
 
+int dl_set_num_threads(int n) {
+  return guard_status([&] { dl::set_cpu_threads(n); });
+}
+
+int dl_get_num_threads(void) { return dl::cpu_threads(); }
+
+const char* dl_engine_dir(void) {
+  static const std::string dir = dl::engine_dir();
+  return dir.c_str();
+}
+
 void dl_empty_cache(void) {
   dl::host_allocator::empty_cache();
   dl::cuda::empty_cache();  // only when the plugin is loaded

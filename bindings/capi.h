@@ -138,6 +138,9 @@ const double* dl_allocated_total(void);
 /* in_use, cached, peak_in_use, limit, live handles */
 void dl_memory_stats(double* out5);
 void dl_set_memory_limit(double bytes);      /* 0: none */
+int dl_set_num_threads(int n);               /* CPU threads of this thread's ops, n >= 1 */
+int dl_get_num_threads(void);
+const char* dl_engine_dir(void);             /* where the engine library lies, "/" ended ("" unknown) */
 void dl_empty_cache(void);
 void dl_trim_idle_cache(void);
 

@@ -111,6 +111,30 @@ void release_sigint() {
   g_rt = nullptr;
 }
 
+// Under mpirun, an uncaught error on one rank must end the whole job: the other ranks
+// would otherwise wait for this one in their next collective until their deadline.
+// dl.dist (scripts/dlua/dist.lua), when a script started it, reports the error tagged
+// with the rank and calls MPI_Abort, which does not return; otherwise nothing happens.
+void report_to_dist(Runtime& rt, const Error& e) {
+  try {
+    rt.impl()->guarded([&](lua_State* L) {
+      const int top = lua_gettop(L);
+      lua_getglobal(L, "package");
+      if (lua_istable(L, -1)) lua_getfield(L, -1, "loaded");
+      if (lua_istable(L, -1)) lua_getfield(L, -1, "dlua.dist");
+      if (lua_istable(L, -1)) lua_getfield(L, -1, "_uncaught");
+      if (lua_isfunction(L, -1)) {
+        lua_pushstring(L, e.what());
+        lua_pushstring(L, e.traceback().c_str());
+        lua_pcall(L, 2, 0, 0);
+      }
+      lua_settop(L, top);
+    });
+  } catch (...) {
+    // The error is reported as usual below.
+  }
+}
+
 bool run_chunk(Runtime& rt, std::string_view code, const std::string& chunkname, int argc,
                char** argv) {
   Runtime::Impl* I = rt.impl();
@@ -126,6 +150,7 @@ bool run_chunk(Runtime& rt, std::string_view code, const std::string& chunkname,
   } catch (const Error& e) {
     release_sigint();
     std::fflush(stdout);
+    report_to_dist(rt, e);
     std::fprintf(stderr, "dlua: %s\n", e.what());
     if (!e.traceback().empty()) std::fprintf(stderr, "%s\n", e.traceback().c_str());
     std::fflush(stderr);

@@ -113,6 +113,12 @@ struct Backend {
 };
 
 const Backend& cpu_backend();
+
+// The CPU threads of this thread's ops: OpenMP's loops and the largest matrix products
+// (OpenBLAS, Note [BLAS threads] in tensor/cpu/matmul.cpp). At start, what OpenMP and
+// OpenBLAS chose (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, or the cores); n >= 1.
+void set_cpu_threads(int n);
+int cpu_threads();
 // The backend for `d`. For a cuda device this loads the plugin on first use
 // (tensor/plugin.h); throws "op: cuda is not available (why)" when there is none, and
 // names the device when its index is out of range.

@@ -26,16 +26,6 @@ PluginState& state() {
   return *s;
 }
 
-// The directory of the shared object that holds this code (libdlua_core.so), with a
-// trailing slash; empty when unknown.
-std::string engine_dir() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&available), &info) == 0 || !info.dli_fname) return {};
-  std::string path = info.dli_fname;
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-}
-
 void load(PluginState& s) {
   std::string path;
   if (const char* env = std::getenv("DLUA_CUDA_PLUGIN"); env && *env) {
@@ -123,3 +113,15 @@ void empty_cache() {
 }
 
 }  // namespace dl::cuda
+
+namespace dl {
+
+std::string engine_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cuda::available), &info) == 0 || !info.dli_fname) return {};
+  std::string path = info.dli_fname;
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+}
+
+}  // namespace dl

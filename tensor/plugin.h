@@ -54,6 +54,11 @@ struct CudaPluginInit {
 
 using CudaPluginInitFn = int (*)(CudaPluginInit*);
 
+// The directory of the shared object that holds the engine (libdlua_core.so, or the
+// program that links it), with a trailing slash; empty when unknown. Plugins are
+// looked for there.
+std::string engine_dir();
+
 namespace cuda {
 
 // True when the plugin loaded and found at least one device (loads it on first use).

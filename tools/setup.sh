@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make pkg-config luajit libluajit-5.1-dev libopenblas-dev
-          catch2 libedit-dev zlib1g-dev dataset-fashion-mnist python3)
+          catch2 libedit-dev zlib1g-dev dataset-fashion-mnist python3
+          libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -145,6 +145,53 @@ function Dataset:repeat_(count)
 end
 Dataset["repeat"] = Dataset.repeat_
 
+-- Part i (1-based) of n parts of the data set, for data-parallel training (dist.shard
+-- calls it with the job's size and this rank): with opts.seed, the elements are first
+-- shuffled the same way in every process (a new order at each pass, as shuffle(seed));
+-- then part i takes elements i, i + n, i + 2n, ... With even = "pad" (the default) the
+-- parts are made equal by taking elements from the start again (as PyTorch's
+-- DistributedSampler), with even = "drop" by leaving out the last len % n elements, so
+-- that every process runs the same number of steps.
+function Dataset:shard(n, i, opts)
+  check_ds("shard", self)
+  if type(n) ~= "number" or n ~= floor(n) or n < 1 then
+    raise("shard: the number of parts must be an integer >= 1, got " .. tostring(n))
+  end
+  if type(i) ~= "number" or i ~= floor(i) or i < 1 or i > n then
+    raise("shard: the part must be an integer from 1 to " .. n .. ", got " .. tostring(i))
+  end
+  if opts ~= nil and type(opts) ~= "table" then bad_arg("shard", "an options table", opts) end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if k ~= "seed" and k ~= "even" then raise("shard: unknown option '" .. tostring(k) .. "'") end
+  end
+  if opts.seed ~= nil and (type(opts.seed) ~= "number" or opts.seed ~= floor(opts.seed)) then
+    raise("shard: the seed must be an integer, got " .. tostring(opts.seed))
+  end
+  local even = opts.even or "pad"
+  if even ~= "pad" and even ~= "drop" then raise("shard: even must be 'pad' or 'drop', got " .. tostring(even)) end
+  return node("shard", self, { parts = n, part = i, seed = opts.seed, even = even, passes = 0 })
+end
+
+-- The number of elements of a part of len elements.
+local function shard_length(ds, len)
+  if ds.even == "drop" then return floor(len / ds.parts) end
+  return floor((len + ds.parts - 1) / ds.parts)
+end
+
+-- Positions (1-based, into the shuffled order of len elements) of ds's part.
+local function shard_positions(ds, len)
+  local m = shard_length(ds, len)
+  local buf = ffi_new("double[?]", max(m, 1))
+  for k = 0, m - 1 do
+    local p = ds.part + k * ds.parts
+    if p > len then p = p - len * floor((p - 1) / len) end
+    buf[k] = p
+  end
+  local shape = ffi_new("int64_t[1]", m)
+  return wrap(C.dl_from_values(buf, m, shape, 1, INT64, nil)), m
+end
+
 -- ---- planning: index tensors for row pipelines ------------------------------------------------------
 
 -- Park-Miller's minimal standard generator (exact in doubles), seeded from the seed and
@@ -169,7 +216,7 @@ end
 local function is_row(ds)
   local kind = ds.kind
   if kind == "tensors" then return true end
-  if kind == "shuffle" or kind == "take" or kind == "skip" then return is_row(ds.parent) end
+  if kind == "shuffle" or kind == "take" or kind == "skip" or kind == "shard" then return is_row(ds.parent) end
   return false
 end
 
@@ -190,6 +237,15 @@ local function row_plan(ds)
     ds.passes = ds.passes + 1
     if order then order = order:index_select(1, perm) else order = perm end
     return src, order, len
+  elseif kind == "shard" then
+    if ds.seed ~= nil then
+      local perm = permutation(ds.seed, ds.passes, len)
+      ds.passes = ds.passes + 1
+      order = order and order:index_select(1, perm) or perm
+    end
+    local pos, m = shard_positions(ds, len)
+    order = order and order:index_select(1, pos) or pos
+    return src, order, m
   elseif kind == "take" then
     local n = min(ds.count, len)
     if order then order = order:narrow(1, 1, n) elseif n < len then order = dl.arange(1, n + 1, { dtype = "int64" }) end
@@ -294,6 +350,28 @@ iterators.shuffle = function(ds)
     if i >= n then return nil end
     i = i + 1
     return els[perm[i]]
+  end
+end
+
+iterators.shard = function(ds)
+  if is_row(ds.parent) then return row_iterator(ds) end
+  -- A part of elements of another kind: all of them, in memory.
+  local els = {}
+  for el in iterate(ds.parent) do els[#els + 1] = el end
+  local len = #els
+  local perm
+  if ds.seed ~= nil then
+    perm = permutation(ds.seed, ds.passes, len)
+    ds.passes = ds.passes + 1
+  end
+  local pos, m = shard_positions(ds, len)
+  local k = 0
+  return function()
+    if k >= m then return nil end
+    k = k + 1
+    local p = pos[k]
+    if perm then p = perm[p] end
+    return els[p]
   end
 end
 
@@ -405,6 +483,7 @@ function Dataset:size()
   if p == nil then return nil end
   if kind == "shuffle" or kind == "map" then return p end
   if kind == "take" then return min(self.count, p) end
+  if kind == "shard" then return shard_length(self, p) end
   if kind == "skip" then return max(p - self.count, 0) end
   if kind == "batch" then
     local b = self.batch_size
@@ -428,6 +507,7 @@ function Dataset:__tostring()
     elseif d.kind == "batch" then s = "batch(" .. d.batch_size .. (d.drop_remainder and ", drop_remainder" or "") .. ")"
     elseif d.kind == "take" or d.kind == "skip" then s = d.kind .. "(" .. d.count .. ")"
     elseif d.kind == "shuffle" then s = "shuffle(" .. (d.seed and tostring(d.seed) or "") .. ")"
+    elseif d.kind == "shard" then s = "shard(" .. d.parts .. ", " .. d.part .. ")"
     elseif d.kind == "repeat" then s = "repeat(" .. (d.count and tostring(d.count) or "") .. ")"
     else s = d.kind .. "(...)" end
     table.insert(parts, 1, s)

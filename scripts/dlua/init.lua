@@ -50,4 +50,7 @@ require("dlua.optim")
 require("dlua.data")
 require("dlua.metrics")
 
+-- dl.dist: data-parallel training over MPI (its plugin loads only under mpirun).
+require("dlua.dist")
+
 return dl

@@ -1301,6 +1301,16 @@ end
 
 function dl.get_default_dtype() return dtype_names[C.dl_default_dtype()] end
 
+-- The CPU threads of this Lua state's ops (OpenMP loops and OpenBLAS's larger
+-- products), as torch.set_num_threads: at start, OMP_NUM_THREADS or the core count.
+function dl.set_num_threads(n)
+  if type(n) ~= "number" or n ~= floor(n) or n < 1 then
+    raise("set_num_threads: expected an integer >= 1, got " .. tostring(n))
+  end
+  if C.dl_set_num_threads(n) ~= 0 then raise_last() end
+end
+function dl.get_num_threads() return C.dl_get_num_threads() end
+
 -- dl.tensor(data [, opts]): data is a number, a boolean, a tensor (copied) or nested
 -- tables of those. Lua has one number type, so numbers make the default float dtype
 -- whatever their values (a whole number is not an integer here: the dtype never

@@ -13,6 +13,7 @@
 // products; mid-sized ones are split between OpenMP threads here (Note [Products split
 // between OpenMP threads]).
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -118,10 +119,19 @@ void for_each_batch(const Batches& g, F&& f) {
 // threads beat one on a quiet machine (bench/, `matmul256`).
 constexpr double kSplitFlops = double(int64_t(1) << 25);
 
+std::atomic<int>& blas_configured() {
+  static std::atomic<int> configured{openblas_get_num_threads()};
+  return configured;
+}
+
+std::atomic<int>& blas_current() {
+  static std::atomic<int> current{blas_configured().load()};
+  return current;
+}
+
 void blas_threads_for(double flops) {
-  static const int configured = openblas_get_num_threads();
-  static std::atomic<int> current{configured};
-  int want = flops < kSplitFlops ? 1 : configured;
+  std::atomic<int>& current = blas_current();
+  int want = flops < kSplitFlops ? 1 : blas_configured().load(std::memory_order_relaxed);
   if (current.load(std::memory_order_relaxed) != want) {
     openblas_set_num_threads(want);
     current.store(want, std::memory_order_relaxed);
@@ -313,3 +323,17 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 }  // namespace dl::cpu
+
+namespace dl {
+
+void set_cpu_threads(int n) {
+  if (n < 1) fail(ErrorKind::Value, "set_num_threads: the count must be at least 1, got ", n);
+  omp_set_num_threads(n);
+  cpu::blas_configured().store(n);
+  cpu::blas_current().store(n);
+  openblas_set_num_threads(n);
+}
+
+int cpu_threads() { return omp_get_max_threads(); }
+
+}  // namespace dl

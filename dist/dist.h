@@ -1,0 +1,82 @@
+/* libdlua_dist: dl.dist's communication plugin (DESIGN.md decision 8: the core and
+ * every program that does not train across processes load no MPI). scripts/dlua/dist.lua
+ * loads it with LuaJIT's FFI when dist.init() finds itself under mpirun, and declares
+ * these functions from this header's text (dld_cdef).
+ *
+ *   dld_init(...)                  MPI_Init_thread (SERIALIZED at least) and a duplicate
+ *                                  of the world communicator for every collective
+ *   w = dld_allreduce(buf, n, dtype, op)      a non-blocking collective: a work id
+ *   dld_wait(w, warn_s, abort_s, "allreduce at train.lua:37")   0 done, 1 stalled
+ *
+ * Every call returns a negative value (or NULL) on error, with the message in
+ * dld_error(). Buffers are host memory of a dlua dtype (tensor/dtype.h's codes); the
+ * caller keeps them alive until the work is waited for. Ranks are 0-based, as mpirun
+ * numbers them. Calls come from one thread at a time (MPI_THREAD_SERIALIZED). */
+#ifndef DLUA_DIST_H
+#define DLUA_DIST_H
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dl:cdef-begin */
+
+const char* dld_cdef(void);
+const char* dld_error(void);
+
+/* 0 started (or already running: 1), -1 error. */
+int dld_init(void);
+int dld_initialized(void);
+int dld_rank(void);
+int dld_size(void);
+int dld_local_rank(void);
+int dld_local_size(void);
+/* MPI_Finalize, after every work is waited for; 0, or -1. */
+int dld_finalize(void);
+/* MPI_Abort on the job's communicator: ends every rank. Does not return. */
+void dld_abort(int code);
+/* The MPI library's version line. */
+const char* dld_library_version(void);
+
+/* Reduction ops: 0 sum, 1 max, 2 min, 3 product. */
+int64_t dld_allreduce(void* buf, int64_t count, int dtype, int op);
+int64_t dld_broadcast(void* buf, int64_t count, int dtype, int root);
+/* Each rank sends `count` elements; recv holds the sum of counts[] (every rank's count,
+   known to all, see dld_allgather_i64) in rank order. */
+int64_t dld_allgatherv(const void* send, int64_t count, void* recv, const int64_t* counts, int dtype);
+int64_t dld_barrier(void);
+/* Blocking: every rank's `mine` into all[size]. */
+int dld_allgather_i64(int64_t mine, int64_t* all);
+
+/* Waits for a work: 0 done, 1 not done after abort_s seconds (a message naming `what`
+   was printed to stderr at warn_s and at abort_s; the work stays pending), -1 error.
+   abort_s <= 0: wait for ever (still warning at warn_s when warn_s > 0). */
+int dld_wait(int64_t work, double warn_s, double abort_s, const char* what);
+/* 1 done (and forgotten), 0 pending, -1 error. */
+int dld_test(int64_t work);
+/* Works started and not yet waited for. */
+int dld_pending(void);
+
+/* Reduces n buffers of one dtype as one (op as dld_allreduce): src[i] is read, dst[i]
+   receives the result (it may be src[i]). The buffers are copied into buckets of about
+   bucket_bytes (the last buffer first, as a backward pass makes them; the first
+   bucket at most first_bytes), each bucket reduced as soon as it is filled while the
+   next one is filled, then copied out and multiplied by `scale` when it is not 1. A
+   buffer larger than a bucket is reduced in its dst. Waits like dld_wait: 0 done, 1
+   stalled, -1 error. */
+int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* counts, int n,
+                       int dtype, int op, double scale, int64_t bucket_bytes, int64_t first_bytes,
+                       double warn_s, double abort_s, const char* what);
+
+/* Compares `desc` (lines, one per source) across ranks: 0 the same on every rank, 1 not
+   (the message, naming the first line that differs and the ranks, in dld_error()), -1
+   error. */
+int dld_check_same(const char* desc, int64_t len);
+
+/* dl:cdef-end */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,481 @@
+// libdlua_dist over Open MPI: the collectives of dl.dist on host buffers (dist/dist.h).
+//
+// Every collective runs on a duplicate of MPI_COMM_WORLD (so a host program's own MPI
+// traffic never matches ours), non-blocking (MPI_Iallreduce and friends), and is waited
+// for by polling MPI_Testall against a deadline: a rank that never reaches a collective
+// makes the others print what they wait for, and where, instead of hanging in silence
+// (Note [Stalls]). Errors come back as return codes (MPI_ERRORS_RETURN on our
+// communicator) with a message naming the op; nothing here throws across the C ABI.
+#include "dist/dist.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+// tensor/dtype.h's codes (the plugin links no engine: it sees only buffers).
+enum DType { kBool = 0, kUInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat32 = 4, kFloat64 = 5 };
+
+struct State {
+  bool started = false;      // dld_init succeeded
+  bool owns_mpi = false;     // we called MPI_Init_thread (so we finalize it)
+  bool finalized = false;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1, local_rank = 0, local_size = 1;
+  int64_t next_work = 1;
+  std::unordered_map<int64_t, std::vector<MPI_Request>> works;
+  std::vector<std::vector<unsigned char>> buckets;   // dld_allreduce_many's, kept warm
+};
+State g;
+thread_local std::string t_error;
+
+int fail(std::string msg) {
+  t_error = std::move(msg);
+  return -1;
+}
+
+std::string mpi_message(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, size_t(len));
+}
+
+bool check(int code, const char* op) {
+  if (code == MPI_SUCCESS) return true;
+  fail(std::string(op) + ": " + mpi_message(code));
+  return false;
+}
+
+bool ready(const char* op) {
+  if (g.started && !g.finalized) return true;
+  fail(std::string(op) + ": dl.dist is not initialised (call dist.init() first)");
+  return false;
+}
+
+size_t itemsize(int dtype) {
+  switch (dtype) {
+    case kBool: case kUInt8: return 1;
+    case kInt32: case kFloat32: return 4;
+    case kInt64: case kFloat64: return 8;
+    default: return 0;
+  }
+}
+
+const char* dtype_name(int dtype) {
+  static const char* names[] = {"bool", "uint8", "int32", "int64", "float32", "float64"};
+  return dtype >= 0 && dtype <= kFloat64 ? names[dtype] : "?";
+}
+
+bool mpi_type(int dtype, MPI_Datatype* out, const char* op) {
+  switch (dtype) {
+    case kBool: case kUInt8: *out = MPI_UNSIGNED_CHAR; return true;
+    case kInt32: *out = MPI_INT32_T; return true;
+    case kInt64: *out = MPI_INT64_T; return true;
+    case kFloat32: *out = MPI_FLOAT; return true;
+    case kFloat64: *out = MPI_DOUBLE; return true;
+    default: fail(std::string(op) + ": unknown dtype code " + std::to_string(dtype)); return false;
+  }
+}
+
+bool mpi_op(int op, int dtype, MPI_Op* out, const char* what) {
+  static const char* names[] = {"sum", "max", "min", "prod"};
+  if (op < 0 || op > 3) {
+    fail(std::string(what) + ": unknown reduction code " + std::to_string(op));
+    return false;
+  }
+  if (dtype == kBool && (op == 0 || op == 3)) {
+    fail(std::string(what) + ": cannot " + names[op] + " bool tensors (use max or min: any, all)");
+    return false;
+  }
+  static const MPI_Op ops[] = {MPI_SUM, MPI_MAX, MPI_MIN, MPI_PROD};
+  *out = ops[op];
+  return true;
+}
+
+// Collectives take int counts: a larger buffer is reduced or broadcast in pieces of
+// kPiece elements, one request each, all in the same work.
+constexpr int64_t kPiece = int64_t(1) << 30;
+
+int64_t add_work(std::vector<MPI_Request> reqs) {
+  const int64_t id = g.next_work++;
+  g.works.emplace(id, std::move(reqs));
+  return id;
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Note [Stalls]
+// A collective that some rank never reaches (a branch taken on one rank, an uneven
+// number of batches, a rank stuck in its own loop) blocks the others for ever in
+// MPI_Wait: Horovod's and PyTorch's most reported hang. Here a wait polls MPI_Testall:
+// spinning for its first 50 us (the latency of a small collective between processes of
+// one machine, which a sleep would double), then sleeping 50 us between tests. At
+// warn_s it prints, once, which rank waits in which collective and at which line of the
+// script (the caller names it): the ranks that print nothing are the ones that never
+// came. At abort_s it prints again and returns 1: dl.dist then ends the job
+// (MPI_Abort), so that a stall costs a known time and a message, never a silent hang.
+int wait_requests(std::vector<MPI_Request>& reqs, double warn_s, double abort_s, const char* what) {
+  if (reqs.empty()) return 0;
+  const double t0 = now();
+  bool warned = false;
+  for (long spins = 0;; ++spins) {
+    int done = 0;
+    if (!check(MPI_Testall(int(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), what)) return -1;
+    if (done) return 0;
+    if (spins < 2000) continue;
+    const double waited = now() - t0;
+    if (warn_s > 0 && !warned && waited >= warn_s) {
+      warned = true;
+      std::fprintf(stderr, "dlua: rank %d of %d stalled %.0f s in %s: waiting for the other ranks to reach it\n",
+                   g.rank, g.size, waited, what);
+      std::fflush(stderr);
+    }
+    if (abort_s > 0 && waited >= abort_s) {
+      std::fprintf(stderr,
+                   "dlua: rank %d of %d gave up after %.0f s in %s: a rank that never reached it "
+                   "(it printed no such line) is the cause\n",
+                   g.rank, g.size, waited, what);
+      std::fflush(stderr);
+      t_error = std::string(what) + ": the other ranks did not reach it within " + std::to_string(int(abort_s)) + " s";
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+uint64_t fnv1a(const char* s, int64_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t i = 0; i < n; ++i) h = (h ^ uint8_t(s[i])) * 1099511628211ull;
+  return h;
+}
+
+std::vector<std::string> lines_of(const char* s, int64_t n) {
+  std::vector<std::string> out;
+  int64_t b = 0;
+  for (int64_t i = 0; i <= n; ++i) {
+    if (i == n || s[i] == '\n') {
+      if (i > b || i < n) out.emplace_back(s + b, size_t(i - b));
+      b = i + 1;
+    }
+  }
+  return out;
+}
+
+template <typename T>
+void scale_by(void* p, int64_t n, double s) {
+  T* x = static_cast<T*>(p);
+  const T v = T(s);
+  for (int64_t i = 0; i < n; ++i) x[i] *= v;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* dld_cdef(void) {
+  return
+#include "dist_cdef.inc"
+      ;
+}
+
+const char* dld_error(void) { return t_error.c_str(); }
+
+int dld_init(void) {
+  if (g.started && !g.finalized) return 1;
+  if (g.finalized) return fail("dist.init: dl.dist was finalized in this process; MPI cannot start twice");
+  int inited = 0;
+  MPI_Initialized(&inited);
+  int provided = 0;
+  if (inited) {
+    MPI_Query_thread(&provided);
+  } else {
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+      return fail("dist.init: MPI_Init_thread failed");
+    g.owns_mpi = true;
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    static const char* levels[] = {"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED"};
+    return fail(std::string("dist.init: the MPI library gives thread support ") +
+                (provided == MPI_THREAD_SINGLE ? levels[0] : levels[1]) +
+                "; dl.dist needs MPI_THREAD_SERIALIZED (an Open MPI built with thread support)");
+  }
+  if (!check(MPI_Comm_dup(MPI_COMM_WORLD, &g.comm), "dist.init")) return -1;
+  MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(g.comm, &g.rank);
+  MPI_Comm_size(g.comm, &g.size);
+  MPI_Comm local;
+  if (MPI_Comm_split_type(g.comm, MPI_COMM_TYPE_SHARED, g.rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+    MPI_Comm_rank(local, &g.local_rank);
+    MPI_Comm_size(local, &g.local_size);
+    MPI_Comm_free(&local);
+  }
+  g.started = true;
+  return 0;
+}
+
+int dld_initialized(void) { return g.started && !g.finalized; }
+int dld_rank(void) { return g.rank; }
+int dld_size(void) { return g.size; }
+int dld_local_rank(void) { return g.local_rank; }
+int dld_local_size(void) { return g.local_size; }
+int dld_pending(void) { return int(g.works.size()); }
+
+const char* dld_library_version(void) {
+  static char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown";
+  for (int i = 0; i < len; ++i)
+    if (text[i] == '\n') text[i] = ' ';
+  return text;
+}
+
+int dld_finalize(void) {
+  if (!g.started || g.finalized) return 0;
+  if (!g.works.empty())
+    return fail("dist.finalize: " + std::to_string(g.works.size()) +
+                " collectives were started and never waited for (call :wait() on their handles)");
+  MPI_Comm_free(&g.comm);
+  g.finalized = true;
+  g.buckets.clear();
+  if (g.owns_mpi && MPI_Finalize() != MPI_SUCCESS) return fail("dist.finalize: MPI_Finalize failed");
+  return 0;
+}
+
+void dld_abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(g.started && !g.finalized ? g.comm : MPI_COMM_WORLD, code);
+  std::_Exit(code ? code : 1);
+}
+
+int64_t dld_allreduce(void* buf, int64_t count, int dtype, int op) {
+  MPI_Datatype t;
+  MPI_Op o;
+  if (!ready("dist.allreduce") || !mpi_type(dtype, &t, "dist.allreduce") || !mpi_op(op, dtype, &o, "dist.allreduce"))
+    return -1;
+  std::vector<MPI_Request> reqs;
+  const size_t isz = itemsize(dtype);
+  for (int64_t at = 0; at < count || (count == 0 && reqs.empty()); at += kPiece) {
+    const int n = int(std::min(kPiece, count - at));
+    MPI_Request r;
+    if (!check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(buf) + size_t(at) * isz, n, t, o, g.comm, &r),
+               "dist.allreduce"))
+      return -1;
+    reqs.push_back(r);
+    if (count == 0) break;
+  }
+  return add_work(std::move(reqs));
+}
+
+int64_t dld_broadcast(void* buf, int64_t count, int dtype, int root) {
+  MPI_Datatype t;
+  if (!ready("dist.broadcast") || !mpi_type(dtype, &t, "dist.broadcast")) return -1;
+  if (root < 0 || root >= g.size)
+    return fail("dist.broadcast: root " + std::to_string(root) + " is not a rank (0 to " + std::to_string(g.size - 1) + ")");
+  std::vector<MPI_Request> reqs;
+  const size_t isz = itemsize(dtype);
+  for (int64_t at = 0; at < count || (count == 0 && reqs.empty()); at += kPiece) {
+    const int n = int(std::min(kPiece, count - at));
+    MPI_Request r;
+    if (!check(MPI_Ibcast(static_cast<char*>(buf) + size_t(at) * isz, n, t, root, g.comm, &r), "dist.broadcast"))
+      return -1;
+    reqs.push_back(r);
+    if (count == 0) break;
+  }
+  return add_work(std::move(reqs));
+}
+
+int64_t dld_allgatherv(const void* send, int64_t count, void* recv, const int64_t* counts, int dtype) {
+  MPI_Datatype t;
+  if (!ready("dist.allgather") || !mpi_type(dtype, &t, "dist.allgather")) return -1;
+  // The displacements live with the work: MPI reads them until the collective ends.
+  std::vector<int> cs(size_t(g.size)), ds(size_t(g.size));
+  int64_t at = 0;
+  for (int r = 0; r < g.size; ++r) {
+    if (at + counts[r] > INT_MAX)
+      return fail("dist.allgather: the gathered tensor has more than 2^31 - 1 elements");
+    cs[size_t(r)] = int(counts[r]);
+    ds[size_t(r)] = int(at);
+    at += counts[r];
+  }
+  if (counts[g.rank] != count)
+    return fail("dist.allgather: this rank's count differs from the gathered counts (internal)");
+  MPI_Request r;
+  static std::unordered_map<int64_t, std::vector<int>> keep;   // counts and displacements per work
+  if (!check(MPI_Iallgatherv(send, int(count), t, recv, cs.data(), ds.data(), t, g.comm, &r), "dist.allgather"))
+    return -1;
+  const int64_t id = add_work({r});
+  std::vector<int> both(cs);
+  both.insert(both.end(), ds.begin(), ds.end());
+  keep[id] = std::move(both);
+  for (auto it = keep.begin(); it != keep.end();)   // forget those of finished works
+    it = g.works.count(it->first) ? std::next(it) : keep.erase(it);
+  return id;
+}
+
+int64_t dld_barrier(void) {
+  if (!ready("dist.barrier")) return -1;
+  MPI_Request r;
+  if (!check(MPI_Ibarrier(g.comm, &r), "dist.barrier")) return -1;
+  return add_work({r});
+}
+
+int dld_allgather_i64(int64_t mine, int64_t* all) {
+  if (!ready("dist.allgather")) return -1;
+  return check(MPI_Allgather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, g.comm), "dist.allgather") ? 0 : -1;
+}
+
+int dld_wait(int64_t work, double warn_s, double abort_s, const char* what) {
+  auto it = g.works.find(work);
+  if (it == g.works.end()) return fail(std::string(what) + ": this collective was already waited for");
+  const int rc = wait_requests(it->second, warn_s, abort_s, what);
+  if (rc == 0) g.works.erase(it);
+  return rc;
+}
+
+int dld_test(int64_t work) {
+  auto it = g.works.find(work);
+  if (it == g.works.end()) return fail("dist: this collective was already waited for");
+  int done = 0;
+  if (!check(MPI_Testall(int(it->second.size()), it->second.data(), &done, MPI_STATUSES_IGNORE), "dist.test"))
+    return -1;
+  if (done) g.works.erase(it);
+  return done;
+}
+
+int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* counts, int n, int dtype,
+                       int op, double scale, int64_t bucket_bytes, int64_t first_bytes, double warn_s,
+                       double abort_s, const char* what) {
+  MPI_Datatype t;
+  MPI_Op o;
+  if (!ready(what) || !mpi_type(dtype, &t, what) || !mpi_op(op, dtype, &o, what)) return -1;
+  if (scale != 1 && dtype != kFloat32 && dtype != kFloat64)
+    return fail(std::string(what) + ": a mean of " + dtype_name(dtype) + " tensors (use op 'sum')");
+  const size_t isz = itemsize(dtype);
+  // Buckets in the order the buffers are reduced (the last one first); a buffer larger
+  // than a bucket is reduced in place, as a bucket of its own.
+  struct Bucket {
+    int first, last;   // buffers [last, first], last <= first (reverse order)
+    int64_t elems;
+    bool in_place;
+    MPI_Request req;
+  };
+  std::vector<Bucket> plan;
+  int64_t cap = std::max<int64_t>(int64_t(isz), first_bytes > 0 ? first_bytes : bucket_bytes);
+  for (int i = n - 1; i >= 0;) {
+    const int64_t bytes = counts[i] * int64_t(isz);
+    if (bytes >= cap || counts[i] > kPiece) {
+      plan.push_back({i, i, counts[i], true, MPI_REQUEST_NULL});
+      --i;
+    } else {
+      Bucket b{i, i, 0, false, MPI_REQUEST_NULL};
+      int64_t used = 0;
+      while (i >= 0 && used + counts[i] * int64_t(isz) <= cap) {
+        used += counts[i] * int64_t(isz);
+        b.last = i--;
+      }
+      b.elems = used / int64_t(isz);
+      plan.push_back(b);
+    }
+    cap = std::max<int64_t>(int64_t(isz), bucket_bytes);
+  }
+  if (g.buckets.size() < plan.size()) g.buckets.resize(plan.size());
+  std::vector<MPI_Request> reqs;
+  reqs.reserve(plan.size());
+  int rc = 0;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    Bucket& b = plan[k];
+    void* data;
+    if (b.in_place) {
+      data = dst[b.first];
+      if (src[b.first] != dst[b.first]) std::memcpy(dst[b.first], src[b.first], size_t(counts[b.first]) * isz);
+    } else {
+      std::vector<unsigned char>& mem = g.buckets[k];
+      if (mem.size() < size_t(b.elems) * isz) mem.resize(size_t(b.elems) * isz);
+      size_t at = 0;
+      for (int i = b.first; i >= b.last; --i) {
+        std::memcpy(mem.data() + at, src[i], size_t(counts[i]) * isz);
+        at += size_t(counts[i]) * isz;
+      }
+      data = mem.data();
+    }
+    if (b.in_place && b.elems > kPiece) {   // a buffer above 2^30 elements: in pieces
+      for (int64_t at = 0; at < b.elems; at += kPiece) {
+        MPI_Request r;
+        if (!check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + size_t(at) * isz,
+                                  int(std::min(kPiece, b.elems - at)), t, o, g.comm, &r), what))
+          rc = -1;
+        else
+          reqs.push_back(r);
+      }
+      continue;
+    }
+    if (!check(MPI_Iallreduce(MPI_IN_PLACE, data, int(b.elems), t, o, g.comm, &b.req), what)) {
+      rc = -1;
+      break;
+    }
+    reqs.push_back(b.req);
+  }
+  if (rc == 0) rc = wait_requests(reqs, warn_s, abort_s, what);
+  if (rc != 0) return rc;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const Bucket& b = plan[k];
+    size_t at = 0;
+    for (int i = b.first; i >= b.last; --i) {
+      if (!b.in_place) std::memcpy(dst[i], g.buckets[k].data() + at, size_t(counts[i]) * isz);
+      if (scale != 1) {
+        if (dtype == kFloat32) scale_by<float>(dst[i], counts[i], scale);
+        else scale_by<double>(dst[i], counts[i], scale);
+      }
+      at += size_t(counts[i]) * isz;
+    }
+  }
+  return 0;
+}
+
+int dld_check_same(const char* desc, int64_t len) {
+  if (!ready("dist")) return -1;
+  int64_t mine[2] = {int64_t(fnv1a(desc, len)), len};
+  std::vector<int64_t> all(2 * size_t(g.size));
+  if (!check(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, g.comm), "dist")) return -1;
+  int other = -1;
+  for (int r = 1; r < g.size && other < 0; ++r)
+    if (all[2 * size_t(r)] != all[0] || all[2 * size_t(r) + 1] != all[1]) other = r;
+  if (other < 0) return 0;
+  // They differ: every rank gathers every description, and names the first difference
+  // between rank 0's and the first rank whose description is not rank 0's.
+  std::vector<int> cs(size_t(g.size)), ds(size_t(g.size));
+  int64_t total = 0;
+  for (int r = 0; r < g.size; ++r) {
+    cs[size_t(r)] = int(all[2 * size_t(r) + 1]);
+    ds[size_t(r)] = int(total);
+    total += all[2 * size_t(r) + 1];
+  }
+  std::vector<char> text(size_t(std::max<int64_t>(total, 1)));
+  if (!check(MPI_Allgatherv(desc, int(len), MPI_CHAR, text.data(), cs.data(), ds.data(), MPI_CHAR, g.comm), "dist"))
+    return -1;
+  const auto a = lines_of(text.data() + ds[0], cs[0]);
+  const auto b = lines_of(text.data() + ds[size_t(other)], cs[size_t(other)]);
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  auto show = [](const std::vector<std::string>& l, size_t k) { return k < l.size() ? l[k] : std::string("nothing"); };
+  t_error = "the ranks disagree at entry " + std::to_string(i + 1) + ": rank 0 has " + show(a, i) + ", rank " +
+            std::to_string(other) + " has " + show(b, i) + " (" + std::to_string(a.size()) + " against " +
+            std::to_string(b.size()) + " in all)";
+  return 1;
+}
+
+}  // extern "C"

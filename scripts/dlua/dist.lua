@@ -1,0 +1,821 @@
+-- dlua.dist: data-parallel training across processes, as dl.dist (docs/distributed.md).
+--
+--   mpirun -np 2 dlua train.lua
+--   local dist = dl.dist
+--   dist.init()                                   -- under mpirun: MPI; alone: size 1
+--   dist.broadcast_parameters(net)                -- every rank starts from rank 0's weights
+--   local step = dist.implicit_value_and_grad(loss_fn)   -- gradients averaged over ranks
+--   for xb, yb in dist.shard(ds, { seed = epoch }):batch(64):iter() do ... end
+--   if dist.is_main() then ckpt:save(...) end
+--
+-- Under mpirun, dist.init() loads the plugin libdlua_dist.so (dist/), which runs every
+-- collective on Open MPI; elsewhere nothing is loaded and every collective is the
+-- identity of one process, so that a script runs unchanged alone. Ranks are 0-based,
+-- as mpirun numbers them (rank 0 is the main one); everything else keeps dlua's
+-- 1-based indices. Collectives take host tensors (CUDA tensors need the NCCL backend,
+-- which this build does not have: a clear error says so).
+--
+-- Every wait for a collective has a deadline (Note [Stalls] in dist/mpi.cpp): after
+-- `warn` seconds (60) a waiting rank says where it waits, after `timeout` seconds (600,
+-- or DLUA_DIST_TIMEOUT) it ends the job with MPI_Abort. Each reduction of gradients first
+-- compares the gradients' names, dtypes and shapes across ranks, so that ranks that
+-- disagree get an error naming the first difference instead of a hang or a wrong sum.
+local ffi = require("ffi")
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local raise, bad_arg, typename, entries = core.raise, core.bad_arg, core.typename, core.entries
+local is_tensor = T.is_tensor
+local dl = T.dl
+local type, tostring, tonumber, ipairs, pairs, select, unpack, pcall, error, setmetatable =
+  type, tostring, tonumber, ipairs, pairs, select, unpack, pcall, error, setmetatable
+local floor, max = math.floor, math.max
+local concat, sort = table.concat, table.sort
+local getenv = os and os.getenv
+local getinfo = debug and debug.getinfo
+local ffi_new, ffi_string, ffi_cast = ffi.new, ffi.string, ffi.cast
+local io_stderr = io and io.stderr
+local dtype_codes = core.dtype_codes
+
+local dist = {}
+dl.dist = dist
+
+local OPS = { sum = 0, max = 1, min = 2, prod = 3, mean = 0 }
+local BUCKET_MB, FIRST_BUCKET_MB = 25, 1
+
+-- The state of this process: nil before init; lib is nil at size 1 (no MPI).
+local S = nil
+local seq = 0   -- collectives started, for the stall messages
+local declared = false   -- the plugin's functions are declared to the FFI
+
+-- ---- the plugin ------------------------------------------------------------------------------------
+
+-- libdlua_dist.so: DLUA_DIST_PLUGIN when set, else beside the engine library (the build
+-- tree's lib/, an installed prefix's lib/), else the system's library path.
+local function load_plugin()
+  local tried = {}
+  local function try(path)
+    local ok, lib = pcall(ffi.load, path)
+    if ok then return lib end
+    tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
+    return nil
+  end
+  local env = getenv and getenv("DLUA_DIST_PLUGIN")
+  local candidates = { env ~= "" and env or nil, ffi_string(core.C.dl_engine_dir()) .. "libdlua_dist.so", "dlua_dist" }
+  for i = 1, 3 do
+    local path = candidates[i]
+    if path and path ~= "libdlua_dist.so" then
+      local lib = try(path)
+      if lib then return lib end
+    end
+  end
+  raise("dist.init: running under mpirun, but the dl.dist plugin libdlua_dist.so could not be loaded (tried: "
+        .. concat(tried, "; ") .. "); build dlua with Open MPI (apt-get install libopenmpi-dev) "
+        .. "or set DLUA_DIST_PLUGIN to its path")
+end
+
+local function lib_error(op)
+  local msg = ffi_string(S.lib.dld_error())
+  if msg:sub(1, #op) == op then raise(msg) end
+  raise(op .. ": " .. msg)
+end
+
+-- ---- set-up --------------------------------------------------------------------------------------
+
+local function env_number(name)
+  local v = getenv and getenv(name)
+  return v and tonumber(v) or nil
+end
+
+-- Where the script called in: "train.lua:37".
+local function call_site()
+  if not getinfo then return "?" end
+  for level = 3, 12 do
+    local info = getinfo(level, "Sl")
+    if not info then break end
+    local src = info.source or ""
+    if src:sub(1, 1) == "@" and not src:find("dlua/dist.lua", 1, true) then
+      return src:sub(2):match("[^/]*$") .. ":" .. tostring(info.currentline)
+    end
+  end
+  return "?"
+end
+
+local function check_opts(op, opts, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then bad_arg(op, "an options table", opts) end
+  for k in pairs(opts) do
+    if not known[k] then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
+  end
+  return opts
+end
+
+-- Whether this process was started by mpirun (Open MPI's or another PMIx launcher's).
+local function launched()
+  if not getenv then return false end
+  return getenv("OMPI_COMM_WORLD_SIZE") ~= nil or getenv("PMIX_RANK") ~= nil or getenv("PMI_SIZE") ~= nil
+end
+
+-- dist.init([opts]): opts.timeout (seconds before a stalled collective ends the job),
+-- opts.warn (seconds before a stalled rank says where it waits), opts.threads (CPU
+-- threads of this rank: by default the machine's cores shared among the ranks on it,
+-- unless OMP_NUM_THREADS or OPENBLAS_NUM_THREADS names a count).
+function dist.init(opts)
+  opts = check_opts("dist.init", opts, { timeout = true, warn = true, threads = true })
+  if S then raise("dist.init: dl.dist is already initialised (rank " .. S.rank .. " of " .. S.size .. ")") end
+  for _, k in ipairs({ "timeout", "warn", "threads" }) do
+    local v = opts[k]
+    if v ~= nil and (type(v) ~= "number" or v < 0) then
+      raise("dist.init: " .. k .. " must be a number >= 0, got " .. tostring(v))
+    end
+  end
+  local st = {
+    rank = 0, size = 1, local_rank = 0, local_size = 1, lib = nil,
+    timeout = opts.timeout or env_number("DLUA_DIST_TIMEOUT") or 600,
+    warn = opts.warn or 60,
+  }
+  if opts.warn == nil and st.timeout < st.warn then st.warn = st.timeout end
+  if launched() then
+    local lib = load_plugin()
+    if not declared then
+      ffi.cdef("const char* dld_cdef(void);")
+      ffi.cdef(ffi_string(lib.dld_cdef()))
+      declared = true
+    end
+    st.lib = lib
+    S = st
+    if lib.dld_init() < 0 then
+      S = nil
+      raise(ffi_string(lib.dld_error()))
+    end
+    st.rank, st.size = lib.dld_rank(), lib.dld_size()
+    st.local_rank, st.local_size = lib.dld_local_rank(), lib.dld_local_size()
+    -- MPI_Finalize when the Lua state closes normally (an uncaught error aborts first:
+    -- dist._uncaught).
+    st.finalizer = ffi.gc(ffi_new("char[1]"), function() lib.dld_finalize() end)
+  end
+  S = st
+  local threads = opts.threads
+  if threads == nil and st.local_size > 1 and not (getenv("OMP_NUM_THREADS") or getenv("OPENBLAS_NUM_THREADS")) then
+    threads = max(1, floor(dl.get_num_threads() / st.local_size))
+  end
+  if threads and threads >= 1 then dl.set_num_threads(floor(threads)) end
+  return dist
+end
+
+function dist.is_initialized() return S ~= nil end
+
+local function started(op)
+  if not S then raise(op .. ": dl.dist is not initialised (call dist.init() first)") end
+  return S
+end
+
+function dist.rank() return started("dist.rank").rank end
+function dist.size() return started("dist.size").size end
+function dist.local_rank() return started("dist.local_rank").local_rank end
+function dist.local_size() return started("dist.local_size").local_size end
+function dist.is_main() return started("dist.is_main").rank == 0 end
+-- "MPI" under mpirun, "none" on one process without MPI.
+function dist.backend() return started("dist.backend").lib and "mpi" or "none" end
+function dist.library_version()
+  local s = started("dist.library_version")
+  return s.lib and ffi_string(s.lib.dld_library_version()) or "none"
+end
+
+-- Ends every rank of the job now (MPI_Abort); alone, exits the process.
+function dist.abort(code)
+  code = code or 1
+  if S and S.lib then S.lib.dld_abort(code) end
+  os.exit(code, false)
+end
+
+-- MPI_Finalize now (it also runs when the Lua state closes). Collectives after it fail.
+function dist.finalize()
+  local s = started("dist.finalize")
+  if s.lib and s.lib.dld_finalize() < 0 then lib_error("dist.finalize") end
+end
+
+-- The runner calls this with an uncaught error's message and traceback before it
+-- reports it (repl/main.cpp): under mpirun, this rank reports it tagged with its rank
+-- and ends the whole job (MPI_Abort), as `python -m mpi4py` does, instead of leaving the
+-- other ranks waiting for it in their next collective. False: not handled.
+function dist._uncaught(msg, traceback)
+  if not (S and S.lib and S.lib.dld_initialized() == 1) then return false end
+  if io_stderr then
+    io_stderr:write(("dlua: rank %d of %d: %s\n"):format(S.rank, S.size, tostring(msg)))
+    if traceback and traceback ~= "" then io_stderr:write(traceback, "\n") end
+    io_stderr:write(("dlua: rank %d of %d ends the job (MPI_Abort)\n"):format(S.rank, S.size))
+    io_stderr:flush()
+  end
+  S.lib.dld_abort(1)
+  return true
+end
+
+-- ---- collectives on tensors ----------------------------------------------------------------------
+
+local function host_tensor(op, t)
+  if not is_tensor(t) then bad_arg(op, "a tensor", t) end
+  if t.device ~= "cpu" then
+    raise(op .. ": " .. t.device .. " tensors need the NCCL backend, which this build of dl.dist does not have; "
+          .. "move the tensor to the host with :cpu()")
+  end
+  return t
+end
+
+local function ptr(t) return ffi_cast("void*", t:data_ptr()) end
+
+-- Waits for work w; a stall ends the job (Note [Stalls] in dist/mpi.cpp).
+local function wait(op, w, what)
+  local rc = S.lib.dld_wait(w, S.warn, S.timeout, what)
+  if rc == 1 then S.lib.dld_abort(1) end
+  if rc < 0 then lib_error(op) end
+end
+
+local function describe(op, site)
+  seq = seq + 1
+  return ("%s (collective %d, at %s)"):format(op, seq, site or call_site())
+end
+
+local function op_code(op, name, dtype)
+  local code = OPS[name or "sum"]
+  if code == nil then raise(op .. ": op must be sum, mean, max, min or prod, got " .. tostring(name)) end
+  if name == "mean" and dtype ~= "float32" and dtype ~= "float64" then
+    raise(op .. ": a mean of a " .. dtype .. " tensor (use op = 'sum', or a float tensor)")
+  end
+  return code
+end
+
+-- A handle of an asynchronous collective: h:wait() returns its result.
+local Work = {}
+Work.__index = Work
+function Work:wait()
+  if self.done then return self.result end
+  wait(self.op, self.id, self.what)
+  self.done = true
+  if self.finish then self.result = self.finish(self.result) end
+  return self.result
+end
+function Work:is_done()
+  if self.done then return true end
+  local rc = S.lib.dld_test(self.id)
+  if rc < 0 then lib_error(self.op) end
+  if rc == 1 then
+    self.done = true
+    if self.finish then self.result = self.finish(self.result) end
+  end
+  return self.done
+end
+Work.__tostring = function(w) return "dist.Work(" .. w.what .. (w.done and ", done)" or ")") end
+
+local function finished(result) return setmetatable({ done = true, result = result }, Work) end
+
+-- The reduction itself, not differentiable: a new tensor (or an async Work).
+local function allreduce_raw(op, t, name, async)
+  local s = started(op)
+  host_tensor(op, t)
+  local dtype = t.dtype
+  local code = op_code(op, name, dtype)
+  local r = t:contiguous():clone()
+  if not s.lib or s.size == 1 then
+    return async and finished(r) or r
+  end
+  local id = s.lib.dld_allreduce(ptr(r), r:numel(), dtype_codes[dtype], code)
+  if id < 0 then lib_error(op) end
+  local w = setmetatable({ op = op, id = id, what = describe(op), result = r }, Work)
+  if name == "mean" then w.finish = function(x) return x:div_(s.size) end end
+  if async then return w end
+  return w:wait()
+end
+
+-- dist.allreduce(t [, {op = "sum"|"mean"|"max"|"min"|"prod"}]): t reduced over every
+-- rank, a new tensor. A sum or mean is differentiable: its gradient is the same
+-- reduction of the incoming gradient (every rank's loss depends on every rank's t).
+function dist.allreduce(t, opts)
+  opts = check_opts("dist.allreduce", opts, { op = true })
+  local name = opts.op or "sum"
+  if (name == "sum" or name == "mean") and dl.is_grad_enabled() and dl.custom_gradient then
+    return dl.custom_gradient(function(x)
+      return allreduce_raw("dist.allreduce", x, name), function(g)
+        return allreduce_raw("dist.allreduce", g, name)
+      end
+    end)(t)
+  end
+  return allreduce_raw("dist.allreduce", t, name)
+end
+
+function dist.allreduce_async(t, opts)
+  opts = check_opts("dist.allreduce_async", opts, { op = true })
+  return allreduce_raw("dist.allreduce_async", t, opts.op or "sum", true)
+end
+
+local function root_of(op, root, s)
+  root = root or 0
+  if type(root) ~= "number" or root ~= floor(root) or root < 0 or root >= s.size then
+    raise(op .. ": root must be a rank from 0 to " .. (s.size - 1) .. ", got " .. tostring(root))
+  end
+  return root
+end
+
+local function broadcast_raw(op, t, root, async)
+  local s = started(op)
+  host_tensor(op, t)
+  root = root_of(op, root, s)
+  local r = t:contiguous():clone()
+  if not s.lib or s.size == 1 then return async and finished(r) or r end
+  local id = s.lib.dld_broadcast(ptr(r), r:numel(), dtype_codes[r.dtype], root)
+  if id < 0 then lib_error(op) end
+  local w = setmetatable({ op = op, id = id, what = describe(op), result = r }, Work)
+  if async then return w end
+  return w:wait()
+end
+
+-- dist.broadcast(t [, root]): rank root's t on every rank (a new tensor; t must have the
+-- same shape and dtype everywhere).
+function dist.broadcast(t, root) return broadcast_raw("dist.broadcast", t, root, false) end
+function dist.broadcast_async(t, root) return broadcast_raw("dist.broadcast_async", t, root, true) end
+
+-- Describes a list of tensors for dld_check_same: a line each.
+local function describe_tensors(list, names)
+  local lines = {}
+  for i, t in ipairs(list) do
+    lines[i] = ("%s %s %s"):format(names and names[i] and ("'" .. names[i] .. "'") or ("tensor " .. i),
+                                   t.dtype, T.shape_str(t.shape))
+  end
+  return concat(lines, "\n")
+end
+
+local function check_same(op, what, desc)
+  if not S.lib or S.size == 1 then return end
+  local rc = S.lib.dld_check_same(desc, #desc)
+  if rc == 1 then raise(op .. ": " .. what .. ": " .. ffi_string(S.lib.dld_error())) end
+  if rc < 0 then lib_error(op) end
+end
+
+local function allgather_raw(op, t, async)
+  local s = started(op)
+  host_tensor(op, t)
+  if t:dim() == 0 then raise(op .. ": cannot gather a 0-dim tensor along dim 1 (reshape it to 1 element)") end
+  local x = t:contiguous()
+  if not s.lib or s.size == 1 then
+    local r = x:clone()
+    return async and finished(r) or r
+  end
+  local shape = t.shape
+  local rest = {}
+  for i = 2, #shape do rest[#rest + 1] = shape[i] end
+  check_same(op, "the tensors must agree in dtype and in every dim after the first",
+             t.dtype .. " (*" .. (#rest > 0 and "," .. concat(rest, ",") or "") .. ")")
+  local counts = ffi_new("int64_t[?]", s.size)
+  if s.lib.dld_allgather_i64(shape[1], counts) < 0 then lib_error(op) end
+  local per_row = x:numel() / max(shape[1], 1)
+  if shape[1] == 0 then per_row = 1; for _, d in ipairs(rest) do per_row = per_row * d end end
+  local total = 0
+  local elems = ffi_new("int64_t[?]", s.size)
+  for r = 0, s.size - 1 do
+    total = total + tonumber(counts[r])
+    elems[r] = counts[r] * per_row
+  end
+  local out_shape = { total }
+  for _, d in ipairs(rest) do out_shape[#out_shape + 1] = d end
+  local out = dl.empty(out_shape, { dtype = t.dtype })
+  local id = s.lib.dld_allgatherv(ptr(x), x:numel(), ptr(out), elems, dtype_codes[t.dtype])
+  if id < 0 then lib_error(op) end
+  local first = 1
+  for r = 0, s.rank - 1 do first = first + tonumber(counts[r]) end
+  local w = setmetatable({ op = op, id = id, what = describe(op), result = out, keep = x,
+                           first = first, count = shape[1] }, Work)
+  if async then return w end
+  return w:wait(), w
+end
+
+-- dist.allgather(t): every rank's t concatenated along dim 1, in rank order (first
+-- dims may differ between ranks). Differentiable: this rank's part of the summed
+-- incoming gradients.
+function dist.allgather(t)
+  if dl.is_grad_enabled() and dl.custom_gradient then
+    return dl.custom_gradient(function(x)
+      local y, w = allgather_raw("dist.allgather", x, false)
+      return y, function(g)
+        local sum = allreduce_raw("dist.allgather", g, "sum")
+        if not w then return sum end
+        return sum:narrow(1, w.first, w.count)
+      end
+    end)(t)
+  end
+  return (allgather_raw("dist.allgather", t, false))
+end
+function dist.allgather_async(t) return allgather_raw("dist.allgather_async", t, true) end
+
+function dist.barrier()
+  local s = started("dist.barrier")
+  if not s.lib or s.size == 1 then return end
+  local id = s.lib.dld_barrier()
+  if id < 0 then lib_error("dist.barrier") end
+  wait("dist.barrier", id, describe("dist.barrier"))
+end
+
+-- ---- gradients ---------------------------------------------------------------------------------
+
+-- Reduces a list of host tensors of any dtypes as few collectives (one per dtype and
+-- bucket): new tensors, in the same order. names[i] (optional) names tensor i in errors.
+local function reduce_list(op, list, names, opts)
+  local s = started(op)
+  local name = opts.op or "mean"
+  if name ~= "mean" and name ~= "sum" then raise(op .. ": op must be mean or sum, got " .. tostring(name)) end
+  local out = {}
+  if not s.lib or s.size == 1 then
+    for i, t in ipairs(list) do out[i] = t end
+    return out
+  end
+  for i, t in ipairs(list) do host_tensor(op, t) end
+  local site = call_site()
+  check_same(op, "the ranks' gradients differ (each rank must differentiate the same parameters)",
+             describe_tensors(list, names))
+  -- One reduction per dtype, in the order dtypes first appear (the same on every rank:
+  -- the descriptions matched).
+  local by_dtype, order = {}, {}
+  for i, t in ipairs(list) do
+    local d = t.dtype
+    if not by_dtype[d] then by_dtype[d] = {}; order[#order + 1] = d end
+    local l = by_dtype[d]
+    l[#l + 1] = i
+  end
+  local bucket = (opts.bucket_mb or BUCKET_MB) * 1048576
+  local first = (opts.first_bucket_mb or FIRST_BUCKET_MB) * 1048576
+  for _, d in ipairs(order) do
+    local idx = by_dtype[d]
+    local n = #idx
+    local srcs, dsts, counts = ffi_new("void*[?]", n), ffi_new("void*[?]", n), ffi_new("int64_t[?]", n)
+    local keep = {}
+    for k, i in ipairs(idx) do
+      local src = list[i]:contiguous()
+      local dst = dl.empty(list[i].shape, { dtype = d })
+      keep[k] = src
+      srcs[k - 1], dsts[k - 1], counts[k - 1] = ptr(src), ptr(dst), src:numel()
+      out[i] = dst
+    end
+    if name == "mean" and d ~= "float32" and d ~= "float64" then
+      raise(op .. ": a mean of " .. d .. " gradients (use op = 'sum')")
+    end
+    local rc = s.lib.dld_allreduce_many(srcs, dsts, counts, n, dtype_codes[d], 0,
+                                         name == "mean" and 1 / s.size or 1, bucket, first,
+                                         s.warn, s.timeout, describe(op, site))
+    if rc == 1 then s.lib.dld_abort(1) end
+    if rc < 0 then lib_error(op) end
+  end
+  return out
+end
+
+-- Tensors of a gradient result (a tensor, or tables of them), in an order that every
+-- rank agrees on (array parts in order, then other keys sorted by name).
+local function flatten(v, list, names, prefix)
+  if is_tensor(v) then
+    list[#list + 1] = v
+    names[#names + 1] = prefix
+    return
+  end
+  if type(v) ~= "table" then return end
+  local keys = {}
+  for k in entries(v) do keys[#keys + 1] = k end
+  sort(keys, function(a, b)
+    local ta, tb = type(a) == "number", type(b) == "number"
+    if ta ~= tb then return ta end
+    if ta then return a < b end
+    return tostring(a) < tostring(b)
+  end)
+  for _, k in ipairs(keys) do flatten(v[k], list, names, prefix .. "." .. tostring(k)) end
+end
+
+local function rebuild(v, reduced, pos)
+  if is_tensor(v) then
+    pos[1] = pos[1] + 1
+    return reduced[pos[1]]
+  end
+  if type(v) ~= "table" then return v end
+  local keys = {}
+  for k in entries(v) do keys[#keys + 1] = k end
+  sort(keys, function(a, b)
+    local ta, tb = type(a) == "number", type(b) == "number"
+    if ta ~= tb then return ta end
+    if ta then return a < b end
+    return tostring(a) < tostring(b)
+  end)
+  local out = {}
+  for _, k in ipairs(keys) do out[k] = rebuild(v[k], reduced, pos) end
+  return out
+end
+
+-- Reduces gradients shaped like dl.grad's results (tensors, tables of tensors).
+local function reduce_results(op, results, first, last, opts)
+  local list, names = {}, {}
+  for i = first, last do flatten(results[i], list, names, "gradient " .. (i - first + 1)) end
+  local reduced = reduce_list(op, list, names, opts)
+  local pos = { 0 }
+  for i = first, last do results[i] = rebuild(results[i], reduced, pos) end
+  return results
+end
+
+local GRAD_OPTS = { op = true, bucket_mb = true, first_bucket_mb = true, sync = true, parameters = true }
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+-- dist.grad(f [, argnums] [, opts]) and dist.value_and_grad: dl.grad's gradients, then
+-- averaged over the ranks (opts.op = "sum" sums them). opts.sync = false leaves them
+-- local (reduce them later with dist.allreduce_grads).
+local function split_args(op, argnums, opts)
+  if type(argnums) == "table" and opts == nil and (argnums.op or argnums.bucket_mb or argnums.sync ~= nil
+      or argnums.first_bucket_mb) then
+    return nil, check_opts(op, argnums, GRAD_OPTS)
+  end
+  return argnums, check_opts(op, opts, GRAD_OPTS)
+end
+
+function dist.grad(f, argnums, opts)
+  argnums, opts = split_args("dist.grad", argnums, opts)
+  local g = dl.grad(f, argnums)
+  return function(...)
+    local r = pack(g(...))
+    if opts.sync == false then return unpack(r, 1, r.n) end
+    reduce_results("dist.grad", r, 1, r.n, opts)
+    return unpack(r, 1, r.n)
+  end
+end
+
+function dist.value_and_grad(f, argnums, opts)
+  argnums, opts = split_args("dist.value_and_grad", argnums, opts)
+  local g = dl.value_and_grad(f, argnums)
+  local ngrads = type(argnums) == "table" and #argnums or 1
+  return function(...)
+    local r = pack(g(...))
+    if opts.sync == false then return unpack(r, 1, r.n) end
+    reduce_results("dist.value_and_grad", r, 2, 1 + ngrads, opts)
+    return unpack(r, 1, r.n)
+  end
+end
+
+-- Reduces implicit gradients, {{g, v}, ...}, in place of their g's. With
+-- opts.parameters (a list of Variables, or a module), every listed Variable gets a
+-- gradient, zeros where this rank's function did not use it, so that ranks that took
+-- different branches still reduce the same list.
+local function reduce_pairs(op, pairs_, opts)
+  local params = opts.parameters
+  if params ~= nil and type(params) == "table" and params.parameters then params = params:parameters() end
+  if params ~= nil then
+    local by_var = {}
+    for _, p in ipairs(pairs_) do by_var[p[2]] = p[1] end
+    local full = {}
+    for i, v in ipairs(params) do
+      full[i] = { by_var[v] or dl.zeros_like(v), v }
+    end
+    for _, p in ipairs(pairs_) do
+      local listed = false
+      for _, v in ipairs(params) do if v == p[2] then listed = true break end end
+      if not listed then
+        raise(op .. ": the function used a Variable that is not in opts.parameters ("
+              .. tostring(p[2].name or "unnamed") .. ")")
+      end
+    end
+    pairs_ = full
+  end
+  local list, names = {}, {}
+  for i, p in ipairs(pairs_) do
+    list[i] = p[1]
+    names[i] = p[2].name or ("Variable " .. i)
+  end
+  local reduced = reduce_list(op, list, names, opts)
+  local out = {}
+  for i, p in ipairs(pairs_) do out[i] = { reduced[i], p[2] } end
+  return out
+end
+
+function dist.implicit_value_and_grad(f, opts)
+  opts = check_opts("dist.implicit_value_and_grad", opts, GRAD_OPTS)
+  local g = dl.implicit_value_and_grad(f)
+  return function(...)
+    local r = pack(g(...))
+    if opts.sync ~= false then r[2] = reduce_pairs("dist.implicit_value_and_grad", r[2], opts) end
+    return unpack(r, 1, r.n)
+  end
+end
+
+function dist.implicit_grad(f, opts)
+  opts = check_opts("dist.implicit_grad", opts, GRAD_OPTS)
+  local g = dl.implicit_grad(f)
+  return function(...)
+    local pairs_ = g(...)
+    if opts.sync == false then return pairs_ end
+    return reduce_pairs("dist.implicit_grad", pairs_, opts)
+  end
+end
+
+-- dist.allreduce_grads(grads [, opts]): the reduction the wrappers make, for gradients
+-- kept local with sync = false (accumulated over several micro-batches, say): a list of
+-- {g, v} pairs, or tensors and tables of them as dl.grad returns.
+function dist.allreduce_grads(grads, opts)
+  opts = check_opts("dist.allreduce_grads", opts, GRAD_OPTS)
+  local first = type(grads) == "table" and not is_tensor(grads) and grads[1]
+  if type(first) == "table" and not is_tensor(first) and is_tensor(first[1]) and dl.is_variable(first[2]) then
+    return reduce_pairs("dist.allreduce_grads", grads, opts)
+  end
+  local r = { grads }
+  reduce_results("dist.allreduce_grads", r, 1, 1, opts)
+  return r[1]
+end
+
+-- dist.GradientTape(tape [, opts]): tape:gradient(target, sources) averaged over the ranks.
+function dist.GradientTape(tape, opts)
+  opts = check_opts("dist.GradientTape", opts, GRAD_OPTS)
+  if type(tape) ~= "table" or type(tape.gradient) ~= "function" then
+    bad_arg("dist.GradientTape", "a dl.GradientTape", tape)
+  end
+  return setmetatable({}, {
+    __index = function(_, k)
+      if k == "gradient" then
+        return function(_, target, sources, ...)
+          local r = { tape:gradient(target, sources, ...) }
+          reduce_results("dist.GradientTape:gradient", r, 1, 1, opts)
+          return r[1]
+        end
+      end
+      local v = tape[k]
+      if type(v) == "function" then return function(_, ...) return v(tape, ...) end end
+      return v
+    end,
+    __tostring = function() return "dist." .. tostring(tape) end,
+  })
+end
+
+-- ---- state -----------------------------------------------------------------------------------
+
+-- Broadcasts tensors in place (each rank's memory receives root's values), after
+-- checking that every rank lists the same names, dtypes and shapes.
+local function broadcast_in_place(op, list, names, root)
+  local s = started(op)
+  root = root_of(op, root, s)
+  if not s.lib or s.size == 1 then return end
+  check_same(op, "the ranks' tensors differ", describe_tensors(list, names))
+  local works, site = {}, call_site()
+  for i, t in ipairs(list) do
+    host_tensor(op, t)
+    if not t:is_contiguous() then raise(op .. ": " .. (names[i] or ("tensor " .. i)) .. " is not contiguous") end
+    local id = s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root)
+    if id < 0 then lib_error(op) end
+    works[i] = id
+  end
+  local what = describe(op, site)
+  for _, id in ipairs(works) do wait(op, id, what) end
+end
+
+-- dist.broadcast_parameters(net or {name = tensor} or {tensor, ...} [, root]): every
+-- rank's parameters (and a module's buffers) become rank root's.
+function dist.broadcast_parameters(params, root)
+  local op = "dist.broadcast_parameters"
+  local list, names = {}, {}
+  if type(params) == "table" and type(params.named_parameters) == "function" then
+    for _, p in ipairs(params:named_parameters()) do list[#list + 1] = p[2]; names[#names + 1] = p[1] end
+    if params.named_buffers then
+      for _, b in ipairs(params:named_buffers()) do list[#list + 1] = b[2]; names[#names + 1] = b[1] end
+    end
+  elseif type(params) == "table" then
+    flatten(params, list, names, "parameters")
+  else
+    bad_arg(op, "a module or a table of tensors", params)
+  end
+  broadcast_in_place(op, list, names, root)
+end
+
+-- dist.broadcast_optimizer_state(opt [, root]): the optimizer's state (its iteration
+-- count, learning rate and per-parameter buffers) becomes rank root's. The state is
+-- made first where it does not exist yet (a step of zero gradients at learning rate 0
+-- would change weights with weight decay, so the state dict is read and loaded
+-- instead): every rank must have stepped the same number of times, or none.
+function dist.broadcast_optimizer_state(opt, root)
+  local op = "dist.broadcast_optimizer_state"
+  if type(opt) ~= "table" or type(opt.state_dict) ~= "function" then bad_arg(op, "an optimizer", opt) end
+  local s = started(op)
+  root = root_of(op, root, s)
+  if not s.lib or s.size == 1 then return end
+  local sd = opt:state_dict()
+  local keys, tensors, tnames, numbers = {}, {}, {}, {}
+  for k in entries(sd) do keys[#keys + 1] = tostring(k) end
+  sort(keys)
+  for _, k in ipairs(keys) do
+    local v = sd[k]
+    if is_tensor(v) then
+      tensors[#tensors + 1] = v:contiguous():clone()
+      tnames[#tnames + 1] = k
+    elseif type(v) == "number" then
+      numbers[#numbers + 1] = k
+    end
+  end
+  local nums = dl.tensor(#numbers > 0 and (function()
+    local l = {}
+    for i, k in ipairs(numbers) do l[i] = sd[k] end
+    return l
+  end)() or { 0 }, { dtype = "float64" })
+  tensors[#tensors + 1] = nums
+  tnames[#tnames + 1] = "numbers (" .. concat(numbers, ",") .. ")"
+  broadcast_in_place(op, tensors, tnames, root)
+  local out = {}
+  for k, v in entries(sd) do out[k] = v end
+  for i, k in ipairs(tnames) do if i < #tnames then out[k] = tensors[i] end end
+  for i, k in ipairs(numbers) do out[k] = nums[i] end
+  opt:load_state_dict(out)
+end
+
+-- dist.broadcast_object(v [, root]): rank root's Lua value (nil, booleans, numbers,
+-- strings, tables of them, tensors) on every rank.
+local function encode(v, out, seen)
+  local tv = type(v)
+  if v == nil then out[#out + 1] = "n"
+  elseif tv == "boolean" then out[#out + 1] = v and "t" or "f"
+  elseif tv == "number" then out[#out + 1] = ("d%.17g;"):format(v)
+  elseif tv == "string" then out[#out + 1] = "s" .. #v .. ":" .. v
+  elseif is_tensor(v) then
+    local c = v:contiguous():to("float64")
+    local vals = {}
+    if c:numel() > 0 then
+      local flat = c:reshape({ c:numel() })
+      for i = 1, c:numel() do vals[i] = ("%.17g"):format(flat[i]) end
+    end
+    local body = v.dtype .. "|" .. concat(v.shape, ",") .. "|" .. concat(vals, ",")
+    out[#out + 1] = "T" .. #body .. ":" .. body
+  elseif tv == "table" then
+    if seen[v] then raise("dist.broadcast_object: the table refers to itself") end
+    seen[v] = true
+    local keys = {}
+    for k in entries(v) do keys[#keys + 1] = k end
+    out[#out + 1] = "{" .. #keys .. ":"
+    for _, k in ipairs(keys) do encode(k, out, seen); encode(v[k], out, seen) end
+    seen[v] = nil
+  else
+    raise("dist.broadcast_object: cannot send a " .. typename(v))
+  end
+end
+
+local function decode(s, i)
+  local c = s:sub(i, i)
+  if c == "n" then return nil, i + 1 end
+  if c == "t" then return true, i + 1 end
+  if c == "f" then return false, i + 1 end
+  if c == "d" then
+    local j = s:find(";", i, true)
+    return tonumber(s:sub(i + 1, j - 1)), j + 1
+  end
+  local j = s:find(":", i, true)
+  local n = tonumber(s:sub(i + 1, j - 1))
+  if c == "s" then return s:sub(j + 1, j + n), j + n + 1 end
+  if c == "T" then
+    local body = s:sub(j + 1, j + n)
+    local dtype, shape_s, vals_s = body:match("^([^|]*)|([^|]*)|(.*)$")
+    local shape, vals = {}, {}
+    for d in shape_s:gmatch("[^,]+") do shape[#shape + 1] = tonumber(d) end
+    for x in vals_s:gmatch("[^,]+") do vals[#vals + 1] = tonumber(x) end
+    local t = dl.tensor(#vals > 0 and vals or { 0 }, { dtype = "float64" })
+    if #vals == 0 then t = dl.empty(shape, { dtype = "float64" }) end
+    return t:reshape(shape):to(dtype), j + n + 1
+  end
+  local t, at = {}, j + 1
+  for _ = 1, n do
+    local k, v
+    k, at = decode(s, at)
+    v, at = decode(s, at)
+    t[k] = v
+  end
+  return t, at
+end
+
+function dist.broadcast_object(v, root)
+  local op = "dist.broadcast_object"
+  local s = started(op)
+  root = root_of(op, root, s)
+  if not s.lib or s.size == 1 then return v end
+  local text = ""
+  if s.rank == root then
+    local out = {}
+    encode(v, out, {})
+    text = concat(out)
+  end
+  local len = dl.tensor({ #text }, { dtype = "int64" })
+  broadcast_in_place(op, { len }, { "length" }, root)
+  local n = len[1]
+  local bytes = dl.zeros({ max(n, 1) }, { dtype = "uint8" })
+  if s.rank == root and n > 0 then ffi.copy(ptr(bytes), text, n) end
+  broadcast_in_place(op, { bytes }, { "bytes" }, root)
+  if s.rank == root then return v end
+  local got = ffi_string(ptr(bytes), n)
+  return (decode(got, 1))
+end
+
+-- ---- data ------------------------------------------------------------------------------------
+
+-- dist.shard(ds [, {seed = n, even = "pad"|"drop"}]): this rank's part of data set ds
+-- (Dataset:shard with this job's size and rank): the same shuffle on every rank when a
+-- seed is given, then every size-th element, equal lengths on every rank.
+function dist.shard(ds, opts)
+  local s = started("dist.shard")
+  return ds:shard(s.size, s.rank + 1, opts)
+end
+
+return dist
