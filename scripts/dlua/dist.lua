@@ -28,8 +28,8 @@ core.own_source()
 local raise, bad_arg, typename, entries = core.raise, core.bad_arg, core.typename, core.entries
 local is_tensor = T.is_tensor
 local dl = T.dl
-local type, tostring, tonumber, ipairs, pairs, select, unpack, pcall, error, setmetatable =
-  type, tostring, tonumber, ipairs, pairs, select, unpack, pcall, error, setmetatable
+local type, tostring, tonumber, ipairs, pairs, select, unpack, pcall, error, setmetatable, rawequal =
+  type, tostring, tonumber, ipairs, pairs, select, unpack, pcall, error, setmetatable, rawequal
 local floor, max = math.floor, math.max
 local concat, sort = table.concat, table.sort
 local getenv = os and os.getenv
@@ -154,6 +154,22 @@ function dist.init(opts)
     -- MPI_Finalize when the Lua state closes normally (an uncaught error aborts first:
     -- dist._uncaught).
     st.finalizer = ffi.gc(ffi_new("char[1]"), function() lib.dld_finalize() end)
+    -- os.exit with a failure code on one rank ends the job too: MPI_Finalize would wait
+    -- for the other ranks, which wait for this one in their next collective.
+    if os and os.exit then
+      local exit = os.exit
+      os.exit = function(code, close)
+        if code ~= nil and code ~= true and code ~= 0 and lib.dld_initialized() == 1 then
+          if io_stderr then
+            io_stderr:write(("dlua: rank %d of %d exits with %s: ending the job (MPI_Abort)\n"):format(
+              st.rank, st.size, tostring(code)))
+            io_stderr:flush()
+          end
+          lib.dld_abort(code == false and 1 or tonumber(code) or 1)
+        end
+        return exit(code, close)
+      end
+    end
   end
   S = st
   local threads = opts.threads
@@ -446,7 +462,7 @@ local function reduce_list(op, list, names, opts)
   for _, d in ipairs(order) do
     local idx = by_dtype[d]
     local n = #idx
-    local srcs, dsts, counts = ffi_new("void*[?]", n), ffi_new("void*[?]", n), ffi_new("int64_t[?]", n)
+    local srcs, dsts, counts = ffi_new("const void*[?]", n), ffi_new("void*[?]", n), ffi_new("int64_t[?]", n)
     local keep = {}
     for k, i in ipairs(idx) do
       local src = list[i]:contiguous()
@@ -570,7 +586,7 @@ local function reduce_pairs(op, pairs_, opts)
     end
     for _, p in ipairs(pairs_) do
       local listed = false
-      for _, v in ipairs(params) do if v == p[2] then listed = true break end end
+      for _, v in ipairs(params) do if rawequal(v, p[2]) then listed = true break end end
       if not listed then
         raise(op .. ": the function used a Variable that is not in opts.parameters ("
               .. tostring(p[2].name or "unnamed") .. ")")

@@ -1,0 +1,134 @@
+-- dl.dist on several ranks: run by tests/dist/run.py under `mpirun -np N` (2 and 3).
+-- Every rank checks the same things; a failure on one rank ends the job (MPI_Abort).
+local dl = require("dlua")
+local H = require("harness")
+local dist = dl.dist
+dist.init({ timeout = 60 })
+local r, n = dist.rank(), dist.size()
+
+H.test("size and ranks", function()
+  H.ok(n >= 2, "run under mpirun -np 2 or more")
+  H.eq(dist.backend(), "mpi")
+  H.eq(dist.is_main(), r == 0)
+  H.eq(dl.get_num_threads(), 1)   -- two cores shared by the ranks of this machine
+end)
+
+H.test("collectives", function()
+  local x = dl.tensor({ r + 1, 10 * (r + 1) }, { dtype = "float64" })
+  local sum = n * (n + 1) / 2
+  H.values(dist.allreduce(x), { sum, 10 * sum })
+  H.values(dist.allreduce(x, { op = "mean" }), { sum / n, 10 * sum / n })
+  H.values(dist.allreduce(x, { op = "max" }), { n, 10 * n })
+  H.values(dist.allreduce(x, { op = "min" }), { 1, 10 })
+  H.values(dist.allreduce(dl.tensor({ r + 2 }, { dtype = "int64" }), { op = "prod" }), { n == 2 and 6 or 24 })
+  H.values(dist.broadcast(x, n - 1), { n, 10 * n })
+  -- allgather: first dims differ between ranks
+  local g = dist.allgather(dl.full({ r + 1, 2 }, r))
+  local want = {}
+  for k = 0, n - 1 do for _ = 1, k + 1 do want[#want + 1] = { k, k } end end
+  H.values(g, want)
+  local w1, w2 = dist.allreduce_async(x), dist.broadcast_async(x, 0)
+  H.values(w2:wait(), { 1, 10 })
+  H.values(w1:wait(), { sum, 10 * sum })
+  H.values(w1:wait(), { sum, 10 * sum })   -- a second wait returns the result again
+  dist.barrier()
+  -- larger than a bucket, and empty
+  local big = dl.full({ 300000 }, r + 1)
+  H.eq(dist.allreduce(big)[300000], sum)
+  H.eq(dist.allreduce(dl.empty(0)):numel(), 0)
+end)
+
+H.test("gradients of the split batch equal one process's on the whole batch (float64)", function()
+  dl.manual_seed(11)   -- the same data on every rank
+  local X, Y = dl.randn(6 * n, 5, { dtype = "float64" }), dl.randn(6 * n, 2, { dtype = "float64" })
+  local W1, W2 = dl.randn(5, 8, { dtype = "float64" }), dl.randn(8, 2, { dtype = "float64" })
+  local function loss(w1, w2, x, y) return ((x:matmul(w1):tanh():matmul(w2) - y) ^ 2):mean() end
+  local full1, full2 = dl.grad(loss, { 1, 2 })(W1, W2, X, Y)
+  local xs, ys = X:narrow(1, 6 * r + 1, 6), Y:narrow(1, 6 * r + 1, 6)
+  local l, g1, g2 = dist.value_and_grad(loss, { 1, 2 })(W1, W2, xs, ys)
+  H.near(g1:totable(), full1:totable(), 1e-12)
+  H.near(g2:totable(), full2:totable(), 1e-12)
+  H.ok(dl.is_tensor(l))
+  -- small buckets: the same numbers through many reductions
+  local h1, h2 = dist.grad(loss, { 1, 2 }, { bucket_mb = 1e-4, first_bucket_mb = 1e-5 })(W1, W2, xs, ys)
+  H.near(h1:totable(), full1:totable(), 1e-12)
+  H.near(h2:totable(), full2:totable(), 1e-12)
+  -- implicit gradients over Variables, and a parameter one rank does not use
+  local a = dl.Variable(W1:clone(), "a")
+  local b = dl.Variable(W2:clone(), "b")
+  local c = dl.Variable(dl.ones(2, { dtype = "float64" }), "c")
+  local step = dist.implicit_value_and_grad(function(x, y)
+    local out = x:matmul(a):tanh():matmul(b)
+    if r == 0 then out = out + c end
+    return ((out - y) ^ 2):mean()
+  end, { parameters = { a, b, c } })
+  local _, pairs_ = step(xs, ys)
+  H.eq(#pairs_, 3)
+  H.ok(rawequal(pairs_[3][2], c))
+  -- c's gradient: rank 0's own, averaged with the others' zeros
+  local _, own = dl.implicit_value_and_grad(function(x, y)
+    return ((x:matmul(a):tanh():matmul(b) + c - y) ^ 2):mean()
+  end)(X:narrow(1, 1, 6), Y:narrow(1, 1, 6))
+  local cg
+  for _, p in ipairs(own) do if rawequal(p[2], c) then cg = p[1] end end
+  H.near(pairs_[3][1]:totable(), (cg / n):totable(), 1e-12)
+  -- without the list, ranks that used different Variables get an error, not a hang
+  local bad = dist.implicit_grad(function(x)
+    local out = x:matmul(a):sum()
+    if r == 0 then out = out + c:sum() end
+    return out
+  end)
+  H.raises(function() bad(xs) end, "the ranks' gradients differ")
+end)
+
+H.test("parameters, optimizer state and objects from rank 0", function()
+  dl.manual_seed(100 + r)   -- different weights on every rank
+  local net = dl.nn.Sequential{ dl.nn.Linear(4, 3), dl.nn.ReLU(), dl.nn.Linear(3, 2) }
+  dist.broadcast_parameters(net)
+  local w = net:parameters()[1]
+  local w0 = dist.broadcast(w, 0)
+  H.values(w, w0:totable(), { tol = 0 })
+  H.values(dist.allreduce(w, { op = "max" }), w:totable(), { tol = 0 })
+  local opt = dl.optim.SGD{ lr = 0.1, momentum = 0.9 }
+  local grads = dl.implicit_grad(function() return net(dl.full({ 1, 4 }, r + 1)):sum() end)()
+  opt:apply_gradients(grads)
+  dist.broadcast_optimizer_state(opt)
+  local sd = opt:state_dict()
+  local keys = {}
+  for k in pairs(sd) do keys[#keys + 1] = k end
+  table.sort(keys)   -- the same order on every rank
+  H.ok(#keys > 2)
+  for _, k in ipairs(keys) do
+    local v = sd[k]
+    if dl.is_tensor(v) then H.values(v, dist.broadcast(v, 0):totable(), { tol = 0 }) end
+  end
+  local o = dist.broadcast_object(r == 0 and { epoch = 3, name = "run", flags = { true, false }, t = dl.tensor({ 1.5, -2 }) } or nil)
+  H.eq(o.epoch, 3)
+  H.eq(o.name, "run")
+  H.eq(o.flags, { true, false })
+  H.values(o.t, { 1.5, -2 })
+  -- a mismatch names the first difference
+  local other = r == 0 and dl.nn.Linear(4, 3) or dl.nn.Linear(5, 3)
+  H.raises(function() dist.broadcast_parameters(other) end, "rank 0 has 'weight' float32 (3, 4)")
+end)
+
+H.test("shards of one pass are disjoint and cover the data", function()
+  local N = 23
+  local ds = dl.data.from_tensors(dl.arange(1, N + 1, { dtype = "int64" }))
+  local mine = {}
+  for v in dist.shard(ds, { seed = 5, even = "drop" }):iter() do mine[#mine + 1] = v:item() end
+  H.eq(#mine, math.floor(N / n))
+  local all = dist.allgather(dl.tensor(mine, { dtype = "int64" })):totable()
+  local seen = {}
+  for _, v in ipairs(all) do
+    H.ok(not seen[v], "element " .. v .. " in two shards")
+    seen[v] = true
+  end
+  local padded = 0
+  for _ in dist.shard(ds, { seed = 5 }):batch(4):iter() do padded = padded + 1 end
+  H.eq(padded, math.ceil(math.ceil(N / n) / 4))
+end)
+
+-- A failed check leaves the ranks at different collectives: end the job at once.
+local ok, err = pcall(H.run)
+if not ok then error(err, 0) end

@@ -1,0 +1,142 @@
+"""dl.dist under mpirun: the multi-rank checks (tests/dist/ranks.lua on 2 and 3 ranks) and
+the failure modes, each with a deadline (shared/notes/distributed.md, "Failure modes").
+
+    run.py DLUA CASE      CASE: ranks2, ranks3, stall, mismatch, error, exit, kill, example
+
+Exits 0 when the case behaved, 1 with the output when not. Where mpirun is absent the
+case prints why and exits 0 (ctest shows the message; SKIP_RETURN_CODE is not used so that a
+machine without Open MPI still runs the rest of the suite green).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+FLAGS = ["--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader,tcp",
+         "--mca", "btl_tcp_if_include", "lo"]
+
+# Scripts of the failure cases. Each starts dl.dist with a short deadline.
+CASES = {
+    # Rank 1 never reaches the allreduce: rank 0 says where it waits, then ends the job.
+    "stall": """
+dl.dist.init({ timeout = 3, warn = 1 })
+if dl.dist.rank() == 0 then dl.dist.allreduce(dl.ones(3)) end
+local t0 = os.clock()
+while os.clock() - t0 < 60 do end
+""",
+    # The ranks differentiate tensors of different shapes: an error naming both, not a hang.
+    "mismatch": """
+dl.dist.init({ timeout = 30 })
+local n = dl.dist.rank() == 0 and 4 or 3
+local g = dl.dist.grad(function(w) return (w * w):sum() end)
+g(dl.ones(n))
+""",
+    # An uncaught error on rank 1 while rank 0 waits in a collective.
+    "error": """
+dl.dist.init({ timeout = 60 })
+if dl.dist.rank() == 1 then error("boom on rank 1") end
+dl.dist.allreduce(dl.ones(3))
+""",
+    # os.exit with a failure code on one rank.
+    "exit": """
+dl.dist.init({ timeout = 60 })
+if dl.dist.rank() == 1 then os.exit(3) end
+dl.dist.barrier()
+""",
+    # Rank 1 is killed (SIGKILL) while rank 0 waits in a collective.
+    "kill": """
+dl.dist.init({ timeout = 60 })
+if dl.dist.rank() == 1 then
+  local pid = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
+  os.execute("kill -9 " .. pid)
+end
+dl.dist.allreduce(dl.ones(3))
+""",
+}
+
+# What each failure case must print (any rank), and its deadline in seconds.
+EXPECT = {
+    "stall": ([r"rank 0 of 2 stalled 1 s in dist\.allreduce \(collective 1, at case\.lua:2\)",
+               r"rank 0 of 2 gave up after 3 s in dist\.allreduce"], 3 + 5),
+    "mismatch": ([r"dist\.grad: the ranks' gradients differ .*rank 0 has 'gradient 1' float32 \(4,\), "
+                  r"rank 1 has 'gradient 1' float32 \(3,\)"], 5),
+    "error": ([r"dlua: rank 1 of 2: .*boom on rank 1", r"rank 1 of 2 ends the job \(MPI_Abort\)"], 5),
+    "exit": ([r"rank 1 of 2 exits with 3"], 5),
+    "kill": ([], 10),
+}
+
+
+def mpirun(dlua, np, script, timeout, env=None, args=()):
+    cmd = ["mpirun"] + FLAGS + ["-np", str(np), dlua, script] + list(args)
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                       env=env, stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout.decode(errors="replace"), time.monotonic() - t0
+
+
+def fail(msg, out=""):
+    print("FAILED: " + msg)
+    if out:
+        print(out)
+    sys.exit(1)
+
+
+def leftover(marker):
+    """dlua processes still running a script of this case (orphans)."""
+    ps = subprocess.run(["ps", "-eo", "pid,args"], stdout=subprocess.PIPE).stdout.decode()
+    return [l for l in ps.splitlines() if marker in l and "ps -eo" not in l]
+
+
+def main():
+    dlua, case = sys.argv[1], sys.argv[2]
+    if not shutil.which("mpirun"):
+        print("skipped: mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)")
+        return
+    env = dict(os.environ)
+    env["LUA_PATH"] = os.path.join(ROOT, "tests", "lua", "?.lua") + ";;"
+    if case in ("ranks2", "ranks3"):
+        np = int(case[-1])
+        rc, out, took = mpirun(dlua, np, os.path.join(HERE, "ranks.lua"), 300, env)
+        passed = len(re.findall(r"^\d+ passed, 0 failed$", out, re.M))
+        if rc != 0 or passed != np:
+            fail(f"ranks.lua on {np} ranks: exit {rc}, {passed} of {np} ranks passed", out)
+        print(out)
+        print(f"{np} ranks passed in {took:.1f} s")
+        return
+    if case == "example":
+        with tempfile.TemporaryDirectory(prefix="dlua_dist_example_") as tmp:
+            script = os.path.join(ROOT, "scripts", "examples", "fashion_mnist_ddp.lua")
+            rc, out, took = mpirun(dlua, 2, script, 600, env, ["--quick", "--logdir", tmp])
+        if rc != 0 or "test accuracy" not in out or "largest difference 0" not in out:
+            fail(f"the example on 2 ranks: exit {rc}", out)
+        print(out)
+        return
+    patterns, deadline = EXPECT[case]
+    with tempfile.TemporaryDirectory(prefix=f"dlua_dist_{case}_") as tmp:
+        script = os.path.join(tmp, "case.lua")
+        with open(script, "w") as f:
+            f.write(CASES[case].lstrip("\n"))
+        # mpirun itself may take a second or two to start and to tear down the job.
+        rc, out, took = mpirun(dlua, 2, script, deadline + 30, env)
+        if rc == 0:
+            fail(f"{case}: the job exited 0", out)
+        if took > deadline + 3:
+            fail(f"{case}: the job took {took:.1f} s, more than {deadline} s (+3 for mpirun)", out)
+        for p in patterns:
+            if not re.search(p, out):
+                fail(f"{case}: no line matching {p!r}", out)
+        time.sleep(0.5)
+        orphans = leftover(tmp)
+        if orphans:
+            fail(f"{case}: processes left behind: {orphans}", out)
+    print(out)
+    print(f"{case}: exit {rc} after {took:.1f} s, as expected")
+
+
+if __name__ == "__main__":
+    main()
