@@ -133,6 +133,7 @@ function dist.init(opts)
   local st = {
     rank = 0, size = 1, local_rank = 0, local_size = 1, lib = nil,
     timeout = opts.timeout or env_number("DLUA_DIST_TIMEOUT") or 600,
+    debug = (getenv and getenv("DLUA_DIST_DEBUG") or "") ~= "" and getenv("DLUA_DIST_DEBUG") ~= "0",
     warn = opts.warn or 60,
   }
   if opts.warn == nil and st.timeout < st.warn then st.warn = st.timeout end
@@ -253,6 +254,21 @@ local function describe(op, site)
   return ("%s (collective %d, at %s)"):format(op, seq, site or call_site())
 end
 
+-- With DLUA_DIST_DEBUG=1, every collective is first compared across the ranks (its
+-- sequence number, kind, dtype, shape and root: one small allgather), as c10d's
+-- ProcessGroupWrapper does, so that ranks that call different collectives, or the same
+-- one on different tensors, get an error naming the difference instead of a hang or a
+-- wrong result. Off by default: it doubles the latency of a small collective.
+local function announce(op, dtype, shape, root)
+  if not S.debug or not S.lib or S.size == 1 then return end
+  local kind = op:gsub("_async$", "")
+  local desc = ("collective %d: %s %s %s%s"):format(seq + 1, kind, dtype or "", shape and T.shape_str(shape) or "",
+                                                    root and (" root " .. root) or "")
+  local rc = S.lib.dld_check_same(desc, #desc)
+  if rc == 1 then raise(op .. ": the ranks' collectives differ (DLUA_DIST_DEBUG): " .. ffi_string(S.lib.dld_error())) end
+  if rc < 0 then lib_error(op) end
+end
+
 local function op_code(op, name, dtype)
   local code = OPS[name or "sum"]
   if code == nil then raise(op .. ": op must be sum, mean, max, min or prod, got " .. tostring(name)) end
@@ -296,6 +312,7 @@ local function allreduce_raw(op, t, name, async)
   if not s.lib or s.size == 1 then
     return async and finished(r) or r
   end
+  announce(op, dtype, r.shape, nil)
   local id = s.lib.dld_allreduce(ptr(r), r:numel(), dtype_codes[dtype], code)
   if id < 0 then lib_error(op) end
   local w = setmetatable({ op = op, id = id, what = describe(op), result = r }, Work)
@@ -339,6 +356,7 @@ local function broadcast_raw(op, t, root, async)
   root = root_of(op, root, s)
   local r = t:contiguous():clone()
   if not s.lib or s.size == 1 then return async and finished(r) or r end
+  announce(op, r.dtype, r.shape, root)
   local id = s.lib.dld_broadcast(ptr(r), r:numel(), dtype_codes[r.dtype], root)
   if id < 0 then lib_error(op) end
   local w = setmetatable({ op = op, id = id, what = describe(op), result = r }, Work)
@@ -378,6 +396,7 @@ local function allgather_raw(op, t, async)
     return async and finished(r) or r
   end
   local shape = t.shape
+  announce(op, t.dtype, nil, nil)
   local rest = {}
   for i = 2, #shape do rest[#rest + 1] = shape[i] end
   check_same(op, "the tensors must agree in dtype and in every dim after the first",
@@ -426,6 +445,7 @@ function dist.allgather_async(t) return allgather_raw("dist.allgather_async", t,
 function dist.barrier()
   local s = started("dist.barrier")
   if not s.lib or s.size == 1 then return end
+  announce("dist.barrier")
   local id = s.lib.dld_barrier()
   if id < 0 then lib_error("dist.barrier") end
   wait("dist.barrier", id, describe("dist.barrier"))
@@ -446,6 +466,7 @@ local function reduce_list(op, list, names, opts)
   end
   for i, t in ipairs(list) do host_tensor(op, t) end
   local site = call_site()
+  announce(op, nil, { #list }, nil)
   check_same(op, "the ranks' gradients differ (each rank must differentiate the same parameters)",
              describe_tensors(list, names))
   -- One reduction per dtype, in the order dtypes first appear (the same on every rank:
@@ -551,6 +572,7 @@ function dist.grad(f, argnums, opts)
   argnums, opts = split_args("dist.grad", argnums, opts)
   local g = dl.grad(f, argnums)
   return function(...)
+    if started("dist.grad").size == 1 then return g(...) end
     local r = pack(g(...))
     if opts.sync == false then return unpack(r, 1, r.n) end
     reduce_results("dist.grad", r, 1, r.n, opts)
@@ -563,6 +585,7 @@ function dist.value_and_grad(f, argnums, opts)
   local g = dl.value_and_grad(f, argnums)
   local ngrads = type(argnums) == "table" and #argnums or 1
   return function(...)
+    if started("dist.value_and_grad").size == 1 then return g(...) end
     local r = pack(g(...))
     if opts.sync == false then return unpack(r, 1, r.n) end
     reduce_results("dist.value_and_grad", r, 2, 1 + ngrads, opts)
@@ -609,6 +632,7 @@ function dist.implicit_value_and_grad(f, opts)
   opts = check_opts("dist.implicit_value_and_grad", opts, GRAD_OPTS)
   local g = dl.implicit_value_and_grad(f)
   return function(...)
+    if started("dist.implicit_value_and_grad").size == 1 and opts.parameters == nil then return g(...) end
     local r = pack(g(...))
     if opts.sync ~= false then r[2] = reduce_pairs("dist.implicit_value_and_grad", r[2], opts) end
     return unpack(r, 1, r.n)
@@ -619,6 +643,7 @@ function dist.implicit_grad(f, opts)
   opts = check_opts("dist.implicit_grad", opts, GRAD_OPTS)
   local g = dl.implicit_grad(f)
   return function(...)
+    if started("dist.implicit_grad").size == 1 and opts.parameters == nil then return g(...) end
     local pairs_ = g(...)
     if opts.sync == false then return pairs_ end
     return reduce_pairs("dist.implicit_grad", pairs_, opts)
@@ -670,6 +695,7 @@ local function broadcast_in_place(op, list, names, root)
   local s = started(op)
   root = root_of(op, root, s)
   if not s.lib or s.size == 1 then return end
+  announce(op, nil, { #list }, root)
   check_same(op, "the ranks' tensors differ", describe_tensors(list, names))
   local works, site = {}, call_site()
   for i, t in ipairs(list) do

@@ -1,7 +1,7 @@
 """dl.dist under mpirun: the multi-rank checks (tests/dist/ranks.lua on 2 and 3 ranks) and
 the failure modes, each with a deadline (shared/notes/distributed.md, "Failure modes").
 
-    run.py DLUA CASE      CASE: ranks2, ranks3, stall, mismatch, error, exit, kill, example
+    run.py DLUA CASE      CASE: ranks2, ranks3, stall, mismatch, order, error, exit, kill, example
 
 Exits 0 when the case behaved, 1 with the output when not. Where mpirun is absent the
 case prints why and exits 0 (ctest shows the message; SKIP_RETURN_CODE is not used so that a
@@ -36,6 +36,12 @@ local n = dl.dist.rank() == 0 and 4 or 3
 local g = dl.dist.grad(function(w) return (w * w):sum() end)
 g(dl.ones(n))
 """,
+    # With DLUA_DIST_DEBUG=1, ranks that call different collectives get an error naming both.
+    "order": """
+dl.dist.init({ timeout = 30 })
+local t = dl.ones(3)
+if dl.dist.rank() == 0 then dl.dist.allreduce(t) else dl.dist.broadcast(t, 0) end
+""",
     # An uncaught error on rank 1 while rank 0 waits in a collective.
     "error": """
 dl.dist.init({ timeout = 60 })
@@ -65,6 +71,8 @@ EXPECT = {
                r"rank 0 of 2 gave up after 3 s in dist\.allreduce"], 3 + 5),
     "mismatch": ([r"dist\.grad: the ranks' gradients differ .*rank 0 has 'gradient 1' float32 \(4,\), "
                   r"rank 1 has 'gradient 1' float32 \(3,\)"], 5),
+    "order": ([r"the ranks' collectives differ \(DLUA_DIST_DEBUG\): .*rank 0 has collective 1: "
+               r"dist\.allreduce float32 \(3,\), rank 1 has collective 1: dist\.broadcast float32 \(3,\) root 0"], 5),
     "error": ([r"dlua: rank 1 of 2: .*boom on rank 1", r"rank 1 of 2 ends the job \(MPI_Abort\)"], 5),
     "exit": ([r"rank 1 of 2 exits with 3"], 5),
     "kill": ([], 10),
@@ -122,7 +130,8 @@ def main():
         with open(script, "w") as f:
             f.write(CASES[case].lstrip("\n"))
         # mpirun itself may take a second or two to start and to tear down the job.
-        rc, out, took = mpirun(dlua, 2, script, deadline + 30, env)
+        case_env = dict(env, DLUA_DIST_DEBUG="1") if case == "order" else env
+        rc, out, took = mpirun(dlua, 2, script, deadline + 30, case_env)
         if rc == 0:
             fail(f"{case}: the job exited 0", out)
         if took > deadline + 3:
