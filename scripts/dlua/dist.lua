@@ -560,12 +560,20 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- dist.grad(f [, argnums] [, opts]) and dist.value_and_grad: dl.grad's gradients, then
 -- averaged over the ranks (opts.op = "sum" sums them). opts.sync = false leaves them
 -- local (reduce them later with dist.allreduce_grads).
+local function grad_opts(op, opts)
+  opts = check_opts(op, opts, GRAD_OPTS)
+  if opts.op ~= nil and opts.op ~= "mean" and opts.op ~= "sum" then
+    raise(op .. ": op must be mean or sum, got " .. tostring(opts.op))
+  end
+  return opts
+end
+
 local function split_args(op, argnums, opts)
   if type(argnums) == "table" and opts == nil and (argnums.op or argnums.bucket_mb or argnums.sync ~= nil
       or argnums.first_bucket_mb) then
-    return nil, check_opts(op, argnums, GRAD_OPTS)
+    return nil, grad_opts(op, argnums)
   end
-  return argnums, check_opts(op, opts, GRAD_OPTS)
+  return argnums, grad_opts(op, opts)
 end
 
 function dist.grad(f, argnums, opts)
@@ -629,7 +637,7 @@ local function reduce_pairs(op, pairs_, opts)
 end
 
 function dist.implicit_value_and_grad(f, opts)
-  opts = check_opts("dist.implicit_value_and_grad", opts, GRAD_OPTS)
+  opts = grad_opts("dist.implicit_value_and_grad", opts)
   local g = dl.implicit_value_and_grad(f)
   return function(...)
     if started("dist.implicit_value_and_grad").size == 1 and opts.parameters == nil then return g(...) end
@@ -640,7 +648,7 @@ function dist.implicit_value_and_grad(f, opts)
 end
 
 function dist.implicit_grad(f, opts)
-  opts = check_opts("dist.implicit_grad", opts, GRAD_OPTS)
+  opts = grad_opts("dist.implicit_grad", opts)
   local g = dl.implicit_grad(f)
   return function(...)
     if started("dist.implicit_grad").size == 1 and opts.parameters == nil then return g(...) end
@@ -654,7 +662,7 @@ end
 -- kept local with sync = false (accumulated over several micro-batches, say): a list of
 -- {g, v} pairs, or tensors and tables of them as dl.grad returns.
 function dist.allreduce_grads(grads, opts)
-  opts = check_opts("dist.allreduce_grads", opts, GRAD_OPTS)
+  opts = grad_opts("dist.allreduce_grads", opts)
   local first = type(grads) == "table" and not is_tensor(grads) and grads[1]
   if type(first) == "table" and not is_tensor(first) and is_tensor(first[1]) and dl.is_variable(first[2]) then
     return reduce_pairs("dist.allreduce_grads", grads, opts)
@@ -666,7 +674,7 @@ end
 
 -- dist.GradientTape(tape [, opts]): tape:gradient(target, sources) averaged over the ranks.
 function dist.GradientTape(tape, opts)
-  opts = check_opts("dist.GradientTape", opts, GRAD_OPTS)
+  opts = grad_opts("dist.GradientTape", opts)
   if type(tape) ~= "table" or type(tape.gradient) ~= "function" then
     bad_arg("dist.GradientTape", "a dl.GradientTape", tape)
   end
