@@ -5,8 +5,8 @@
  *
  *   dld_init(...)                  MPI_Init_thread (SERIALIZED at least) and a duplicate
  *                                  of the world communicator for every collective
- *   w = dld_allreduce(buf, n, dtype, op)      a non-blocking collective: a work id
- *   dld_wait(w, warn_s, abort_s, "allreduce at train.lua:37")   0 done, 1 stalled
+ *   dld_allreduce(buf, n, dtype, op, 0, "dist.allreduce", seq, "train.lua:37")
+ *                                  a collective, watched against its deadlines
  *
  * Every call returns a negative value (or NULL) on error, with the message in
  * dld_error(). Buffers are host memory of a dlua dtype (tensor/dtype.h's codes); the
@@ -39,20 +39,30 @@ void dld_abort(int code);
 /* The MPI library's version line. */
 const char* dld_library_version(void);
 
-/* Reduction ops: 0 sum, 1 max, 2 min, 3 product. */
-int64_t dld_allreduce(void* buf, int64_t count, int dtype, int op);
-int64_t dld_broadcast(void* buf, int64_t count, int dtype, int root);
+/* Every collective below is made by the calling thread and watched (Note [Stalls] in
+   dist/mpi.cpp): `what` names it in the messages of a stall ("dist.allreduce"), with its
+   sequence number `seq` and, when not NULL, the script's `site` ("train.lua:37"). A
+   rank waiting longer than warn_s says so on stderr; one waiting longer than abort_s
+   says so and exits with code 1 (mpirun then ends the job). */
+void dld_set_deadlines(double warn_s, double abort_s);
+
+/* With async = 0 the collective is done when the call returns 0; with async = 1 the
+   call returns a work id (> 0) that dld_wait finishes. -1: error. Reduction ops: 0 sum,
+   1 max, 2 min, 3 product. */
+int64_t dld_allreduce(void* buf, int64_t count, int dtype, int op, int async, const char* what, int64_t seq,
+                      const char* site);
+int64_t dld_broadcast(void* buf, int64_t count, int dtype, int root, int async, const char* what,
+                      int64_t seq, const char* site);
 /* Each rank sends `count` elements; recv holds the sum of counts[] (every rank's count,
    known to all, see dld_allgather_i64) in rank order. */
-int64_t dld_allgatherv(const void* send, int64_t count, void* recv, const int64_t* counts, int dtype);
-int64_t dld_barrier(void);
+int64_t dld_allgatherv(const void* send, int64_t count, void* recv, const int64_t* counts, int dtype,
+                       int async, const char* what, int64_t seq, const char* site);
+int64_t dld_barrier(int async, const char* what, int64_t seq, const char* site);
 /* Blocking: every rank's `mine` into all[size]. */
 int dld_allgather_i64(int64_t mine, int64_t* all);
 
-/* Waits for a work: 0 done, 1 not done after abort_s seconds (a message naming `what`
-   was printed to stderr at warn_s and at abort_s; the work stays pending), -1 error.
-   abort_s <= 0: wait for ever (still warning at warn_s when warn_s > 0). */
-int dld_wait(int64_t work, double warn_s, double abort_s, const char* what);
+/* Finishes an asynchronous collective: 0, or -1 on error. */
+int dld_wait(int64_t work, const char* what, int64_t seq, const char* site);
 /* 1 done (and forgotten), 0 pending, -1 error. */
 int dld_test(int64_t work);
 /* Works started and not yet waited for. */
@@ -61,18 +71,18 @@ int dld_pending(void);
 /* Reduces n buffers of one dtype as one (op as dld_allreduce): src[i] is read, dst[i]
    receives the result (it may be src[i]). The buffers are copied into buckets of about
    bucket_bytes (the last buffer first, as a backward pass makes them; the first
-   bucket at most first_bytes), each bucket reduced as soon as it is filled while the
-   next one is filled, then copied out and multiplied by `scale` when it is not 1. A
-   buffer larger than a bucket is reduced in its dst. Waits like dld_wait: 0 done, 1
-   stalled, -1 error. */
+   bucket at most first_bytes), each bucket reduced with one MPI_Allreduce, then copied
+   out, multiplied by `scale` when it is not 1. A buffer of a bucket's size or more is
+   reduced in its dst. 0, or -1 on error. */
 int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* counts, int n,
                        int dtype, int op, double scale, int64_t bucket_bytes, int64_t first_bytes,
-                       double warn_s, double abort_s, const char* what);
+                       const char* what, int64_t seq, const char* site);
 
-/* Compares `desc` (lines, one per source) across ranks: 0 the same on every rank, 1 not
+/* Compares `desc` (lines, one per source) across ranks (watched as the collective
+   `what` `seq` `site` that it precedes): 0 the same on every rank, 1 not
    (the message, naming the first line that differs and the ranks, in dld_error()), -1
    error. */
-int dld_check_same(const char* desc, int64_t len);
+int dld_check_same(const char* desc, int64_t len, const char* what, int64_t seq, const char* site);
 
 /* dl:cdef-end */
 

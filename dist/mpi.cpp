@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -35,6 +36,7 @@ struct State {
   int64_t next_work = 1;
   std::unordered_map<int64_t, std::vector<MPI_Request>> works;
   std::vector<std::vector<unsigned char>> buckets;   // dld_allreduce_many's, kept warm
+  std::unordered_map<int64_t, std::vector<int>> held;   // an allgatherv work's counts
 };
 State g;
 thread_local std::string t_error;
@@ -113,55 +115,83 @@ int64_t add_work(std::vector<MPI_Request> reqs) {
   return id;
 }
 
+// Note [Stalls]
+// A collective that some rank never reaches (a branch taken on one rank, an uneven
+// number of batches, a rank stuck in its own loop) blocks the others for ever: Horovod's
+// and PyTorch's most reported hang. Every collective here runs under a watch: a
+// watchdog thread, started by dld_init, looks every 20 ms at the collective in
+// progress (what, its sequence number, where the script called it when dl.dist knows,
+// when it began). At warn_s it prints, once, which rank waits in which collective:
+// the ranks that print nothing are the ones that never came. At abort_s it prints
+// again and ends the process with exit code 1, without another MPI call (the main
+// thread is inside one): mpirun then ends the other ranks. A stall costs a known time
+// and a message, never a silent hang.
+//
+// The collectives themselves are Open MPI's blocking ones, on the main thread, where
+// the watch allows it: the non-blocking ones (MPI_Iallreduce, from its libnbc) ran a
+// 1 MiB float32 allreduce between two ranks of one machine at a quarter of
+// MPI_Allreduce's bandwidth (bench/dist.lua), and advance only inside MPI calls. They
+// remain for the asynchronous forms (dist.allreduce_async), which a wait finishes
+// with MPI_Waitall, under the same watch.
+struct Watchdog {
+  std::atomic<int64_t> seq{0};          // the collective being watched; 0: none
+  std::atomic<double> began{0};
+  char what[256] = {};
+  std::atomic<int64_t> warned_seq{0};
+  double warn_s = 60, abort_s = 600;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+Watchdog w;
+int64_t g_watch_seq = 0;
+
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Note [Stalls]
-// A collective that some rank never reaches (a branch taken on one rank, an uneven
-// number of batches, a rank stuck in its own loop) blocks the others for ever in
-// MPI_Wait: Horovod's and PyTorch's most reported hang. Here a wait polls MPI_Testall,
-// and reads the clock every kClockEvery tests. Open MPI advances a non-blocking
-// collective only inside MPI calls, so for its first second a wait tests without
-// pause (a sleep between tests would stall a large reduction's pipeline: measured, a
-// 50 us sleep cut a 1 MiB allreduce's bandwidth by an order of magnitude); after that
-// it is waiting for a late rank, and sleeps 1 ms between tests. At warn_s it prints,
-// once, which rank waits in which collective and at which line of the script (the
-// caller names it): the ranks that print nothing are the ones that never came. At
-// abort_s it prints again and returns 1: dl.dist then ends the job (MPI_Abort), so that
-// a stall costs a known time and a message, never a silent hang.
-constexpr long kClockEvery = 256;
-constexpr double kBusySeconds = 1.0;
-
-int wait_requests(std::vector<MPI_Request>& reqs, double warn_s, double abort_s, const char* what) {
-  if (reqs.empty()) return 0;
-  const double t0 = now();
-  bool warned = false;
-  for (long tests = 1;; ++tests) {
-    int done = 0;
-    if (!check(MPI_Testall(int(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), what)) return -1;
-    if (done) return 0;
-    if (tests % kClockEvery != 0) continue;
-    const double waited = now() - t0;
-    if (waited < kBusySeconds) continue;
-    if (warn_s > 0 && !warned && waited >= warn_s) {
-      warned = true;
+void watchdog_loop() {
+  while (!w.stop.load(std::memory_order_acquire)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int64_t seq = w.seq.load(std::memory_order_acquire);
+    if (seq == 0) continue;
+    const double waited = now() - w.began.load(std::memory_order_relaxed);
+    char what[sizeof w.what];
+    std::memcpy(what, w.what, sizeof what);
+    what[sizeof what - 1] = 0;
+    if (w.seq.load(std::memory_order_acquire) != seq) continue;   // it ended meanwhile
+    if (w.warn_s > 0 && waited >= w.warn_s && w.warned_seq.load() != seq) {
+      w.warned_seq.store(seq);
       std::fprintf(stderr, "dlua: rank %d of %d stalled %.0f s in %s: waiting for the other ranks to reach it\n",
                    g.rank, g.size, waited, what);
       std::fflush(stderr);
     }
-    if (abort_s > 0 && waited >= abort_s) {
+    if (w.abort_s > 0 && waited >= w.abort_s) {
       std::fprintf(stderr,
                    "dlua: rank %d of %d gave up after %.0f s in %s: a rank that never reached it "
-                   "(it printed no such line) is the cause\n",
+                   "(it printed no such line) is the cause; ending this rank, and mpirun the job\n",
                    g.rank, g.size, waited, what);
       std::fflush(stderr);
-      t_error = std::string(what) + ": the other ranks did not reach it within " + std::to_string(int(abort_s)) + " s";
-      return 1;
+      std::fflush(stdout);
+      std::_Exit(1);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
+
+// Watches the collective made in its scope (Note [Stalls]).
+class Watch {
+ public:
+  Watch(const char* op, int64_t seq, const char* site) {
+    if (site && *site)
+      std::snprintf(w.what, sizeof w.what, "%s (collective %lld, at %s)", op, static_cast<long long>(seq), site);
+    else
+      std::snprintf(w.what, sizeof w.what, "%s (collective %lld)", op, static_cast<long long>(seq));
+    w.began.store(now(), std::memory_order_relaxed);
+    w.seq.store(++g_watch_seq, std::memory_order_release);
+  }
+  ~Watch() { w.seq.store(0, std::memory_order_release); }
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+};
 
 uint64_t fnv1a(const char* s, int64_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -214,9 +244,8 @@ int dld_init(void) {
     g.owns_mpi = true;
   }
   if (provided < MPI_THREAD_SERIALIZED) {
-    static const char* levels[] = {"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED"};
     return fail(std::string("dist.init: the MPI library gives thread support ") +
-                (provided == MPI_THREAD_SINGLE ? levels[0] : levels[1]) +
+                (provided == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : "MPI_THREAD_FUNNELED") +
                 "; dl.dist needs MPI_THREAD_SERIALIZED (an Open MPI built with thread support)");
   }
   if (!check(MPI_Comm_dup(MPI_COMM_WORLD, &g.comm), "dist.init")) return -1;
@@ -229,8 +258,15 @@ int dld_init(void) {
     MPI_Comm_size(local, &g.local_size);
     MPI_Comm_free(&local);
   }
+  w.stop.store(false);
+  w.thread = std::thread(watchdog_loop);
   g.started = true;
   return 0;
+}
+
+void dld_set_deadlines(double warn_s, double abort_s) {
+  w.warn_s = warn_s;
+  w.abort_s = abort_s;
 }
 
 int dld_initialized(void) { return g.started && !g.finalized; }
@@ -254,6 +290,8 @@ int dld_finalize(void) {
   if (!g.works.empty())
     return fail("dist.finalize: " + std::to_string(g.works.size()) +
                 " collectives were started and never waited for (call :wait() on their handles)");
+  w.stop.store(true, std::memory_order_release);
+  if (w.thread.joinable()) w.thread.join();
   MPI_Comm_free(&g.comm);
   g.finalized = true;
   g.buckets.clear();
@@ -268,89 +306,102 @@ void dld_abort(int code) {
   std::_Exit(code ? code : 1);
 }
 
-int64_t dld_allreduce(void* buf, int64_t count, int dtype, int op) {
+int64_t dld_allreduce(void* buf, int64_t count, int dtype, int op, int async, const char* what, int64_t seq,
+                      const char* site) {
   MPI_Datatype t;
   MPI_Op o;
-  if (!ready("dist.allreduce") || !mpi_type(dtype, &t, "dist.allreduce") || !mpi_op(op, dtype, &o, "dist.allreduce"))
-    return -1;
-  std::vector<MPI_Request> reqs;
+  if (!ready(what) || !mpi_type(dtype, &t, what) || !mpi_op(op, dtype, &o, what)) return -1;
   const size_t isz = itemsize(dtype);
-  for (int64_t at = 0; at < count || (count == 0 && reqs.empty()); at += kPiece) {
+  std::vector<MPI_Request> reqs;
+  Watch watch(what, seq, site);   // (an asynchronous start is watched too: it may block)
+  for (int64_t at = 0; at == 0 || at < count; at += kPiece) {
     const int n = int(std::min(kPiece, count - at));
-    MPI_Request r;
-    if (!check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(buf) + size_t(at) * isz, n, t, o, g.comm, &r),
-               "dist.allreduce"))
+    char* p = static_cast<char*>(buf) + size_t(at) * isz;
+    if (async) {
+      MPI_Request r;
+      if (!check(MPI_Iallreduce(MPI_IN_PLACE, p, n, t, o, g.comm, &r), what)) return -1;
+      reqs.push_back(r);
+    } else if (!check(MPI_Allreduce(MPI_IN_PLACE, p, n, t, o, g.comm), what)) {
       return -1;
-    reqs.push_back(r);
-    if (count == 0) break;
+    }
   }
-  return add_work(std::move(reqs));
+  return async ? add_work(std::move(reqs)) : 0;
 }
 
-int64_t dld_broadcast(void* buf, int64_t count, int dtype, int root) {
+int64_t dld_broadcast(void* buf, int64_t count, int dtype, int root, int async, const char* what, int64_t seq,
+                      const char* site) {
   MPI_Datatype t;
-  if (!ready("dist.broadcast") || !mpi_type(dtype, &t, "dist.broadcast")) return -1;
+  if (!ready(what) || !mpi_type(dtype, &t, what)) return -1;
   if (root < 0 || root >= g.size)
-    return fail("dist.broadcast: root " + std::to_string(root) + " is not a rank (0 to " + std::to_string(g.size - 1) + ")");
-  std::vector<MPI_Request> reqs;
+    return fail(std::string(what) + ": root " + std::to_string(root) + " is not a rank (0 to " +
+                std::to_string(g.size - 1) + ")");
   const size_t isz = itemsize(dtype);
-  for (int64_t at = 0; at < count || (count == 0 && reqs.empty()); at += kPiece) {
+  std::vector<MPI_Request> reqs;
+  Watch watch(what, seq, site);
+  for (int64_t at = 0; at == 0 || at < count; at += kPiece) {
     const int n = int(std::min(kPiece, count - at));
-    MPI_Request r;
-    if (!check(MPI_Ibcast(static_cast<char*>(buf) + size_t(at) * isz, n, t, root, g.comm, &r), "dist.broadcast"))
+    char* p = static_cast<char*>(buf) + size_t(at) * isz;
+    if (async) {
+      MPI_Request r;
+      if (!check(MPI_Ibcast(p, n, t, root, g.comm, &r), what)) return -1;
+      reqs.push_back(r);
+    } else if (!check(MPI_Bcast(p, n, t, root, g.comm), what)) {
       return -1;
-    reqs.push_back(r);
-    if (count == 0) break;
+    }
   }
-  return add_work(std::move(reqs));
+  return async ? add_work(std::move(reqs)) : 0;
 }
 
-int64_t dld_allgatherv(const void* send, int64_t count, void* recv, const int64_t* counts, int dtype) {
+int64_t dld_allgatherv(const void* send, int64_t count, void* recv, const int64_t* counts, int dtype, int async,
+                       const char* what, int64_t seq, const char* site) {
   MPI_Datatype t;
-  if (!ready("dist.allgather") || !mpi_type(dtype, &t, "dist.allgather")) return -1;
-  // The displacements live with the work: MPI reads them until the collective ends.
-  std::vector<int> cs(size_t(g.size)), ds(size_t(g.size));
+  if (!ready(what) || !mpi_type(dtype, &t, what)) return -1;
+  // The counts and displacements live with the work: MPI reads them until it ends.
+  std::vector<int> cd(2 * size_t(g.size));
   int64_t at = 0;
   for (int r = 0; r < g.size; ++r) {
-    if (at + counts[r] > INT_MAX)
-      return fail("dist.allgather: the gathered tensor has more than 2^31 - 1 elements");
-    cs[size_t(r)] = int(counts[r]);
-    ds[size_t(r)] = int(at);
+    if (at + counts[r] > INT_MAX) return fail(std::string(what) + ": the result has more than 2^31 - 1 elements");
+    cd[size_t(r)] = int(counts[r]);
+    cd[size_t(g.size + r)] = int(at);
     at += counts[r];
   }
-  if (counts[g.rank] != count)
-    return fail("dist.allgather: this rank's count differs from the gathered counts (internal)");
+  if (counts[g.rank] != count) return fail(std::string(what) + ": this rank's count is not its gathered count");
+  Watch watch(what, seq, site);
+  if (!async) {
+    return check(MPI_Allgatherv(send, int(count), t, recv, cd.data(), cd.data() + g.size, t, g.comm), what) ? 0
+                                                                                                            : -1;
+  }
   MPI_Request r;
-  static std::unordered_map<int64_t, std::vector<int>> keep;   // counts and displacements per work
-  if (!check(MPI_Iallgatherv(send, int(count), t, recv, cs.data(), ds.data(), t, g.comm, &r), "dist.allgather"))
+  if (!check(MPI_Iallgatherv(send, int(count), t, recv, cd.data(), cd.data() + g.size, t, g.comm, &r), what))
     return -1;
   const int64_t id = add_work({r});
-  std::vector<int> both(cs);
-  both.insert(both.end(), ds.begin(), ds.end());
-  keep[id] = std::move(both);
-  for (auto it = keep.begin(); it != keep.end();)   // forget those of finished works
-    it = g.works.count(it->first) ? std::next(it) : keep.erase(it);
+  g.held[id] = std::move(cd);
   return id;
 }
 
-int64_t dld_barrier(void) {
-  if (!ready("dist.barrier")) return -1;
+int64_t dld_barrier(int async, const char* what, int64_t seq, const char* site) {
+  if (!ready(what)) return -1;
+  Watch watch(what, seq, site);
+  if (!async) return check(MPI_Barrier(g.comm), what) ? 0 : -1;
   MPI_Request r;
-  if (!check(MPI_Ibarrier(g.comm, &r), "dist.barrier")) return -1;
+  if (!check(MPI_Ibarrier(g.comm, &r), what)) return -1;
   return add_work({r});
 }
 
 int dld_allgather_i64(int64_t mine, int64_t* all) {
   if (!ready("dist.allgather")) return -1;
+  Watch watch("dist (exchanging sizes)", 0, nullptr);
   return check(MPI_Allgather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, g.comm), "dist.allgather") ? 0 : -1;
 }
 
-int dld_wait(int64_t work, double warn_s, double abort_s, const char* what) {
+int dld_wait(int64_t work, const char* what, int64_t seq, const char* site) {
   auto it = g.works.find(work);
   if (it == g.works.end()) return fail(std::string(what) + ": this collective was already waited for");
-  const int rc = wait_requests(it->second, warn_s, abort_s, what);
-  if (rc == 0) g.works.erase(it);
-  return rc;
+  Watch watch(what, seq, site);
+  const bool ok = check(MPI_Waitall(int(it->second.size()), it->second.data(), MPI_STATUSES_IGNORE), what);
+  g.held.erase(work);
+  g.works.erase(it);
+  return ok ? 0 : -1;
 }
 
 int dld_test(int64_t work) {
@@ -359,102 +410,73 @@ int dld_test(int64_t work) {
   int done = 0;
   if (!check(MPI_Testall(int(it->second.size()), it->second.data(), &done, MPI_STATUSES_IGNORE), "dist.test"))
     return -1;
-  if (done) g.works.erase(it);
+  if (done) {
+    g.held.erase(work);
+    g.works.erase(it);
+  }
   return done;
 }
 
-int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* counts, int n, int dtype,
-                       int op, double scale, int64_t bucket_bytes, int64_t first_bytes, double warn_s,
-                       double abort_s, const char* what) {
+int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* counts, int n, int dtype, int op,
+                       double scale, int64_t bucket_bytes, int64_t first_bytes, const char* what, int64_t seq,
+                       const char* site) {
   MPI_Datatype t;
   MPI_Op o;
   if (!ready(what) || !mpi_type(dtype, &t, what) || !mpi_op(op, dtype, &o, what)) return -1;
   if (scale != 1 && dtype != kFloat32 && dtype != kFloat64)
     return fail(std::string(what) + ": a mean of " + dtype_name(dtype) + " tensors (use op 'sum')");
   const size_t isz = itemsize(dtype);
-  // Buckets in the order the buffers are reduced (the last one first); a buffer larger
-  // than a bucket is reduced in place, as a bucket of its own.
-  struct Bucket {
-    int first, last;   // buffers [last, first], last <= first (reverse order)
-    int64_t elems;
-    bool in_place;
-    MPI_Request req;
-  };
-  std::vector<Bucket> plan;
+  Watch watch(what, seq, site);
+  // Buckets in the order the buffers are reduced, the last one first (the order a
+  // backward pass makes gradients in); a buffer of a bucket's size or more is reduced
+  // in its dst, as a bucket of its own.
   int64_t cap = std::max<int64_t>(int64_t(isz), first_bytes > 0 ? first_bytes : bucket_bytes);
-  for (int i = n - 1; i >= 0;) {
-    const int64_t bytes = counts[i] * int64_t(isz);
-    if (bytes >= cap || counts[i] > kPiece) {
-      plan.push_back({i, i, counts[i], true, MPI_REQUEST_NULL});
-      --i;
-    } else {
-      Bucket b{i, i, 0, false, MPI_REQUEST_NULL};
-      int64_t used = 0;
-      while (i >= 0 && used + counts[i] * int64_t(isz) <= cap) {
-        used += counts[i] * int64_t(isz);
-        b.last = i--;
+  size_t k = 0;
+  for (int i = n - 1; i >= 0; ++k) {
+    if (counts[i] * int64_t(isz) >= cap) {
+      if (src[i] != dst[i]) std::memcpy(dst[i], src[i], size_t(counts[i]) * isz);
+      for (int64_t at = 0; at < counts[i]; at += kPiece) {
+        if (!check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(dst[i]) + size_t(at) * isz,
+                                 int(std::min(kPiece, counts[i] - at)), t, o, g.comm), what))
+          return -1;
       }
-      b.elems = used / int64_t(isz);
-      plan.push_back(b);
-    }
-    cap = std::max<int64_t>(int64_t(isz), bucket_bytes);
-  }
-  if (g.buckets.size() < plan.size()) g.buckets.resize(plan.size());
-  std::vector<MPI_Request> reqs;
-  reqs.reserve(plan.size());
-  int rc = 0;
-  for (size_t k = 0; k < plan.size(); ++k) {
-    Bucket& b = plan[k];
-    void* data;
-    if (b.in_place) {
-      data = dst[b.first];
-      if (src[b.first] != dst[b.first]) std::memcpy(dst[b.first], src[b.first], size_t(counts[b.first]) * isz);
-    } else {
-      std::vector<unsigned char>& mem = g.buckets[k];
-      if (mem.size() < size_t(b.elems) * isz) mem.resize(size_t(b.elems) * isz);
-      size_t at = 0;
-      for (int i = b.first; i >= b.last; --i) {
-        std::memcpy(mem.data() + at, src[i], size_t(counts[i]) * isz);
-        at += size_t(counts[i]) * isz;
-      }
-      data = mem.data();
-    }
-    if (b.in_place && b.elems > kPiece) {   // a buffer above 2^30 elements: in pieces
-      for (int64_t at = 0; at < b.elems; at += kPiece) {
-        MPI_Request r;
-        if (!check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + size_t(at) * isz,
-                                  int(std::min(kPiece, b.elems - at)), t, o, g.comm, &r), what))
-          rc = -1;
-        else
-          reqs.push_back(r);
-      }
-      continue;
-    }
-    if (!check(MPI_Iallreduce(MPI_IN_PLACE, data, int(b.elems), t, o, g.comm, &b.req), what)) {
-      rc = -1;
-      break;
-    }
-    reqs.push_back(b.req);
-  }
-  if (rc == 0) rc = wait_requests(reqs, warn_s, abort_s, what);
-  if (rc != 0) return rc;
-  for (size_t k = 0; k < plan.size(); ++k) {
-    const Bucket& b = plan[k];
-    size_t at = 0;
-    for (int i = b.first; i >= b.last; --i) {
-      if (!b.in_place) std::memcpy(dst[i], g.buckets[k].data() + at, size_t(counts[i]) * isz);
       if (scale != 1) {
         if (dtype == kFloat32) scale_by<float>(dst[i], counts[i], scale);
         else scale_by<double>(dst[i], counts[i], scale);
       }
-      at += size_t(counts[i]) * isz;
+      --i;
+    } else {
+      int last = i;
+      int64_t bytes = 0;
+      while (last >= 0 && bytes + counts[last] * int64_t(isz) <= cap) bytes += counts[last--] * int64_t(isz);
+      if (g.buckets.size() <= k) g.buckets.resize(k + 1);
+      std::vector<unsigned char>& mem = g.buckets[k];
+      if (mem.size() < size_t(bytes)) mem.resize(size_t(bytes));
+      size_t at = 0;
+      for (int j = i; j > last; --j) {
+        std::memcpy(mem.data() + at, src[j], size_t(counts[j]) * isz);
+        at += size_t(counts[j]) * isz;
+      }
+      if (!check(MPI_Allreduce(MPI_IN_PLACE, mem.data(), int(bytes / int64_t(isz)), t, o, g.comm), what)) return -1;
+      if (scale != 1) {
+        if (dtype == kFloat32) scale_by<float>(mem.data(), bytes / int64_t(isz), scale);
+        else scale_by<double>(mem.data(), bytes / int64_t(isz), scale);
+      }
+      at = 0;
+      for (int j = i; j > last; --j) {
+        std::memcpy(dst[j], mem.data() + at, size_t(counts[j]) * isz);
+        at += size_t(counts[j]) * isz;
+      }
+      i = last;
     }
+    cap = std::max<int64_t>(int64_t(isz), bucket_bytes);
   }
   return 0;
 }
 
-int dld_check_same(const char* desc, int64_t len) {
-  if (!ready("dist")) return -1;
+int dld_check_same(const char* desc, int64_t len, const char* what, int64_t seq, const char* site) {
+  if (!ready(what)) return -1;
+  Watch watch(what, seq, site);
   int64_t mine[2] = {int64_t(fnv1a(desc, len)), len};
   std::vector<int64_t> all(2 * size_t(g.size));
   if (!check(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, g.comm), "dist")) return -1;

@@ -150,6 +150,7 @@ function dist.init(opts)
       S = nil
       raise(ffi_string(lib.dld_error()))
     end
+    lib.dld_set_deadlines(st.warn, st.timeout)
     st.rank, st.size = lib.dld_rank(), lib.dld_size()
     st.local_rank, st.local_size = lib.dld_local_rank(), lib.dld_local_size()
     -- MPI_Finalize when the Lua state closes normally (an uncaught error aborts first:
@@ -242,16 +243,19 @@ end
 
 local function ptr(t) return ffi_cast("void*", t:data_ptr()) end
 
--- Waits for work w; a stall ends the job (Note [Stalls] in dist/mpi.cpp).
-local function wait(op, w, what)
-  local rc = S.lib.dld_wait(w, S.warn, S.timeout, what)
-  if rc == 1 then S.lib.dld_abort(1) end
-  if rc < 0 then lib_error(op) end
+-- The next collective's sequence number, and where the script made it: a collective's
+-- stall message names both (Note [Stalls] in dist/mpi.cpp). Finding the script's line
+-- costs about a microsecond (and stops LuaJIT's traces), so the plain collectives,
+-- whose latency counts, name it only with DLUA_DIST_DEBUG=1; gradient reductions and
+-- broadcasts of state always do.
+local function next_seq()
+  seq = seq + 1
+  return seq
 end
 
-local function describe(op, site)
-  seq = seq + 1
-  return ("%s (collective %d, at %s)"):format(op, seq, site or call_site())
+local function site_for(always)
+  if always or S.debug then return call_site() end
+  return nil
 end
 
 -- With DLUA_DIST_DEBUG=1, every collective is first compared across the ranks (its
@@ -264,7 +268,7 @@ local function announce(op, dtype, shape, root)
   local kind = op:gsub("_async$", "")
   local desc = ("collective %d: %s %s %s%s"):format(seq + 1, kind, dtype or "", shape and T.shape_str(shape) or "",
                                                     root and (" root " .. root) or "")
-  local rc = S.lib.dld_check_same(desc, #desc)
+  local rc = S.lib.dld_check_same(desc, #desc, op, seq + 1, nil)
   if rc == 1 then raise(op .. ": the ranks' collectives differ (DLUA_DIST_DEBUG): " .. ffi_string(S.lib.dld_error())) end
   if rc < 0 then lib_error(op) end
 end
@@ -283,7 +287,7 @@ local Work = {}
 Work.__index = Work
 function Work:wait()
   if self.done then return self.result end
-  wait(self.op, self.id, self.what)
+  if S.lib.dld_wait(self.id, self.op, self.seq, self.site) < 0 then lib_error(self.op) end
   self.done = true
   if self.finish then self.result = self.finish(self.result) end
   return self.result
@@ -298,7 +302,9 @@ function Work:is_done()
   end
   return self.done
 end
-Work.__tostring = function(w) return "dist.Work(" .. w.what .. (w.done and ", done)" or ")") end
+Work.__tostring = function(w)
+  return ("dist.Work(%s, collective %d%s)"):format(w.op, w.seq or 0, w.done and ", done" or "")
+end
 
 local function finished(result) return setmetatable({ done = true, result = result }, Work) end
 
@@ -313,12 +319,12 @@ local function allreduce_raw(op, t, name, async)
     return async and finished(r) or r
   end
   announce(op, dtype, r.shape, nil)
-  local id = s.lib.dld_allreduce(ptr(r), r:numel(), dtype_codes[dtype], code)
+  local n, site = next_seq(), site_for(false)
+  local id = s.lib.dld_allreduce(ptr(r), r:numel(), dtype_codes[dtype], code, async and 1 or 0, op, n, site)
   if id < 0 then lib_error(op) end
-  local w = setmetatable({ op = op, id = id, what = describe(op), result = r }, Work)
-  if name == "mean" then w.finish = function(x) return x:div_(s.size) end end
-  if async then return w end
-  return w:wait()
+  local finish = name == "mean" and function(x) return x:div_(s.size) end or nil
+  if not async then return finish and finish(r) or r end
+  return setmetatable({ op = op, id = id, seq = n, site = site, result = r, finish = finish }, Work)
 end
 
 -- dist.allreduce(t [, {op = "sum"|"mean"|"max"|"min"|"prod"}]): t reduced over every
@@ -357,11 +363,11 @@ local function broadcast_raw(op, t, root, async)
   local r = t:contiguous():clone()
   if not s.lib or s.size == 1 then return async and finished(r) or r end
   announce(op, r.dtype, r.shape, root)
-  local id = s.lib.dld_broadcast(ptr(r), r:numel(), dtype_codes[r.dtype], root)
+  local n, site = next_seq(), site_for(false)
+  local id = s.lib.dld_broadcast(ptr(r), r:numel(), dtype_codes[r.dtype], root, async and 1 or 0, op, n, site)
   if id < 0 then lib_error(op) end
-  local w = setmetatable({ op = op, id = id, what = describe(op), result = r }, Work)
-  if async then return w end
-  return w:wait()
+  if not async then return r end
+  return setmetatable({ op = op, id = id, seq = n, site = site, result = r }, Work)
 end
 
 -- dist.broadcast(t [, root]): rank root's t on every rank (a new tensor; t must have the
@@ -379,9 +385,9 @@ local function describe_tensors(list, names)
   return concat(lines, "\n")
 end
 
-local function check_same(op, what, desc)
+local function check_same(op, what, desc, site)
   if not S.lib or S.size == 1 then return end
-  local rc = S.lib.dld_check_same(desc, #desc)
+  local rc = S.lib.dld_check_same(desc, #desc, op, seq + 1, site)
   if rc == 1 then raise(op .. ": " .. what .. ": " .. ffi_string(S.lib.dld_error())) end
   if rc < 0 then lib_error(op) end
 end
@@ -414,14 +420,15 @@ local function allgather_raw(op, t, async)
   local out_shape = { total }
   for _, d in ipairs(rest) do out_shape[#out_shape + 1] = d end
   local out = dl.empty(out_shape, { dtype = t.dtype })
-  local id = s.lib.dld_allgatherv(ptr(x), x:numel(), ptr(out), elems, dtype_codes[t.dtype])
-  if id < 0 then lib_error(op) end
   local first = 1
   for r = 0, s.rank - 1 do first = first + tonumber(counts[r]) end
-  local w = setmetatable({ op = op, id = id, what = describe(op), result = out, keep = x,
-                           first = first, count = shape[1] }, Work)
-  if async then return w end
-  return w:wait(), w
+  local part = { first = first, count = shape[1] }
+  local n, site = next_seq(), site_for(false)
+  local id = s.lib.dld_allgatherv(ptr(x), x:numel(), ptr(out), elems, dtype_codes[t.dtype], async and 1 or 0,
+                                  op, n, site)
+  if id < 0 then lib_error(op) end
+  if not async then return out, part end
+  return setmetatable({ op = op, id = id, seq = n, site = site, result = out, keep = x }, Work)
 end
 
 -- dist.allgather(t): every rank's t concatenated along dim 1, in rank order (first
@@ -430,11 +437,11 @@ end
 function dist.allgather(t)
   if dl.is_grad_enabled() and dl.custom_gradient then
     return dl.custom_gradient(function(x)
-      local y, w = allgather_raw("dist.allgather", x, false)
+      local y, part = allgather_raw("dist.allgather", x, false)
       return y, function(g)
         local sum = allreduce_raw("dist.allgather", g, "sum")
-        if not w then return sum end
-        return sum:narrow(1, w.first, w.count)
+        if not part then return sum end
+        return sum:narrow(1, part.first, part.count)
       end
     end)(t)
   end
@@ -446,9 +453,7 @@ function dist.barrier()
   local s = started("dist.barrier")
   if not s.lib or s.size == 1 then return end
   announce("dist.barrier")
-  local id = s.lib.dld_barrier()
-  if id < 0 then lib_error("dist.barrier") end
-  wait("dist.barrier", id, describe("dist.barrier"))
+  if s.lib.dld_barrier(0, "dist.barrier", next_seq(), site_for(false)) < 0 then lib_error("dist.barrier") end
 end
 
 -- ---- gradients ---------------------------------------------------------------------------------
@@ -465,10 +470,10 @@ local function reduce_list(op, list, names, opts)
     return out
   end
   for i, t in ipairs(list) do host_tensor(op, t) end
-  local site = call_site()
+  local site = site_for(true)
   announce(op, nil, { #list }, nil)
   check_same(op, "the ranks' gradients differ (each rank must differentiate the same parameters)",
-             describe_tensors(list, names))
+             describe_tensors(list, names), site)
   -- One reduction per dtype, in the order dtypes first appear (the same on every rank:
   -- the descriptions matched).
   local by_dtype, order = {}, {}
@@ -495,11 +500,10 @@ local function reduce_list(op, list, names, opts)
     if name == "mean" and d ~= "float32" and d ~= "float64" then
       raise(op .. ": a mean of " .. d .. " gradients (use op = 'sum')")
     end
-    local rc = s.lib.dld_allreduce_many(srcs, dsts, counts, n, dtype_codes[d], 0,
-                                         name == "mean" and 1 / s.size or 1, bucket, first,
-                                         s.warn, s.timeout, describe(op, site))
-    if rc == 1 then s.lib.dld_abort(1) end
-    if rc < 0 then lib_error(op) end
+    if s.lib.dld_allreduce_many(srcs, dsts, counts, n, dtype_codes[d], 0, name == "mean" and 1 / s.size or 1,
+                                 bucket, first, op, next_seq(), site) < 0 then
+      lib_error(op)
+    end
   end
   return out
 end
@@ -704,17 +708,17 @@ local function broadcast_in_place(op, list, names, root)
   root = root_of(op, root, s)
   if not s.lib or s.size == 1 then return end
   announce(op, nil, { #list }, root)
-  check_same(op, "the ranks' tensors differ", describe_tensors(list, names))
-  local works, site = {}, call_site()
+  local site = site_for(true)
+  check_same(op, "the ranks' tensors differ", describe_tensors(list, names), site)
   for i, t in ipairs(list) do
     host_tensor(op, t)
     if not t:is_contiguous() then raise(op .. ": " .. (names[i] or ("tensor " .. i)) .. " is not contiguous") end
-    local id = s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root)
-    if id < 0 then lib_error(op) end
-    works[i] = id
   end
-  local what = describe(op, site)
-  for _, id in ipairs(works) do wait(op, id, what) end
+  for _, t in ipairs(list) do
+    if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, next_seq(), site) < 0 then
+      lib_error(op)
+    end
+  end
 end
 
 -- dist.broadcast_parameters(net or {name = tensor} or {tensor, ...} [, root]): every

@@ -1,7 +1,7 @@
 """dl.dist under mpirun: the multi-rank checks (tests/dist/ranks.lua on 2 and 3 ranks) and
 the failure modes, each with a deadline (shared/notes/distributed.md, "Failure modes").
 
-    run.py DLUA CASE      CASE: ranks2, ranks3, stall, mismatch, order, error, exit, kill, example
+    run.py DLUA CASE      CASE: ranks2, ranks3, stall, stall_plain, mismatch, order, error, exit, kill, example
 
 Exits 0 when the case behaved, 1 with the output when not. Where mpirun is absent the
 case prints why and exits 0 (ctest shows the message; SKIP_RETURN_CODE is not used so that a
@@ -25,7 +25,15 @@ CASES = {
     # Rank 1 never reaches the allreduce: rank 0 says where it waits, then ends the job.
     "stall": """
 dl.dist.init({ timeout = 3, warn = 1 })
-if dl.dist.rank() == 0 then dl.dist.allreduce(dl.ones(3)) end
+local step = dl.dist.grad(function(w) return (w * w):sum() end)
+if dl.dist.rank() == 0 then step(dl.ones(3)) end
+local t0 = os.clock()
+while os.clock() - t0 < 60 do end
+""",
+    "stall_plain": """
+dl.dist.init({ timeout = 3, warn = 1 })
+dl.dist.barrier()
+if dl.dist.rank() == 0 then dl.dist.barrier() end
 local t0 = os.clock()
 while os.clock() - t0 < 60 do end
 """,
@@ -67,8 +75,11 @@ dl.dist.allreduce(dl.ones(3))
 
 # What each failure case must print (any rank), and its deadline in seconds.
 EXPECT = {
-    "stall": ([r"rank 0 of 2 stalled 1 s in dist\.allreduce \(collective 1, at case\.lua:2\)",
-               r"rank 0 of 2 gave up after 3 s in dist\.allreduce"], 3 + 5),
+    "stall": ([r"rank 0 of 2 stalled 1 s in dist\.grad \(collective 1, at case\.lua:3\)",
+               r"rank 0 of 2 gave up after 3 s in dist\.grad"], 3 + 5),
+    # The same in a plain collective: its sequence number, and its line with DLUA_DIST_DEBUG.
+    "stall_plain": ([r"rank 0 of 2 stalled 1 s in dist\.barrier \(collective 2\)",
+                     r"rank 0 of 2 gave up after 3 s in dist\.barrier"], 3 + 5),
     "mismatch": ([r"dist\.grad: the ranks' gradients differ .*rank 0 has 'gradient 1' float32 \(4,\), "
                   r"rank 1 has 'gradient 1' float32 \(3,\)"], 5),
     "order": ([r"the ranks' collectives differ \(DLUA_DIST_DEBUG\): .*rank 0 has collective 1: "
