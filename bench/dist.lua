@@ -6,7 +6,7 @@
 -- Each row alternates `reps` runs of dlua and of its reference (each run its own
 -- mpirun job) and shows the medians and their ratio. Under mpirun this same file is the
 -- worker: `dlua bench/dist.lua <case> ...` prints "ok <seconds>" from rank 0.
---   allreduce <bytes> <iters>    dist.allreduce of float32 (a new tensor, as scripts use it)
+--   allreduce <bytes> <iters>    dist.allreduce_ of float32 (in place, as the C loop)
 --   grads <iters> <n1> <n2> ...  dist.allreduce_grads of tensors of those sizes (buckets)
 --   epoch <images> <batch>       one epoch of the 784-256-10 MLP (Adam) on this rank's
 --                                shard of the first <images> Fashion-MNIST images
@@ -35,10 +35,10 @@ local function worker(case, a, b, ...)
   local t
   if case == "allreduce" then
     local x = dl.zeros(math.max(1, math.floor(a / 4)))
-    for _ = 1, 3 do dist.allreduce(x) end
+    for _ = 1, 3 do dist.allreduce_(x) end
     dist.barrier()
     local t0 = now()
-    for _ = 1, b do dist.allreduce(x) end
+    for _ = 1, b do dist.allreduce_(x) end
     t = slowest((now() - t0) / b)
   elseif case == "grads" then
     local sizes = { b, ... }

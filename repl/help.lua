@@ -96,7 +96,7 @@ return {
   -- data-parallel training (docs/distributed.md)
   ["dl.dist.init"] = { "dl.dist.init([{timeout =, warn =, threads =}])", "Under mpirun: MPI (libdlua_dist.so); alone: one rank, no MPI." },
   ["dl.dist.rank"] = { "dl.dist.rank(), dl.dist.size(), dl.dist.is_main()", "This process's rank (0-based, as mpirun), the job's size, rank == 0." },
-  ["dl.dist.allreduce"] = { "dl.dist.allreduce(t [, {op =}])", "t reduced over the ranks (sum, mean, max, min, prod); _async: a handle, h:wait()." },
+  ["dl.dist.allreduce"] = { "dl.dist.allreduce(t [, {op =}])", "t reduced over the ranks (sum, mean, max, min, prod); _async: a handle, h:wait(); allreduce_(t): in place." },
   ["dl.dist.broadcast"] = { "dl.dist.broadcast(t [, root])", "Rank root's t on every rank." },
   ["dl.dist.allgather"] = { "dl.dist.allgather(t)", "Every rank's t concatenated along dim 1, in rank order." },
   ["dl.dist.barrier"] = { "dl.dist.barrier()", "Waits until every rank reaches it." },

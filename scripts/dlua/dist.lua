@@ -343,17 +343,53 @@ function dist.allreduce(t, opts)
   return allreduce_raw("dist.allreduce", t, name)
 end
 
-function dist.allreduce_async(t, opts)
-  opts = check_opts("dist.allreduce_async", opts, { op = true })
-  return allreduce_raw("dist.allreduce_async", t, opts.op or "sum", true)
-end
-
 local function root_of(op, root, s)
   root = root or 0
   if type(root) ~= "number" or root ~= floor(root) or root < 0 or root >= s.size then
     raise(op .. ": root must be a rank from 0 to " .. (s.size - 1) .. ", got " .. tostring(root))
   end
   return root
+end
+
+-- dist.allreduce_(t [, opts]): t's own memory receives the reduction (PyTorch's
+-- all_reduce): no copy, for buffers a script keeps. t must be a contiguous host tensor;
+-- not differentiable (an in-place write). Returns t.
+function dist.allreduce_(t, opts)
+  local op = "dist.allreduce_"
+  opts = check_opts(op, opts, { op = true })
+  local s = started(op)
+  host_tensor(op, t)
+  if not t:is_contiguous() then raise(op .. ": the tensor must be contiguous (use dist.allreduce for a new one)") end
+  local name = opts.op or "sum"
+  local dtype = t.dtype
+  local code = op_code(op, name, dtype)
+  if not s.lib or s.size == 1 then return t end
+  announce(op, dtype, t.shape, nil)
+  if s.lib.dld_allreduce(ptr(t), t:numel(), dtype_codes[dtype], code, 0, op, next_seq(), site_for(false)) < 0 then
+    lib_error(op)
+  end
+  if name == "mean" then dl.no_grad(function() t:div_(s.size) end) end
+  return t
+end
+
+-- dist.broadcast_(t [, root]): t's own memory receives rank root's values. Returns t.
+function dist.broadcast_(t, root)
+  local op = "dist.broadcast_"
+  local s = started(op)
+  host_tensor(op, t)
+  if not t:is_contiguous() then raise(op .. ": the tensor must be contiguous (use dist.broadcast for a new one)") end
+  root = root_of(op, root, s)
+  if not s.lib or s.size == 1 then return t end
+  announce(op, t.dtype, t.shape, root)
+  if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, next_seq(), site_for(false)) < 0 then
+    lib_error(op)
+  end
+  return t
+end
+
+function dist.allreduce_async(t, opts)
+  opts = check_opts("dist.allreduce_async", opts, { op = true })
+  return allreduce_raw("dist.allreduce_async", t, opts.op or "sum", true)
 end
 
 local function broadcast_raw(op, t, root, async)

@@ -32,6 +32,12 @@ H.test("collectives", function()
   H.values(w1:wait(), { sum, 10 * sum })
   H.values(w1:wait(), { sum, 10 * sum })   -- a second wait returns the result again
   dist.barrier()
+  local y = x:clone()
+  H.ok(rawequal(dist.allreduce_(y, { op = "mean" }), y))
+  H.values(y, { sum / n, 10 * sum / n })
+  local z = dl.full({ 2 }, r)
+  dist.broadcast_(z, 1)
+  H.values(z, { 1, 1 })
   -- larger than a bucket, and empty
   local big = dl.full({ 300000 }, r + 1)
   H.eq(dist.allreduce(big)[300000], sum)
