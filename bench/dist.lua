@@ -1,7 +1,7 @@
 -- dl.dist's benchmarks, side by side with raw MPI on the same Open MPI and mpirun flags
 -- (docs/performance.md, "dl.dist"):
 --
---   build/bin/dlua bench/dist.lua [--reps 5] [--out FILE] [--quick]
+--   build/bin/dlua bench/dist.lua [--reps 5] [--out FILE] [--quick] [--ref build/bin/dlua_bench_mpi]
 --
 -- Each row alternates `reps` runs of dlua and of its reference (each run its own
 -- mpirun job) and shows the medians and their ratio. Under mpirun this same file is the
@@ -103,13 +103,14 @@ do
     if arg[i] == "--reps" then opts.reps = tonumber(arg[i + 1]); i = i + 2
     elseif arg[i] == "--out" then opts.out = arg[i + 1]; i = i + 2
     elseif arg[i] == "--quick" then opts.quick = true; opts.reps = 1; i = i + 1
+    elseif arg[i] == "--ref" then opts.ref = arg[i + 1]; i = i + 2
     else error("bench/dist.lua: unknown option " .. arg[i], 0) end
   end
 end
 
 local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$") or "."
 local dlua = arg[-1] or "dlua"
-local ref = here .. "/../build/bin/dlua_bench_mpi"
+local ref = opts.ref or (here .. "/../build/bin/dlua_bench_mpi")
 local FLAGS = "--allow-run-as-root --oversubscribe --mca btl self,vader"
 
 -- One job: under mpirun with np ranks, or (np = 0) a plain process.
