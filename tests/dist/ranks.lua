@@ -87,6 +87,20 @@ H.test("gradients of the split batch equal one process's on the whole batch (flo
   H.raises(function() bad(xs) end, "the ranks' gradients differ")
 end)
 
+H.test("GradientTape and the gradient of allgather", function()
+  local x = dl.tensor({ 1, 2 }, { dtype = "float64" }) * (r + 1)
+  local tape = dist.GradientTape(dl.GradientTape())
+  tape:watch(x)
+  local y = tape:record(function() return (x * x):sum() end)
+  local g = tape:gradient(y, x)            -- mean over ranks of 2 x = 2 (1, 2) (n + 1) / 2
+  H.values(g, { (n + 1), 2 * (n + 1) }, { tol = 1e-12 })
+  -- Every rank's loss is the sum of the gathered values times (rank + 1): d/dx of the
+  -- total is the sum over ranks of (rank + 1).
+  local gx = dl.grad(function(v) return (dist.allgather(v) * (r + 1)):sum() end)(dl.ones(2, { dtype = "float64" }))
+  local total = n * (n + 1) / 2
+  H.values(gx, { total, total }, { tol = 1e-12 })
+end)
+
 H.test("parameters, optimizer state and objects from rank 0", function()
   dl.manual_seed(100 + r)   -- different weights on every rank
   local net = dl.nn.Sequential{ dl.nn.Linear(4, 3), dl.nn.ReLU(), dl.nn.Linear(3, 2) }

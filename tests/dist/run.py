@@ -1,7 +1,7 @@
 """dl.dist under mpirun: the multi-rank checks (tests/dist/ranks.lua on 2 and 3 ranks) and
 the failure modes, each with a deadline (shared/notes/distributed.md, "Failure modes").
 
-    run.py DLUA CASE      CASE: ranks2, ranks3, stall, stall_plain, mismatch, order, error, exit, kill, example
+    run.py DLUA CASE      CASE: ranks2, ranks3, ranks2_tcp, stall, stall_plain, mismatch, order, error, exit, kill, example
 
 Exits 0 when the case behaved, 1 with the output when not. Where mpirun is absent the
 case prints why and exits 0 (ctest shows the message; SKIP_RETURN_CODE is not used so that a
@@ -19,6 +19,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FLAGS = ["--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader,tcp",
          "--mca", "btl_tcp_if_include", "lo"]
+# ranks2_tcp: the same checks with TCP over loopback as the only transport (as between machines).
+TCP_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,tcp",
+             "--mca", "btl_tcp_if_include", "lo"]
 
 # Scripts of the failure cases. Each starts dl.dist with a short deadline.
 CASES = {
@@ -90,8 +93,8 @@ EXPECT = {
 }
 
 
-def mpirun(dlua, np, script, timeout, env=None, args=()):
-    cmd = ["mpirun"] + FLAGS + ["-np", str(np), dlua, script] + list(args)
+def mpirun(dlua, np, script, timeout, env=None, args=(), flags=FLAGS):
+    cmd = ["mpirun"] + flags + ["-np", str(np), dlua, script] + list(args)
     t0 = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
                        env=env, stdin=subprocess.DEVNULL)
@@ -125,9 +128,10 @@ def main():
     if "ASAN_OPTIONS" in env:
         env["ASAN_OPTIONS"] += ":detect_leaks=0"
     env["LUA_PATH"] = os.path.join(ROOT, "tests", "lua", "?.lua") + ";;"
-    if case in ("ranks2", "ranks3"):
-        np = int(case[-1])
-        rc, out, took = mpirun(dlua, np, os.path.join(HERE, "ranks.lua"), 300, env)
+    if case in ("ranks2", "ranks3", "ranks2_tcp"):
+        np = int(case[5])
+        rc, out, took = mpirun(dlua, np, os.path.join(HERE, "ranks.lua"), 300, env,
+                               flags=TCP_FLAGS if case.endswith("_tcp") else FLAGS)
         passed = len(re.findall(r"^\d+ passed, 0 failed$", out, re.M))
         if rc != 0 or passed != np:
             fail(f"ranks.lua on {np} ranks: exit {rc}, {passed} of {np} ranks passed", out)
