@@ -106,6 +106,7 @@ return {
   ["dl.dist.broadcast_optimizer_state"] = { "dl.dist.broadcast_optimizer_state(opt [, root])", "The optimizer's state from rank root." },
   ["dl.dist.broadcast_object"] = { "dl.dist.broadcast_object(v [, root])", "Rank root's Lua value (numbers, strings, tables, tensors)." },
   ["dl.dist.shard"] = { "dl.dist.shard(ds [, {seed =, even =}])", "This rank's part of a data set: equal lengths on every rank (Dataset:shard)." },
+  ["dl.dist.iter"] = { "dl.dist.iter(ds)", "ds:iter() after checking every rank has as many elements (an error naming the counts)." },
   ["dl.dist.abort"] = { "dl.dist.abort([code])", "Ends every rank of the job now (MPI_Abort)." },
   ["dl.set_num_threads"] = { "dl.set_num_threads(n)", "CPU threads of this state's ops (OpenMP loops, OpenBLAS); dl.get_num_threads()." },
   ["dl.nn.Module"] = { "dl.nn.Module:extend(name)", "A new module class: define :init(...) and :forward(...); net(x) calls forward." },

@@ -776,10 +776,10 @@ function dist.broadcast_parameters(params, root)
 end
 
 -- dist.broadcast_optimizer_state(opt [, root]): the optimizer's state (its iteration
--- count, learning rate and per-parameter buffers) becomes rank root's. The state is
--- made first where it does not exist yet (a step of zero gradients at learning rate 0
--- would change weights with weight decay, so the state dict is read and loaded
--- instead): every rank must have stepped the same number of times, or none.
+-- count, learning rate and per-parameter buffers) becomes rank root's. Ranks whose
+-- optimizer has no state yet (it is made at the first step; say only rank 0 restored a
+-- checkpoint) get root's, which each variable takes when it first comes: root's layout
+-- (names, dtypes, shapes) is sent first, and the buffers after it.
 function dist.broadcast_optimizer_state(opt, root)
   local op = "dist.broadcast_optimizer_state"
   if type(opt) ~= "table" or type(opt.state_dict) ~= "function" then bad_arg(op, "an optimizer", opt) end
@@ -787,30 +787,32 @@ function dist.broadcast_optimizer_state(opt, root)
   root = root_of(op, root, s)
   if not s.lib or s.size == 1 then return end
   local sd = opt:state_dict()
-  local keys, tensors, tnames, numbers = {}, {}, {}, {}
-  for k in entries(sd) do keys[#keys + 1] = tostring(k) end
-  sort(keys)
-  for _, k in ipairs(keys) do
-    local v = sd[k]
-    if is_tensor(v) then
-      tensors[#tensors + 1] = v:contiguous():clone()
-      tnames[#tnames + 1] = k
-    elseif type(v) == "number" then
-      numbers[#numbers + 1] = k
+  local layout
+  if s.rank == root then
+    layout = {}
+    for k, v in entries(sd) do
+      if is_tensor(v) then
+        layout[k] = { dtype = v.dtype, shape = v.shape }
+      elseif type(v) == "number" then
+        layout[k] = v
+      end
     end
   end
-  local nums = dl.tensor(#numbers > 0 and (function()
-    local l = {}
-    for i, k in ipairs(numbers) do l[i] = sd[k] end
-    return l
-  end)() or { 0 }, { dtype = "float64" })
-  tensors[#tensors + 1] = nums
-  tnames[#tnames + 1] = "numbers (" .. concat(numbers, ",") .. ")"
-  broadcast_in_place(op, tensors, tnames, root)
-  local out = {}
-  for k, v in entries(sd) do out[k] = v end
-  for i, k in ipairs(tnames) do if i < #tnames then out[k] = tensors[i] end end
-  for i, k in ipairs(numbers) do out[k] = nums[i] end
+  layout = dist.broadcast_object(layout, root)
+  local keys = {}
+  for k in entries(layout) do keys[#keys + 1] = k end
+  sort(keys)
+  local out, tensors, names = {}, {}, {}
+  for _, k in ipairs(keys) do
+    local l = layout[k]
+    if type(l) == "number" then
+      out[k] = l
+    else
+      local t = s.rank == root and sd[k]:contiguous():clone() or dl.zeros(l.shape, { dtype = l.dtype })
+      tensors[#tensors + 1], names[#names + 1], out[k] = t, k, t
+    end
+  end
+  broadcast_in_place(op, tensors, names, root)
   opt:load_state_dict(out)
 end
 
@@ -906,6 +908,46 @@ end
 function dist.shard(ds, opts)
   local s = started("dist.shard")
   return ds:shard(s.size, s.rank + 1, opts)
+end
+
+-- for ... in dist.iter(ds) do: ds:iter(), after checking that every rank's ds has as
+-- many elements (batches, after batch) this pass, so that no rank runs a step the
+-- others do not: an error names the counts otherwise ("rank 1 has 937, rank 0 has
+-- 938"). For data sets whose size is unknown before iterating (a filter), the pass is
+-- read into memory first to count it. dist.shard's parts are always equal.
+function dist.iter(ds)
+  local op = "dist.iter"
+  local s = started(op)
+  if type(ds) ~= "table" or type(ds.iter) ~= "function" then bad_arg(op, "a data set", ds) end
+  local n = ds:size()
+  local list
+  if n == nil then
+    list = {}
+    local it = ds:iter()
+    while true do
+      local el = pack(it())
+      if el[1] == nil then break end
+      list[#list + 1] = el
+    end
+    n = #list
+  end
+  if s.lib and s.size > 1 then
+    local counts = ffi_new("int64_t[?]", s.size)
+    if s.lib.dld_allgather_i64(n, counts) < 0 then lib_error(op) end
+    for r = 0, s.size - 1 do
+      if tonumber(counts[r]) ~= n then
+        raise(("%s: the ranks' data sets differ in length: rank %d has %d, rank %d has %d (use dist.shard, "
+               .. "or make them equal)"):format(op, s.rank, n, r, tonumber(counts[r])))
+      end
+    end
+  end
+  if not list then return ds:iter() end
+  local i = 0
+  return function()
+    i = i + 1
+    local el = list[i]
+    if el then return unpack(el, 1, el.n) end
+  end
 end
 
 return dist

@@ -1548,11 +1548,13 @@ function M.id_of(x)
   return tonumber(hid(x))
 end
 
--- Removes what a sandboxed script must not have: raw addresses and foreign memory;
--- and makes dl.empty zero its memory, so that no script reads what another one (or
--- the host) left in a reused block.
+-- Removes what a sandboxed script must not have: raw addresses and foreign memory, and
+-- dl.dist (it loads a native library, MPI, and writes through raw addresses); and makes
+-- dl.empty zero its memory, so that no script reads what another one (or the host)
+-- left in a reused block.
 function M.restrict()
   dl.from_ptr = nil
+  dl.dist = nil
   methods.data_ptr = nil
   dl.empty = dl.zeros
   dl.empty_like = dl.zeros_like

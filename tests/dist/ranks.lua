@@ -132,6 +132,36 @@ H.test("parameters, optimizer state and objects from rank 0", function()
   H.raises(function() dist.broadcast_parameters(other) end, "rank 0 has 'weight' float32 (3, 4)")
 end)
 
+H.test("optimizer state to a rank that has none", function()
+  dl.manual_seed(5)
+  local v = dl.Variable(dl.randn(3, 2), "v")
+  local opt = dl.optim.Adam{ lr = 0.1 }
+  if r == 0 then opt:apply_gradients({ { dl.ones(3, 2), v } }) end   -- only rank 0 has stepped
+  dist.broadcast_optimizer_state(opt)
+  local sd = opt:state_dict()
+  H.eq(sd.iterations, 1)
+  local keys = {}
+  for k in pairs(sd) do keys[#keys + 1] = k end
+  table.sort(keys)
+  H.ok(#keys >= 4, "buffers came: " .. table.concat(keys, " "))
+  for _, k in ipairs(keys) do
+    if dl.is_tensor(sd[k]) then H.values(sd[k], dist.broadcast(sd[k], 0):totable(), { tol = 0 }) end
+  end
+end)
+
+H.test("dist.iter checks that the ranks have as many batches", function()
+  local ds = dl.data.from_tensors(dl.arange(1, 11))
+  local count = 0
+  for _ in dist.iter(ds:batch(3)) do count = count + 1 end
+  H.eq(count, 4)
+  local filtered = ds:filter(function(x) return x:item() > 2 end)   -- size unknown before iterating
+  count = 0
+  for _ in dist.iter(filtered) do count = count + 1 end
+  H.eq(count, 8)
+  local uneven = dl.data.from_tensors(dl.arange(1, 11 + r)):batch(3)
+  H.raises(function() for _ in dist.iter(uneven:take(3 + r)) do end end, "the ranks' data sets differ in length")
+end)
+
 H.test("shards of one pass are disjoint and cover the data", function()
   local N = 23
   local ds = dl.data.from_tensors(dl.arange(1, N + 1, { dtype = "int64" }))

@@ -128,6 +128,10 @@ H.test("Dataset:shard: parts partition the data, equal lengths", function()
   H.eq(items(mapped:shard(4, 4)), { 40, 80, 20 })
   H.eq(tostring(ds:shard(3, 1)), "Dataset: from_tensors((10,)):shard(3, 1)")
   H.eq(items(dist.shard(ds, { seed = 7 })), items(ds:shard(1, 1, { seed = 7 })))
+  local n = 0
+  for _ in dist.iter(ds:filter(function(v) return v:item() % 2 == 0 end)) do n = n + 1 end
+  H.eq(n, 5)
+  H.raises(function() dist.iter(3) end, "dist.iter: expected a data set, got number")
   H.raises(function() ds:shard(2, 3) end, "shard: the part must be an integer from 1 to 2, got 3")
   H.raises(function() ds:shard(0, 1) end, "shard: the number of parts must be an integer >= 1")
   H.raises(function() ds:shard(2, 1, { even = "round" }) end, "shard: even must be 'pad' or 'drop'")
