@@ -529,6 +529,10 @@ int dl_data_ptr(uint64_t id, double* out) {
   });
 }
 
+int dl_mark_written(uint64_t id) {
+  return guard_status([&] { get(id, "data_ptr").storage().bump_version(); });
+}
+
 // ---- creation -----------------------------------------------------------------------------
 
 uint64_t dl_empty(const int64_t* shape, int ndim, int dtype, const char* device) {

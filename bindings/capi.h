@@ -158,6 +158,9 @@ int dl_set1(uint64_t id, int64_t i, double v);
 int dl_read(const struct dl_tensor* x, double* out, int64_t n);  /* all values, row-major */
 int dl_read_at(const struct dl_tensor* x, const int64_t* idx0, double* out); /* 0-based multi-index */
 int dl_data_ptr(uint64_t id, double* out);   /* address of element 0, as a number */
+/* The memory behind dl_data_ptr was written from outside the engine: values recorded
+   for a gradient from it are stale now (its storage's version moves on). */
+int dl_mark_written(uint64_t id);
 
 /* ---- creation ---- */
 uint64_t dl_empty(const int64_t* shape, int ndim, int dtype, const char* device);

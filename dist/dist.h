@@ -59,7 +59,7 @@ int64_t dld_allgatherv(const void* send, int64_t count, void* recv, const int64_
                        int async, const char* what, int64_t seq, const char* site);
 int64_t dld_barrier(int async, const char* what, int64_t seq, const char* site);
 /* Blocking: every rank's `mine` into all[size]. */
-int dld_allgather_i64(int64_t mine, int64_t* all);
+int dld_allgather_i64(int64_t mine, int64_t* all, const char* what, int64_t seq, const char* site);
 
 /* Finishes an asynchronous collective: 0, or -1 on error. */
 int dld_wait(int64_t work, const char* what, int64_t seq, const char* site);

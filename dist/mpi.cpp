@@ -61,7 +61,8 @@ bool check(int code, const char* op) {
 
 bool ready(const char* op) {
   if (g.started && !g.finalized) return true;
-  fail(std::string(op) + ": dl.dist is not initialised (call dist.init() first)");
+  fail(std::string(op) + (g.finalized ? ": dl.dist was finalized (dist.finalize)"
+                                      : ": dl.dist is not initialised (call dist.init() first)"));
   return false;
 }
 
@@ -138,9 +139,16 @@ struct Watchdog {
   std::atomic<double> began{0};
   char what[256] = {};
   std::atomic<int64_t> warned_seq{0};
-  double warn_s = 60, abort_s = 600;
+  std::atomic<double> warn_s{60}, abort_s{600};
   std::atomic<bool> stop{false};
   std::thread thread;
+  void halt() {
+    stop.store(true, std::memory_order_release);
+    if (thread.joinable()) thread.join();
+  }
+  // A process that ends without dld_finalize (an error, a host that never closes its
+  // Lua state) still joins the thread: a joinable std::thread's destructor terminates.
+  ~Watchdog() { halt(); }
 };
 Watchdog w;
 int64_t g_watch_seq = 0;
@@ -158,14 +166,17 @@ void watchdog_loop() {
     char what[sizeof w.what];
     std::memcpy(what, w.what, sizeof what);
     what[sizeof what - 1] = 0;
-    if (w.seq.load(std::memory_order_acquire) != seq) continue;   // it ended meanwhile
-    if (w.warn_s > 0 && waited >= w.warn_s && w.warned_seq.load() != seq) {
+    // A seqlock's read side: the copy is whole if the same collective is still watched.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (w.seq.load(std::memory_order_relaxed) != seq) continue;   // it ended meanwhile
+    const double warn_s = w.warn_s.load(), abort_s = w.abort_s.load();
+    if (warn_s > 0 && waited >= warn_s && w.warned_seq.load() != seq) {
       w.warned_seq.store(seq);
       std::fprintf(stderr, "dlua: rank %d of %d stalled %.0f s in %s: waiting for the other ranks to reach it\n",
                    g.rank, g.size, waited, what);
       std::fflush(stderr);
     }
-    if (w.abort_s > 0 && waited >= w.abort_s) {
+    if (abort_s > 0 && waited >= abort_s) {
       std::fprintf(stderr,
                    "dlua: rank %d of %d gave up after %.0f s in %s: a rank that never reached it "
                    "(it printed no such line) is the cause; ending this rank, and mpirun the job\n",
@@ -181,6 +192,8 @@ void watchdog_loop() {
 class Watch {
  public:
   Watch(const char* op, int64_t seq, const char* site) {
+    w.seq.store(0, std::memory_order_relaxed);   // (it is 0 already: one watch at a time)
+    std::atomic_thread_fence(std::memory_order_release);
     if (site && *site)
       std::snprintf(w.what, sizeof w.what, "%s (collective %lld, at %s)", op, static_cast<long long>(seq), site);
     else
@@ -265,8 +278,8 @@ int dld_init(void) {
 }
 
 void dld_set_deadlines(double warn_s, double abort_s) {
-  w.warn_s = warn_s;
-  w.abort_s = abort_s;
+  w.warn_s.store(warn_s);
+  w.abort_s.store(abort_s);
 }
 
 int dld_initialized(void) { return g.started && !g.finalized; }
@@ -290,8 +303,7 @@ int dld_finalize(void) {
   if (!g.works.empty())
     return fail("dist.finalize: " + std::to_string(g.works.size()) +
                 " collectives were started and never waited for (call :wait() on their handles)");
-  w.stop.store(true, std::memory_order_release);
-  if (w.thread.joinable()) w.thread.join();
+  w.halt();
   MPI_Comm_free(&g.comm);
   g.finalized = true;
   g.buckets.clear();
@@ -302,7 +314,7 @@ int dld_finalize(void) {
 void dld_abort(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
-  MPI_Abort(g.started && !g.finalized ? g.comm : MPI_COMM_WORLD, code);
+  if (!g.finalized) MPI_Abort(g.started ? g.comm : MPI_COMM_WORLD, code);   // (none after MPI_Finalize)
   std::_Exit(code ? code : 1);
 }
 
@@ -319,7 +331,10 @@ int64_t dld_allreduce(void* buf, int64_t count, int dtype, int op, int async, co
     char* p = static_cast<char*>(buf) + size_t(at) * isz;
     if (async) {
       MPI_Request r;
-      if (!check(MPI_Iallreduce(MPI_IN_PLACE, p, n, t, o, g.comm, &r), what)) return -1;
+      if (!check(MPI_Iallreduce(MPI_IN_PLACE, p, n, t, o, g.comm, &r), what)) {
+        MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);   // the pieces started
+        return -1;
+      }
       reqs.push_back(r);
     } else if (!check(MPI_Allreduce(MPI_IN_PLACE, p, n, t, o, g.comm), what)) {
       return -1;
@@ -343,7 +358,10 @@ int64_t dld_broadcast(void* buf, int64_t count, int dtype, int root, int async, 
     char* p = static_cast<char*>(buf) + size_t(at) * isz;
     if (async) {
       MPI_Request r;
-      if (!check(MPI_Ibcast(p, n, t, root, g.comm, &r), what)) return -1;
+      if (!check(MPI_Ibcast(p, n, t, root, g.comm, &r), what)) {
+        MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);   // the pieces started
+        return -1;
+      }
       reqs.push_back(r);
     } else if (!check(MPI_Bcast(p, n, t, root, g.comm), what)) {
       return -1;
@@ -388,10 +406,10 @@ int64_t dld_barrier(int async, const char* what, int64_t seq, const char* site) 
   return add_work({r});
 }
 
-int dld_allgather_i64(int64_t mine, int64_t* all) {
-  if (!ready("dist.allgather")) return -1;
-  Watch watch("dist (exchanging sizes)", 0, nullptr);
-  return check(MPI_Allgather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, g.comm), "dist.allgather") ? 0 : -1;
+int dld_allgather_i64(int64_t mine, int64_t* all, const char* what, int64_t seq, const char* site) {
+  if (!ready(what)) return -1;
+  Watch watch(what, seq, site);
+  return check(MPI_Allgather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, g.comm), what) ? 0 : -1;
 }
 
 int dld_wait(int64_t work, const char* what, int64_t seq, const char* site) {
@@ -426,6 +444,9 @@ int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* 
   if (scale != 1 && dtype != kFloat32 && dtype != kFloat64)
     return fail(std::string(what) + ": a mean of " + dtype_name(dtype) + " tensors (use op 'sum')");
   const size_t isz = itemsize(dtype);
+  // A bucket's count is an int: at most kPiece elements.
+  bucket_bytes = std::min<int64_t>(bucket_bytes, kPiece * int64_t(isz));
+  first_bytes = std::min<int64_t>(first_bytes, kPiece * int64_t(isz));
   Watch watch(what, seq, site);
   // Buckets in the order the buffers are reduced, the last one first (the order a
   // backward pass makes gradients in); a buffer of a bucket's size or more is reduced

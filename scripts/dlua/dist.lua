@@ -42,6 +42,7 @@ local dist = {}
 dl.dist = dist
 
 local OPS = { sum = 0, max = 1, min = 2, prod = 3, mean = 0 }
+local ITEMSIZE = { bool = 1, uint8 = 1, int32 = 4, int64 = 8, float32 = 4, float64 = 8 }
 local BUCKET_MB, FIRST_BUCKET_MB = 25, 1
 
 -- The state of this process: nil before init; lib is nil at size 1 (no MPI).
@@ -117,10 +118,11 @@ local function launched()
   return getenv("OMPI_COMM_WORLD_SIZE") ~= nil or getenv("PMIX_RANK") ~= nil or getenv("PMI_SIZE") ~= nil
 end
 
--- dist.init([opts]): opts.timeout (seconds before a stalled collective ends the job),
--- opts.warn (seconds before a stalled rank says where it waits), opts.threads (CPU
--- threads of this rank: by default the machine's cores shared among the ranks on it,
--- unless OMP_NUM_THREADS or OPENBLAS_NUM_THREADS names a count).
+-- dist.init([opts]): opts.timeout (seconds before a stalled collective ends the job;
+-- 600, or DLUA_DIST_TIMEOUT; 0: never), opts.warn (seconds before a stalled rank says
+-- where it waits; 60; 0: never), opts.threads (CPU threads of this rank: by default the
+-- machine's cores shared among the ranks on it, unless OMP_NUM_THREADS or
+-- OPENBLAS_NUM_THREADS names a count).
 function dist.init(opts)
   opts = check_opts("dist.init", opts, { timeout = true, warn = true, threads = true })
   if S then raise("dist.init: dl.dist is already initialised (rank " .. S.rank .. " of " .. S.size .. ")") end
@@ -131,12 +133,15 @@ function dist.init(opts)
     end
   end
   local st = {
-    rank = 0, size = 1, local_rank = 0, local_size = 1, lib = nil,
+    rank = 0, size = 1, local_rank = 0, local_size = 1, lib = nil, inflight = {},
     timeout = opts.timeout or env_number("DLUA_DIST_TIMEOUT") or 600,
     debug = (getenv and getenv("DLUA_DIST_DEBUG") or "") ~= "" and getenv("DLUA_DIST_DEBUG") ~= "0",
     warn = opts.warn or 60,
   }
-  if opts.warn == nil and st.timeout < st.warn then st.warn = st.timeout end
+  if type(st.timeout) ~= "number" or st.timeout < 0 then
+    raise("dist.init: DLUA_DIST_TIMEOUT must be a number of seconds >= 0, got " .. tostring(getenv("DLUA_DIST_TIMEOUT")))
+  end
+  if opts.warn == nil and st.timeout > 0 and st.timeout < st.warn then st.warn = st.timeout end
   if launched() then
     local lib = load_plugin()
     if not declared then
@@ -155,7 +160,24 @@ function dist.init(opts)
     st.local_rank, st.local_size = lib.dld_local_rank(), lib.dld_local_size()
     -- MPI_Finalize when the Lua state closes normally (an uncaught error aborts first:
     -- dist._uncaught).
-    st.finalizer = ffi.gc(ffi_new("char[1]"), function() lib.dld_finalize() end)
+    st.finalizer = ffi.gc(ffi_new("char[1]"), function()
+      -- Asynchronous collectives nobody waited for are finished first (in any order:
+      -- they were started in one order on every rank).
+      for id, w in pairs(st.inflight) do lib.dld_wait(id, w.op, w.seq, w.site) end
+      if lib.dld_finalize() < 0 and io_stderr then
+        io_stderr:write("dlua: rank ", tostring(st.rank), ": ", ffi_string(lib.dld_error()), "\n")
+      end
+    end)
+    -- Debug mode adds a collective before each one: every rank must be in it or none
+    -- (DLUA_DIST_DEBUG may reach only some hosts: mpirun passes it on with -x).
+    if st.size > 1 then
+      local flag = ffi_new("int64_t[1]", st.debug and 1 or 0)
+      if lib.dld_allreduce(flag, 1, dtype_codes.int64, 1, 0, "dist.init", 0, nil) < 0 then
+        S = nil
+        raise(ffi_string(lib.dld_error()))
+      end
+      st.debug = flag[0] ~= 0
+    end
     -- os.exit with a failure code on one rank ends the job too: MPI_Finalize would wait
     -- for the other ranks, which wait for this one in their next collective.
     if os and os.exit then
@@ -182,10 +204,11 @@ function dist.init(opts)
   return dist
 end
 
-function dist.is_initialized() return S ~= nil end
+function dist.is_initialized() return S ~= nil and not S.finalized end
 
 local function started(op)
   if not S then raise(op .. ": dl.dist is not initialised (call dist.init() first)") end
+  if S.finalized then raise(op .. ": dl.dist was finalized (dist.finalize)") end
   return S
 end
 
@@ -212,6 +235,7 @@ end
 function dist.finalize()
   local s = started("dist.finalize")
   if s.lib and s.lib.dld_finalize() < 0 then lib_error("dist.finalize") end
+  s.finalized = true
 end
 
 -- The runner calls this with an uncaught error's message and traceback before it
@@ -242,6 +266,12 @@ local function host_tensor(op, t)
 end
 
 local function ptr(t) return ffi_cast("void*", t:data_ptr()) end
+
+-- After MPI wrote into a tensor the script holds: values a gradient recorded from it
+-- are stale, as after any in-place write (autograd's version check sees it).
+local function written(t)
+  if core.C.dl_mark_written(T.hid(t)) ~= 0 then core.raise_last() end
+end
 
 -- The next collective's sequence number, and where the script made it: a collective's
 -- stall message names both (Note [Stalls] in dist/mpi.cpp). Finding the script's line
@@ -288,6 +318,7 @@ Work.__index = Work
 function Work:wait()
   if self.done then return self.result end
   if S.lib.dld_wait(self.id, self.op, self.seq, self.site) < 0 then lib_error(self.op) end
+  S.inflight[self.id] = nil
   self.done = true
   if self.finish then self.result = self.finish(self.result) end
   return self.result
@@ -297,6 +328,7 @@ function Work:is_done()
   local rc = S.lib.dld_test(self.id)
   if rc < 0 then lib_error(self.op) end
   if rc == 1 then
+    S.inflight[self.id] = nil
     self.done = true
     if self.finish then self.result = self.finish(self.result) end
   end
@@ -307,6 +339,15 @@ Work.__tostring = function(w)
 end
 
 local function finished(result) return setmetatable({ done = true, result = result }, Work) end
+
+-- A started collective's handle. MPI reads and writes its buffers until it is waited
+-- for, so the state holds the handle (and through it the tensors) until then, whatever
+-- the script does with it: a dropped handle must not let the collector free memory that
+-- MPI still writes into.
+local function started_work(w)
+  S.inflight[w.id] = w
+  return setmetatable(w, Work)
+end
 
 -- The reduction itself, not differentiable: a new tensor (or an async Work).
 local function allreduce_raw(op, t, name, async)
@@ -324,7 +365,7 @@ local function allreduce_raw(op, t, name, async)
   if id < 0 then lib_error(op) end
   local finish = name == "mean" and function(x) return x:div_(s.size) end or nil
   if not async then return finish and finish(r) or r end
-  return setmetatable({ op = op, id = id, seq = n, site = site, result = r, finish = finish }, Work)
+  return started_work({ op = op, id = id, seq = n, site = site, result = r, finish = finish })
 end
 
 -- dist.allreduce(t [, {op = "sum"|"mean"|"max"|"min"|"prod"}]): t reduced over every
@@ -368,6 +409,7 @@ function dist.allreduce_(t, opts)
   if s.lib.dld_allreduce(ptr(t), t:numel(), dtype_codes[dtype], code, 0, op, next_seq(), site_for(false)) < 0 then
     lib_error(op)
   end
+  written(t)
   if name == "mean" then dl.no_grad(function() t:div_(s.size) end) end
   return t
 end
@@ -384,6 +426,7 @@ function dist.broadcast_(t, root)
   if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, next_seq(), site_for(false)) < 0 then
     lib_error(op)
   end
+  written(t)
   return t
 end
 
@@ -403,7 +446,7 @@ local function broadcast_raw(op, t, root, async)
   local id = s.lib.dld_broadcast(ptr(r), r:numel(), dtype_codes[r.dtype], root, async and 1 or 0, op, n, site)
   if id < 0 then lib_error(op) end
   if not async then return r end
-  return setmetatable({ op = op, id = id, seq = n, site = site, result = r }, Work)
+  return started_work({ op = op, id = id, seq = n, site = site, result = r })
 end
 
 -- dist.broadcast(t [, root]): rank root's t on every rank (a new tensor; t must have the
@@ -444,7 +487,7 @@ local function allgather_raw(op, t, async)
   check_same(op, "the tensors must agree in dtype and in every dim after the first",
              t.dtype .. " (*" .. (#rest > 0 and "," .. concat(rest, ",") or "") .. ")")
   local counts = ffi_new("int64_t[?]", s.size)
-  if s.lib.dld_allgather_i64(shape[1], counts) < 0 then lib_error(op) end
+  if s.lib.dld_allgather_i64(shape[1], counts, op, seq + 1, site_for(false)) < 0 then lib_error(op) end
   local per_row = x:numel() / max(shape[1], 1)
   if shape[1] == 0 then per_row = 1; for _, d in ipairs(rest) do per_row = per_row * d end end
   local total = 0
@@ -464,7 +507,7 @@ local function allgather_raw(op, t, async)
                                   op, n, site)
   if id < 0 then lib_error(op) end
   if not async then return out, part end
-  return setmetatable({ op = op, id = id, seq = n, site = site, result = out, keep = x }, Work)
+  return started_work({ op = op, id = id, seq = n, site = site, result = out, keep = x })
 end
 
 -- dist.allgather(t): every rank's t concatenated along dim 1, in rank order (first
@@ -754,6 +797,7 @@ local function broadcast_in_place(op, list, names, root)
     if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, next_seq(), site) < 0 then
       lib_error(op)
     end
+    written(t)
   end
 end
 
@@ -825,13 +869,10 @@ local function encode(v, out, seen)
   elseif tv == "number" then out[#out + 1] = ("d%.17g;"):format(v)
   elseif tv == "string" then out[#out + 1] = "s" .. #v .. ":" .. v
   elseif is_tensor(v) then
-    local c = v:contiguous():to("float64")
-    local vals = {}
-    if c:numel() > 0 then
-      local flat = c:reshape({ c:numel() })
-      for i = 1, c:numel() do vals[i] = ("%.17g"):format(flat[i]) end
-    end
-    local body = v.dtype .. "|" .. concat(v.shape, ",") .. "|" .. concat(vals, ",")
+    -- dtype|shape|the raw bytes: every dtype exactly (int64 above 2^53 included).
+    local c = host_tensor("dist.broadcast_object", v):contiguous()
+    local raw = c:numel() > 0 and ffi_string(ptr(c), c:numel() * ITEMSIZE[c.dtype]) or ""
+    local body = c.dtype .. "|" .. concat(c.shape, ",") .. "|" .. raw
     out[#out + 1] = "T" .. #body .. ":" .. body
   elseif tv == "table" then
     if seen[v] then raise("dist.broadcast_object: the table refers to itself") end
@@ -860,13 +901,14 @@ local function decode(s, i)
   if c == "s" then return s:sub(j + 1, j + n), j + n + 1 end
   if c == "T" then
     local body = s:sub(j + 1, j + n)
-    local dtype, shape_s, vals_s = body:match("^([^|]*)|([^|]*)|(.*)$")
-    local shape, vals = {}, {}
-    for d in shape_s:gmatch("[^,]+") do shape[#shape + 1] = tonumber(d) end
-    for x in vals_s:gmatch("[^,]+") do vals[#vals + 1] = tonumber(x) end
-    local t = dl.tensor(#vals > 0 and vals or { 0 }, { dtype = "float64" })
-    if #vals == 0 then t = dl.empty(shape, { dtype = "float64" }) end
-    return t:reshape(shape):to(dtype), j + n + 1
+    local bar1 = body:find("|", 1, true)
+    local bar2 = body:find("|", bar1 + 1, true)
+    local dtype, shape = body:sub(1, bar1 - 1), {}
+    for d in body:sub(bar1 + 1, bar2 - 1):gmatch("[^,]+") do shape[#shape + 1] = tonumber(d) end
+    local t = dl.empty(shape, { dtype = dtype })
+    local raw = body:sub(bar2 + 1)
+    if #raw > 0 then ffi.copy(ptr(t), raw, #raw) end
+    return t, j + n + 1
   end
   local t, at = {}, j + 1
   for _ = 1, n do
@@ -933,7 +975,7 @@ function dist.iter(ds)
   end
   if s.lib and s.size > 1 then
     local counts = ffi_new("int64_t[?]", s.size)
-    if s.lib.dld_allgather_i64(n, counts) < 0 then lib_error(op) end
+    if s.lib.dld_allgather_i64(n, counts, op, seq + 1, site_for(true)) < 0 then lib_error(op) end
     for r = 0, s.size - 1 do
       if tonumber(counts[r]) ~= n then
         raise(("%s: the ranks' data sets differ in length: rank %d has %d, rank %d has %d (use dist.shard, "

@@ -87,6 +87,15 @@ H.test("gradients of the split batch equal one process's on the whole batch (flo
   H.raises(function() bad(xs) end, "the ranks' gradients differ")
 end)
 
+H.test("a tensor written by a collective is stale for a gradient recorded before", function()
+  local w = dl.tensor({ 1, 2 }, { dtype = "float64" })
+  local tape = dl.GradientTape()
+  tape:watch(w)
+  local y = tape:record(function() return (w * w):sum() end)
+  dist.broadcast_(w, 0)
+  H.raises(function() tape:gradient(y, w) end, "modified by an in-place operation")
+end)
+
 H.test("GradientTape and the gradient of allgather", function()
   local x = dl.tensor({ 1, 2 }, { dtype = "float64" }) * (r + 1)
   local tape = dist.GradientTape(dl.GradientTape())
@@ -122,9 +131,14 @@ H.test("parameters, optimizer state and objects from rank 0", function()
     local v = sd[k]
     if dl.is_tensor(v) then H.values(v, dist.broadcast(v, 0):totable(), { tol = 0 }) end
   end
-  local o = dist.broadcast_object(r == 0 and { epoch = 3, name = "run", flags = { true, false }, t = dl.tensor({ 1.5, -2 }) } or nil)
+  local big = dl.tensor({ 9007199254740993, -7 }, { dtype = "int64" })   -- 2^53 + 1: not a double
+  local o = dist.broadcast_object(r == 0 and { epoch = 3, name = "run|x:1", flags = { true, false },
+                                              t = dl.tensor({ 1.5, -2 }), big = big, s = dl.tensor(7.5) } or nil)
   H.eq(o.epoch, 3)
-  H.eq(o.name, "run")
+  H.ok(dl.equal(o.big, big), "int64 sent exactly")
+  H.eq(o.s.ndim, 0)
+  H.eq(o.s:item(), 7.5)
+  H.eq(o.name, "run|x:1")
   H.eq(o.flags, { true, false })
   H.values(o.t, { 1.5, -2 })
   -- a mismatch names the first difference
