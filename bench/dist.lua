@@ -8,6 +8,7 @@
 -- worker: `dlua bench/dist.lua <case> ...` prints "ok <seconds>" from rank 0.
 --   allreduce <bytes> <iters>    dist.allreduce_ of float32 (in place, as the C loop)
 --   grads <iters> <n1> <n2> ...  dist.allreduce_grads of tensors of those sizes (buckets)
+--   separate <iters> <n1> ...    dist.allreduce_ of each of them, one call each
 --   epoch <images> <batch>       one epoch of the 784-256-10 MLP (Adam) on this rank's
 --                                shard of the first <images> Fashion-MNIST images
 --   wrap <iters> dist|dl         a value_and_grad call of a small MLP step, at size 1
@@ -49,6 +50,15 @@ local function worker(case, a, b, ...)
     dist.barrier()
     local t0 = now()
     for _ = 1, a do dist.allreduce_grads(gs) end
+    t = slowest((now() - t0) / a)
+  elseif case == "separate" then   -- the same tensors, one in-place allreduce each
+    local sizes = { b, ... }
+    local gs = {}
+    for i, n in ipairs(sizes) do gs[i] = dl.zeros(tonumber(n)) end
+    for _ = 1, 3 do for _, g in ipairs(gs) do dist.allreduce_(g) end end
+    dist.barrier()
+    local t0 = now()
+    for _ = 1, a do for _, g in ipairs(gs) do dist.allreduce_(g) end end
     t = slowest((now() - t0) / a)
   elseif case == "epoch" then
     local x, y = dl.data.fashion_mnist("train")
@@ -175,6 +185,10 @@ do
                          function() return run(2, ("%s concat %d %s"):format(ref, iters, sizes)) end)
   row("MLP 784-256-10 gradient sync (4 tensors), 2 ranks", "us", ta, tr, "one MPI_Allreduce of the concatenation",
       1e6, 1.1, false)
+  local ts = measure(function() return run(2, ("%s %s/dist.lua separate %d %s"):format(dlua, here, iters, sizes)) end,
+                     function() return 0 end)
+  out(("| the same, 4 separate in-place allreduces instead of one bucket | us | %.1f | the bucketed sync | %.1f | %.3f | (report) | - | %d |")
+      :format(ts * 1e6, ta * 1e6, ts / ta, opts.reps))
 end
 if not opts.quick then
   local images, batch = 60000, 64

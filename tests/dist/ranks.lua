@@ -78,6 +78,11 @@ H.test("gradients of the split batch equal one process's on the whole batch (flo
   local cg
   for _, p in ipairs(own) do if rawequal(p[2], c) then cg = p[1] end end
   H.near(pairs_[3][1]:totable(), (cg / n):totable(), 1e-12)
+  -- the same tensor twice, reduced in place as buckets of their own: summed once each
+  -- (a mean of equal values would not show a second reduction)
+  local same = dl.full({ 50 }, r + 1, { dtype = "float64" })
+  local twice = dist.allreduce_grads({ same, same }, { op = "sum", bucket_mb = 1e-6, first_bucket_mb = 1e-6 })
+  for i = 1, 2 do H.near(twice[i]:totable(), dl.full({ 50 }, n * (n + 1) / 2):totable(), 1e-12) end
   -- without the list, ranks that used different Variables get an error, not a hang
   local bad = dist.implicit_grad(function(x)
     local out = x:matmul(a):sum()
