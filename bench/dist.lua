@@ -7,7 +7,7 @@
 -- mpirun job) and shows the medians and their ratio. Under mpirun this same file is the
 -- worker: `dlua bench/dist.lua <case> ...` prints "ok <seconds>" from rank 0.
 --   allreduce <bytes> <iters>    dist.allreduce_ of float32 (in place, as the C loop)
---   grads <iters> <n1> <n2> ...  dist.allreduce_grads of tensors of those sizes (buckets)
+--   grads <iters> <n1> <n2> ...  dist.allreduce_grads (sum) of tensors of those sizes (buckets)
 --   separate <iters> <n1> ...    dist.allreduce_ of each of them, one call each
 --   epoch <images> <batch>       one epoch of the 784-256-10 MLP (Adam) on this rank's
 --                                shard of the first <images> Fashion-MNIST images
@@ -46,10 +46,11 @@ local function worker(case, a, b, ...)
     if #sizes == 0 or sizes[1] == nil then sizes = MLP_SIZES end
     local gs = {}
     for i, n in ipairs(sizes) do gs[i] = dl.zeros(tonumber(n)) end
-    for _ = 1, 3 do dist.allreduce_grads(gs) end
+    -- A sum, as the references: a mean adds one pass over the gradients (the 1/size).
+    for _ = 1, 3 do dist.allreduce_grads(gs, { op = "sum" }) end
     dist.barrier()
     local t0 = now()
-    for _ = 1, a do dist.allreduce_grads(gs) end
+    for _ = 1, a do dist.allreduce_grads(gs, { op = "sum" }) end
     t = slowest((now() - t0) / a)
   elseif case == "separate" then   -- the same tensors, one in-place allreduce each
     local sizes = { b, ... }

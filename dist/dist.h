@@ -72,8 +72,8 @@ int dld_pending(void);
    receives the result (it may be src[i]). The buffers are copied into buckets of about
    bucket_bytes (the last buffer first, as a backward pass makes them; the first
    bucket at most first_bytes), each bucket reduced with one MPI_Allreduce, then copied
-   out, multiplied by `scale` when it is not 1. A buffer of a bucket's size or more is
-   reduced in its dst. 0, or -1 on error. */
+   out, multiplied by `scale` when it is not 1. A buffer of 64 KiB or more (or of a
+   bucket's size) is reduced in its dst, without a copy. 0, or -1 on error. */
 int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* counts, int n,
                        int dtype, int op, double scale, int64_t bucket_bytes, int64_t first_bytes,
                        const char* what, int64_t seq, const char* site);
