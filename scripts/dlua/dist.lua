@@ -597,6 +597,22 @@ local function reduce_list(op, list, names, opts)
   return out
 end
 
+-- A table's keys in an order every rank agrees on (pairs' order depends on the table's
+-- history): numbers first, in order, then the others by name.
+local function by_key(a, b)
+  local ta, tb = type(a) == "number", type(b) == "number"
+  if ta ~= tb then return ta end
+  if ta then return a < b end
+  return tostring(a) < tostring(b)
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in entries(t) do keys[#keys + 1] = k end
+  sort(keys, by_key)
+  return keys
+end
+
 -- Tensors of a gradient result (a tensor, or tables of them), in an order that every
 -- rank agrees on (array parts in order, then other keys sorted by name).
 local function flatten(v, list, names, prefix)
@@ -606,15 +622,7 @@ local function flatten(v, list, names, prefix)
     return
   end
   if type(v) ~= "table" then return end
-  local keys = {}
-  for k in entries(v) do keys[#keys + 1] = k end
-  sort(keys, function(a, b)
-    local ta, tb = type(a) == "number", type(b) == "number"
-    if ta ~= tb then return ta end
-    if ta then return a < b end
-    return tostring(a) < tostring(b)
-  end)
-  for _, k in ipairs(keys) do flatten(v[k], list, names, prefix .. "." .. tostring(k)) end
+  for _, k in ipairs(sorted_keys(v)) do flatten(v[k], list, names, prefix .. "." .. tostring(k)) end
 end
 
 local function rebuild(v, reduced, pos)
@@ -623,16 +631,8 @@ local function rebuild(v, reduced, pos)
     return reduced[pos[1]]
   end
   if type(v) ~= "table" then return v end
-  local keys = {}
-  for k in entries(v) do keys[#keys + 1] = k end
-  sort(keys, function(a, b)
-    local ta, tb = type(a) == "number", type(b) == "number"
-    if ta ~= tb then return ta end
-    if ta then return a < b end
-    return tostring(a) < tostring(b)
-  end)
   local out = {}
-  for _, k in ipairs(keys) do out[k] = rebuild(v[k], reduced, pos) end
+  for _, k in ipairs(sorted_keys(v)) do out[k] = rebuild(v[k], reduced, pos) end
   return out
 end
 
@@ -853,11 +853,8 @@ function dist.broadcast_optimizer_state(opt, root)
     end
   end
   layout = dist.broadcast_object(layout, root)
-  local keys = {}
-  for k in entries(layout) do keys[#keys + 1] = k end
-  sort(keys)
   local out, tensors, names = {}, {}, {}
-  for _, k in ipairs(keys) do
+  for _, k in ipairs(sorted_keys(layout)) do
     local l = layout[k]
     if type(l) == "number" then
       out[k] = l
