@@ -118,6 +118,26 @@ local function launched()
   return getenv("OMPI_COMM_WORLD_SIZE") ~= nil or getenv("PMIX_RANK") ~= nil or getenv("PMI_SIZE") ~= nil
 end
 
+-- DLUA_DIST_TIMELINE=path: every collective of this rank as a Chrome trace event
+-- (chrome://tracing, Perfetto), written to path.<rank>.json when dl.dist finalizes, as
+-- Horovod's timeline: which rank waited, in which collective, for how long.
+local function clock() return core.C.dl_monotonic_time() end
+
+local function record(op, n, t0, bytes)
+  local tl = S.timeline
+  if not tl then return end
+  tl[#tl + 1] = ('{"name":"%s","cat":"dist","ph":"X","pid":%d,"tid":0,"ts":%.3f,"dur":%.3f,"args":{"collective":%d,"bytes":%d}}')
+    :format(op, S.rank, (t0 - S.t0) * 1e6, (clock() - t0) * 1e6, n, bytes or 0)
+end
+
+local function write_timeline(st)
+  if not st.timeline or not st.timeline_path then return end
+  local path = ("%s.%d.json"):format(st.timeline_path, st.rank)
+  local text = '{"traceEvents":[\n' .. concat(st.timeline, ",\n") .. '\n]}\n'
+  local ok, err = pcall(require("dlua.io").write_file_atomic, "dist timeline", path, text)
+  if not ok and io_stderr then io_stderr:write("dlua: rank ", tostring(st.rank), ": ", tostring(err), "\n") end
+end
+
 -- dist.init([opts]): opts.timeout (seconds before a stalled collective ends the job;
 -- 600, or DLUA_DIST_TIMEOUT; 0: never), opts.warn (seconds before a stalled rank says
 -- where it waits; 60; 0: never), opts.threads (CPU threads of this rank: by default the
@@ -136,12 +156,15 @@ function dist.init(opts)
     rank = 0, size = 1, local_rank = 0, local_size = 1, lib = nil, inflight = {},
     timeout = opts.timeout or env_number("DLUA_DIST_TIMEOUT") or 600,
     debug = (getenv and getenv("DLUA_DIST_DEBUG") or "") ~= "" and getenv("DLUA_DIST_DEBUG") ~= "0",
+    timeline_path = getenv and getenv("DLUA_DIST_TIMELINE") or nil,
     warn = opts.warn or 60,
   }
   if type(st.timeout) ~= "number" or st.timeout < 0 then
     raise("dist.init: DLUA_DIST_TIMEOUT must be a number of seconds >= 0, got " .. tostring(getenv("DLUA_DIST_TIMEOUT")))
   end
   if opts.warn == nil and st.timeout > 0 and st.timeout < st.warn then st.warn = st.timeout end
+  if st.timeline_path == "" then st.timeline_path = nil end
+  if st.timeline_path then st.timeline, st.t0 = {}, core.C.dl_monotonic_time() end
   if launched() then
     local lib = load_plugin()
     if not declared then
@@ -164,6 +187,7 @@ function dist.init(opts)
       -- Asynchronous collectives nobody waited for are finished first (in any order:
       -- they were started in one order on every rank).
       for id, w in pairs(st.inflight) do lib.dld_wait(id, w.op, w.seq, w.site) end
+      write_timeline(st)
       if lib.dld_finalize() < 0 and io_stderr then
         io_stderr:write("dlua: rank ", tostring(st.rank), ": ", ffi_string(lib.dld_error()), "\n")
       end
@@ -234,6 +258,8 @@ end
 -- MPI_Finalize now (it also runs when the Lua state closes). Collectives after it fail.
 function dist.finalize()
   local s = started("dist.finalize")
+  write_timeline(s)
+  s.timeline = nil
   if s.lib and s.lib.dld_finalize() < 0 then lib_error("dist.finalize") end
   s.finalized = true
 end
@@ -288,6 +314,7 @@ local function site_for(always)
   return nil
 end
 
+
 -- With DLUA_DIST_DEBUG=1, every collective is first compared across the ranks (its
 -- sequence number, kind, dtype, shape and root: one small allgather), as c10d's
 -- ProcessGroupWrapper does, so that ranks that call different collectives, or the same
@@ -317,7 +344,9 @@ local Work = {}
 Work.__index = Work
 function Work:wait()
   if self.done then return self.result end
+  local t0 = S.timeline and clock()
   if S.lib.dld_wait(self.id, self.op, self.seq, self.site) < 0 then lib_error(self.op) end
+  if t0 then record(self.op .. ":wait", self.seq, t0) end
   S.inflight[self.id] = nil
   self.done = true
   if self.finish then self.result = self.finish(self.result) end
@@ -361,8 +390,10 @@ local function allreduce_raw(op, t, name, async)
   end
   announce(op, dtype, r.shape, nil)
   local n, site = next_seq(), site_for(false)
+  local t0 = s.timeline and clock()
   local id = s.lib.dld_allreduce(ptr(r), r:numel(), dtype_codes[dtype], code, async and 1 or 0, op, n, site)
   if id < 0 then lib_error(op) end
+  if t0 then record(op, n, t0, r:numel() * ITEMSIZE[dtype]) end
   local finish = name == "mean" and function(x) return x:div_(s.size) end or nil
   if not async then return finish and finish(r) or r end
   return started_work({ op = op, id = id, seq = n, site = site, result = r, finish = finish })
@@ -406,9 +437,11 @@ function dist.allreduce_(t, opts)
   local code = op_code(op, name, dtype)
   if not s.lib or s.size == 1 then return t end
   announce(op, dtype, t.shape, nil)
-  if s.lib.dld_allreduce(ptr(t), t:numel(), dtype_codes[dtype], code, 0, op, next_seq(), site_for(false)) < 0 then
+  local t0, n = s.timeline and clock(), next_seq()
+  if s.lib.dld_allreduce(ptr(t), t:numel(), dtype_codes[dtype], code, 0, op, n, site_for(false)) < 0 then
     lib_error(op)
   end
+  if t0 then record(op, n, t0, t:numel() * ITEMSIZE[dtype]) end
   written(t)
   if name == "mean" then dl.no_grad(function() t:div_(s.size) end) end
   return t
@@ -423,9 +456,11 @@ function dist.broadcast_(t, root)
   root = root_of(op, root, s)
   if not s.lib or s.size == 1 then return t end
   announce(op, t.dtype, t.shape, root)
-  if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, next_seq(), site_for(false)) < 0 then
+  local t0, n = s.timeline and clock(), next_seq()
+  if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, n, site_for(false)) < 0 then
     lib_error(op)
   end
+  if t0 then record(op, n, t0, t:numel() * ITEMSIZE[t.dtype]) end
   written(t)
   return t
 end
@@ -443,8 +478,10 @@ local function broadcast_raw(op, t, root, async)
   if not s.lib or s.size == 1 then return async and finished(r) or r end
   announce(op, r.dtype, r.shape, root)
   local n, site = next_seq(), site_for(false)
+  local t0 = s.timeline and clock()
   local id = s.lib.dld_broadcast(ptr(r), r:numel(), dtype_codes[r.dtype], root, async and 1 or 0, op, n, site)
   if id < 0 then lib_error(op) end
+  if t0 then record(op, n, t0, r:numel() * ITEMSIZE[r.dtype]) end
   if not async then return r end
   return started_work({ op = op, id = id, seq = n, site = site, result = r })
 end
@@ -503,9 +540,11 @@ local function allgather_raw(op, t, async)
   for r = 0, s.rank - 1 do first = first + tonumber(counts[r]) end
   local part = { first = first, count = shape[1] }
   local n, site = next_seq(), site_for(false)
+  local t0 = s.timeline and clock()
   local id = s.lib.dld_allgatherv(ptr(x), x:numel(), ptr(out), elems, dtype_codes[t.dtype], async and 1 or 0,
                                   op, n, site)
   if id < 0 then lib_error(op) end
+  if t0 then record(op, n, t0, out:numel() * ITEMSIZE[t.dtype]) end
   if not async then return out, part end
   return started_work({ op = op, id = id, seq = n, site = site, result = out, keep = x })
 end
@@ -532,7 +571,9 @@ function dist.barrier()
   local s = started("dist.barrier")
   if not s.lib or s.size == 1 then return end
   announce("dist.barrier")
-  if s.lib.dld_barrier(0, "dist.barrier", next_seq(), site_for(false)) < 0 then lib_error("dist.barrier") end
+  local t0, n = s.timeline and clock(), next_seq()
+  if s.lib.dld_barrier(0, "dist.barrier", n, site_for(false)) < 0 then lib_error("dist.barrier") end
+  if t0 then record("dist.barrier", n, t0) end
 end
 
 -- ---- gradients ---------------------------------------------------------------------------------
@@ -589,9 +630,14 @@ local function reduce_list(op, list, names, opts)
     if name == "mean" and d ~= "float32" and d ~= "float64" then
       raise(op .. ": a mean of " .. d .. " gradients (use op = 'sum')")
     end
+    local t0, sq, bytes = s.timeline and clock(), next_seq(), 0
     if s.lib.dld_allreduce_many(srcs, dsts, counts, n, dtype_codes[d], 0, name == "mean" and 1 / s.size or 1,
-                                 bucket, first, op, next_seq(), site) < 0 then
+                                 bucket, first, op, sq, site) < 0 then
       lib_error(op)
+    end
+    if t0 then
+      for k = 0, n - 1 do bytes = bytes + tonumber(counts[k]) * ITEMSIZE[d] end
+      record(op, sq, t0, bytes)
     end
   end
   return out
@@ -804,9 +850,11 @@ local function broadcast_in_place(op, list, names, root)
     if not t:is_contiguous() then raise(op .. ": " .. (names[i] or ("tensor " .. i)) .. " is not contiguous") end
   end
   for _, t in ipairs(list) do
-    if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, next_seq(), site) < 0 then
+    local t0, n = s.timeline and clock(), next_seq()
+    if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, n, site) < 0 then
       lib_error(op)
     end
+    if t0 then record(op, n, t0, t:numel() * ITEMSIZE[t.dtype]) end
     written(t)
   end
 end

@@ -1,12 +1,13 @@
 """dl.dist under mpirun: the multi-rank checks (tests/dist/ranks.lua on 2 and 3 ranks) and
 the failure modes, each with a deadline (shared/notes/distributed.md, "Failure modes").
 
-    run.py DLUA CASE      CASE: ranks2, ranks3, ranks2_tcp, stall, stall_plain, mismatch, order, error, exit, kill, example
+    run.py DLUA CASE      CASE: ranks2, ranks3, ranks2_tcp, timeline, stall, stall_plain, mismatch, order, error, exit, kill, example
 
 Exits 0 when the case behaved, 1 with the output when not. Where mpirun is absent the
 case prints why and exits 0 (ctest shows the message; SKIP_RETURN_CODE is not used so that a
 machine without Open MPI still runs the rest of the suite green).
 """
+import json
 import os
 import re
 import shutil
@@ -137,6 +138,29 @@ def main():
             fail(f"ranks.lua on {np} ranks: exit {rc}, {passed} of {np} ranks passed", out)
         print(out)
         print(f"{np} ranks passed in {took:.1f} s")
+        return
+    if case == "timeline":   # DLUA_DIST_TIMELINE: one Chrome trace per rank, every collective in it
+        with tempfile.TemporaryDirectory(prefix="dlua_dist_timeline_") as tmp:
+            script = os.path.join(tmp, "case.lua")
+            with open(script, "w") as f:
+                f.write("dl.dist.init()\n"
+                        "dl.dist.allreduce_(dl.ones(10))\n"
+                        "dl.dist.barrier()\n"
+                        "dl.dist.grad(function(w) return (w * w):sum() end)(dl.ones(5))\n"
+                        "dl.dist.allreduce_async(dl.ones(3)):wait()\n")
+            base = os.path.join(tmp, "trace")
+            rc, out, took = mpirun(dlua, 2, script, 120, dict(env, DLUA_DIST_TIMELINE=base))
+            if rc != 0:
+                fail(f"timeline: exit {rc}", out)
+            for rank in (0, 1):
+                with open(f"{base}.{rank}.json") as f:
+                    events = json.load(f)["traceEvents"]
+                names = [e["name"] for e in events]
+                want = ["dist.allreduce_", "dist.barrier", "dist.grad", "dist.allreduce_async",
+                        "dist.allreduce_async:wait"]
+                if names != want or any(e["pid"] != rank or e["dur"] < 0 for e in events):
+                    fail(f"timeline of rank {rank}: {events}", out)
+        print("timeline: both ranks' traces hold their five collectives")
         return
     if case == "example":
         with tempfile.TemporaryDirectory(prefix="dlua_dist_example_") as tmp:
