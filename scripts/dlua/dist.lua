@@ -692,6 +692,21 @@ local function reduce_results(op, results, first, last, opts)
   return results
 end
 
+-- Only the outermost gradient communicates: a reducing gradient taken inside another
+-- gradient's scope (dl.grad, a GradientTape's record) would write the reduction into
+-- its result outside autograd's sight, and the outer gradient would differentiate the
+-- local values instead, silently. So it is refused, on one process too (a script that
+-- runs alone must not fail only on several): take the inner gradient with dl.grad and
+-- reduce the outer one.
+local function outermost(op)
+  started(op)
+  if dl.is_grad_enabled() then
+    raise(op .. ": a gradient averaged over the ranks cannot be taken inside another gradient "
+          .. "(dl.grad, GradientTape:record); use dl." .. op:match("^dist%.(.*)$")
+          .. " inside, and reduce the outermost gradient")
+  end
+end
+
 local GRAD_OPTS = { op = true, bucket_mb = true, first_bucket_mb = true, sync = true, parameters = true }
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -719,7 +734,8 @@ function dist.grad(f, argnums, opts)
   argnums, opts = split_args("dist.grad", argnums, opts)
   local g = dl.grad(f, argnums)
   return function(...)
-    if started("dist.grad").size == 1 then return g(...) end
+    outermost("dist.grad")
+    if S.size == 1 then return g(...) end
     local r = pack(g(...))
     if opts.sync == false then return unpack(r, 1, r.n) end
     reduce_results("dist.grad", r, 1, r.n, opts)
@@ -732,7 +748,8 @@ function dist.value_and_grad(f, argnums, opts)
   local g = dl.value_and_grad(f, argnums)
   local ngrads = type(argnums) == "table" and #argnums or 1
   return function(...)
-    if started("dist.value_and_grad").size == 1 then return g(...) end
+    outermost("dist.value_and_grad")
+    if S.size == 1 then return g(...) end
     local r = pack(g(...))
     if opts.sync == false then return unpack(r, 1, r.n) end
     reduce_results("dist.value_and_grad", r, 2, 1 + ngrads, opts)
@@ -779,7 +796,8 @@ function dist.implicit_value_and_grad(f, opts)
   opts = grad_opts("dist.implicit_value_and_grad", opts)
   local g = dl.implicit_value_and_grad(f)
   return function(...)
-    if started("dist.implicit_value_and_grad").size == 1 and opts.parameters == nil then return g(...) end
+    outermost("dist.implicit_value_and_grad")
+    if S.size == 1 and opts.parameters == nil then return g(...) end
     local r = pack(g(...))
     if opts.sync ~= false then r[2] = reduce_pairs("dist.implicit_value_and_grad", r[2], opts) end
     return unpack(r, 1, r.n)
@@ -790,7 +808,8 @@ function dist.implicit_grad(f, opts)
   opts = grad_opts("dist.implicit_grad", opts)
   local g = dl.implicit_grad(f)
   return function(...)
-    if started("dist.implicit_grad").size == 1 and opts.parameters == nil then return g(...) end
+    outermost("dist.implicit_grad")
+    if S.size == 1 and opts.parameters == nil then return g(...) end
     local pairs_ = g(...)
     if opts.sync == false then return pairs_ end
     return reduce_pairs("dist.implicit_grad", pairs_, opts)
@@ -821,6 +840,7 @@ function dist.GradientTape(tape, opts)
     __index = function(_, k)
       if k == "gradient" then
         return function(_, target, sources, ...)
+          outermost("dist.GradientTape")
           local r = { tape:gradient(target, sources, ...) }
           reduce_results("dist.GradientTape:gradient", r, 1, 1, opts)
           return r[1]

@@ -78,6 +78,11 @@ H.test("gradient wrappers equal dl's at size 1", function()
   local local_pairs = dist.implicit_grad(loss, { sync = false })(3)
   H.values(dist.allreduce_grads(local_pairs)[1][1], { 3, 3, 3 })
   H.raises(function() dist.grad(f, { op = "median" }) end, "dist.grad: op must be mean or sum")
+  -- only the outermost gradient communicates
+  H.raises(function() dl.grad(function(v) return dist.grad(function(u) return (u * u):sum() end)(v):sum() end)(w) end,
+           "dist.grad: a gradient averaged over the ranks cannot be taken inside another gradient")
+  H.raises(function() dl.grad(function(v) local _, g = dist.value_and_grad(function(u) return u:sum() end)(v); return g:sum() end)(w) end,
+           "use dl.value_and_grad inside")
   H.raises(function() dist.grad(f, nil, { bogus = true }) end, "dist.grad: unknown option 'bogus'")
 end)
 
