@@ -65,8 +65,6 @@ int dld_allgather_i64(int64_t mine, int64_t* all, const char* what, int64_t seq,
 int dld_wait(int64_t work, const char* what, int64_t seq, const char* site);
 /* 1 done (and forgotten), 0 pending, -1 error. */
 int dld_test(int64_t work);
-/* Works started and not yet waited for. */
-int dld_pending(void);
 
 /* Reduces n buffers of one dtype as one (op as dld_allreduce): src[i] is read, dst[i]
    receives the result (it may be src[i]). The buffers are copied into buckets of about

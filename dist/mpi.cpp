@@ -303,7 +303,6 @@ int dld_rank(void) { return g.rank; }
 int dld_size(void) { return g.size; }
 int dld_local_rank(void) { return g.local_rank; }
 int dld_local_size(void) { return g.local_size; }
-int dld_pending(void) { return int(g.works.size()); }
 
 const char* dld_library_version(void) {
   static char text[MPI_MAX_LIBRARY_VERSION_STRING];

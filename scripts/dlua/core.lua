@@ -30,7 +30,7 @@ local getenv = os and os.getenv
 local searchpath = package and package.searchpath
 local cpath = package and package.cpath
 local ssub, smatch, concat = string.sub, string.match, table.concat
-local ipairs, io_open = ipairs, io and io.open
+local ipairs, pairs, io_open = ipairs, pairs, io and io.open
 local mmin, mmax = math.min, math.max
 
 local M = {}
@@ -178,6 +178,17 @@ function M.entries(t) return next, t, nil end
 
 function M.bad_arg(op, what, v)
   raise(op .. ": expected " .. what .. ", got " .. M.typename(v))
+end
+
+-- An options table of `op`: {} for nil; an error for anything but a table, or for a key
+-- that `allowed` (a set: {name = true, ...}) does not hold.
+function M.options(op, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then M.bad_arg(op, "an options table", opts) end
+  for k in pairs(opts) do
+    if not allowed[k] then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
+  end
+  return opts
 end
 
 -- ---- memory: stepping the collector -------------------------------------------------------

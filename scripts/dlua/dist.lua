@@ -25,7 +25,8 @@ local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
 
-local raise, bad_arg, typename, entries = core.raise, core.bad_arg, core.typename, core.entries
+local raise, bad_arg, typename, entries, options = core.raise, core.bad_arg, core.typename, core.entries,
+  core.options
 local is_tensor = T.is_tensor
 local dl = T.dl
 local type, tostring, tonumber, ipairs, pairs, select, unpack, pcall, error, setmetatable, rawequal =
@@ -103,15 +104,6 @@ local function call_site()
   return "?"
 end
 
-local function check_opts(op, opts, known)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then bad_arg(op, "an options table", opts) end
-  for k in pairs(opts) do
-    if not known[k] then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
-  end
-  return opts
-end
-
 -- Whether this process was started by mpirun (Open MPI's or another PMIx launcher's).
 local function launched()
   if not getenv then return false end
@@ -144,7 +136,7 @@ end
 -- machine's cores shared among the ranks on it, unless OMP_NUM_THREADS or
 -- OPENBLAS_NUM_THREADS names a count).
 function dist.init(opts)
-  opts = check_opts("dist.init", opts, { timeout = true, warn = true, threads = true })
+  opts = options("dist.init", opts, { timeout = true, warn = true, threads = true })
   if S then raise("dist.init: dl.dist is already initialised (rank " .. S.rank .. " of " .. S.size .. ")") end
   for _, k in ipairs({ "timeout", "warn", "threads" }) do
     local v = opts[k]
@@ -403,7 +395,7 @@ end
 -- rank, a new tensor. A sum or mean is differentiable: its gradient is the same
 -- reduction of the incoming gradient (every rank's loss depends on every rank's t).
 function dist.allreduce(t, opts)
-  opts = check_opts("dist.allreduce", opts, { op = true })
+  opts = options("dist.allreduce", opts, { op = true })
   local name = opts.op or "sum"
   if (name == "sum" or name == "mean") and dl.is_grad_enabled() and dl.custom_gradient then
     return dl.custom_gradient(function(x)
@@ -428,7 +420,7 @@ end
 -- not differentiable (an in-place write). Returns t.
 function dist.allreduce_(t, opts)
   local op = "dist.allreduce_"
-  opts = check_opts(op, opts, { op = true })
+  opts = options(op, opts, { op = true })
   local s = started(op)
   host_tensor(op, t)
   if not t:is_contiguous() then raise(op .. ": the tensor must be contiguous (use dist.allreduce for a new one)") end
@@ -466,7 +458,7 @@ function dist.broadcast_(t, root)
 end
 
 function dist.allreduce_async(t, opts)
-  opts = check_opts("dist.allreduce_async", opts, { op = true })
+  opts = options("dist.allreduce_async", opts, { op = true })
   return allreduce_raw("dist.allreduce_async", t, opts.op or "sum", true)
 end
 
@@ -525,8 +517,8 @@ local function allgather_raw(op, t, async)
              t.dtype .. " (*" .. (#rest > 0 and "," .. concat(rest, ",") or "") .. ")")
   local counts = ffi_new("int64_t[?]", s.size)
   if s.lib.dld_allgather_i64(shape[1], counts, op, seq + 1, site_for(false)) < 0 then lib_error(op) end
-  local per_row = x:numel() / max(shape[1], 1)
-  if shape[1] == 0 then per_row = 1; for _, d in ipairs(rest) do per_row = per_row * d end end
+  local per_row = 1   -- elements of one row (the dims after the first)
+  for _, d in ipairs(rest) do per_row = per_row * d end
   local total = 0
   local elems = ffi_new("int64_t[?]", s.size)
   for r = 0, s.size - 1 do
@@ -583,8 +575,7 @@ end
 -- its contiguous copy). names[i] (optional) names tensor i in errors.
 local function reduce_list(op, list, names, opts)
   local s = started(op)
-  local name = opts.op or "mean"
-  if name ~= "mean" and name ~= "sum" then raise(op .. ": op must be mean or sum, got " .. tostring(name)) end
+  local name = opts.op or "mean"   -- (grad_opts checked it)
   local out = {}
   if not s.lib or s.size == 1 then
     for i, t in ipairs(list) do out[i] = t end
@@ -715,7 +706,7 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- averaged over the ranks (opts.op = "sum" sums them). opts.sync = false leaves them
 -- local (reduce them later with dist.allreduce_grads).
 local function grad_opts(op, opts)
-  opts = check_opts(op, opts, GRAD_OPTS)
+  opts = options(op, opts, GRAD_OPTS)
   if opts.op ~= nil and opts.op ~= "mean" and opts.op ~= "sum" then
     raise(op .. ": op must be mean or sum, got " .. tostring(opts.op))
   end

@@ -15,7 +15,8 @@ local hid = T.hid
 core.own_source()
 
 local C = core.C
-local raise, raise_last, bad_arg, retry = core.raise, core.raise_last, core.bad_arg, core.retry
+local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, core.bad_arg, core.retry,
+  core.options
 local wrap, is_tensor, shape_str = T.wrap, T.is_tensor, T.shape_str
 local dl = T.dl
 local type, tostring, pairs, floor = type, tostring, pairs, math.floor
@@ -42,15 +43,6 @@ local function pair(op, what, v, min)
 end
 F.pair = pair
 
-local function opts_of(op, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then bad_arg(op, "an options table", opts) end
-  for k in pairs(opts) do
-    if not allowed[k] then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
-  end
-  return opts
-end
-
 -- ---- convolution and pooling ------------------------------------------------------------------
 
 local CONV_OPTS = { stride = true, padding = true, dilation = true, groups = true }
@@ -76,7 +68,7 @@ function F.conv2d(x, w, b, opts)
   check_tensor("conv2d", x)
   check_tensor("conv2d", w)
   if b ~= nil then check_tensor("conv2d", b) end
-  opts = opts_of("conv2d", opts, CONV_OPTS)
+  opts = options("conv2d", opts, CONV_OPTS)
   local sh, sw = pair("conv2d", "stride", opts.stride or 1, 1)
   local dh, dw = pair("conv2d", "dilation", opts.dilation or 1, 1)
   local groups = opts.groups or 1
@@ -97,7 +89,7 @@ local has_values_only = pcall(function() return C.dl_max_pool2d_values end)
 -- also the 1-based position of each maximum within its (H, W) plane.
 function F.max_pool2d(x, k, opts)
   check_tensor("max_pool2d", x)
-  opts = opts_of("max_pool2d", opts, POOL_OPTS)
+  opts = options("max_pool2d", opts, POOL_OPTS)
   local kh, kw = pair("max_pool2d", "kernel size", k, 1)
   local sh, sw = pair("max_pool2d", "stride", opts.stride or 0, 0)
   local ph, pw = pair("max_pool2d", "padding", opts.padding or 0, 0)
@@ -118,7 +110,7 @@ end
 
 function F.avg_pool2d(x, k, opts)
   check_tensor("avg_pool2d", x)
-  opts = opts_of("avg_pool2d", opts, POOL_OPTS)
+  opts = options("avg_pool2d", opts, POOL_OPTS)
   local kh, kw = pair("avg_pool2d", "kernel size", k, 1)
   local sh, sw = pair("avg_pool2d", "stride", opts.stride or 0, 0)
   local ph, pw = pair("avg_pool2d", "padding", opts.padding or 0, 0)

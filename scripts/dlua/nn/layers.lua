@@ -17,7 +17,7 @@ local Module = require("dlua.nn.module")
 local F = require("dlua.nn.functional")
 core.own_source()
 
-local raise, bad_arg, typename = core.raise, core.bad_arg, core.typename
+local raise, bad_arg, typename, options = core.raise, core.bad_arg, core.typename, core.options
 local is_tensor, shape_str, meta = T.is_tensor, T.shape_str, T.meta
 local dl = T.dl
 local type, tostring, ipairs, pairs, rawget, rawset, select = type, tostring, ipairs, pairs, rawget, rawset, select
@@ -33,15 +33,6 @@ local function int_arg(op, v, what, min)
     raise(op .. ": " .. what .. " must be an integer >= " .. (min or 1) .. ", got " .. tostring(v))
   end
   return v
-end
-
-local function opts_arg(op, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then bad_arg(op, "an options table", opts) end
-  for k in pairs(opts) do
-    if not allowed[k] then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
-  end
-  return opts
 end
 
 -- U(-bound, bound) of the given shape.
@@ -62,7 +53,7 @@ local Linear = Module:extend("Linear")
 L.Linear = Linear
 
 function Linear:init(in_features, out_features, opts)
-  opts = opts_arg("Linear", opts, { bias = true })
+  opts = options("Linear", opts, { bias = true })
   int_arg("Linear", in_features, "in_features", 0)
   int_arg("Linear", out_features, "out_features", 0)
   self.in_features, self.out_features = in_features, out_features
@@ -110,7 +101,7 @@ local Dense = Module:extend("Dense")
 L.Dense = Dense
 
 function Dense:init(units, opts)
-  opts = opts_arg("Dense", opts, { activation = true, use_bias = true, input_dim = true })
+  opts = options("Dense", opts, { activation = true, use_bias = true, input_dim = true })
   self.units = int_arg("Dense", units, "units")
   self._act, self._act_name = activation_arg("Dense", opts.activation)
   self.use_bias = opts.use_bias ~= false
@@ -163,7 +154,7 @@ local Conv2d = Module:extend("Conv2d")
 L.Conv2d = Conv2d
 
 function Conv2d:init(in_channels, out_channels, k, opts)
-  opts = opts_arg("Conv2d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
+  opts = options("Conv2d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
   int_arg("Conv2d", in_channels, "in_channels")
   int_arg("Conv2d", out_channels, "out_channels")
   local kh, kw = F.pair("Conv2d", "kernel size", k, 1)
@@ -207,7 +198,7 @@ end
 local POOL_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true }
 
 local function pool_init(self, name, k, opts)
-  opts = opts_arg(name, opts, POOL_OPTS)
+  opts = options(name, opts, POOL_OPTS)
   local kh, kw = F.pair(name, "kernel size", k, 1)
   self.kernel_size = { kh, kw }
   self.stride = { F.pair(name, "stride", opts.stride or { kh, kw }, 1) }
@@ -237,7 +228,7 @@ AvgPool2d.extra_repr = pool_repr
 local GlobalAvgPool2d = Module:extend("GlobalAvgPool2d")
 L.GlobalAvgPool2d = GlobalAvgPool2d
 function GlobalAvgPool2d:init(opts)
-  opts = opts_arg("GlobalAvgPool2d", opts, { keepdim = true })
+  opts = options("GlobalAvgPool2d", opts, { keepdim = true })
   self.keepdim = opts.keepdim and true or false
 end
 function GlobalAvgPool2d:forward(x) return F.global_avg_pool2d(x, self.keepdim) end
@@ -275,7 +266,7 @@ L.BatchNorm = BatchNorm
 BatchNorm._dims = nil   -- accepted input ranks (BatchNorm1d: 2 or 3, BatchNorm2d: 4)
 
 function BatchNorm:init(num_features, opts)
-  opts = opts_arg(self.__name, opts, { eps = true, momentum = true, affine = true, track_running_stats = true })
+  opts = options(self.__name, opts, { eps = true, momentum = true, affine = true, track_running_stats = true })
   self.num_features = int_arg(self.__name, num_features, "num_features")
   self.eps = opts.eps or 1e-5
   self.momentum = opts.momentum or 0.1
@@ -326,7 +317,7 @@ L.BatchNorm2d = BatchNorm2d
 local Embedding = Module:extend("Embedding")
 L.Embedding = Embedding
 function Embedding:init(n, d, opts)
-  opts = opts_arg("Embedding", opts, { padding_idx = true })
+  opts = options("Embedding", opts, { padding_idx = true })
   self.num_embeddings = int_arg("Embedding", n, "num_embeddings")
   self.embedding_dim = int_arg("Embedding", d, "embedding_dim")
   local pad = opts.padding_idx
@@ -476,7 +467,7 @@ end
 local RNNCell = Module:extend("RNNCell")
 L.RNNCell = RNNCell
 function RNNCell:init(in_size, hidden, opts)
-  opts = opts_arg("RNNCell", opts, { nonlinearity = true, bias = true })
+  opts = options("RNNCell", opts, { nonlinearity = true, bias = true })
   local nl = opts.nonlinearity or "tanh"
   if nl ~= "tanh" and nl ~= "relu" then
     raise("RNNCell: nonlinearity must be \"tanh\" or \"relu\", got " .. tostring(nl))
@@ -497,7 +488,7 @@ RNNCell.extra_repr = cell_repr
 local LSTMCell = Module:extend("LSTMCell")
 L.LSTMCell = LSTMCell
 function LSTMCell:init(in_size, hidden, opts)
-  opts = opts_arg("LSTMCell", opts, { bias = true })
+  opts = options("LSTMCell", opts, { bias = true })
   cell_init(self, "LSTMCell", in_size, hidden, 4, opts)
 end
 function LSTMCell:forward(x, h, c)
@@ -519,7 +510,7 @@ LSTMCell.extra_repr = cell_repr
 local GRUCell = Module:extend("GRUCell")
 L.GRUCell = GRUCell
 function GRUCell:init(in_size, hidden, opts)
-  opts = opts_arg("GRUCell", opts, { bias = true })
+  opts = options("GRUCell", opts, { bias = true })
   cell_init(self, "GRUCell", in_size, hidden, 3, opts)
 end
 function GRUCell:forward(x, h)
