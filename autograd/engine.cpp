@@ -442,7 +442,7 @@ void GraphTask::discover(const std::vector<Edge>& roots) {
   // point in reverse discovery order.
   for (const Edge& e : input_edges_)
     if (e.valid())
-      if (Info* t = info(e.node.get())) t->needed = true;
+      if (Info* t = info(e.node.get())) t->needed = t->target = true;
   bool changed = true;
   while (changed) {
     changed = false;
@@ -550,6 +550,36 @@ void GraphTask::finish_node(int at, const Grads& grads) {
     n->saved.clear();
     n->released = n->backward != nullptr;
   }
+  if (ready_fn_ && inf.target)
+    for (size_t k = 0; k < input_edges_.size(); ++k)
+      if (input_edges_[k].node.get() == n) fire_ready(k);
+}
+
+// Note [Gradient ready]
+// An input's gradient is final once its node has run: every gradient into the node
+// arrived before it became ready (dependency counting), and it was captured then. So
+// the task reports it at the end of finish_node, after the node's own backward took
+// what it reads, and a caller (dl.dist's reducer, through the bindings) can start
+// reducing it while the rest of the graph still runs backwards, as PyTorch's DDP does
+// from its autograd hooks. Inputs the outputs do not depend on get their zeros at once,
+// in on_ready, so that a reducer never waits for a gradient that will not come. The
+// engine keeps no reference to the gradient it reported except captured_[k]: whether
+// other tensors share its memory (a gradient passed on unchanged to two inputs, or to
+// a node still to run) is the callback's to check, by the reference counts.
+void GraphTask::on_ready(ReadyFn fn, void* ctx) {
+  ready_fn_ = fn;
+  ready_ctx_ = ctx;
+  if (!fn) return;
+  for (size_t k = 0; k < input_edges_.size(); ++k) {
+    const Edge& e = input_edges_[k];
+    const Info* t = e.valid() ? info(e.node.get()) : nullptr;
+    if (!t || !t->needed) fire_ready(k);
+  }
+}
+
+void GraphTask::fire_ready(size_t k) {
+  if (!captured_[k].defined()) captured_[k] = zeros(inputs_[k].shape(), inputs_[k].dtype(), inputs_[k].device());
+  ready_fn_(ready_ctx_, k, captured_[k]);
 }
 
 Tensor GraphTask::take_result(size_t k) {

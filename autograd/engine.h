@@ -35,6 +35,13 @@ class GraphTask {
   TensorList take_results();
   Tensor take_result(size_t k);   // the gradient of input k alone
 
+  // Calls fn(ctx, k, grad) once for each input k, as soon as its gradient is final
+  // (Note [Gradient ready] in engine.cpp): for inputs the outputs do not depend on, at
+  // once (with zeros), the others while the task runs. fn may replace grad (with a
+  // private copy, say): take_result returns what it leaves there. Set it before run().
+  using ReadyFn = void (*)(void* ctx, size_t k, Tensor& grad);
+  void on_ready(ReadyFn fn, void* ctx);
+
   // Everything a task keeps, in one object that outlives it (Note [Backward task
   // buffers] in engine.cpp, the only place that uses it).
   struct Buffers;
@@ -48,6 +55,7 @@ class GraphTask {
     int kids = 0;          // where its inputs' Info indices start in kids_ (Note [Inputs by index])
     int deps = 0;
     bool needed = false;   // has a path to an input
+    bool target = false;   // an input's own node
     Tensor grad0;          // incoming gradient of output 0
     TensorList more;       // of outputs 1.. (multi-output nodes only)
     Tensor* slot(uint32_t nr);              // made on demand
@@ -89,6 +97,8 @@ class GraphTask {
   void finish_node(int at, const Grads& grads);
   // The node's incoming gradients, one per output, in scratch_.
   const TensorList& gather_grads(Info& inf);
+  void fire_ready(size_t k);
+
 
   Buffers* buf_;                  // first: the references below point into it
   TensorList& inputs_;
@@ -104,6 +114,8 @@ class GraphTask {
   Node* custom_ = nullptr;
   int custom_at_ = -1;
   TensorList& pending_;
+  ReadyFn ready_fn_ = nullptr;
+  void* ready_ctx_ = nullptr;
 };
 
 // History stamps: set_history() gives each tensor the next stamp; a view whose base

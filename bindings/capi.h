@@ -284,6 +284,23 @@ int dl_backward_once(const uint64_t* outs, int nout, const uint64_t* grad_outs,
 int dl_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
                     int* task);
 int dl_custom_record(const uint64_t* ins, int nin, uint64_t* outs, int nout, double ref);
+/* A gradient-ready hook (Note [Gradient-ready hook] in bindings/capi_autograd.cpp): the
+   next backward pass on this thread that records nothing (create_graph off) takes it.
+   begin(ctx, n, numels, dtypes, host) describes the pass's n inputs (host: 1 for host
+   memory); a nonzero return declines the hook. Then ready(ctx, k, data, numel, dtype)
+   once per input k (0-based) when its gradient is final, in contiguous memory that the
+   gradient result alone owns and that the hook may write until end(ctx, ok) returns;
+   end is called before the results are handed out (ok = 0: the pass failed), and a
+   negative return fails the pass. The hook's functions never call into dlua. */
+struct dl_grad_hook {
+  void* ctx;
+  int (*begin)(void* ctx, int n, const int64_t* numels, const int* dtypes, const int* host);
+  void (*ready)(void* ctx, int k, void* data, int64_t numel, int dtype);
+  int (*end)(void* ctx, int ok);
+};
+void dl_grad_hook_arm(const struct dl_grad_hook* h);
+/* Disarms it: 1 when a pass took it (begin accepted), else 0. */
+int dl_grad_hook_disarm(void);
 int dl_dead_custom_refs(double* out, int n);
 int dl_watch_inplace(uint64_t x);            /* GradientTape.watch: x itself becomes differentiable */
 double dl_tensor_key(uint64_t x);            /* the same number for every handle of one tensor */

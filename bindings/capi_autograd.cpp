@@ -70,6 +70,57 @@ struct CustomNode : ag::Node {
 
 ag::Grads no_backward(ag::Node&, const TensorList&) { return {}; }
 
+// Note [Gradient-ready hook]
+// dl.dist reduces gradients over the ranks while the backward pass still runs, as
+// DDP's autograd hooks do: its plugin arms a dl_grad_hook, and the next pass on the
+// thread that records nothing takes it. A pass made inside the function being
+// differentiated records (the outer scope is open), so it never takes the hook meant
+// for the outer one. The engine reports each input's final gradient (Note [Gradient
+// ready] in autograd/engine.cpp); hook_ready hands the hook memory it may write while
+// the pass goes on: the gradient's own when it is contiguous and nothing else refers to
+// it (no other tensor, view or node still to run would see the write), else a private
+// copy, which becomes the result. end() runs before the results reach Lua, so they hold
+// what the hook wrote. C++ never calls Lua (DESIGN.md decision 3): the hook is C.
+struct HookRun {
+  dl_grad_hook h{};
+  bool armed = false;                    // waiting for a pass
+  bool taken = false;                    // a pass took it (begin accepted)
+  const ag::GraphTask* task = nullptr;   // that pass, until end
+};
+thread_local HookRun t_hook;
+
+void hook_ready(void* ctx, size_t k, Tensor& g) {
+  const HookRun& run = *static_cast<HookRun*>(ctx);
+  const bool own = g.is_contiguous() && g.impl_ref()->use_count() == 1 && g.storage().use_count() == 1;
+  if (!own) g = dl::clone(g);
+  run.h.ready(run.h.ctx, int(k), g.raw_data(), g.numel(), int(g.dtype()));
+}
+
+// Gives the armed hook to a pass that records nothing.
+void hook_attach(ag::GraphTask& task, const TensorList& inputs, bool create_graph) {
+  if (!t_hook.armed || create_graph) return;
+  t_hook.armed = false;
+  std::vector<int64_t> numels;
+  std::vector<int> dtypes, host;
+  for (const Tensor& x : inputs) {
+    numels.push_back(x.numel());
+    dtypes.push_back(int(x.dtype()));
+    host.push_back(x.device().is_cpu() ? 1 : 0);
+  }
+  if (t_hook.h.begin(t_hook.h.ctx, int(inputs.size()), numels.data(), dtypes.data(), host.data()) != 0) return;
+  t_hook.taken = true;
+  t_hook.task = &task;
+  task.on_ready(hook_ready, &t_hook);
+}
+
+// Ends the hook's work on `task` (ok: the pass finished): 0, or -1 with the error set.
+int hook_end(const ag::GraphTask* task, bool ok) {
+  if (!task || t_hook.task != task) return 0;
+  t_hook.task = nullptr;
+  if (t_hook.h.end(t_hook.h.ctx, ok ? 1 : 0) >= 0 || !ok) return 0;
+  return guard_status([] { dl::fail(dl::ErrorKind::Value, "grad: the gradient-ready hook failed"); });
+}
+
 }  // namespace
 
 namespace dl::bind {
@@ -95,14 +146,19 @@ int backward_one(const Tensor& y, const Tensor& x, Tensor* grad, int* task) {
         o[0] = y;
         i[0] = x;
         t = std::make_unique<ag::GraphTask>(o, none, i, ag::is_recording(), false);
+        hook_attach(*t, i, ag::is_recording());
         o[0] = i[0] = Tensor();
         done = t->run();
-        if (done) *grad = t->take_result(0);
       }) != 0) {
     o[0] = i[0] = Tensor();
+    hook_end(t.get(), false);
     return -1;
   }
-  if (done) return 0;
+  if (done) {
+    if (hook_end(t.get(), true) != 0) return -1;
+    *grad = t->take_result(0);
+    return 0;
+  }
   // The graph holds a custom gradient: the task waits for the Lua side to drive it.
   int id = -1;
   if (guard_status_nosync([&] { id = add_task(std::move(t)); }) != 0) return -1;
@@ -208,14 +264,21 @@ int dl_backward_begin(const uint64_t* outs, int nout, const uint64_t* grad_outs,
     TensorList o = tensors(outs, nout, "grad");
     TensorList g = grad_outs ? tensors(grad_outs, nout, "grad", true) : TensorList{};
     TensorList i = tensors(ins, nin, "grad");
-    id = add_task(std::make_unique<ag::GraphTask>(o, g, i, create_graph != 0, retain_graph != 0));
+    auto t = std::make_unique<ag::GraphTask>(o, g, i, create_graph != 0, retain_graph != 0);
+    hook_attach(*t, i, create_graph != 0);
+    id = add_task(std::move(t));
   });
   return id;
 }
 
 int dl_backward_run(int task) {
   int r = -1;
-  guard_status([&] { r = task_of(task, "grad").run() ? 1 : 0; });
+  const ag::GraphTask* t = nullptr;
+  guard_status([&] {
+    t = &task_of(task, "grad");
+    r = task_of(task, "grad").run() ? 1 : 0;
+  });
+  if (r != 0 && hook_end(t, r == 1) != 0) return -1;
   return r;
 }
 
@@ -251,7 +314,22 @@ int dl_backward_results(int task, uint64_t* out, int n) {
 }
 
 void dl_backward_free(int task) {
-  if (task >= 1 && task <= int(t_tasks.size())) t_tasks[size_t(task - 1)].reset();
+  if (task < 1 || task > int(t_tasks.size())) return;
+  hook_end(t_tasks[size_t(task - 1)].get(), false);   // (a pass that did not finish)
+  t_tasks[size_t(task - 1)].reset();
+}
+
+void dl_grad_hook_arm(const struct dl_grad_hook* h) {
+  t_hook.h = *h;
+  t_hook.armed = true;
+  t_hook.taken = false;
+}
+
+int dl_grad_hook_disarm(void) {
+  t_hook.armed = false;
+  const int taken = t_hook.taken ? 1 : 0;
+  t_hook.taken = false;
+  return taken;
 }
 
 // The four calls above in one: the Lua driver is interpreted (its pcalls keep it so),

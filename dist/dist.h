@@ -82,6 +82,23 @@ int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* 
    error. */
 int dld_check_same(const char* desc, int64_t len, const char* what, int64_t seq, const char* site);
 
+/* Reduction overlapped with the backward pass (Note [Overlap] in dist/mpi.cpp): the
+   struct dl_grad_hook (bindings/capi.h) to give dl_grad_hook_arm. The pass that takes
+   it reduces every gradient as dld_allreduce_many would (op as dld_allreduce, results
+   multiplied by scale, in the gradients' own memory), each bucket started on a
+   communication thread as soon as its gradients are final. NULL on error. */
+const void* dld_reducer(int op, double scale, int64_t bucket_bytes, int64_t first_bytes, const char* what,
+                        int64_t seq, const char* site);
+/* After the pass: 1 its gradients were reduced; 0 no pass took the hook, or the pass
+   declined it (the ranks' inputs differ, or are not all in host memory, or cannot be
+   reduced with this op): reduce them with dld_allreduce_many, whose checks say why;
+   -1 error (dld_error). */
+int dld_reducer_result(void);
+/* Since dld_init: out[0] passes reduced by the hook, out[1] their buckets, out[2]
+   seconds spent in the buckets' collectives, out[3] seconds the passes' ends waited
+   for them (the communication the backward pass did not hide). */
+void dld_reducer_stats(double* out);
+
 /* dl:cdef-end */
 
 #ifdef __cplusplus

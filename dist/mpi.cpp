@@ -1,10 +1,10 @@
 // libdlua_dist over Open MPI: the collectives of dl.dist on host buffers (dist/dist.h).
 //
 // Every collective runs on a duplicate of MPI_COMM_WORLD (so a host program's own MPI
-// traffic never matches ours), non-blocking (MPI_Iallreduce and friends), and is waited
-// for by polling MPI_Testall against a deadline: a rank that never reaches a collective
-// makes the others print what they wait for, and where, instead of hanging in silence
-// (Note [Stalls]). Errors come back as return codes (MPI_ERRORS_RETURN on our
+// traffic never matches ours) under a watchdog with deadlines: a rank that never
+// reaches a collective makes the others print what they wait for, and where, instead
+// of hanging in silence (Note [Stalls]). Gradients can be reduced while the backward
+// pass that makes them still runs (Note [Overlap]). Errors come back as return codes (MPI_ERRORS_RETURN on our
 // communicator) with a message naming the op; nothing here throws across the C ABI.
 #include "dist/dist.h"
 
@@ -14,6 +14,9 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +24,8 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include "bindings/capi.h"   // struct dl_grad_hook (the plugin links no engine)
 
 namespace {
 
@@ -247,6 +252,257 @@ void scale_by(void* p, int64_t n, double s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= v;
 }
 
+void scale_buffer(void* p, int64_t n, int dtype, double s) {
+  if (s == 1) return;
+  if (dtype == kFloat32) scale_by<float>(p, n, s);
+  else scale_by<double>(p, n, s);
+}
+
+// ---- buckets ----------------------------------------------------------------------------
+
+// One reduction of a list of buffers: members (indices into the list) share one
+// bucket, or a direct bucket is one buffer reduced where it is.
+struct Bucket {
+  int dtype = kFloat32;
+  bool direct = false;
+  std::vector<int> members;
+  std::vector<int64_t> counts;
+  int64_t count = 0;   // elements in all
+};
+
+// The buckets of n buffers, in the order they are reduced: dtypes in the order they
+// first appear, and within one the last buffer first (the order a backward pass makes
+// gradients in); the first bucket of a dtype at most first_bytes, the others
+// bucket_bytes. A buffer of kDirectBytes or more (or of a bucket's size) is reduced in
+// place, as a bucket of its own: copying it into a bucket and back cost more than the
+// latency it saves (the MLP's 800 KB weight gradient and three small ones: 217 us
+// through one bucket, 135 us as four in-place reductions, 99 us for one reduction of
+// their concatenation; bench/dist.lua). The small ones share buckets, where one call's
+// latency serves many. Every rank plans the same buckets from the same list.
+std::vector<Bucket> plan_buckets(const int64_t* counts, const int* dtypes, int n, int64_t bucket_bytes,
+                                 int64_t first_bytes) {
+  std::vector<int> order;
+  for (int i = 0; i < n; ++i)
+    if (std::find(order.begin(), order.end(), dtypes[i]) == order.end()) order.push_back(dtypes[i]);
+  std::vector<Bucket> plan;
+  for (int dtype : order) {
+    const int64_t isz = int64_t(itemsize(dtype));
+    // A bucket's count is an int: at most kPiece elements.
+    const int64_t most = std::max<int64_t>(isz, std::min<int64_t>(bucket_bytes, kPiece * isz));
+    int64_t cap = std::max<int64_t>(isz, std::min<int64_t>(first_bytes > 0 ? first_bytes : bucket_bytes, kPiece * isz));
+    std::vector<int> idx;
+    for (int i = n - 1; i >= 0; --i)
+      if (dtypes[i] == dtype) idx.push_back(i);
+    for (size_t at = 0; at < idx.size(); cap = most) {
+      Bucket b;
+      b.dtype = dtype;
+      b.direct = counts[idx[at]] * isz >= std::min(cap, kDirectBytes);
+      do {
+        b.members.push_back(idx[at]);
+        b.counts.push_back(counts[idx[at]]);
+        b.count += counts[idx[at]];
+        ++at;
+      } while (!b.direct && at < idx.size() && counts[idx[at]] * isz < kDirectBytes &&
+               (b.count + counts[idx[at]]) * isz <= cap);
+      plan.push_back(std::move(b));
+    }
+  }
+  return plan;
+}
+
+// Reduces bucket k of a plan: src[i] read, dst[i] (maybe src[i]) written, the result
+// multiplied by scale. Bucket memory is g.buckets[k], kept for the next call.
+bool reduce_bucket(const Bucket& b, size_t k, const void* const* src, void* const* dst, MPI_Op o, double scale,
+                   const char* what) {
+  MPI_Datatype t;
+  if (!mpi_type(b.dtype, &t, what)) return false;
+  const size_t isz = itemsize(b.dtype);
+  if (b.direct) {
+    const int i = b.members[0];
+    if (src[i] != dst[i] && b.count > 0) std::memcpy(dst[i], src[i], size_t(b.count) * isz);
+    for (int64_t at = 0; at < b.count; at += kPiece) {
+      if (!check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(dst[i]) + size_t(at) * isz,
+                               int(std::min(kPiece, b.count - at)), t, o, g.comm), what))
+        return false;
+    }
+    scale_buffer(dst[i], b.count, b.dtype, scale);
+    return true;
+  }
+  if (g.buckets.size() <= k) g.buckets.resize(k + 1);
+  std::vector<unsigned char>& mem = g.buckets[k];
+  if (mem.size() < size_t(b.count) * isz) mem.resize(size_t(b.count) * isz);
+  size_t at = 0;
+  for (size_t j = 0; j < b.members.size(); ++j) {
+    const size_t bytes = size_t(b.counts[j]) * isz;
+    if (bytes) std::memcpy(mem.data() + at, src[b.members[j]], bytes);
+    at += bytes;
+  }
+  if (!check(MPI_Allreduce(MPI_IN_PLACE, mem.data(), int(b.count), t, o, g.comm), what)) return false;
+  scale_buffer(mem.data(), b.count, b.dtype, scale);
+  at = 0;
+  for (size_t j = 0; j < b.members.size(); ++j) {
+    const size_t bytes = size_t(b.counts[j]) * isz;
+    if (bytes) std::memcpy(dst[b.members[j]], mem.data() + at, bytes);
+    at += bytes;
+  }
+  return true;
+}
+
+// ---- the overlapped reducer -----------------------------------------------------------------
+
+// Note [Overlap]
+// dld_reducer's hook reduces a backward pass's gradients while the pass still runs, as
+// PyTorch's DDP does from autograd hooks. The engine reports each gradient as soon as
+// it is final (Note [Gradient-ready hook] in bindings/capi_autograd.cpp); the buckets
+// are planned from the pass's inputs when it starts, the same on every rank (begin
+// first compares the inputs' sizes and dtypes across the ranks, and declines the hook
+// when they differ, so that the caller's own check names the difference). A bucket
+// starts when all of its gradients and every bucket before it have: in the plan's
+// order, whatever order this rank's graph makes gradients in, so the ranks' collectives
+// match. A communication thread makes the collectives, one at a time, under the watch
+// (Note [Stalls]); MPI_THREAD_SERIALIZED holds because the main thread makes none
+// while a bucket is queued or running: every entry point below drains the queue first
+// (drain), including a collective that a custom gradient's backward makes mid-pass.
+// end() waits for the last bucket before the pass hands out its results. A pass that
+// fails waits for the buckets it started (the other ranks start the same ones) and
+// starts no more; the ranks still waiting for those meet the watch's deadline, unless
+// the error ends the job first, as an uncaught one does.
+struct Reducer {
+  dl_grad_hook hook{};
+  MPI_Op op = MPI_SUM;
+  int op_code = 0;
+  double scale = 1;
+  int64_t bucket_bytes = 0, first_bytes = 0;
+  const char* what = "";
+  int64_t seq = 0;
+  std::string site;
+  int result = 0;      // dld_reducer_result
+  // The pass's buffers and plan (main thread; the comm thread reads them once queued).
+  std::vector<void*> data;
+  std::vector<Bucket> plan;
+  std::vector<int> bucket_of, missing;
+  size_t next = 0;     // the next bucket to start
+  // The communication thread and its queue (under mu).
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<size_t> queue;
+  bool busy = false, stop = false;
+  std::string error;   // the first failure of a bucket
+  // dld_reducer_stats: passes reduced, buckets, seconds in their collectives (the comm
+  // thread's, under mu) and seconds the passes' ends waited for them.
+  double passes = 0, buckets = 0, comm_s = 0, exposed_s = 0;
+  void halt() {
+    if (!thread.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+  ~Reducer() { halt(); }
+};
+Reducer r;
+
+void comm_loop() {
+  std::unique_lock<std::mutex> lock(r.mu);
+  for (;;) {
+    r.cv.wait(lock, [] { return r.stop || !r.queue.empty(); });
+    if (r.queue.empty()) return;
+    const size_t k = r.queue.front();
+    r.queue.pop_front();
+    r.busy = true;
+    const bool skip = !r.error.empty();   // (a bucket failed: start no more)
+    lock.unlock();
+    bool ok = true;
+    const double t0 = now();
+    if (!skip) {
+      Watch watch(r.what, r.seq, r.site.c_str());
+      ok = reduce_bucket(r.plan[k], k, r.data.data(), r.data.data(), r.op, r.scale, r.what);
+    }
+    const double spent = now() - t0;
+    lock.lock();
+    r.comm_s += spent;
+    r.buckets += 1;
+    if (!ok && r.error.empty()) r.error = t_error;
+    r.busy = false;
+    r.cv.notify_all();
+  }
+}
+
+// Waits until the communication thread is idle: the main thread may then call MPI.
+void drain() {
+  if (!r.thread.joinable()) return;
+  std::unique_lock<std::mutex> lock(r.mu);
+  r.cv.wait(lock, [] { return r.queue.empty() && !r.busy; });
+}
+
+int reducer_begin(void*, int n, const int64_t* numels, const int* dtypes, const int* host) {
+  r.result = 0;
+  std::string desc;
+  for (int i = 0; i < n; ++i)
+    desc += std::to_string(numels[i]) + " " + dtype_name(dtypes[i]) + (host[i] ? "\n" : " device\n");
+  const int same = dld_check_same(desc.data(), int64_t(desc.size()), r.what, r.seq, r.site.c_str());
+  if (same != 0) {
+    r.result = same < 0 ? -1 : 0;
+    return 1;
+  }
+  // What the ranks agree on but this reducer does not take: the caller's path reports it.
+  MPI_Op o;
+  for (int i = 0; i < n; ++i) {
+    if (!host[i] || itemsize(dtypes[i]) == 0 || !mpi_op(r.op_code, dtypes[i], &o, r.what)) return 1;
+    if (r.scale != 1 && dtypes[i] != kFloat32 && dtypes[i] != kFloat64) return 1;
+  }
+  r.plan = plan_buckets(numels, dtypes, n, r.bucket_bytes, r.first_bytes);
+  r.data.assign(size_t(n), nullptr);
+  r.bucket_of.assign(size_t(n), 0);
+  r.missing.assign(r.plan.size(), 0);
+  for (size_t k = 0; k < r.plan.size(); ++k) {
+    for (int i : r.plan[k].members) r.bucket_of[size_t(i)] = int(k);
+    r.missing[k] = int(r.plan[k].members.size());
+  }
+  r.next = 0;
+  r.error.clear();
+  if (!r.thread.joinable()) {
+    r.stop = false;
+    r.thread = std::thread(comm_loop);
+  }
+  r.result = 1;
+  return 0;
+}
+
+void reducer_ready(void*, int k, void* data, int64_t, int) {
+  r.data[size_t(k)] = data;
+  if (--r.missing[size_t(r.bucket_of[size_t(k)])] > 0 || r.next >= r.plan.size() || r.missing[r.next] > 0) return;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    while (r.next < r.plan.size() && r.missing[r.next] == 0) r.queue.push_back(r.next++);
+  }
+  r.cv.notify_all();
+}
+
+int reducer_end(void*, int ok) {
+  const double t0 = now();
+  drain();
+  r.exposed_s += now() - t0;
+  if (!ok) {   // (the pass's own error is the one to report)
+    r.result = 0;
+    return 0;
+  }
+  if (!r.error.empty()) {
+    r.result = -1;
+    return fail(r.error);
+  }
+  if (r.next < r.plan.size()) {
+    r.result = -1;
+    return fail(std::string(r.what) + ": the backward pass never reported gradient " +
+                std::to_string(r.plan[r.next].members[0] + 1));
+  }
+  r.passes += 1;
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -318,6 +574,7 @@ int dld_finalize(void) {
   if (!g.works.empty())
     return fail("dist.finalize: " + std::to_string(g.works.size()) +
                 " collectives were started and never waited for (call :wait() on their handles)");
+  r.halt();
   w.halt();
   MPI_Comm_free(&g.comm);
   g.finalized = true;
@@ -335,6 +592,7 @@ void dld_abort(int code) {
 
 int64_t dld_allreduce(void* buf, int64_t count, int dtype, int op, int async, const char* what, int64_t seq,
                       const char* site) {
+  drain();
   MPI_Datatype t;
   MPI_Op o;
   if (!ready(what) || !mpi_type(dtype, &t, what) || !mpi_op(op, dtype, &o, what)) return -1;
@@ -360,6 +618,7 @@ int64_t dld_allreduce(void* buf, int64_t count, int dtype, int op, int async, co
 
 int64_t dld_broadcast(void* buf, int64_t count, int dtype, int root, int async, const char* what, int64_t seq,
                       const char* site) {
+  drain();
   MPI_Datatype t;
   if (!ready(what) || !mpi_type(dtype, &t, what)) return -1;
   if (root < 0 || root >= g.size)
@@ -387,6 +646,7 @@ int64_t dld_broadcast(void* buf, int64_t count, int dtype, int root, int async, 
 
 int64_t dld_allgatherv(const void* send, int64_t count, void* recv, const int64_t* counts, int dtype, int async,
                        const char* what, int64_t seq, const char* site) {
+  drain();
   MPI_Datatype t;
   if (!ready(what) || !mpi_type(dtype, &t, what)) return -1;
   // The counts and displacements live with the work: MPI reads them until it ends.
@@ -413,6 +673,7 @@ int64_t dld_allgatherv(const void* send, int64_t count, void* recv, const int64_
 }
 
 int64_t dld_barrier(int async, const char* what, int64_t seq, const char* site) {
+  drain();
   if (!ready(what)) return -1;
   Watch watch(what, seq, site);
   if (!async) return check(MPI_Barrier(g.comm), what) ? 0 : -1;
@@ -422,12 +683,14 @@ int64_t dld_barrier(int async, const char* what, int64_t seq, const char* site) 
 }
 
 int dld_allgather_i64(int64_t mine, int64_t* all, const char* what, int64_t seq, const char* site) {
+  drain();
   if (!ready(what)) return -1;
   Watch watch(what, seq, site);
   return check(MPI_Allgather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, g.comm), what) ? 0 : -1;
 }
 
 int dld_wait(int64_t work, const char* what, int64_t seq, const char* site) {
+  drain();
   auto it = g.works.find(work);
   if (it == g.works.end()) return fail(std::string(what) + ": this collective was already waited for");
   Watch watch(what, seq, site);
@@ -438,6 +701,7 @@ int dld_wait(int64_t work, const char* what, int64_t seq, const char* site) {
 }
 
 int dld_test(int64_t work) {
+  drain();
   auto it = g.works.find(work);
   if (it == g.works.end()) return fail("dist: this collective was already waited for");
   int done = 0;
@@ -453,69 +717,22 @@ int dld_test(int64_t work) {
 int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* counts, int n, int dtype, int op,
                        double scale, int64_t bucket_bytes, int64_t first_bytes, const char* what, int64_t seq,
                        const char* site) {
+  drain();
   MPI_Datatype t;
   MPI_Op o;
   if (!ready(what) || !mpi_type(dtype, &t, what) || !mpi_op(op, dtype, &o, what)) return -1;
   if (scale != 1 && dtype != kFloat32 && dtype != kFloat64)
     return fail(std::string(what) + ": a mean of " + dtype_name(dtype) + " tensors (use op 'sum')");
-  const size_t isz = itemsize(dtype);
-  // A bucket's count is an int: at most kPiece elements.
-  bucket_bytes = std::min<int64_t>(bucket_bytes, kPiece * int64_t(isz));
-  first_bytes = std::min<int64_t>(first_bytes, kPiece * int64_t(isz));
+  std::vector<int> dtypes(size_t(n), dtype);
+  const std::vector<Bucket> plan = plan_buckets(counts, dtypes.data(), n, bucket_bytes, first_bytes);
   Watch watch(what, seq, site);
-  // Buckets in the order the buffers are reduced, the last one first (the order a
-  // backward pass makes gradients in). A buffer of kDirectBytes or more (or of a
-  // bucket's size) is reduced in its dst, as a bucket of its own: copying it into a
-  // bucket and back cost more than the latency it saves (the MLP's 800 KB weight
-  // gradient and three small ones: 217 us through one bucket, 135 us as four in-place
-  // reductions, 99 us for one reduction of their concatenation; bench/dist.lua). The
-  // small ones share buckets, where one call's latency serves many.
-  int64_t cap = std::max<int64_t>(int64_t(isz), first_bytes > 0 ? first_bytes : bucket_bytes);
-  size_t k = 0;
-  for (int i = n - 1; i >= 0; ++k) {
-    if (counts[i] * int64_t(isz) >= std::min(cap, kDirectBytes)) {
-      if (src[i] != dst[i]) std::memcpy(dst[i], src[i], size_t(counts[i]) * isz);
-      for (int64_t at = 0; at < counts[i]; at += kPiece) {
-        if (!check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(dst[i]) + size_t(at) * isz,
-                                 int(std::min(kPiece, counts[i] - at)), t, o, g.comm), what))
-          return -1;
-      }
-      if (scale != 1) {
-        if (dtype == kFloat32) scale_by<float>(dst[i], counts[i], scale);
-        else scale_by<double>(dst[i], counts[i], scale);
-      }
-      --i;
-    } else {
-      int last = i;
-      int64_t bytes = 0;
-      while (last >= 0 && counts[last] * int64_t(isz) < kDirectBytes && bytes + counts[last] * int64_t(isz) <= cap)
-        bytes += counts[last--] * int64_t(isz);
-      if (g.buckets.size() <= k) g.buckets.resize(k + 1);
-      std::vector<unsigned char>& mem = g.buckets[k];
-      if (mem.size() < size_t(bytes)) mem.resize(size_t(bytes));
-      size_t at = 0;
-      for (int j = i; j > last; --j) {
-        std::memcpy(mem.data() + at, src[j], size_t(counts[j]) * isz);
-        at += size_t(counts[j]) * isz;
-      }
-      if (!check(MPI_Allreduce(MPI_IN_PLACE, mem.data(), int(bytes / int64_t(isz)), t, o, g.comm), what)) return -1;
-      if (scale != 1) {
-        if (dtype == kFloat32) scale_by<float>(mem.data(), bytes / int64_t(isz), scale);
-        else scale_by<double>(mem.data(), bytes / int64_t(isz), scale);
-      }
-      at = 0;
-      for (int j = i; j > last; --j) {
-        std::memcpy(dst[j], mem.data() + at, size_t(counts[j]) * isz);
-        at += size_t(counts[j]) * isz;
-      }
-      i = last;
-    }
-    cap = std::max<int64_t>(int64_t(isz), bucket_bytes);
-  }
+  for (size_t k = 0; k < plan.size(); ++k)
+    if (!reduce_bucket(plan[k], k, src, dst, o, scale, what)) return -1;
   return 0;
 }
 
 int dld_check_same(const char* desc, int64_t len, const char* what, int64_t seq, const char* site) {
+  drain();
   if (!ready(what)) return -1;
   Watch watch(what, seq, site);
   int64_t mine[2] = {int64_t(fnv1a(desc, len)), len};
@@ -546,6 +763,38 @@ int dld_check_same(const char* desc, int64_t len, const char* what, int64_t seq,
             std::to_string(other) + " has " + show(b, i) + " (" + std::to_string(a.size()) + " against " +
             std::to_string(b.size()) + " in all)";
   return 1;
+}
+
+const void* dld_reducer(int op, double scale, int64_t bucket_bytes, int64_t first_bytes, const char* what,
+                        int64_t seq, const char* site) {
+  drain();
+  r.result = 0;
+  if (!ready(what)) return nullptr;
+  if (op < 0 || op > 3) {
+    fail(std::string(what) + ": unknown reduction code " + std::to_string(op));
+    return nullptr;
+  }
+  static const MPI_Op ops[] = {MPI_SUM, MPI_MAX, MPI_MIN, MPI_PROD};
+  r.op = ops[op];
+  r.op_code = op;
+  r.scale = scale;
+  r.bucket_bytes = bucket_bytes;
+  r.first_bytes = first_bytes;
+  r.what = what;
+  r.seq = seq;
+  r.site = site ? site : "";
+  r.hook = dl_grad_hook{nullptr, reducer_begin, reducer_ready, reducer_end};
+  return &r.hook;
+}
+
+int dld_reducer_result(void) { return r.result; }
+
+void dld_reducer_stats(double* out) {
+  std::lock_guard<std::mutex> lock(r.mu);
+  out[0] = r.passes;
+  out[1] = r.buckets;
+  out[2] = r.comm_s;
+  out[3] = r.exposed_s;
 }
 
 }  // extern "C"

@@ -146,6 +146,7 @@ function dist.init(opts)
   end
   local st = {
     rank = 0, size = 1, local_rank = 0, local_size = 1, lib = nil, inflight = {},
+    after_steps = 0, after_s = 0,   -- gradient reductions made after their pass (dist.step_stats)
     timeout = opts.timeout or env_number("DLUA_DIST_TIMEOUT") or 600,
     debug = (getenv and getenv("DLUA_DIST_DEBUG") or "") ~= "" and getenv("DLUA_DIST_DEBUG") ~= "0",
     timeline_path = getenv and getenv("DLUA_DIST_TIMELINE") or nil,
@@ -597,6 +598,7 @@ local function reduce_list(op, list, names, opts)
   end
   local bucket = (opts.bucket_mb or BUCKET_MB) * 1048576
   local first = (opts.first_bucket_mb or FIRST_BUCKET_MB) * 1048576
+  local started_at = clock()
   for _, d in ipairs(order) do
     local idx = by_dtype[d]
     local n = #idx
@@ -631,6 +633,8 @@ local function reduce_list(op, list, names, opts)
       record(op, sq, t0, bytes)
     end
   end
+  s.after_steps = s.after_steps + 1
+  s.after_s = s.after_s + (clock() - started_at)
   return out
 end
 
@@ -698,9 +702,34 @@ local function outermost(op)
   end
 end
 
-local GRAD_OPTS = { op = true, bucket_mb = true, first_bucket_mb = true, sync = true, parameters = true }
+local GRAD_OPTS = { op = true, bucket_mb = true, first_bucket_mb = true, sync = true, parameters = true,
+                    overlap = true }
 
 local function pack(...) return { n = select("#", ...), ... } end
+
+-- Calls the gradient function g(...) with the plugin's reducer armed, so that its
+-- backward pass reduces the gradients over the ranks while it runs (Note [Overlap] in
+-- dist/mpi.cpp): g's results, packed, and whether they were reduced. They were not when
+-- opts.overlap is false, or when the pass declined (the ranks' inputs differ: the
+-- reduction after it names the difference), or when no pass took the hook (a compiled
+-- call replays its plan instead).
+local function overlapped(op, opts, g, ...)
+  local s = S
+  if not s.lib or s.size == 1 or opts.overlap == false then return pack(g(...)), false end
+  local sq, t0 = next_seq(), s.timeline and clock()
+  local hook = s.lib.dld_reducer(0, (opts.op or "mean") == "mean" and 1 / s.size or 1,
+                                 (opts.bucket_mb or BUCKET_MB) * 1048576,
+                                 (opts.first_bucket_mb or FIRST_BUCKET_MB) * 1048576, op, sq, site_for(true))
+  if hook == nil then lib_error(op) end
+  core.C.dl_grad_hook_arm(ffi_cast("const struct dl_grad_hook*", hook))
+  local r = pack(pcall(g, ...))
+  core.C.dl_grad_hook_disarm()
+  local st = s.lib.dld_reducer_result()
+  if st < 0 then lib_error(op) end
+  if not r[1] then error(r[2], 0) end
+  if st == 1 and t0 then record(op, sq, t0) end
+  return pack(unpack(r, 2, r.n)), st == 1
+end
 
 -- dist.grad(f [, argnums] [, opts]) and dist.value_and_grad: dl.grad's gradients, then
 -- averaged over the ranks (opts.op = "sum" sums them). opts.sync = false leaves them
@@ -726,10 +755,9 @@ function dist.grad(f, argnums, opts)
   local g = dl.grad(f, argnums)
   return function(...)
     outermost("dist.grad")
-    if S.size == 1 then return g(...) end
-    local r = pack(g(...))
-    if opts.sync == false then return unpack(r, 1, r.n) end
-    reduce_results("dist.grad", r, 1, r.n, opts)
+    if S.size == 1 or opts.sync == false then return g(...) end
+    local r, done = overlapped("dist.grad", opts, g, ...)
+    if not done then reduce_results("dist.grad", r, 1, r.n, opts) end
     return unpack(r, 1, r.n)
   end
 end
@@ -740,10 +768,9 @@ function dist.value_and_grad(f, argnums, opts)
   local ngrads = type(argnums) == "table" and #argnums or 1
   return function(...)
     outermost("dist.value_and_grad")
-    if S.size == 1 then return g(...) end
-    local r = pack(g(...))
-    if opts.sync == false then return unpack(r, 1, r.n) end
-    reduce_results("dist.value_and_grad", r, 2, 1 + ngrads, opts)
+    if S.size == 1 or opts.sync == false then return g(...) end
+    local r, done = overlapped("dist.value_and_grad", opts, g, ...)
+    if not done then reduce_results("dist.value_and_grad", r, 2, 1 + ngrads, opts) end
     return unpack(r, 1, r.n)
   end
 end
@@ -751,8 +778,9 @@ end
 -- Reduces implicit gradients, {{g, v}, ...}, in place of their g's. With
 -- opts.parameters (a list of Variables, or a module), every listed Variable gets a
 -- gradient, zeros where this rank's function did not use it, so that ranks that took
--- different branches still reduce the same list.
-local function reduce_pairs(op, pairs_, opts)
+-- different branches still reduce the same list. reduced: the pairs' gradients were
+-- reduced already (by the backward pass that made them).
+local function reduce_pairs(op, pairs_, opts, reduced)
   local params = opts.parameters
   if params ~= nil and type(params) == "table" and params.parameters then params = params:parameters() end
   if params ~= nil then
@@ -772,14 +800,14 @@ local function reduce_pairs(op, pairs_, opts)
     end
     pairs_ = full
   end
+  if reduced then return pairs_ end
   local list, names = {}, {}
   for i, p in ipairs(pairs_) do
     list[i] = p[1]
     names[i] = p[2].name or ("Variable " .. i)
   end
-  local reduced = reduce_list(op, list, names, opts)
-  local out = {}
-  for i, p in ipairs(pairs_) do out[i] = { reduced[i], p[2] } end
+  local out = reduce_list(op, list, names, opts)
+  for i, p in ipairs(pairs_) do out[i] = { out[i], p[2] } end
   return out
 end
 
@@ -788,9 +816,11 @@ function dist.implicit_value_and_grad(f, opts)
   local g = dl.implicit_value_and_grad(f)
   return function(...)
     outermost("dist.implicit_value_and_grad")
-    if S.size == 1 and opts.parameters == nil then return g(...) end
-    local r = pack(g(...))
-    if opts.sync ~= false then r[2] = reduce_pairs("dist.implicit_value_and_grad", r[2], opts) end
+    if (S.size == 1 and opts.parameters == nil) or opts.sync == false then return g(...) end
+    local r, done = overlapped("dist.implicit_value_and_grad", opts, g, ...)
+    if not done or opts.parameters ~= nil then
+      r[2] = reduce_pairs("dist.implicit_value_and_grad", r[2], opts, done)
+    end
     return unpack(r, 1, r.n)
   end
 end
@@ -800,10 +830,10 @@ function dist.implicit_grad(f, opts)
   local g = dl.implicit_grad(f)
   return function(...)
     outermost("dist.implicit_grad")
-    if S.size == 1 and opts.parameters == nil then return g(...) end
-    local pairs_ = g(...)
-    if opts.sync == false then return pairs_ end
-    return reduce_pairs("dist.implicit_grad", pairs_, opts)
+    if (S.size == 1 and opts.parameters == nil) or opts.sync == false then return g(...) end
+    local r, done = overlapped("dist.implicit_grad", opts, g, ...)
+    if done and opts.parameters == nil then return r[1] end
+    return reduce_pairs("dist.implicit_grad", r[1], opts, done)
   end
 end
 
@@ -843,6 +873,24 @@ function dist.GradientTape(tape, opts)
     end,
     __tostring = function() return "dist." .. tostring(tape) end,
   })
+end
+
+-- dist.step_stats(): how this rank's gradient reductions went since dist.init: steps
+-- (reductions of a step's gradients), overlapped (of them, made while the backward pass
+-- ran), comm_s (seconds in their collectives), exposed_s (of those, the seconds the
+-- steps waited for once their backward pass had ended: communication the backward
+-- pass did not hide) and exposed, their ratio.
+function dist.step_stats()
+  local s = started("dist.step_stats")
+  local st = { 0, 0, 0, 0 }
+  if s.lib then
+    local out = ffi_new("double[4]")
+    s.lib.dld_reducer_stats(out)
+    st = { out[0], out[1], out[2], out[3] }
+  end
+  local comm, exposed = st[3] + s.after_s, st[4] + s.after_s
+  return { steps = st[1] + s.after_steps, overlapped = st[1], buckets = st[2], comm_s = comm, exposed_s = exposed,
+           exposed = comm > 0 and exposed / comm or 0 }
 end
 
 -- ---- state -----------------------------------------------------------------------------------

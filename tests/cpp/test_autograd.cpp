@@ -369,3 +369,39 @@ TEST_CASE("a backward task alive at its thread's exit is freed after the pool", 
   }).join();
   CHECK(got == 4);
 }
+
+// Note [Gradient ready]: each input's gradient is reported once, when final: inputs the
+// outputs do not reach at once (zeros), the others after their node ran, in the order
+// the backward pass finishes them (the last layer first); a replaced gradient becomes
+// the result.
+TEST_CASE("a backward task reports each input's gradient when it is final", "[autograd]") {
+  ag::GradScope scope;
+  Tensor a = ag::watch(scalar(2)), b = ag::watch(scalar(3)), unused = ag::watch(scalar(5));
+  Tensor h = mul(a, a);          // a is used first...
+  Tensor y = mul(h, b);          // ...b last: b's gradient is final before a's
+  ag::GraphTask task({y}, {}, {a, unused, b, a}, false, false);
+  struct Seen {
+    std::vector<size_t> order;
+    std::vector<double> values;
+  } seen;
+  task.on_ready(
+      [](void* ctx, size_t k, Tensor& g) {
+        auto* s = static_cast<Seen*>(ctx);
+        s->order.push_back(k);
+        s->values.push_back(g.item());
+        if (k == 1) g = scalar(-1);   // a replacement is what the task returns
+      },
+      &seen);
+  REQUIRE(seen.order == std::vector<size_t>{1});   // the unreachable one, at once
+  CHECK(seen.values[0] == 0);
+  REQUIRE(task.run());
+  REQUIRE(seen.order.size() == 4);
+  CHECK(seen.order[1] == 2);                        // b before a
+  CHECK(seen.values[1] == 4);                       // d(a^2 b)/db = a^2
+  CHECK(seen.values[2] == 12);                      // d/da = 2ab, for both listings of a
+  CHECK(seen.values[3] == 12);
+  TensorList r = task.take_results();
+  CHECK(r[1].item() == -1);
+  CHECK(r[0].item() == 12);
+  CHECK(r[2].item() == 4);
+}

@@ -92,6 +92,68 @@ H.test("gradients of the split batch equal one process's on the whole batch (flo
   H.raises(function() bad(xs) end, "the ranks' gradients differ")
 end)
 
+H.test("gradients are reduced while the backward pass runs (overlap), as after it", function()
+  local f64 = { dtype = "float64" }
+  dl.manual_seed(21)
+  -- float32 and float64 parameters, direct (>= 64 KiB) and bucketed ones, data that
+  -- differs between ranks
+  local W1, B1 = dl.randn(30, 600, f64), dl.randn(600)
+  local W2, B2 = dl.randn(600, 3), dl.randn(3, f64)
+  local x = dl.randn(4, 30, f64) * (r + 1)
+  local function loss(w1, b1, w2, b2, xx)
+    local h = (xx:matmul(w1) + b1:to("float64")):tanh()
+    return (h:to("float32"):matmul(w2):to("float64") + b2):pow(2):sum()
+  end
+  local before = dist.step_stats()
+  for _, opts in ipairs({ { op = "sum" }, { op = "sum", bucket_mb = 1e-3, first_bucket_mb = 1e-4 },
+                          { op = "mean", first_bucket_mb = 0 } }) do
+    local want = { dist.grad(loss, { 1, 2, 3, 4 }, { op = opts.op, overlap = false })(W1, B1, W2, B2, x) }
+    local got = { dist.grad(loss, { 1, 2, 3, 4 }, opts)(W1, B1, W2, B2, x) }
+    for i = 1, 4 do
+      H.eq(got[i].dtype, want[i].dtype)
+      H.near(got[i]:totable(), want[i]:totable(), want[i].dtype == "float32" and 1e-4 or 1e-12)
+    end
+    -- the reference itself: the sum of the ranks' own gradients
+    if opts.op == "sum" then
+      local own = dl.grad(loss, 1)(W1, B1, W2, B2, x)
+      H.near(got[1]:totable(), dist.allreduce(own):totable(), 1e-12)
+    end
+  end
+  local after = dist.step_stats()
+  H.eq(after.overlapped - before.overlapped, 3, "three passes reduced while they ran")
+  H.eq(after.steps - before.steps, 6)
+  H.ok(after.buckets > before.buckets + 6, "small buckets: many reductions")
+  H.ok(after.comm_s > before.comm_s and after.exposed_s >= before.exposed_s and after.exposed >= 0)
+end)
+
+H.test("overlap: one gradient for two inputs, a parameter unused everywhere, a collective mid-pass", function()
+  local f64 = { dtype = "float64" }
+  dl.manual_seed(22)
+  local V = dl.randn(2000, 100, f64)         -- 1.6 MB: reduced where it is
+  local A, B = dl.randn(7, 2000, f64), dl.randn(7, 2000, f64)   -- 112 KB each: so are they
+  local U = dl.randn(5, f64)                 -- not used by the loss: zeros, at once
+  local x = dl.full({ 7, 1 }, r + 1, f64)
+  -- A and B get the same gradient tensor from the addition: each must be summed once
+  local function loss(a, b, v, u, xx) return ((a + b) * xx):matmul(v):tanh():sum() end
+  local got = { dist.grad(loss, { 1, 2, 3, 4 }, { op = "sum" })(A, B, V, U, x) }
+  local want = { dl.grad(loss, { 1, 2, 3, 4 })(A, B, V, U, x) }
+  for i = 1, 4 do H.near(got[i]:totable(), dist.allreduce(want[i]):totable(), 1e-10) end
+  H.values(got[4], { 0, 0, 0, 0, 0 }, { tol = 0 })
+  H.ok(not rawequal(got[1], got[2]))
+  -- the backward of dist.allreduce makes a collective from Lua while buckets are in
+  -- flight: it waits for them (MPI_THREAD_SERIALIZED), and the results are exact
+  local W = dl.randn(50, 100, f64)
+  local function across(v, w, xx)
+    local h = dist.allreduce(xx:matmul(A):matmul(v))   -- v's gradient comes after the collective
+    return (h:matmul(w:t())):tanh():sum()
+  end
+  local opts = { op = "sum", bucket_mb = 1e-3, first_bucket_mb = 1e-4 }
+  local g1 = { dist.grad(across, { 1, 2 }, opts)(V, W, x:expand(7, 7)) }
+  opts.overlap = false
+  local g2 = { dist.grad(across, { 1, 2 }, opts)(V, W, x:expand(7, 7)) }
+  for i = 1, 2 do H.near(g1[i]:totable(), g2[i]:totable(), 1e-12) end
+end)
+
 H.test("a tensor written by a collective is stale for a gradient recorded before", function()
   local w = dl.tensor({ 1, 2 }, { dtype = "float64" })
   local tape = dl.GradientTape()

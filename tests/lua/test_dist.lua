@@ -84,6 +84,12 @@ H.test("gradient wrappers equal dl's at size 1", function()
   H.raises(function() dl.grad(function(v) local _, g = dist.value_and_grad(function(u) return u:sum() end)(v); return g:sum() end)(w) end,
            "use dl.value_and_grad inside")
   H.raises(function() dist.grad(f, nil, { bogus = true }) end, "dist.grad: unknown option 'bogus'")
+  H.values(dist.grad(f, 1, { overlap = false })(w, x), dl.grad(f)(w, x):totable(), { tol = 0 })
+  -- one rank reduces nothing
+  local st = dist.step_stats()
+  H.eq(st.steps, 0)
+  H.eq(st.comm_s, 0)
+  H.eq(st.exposed, 0)
 end)
 
 H.test("broadcast of parameters and optimizer state at size 1", function()
