@@ -9,8 +9,10 @@
 --   allreduce <bytes> <iters>    dist.allreduce_ of float32 (in place, as the C loop)
 --   grads <iters> <n1> <n2> ...  dist.allreduce_grads (sum) of tensors of those sizes (buckets)
 --   separate <iters> <n1> ...    dist.allreduce_ of each of them, one call each
---   epoch <images> <batch>       one epoch of the 784-256-10 MLP (Adam) on this rank's
---                                shard of the first <images> Fashion-MNIST images
+--   epoch <images> <batch> [off] one epoch of the 784-256-10 MLP (Adam) on this rank's
+--                                shard of the first <images> Fashion-MNIST images; "off":
+--                                gradients reduced after the backward pass, not during it
+--                                (also prints the exposed fraction of dist.step_stats)
 --   wrap <iters> dist|dl         a value_and_grad call of a small MLP step, at size 1
 local dl = require("dlua")
 local dist = dl.dist
@@ -31,7 +33,7 @@ local function slowest(t)
   return dist.allreduce(dl.tensor({ t }, { dtype = "float64" }), { op = "max" })[1]
 end
 
-local function worker(case, a, b, ...)
+local function worker(case, a, b, c, ...)
   dist.init({ threads = 1 })
   local t
   if case == "allreduce" then
@@ -42,7 +44,7 @@ local function worker(case, a, b, ...)
     for _ = 1, b do dist.allreduce_(x) end
     t = slowest((now() - t0) / b)
   elseif case == "grads" then
-    local sizes = { b, ... }
+    local sizes = { b, c, ... }
     if #sizes == 0 or sizes[1] == nil then sizes = MLP_SIZES end
     local gs = {}
     for i, n in ipairs(sizes) do gs[i] = dl.zeros(tonumber(n)) end
@@ -53,7 +55,7 @@ local function worker(case, a, b, ...)
     for _ = 1, a do dist.allreduce_grads(gs, { op = "sum" }) end
     t = slowest((now() - t0) / a)
   elseif case == "separate" then   -- the same tensors, one in-place allreduce each
-    local sizes = { b, ... }
+    local sizes = { b, c, ... }
     local gs = {}
     for i, n in ipairs(sizes) do gs[i] = dl.zeros(tonumber(n)) end
     for _ = 1, 3 do for _, g in ipairs(gs) do dist.allreduce_(g) end end
@@ -69,7 +71,8 @@ local function worker(case, a, b, ...)
     local net = dl.nn.Sequential{ dl.nn.Linear(784, 256), dl.nn.ReLU(), dl.nn.Linear(256, 10) }
     dist.broadcast_parameters(net)
     local opt = dl.optim.Adam{ lr = 1e-3 }
-    local step = dist.implicit_value_and_grad(function(xb, yb) return dl.nn.cross_entropy(net(xb), yb) end)
+    local step = dist.implicit_value_and_grad(function(xb, yb) return dl.nn.cross_entropy(net(xb), yb) end,
+                                              { overlap = c ~= "off" and (c == "on" or nil) })
     local ds = dl.data.from_tensors(x, y)
     for xb, yb in dist.shard(ds, { seed = 0 }):batch(b):take(5):iter() do   -- warm-up
       local _, g = step(xb, yb)
@@ -82,6 +85,8 @@ local function worker(case, a, b, ...)
       opt:apply_gradients(g)
     end
     t = slowest(now() - t0)
+    local st = dist.step_stats()
+    if dist.is_main() then print(("exposed %.4f"):format(st.exposed)) end
   elseif case == "wrap" then
     dl.manual_seed(1)
     local w1, w2 = dl.randn(32, 64), dl.randn(64, 10)
@@ -125,13 +130,14 @@ local ref = opts.ref or (here .. "/../build/bin/dlua_bench_mpi")
 local FLAGS = "--allow-run-as-root --oversubscribe --mca btl self,vader"
 
 -- One job: under mpirun with np ranks, or (np = 0) a plain process.
+-- Its time, and the exposed fraction when the worker printed one.
 local function run(np, cmd)
   local p = io.popen(np == 0 and (cmd .. " 2>&1") or ("mpirun %s -np %d %s 2>&1"):format(FLAGS, np, cmd))
   local out = p:read("*a")
   p:close()
   local t = out:match("ok ([%d%.e%-+]+)")
   if not t then error("bench/dist.lua: " .. cmd .. " failed:\n" .. out, 0) end
-  return tonumber(t)
+  return tonumber(t), tonumber(out:match("exposed ([%d%.e%-+]+)"))
 end
 
 local function median(xs)
@@ -196,7 +202,32 @@ if not opts.quick then
   local t1, t2 = measure(function() return run(1, ("%s %s/dist.lua epoch %d %d"):format(dlua, here, images / 2, batch)) end,
                          function() return run(2, ("%s %s/dist.lua epoch %d %d"):format(dlua, here, images, batch)) end)
   out(("| Fashion-MNIST MLP epoch, weak scaling: 2 ranks x 1 thread on 60,000 images vs 1 rank x 1 thread on 30,000 | s | %.3f | 1 rank | %.3f | efficiency %.2f | >= 0.80 | %s | %d |")
-      :format(t2, t1, t1 / t2, t1 / t2 >= 0.8 and "yes" or "**no**", opts.reps))
+      :format(t2, t1, t1 / t2, t1 / t2 >= 0.8 and "yes" or "**no**", opts.reps))  -- Overlap on and off, and the fraction of the communication each left exposed.
+  local exp_on, exp_off = {}, {}
+  local ton, toff = measure(function()
+    local t, e = run(2, ("%s %s/dist.lua epoch %d %d on"):format(dlua, here, images, batch))
+    exp_on[#exp_on + 1] = e
+    return t
+  end, function()
+    local t, e = run(2, ("%s %s/dist.lua epoch %d %d off"):format(dlua, here, images, batch))
+    exp_off[#exp_off + 1] = e
+    return t
+  end)
+  row(("the same 2-rank epoch, gradients reduced during the backward pass vs after it (exposed communication %.2f vs %.2f)")
+      :format(median(exp_on), median(exp_off)), "s", ton, toff, "overlap off", 1, 1.0, false)
+  -- PyTorch DDP (Gloo) on the same ranks, data and model, where Debian's python3-torch is.
+  local py = "/usr/bin/python3"
+  local probe = io.popen(py .. " -c 'import torch.distributed as d; print(d.is_gloo_available())' 2>/dev/null")
+  local has_gloo = probe and probe:read("*a"):match("True")
+  if probe then probe:close() end
+  if has_gloo then
+    local td, tp = measure(function() return run(2, ("%s %s/dist.lua epoch %d %d"):format(dlua, here, images, batch)) end,
+                           function() return run(2, ("%s %s/torch_ddp.py epoch %d %d 1"):format(py, here, images, batch)) end)
+    row("Fashion-MNIST MLP epoch, 2 ranks x 1 thread, 60,000 images, batch 64 per rank", "s", td, tp,
+        "PyTorch DDP, Gloo", 1, 1.0, false)
+  else
+    out("| Fashion-MNIST MLP epoch against PyTorch DDP (Gloo) | s | - | python3-torch is not installed | - | - | <= 1.00 | - | 0 |")
+  end
 end
 do
   local iters = opts.quick and 100 or 5000

@@ -12,8 +12,8 @@
 -- collective on Open MPI; elsewhere nothing is loaded and every collective is the
 -- identity of one process, so that a script runs unchanged alone. Ranks are 0-based,
 -- as mpirun numbers them (rank 0 is the main one); everything else keeps dlua's
--- 1-based indices. Collectives take host tensors (CUDA tensors need the NCCL backend,
--- which this build does not have: a clear error says so).
+-- 1-based indices. Collectives on CUDA tensors go through NCCL (dist_nccl.lua), where
+-- the CUDA plugin was built with it; a clear error says so where it was not.
 --
 -- Every wait for a collective has a deadline (Note [Stalls] in dist/mpi.cpp): after
 -- `warn` seconds (60) a waiting rank says where it waits, after `timeout` seconds (600,
@@ -23,6 +23,7 @@
 local ffi = require("ffi")
 local core = require("dlua.core")
 local T = require("dlua.tensor")
+local NCCL = require("dlua.dist_nccl")
 core.own_source()
 
 local raise, bad_arg, typename, entries, options = core.raise, core.bad_arg, core.typename, core.entries,
@@ -84,6 +85,13 @@ local function lib_error(op)
 end
 
 -- ---- set-up --------------------------------------------------------------------------------------
+
+-- The cores this machine has online (sysconf), or 1.
+local function online_cores()
+  pcall(ffi.cdef, "long sysconf(int name);")   -- (declared already: the call below finds it)
+  local ok, n = pcall(function() return tonumber(ffi.C.sysconf(84)) end)   -- _SC_NPROCESSORS_ONLN
+  return ok and n and n >= 1 and n or 1
+end
 
 local function env_number(name)
   local v = getenv and getenv(name)
@@ -181,6 +189,8 @@ function dist.init(opts)
       -- they were started in one order on every rank).
       for id, w in pairs(st.inflight) do lib.dld_wait(id, w.op, w.seq, w.site) end
       write_timeline(st)
+      local nccl_err = NCCL.finalize(st)
+      if nccl_err and io_stderr then io_stderr:write("dlua: rank ", tostring(st.rank), ": ", nccl_err, "\n") end
       if lib.dld_finalize() < 0 and io_stderr then
         io_stderr:write("dlua: rank ", tostring(st.rank), ": ", ffi_string(lib.dld_error()), "\n")
       end
@@ -218,6 +228,11 @@ function dist.init(opts)
     threads = max(1, floor(dl.get_num_threads() / st.local_size))
   end
   if threads and threads >= 1 then dl.set_num_threads(floor(threads)) end
+  -- Gradients are reduced during the backward pass by default where each rank has a
+  -- core for its communication thread beyond its compute threads: where it has none,
+  -- the thread's polling takes the core from the backward pass (on 2 cores and 2 ranks
+  -- of one thread, the MLP epoch took 1.07x as long with overlap; docs/performance.md).
+  st.overlap = online_cores() >= st.local_size * (dl.get_num_threads() + 1)
   return dist
 end
 
@@ -244,6 +259,7 @@ end
 -- Ends every rank of the job now (MPI_Abort); alone, exits the process.
 function dist.abort(code)
   code = code or 1
+  if S and S.nccl then S.nccl.lib.dln_abort() end
   if S and S.lib then S.lib.dld_abort(code) end
   os.exit(code, false)
 end
@@ -253,6 +269,8 @@ function dist.finalize()
   local s = started("dist.finalize")
   write_timeline(s)
   s.timeline = nil
+  local nccl_err = NCCL.finalize(s)
+  if nccl_err then raise("dist.finalize: " .. nccl_err) end
   if s.lib and s.lib.dld_finalize() < 0 then lib_error("dist.finalize") end
   s.finalized = true
 end
@@ -282,6 +300,12 @@ local function host_tensor(op, t)
           .. "move the tensor to the host with :cpu()")
   end
   return t
+end
+
+-- Whether t is a CUDA tensor, whose collectives go through NCCL (scripts/dlua/dist_nccl.lua).
+local function on_cuda(op, t)
+  if not is_tensor(t) then bad_arg(op, "a tensor", t) end
+  return t.device ~= "cpu"
 end
 
 local function ptr(t) return ffi_cast("void*", t:data_ptr()) end
@@ -337,6 +361,11 @@ local Work = {}
 Work.__index = Work
 function Work:wait()
   if self.done then return self.result end
+  if self.nccl then   -- enqueued on the device's stream: wait for it there
+    NCCL.wait(S, self.op)
+    self.done = true
+    return self.result
+  end
   local t0 = S.timeline and clock()
   if S.lib.dld_wait(self.id, self.op, self.seq, self.site) < 0 then lib_error(self.op) end
   if t0 then record(self.op .. ":wait", self.seq, t0) end
@@ -347,6 +376,7 @@ function Work:wait()
 end
 function Work:is_done()
   if self.done then return true end
+  if self.nccl then return self:wait() ~= nil end
   local rc = S.lib.dld_test(self.id)
   if rc < 0 then lib_error(self.op) end
   if rc == 1 then
@@ -374,12 +404,16 @@ end
 -- The reduction itself, not differentiable: a new tensor (or an async Work).
 local function allreduce_raw(op, t, name, async)
   local s = started(op)
-  host_tensor(op, t)
+  local cuda = on_cuda(op, t)
   local dtype = t.dtype
   local code = op_code(op, name, dtype)
   local r = t:contiguous():clone()
   if not s.lib or s.size == 1 then
     return async and finished(r) or r
+  end
+  if cuda then
+    NCCL.allreduce_(op, s, r, name, async)
+    return async and setmetatable({ op = op, nccl = true, result = r }, Work) or r
   end
   announce(op, dtype, r.shape, nil)
   local n, site = next_seq(), site_for(false)
@@ -423,12 +457,17 @@ function dist.allreduce_(t, opts)
   local op = "dist.allreduce_"
   opts = options(op, opts, { op = true })
   local s = started(op)
-  host_tensor(op, t)
+  local cuda = on_cuda(op, t)
   if not t:is_contiguous() then raise(op .. ": the tensor must be contiguous (use dist.allreduce for a new one)") end
   local name = opts.op or "sum"
   local dtype = t.dtype
   local code = op_code(op, name, dtype)
   if not s.lib or s.size == 1 then return t end
+  if cuda then
+    NCCL.allreduce_(op, s, t, name)
+    written(t)
+    return t
+  end
   announce(op, dtype, t.shape, nil)
   local t0, n = s.timeline and clock(), next_seq()
   if s.lib.dld_allreduce(ptr(t), t:numel(), dtype_codes[dtype], code, 0, op, n, site_for(false)) < 0 then
@@ -444,10 +483,15 @@ end
 function dist.broadcast_(t, root)
   local op = "dist.broadcast_"
   local s = started(op)
-  host_tensor(op, t)
+  local cuda = on_cuda(op, t)
   if not t:is_contiguous() then raise(op .. ": the tensor must be contiguous (use dist.broadcast for a new one)") end
   root = root_of(op, root, s)
   if not s.lib or s.size == 1 then return t end
+  if cuda then
+    NCCL.broadcast_(op, s, t, root)
+    written(t)
+    return t
+  end
   announce(op, t.dtype, t.shape, root)
   local t0, n = s.timeline and clock(), next_seq()
   if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, n, site_for(false)) < 0 then
@@ -465,10 +509,14 @@ end
 
 local function broadcast_raw(op, t, root, async)
   local s = started(op)
-  host_tensor(op, t)
+  local cuda = on_cuda(op, t)
   root = root_of(op, root, s)
   local r = t:contiguous():clone()
   if not s.lib or s.size == 1 then return async and finished(r) or r end
+  if cuda then
+    NCCL.broadcast_(op, s, r, root, async)
+    return async and setmetatable({ op = op, nccl = true, result = r }, Work) or r
+  end
   announce(op, r.dtype, r.shape, root)
   local n, site = next_seq(), site_for(false)
   local t0 = s.timeline and clock()
@@ -503,7 +551,7 @@ end
 
 local function allgather_raw(op, t, async)
   local s = started(op)
-  host_tensor(op, t)
+  local cuda = on_cuda(op, t)
   if t:dim() == 0 then raise(op .. ": cannot gather a 0-dim tensor along dim 1 (reshape it to 1 element)") end
   local x = t:contiguous()
   if not s.lib or s.size == 1 then
@@ -528,10 +576,20 @@ local function allgather_raw(op, t, async)
   end
   local out_shape = { total }
   for _, d in ipairs(rest) do out_shape[#out_shape + 1] = d end
-  local out = dl.empty(out_shape, { dtype = t.dtype })
+  local out = dl.empty(out_shape, { dtype = t.dtype, device = t.device })
   local first = 1
   for r = 0, s.rank - 1 do first = first + tonumber(counts[r]) end
   local part = { first = first, count = shape[1] }
+  if cuda then   -- NCCL gathers equal parts
+    for r = 1, s.size - 1 do
+      if counts[r] ~= counts[0] then
+        raise(op .. ": CUDA tensors are gathered by NCCL, in parts of one size: rank 0 has " .. tostring(counts[0])
+              .. " rows, rank " .. r .. " has " .. tostring(counts[r]))
+      end
+    end
+    NCCL.allgather(op, s, x, out)
+    return async and finished(out) or out, part
+  end
   local n, site = next_seq(), site_for(false)
   local t0 = s.timeline and clock()
   local id = s.lib.dld_allgatherv(ptr(x), x:numel(), ptr(out), elems, dtype_codes[t.dtype], async and 1 or 0,
@@ -582,7 +640,9 @@ local function reduce_list(op, list, names, opts)
     for i, t in ipairs(list) do out[i] = t end
     return out
   end
-  for i, t in ipairs(list) do host_tensor(op, t) end
+  local cuda = 0
+  for _, t in ipairs(list) do cuda = cuda + (on_cuda(op, t) and 1 or 0) end
+  if cuda > 0 and cuda < #list then raise(op .. ": the gradients are on the host and on a CUDA device; reduce them apart") end
   local site = site_for(true)
   announce(op, nil, { #list }, nil)
   check_same(op, "the ranks' gradients differ (each rank must differentiate the same parameters)",
@@ -595,6 +655,18 @@ local function reduce_list(op, list, names, opts)
     if not by_dtype[d] then by_dtype[d] = {}; order[#order + 1] = d end
     local l = by_dtype[d]
     l[#l + 1] = i
+  end
+  if cuda > 0 then   -- NCCL: each in place on the device's stream, then one wait
+    local seen = {}
+    for i, t in ipairs(list) do
+      t = t:contiguous()
+      local key = tonumber(ffi_cast("uintptr_t", ptr(t)))
+      if seen[key] then t = t:clone() end
+      seen[key] = true
+      out[i] = NCCL.allreduce_(op, s, t, name, true)
+    end
+    NCCL.wait(s, op)
+    return out
   end
   local bucket = (opts.bucket_mb or BUCKET_MB) * 1048576
   local first = (opts.first_bucket_mb or FIRST_BUCKET_MB) * 1048576
@@ -710,12 +782,14 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- Calls the gradient function g(...) with the plugin's reducer armed, so that its
 -- backward pass reduces the gradients over the ranks while it runs (Note [Overlap] in
 -- dist/mpi.cpp): g's results, packed, and whether they were reduced. They were not when
--- opts.overlap is false, or when the pass declined (the ranks' inputs differ: the
+-- opts.overlap is false (or nil, on a rank without a spare core), or when the pass declined (the ranks' inputs differ: the
 -- reduction after it names the difference), or when no pass took the hook (a compiled
 -- call replays its plan instead).
 local function overlapped(op, opts, g, ...)
   local s = S
-  if not s.lib or s.size == 1 or opts.overlap == false then return pack(g(...)), false end
+  local overlap = opts.overlap
+  if overlap == nil then overlap = s.overlap end
+  if not s.lib or s.size == 1 or not overlap then return pack(g(...)), false end
   local sq, t0 = next_seq(), s.timeline and clock()
   local hook = s.lib.dld_reducer(0, (opts.op or "mean") == "mean" and 1 / s.size or 1,
                                  (opts.bucket_mb or BUCKET_MB) * 1048576,
@@ -905,12 +979,14 @@ local function broadcast_in_place(op, list, names, root)
   local site = site_for(true)
   check_same(op, "the ranks' tensors differ", describe_tensors(list, names), site)
   for i, t in ipairs(list) do
-    host_tensor(op, t)
+    on_cuda(op, t)
     if not t:is_contiguous() then raise(op .. ": " .. (names[i] or ("tensor " .. i)) .. " is not contiguous") end
   end
   for _, t in ipairs(list) do
     local t0, n = s.timeline and clock(), next_seq()
-    if s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, n, site) < 0 then
+    if on_cuda(op, t) then
+      NCCL.broadcast_(op, s, t, root)
+    elseif s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, n, site) < 0 then
       lib_error(op)
     end
     if t0 then record(op, n, t0, t:numel() * ITEMSIZE[t.dtype]) end

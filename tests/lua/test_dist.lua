@@ -149,6 +149,21 @@ H.test("Dataset:shard: parts partition the data, equal lengths", function()
   H.raises(function() ds:shard(2, 1, { seed = 1.5 }) end, "shard: the seed must be an integer")
 end)
 
+H.test("the CUDA plugin's NCCL backend, where it was built", function()
+  local ffi = require("ffi")
+  local path = ffi.string(require("dlua.core").C.dl_engine_dir()) .. "libdlua_cuda.so"
+  local ok, lib = pcall(ffi.load, path)
+  if not ok then print("        skipped: no CUDA plugin in this build") return end
+  pcall(ffi.cdef, "const char* dln_cdef(void);")
+  if not pcall(function() return lib.dln_cdef end) then print("        skipped: the CUDA plugin has no NCCL backend") return end
+  ffi.cdef(ffi.string(lib.dln_cdef()))
+  H.ok(lib.dln_version() >= 21000, "NCCL 2.10 or later (ncclAvg)")
+  H.eq(lib.dln_initialized(), 0)
+  -- a collective before the communicator: an error naming it, no device touched
+  H.eq(lib.dln_allreduce(nil, 4, 4, 0, "dist.allreduce"), -1)
+  H.eq(ffi.string(lib.dln_error()), "dist.allreduce: the NCCL backend is not initialised")
+end)
+
 H.test("set_num_threads", function()
   local n = dl.get_num_threads()
   H.ok(n >= 1)
