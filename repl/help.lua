@@ -102,6 +102,7 @@ return {
   ["dl.dist.barrier"] = { "dl.dist.barrier()", "Waits until every rank reaches it." },
   ["dl.dist.implicit_value_and_grad"] = { "dl.dist.implicit_value_and_grad(f [, {op =, sync =, parameters =}])", "dl.implicit_value_and_grad with the gradients averaged over the ranks (also dist.grad, value_and_grad, implicit_grad, GradientTape)." },
   ["dl.dist.allreduce_grads"] = { "dl.dist.allreduce_grads(grads [, opts])", "Averages gradients kept local with sync = false." },
+  ["dl.dist.step_stats"] = { "dl.dist.step_stats()", "This rank's gradient reductions: steps, overlapped, comm_s, exposed_s, exposed." },
   ["dl.dist.broadcast_parameters"] = { "dl.dist.broadcast_parameters(net [, root])", "Every rank's parameters and buffers become rank root's." },
   ["dl.dist.broadcast_optimizer_state"] = { "dl.dist.broadcast_optimizer_state(opt [, root])", "The optimizer's state from rank root." },
   ["dl.dist.broadcast_object"] = { "dl.dist.broadcast_object(v [, root])", "Rank root's Lua value (numbers, strings, tables, tensors)." },
