@@ -77,6 +77,11 @@ return {
   ["dl.allclose"] = { "dl.allclose(a, b [, rtol, atol])", "True iff all |a - b| <= atol + rtol * |b|." },
   -- automatic differentiation
   ["dl.grad"] = { "dl.grad(f [, argnums])", "A function returning the gradient of f's scalar result w.r.t. argument argnums (default 1)." },
+  ["dl.jacobian"] = { "dl.jacobian(f [, argnums])", "A function returning the Jacobian of f's result w.r.t. argument argnums: shape y.shape .. x.shape." },
+  ["dl.hessian"] = { "dl.hessian(f [, argnums])", "A function returning the Hessian of f's scalar result: the Jacobian of dl.grad(f)." },
+  ["dl.vjp"] = { "dl.vjp(f, ...)", "f's result y and back(dy): the gradient of <dy, y> w.r.t. each argument." },
+  ["dl.jvp"] = { "dl.jvp(f, primals, tangents)", "f's result and the Jacobian times the tangents (forward mode)." },
+  ["dl.checkpoint"] = { "dl.checkpoint(f, ...)", "f(...), its intermediate values recomputed in the backward pass instead of kept." },
   ["dl.value_and_grad"] = { "dl.value_and_grad(f [, argnums])", "Like grad, returning value, gradient(s), then f's other results." },
   ["dl.Variable"] = { "dl.Variable(init [, name])", "A trainable tensor with a stable identity: v:assign(x), v:assign_add(x)." },
   ["dl.implicit_grad"] = { "dl.implicit_grad(f)", "Gradients of f w.r.t. every Variable it used: {{grad, var}, ...}." },

@@ -257,6 +257,7 @@ local function backward(op, outputs, seeds, inputs, retain)
   return result
 end
 M.backward = backward
+M.watch_tree, M.rebuild, M.result_tensor = watch_tree, rebuild, result_tensor
 
 -- Note [One tensor in, one gradient out]
 -- dl.grad(f)(x) with one tensor x is the common call, and a second derivative is two

@@ -34,6 +34,9 @@ if not ok then
   end
 end
 
+-- dl.vjp, dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint: transforms on dl.grad's engine.
+require("dlua.transforms")
+
 -- dl.compile: deferred, traced and fused calls of a Lua function.
 require("dlua.compile")
 

@@ -1,0 +1,251 @@
+-- dlua.transforms: function transforms built on dl.grad's engine (docs/autograd.md,
+-- "Jacobians, Hessians and friends"), as JAX names them:
+--
+--   local y, back = dl.vjp(f, x, w)     -- back(dy) -> dx, dw: vector-Jacobian products
+--   local y, dy = dl.jvp(f, { x }, { t })   -- the Jacobian times a tangent
+--   dl.jacobian(f)(x)                  -- shape y.shape .. x.shape
+--   dl.hessian(f)(x)                   -- the Jacobian of the gradient
+--   dl.checkpoint(f, x, w)             -- f(x, w), recomputed in the backward pass
+--
+-- All of them compose with dl.grad and with each other, to any order: each runs on the
+-- engine's recorded backward passes, which are themselves recorded when an outer
+-- gradient is being taken.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+local AG = require("dlua.autograd")
+core.own_source()
+
+local raise = core.raise
+local is_tensor, dl = T.is_tensor, T.dl
+local type, select, ipairs, tostring, unpack, getmetatable, setmetatable =
+  type, select, ipairs, tostring, unpack, getmetatable, setmetatable
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+local function callable(op, f)
+  if type(f) ~= "function" and not (type(f) == "table" and getmetatable(f) and getmetatable(f).__call) then
+    raise(op .. ": expected a function, got " .. type(f))
+  end
+end
+
+-- Whether argument v is differentiated: numbers, float tensors and tables of them.
+-- Other arguments (integer labels, strings, options) pass through unchanged and get no
+-- gradient (nil).
+local function differentiable(v)
+  if type(v) == "number" then return true end
+  if is_tensor(v) then return v.dtype == "float32" or v.dtype == "float64" end
+  return type(v) == "table" and getmetatable(v) == nil
+end
+
+-- The function's outputs as a list of tensors, and whether it returned one tensor.
+local function outputs_of(op, r)
+  local y = r[1]
+  if type(y) == "number" or is_tensor(y) then return { AG.result_tensor(op, y) }, true end
+  if type(y) == "table" and #y > 0 then
+    local list = {}
+    for i, v in ipairs(y) do list[i] = AG.result_tensor(op, v) end
+    return list, false
+  end
+  raise(op .. ": the function must return a tensor or a list of tensors, got " .. type(y))
+end
+
+-- The cotangents given to a vjp's back(), one per output, each of its output's shape.
+local function cotangents(op, ct, ys, single)
+  local list = single and { ct } or ct
+  if type(list) ~= "table" or (not single and is_tensor(list)) then
+    raise(op .. ": expected " .. (single and "a tensor" or ("a list of " .. #ys .. " tensors")) .. " of cotangents")
+  end
+  local out = {}
+  for i, y in ipairs(ys) do
+    local c = list[i]
+    if type(c) == "number" then c = dl.full(y.shape, c, { dtype = y.dtype, device = y.device }) end
+    if not is_tensor(c) then raise(op .. ": cotangent " .. i .. " is a " .. type(c) .. ", expected a tensor") end
+    if T.shape_str(c.shape) ~= T.shape_str(y.shape) then
+      raise(op .. ": cotangent " .. i .. " has shape " .. T.shape_str(c.shape) .. ", the output has "
+            .. T.shape_str(y.shape))
+    end
+    out[i] = c
+  end
+  return out
+end
+
+-- dl.vjp(f, ...): f's result y, and back(dy), which returns the gradient of <dy, y>
+-- with respect to each argument (dy: a tensor of y's shape, or a list for a list of
+-- outputs). back may be called many times: the recorded graph is kept until back is
+-- collected.
+local function vjp(op, f, ...)
+  callable(op, f)
+  local args = pack(...)
+  local trees, flat = {}, {}
+  local tape = dl.GradientTape({ persistent = true })
+  local r = pack(tape:record(function()
+    for i = 1, args.n do
+      if differentiable(args[i]) then
+        args[i] = AG.watch_tree(op, args[i], flat, 0)
+        trees[i] = args[i]
+      end
+    end
+    return f(unpack(args, 1, args.n))
+  end))
+  local ys, single = outputs_of(op, r)
+  local function back(ct)
+    local cts = cotangents(op, ct, ys, single)
+    local g = #flat > 0 and tape:gradient(ys, flat, cts) or {}
+    local out = {}
+    for i = 1, args.n do
+      if trees[i] ~= nil then out[i] = AG.rebuild(trees[i], flat, g) end
+    end
+    return unpack(out, 1, args.n)
+  end
+  return single and ys[1] or ys, back
+end
+
+function dl.vjp(f, ...) return vjp("vjp", f, ...) end
+
+-- dl.jvp(f, primals, tangents): f's result at the primals (a list of arguments) and its
+-- Jacobian times the tangents (one per primal, of its shape): forward-mode derivatives
+-- by the double-backward trick (the vjp is linear in its cotangent u, and the
+-- derivative of <vjp(u), t> with respect to u is J t), as PyTorch's
+-- autograd.functional.jvp; one forward and two backward passes.
+function dl.jvp(f, primals, tangents)
+  callable("jvp", f)
+  if type(primals) ~= "table" or is_tensor(primals) then raise("jvp: primals must be a list of arguments") end
+  if type(tangents) ~= "table" or is_tensor(tangents) then raise("jvp: tangents must be a list, one per primal") end
+  local n = primals.n or #primals
+  local y, back = vjp("jvp", f, unpack(primals, 1, n))
+  local single = is_tensor(y)
+  local ys = single and { y } or y
+  local us = {}
+  local tape = dl.GradientTape()
+  for i, yi in ipairs(ys) do
+    us[i] = dl.zeros(yi.shape, { dtype = yi.dtype, device = yi.device })
+    tape:watch(us[i])
+  end
+  local s = tape:record(function()
+    local gs = pack(back(single and us[1] or us))
+    local total = nil
+    for i = 1, n do
+      local g, t = gs[i], tangents[i]
+      if g ~= nil then
+        if type(t) == "number" then t = dl.full(primals[i] ~= nil and is_tensor(primals[i]) and primals[i].shape or {}, t) end
+        if not is_tensor(t) then raise("jvp: tangent " .. i .. " is a " .. type(t) .. ", expected a tensor") end
+        if T.shape_str(t.shape) ~= T.shape_str(g.shape) then
+          raise("jvp: tangent " .. i .. " has shape " .. T.shape_str(t.shape) .. ", its primal has " .. T.shape_str(g.shape))
+        end
+        local term = (g * t):sum()
+        total = total and total + term or term
+      end
+    end
+    if total == nil then raise("jvp: no primal is differentiable (numbers or float tensors)") end
+    return total
+  end)
+  local jt = tape:gradient(s, us)
+  if single then return y, jt[1] end
+  return y, jt
+end
+
+-- dl.jacobian(f [, argnums]): a function that returns the Jacobian of f at its
+-- arguments with respect to argument argnums (1; a list gives one Jacobian each), of
+-- shape y.shape followed by the argument's shape: one backward pass per element of y,
+-- as PyTorch's autograd.functional.jacobian. f returns one tensor.
+local function jacobian(op, f, argnums)
+  callable(op, f)
+  local nums = argnums == nil and { 1 } or (type(argnums) == "number" and { argnums } or argnums)
+  if type(nums) ~= "table" or #nums == 0 then raise(op .. ": argnums must be a number or a list of numbers") end
+  local multi = type(argnums) == "table"
+  return function(...)
+    local args = pack(...)
+    local picked = {}
+    for i, k in ipairs(nums) do
+      if type(k) ~= "number" or k < 1 or k > args.n then
+        raise(op .. ": argnum " .. tostring(k) .. " out of range for " .. args.n .. " argument(s)")
+      end
+      local a = args[k]
+      if type(a) == "number" then a = dl.tensor(a, { dtype = core.dtype_names[core.C.dl_default_dtype()] }) end
+      if not is_tensor(a) or not differentiable(a) then
+        raise(op .. ": argument " .. k .. " must be a float tensor or a number, got " .. (is_tensor(a) and a.dtype or type(a)))
+      end
+      picked[i] = a
+    end
+    local y, back = vjp(op, function(...)
+      local xs = { ... }
+      for i, k in ipairs(nums) do args[k] = xs[i] end
+      return f(unpack(args, 1, args.n))
+    end, unpack(picked))
+    if not is_tensor(y) then raise(op .. ": the function must return one tensor") end
+    local m = y:numel()
+    local rows = {}
+    for i = 1, #nums do rows[i] = {} end
+    local basis = m > 0 and dl.eye(m, { dtype = y.dtype, device = y.device }) or nil
+    for e = 1, m do
+      local gs = pack(back(basis[e]:reshape(y.shape)))
+      for i = 1, #nums do
+        local g = gs[i] or dl.zeros_like(picked[i])
+        rows[i][e] = g:reshape(-1)
+      end
+    end
+    local out = {}
+    for i, x in ipairs(picked) do
+      local shape = {}
+      for _, d in ipairs(y.shape) do shape[#shape + 1] = d end
+      for _, d in ipairs(x.shape) do shape[#shape + 1] = d end
+      out[i] = (m == 0 and dl.zeros({ 0, x:numel() }, { dtype = y.dtype }) or dl.stack(rows[i], 1)):reshape(shape)
+    end
+    if multi then return unpack(out, 1, #nums) end
+    return out[1]
+  end
+end
+
+function dl.jacobian(f, argnums) return jacobian("jacobian", f, argnums) end
+
+-- dl.hessian(f [, argnums]): the Jacobian of dl.grad(f): for x of shape s, a tensor of
+-- shape s .. s (f returns a single-element tensor).
+function dl.hessian(f, argnums)
+  callable("hessian", f)
+  return jacobian("hessian", dl.grad(f, argnums), argnums)
+end
+
+-- dl.checkpoint(f, ...): f(...), without keeping f's intermediate values for the
+-- backward pass: the forward runs unrecorded, and the backward pass runs f again
+-- (recorded) to get them, trading compute for memory (activation checkpointing, as
+-- torch.utils.checkpoint). The random state is restored for the rerun, so dropout
+-- draws the same mask. f returns one tensor.
+function dl.checkpoint(f, ...)
+  callable("checkpoint", f)
+  if not dl.is_grad_enabled() then return f(...) end
+  local args = pack(...)
+  -- custom_gradient differentiates the tensor and number arguments; the others are
+  -- passed by closure.
+  local slots, tensors = {}, {}
+  for i = 1, args.n do
+    local a = args[i]
+    if type(a) == "number" or is_tensor(a) then
+      tensors[#tensors + 1] = a
+      slots[#slots + 1] = i
+    end
+  end
+  local rng = dl.get_rng_state()
+  local function call_with(xs)
+    local full = { unpack(args, 1, args.n) }
+    for j, i in ipairs(slots) do full[i] = xs[j] end
+    return f(unpack(full, 1, args.n))
+  end
+  return dl.custom_gradient(function(...)
+    local xs = { ... }
+    local y = dl.no_grad(call_with, xs)
+    if not is_tensor(y) then raise("checkpoint: the function must return a tensor, got " .. type(y)) end
+    return y, function(dy)
+      local now = dl.get_rng_state()
+      dl.set_rng_state(rng)
+      local ok, _, back = pcall(vjp, "checkpoint", function(...) return call_with({ ... }) end, unpack(xs, 1, #slots))
+      dl.set_rng_state(now)
+      if not ok then error(_, 0) end
+      local gs = pack(back(dy))
+      local out = {}   -- (nil for an argument that gets no gradient)
+      for j = 1, #slots do out[j] = gs[j] end
+      return out
+    end
+  end)(unpack(tensors))
+end
+
+return setmetatable({}, { __index = dl })
