@@ -434,6 +434,25 @@ class("RMSprop", { lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, moment
     end
   end)
 
+-- Adagrad: s = s + g^2 (s starts at initial_accumulator_value); p = p - clr g /
+-- (sqrt(s) + eps), clr = lr / (1 + (t - 1) lr_decay); weight decay added to g.
+class("Adagrad", { lr = 1e-2, lr_decay = 0, weight_decay = 0, initial_accumulator_value = 0, eps = 1e-10 },
+  nonneg_check({ "lr_decay", "weight_decay", "initial_accumulator_value", "eps" }),
+  function(self, p, g, st, lr)
+    g = decayed(st, p, g, self.weight_decay, true)
+    local sum = st.sum
+    if sum == nil then
+      sum = dl.zeros_like(p)
+      if self.initial_accumulator_value ~= 0 then sum:add_(self.initial_accumulator_value) end
+      st.sum, st.step = sum, 0
+    end
+    st.step = st.step + 1
+    local clr = lr / (1 + (st.step - 1) * self.lr_decay)
+    local tmp = scratch(st, "_t", p)
+    sum:add_(tmp:copy_(g):mul_(g))
+    p:add_(tmp:copy_(g):div_(sum:sqrt():add_(self.eps)):mul_(-clr))
+  end)
+
 -- ---- gradient clipping --------------------------------------------------------------------------
 
 -- TensorFlow's clip_by_global_norm: scales every gradient by max_norm / max(norm,
@@ -540,6 +559,177 @@ function optim.CosineAnnealingLR(opt, T_max, eta_min)
   if type(eta_min) ~= "number" then bad_arg("CosineAnnealingLR", "a number for eta_min", eta_min) end
   return setmetatable({ optimizer = opt, T_max = T_max, eta_min = eta_min, base_lr = opt.lr,
                         last_epoch = 0 }, Cosine)
+end
+
+-- OneCycleLR(opt, max_lr, total_steps [, opts]): Smith's one-cycle policy, as PyTorch's,
+-- stepped once per batch: lr rises from max_lr / div_factor to max_lr over pct_start
+-- of the steps, then falls to max_lr / div_factor / final_div_factor (three_phase: back
+-- to the start first, then down), annealed by cosine or linearly; the momentum (SGD's,
+-- or Adam's first beta) moves the other way between max_momentum and base_momentum.
+local ONE_CYCLE = { pct_start = true, anneal_strategy = true, div_factor = true, final_div_factor = true,
+                    three_phase = true, cycle_momentum = true, base_momentum = true, max_momentum = true }
+local OneCycle = schedule("OneCycleLR", function(self, e)
+  if e > self.total_steps then
+    raise("OneCycleLR: stepped " .. e .. " times, more than total_steps (" .. self.total_steps .. ")")
+  end
+  local start = 0
+  for i, ph in ipairs(self.phases) do
+    if e <= ph.stop or i == #self.phases then
+      local pct = (e - start) / (ph.stop - start)
+      self._momentum = self.anneal(ph.m0, ph.m1, pct)
+      return self.anneal(ph.lr0, ph.lr1, pct)
+    end
+    start = ph.stop
+  end
+end)
+
+local function set_momentum(opt, m)
+  if type(opt.betas) == "table" then opt.betas = { m, opt.betas[2] } else opt.momentum = m end
+end
+
+function OneCycle:step()
+  local lr = Schedule.step(self)
+  if self.cycle_momentum then set_momentum(self.optimizer, self._momentum) end
+  return lr
+end
+
+function optim.OneCycleLR(opt, max_lr, total_steps, opts)
+  local name = "OneCycleLR"
+  schedule_opt(name, opt)
+  opts = core.options(name, opts, ONE_CYCLE)
+  if type(max_lr) ~= "number" or max_lr <= 0 then raise(name .. ": max_lr must be a number > 0, got " .. tostring(max_lr)) end
+  if type(total_steps) ~= "number" or total_steps < 1 or total_steps ~= floor(total_steps) then
+    raise(name .. ": total_steps must be an integer >= 1, got " .. tostring(total_steps))
+  end
+  local pct = opts.pct_start or 0.3
+  if type(pct) ~= "number" or pct < 0 or pct > 1 then raise(name .. ": pct_start must be in [0, 1], got " .. tostring(pct)) end
+  local strategy = opts.anneal_strategy or "cos"
+  local anneal
+  if strategy == "cos" then
+    anneal = function(a, b, t) return b + (a - b) / 2 * (cos(pi * t) + 1) end
+  elseif strategy == "linear" then
+    anneal = function(a, b, t) return (b - a) * t + a end
+  else
+    raise(name .. ": anneal_strategy must be cos or linear, got " .. tostring(strategy))
+  end
+  local initial = max_lr / (opts.div_factor or 25)
+  local min_lr = initial / (opts.final_div_factor or 1e4)
+  local cycle = opts.cycle_momentum ~= false
+  local m_lo, m_hi = opts.base_momentum or 0.85, opts.max_momentum or 0.95
+  if cycle and opt.momentum == nil and type(opt.betas) ~= "table" then
+    raise(name .. ": cycle_momentum needs an optimizer with momentum or betas (pass cycle_momentum = false)")
+  end
+  local phases
+  if opts.three_phase then
+    phases = { { stop = pct * total_steps - 1, lr0 = initial, lr1 = max_lr, m0 = m_hi, m1 = m_lo },
+               { stop = 2 * pct * total_steps - 2, lr0 = max_lr, lr1 = initial, m0 = m_lo, m1 = m_hi },
+               { stop = total_steps - 1, lr0 = initial, lr1 = min_lr, m0 = m_hi, m1 = m_hi } }
+  else
+    phases = { { stop = pct * total_steps - 1, lr0 = initial, lr1 = max_lr, m0 = m_hi, m1 = m_lo },
+               { stop = total_steps - 1, lr0 = max_lr, lr1 = min_lr, m0 = m_lo, m1 = m_hi } }
+  end
+  local self = setmetatable({ optimizer = opt, total_steps = total_steps, phases = phases, anneal = anneal,
+                              cycle_momentum = cycle, base_lr = initial, last_epoch = 0 }, OneCycle)
+  opt.lr = self:_lr_at(0)
+  if cycle then set_momentum(opt, self._momentum) end
+  return self
+end
+
+-- WarmupCosineLR(opt, warmup_steps, total_steps [, eta_min = 0]): lr rises linearly from
+-- 0 to the optimizer's lr over warmup_steps, then follows a cosine down to eta_min at
+-- total_steps (and stays there): the transformer schedule, stepped once per batch.
+local WarmupCosine = schedule("WarmupCosineLR", function(self, e)
+  if e < self.warmup then return self.base_lr * e / self.warmup end
+  local t = (math.min(e, self.total) - self.warmup) / math.max(1, self.total - self.warmup)
+  return self.eta_min + (self.base_lr - self.eta_min) * 0.5 * (1 + cos(pi * t))
+end)
+
+function optim.WarmupCosineLR(opt, warmup_steps, total_steps, eta_min)
+  local name = "WarmupCosineLR"
+  schedule_opt(name, opt)
+  if type(warmup_steps) ~= "number" or warmup_steps < 0 or warmup_steps ~= floor(warmup_steps) then
+    raise(name .. ": warmup_steps must be an integer >= 0, got " .. tostring(warmup_steps))
+  end
+  if type(total_steps) ~= "number" or total_steps < warmup_steps then
+    raise(name .. ": total_steps must be a number >= warmup_steps, got " .. tostring(total_steps))
+  end
+  eta_min = eta_min == nil and 0 or eta_min
+  if type(eta_min) ~= "number" then bad_arg(name, "a number for eta_min", eta_min) end
+  local self = setmetatable({ optimizer = opt, warmup = warmup_steps, total = total_steps, eta_min = eta_min,
+                              base_lr = opt.lr, last_epoch = 0 }, WarmupCosine)
+  opt.lr = self:_lr_at(0)
+  return self
+end
+
+-- ReduceLROnPlateau(opt [, opts]): sched:step(metric) after each evaluation; when the
+-- metric has not improved (mode "min": fallen, "max": risen, by more than threshold,
+-- relative or absolute) for more than `patience` evaluations, lr = max(lr factor, min_lr),
+-- then `cooldown` evaluations pass before counting again. PyTorch's rule.
+local PLATEAU = { mode = true, factor = true, patience = true, threshold = true, threshold_mode = true,
+                  cooldown = true, min_lr = true, eps = true }
+local Plateau = {}
+Plateau.__index = Plateau
+Plateau.__name = "ReduceLROnPlateau"
+
+function optim.ReduceLROnPlateau(opt, opts)
+  local name = "ReduceLROnPlateau"
+  schedule_opt(name, opt)
+  opts = core.options(name, opts, PLATEAU)
+  local mode, tmode = opts.mode or "min", opts.threshold_mode or "rel"
+  if mode ~= "min" and mode ~= "max" then raise(name .. ": mode must be min or max, got " .. tostring(mode)) end
+  if tmode ~= "rel" and tmode ~= "abs" then raise(name .. ": threshold_mode must be rel or abs, got " .. tostring(tmode)) end
+  local factor = opts.factor or 0.1
+  if type(factor) ~= "number" or factor >= 1 or factor <= 0 then raise(name .. ": factor must be in (0, 1), got " .. tostring(factor)) end
+  return setmetatable({ optimizer = opt, mode = mode, threshold_mode = tmode, factor = factor,
+                        patience = opts.patience or 10, threshold = opts.threshold or 1e-4,
+                        cooldown = opts.cooldown or 0, min_lr = opts.min_lr or 0, eps = opts.eps or 1e-8,
+                        best = mode == "min" and math.huge or -math.huge, num_bad_epochs = 0,
+                        cooldown_counter = 0, last_epoch = 0 }, Plateau)
+end
+
+function Plateau:_better(a)
+  local best, th = self.best, self.threshold
+  if self.mode == "min" then
+    return self.threshold_mode == "rel" and a < best * (1 - th) or (self.threshold_mode == "abs" and a < best - th)
+  end
+  return self.threshold_mode == "rel" and a > best * (1 + th) or (self.threshold_mode == "abs" and a > best + th)
+end
+
+function Plateau:step(metric)
+  if is_tensor(metric) then metric = metric:item() end
+  if type(metric) ~= "number" then bad_arg("ReduceLROnPlateau:step", "the metric (a number)", metric) end
+  self.last_epoch = self.last_epoch + 1
+  if self:_better(metric) then
+    self.best, self.num_bad_epochs = metric, 0
+  else
+    self.num_bad_epochs = self.num_bad_epochs + 1
+  end
+  if self.cooldown_counter > 0 then
+    self.cooldown_counter = self.cooldown_counter - 1
+    self.num_bad_epochs = 0
+  end
+  if self.num_bad_epochs > self.patience then
+    local old = self.optimizer.lr
+    local new = math.max(old * self.factor, self.min_lr)
+    if old - new > self.eps then self.optimizer.lr = new end
+    self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+  end
+  return self.optimizer.lr
+end
+
+function Plateau:get_last_lr() return self.optimizer.lr end
+
+function Plateau:state_dict()
+  return { best = self.best, num_bad_epochs = self.num_bad_epochs, cooldown_counter = self.cooldown_counter,
+           last_epoch = self.last_epoch }
+end
+
+function Plateau:load_state_dict(sd)
+  if type(sd) ~= "table" or type(sd.best) ~= "number" then
+    raise("ReduceLROnPlateau:load_state_dict: expected the table of state_dict()")
+  end
+  self.best, self.num_bad_epochs = sd.best, sd.num_bad_epochs or 0
+  self.cooldown_counter, self.last_epoch = sd.cooldown_counter or 0, sd.last_epoch or 0
 end
 
 return optim

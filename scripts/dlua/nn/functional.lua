@@ -195,6 +195,10 @@ function F.silu(x) return x * dl.sigmoid(x) end
 -- ---- losses -------------------------------------------------------------------------------------
 
 local REDUCTIONS = { none = 0, mean = 1, sum = 2 }
+-- Every loss's options (each loss reads its own): the reduction, and the few that
+-- PyTorch's losses take.
+local LOSS_OPTIONS = { reduction = true, ignore_index = true, pos_weight = true, weight = true, beta = true,
+                       delta = true, margin = true, log_target = true }
 
 local function reduction_of(op, opts)
   local r = "mean"
@@ -202,7 +206,7 @@ local function reduction_of(op, opts)
     if type(opts) == "string" then r = opts
     elseif type(opts) == "table" then
       for k in pairs(opts) do
-        if k ~= "reduction" and k ~= "ignore_index" and k ~= "pos_weight" then
+        if not LOSS_OPTIONS[k] then
           raise(op .. ": unknown option '" .. tostring(k) .. "'")
         end
       end
@@ -211,10 +215,21 @@ local function reduction_of(op, opts)
       bad_arg(op, "an options table", opts)
     end
   end
-  if REDUCTIONS[r] == nil then
-    raise(op .. ": reduction must be \"mean\", \"sum\" or \"none\", got " .. tostring(r))
+  if REDUCTIONS[r] == nil and not (r == "batchmean" and op == "kl_div") then
+    raise(op .. ": reduction must be \"mean\", \"sum\" or \"none\"" .. (op == "kl_div" and " or \"batchmean\"" or "")
+          .. ", got " .. tostring(r))
   end
   return r
+end
+
+-- A loss option that must be a number (>= lo when given), or its default.
+local function number_option(op, opts, key, default, lo)
+  local v = type(opts) == "table" and opts[key] or nil
+  if v == nil then return default end
+  if type(v) ~= "number" or (lo and v < lo) then
+    raise(op .. ": " .. key .. " must be a number" .. (lo and (" >= " .. lo) or "") .. ", got " .. tostring(v))
+  end
+  return v
 end
 
 local function reduce(loss, r)
@@ -278,6 +293,115 @@ function F.bce_with_logits(logits, targets, opts)
   else
     loss = (1 - targets) * logits + (targets * (pw - 1) + 1) * dl.softplus(-logits)
   end
+  return reduce(loss, r)
+end
+
+-- nll_loss(log_probs (N, C), labels (N) int64 1-based [, {reduction, ignore_index,
+-- weight}]): -log_probs[i, labels[i]], weighted by weight[labels[i]] (a (C) tensor);
+-- the mean divides by the weights' sum over the labels not ignored, as PyTorch's.
+function F.nll_loss(log_probs, labels, opts)
+  local op = "nll_loss"
+  check_tensor(op, log_probs)
+  check_tensor(op, labels)
+  local r = reduction_of(op, opts)
+  if log_probs:dim() ~= 2 or labels:dim() ~= 1 or labels:size(1) ~= log_probs:size(1) then
+    raise(op .. ": expected log_probs (N, C) and labels (N), got " .. shape_str(log_probs.shape) .. " and "
+          .. shape_str(labels.shape))
+  end
+  local ign = type(opts) == "table" and opts.ignore_index or nil
+  local w = type(opts) == "table" and opts.weight or nil
+  if w ~= nil and (not is_tensor(w) or w:dim() ~= 1 or w:size(1) ~= log_probs:size(2)) then
+    raise(op .. ": weight must be a (" .. log_probs:size(2) .. ") tensor, one per class")
+  end
+  local idx = labels:long()
+  local keep = nil
+  if ign ~= nil then
+    keep = idx:ne(ign)
+    idx = dl.where(keep, idx, 1)
+  end
+  local C_ = log_probs:size(2)
+  if idx:numel() > 0 and (idx:min():item() < 1 or idx:max():item() > C_) then
+    raise(op .. ": labels must be class numbers from 1 to " .. C_ .. " (or ignore_index)")
+  end
+  local loss = -log_probs:gather(2, idx:unsqueeze(2)):squeeze(2)
+  local wt = w ~= nil and w:to(log_probs.dtype):gather(1, idx) or nil
+  if keep ~= nil then
+    local k = keep:to(log_probs.dtype)
+    wt = wt and wt * k or k
+  end
+  if wt ~= nil then loss = loss * wt end
+  if r == "mean" then return wt and loss:sum() / wt:sum() or loss:mean() end
+  return reduce(loss, r)
+end
+
+-- smooth_l1_loss(input, target [, {reduction, beta = 1}]): 0.5 d^2 / beta where
+-- |d| < beta, else |d| - 0.5 beta (PyTorch's; beta = 0 is the L1 loss).
+function F.smooth_l1_loss(input, target, opts)
+  local op = "smooth_l1_loss"
+  check_tensor(op, input)
+  check_tensor(op, target)
+  same_shape(op, input, target, "input and target")
+  local r = reduction_of(op, opts)
+  local beta = number_option(op, opts, "beta", 1, 0)
+  local a = (input - target):abs()
+  if beta == 0 then return reduce(a, r) end
+  return reduce(dl.where(a:lt(beta), a * a * (0.5 / beta), a - 0.5 * beta), r)
+end
+
+-- huber_loss(input, target [, {reduction, delta = 1}]): 0.5 d^2 where |d| <= delta,
+-- else delta (|d| - 0.5 delta).
+function F.huber_loss(input, target, opts)
+  local op = "huber_loss"
+  check_tensor(op, input)
+  check_tensor(op, target)
+  same_shape(op, input, target, "input and target")
+  local r = reduction_of(op, opts)
+  local delta = number_option(op, opts, "delta", 1, 0)
+  if delta <= 0 then raise(op .. ": delta must be > 0, got " .. delta) end
+  local a = (input - target):abs()
+  return reduce(dl.where(a:le(delta), a * a * 0.5, (a - 0.5 * delta) * delta), r)
+end
+
+-- kl_div(input, target [, {reduction, log_target}]): PyTorch's: input holds
+-- log-probabilities, target probabilities (log-probabilities with log_target);
+-- pointwise target (log target - input), 0 where target is 0. reduction "batchmean"
+-- divides the sum by the batch size (the KL divergence); "mean" by the element count.
+function F.kl_div(input, target, opts)
+  local op = "kl_div"
+  check_tensor(op, input)
+  check_tensor(op, target)
+  same_shape(op, input, target, "input and target")
+  local r = reduction_of(op, opts)
+  local lt = type(opts) == "table" and opts.log_target or false
+  local loss
+  if lt then
+    loss = dl.exp(target) * (target - input)
+  else
+    local pos = target:gt(0)
+    local safe = dl.where(pos, target, 1)
+    loss = dl.where(pos, target * (dl.log(safe) - input), 0)
+  end
+  if r == "batchmean" then return loss:sum() / (input:dim() > 0 and input:size(1) or 1) end
+  return reduce(loss, r)
+end
+
+-- cosine_embedding_loss(x1, x2, y [, {reduction, margin = 0}]): x1, x2 (N, D) or (D),
+-- y of 1 or -1 per row: 1 - cos where y = 1, max(0, cos - margin) where y = -1.
+function F.cosine_embedding_loss(x1, x2, y, opts)
+  local op = "cosine_embedding_loss"
+  check_tensor(op, x1)
+  check_tensor(op, x2)
+  check_tensor(op, y)
+  same_shape(op, x1, x2, "x1 and x2")
+  local r = reduction_of(op, opts)
+  local margin = number_option(op, opts, "margin", 0)
+  local d = x1:dim()
+  local eps = 1e-12   -- (PyTorch's EPSILON in its cosine_embedding_loss)
+  local dot = (x1 * x2):sum(d)
+  local n1, n2 = (x1 * x1):sum(d) + eps, (x2 * x2):sum(d) + eps
+  local cos = dot / (n1 * n2):sqrt()
+  local yy = y:to(x1.dtype)
+  local loss = dl.where(yy:gt(0), 1 - cos, 0) + dl.where(yy:lt(0), (cos - margin):clamp(0), 0)
   return reduce(loss, r)
 end
 

@@ -23,11 +23,18 @@ for name, cls in pairs(L) do
   if type(cls) == "table" then nn[name] = cls end
 end
 nn.functional = F
+nn.init = require("dlua.nn.initializers")
+nn.utils = require("dlua.nn.utils")
 
 nn.cross_entropy = F.cross_entropy
 nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits
 nn.mse_loss = F.mse_loss
 nn.bce_with_logits = F.bce_with_logits
 nn.one_hot = F.one_hot
+nn.nll_loss = F.nll_loss
+nn.smooth_l1_loss = F.smooth_l1_loss
+nn.huber_loss = F.huber_loss
+nn.kl_div = F.kl_div
+nn.cosine_embedding_loss = F.cosine_embedding_loss
 
 return nn

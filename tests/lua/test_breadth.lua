@@ -1,0 +1,200 @@
+-- The training library's second round against PyTorch (tests/lua/ref/breadth_ref.lua,
+-- written by tests/ref/gen_breadth_refs.py): losses and their gradients, Adagrad,
+-- OneCycleLR, WarmupCosineLR, ReduceLROnPlateau, nn.utils.clip_grad_norm_; and the
+-- initialisers of dl.nn.init by their defining properties.
+local dl = require("dlua")
+local H = require("harness")
+local R = require("ref.breadth_ref")
+local nn, F, optim = dl.nn, dl.nn.functional, dl.optim
+
+local f64 = { dtype = "float64" }
+local function t64(v) return dl.tensor(v, f64) end
+
+-- Checks a loss case: value of the named reduction, its gradients, and the other
+-- reductions when the reference has them. call(inputs..., opts) makes the loss.
+local function check_loss(case, call, opts, grad_of)
+  grad_of = grad_of or { 1 }
+  local xs = {}
+  for i, v in ipairs(case.inputs) do xs[i] = t64(v) end
+  local function loss(...)
+    local args, given = { unpack(xs) }, { ... }
+    for k, i in ipairs(grad_of) do args[i] = given[k] end
+    args[#xs + 1] = opts
+    return call(unpack(args, 1, #xs + 1))
+  end
+  local nums, picked = {}, {}
+  for k, i in ipairs(grad_of) do
+    nums[k], picked[k] = k, xs[i]
+  end
+  local r = { dl.value_and_grad(loss, nums)(unpack(picked)) }
+  H.near(r[1]:item(), case.value, 1e-12)
+  for k = 1, #grad_of do H.near(r[k + 1]:totable(), case.grads[k], 1e-12) end
+  if case.sum then
+    local o = {}
+    for k, v in pairs(opts or {}) do o[k] = v end
+    o.reduction = "sum"
+    local args = { unpack(xs) }
+    args[#args + 1] = o
+    H.near(call(unpack(args)):item(), case.sum, 1e-12)
+    o.reduction = "none"
+    H.near(call(unpack(args)):totable(), case.none, 1e-12)
+  end
+end
+
+H.test("nll_loss: plain, with class weights and an ignored label", function()
+  local c = R.losses.nll
+  local labels = dl.tensor(c.labels, { dtype = "int64" })
+  check_loss(c, function(x, o) return F.nll_loss(x, labels, o) end, {})
+  local cw = R.losses.nll_weight_ignore
+  local lab2 = dl.tensor(cw.labels, { dtype = "int64" })
+  check_loss(cw, function(x, o) return F.nll_loss(x, lab2, o) end, { weight = t64(cw.weight), ignore_index = -100 })
+  -- log_softmax then nll_loss is cross_entropy
+  local x = t64(c.inputs[1])
+  H.near(F.nll_loss(dl.log_softmax(x, 2), labels):item(), F.cross_entropy(x, labels):item(), 1e-12)
+  H.raises(function() F.nll_loss(x, dl.tensor({ 1, 2, 9, 1, 1, 1 }, { dtype = "int64" })) end,
+           "nll_loss: labels must be class numbers from 1 to 4")
+  H.raises(function() F.nll_loss(x, labels, { weight = dl.ones(3) }) end, "nll_loss: weight must be a (4) tensor")
+end)
+
+H.test("smooth_l1_loss and huber_loss", function()
+  check_loss(R.losses.smooth_l1, function(a, b, o) return F.smooth_l1_loss(a, b, o) end, {})
+  check_loss(R.losses.smooth_l1_beta, function(a, b, o) return F.smooth_l1_loss(a, b, o) end, { beta = 0.5 })
+  check_loss(R.losses.smooth_l1_beta0, function(a, b, o) return F.smooth_l1_loss(a, b, o) end, { beta = 0 })
+  check_loss(R.losses.huber, function(a, b, o) return nn.huber_loss(a, b, o) end, {})
+  check_loss(R.losses.huber_delta, function(a, b, o) return F.huber_loss(a, b, o) end, { delta = 2 })
+  H.raises(function() F.huber_loss(dl.ones(2), dl.ones(3)) end, "huber_loss: input and target shapes (2,) and (3,) differ")
+  H.raises(function() F.smooth_l1_loss(dl.ones(2), dl.ones(2), { beta = -1 }) end, "smooth_l1_loss: beta must be a number >= 0")
+end)
+
+H.test("kl_div: batchmean, mean, log targets; a zero target adds nothing", function()
+  check_loss(R.losses.kl_batchmean, function(a, b, o) return F.kl_div(a, b, o) end, { reduction = "batchmean" })
+  check_loss(R.losses.kl_mean, function(a, b, o) return nn.kl_div(a, b, o) end, {})
+  check_loss(R.losses.kl_log_target, function(a, b, o) return F.kl_div(a, b, o) end,
+             { reduction = "sum", log_target = true })
+  H.raises(function() F.mse_loss(dl.ones(2), dl.ones(2), { reduction = "batchmean" }) end,
+           "mse_loss: reduction must be \"mean\", \"sum\" or \"none\", got batchmean")
+end)
+
+H.test("cosine_embedding_loss: both inputs' gradients", function()
+  local c = R.losses.cosine_embedding
+  local y = dl.tensor(c.y, { dtype = "int64" })
+  check_loss(c, function(a, b, o) return F.cosine_embedding_loss(a, b, y, o) end, { margin = 0.2 }, { 1, 2 })
+end)
+
+H.test("Adagrad follows PyTorch's steps", function()
+  for name, c in pairs(R.adagrad) do
+    local w = dl.Variable(t64(c.w0), "w")
+    local opt = optim.Adagrad(c.opts)
+    for i, g in ipairs(c.grads) do
+      opt:apply_gradients({ { t64(g), w } })
+      H.near(w:totable(), c.after[i], 1e-12, name .. " step " .. i)
+    end
+  end
+  H.raises(function() optim.Adagrad({ lr_decay = -1 }) end, "Adagrad: lr_decay must be a number >= 0")
+end)
+
+H.test("OneCycleLR: lr and momentum at every step, cosine and linear three-phase", function()
+  local c = R.schedules.one_cycle_cos
+  local opt = optim.SGD({ lr = 0.1, momentum = 0.9 })
+  local s = optim.OneCycleLR(opt, 1.0, 20)
+  H.near(opt.lr, c.lrs[1], 1e-12)
+  H.near(opt.momentum, c.momentum[1], 1e-12)
+  for i = 2, #c.lrs do
+    s:step()
+    H.near(opt.lr, c.lrs[i], 1e-12, "step " .. (i - 1))
+    H.near(opt.momentum, c.momentum[i], 1e-12)
+  end
+  H.raises(function() s:step() end, "OneCycleLR: stepped 21 times, more than total_steps (20)")
+  local c3 = R.schedules.one_cycle_linear_three
+  local adam = optim.Adam({ lr = 0.1 })
+  local s3 = optim.OneCycleLR(adam, 0.5, 15, { anneal_strategy = "linear", three_phase = true, pct_start = 0.4 })
+  H.near(adam.lr, c3.lrs[1], 1e-12)
+  for i = 2, #c3.lrs do
+    s3:step()
+    H.near(adam.lr, c3.lrs[i], 1e-12, "step " .. (i - 1))
+    H.near(adam.betas[1], c3.momentum[i], 1e-12)
+  end
+  H.raises(function() optim.OneCycleLR(optim.SGD({}), 1, 10, { anneal_strategy = "step" }) end,
+           "OneCycleLR: anneal_strategy must be cos or linear")
+end)
+
+H.test("WarmupCosineLR is the transformer schedule", function()
+  local c = R.schedules.warmup_cosine
+  local opt = optim.SGD({ lr = c.base })
+  local s = optim.WarmupCosineLR(opt, c.warmup, c.total)
+  H.near(opt.lr, c.lrs[1], 1e-15)
+  for i = 2, #c.lrs do
+    s:step()
+    H.near(opt.lr, c.lrs[i], 1e-12, "step " .. (i - 1))
+  end
+end)
+
+H.test("ReduceLROnPlateau: min with cooldown and a floor, max with an absolute threshold", function()
+  for _, case in ipairs({ { R.schedules.plateau_min, { patience = 2, factor = 0.5, cooldown = 1, min_lr = 0.01 } },
+                          { R.schedules.plateau_max_abs, { mode = "max", patience = 1, threshold = 0.05,
+                                                           threshold_mode = "abs" } } }) do
+    local c, o = case[1], case[2]
+    local opt = optim.SGD({ lr = 0.1 })
+    local s = optim.ReduceLROnPlateau(opt, o)
+    for i, m in ipairs(c.metrics) do
+      s:step(m)
+      H.near(opt.lr, c.lrs[i], 1e-15, "evaluation " .. i)
+    end
+    local s2 = optim.ReduceLROnPlateau(optim.SGD({ lr = 0.1 }), o)
+    s2:load_state_dict(s:state_dict())
+    H.eq(s2.best, s.best)
+  end
+  H.raises(function() optim.ReduceLROnPlateau(optim.SGD({}), { factor = 2 }) end,
+           "ReduceLROnPlateau: factor must be in (0, 1)")
+end)
+
+H.test("clip_grad_norm_ scales the gradients in place and returns the norm before", function()
+  for name, c in pairs(R.clip) do
+    local gs = {}
+    for i, g in ipairs(c.grads) do gs[i] = t64(g) end
+    -- as {gradient, Variable} pairs, as dl.implicit_grad gives them
+    local pairs_ = {}
+    for i, g in ipairs(gs) do pairs_[i] = { g, dl.Variable(dl.zeros_like(g)) } end
+    local norm = nn.utils.clip_grad_norm_(pairs_, c.max_norm, c.norm_type)
+    H.near(norm:item(), c.norm, 1e-12, name)
+    for i, g in ipairs(gs) do H.near(g:totable(), c.clipped[i], 1e-12, name) end
+  end
+end)
+
+H.test("nn.init: bounds, moments, orthogonality and gains", function()
+  local init = nn.init
+  dl.manual_seed(1)
+  local w = dl.Variable(dl.zeros(256, 128), "w")
+  H.ok(rawequal(init.xavier_uniform_(w), w))
+  local bound = math.sqrt(6 / (256 + 128))
+  H.ok(w:abs():max():item() <= bound + 1e-6)
+  H.near(w:std():item(), bound / math.sqrt(3), 0.01)
+  init.kaiming_normal_(w, { nonlinearity = "relu" })
+  H.near(w:std():item(), math.sqrt(2 / 128), 0.005)          -- fan_in = size(2)
+  init.kaiming_normal_(w, { mode = "fan_out" })
+  H.near(w:std():item(), math.sqrt(2 / (1 + 0.01 ^ 2)) / math.sqrt(256), 0.005)
+  init.kaiming_uniform_(w, { a = math.sqrt(5) })               -- nn.Linear's default: U(-1/sqrt(fan_in), ..)
+  H.ok(w:abs():max():item() <= 1 / math.sqrt(128) + 1e-6)
+  init.trunc_normal_(w, 0, 1, -0.5, 0.5)
+  H.ok(w:abs():max():item() <= 0.5)
+  local conv = dl.zeros(8, 4, 3, 3)
+  local fi, fo = init.calculate_fans(conv)
+  H.eq(fi, 36)
+  H.eq(fo, 72)
+  init.xavier_normal_(conv, init.calculate_gain("tanh"))
+  H.near(conv:std():item(), 5 / 3 * math.sqrt(2 / (36 + 72)), 0.03)
+  for _, shape in ipairs({ { 6, 4 }, { 4, 6 }, { 5, 2, 3 } }) do
+    local q = init.orthogonal_(dl.zeros(shape, f64), 2)
+    local m = q:reshape(shape[1], -1)
+    local gram = m:size(1) >= m:size(2) and m:t():matmul(m) or m:matmul(m:t())
+    H.near(gram:totable(), (dl.eye(gram:size(1), f64) * 4):totable(), 1e-12)
+  end
+  H.near(init.calculate_gain("leaky_relu", 0.2), math.sqrt(2 / 1.04), 1e-15)
+  H.values(init.constant_(dl.zeros(3), 0.5), { 0.5, 0.5, 0.5 })
+  H.values(init.eye_(dl.zeros(2, 3)), { { 1, 0, 0 }, { 0, 1, 0 } })
+  H.raises(function() init.xavier_uniform_(dl.zeros(5)) end, "calculate_fans: fan in and fan out need a tensor of 2 or more dims")
+  H.raises(function() init.calculate_gain("softsign") end, "calculate_gain: unknown nonlinearity 'softsign'")
+  H.raises(function() init.normal_(dl.zeros(3, { dtype = "int64" })) end, "normal_: expected a float tensor, got int64")
+end)
+
+H.run()

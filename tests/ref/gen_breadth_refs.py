@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""Writes tests/lua/ref/breadth_ref.lua: PyTorch's results for the losses, optimizer,
+schedules, gradient clipping of the training library's second round (nll_loss,
+smooth_l1_loss, huber_loss, kl_div, cosine_embedding_loss, Adagrad, OneCycleLR, a
+warm-up + cosine LambdaLR, ReduceLROnPlateau, clip_grad_norm_), read by
+tests/lua/test_breadth.lua.
+
+Run with Debian's python3 (it has python3-torch), from anywhere:
+
+    /usr/bin/python3 tests/ref/gen_breadth_refs.py
+
+The generated file is committed, so the Lua tests need no torch. Inputs are drawn here
+(float64) and stored with the results (17 significant digits); every reference value
+comes from PyTorch, never from dlua.
+"""
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_training_refs import lua  # noqa: E402  (the same Lua writer)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "tests", "lua", "ref", "breadth_ref.lua")
+
+torch.manual_seed(20261125)
+torch.set_num_threads(1)
+
+
+def rnd(*shape, scale=1.0):
+    return (torch.randn(*shape, dtype=torch.float64) * scale)
+
+
+def loss_case(fn, *inputs, grad_of=(0,), **kw):
+    """Values for the three reductions (where the loss has them) and the gradient of the
+    mean (or of the named reduction) with respect to the inputs in grad_of."""
+    xs = [x.clone().requires_grad_() if i in grad_of else x for i, x in enumerate(inputs)]
+    red = kw.pop("reduction", "mean")
+    y = fn(*xs, reduction=red, **kw)
+    grads = torch.autograd.grad(y, [xs[i] for i in grad_of])
+    out = {"inputs": list(inputs), "value": y, "grads": list(grads)}
+    if red == "mean":
+        out["sum"] = fn(*inputs, reduction="sum", **kw)
+        out["none"] = fn(*inputs, reduction="none", **kw)
+    return out
+
+
+def gen_losses():
+    out = {}
+    logp = torch.log_softmax(rnd(6, 4, scale=2.0), dim=1)
+    labels = torch.tensor([0, 3, 2, 1, 3, 0])
+    out["nll"] = loss_case(lambda x, reduction: F.nll_loss(x, labels, reduction=reduction), logp)
+    out["nll"]["labels"] = labels + 1
+    w = torch.tensor([0.5, 2.0, 1.0, 3.0], dtype=torch.float64)
+    lab_ign = torch.tensor([0, 3, -100, 1, 3, -100])
+    out["nll_weight_ignore"] = loss_case(
+        lambda x, reduction: F.nll_loss(x, lab_ign, weight=w, ignore_index=-100, reduction=reduction), logp)
+    out["nll_weight_ignore"]["labels"] = torch.where(lab_ign >= 0, lab_ign + 1, lab_ign)
+    out["nll_weight_ignore"]["weight"] = w
+
+    a, b = rnd(5, 3, scale=2.0), rnd(5, 3, scale=2.0)
+    out["smooth_l1"] = loss_case(F.smooth_l1_loss, a, b)
+    out["smooth_l1_beta"] = loss_case(F.smooth_l1_loss, a, b, beta=0.5)
+    out["smooth_l1_beta0"] = loss_case(F.smooth_l1_loss, a, b, beta=0.0)
+    out["huber"] = loss_case(F.huber_loss, a, b)
+    out["huber_delta"] = loss_case(F.huber_loss, a, b, delta=2.0)
+
+    inp = torch.log_softmax(rnd(4, 5), dim=1)
+    tgt = torch.softmax(rnd(4, 5), dim=1)
+    tgt[0, 2] = 0.0   # a zero target contributes nothing
+    out["kl_batchmean"] = loss_case(F.kl_div, inp, tgt, reduction="batchmean")
+    out["kl_mean"] = loss_case(F.kl_div, inp, tgt)
+    out["kl_log_target"] = loss_case(F.kl_div, inp, torch.log_softmax(rnd(4, 5), dim=1), reduction="sum",
+                                     log_target=True)
+
+    x1, x2 = rnd(6, 4), rnd(6, 4)
+    y = torch.tensor([1, -1, 1, -1, -1, 1])
+    out["cosine_embedding"] = loss_case(lambda p, q, reduction, **kw: F.cosine_embedding_loss(
+        p, q, y, reduction=reduction, **kw), x1, x2, grad_of=(0, 1), margin=0.2)
+    out["cosine_embedding"]["y"] = y
+    return out
+
+
+def gen_adagrad():
+    out = {}
+    for name, kw, lua_opts in (("default", {}, "{}"),
+                               ("decay_wd_init", {"lr": 0.1, "lr_decay": 0.05, "weight_decay": 0.1,
+                                                  "initial_accumulator_value": 0.3, "eps": 1e-6},
+                                "{lr = 0.1, lr_decay = 0.05, weight_decay = 0.1, initial_accumulator_value = 0.3, eps = 1e-6}")):
+        w0 = rnd(3, 4)
+        grads = [rnd(3, 4) for _ in range(5)]
+        w = w0.clone().requires_grad_()
+        opt = torch.optim.Adagrad([w], **kw)
+        after = []
+        for g in grads:
+            w.grad = g.clone()
+            opt.step()
+            after.append(w.detach().clone())
+        out[name] = {"opts": "@" + lua_opts, "w0": w0, "grads": grads, "after": after}
+    return out
+
+
+def gen_schedules():
+    out = {}
+
+    def one_cycle(kw, steps, opt_kind):
+        p = torch.zeros(1, requires_grad=True)
+        opt = (torch.optim.SGD([p], lr=0.1, momentum=0.9) if opt_kind == "sgd"
+               else torch.optim.Adam([p], lr=0.1))
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, **kw)
+        key = "momentum" if opt_kind == "sgd" else "betas"
+        lrs, moms = [opt.param_groups[0]["lr"]], []
+        m = opt.param_groups[0][key]
+        moms.append(m if opt_kind == "sgd" else m[0])
+        for _ in range(steps):
+            opt.step()
+            sched.step()
+            lrs.append(opt.param_groups[0]["lr"])
+            m = opt.param_groups[0][key]
+            moms.append(m if opt_kind == "sgd" else m[0])
+        return {"lrs": lrs, "momentum": moms}
+
+    out["one_cycle_cos"] = one_cycle({"max_lr": 1.0, "total_steps": 20}, 20, "sgd")
+    out["one_cycle_linear_three"] = one_cycle({"max_lr": 0.5, "total_steps": 15, "anneal_strategy": "linear",
+                                               "three_phase": True, "pct_start": 0.4}, 15, "adam")
+
+    warm, total, base = 5, 20, 0.1
+
+    def lam(e):
+        if e < warm:
+            return e / warm
+        t = (min(e, total) - warm) / max(1, total - warm)
+        return 0.5 * (1 + math.cos(math.pi * t))
+    p = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([p], lr=base)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lam)
+    lrs = [opt.param_groups[0]["lr"]]
+    for _ in range(25):
+        opt.step()
+        sched.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    out["warmup_cosine"] = {"warmup": warm, "total": total, "base": base, "lrs": lrs}
+
+    metrics = [1.0, 0.9, 0.95, 0.91, 0.92, 0.93, 0.89, 0.899, 0.9, 0.95, 0.96, 0.97, 0.5, 0.6, 0.7, 0.8]
+    for name, kw in (("plateau_min", {"patience": 2, "factor": 0.5, "cooldown": 1, "min_lr": 0.01}),
+                     ("plateau_max_abs", {"mode": "max", "patience": 1, "threshold": 0.05,
+                                          "threshold_mode": "abs"})):
+        p = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([p], lr=0.1)
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, **kw)
+        lrs = []
+        for m in metrics:
+            opt.step()
+            sched.step(m)
+            lrs.append(opt.param_groups[0]["lr"])
+        out[name] = {"metrics": metrics, "lrs": lrs}
+    return out
+
+
+def gen_clip():
+    out = {}
+    gs = [rnd(3, 4), rnd(5), rnd(2, 2, scale=3.0)]
+    for name, max_norm, p in (("l2", 1.0, 2.0), ("inf", 0.5, math.inf), ("l1_no_clip", 1e3, 1.0)):
+        ps = [torch.zeros_like(g, requires_grad=True) for g in gs]
+        for q, g in zip(ps, gs):
+            q.grad = g.clone()
+        norm = torch.nn.utils.clip_grad_norm_(ps, max_norm, norm_type=p)
+        out[name] = {"grads": gs, "max_norm": max_norm, "norm_type": "@math.huge" if math.isinf(p) else p,
+                     "norm": norm, "clipped": [q.grad for q in ps]}
+    return out
+
+
+def main():
+    refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip()}
+    text = lua(refs)
+    import re
+    text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
+    with open(OUT + ".tmp", "w") as f:
+        f.write("-- Generated by tests/ref/gen_breadth_refs.py (PyTorch " + torch.__version__ + "); do not edit.\n")
+        f.write("return " + text + "\n")
+    os.replace(OUT + ".tmp", OUT)
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
