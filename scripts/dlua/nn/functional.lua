@@ -334,16 +334,19 @@ function F.nll_loss(log_probs, labels, opts)
   return reduce(loss, r)
 end
 
--- smooth_l1_loss(input, target [, {reduction, beta = 1}]): 0.5 d^2 / beta where
--- |d| < beta, else |d| - 0.5 beta (PyTorch's; beta = 0 is the L1 loss).
-function F.smooth_l1_loss(input, target, opts)
-  local op = "smooth_l1_loss"
+-- The checked operands of an elementwise loss of input and target: its reduction,
+-- the option `key` (a number >= 0, default 1) and |input - target|.
+local function distance_loss(op, input, target, opts, key)
   check_tensor(op, input)
   check_tensor(op, target)
   same_shape(op, input, target, "input and target")
-  local r = reduction_of(op, opts)
-  local beta = number_option(op, opts, "beta", 1, 0)
-  local a = (input - target):abs()
+  return reduction_of(op, opts), number_option(op, opts, key, 1, 0), (input - target):abs()
+end
+
+-- smooth_l1_loss(input, target [, {reduction, beta = 1}]): 0.5 d^2 / beta where
+-- |d| < beta, else |d| - 0.5 beta (PyTorch's; beta = 0 is the L1 loss).
+function F.smooth_l1_loss(input, target, opts)
+  local r, beta, a = distance_loss("smooth_l1_loss", input, target, opts, "beta")
   if beta == 0 then return reduce(a, r) end
   return reduce(dl.where(a:lt(beta), a * a * (0.5 / beta), a - 0.5 * beta), r)
 end
@@ -351,14 +354,8 @@ end
 -- huber_loss(input, target [, {reduction, delta = 1}]): 0.5 d^2 where |d| <= delta,
 -- else delta (|d| - 0.5 delta).
 function F.huber_loss(input, target, opts)
-  local op = "huber_loss"
-  check_tensor(op, input)
-  check_tensor(op, target)
-  same_shape(op, input, target, "input and target")
-  local r = reduction_of(op, opts)
-  local delta = number_option(op, opts, "delta", 1, 0)
-  if delta <= 0 then raise(op .. ": delta must be > 0, got " .. delta) end
-  local a = (input - target):abs()
+  local r, delta, a = distance_loss("huber_loss", input, target, opts, "delta")
+  if delta <= 0 then raise("huber_loss: delta must be > 0, got " .. delta) end
   return reduce(dl.where(a:le(delta), a * a * 0.5, (a - 0.5 * delta) * delta), r)
 end
 
