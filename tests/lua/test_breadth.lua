@@ -161,6 +161,50 @@ H.test("clip_grad_norm_ scales the gradients in place and returns the norm befor
   end
 end)
 
+H.test("RNN, LSTM and GRU layers: outputs, final states and gradients as PyTorch's", function()
+  local made = {
+    lstm_2layer_bi_batch_first = function() return nn.LSTM(3, 5, { num_layers = 2, bidirectional = true, batch_first = true }) end,
+    gru_1layer = function() return nn.GRU(3, 4) end,
+    rnn_relu_2layer_unbatched = function() return nn.RNN(3, 4, { num_layers = 2, nonlinearity = "relu" }) end,
+  }
+  for name, c in pairs(R.recurrent) do
+    local net = made[name]():to("float64")
+    local names = {}
+    for _, p in ipairs(net:named_parameters()) do names[#names + 1] = p[1] end
+    local want = 0
+    for _ in pairs(c.params) do want = want + 1 end
+    H.eq(#names, want, name .. ": PyTorch's parameters")
+    for k, v in pairs(c.params) do dl.no_grad(function() net[k]:copy_(t64(v)) end) end
+    local x = t64(c.x)
+    local h0 = c.h0 and t64(c.h0) or nil
+    local c0 = c.c0 and t64(c.c0) or nil
+    local function total(xx)
+      local y, hn, cn = net(xx, h0, c0)
+      local s = (y * y):sum() + hn:sum()
+      if cn then s = s + cn:sum() end
+      return s, y, hn, cn
+    end
+    local y, hn, cn = net(x, h0, c0)
+    H.near(y:totable(), c.y, 1e-12, name)
+    H.near(hn:totable(), c.hn, 1e-12, name)
+    if c.cn then H.near(cn:totable(), c.cn, 1e-12, name) end
+    local gx = dl.grad(function(xx) return (total(xx)) end)(x)
+    H.near(gx:totable(), c.gx, 1e-10, name)
+    local grads = dl.implicit_grad(function() return (total(x)) end)()
+    local gw
+    for _, p in ipairs(grads) do if rawequal(p[2], net[c.wname]) then gw = p[1] end end
+    H.near(gw:totable(), c.gw, 1e-10, name .. " " .. c.wname)
+  end
+  local lstm = nn.LSTM(4, 6, { dropout = 0.5, num_layers = 2 })
+  H.raises(function() lstm(dl.randn(3, 2, 5)) end, "LSTM: expected input of size 4 in its last dim, got shape (3, 2, 5)")
+  H.raises(function() lstm(dl.randn(3, 2, 4), dl.zeros(1, 2, 6)) end, "LSTM: expected h0 of shape (2, 2, 6), got shape (1, 2, 6)")
+  H.raises(function() nn.GRU(4, 6, { nonlinearity = "relu" }) end, "GRU: unknown option 'nonlinearity'")
+  lstm:eval()
+  local a = lstm(dl.ones(3, 2, 4))
+  H.near(lstm(dl.ones(3, 2, 4)):totable(), a:totable(), 0, "no dropout in eval mode")
+  H.ok(tostring(lstm):find("LSTM(4, 6, num_layers=2", 1, true) ~= nil, tostring(lstm))
+end)
+
 H.test("nn.init: bounds, moments, orthogonality and gains", function()
   local init = nn.init
   dl.manual_seed(1)

@@ -173,8 +173,48 @@ def gen_clip():
     return out
 
 
+def gen_recurrent():
+    """Sequence layers with their weights, outputs, final states and two gradients of
+    sum(out^2) + sum(h_n) (+ sum(c_n)): with respect to the input and to one weight."""
+    out = {}
+    cases = (("lstm_2layer_bi_batch_first", torch.nn.LSTM(3, 5, num_layers=2, bidirectional=True, batch_first=True),
+              rnd(2, 4, 3), True, "weight_hh_l1_reverse"),
+             ("gru_1layer", torch.nn.GRU(3, 4), rnd(5, 2, 3), True, "weight_ih_l0"),
+             ("rnn_relu_2layer_unbatched", torch.nn.RNN(3, 4, num_layers=2, nonlinearity="relu"), rnd(6, 3), False,
+              "bias_hh_l1"))
+    for name, mod, x, with_h0, wname in cases:
+        mod = mod.double()
+        dirs = 2 if mod.bidirectional else 1
+        batched = x.dim() == 3
+        n = (x.shape[0] if mod.batch_first else x.shape[1]) if batched else None
+        sshape = (mod.num_layers * dirs, n, mod.hidden_size) if batched else (mod.num_layers * dirs, mod.hidden_size)
+        h0 = rnd(*sshape) if with_h0 else None
+        c0 = rnd(*sshape) if with_h0 and isinstance(mod, torch.nn.LSTM) else None
+        xr = x.clone().requires_grad_()
+        if isinstance(mod, torch.nn.LSTM):
+            y, (hn, cn) = mod(xr, (h0, c0)) if with_h0 else mod(xr)
+            total = (y * y).sum() + hn.sum() + cn.sum()
+        else:
+            y, hn = mod(xr, h0) if with_h0 else mod(xr)
+            cn = None
+            total = (y * y).sum() + hn.sum()
+        w = dict(mod.named_parameters())[wname]
+        gx, gw = torch.autograd.grad(total, [xr, w])
+        case = {"params": {k: v for k, v in mod.named_parameters()}, "x": x, "y": y, "hn": hn, "gx": gx,
+                "wname": wname, "gw": gw}
+        if with_h0:
+            case["h0"] = h0
+        if c0 is not None:
+            case["c0"] = c0
+        if cn is not None:
+            case["cn"] = cn
+        out[name] = case
+    return out
+
+
 def main():
-    refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip()}
+    refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
+            "recurrent": gen_recurrent()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

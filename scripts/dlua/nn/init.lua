@@ -6,7 +6,8 @@
 --   local loss = dl.nn.cross_entropy(Net()(x), labels)
 --
 -- The pieces: dlua.nn.module (Module: tracking, state dicts, train/eval, to, printing),
--- dlua.nn.layers (Linear, Dense, Conv2d, pools, BatchNorm, Embedding, cells ...),
+-- dlua.nn.layers (Linear, Dense, Conv2d, pools, BatchNorm, Embedding ...),
+-- dlua.nn.recurrent (the RNN, LSTM and GRU cells and layers),
 -- dlua.nn.functional (stateless forms and losses, also dl.nn.functional).
 local T = require("dlua.tensor")
 local Module = require("dlua.nn.module")
@@ -19,8 +20,10 @@ dl.nn = nn
 
 nn.Module = Module
 nn.is_module = Module.is_module
-for name, cls in pairs(L) do
-  if type(cls) == "table" then nn[name] = cls end
+for _, classes in ipairs({ L, require("dlua.nn.recurrent") }) do
+  for name, cls in pairs(classes) do
+    if type(cls) == "table" then nn[name] = cls end
+  end
 end
 nn.functional = F
 nn.init = require("dlua.nn.initializers")

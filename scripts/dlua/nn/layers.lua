@@ -7,8 +7,7 @@
 --
 -- Shapes and initialisations are PyTorch's (so that a state dict moves between the two):
 -- Linear and Conv2d weights kaiming_uniform(a = sqrt(5)), that is U(-1/sqrt(fan_in),
--- 1/sqrt(fan_in)), biases the same bound; recurrent cells U(-1/sqrt(hidden), ..);
--- Embedding N(0, 1); batch norm weight 1, bias 0. Dense is TensorFlow's (kernel
+-- 1/sqrt(fan_in)), biases the same bound; Embedding N(0, 1); batch norm weight 1, bias 0. Dense is TensorFlow's (kernel
 -- (in, units), glorot_uniform, zero bias, input size taken from the first call). All
 -- draw from the engine's generator, so dl.manual_seed(n) makes a model reproducible.
 local core = require("dlua.core")
@@ -42,6 +41,7 @@ end
 L.uniform = uniform
 
 local function param(init, name) return dl.Variable(init, name) end
+L.int_arg, L.param = int_arg, param
 
 local function check_tensor(op, x)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end
@@ -424,105 +424,5 @@ function Sequential:named_children()
   for _, c in ipairs(rest) do out[#out + 1] = c end
   return out
 end
-
--- ---- recurrent cells ----------------------------------------------------------------------------
-
--- The shared parameters of a cell with `gates` gates: weight_ih (gates*hidden, in),
--- weight_hh (gates*hidden, hidden), bias_ih, bias_hh, all U(-1/sqrt(hidden), ..).
-local function cell_init(self, name, in_size, hidden, gates, opts)
-  self.input_size = int_arg(name, in_size, "input_size")
-  self.hidden_size = int_arg(name, hidden, "hidden_size")
-  local k = 1 / sqrt(hidden)
-  self.weight_ih = param(uniform({ gates * hidden, in_size }, k), "weight_ih")
-  self.weight_hh = param(uniform({ gates * hidden, hidden }, k), "weight_hh")
-  if opts.bias ~= false then
-    self.bias_ih = param(uniform({ gates * hidden }, k), "bias_ih")
-    self.bias_hh = param(uniform({ gates * hidden }, k), "bias_hh")
-  end
-end
-
-local function cell_check(self, name, x, h)
-  check_tensor(name, x)
-  local m = meta(x)
-  if (m.ndim ~= 1 and m.ndim ~= 2) or m.sizes[m.ndim - 1] ~= self.input_size then
-    raise(name .. ": expected input (N, " .. self.input_size .. ") or (" .. self.input_size
-          .. "), got shape " .. shape_str(x))
-  end
-  local hs = x:dim() == 2 and { x:size(1), self.hidden_size } or { self.hidden_size }
-  if h == nil then return dl.zeros(hs, { dtype = x.dtype, device = x.device }) end
-  check_tensor(name, h)
-  local s = h.shape
-  if #s ~= #hs or s[1] ~= hs[1] or s[#s] ~= hs[#hs] then
-    raise(name .. ": expected a hidden state of shape " .. shape_str(hs) .. ", got shape " .. shape_str(s))
-  end
-  return h
-end
-
-local function cell_repr(self)
-  return fmt("", self.input_size, "", self.hidden_size, "bias", self.bias_ih ~= nil,
-             "nonlinearity", self.nonlinearity)
-end
-
--- h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh), act tanh (default) or relu.
-local RNNCell = Module:extend("RNNCell")
-L.RNNCell = RNNCell
-function RNNCell:init(in_size, hidden, opts)
-  opts = options("RNNCell", opts, { nonlinearity = true, bias = true })
-  local nl = opts.nonlinearity or "tanh"
-  if nl ~= "tanh" and nl ~= "relu" then
-    raise("RNNCell: nonlinearity must be \"tanh\" or \"relu\", got " .. tostring(nl))
-  end
-  self.nonlinearity = nl
-  cell_init(self, "RNNCell", in_size, hidden, 1, opts)
-end
-function RNNCell:forward(x, h)
-  h = cell_check(self, "RNNCell", x, h)
-  local y = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh, self.bias_hh)
-  if self.nonlinearity == "relu" then return dl.relu(y) end
-  return dl.tanh(y)
-end
-RNNCell.extra_repr = cell_repr
-
--- The state is (h, c): cell(x) starts from zeros; cell(x, h, c) or cell(x, {h, c}).
--- Returns h', c'. Gates i, f, g, o in PyTorch's order.
-local LSTMCell = Module:extend("LSTMCell")
-L.LSTMCell = LSTMCell
-function LSTMCell:init(in_size, hidden, opts)
-  opts = options("LSTMCell", opts, { bias = true })
-  cell_init(self, "LSTMCell", in_size, hidden, 4, opts)
-end
-function LSTMCell:forward(x, h, c)
-  if type(h) == "table" and not is_tensor(h) then h, c = h[1], h[2] end
-  h = cell_check(self, "LSTMCell", x, h)
-  c = cell_check(self, "LSTMCell", x, c)
-  local gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(h, self.weight_hh, self.bias_hh)
-  local H = self.hidden_size
-  local i = dl.sigmoid(gates:narrow(-1, 1, H))
-  local f = dl.sigmoid(gates:narrow(-1, H + 1, H))
-  local g = dl.tanh(gates:narrow(-1, 2 * H + 1, H))
-  local o = dl.sigmoid(gates:narrow(-1, 3 * H + 1, H))
-  local c2 = f * c + i * g
-  return o * dl.tanh(c2), c2
-end
-LSTMCell.extra_repr = cell_repr
-
--- Gates r, z, n in PyTorch's order: h' = n + z (h - n), n = tanh(x_n + r (h_n)).
-local GRUCell = Module:extend("GRUCell")
-L.GRUCell = GRUCell
-function GRUCell:init(in_size, hidden, opts)
-  opts = options("GRUCell", opts, { bias = true })
-  cell_init(self, "GRUCell", in_size, hidden, 3, opts)
-end
-function GRUCell:forward(x, h)
-  h = cell_check(self, "GRUCell", x, h)
-  local gi = F.linear(x, self.weight_ih, self.bias_ih)
-  local gh = F.linear(h, self.weight_hh, self.bias_hh)
-  local H = self.hidden_size
-  local r = dl.sigmoid(gh:narrow(-1, 1, H) + gi:narrow(-1, 1, H))
-  local z = dl.sigmoid(gh:narrow(-1, H + 1, H) + gi:narrow(-1, H + 1, H))
-  local n = dl.tanh(gi:narrow(-1, 2 * H + 1, H) + gh:narrow(-1, 2 * H + 1, H) * r)
-  return (h - n) * z + n
-end
-GRUCell.extra_repr = cell_repr
 
 return L
