@@ -271,6 +271,65 @@ template <> Grads derivative<Op::BatchNorm>(Node& n, const TensorList& grads) {
   return out;
 }
 
+// ---- layer normalisation ----------------------------------------------------------------------------
+
+Tensor layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps) {
+  LayerNormResult r = dl::layer_norm(x, normalized, weight, bias, eps);
+  TensorList ins{x};
+  if (weight.defined()) ins.push_back(weight);
+  if (bias.defined()) ins.push_back(bias);
+  Ref<Node> n = maybe_node("layer_norm", derivative_of(Op::LayerNorm), ins);
+  if (!n) return r.y;
+  n->save(x);
+  if (weight.defined()) n->save(weight);
+  n->save(r.mean);
+  n->save(r.invstd);
+  n->attrs.i[0] = normalized;
+  n->attrs.i[1] = weight.defined();
+  n->attrs.i[2] = bias.defined();
+  n->attrs.d[0] = eps;
+  return finish(n, r.y);
+}
+// With g the gradient for xhat (times the weight), per row: dx = invstd (g - mean(g) -
+// xhat mean(g xhat)); dweight and dbias sum over the rows.
+template <> Grads derivative<Op::LayerNorm>(Node& n, const TensorList& grads) {
+  const int normalized = int(n.attrs.i[0]);
+  const bool has_w = n.attrs.i[1] != 0, has_b = n.attrs.i[2] != 0;
+  int k = 0;
+  Tensor x = n.unpack(k++);
+  Tensor w = has_w ? n.unpack(k++) : Tensor();
+  Tensor mean = n.unpack(k++), invstd = n.unpack(k++);
+  const Tensor& g = grads[0];
+  std::vector<int> rows, lead;   // the normalised dims; the others
+  for (int i = 0; i < x.dim(); ++i) (i >= x.dim() - normalized ? rows : lead).push_back(i);
+  Shape per_row = mean.shape();   // (lead..., 1, ...): broadcasts a row statistic against x
+  for (int i = 0; i < normalized; ++i) per_row.push_back(1);
+  Tensor inv, xhat;
+  if (is_recording()) {
+    // A gradient of this gradient is wanted: the statistics are recomputed as recorded
+    // functions of x, so that it sees how they depend on x.
+    ReduceOpts biased;
+    biased.correction = 0;
+    Tensor m = ag::reduce(Op::Mean, x, rows, true);
+    inv = ag::unary(Op::Rsqrt, ag::reduce(Op::Var, x, rows, true, biased) + n.attrs.d[0]);
+    xhat = (x - m) * inv;
+  } else {
+    inv = ag::reshape(invstd, per_row);
+    xhat = (x - ag::reshape(mean, per_row)) * inv;
+  }
+  const int iw = has_w ? 1 : -1, ib = has_b ? (has_w ? 2 : 1) : -1;
+  Grads out(n.inputs.size());
+  if (n.next[0].valid()) {
+    Tensor gh = has_w ? g * w : g;
+    Tensor mg = ag::reduce(Op::Mean, gh, rows, true);
+    Tensor mgx = ag::reduce(Op::Mean, gh * xhat, rows, true);
+    out[0] = inv * (gh - mg - xhat * mgx);
+  }
+  if (iw >= 0 && n.next[iw].valid()) out[size_t(iw)] = lead.empty() ? g * xhat : ag::reduce(Op::Sum, g * xhat, lead, false);
+  if (ib >= 0 && n.next[ib].valid()) out[size_t(ib)] = lead.empty() ? g : ag::reduce(Op::Sum, g, lead, false);
+  return out;
+}
+
 // ---- embedding, loss -------------------------------------------------------------------------------------
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {

@@ -43,6 +43,8 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps);
 
+Tensor layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps);
+
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                      std::optional<int64_t> ignore_index);

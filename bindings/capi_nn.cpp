@@ -231,6 +231,13 @@ uint64_t dl_batch_norm(uint64_t x, uint64_t weight, uint64_t bias, uint64_t runn
   });
 }
 
+uint64_t dl_layer_norm(uint64_t x, int normalized, uint64_t weight, uint64_t bias, double eps) {
+  return guard_handle([&] {
+    const char* op = "layer_norm";
+    return ag::layer_norm(get(x, op), normalized, optional(weight, op), optional(bias, op), eps);
+  });
+}
+
 // ---- embedding, loss ------------------------------------------------------------------------------
 
 uint64_t dl_embedding(uint64_t weight, uint64_t indices, int64_t padding_idx) {

@@ -407,6 +407,50 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   return r;
 }
 
+// ---- layer normalisation ---------------------------------------------------------------------
+
+// The statistics are batch norm's with one channel per row: x viewed as (1, R, D), so
+// the same CPU and CUDA kernels compute each row's mean and variance and apply its
+// (invstd, -mean invstd) in one pass; the affine is two broadcast passes over y.
+LayerNormResult layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layer_norm";
+  DL_CHECK(normalized >= 1 && normalized <= x.dim(), op, ": cannot normalise the last ", normalized,
+           " dims of an input of shape ", x.shape());
+  DL_CHECK_KIND(Type, x.is_floating(), op, ": expected a float32 or float64 input, got ", dtype_name(x.dtype()));
+  const int nlead = x.dim() - normalized;
+  Shape lead(x.shape().begin(), nlead), tail(x.shape().begin() + nlead, normalized);
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&weight, "weight"}, {&bias, "bias"}}) {
+    if (!t->defined()) continue;
+    check_device(x, *t, op, name);
+    DL_CHECK(t->shape() == tail, op, ": expected ", name, " of shape ", tail, " (the normalised dims of ",
+             x.shape(), "), got ", t->shape());
+  }
+  DL_CHECK(std::isfinite(eps) && eps >= 0, op, ": eps must be non-negative, got ", eps);
+  int64_t D = 1;
+  for (int64_t d : tail) D *= d;
+  DL_CHECK(D > 0 || x.numel() == 0, op, ": the normalised dims ", tail, " hold no element");
+  const int64_t R = D == 0 ? 0 : x.numel() / D;
+  const DType dt = float_dtype({&x, &weight, &bias});
+  LayerNormResult r;
+  r.y = empty(x.shape(), dt, x.device(), op);
+  if (x.numel() == 0) {
+    r.mean = empty(lead, dt, x.device(), op);
+    r.invstd = empty(lead, dt, x.device(), op);
+    return r;
+  }
+  Tensor x3 = view(prepared(x, dt), Shape{1, R, D});
+  Tensor mean = empty(Shape{R}, dt, x.device(), op), var = empty(Shape{R}, dt, x.device(), op);
+  kernel(x.device(), &Backend::batch_norm_stats, op)(mean, var, x3);
+  Tensor scale = unary(Op::Rsqrt, binary(Op::Add, var, Scalar(eps)));
+  Tensor shift = unary(Op::Neg, binary(Op::Mul, mean, scale));
+  kernel(x.device(), &Backend::channel_affine, op)(view(r.y, Shape{1, R, D}), x3, scale, shift);
+  r.mean = view(mean, lead);
+  r.invstd = view(scale, lead);
+  if (weight.defined()) binary_(Op::Mul, r.y, cast(weight, dt));
+  if (bias.defined()) binary_(Op::Add, r.y, cast(bias, dt));
+  return r;
+}
+
 // ---- embedding, loss --------------------------------------------------------------------------
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {

@@ -92,6 +92,16 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
                            const Tensor& running_mean, const Tensor& running_var, bool training,
                            double momentum, double eps);
 
+// ---- layer normalisation (the batch-norm kernels, one row per channel) ---------------------
+// Each row of x over its last `normalized` dims (R rows of D elements) normalised by
+// its mean and biased variance: (x - mean) / sqrt(var + eps), then times weight and
+// plus bias (each of the normalised dims' shape; optional). Also returns the mean and
+// 1 / sqrt(var + eps) per row (x's leading shape), for the backward.
+struct LayerNormResult {
+  Tensor y, mean, invstd;
+};
+LayerNormResult layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps);
+
 // ---- embedding, loss -------------------------------------------------------------------
 // Rows of weight (V, D) at integer `indices` of any shape: indices.shape + (D). The
 // row `padding_idx` (negative counts from the end) gets no gradient (autograd/nn.h).

@@ -358,6 +358,15 @@ std::vector<Case> other_cases(Op op) {
                  return ag::batch_norm(x[0], x[1], x[2], em, ev, false, 0.1, 1e-5); },
                {values(Shape{2, 3, 2}, 78), values(Shape{3}, 79), values(Shape{3}, 80)}}};
     }
+    case Op::LayerNorm:
+      return {{"layer_norm last dim, affine", [](const TensorList& x) { return ag::layer_norm(x[0], 1, x[1], x[2], 1e-5); },
+               {values(Shape{3, 4}, 87), values(Shape{4}, 88), values(Shape{4}, 89)}},
+              {"layer_norm last two dims, weight only", [](const TensorList& x) {
+                 return ag::layer_norm(x[0], 2, x[1], Tensor(), 1e-5); },
+               {values(Shape{2, 3, 2}, 90), values(Shape{3, 2}, 91)}},
+              {"layer_norm whole tensor, no affine", [](const TensorList& x) {
+                 return ag::layer_norm(x[0], 2, Tensor(), Tensor(), 1e-5); },
+               {values(Shape{3, 3}, 92)}}};
     case Op::Embedding: {
       Tensor i = idx({1, 4, 1, 0, 2, 1}, Shape{2, 3});
       // The padding row is looked up but gets no gradient (PyTorch's rule): the check

@@ -464,6 +464,15 @@ std::map<Op, Check> other_checks() {
                  }, folds(160));
     }
   };
+  m[Op::LayerNorm] = [] {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      compare_op("layer_norm", {sample({6, 5, 40}, dt), sample({40}, dt), sample({40}, dt)},
+                 [](const auto& x) {
+                   LayerNormResult r = layer_norm(x[0], 1, x[1], x[2], 1e-5);
+                   return cat({view(r.y, Shape{-1}), view(r.mean, Shape{-1}), view(r.invstd, Shape{-1})}, 0);
+                 }, folds(40));
+    }
+  };
   m[Op::Embedding] = [] {
     double iv[] = {3, 0, 3, 1, 2, 2};
     compare_op("embedding", {sample({4, 5}, DType::Float32), from_values(iv, 6, Shape{2, 3}, DType::Int64)},

@@ -205,6 +205,32 @@ H.test("RNN, LSTM and GRU layers: outputs, final states and gradients as PyTorch
   H.ok(tostring(lstm):find("LSTM(4, 6, num_layers=2", 1, true) ~= nil, tostring(lstm))
 end)
 
+H.test("layer_norm and group_norm: values and gradients as PyTorch's; large offsets stay exact", function()
+  for _, name in ipairs({ "layer_norm", "group_norm" }) do
+    local c = R.norms[name]
+    local x, w, b, k = t64(c.x), t64(c.w), t64(c.b), t64(c.c)
+    local function f(xx, ww, bb)
+      if name == "layer_norm" then return F.layer_norm(xx, { 4, 5 }, ww, bb) end
+      return F.group_norm(xx, 3, ww, bb)
+    end
+    H.near(f(x, w, b):totable(), c.y, 1e-12, name)
+    local gx, gw, gb = dl.grad(function(xx, ww, bb) return (f(xx, ww, bb) * k):sum() end, { 1, 2, 3 })(x, w, b)
+    H.near(gx:totable(), c.grads[1], 1e-10, name)
+    H.near(gw:totable(), c.grads[2], 1e-10, name)
+    H.near(gb:totable(), c.grads[3], 1e-10, name)
+  end
+  -- rows far from zero: the variance is taken about the mean, not as E[x^2] - E[x]^2
+  local y = dl.layer_norm(dl.tensor({ { 1e4, 1e4 + 1, 1e4 + 2 } }), 3)
+  H.near(y:totable(), { { -1.2247, 0, 1.2247 } }, 1e-3)
+  local ln = nn.LayerNorm({ 4, 5 })
+  H.eq(#ln:parameters(), 2)
+  H.raises(function() ln(dl.randn(3, 5, 4)) end, "layer_norm: the normalised shape (4, 5) is not the end of the input's shape (3, 5, 4)")
+  H.raises(function() nn.GroupNorm(4, 6) end, "GroupNorm: num_channels (6) must be a multiple of num_groups (4)")
+  H.raises(function() F.layer_norm(dl.randn(2, 3), 3, dl.ones(4)) end, "layer_norm: expected weight of shape (3,)")
+  -- second order (the gradient of a gradient norm)
+  H.ok(dl.gradcheck(function(v) return F.layer_norm(v, 3):pow(3):sum() end, { dl.randn(2, 3, f64) }))
+end)
+
 H.test("nn.init: bounds, moments, orthogonality and gains", function()
   local init = nn.init
   dl.manual_seed(1)

@@ -196,6 +196,11 @@ local OTHER = {
     { "1-D input", function() return F.batch_norm(dl.ones(4), nil, nil, nil, nil, true) end,
       { "batch_norm", "(4,)" } },
   },
+  layer_norm = {
+    { "weight shape", function() return F.layer_norm(f23, 3, dl.ones(2)) end, { "layer_norm", "(3,)", "(2,)" } },
+    { "shape not at the end", function() return F.layer_norm(f23, { 2 }) end, { "layer_norm", "(2,)", "(2, 3)" } },
+    { "integer input", function() return F.layer_norm(dl.ones(2, 3, { dtype = "int64" }), 3) end, { "layer_norm", "int64" } },
+  },
   embedding = {
     { "float indices", function() return F.embedding(dl.ones(2), dl.ones(5, 3)) end, { "embedding", "float32" } },
     { "index out of range", function() return F.embedding(dl.tensor({ 6 }, { dtype = "int64" }), dl.ones(5, 3)) end,

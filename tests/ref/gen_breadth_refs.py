@@ -212,9 +212,28 @@ def gen_recurrent():
     return out
 
 
+def gen_norms():
+    """layer_norm over the last two dims and group_norm, with affine parameters: values
+    and the gradients of sum(y * c) (c fixed) for the input, weight and bias."""
+    out = {}
+    x, w, b = rnd(3, 4, 5, scale=3.0), rnd(4, 5), rnd(4, 5)
+    c = rnd(3, 4, 5)
+    xs = [t.clone().requires_grad_() for t in (x, w, b)]
+    y = F.layer_norm(xs[0], (4, 5), xs[1], xs[2], eps=1e-5)
+    out["layer_norm"] = {"x": x, "w": w, "b": b, "c": c, "y": y,
+                         "grads": list(torch.autograd.grad((y * c).sum(), xs))}
+    x, w, b = rnd(2, 6, 2, 3, scale=2.0) + 5, rnd(6), rnd(6)
+    c = rnd(2, 6, 2, 3)
+    xs = [t.clone().requires_grad_() for t in (x, w, b)]
+    y = F.group_norm(xs[0], 3, xs[1], xs[2], eps=1e-5)
+    out["group_norm"] = {"x": x, "w": w, "b": b, "c": c, "y": y,
+                         "grads": list(torch.autograd.grad((y * c).sum(), xs))}
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
-            "recurrent": gen_recurrent()}
+            "recurrent": gen_recurrent(), "norms": gen_norms()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

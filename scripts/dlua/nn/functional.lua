@@ -19,7 +19,7 @@ local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, 
   core.options
 local wrap, is_tensor, shape_str = T.wrap, T.is_tensor, T.shape_str
 local dl = T.dl
-local type, tostring, pairs, floor = type, tostring, pairs, math.floor
+local type, tostring, pairs, ipairs, floor = type, tostring, pairs, ipairs, math.floor
 local ffi_new = ffi.new
 
 local F = {}
@@ -158,6 +158,51 @@ function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
   local id = C.dl_batch_norm(hid(x), wi, bi, rmi, rvi, tr, momentum, eps)
   if id == 0 and retry() then id = C.dl_batch_norm(hid(x), wi, bi, rmi, rvi, tr, momentum, eps) end
   return wrap(id)
+end
+
+-- layer_norm(x, normalized_shape [, weight, bias, eps = 1e-5]), PyTorch's: each row of x
+-- over its last dims (normalized_shape: their sizes, or the last dim's size) normalised
+-- to zero mean and unit variance, then times weight and plus bias (of normalized_shape).
+function F.layer_norm(x, normalized_shape, weight, bias, eps)
+  local op = "layer_norm"
+  check_tensor(op, x)
+  local ns = type(normalized_shape) == "number" and { normalized_shape } or normalized_shape
+  if type(ns) ~= "table" or #ns == 0 then bad_arg(op, "the normalised shape (a number or a list)", normalized_shape) end
+  local shape = x.shape
+  local ok = #ns <= #shape
+  for i = 1, #ns do ok = ok and shape[#shape - #ns + i] == ns[i] end
+  if not ok then
+    raise(op .. ": the normalised shape " .. shape_str(ns) .. " is not the end of the input's shape " .. shape_str(shape))
+  end
+  for _, t in ipairs({ weight or false, bias or false }) do
+    if t and not is_tensor(t) then bad_arg(op, "a tensor for weight and bias", t) end
+  end
+  eps = eps == nil and 1e-5 or eps
+  local wi, bi = weight and hid(weight) or 0, bias and hid(bias) or 0
+  local id = C.dl_layer_norm(hid(x), #ns, wi, bi, eps)
+  if id == 0 and retry() then id = C.dl_layer_norm(hid(x), #ns, wi, bi, eps) end
+  return wrap(id)
+end
+
+-- group_norm(x, num_groups [, weight, bias, eps = 1e-5]): x (N, C, ...) with its C
+-- channels in num_groups groups, each group of each sample normalised over its channels
+-- and the remaining dims, then times weight and plus bias (per channel, (C)).
+function F.group_norm(x, num_groups, weight, bias, eps)
+  local op = "group_norm"
+  check_tensor(op, x)
+  local shape = x.shape
+  if #shape < 2 then raise(op .. ": expected an input (N, C, ...), got shape " .. shape_str(shape)) end
+  local N, Cn = shape[1], shape[2]
+  if type(num_groups) ~= "number" or num_groups < 1 or num_groups ~= floor(num_groups) or Cn % num_groups ~= 0 then
+    raise(op .. ": num_groups must be a whole divisor of the " .. Cn .. " channels, got " .. tostring(num_groups))
+  end
+  local y = F.layer_norm(x:reshape(N, num_groups, -1), x:numel() / (N * num_groups), nil, nil, eps)
+  y = y:reshape(shape)
+  local per_channel = { Cn }
+  for _ = 3, #shape do per_channel[#per_channel + 1] = 1 end
+  if weight ~= nil then y = y * weight:reshape(per_channel) end
+  if bias ~= nil then y = y + bias:reshape(per_channel) end
+  return y
 end
 
 -- Rows of weight (V, D) at 1-based integer indices of any shape.

@@ -305,6 +305,57 @@ function BatchNorm:extra_repr()
              "track_running_stats", self.track_running_stats)
 end
 
+-- Layer normalisation over the last dims (normalized_shape: their sizes, or one size):
+-- weight (ones) and bias (zeros) of that shape unless elementwise_affine = false.
+local LayerNorm = Module:extend("LayerNorm")
+L.LayerNorm = LayerNorm
+function LayerNorm:init(normalized_shape, opts)
+  opts = options("LayerNorm", opts, { eps = true, elementwise_affine = true, bias = true })
+  local ns = type(normalized_shape) == "number" and { normalized_shape } or normalized_shape
+  if type(ns) ~= "table" or #ns == 0 then bad_arg("LayerNorm", "the normalised shape (a number or a list)", normalized_shape) end
+  for i, d in ipairs(ns) do int_arg("LayerNorm", d, "normalized_shape[" .. i .. "]") end
+  self.normalized_shape = ns
+  self.eps = opts.eps or 1e-5
+  self.elementwise_affine = opts.elementwise_affine ~= false
+  if self.elementwise_affine then
+    self.weight = param(dl.ones(ns), "weight")
+    if opts.bias ~= false then self.bias = param(dl.zeros(ns), "bias") end
+  end
+end
+function LayerNorm:forward(x) return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) end
+function LayerNorm:extra_repr()
+  return fmt("", shape_str(self.normalized_shape), "eps", self.eps, "elementwise_affine", self.elementwise_affine)
+end
+
+-- Group normalisation of (N, C, ...) in num_groups groups of channels; weight and bias
+-- per channel unless affine = false.
+local GroupNorm = Module:extend("GroupNorm")
+L.GroupNorm = GroupNorm
+function GroupNorm:init(num_groups, num_channels, opts)
+  opts = options("GroupNorm", opts, { eps = true, affine = true })
+  self.num_groups = int_arg("GroupNorm", num_groups, "num_groups")
+  self.num_channels = int_arg("GroupNorm", num_channels, "num_channels")
+  if num_channels % num_groups ~= 0 then
+    raise("GroupNorm: num_channels (" .. num_channels .. ") must be a multiple of num_groups (" .. num_groups .. ")")
+  end
+  self.eps = opts.eps or 1e-5
+  self.affine = opts.affine ~= false
+  if self.affine then
+    self.weight = param(dl.ones(num_channels), "weight")
+    self.bias = param(dl.zeros(num_channels), "bias")
+  end
+end
+function GroupNorm:forward(x)
+  check_tensor("GroupNorm", x)
+  if x:dim() < 2 or x:size(2) ~= self.num_channels then
+    raise("GroupNorm: expected input (N, " .. self.num_channels .. ", ...), got shape " .. shape_str(x))
+  end
+  return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+end
+function GroupNorm:extra_repr()
+  return fmt("", self.num_groups, "", self.num_channels, "eps", self.eps, "affine", self.affine)
+end
+
 local BatchNorm1d = BatchNorm:extend("BatchNorm1d")
 BatchNorm1d._dims = { 2, 3 }
 L.BatchNorm1d = BatchNorm1d
