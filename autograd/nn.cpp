@@ -302,31 +302,32 @@ template <> Grads derivative<Op::LayerNorm>(Node& n, const TensorList& grads) {
   const Tensor& g = grads[0];
   std::vector<int> rows, lead;   // the normalised dims; the others
   for (int i = 0; i < x.dim(); ++i) (i >= x.dim() - normalized ? rows : lead).push_back(i);
-  Shape per_row = mean.shape();   // (lead..., 1, ...): broadcasts a row statistic against x
-  for (int i = 0; i < normalized; ++i) per_row.push_back(1);
-  Tensor inv, xhat;
-  if (is_recording()) {
-    // A gradient of this gradient is wanted: the statistics are recomputed as recorded
-    // functions of x, so that it sees how they depend on x.
-    ReduceOpts biased;
-    biased.correction = 0;
-    Tensor m = ag::reduce(Op::Mean, x, rows, true);
-    inv = ag::unary(Op::Rsqrt, ag::reduce(Op::Var, x, rows, true, biased) + n.attrs.d[0]);
-    xhat = (x - m) * inv;
-  } else {
-    inv = ag::reshape(invstd, per_row);
-    xhat = (x - ag::reshape(mean, per_row)) * inv;
-  }
   const int iw = has_w ? 1 : -1, ib = has_b ? (has_w ? 2 : 1) : -1;
+  const bool want_w = iw >= 0 && n.next[iw].valid(), want_b = ib >= 0 && n.next[ib].valid();
   Grads out(n.inputs.size());
+  if (!is_recording()) {
+    // The fused kernel: the row sums, dx, and the column sums for the weight and bias.
+    LayerNormGrads r = dl::layer_norm_backward(g, x, mean, invstd, w, want_w, want_b);
+    if (n.next[0].valid()) out[0] = r.dx;
+    if (want_w) out[size_t(iw)] = r.dweight;
+    if (want_b) out[size_t(ib)] = r.dbias;
+    return out;
+  }
+  if (want_b) out[size_t(ib)] = lead.empty() ? g : ag::reduce(Op::Sum, g, lead, false);
+  // A gradient of this gradient is wanted: the formula in recorded ops, the statistics
+  // recomputed as recorded functions of x, so that it sees how they depend on x.
+  ReduceOpts biased;
+  biased.correction = 0;
+  Tensor m = ag::reduce(Op::Mean, x, rows, true);
+  Tensor inv = ag::unary(Op::Rsqrt, ag::reduce(Op::Var, x, rows, true, biased) + n.attrs.d[0]);
+  Tensor xhat = (x - m) * inv;
   if (n.next[0].valid()) {
     Tensor gh = has_w ? g * w : g;
     Tensor mg = ag::reduce(Op::Mean, gh, rows, true);
     Tensor mgx = ag::reduce(Op::Mean, gh * xhat, rows, true);
     out[0] = inv * (gh - mg - xhat * mgx);
   }
-  if (iw >= 0 && n.next[iw].valid()) out[size_t(iw)] = lead.empty() ? g * xhat : ag::reduce(Op::Sum, g * xhat, lead, false);
-  if (ib >= 0 && n.next[ib].valid()) out[size_t(ib)] = lead.empty() ? g : ag::reduce(Op::Sum, g, lead, false);
+  if (want_w) out[size_t(iw)] = lead.empty() ? g * xhat : ag::reduce(Op::Sum, g * xhat, lead, false);
   return out;
 }
 

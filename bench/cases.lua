@@ -76,6 +76,20 @@ function M.d2(iters)
   return (now() - t0) / iters
 end
 
+-- layer_norm forward and backward (input, weight and bias) on (64, 512) float32:
+-- seconds per call.
+function M.layernorm(iters)
+  dl.manual_seed(1)
+  local x, w, b, c = dl.randn(64, 512), dl.randn(512), dl.randn(512), dl.randn(64, 512)
+  local g = dl.grad(function(xx, ww, bb) return (dl.layer_norm(xx, 512, ww, bb) * c):sum() end, { 1, 2, 3 })
+  local gx = g(x, w, b)
+  assert(gx:numel() == 64 * 512)
+  for _ = 1, 20 do g(x, w, b) end
+  local t0 = now()
+  for _ = 1, iters do g(x, w, b) end
+  return (now() - t0) / iters
+end
+
 -- ---- big kernels --------------------------------------------------------------------------------
 
 -- c = a:matmul(b), n x n float32 (a fresh result each call, as a script gets it):
@@ -283,13 +297,14 @@ end
 
 -- bench/run.lua's protocol (as bench/torch_ref.py and bench/ref.c speak it): one command
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
---   add16 <iters> | chain <iters> | d2 <iters> | matmul <n> <iters> | add <n> <iters>
+--   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | matmul <n> <iters> | add <n> <iters>
 --   | sum <n> <iters> | mlp <epochs or images> | cnn <epochs or images>
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
   local commands = {
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum,
+    layernorm = M.layernorm,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
     chainc = M.chainc,

@@ -254,6 +254,10 @@ do
   n = quick and 200 or 20000
   row{ id = "d2", label = "d2/dx2 of x^3 at a scalar, per call", unit = "us/call", show = per(US),
        target = 1 / 10, ours = ours("d2 " .. n), refs = { torch("d2 " .. n, 1) }, pinned = true }
+  n = quick and 20 or 2000
+  row{ id = "layernorm", label = "layer_norm forward + backward, (64, 512) float32", unit = "us/call",
+       show = per(US), target = 0.8, ours = ours("layernorm " .. n), refs = { torch("layernorm " .. n, 1) },
+       pinned = true }
 end
 
 for _, n in ipairs({ 64, 256, 1024, 2048 }) do

@@ -6,6 +6,7 @@ alternates it with its own measurement in the same run):
   add16 <iters> <threads>     -> "ok <seconds per op>"    c = a + b, 16 float32, no grad
   chain <iters> <threads>     -> "ok <seconds per op>"    the op chain recorded, then backward
   d2 <iters> <threads>        -> "ok <seconds per call>"  d2/dx2 of x^3 at a scalar
+  layernorm <iters> <threads> -> "ok <seconds per call>"  layer_norm forward + backward, (64, 512)
   mlp <epochs> <threads>      -> "ok <seconds per epoch>" Fashion-MNIST MLP, SGD, batch 64
   cnn <epochs> <threads>      -> "ok <seconds per epoch>" the TF guide's conv net, Adam, batch 32
   quit
@@ -115,6 +116,23 @@ def d2(iters):
     return (now() - t0) / iters
 
 
+def layernorm(iters):
+    """layer_norm forward and backward (input, weight, bias) on (64, 512) float32."""
+    torch.manual_seed(1)
+    x, w, b = (torch.randn(*s, requires_grad=True) for s in ((64, 512), (512,), (512,)))
+    c = torch.randn(64, 512)
+
+    def step():
+        y = F.layer_norm(x, (512,), w, b)
+        return torch.autograd.grad((y * c).sum(), [x, w, b])
+    for _ in range(20):
+        step()
+    t0 = now()
+    for _ in range(iters):
+        step()
+    return (now() - t0) / iters
+
+
 class MLP(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -204,6 +222,8 @@ def run(cmd, n, threads):
         return chain(n)
     if cmd == "d2":
         return d2(n)
+    if cmd == "layernorm":
+        return layernorm(n)
     if cmd in ("mlp", "cnn"):
         # n > 1000: a partial epoch of n images (the quick mode), else n epochs.
         if n > 1000:

@@ -135,6 +135,10 @@ void avg_pool2d(const Tensor& out, const Tensor& x, const Pool2dOpts& o);
 void avg_pool2d_backward(const Tensor& gx, const Tensor& g, const Pool2dOpts& o);
 void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x);
 void channel_affine(const Tensor& out, const Tensor& x, const Tensor& scale, const Tensor& shift);
+void layer_norm(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps);
+void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g,
+                         const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight);
 void cross_entropy(const Tensor& loss, const Tensor& logits, const Tensor& target,
                    std::optional<int64_t> ignore_index);
 

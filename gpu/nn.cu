@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "gpu/loops.cuh"
+#include "tensor/norm_functors.h"
 
 namespace dl::gpu {
 
@@ -168,6 +169,12 @@ __device__ A block_sum(A* sh, A v) {
   return out;
 }
 
+// Blocks for a kernel that gives a block to each of n channels or rows (grid-stride past
+// 16 blocks per multiprocessor).
+inline unsigned row_blocks(const DeviceContext& c, int64_t n) {
+  return unsigned(n < int64_t(c.sm_count) * 16 ? n : int64_t(c.sm_count) * 16);
+}
+
 // A block per channel: the mean in double, then the mean squared deviation from it.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -198,6 +205,78 @@ affine_kernel(const T* x, const T* a, const T* b, T* y, int64_t total, int64_t C
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += step) {
     const int64_t c = (t / S) % C;
     y[t] = x[t] * a[c] + b[c];
+  }
+}
+
+// ---- layer normalisation ----------------------------------------------------------------
+// A block per row (grid-stride over rows): the statistics summed in double by the
+// block, then fn::LayerNormY / fn::LayerNormDx per element, as the CPU kernels.
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+layer_norm_kernel(const T* x, const T* w, const T* b, T* y, T* mean, T* invstd, int64_t R, int64_t D, double eps) {
+  __shared__ double sh[kThreads];
+  const fn::LayerNormY f;
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const T* in = x + r * D;
+    double sum = 0;
+    for (int64_t s = threadIdx.x; s < D; s += blockDim.x) sum += double(in[s]);
+    const double m = block_sum(sh, sum) / double(D);
+    double sq = 0;
+    for (int64_t s = threadIdx.x; s < D; s += blockDim.x) {
+      const double d = double(in[s]) - m;
+      sq += d * d;
+    }
+    const double inv = 1 / sqrt(block_sum(sh, sq) / double(D) + eps);
+    if (threadIdx.x == 0) {
+      mean[r] = T(m);
+      invstd[r] = T(inv);
+    }
+    const T tm = T(m), ti = T(inv);
+    for (int64_t s = threadIdx.x; s < D; s += blockDim.x) y[r * D + s] = f(in[s], tm, ti, w[s], b[s]);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+layer_norm_backward_kernel(const T* g, const T* x, const T* mean, const T* invstd, const T* w, T* dx,
+                           int64_t R, int64_t D) {
+  __shared__ double sh[kThreads];
+  const fn::LayerNormDx f;
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const T* in = x + r * D;
+    const T* gr = g + r * D;
+    const T m = mean[r], inv = invstd[r];
+    double a = 0, c = 0;
+    for (int64_t s = threadIdx.x; s < D; s += blockDim.x) {
+      const T gw = gr[s] * w[s];
+      a += double(gw);
+      c += double(gw) * double((in[s] - m) * inv);
+    }
+    const T mg = T(block_sum(sh, a) / double(D));
+    const T mgx = T(block_sum(sh, c) / double(D));
+    for (int64_t s = threadIdx.x; s < D; s += blockDim.x) {
+      const T xhat = (in[s] - m) * inv;
+      dx[r * D + s] = f(gr[s] * w[s], xhat, inv, mg, mgx);
+    }
+  }
+}
+
+// The weight's and bias's gradients: a thread per column, summing over the rows in
+// double (neighbouring threads read neighbouring columns).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+layer_norm_params_kernel(const T* g, const T* x, const T* mean, const T* invstd, T* dw, T* db, int64_t R, int64_t D) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < D; k += step) {
+    double sw = 0, sb = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const T gv = g[r * D + k];
+      sw += double(gv * ((x[r * D + k] - mean[r]) * invstd[r]));
+      sb += double(gv);
+    }
+    if (dw) dw[k] = T(sw);
+    if (db) db[k] = T(sb);
   }
 }
 
@@ -294,9 +373,9 @@ void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x) {
   const char* op = "batch_norm";
   const DeviceContext& c = activate(x, op);
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
-  const int64_t blocks = C < int64_t(c.sm_count) * 16 ? C : int64_t(c.sm_count) * 16;
+  const unsigned blocks = row_blocks(c, C);
   DL_DISPATCH_FLOAT(x.dtype(), op, {
-    bn_stats_kernel<scalar_t><<<unsigned(blocks), kThreads, 0, c.stream>>>(
+    bn_stats_kernel<scalar_t><<<blocks, kThreads, 0, c.stream>>>(
         x.data<scalar_t>(), mean.data<scalar_t>(), var.data<scalar_t>(), N, C, S);
   });
   check_launch(op);
@@ -309,6 +388,39 @@ void channel_affine(const Tensor& out, const Tensor& x, const Tensor& scale, con
   DL_DISPATCH_FLOAT(x.dtype(), op, {
     affine_kernel<scalar_t><<<grid_for(x.numel(), c), kThreads, 0, c.stream>>>(
         x.data<scalar_t>(), scale.data<scalar_t>(), shift.data<scalar_t>(), out.data<scalar_t>(), x.numel(), C, S);
+  });
+  check_launch(op);
+}
+
+void layer_norm(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps) {
+  const char* op = "layer_norm";
+  const DeviceContext& c = activate(x, op);
+  const int64_t R = x.size(0), D = x.size(1);
+  const unsigned blocks = row_blocks(c, R);
+  DL_DISPATCH_FLOAT(x.dtype(), op, {
+    layer_norm_kernel<scalar_t><<<blocks, kThreads, 0, c.stream>>>(
+        x.data<scalar_t>(), weight.data<scalar_t>(), bias.data<scalar_t>(), y.data<scalar_t>(),
+        mean.data<scalar_t>(), invstd.data<scalar_t>(), R, D, eps);
+  });
+  check_launch(op);
+}
+
+void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g,
+                         const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight) {
+  const char* op = "layer_norm";
+  const DeviceContext& c = activate(x, op);
+  const int64_t R = x.size(0), D = x.size(1);
+  const unsigned blocks = row_blocks(c, R);
+  DL_DISPATCH_FLOAT(x.dtype(), op, {
+    layer_norm_backward_kernel<scalar_t><<<blocks, kThreads, 0, c.stream>>>(
+        g.data<scalar_t>(), x.data<scalar_t>(), mean.data<scalar_t>(), invstd.data<scalar_t>(),
+        weight.data<scalar_t>(), dx.data<scalar_t>(), R, D);
+    if (dweight.defined() || dbias.defined())
+      layer_norm_params_kernel<scalar_t><<<grid_for(D, c), kThreads, 0, c.stream>>>(
+          g.data<scalar_t>(), x.data<scalar_t>(), mean.data<scalar_t>(), invstd.data<scalar_t>(),
+          dweight.defined() ? dweight.data<scalar_t>() : nullptr, dbias.defined() ? dbias.data<scalar_t>() : nullptr,
+          R, D);
   });
   check_launch(op);
 }

@@ -50,6 +50,8 @@ const Backend kCuda = {
     .avg_pool2d_backward = avg_pool2d_backward,
     .batch_norm_stats = batch_norm_stats,
     .channel_affine = channel_affine,
+    .layer_norm = layer_norm,
+    .layer_norm_backward = layer_norm_backward,
     .cross_entropy = cross_entropy,
 };
 

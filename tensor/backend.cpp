@@ -52,6 +52,8 @@ const Backend kCpu = {
     .avg_pool2d_backward = cpu::avg_pool2d_backward,
     .batch_norm_stats = cpu::batch_norm_stats,
     .channel_affine = cpu::channel_affine,
+    .layer_norm = cpu::layer_norm,
+    .layer_norm_backward = cpu::layer_norm_backward,
     .cross_entropy = cpu::cross_entropy,
 };
 

@@ -105,6 +105,14 @@ struct Backend {
   void (*batch_norm_stats)(const Tensor& mean, const Tensor& var, const Tensor& x);
   // out (N, C, S) = x * scale[c] + shift[c].
   void (*channel_affine)(const Tensor& out, const Tensor& x, const Tensor& scale, const Tensor& shift);
+  // y (R, D) = fn::LayerNormY of each row of x (R, D) with weight and bias (D); mean
+  // and invstd (R) = each row's mean and 1 / sqrt(biased var + eps) (in double).
+  void (*layer_norm)(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x, const Tensor& weight,
+                     const Tensor& bias, double eps);
+  // dx (R, D) = fn::LayerNormDx per row, from g, x (R, D), mean, invstd (R) and weight
+  // (D); dweight (D) = the sum over rows of g xhat, dbias (D) = of g, each when defined.
+  void (*layer_norm_backward)(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g,
+                              const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight);
   // loss (N) = logsumexp(logits[i]) - logits[i][target[i]] for logits (N, C) and int64
   // target (N); 0 where target is ignore_index. Throws (Index) for a target outside
   // [0, C) that is not ignored.

@@ -409,9 +409,8 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
 
 // ---- layer normalisation ---------------------------------------------------------------------
 
-// The statistics are batch norm's with one channel per row: x viewed as (1, R, D), so
-// the same CPU and CUDA kernels compute each row's mean and variance and apply its
-// (invstd, -mean invstd) in one pass; the affine is two broadcast passes over y.
+// One pass for the statistics (in double) and one for y, a row at a time (the CPU
+// and CUDA kernels share fn::LayerNormY); absent affine parameters are ones and zeros.
 LayerNormResult layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps) {
   const char* op = "layer_norm";
   DL_CHECK(normalized >= 1 && normalized <= x.dim(), op, ": cannot normalise the last ", normalized,
@@ -433,21 +432,35 @@ LayerNormResult layer_norm(const Tensor& x, int normalized, const Tensor& weight
   const DType dt = float_dtype({&x, &weight, &bias});
   LayerNormResult r;
   r.y = empty(x.shape(), dt, x.device(), op);
-  if (x.numel() == 0) {
-    r.mean = empty(lead, dt, x.device(), op);
-    r.invstd = empty(lead, dt, x.device(), op);
-    return r;
+  Tensor mean = empty(Shape{R}, dt, x.device(), op), inv = empty(Shape{R}, dt, x.device(), op);
+  if (x.numel() > 0) {
+    Tensor w = weight.defined() ? view(prepared(weight, dt), Shape{D}) : ones(Shape{D}, dt, x.device());
+    Tensor b = bias.defined() ? view(prepared(bias, dt), Shape{D}) : zeros(Shape{D}, dt, x.device());
+    kernel(x.device(), &Backend::layer_norm, op)(view(r.y, Shape{R, D}), mean, inv,
+                                                 view(prepared(x, dt), Shape{R, D}), w, b, eps);
   }
-  Tensor x3 = view(prepared(x, dt), Shape{1, R, D});
-  Tensor mean = empty(Shape{R}, dt, x.device(), op), var = empty(Shape{R}, dt, x.device(), op);
-  kernel(x.device(), &Backend::batch_norm_stats, op)(mean, var, x3);
-  Tensor scale = unary(Op::Rsqrt, binary(Op::Add, var, Scalar(eps)));
-  Tensor shift = unary(Op::Neg, binary(Op::Mul, mean, scale));
-  kernel(x.device(), &Backend::channel_affine, op)(view(r.y, Shape{1, R, D}), x3, scale, shift);
   r.mean = view(mean, lead);
-  r.invstd = view(scale, lead);
-  if (weight.defined()) binary_(Op::Mul, r.y, cast(weight, dt));
-  if (bias.defined()) binary_(Op::Add, r.y, cast(bias, dt));
+  r.invstd = view(inv, lead);
+  return r;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                   const Tensor& weight, bool want_weight, bool want_bias) {
+  const char* op = "layer_norm";
+  const DType dt = mean.dtype();   // the forward's (x may have been cast to it)
+  const int64_t R = mean.numel(), D = R == 0 ? 0 : x.numel() / R;
+  const int nlead = mean.dim();
+  Shape tail(x.shape().begin() + nlead, x.dim() - nlead);
+  LayerNormGrads r;
+  r.dx = empty(x.shape(), dt, x.device(), op);
+  if (want_weight) r.dweight = zeros(tail, dt, x.device());
+  if (want_bias) r.dbias = zeros(tail, dt, x.device());
+  if (x.numel() == 0) return r;
+  Tensor w = weight.defined() ? view(prepared(weight, dt), Shape{D}) : ones(Shape{D}, dt, x.device());
+  kernel(x.device(), &Backend::layer_norm_backward, op)(
+      view(r.dx, Shape{R, D}), want_weight ? view(r.dweight, Shape{D}) : Tensor(),
+      want_bias ? view(r.dbias, Shape{D}) : Tensor(), view(prepared(g, dt), Shape{R, D}),
+      view(prepared(x, dt), Shape{R, D}), view(prepared(mean, dt), Shape{R}), view(prepared(invstd, dt), Shape{R}), w);
   return r;
 }
 

@@ -92,7 +92,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
                            const Tensor& running_mean, const Tensor& running_var, bool training,
                            double momentum, double eps);
 
-// ---- layer normalisation (the batch-norm kernels, one row per channel) ---------------------
+// ---- layer normalisation (tensor/cpu/norm.cpp, a row at a time) ---------------------------
 // Each row of x over its last `normalized` dims (R rows of D elements) normalised by
 // its mean and biased variance: (x - mean) / sqrt(var + eps), then times weight and
 // plus bias (each of the normalised dims' shape; optional). Also returns the mean and
@@ -101,6 +101,14 @@ struct LayerNormResult {
   Tensor y, mean, invstd;
 };
 LayerNormResult layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps);
+// The gradients from the output's, g, and the forward's x, mean and invstd (and weight,
+// when there was one): the input's, and the weight's and bias's when wanted. Not
+// recorded: autograd's derivative uses it when no gradient of the gradient is wanted.
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;
+};
+LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                   const Tensor& weight, bool want_weight, bool want_bias);
 
 // ---- embedding, loss -------------------------------------------------------------------
 // Rows of weight (V, D) at integer `indices` of any shape: indices.shape + (D). The

@@ -1,16 +1,142 @@
-// CPU kernels of batch normalisation: per-channel statistics and the per-channel
-// affine map that applies them. Contracts in tensor/backend.h ("neural networks").
+// CPU kernels of batch normalisation (per-channel statistics and the per-channel
+// affine map that applies them) and of layer normalisation (a row at a time, forward
+// and backward). Contracts in tensor/backend.h ("neural networks").
 //
-// x is (N, C, S): channel c is N runs of S contiguous elements. Statistics are
-// accumulated in double whatever the dtype, mean first and then squared deviations
-// from it (two passes: the one-pass E[x^2] - E[x]^2 cancels catastrophically for
-// data far from zero). Threads split the channels for the statistics and the (n, c)
-// rows for the affine map.
+// Batch norm's x is (N, C, S): channel c is N runs of S contiguous elements; layer
+// norm's is (R, D), a row of D contiguous elements per unit. Statistics are accumulated
+// in double whatever the dtype, mean first and then squared deviations from it (two
+// passes: the one-pass E[x^2] - E[x]^2 cancels catastrophically for data far from
+// zero). Threads split the channels (rows) for the statistics and the (n, c) rows for
+// the affine map.
+#include <cmath>
+#include <vector>
+
 #include "tensor/cpu/nn_kernels.h"
+#include "tensor/norm_functors.h"
 
 namespace dl::cpu {
 
 namespace {
+
+// Note [Sums in independent lanes]
+// A sum in one double accumulator is a chain of dependent additions: the CPU waits an
+// addition's latency (4 cycles) per element, and the compiler may not reorder it. Eight
+// partial sums make eight independent chains that pipeline and vectorise (the fixed
+// inner loop of 8 becomes vector additions), and the functions that run these loops are
+// built for AVX2 and AVX-512 too (DL_TARGET_CLONES): a (64, 512) layer_norm's
+// statistics went from 70 us to a few. The result differs from the one-chain sum only by
+// rounding (the same values added in another order, in double), and is the same in
+// every build of the loop (-ffp-contract=off).
+constexpr int kLanes = 8;
+
+struct Lanes {
+  double acc[kLanes] = {};
+  double tail = 0;
+  double total() const {
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+  }
+};
+
+// The sum of f(i) for i in [0, n), in lanes.
+template <typename F>
+[[gnu::always_inline]] inline double lane_sum(int64_t n, F f) {
+  Lanes l;
+  int64_t s = 0;
+  for (; s + kLanes <= n; s += kLanes)
+    for (int k = 0; k < kLanes; ++k) l.acc[k] += f(s + k);
+  for (; s < n; ++s) l.tail += f(s);
+  return l.total();
+}
+
+// The sum of a run, and of its squared deviations from m.
+template <typename T>
+[[gnu::always_inline]] inline double run_sum(const T* p, int64_t n) {
+  return lane_sum(n, [p](int64_t i) { return double(p[i]); });
+}
+template <typename T>
+[[gnu::always_inline]] inline double run_sq(const T* p, int64_t n, double m) {
+  return lane_sum(n, [p, m](int64_t i) {
+    const double d = double(p[i]) - m;
+    return d * d;
+  });
+}
+
+// Batch norm's statistics of channels [b, e).
+template <typename T>
+[[gnu::always_inline]] inline void stats_channels(const T* px, T* pm, T* pv, int64_t N, int64_t C, int64_t S,
+                                                  int64_t b, int64_t e) {
+  const double count = double(N) * double(S);
+  for (int64_t c = b; c < e; ++c) {
+    double sum = 0;
+    for (int64_t n = 0; n < N; ++n) sum += run_sum(px + (n * C + c) * S, S);
+    const double m = sum / count;
+    double sq = 0;
+    for (int64_t n = 0; n < N; ++n) sq += run_sq(px + (n * C + c) * S, S, m);
+    pm[c] = T(m);
+    pv[c] = T(sq / count);
+  }
+}
+
+// Layer norm's rows [b, e) forward: statistics, then fn::LayerNormY.
+template <typename T>
+[[gnu::always_inline]] inline void ln_rows(const T* px, const T* pw, const T* pb, T* py, T* pm, T* pi, int64_t D,
+                                           double eps, int64_t b, int64_t e) {
+  const fn::LayerNormY f;
+  for (int64_t r = b; r < e; ++r) {
+    const T* in = px + r * D;
+    const double m = run_sum(in, D) / double(D);
+    const double inv = 1 / std::sqrt(run_sq(in, D, m) / double(D) + eps);
+    pm[r] = T(m);
+    pi[r] = T(inv);
+    const T tm = T(m), ti = T(inv);
+    T* out = py + r * D;
+    for (int64_t s = 0; s < D; ++s) out[s] = f(in[s], tm, ti, pw[s], pb[s]);
+  }
+}
+
+// Layer norm's rows [b, e) backward: the means of g w and g w xhat, then
+// fn::LayerNormDx; where acc is not null, g xhat and g added to its two rows of D
+// (this thread's part of the weight's and the bias's gradients).
+template <typename T>
+[[gnu::always_inline]] inline void ln_backward_rows(const T* pg, const T* px, const T* pm, const T* pi, const T* pw,
+                                                    T* pdx, double* acc, int64_t D, int64_t b, int64_t e) {
+  const fn::LayerNormDx f;
+  for (int64_t r = b; r < e; ++r) {
+    const T* in = px + r * D;
+    const T* gr = pg + r * D;
+    const T m = pm[r], inv = pi[r];
+    const double sa = lane_sum(D, [=](int64_t i) { return double(gr[i] * pw[i]); });
+    const double sc = lane_sum(D, [=](int64_t i) { return double(gr[i] * pw[i]) * double((in[i] - m) * inv); });
+    const T mg = T(sa / double(D)), mgx = T(sc / double(D));
+    T* out = pdx + r * D;
+    for (int64_t k = 0; k < D; ++k) out[k] = f(gr[k] * pw[k], (in[k] - m) * inv, inv, mg, mgx);
+    if (acc) {
+      for (int64_t k = 0; k < D; ++k) {
+        acc[k] += double(gr[k] * ((in[k] - m) * inv));
+        acc[D + k] += double(gr[k]);
+      }
+    }
+  }
+}
+
+// The loops above, built per instruction set (an overload per dtype: target_clones
+// takes no templates).
+#define DL_NORM_ROWS(T)                                                                                      \
+  DL_TARGET_CLONES void stats_channels_of(const T* px, T* pm, T* pv, int64_t N, int64_t C, int64_t S,         \
+                                          int64_t b, int64_t e) {                                            \
+    stats_channels(px, pm, pv, N, C, S, b, e);                                                               \
+  }                                                                                                          \
+  DL_TARGET_CLONES void ln_rows_of(const T* px, const T* pw, const T* pb, T* py, T* pm, T* pi, int64_t D,     \
+                                   double eps, int64_t b, int64_t e) {                                       \
+    ln_rows(px, pw, pb, py, pm, pi, D, eps, b, e);                                                           \
+  }                                                                                                          \
+  DL_TARGET_CLONES void ln_backward_rows_of(const T* pg, const T* px, const T* pm, const T* pi, const T* pw,  \
+                                            T* pdx, double* acc, int64_t D, int64_t b, int64_t e) {          \
+    ln_backward_rows(pg, px, pm, pi, pw, pdx, acc, D, b, e);                                                 \
+  }
+DL_NORM_ROWS(float)
+DL_NORM_ROWS(double)
+#undef DL_NORM_ROWS
 
 template <typename T>
 void stats(const Tensor& mean, const Tensor& var, const Tensor& x) {
@@ -18,27 +144,8 @@ void stats(const Tensor& mean, const Tensor& var, const Tensor& x) {
   const T* px = x.data<T>();
   T* pm = mean.data<T>();
   T* pv = var.data<T>();
-  const double count = double(N) * double(S);
-  parallel_units(C, 2 * N * C * S, [&](int64_t b, int64_t e, int) {
-    for (int64_t c = b; c < e; ++c) {
-      double sum = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* row = px + (n * C + c) * S;
-        for (int64_t s = 0; s < S; ++s) sum += double(row[s]);
-      }
-      const double m = sum / count;
-      double sq = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* row = px + (n * C + c) * S;
-        for (int64_t s = 0; s < S; ++s) {
-          const double d = double(row[s]) - m;
-          sq += d * d;
-        }
-      }
-      pm[c] = T(m);
-      pv[c] = T(sq / count);
-    }
-  });
+  parallel_units(C, 2 * N * C * S,
+                 [&](int64_t b, int64_t e, int) { stats_channels_of(px, pm, pv, N, C, S, b, e); });
 }
 
 template <typename T>
@@ -58,7 +165,54 @@ void affine(const Tensor& out, const Tensor& x, const Tensor& scale, const Tenso
   });
 }
 
+template <typename T>
+void ln_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps) {
+  const int64_t R = x.size(0), D = x.size(1);
+  const T *px = x.data<T>(), *pw = weight.data<T>(), *pb = bias.data<T>();
+  T *py = y.data<T>(), *pm = mean.data<T>(), *pi = invstd.data<T>();
+  parallel_units(R, 4 * R * D, [&](int64_t b, int64_t e, int) { ln_rows_of(px, pw, pb, py, pm, pi, D, eps, b, e); });
+}
+
+// The weight's and bias's gradients are column sums over the rows: each thread adds
+// its rows into its own part (double), and the parts are summed in thread order.
+template <typename T>
+void ln_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g, const Tensor& x,
+                 const Tensor& mean, const Tensor& invstd, const Tensor& weight) {
+  const int64_t R = x.size(0), D = x.size(1);
+  const T *pg = g.data<T>(), *px = x.data<T>(), *pm = mean.data<T>(), *pi = invstd.data<T>(), *pw = weight.data<T>();
+  T* pdx = dx.data<T>();
+  const bool params = dweight.defined() || dbias.defined();
+  const int parts = params ? max_threads() : 0;
+  std::vector<double> acc(size_t(parts) * 2 * size_t(D), 0.0);
+  parallel_units(R, 6 * R * D, [&](int64_t b, int64_t e, int t) {
+    ln_backward_rows_of(pg, px, pm, pi, pw, pdx, params ? acc.data() + size_t(t) * 2 * size_t(D) : nullptr, D, b, e);
+  });
+  if (!params) return;
+  T* pdw = dweight.defined() ? dweight.data<T>() : nullptr;
+  T* pdb = dbias.defined() ? dbias.data<T>() : nullptr;
+  for (int64_t k = 0; k < D; ++k) {
+    double w = 0, bsum = 0;
+    for (int t = 0; t < parts; ++t) {
+      w += acc[size_t(t) * 2 * size_t(D) + size_t(k)];
+      bsum += acc[size_t(t) * 2 * size_t(D) + size_t(D + k)];
+    }
+    if (pdw) pdw[k] = T(w);
+    if (pdb) pdb[k] = T(bsum);
+  }
+}
+
 }  // namespace
+
+void layer_norm(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps) {
+  DL_DISPATCH_FLOAT(x.dtype(), "layer_norm", ln_forward<scalar_t>(y, mean, invstd, x, weight, bias, eps));
+}
+
+void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g,
+                         const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight) {
+  DL_DISPATCH_FLOAT(x.dtype(), "layer_norm", ln_backward<scalar_t>(dx, dweight, dbias, g, x, mean, invstd, weight));
+}
 
 void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x) {
   DL_DISPATCH_FLOAT(x.dtype(), "batch_norm", stats<scalar_t>(mean, var, x));
