@@ -231,6 +231,78 @@ H.test("layer_norm and group_norm: values and gradients as PyTorch's; large offs
   H.ok(dl.gradcheck(function(v) return F.layer_norm(v, 3):pow(3):sum() end, { dl.randn(2, 3, f64) }))
 end)
 
+-- Sets a module's parameters from a reference's table (keys: PyTorch's names with
+-- "__" for ".").
+local function load_params(net, params)
+  for key, v in pairs(params) do
+    local obj = net
+    local names = {}
+    for part in (key .. "__"):gmatch("(.-)__") do names[#names + 1] = part end
+    for i = 1, #names - 1 do obj = obj[names[i]] end
+    local t = obj[names[#names]]
+    assert(dl.is_tensor(t), key)
+    dl.no_grad(function() t:copy_(t64(v)) end)
+  end
+end
+
+H.test("scaled_dot_product_attention: masks, causal, gradients; logits of 1e4", function()
+  for _, name in ipairs({ "sdpa_mask", "sdpa_causal" }) do
+    local c = R.attention[name]
+    local q, k, v, w = t64(c.q), t64(c.k), t64(c.v), t64(c.c)
+    local opts = c.mask and { mask = dl.tensor(c.mask, { dtype = "bool" }) } or { causal = true }
+    local y = F.scaled_dot_product_attention(q, k, v, opts)
+    H.near(y:totable(), c.y, 1e-12, name)
+    local g = { dl.grad(function(a, b, cc) return (F.scaled_dot_product_attention(a, b, cc, opts) * w):sum() end,
+                        { 1, 2, 3 })(q, k, v) }
+    for i = 1, 3 do H.near(g[i]:totable(), c.grads[i], 1e-10, name) end
+  end
+  local big = dl.tensor({ { { 1e4, 0 }, { 0, 1e4 } } })
+  local y, wts = F.scaled_dot_product_attention(big, big, dl.tensor({ { { 1, 2 }, { 3, 4 } } }), { scale = 1 })
+  H.values(wts, { { { 1, 0 }, { 0, 1 } } })
+  H.values(y, { { { 1, 2 }, { 3, 4 } } })
+  H.raises(function() F.scaled_dot_product_attention(dl.ones(2, 3), dl.ones(2, 4), dl.ones(2, 3)) end,
+           "scaled_dot_product_attention: q (..., L, E), k (..., S, E) and v (..., S, Ev) do not match")
+end)
+
+H.test("MultiheadAttention and TransformerEncoderLayer as PyTorch's", function()
+  local c = R.attention.mha
+  local mha = nn.MultiheadAttention(8, 2):to("float64")
+  load_params(mha, c.params)
+  local opts = { attn_mask = t64(c.attn_mask), key_padding_mask = dl.tensor(c.kpm, { dtype = "bool" }) }
+  local query, key, w = t64(c.query), t64(c.key), t64(c.c)
+  local y, wts = mha(query, key, key, opts)
+  H.near(y:totable(), c.y, 1e-12, "mha")
+  H.near(wts:totable(), c.w, 1e-12, "mha weights")
+  local gq = dl.grad(function(qq) return ((mha(qq, key, key, opts)) * w):sum() end)(query)
+  H.near(gq:totable(), c.gq, 1e-10, "mha query gradient")
+  local grads = dl.implicit_grad(function() return ((mha(query, key, key, opts)) * w):sum() end)()
+  local gw
+  for _, p in ipairs(grads) do if rawequal(p[2], mha.in_proj_weight) then gw = p[1] end end
+  H.near(gw:totable(), c.gw, 1e-10, "mha in_proj_weight gradient")
+  for name, kw in pairs({ encoder_post = {}, encoder_pre_gelu = { norm_first = true, activation = "gelu" } }) do
+    local e = R.attention[name]
+    local o = { dim_feedforward = 16, dropout = 0, batch_first = true }
+    for k2, v2 in pairs(kw) do o[k2] = v2 end
+    local enc = nn.TransformerEncoderLayer(8, 2, o):to("float64")
+    enc:eval()
+    local n = 0
+    for _ in pairs(e.params) do n = n + 1 end
+    H.eq(#enc:parameters(), n, name .. ": PyTorch's parameters")
+    load_params(enc, e.params)
+    local src, cc = t64(e.src), t64(e.c)
+    H.near(enc(src):totable(), e.y, 1e-12, name)
+    H.near(dl.grad(function(s2) return (enc(s2) * cc):sum() end)(src):totable(), e.gs, 1e-10, name)
+  end
+  H.raises(function() nn.MultiheadAttention(10, 3) end, "MultiheadAttention: embed_dim (10) must be a multiple of num_heads (3)")
+  -- causal self-attention: the first position's output depends on itself alone
+  local enc = nn.TransformerEncoderLayer(8, 2, { dim_feedforward = 16, dropout = 0, batch_first = true })
+  local x = dl.randn(1, 4, 8)
+  local a = enc(x, { is_causal = true })
+  local x2 = x:clone()
+  x2:narrow(2, 3, 2):copy_(dl.randn(1, 2, 8))
+  H.near(enc(x2, { is_causal = true }):narrow(2, 1, 2):totable(), a:narrow(2, 1, 2):totable(), 1e-6)
+end)
+
 H.test("nn.init: bounds, moments, orthogonality and gains", function()
   local init = nn.init
   dl.manual_seed(1)

@@ -231,9 +231,54 @@ def gen_norms():
     return out
 
 
+def gen_attention():
+    """Scaled dot-product attention (the formula, causal and with a bool mask),
+    nn.MultiheadAttention with both kinds of mask, and nn.TransformerEncoderLayer (post-
+    and pre-norm, gelu) in eval mode: outputs and gradients of sum(out * c)."""
+    out = {}
+    q, k, v = rnd(2, 3, 4, 8), rnd(2, 3, 5, 8), rnd(2, 3, 5, 6)
+    keep = torch.rand(4, 5) > 0.3
+    keep[:, 0] = True   # every row attends to something
+    for name, mask, causal in (("sdpa_mask", keep, False), ("sdpa_causal", None, True)):
+        qs = [t.clone().requires_grad_() for t in (q, k, v)]
+        scores = qs[0] @ qs[1].transpose(-2, -1) / math.sqrt(8)
+        if causal:
+            scores = scores.masked_fill(torch.ones(4, 5, dtype=torch.bool).triu(1), float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        y = torch.softmax(scores, -1) @ qs[2]
+        c = rnd(*y.shape)
+        out[name] = {"q": q, "k": k, "v": v, "y": y, "c": c, "grads": list(torch.autograd.grad((y * c).sum(), qs))}
+        if mask is not None:
+            out[name]["mask"] = mask
+
+    mha = torch.nn.MultiheadAttention(8, 2).double()
+    query, key = rnd(3, 2, 8), rnd(4, 2, 8)
+    attn_mask = rnd(3, 4)
+    kpm = torch.tensor([[False, False, True, False], [False, True, False, False]])
+    qr = query.clone().requires_grad_()
+    y, w = mha(qr, key, key, attn_mask=attn_mask, key_padding_mask=kpm)
+    c = rnd(*y.shape)
+    gq, gw = torch.autograd.grad((y * c).sum(), [qr, mha.in_proj_weight])
+    out["mha"] = {"params": {k.replace(".", "__"): v for k, v in mha.named_parameters()}, "query": query, "key": key, "attn_mask": attn_mask,
+                  "kpm": kpm, "y": y, "w": w, "c": c, "gq": gq, "gw": gw}
+
+    for name, kw in (("encoder_post", {}), ("encoder_pre_gelu", {"norm_first": True, "activation": "gelu"})):
+        enc = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, **kw).double()
+        enc.eval()
+        src = rnd(2, 5, 8)
+        sr = src.clone().requires_grad_()
+        y = enc(sr)
+        c = rnd(*y.shape)
+        (gs,) = torch.autograd.grad((y * c).sum(), [sr])
+        out[name] = {"params": {k.replace(".", "__"): v for k, v in enc.named_parameters()}, "src": src, "y": y,
+                     "c": c, "gs": gs}
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
-            "recurrent": gen_recurrent(), "norms": gen_norms()}
+            "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -7,7 +7,8 @@
 --
 -- The pieces: dlua.nn.module (Module: tracking, state dicts, train/eval, to, printing),
 -- dlua.nn.layers (Linear, Dense, Conv2d, pools, BatchNorm, Embedding ...),
--- dlua.nn.recurrent (the RNN, LSTM and GRU cells and layers),
+-- dlua.nn.recurrent (the RNN, LSTM and GRU cells and layers), dlua.nn.attention
+-- (scaled dot-product attention, MultiheadAttention, TransformerEncoderLayer),
 -- dlua.nn.functional (stateless forms and losses, also dl.nn.functional).
 local T = require("dlua.tensor")
 local Module = require("dlua.nn.module")
@@ -20,7 +21,7 @@ dl.nn = nn
 
 nn.Module = Module
 nn.is_module = Module.is_module
-for _, classes in ipairs({ L, require("dlua.nn.recurrent") }) do
+for _, classes in ipairs({ L, require("dlua.nn.recurrent"), require("dlua.nn.attention") }) do
   for name, cls in pairs(classes) do
     if type(cls) == "table" then nn[name] = cls end
   end

@@ -1,0 +1,233 @@
+-- dlua.nn.attention: scaled dot-product attention, nn.MultiheadAttention and
+-- nn.TransformerEncoderLayer, as PyTorch's (the same shapes, masks, parameter names
+-- and initialisation, so that a state dict moves between the two).
+--
+--   local y = F.scaled_dot_product_attention(q, k, v, {causal = true})
+--   local mha = dl.nn.MultiheadAttention(64, 4, {batch_first = true})
+--   local out, weights = mha(x, x, x)
+--
+-- The attention is composed of the engine's ops (a batched matmul, the engine's softmax,
+-- which subtracts each row's maximum first, and a second matmul): logits of 1e4 give
+-- exact weights, not NaN. It is not one fused kernel: the (L, S) scores are made.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+local Module = require("dlua.nn.module")
+local F = require("dlua.nn.functional")
+local L = require("dlua.nn.layers")
+local init = require("dlua.nn.initializers")
+core.own_source()
+
+local raise, bad_arg, options = core.raise, core.bad_arg, core.options
+local is_tensor, shape_str = T.is_tensor, T.shape_str
+local dl = T.dl
+local type, tostring, sqrt, huge = type, tostring, math.sqrt, math.huge
+local fmt = Module.format_args
+local int_arg, param = L.int_arg, L.param
+
+local A = {}
+
+local function check_tensor(op, x)
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+end
+
+-- A mask as scores to add: a float mask as it is, a bool mask as 0 where `keep` and
+-- -inf elsewhere (keep = true: True marks what takes part, PyTorch's
+-- scaled_dot_product_attention; false: True marks what is masked out, its
+-- MultiheadAttention's).
+local function additive(op, mask, dtype, keep)
+  check_tensor(op, mask)
+  if mask.dtype == "bool" then
+    local z = dl.zeros(mask.shape, { dtype = dtype, device = mask.device })
+    local ninf = dl.full(mask.shape, -huge, { dtype = dtype, device = mask.device })
+    if keep then return dl.where(mask, z, ninf) end
+    return dl.where(mask, ninf, z)
+  end
+  if mask.dtype ~= "float32" and mask.dtype ~= "float64" then
+    raise(op .. ": a mask must be bool or float, got " .. mask.dtype)
+  end
+  return mask:to(dtype)
+end
+
+-- (L, S) with -inf above the diagonal: position i attends to positions <= i.
+local function causal_mask(Lq, S, dtype, device)
+  local i = dl.arange(1, Lq + 1, { dtype = "int64", device = device }):reshape(Lq, 1)
+  local j = dl.arange(1, S + 1, { dtype = "int64", device = device }):reshape(1, S)
+  return additive("scaled_dot_product_attention", j:gt(i), dtype, false)
+end
+
+-- F.scaled_dot_product_attention(q, k, v [, opts]): softmax(q k^T scale + mask) v for q
+-- (..., L, E), k (..., S, E), v (..., S, Ev); opts.mask (bool: True takes part, or
+-- float: added; broadcast against (..., L, S)), opts.causal, opts.scale (1 / sqrt(E)),
+-- opts.dropout_p (on the weights). Returns (..., L, Ev) and the weights.
+local SDPA = { mask = true, causal = true, scale = true, dropout_p = true }
+function F.scaled_dot_product_attention(q, k, v, opts)
+  local op = "scaled_dot_product_attention"
+  check_tensor(op, q)
+  check_tensor(op, k)
+  check_tensor(op, v)
+  opts = options(op, opts, SDPA)
+  if q:dim() < 2 or k:dim() ~= q:dim() or v:dim() ~= q:dim() then
+    raise(op .. ": expected q, k, v of one rank >= 2, got shapes " .. shape_str(q.shape) .. ", "
+          .. shape_str(k.shape) .. " and " .. shape_str(v.shape))
+  end
+  local E, Lq, S = q:size(-1), q:size(-2), k:size(-2)
+  if k:size(-1) ~= E or v:size(-2) ~= S then
+    raise(op .. ": q (..., L, E), k (..., S, E) and v (..., S, Ev) do not match: " .. shape_str(q.shape) .. ", "
+          .. shape_str(k.shape) .. ", " .. shape_str(v.shape))
+  end
+  local scale = opts.scale or 1 / sqrt(E)
+  local scores = q:matmul(k:transpose(-2, -1)) * scale
+  if opts.causal then scores = scores + causal_mask(Lq, S, scores.dtype, q.device) end
+  if opts.mask ~= nil then scores = scores + additive(op, opts.mask, scores.dtype, true) end
+  local w = dl.softmax(scores, -1)
+  local p = opts.dropout_p or 0
+  if p > 0 then w = F.dropout(w, p, true) end
+  return w:matmul(v), w
+end
+
+-- ---- MultiheadAttention --------------------------------------------------------------------
+
+-- MultiheadAttention(embed_dim, num_heads [, {bias, batch_first, dropout}]): PyTorch's
+-- in_proj_weight (3E, E) (xavier_uniform), in_proj_bias (3E) (zeros), out_proj (a Linear,
+-- bias zeros). forward(query, key, value [, {key_padding_mask, attn_mask, need_weights,
+-- average_attn_weights}]): masks as PyTorch's (bool True = masked out; float added);
+-- returns the output and the weights (averaged over heads unless average_attn_weights
+-- is false; nil when need_weights is false).
+local MHA = Module:extend("MultiheadAttention")
+A.MultiheadAttention = MHA
+function MHA:init(embed_dim, num_heads, opts)
+  local name = "MultiheadAttention"
+  opts = options(name, opts, { bias = true, batch_first = true, dropout = true })
+  self.embed_dim = int_arg(name, embed_dim, "embed_dim")
+  self.num_heads = int_arg(name, num_heads, "num_heads")
+  if embed_dim % num_heads ~= 0 then
+    raise(name .. ": embed_dim (" .. embed_dim .. ") must be a multiple of num_heads (" .. num_heads .. ")")
+  end
+  self.head_dim = embed_dim / num_heads
+  self.batch_first = opts.batch_first == true
+  self.dropout = opts.dropout or 0
+  self.in_proj_weight = param(init.xavier_uniform_(dl.empty(3 * embed_dim, embed_dim)), "in_proj_weight")
+  if opts.bias ~= false then self.in_proj_bias = param(dl.zeros(3 * embed_dim), "in_proj_bias") end
+  self.out_proj = L.Linear(embed_dim, embed_dim, { bias = opts.bias ~= false })
+  if self.out_proj.bias then init.zeros_(self.out_proj.bias) end
+end
+
+local MHA_FORWARD = { key_padding_mask = true, attn_mask = true, need_weights = true, average_attn_weights = true }
+
+function MHA:forward(query, key, value, opts)
+  local name = "MultiheadAttention"
+  check_tensor(name, query)
+  key, value = key or query, value or key or query
+  check_tensor(name, key)
+  check_tensor(name, value)
+  opts = options(name, opts, MHA_FORWARD)
+  local unbatched = query:dim() == 2
+  local E, H = self.embed_dim, self.num_heads
+  local hd = E / H
+  local function batched(t)   -- (N, L, E)
+    if unbatched then return t:unsqueeze(1) end
+    if t:dim() ~= 3 then raise(name .. ": expected inputs of 3 dims (or 2, unbatched), got shape " .. shape_str(t.shape)) end
+    return self.batch_first and t or t:transpose(1, 2)
+  end
+  local q, k, v = batched(query), batched(key), batched(value)
+  if q:size(3) ~= E or k:size(3) ~= E or v:size(3) ~= E then
+    raise(name .. ": expected inputs with " .. E .. " features, got shapes " .. shape_str(query.shape) .. ", "
+          .. shape_str(key.shape) .. ", " .. shape_str(value.shape))
+  end
+  local N, Lq, S = q:size(1), q:size(2), k:size(2)
+  local w, b = self.in_proj_weight, self.in_proj_bias
+  local function project(t, i, len)   -- (N, len, E) -> (N, H, len, hd)
+    local p = F.linear(t, w:narrow(1, (i - 1) * E + 1, E), b and b:narrow(1, (i - 1) * E + 1, E) or nil)
+    return p:reshape(N, len, H, hd):transpose(2, 3)
+  end
+  local qh, kh, vh = project(q, 1, Lq), project(k, 2, S), project(v, 3, S)
+  local mask = nil
+  if opts.attn_mask ~= nil then
+    local m = additive(name, opts.attn_mask, qh.dtype, false)
+    if m:dim() == 3 then m = m:reshape(N, H, Lq, S) end   -- (N * H, L, S)
+    mask = m
+  end
+  if opts.key_padding_mask ~= nil then
+    local kp = opts.key_padding_mask
+    if unbatched then kp = kp:unsqueeze(1) end
+    if kp:dim() ~= 2 or kp:size(1) ~= N or kp:size(2) ~= S then
+      raise(name .. ": expected key_padding_mask of shape (" .. N .. ", " .. S .. "), got shape " .. shape_str(kp.shape))
+    end
+    local m = additive(name, kp, qh.dtype, false):reshape(N, 1, 1, S)
+    mask = mask and mask + m or m
+  end
+  local attn, weights = F.scaled_dot_product_attention(qh, kh, vh, {
+    mask = mask, dropout_p = self.training and self.dropout or 0 })
+  local out = self.out_proj(attn:transpose(2, 3):reshape(N, Lq, E))
+  if unbatched then out = out:squeeze(1)
+  elseif not self.batch_first then out = out:transpose(1, 2) end
+  if opts.need_weights == false then return out, nil end
+  if opts.average_attn_weights ~= false then weights = weights:mean(2) end
+  if unbatched then weights = weights:squeeze(1) end
+  return out, weights
+end
+
+function MHA:extra_repr()
+  return fmt("", self.embed_dim, "", self.num_heads, "batch_first", self.batch_first, "dropout", self.dropout)
+end
+
+-- ---- TransformerEncoderLayer ---------------------------------------------------------------
+
+-- TransformerEncoderLayer(d_model, nhead [, {dim_feedforward = 2048, dropout = 0.1,
+-- activation = "relu" | "gelu", layer_norm_eps = 1e-5, batch_first, norm_first}]):
+-- self-attention and a feed-forward block, each with a residual connection and a
+-- LayerNorm (after it, or before with norm_first). forward(src [, {src_mask,
+-- src_key_padding_mask, is_causal}]).
+local Encoder = Module:extend("TransformerEncoderLayer")
+A.TransformerEncoderLayer = Encoder
+local ENCODER = { dim_feedforward = true, dropout = true, activation = true, layer_norm_eps = true,
+                  batch_first = true, norm_first = true }
+function Encoder:init(d_model, nhead, opts)
+  local name = "TransformerEncoderLayer"
+  opts = options(name, opts, ENCODER)
+  local ff = opts.dim_feedforward or 2048
+  local p = opts.dropout == nil and 0.1 or opts.dropout
+  local act = opts.activation or "relu"
+  if act ~= "relu" and act ~= "gelu" then raise(name .. ": activation must be relu or gelu, got " .. tostring(act)) end
+  self.activation = act
+  self.norm_first = opts.norm_first == true
+  self.self_attn = MHA(d_model, nhead, { batch_first = opts.batch_first, dropout = p })
+  self.linear1 = L.Linear(d_model, ff)
+  self.dropout = L.Dropout(p)
+  self.linear2 = L.Linear(ff, d_model)
+  local eps = opts.layer_norm_eps or 1e-5
+  self.norm1 = L.LayerNorm(d_model, { eps = eps })
+  self.norm2 = L.LayerNorm(d_model, { eps = eps })
+  self.dropout1 = L.Dropout(p)
+  self.dropout2 = L.Dropout(p)
+end
+
+function Encoder:_sa(x, opts)
+  local mask = opts.src_mask
+  if opts.is_causal and mask == nil then
+    local len = x:size(self.self_attn.batch_first and x:dim() == 3 and 2 or 1)
+    mask = causal_mask(len, len, x.dtype, x.device)
+  end
+  local y = self.self_attn(x, x, x, { attn_mask = mask, key_padding_mask = opts.src_key_padding_mask,
+                                      need_weights = false })
+  return self.dropout1(y)
+end
+
+function Encoder:_ff(x)
+  local h = self.linear1(x)
+  h = self.activation == "gelu" and F.gelu(h) or dl.relu(h)
+  return self.dropout2(self.linear2(self.dropout(h)))
+end
+
+function Encoder:forward(src, opts)
+  opts = options("TransformerEncoderLayer", opts, { src_mask = true, src_key_padding_mask = true, is_causal = true })
+  local x = src
+  if self.norm_first then
+    x = x + self:_sa(self.norm1(x), opts)
+    return x + self:_ff(self.norm2(x))
+  end
+  x = self.norm1(x + self:_sa(x, opts))
+  return self.norm2(x + self:_ff(x))
+end
+
+return A
