@@ -85,6 +85,22 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   return w:matmul(v), w
 end
 
+-- F.sinusoidal_positions(length, dim [, {base = 10000, dtype}]): the (length, dim)
+-- position encodings of "Attention Is All You Need": sin(p / base^(2i/dim)) in the even
+-- columns, cos in the odd ones (positions p from 0), to add to token embeddings.
+function F.sinusoidal_positions(length, dim, opts)
+  local op = "sinusoidal_positions"
+  opts = options(op, opts, { base = true, dtype = true })
+  int_arg(op, length, "length")
+  int_arg(op, dim, "dim")
+  if dim % 2 ~= 0 then raise(op .. ": dim must be even, got " .. dim) end
+  local dtype = opts.dtype or "float32"
+  local pos = dl.arange(0, length, { dtype = "float64" }):reshape(length, 1)
+  local i = dl.arange(0, dim / 2, { dtype = "float64" }):reshape(1, dim / 2)
+  local angle = pos / dl.exp(i * (2 * math.log(opts.base or 10000) / dim))
+  return dl.stack({ dl.sin(angle), dl.cos(angle) }, 3):reshape(length, dim):to(dtype)
+end
+
 -- ---- MultiheadAttention --------------------------------------------------------------------
 
 -- MultiheadAttention(embed_dim, num_heads [, {bias, batch_first, dropout}]): PyTorch's
