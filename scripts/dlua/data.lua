@@ -145,6 +145,15 @@ function Dataset:repeat_(count)
 end
 Dataset["repeat"] = Dataset.repeat_
 
+-- The elements of the first complete pass kept in memory, and every later pass served
+-- from there (tf.data's cache()): the work before it (reading, decoding, maps) runs once.
+-- A pass left before its end keeps nothing; a shuffle placed after the cache still
+-- reshuffles every pass.
+function Dataset:cache()
+  check_ds("cache", self)
+  return node("cache", self, { kept = nil })
+end
+
 -- Part i (1-based) of n parts of the data set, for data-parallel training (dist.shard
 -- calls it with the job's size and this rank): with opts.seed, the elements are first
 -- shuffled the same way in every process (a new order at each pass, as shuffle(seed));
@@ -463,6 +472,27 @@ iterators["repeat"] = function(ds)
   end
 end
 
+iterators.cache = function(ds)
+  local kept = ds.kept
+  if kept then
+    local i = 0
+    return function()
+      i = i + 1
+      return kept[i]
+    end
+  end
+  local it, list = iterate(ds.parent), {}
+  return function()
+    local el = it()
+    if el == nil then
+      ds.kept = list   -- the pass reached its end: keep it
+      return nil
+    end
+    list[#list + 1] = el
+    return el
+  end
+end
+
 -- for x, y in ds:iter() do ... end: one pass over the data set.
 function Dataset:iter()
   check_ds("iter", self)
@@ -481,7 +511,7 @@ function Dataset:size()
   if kind == "tensors" or kind == "list" then return self.length end
   local p = self.parent and self.parent:size()
   if p == nil then return nil end
-  if kind == "shuffle" or kind == "map" then return p end
+  if kind == "shuffle" or kind == "map" or kind == "cache" then return p end
   if kind == "take" then return min(self.count, p) end
   if kind == "shard" then return shard_length(self, p) end
   if kind == "skip" then return max(p - self.count, 0) end

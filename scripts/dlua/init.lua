@@ -51,6 +51,7 @@ require("dlua.progress")
 require("dlua.nn")
 require("dlua.optim")
 require("dlua.data")
+require("dlua.csv")     -- dl.data.read_csv, dl.data.from_csv
 require("dlua.metrics")
 
 -- dl.dist: data-parallel training over MPI (its plugin loads only under mpirun).

@@ -179,4 +179,74 @@ H.test("errors", function()
   H.raises(function() for _ in dl.data.from_list({ {} }):batch(2):iter() do end end, "batch: cannot batch a table")
 end)
 
+H.test("cache: the first complete pass is kept, later passes replay it", function()
+  local calls = 0
+  local ds = dl.data.from_tensors(dl.arange(1, 6)):map(function(x) calls = calls + 1; return x * 2 end):cache()
+  H.eq(ds:size(), 5)
+  local function pass()
+    local out = {}
+    for x in ds:iter() do out[#out + 1] = x:item() end
+    return out
+  end
+  H.eq(pass(), { 2, 4, 6, 8, 10 })
+  H.eq(calls, 5)
+  H.eq(pass(), { 2, 4, 6, 8, 10 })
+  H.eq(calls, 5, "the map ran once")
+  -- a pass left early keeps nothing
+  local calls2 = 0
+  local ds2 = dl.data.from_tensors(dl.arange(1, 6)):map(function(x) calls2 = calls2 + 1; return x end):cache()
+  for _ in ds2:take(2):iter() do end
+  for _ in ds2:iter() do end
+  for _ in ds2:iter() do end
+  H.eq(calls2, 2 + 5)
+  -- shuffled after the cache: a new order each pass, the same elements
+  local sh = ds:shuffle(3)
+  local a, b = {}, {}
+  for x in sh:iter() do a[#a + 1] = x:item() end
+  for x in sh:iter() do b[#b + 1] = x:item() end
+  table.sort(a)
+  H.eq(a, { 2, 4, 6, 8, 10 })
+  H.eq(#b, 5)
+end)
+
+H.test("read_csv and from_csv: quotes, CRLF, empty fields, strings, errors with lines", function()
+  local path = os.tmpname()
+  local function write(text)
+    local f = assert(io.open(path, "wb"))
+    f:write(text)
+    f:close()
+  end
+  write('a,b,name\n1,2.5,"x, y"\n3,,"he said ""hi"""\r\n-4e2,7,"two\nlines"\n\n')
+  local t = dl.data.read_csv(path)
+  H.eq(t.rows, 3)
+  H.eq(t.names, { "a", "b", "name" })
+  H.values(t.columns.a, { 1, 3, -400 })
+  H.ok(t.columns.b[2] ~= t.columns.b[2], "an empty numeric field is NaN")
+  H.eq(t.columns.name, { "x, y", 'he said "hi"', "two\nlines" })
+  H.eq(dl.data.read_csv(path, { columns = { "b" } }).names, { "b" })
+  -- a data set of (features, label); string labels become 1-based classes
+  write("x1;x2;kind\n0.5;1;cat\n1.5;2;dog\n2.5;3;cat\n")
+  local ds = dl.data.from_csv(path, { label = "kind", delimiter = ";", dtype = "float64" })
+  H.eq(ds.classes, { "cat", "dog" })
+  local X, y = nil, nil
+  for xb, yb in ds:batch(3):iter() do X, y = xb, yb end
+  H.values(X, { { 0.5, 1 }, { 1.5, 2 }, { 2.5, 3 } })
+  H.values(y, { 1, 2, 1 })
+  H.eq(X.dtype, "float64")
+  -- no header
+  write("1,2\n3,4\n")
+  H.eq(dl.data.read_csv(path, { header = false }).names, { "1", "2" })
+  -- errors name the file and the line
+  write('a,b\n1,2\n3\n')
+  H.raises(function() dl.data.read_csv(path) end, ":3: 1 fields, the header has 2")
+  write('a,b\n1,"open\n')
+  H.raises(function() dl.data.read_csv(path) end, ":2: a quoted field is never closed")
+  write('a,a\n1,2\n')
+  H.raises(function() dl.data.read_csv(path) end, "the column name 'a' appears twice")
+  H.raises(function() dl.data.from_csv(path .. ".none") end, "read_csv: cannot open")
+  write("a,b\n1,2\n")
+  H.raises(function() dl.data.from_csv(path, { label = "c" }) end, "from_csv: " .. path .. " has no column 'c'")
+  os.remove(path)
+end)
+
 H.run()
