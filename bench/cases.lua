@@ -90,6 +90,33 @@ function M.layernorm(iters)
   return (now() - t0) / iters
 end
 
+-- An LSTM layer (2 layers of 256, input 256) over 64 steps of a batch of 32, forward
+-- and backward to the input and every weight: seconds per call.
+function M.lstm(iters)
+  dl.manual_seed(1)
+  local net = dl.nn.LSTM(256, 256, { num_layers = 2 })
+  local x = dl.randn(64, 32, 256)
+  local step = dl.implicit_value_and_grad(function(v) return (net(v)):sum() end)
+  step(x)
+  for _ = 1, 2 do step(x) end
+  local t0 = now()
+  for _ = 1, iters do step(x) end
+  return (now() - t0) / iters
+end
+
+-- scaled_dot_product_attention on (8, 4, 128, 64) float32, forward and backward to q,
+-- k and v: seconds per call.
+function M.sdpa(iters)
+  dl.manual_seed(1)
+  local q, k, v = dl.randn(8, 4, 128, 64), dl.randn(8, 4, 128, 64), dl.randn(8, 4, 128, 64)
+  local F = dl.nn.functional
+  local g = dl.grad(function(a, b, c) return (F.scaled_dot_product_attention(a, b, c)):sum() end, { 1, 2, 3 })
+  for _ = 1, 3 do g(q, k, v) end
+  local t0 = now()
+  for _ = 1, iters do g(q, k, v) end
+  return (now() - t0) / iters
+end
+
 -- ---- big kernels --------------------------------------------------------------------------------
 
 -- c = a:matmul(b), n x n float32 (a fresh result each call, as a script gets it):
@@ -297,14 +324,15 @@ end
 
 -- bench/run.lua's protocol (as bench/torch_ref.py and bench/ref.c speak it): one command
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
---   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | matmul <n> <iters> | add <n> <iters>
+--   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
+--   | matmul <n> <iters> | add <n> <iters>
 --   | sum <n> <iters> | mlp <epochs or images> | cnn <epochs or images>
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
   local commands = {
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum,
-    layernorm = M.layernorm,
+    layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
     chainc = M.chainc,

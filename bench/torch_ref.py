@@ -7,6 +7,8 @@ alternates it with its own measurement in the same run):
   chain <iters> <threads>     -> "ok <seconds per op>"    the op chain recorded, then backward
   d2 <iters> <threads>        -> "ok <seconds per call>"  d2/dx2 of x^3 at a scalar
   layernorm <iters> <threads> -> "ok <seconds per call>"  layer_norm forward + backward, (64, 512)
+  lstm <iters> <threads>      -> "ok <seconds per call>"  2-layer LSTM 256, 64 steps, batch 32
+  sdpa <iters> <threads>      -> "ok <seconds per call>"  attention (8, 4, 128, 64), fwd + bwd
   mlp <epochs> <threads>      -> "ok <seconds per epoch>" Fashion-MNIST MLP, SGD, batch 64
   cnn <epochs> <threads>      -> "ok <seconds per epoch>" the TF guide's conv net, Adam, batch 32
   quit
@@ -133,6 +135,40 @@ def layernorm(iters):
     return (now() - t0) / iters
 
 
+def lstm(iters):
+    """A 2-layer LSTM of 256 over 64 steps of a batch of 32, forward and backward."""
+    torch.manual_seed(1)
+    net = torch.nn.LSTM(256, 256, num_layers=2)
+    x = torch.randn(64, 32, 256, requires_grad=True)
+    params = [x] + list(net.parameters())
+
+    def step():
+        return torch.autograd.grad(net(x)[0].sum(), params)
+    for _ in range(3):
+        step()
+    t0 = now()
+    for _ in range(iters):
+        step()
+    return (now() - t0) / iters
+
+
+def sdpa(iters):
+    """softmax(q k^T / sqrt(64)) v on (8, 4, 128, 64), forward and backward to q, k, v
+    (torch 1.13 has no public scaled_dot_product_attention: the same formula in ops)."""
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(8, 4, 128, 64, requires_grad=True) for _ in range(3))
+
+    def step():
+        y = torch.softmax(q @ k.transpose(-2, -1) / 8.0, -1) @ v
+        return torch.autograd.grad(y.sum(), [q, k, v])
+    for _ in range(3):
+        step()
+    t0 = now()
+    for _ in range(iters):
+        step()
+    return (now() - t0) / iters
+
+
 class MLP(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -224,6 +260,10 @@ def run(cmd, n, threads):
         return d2(n)
     if cmd == "layernorm":
         return layernorm(n)
+    if cmd == "lstm":
+        return lstm(n)
+    if cmd == "sdpa":
+        return sdpa(n)
     if cmd in ("mlp", "cnn"):
         # n > 1000: a partial epoch of n images (the quick mode), else n epochs.
         if n > 1000:
