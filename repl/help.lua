@@ -123,6 +123,8 @@ return {
   ["dl.nn.MultiheadAttention"] = { "dl.nn.MultiheadAttention(embed_dim, num_heads [, {batch_first, dropout}])", "out, weights = mha(q, k, v [, {attn_mask, key_padding_mask}])." },
   ["dl.nn.TransformerEncoderLayer"] = { "dl.nn.TransformerEncoderLayer(d_model, nhead [, opts])", "Self-attention and feed-forward blocks with residuals and LayerNorm." },
   ["dl.nn.functional.scaled_dot_product_attention"] = { "F.scaled_dot_product_attention(q, k, v [, {mask, causal, scale}])", "softmax(q k^T / sqrt(E) + mask) v, and the weights." },
+  ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
+  ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },
   ["dl.nn.LayerNorm"] = { "dl.nn.LayerNorm(normalized_shape [, {eps, elementwise_affine}])", "Normalises each row over the last dims, then scales and shifts." },
   ["dl.nn.GroupNorm"] = { "dl.nn.GroupNorm(num_groups, num_channels [, {eps, affine}])", "Normalises groups of channels of (N, C, ...)." },
   ["dl.layer_norm"] = { "dl.layer_norm(x, normalized_shape [, weight, bias, eps])", "Layer normalisation over the last dims (also dl.nn.functional.layer_norm)." },

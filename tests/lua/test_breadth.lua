@@ -303,6 +303,27 @@ H.test("MultiheadAttention and TransformerEncoderLayer as PyTorch's", function()
   H.near(enc(x2, { is_causal = true }):narrow(2, 1, 2):totable(), a:narrow(2, 1, 2):totable(), 1e-6)
 end)
 
+H.test("conv1d and pad (every mode) as PyTorch's, with gradients", function()
+  local c = R.conv1d_pad.conv1d
+  local o = { stride = 2, padding = 1, dilation = 2, groups = 2 }
+  local x, w, b, k = t64(c.x), t64(c.w), t64(c.b), t64(c.c)
+  H.near(F.conv1d(x, w, b, o):totable(), c.y, 1e-12)
+  local g = { dl.grad(function(a, ww, bb) return (F.conv1d(a, ww, bb, o) * k):sum() end, { 1, 2, 3 })(x, w, b) }
+  for i = 1, 3 do H.near(g[i]:totable(), c.grads[i], 1e-10) end
+  for _, mode in ipairs({ "constant", "reflect", "replicate", "circular" }) do
+    local p = R.conv1d_pad["pad_" .. mode]
+    local opts = { mode = mode, value = mode == "constant" and 1.5 or nil }
+    local xx, kk = t64(p.x), t64(p.c)
+    H.near(F.pad(xx, p.pad, opts):totable(), p.y, 0, mode)
+    H.near(dl.grad(function(a) return (F.pad(a, p.pad, opts) * kk):sum() end)(xx):totable(), p.g, 1e-12, mode)
+  end
+  local conv = nn.Conv1d(4, 6, 3, { padding = "same" })
+  H.eq(conv(dl.randn(2, 4, 9)).shape[3], 9)
+  H.eq(conv(dl.randn(4, 9)).shape[1], 6, "unbatched")
+  H.raises(function() F.pad(dl.ones(2, 3), { 3, 0 }, { mode = "reflect" }) end, "pad: reflect padding of 3 is too large for a dim of size 3")
+  H.raises(function() nn.Conv1d(4, 6, 3)(dl.ones(2, 5, 9)) end, "Conv1d: expected input (N, 4, L) or (4, L), got shape (2, 5, 9)")
+end)
+
 H.test("nn.init: bounds, moments, orthogonality and gains", function()
   local init = nn.init
   dl.manual_seed(1)

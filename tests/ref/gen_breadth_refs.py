@@ -276,9 +276,32 @@ def gen_attention():
     return out
 
 
+def gen_conv1d_pad():
+    """conv1d with stride, padding, dilation and groups; F.pad in every mode (4-D input,
+    the last two dims padded, a negative count in constant mode): outputs and gradients
+    of sum(y * c)."""
+    out = {}
+    x, w, b = rnd(2, 4, 11), rnd(6, 2, 3), rnd(6)
+    xs = [t.clone().requires_grad_() for t in (x, w, b)]
+    y = F.conv1d(xs[0], xs[1], xs[2], stride=2, padding=1, dilation=2, groups=2)
+    c = rnd(*y.shape)
+    out["conv1d"] = {"x": x, "w": w, "b": b, "c": c, "y": y, "grads": list(torch.autograd.grad((y * c).sum(), xs))}
+    x = rnd(2, 3, 4, 5)
+    for mode, pad in (("constant", (2, -1, 1, 2)), ("reflect", (2, 1, 1, 2)), ("replicate", (3, 1, 2, 0)),
+                      ("circular", (2, 3, 1, 1))):
+        xr = x.clone().requires_grad_()
+        kw = {"value": 1.5} if mode == "constant" else {}
+        y = F.pad(xr, pad, mode=mode, **kw)
+        c = rnd(*y.shape)
+        (g,) = torch.autograd.grad((y * c).sum(), [xr])
+        out["pad_" + mode] = {"x": x, "pad": list(pad), "y": y, "c": c, "g": g}
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
-            "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention()}
+            "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
+            "conv1d_pad": gen_conv1d_pad()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -87,6 +87,89 @@ local has_values_only = pcall(function() return C.dl_max_pool2d_values end)
 
 -- max_pool2d(x, k [, {stride, padding, ceil_mode, return_indices}]): with return_indices,
 -- also the 1-based position of each maximum within its (H, W) plane.
+-- conv1d(x (N, C, L) or (C, L), w (O, C / groups, K) [, b (O)] [, {stride, padding,
+-- dilation, groups}]): the 2-D convolution on a height of 1 (the same kernels and
+-- gradients); padding a number or "same" / "valid".
+local function single(op, what, v, min)
+  if type(v) == "number" then return v end
+  if type(v) == "table" and #v == 1 and type(v[1]) == "number" then return v[1] end
+  if type(v) == "string" and what == "padding" then return v end
+  raise(op .. ": " .. what .. " must be a number, got " .. core.typename(v))
+end
+
+function F.conv1d(x, w, b, opts)
+  if type(b) == "table" and not is_tensor(b) then b, opts = nil, b end
+  check_tensor("conv1d", x)
+  check_tensor("conv1d", w)
+  opts = options("conv1d", opts, CONV_OPTS)
+  if (x:dim() ~= 3 and x:dim() ~= 2) or w:dim() ~= 3 then
+    raise("conv1d: expected input (N, C, L) or (C, L) and weight (O, C/groups, K), got shapes "
+          .. shape_str(x.shape) .. " and " .. shape_str(w.shape))
+  end
+  local p = single("conv1d", "padding", opts.padding or 0, 0)
+  local o2 = { stride = { 1, single("conv1d", "stride", opts.stride or 1, 1) },
+               dilation = { 1, single("conv1d", "dilation", opts.dilation or 1, 1) },
+               padding = type(p) == "string" and p or { 0, p }, groups = opts.groups }
+  local y = F.conv2d(x:unsqueeze(x:dim()), w:unsqueeze(3), b, o2)
+  return y:squeeze(y:dim() - 1)
+end
+
+-- pad(x, pad [, {mode = "constant", value = 0}]): PyTorch's F.pad. pad lists (before,
+-- after) counts for the last dim, then the one before it, and so on; a negative count
+-- crops. Modes: "constant", "reflect" (mirrored without the edge), "replicate" (the
+-- edge repeated), "circular" (wrapped around).
+local PAD_MODES = { constant = true, reflect = true, replicate = true, circular = true }
+function F.pad(x, pad, opts)
+  local op = "pad"
+  check_tensor(op, x)
+  opts = options(op, opts, { mode = true, value = true })
+  local mode = opts.mode or "constant"
+  if not PAD_MODES[mode] then raise(op .. ": mode must be constant, reflect, replicate or circular, got " .. tostring(mode)) end
+  if type(pad) ~= "table" or #pad % 2 ~= 0 or #pad / 2 > x:dim() then
+    raise(op .. ": pad must list (before, after) pairs for at most " .. x:dim() .. " dims, got " .. core.typename(pad))
+  end
+  local y = x
+  for k = 1, #pad / 2 do
+    local d = y:dim() - k + 1
+    local before, after = pad[2 * k - 1], pad[2 * k]
+    if type(before) ~= "number" or type(after) ~= "number" or before ~= floor(before) or after ~= floor(after) then
+      raise(op .. ": pad counts must be integers")
+    end
+    -- crop first (negative counts), then grow
+    if before < 0 then y = y:narrow(d, 1 - before, y:size(d) + before); before = 0 end
+    if after < 0 then y = y:narrow(d, 1, y:size(d) + after); after = 0 end
+    local n = y:size(d)
+    if mode ~= "constant" and (before > 0 or after > 0) then
+      local most = mode == "reflect" and n - 1 or (mode == "circular" and n or math.huge)
+      if n == 0 or before > most or after > most then
+        raise(op .. ": " .. mode .. " padding of " .. math.max(before, after) .. " is too large for a dim of size " .. n)
+      end
+    end
+    local parts = {}
+    local function block(count, at_start)
+      if count == 0 then return end
+      local shape = y.shape
+      shape[d] = count
+      if mode == "constant" then
+        parts[#parts + 1] = dl.full(shape, opts.value or 0, { dtype = y.dtype, device = y.device })
+      elseif mode == "replicate" then
+        parts[#parts + 1] = y:narrow(d, at_start and 1 or n, 1):expand(shape)
+      elseif mode == "circular" then
+        parts[#parts + 1] = at_start and y:narrow(d, n - count + 1, count) or y:narrow(d, 1, count)
+      else   -- reflect: the elements next to the edge, mirrored
+        local idx = at_start and dl.arange(count + 1, 1, -1, { dtype = "int64", device = y.device })
+          or dl.arange(n - 1, n - count - 1, -1, { dtype = "int64", device = y.device })
+        parts[#parts + 1] = y:index_select(d, idx)
+      end
+    end
+    block(before, true)
+    parts[#parts + 1] = y
+    block(after, false)
+    if #parts > 1 then y = dl.cat(parts, d) end
+  end
+  return y
+end
+
 function F.max_pool2d(x, k, opts)
   check_tensor("max_pool2d", x)
   opts = options("max_pool2d", opts, POOL_OPTS)

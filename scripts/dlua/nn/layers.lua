@@ -150,19 +150,25 @@ end
 
 -- ---- convolution, pooling -----------------------------------------------------------------------
 
+-- A convolution's channel counts, checked against its groups; returns the groups.
+local function conv_groups(name, in_channels, out_channels, groups)
+  int_arg(name, in_channels, "in_channels")
+  int_arg(name, out_channels, "out_channels")
+  groups = int_arg(name, groups or 1, "groups")
+  if in_channels % groups ~= 0 or out_channels % groups ~= 0 then
+    raise(name .. ": in_channels (" .. in_channels .. ") and out_channels (" .. out_channels
+          .. ") must be divisible by groups (" .. groups .. ")")
+  end
+  return groups
+end
+
 local Conv2d = Module:extend("Conv2d")
 L.Conv2d = Conv2d
 
 function Conv2d:init(in_channels, out_channels, k, opts)
   opts = options("Conv2d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
-  int_arg("Conv2d", in_channels, "in_channels")
-  int_arg("Conv2d", out_channels, "out_channels")
+  local groups = conv_groups("Conv2d", in_channels, out_channels, opts.groups)
   local kh, kw = F.pair("Conv2d", "kernel size", k, 1)
-  local groups = int_arg("Conv2d", opts.groups or 1, "groups")
-  if in_channels % groups ~= 0 or out_channels % groups ~= 0 then
-    raise("Conv2d: in_channels (" .. in_channels .. ") and out_channels (" .. out_channels
-          .. ") must be divisible by groups (" .. groups .. ")")
-  end
   self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, { kh, kw }
   self.stride = { F.pair("Conv2d", "stride", opts.stride or 1, 1) }
   self.dilation = { F.pair("Conv2d", "dilation", opts.dilation or 1, 1) }
@@ -185,6 +191,34 @@ function Conv2d:forward(x)
           .. ", H, W), got shape " .. shape_str(x))
   end
   return F.conv2d(x, self.weight, self.bias, self._opts)
+end
+
+-- Conv1d(in_channels, out_channels, k [, {stride, padding, dilation, groups, bias}]):
+-- weight (out, in / groups, k), PyTorch's initialisation; input (N, C, L) or (C, L).
+local Conv1d = Module:extend("Conv1d")
+L.Conv1d = Conv1d
+function Conv1d:init(in_channels, out_channels, k, opts)
+  opts = options("Conv1d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
+  local groups = conv_groups("Conv1d", in_channels, out_channels, opts.groups)
+  int_arg("Conv1d", k, "kernel size")
+  self.in_channels, self.out_channels, self.kernel_size, self.groups = in_channels, out_channels, k, groups
+  self._opts = { stride = opts.stride or 1, padding = opts.padding or 0, dilation = opts.dilation or 1, groups = groups }
+  local bound = 1 / sqrt(in_channels / groups * k)
+  self.weight = param(uniform({ out_channels, in_channels / groups, k }, bound), "weight")
+  if opts.bias ~= false then self.bias = param(uniform({ out_channels }, bound), "bias") end
+end
+function Conv1d:forward(x)
+  check_tensor("Conv1d", x)
+  local n = x:dim()
+  if (n ~= 3 and n ~= 2) or x:size(n - 1) ~= self.in_channels then
+    raise("Conv1d: expected input (N, " .. self.in_channels .. ", L) or (" .. self.in_channels .. ", L), got shape "
+          .. shape_str(x))
+  end
+  return F.conv1d(x, self.weight, self.bias, self._opts)
+end
+function Conv1d:extra_repr()
+  return fmt("", self.in_channels, "", self.out_channels, "kernel_size", self.kernel_size, "stride", self._opts.stride,
+             "padding", self._opts.padding, "groups", self.groups ~= 1 and self.groups or nil)
 end
 
 function Conv2d:extra_repr()
