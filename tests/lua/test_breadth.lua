@@ -324,6 +324,25 @@ H.test("conv1d and pad (every mode) as PyTorch's, with gradients", function()
   H.raises(function() nn.Conv1d(4, 6, 3)(dl.ones(2, 5, 9)) end, "Conv1d: expected input (N, 4, L) or (4, L), got shape (2, 5, 9)")
 end)
 
+H.test("einsum: every spec of the reference as torch.einsum, with gradients", function()
+  for _, c in ipairs(R.einsum) do
+    local xs = {}
+    for i, v in ipairs(c.inputs) do xs[i] = t64(v) end
+    local y = dl.einsum(c.spec, unpack(xs))
+    H.eq(y.shape, c.shape, c.spec)
+    H.near(y:totable(), c.y, 1e-12, c.spec)
+    local k = t64(c.c)
+    local nums = {}
+    for i = 1, #xs do nums[i] = i end
+    local g = { dl.grad(function(...) return (dl.einsum(c.spec, ...) * k):sum() end, nums)(unpack(xs)) }
+    for i = 1, #xs do H.near(g[i]:totable(), c.grads[i], 1e-10, c.spec .. " gradient " .. i) end
+  end
+  H.raises(function() dl.einsum("ij,jk->ik", dl.ones(2, 3), dl.ones(4, 2)) end, "einsum: label j stands for sizes 3 and 4")
+  H.raises(function() dl.einsum("ij->k", dl.ones(2, 3)) end, "einsum: output label k appears in no operand")
+  H.raises(function() dl.einsum("ijk", dl.ones(2, 3)) end, "einsum: operand 1 ('ijk') has 3 labels for a tensor of 2 dims")
+  H.raises(function() dl.einsum("ij,jk", dl.ones(2, 3)) end, "einsum: the spec 'ij,jk' has 2 operand terms for 1 tensors")
+end)
+
 H.test("nn.init: bounds, moments, orthogonality and gains", function()
   local init = nn.init
   dl.manual_seed(1)

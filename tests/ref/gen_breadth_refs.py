@@ -298,10 +298,43 @@ def gen_conv1d_pad():
     return out
 
 
+EINSUM_CASES = (
+    ("ij,jk->ik", ((3, 4), (4, 5))),
+    ("bij,bjk->bik", ((2, 3, 4), (2, 4, 2))),
+    ("bhqd,bhkd->bhqk", ((2, 2, 3, 4), (2, 2, 5, 4))),
+    ("i,i->", ((5,), (5,))),
+    ("i,j->ij", ((3,), (4,))),
+    ("ij,ij->ij", ((3, 4), (3, 4))),
+    ("ii->i", ((4, 4),)),
+    ("ii", ((4, 4),)),
+    ("ji", ((3, 4),)),
+    ("ijk->", ((2, 3, 4),)),
+    ("iij->j", ((3, 3, 2),)),
+    ("abc,cd,de->abe", ((2, 3, 4), (4, 5), (5, 3))),
+    ("...ij,...jk", ((2, 3, 4), (4, 2))),
+    ("b...i,bi->b...", ((2, 3, 4), (2, 4))),
+    ("ij,jk,kl", ((2, 3), (3, 4), (4, 2))),
+)
+
+
+def gen_einsum():
+    """torch.einsum on random float64 operands: the result and the gradient of
+    sum(y * c) for every operand."""
+    out = []
+    for spec, shapes in EINSUM_CASES:
+        xs = [rnd(*sh).requires_grad_() for sh in shapes]
+        y = torch.einsum(spec, *xs)
+        c = rnd(*y.shape) if y.dim() > 0 else torch.randn((), dtype=torch.float64)
+        grads = torch.autograd.grad((y * c).sum(), xs)
+        out.append({"spec": spec, "inputs": [x.detach() for x in xs], "y": y, "c": c, "grads": list(grads),
+                    "shape": list(y.shape)})
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
-            "conv1d_pad": gen_conv1d_pad()}
+            "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
