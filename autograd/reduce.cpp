@@ -176,6 +176,21 @@ std::pair<Tensor, Tensor> min_dim(const Tensor& x, int dim, bool keepdim) {
 template <> Grads derivative<Op::MaxDim>(Node& n, const TensorList& g) { return extremum_dim_backward(n, g); }
 template <> Grads derivative<Op::MinDim>(Node& n, const TensorList& g) { return extremum_dim_backward(n, g); }
 
+// ---- scans ---------------------------------------------------------------------------------
+
+// The gradient of running sums is the running sums of the gradient the other way.
+Tensor cumsum(const Tensor& x, int dim, bool reverse) {
+  Tensor y = dl::cumsum(x, dim, reverse);
+  Ref<Node> n = is_floating(x.dtype()) ? maybe_node(Op::Cumsum, {&x}) : Ref<Node>();
+  if (!n) return y;
+  n->attrs.i[0] = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "cumsum");
+  n->attrs.i[1] = reverse;
+  return finish(n, y);
+}
+template <> Grads derivative<Op::Cumsum>(Node& n, const TensorList& g) {
+  return {ag::cumsum(g[0], int(n.attrs.i[0]), n.attrs.i[1] == 0)};
+}
+
 // ---- softmax family ---------------------------------------------------------------------
 
 Tensor softmax(const Tensor& x, int dim) {

@@ -828,6 +828,13 @@ int dl_min_dim(uint64_t x, int dim, int keepdim, uint64_t* out2) { return extrem
 uint64_t dl_argmax(uint64_t x, int dim, int keepdim) { return arg_index(true, x, dim, keepdim); }
 uint64_t dl_argmin(uint64_t x, int dim, int keepdim) { return arg_index(false, x, dim, keepdim); }
 
+uint64_t dl_cumsum(uint64_t x, int dim) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "cumsum");
+    return ag::cumsum(t, t.dim() == 0 ? 0 : lua_dim(dim, t.dim(), "cumsum"));
+  });
+}
+
 uint64_t dl_softmax(uint64_t x, int dim) {
   return guard_handle([&] {
     const Tensor& t = get(x, "softmax");

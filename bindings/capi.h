@@ -204,6 +204,7 @@ int dl_max_dim(uint64_t x, int dim, int keepdim, uint64_t* out2);   /* values, i
 int dl_min_dim(uint64_t x, int dim, int keepdim, uint64_t* out2);
 uint64_t dl_argmax(uint64_t x, int dim, int keepdim);               /* dim 0: flattened */
 uint64_t dl_argmin(uint64_t x, int dim, int keepdim);
+uint64_t dl_cumsum(uint64_t x, int dim);    /* dim 1-based (negative from the end) */
 uint64_t dl_softmax(uint64_t x, int dim);
 uint64_t dl_log_softmax(uint64_t x, int dim);
 uint64_t dl_where(uint64_t cond, uint64_t a, uint64_t b);

@@ -113,6 +113,7 @@ void reduce(Op op, const Tensor& out, const Tensor& x, const std::vector<int>& d
             const ReduceOpts& opts);
 void arg_reduce(Op op, const Tensor& values, const Tensor& indices, const Tensor& x, int dim);
 void softmax(Op op, const Tensor& out, const Tensor& x, int dim);
+void scan(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse);
 
 void cat(const Tensor& out, const TensorList& xs, int dim);
 void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& index);

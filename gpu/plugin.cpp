@@ -29,6 +29,7 @@ const Backend kCuda = {
     .reduce = reduce,
     .arg_reduce = arg_reduce,
     .softmax = softmax,
+    .scan = scan,
     // indexing and linear algebra
     .cat = cat,
     .index_select = index_select,

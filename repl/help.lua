@@ -77,6 +77,7 @@ return {
   ["dl.allclose"] = { "dl.allclose(a, b [, rtol, atol])", "True iff all |a - b| <= atol + rtol * |b|." },
   -- automatic differentiation
   ["dl.grad"] = { "dl.grad(f [, argnums])", "A function returning the gradient of f's scalar result w.r.t. argument argnums (default 1)." },
+  ["dl.cumsum"] = { "dl.cumsum(x, dim)", "Running sums along dim (x:cumsum(dim)); integers give int64." },
   ["dl.einsum"] = { "dl.einsum(spec, a, b, ...)", "Einstein summation: \"ij,jk->ik\", \"...ij,...jk\", \"ii\" (trace); differentiable." },
   ["dl.jacobian"] = { "dl.jacobian(f [, argnums])", "A function returning the Jacobian of f's result w.r.t. argument argnums: shape y.shape .. x.shape." },
   ["dl.hessian"] = { "dl.hessian(f [, argnums])", "A function returning the Hessian of f's scalar result: the Jacobian of dl.grad(f)." },

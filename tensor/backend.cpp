@@ -31,6 +31,7 @@ const Backend kCpu = {
     .reduce = cpu::reduce,
     .arg_reduce = cpu::arg_reduce,
     .softmax = cpu::softmax,
+    .scan = cpu::scan,
     // indexing and linear algebra
     .cat = cpu::cat,
     .index_select = cpu::index_select,

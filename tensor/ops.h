@@ -133,6 +133,8 @@ Tensor argmax(const Tensor& x, std::optional<int> dim, bool keepdim);
 Tensor argmin(const Tensor& x, std::optional<int> dim, bool keepdim);
 Tensor softmax(const Tensor& x, int dim);
 Tensor log_softmax(const Tensor& x, int dim);
+// Running sums along dim (from the end with `reverse`); integer and bool x give int64.
+Tensor cumsum(const Tensor& x, int dim, bool reverse = false);
 
 // ---- shape ops (tensor/view.cpp): views share storage ------------------------------
 // `shape` may hold one -1, inferred. view() needs compatible strides; reshape() copies

@@ -196,6 +196,19 @@ Tensor softmax_impl(Op op, const Tensor& x, int dim) {
 Tensor softmax(const Tensor& x, int dim) { return softmax_impl(Op::Softmax, x, dim); }
 Tensor log_softmax(const Tensor& x, int dim) { return softmax_impl(Op::LogSoftmax, x, dim); }
 
+// ---- scans ---------------------------------------------------------------------------------
+
+Tensor cumsum(const Tensor& x, int dim, bool reverse) {
+  const char* name = "cumsum";
+  const int d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), name);
+  const DType t = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
+  Tensor out = empty(x.shape(), t, x.device(), name);
+  if (x.numel() == 0) return out;
+  Tensor xin = contiguous(as_1d(x));
+  kernel(&Backend::scan, x.device(), name)(Op::Cumsum, as_1d(out), xin, d, reverse);
+  return out;
+}
+
 // ---- sum_to ----------------------------------------------------------------------------------
 
 // The reverse of broadcasting x's shape from `shape`: leading extra dims and dims where

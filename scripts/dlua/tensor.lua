@@ -633,6 +633,15 @@ end
 methods.softmax, dl.softmax = softmax_fn("softmax", false), softmax_fn("softmax", false)
 methods.log_softmax, dl.log_softmax = softmax_fn("log_softmax", true), softmax_fn("log_softmax", true)
 
+-- x:cumsum(dim): running sums along dim (as PyTorch's; integer and bool tensors give
+-- int64). Differentiable: the gradient is the running sums of the gradient, backwards.
+function methods.cumsum(x, dim)
+  check_tensor("cumsum", x)
+  if dim == nil then raise("cumsum: expected the dim to sum along (as x:cumsum(1))") end
+  return new(C.dl_cumsum, hid(x), dim_arg("cumsum", dim))
+end
+dl.cumsum = methods.cumsum
+
 -- ---- properties, conversion --------------------------------------------------------------------
 
 props.shape = shape_of

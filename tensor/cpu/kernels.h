@@ -23,6 +23,7 @@ void reduce(Op op, const Tensor& out, const Tensor& x, const std::vector<int>& d
             const ReduceOpts& opts);
 void arg_reduce(Op op, const Tensor& values, const Tensor& indices, const Tensor& x, int dim);
 void softmax(Op op, const Tensor& out, const Tensor& x, int dim);
+void scan(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse);
 
 // indexing and linear algebra (tensor/cpu/index.cpp, tensor/cpu/matmul.cpp)
 void cat(const Tensor& out, const TensorList& xs, int dim);

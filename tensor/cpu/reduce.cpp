@@ -18,6 +18,7 @@
 // is a function of the shape. Threads only decide who computes which block, so a
 // result is bit-identical with 1 or 16 threads (tests/cpp/test_reduce.cpp checks it).
 #include <algorithm>
+#include <vector>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -673,6 +674,42 @@ void softmax(Op op, const Tensor& out, const Tensor& x, int dim) {
   DL_ASSERT(x.is_contiguous() && out.is_contiguous() && out.dtype() == x.dtype());
   DL_ASSERT(op == Op::Softmax || op == Op::LogSoftmax);
   DL_DISPATCH_FLOAT(x.dtype(), op_name(op), softmax_typed<scalar_t>(op == Op::LogSoftmax, out, x, dim));
+}
+
+// ---- scans ------------------------------------------------------------------------------
+// x contiguous, seen as (M, N, J) around dim (N its size): a running sum along N for each
+// (m, j), in the accumulator type A (double for floats, int64 for integers), from n = N-1
+// down with `reverse`. With J > 1 a row of J accumulators advances a row of x at a time,
+// so every pass reads memory in order.
+
+template <typename T, typename A, typename O>
+void cumsum_typed(const Tensor& out, const Tensor& x, int dim, bool reverse) {
+  int64_t M = 1, N = x.size(dim), J = 1;
+  for (int d = 0; d < dim; ++d) M *= x.size(d);
+  for (int d = dim + 1; d < x.dim(); ++d) J *= x.size(d);
+  const T* xp = x.data<T>();
+  O* op = out.data<O>();
+  parallel_for(M, M * N * J >= kParallelGrain, [&](int64_t m) {
+    std::vector<A> acc(size_t(J), A(0));
+    for (int64_t s = 0; s < N; ++s) {
+      const int64_t n = reverse ? N - 1 - s : s;
+      const T* in = xp + (m * N + n) * J;
+      O* o = op + (m * N + n) * J;
+      for (int64_t j = 0; j < J; ++j) {
+        acc[size_t(j)] += A(in[j]);
+        o[j] = O(acc[size_t(j)]);
+      }
+    }
+  });
+}
+
+void scan(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse) {
+  DL_ASSERT(op == Op::Cumsum && x.is_contiguous() && out.is_contiguous());
+  if (is_floating(x.dtype())) {
+    DL_DISPATCH_FLOAT(x.dtype(), "cumsum", (cumsum_typed<scalar_t, double, scalar_t>(out, x, dim, reverse)));
+  } else {
+    DL_DISPATCH_ALL(x.dtype(), "cumsum", (cumsum_typed<scalar_t, int64_t, int64_t>(out, x, dim, reverse)));
+  }
 }
 
 // ---- folds fed a piece at a time (tensor/fold.h) ------------------------------------------

@@ -185,6 +185,10 @@ std::vector<Case> other_cases(Op op) {
               {"softmax dim 0", [](const TensorList& x) { return ag::softmax(x[0], 0); }, {transposed(3, 2, 13)}}};
     case Op::LogSoftmax:
       return {{"log_softmax", [](const TensorList& x) { return ag::log_softmax(x[0], -1); }, {x23()}}};
+    case Op::Cumsum:
+      return {{"cumsum dim 1", [](const TensorList& x) { return ag::cumsum(x[0], 1); }, {x23()}},
+              {"cumsum dim 0, transposed, reversed", [](const TensorList& x) { return ag::cumsum(x[0], 0, true); },
+               {transposed(3, 2, 93)}}};
     case Op::Where: {
       Tensor c = compare(Op::Gt, values(Shape{2, 3}, 14), Scalar(0.0));
       return {{"where", [c](const TensorList& x) { return ag::where(c, x[0], x[1]); },

@@ -208,6 +208,15 @@ std::map<Op, Check> other_checks() {
                  folds(5000));
     };
   }
+  m[Op::Cumsum] = [&] {
+    each_dtype([](DType dt) {
+      for (int dim : {0, 1, 2})
+        for (bool rev : {false, true})
+          compare_layouts(std::string("cumsum ") + std::string(dtype_name(dt)) + " dim " + std::to_string(dim) +
+                              (rev ? " reversed" : ""),
+                          {sample({5, 6, 7}, dt)}, [&](const auto& x) { return cumsum(x[0], dim, rev); }, folds(7));
+    });
+  };
   m[Op::Where] = [&] {
     each_dtype([](DType dt) {
       compare_op(std::string("where ") + std::string(dtype_name(dt)),

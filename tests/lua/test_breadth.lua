@@ -343,6 +343,20 @@ H.test("einsum: every spec of the reference as torch.einsum, with gradients", fu
   H.raises(function() dl.einsum("ij,jk", dl.ones(2, 3)) end, "einsum: the spec 'ij,jk' has 2 operand terms for 1 tensors")
 end)
 
+H.test("cumsum along every dim as torch.cumsum, with gradients; integers give int64", function()
+  for _, c in ipairs(R.cumsum.float) do
+    local x, k = t64(c.x), t64(c.c)
+    H.near(x:cumsum(c.dim):totable(), c.y, 1e-12, "dim " .. c.dim)
+    H.near(dl.grad(function(v) return (dl.cumsum(v, c.dim) * k):sum() end)(x):totable(), c.g, 1e-12)
+  end
+  local ci = R.cumsum.int
+  local y = dl.tensor(ci.x, { dtype = "int32" }):cumsum(1)
+  H.eq(y.dtype, "int64")
+  H.values(y, ci.y, { tol = 0 })
+  H.values(dl.tensor({ 1, 2, 3 }):cumsum(-1), { 1, 3, 6 })
+  H.ok(dl.gradcheck(function(v) return (v:cumsum(2) ^ 2):sum() end, { dl.randn(2, 3, f64) }))
+end)
+
 H.test("nn.init: bounds, moments, orthogonality and gains", function()
   local init = nn.init
   dl.manual_seed(1)

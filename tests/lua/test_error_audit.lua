@@ -120,6 +120,10 @@ local OTHER = {
   argmax = { { "dim out of range", function() return f23:argmax(5) end, { "argmax", "dimension 5" } } },
   argmin = { { "dim out of range", function() return f23:argmin(5) end, { "argmin", "dimension 5" } } },
   softmax = { { "dim out of range", function() return dl.softmax(f23, 3) end, { "softmax", "dimension 3" } } },
+  cumsum = {
+    { "dim out of range", function() return dl.cumsum(f23, 3) end, { "cumsum", "dimension 3" } },
+    { "no dim", function() return dl.cumsum(f23) end, { "cumsum", "dim" } },
+  },
   log_softmax = { { "dim out of range", function() return dl.log_softmax(f23, 3) end,
                     { "log_softmax", "dimension 3" } } },
   where = {

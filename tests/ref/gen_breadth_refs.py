@@ -331,10 +331,26 @@ def gen_einsum():
     return out
 
 
+def gen_cumsum():
+    """torch.cumsum along each dim of a (3, 4, 5) float64 tensor, with the gradient of
+    sum(y * c); and of an int32 tensor (an int64 result)."""
+    out = []
+    x = rnd(3, 4, 5)
+    for dim in range(3):
+        xr = x.clone().requires_grad_()
+        y = torch.cumsum(xr, dim)
+        c = rnd(*y.shape)
+        (g,) = torch.autograd.grad((y * c).sum(), [xr])
+        out.append({"x": x, "dim": dim + 1, "y": y, "c": c, "g": g})
+    xi = torch.randint(-5, 6, (4, 3), dtype=torch.int32)
+    return {"float": out, "int": {"x": xi, "y": torch.cumsum(xi, 0), "dtype": str(torch.cumsum(xi, 0).dtype)}}
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
-            "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum()}
+            "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
+            "cumsum": gen_cumsum()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
