@@ -453,6 +453,141 @@ class("Adagrad", { lr = 1e-2, lr_decay = 0, weight_decay = 0, initial_accumulato
     p:add_(tmp:copy_(g):div_(sum:sqrt():add_(self.eps)):mul_(-clr))
   end)
 
+-- ---- L-BFGS ---------------------------------------------------------------------------------
+
+-- LBFGS{lr = 1, max_iter = 20, max_eval, tolerance_grad = 1e-7, tolerance_change = 1e-9,
+-- history_size = 100}: PyTorch's limited-memory BFGS (without a line search: steps of
+-- lr, the first scaled by 1 / |g|_1). It needs the loss function, not one gradient:
+-- opt:minimize(loss_fn, variables) runs up to max_iter iterations of the two-loop
+-- recursion over the last history_size curvature pairs, evaluating loss_fn (and its
+-- gradient) once per iteration, and returns the first loss, as PyTorch's step(closure).
+-- The history carries over to the next minimize call.
+local LBFGS = setmetatable({ __name = "LBFGS" }, { __index = Optimizer })
+LBFGS.__index = LBFGS
+local LBFGS_OPTS = { lr = true, max_iter = true, max_eval = true, tolerance_grad = true, tolerance_change = true,
+                     history_size = true, line_search_fn = true, params = true }
+
+function optim.LBFGS(opts)
+  local name = "LBFGS"
+  opts = core.options(name, opts, LBFGS_OPTS)
+  if opts.line_search_fn ~= nil then
+    raise(name .. ": line_search_fn is not supported yet (the steps are lr, as PyTorch's default)")
+  end
+  local self = setmetatable({ iterations = 0, _state = {}, _pos = {}, _vars = {}, _pending = {},
+                              lr = number_opt(name, opts, "lr", 1, 0),
+                              max_iter = number_opt(name, opts, "max_iter", 20, 1),
+                              tolerance_grad = number_opt(name, opts, "tolerance_grad", 1e-7, 0),
+                              tolerance_change = number_opt(name, opts, "tolerance_change", 1e-9, 0),
+                              history_size = number_opt(name, opts, "history_size", 100, 1),
+                              lbfgs = { n_iter = 0, func_evals = 0 } }, LBFGS)
+  self.max_eval = number_opt(name, opts, "max_eval", floor(self.max_iter * 5 / 4), 1)
+  return self
+end
+
+function LBFGS:apply_gradients()
+  raise("LBFGS: it evaluates the loss several times a step; use opt:minimize(loss_fn, variables)")
+end
+LBFGS.step = LBFGS.apply_gradients
+
+local function dot(a, b) return (a * b):sum():item() end
+
+function LBFGS:minimize(loss_fn, variables)
+  local name = "LBFGS"
+  if type(loss_fn) ~= "function" then bad_arg("minimize", "a loss function", loss_fn) end
+  if Module.is_module(variables) then variables = variables:parameters() end
+  if type(variables) ~= "table" or #variables == 0 then bad_arg(name .. ":minimize", "a list of variables", variables) end
+  -- The loss and the gradient, flattened into one vector.
+  local function evaluate()
+    local tape = dl.GradientTape()
+    local loss = tape:record(loss_fn)
+    if not is_tensor(loss) then raise(name .. ": the loss function must return a tensor, got " .. typename(loss)) end
+    local gs = tape:gradient(loss, variables)
+    local flat = {}
+    for i, g in ipairs(gs) do flat[i] = g:reshape(-1) end
+    return loss, dl.cat(flat, 1)
+  end
+  local function add_step(t, d)   -- variables += t d
+    dl.no_grad(function()
+      local at = 1
+      for _, v in ipairs(variables) do
+        local n = v:numel()
+        v:add_(d:narrow(1, at, n):reshape(v.shape) * t)
+        at = at + n
+      end
+    end)
+  end
+  local st = self.lbfgs
+  local orig_loss, flat_grad = evaluate()
+  local loss = orig_loss:item()
+  local current_evals = 1
+  st.func_evals = st.func_evals + 1
+  if flat_grad:abs():max():item() <= self.tolerance_grad then return orig_loss end
+  local d, t = st.d, st.t
+  local old_dirs, old_stps, ro, H_diag = st.old_dirs, st.old_stps, st.ro, st.H_diag
+  local prev_flat_grad, prev_loss = st.prev_flat_grad, st.prev_loss
+  local n_iter = 0
+  while n_iter < self.max_iter do
+    n_iter = n_iter + 1
+    st.n_iter = st.n_iter + 1
+    if st.n_iter == 1 then
+      d = -flat_grad
+      old_dirs, old_stps, ro, H_diag = {}, {}, {}, 1
+    else
+      -- the newest curvature pair, kept when it is positive enough
+      local y = flat_grad - prev_flat_grad
+      local s = d * t
+      local ys = dot(y, s)
+      if ys > 1e-10 then
+        if #old_dirs == self.history_size then
+          table.remove(old_dirs, 1); table.remove(old_stps, 1); table.remove(ro, 1)
+        end
+        old_dirs[#old_dirs + 1], old_stps[#old_stps + 1], ro[#ro + 1] = y, s, 1 / ys
+        H_diag = ys / dot(y, y)
+      end
+      -- the two-loop recursion: d = -H g
+      local al = {}
+      local q = -flat_grad
+      for i = #old_dirs, 1, -1 do
+        al[i] = dot(old_stps[i], q) * ro[i]
+        q = q - old_dirs[i] * al[i]
+      end
+      local r = q * H_diag
+      for i = 1, #old_dirs do
+        local be = dot(old_dirs[i], r) * ro[i]
+        r = r + old_stps[i] * (al[i] - be)
+      end
+      d = r
+    end
+    prev_flat_grad, prev_loss = flat_grad:clone(), loss
+    if st.n_iter == 1 then
+      t = math.min(1, 1 / flat_grad:abs():sum():item()) * self.lr
+    else
+      t = self.lr
+    end
+    local gtd = dot(flat_grad, d)
+    if gtd > -self.tolerance_change then break end
+    local ls_evals = 0
+    add_step(t, d)
+    local opt_cond = false
+    if n_iter ~= self.max_iter then
+      local l
+      l, flat_grad = evaluate()
+      loss = l:item()
+      opt_cond = flat_grad:abs():max():item() <= self.tolerance_grad
+      ls_evals = 1
+    end
+    current_evals = current_evals + ls_evals
+    st.func_evals = st.func_evals + ls_evals
+    if n_iter == self.max_iter or current_evals >= self.max_eval or opt_cond then break end
+    if (d * t):abs():max():item() <= self.tolerance_change then break end
+    if math.abs(loss - prev_loss) < self.tolerance_change then break end
+  end
+  st.d, st.t, st.old_dirs, st.old_stps, st.ro, st.H_diag = d, t, old_dirs, old_stps, ro, H_diag
+  st.prev_flat_grad, st.prev_loss = prev_flat_grad, prev_loss
+  self.iterations = self.iterations + 1
+  return orig_loss
+end
+
 -- ---- gradient clipping --------------------------------------------------------------------------
 
 -- TensorFlow's clip_by_global_norm: scales every gradient by max_norm / max(norm,

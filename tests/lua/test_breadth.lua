@@ -93,6 +93,32 @@ H.test("Adagrad follows PyTorch's steps", function()
   H.raises(function() optim.Adagrad({ lr_decay = -1 }) end, "Adagrad: lr_decay must be a number >= 0")
 end)
 
+H.test("LBFGS follows PyTorch's iterates (Rosenbrock, least squares)", function()
+  local L = R.lbfgs
+  local c = L.rosenbrock
+  local p = dl.Variable(t64(c.p0), "p")
+  local opt = optim.LBFGS(c.opts)
+  local function rosen() return (1 - p[1]) ^ 2 + 100 * (p[2] - p[1] ^ 2) ^ 2 end
+  for i = 1, #c.losses do
+    local l = opt:minimize(rosen, { p })
+    -- (the valley is ill-conditioned: rounding differences of the two sides' dot
+    -- products grow over the 20 iterations of a step to about 1e-8)
+    H.near(l:item(), c.losses[i], 1e-6, "rosenbrock step " .. i)
+    H.near(p:totable(), c.params[i], 1e-6, "rosenbrock step " .. i)
+  end
+  local q = L.least_squares
+  local A, b = t64(q.A), t64(q.b)
+  local w = dl.Variable(t64(q.p0), "w")
+  local opt2 = optim.LBFGS(q.opts)
+  for i = 1, #q.losses do
+    local l = opt2:minimize(function() return ((A:matmul(w) - b) ^ 2):sum() end, { w })
+    H.near(l:item(), q.losses[i], 1e-9, "least squares step " .. i)
+    H.near(w:totable(), q.params[i], 1e-9)
+  end
+  H.raises(function() opt2:apply_gradients({}) end, "LBFGS: it evaluates the loss several times a step")
+  H.raises(function() optim.LBFGS({ line_search_fn = "strong_wolfe" }) end, "LBFGS: line_search_fn is not supported yet")
+end)
+
 H.test("OneCycleLR: lr and momentum at every step, cosine and linear three-phase", function()
   local c = R.schedules.one_cycle_cos
   local opt = optim.SGD({ lr = 0.1, momentum = 0.9 })

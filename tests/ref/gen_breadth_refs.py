@@ -346,11 +346,41 @@ def gen_cumsum():
     return {"float": out, "int": {"x": xi, "y": torch.cumsum(xi, 0), "dtype": str(torch.cumsum(xi, 0).dtype)}}
 
 
+def gen_lbfgs():
+    """torch.optim.LBFGS (no line search) on the Rosenbrock function and on a least-squares
+    problem, float64: the loss each step() returns and the parameters after it."""
+    out = {}
+    A, b = rnd(6, 3), rnd(6)
+    problems = {
+        "rosenbrock": (torch.tensor([-1.5, 2.0], dtype=torch.float64),
+                       lambda p: (1 - p[0]) ** 2 + 100 * (p[1] - p[0] ** 2) ** 2,
+                       {"lr": 1, "max_iter": 20, "history_size": 10}, 2),
+        "least_squares": (torch.zeros(3, dtype=torch.float64), lambda p: ((A @ p - b) ** 2).sum(),
+                          {"lr": 0.5, "max_iter": 5}, 3),
+    }
+    for name, (p0, f, kw, steps) in problems.items():
+        p = p0.clone().requires_grad_()
+        opt = torch.optim.LBFGS([p], **kw)
+
+        def closure():
+            opt.zero_grad()
+            loss = f(p)
+            loss.backward()
+            return loss
+        losses, params = [], []
+        for _ in range(steps):
+            losses.append(opt.step(closure).item())
+            params.append(p.detach().clone())
+        out[name] = {"p0": p0, "opts": kw, "losses": losses, "params": params}
+    out["least_squares"]["A"], out["least_squares"]["b"] = A, b
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
             "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
-            "cumsum": gen_cumsum()}
+            "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
