@@ -142,7 +142,7 @@ return {
   ["dl.nn.cosine_embedding_loss"] = { "dl.nn.cosine_embedding_loss(x1, x2, y [, {margin}])", "1 - cos for y = 1, max(0, cos - margin) for y = -1." },
   ["dl.nn.init"] = { "dl.nn.init.kaiming_normal_(w [, {mode, nonlinearity}])", "Initialisers filling a tensor in place: xavier_*, kaiming_*, orthogonal_, trunc_normal_, ..." },
   ["dl.nn.utils.clip_grad_norm_"] = { "dl.nn.utils.clip_grad_norm_(grads, max_norm [, norm_type])", "Scales the gradients in place when their norm exceeds max_norm; returns the norm." },
-  ["dl.optim.LBFGS"] = { "dl.optim.LBFGS{lr, max_iter, history_size, ...}", "L-BFGS: opt:minimize(loss_fn, variables) runs up to max_iter iterations." },
+  ["dl.optim.LBFGS"] = { "dl.optim.LBFGS{lr, max_iter, history_size, line_search_fn}", "L-BFGS: opt:minimize(loss_fn, variables) runs up to max_iter iterations." },
   ["dl.optim.Adagrad"] = { "dl.optim.Adagrad{lr, lr_decay, weight_decay, initial_accumulator_value, eps}", "The Adagrad optimizer." },
   ["dl.optim.OneCycleLR"] = { "dl.optim.OneCycleLR(opt, max_lr, total_steps [, opts])", "The one-cycle lr (and momentum) policy, stepped per batch." },
   ["dl.optim.WarmupCosineLR"] = { "dl.optim.WarmupCosineLR(opt, warmup_steps, total_steps [, eta_min])", "Linear warm-up, then cosine decay." },

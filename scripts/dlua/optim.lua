@@ -456,8 +456,12 @@ class("Adagrad", { lr = 1e-2, lr_decay = 0, weight_decay = 0, initial_accumulato
 -- ---- L-BFGS ---------------------------------------------------------------------------------
 
 -- LBFGS{lr = 1, max_iter = 20, max_eval, tolerance_grad = 1e-7, tolerance_change = 1e-9,
--- history_size = 100}: PyTorch's limited-memory BFGS (without a line search: steps of
--- lr, the first scaled by 1 / |g|_1). It needs the loss function, not one gradient:
+-- history_size = 100, line_search_fn = nil | "strong_wolfe"}: PyTorch's limited-memory
+-- BFGS. Without a line search the steps are lr (the first scaled by 1 / |g|_1); with
+-- "strong_wolfe" each step is searched for along the direction until the strong Wolfe
+-- conditions hold (sufficient decrease c1 = 1e-4, curvature c2 = 0.9; bracketing, then
+-- zooming by cubic interpolation, at most 25 evaluations: Nocedal and Wright's
+-- algorithms 3.5 and 3.6, as PyTorch and minFunc). It needs the loss function, not one gradient:
 -- opt:minimize(loss_fn, variables) runs up to max_iter iterations of the two-loop
 -- recursion over the last history_size curvature pairs, evaluating loss_fn (and its
 -- gradient) once per iteration, and returns the first loss, as PyTorch's step(closure).
@@ -470,8 +474,8 @@ local LBFGS_OPTS = { lr = true, max_iter = true, max_eval = true, tolerance_grad
 function optim.LBFGS(opts)
   local name = "LBFGS"
   opts = core.options(name, opts, LBFGS_OPTS)
-  if opts.line_search_fn ~= nil then
-    raise(name .. ": line_search_fn is not supported yet (the steps are lr, as PyTorch's default)")
+  if opts.line_search_fn ~= nil and opts.line_search_fn ~= "strong_wolfe" then
+    raise(name .. ": line_search_fn must be nil or \"strong_wolfe\", got " .. tostring(opts.line_search_fn))
   end
   local self = setmetatable({ iterations = 0, _state = {}, _pos = {}, _vars = {}, _pending = {},
                               lr = number_opt(name, opts, "lr", 1, 0),
@@ -479,6 +483,7 @@ function optim.LBFGS(opts)
                               tolerance_grad = number_opt(name, opts, "tolerance_grad", 1e-7, 0),
                               tolerance_change = number_opt(name, opts, "tolerance_change", 1e-9, 0),
                               history_size = number_opt(name, opts, "history_size", 100, 1),
+                              line_search_fn = opts.line_search_fn,
                               lbfgs = { n_iter = 0, func_evals = 0 } }, LBFGS)
   self.max_eval = number_opt(name, opts, "max_eval", floor(self.max_iter * 5 / 4), 1)
   return self
@@ -490,6 +495,100 @@ end
 LBFGS.step = LBFGS.apply_gradients
 
 local function dot(a, b) return (a * b):sum():item() end
+
+-- The minimiser of the cubic through (x1, f1) and (x2, f2) with slopes g1 and g2, kept
+-- within [lo, hi] (the two points when not given); their middle when the cubic has none.
+local function cubic_interpolate(x1, f1, g1, x2, f2, g2, lo, hi)
+  if lo == nil then lo, hi = math.min(x1, x2), math.max(x1, x2) end
+  local d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
+  local d2_square = d1 * d1 - g1 * g2
+  if d2_square >= 0 then
+    local d2 = sqrt(d2_square)
+    local at
+    if x1 <= x2 then
+      at = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
+    else
+      at = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2))
+    end
+    return math.min(math.max(at, lo), hi)
+  end
+  return (lo + hi) / 2
+end
+
+-- A step t along d from the loss f (gradient g, slope gtd = g.d) satisfying the strong
+-- Wolfe conditions: phi(t) = evaluate(t) gives the loss and gradient at x + t d. Returns
+-- the loss, gradient and step found, and the evaluations made.
+local function strong_wolfe(phi, t, d, f, g, gtd, tolerance_change)
+  local c1, c2, max_ls = 1e-4, 0.9, 25
+  local d_norm = d:abs():max():item()
+  local f_new, g_new = phi(t)
+  local evals = 1
+  local gtd_new = dot(g_new, d)
+  local t_prev, f_prev, g_prev, gtd_prev = 0, f, g, gtd
+  local done, ls_iter = false, 0
+  local bracket, bf, bg, bgtd
+  while ls_iter < max_ls do
+    if f_new > f + c1 * t * gtd or (ls_iter > 1 and f_new >= f_prev) then
+      bracket, bf, bg, bgtd = { t_prev, t }, { f_prev, f_new }, { g_prev, g_new }, { gtd_prev, gtd_new }
+      break
+    end
+    if math.abs(gtd_new) <= -c2 * gtd then
+      bracket, bf, bg, done = { t }, { f_new }, { g_new }, true
+      break
+    end
+    if gtd_new >= 0 then
+      bracket, bf, bg, bgtd = { t_prev, t }, { f_prev, f_new }, { g_prev, g_new }, { gtd_prev, gtd_new }
+      break
+    end
+    -- extrapolate: a step between 1.01 and 10 times this one
+    local lo, hi = t + 0.01 * (t - t_prev), t * 10
+    local tmp = t
+    t = cubic_interpolate(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, lo, hi)
+    t_prev, f_prev, g_prev, gtd_prev = tmp, f_new, g_new, gtd_new
+    f_new, g_new = phi(t)
+    evals = evals + 1
+    gtd_new = dot(g_new, d)
+    ls_iter = ls_iter + 1
+  end
+  if ls_iter == max_ls then bracket, bf, bg = { 0, t }, { f, f_new }, { g, g_new } end
+  -- zoom: shrink the bracket until a point satisfies both conditions
+  local insuf_progress = false
+  local low, high = 1, 2
+  if #bf == 2 and bf[1] > bf[2] then low, high = 2, 1 end
+  while not done and ls_iter < max_ls do
+    if math.abs(bracket[2] - bracket[1]) * d_norm < tolerance_change then break end
+    t = cubic_interpolate(bracket[1], bf[1], bgtd[1], bracket[2], bf[2], bgtd[2])
+    local bmax, bmin = math.max(bracket[1], bracket[2]), math.min(bracket[1], bracket[2])
+    local eps = 0.1 * (bmax - bmin)
+    if math.min(bmax - t, t - bmin) < eps then
+      -- too close to an end: move away from it, unless the last step progressed
+      if insuf_progress or t >= bmax or t <= bmin then
+        t = math.abs(t - bmax) < math.abs(t - bmin) and bmax - eps or bmin + eps
+        insuf_progress = false
+      else
+        insuf_progress = true
+      end
+    else
+      insuf_progress = false
+    end
+    f_new, g_new = phi(t)
+    evals = evals + 1
+    gtd_new = dot(g_new, d)
+    ls_iter = ls_iter + 1
+    if f_new > f + c1 * t * gtd or f_new >= bf[low] then
+      bracket[high], bf[high], bg[high], bgtd[high] = t, f_new, g_new, gtd_new
+      if bf[1] <= bf[2] then low, high = 1, 2 else low, high = 2, 1 end
+    else
+      if math.abs(gtd_new) <= -c2 * gtd then
+        done = true
+      elseif gtd_new * (bracket[high] - bracket[low]) >= 0 then
+        bracket[high], bf[high], bg[high], bgtd[high] = bracket[low], bf[low], bg[low], bgtd[low]
+      end
+      bracket[low], bf[low], bg[low], bgtd[low] = t, f_new, g_new, gtd_new
+    end
+  end
+  return bf[low], bg[low], bracket[low], evals
+end
 
 function LBFGS:minimize(loss_fn, variables)
   local name = "LBFGS"
@@ -567,14 +666,28 @@ function LBFGS:minimize(loss_fn, variables)
     local gtd = dot(flat_grad, d)
     if gtd > -self.tolerance_change then break end
     local ls_evals = 0
-    add_step(t, d)
     local opt_cond = false
-    if n_iter ~= self.max_iter then
-      local l
-      l, flat_grad = evaluate()
-      loss = l:item()
+    if self.line_search_fn == "strong_wolfe" then
+      local x0 = {}
+      for i, v in ipairs(variables) do x0[i] = v:clone() end
+      local function phi(step)   -- the loss and gradient at x0 + step d; x0 restored
+        add_step(step, d)
+        local l, g = evaluate()
+        dl.no_grad(function() for i, v in ipairs(variables) do v:copy_(x0[i]) end end)
+        return l:item(), g
+      end
+      loss, flat_grad, t, ls_evals = strong_wolfe(phi, t, d, loss, flat_grad, gtd, self.tolerance_change)
+      add_step(t, d)
       opt_cond = flat_grad:abs():max():item() <= self.tolerance_grad
-      ls_evals = 1
+    else
+      add_step(t, d)
+      if n_iter ~= self.max_iter then
+        local l
+        l, flat_grad = evaluate()
+        loss = l:item()
+        opt_cond = flat_grad:abs():max():item() <= self.tolerance_grad
+        ls_evals = 1
+      end
     end
     current_evals = current_evals + ls_evals
     st.func_evals = st.func_evals + ls_evals

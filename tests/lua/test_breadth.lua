@@ -115,8 +115,20 @@ H.test("LBFGS follows PyTorch's iterates (Rosenbrock, least squares)", function(
     H.near(l:item(), q.losses[i], 1e-9, "least squares step " .. i)
     H.near(w:totable(), q.params[i], 1e-9)
   end
+  -- with the strong Wolfe line search: Rosenbrock's minimum in a few steps
+  local cw = L.rosenbrock_wolfe
+  local pw = dl.Variable(t64(cw.p0), "pw")
+  local opt3 = optim.LBFGS(cw.opts)
+  local function rosen_w() return (1 - pw[1]) ^ 2 + 100 * (pw[2] - pw[1] ^ 2) ^ 2 end
+  for i = 1, #cw.losses do
+    local l = opt3:minimize(rosen_w, { pw })
+    H.near(l:item(), cw.losses[i], 1e-6, "strong_wolfe step " .. i)
+    H.near(pw:totable(), cw.params[i], 1e-6, "strong_wolfe step " .. i)
+  end
+  H.near(pw:totable(), { 1, 1 }, 1e-4, "the minimum")
   H.raises(function() opt2:apply_gradients({}) end, "LBFGS: it evaluates the loss several times a step")
-  H.raises(function() optim.LBFGS({ line_search_fn = "strong_wolfe" }) end, "LBFGS: line_search_fn is not supported yet")
+  H.raises(function() optim.LBFGS({ line_search_fn = "backtracking" }) end,
+           "LBFGS: line_search_fn must be nil or \"strong_wolfe\", got backtracking")
 end)
 
 H.test("OneCycleLR: lr and momentum at every step, cosine and linear three-phase", function()

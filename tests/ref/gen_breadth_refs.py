@@ -357,6 +357,9 @@ def gen_lbfgs():
                        {"lr": 1, "max_iter": 20, "history_size": 10}, 2),
         "least_squares": (torch.zeros(3, dtype=torch.float64), lambda p: ((A @ p - b) ** 2).sum(),
                           {"lr": 0.5, "max_iter": 5}, 3),
+        "rosenbrock_wolfe": (torch.tensor([-1.5, 2.0], dtype=torch.float64),
+                             lambda p: (1 - p[0]) ** 2 + 100 * (p[1] - p[0] ** 2) ** 2,
+                             {"lr": 1, "max_iter": 20, "line_search_fn": "strong_wolfe"}, 3),
     }
     for name, (p0, f, kw, steps) in problems.items():
         p = p0.clone().requires_grad_()
