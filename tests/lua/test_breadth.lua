@@ -93,38 +93,30 @@ H.test("Adagrad follows PyTorch's steps", function()
   H.raises(function() optim.Adagrad({ lr_decay = -1 }) end, "Adagrad: lr_decay must be a number >= 0")
 end)
 
-H.test("LBFGS follows PyTorch's iterates (Rosenbrock, least squares)", function()
-  local L = R.lbfgs
-  local c = L.rosenbrock
-  local p = dl.Variable(t64(c.p0), "p")
+-- Runs a reference's LBFGS steps on loss(v) (v a Variable from p0) and compares each
+-- step's returned loss and parameters; returns the Variable and the optimizer.
+local function check_lbfgs(c, loss, tol, what)
+  local v = dl.Variable(t64(c.p0), "v")
   local opt = optim.LBFGS(c.opts)
-  local function rosen() return (1 - p[1]) ^ 2 + 100 * (p[2] - p[1] ^ 2) ^ 2 end
   for i = 1, #c.losses do
-    local l = opt:minimize(rosen, { p })
-    -- (the valley is ill-conditioned: rounding differences of the two sides' dot
-    -- products grow over the 20 iterations of a step to about 1e-8)
-    H.near(l:item(), c.losses[i], 1e-6, "rosenbrock step " .. i)
-    H.near(p:totable(), c.params[i], 1e-6, "rosenbrock step " .. i)
+    local l = opt:minimize(function() return loss(v) end, { v })
+    H.near(l:item(), c.losses[i], tol, what .. " step " .. i)
+    H.near(v:totable(), c.params[i], tol, what .. " step " .. i)
   end
-  local q = L.least_squares
-  local A, b = t64(q.A), t64(q.b)
-  local w = dl.Variable(t64(q.p0), "w")
-  local opt2 = optim.LBFGS(q.opts)
-  for i = 1, #q.losses do
-    local l = opt2:minimize(function() return ((A:matmul(w) - b) ^ 2):sum() end, { w })
-    H.near(l:item(), q.losses[i], 1e-9, "least squares step " .. i)
-    H.near(w:totable(), q.params[i], 1e-9)
-  end
+  return v, opt
+end
+
+H.test("LBFGS follows PyTorch's iterates (Rosenbrock, least squares, strong Wolfe)", function()
+  local L = R.lbfgs
+  local function rosen(p) return (1 - p[1]) ^ 2 + 100 * (p[2] - p[1] ^ 2) ^ 2 end
+  -- (the valley is ill-conditioned: rounding differences of the two sides' dot products
+  -- grow over the 20 iterations of a step to about 1e-8)
+  check_lbfgs(L.rosenbrock, rosen, 1e-6, "rosenbrock")
+  local A, b = t64(L.least_squares.A), t64(L.least_squares.b)
+  local _, opt2 = check_lbfgs(L.least_squares, function(w) return ((A:matmul(w) - b) ^ 2):sum() end, 1e-9,
+                              "least squares")
   -- with the strong Wolfe line search: Rosenbrock's minimum in a few steps
-  local cw = L.rosenbrock_wolfe
-  local pw = dl.Variable(t64(cw.p0), "pw")
-  local opt3 = optim.LBFGS(cw.opts)
-  local function rosen_w() return (1 - pw[1]) ^ 2 + 100 * (pw[2] - pw[1] ^ 2) ^ 2 end
-  for i = 1, #cw.losses do
-    local l = opt3:minimize(rosen_w, { pw })
-    H.near(l:item(), cw.losses[i], 1e-6, "strong_wolfe step " .. i)
-    H.near(pw:totable(), cw.params[i], 1e-6, "strong_wolfe step " .. i)
-  end
+  local pw = check_lbfgs(L.rosenbrock_wolfe, rosen, 1e-6, "strong_wolfe")
   H.near(pw:totable(), { 1, 1 }, 1e-4, "the minimum")
   H.raises(function() opt2:apply_gradients({}) end, "LBFGS: it evaluates the loss several times a step")
   H.raises(function() optim.LBFGS({ line_search_fn = "backtracking" }) end,
