@@ -78,6 +78,10 @@ return {
   -- automatic differentiation
   ["dl.grad"] = { "dl.grad(f [, argnums])", "A function returning the gradient of f's scalar result w.r.t. argument argnums (default 1)." },
   ["dl.cumsum"] = { "dl.cumsum(x, dim)", "Running sums along dim (x:cumsum(dim)); integers give int64." },
+  ["dl.tile"] = { "x:tile(reps)", "Copies side by side (PyTorch's repeat; also x[\"repeat\"](x, ...))." },
+  ["dl.roll"] = { "x:roll(shifts [, dims])", "Shifts elements along dims, wrapping around." },
+  ["dl.flip"] = { "x:flip(dims)", "Reverses the order along dims." },
+  ["dl.triu"] = { "x:triu([k])", "The upper triangle of the last two dims (x:tril(k) the lower)." },
   ["dl.einsum"] = { "dl.einsum(spec, a, b, ...)", "Einstein summation: \"ij,jk->ik\", \"...ij,...jk\", \"ii\" (trace); differentiable." },
   ["dl.jacobian"] = { "dl.jacobian(f [, argnums])", "A function returning the Jacobian of f's result w.r.t. argument argnums: shape y.shape .. x.shape." },
   ["dl.hessian"] = { "dl.hessian(f [, argnums])", "A function returning the Hessian of f's scalar result: the Jacobian of dl.grad(f)." },

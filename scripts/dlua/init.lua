@@ -37,6 +37,7 @@ end
 -- dl.vjp, dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint: transforms on dl.grad's engine.
 require("dlua.transforms")
 require("dlua.einsum")   -- dl.einsum
+require("dlua.arrange")  -- tile, roll, flip, triu, tril
 
 -- dl.compile: deferred, traced and fused calls of a Lua function.
 require("dlua.compile")

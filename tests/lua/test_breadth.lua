@@ -387,6 +387,29 @@ H.test("cumsum along every dim as torch.cumsum, with gradients; integers give in
   H.ok(dl.gradcheck(function(v) return (v:cumsum(2) ^ 2):sum() end, { dl.randn(2, 3, f64) }))
 end)
 
+H.test("tile (repeat), roll, flip, triu, tril as PyTorch's, with gradients", function()
+  local calls = {
+    tile = function(x, a) return x:tile(a.reps) end,
+    roll = function(x, a) return x:roll(a.shifts, a.dims) end,
+    flip = function(x, a) return x:flip(a.dims) end,
+    triu = function(x, a) return x:triu(a.k) end,
+    tril = function(x, a) return dl.tril(x, a.k) end,
+  }
+  for _, c in ipairs(R.arrange) do
+    local x, k = t64(c.x), t64(c.c)
+    local f = calls[c.op]
+    H.near(f(x, c.args):totable(), c.y, 0, c.op)
+    H.near(dl.grad(function(v) return (f(v, c.args) * k):sum() end)(x):totable(), c.g, 1e-12, c.op)
+  end
+  local x = dl.arange(1, 7):reshape(2, 3)
+  H.values(x["repeat"](x, 1, 2), { { 1, 2, 3, 1, 2, 3 }, { 4, 5, 6, 4, 5, 6 } })
+  H.eq(dl.ones(2, 3, { dtype = "int64" }):triu().dtype, "int64")
+  H.raises(function() x["repeat"](x, 2) end, "repeat: expected at least 2 repetitions")
+  H.raises(function() x:roll({ 1, 2 }, { 1 }) end, "roll: 2 shifts for 1 dims")
+  H.raises(function() x:flip({ 3 }) end, "flip: dimension 3 is out of range for a tensor of 2 dims")
+  H.raises(function() dl.ones(3):triu() end, "triu: expected a tensor of 2 or more dims")
+end)
+
 H.test("nn.init: bounds, moments, orthogonality and gains", function()
   local init = nn.init
   dl.manual_seed(1)

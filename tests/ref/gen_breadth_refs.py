@@ -379,11 +379,36 @@ def gen_lbfgs():
     return out
 
 
+def gen_arrange():
+    """repeat/tile, roll, flip, triu, tril on a (2, 3, 4) float64 tensor: results and the
+    gradient of sum(y * c)."""
+    x = rnd(2, 3, 4)
+    cases = [
+        ("tile", {"reps": [2, 1, 3]}, lambda t: t.repeat(2, 1, 3)),
+        ("tile", {"reps": [2, 2]}, lambda t: torch.tile(t, (2, 2))),
+        ("tile", {"reps": [2, 1, 1, 2]}, lambda t: t.repeat(2, 1, 1, 2)),
+        ("roll", {"shifts": [1, -2], "dims": [2, 3]}, lambda t: torch.roll(t, (1, -2), (1, 2))),
+        ("roll", {"shifts": [5]}, lambda t: torch.roll(t, 5)),
+        ("flip", {"dims": [1, 3]}, lambda t: torch.flip(t, (0, 2))),
+        ("triu", {"k": 1}, lambda t: torch.triu(t, 1)),
+        ("tril", {"k": -1}, lambda t: torch.tril(t, -1)),
+        ("triu", {"k": 0}, lambda t: torch.triu(t)),
+    ]
+    out = []
+    for name, args, f in cases:
+        xr = x.clone().requires_grad_()
+        y = f(xr)
+        c = rnd(*y.shape)
+        (g,) = torch.autograd.grad((y * c).sum(), [xr])
+        out.append({"op": name, "args": args, "x": x, "y": y, "c": c, "g": g})
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
             "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
-            "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs()}
+            "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

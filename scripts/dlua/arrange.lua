@@ -1,0 +1,133 @@
+-- dlua.arrange: rearranging a tensor's elements, as PyTorch's (dims 1-based):
+--
+--   x:tile({2, 3})       -- copies side by side (PyTorch's x.repeat(2, 3); `repeat` is a
+--                        -- Lua keyword, so x["repeat"](x, 2, 3) names it too)
+--   x:roll(1, 2)         -- elements shifted along dim 2, wrapping around
+--   x:flip({1})          -- dim 1 reversed
+--   x:triu(k), x:tril(k) -- the upper / lower triangle of the last two dims
+--
+-- Each is made of the engine's differentiable views and ops (expand and reshape, narrow
+-- and cat, index_select, where), so gradients of any order come with it.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local raise, bad_arg = core.raise, core.bad_arg
+local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
+local type, tostring, ipairs, select, floor = type, tostring, ipairs, select, math.floor
+
+local function check(op, x)
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+end
+
+-- A dim argument (1-based, negative from the end) as a positive dim of x.
+local function dim_of(op, x, d)
+  local n = x:dim()
+  if type(d) ~= "number" or d ~= floor(d) or d == 0 or d > n or d < -n then
+    raise(op .. ": dimension " .. tostring(d) .. " is out of range for a tensor of " .. n .. " dims")
+  end
+  return d < 0 and n + d + 1 or d
+end
+
+local function int_list(op, v, what)
+  local list = type(v) == "number" and { v } or v
+  if type(list) ~= "table" then bad_arg(op, what, v) end
+  for i, k in ipairs(list) do
+    if type(k) ~= "number" or k ~= floor(k) then raise(op .. ": " .. what .. " must be integers, got " .. tostring(k)) end
+    list[i] = k
+  end
+  return list
+end
+
+-- x:tile(reps): reps (a list, or numbers) copies along each dim; with fewer reps than
+-- dims the leading dims are copied once, with more x gains leading dims of size 1.
+function methods.tile(x, reps, ...)
+  local op = "tile"
+  check(op, x)
+  if type(reps) == "number" then reps = { reps, ... } end
+  reps = int_list(op, reps, "the repetitions (a list)")
+  for _, r in ipairs(reps) do
+    if r < 0 then raise(op .. ": repetitions must be >= 0, got " .. r) end
+  end
+  local n = math.max(#reps, x:dim())
+  local r, s = {}, {}
+  for i = 1, n do
+    r[i] = reps[i - (n - #reps)] or 1
+    s[i] = x.shape[i - (n - x:dim())] or 1
+  end
+  -- (s1, ..., sn) viewed as (1, s1, ..., 1, sn), expanded to (r1, s1, ..., rn, sn)
+  local split, grown, out = {}, {}, {}
+  for i = 1, n do
+    split[#split + 1], split[#split + 2] = 1, s[i]
+    grown[#grown + 1], grown[#grown + 2] = r[i], s[i]
+    out[i] = r[i] * s[i]
+  end
+  return x:reshape(split):expand(grown):reshape(out)
+end
+dl.tile = methods.tile
+methods["repeat"] = function(x, ...)
+  check("repeat", x)
+  local reps = select("#", ...) == 1 and type((...)) == "table" and (...) or { ... }
+  if #reps < x:dim() then
+    raise("repeat: expected at least " .. x:dim() .. " repetitions (one per dim), got " .. #reps)
+  end
+  return methods.tile(x, reps)
+end
+
+-- x:roll(shifts [, dims]): elements moved `shifts` places along each of `dims`,
+-- wrapping around; without dims, over the flattened tensor, its shape kept.
+function methods.roll(x, shifts, dims)
+  local op = "roll"
+  check(op, x)
+  shifts = int_list(op, shifts, "the shifts")
+  if dims == nil then
+    if #shifts ~= 1 then raise(op .. ": without dims, expected one shift, got " .. #shifts) end
+    return methods.roll(x:reshape(-1), shifts, { 1 }):reshape(x.shape)
+  end
+  dims = int_list(op, dims, "the dims")
+  if #dims ~= #shifts then raise(op .. ": " .. #shifts .. " shifts for " .. #dims .. " dims") end
+  local y = x
+  for i, d in ipairs(dims) do
+    d = dim_of(op, y, d)
+    local n = y:size(d)
+    local s = n > 0 and shifts[i] % n or 0
+    if s ~= 0 then y = dl.cat({ y:narrow(d, n - s + 1, s), y:narrow(d, 1, n - s) }, d) end
+  end
+  return y
+end
+dl.roll = methods.roll
+
+-- x:flip(dims): the order along each of `dims` reversed.
+function methods.flip(x, dims)
+  local op = "flip"
+  check(op, x)
+  dims = int_list(op, dims, "the dims (a list)")
+  local y = x
+  for _, d in ipairs(dims) do
+    d = dim_of(op, y, d)
+    local n = y:size(d)
+    if n > 1 then y = y:index_select(d, dl.arange(n, 0, -1, { dtype = "int64", device = y.device })) end
+  end
+  return y
+end
+dl.flip = methods.flip
+
+-- The elements (i, j) of the last two dims with j - i >= k (triu) or <= k (tril); the
+-- others zero.
+local function triangle(op, x, k, upper)
+  check(op, x)
+  k = k or 0
+  if type(k) ~= "number" or k ~= floor(k) then raise(op .. ": the diagonal must be an integer, got " .. tostring(k)) end
+  if x:dim() < 2 then raise(op .. ": expected a tensor of 2 or more dims, got shape " .. T.shape_str(x.shape)) end
+  local rows, cols = x:size(-2), x:size(-1)
+  local i = dl.arange(1, rows + 1, { dtype = "int64", device = x.device }):reshape(rows, 1)
+  local j = dl.arange(1, cols + 1, { dtype = "int64", device = x.device }):reshape(1, cols)
+  local d = j - i
+  local keep = upper and d:ge(k) or d:le(k)
+  return dl.where(keep, x, dl.zeros({}, { dtype = x.dtype, device = x.device }))
+end
+function methods.triu(x, k) return triangle("triu", x, k, true) end
+function methods.tril(x, k) return triangle("tril", x, k, false) end
+dl.triu, dl.tril = methods.triu, methods.tril
+
+return dl
