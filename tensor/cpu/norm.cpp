@@ -11,60 +11,32 @@
 #include <cmath>
 #include <vector>
 
+#include "tensor/cpu/lanes.h"
 #include "tensor/cpu/nn_kernels.h"
 #include "tensor/norm_functors.h"
+#include "tensor/reduce_functors.h"
 
 namespace dl::cpu {
 
 namespace {
 
-// Note [Sums in independent lanes]
-// A sum in one double accumulator is a chain of dependent additions: the CPU waits an
-// addition's latency (4 cycles) per element, and the compiler may not reorder it. Eight
-// partial sums make eight independent chains that pipeline and vectorise (the fixed
-// inner loop of 8 becomes vector additions), and the functions that run these loops are
-// built for AVX2 and AVX-512 too (DL_TARGET_CLONES): a (64, 512) layer_norm's
-// statistics went from 70 us to a few. The result differs from the one-chain sum only by
-// rounding (the same values added in another order, in double), and is the same in
-// every build of the loop (-ffp-contract=off).
-constexpr int kLanes = 8;
-
-struct Lanes {
-  double acc[kLanes] = {};
-  double tail = 0;
-  double total() const {
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
-  }
-};
-
-// The sum of f(i) for i in [0, n), in lanes.
-template <typename F>
-[[gnu::always_inline]] inline double lane_sum(int64_t n, F f) {
-  Lanes l;
-  int64_t s = 0;
-  for (; s + kLanes <= n; s += kLanes)
-    for (int k = 0; k < kLanes; ++k) l.acc[k] += f(s + k);
-  for (; s < n; ++s) l.tail += f(s);
-  return l.total();
-}
-
-// The sum of a run, and of its squared deviations from m.
+// A run's sum, and its sum of squared deviations from m, in double: the reductions' own
+// folds (tensor/cpu/lanes.h, built for AVX2 and AVX-512 too), so that a mean or
+// variance here has the bits of x:mean() and x:var() over the same run. (Summed in one
+// double accumulator, a chain of dependent additions at four cycles an element, a
+// (64, 512) layer_norm's statistics took 70 us; in lanes a few.)
 template <typename T>
 [[gnu::always_inline]] inline double run_sum(const T* p, int64_t n) {
-  return lane_sum(n, [p](int64_t i) { return double(p[i]); });
+  return double(fold_run(fn::SumRed<T>{}, p, n, 1, 0.0));
 }
 template <typename T>
 [[gnu::always_inline]] inline double run_sq(const T* p, int64_t n, double m) {
-  return lane_sum(n, [p, m](int64_t i) {
-    const double d = double(p[i]) - m;
-    return d * d;
-  });
+  return fold_run(fn::VarRed<T>{}, p, n, 1, m);
 }
 
 // Batch norm's statistics of channels [b, e).
 template <typename T>
-[[gnu::always_inline]] inline void stats_channels(const T* px, T* pm, T* pv, int64_t N, int64_t C, int64_t S,
-                                                  int64_t b, int64_t e) {
+void stats_channels(const T* px, T* pm, T* pv, int64_t N, int64_t C, int64_t S, int64_t b, int64_t e) {
   const double count = double(N) * double(S);
   for (int64_t c = b; c < e; ++c) {
     double sum = 0;
@@ -105,9 +77,26 @@ template <typename T>
     const T* in = px + r * D;
     const T* gr = pg + r * D;
     const T m = pm[r], inv = pi[r];
-    const double sa = lane_sum(D, [=](int64_t i) { return double(gr[i] * pw[i]); });
-    const double sc = lane_sum(D, [=](int64_t i) { return double(gr[i] * pw[i]) * double((in[i] - m) * inv); });
-    const T mg = T(sa / double(D)), mgx = T(sc / double(D));
+    // sum(g w) and sum(g w xhat), in one pass, each in lanes as the folds above
+    double a[kLanes] = {}, c[kLanes] = {};
+    int64_t s = 0;
+    for (; s + kLanes <= D; s += kLanes)
+      for (int k = 0; k < kLanes; ++k) {
+        const T gw = gr[s + k] * pw[s + k];
+        a[k] += double(gw);
+        c[k] += double(gw) * double((in[s + k] - m) * inv);
+      }
+    for (int k = 0; s + k < D; ++k) {
+      const T gw = gr[s + k] * pw[s + k];
+      a[k] += double(gw);
+      c[k] += double(gw) * double((in[s + k] - m) * inv);
+    }
+    for (int width = kLanes / 2; width > 0; width /= 2)
+      for (int k = 0; k < width; ++k) {
+        a[k] += a[k + width];
+        c[k] += c[k + width];
+      }
+    const T mg = T(a[0] / double(D)), mgx = T(c[0] / double(D));
     T* out = pdx + r * D;
     for (int64_t k = 0; k < D; ++k) out[k] = f(gr[k] * pw[k], (in[k] - m) * inv, inv, mg, mgx);
     if (acc) {
@@ -119,13 +108,9 @@ template <typename T>
   }
 }
 
-// The loops above, built per instruction set (an overload per dtype: target_clones
+// The layer-norm loops, built per instruction set (an overload per dtype: target_clones
 // takes no templates).
 #define DL_NORM_ROWS(T)                                                                                      \
-  DL_TARGET_CLONES void stats_channels_of(const T* px, T* pm, T* pv, int64_t N, int64_t C, int64_t S,         \
-                                          int64_t b, int64_t e) {                                            \
-    stats_channels(px, pm, pv, N, C, S, b, e);                                                               \
-  }                                                                                                          \
   DL_TARGET_CLONES void ln_rows_of(const T* px, const T* pw, const T* pb, T* py, T* pm, T* pi, int64_t D,     \
                                    double eps, int64_t b, int64_t e) {                                       \
     ln_rows(px, pw, pb, py, pm, pi, D, eps, b, e);                                                           \
@@ -144,8 +129,7 @@ void stats(const Tensor& mean, const Tensor& var, const Tensor& x) {
   const T* px = x.data<T>();
   T* pm = mean.data<T>();
   T* pv = var.data<T>();
-  parallel_units(C, 2 * N * C * S,
-                 [&](int64_t b, int64_t e, int) { stats_channels_of(px, pm, pv, N, C, S, b, e); });
+  parallel_units(C, 2 * N * C * S, [&](int64_t b, int64_t e, int) { stats_channels(px, pm, pv, N, C, S, b, e); });
 }
 
 template <typename T>
