@@ -76,47 +76,6 @@ function M.d2(iters)
   return (now() - t0) / iters
 end
 
--- layer_norm forward and backward (input, weight and bias) on (64, 512) float32:
--- seconds per call.
-function M.layernorm(iters)
-  dl.manual_seed(1)
-  local x, w, b, c = dl.randn(64, 512), dl.randn(512), dl.randn(512), dl.randn(64, 512)
-  local g = dl.grad(function(xx, ww, bb) return (dl.layer_norm(xx, 512, ww, bb) * c):sum() end, { 1, 2, 3 })
-  local gx = g(x, w, b)
-  assert(gx:numel() == 64 * 512)
-  for _ = 1, 20 do g(x, w, b) end
-  local t0 = now()
-  for _ = 1, iters do g(x, w, b) end
-  return (now() - t0) / iters
-end
-
--- An LSTM layer (2 layers of 256, input 256) over 64 steps of a batch of 32, forward
--- and backward to the input and every weight: seconds per call.
-function M.lstm(iters)
-  dl.manual_seed(1)
-  local net = dl.nn.LSTM(256, 256, { num_layers = 2 })
-  local x = dl.randn(64, 32, 256)
-  local step = dl.implicit_value_and_grad(function(v) return (net(v)):sum() end)
-  step(x)
-  for _ = 1, 2 do step(x) end
-  local t0 = now()
-  for _ = 1, iters do step(x) end
-  return (now() - t0) / iters
-end
-
--- scaled_dot_product_attention on (8, 4, 128, 64) float32, forward and backward to q,
--- k and v: seconds per call.
-function M.sdpa(iters)
-  dl.manual_seed(1)
-  local q, k, v = dl.randn(8, 4, 128, 64), dl.randn(8, 4, 128, 64), dl.randn(8, 4, 128, 64)
-  local F = dl.nn.functional
-  local g = dl.grad(function(a, b, c) return (F.scaled_dot_product_attention(a, b, c)):sum() end, { 1, 2, 3 })
-  for _ = 1, 3 do g(q, k, v) end
-  local t0 = now()
-  for _ = 1, iters do g(q, k, v) end
-  return (now() - t0) / iters
-end
-
 -- ---- big kernels --------------------------------------------------------------------------------
 
 -- c = a:matmul(b), n x n float32 (a fresh result each call, as a script gets it):
@@ -159,14 +118,46 @@ end
 local function pw8_fn(x) return ((((x * 1.1 + 0.2):abs() - 0.3) * 0.9):relu() + 1) * 0.5 end
 M.pw8_fn = pw8_fn
 
-local function timed(f, iters, ...)
-  local r = f(...)
-  r = f(...)
+-- Seconds per call of f(...) over `iters` calls, after `warm` untimed ones.
+local function timed_after(warm, f, iters, ...)
+  local r
+  for _ = 1, warm do r = f(...) end
   local t0 = now()
   for _ = 1, iters do r = f(...) end
   local t = now() - t0
   assert(r ~= nil)
   return t / iters
+end
+
+local function timed(f, iters, ...) return timed_after(2, f, iters, ...) end
+
+-- layer_norm forward and backward (input, weight and bias) on (64, 512) float32:
+-- seconds per call.
+function M.layernorm(iters)
+  dl.manual_seed(1)
+  local x, w, b, c = dl.randn(64, 512), dl.randn(512), dl.randn(512), dl.randn(64, 512)
+  local g = dl.grad(function(xx, ww, bb) return (dl.layer_norm(xx, 512, ww, bb) * c):sum() end, { 1, 2, 3 })
+  assert(g(x, w, b):numel() == 64 * 512)
+  return timed_after(20, g, iters, x, w, b)
+end
+
+-- An LSTM layer (2 layers of 256, input 256) over 64 steps of a batch of 32, forward
+-- and backward to the input and every weight: seconds per call.
+function M.lstm(iters)
+  dl.manual_seed(1)
+  local net = dl.nn.LSTM(256, 256, { num_layers = 2 })
+  local step = dl.implicit_value_and_grad(function(v) return (net(v)):sum() end)
+  return timed_after(3, step, iters, dl.randn(64, 32, 256))
+end
+
+-- scaled_dot_product_attention on (8, 4, 128, 64), float32, forward and backward to
+-- q, k and v: seconds per call.
+function M.sdpa(iters)
+  dl.manual_seed(1)
+  local q, k, v = dl.randn(8, 4, 128, 64), dl.randn(8, 4, 128, 64), dl.randn(8, 4, 128, 64)
+  local F = dl.nn.functional
+  local g = dl.grad(function(a, b, c) return (F.scaled_dot_product_attention(a, b, c)):sum() end, { 1, 2, 3 })
+  return timed_after(3, g, iters, q, k, v)
 end
 
 -- pw8_fn over n float32, eagerly or compiled: seconds per call.

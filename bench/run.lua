@@ -256,10 +256,12 @@ do
        target = 1 / 10, ours = ours("d2 " .. n), refs = { torch("d2 " .. n, 1) }, pinned = true }
   n = quick and 1 or 10
   row{ id = "lstm", label = "LSTM 2 x 256, 64 steps, batch 32, forward + backward", unit = "ms/call",
-       show = per(MS), target = 0.8, threaded = true, ours = ours("lstm " .. n), refs = { torch("lstm " .. n, 2) } }
+       show = per(MS), target = 0.8, threaded = true, ours = ours("lstm " .. n),
+       refs = { torch("lstm " .. n, 1), torch("lstm " .. n, 2) } }
   n = quick and 1 or 20
   row{ id = "sdpa", label = "scaled_dot_product_attention (8, 4, 128, 64), forward + backward", unit = "ms/call",
-       show = per(MS), target = 1.0, threaded = true, ours = ours("sdpa " .. n), refs = { torch("sdpa " .. n, 2) } }
+       show = per(MS), target = 1.0, threaded = true, ours = ours("sdpa " .. n),
+       refs = { torch("sdpa " .. n, 1), torch("sdpa " .. n, 2) } }
   n = quick and 20 or 2000
   row{ id = "layernorm", label = "layer_norm forward + backward, (64, 512) float32", unit = "us/call",
        show = per(US), target = 0.8, ours = ours("layernorm " .. n), refs = { torch("layernorm " .. n, 1) },

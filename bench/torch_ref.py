@@ -106,16 +106,21 @@ def d2_fn(x):
     return h
 
 
+def timed(step, iters, warm, *args):
+    """Seconds per call of step(*args) over iters calls, after warm untimed ones."""
+    for _ in range(warm):
+        step(*args)
+    t0 = now()
+    for _ in range(iters):
+        step(*args)
+    return (now() - t0) / iters
+
+
 def d2(iters):
     x = torch.tensor(2.0, requires_grad=True)
     h = d2_fn(x)
     assert abs(h.item() - 12.0) < 1e-4, h
-    for _ in range(20):
-        d2_fn(x)
-    t0 = now()
-    for _ in range(iters):
-        h = d2_fn(x)
-    return (now() - t0) / iters
+    return timed(d2_fn, iters, 20, x)
 
 
 def layernorm(iters):
@@ -127,12 +132,7 @@ def layernorm(iters):
     def step():
         y = F.layer_norm(x, (512,), w, b)
         return torch.autograd.grad((y * c).sum(), [x, w, b])
-    for _ in range(20):
-        step()
-    t0 = now()
-    for _ in range(iters):
-        step()
-    return (now() - t0) / iters
+    return timed(step, iters, 20)
 
 
 def lstm(iters):
@@ -144,12 +144,7 @@ def lstm(iters):
 
     def step():
         return torch.autograd.grad(net(x)[0].sum(), params)
-    for _ in range(3):
-        step()
-    t0 = now()
-    for _ in range(iters):
-        step()
-    return (now() - t0) / iters
+    return timed(step, iters, 3)
 
 
 def sdpa(iters):
@@ -161,12 +156,7 @@ def sdpa(iters):
     def step():
         y = torch.softmax(q @ k.transpose(-2, -1) / 8.0, -1) @ v
         return torch.autograd.grad(y.sum(), [q, k, v])
-    for _ in range(3):
-        step()
-    t0 = now()
-    for _ in range(iters):
-        step()
-    return (now() - t0) / iters
+    return timed(step, iters, 3)
 
 
 class MLP(torch.nn.Module):
