@@ -210,124 +210,134 @@ template <> Grads derivative<Op::Dropout>(Node& n, const TensorList& grads) {
   return {grads[0] * n.unpack(0)};
 }
 
-// ---- batch normalisation ------------------------------------------------------------------------------
+// ---- normalisations ------------------------------------------------------------------------------------
+// batch_norm and layer_norm record the same node: inputs x, weight, bias (the defined
+// ones), saved x, weight, the statistics' mean and invstd; attrs i[0] the op's own
+// (training, the normalised dims), i[1] and i[2] whether weight and bias were given,
+// d[0] eps.
+
+namespace {
+
+Ref<Node> norm_node(const char* name, Op op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    const Tensor& mean, const Tensor& invstd, double eps, int64_t own) {
+  TensorList ins{x};
+  if (weight.defined()) ins.push_back(weight);
+  if (bias.defined()) ins.push_back(bias);
+  Ref<Node> n = maybe_node(name, derivative_of(op), ins);
+  if (!n) return n;
+  n->save(x);
+  if (weight.defined()) n->save(weight);
+  n->save(mean);
+  n->save(invstd);
+  n->attrs.i[0] = own;
+  n->attrs.i[1] = weight.defined();
+  n->attrs.i[2] = bias.defined();
+  n->attrs.d[0] = eps;
+  return n;
+}
+
+struct NormSaved {
+  Tensor x, w, mean, invstd;
+  bool has_w, has_b;
+  int iw, ib;   // the weight's and bias's input positions (-1: none)
+};
+
+NormSaved unpack_norm(Node& n) {
+  NormSaved v;
+  v.has_w = n.attrs.i[1] != 0;
+  v.has_b = n.attrs.i[2] != 0;
+  int k = 0;
+  v.x = n.unpack(k++);
+  if (v.has_w) v.w = n.unpack(k++);
+  v.mean = n.unpack(k++);
+  v.invstd = n.unpack(k++);
+  v.iw = v.has_w ? 1 : -1;
+  v.ib = v.has_b ? (v.has_w ? 2 : 1) : -1;
+  return v;
+}
+
+// For a gradient of the gradient: the statistics over `dims` recomputed as recorded
+// functions of x, so that it sees how they depend on x. Returns xhat; *inv the recorded
+// 1 / sqrt(var + eps).
+Tensor recorded_xhat(const Tensor& x, const std::vector<int>& dims, double eps, Tensor* inv) {
+  ReduceOpts biased;
+  biased.correction = 0;
+  Tensor m = ag::reduce(Op::Mean, x, dims, true);
+  *inv = ag::unary(Op::Rsqrt, ag::reduce(Op::Var, x, dims, true, biased) + eps);
+  return (x - m) * *inv;
+}
+
+// x's gradient when the statistics over `dims` are x's own: gh the gradient for xhat.
+Tensor normalised_input_grad(const Tensor& gh, const Tensor& xhat, const Tensor& inv, const std::vector<int>& dims) {
+  Tensor mg = ag::reduce(Op::Mean, gh, dims, true);
+  Tensor mgx = ag::reduce(Op::Mean, gh * xhat, dims, true);
+  return inv * (gh - mg - xhat * mgx);
+}
+
+}  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
   BatchNormResult r = dl::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
-  TensorList ins{x};
-  if (weight.defined()) ins.push_back(weight);
-  if (bias.defined()) ins.push_back(bias);
-  Ref<Node> n = maybe_node("batch_norm", derivative_of(Op::BatchNorm), ins);
+  Ref<Node> n = norm_node("batch_norm", Op::BatchNorm, x, weight, bias, r.mean, r.invstd, eps, training);
   if (!n) return r.y;
-  n->save(x);
-  if (weight.defined()) n->save(weight);
-  n->save(r.mean);
-  n->save(r.invstd);
-  n->attrs.i[0] = training;
-  n->attrs.i[1] = weight.defined();
-  n->attrs.i[2] = bias.defined();
-  n->attrs.d[0] = eps;
   return finish(n, r.y);
 }
 template <> Grads derivative<Op::BatchNorm>(Node& n, const TensorList& grads) {
-  const bool training = n.attrs.i[0] != 0, has_w = n.attrs.i[1] != 0, has_b = n.attrs.i[2] != 0;
-  int k = 0;
-  Tensor x = n.unpack(k++);
-  Tensor w = has_w ? n.unpack(k++) : Tensor();
-  Tensor mean = n.unpack(k++), invstd = n.unpack(k++);
+  const bool training = n.attrs.i[0] != 0;
+  const NormSaved v = unpack_norm(n);
   const Tensor& g = grads[0];
-  const std::vector<int> dims = non_channel_dims(x.dim(), 1);
+  const std::vector<int> dims = non_channel_dims(v.x.dim(), 1);
   Shape per_channel;  // (1, C, 1, ...): broadcasts a (C) vector against x
-  for (int i = 0; i < x.dim(); ++i) per_channel.push_back(i == 1 ? x.size(1) : 1);
+  for (int i = 0; i < v.x.dim(); ++i) per_channel.push_back(i == 1 ? v.x.size(1) : 1);
   Tensor inv, xhat;
   if (training && is_recording()) {
-    // A gradient of this gradient is wanted: the batch statistics are recomputed as
-    // recorded functions of x, so that it sees how they depend on x.
-    ReduceOpts biased;
-    biased.correction = 0;
-    Tensor m = ag::reduce(Op::Mean, x, dims, true);
-    inv = ag::unary(Op::Rsqrt, ag::reduce(Op::Var, x, dims, true, biased) + n.attrs.d[0]);
-    xhat = (x - m) * inv;
+    xhat = recorded_xhat(v.x, dims, n.attrs.d[0], &inv);
   } else {
-    inv = ag::reshape(invstd, per_channel);
-    xhat = (x - ag::reshape(mean, per_channel)) * inv;
+    inv = ag::reshape(v.invstd, per_channel);
+    xhat = (v.x - ag::reshape(v.mean, per_channel)) * inv;
   }
-  const int iw = has_w ? 1 : -1, ib = has_b ? (has_w ? 2 : 1) : -1;
   Grads out(n.inputs.size());
   if (n.next[0].valid()) {
-    Tensor gh = has_w ? g * ag::reshape(w, per_channel) : g;  // the gradient for xhat
-    if (training) {
-      // xhat depends on x through the batch mean and variance too.
-      Tensor mg = ag::reduce(Op::Mean, gh, dims, true);
-      Tensor mgx = ag::reduce(Op::Mean, gh * xhat, dims, true);
-      out[0] = inv * (gh - mg - xhat * mgx);
-    } else {
-      out[0] = gh * inv;
-    }
+    Tensor gh = v.has_w ? g * ag::reshape(v.w, per_channel) : g;  // the gradient for xhat
+    // Training: xhat depends on x through the batch mean and variance too.
+    out[0] = training ? normalised_input_grad(gh, xhat, inv, dims) : gh * inv;
   }
-  if (iw >= 0 && n.next[iw].valid()) out[size_t(iw)] = ag::reduce(Op::Sum, g * xhat, dims, false);
-  if (ib >= 0 && n.next[ib].valid()) out[size_t(ib)] = ag::reduce(Op::Sum, g, dims, false);
+  if (v.iw >= 0 && n.next[v.iw].valid()) out[size_t(v.iw)] = ag::reduce(Op::Sum, g * xhat, dims, false);
+  if (v.ib >= 0 && n.next[v.ib].valid()) out[size_t(v.ib)] = ag::reduce(Op::Sum, g, dims, false);
   return out;
 }
 
-// ---- layer normalisation ----------------------------------------------------------------------------
-
 Tensor layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps) {
   LayerNormResult r = dl::layer_norm(x, normalized, weight, bias, eps);
-  TensorList ins{x};
-  if (weight.defined()) ins.push_back(weight);
-  if (bias.defined()) ins.push_back(bias);
-  Ref<Node> n = maybe_node("layer_norm", derivative_of(Op::LayerNorm), ins);
+  Ref<Node> n = norm_node("layer_norm", Op::LayerNorm, x, weight, bias, r.mean, r.invstd, eps, normalized);
   if (!n) return r.y;
-  n->save(x);
-  if (weight.defined()) n->save(weight);
-  n->save(r.mean);
-  n->save(r.invstd);
-  n->attrs.i[0] = normalized;
-  n->attrs.i[1] = weight.defined();
-  n->attrs.i[2] = bias.defined();
-  n->attrs.d[0] = eps;
   return finish(n, r.y);
 }
 // With g the gradient for xhat (times the weight), per row: dx = invstd (g - mean(g) -
 // xhat mean(g xhat)); dweight and dbias sum over the rows.
 template <> Grads derivative<Op::LayerNorm>(Node& n, const TensorList& grads) {
   const int normalized = int(n.attrs.i[0]);
-  const bool has_w = n.attrs.i[1] != 0, has_b = n.attrs.i[2] != 0;
-  int k = 0;
-  Tensor x = n.unpack(k++);
-  Tensor w = has_w ? n.unpack(k++) : Tensor();
-  Tensor mean = n.unpack(k++), invstd = n.unpack(k++);
+  const NormSaved v = unpack_norm(n);
   const Tensor& g = grads[0];
-  std::vector<int> rows, lead;   // the normalised dims; the others
-  for (int i = 0; i < x.dim(); ++i) (i >= x.dim() - normalized ? rows : lead).push_back(i);
-  const int iw = has_w ? 1 : -1, ib = has_b ? (has_w ? 2 : 1) : -1;
-  const bool want_w = iw >= 0 && n.next[iw].valid(), want_b = ib >= 0 && n.next[ib].valid();
+  const bool want_w = v.iw >= 0 && n.next[v.iw].valid(), want_b = v.ib >= 0 && n.next[v.ib].valid();
   Grads out(n.inputs.size());
   if (!is_recording()) {
     // The fused kernel: the row sums, dx, and the column sums for the weight and bias.
-    LayerNormGrads r = dl::layer_norm_backward(g, x, mean, invstd, w, want_w, want_b);
+    LayerNormGrads r = dl::layer_norm_backward(g, v.x, v.mean, v.invstd, v.w, want_w, want_b);
     if (n.next[0].valid()) out[0] = r.dx;
-    if (want_w) out[size_t(iw)] = r.dweight;
-    if (want_b) out[size_t(ib)] = r.dbias;
+    if (want_w) out[size_t(v.iw)] = r.dweight;
+    if (want_b) out[size_t(v.ib)] = r.dbias;
     return out;
   }
-  if (want_b) out[size_t(ib)] = lead.empty() ? g : ag::reduce(Op::Sum, g, lead, false);
-  // A gradient of this gradient is wanted: the formula in recorded ops, the statistics
-  // recomputed as recorded functions of x, so that it sees how they depend on x.
-  ReduceOpts biased;
-  biased.correction = 0;
-  Tensor m = ag::reduce(Op::Mean, x, rows, true);
-  Tensor inv = ag::unary(Op::Rsqrt, ag::reduce(Op::Var, x, rows, true, biased) + n.attrs.d[0]);
-  Tensor xhat = (x - m) * inv;
-  if (n.next[0].valid()) {
-    Tensor gh = has_w ? g * w : g;
-    Tensor mg = ag::reduce(Op::Mean, gh, rows, true);
-    Tensor mgx = ag::reduce(Op::Mean, gh * xhat, rows, true);
-    out[0] = inv * (gh - mg - xhat * mgx);
-  }
-  if (want_w) out[size_t(iw)] = lead.empty() ? g * xhat : ag::reduce(Op::Sum, g * xhat, lead, false);
+  // A gradient of this gradient is wanted: the formula in recorded ops.
+  std::vector<int> rows, lead;   // the normalised dims; the others
+  for (int i = 0; i < v.x.dim(); ++i) (i >= v.x.dim() - normalized ? rows : lead).push_back(i);
+  Tensor inv;
+  Tensor xhat = recorded_xhat(v.x, rows, n.attrs.d[0], &inv);
+  if (n.next[0].valid()) out[0] = normalised_input_grad(v.has_w ? g * v.w : g, xhat, inv, rows);
+  if (want_w) out[size_t(v.iw)] = lead.empty() ? g * xhat : ag::reduce(Op::Sum, g * xhat, lead, false);
+  if (want_b) out[size_t(v.ib)] = lead.empty() ? g : ag::reduce(Op::Sum, g, lead, false);
   return out;
 }
 
