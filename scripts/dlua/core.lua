@@ -182,6 +182,43 @@ end
 
 -- An options table of `op`: {} for nil; an error for anything but a table, or for a key
 -- that `allowed` (a set: {name = true, ...}) does not hold.
+-- Note [Modules loaded on first use]
+-- The transforms (dl.jacobian ...), einsum, the rearranging ops (x:tile ...), the CSV
+-- reader, the attention layers and dl.nn.init / dl.nn.utils load when a script first
+-- reaches one of their names, not when dlua loads: each module's chunk costs 0.1 to
+-- 0.5 ms to load, together about 3 ms, which a host that makes a state per task would
+-- pay every time. on_first_use(tbl, names, load) puts a stub for each name in a table
+-- behind tbl (its metatable's __index: a table, so a lookup that misses, such as a
+-- tensor property after the methods, costs one more table probe and no call); the stub
+-- runs load(), which defines the real function in tbl itself, and calls it. Names that
+-- are tables (the attention classes) use on_first_index instead, a function __index.
+function M.on_first_use(tbl, names, load)
+  local mt = getmetatable(tbl)
+  if mt == nil then
+    mt = {}
+    setmetatable(tbl, mt)
+  end
+  if mt.__index == nil then mt.__index = {} end
+  local stubs = mt.__index
+  for _, name in ipairs(names) do
+    stubs[name] = function(...)
+      load()
+      return rawget(tbl, name)(...)
+    end
+  end
+end
+
+-- tbl[name], for each name of `loads`, made by loads[name]() when first read (values of
+-- any kind).
+function M.on_first_index(tbl, loads)
+  setmetatable(tbl, { __index = function(t, k)
+    local load = loads[k]
+    if load == nil then return nil end
+    load()
+    return rawget(t, k)
+  end })
+end
+
 function M.options(op, opts, allowed)
   if opts == nil then return {} end
   if type(opts) ~= "table" then M.bad_arg(op, "an options table", opts) end

@@ -23,7 +23,8 @@
 local ffi = require("ffi")
 local core = require("dlua.core")
 local T = require("dlua.tensor")
-local NCCL = require("dlua.dist_nccl")
+-- The NCCL side (dist_nccl.lua), loaded by the first collective on a CUDA tensor.
+local function NCCL() return require("dlua.dist_nccl") end
 core.own_source()
 
 local raise, bad_arg, typename, entries, options = core.raise, core.bad_arg, core.typename, core.entries,
@@ -189,7 +190,7 @@ function dist.init(opts)
       -- they were started in one order on every rank).
       for id, w in pairs(st.inflight) do lib.dld_wait(id, w.op, w.seq, w.site) end
       write_timeline(st)
-      local nccl_err = NCCL.finalize(st)
+      local nccl_err = st.nccl and NCCL().finalize(st)
       if nccl_err and io_stderr then io_stderr:write("dlua: rank ", tostring(st.rank), ": ", nccl_err, "\n") end
       if lib.dld_finalize() < 0 and io_stderr then
         io_stderr:write("dlua: rank ", tostring(st.rank), ": ", ffi_string(lib.dld_error()), "\n")
@@ -269,7 +270,7 @@ function dist.finalize()
   local s = started("dist.finalize")
   write_timeline(s)
   s.timeline = nil
-  local nccl_err = NCCL.finalize(s)
+  local nccl_err = s.nccl and NCCL().finalize(s)
   if nccl_err then raise("dist.finalize: " .. nccl_err) end
   if s.lib and s.lib.dld_finalize() < 0 then lib_error("dist.finalize") end
   s.finalized = true
@@ -362,7 +363,7 @@ Work.__index = Work
 function Work:wait()
   if self.done then return self.result end
   if self.nccl then   -- enqueued on the device's stream: wait for it there
-    NCCL.wait(S, self.op)
+    NCCL().wait(S, self.op)
     self.done = true
     return self.result
   end
@@ -412,7 +413,7 @@ local function allreduce_raw(op, t, name, async)
     return async and finished(r) or r
   end
   if cuda then
-    NCCL.allreduce_(op, s, r, name, async)
+    NCCL().allreduce_(op, s, r, name, async)
     return async and setmetatable({ op = op, nccl = true, result = r }, Work) or r
   end
   announce(op, dtype, r.shape, nil)
@@ -464,7 +465,7 @@ function dist.allreduce_(t, opts)
   local code = op_code(op, name, dtype)
   if not s.lib or s.size == 1 then return t end
   if cuda then
-    NCCL.allreduce_(op, s, t, name)
+    NCCL().allreduce_(op, s, t, name)
     written(t)
     return t
   end
@@ -488,7 +489,7 @@ function dist.broadcast_(t, root)
   root = root_of(op, root, s)
   if not s.lib or s.size == 1 then return t end
   if cuda then
-    NCCL.broadcast_(op, s, t, root)
+    NCCL().broadcast_(op, s, t, root)
     written(t)
     return t
   end
@@ -514,7 +515,7 @@ local function broadcast_raw(op, t, root, async)
   local r = t:contiguous():clone()
   if not s.lib or s.size == 1 then return async and finished(r) or r end
   if cuda then
-    NCCL.broadcast_(op, s, r, root, async)
+    NCCL().broadcast_(op, s, r, root, async)
     return async and setmetatable({ op = op, nccl = true, result = r }, Work) or r
   end
   announce(op, r.dtype, r.shape, root)
@@ -587,7 +588,7 @@ local function allgather_raw(op, t, async)
               .. " rows, rank " .. r .. " has " .. tostring(counts[r]))
       end
     end
-    NCCL.allgather(op, s, x, out)
+    NCCL().allgather(op, s, x, out)
     return async and finished(out) or out, part
   end
   local n, site = next_seq(), site_for(false)
@@ -663,9 +664,9 @@ local function reduce_list(op, list, names, opts)
       local key = tonumber(ffi_cast("uintptr_t", ptr(t)))
       if seen[key] then t = t:clone() end
       seen[key] = true
-      out[i] = NCCL.allreduce_(op, s, t, name, true)
+      out[i] = NCCL().allreduce_(op, s, t, name, true)
     end
-    NCCL.wait(s, op)
+    NCCL().wait(s, op)
     return out
   end
   local bucket = (opts.bucket_mb or BUCKET_MB) * 1048576
@@ -985,7 +986,7 @@ local function broadcast_in_place(op, list, names, root)
   for _, t in ipairs(list) do
     local t0, n = s.timeline and clock(), next_seq()
     if on_cuda(op, t) then
-      NCCL.broadcast_(op, s, t, root)
+      NCCL().broadcast_(op, s, t, root)
     elseif s.lib.dld_broadcast(ptr(t), t:numel(), dtype_codes[t.dtype], root, 0, op, n, site) < 0 then
       lib_error(op)
     end

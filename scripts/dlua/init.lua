@@ -14,6 +14,8 @@
 --                  TensorBoard summaries, progress bars
 --   dlua.nn, dlua.optim, dlua.data, dlua.metrics   models and losses, optimizers,
 --                  input pipelines, metrics
+--   dlua.transforms, dlua.einsum, dlua.arrange, dlua.csv   loaded on first use: the
+--                  Jacobian family, einsum, tile/roll/flip/triu/tril, the CSV reader
 -- How the engine library is found (the `dlua` program, DLUA_CORE, LUA_CPATH ...) is
 -- described at the top of core.lua.
 local core = require("dlua.core")
@@ -34,10 +36,16 @@ if not ok then
   end
 end
 
--- dl.vjp, dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint: transforms on dl.grad's engine.
-require("dlua.transforms")
-require("dlua.einsum")   -- dl.einsum
-require("dlua.arrange")  -- tile, roll, flip, triu, tril
+-- Loaded when first used (Note [Modules loaded on first use] in core.lua): dl.vjp,
+-- dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint (transforms on dl.grad's engine),
+-- dl.einsum, and tile, roll, flip, triu, tril.
+local function loader(module) return function() require(module) end end
+local ARRANGE = { "tile", "roll", "flip", "triu", "tril" }
+core.on_first_use(dl, { "vjp", "jvp", "jacobian", "hessian", "checkpoint" }, loader("dlua.transforms"))
+core.on_first_use(dl, { "einsum" }, loader("dlua.einsum"))
+core.on_first_use(dl, ARRANGE, loader("dlua.arrange"))
+core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
+core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 
 -- dl.compile: deferred, traced and fused calls of a Lua function.
 require("dlua.compile")
@@ -53,7 +61,7 @@ require("dlua.progress")
 require("dlua.nn")
 require("dlua.optim")
 require("dlua.data")
-require("dlua.csv")     -- dl.data.read_csv, dl.data.from_csv
+core.on_first_use(dl.data, { "read_csv", "from_csv" }, loader("dlua.csv"))
 require("dlua.metrics")
 
 -- dl.dist: data-parallel training over MPI (its plugin loads only under mpirun).

@@ -10,6 +10,7 @@
 -- dlua.nn.recurrent (the RNN, LSTM and GRU cells and layers), dlua.nn.attention
 -- (scaled dot-product attention, MultiheadAttention, TransformerEncoderLayer),
 -- dlua.nn.functional (stateless forms and losses, also dl.nn.functional).
+local core = require("dlua.core")
 local T = require("dlua.tensor")
 local Module = require("dlua.nn.module")
 local L = require("dlua.nn.layers")
@@ -21,14 +22,25 @@ dl.nn = nn
 
 nn.Module = Module
 nn.is_module = Module.is_module
-for _, classes in ipairs({ L, require("dlua.nn.recurrent"), require("dlua.nn.attention") }) do
+local function register(classes)
   for name, cls in pairs(classes) do
     if type(cls) == "table" then nn[name] = cls end
   end
 end
+register(L)
+register(require("dlua.nn.recurrent"))
 nn.functional = F
-nn.init = require("dlua.nn.initializers")
-nn.utils = require("dlua.nn.utils")
+
+-- Loaded when first used (Note [Modules loaded on first use] in core.lua): the attention
+-- layers and functions, dl.nn.init, dl.nn.utils.
+local function attention() register(require("dlua.nn.attention")) end
+core.on_first_index(nn, {
+  MultiheadAttention = attention,
+  TransformerEncoderLayer = attention,
+  init = function() nn.init = require("dlua.nn.initializers") end,
+  utils = function() nn.utils = require("dlua.nn.utils") end,
+})
+core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
 
 nn.cross_entropy = F.cross_entropy
 nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits
