@@ -212,23 +212,10 @@ function dl.einsum(spec, ...)
   end
   local out
   if rhs then
-    out = term_labels(rhs, nil, "the output")
-    -- the output's "..." stands for every broadcast dim
-    local expanded = {}
-    local has_ell = rhs:find("...", 1, true) ~= nil
-    for _, l in ipairs(out) do expanded[#expanded + 1] = l end
-    if has_ell then
-      local pos = rhs:find("...", 1, true)
-      local before = 0
-      for c in rhs:sub(1, pos - 1):gmatch("%a") do before = before + 1 end
-      local e = {}
-      for j = 1, ell_dims do e[j] = tostring(j) end
-      expanded = {}
-      for j = 1, before do expanded[#expanded + 1] = out[j] end
-      for _, l in ipairs(e) do expanded[#expanded + 1] = l end
-      for j = before + 1, #out do expanded[#expanded + 1] = out[j] end
-    end
-    out = expanded
+    -- the output's "..." stands for every broadcast dim, numbered as the operands' are
+    local ndim = nil
+    if rhs:find("...", 1, true) then ndim = select(2, rhs:gsub("%a", "")) + ell_dims end
+    out = term_labels(rhs, ndim, "the output")
   else
     local count = {}
     for _, labels in ipairs(terms) do
