@@ -630,6 +630,17 @@ end
 
 -- ---- gradients ---------------------------------------------------------------------------------
 
+-- t as memory a collective may write in place: contiguous, and a copy when its memory
+-- was already listed in `seen` (the same gradient passed on unchanged to two inputs is
+-- then reduced once in each copy, never twice in one).
+local function writable(t, seen)
+  t = t:contiguous()
+  local key = tonumber(ffi_cast("uintptr_t", ptr(t)))
+  if seen[key] then t = t:clone() end
+  seen[tonumber(ffi_cast("uintptr_t", ptr(t)))] = true
+  return t
+end
+
 -- Reduces a list of host tensors of any dtypes as few collectives (one per dtype and
 -- bucket), in place: the reduced tensors, in the same order (each the tensor given, or
 -- its contiguous copy). names[i] (optional) names tensor i in errors.
@@ -648,6 +659,12 @@ local function reduce_list(op, list, names, opts)
   announce(op, nil, { #list }, nil)
   check_same(op, "the ranks' gradients differ (each rank must differentiate the same parameters)",
              describe_tensors(list, names), site)
+  if cuda > 0 then   -- NCCL: each in place on the device's stream, then one wait
+    local seen = {}
+    for i, t in ipairs(list) do out[i] = NCCL().allreduce_(op, s, writable(t, seen), name, true) end
+    NCCL().wait(s, op)
+    return out
+  end
   -- One reduction per dtype, in the order dtypes first appear (the same on every rank:
   -- the descriptions matched).
   local by_dtype, order = {}, {}
@@ -656,18 +673,6 @@ local function reduce_list(op, list, names, opts)
     if not by_dtype[d] then by_dtype[d] = {}; order[#order + 1] = d end
     local l = by_dtype[d]
     l[#l + 1] = i
-  end
-  if cuda > 0 then   -- NCCL: each in place on the device's stream, then one wait
-    local seen = {}
-    for i, t in ipairs(list) do
-      t = t:contiguous()
-      local key = tonumber(ffi_cast("uintptr_t", ptr(t)))
-      if seen[key] then t = t:clone() end
-      seen[key] = true
-      out[i] = NCCL().allreduce_(op, s, t, name, true)
-    end
-    NCCL().wait(s, op)
-    return out
   end
   local bucket = (opts.bucket_mb or BUCKET_MB) * 1048576
   local first = (opts.first_bucket_mb or FIRST_BUCKET_MB) * 1048576
@@ -678,18 +683,11 @@ local function reduce_list(op, list, names, opts)
     local srcs, dsts, counts = ffi_new("const void*[?]", n), ffi_new("void*[?]", n), ffi_new("int64_t[?]", n)
     -- The reduction is written back into the gradients themselves (as DDP averages
     -- .grad in place): no new tensor whose pages must be touched first, which took
-    -- about a third of an 800 KB sync. The same tensor twice (a gradient passed on
-    -- unchanged to two inputs) is copied once, so that nothing is reduced twice.
+    -- about a third of an 800 KB sync.
     local seen = {}
     for k, i in ipairs(idx) do
-      local t = list[i]:contiguous()
+      local t = writable(list[i], seen)
       local p = ptr(t)
-      local key = tonumber(ffi_cast("uintptr_t", p))
-      if seen[key] then
-        t = t:clone()
-        p = ptr(t)
-      end
-      seen[key] = true
       srcs[k - 1], dsts[k - 1], counts[k - 1] = p, p, t:numel()
       out[i] = t
     end
