@@ -442,7 +442,7 @@ void GraphTask::discover(const std::vector<Edge>& roots) {
   // point in reverse discovery order.
   for (const Edge& e : input_edges_)
     if (e.valid())
-      if (Info* t = info(e.node.get())) t->needed = t->target = true;
+      if (Info* t = info(e.node.get())) t->needed = true;
   bool changed = true;
   while (changed) {
     changed = false;
@@ -550,9 +550,8 @@ void GraphTask::finish_node(int at, const Grads& grads) {
     n->saved.clear();
     n->released = n->backward != nullptr;
   }
-  if (ready_fn_ && inf.target)
-    for (size_t k = 0; k < input_edges_.size(); ++k)
-      if (input_edges_[k].node.get() == n) fire_ready(k);
+  if (ready_fn_)
+    for (int k = ready_first_[size_t(at)]; k >= 0; k = ready_next_[size_t(k)]) fire_ready(size_t(k));
 }
 
 // Note [Gradient ready]
@@ -570,6 +569,17 @@ void GraphTask::on_ready(ReadyFn fn, void* ctx) {
   ready_fn_ = fn;
   ready_ctx_ = ctx;
   if (!fn) return;
+  // Each node's inputs as a list (ready_first_ by Info index, then ready_next_), in
+  // input order, so that finish_node reports a node's inputs without a scan of them all.
+  ready_first_.assign(infos_.size(), -1);
+  ready_next_.assign(input_edges_.size(), -1);
+  for (size_t k = input_edges_.size(); k-- > 0;) {
+    const Edge& e = input_edges_[k];
+    const int at = e.valid() ? index_.find(e.node.get()) : -1;
+    if (at < 0 || !infos_[size_t(at)].needed) continue;
+    ready_next_[k] = ready_first_[size_t(at)];
+    ready_first_[size_t(at)] = int(k);
+  }
   for (size_t k = 0; k < input_edges_.size(); ++k) {
     const Edge& e = input_edges_[k];
     const Info* t = e.valid() ? info(e.node.get()) : nullptr;

@@ -55,7 +55,6 @@ class GraphTask {
     int kids = 0;          // where its inputs' Info indices start in kids_ (Note [Inputs by index])
     int deps = 0;
     bool needed = false;   // has a path to an input
-    bool target = false;   // an input's own node
     Tensor grad0;          // incoming gradient of output 0
     TensorList more;       // of outputs 1.. (multi-output nodes only)
     Tensor* slot(uint32_t nr);              // made on demand
@@ -115,6 +114,7 @@ class GraphTask {
   int custom_at_ = -1;
   TensorList& pending_;
   ReadyFn ready_fn_ = nullptr;
+  std::vector<int> ready_first_, ready_next_;   // a node's inputs, for on_ready's reports
   void* ready_ctx_ = nullptr;
 };
 
