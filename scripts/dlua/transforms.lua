@@ -17,8 +17,8 @@ core.own_source()
 
 local raise = core.raise
 local is_tensor, dl = T.is_tensor, T.dl
-local type, select, ipairs, tostring, unpack, getmetatable, setmetatable =
-  type, select, ipairs, tostring, unpack, getmetatable, setmetatable
+local type, select, ipairs, tostring, unpack, getmetatable =
+  type, select, ipairs, tostring, unpack, getmetatable
 
 local function pack(...) return { n = select("#", ...), ... } end
 
