@@ -47,6 +47,7 @@ using dl::bind::SmallOperand;
 using dl::bind::finish_inline;
 using dl::bind::guard_value;
 using dl::bind::inline_elements;
+using dl::bind::check_no_escape;
 using dl::bind::small_operand;
 using dl::bind::value_of;
 using dl::bind::operand_of;
@@ -116,6 +117,7 @@ Tensor index_from_lua(const Tensor& index, int64_t size, int d0, const char* op)
   DL_CHECK_KIND(Type, index.dtype() == DType::Int64 || index.dtype() == DType::Int32, op,
                 ": expected an int64 or int32 index tensor, got ", dl::dtype_name(index.dtype()));
   if (index.numel() > 0) {
+    dl::Unobserved check;   // not an op of an exported graph (tensor/observe.h)
     // Read exactly, as int64 (through a double, 2^63 - 1 rounds up to 2^63, which no
     // int64 holds; found by tests/fuzz: fuzz_ops).
     auto extreme = [&](Op which) {
@@ -402,6 +404,7 @@ int dl_dtype(const struct dl_tensor* x) {
 
 int dl_item(const struct dl_tensor* x, double* out) {
   return guard_status([&] {
+    check_no_escape("item");
     SmallOperand v;
     if (small_operand(x, &v) && v.numel == 1) {
       DL_DISPATCH_ALL(v.dtype, "item", *out = lua_number(double(*static_cast<const scalar_t*>(v.data))));
@@ -432,6 +435,7 @@ int dl_get1(const struct dl_tensor* x, int64_t i, double* out) {
       code = 1;
       return;
     }
+    check_no_escape("x[i] of a 1-D tensor");
     int64_t i0 = lua_index(i, t.size(0), 0, "index");
     if (!t.device().is_cpu()) {
       *out = lua_number(dl::select(t, 0, i0).item());
@@ -447,6 +451,7 @@ int dl_get1(const struct dl_tensor* x, int64_t i, double* out) {
 int dl_set1(uint64_t id, int64_t i, double v) {
   int code = -1;
   guard_status([&] {
+    check_no_escape("x[i] = v");   // an in-place write
     Tensor t = get(id, "index");
     if (t.dim() != 1) {
       code = 1;
@@ -472,6 +477,7 @@ int dl_set1(uint64_t id, int64_t i, double v) {
 // tensors through their strides.
 int dl_read(const struct dl_tensor* x, double* out, int64_t n) {
   return guard_status([&] {
+    check_no_escape("reading the values");
     SmallOperand v;
     if (small_operand(x, &v)) {
       DL_CHECK(n == v.numel, "read: the tensor has ", v.numel, " elements, not ", n);
@@ -514,6 +520,7 @@ int dl_read(const struct dl_tensor* x, double* out, int64_t n) {
 
 int dl_read_at(const struct dl_tensor* x, const int64_t* idx, double* out) {
   return guard_status([&] {
+    check_no_escape("reading a value");
     Tensor t = value_of(x, "read");
     for (int d = 0; d < t.dim(); ++d)
       DL_CHECK_KIND(Index, idx[d] >= 0 && idx[d] < t.size(d), "read: index ", idx[d] + 1,
@@ -524,6 +531,7 @@ int dl_read_at(const struct dl_tensor* x, const int64_t* idx, double* out) {
 
 int dl_data_ptr(uint64_t id, double* out) {
   return guard_status([&] {
+    check_no_escape("data_ptr");
     const Tensor& t = get(id, "data_ptr");
     *out = double(reinterpret_cast<uintptr_t>(t.raw_data()));
   });

@@ -324,6 +324,11 @@ const char* dl_loaded_meta(uint64_t file, int i, int value, double* len);  /* ke
 uint64_t dl_load_idx(const char* path);                /* MNIST format, plain or gzip */
 uint64_t dl_load_idx_ubyte_as_float(const char* path, double divisor);  /* float32 = ubyte / divisor */
 int dl_write_file_atomic(const char* path, const char* data, int64_t n);
+/* Exported graphs (export/model.h), loaded to run from Lua (dl.export.load). */
+uint64_t dl_graph_load(const char* path);              /* a loaded graph: all or nothing */
+int dl_graph_counts(uint64_t g, double* out3);         /* inputs, outputs, nodes */
+const char* dl_graph_input_name(uint64_t g, int i);    /* i 0-based */
+int dl_graph_run(uint64_t g, const uint64_t* ins, int nin, uint64_t* outs, int nout);
 int dl_make_dirs(const char* path);                    /* mkdir -p */
 /* TensorBoard event files (io/events.h). */
 uint64_t dl_summary_open(const char* logdir, const char* suffix);
@@ -419,6 +424,27 @@ const char* dl_compile_report(uint64_t f);          /* what dl.compile.explain s
    through it (its proxies become errors when read); the runtime calls it after a failed
    call, the Lua side before a call finds one it did not start. */
 void dl_compile_abandon(void);
+/* ---- dl.export (bindings/capi_export.cpp; the Lua side is scripts/dlua/export.lua) ---- */
+/* A capture of the ops this thread runs (Note [Strict capture] in export/capture.cpp):
+   begin with the inputs, run the function, name its results, end. Captures are kept,
+   numbered from 0, until dl_export_clear. While one runs, reading a tensor's values into
+   Lua (item, comparisons, x[i] of a 1-D tensor) is an error that starts "export:". */
+int dl_export_begin(const uint64_t* xs, const char* const* names, int n);
+int dl_export_output(uint64_t y);
+int dl_export_end(void);                  /* the capture's number, or -1 */
+void dl_export_abort(void);               /* ends a capture an error left in progress */
+int dl_export_active(void);               /* 1 while this thread captures */
+int dl_export_symbols(int capture, const char* const* names, int n);
+/* Capture `first` ran with the symbols' values base[0..n), `second` with at[0..n),
+   which differ in symbol sym alone (0-based; -1: none). 0, or -1 when the captures
+   disagree (dl_last_error). */
+int dl_export_unify(int first, int second, int sym, const double* base, const double* at, int n);
+int dl_export_name(int capture, uint64_t x, const char* name);   /* the constant made from x */
+int dl_export_save(int capture, const char* path, const char* const* meta, int nmeta);
+/* Its JSON, its summary as text (each valid until the next call of either). */
+const char* dl_export_graph(int capture);
+const char* dl_export_describe(int capture);
+void dl_export_clear(void);
 /* dl:cdef-end */
 
 #ifdef __cplusplus

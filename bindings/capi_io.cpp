@@ -17,6 +17,7 @@
 #include "bindings/capi.h"
 #include "bindings/guard.h"
 #include "bindings/handles.h"
+#include "export/model.h"
 #include "io/events.h"
 #include "io/file.h"
 #include "io/idx.h"
@@ -37,6 +38,10 @@ struct Object {
 
 struct LoadedFile : Object {
   dl::io::SafetensorsFile file;
+};
+
+struct LoadedGraph : Object {
+  std::shared_ptr<const dl::graph::Model> model;
 };
 
 struct Writer : Object {
@@ -109,6 +114,10 @@ std::string path_of(const char* path, const char* op) {
 
 LoadedFile& loaded(uint64_t id, const char* op) { return object_get<LoadedFile>(id, op, "loaded file"); }
 
+const dl::graph::Model& graph_of(uint64_t id, const char* op) {
+  return *object_get<LoadedGraph>(id, op, "loaded graph").model;
+}
+
 dl::io::EventWriter& writer(uint64_t id, const char* op) {
   Writer& w = object_get<Writer>(id, op, "summary writer");
   if (w.w->closed()) fail(ErrorKind::Value, op, ": the summary writer is closed");
@@ -144,6 +153,50 @@ int dl_save_safetensors(const char* path, int n, const char* const* names, const
       meta.emplace_back(str_of(meta_keys[i], key_lens[i], op, "metadata key"),
                         str_of(meta_values[i], value_lens[i], op, "metadata value"));
     dl::io::save_safetensors(p, ts, meta, op);
+  });
+}
+
+// ---- exported graphs ------------------------------------------------------------------------
+
+uint64_t dl_graph_load(const char* path) {
+  uint64_t id = 0;
+  guard_status([&] {
+    auto g = std::make_unique<LoadedGraph>();
+    g->model = dl::graph::Model::load(path_of(path, "export.load"));
+    id = object_new(std::move(g));
+  });
+  return id;
+}
+
+int dl_graph_counts(uint64_t g, double* out3) {
+  return guard_status([&] {
+    const dl::graph::Graph& gr = graph_of(g, "export.load").graph();
+    out3[0] = double(gr.inputs.size());
+    out3[1] = double(gr.outputs.size());
+    out3[2] = double(gr.nodes.size());
+  });
+}
+
+const char* dl_graph_input_name(uint64_t g, int i) {
+  const char* name = nullptr;
+  guard_status([&] {
+    const dl::graph::Graph& gr = graph_of(g, "export.load").graph();
+    DL_CHECK(i >= 0 && size_t(i) < gr.input_names.size(), "export.load: no input ", i + 1);
+    name = gr.input_names[size_t(i)].c_str();
+  });
+  return name;
+}
+
+int dl_graph_run(uint64_t g, const uint64_t* ins, int nin, uint64_t* outs, int nout) {
+  return guard_status([&] {
+    const dl::graph::Model& m = graph_of(g, "dlg_run");
+    DL_CHECK(nin >= 0 && nout == int(m.graph().outputs.size()), "dlg_run: expected room for ",
+             m.graph().outputs.size(), " results, got ", nout);
+    std::vector<Tensor> inputs;
+    for (int i = 0; i < nin; ++i) inputs.push_back(get(ins[i], "dlg_run"));
+    std::vector<Tensor> results = m.run(inputs);
+    for (int k = 0; k < nout; ++k) outs[k] = 0;
+    for (int k = 0; k < nout; ++k) outs[k] = dl::bind::handle_new(results[size_t(k)]);
   });
 }
 

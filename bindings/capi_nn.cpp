@@ -83,6 +83,7 @@ int64_t int_item(const Tensor& t) {
 // The smallest and largest value of a non-empty integer tensor, leaving out the
 // entries equal to `skip` ({1, 1} when nothing is left).
 std::pair<int64_t, int64_t> int_range(const Tensor& t, std::optional<int64_t> skip) {
+  dl::Unobserved check;   // not an op of an exported graph (tensor/observe.h)
   if (!skip)
     return {int_item(dl::reduce(Op::Amin, t, {}, false)), int_item(dl::reduce(Op::Amax, t, {}, false))};
   Tensor keep = dl::compare(Op::Ne, t, Scalar::integer(*skip));

@@ -43,6 +43,7 @@
 #include "bindings/handles.h"
 #include "bindings/tapes.h"
 #include "tensor/error.h"
+#include "tensor/observe.h"
 
 namespace dl::bind {
 
@@ -147,13 +148,15 @@ bool small_host_bytes(const Tensor& t) {
 
 namespace {
 
-// A fresh engine copy of a plain inline value.
+// A fresh engine copy of a plain inline value (to an exported graph, a constant).
 Tensor copy_of(const dl_tensor* t, const Header& h, const char* op) {
-  Shape shape;
-  for (int d = 0; d < h.ndim; ++d) shape.push_back(size_at(h.sizes, d));
-  Tensor r = empty(shape, DType(h.dtype), Device{}, op);
-  if (h.numel > 0) std::memcpy(r.raw_data(), elements_of(t), size_t(h.numel) * r.itemsize());
-  return r;
+  return observed_other("constant", [&] {
+    Shape shape;
+    for (int d = 0; d < h.ndim; ++d) shape.push_back(size_at(h.sizes, d));
+    Tensor r = empty(shape, DType(h.dtype), Device{}, op);
+    if (h.numel > 0) std::memcpy(r.raw_data(), elements_of(t), size_t(h.numel) * r.itemsize());
+    return r;
+  }, [](Observed&, const Tensor&) {});
 }
 
 // Note [Inline operands of pointwise ops]
@@ -232,7 +235,7 @@ Tensor operand_of(const dl_tensor* t, const char* op) { return read_value(t, op,
 
 int deliver(Tensor t, dl_tensor* out) {
   Header h{};
-  if (small_host_bytes(t) && pack_sizes(t.shape(), &h.sizes) && t.is_contiguous()) {
+  if (small_host_bytes(t) && !maybe_exporting() && pack_sizes(t.shape(), &h.sizes) && t.is_contiguous()) {
     const bool keep = keepable(t);
     if (keep || unaliased(t)) {
       h.dtype = uint8_t(t.dtype());
@@ -273,6 +276,7 @@ uint64_t promote(dl_tensor* t) {
 }
 
 bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept {
+  if (maybe_exporting()) return false;
   Header h = header_of(t);
   if (h.id == 0) {
     if (!valid_inline(h)) return false;

@@ -8,6 +8,7 @@
 // that returns a view of its input or writes into it must be given a handle
 // (promote); the Lua side promotes before every such call.
 #pragma once
+#include <atomic>
 #include <cstdint>
 
 #include "bindings/capi.h"
@@ -48,6 +49,20 @@ bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept;
 // dtype `dtype`, shaped like `like`.
 void* inline_elements(dl_tensor* out) noexcept;
 void finish_inline(dl_tensor* out, DType dtype, const SmallOperand& like) noexcept;
+
+// dl.export's capture (capi_export.cpp, Note [Strict capture] in export/capture.cpp):
+// while this thread captures, results are handles (never inline) and the small fast
+// paths are off, so that each value keeps the identity the capture knows it by.
+// g_exports counts the captures in progress on every thread: a plain load that spares
+// the fast paths a thread-local lookup while there are none.
+extern std::atomic<int> g_exports;
+bool exporting() noexcept;
+[[gnu::always_inline]] inline bool maybe_exporting() noexcept {
+  return __builtin_expect(g_exports.load(std::memory_order_relaxed) != 0, 0) && exporting();
+}
+// Refuses, while this thread captures, an entry point that reads a tensor's values into
+// Lua (`what`): a graph cannot hold what Lua does with them.
+void check_no_escape(const char* what);
 
 // The promise of a deferred result of a compiled call (Note [Proxies] in
 // capi_compile.cpp): a value with id 0 whose dtype byte is one of these tags.

@@ -298,6 +298,7 @@ void BackwardCapture::seen(const Observed& o) {
     case Fn::Full: st.kind = Kind::Full; break;
     case Fn::Reduce: st.kind = Kind::Reduce; break;
     case Fn::Write: return fail("an in-place write");
+    case Fn::Other: return fail(o.name);
     default: st.kind = Kind::Shape; break;
   }
   const int ndims = int(o.dims.size());

@@ -64,7 +64,7 @@ Tensor generate(const Shape& shape, DType dtype, Device device, const char* op, 
 }
 }  // namespace
 
-Tensor arange(double start, double stop, double step, DType dtype, Device device) {
+static Tensor arange_impl(double start, double stop, double step, DType dtype, Device device) {
   DL_CHECK(step != 0 && std::isfinite(step), "arange: step must be non-zero and finite, got ", step);
   DL_CHECK(std::isfinite(start) && std::isfinite(stop), "arange: start and stop must be finite");
   DL_CHECK((stop - start) / step >= 0 || start == stop, "arange: step ", step,
@@ -75,7 +75,11 @@ Tensor arange(double start, double stop, double step, DType dtype, Device device
   return generate(Shape{n}, dtype, device, "arange", [=](int64_t i) { return start + double(i) * step; });
 }
 
-Tensor linspace(double start, double stop, int64_t n, DType dtype, Device device) {
+Tensor arange(double start, double stop, double step, DType dtype, Device device) {
+  return observed_other("constant", [&] { return arange_impl(start, stop, step, dtype, device); }, [](Observed&, const Tensor&) {});
+}
+
+static Tensor linspace_impl(double start, double stop, int64_t n, DType dtype, Device device) {
   DL_CHECK(n >= 0, "linspace: number of points must be non-negative, got ", n);
   double step = n > 1 ? (stop - start) / double(n - 1) : 0;
   // Symmetric evaluation, as PyTorch does, so both ends are exact.
@@ -85,15 +89,27 @@ Tensor linspace(double start, double stop, int64_t n, DType dtype, Device device
   });
 }
 
-Tensor eye(int64_t n, int64_t m, DType dtype, Device device) {
+Tensor linspace(double start, double stop, int64_t n, DType dtype, Device device) {
+  return observed_other("constant", [&] { return linspace_impl(start, stop, n, dtype, device); }, [](Observed&, const Tensor&) {});
+}
+
+static Tensor eye_impl(int64_t n, int64_t m, DType dtype, Device device) {
   DL_CHECK(n >= 0 && m >= 0, "eye: sizes must be non-negative, got ", n, " and ", m);
   return generate(Shape{n, m}, dtype, device, "eye", [=](int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
 }
 
-Tensor from_values(const double* values, int64_t n, const Shape& shape, DType dtype, Device device) {
+Tensor eye(int64_t n, int64_t m, DType dtype, Device device) {
+  return observed_other("constant", [&] { return eye_impl(n, m, dtype, device); }, [](Observed&, const Tensor&) {});
+}
+
+static Tensor from_values_impl(const double* values, int64_t n, const Shape& shape, DType dtype, Device device) {
   int64_t numel = checked_numel(shape, "tensor");
   DL_CHECK(numel == n, "tensor: ", n, " values cannot fill shape ", shape);
   return generate(shape, dtype, device, "tensor", [=](int64_t i) { return values[i]; });
+}
+
+Tensor from_values(const double* values, int64_t n, const Shape& shape, DType dtype, Device device) {
+  return observed_other("constant", [&] { return from_values_impl(values, n, shape, dtype, device); }, [](Observed&, const Tensor&) {});
 }
 
 Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype,

@@ -9,6 +9,7 @@
 // so the kernels always see at least one dim.
 #include <algorithm>
 
+#include "tensor/observe.h"
 #include "tensor/backend.h"
 
 namespace dl {
@@ -36,7 +37,7 @@ bool skipped_in_cat(const Tensor& x) { return x.dim() == 1 && x.size(0) == 0; }
 
 }  // namespace
 
-Tensor cat(const TensorList& xs, int dim) {
+static Tensor cat_impl(const TensorList& xs, int dim) {
   DL_CHECK(!xs.empty(), "cat: expected a non-empty list of tensors");
   // result_type over the list; no 0-dim tensor can take part, so it is plain promotion.
   DType dt = xs[0].dtype();
@@ -75,7 +76,14 @@ Tensor cat(const TensorList& xs, int dim) {
   return out;
 }
 
-Tensor stack(const TensorList& xs, int dim) {
+Tensor cat(const TensorList& xs, int dim) {
+  return observed_other("cat", [&] { return cat_impl(xs, dim); }, [&](Observed& o, const Tensor&) {
+    for (const Tensor& x : xs) o.ins.push_back(&x);
+    o.ints = {dim};
+  });
+}
+
+static Tensor stack_impl(const TensorList& xs, int dim) {
   DL_CHECK(!xs.empty(), "stack: expected a non-empty list of tensors");
   const Tensor& first = xs[0];
   DL_CHECK(first.defined(), "stack: tensor ", pos(0), " in the list is undefined");
@@ -92,7 +100,14 @@ Tensor stack(const TensorList& xs, int dim) {
   return cat(parts, d);
 }
 
-Tensor index_select(const Tensor& x, int dim, const Tensor& index) {
+Tensor stack(const TensorList& xs, int dim) {
+  return observed_other("stack", [&] { return stack_impl(xs, dim); }, [&](Observed& o, const Tensor&) {
+    for (const Tensor& x : xs) o.ins.push_back(&x);
+    o.ints = {dim};
+  });
+}
+
+static Tensor index_select_impl(const Tensor& x, int dim, const Tensor& index) {
   check_index_dtype(index, "index_select");
   DL_CHECK(index.dim() <= 1, "index_select: expected a 1-D index, got shape ", index.shape());
   check_same_device(x, index, "index_select", "the index");
@@ -110,7 +125,12 @@ Tensor index_select(const Tensor& x, int dim, const Tensor& index) {
   return out;
 }
 
-Tensor gather(const Tensor& x, int dim, const Tensor& index) {
+Tensor index_select(const Tensor& x, int dim, const Tensor& index) {
+  return observed_other("index_select", [&] { return index_select_impl(x, dim, index); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x, &index}; o.ints = {dim}; });
+}
+
+static Tensor gather_impl(const Tensor& x, int dim, const Tensor& index) {
   check_index_dtype(index, "gather");
   check_same_device(x, index, "gather", "the index");
   DL_CHECK(std::max(index.dim(), 1) == std::max(x.dim(), 1), "gather: index of shape ", index.shape(),
@@ -127,7 +147,12 @@ Tensor gather(const Tensor& x, int dim, const Tensor& index) {
   return out;
 }
 
-Tensor scatter_add(const Tensor& x, int dim, const Tensor& index, const Tensor& src) {
+Tensor gather(const Tensor& x, int dim, const Tensor& index) {
+  return observed_other("gather", [&] { return gather_impl(x, dim, index); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x, &index}; o.ints = {dim}; });
+}
+
+static Tensor scatter_add_impl(const Tensor& x, int dim, const Tensor& index, const Tensor& src) {
   check_index_dtype(index, "scatter_add");
   check_same_device(x, index, "scatter_add", "the index");
   check_same_device(x, src, "scatter_add", "src");
@@ -151,6 +176,11 @@ Tensor scatter_add(const Tensor& x, int dim, const Tensor& index, const Tensor& 
   }
   kernel(x.device(), &Backend::scatter_add, "scatter_add")(at_least_1d(out), d, iv, sv);
   return out;
+}
+
+Tensor scatter_add(const Tensor& x, int dim, const Tensor& index, const Tensor& src) {
+  return observed_other("scatter_add", [&] { return scatter_add_impl(x, dim, index, src); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x, &index, &src}; o.ints = {dim}; });
 }
 
 }  // namespace dl

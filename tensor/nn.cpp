@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "tensor/backend.h"
+#include "tensor/observe.h"
 
 namespace dl {
 
@@ -153,11 +154,23 @@ PoolDims pool_dims(const char* op, const Shape& xs, const Pool2dOpts& opts) {
   return d;
 }
 
+// What the ops below report to an observer (observe.h): an optional tensor not given
+// as null, a pooling's options as integers, every result of the multi-result ops.
+const Tensor* optional(const Tensor& t) { return t.defined() ? &t : nullptr; }
+
+std::vector<int64_t> pool_ints(const Pool2dOpts& o, bool with_indices) {
+  return {o.kernel[0], o.kernel[1], o.stride[0], o.stride[1], o.padding[0], o.padding[1],
+          o.ceil_mode, o.count_include_pad, with_indices};
+}
+
 }  // namespace
+
+void observed_outs(const BatchNormResult& r, std::vector<Tensor>& l) { l.insert(l.end(), {r.y, r.mean, r.invstd}); }
+void observed_outs(const LayerNormResult& r, std::vector<Tensor>& l) { l.insert(l.end(), {r.y, r.mean, r.invstd}); }
 
 // ---- convolution --------------------------------------------------------------------------
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o) {
+static Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o) {
   const char* op = "conv2d";
   check_device(x, w, op, "the weight");
   check_device(x, bias, op, "the bias");
@@ -176,6 +189,13 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
   kernel(x.device(), &Backend::conv2d, op)(batched(out), batched(prepared(x, dt)), prepared(w, dt),
                                            prepared(bias, dt), o);
   return out;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o) {
+  return observed_other("conv2d", [&] { return conv2d_impl(x, w, bias, o); }, [&](Observed& ob, const Tensor&) {
+    ob.ins = {&x, &w, bias.defined() ? &bias : nullptr};
+    ob.ints = {o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0], o.dilation[1], o.groups};
+  });
 }
 
 Tensor conv2d_input_grad(const Tensor& g, const Tensor& w, const Shape& input_shape, const Conv2dOpts& o) {
@@ -245,7 +265,7 @@ Shape conv_transpose2d_shape(const Tensor& x, const Tensor& w, const Conv2dOpts&
   return x.dim() == 4 ? Shape{b[0], c, out[0], out[1]} : Shape{c, out[0], out[1]};
 }
 
-Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o,
+static Tensor conv_transpose2d_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o,
                         const int64_t output_padding[2]) {
   const Shape s = conv_transpose2d_shape(x, w, o, output_padding);
   const int64_t c = s[s.size() - 3];
@@ -257,9 +277,20 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
   return binary(Op::Add, y, view(bias, Shape{c, 1, 1}));
 }
 
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o,
+                        const int64_t output_padding[2]) {
+  return observed_other("conv_transpose2d", [&] { return conv_transpose2d_impl(x, w, bias, o, output_padding); },
+                        [&](Observed& ob, const Tensor&) {
+                          ob.ins = {&x, &w, bias.defined() ? &bias : nullptr};
+                          ob.ints = {o.stride[0],   o.stride[1],       o.padding[0],      o.padding[1],
+                                     o.dilation[0], o.dilation[1],     o.groups,          output_padding[0],
+                                     output_padding[1]};
+                        });
+}
+
 // ---- pooling --------------------------------------------------------------------------------
 
-std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& opts, bool with_indices) {
+static std::pair<Tensor, Tensor> max_pool2d_impl(const Tensor& x, const Pool2dOpts& opts, bool with_indices) {
   const char* op = "max_pool2d";
   const PoolDims d = pool_dims(op, x.shape(), opts);
   const DType dt = float_dtype({&x});
@@ -269,6 +300,11 @@ std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& opts, bo
   kernel(x.device(), &Backend::max_pool2d, op)(batched(out), with_indices ? batched(idx) : idx,
                                                batched(prepared(x, dt)), d.o);
   return {out, idx};
+}
+
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& opts, bool with_indices) {
+  return observed_other("max_pool2d", [&] { return max_pool2d_impl(x, opts, with_indices); },
+                        [&](Observed& o, const auto&) { o.ins = {&x}; o.ints = pool_ints(opts, with_indices); });
 }
 
 Tensor max_pool2d_backward(const Tensor& g, const Tensor& indices, const Shape& input_shape) {
@@ -294,7 +330,7 @@ Tensor max_pool2d_backward(const Tensor& g, const Tensor& indices, const Shape& 
   return gx;
 }
 
-Tensor avg_pool2d(const Tensor& x, const Pool2dOpts& opts) {
+static Tensor avg_pool2d_impl(const Tensor& x, const Pool2dOpts& opts) {
   const char* op = "avg_pool2d";
   const PoolDims d = pool_dims(op, x.shape(), opts);
   const DType dt = float_dtype({&x});
@@ -302,6 +338,11 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOpts& opts) {
   if (out.numel() == 0) return out;
   kernel(x.device(), &Backend::avg_pool2d, op)(batched(out), batched(prepared(x, dt)), d.o);
   return out;
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2dOpts& opts) {
+  return observed_other("avg_pool2d", [&] { return avg_pool2d_impl(x, opts); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = pool_ints(opts, false); });
 }
 
 Tensor avg_pool2d_backward(const Tensor& g, const Shape& input_shape, const Pool2dOpts& opts) {
@@ -338,7 +379,7 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x, double p) {
 
 // ---- batch normalisation -----------------------------------------------------------------------
 
-BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+static BatchNormResult batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                            const Tensor& running_var, bool training, double momentum, double eps) {
   const char* op = "batch_norm";
   DL_CHECK(x.dim() >= 2, op, ": expected an input of shape (N, C, ...) with at least 2 dimensions, got shape ",
@@ -407,11 +448,22 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   return r;
 }
 
+BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                           const Tensor& running_var, bool training, double momentum, double eps) {
+  return observed_other(
+      "batch_norm", [&] { return batch_norm_impl(x, weight, bias, running_mean, running_var, training, momentum, eps); },
+      [&](Observed& o, const BatchNormResult&) {
+        o.ins = {&x, optional(weight), optional(bias), optional(running_mean), optional(running_var)};
+        o.ints = {training};
+        o.nums = {momentum, eps};
+      });
+}
+
 // ---- layer normalisation ---------------------------------------------------------------------
 
 // One pass for the statistics (in double) and one for y, a row at a time (the CPU
 // and CUDA kernels share fn::LayerNormY); absent affine parameters are ones and zeros.
-LayerNormResult layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps) {
+static LayerNormResult layer_norm_impl(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps) {
   const char* op = "layer_norm";
   DL_CHECK(normalized >= 1 && normalized <= x.dim(), op, ": cannot normalise the last ", normalized,
            " dims of an input of shape ", x.shape());
@@ -442,6 +494,15 @@ LayerNormResult layer_norm(const Tensor& x, int normalized, const Tensor& weight
   r.mean = view(mean, lead);
   r.invstd = view(inv, lead);
   return r;
+}
+
+LayerNormResult layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps) {
+  return observed_other("layer_norm", [&] { return layer_norm_impl(x, normalized, weight, bias, eps); },
+                        [&](Observed& o, const LayerNormResult&) {
+                          o.ins = {&x, optional(weight), optional(bias)};
+                          o.ints = {normalized};
+                          o.nums = {eps};
+                        });
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,
@@ -478,6 +539,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
     DL_CHECK_KIND(Index, *padding_idx >= -V && *padding_idx < V, op, ": padding_idx ", *padding_idx,
                   " is out of range for ", V, " embeddings");
   if (indices.numel() > 0) {
+    Unobserved check;   // a range check, no part of the result
     const double lo = reduce(Op::Amin, indices, {}, false).item();
     const double hi = reduce(Op::Amax, indices, {}, false).item();
     DL_CHECK_KIND(Index, lo >= 0 && hi < double(V), op, ": index ", int64_t(lo < 0 ? lo : hi),
@@ -495,7 +557,7 @@ int64_t cross_entropy_count(const Tensor& target, std::optional<int64_t> ignore_
   return int64_t(reduce(Op::Sum, kept, {}, false).item());
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
+static Tensor cross_entropy_impl(const Tensor& logits, const Tensor& target, Reduction reduction,
                      std::optional<int64_t> ignore_index) {
   const char* op = "cross_entropy";
   check_device(logits, target, op, "the target");
@@ -521,6 +583,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
     }
   }
   fail(ErrorKind::Value, op, ": unknown reduction ", int(reduction));
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
+                     std::optional<int64_t> ignore_index) {
+  return observed_other("cross_entropy", [&] { return cross_entropy_impl(logits, target, reduction, ignore_index); },
+                        [&](Observed& o, const Tensor&) {
+                          o.ins = {&logits, &target};
+                          o.ints = {int64_t(reduction), ignore_index.has_value(), ignore_index.value_or(0)};
+                        });
 }
 
 }  // namespace dl

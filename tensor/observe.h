@@ -13,9 +13,13 @@
 // operand, the view that reshapes a reduction) are its own business, and replaying the
 // outer op runs them again. What reports itself: the pointwise and reduction families,
 // matmul, the shape functions below, casts and copies, and the constants (zeros, ones,
-// full); in-place writes report themselves as Fn::Write (their target), so that an
-// observer can refuse what it could not replay. Nothing is reported, and nothing costs
-// more than a thread-local load, while no observer is set (the usual case).
+// full), each with its typed fields; every other op of the front ends (ops.h, nn.h) as
+// Fn::Other, by name with generic argument lists (observed_other); in-place writes as
+// Fn::Write (their target), so that an observer can refuse what it could not replay.
+// A result allocated outside every reported op (empty() at depth 0) is reported to
+// unreported(): an op that forgot to report itself, which a strict observer (dl.export)
+// must refuse rather than take its result for a constant. Nothing is reported, and
+// nothing costs more than a thread-local load, while no observer is set (the usual case).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -29,6 +33,7 @@ enum class Fn : uint8_t {
   Unary, Binary, BinaryScalar, Compare, CompareScalar, Reduce, MatMul,
   SumTo, Expand, Reshape, View, Squeeze, Unsqueeze, Transpose, Cast, Contiguous, Clone, Full,
   Write,
+  Other,   // by name (Observed::name), with ins/ints/nums/outs
 };
 
 inline const char* fn_name(Fn f) {
@@ -45,6 +50,7 @@ inline const char* fn_name(Fn f) {
     case Fn::Clone: return "clone";
     case Fn::Full: return "full";
     case Fn::Write: return "an in-place write";
+    case Fn::Other: return "an op outside the table";
     default: return "an op of the table";
   }
 }
@@ -56,6 +62,7 @@ struct Observed {
   const Tensor* in[2] = {nullptr, nullptr};
   int nin = 0;
   double s = 0;             // the number of the *Scalar fns, Full's value
+  ScalarKind skind = ScalarKind::Float;   // and its kind (an integer or a float)
   bool first = false;       // the number came first
   std::vector<int> dims;    // Reduce: the dims; Transpose: two; Squeeze/Unsqueeze: one (or none)
   bool keepdim = false;
@@ -64,10 +71,20 @@ struct Observed {
   DType dtype = DType::Float32;   // Cast, Full
   Device device;            // Full
   Tensor out;
+  // Fn::Other: the op's name (export/ops.cpp lists each with the meaning of its lists),
+  // its tensor inputs (null for an optional one not given), integer arguments (dims,
+  // sizes, flags), numbers, and every result (out is the first).
+  const char* name = nullptr;
+  std::vector<const Tensor*> ins;
+  std::vector<int64_t> ints;
+  std::vector<double> nums;
+  std::vector<Tensor> outs;
 };
 
 struct Observer {
   virtual void seen(const Observed& op) = 0;
+  // A tensor was allocated for `op` outside every reported op.
+  virtual void unreported(const char* op) {}
   virtual ~Observer() = default;
 };
 
@@ -124,6 +141,54 @@ template <typename Run, typename Fill>
     o->seen(op);
   }
   return r;
+}
+
+// Like observed() for an op reported as Fn::Other: `fill(o, result)` sets o's inputs,
+// ints and nums (the name and results are set here). Any result type: a Tensor, a pair,
+// a struct of tensors (`outs(result, list)` lists them).
+inline void observed_outs(const Tensor& t, std::vector<Tensor>& l) { l.push_back(t); }
+inline void observed_outs(const std::pair<Tensor, Tensor>& p, std::vector<Tensor>& l) {
+  l.push_back(p.first);
+  l.push_back(p.second);
+}
+template <typename Run, typename Fill>
+[[gnu::always_inline]] inline auto observed_other(const char* name, Run&& run, Fill&& fill) -> decltype(run()) {
+  Observer* o = __builtin_expect(g_observers.load(std::memory_order_relaxed) == 0, 1) ? nullptr : t_observer;
+  if (!o) return run();
+  const bool outermost = t_observe_depth == 0;
+  auto r = [&] {
+    ++t_observe_depth;
+    struct Undo {
+      ~Undo() { --t_observe_depth; }
+    } undo;
+    return run();
+  }();
+  if (outermost) {
+    Observed op;
+    op.fn = Fn::Other;
+    op.name = name;
+    fill(op, r);
+    observed_outs(r, op.outs);
+    if (!op.outs.empty()) op.out = op.outs[0];
+    o->seen(op);
+  }
+  return r;
+}
+
+// A scope whose ops are not reported: checks that read values (an index's range) and
+// are no part of what an op computes.
+struct Unobserved {
+  Unobserved() { ++t_observe_depth; }
+  ~Unobserved() { --t_observe_depth; }
+  Unobserved(const Unobserved&) = delete;
+  Unobserved& operator=(const Unobserved&) = delete;
+};
+
+// empty()'s report of a result allocated outside every reported op.
+inline void observe_allocation(const char* op) {
+  if (__builtin_expect(g_observers.load(std::memory_order_relaxed) == 0, 1)) return;
+  Observer* o = t_observer;
+  if (o && t_observe_depth == 0) o->unreported(op);
 }
 
 // For the in-place ops: reports a write to `target` (before it happens).

@@ -177,7 +177,7 @@ Tensor binary_scalar_impl(Op op, const Tensor& a, Scalar s, bool scalar_first) {
 
 Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   return observed([&] { return binary_scalar_impl(op, a, s, scalar_first); },
-                  [&](Observed& o) { o.fn = Fn::BinaryScalar; o.op = op; o.in[0] = &a; o.nin = 1; o.s = s.v; o.first = scalar_first; });
+                  [&](Observed& o) { o.fn = Fn::BinaryScalar; o.op = op; o.in[0] = &a; o.nin = 1; o.s = s.v; o.skind = s.kind; o.first = scalar_first; });
 }
 
 void binary_(Op op, Tensor& a, const Tensor& b) {
@@ -239,12 +239,12 @@ Tensor compare_scalar_impl(Op op, const Tensor& a, Scalar s, bool scalar_first) 
 
 Tensor compare(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   return observed([&] { return compare_scalar_impl(op, a, s, scalar_first); },
-                  [&](Observed& o) { o.fn = Fn::CompareScalar; o.op = op; o.in[0] = &a; o.nin = 1; o.s = s.v; o.first = scalar_first; });
+                  [&](Observed& o) { o.fn = Fn::CompareScalar; o.op = op; o.in[0] = &a; o.nin = 1; o.s = s.v; o.skind = s.kind; o.first = scalar_first; });
 }
 
 // ---- where, clamp, masked_fill ---------------------------------------------------------
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+static Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_device(cond, a, "where");
   check_same_device(a, b, "where");
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
@@ -254,7 +254,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return observed_other("where", [&] { return where_impl(cond, a, b); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&cond, &a, &b}; });
+}
+
+static Tensor clamp_impl(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   DL_CHECK(lo || hi, "clamp: at least one of min and max must be given");
   DL_CHECK_KIND(Type, x.dtype() != DType::Bool, "clamp: not supported for bool tensors");
   double l = lo ? *lo : -INFINITY, h = hi ? *hi : INFINITY;
@@ -264,6 +269,14 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   Tensor out = empty(x.shape(), ct, x.device(), "clamp");
   backend_for(x.device(), "clamp").clamp(out, to_dtype(x, ct), l, h);
   return out;
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  return observed_other("clamp", [&] { return clamp_impl(x, lo, hi); }, [&](Observed& o, const Tensor&) {
+    o.ins = {&x};
+    o.ints = {lo.has_value(), hi.has_value()};
+    o.nums = {lo.value_or(0), hi.value_or(0)};
+  });
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {

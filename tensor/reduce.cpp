@@ -167,16 +167,20 @@ Tensor arg_index(Op op, const Tensor& x, std::optional<int> dim, bool keepdim) {
 }  // namespace
 
 std::pair<Tensor, Tensor> max_dim(const Tensor& x, int dim, bool keepdim) {
-  return arg_reduce(Op::MaxDim, x, dim, keepdim, true);
+  return observed_other("max_dim", [&] { return arg_reduce(Op::MaxDim, x, dim, keepdim, true); },
+                        [&](Observed& o, const auto&) { o.ins = {&x}; o.ints = {dim, keepdim}; });
 }
 std::pair<Tensor, Tensor> min_dim(const Tensor& x, int dim, bool keepdim) {
-  return arg_reduce(Op::MinDim, x, dim, keepdim, true);
+  return observed_other("min_dim", [&] { return arg_reduce(Op::MinDim, x, dim, keepdim, true); },
+                        [&](Observed& o, const auto&) { o.ins = {&x}; o.ints = {dim, keepdim}; });
 }
 Tensor argmax(const Tensor& x, std::optional<int> dim, bool keepdim) {
-  return arg_index(Op::Argmax, x, dim, keepdim);
+  return observed_other("argmax", [&] { return arg_index(Op::Argmax, x, dim, keepdim); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim.has_value(), dim.value_or(0), keepdim}; });
 }
 Tensor argmin(const Tensor& x, std::optional<int> dim, bool keepdim) {
-  return arg_index(Op::Argmin, x, dim, keepdim);
+  return observed_other("argmin", [&] { return arg_index(Op::Argmin, x, dim, keepdim); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim.has_value(), dim.value_or(0), keepdim}; });
 }
 
 // ---- softmax -------------------------------------------------------------------------------
@@ -193,12 +197,18 @@ Tensor softmax_impl(Op op, const Tensor& x, int dim) {
 }
 }  // namespace
 
-Tensor softmax(const Tensor& x, int dim) { return softmax_impl(Op::Softmax, x, dim); }
-Tensor log_softmax(const Tensor& x, int dim) { return softmax_impl(Op::LogSoftmax, x, dim); }
+Tensor softmax(const Tensor& x, int dim) {
+  return observed_other("softmax", [&] { return softmax_impl(Op::Softmax, x, dim); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim}; });
+}
+Tensor log_softmax(const Tensor& x, int dim) {
+  return observed_other("log_softmax", [&] { return softmax_impl(Op::LogSoftmax, x, dim); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim}; });
+}
 
 // ---- scans ---------------------------------------------------------------------------------
 
-Tensor cumsum(const Tensor& x, int dim, bool reverse) {
+static Tensor cumsum_impl(const Tensor& x, int dim, bool reverse) {
   const char* name = "cumsum";
   const int d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), name);
   const DType t = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
@@ -207,6 +217,11 @@ Tensor cumsum(const Tensor& x, int dim, bool reverse) {
   Tensor xin = contiguous(as_1d(x));
   kernel(&Backend::scan, x.device(), name)(Op::Cumsum, as_1d(out), xin, d, reverse);
   return out;
+}
+
+Tensor cumsum(const Tensor& x, int dim, bool reverse) {
+  return observed_other("cumsum", [&] { return cumsum_impl(x, dim, reverse); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim, reverse}; });
 }
 
 // ---- sum_to ----------------------------------------------------------------------------------

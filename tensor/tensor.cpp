@@ -5,6 +5,7 @@
 #include "tensor/allocator.h"
 #include "tensor/backend.h"
 #include "tensor/functors.h"
+#include "tensor/observe.h"
 
 namespace dl {
 
@@ -142,6 +143,7 @@ Tensor make_view(const Tensor& base, const Shape& sizes, const Shape& strides, i
 Tensor empty(const Shape& shape, DType dtype, Device device, const char* op) {
   int64_t n = checked_numel(shape, op);
   if (n > int64_t(1) << 56) fail(ErrorKind::Memory, op, ": shape ", shape, " is too large");
+  observe_allocation(op);
   size_t nbytes = size_t(n) * itemsize(dtype);
   auto st = Storage::allocate(nbytes, device, op);
   return Tensor(make_ref<TensorImpl>(std::move(st), shape, contiguous_strides(shape), 0, dtype, n, true));
@@ -149,6 +151,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device, const char* op) {
 
 Tensor empty_like(const Tensor& x, DType dtype) {
   const int64_t n = x.numel();
+  observe_allocation("empty");
   auto st = Storage::allocate(size_t(n) * itemsize(dtype), x.device(), "empty");
   return Tensor(make_ref<TensorImpl>(std::move(st), x.shape(), contiguous_strides(x.shape()), 0, dtype, n, true));
 }

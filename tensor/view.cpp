@@ -152,7 +152,7 @@ Tensor transpose(const Tensor& x, int d0, int d1) {
                   [&](Observed& o) { o.fn = Fn::Transpose; o.in[0] = &x; o.nin = 1; o.dims = {d0, d1}; });
 }
 
-Tensor permute(const Tensor& x, const std::vector<int>& order) {
+static Tensor permute_impl(const Tensor& x, const std::vector<int>& order) {
   int n = x.dim();
   DL_CHECK(int(order.size()) == n, "permute: expected an order of ", n, " dims for a tensor of shape ",
            x.shape(), ", got ", order.size());
@@ -168,6 +168,13 @@ Tensor permute(const Tensor& x, const std::vector<int>& order) {
   return make_view(x, sizes, strides, x.offset());
 }
 
+Tensor permute(const Tensor& x, const std::vector<int>& order) {
+  return observed_other("permute", [&] { return permute_impl(x, order); }, [&](Observed& o, const Tensor&) {
+    o.ins = {&x};
+    o.ints.assign(order.begin(), order.end());
+  });
+}
+
 namespace {
 // x's offset moved k steps along dim d. Only an empty view can reach past every element
 // (a start equal to the size, or a size-1 dim whose stride is a saturated placeholder),
@@ -180,7 +187,7 @@ int64_t moved_offset(const Tensor& x, int d, int64_t k) {
 }
 }  // namespace
 
-Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
+static Tensor narrow_impl(const Tensor& x, int dim, int64_t start, int64_t length) {
   DL_CHECK(x.dim() > 0, "narrow: cannot be applied to a 0-dim tensor");
   int d = wrap_dim(dim, x.dim(), "narrow");
   int64_t size = x.size(d);
@@ -194,7 +201,12 @@ Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
   return make_view(x, sizes, x.strides(), moved_offset(x, d, start));
 }
 
-Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step) {
+Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length) {
+  return observed_other("narrow", [&] { return narrow_impl(x, dim, start, length); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim, start, length}; });
+}
+
+static Tensor slice_impl(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step) {
   DL_CHECK(x.dim() > 0, "slice: cannot be applied to a 0-dim tensor");
   int d = wrap_dim(dim, x.dim(), "slice");
   DL_CHECK(step > 0, "slice: step must be positive, got ", step);
@@ -215,7 +227,12 @@ Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step
   return make_view(x, sizes, strides, moved_offset(x, d, start));
 }
 
-Tensor select(const Tensor& x, int dim, int64_t index) {
+Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step) {
+  return observed_other("slice", [&] { return slice_impl(x, dim, start, stop, step); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim, start, stop, step}; });
+}
+
+static Tensor select_impl(const Tensor& x, int dim, int64_t index) {
   DL_CHECK(x.dim() > 0, "select: cannot be applied to a 0-dim tensor");
   int d = wrap_dim(dim, x.dim(), "select");
   int64_t size = x.size(d);
@@ -226,6 +243,11 @@ Tensor select(const Tensor& x, int dim, int64_t index) {
   sizes.erase(d);
   strides.erase(d);
   return make_view(x, sizes, strides, moved_offset(x, d, index));
+}
+
+Tensor select(const Tensor& x, int dim, int64_t index) {
+  return observed_other("select", [&] { return select_impl(x, dim, index); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim, index}; });
 }
 
 namespace {

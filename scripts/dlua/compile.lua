@@ -163,6 +163,7 @@ local function compile(f, opts)
       C.dl_compile_abandon()   -- left in progress by an error that stopped its end
     end
     if C.dl_is_recording() ~= 0 then return f(...) end   -- eager under a gradient
+    if C.dl_export_active() ~= 0 then return f(...) end  -- its ops go into an exported graph
     -- The collector is stepped here, as before an eager op allocates (Note [Stepping the
     -- collector] in core.lua): the call's results are allocated when its steps run, and
     -- the garbage of the calls before (last call's results) is then freed and reused.

@@ -50,6 +50,13 @@ core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 -- dl.compile: deferred, traced and fused calls of a Lua function.
 require("dlua.compile")
 
+-- dl.export(f, args, opts) and dl.export.load(path): graphs in files, run without Lua.
+-- Its module loads when the table is first called or read (it replaces this metatable).
+dl.export = setmetatable({}, {
+  __call = function(self, ...) require("dlua.export"); return self(...) end,
+  __index = function(self, k) require("dlua.export"); return rawget(self, k) end,
+})
+
 -- Files (dl.save/dl.load, dl.data.load_idx/fashion_mnist), checkpoints, TensorBoard
 -- summaries and progress bars; after autograd, whose no_grad they use.
 require("dlua.io")

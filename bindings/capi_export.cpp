@@ -1,0 +1,170 @@
+// The C ABI of dl.export's captures (declared in bindings/capi.h, "dl.export" section;
+// the Lua side is scripts/dlua/export.lua, the engine side export/).
+//
+// A capture belongs to the thread that runs it: dl_export_begin sets its Capture as the
+// thread's op observer (tensor/observe.h) and marks the thread as exporting, so that
+// values keep their identity (value.h, maybe_exporting) and escapes to Lua are refused
+// (check_no_escape). Finished captures are kept per thread, numbered from 0, for the Lua
+// side to compare (dl_export_unify), name and save; dl_export_clear drops them.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings/capi.h"
+#include "bindings/guard.h"
+#include "bindings/handles.h"
+#include "bindings/value.h"
+#include "export/capture.h"
+#include "export/model.h"
+#include "tensor/error.h"
+
+using dl::ErrorKind;
+using dl::fail;
+using dl::bind::get;
+using dl::bind::guard_status;
+using dl::graph::Capture;
+
+namespace dl::bind {
+
+std::atomic<int> g_exports{0};
+
+namespace {
+
+struct Exporting {
+  std::unique_ptr<Capture> active;
+  std::unique_ptr<dl::Observing> observing;
+  std::vector<std::unique_ptr<Capture>> done;
+  std::string text;   // dl_export_graph's result
+};
+thread_local Exporting t_export;
+
+Capture& active(const char* op) {
+  if (!t_export.active) fail(ErrorKind::Value, op, ": no capture in progress");
+  return *t_export.active;
+}
+
+Capture& done(int k, const char* op) {
+  if (k < 0 || size_t(k) >= t_export.done.size()) fail(ErrorKind::Value, op, ": no capture ", k);
+  return *t_export.done[size_t(k)];
+}
+
+void stop() noexcept {
+  if (!t_export.active) return;
+  t_export.observing.reset();
+  g_exports.fetch_sub(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+bool exporting() noexcept { return t_export.active != nullptr; }
+
+void check_no_escape(const char* what) {
+  if (!maybe_exporting()) return;
+  fail(ErrorKind::Value, "export: ", what,
+       " reads a tensor's value into Lua, which a graph cannot hold; use dl.where (or tensor ops) for "
+       "choices that depend on values");
+}
+
+}  // namespace dl::bind
+
+using namespace dl::bind;
+
+extern "C" {
+
+int dl_export_begin(const uint64_t* xs, const char* const* names, int n) {
+  return guard_status([&] {
+    DL_CHECK(!t_export.active, "export: a capture is already in progress on this thread");
+    DL_CHECK(!dl::compile::current(), "export: cannot export from inside a compiled function");
+    auto c = std::make_unique<Capture>();
+    for (int i = 0; i < n; ++i) c->input(get(xs[i], "export"), names[i] ? names[i] : "");
+    if (!c->error().empty()) fail(ErrorKind::Value, "export: ", c->error());
+    t_export.active = std::move(c);
+    t_export.observing = std::make_unique<dl::Observing>(t_export.active.get());
+    g_exports.fetch_add(1, std::memory_order_relaxed);
+  });
+}
+
+int dl_export_output(uint64_t y) {
+  return guard_status([&] {
+    Capture& c = active("export");
+    t_export.observing.reset();   // what the caller does with the results is not captured
+    c.output(get(y, "export"));
+  });
+}
+
+int dl_export_end(void) {
+  int k = -1;
+  guard_status([&] {
+    Capture& c = active("export");
+    stop();
+    std::unique_ptr<Capture> cap = std::move(t_export.active);
+    if (!c.error().empty()) fail(ErrorKind::Value, "export: ", c.error());
+    dl::graph::prune(*cap);
+    t_export.done.push_back(std::move(cap));
+    k = int(t_export.done.size()) - 1;
+  });
+  return k;
+}
+
+void dl_export_abort(void) {
+  stop();
+  t_export.active.reset();
+}
+
+int dl_export_active(void) { return t_export.active ? 1 : 0; }
+
+int dl_export_symbols(int capture, const char* const* names, int n) {
+  return guard_status([&] {
+    Capture& c = done(capture, "export");
+    DL_CHECK(n >= 0 && size_t(n) <= dl::graph::kMaxSymbols, "export: at most ", dl::graph::kMaxSymbols,
+             " symbolic dims");
+    c.graph.symbols.assign(names, names + n);
+  });
+}
+
+int dl_export_unify(int first, int second, int sym, const double* base, const double* at, int n) {
+  return guard_status([&] {
+    Capture& a = done(first, "export");
+    const Capture& b = done(second, "export");
+    DL_CHECK(sym < int(a.graph.symbols.size()) && n == int(a.graph.symbols.size()), "export: bad symbol");
+    const std::vector<int64_t> base_v(base, base + n), at_v(at, at + n);
+    const std::string e = dl::graph::unify(a, b, sym, base_v, at_v);
+    if (!e.empty()) fail(ErrorKind::Value, "export: ", e);
+  });
+}
+
+int dl_export_name(int capture, uint64_t x, const char* name) {
+  return guard_status([&] { done(capture, "export").name(get(x, "export"), name ? name : ""); });
+}
+
+int dl_export_save(int capture, const char* path, const char* const* meta, int nmeta) {
+  return guard_status([&] {
+    const Capture& c = done(capture, "export");
+    DL_CHECK(path && *path, "export: no path given");
+    std::vector<std::pair<std::string, std::string>> extra;
+    for (int i = 0; i + 1 < nmeta; i += 2) extra.emplace_back(meta[i], meta[i + 1]);
+    dl::graph::save_model(path, c.graph, c.constants, extra);
+  });
+}
+
+const char* dl_export_graph(int capture) {
+  const char* r = nullptr;
+  guard_status([&] {
+    t_export.text = dl::graph::to_json(done(capture, "export").graph);
+    r = t_export.text.c_str();
+  });
+  return r;
+}
+
+const char* dl_export_describe(int capture) {
+  const char* r = nullptr;
+  guard_status([&] {
+    t_export.text = dl::graph::summary(done(capture, "export").graph);
+    r = t_export.text.c_str();
+  });
+  return r;
+}
+
+void dl_export_clear(void) { t_export.done.clear(); }
+
+}  // extern "C"

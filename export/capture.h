@@ -1,0 +1,73 @@
+// Capturing a graph from the engine's ops as they run (dl.export).
+//
+//   Capture cap;
+//   cap.input(x, "x");
+//   {
+//     Observing on(&cap);                      // every op of this thread is reported
+//     y = tanh(matmul(x, w));                  // w, made before, becomes a constant
+//   }
+//   cap.output(y);
+//   if (!cap.error().empty()) ...             // the first thing that could not be captured
+//   prune(cap);                               // nodes no output needs are dropped
+//
+// Note [Strict capture] in capture.cpp says what is refused and why. Nothing here knows
+// Lua: the bindings (bindings/capi_export.cpp) run the function and call these.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "export/graph.h"
+#include "tensor/observe.h"
+
+namespace dl::graph {
+
+class Capture final : public Observer {
+ public:
+  // A tensor the caller gives, in order, before the ops run.
+  void input(const Tensor& t, const std::string& name);
+  void seen(const Observed& o) override;
+  void unreported(const char* op) override;
+  // A result of the function, in order, after the ops ran.
+  void output(const Tensor& t);
+  // Gives the constant made from `t` (a parameter) its name in the file.
+  void name(const Tensor& t, const std::string& name);
+  // The first thing that could not be captured, or empty.
+  const std::string& error() const { return error_; }
+  void set_error(const std::string& e) { if (error_.empty()) error_ = e; }
+
+  Graph graph;
+  std::vector<Tensor> constants;   // each graph.constants entry's tensor, a snapshot
+
+ private:
+  struct Known {
+    int64_t offset;
+    Shape sizes, strides;
+    DType dtype;
+    int32_t value;
+    Tensor hold;   // keeps the storage alive, so that its address names it
+  };
+  int32_t find(const Tensor& t) const;
+  int32_t value_of(const Tensor& t, const char* op);
+  int32_t add_value(const Tensor& t);
+  void remember(const Tensor& t, int32_t v);
+  bool node_of(const Observed& o, Node* n);
+
+  std::unordered_map<const Storage*, std::vector<Known>> known_;
+  std::vector<Tensor> sources_;   // per constant: the tensor it was taken from
+  std::string error_;
+};
+
+// Drops the nodes whose results no output needs and the constants no node reads, and
+// numbers the values again in the order they are made.
+void prune(Capture& c);
+
+// Compares a second capture with the first, which ran with the symbols' values `base`;
+// the second ran with `at`. Where they differ only in symbol `sym` (-1: none), the
+// first's integers that differ become affine in it (mul * symbol + add); anything else
+// that differs is an error (returned; empty when they agree).
+std::string unify(Capture& first, const Capture& second, int sym, const std::vector<int64_t>& base,
+                  const std::vector<int64_t>& at);
+
+}  // namespace dl::graph

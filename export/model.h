@@ -1,0 +1,48 @@
+// A loaded .dlg file and the runner of its graph: what libdlua_run and dl.export.load
+// use, with no Lua inside.
+//
+//   auto m = Model::load("mlp.dlg");                 // dl::Error "dlg_load: mlp.dlg: ..."
+//   std::vector<Tensor> y = m->run({x});             // dl::Error "dlg_run: ..."
+//   save_model("mlp.dlg", graph, constants);         // atomically
+//
+// A Model is immutable once loaded: run() may be called on one from several threads.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "export/graph.h"
+#include "tensor/tensor.h"
+
+namespace dl::graph {
+
+// The metadata key of the graph's JSON in a .dlg file.
+inline constexpr const char* kGraphKey = "dlua.graph";
+
+class Model {
+ public:
+  static std::shared_ptr<const Model> load(const std::string& path);
+  // A file held in memory; `name` stands for its path in messages.
+  static std::shared_ptr<const Model> parse(const void* data, size_t n, const std::string& name);
+
+  // The graph's outputs for these inputs (host tensors of the graph's input dtypes, with
+  // sizes the graph allows). Results may share memory with the inputs or the constants
+  // when the graph returns one of them unchanged.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+
+  const Graph& graph() const { return g_; }
+
+ private:
+  void plan();
+  Graph g_;
+  std::vector<Tensor> constants_;        // by value (undefined for the others)
+  std::vector<std::vector<int32_t>> free_after_;   // per node: values no later node reads
+};
+
+// Writes a .dlg file: the constants (graph.constants' tensors, in order) as safetensors
+// tensors, the graph's JSON and `extra` as its metadata.
+void save_model(const std::string& path, const Graph& g, const std::vector<Tensor>& constants,
+                const std::vector<std::pair<std::string, std::string>>& extra = {});
+
+}  // namespace dl::graph

@@ -1,0 +1,237 @@
+-- dl.export and dl.export.load: a function's graph, written to a .dlg file and run back,
+-- gives eager's results bit for bit; sizes marked dynamic follow the inputs; everything a
+-- graph cannot hold is an error that names the line, never a frozen value.
+local H = require("harness")
+local dl = require("dlua")
+local nn = dl.nn
+
+local tmp = os.tmpname()
+local function path(name) return tmp .. "." .. name .. ".dlg" end
+
+local function identical(a, b, what)
+  H.eq(a.dtype, b.dtype, what .. " dtype")
+  H.eq(a.shape, b.shape, what .. " shape")
+  H.ok(dl.equal(a, b), what .. ": values differ from eager's")
+end
+
+-- Exports f at args, loads the file, and compares with eager on each list of calls.
+local function round_trip(name, f, args, opts, calls)
+  opts = opts or {}
+  opts.path = path(name)
+  local report = dl.export(f, args, opts)
+  local g = dl.export.load(opts.path)
+  for i, call in ipairs(calls or { args }) do
+    local want = { f(unpack(call)) }
+    local got = { g(unpack(call)) }
+    H.eq(#got, #want, name .. ": number of results")
+    for k = 1, #want do identical(got[k], want[k], name .. " call " .. i .. " result " .. k) end
+  end
+  os.remove(opts.path)
+  return report, g
+end
+
+H.test("an MLP round-trips bit for bit, its batch dynamic", function()
+  dl.manual_seed(3)
+  local net = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 5))
+  net:eval()
+  local f = function(x) return dl.softmax(net(x), 2) end
+  local report = round_trip("mlp", f, { dl.randn(4, 12) }, { dynamic = { [1] = { 1, "batch" } }, names = net },
+                            { { dl.randn(4, 12) }, { dl.randn(1, 12) }, { dl.randn(37, 12) } })
+  local text = tostring(report)
+  H.ok(text:find("input1 float32 (batch, 12)", 1, true), text)
+  H.ok(text:find("1.weight float32 (32, 12)", 1, true), text)
+  H.ok(text:find("softmax 1", 1, true), text)
+end)
+
+H.test("without dynamic dims a graph takes exactly the exported sizes", function()
+  local w = dl.randn(6, 3)
+  local f = function(x) return dl.tanh(x:matmul(w)) end
+  local p = path("fixed")
+  dl.export(f, { dl.randn(2, 6) }, { path = p })
+  local g = dl.export.load(p)
+  identical(g(dl.ones(2, 6)), f(dl.ones(2, 6)), "fixed")
+  H.raises(function() g(dl.ones(3, 6)) end, "dlg_run: input 1 (input1) is float32 (3, 6); the graph takes float32 (2, 6)")
+  H.raises(function() g(dl.ones(2, 6, "float64")) end, "the graph takes float32 (2, 6)")
+  H.raises(function() g() end, "takes 1 inputs, got 0")
+  os.remove(p)
+end)
+
+H.test("a conv net with batch norm, pooling and dropout (evaluation mode) round-trips", function()
+  dl.manual_seed(5)
+  local net = nn.Sequential(
+    nn.Conv2d(1, 4, 3, { padding = 1 }), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Conv2d(4, 6, 3), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(), nn.Dropout(0.5), nn.Linear(6 * 2 * 2, 3))
+  -- Running statistics away from their start, so that evaluation mode matters.
+  for _ = 1, 3 do net(dl.randn(5, 1, 12, 12)) end
+  net:eval()
+  round_trip("cnn", function(x) return dl.log_softmax(net(x), 2) end, { dl.randn(2, 1, 12, 12) },
+             { dynamic = { [1] = { 1, "batch" } }, names = net },
+             { { dl.randn(2, 1, 12, 12) }, { dl.randn(7, 1, 12, 12) } })
+end)
+
+H.test("sequence models: embedding, layer norm, attention, an LSTM", function()
+  dl.manual_seed(7)
+  local emb, ln = nn.Embedding(20, 8), nn.LayerNorm(8)
+  local attn = nn.MultiheadAttention(8, 2, { batch_first = true })
+  local lstm = nn.LSTM(8, 6, { batch_first = true })
+  for _, m in ipairs({ emb, ln, attn, lstm }) do m:eval() end
+  local f = function(ids)
+    local h = ln(emb(ids))
+    local a = attn(h, h, h)
+    local y = lstm(a)
+    return y:sum(2), a
+  end
+  local ids = dl.tensor({ { 1, 5, 7, 2 }, { 3, 3, 19, 20 } }, "int64")
+  round_trip("seq", f, { ids }, { dynamic = { [1] = { 1, "batch" } } },
+             { { ids }, { dl.tensor({ { 4, 4, 4, 4 } }, "int64") } })
+end)
+
+H.test("a dynamic dim that appears in two arguments, and float64", function()
+  local f = function(x, m) return dl.where(m, x * 2, x:exp()):sum(2), x:mean(1) end
+  local x = dl.randn(3, 5, "float64")
+  local m = x:gt(0)
+  round_trip("two", f, { x, m }, { dynamic = { [1] = { 1, "n" }, [2] = { 1, "n" } } },
+             { { x, m }, { dl.randn(6, 5, "float64"), dl.randn(6, 5):gt(0) } })
+end)
+
+H.test("reshape and view sizes follow the symbol (affine sizes)", function()
+  local f = function(x) return x:reshape(-1):view(x.shape[1] * 2, 3):sum(1) end
+  round_trip("affine", f, { dl.randn(4, 6) }, { dynamic = { [1] = { 1, "b" } } },
+             { { dl.randn(4, 6) }, { dl.randn(9, 6) } })
+end)
+
+H.test("Lua numbers become constants, listed in the report", function()
+  local f = function(x) return (x * 0.5 + 3):clamp(0, 2) end
+  local report = round_trip("numbers", f, { dl.randn(5) })
+  H.ok(tostring(report):find("(mul): 0.5", 1, true), tostring(report))
+  H.ok(tostring(report):find("(add): 3", 1, true), tostring(report))
+end)
+
+H.test("several results, a result that is an argument, and a constant result", function()
+  local c = dl.tensor({ 1, 2, 3 })
+  local f = function(x) return x, x + 1, c end
+  round_trip("results", f, { dl.randn(3) })
+end)
+
+H.test("reading a value into Lua is an error at its line", function()
+  local p = path("escape")
+  local f = function(x)
+    if x:sum():item() > 0 then return x end
+    return -x
+  end
+  local line = H.line() - 3
+  local msg = H.raises(function() dl.export(f, { dl.randn(3) }, { path = p }) end, "export: item reads a tensor's value into Lua")
+  H.at(msg, line)
+  H.raises(function() dl.export(function(x) return x[1] > 0 and x or -x end, { dl.randn(3) }, { path = p }) end,
+           "export: x[i] of a 1-D tensor reads a tensor's value")
+  H.raises(function() dl.export(function(x) return tostring(x) and x end, { dl.randn(3) }, { path = p }) end,
+           "export:")
+  H.ok(io.open(p) == nil, "no file is written")
+  -- The runtime is usable afterwards: values are read again.
+  H.eq(dl.tensor({ 2 }):item(), 2)
+  H.eq(dl.export.load ~= nil, true)
+end)
+
+H.test("random ops, in-place writes and training-mode batch norm are refused", function()
+  local p = path("refused")
+  H.raises(function() dl.export(function(x) return x + dl.rand(3) end, { dl.randn(3) }, { path = p }) end,
+           "random ops cannot be exported")
+  local drop = nn.Dropout(0.5)
+  H.raises(function() dl.export(function(x) return drop(x) end, { dl.randn(3) }, { path = p }) end,
+           "evaluation mode")
+  H.raises(function() dl.export(function(x) local y = x * 1; y:add_(1); return y end, { dl.randn(3) }, { path = p }) end,
+           "in-place write")
+  local bn = nn.BatchNorm1d(3)
+  H.raises(function() dl.export(function(x) return bn(x) end, { dl.randn(4, 3) }, { path = p }) end,
+           "evaluation mode for models")
+  H.raises(function()
+    dl.export(function(x) return dl.nn.functional.batch_norm(x, bn.running_mean, bn.running_var, nil, nil, true) end,
+              { dl.randn(4, 3) }, { path = p })
+  end, "batch_norm in training mode")
+  H.ok(io.open(p) == nil, "no file is written")
+end)
+
+H.test("a Lua branch on a dynamic size, or on changing state, is caught by the captures", function()
+  local p = path("branch")
+  local f = function(x)
+    if x.shape[1] > 3 then return x * 2 end
+    return x + 1
+  end
+  H.raises(function() dl.export(f, { dl.randn(3, 2) }, { path = p, dynamic = { [1] = { 1, "batch" } } }) end,
+           "when batch changed from 3 to 4")
+  local calls = 0
+  local g = function(x)
+    calls = calls + 1
+    return x * calls
+  end
+  H.raises(function() dl.export(g, { dl.randn(2) }, { path = p }) end, "Lua number 1 became 2")
+  local w = dl.ones(2)
+  local h = function(x)
+    w = w + 1   -- a tensor read from outside that changes from call to call
+    return x * w
+  end
+  H.raises(function() dl.export(h, { dl.randn(2) }, { path = p }) end, "constant")
+  -- A size product of two symbols is not affine in either.
+  H.raises(function()
+    dl.export(function(x) return x:reshape(-1) end, { dl.randn(2, 3) },
+              { path = p, dynamic = { [1] = { { 1, "a" }, { 2, "b" } } } })
+  end, "two symbolic dims")
+  H.ok(io.open(p) == nil, "no file is written")
+end)
+
+H.test("check_args runs the second capture on other sizes", function()
+  local p = path("check")
+  local f = function(x) return x:sum(2) end
+  dl.export(f, { dl.randn(2, 4) }, { path = p, dynamic = { [1] = { 1, "n" } }, check_args = { dl.randn(9, 4) } })
+  local g = dl.export.load(p)
+  identical(g(dl.ones(5, 4)), f(dl.ones(5, 4)), "check")
+  H.raises(function() dl.export(f, { dl.randn(2, 4) }, { path = p, check_args = { dl.randn(9, 4) } }) end,
+           "in the check capture")
+  os.remove(p)
+end)
+
+H.test("bad arguments and hostile files get clear errors", function()
+  local p = path("bad")
+  H.raises(function() dl.export(42, {}, { path = p }) end, "export: expected a function")
+  H.raises(function() dl.export(function(x) return x end, { 3 }, { path = p }) end, "argument 1 is a number")
+  H.raises(function() dl.export(function(x) return x end, { dl.ones(2) }) end, "expected opts.path")
+  H.raises(function() dl.export(function(x) return x end, { dl.ones(2) }, { path = p, bogus = 1 }) end,
+           "unknown option 'bogus'")
+  H.raises(function() dl.export(function(x) return 3 end, { dl.ones(2) }, { path = p }) end, "result 1 is a number")
+  H.raises(function() dl.export(function(x) return x end, { dl.ones(2) }, { path = p, dynamic = { [1] = { 2, "n" } } }) end,
+           "dim 2 is not a dim")
+  H.raises(function() dl.export.load(p .. ".missing") end, "dlg_load")
+  -- A safetensors file without a graph, and one whose graph is damaged.
+  dl.save(p, { w = dl.ones(2) })
+  H.raises(function() dl.export.load(p) end, "no graph in the file")
+  dl.export(function(x) return x + 1 end, { dl.ones(2) }, { path = p })
+  local f = assert(io.open(p, "rb"))
+  local bytes = f:read("*a")
+  f:close()
+  -- The graph's JSON is a string in the header: its quotes are escaped there.
+  local function plain_sub(text, from, to)
+    local i = text:find(from, 1, true)
+    if not i then return text end
+    return text:sub(1, i - 1) .. to .. text:sub(i + #from)
+  end
+  local q = '\\"'
+  for _, damage in ipairs({ { q .. "op" .. q .. ":" .. q .. "add", q .. "op" .. q .. ":" .. q .. "nop" },
+                            { q .. "version" .. q .. ":1", q .. "version" .. q .. ":7" },
+                            { q .. "in" .. q .. ":[0", q .. "in" .. q .. ":[9" },
+                            { q .. "outputs" .. q .. ":[1]", q .. "outputs" .. q .. ":[5]" } }) do
+    local b = plain_sub(bytes, damage[1], damage[2])
+    H.ok(b ~= bytes, "damaged " .. damage[1])
+    f = assert(io.open(p, "wb"))
+    f:write(b)
+    f:close()
+    H.raises(function() dl.export.load(p) end, "dlg_load: " .. p)
+  end
+  os.remove(p)
+end)
+
+H.test("compiled functions called inside an export run eagerly into the graph", function()
+  local cf = dl.compile(function(x) return dl.tanh(x) * 2 end)
+  round_trip("compiled", function(x) return cf(x) + 1 end, { dl.randn(4) })
+end)
+
+H.run()
