@@ -64,16 +64,16 @@ void Model::plan() {
 
 std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
   const Graph& g = g_;
-  DL_CHECK(inputs.size() == g.inputs.size(), "dlg_run: the graph takes ", g.inputs.size(), " inputs, got ",
-           inputs.size());
+  DL_CHECK_KIND(Type, inputs.size() == g.inputs.size(), "dlg_run: the graph takes ", g.inputs.size(),
+                " inputs, got ", inputs.size());
   // The symbols' values, from the inputs' sizes.
   std::vector<int64_t> syms(g.symbols.size(), -1);
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Tensor& x = inputs[k];
     const ValueInfo& info = g.values[size_t(g.inputs[k])];
     const std::string& name = g.input_names[k];
-    DL_CHECK(x.defined(), "dlg_run: input ", k + 1, " (", name, ") is missing");
-    DL_CHECK(x.device().is_cpu(), "dlg_run: input ", k + 1, " (", name, ") is on ", x.device(), ", not the cpu");
+    DL_CHECK_KIND(Type, x.defined(), "dlg_run: input ", k + 1, " (", name, ") is missing");
+    DL_CHECK_KIND(Type, x.device().is_cpu(), "dlg_run: input ", k + 1, " (", name, ") is on ", x.device(), ", not the cpu");
     bool ok = x.dtype() == info.dtype && x.dim() == int(info.shape.size());
     for (int d = 0; ok && d < x.dim(); ++d) {
       const Int& i = info.shape[size_t(d)];

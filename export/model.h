@@ -32,6 +32,8 @@ class Model {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
   const Graph& graph() const { return g_; }
+  // The tensor of constant value v (undefined for a value that is not a constant).
+  const Tensor& constant(int32_t v) const { return constants_[size_t(v)]; }
 
  private:
   void plan();

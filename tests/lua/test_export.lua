@@ -234,4 +234,24 @@ H.test("compiled functions called inside an export run eagerly into the graph", 
   round_trip("compiled", function(x) return cf(x) + 1 end, { dl.randn(4) })
 end)
 
+H.test("dlua-run runs a file from the shell, and says what it takes", function()
+  local runner = os.getenv("DLUA_RUN")
+  if not runner then return print("        (DLUA_RUN not set: the shell runner is tested under ctest)") end
+  local net = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 2))
+  local f = function(x) return net(x):sigmoid() end
+  local p, input, output = path("cli"), tmp .. ".in.safetensors", tmp .. ".out.safetensors"
+  dl.export(f, { dl.randn(3, 5) }, { path = p, dynamic = { [1] = { 1, "batch" } }, input_names = { "x" } })
+  local x = dl.randn(4, 5)
+  dl.save(input, { x = x })
+  H.eq(os.execute(runner .. " " .. p .. " " .. input .. " -o " .. output), 0)
+  identical(dl.load(output).output1, f(x), "dlua-run")
+  local info = io.popen(runner .. " " .. p):read("*a")
+  H.ok(info:find("input 1: x float32 (batch, 5)", 1, true), info)
+  local printed = io.popen(runner .. " " .. p .. " " .. input):read("*a")
+  H.ok(printed:find("output 1: float32 (4, 2)", 1, true), printed)
+  H.ok(os.execute(runner .. " 2>/dev/null") ~= 0, "no arguments is a usage error")
+  H.ok(os.execute(runner .. " " .. p .. ".missing 2>/dev/null") ~= 0, "a missing file is an error")
+  for _, q in ipairs({ p, input, output }) do os.remove(q) end
+end)
+
 H.run()

@@ -37,6 +37,13 @@ set(ENV{LD_LIBRARY_PATH} "${prefix}/lib")
 run_program(${WORK}/consumer/consumer)
 run_program(${WORK}/consumer/consumer_c)
 
+# An exported graph, made by the installed dlua, run by the installed libdlua_run
+# (find_package's dlua::run), by the installed dlua-run, and by a C program built with
+# pkg-config's dlua_run flags.
+run_program(${prefix}/bin/dlua -e "dl.export(function(x) return (x * 2):sum(2, true) end, { dl.ones(4, 3) }, { path = '${WORK}/sum.dlg', dynamic = { [1] = { 1, 'n' } } })")
+run_program(${WORK}/consumer/consumer_run ${WORK}/sum.dlg)
+run_program(${prefix}/bin/dlua-run ${WORK}/sum.dlg)
+
 # pkg-config
 find_program(PKG_CONFIG pkg-config REQUIRED)
 find_program(CC NAMES cc gcc REQUIRED)
@@ -46,6 +53,11 @@ string(STRIP "${last_output}" flags)
 separate_arguments(flags UNIX_COMMAND "${flags}")
 run(${CC} ${SRC}/tests/runtime/consumer/main.c -o ${WORK}/consumer_pc ${flags})
 run_program(${WORK}/consumer_pc)
+run(${PKG_CONFIG} --cflags --libs dlua_run)
+string(STRIP "${last_output}" flags)
+separate_arguments(flags UNIX_COMMAND "${flags}")
+run(${CC} ${SRC}/tests/runtime/consumer/run.c -o ${WORK}/consumer_run_pc ${flags})
+run_program(${WORK}/consumer_run_pc ${WORK}/sum.dlg)
 
 # The installed program and module.
 unset(ENV{LD_LIBRARY_PATH})
