@@ -99,7 +99,7 @@ int dl_export_end(void) {
     stop();
     std::unique_ptr<Capture> cap = std::move(t_export.active);
     if (!c.error().empty()) fail(ErrorKind::Value, "export: ", c.error());
-    dl::graph::prune(*cap);
+    cap->prune();
     t_export.done.push_back(std::move(cap));
     k = int(t_export.done.size()) - 1;
   });

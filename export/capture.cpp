@@ -68,7 +68,7 @@ int32_t Capture::value_of(const Tensor& t, const char* op) {
     copy = contiguous(clone(t));
   }
   const int32_t c = add_value(t);
-  graph.constants.emplace_back(c, "const." + std::to_string(graph.constants.size()));
+  graph.constants.emplace_back(c, "");   // named by prune(), or after a parameter by name()
   constants.push_back(copy);
   sources_.push_back(t);
   return c;
@@ -171,8 +171,8 @@ void Capture::seen(const Observed& o) {
   graph.nodes.push_back(std::move(n));
 }
 
-void prune(Capture& c) {
-  Graph& g = c.graph;
+void Capture::prune() {
+  Graph& g = graph;
   std::vector<uint8_t> live(g.values.size(), 0);
   for (int32_t v : g.outputs) live[size_t(v)] = 1;
   std::vector<uint8_t> keep(g.nodes.size(), 0);
@@ -182,7 +182,9 @@ void prune(Capture& c) {
       for (int32_t v : g.nodes[i].in)
         if (v >= 0) live[size_t(v)] = 1;
   }
-  // New numbers in the order values are made: inputs, constants, node results.
+  // New numbers in the order values are made: inputs, constants (in the order the kept
+  // nodes first read them, which does not depend on when a capture happened to see
+  // them first), node results.
   std::vector<int32_t> renum(g.values.size(), -1);
   Graph out;
   out.symbols = g.symbols;
@@ -195,12 +197,20 @@ void prune(Capture& c) {
     out.inputs.push_back(add(g.inputs[i]));
     out.input_names.push_back(g.input_names[i]);
   }
-  std::vector<Tensor> consts;
-  for (size_t i = 0; i < g.constants.size(); ++i) {
-    if (!live[size_t(g.constants[i].first)]) continue;
-    out.constants.emplace_back(add(g.constants[i].first), g.constants[i].second);
-    consts.push_back(c.constants[i]);
-  }
+  std::vector<int32_t> constant_of(g.values.size(), -1);   // value -> its index in g.constants
+  for (size_t i = 0; i < g.constants.size(); ++i) constant_of[size_t(g.constants[i].first)] = int32_t(i);
+  std::vector<Tensor> consts, sources;
+  auto add_constant = [&](int32_t v) {
+    if (v < 0 || constant_of[size_t(v)] < 0 || renum[size_t(v)] >= 0) return;
+    const size_t i = size_t(constant_of[size_t(v)]);
+    out.constants.emplace_back(add(v), "const." + std::to_string(out.constants.size()));
+    consts.push_back(constants[i]);
+    sources.push_back(sources_[i]);
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (keep[i])
+      for (int32_t v : g.nodes[i].in) add_constant(v);
+  for (int32_t v : g.outputs) add_constant(v);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!keep[i]) continue;
     Node n = std::move(g.nodes[i]);
@@ -210,7 +220,8 @@ void prune(Capture& c) {
   }
   for (int32_t v : g.outputs) out.outputs.push_back(renum[size_t(v)]);
   g = std::move(out);
-  c.constants = std::move(consts);
+  constants = std::move(consts);
+  sources_ = std::move(sources);
 }
 
 namespace {

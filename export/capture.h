@@ -31,7 +31,11 @@ class Capture final : public Observer {
   void unreported(const char* op) override;
   // A result of the function, in order, after the ops ran.
   void output(const Tensor& t);
-  // Gives the constant made from `t` (a parameter) its name in the file.
+  // Drops the nodes whose results no output needs and the constants no node reads, and
+  // numbers the values again in the order they are made (constants const.0, const.1 ...
+  // in the order the nodes read them).
+  void prune();
+  // Gives the constant made from `t` (a parameter) its name in the file (after prune).
   void name(const Tensor& t, const std::string& name);
   // The first thing that could not be captured, or empty.
   const std::string& error() const { return error_; }
@@ -58,10 +62,6 @@ class Capture final : public Observer {
   std::vector<Tensor> sources_;   // per constant: the tensor it was taken from
   std::string error_;
 };
-
-// Drops the nodes whose results no output needs and the constants no node reads, and
-// numbers the values again in the order they are made.
-void prune(Capture& c);
 
 // Compares a second capture with the first, which ran with the symbols' values `base`;
 // the second ran with `at`. Where they differ only in symbol `sym` (-1: none), the

@@ -94,6 +94,8 @@ return {
   ["dl.implicit_value_and_grad"] = { "dl.implicit_value_and_grad(f)", "Like implicit_grad, with f's value first." },
   ["dl.compile"] = { "dl.compile(f [, {name =, check =}])", "f with its tensor work deferred, traced and fused; the same results as f (docs/compile.md)." },
   ["dl.compile.explain"] = { "dl.compile.explain(cf)", "A compiled function's traces, ops with their lines, and where calls left them." },
+  ["dl.export"] = { "dl.export(f, args, {path =, dynamic =, names =, check_args =, input_names =, metadata =})", "Writes f's graph to a .dlg file that libdlua_run and dlua-run run without Lua; returns a report (docs/export.md)." },
+  ["dl.export.load"] = { "dl.export.load(path)", "A .dlg file's graph as a callable: f(x, ...) gives its outputs, as the exported function did." },
   ["dl.compile.enabled"] = { "dl.compile.enabled()", "False when DLUA_COMPILE=0 makes compiled functions plain calls." },
   ["dl.get_rng_state"] = { "dl.get_rng_state()", "The random generator's state, {seed =, offset =}." },
   ["dl.set_rng_state"] = { "dl.set_rng_state(state)", "Goes back to a state from get_rng_state: the same numbers come again." },
