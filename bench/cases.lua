@@ -196,6 +196,21 @@ function M.mlpstep(iters, compiled)
   return timed(compiled and dl.compile(step) or step, iters, xb, yb)
 end
 
+-- The MLP of the export rows (784-256-10, its logits), made alike by bench/run.lua's
+-- export and here.
+function M.infer_model()
+  local nn = dl.nn
+  dl.manual_seed(1)
+  return nn.Sequential{ nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10) }:eval()
+end
+
+-- Its inference on one image of zeros, eagerly under no_grad: seconds per call.
+function M.mlpinfer(iters)
+  local model = M.infer_model()
+  local x = dl.zeros(1, 784)
+  return dl.no_grad(function() return timed(model, iters, x) end)
+end
+
 -- A function of 100 pointwise ops on (64, 64) float32: its first call through a fresh
 -- dl.compile (capture, planning, the collection that finds what it kept), or an eager
 -- call: seconds per call.
@@ -326,7 +341,7 @@ function M.worker(input, output)
     layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
-    chainc = M.chainc,
+    chainc = M.chainc, mlpinfer = M.mlpinfer,
     mlpstep = function(iters, c) return M.mlpstep(iters, c == "c") end,
     capture100 = function(iters, c) return M.capture100(iters, c == "c") end,
     mlp = function(n) return M.epochs("mlp", n) end,

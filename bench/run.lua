@@ -222,6 +222,11 @@ local WORKERS = {
     end
     return start_worker("c", pinned(shq(opts.ref), pin))
   end,
+  dlg = function(pin)
+    local exe = build_bin .. "/dlua_bench_dlg"
+    if not exists(exe) then return { dead = exe .. " not built (cmake --build <build> --target dlua_bench_dlg)" } end
+    return start_worker("dlg", pinned(shq(exe), pin))
+  end,
 }
 local infos = {}   -- what each kind of worker said about itself, for the header
 
@@ -343,23 +348,46 @@ do
               show = per(S), target = 1.0, reps = 2 }, "cnn", quick and 1024 or 1, quick and 1024 or 3200)
 end
 
+-- A side that times whole processes: argv's mean wall time over k runs.
+local function startup(argv, k)
+  return function()
+    local total = 0
+    for _ = 1, k do
+      local t, err = spawn(argv)
+      if not t then error(err, 0) end
+      total = total + t
+    end
+    return total / k
+  end
+end
+
 do
   local k_ours, k_theirs = quick and 2 or 10, quick and 1 or 2
-  local function startup(argv, k)
-    return function()
-      local total = 0
-      for _ = 1, k do
-        local t, err = spawn(argv)
-        if not t then error(err, 0) end
-        total = total + t
-      end
-      return total / k
-    end
-  end
   row{ id = "startup", label = "start-up: `dlua -e ''` vs `python3 -c 'import torch'`", unit = "ms",
        show = per(MS), target = 1 / 50, slow = true,
        ours = { label = "dlua", run = startup({ dlua_exe, "-e", "" }, k_ours) },
        refs = { { label = "python3 -c 'import torch'", run = startup({ opts.python, "-c", "import torch" }, k_theirs) } } }
+end
+
+do
+  -- dl.export (docs/export.md): the MLP of bench/cases.lua's infer_model, exported to a
+  -- .dlg file (batch free) before the rows run, and run by a C program with libdlua_run
+  -- (bench/dlg_worker.c) or by dlua-run, against dlua eager and PyTorch eager.
+  local k = quick and 200 or 20000
+  row{ id = "runinfer", label = "MLP 784-256-10 inference, batch 1: C host (libdlua_run) vs eager", unit = "us/call",
+       show = per(US), target = 0.5, pinned = true, export_model = true,
+       ours = { label = "C host", kind = "dlg", cmd = ("infer %s %d"):format(tmpdir .. "/mlp.dlg", k) },
+       refs = { { label = "dlua eager", kind = "dlua", cmd = "mlpinfer " .. k }, torch("mlpinfer " .. k, 1) } }
+  local k_ours, k_theirs = quick and 2 or 10, quick and 1 or 2
+  local torch_start = { label = "python3 -c 'import torch'", run = startup({ opts.python, "-c", "import torch" }, k_theirs) }
+  row{ id = "runstart", label = "process start to first MLP inference: C host vs `import torch` alone", unit = "ms",
+       show = per(MS), target = 1 / 200, slow = true, export_model = true,
+       ours = { label = "C host", run = startup({ build_bin .. "/dlua_bench_dlg", "--first", tmpdir .. "/mlp.dlg" }, k_ours) },
+       refs = { torch_start } }
+  row{ id = "runcli", label = "process start to first MLP inference: `dlua-run` vs `import torch` alone", unit = "ms",
+       show = per(MS), target = 1 / 200, slow = true, export_model = true,
+       ours = { label = "dlua-run", run = startup({ build_bin .. "/dlua-run", tmpdir .. "/mlp.dlg", tmpdir .. "/mlp.in" }, k_ours) },
+       refs = { torch_start } }
 end
 
 do
@@ -407,6 +435,18 @@ if opts.rows then
   end
 else
   for _, r in ipairs(rows) do selected[r] = true end
+end
+
+-- The export rows' model, made once by a dlua process (bench/cases.lua's infer_model).
+for r in pairs(selected) do
+  if r.export_model then
+    local script = ("package.path = %q .. '/?.lua;' .. package.path; local M = require('cases'); " ..
+                    "dl.export(M.infer_model(), { dl.zeros(1, 784) }, { path = %q, dynamic = { [1] = { 1, 'batch' } } }); " ..
+                    "dl.save(%q, { input1 = dl.zeros(1, 784) })"):format(here, tmpdir .. "/mlp.dlg", tmpdir .. "/mlp.in")
+    local _, err = spawn({ dlua_exe, "-e", script })
+    if err then error("bench: exporting the MLP: " .. err, 0) end
+    break
+  end
 end
 
 -- ---- running --------------------------------------------------------------------------------------

@@ -240,6 +240,14 @@ def set_threads(threads):
         pass  # another BLAS: torch.set_num_threads is all there is
 
 
+def mlpinfer(iters):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
+    x = torch.zeros(1, 784)
+    with torch.no_grad():
+        return timed(model, iters, 2, x)
+
+
 def run(cmd, n, threads):
     set_threads(threads)
     if cmd == "add16":
@@ -254,6 +262,8 @@ def run(cmd, n, threads):
         return lstm(n)
     if cmd == "sdpa":
         return sdpa(n)
+    if cmd == "mlpinfer":
+        return mlpinfer(n)
     if cmd in ("mlp", "cnn"):
         # n > 1000: a partial epoch of n images (the quick mode), else n epochs.
         if n > 1000:
