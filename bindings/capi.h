@@ -433,7 +433,17 @@ int dl_export_begin(const uint64_t* xs, const char* const* names, int n);
 int dl_export_output(uint64_t y);
 int dl_export_end(void);                  /* the capture's number, or -1 */
 void dl_export_abort(void);               /* ends a capture an error left in progress */
-int dl_export_active(void);               /* 1 while this thread captures */
+int dl_export_active(void);               /* 1 while this thread captures (and is not paused) */
+/* dl.while_loop inside a capture (Note [Loops] in export/capture.cpp): its condition,
+   then its body, each captured as a graph of its own on the state xs (sub_begin, the
+   function, sub_output per result, sub_end); then the loop runs eagerly while the
+   capture is paused (pause 1, then 0); dl_export_loop adds the loop node, from the
+   state before and after. */
+int dl_export_sub_begin(const uint64_t* xs, int n);
+int dl_export_sub_output(uint64_t y);
+int dl_export_sub_end(void);
+int dl_export_pause(int pause);
+int dl_export_loop(const uint64_t* init, const uint64_t* final, int n);
 int dl_export_symbols(int capture, const char* const* names, int n);
 /* Capture `first` ran with the symbols' values base[0..n), `second` with at[0..n),
    which differ in symbol sym alone (0-based; -1: none). 0, or -1 when the captures

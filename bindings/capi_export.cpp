@@ -31,7 +31,11 @@ std::atomic<int> g_exports{0};
 namespace {
 
 struct Exporting {
-  std::unique_ptr<Capture> active;
+  // The capture in progress, and inside it the loop graphs being captured (Note [Loops]
+  // in export/capture.cpp): the innermost is observed.
+  std::vector<std::unique_ptr<Capture>> stack;
+  std::vector<std::unique_ptr<Capture>> loop_graphs;   // finished, for dl_export_loop
+  bool paused = false;   // a loop runs eagerly: nothing observed, values may be read
   std::unique_ptr<dl::Observing> observing;
   std::vector<std::unique_ptr<Capture>> done;
   std::string text;   // dl_export_graph's result
@@ -39,8 +43,8 @@ struct Exporting {
 thread_local Exporting t_export;
 
 Capture& active(const char* op) {
-  if (!t_export.active) fail(ErrorKind::Value, op, ": no capture in progress");
-  return *t_export.active;
+  if (t_export.stack.empty()) fail(ErrorKind::Value, op, ": no capture in progress");
+  return *t_export.stack.back();
 }
 
 Capture& done(int k, const char* op) {
@@ -48,21 +52,30 @@ Capture& done(int k, const char* op) {
   return *t_export.done[size_t(k)];
 }
 
-void stop() noexcept {
-  if (!t_export.active) return;
+// The thread's ops are reported to c (null: to nobody).
+void observe(Capture* c) {
   t_export.observing.reset();
+  if (c) t_export.observing = std::make_unique<dl::Observing>(c);
+}
+
+void stop() noexcept {
+  if (t_export.stack.empty()) return;
+  t_export.observing.reset();
+  t_export.stack.clear();
+  t_export.loop_graphs.clear();
+  t_export.paused = false;
   g_exports.fetch_sub(1, std::memory_order_relaxed);
 }
 
 }  // namespace
 
-bool exporting() noexcept { return t_export.active != nullptr; }
+bool exporting() noexcept { return !t_export.stack.empty() && !t_export.paused; }
 
 void check_no_escape(const char* what) {
   if (!maybe_exporting()) return;
   fail(ErrorKind::Value, "export: ", what,
-       " reads a tensor's value into Lua, which a graph cannot hold; use dl.where (or tensor ops) for "
-       "choices that depend on values");
+       " reads a tensor's value into Lua, which a graph cannot hold; use dl.where or dl.cond for "
+       "choices that depend on values, dl.while_loop for loops");
 }
 
 }  // namespace dl::bind
@@ -73,13 +86,13 @@ extern "C" {
 
 int dl_export_begin(const uint64_t* xs, const char* const* names, int n) {
   return guard_status([&] {
-    DL_CHECK(!t_export.active, "export: a capture is already in progress on this thread");
+    DL_CHECK(t_export.stack.empty(), "export: a capture is already in progress on this thread");
     DL_CHECK(!dl::compile::current(), "export: cannot export from inside a compiled function");
     auto c = std::make_unique<Capture>();
     for (int i = 0; i < n; ++i) c->input(get(xs[i], "export"), names[i] ? names[i] : "");
     if (!c->error().empty()) fail(ErrorKind::Value, "export: ", c->error());
-    t_export.active = std::move(c);
-    t_export.observing = std::make_unique<dl::Observing>(t_export.active.get());
+    t_export.stack.push_back(std::move(c));
+    observe(t_export.stack.back().get());
     g_exports.fetch_add(1, std::memory_order_relaxed);
   });
 }
@@ -87,7 +100,7 @@ int dl_export_begin(const uint64_t* xs, const char* const* names, int n) {
 int dl_export_output(uint64_t y) {
   return guard_status([&] {
     Capture& c = active("export");
-    t_export.observing.reset();   // what the caller does with the results is not captured
+    observe(nullptr);   // what the caller does with the results is not captured
     c.output(get(y, "export"));
   });
 }
@@ -95,10 +108,11 @@ int dl_export_output(uint64_t y) {
 int dl_export_end(void) {
   int k = -1;
   guard_status([&] {
-    Capture& c = active("export");
+    active("export");
+    DL_CHECK(t_export.stack.size() == 1, "export: a loop's capture is still in progress");
+    std::unique_ptr<Capture> cap = std::move(t_export.stack.back());
     stop();
-    std::unique_ptr<Capture> cap = std::move(t_export.active);
-    if (!c.error().empty()) fail(ErrorKind::Value, "export: ", c.error());
+    if (!cap->error().empty()) fail(ErrorKind::Value, "export: ", cap->error());
     cap->prune();
     t_export.done.push_back(std::move(cap));
     k = int(t_export.done.size()) - 1;
@@ -106,12 +120,66 @@ int dl_export_end(void) {
   return k;
 }
 
-void dl_export_abort(void) {
-  stop();
-  t_export.active.reset();
+void dl_export_abort(void) { stop(); }
+
+int dl_export_active(void) { return exporting() ? 1 : 0; }
+
+int dl_export_sub_begin(const uint64_t* xs, int n) {
+  return guard_status([&] {
+    Capture& parent = active("while_loop");
+    DL_CHECK(!t_export.paused, "while_loop: a loop's graph inside a loop that runs eagerly");
+    auto c = std::make_unique<Capture>(&parent);
+    for (int i = 0; i < n; ++i) c->input(get(xs[i], "while_loop"), "");
+    if (!c->error().empty()) fail(ErrorKind::Value, "export: ", c->error());
+    t_export.stack.push_back(std::move(c));
+    observe(t_export.stack.back().get());
+  });
 }
 
-int dl_export_active(void) { return t_export.active ? 1 : 0; }
+int dl_export_sub_output(uint64_t y) {
+  return guard_status([&] {
+    Capture& c = active("while_loop");
+    DL_CHECK(t_export.stack.size() > 1, "while_loop: no loop graph is being captured");
+    observe(nullptr);
+    c.output(get(y, "while_loop"));
+  });
+}
+
+int dl_export_sub_end(void) {
+  return guard_status([&] {
+    active("while_loop");
+    DL_CHECK(t_export.stack.size() > 1, "while_loop: no loop graph is being captured");
+    t_export.loop_graphs.push_back(std::move(t_export.stack.back()));
+    t_export.stack.pop_back();
+    observe(t_export.stack.back().get());
+  });
+}
+
+int dl_export_pause(int pause) {
+  return guard_status([&] {
+    active("while_loop");
+    t_export.paused = pause != 0;
+    observe(pause ? nullptr : t_export.stack.back().get());
+  });
+}
+
+int dl_export_loop(const uint64_t* init, const uint64_t* final, int n) {
+  return guard_status([&] {
+    Capture& c = active("while_loop");
+    DL_CHECK(t_export.loop_graphs.size() >= 2, "while_loop: its condition and body were not captured");
+    std::unique_ptr<Capture> body = std::move(t_export.loop_graphs.back());
+    t_export.loop_graphs.pop_back();
+    std::unique_ptr<Capture> cond = std::move(t_export.loop_graphs.back());
+    t_export.loop_graphs.pop_back();
+    std::vector<dl::Tensor> a, b;
+    for (int i = 0; i < n; ++i) {
+      a.push_back(get(init[i], "while_loop"));
+      b.push_back(get(final[i], "while_loop"));
+    }
+    c.loop(*cond, *body, a, b);
+    if (!c.error().empty()) fail(ErrorKind::Value, "export: ", c.error());
+  });
+}
 
 int dl_export_symbols(int capture, const char* const* names, int n) {
   return guard_status([&] {

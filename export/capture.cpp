@@ -17,7 +17,9 @@
 // escapes to Lua (item, comparisons, reading values), which a graph cannot hold.
 #include "export/capture.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <sstream>
 
 #include "export/ops.h"
@@ -62,6 +64,15 @@ int32_t Capture::value_of(const Tensor& t, const char* op) {
     set_error(std::string(op) + " reads a view of a value of the graph that an op the exporter does not see made");
     return -1;
   }
+  if (parent_) {   // a value of the enclosing graph (or a constant there): an input here
+    const int32_t pv = parent_->value_of(t, op);
+    if (pv < 0) return set_error(parent_->error()), -1;
+    const int32_t in = add_value(t);
+    graph.inputs.push_back(in);
+    graph.input_names.emplace_back();
+    outer_.push_back(pv);
+    return in;
+  }
   Tensor copy;
   {
     Unobserved quiet;  // the constants' copies are not ops of the graph
@@ -94,6 +105,53 @@ void Capture::name(const Tensor& t, const std::string& name) {
         if (c.second == name) return;   // a name already given (two parameters named alike)
       graph.constants[i].second = name;
     }
+}
+
+// Note [Loops]
+// dl.while_loop captures its condition and body once each, on the loop's state as it is,
+// each as a graph of its own (a child Capture) whose first inputs are the state; a
+// tensor of the enclosing capture that one of them reads becomes a further input of
+// that graph (outer_), and the enclosing graph's value is an input of the loop node. The
+// node takes the state, then every value either graph reads from outside (in one order:
+// each graph gets an input for each, unused where it reads none). The loop itself runs
+// eagerly once, unobserved, for the values the rest of the function goes on with; its
+// final state becomes the node's results. The runner runs the body while the condition
+// holds (Model::run_loop).
+void Capture::loop(Capture& cond, Capture& body, const std::vector<Tensor>& init, const std::vector<Tensor>& final) {
+  if (!error_.empty()) return;
+  if (!cond.error().empty()) return set_error(cond.error());
+  if (!body.error().empty()) return set_error(body.error());
+  Unobserved quiet;
+  Node n;
+  n.op = "while";
+  n.ints = {Int(int64_t(init.size()))};
+  for (const Tensor& t : init) n.in.push_back(value_of(t, "while_loop"));
+  std::vector<int32_t> outer;   // the union of both graphs' outside values, in order
+  for (Capture* c : {&cond, &body})
+    for (int32_t v : c->outer_)
+      if (std::find(outer.begin(), outer.end(), v) == outer.end()) outer.push_back(v);
+  for (int32_t v : outer) n.in.push_back(v);
+  for (Capture* c : {&cond, &body}) {
+    // The graph's inputs: the state, then one per outside value in the node's order.
+    Graph& g = c->graph;
+    std::vector<int32_t> inputs(g.inputs.begin(), g.inputs.begin() + std::ptrdiff_t(init.size()));
+    for (int32_t v : outer) {
+      auto it = std::find(c->outer_.begin(), c->outer_.end(), v);
+      if (it != c->outer_.end()) {
+        inputs.push_back(g.inputs[init.size() + size_t(it - c->outer_.begin())]);
+      } else {
+        inputs.push_back(int32_t(g.values.size()));
+        g.values.push_back(graph.values[size_t(v)]);
+      }
+    }
+    g.inputs = inputs;
+    g.input_names.assign(inputs.size(), "");
+    c->prune();
+    n.graphs.push_back(std::move(g));
+  }
+  if (!error_.empty()) return;
+  for (const Tensor& t : final) n.out.push_back(add_value(t));
+  graph.nodes.push_back(std::move(n));
 }
 
 void Capture::unreported(const char* op) {
@@ -261,34 +319,47 @@ std::string unify(Capture& first, const Capture& second, int sym, const std::vec
     a = Int::symbol(sym, mul, a.add - mul * v1);
     return "";
   };
-  if (g.nodes.size() != h.nodes.size() || g.values.size() != h.values.size() ||
-      g.constants.size() != h.constants.size() || g.outputs != h.outputs || g.inputs != h.inputs)
-    return "the function made different ops" + why + " (" + std::to_string(g.nodes.size()) + " nodes, then " +
-           std::to_string(h.nodes.size()) + "): its Lua code took another path";
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node& a = g.nodes[i];
-    const Node& b = h.nodes[i];
-    const std::string at = "node " + std::to_string(i) + " (" + a.op + ")";
-    if (a.op != b.op || a.in != b.in || a.out != b.out || a.ints.size() != b.ints.size() || a.nums.size() != b.nums.size())
-      return at + " is a different op" + why + " (" + b.op + "): the function's Lua code took another path";
-    for (size_t k = 0; k < a.nums.size(); ++k)
-      if (!same_num(a.nums[k], b.nums[k]))
-        return at + "'s Lua number " + num_str(a.nums[k]) + " became " + num_str(b.nums[k]) + why +
-               ": compute it with tensor ops (x.shape read in Lua is a constant of the graph)";
-    for (size_t k = 0; k < a.ints.size(); ++k) {
-      std::string e = one(a.ints[k], b.ints[k], at + "'s argument " + std::to_string(k + 1));
-      if (!e.empty()) return e;
+  // The graphs alike, node by node and value by value (a loop node's graphs too).
+  std::function<std::string(Graph&, const Graph&, const std::string&)> graphs =
+      [&](Graph& g, const Graph& h, const std::string& in) -> std::string {
+    if (g.nodes.size() != h.nodes.size() || g.values.size() != h.values.size() ||
+        g.constants.size() != h.constants.size() || g.outputs != h.outputs || g.inputs != h.inputs)
+      return "the function made different ops" + in + why + " (" + std::to_string(g.nodes.size()) +
+             " nodes, then " + std::to_string(h.nodes.size()) + "): its Lua code took another path";
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      Node& a = g.nodes[i];
+      const Node& b = h.nodes[i];
+      const std::string at = "node " + std::to_string(i) + " (" + a.op + ")" + in;
+      if (a.op != b.op || a.in != b.in || a.out != b.out || a.ints.size() != b.ints.size() ||
+          a.nums.size() != b.nums.size() || a.graphs.size() != b.graphs.size())
+        return at + " is a different op" + why + " (" + b.op + "): the function's Lua code took another path";
+      for (size_t k = 0; k < a.nums.size(); ++k)
+        if (!same_num(a.nums[k], b.nums[k]))
+          return at + "'s Lua number " + num_str(a.nums[k]) + " became " + num_str(b.nums[k]) + why +
+                 ": compute it with tensor ops (x.shape read in Lua is a constant of the graph)";
+      for (size_t k = 0; k < a.ints.size(); ++k) {
+        std::string e = one(a.ints[k], b.ints[k], at + "'s argument " + std::to_string(k + 1));
+        if (!e.empty()) return e;
+      }
+      for (size_t k = 0; k < a.graphs.size(); ++k) {
+        std::string e = graphs(a.graphs[k], b.graphs[k], " in graph " + std::to_string(k + 1) + " of " + at);
+        if (!e.empty()) return e;
+      }
     }
-  }
-  for (size_t v = 0; v < g.values.size(); ++v) {
-    ValueInfo& a = g.values[v];
-    const ValueInfo& b = h.values[v];
-    if (a.dtype != b.dtype || a.shape.size() != b.shape.size()) return "value " + std::to_string(v) + " differs" + why;
-    for (size_t d = 0; d < a.shape.size(); ++d) {
-      std::string e = one(a.shape[d], b.shape[d], "the size of value " + std::to_string(v));
-      if (!e.empty()) return e;
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      ValueInfo& a = g.values[v];
+      const ValueInfo& b = h.values[v];
+      if (a.dtype != b.dtype || a.shape.size() != b.shape.size())
+        return "value " + std::to_string(v) + in + " differs" + why;
+      for (size_t d = 0; d < a.shape.size(); ++d) {
+        std::string e = one(a.shape[d], b.shape[d], "the size of value " + std::to_string(v) + in);
+        if (!e.empty()) return e;
+      }
     }
-  }
+    return "";
+  };
+  std::string e = graphs(g, h, "");
+  if (!e.empty()) return e;
   for (size_t i = 0; i < g.constants.size(); ++i)
     if (g.constants[i].first != h.constants[i].first || !same_bits(first.constants[i], second.constants[i]))
       return "constant " + g.constants[i].second + " differs" + why +

@@ -25,6 +25,10 @@ namespace dl::graph {
 
 class Capture final : public Observer {
  public:
+  Capture() = default;
+  // A loop's condition or body (dl.while_loop), captured inside `parent`: a tensor of an
+  // enclosing capture that it reads becomes an input of its own (Note [Loops]).
+  explicit Capture(Capture* parent) : parent_(parent) {}
   // A tensor the caller gives, in order, before the ops run.
   void input(const Tensor& t, const std::string& name);
   void seen(const Observed& o) override;
@@ -37,6 +41,9 @@ class Capture final : public Observer {
   void prune();
   // Gives the constant made from `t` (a parameter) its name in the file (after prune).
   void name(const Tensor& t, const std::string& name);
+  // A loop node (dl.while_loop) from its finished condition and body captures, whose
+  // first inputs were the state `init`; `final` is the state the loop ended with.
+  void loop(Capture& cond, Capture& body, const std::vector<Tensor>& init, const std::vector<Tensor>& final);
   // The first thing that could not be captured, or empty.
   const std::string& error() const { return error_; }
   void set_error(const std::string& e) { if (error_.empty()) error_ = e; }
@@ -59,6 +66,8 @@ class Capture final : public Observer {
   bool node_of(const Observed& o, Node* n);
 
   std::unordered_map<const Storage*, std::vector<Known>> known_;
+  Capture* parent_ = nullptr;
+  std::vector<int32_t> outer_;    // a loop graph's inputs after its state: the parent's values
   std::vector<Tensor> sources_;   // per constant: the tensor it was taken from
   std::string error_;
 };

@@ -64,7 +64,8 @@ json ints_json(const std::vector<Int>& v) {
 
 struct Reader {
   const std::string& where;
-  const Graph& g;
+  const Graph& g;                          // the graph being read (value references)
+  const std::vector<std::string>& symbols; // the file's (symbolic integers)
 
   [[noreturn]] void bad(const std::string& what) const { fail(ErrorKind::Value, where, ": ", what); }
 
@@ -93,7 +94,7 @@ struct Reader {
   Int int_of(const json& v) const {
     if (!v.is_object()) return Int(integer(v, "an integer", -kMaxCoefficient, kMaxCoefficient));
     Int i;
-    i.sym = int32_t(integer(field(v, "sym", "a symbolic integer"), "a symbol", 0, int64_t(g.symbols.size()) - 1));
+    i.sym = int32_t(integer(field(v, "sym", "a symbolic integer"), "a symbol", 0, int64_t(symbols.size()) - 1));
     i.mul = v.contains("mul") ? integer(v["mul"], "a coefficient", -kMaxCoefficient, kMaxCoefficient) : 1;
     i.add = v.contains("add") ? integer(v["add"], "a coefficient", -kMaxCoefficient, kMaxCoefficient) : 0;
     return i;
@@ -112,12 +113,10 @@ struct Reader {
 
 }  // namespace
 
-std::string to_json(const Graph& g) {
-  json ops = json::object();
-  for (const Node& n : g.nodes) {
-    const OpRow* r = find_op(n.op);
-    ops[n.op] = r ? r->version : 1;
-  }
+namespace {
+
+// A graph's body (the root adds the format, version, ops and symbols).
+json body_json(const Graph& g) {
   json values = json::array();
   for (const ValueInfo& v : g.values)
     values.push_back({{"dtype", std::string(dtype_name(v.dtype))}, {"shape", ints_json(v.shape)}});
@@ -135,38 +134,48 @@ std::string to_json(const Graph& g) {
       for (double v : n.nums) a.push_back(num_json(v));
       j["nums"] = a;
     }
+    if (!n.graphs.empty()) {
+      json a = json::array();
+      for (const Graph& sub : n.graphs) a.push_back(body_json(sub));
+      j["graphs"] = a;
+    }
     nodes.push_back(std::move(j));
   }
-  json doc = {{"format", "dlua.graph"}, {"version", kFormatVersion}, {"ops", ops},
-              {"symbols", g.symbols},   {"values", values},          {"inputs", inputs},
-              {"constants", constants}, {"nodes", nodes},            {"outputs", g.outputs}};
-  return doc.dump();
+  return {{"values", values}, {"inputs", inputs}, {"constants", constants}, {"nodes", nodes}, {"outputs", g.outputs}};
 }
 
-Graph from_json(std::string_view text, const std::string& where) {
-  Graph g;
-  Reader rd{where, g};
-  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) rd.bad("the graph is not valid JSON");
-  if (rd.field(doc, "format", "the graph") != "dlua.graph") rd.bad("the graph's format is not \"dlua.graph\"");
-  const int64_t version = rd.integer(rd.field(doc, "version", "the graph"), "the format version", 1, INT64_MAX);
-  if (version > kFormatVersion)
-    rd.bad("the graph's format version " + std::to_string(version) + " is newer than this runner's (" +
-           std::to_string(kFormatVersion) + ")");
-
-  const json& ops = rd.field(doc, "ops", "the graph");
-  if (!ops.is_object()) rd.bad("the graph's \"ops\" is not an object");
-  for (auto it = ops.begin(); it != ops.end(); ++it) {
-    const OpRow* r = find_op(it.key());
-    if (!r) rd.bad("the graph uses op \"" + it.key() + "\", which this runner does not know");
-    const int64_t v = rd.integer(it.value(), "an op's version", 1, INT64_MAX);
-    if (v > r->version)
-      rd.bad("the graph uses version " + std::to_string(v) + " of op \"" + it.key() + "\"; this runner has version " +
-             std::to_string(r->version));
+void list_ops(const Graph& g, json& ops) {
+  for (const Node& n : g.nodes) {
+    const OpRow* r = find_op(n.op);
+    ops[n.op] = r ? r->version : 1;
+    for (const Graph& sub : n.graphs) list_ops(sub, ops);
   }
+}
 
-  for (const json& s : rd.array(doc, "symbols", "the graph", kMaxSymbols)) g.symbols.push_back(rd.string(s, "a symbol"));
-  for (const json& v : rd.array(doc, "values", "the graph")) {
+// A loop node (dl.while_loop): ints {n}, the first n inputs its state; the condition
+// takes every input and gives one value, the body takes every input and gives the n
+// new state values, the node the final ones.
+void check_loop(const Reader& rd, const Node& n, const std::string& at) {
+  const int64_t state = n.ints[0].constant() ? n.ints[0].add : -1;
+  const size_t nin = n.in.size();
+  if (state < 1 || size_t(state) > nin) rd.bad(at + ": its state count is out of range");
+  for (int32_t v : n.in)
+    if (v < 0) rd.bad(at + ": a loop's inputs are all given");
+  const Graph& cond = n.graphs[0];
+  const Graph& body = n.graphs[1];
+  if (cond.inputs.size() != nin || body.inputs.size() != nin || cond.outputs.size() != 1 ||
+      body.outputs.size() != size_t(state) || n.out.size() != size_t(state))
+    rd.bad(at + ": its graphs do not take and give its state");
+}
+
+// Reads a graph's body into g (root: the file's graph; else a node's, which has no
+// constants and names the root's symbols). Each value is made once, by an input, a
+// constant or a node, before it is read.
+void read_body(const Reader& root, const json& doc, const json& ops, Graph& g, size_t depth) {
+  Reader rd{root.where, g, root.symbols};
+  const bool is_root = depth == 0;
+  const char* what = is_root ? "the graph" : "a node's graph";
+  for (const json& v : rd.array(doc, "values", what)) {
     ValueInfo info;
     const std::string dt = rd.string(rd.field(v, "dtype", "a value"), "a dtype");
     try {
@@ -177,25 +186,25 @@ Graph from_json(std::string_view text, const std::string& where) {
     for (const json& d : rd.array(v, "shape", "a value", kMaxDims)) info.shape.push_back(rd.int_of(d));
     g.values.push_back(std::move(info));
   }
-
-  // Each value is made once, by an input, a constant or a node, before it is read.
   std::vector<uint8_t> made(g.values.size(), 0);
   auto make = [&](int32_t v) {
     if (v < 0) return;
     if (made[size_t(v)]) rd.bad("value " + std::to_string(v) + " is made twice");
     made[size_t(v)] = 1;
   };
-  for (const json& in : rd.array(doc, "inputs", "the graph")) {
+  for (const json& in : rd.array(doc, "inputs", what)) {
     g.inputs.push_back(rd.value_ref(rd.field(in, "value", "an input"), "an input's value", false));
     g.input_names.push_back(rd.string(rd.field(in, "name", "an input"), "an input's name"));
     make(g.inputs.back());
   }
-  for (const json& c : rd.array(doc, "constants", "the graph")) {
+  const json& consts = rd.array(doc, "constants", what);
+  if (!is_root && !consts.empty()) rd.bad("a node's graph has constants (they belong to the file's graph)");
+  for (const json& c : consts) {
     const int32_t v = rd.value_ref(rd.field(c, "value", "a constant"), "a constant's value", false);
     g.constants.emplace_back(v, rd.string(rd.field(c, "tensor", "a constant"), "a constant's tensor"));
     make(v);
   }
-  for (const json& nj : rd.array(doc, "nodes", "the graph")) {
+  for (const json& nj : rd.array(doc, "nodes", what)) {
     Node n;
     n.op = rd.string(rd.field(nj, "op", "a node"), "a node's op");
     const std::string at = "node " + std::to_string(g.nodes.size()) + " (" + n.op + ")";
@@ -212,19 +221,65 @@ Graph from_json(std::string_view text, const std::string& where) {
       for (const json& i : rd.array(nj, "ints", "a node", kMaxDims + 16)) n.ints.push_back(rd.int_of(i));
     if (nj.contains("nums"))
       for (const json& x : rd.array(nj, "nums", "a node", 16)) n.nums.push_back(rd.num_of(x));
+    if (nj.contains("graphs")) {
+      if (depth + 1 >= kMaxNesting) rd.bad(at + ": graphs nested too deeply");
+      for (const json& sub : rd.array(nj, "graphs", "a node", 4)) {
+        n.graphs.emplace_back();
+        read_body(root, sub, ops, n.graphs.back(), depth + 1);
+      }
+    }
     const int nin = int(n.in.size()), nints = int(n.ints.size()), nnums = int(n.nums.size());
     if (nin < r.min_in || (r.max_in >= 0 && nin > r.max_in)) rd.bad(at + ": wrong number of inputs");
-    if (int(n.out.size()) != r.nout) rd.bad(at + ": wrong number of results");
+    if (r.nout >= 0 && int(n.out.size()) != r.nout) rd.bad(at + ": wrong number of results");
     if (nints < r.min_ints || (r.max_ints >= 0 && nints > r.max_ints)) rd.bad(at + ": wrong number of ints");
     if (r.nnums >= 0 ? nnums != r.nnums : nnums > 1) rd.bad(at + ": wrong number of numbers");
+    if (int(n.graphs.size()) != r.ngraphs) rd.bad(at + ": wrong number of graphs");
+    if (r.ngraphs > 0) check_loop(rd, n, at);
     for (int32_t o : n.out) make(o);
     g.nodes.push_back(std::move(n));
   }
-  for (const json& o : rd.array(doc, "outputs", "the graph")) {
+  for (const json& o : rd.array(doc, "outputs", what)) {
     const int32_t v = rd.value_ref(o, "an output", false);
     if (!made[size_t(v)]) rd.bad("output value " + std::to_string(v) + " is never made");
     g.outputs.push_back(v);
   }
+}
+
+}  // namespace
+
+std::string to_json(const Graph& g) {
+  json ops = json::object();
+  list_ops(g, ops);
+  json doc = body_json(g);
+  doc["format"] = "dlua.graph";
+  doc["version"] = kFormatVersion;
+  doc["ops"] = ops;
+  doc["symbols"] = g.symbols;
+  return doc.dump();
+}
+
+Graph from_json(std::string_view text, const std::string& where) {
+  Graph g;
+  Reader rd{where, g, g.symbols};
+  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) rd.bad("the graph is not valid JSON");
+  if (rd.field(doc, "format", "the graph") != "dlua.graph") rd.bad("the graph's format is not \"dlua.graph\"");
+  const int64_t version = rd.integer(rd.field(doc, "version", "the graph"), "the format version", 1, INT64_MAX);
+  if (version > kFormatVersion)
+    rd.bad("the graph's format version " + std::to_string(version) + " is newer than this runner's (" +
+           std::to_string(kFormatVersion) + ")");
+  const json& ops = rd.field(doc, "ops", "the graph");
+  if (!ops.is_object()) rd.bad("the graph's \"ops\" is not an object");
+  for (auto it = ops.begin(); it != ops.end(); ++it) {
+    const OpRow* r = find_op(it.key());
+    if (!r) rd.bad("the graph uses op \"" + it.key() + "\", which this runner does not know");
+    const int64_t v = rd.integer(it.value(), "an op's version", 1, INT64_MAX);
+    if (v > r->version)
+      rd.bad("the graph uses version " + std::to_string(v) + " of op \"" + it.key() + "\"; this runner has version " +
+             std::to_string(r->version));
+  }
+  for (const json& s : rd.array(doc, "symbols", "the graph", kMaxSymbols)) g.symbols.push_back(rd.string(s, "a symbol"));
+  read_body(rd, doc, ops, g, 0);
   return g;
 }
 

@@ -29,7 +29,7 @@ namespace dl::graph {
 // The version written into every file; a reader refuses newer ones.
 constexpr int kFormatVersion = 1;
 // What a reader accepts at most (a hostile file cannot make it allocate without bound).
-constexpr size_t kMaxSymbols = 16, kMaxItems = 1 << 22;
+constexpr size_t kMaxSymbols = 16, kMaxItems = 1 << 22, kMaxNesting = 8;
 
 // An integer of the graph (a size, a dim, a flag): a constant, or mul * symbol + add
 // for a size that follows a symbolic input dim (dl.export's `dynamic`).
@@ -56,14 +56,19 @@ struct ValueInfo {
   std::vector<Int> shape;
 };
 
+struct Graph;
+
 // One op: its name (a row of export/ops.cpp), the values it reads (-1: an optional
 // input not given) and makes (-1: a result nobody reads), its integer and number
-// arguments in the order its row documents.
+// arguments in the order its row documents, and the graphs it runs (a loop's condition
+// and body: graphs of their own, whose inputs are the node's inputs in order, and which
+// have no constants).
 struct Node {
   std::string op;
   std::vector<int32_t> in, out;
   std::vector<Int> ints;
   std::vector<double> nums;
+  std::vector<Graph> graphs;
 };
 
 struct Graph {

@@ -93,7 +93,52 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
   for (size_t v = 0; v < constants_.size(); ++v)
     if (constants_[v].defined()) vals[v] = constants_[v];
   for (size_t k = 0; k < inputs.size(); ++k) vals[size_t(g.inputs[k])] = inputs[k];
+  return run_graph(g, vals, syms, &free_after_);
+}
 
+namespace {
+
+bool fits(const Tensor& t, const ValueInfo& info, const std::vector<int64_t>& syms) {
+  bool same = t.defined() && t.dtype() == info.dtype && t.dim() == int(info.shape.size());
+  for (int d = 0; same && d < t.dim(); ++d) same = info.shape[size_t(d)].eval(syms) == t.size(d);
+  return same;
+}
+
+}  // namespace
+
+// A loop node: its state (the first ints[0] inputs) through the body while the condition
+// holds; the other inputs are read by both graphs, unchanged.
+std::vector<Tensor> Model::run_loop(const Node& n, const std::vector<const Tensor*>& in,
+                                    const std::vector<int64_t>& syms) const {
+  const size_t state = size_t(n.ints[0].add);
+  std::vector<Tensor> args;
+  for (const Tensor* t : in) args.push_back(*t);
+  for (;;) {
+    const Graph& cond = n.graphs[0];
+    std::vector<Tensor> vals(cond.values.size());
+    for (size_t k = 0; k < args.size(); ++k) vals[size_t(cond.inputs[k])] = args[k];
+    const Tensor go = run_graph(cond, vals, syms, nullptr).at(0);
+    DL_CHECK(go.numel() == 1, "while: the condition gave ", go.numel(), " values, not one");
+    if (go.item() == 0) break;
+    const Graph& body = n.graphs[1];
+    vals.assign(body.values.size(), Tensor());
+    for (size_t k = 0; k < args.size(); ++k) vals[size_t(body.inputs[k])] = args[k];
+    std::vector<Tensor> next = run_graph(body, vals, syms, nullptr);
+    for (size_t k = 0; k < state; ++k) args[k] = std::move(next[k]);
+  }
+  args.resize(state);
+  return args;
+}
+
+// Runs g's nodes on vals (its inputs and constants already in place). free_after: per
+// node, the values to release after it (null: none released early).
+std::vector<Tensor> Model::run_graph(const Graph& g, std::vector<Tensor>& vals, const std::vector<int64_t>& syms,
+                                     const std::vector<std::vector<int32_t>>* free_after) const {
+  if (!free_after)   // a loop's graph (the file's own inputs were checked by run())
+    for (int32_t v : g.inputs)
+      DL_CHECK_KIND(Type, fits(vals[size_t(v)], g.values[size_t(v)], syms), "dlg_run: a loop's value is ",
+                    dtype_name(vals[size_t(v)].dtype()), " ", vals[size_t(v)].shape(), " where its graph has ",
+                    describe(g_, g.values[size_t(v)]));
   std::vector<const Tensor*> in;
   std::vector<int64_t> ints;
   std::vector<Tensor> out;
@@ -111,8 +156,12 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
     for (const Int& x : n.ints) ints.push_back(x.eval(syms));
     out.clear();
     try {
-      row.run(row, OpArgs{in.data(), int(in.size()), ints.data(), int(ints.size()), n.nums.data(), int(n.nums.size())},
-              out);
+      if (row.ngraphs > 0) {
+        out = run_loop(n, in, syms);
+      } else {
+        row.run(row, OpArgs{in.data(), int(in.size()), ints.data(), int(ints.size()), n.nums.data(),
+                            int(n.nums.size())}, out);
+      }
     } catch (const Error& e) {
       fail(e.kind(), "dlg_run: node ", i, " (", n.op, "): ", e.what());
     }
@@ -121,16 +170,15 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
       if (v < 0) continue;
       const ValueInfo& info = g.values[size_t(v)];
       const Tensor& t = out[k];
-      bool same = t.defined() && t.dtype() == info.dtype && t.dim() == int(info.shape.size());
-      for (int d = 0; same && d < t.dim(); ++d) same = info.shape[size_t(d)].eval(syms) == t.size(d);
-      if (!same && !t.defined())
+      if (!t.defined())
         fail(ErrorKind::Value, "dlg_run: node ", i, " (", n.op, ") made no result where the graph has one");
-      DL_CHECK(same, "dlg_run: node ", i, " (", n.op, ") made ", dtype_name(t.dtype()), " ", t.shape(),
-               " where the graph has ", describe(g, info),
+      DL_CHECK(fits(t, info, syms), "dlg_run: node ", i, " (", n.op, ") made ", dtype_name(t.dtype()), " ",
+               t.shape(), " where the graph has ", describe(g_, info),
                ": the inputs' sizes are outside what the export saw vary");
       vals[size_t(v)] = std::move(out[k]);
     }
-    for (int32_t v : free_after_[i]) vals[size_t(v)] = Tensor();
+    if (free_after)
+      for (int32_t v : (*free_after)[i]) vals[size_t(v)] = Tensor();
   }
   std::vector<Tensor> results;
   for (int32_t v : g.outputs) results.push_back(vals[size_t(v)]);

@@ -37,6 +37,10 @@ class Model {
 
  private:
   void plan();
+  std::vector<Tensor> run_graph(const Graph& g, std::vector<Tensor>& vals, const std::vector<int64_t>& syms,
+                                const std::vector<std::vector<int32_t>>* free_after) const;
+  std::vector<Tensor> run_loop(const Node& n, const std::vector<const Tensor*>& in,
+                               const std::vector<int64_t>& syms) const;
   Graph g_;
   std::vector<Tensor> constants_;        // by value (undefined for the others)
   std::vector<std::vector<int32_t>> free_after_;   // per node: values no later node reads

@@ -104,6 +104,7 @@ TensorList list_of(const OpArgs& a) {
         [](const OpRow& r, const OpArgs& a, std::vector<Tensor>& out) { __VA_ARGS__; }}
 
 OpRow optional_inputs(OpRow r);
+OpRow while_row();
 
 const std::vector<OpRow>& rows() {
   static const std::vector<OpRow> r = {
@@ -192,11 +193,23 @@ OpRow optional_inputs(OpRow r) {
   return r;
 }
 
+// dl.while_loop: inputs the loop's state (ints {its count}) then the values its graphs
+// read from outside; results the final state; graphs {condition, body}. The runner
+// (Model::run) runs it: no run function here.
+OpRow while_row() {
+  OpRow r;
+  r.name = "while";
+  r.min_in = 1, r.max_in = -1, r.nout = -1, r.min_ints = 1, r.max_ints = 1, r.ngraphs = 2;
+  return r;
+}
+
 // Every row by name: the list above, then the op table's families by their Lua names.
 const std::unordered_map<std::string_view, OpRow>& table() {
   static const auto t = [] {
     std::unordered_map<std::string_view, OpRow> m;
     for (const OpRow& r : rows()) m.emplace(r.name, r);
+    const OpRow w = while_row();
+    m.emplace(w.name, w);
     for (int i = 0; i < kNumOps; ++i) {
       const OpInfo& info = op_info(Op(i));
       OpRow r;

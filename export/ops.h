@@ -32,12 +32,13 @@ struct OpRow {
   std::string_view name;
   int version = 1;         // a file may name a version up to this one
   int min_in = 1, max_in = 1;        // tensor inputs (max_in -1: any number)
-  int nout = 1;
+  int nout = 1;                      // -1: as many as the node says (a loop's state)
   int min_ints = 0, max_ints = 0;    // max_ints -1: any number (a shape)
   int nnums = 0;
   RunFn run = nullptr;
   Op op = Op::Neg;         // rows of the op table: which op
   bool optional_in = false;   // inputs after the first may be absent (-1)
+  int ngraphs = 0;            // graphs the node runs (Model::run runs such a node itself)
 };
 
 // The row named `name`, or null. The op table's pointwise, comparison and reduction

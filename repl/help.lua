@@ -95,6 +95,8 @@ return {
   ["dl.compile"] = { "dl.compile(f [, {name =, check =}])", "f with its tensor work deferred, traced and fused; the same results as f (docs/compile.md)." },
   ["dl.compile.explain"] = { "dl.compile.explain(cf)", "A compiled function's traces, ops with their lines, and where calls left them." },
   ["dl.export"] = { "dl.export(f, args, {path =, dynamic =, names =, check_args =, input_names =, metadata =})", "Writes f's graph to a .dlg file that libdlua_run and dlua-run run without Lua; returns a report (docs/export.md)." },
+  ["dl.cond"] = { "dl.cond(pred, then_fn, else_fn, ...)", "then_fn(...) when pred (a boolean or one-element tensor) holds, else else_fn(...); in dl.export both branches, selected by dl.where." },
+  ["dl.while_loop"] = { "dl.while_loop(cond_fn, body_fn, {state...})", "While cond_fn(state...) holds, state = body_fn(state...); returns the final state; dl.export keeps it a loop." },
   ["dl.export.load"] = { "dl.export.load(path)", "A .dlg file's graph as a callable: f(x, ...) gives its outputs, as the exported function did." },
   ["dl.compile.enabled"] = { "dl.compile.enabled()", "False when DLUA_COMPILE=0 makes compiled functions plain calls." },
   ["dl.get_rng_state"] = { "dl.get_rng_state()", "The random generator's state, {seed =, offset =}." },

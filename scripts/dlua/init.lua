@@ -38,7 +38,7 @@ end
 
 -- Loaded when first used (Note [Modules loaded on first use] in core.lua): dl.vjp,
 -- dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint (transforms on dl.grad's engine),
--- dl.einsum, and tile, roll, flip, triu, tril.
+-- dl.einsum, tile, roll, flip, triu, tril, and dl.cond / dl.while_loop.
 local function loader(module) return function() require(module) end end
 local ARRANGE = { "tile", "roll", "flip", "triu", "tril" }
 core.on_first_use(dl, { "vjp", "jvp", "jacobian", "hessian", "checkpoint" }, loader("dlua.transforms"))
@@ -46,6 +46,7 @@ core.on_first_use(dl, { "einsum" }, loader("dlua.einsum"))
 core.on_first_use(dl, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
+core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
 
 -- dl.compile: deferred, traced and fused calls of a Lua function.
 require("dlua.compile")

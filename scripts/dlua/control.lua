@@ -1,0 +1,158 @@
+-- dl.cond and dl.while_loop: control flow on tensor values that dl.export can capture
+-- (docs/export.md, "Control flow"). Eagerly they are a Lua `if` and a Lua `while`; under
+-- dl.grad they record what ran, as any Lua code does.
+--
+--   local y = dl.cond(x:sum():gt(0), function(x) return x * 2 end, function(x) return -x end, x)
+--   local i, acc = dl.while_loop(function(i, acc) return i:lt(10) end,
+--                                function(i, acc) return i + 1, acc * 2 end, { i0, acc0 })
+--
+-- While dl.export captures, dl.cond runs both branches and selects with dl.where (both
+-- must give tensors of one dtype whose shapes broadcast), and dl.while_loop captures
+-- its condition and body once each as graphs of their own, then runs the loop eagerly
+-- for the values that follow (Note [Loops] in export/capture.cpp).
+local ffi = require("ffi")
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local C, raise, raise_last = core.C, core.raise, core.raise_last
+local dl, is_tensor, hid = T.dl, T.is_tensor, T.hid
+local type, select, pcall, error, unpack = type, select, pcall, error, unpack or table.unpack
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+local function callable(op, what, f)
+  if type(f) ~= "function" and not (type(f) == "table" and getmetatable(f) and getmetatable(f).__call) then
+    raise(op .. ": expected a function for " .. what .. ", got " .. core.typename(f))
+  end
+end
+
+-- A predicate's truth: a Lua boolean, or a tensor of one element (nonzero is true).
+local function truth(op, p)
+  if type(p) == "boolean" then return p end
+  if not is_tensor(p) then raise(op .. ": expected a boolean or a one-element tensor, got " .. core.typename(p)) end
+  if p:numel() ~= 1 then raise(op .. ": expected a one-element tensor, got " .. p:numel() .. " elements") end
+  local v = p:item()   -- a bool tensor's item is a Lua boolean
+  if type(v) == "boolean" then return v end
+  return v ~= 0
+end
+
+local function capturing() return C.dl_export_active() ~= 0 end
+
+-- dl.cond(pred, then_fn, else_fn, ...): then_fn(...) when pred holds, else else_fn(...).
+function dl.cond(pred, then_fn, else_fn, ...)
+  callable("cond", "the then branch", then_fn)
+  callable("cond", "the else branch", else_fn)
+  if not (capturing() and is_tensor(pred)) then
+    if truth("cond", pred) then return then_fn(...) end
+    return else_fn(...)
+  end
+  -- Both branches into the graph; the predicate selects.
+  local a, b = pack(then_fn(...)), pack(else_fn(...))
+  if a.n ~= b.n then raise("cond: the branches give " .. a.n .. " and " .. b.n .. " results") end
+  local p = pred.dtype == "bool" and pred or pred:ne(0)
+  local out = {}
+  for i = 1, a.n do
+    if not (is_tensor(a[i]) and is_tensor(b[i])) then
+      raise("cond: result " .. i .. " of a branch is not a tensor (a graph selects between tensors)")
+    end
+    if a[i].dtype ~= b[i].dtype then
+      raise("cond: result " .. i .. " is " .. a[i].dtype .. " in one branch and " .. b[i].dtype .. " in the other")
+    end
+    out[i] = dl.where(p, a[i], b[i])
+  end
+  return unpack(out, 1, a.n)
+end
+
+local function state_of(op, state)
+  if type(state) ~= "table" or #state == 0 then raise(op .. ": expected a list of state tensors") end
+  for i = 1, #state do
+    if not is_tensor(state[i]) then raise(op .. ": state " .. i .. " is a " .. core.typename(state[i]) .. ", not a tensor") end
+  end
+  return state
+end
+
+local function same_kind(s, r)
+  if r.n ~= #s then raise("while_loop: the body gives " .. r.n .. " values for a state of " .. #s) end
+  for i = 1, #s do
+    local a, b = s[i], r[i]
+    if not is_tensor(b) then raise("while_loop: the body's value " .. i .. " is a " .. core.typename(b) .. ", not a tensor") end
+    local as, bs = a.shape, b.shape
+    local same = a.dtype == b.dtype and #as == #bs
+    for d = 1, #as do same = same and as[d] == bs[d] end
+    if not same then
+      raise("while_loop: the body changed state " .. i .. " from " .. a.dtype .. " (" .. table.concat(as, ", ") ..
+            ") to " .. b.dtype .. " (" .. table.concat(bs, ", ") .. "); a loop's state keeps its dtype and shape")
+    end
+  end
+end
+
+local function run_loop(cond_fn, body_fn, s)
+  while truth("while_loop", cond_fn(unpack(s))) do
+    local r = pack(body_fn(unpack(s)))
+    same_kind(s, r)
+    s = r
+  end
+  return s
+end
+
+local function ids_of(list)
+  local a = ffi.new("uint64_t[?]", #list + 1)
+  for i = 1, #list do a[i - 1] = hid(list[i]) end
+  return a
+end
+
+-- One of the loop's functions captured as a graph on the state; `want` results. The
+-- graph's inputs are copies of the state (made unobserved), so that a state value that is
+-- also read from outside (the loop started from an argument it reads) stays two values.
+local function capture_graph(f, state, want)
+  if C.dl_export_pause(1) ~= 0 then raise_last() end
+  local copies = {}
+  for i = 1, #state do
+    copies[i] = state[i]:clone()
+    hid(copies[i])   -- a handle now: promoted later, it would be a constant of the capture
+  end
+  C.dl_export_pause(0)
+  state = copies
+  if C.dl_export_sub_begin(ids_of(state), #state) ~= 0 then raise_last() end
+  local r = pack(pcall(f, unpack(state)))
+  local why = not r[1] and r[2] or nil
+  if not why and r.n - 1 ~= want then
+    why = "while_loop: " .. (want == 1 and "the condition" or "the body") .. " gives " .. (r.n - 1) ..
+          " values, not " .. want
+  end
+  for i = 2, why and 0 or r.n do
+    if not is_tensor(r[i]) then
+      why = "while_loop: a graph's value " .. (i - 1) .. " is a " .. core.typename(r[i]) .. ", not a tensor"
+      break
+    end
+    if C.dl_export_sub_output(hid(r[i])) ~= 0 then
+      why = ffi.string(C.dl_last_error())
+      break
+    end
+  end
+  if C.dl_export_sub_end() ~= 0 and not why then why = ffi.string(C.dl_last_error()) end
+  if why then error(why, 0) end
+end
+
+-- dl.while_loop(cond_fn, body_fn, state): while cond_fn(state...) holds, state =
+-- body_fn(state...); returns the final state's values.
+function dl.while_loop(cond_fn, body_fn, state)
+  callable("while_loop", "the condition", cond_fn)
+  callable("while_loop", "the body", body_fn)
+  state_of("while_loop", state)
+  local s = {}
+  for i = 1, #state do s[i] = state[i] end
+  if not capturing() then return unpack(run_loop(cond_fn, body_fn, s), 1, #s) end
+  capture_graph(cond_fn, s, 1)
+  capture_graph(body_fn, s, #s)
+  if C.dl_export_pause(1) ~= 0 then raise_last() end
+  local ok, final = pcall(run_loop, cond_fn, body_fn, s)
+  local final_ids = ok and ids_of(final)   -- handles before the capture resumes, as above
+  C.dl_export_pause(0)
+  if not ok then error(final, 0) end
+  if C.dl_export_loop(ids_of(s), final_ids, #s) ~= 0 then raise_last() end
+  return unpack(final, 1, #s)
+end
+
+return dl
