@@ -35,7 +35,8 @@ struct Exporting {
   // in export/capture.cpp): the innermost is observed.
   std::vector<std::unique_ptr<Capture>> stack;
   std::vector<std::unique_ptr<Capture>> loop_graphs;   // finished, for dl_export_loop
-  bool paused = false;   // a loop runs eagerly: nothing observed, values may be read
+  bool paused = false;   // a loop runs eagerly: values may be read, results are marked
+  std::unique_ptr<dl::graph::Marking> marking;
   std::unique_ptr<dl::Observing> observing;
   std::vector<std::unique_ptr<Capture>> done;
   std::string text;   // dl_export_graph's result
@@ -61,6 +62,7 @@ void observe(Capture* c) {
 void stop() noexcept {
   if (t_export.stack.empty()) return;
   t_export.observing.reset();
+  t_export.marking.reset();
   t_export.stack.clear();
   t_export.loop_graphs.clear();
   t_export.paused = false;
@@ -70,6 +72,7 @@ void stop() noexcept {
 }  // namespace
 
 bool exporting() noexcept { return !t_export.stack.empty() && !t_export.paused; }
+bool capturing() noexcept { return !t_export.stack.empty(); }
 
 void check_no_escape(const char* what) {
   if (!maybe_exporting()) return;
@@ -100,6 +103,7 @@ int dl_export_begin(const uint64_t* xs, const char* const* names, int n) {
 int dl_export_output(uint64_t y) {
   return guard_status([&] {
     Capture& c = active("export");
+    DL_CHECK(!t_export.paused && t_export.stack.size() == 1, "export: a loop's capture is still in progress");
     observe(nullptr);   // what the caller does with the results is not captured
     c.output(get(y, "export"));
   });
@@ -109,7 +113,7 @@ int dl_export_end(void) {
   int k = -1;
   guard_status([&] {
     active("export");
-    DL_CHECK(t_export.stack.size() == 1, "export: a loop's capture is still in progress");
+    DL_CHECK(t_export.stack.size() == 1 && !t_export.paused, "export: a loop's capture is still in progress");
     std::unique_ptr<Capture> cap = std::move(t_export.stack.back());
     stop();
     if (!cap->error().empty()) fail(ErrorKind::Value, "export: ", cap->error());
@@ -157,9 +161,16 @@ int dl_export_sub_end(void) {
 
 int dl_export_pause(int pause) {
   return guard_status([&] {
-    active("while_loop");
+    Capture& c = active("while_loop");
     t_export.paused = pause != 0;
-    observe(pause ? nullptr : t_export.stack.back().get());
+    t_export.observing.reset();
+    if (pause) {
+      t_export.marking = std::make_unique<dl::graph::Marking>(c);
+      t_export.observing = std::make_unique<dl::Observing>(t_export.marking.get());
+    } else {
+      t_export.marking.reset();
+      observe(&c);
+    }
   });
 }
 

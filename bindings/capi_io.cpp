@@ -18,6 +18,7 @@
 #include "bindings/guard.h"
 #include "bindings/handles.h"
 #include "export/model.h"
+#include "bindings/value.h"
 #include "io/events.h"
 #include "io/file.h"
 #include "io/idx.h"
@@ -192,9 +193,16 @@ int dl_graph_run(uint64_t g, const uint64_t* ins, int nin, uint64_t* outs, int n
     const dl::graph::Model& m = graph_of(g, "dlg_run");
     DL_CHECK(nin >= 0 && nout == int(m.graph().outputs.size()), "dlg_run: expected room for ",
              m.graph().outputs.size(), " results, got ", nout);
+    // Its ops are the runner's, which report to no capture, and its loops read values.
+    DL_CHECK(!dl::bind::exporting(), "export: a loaded graph cannot run inside an export; call the function "
+             "it was exported from instead");
     std::vector<Tensor> inputs;
     for (int i = 0; i < nin; ++i) inputs.push_back(get(ins[i], "dlg_run"));
     std::vector<Tensor> results = m.run(inputs);
+    // A constant returned as it is stays the model's: the caller gets a copy it may write.
+    for (Tensor& r : results)
+      for (const auto& c : m.graph().constants)
+        if (r.same_storage(m.constant(c.first))) r = dl::clone(r);
     for (int k = 0; k < nout; ++k) outs[k] = 0;
     for (int k = 0; k < nout; ++k) outs[k] = dl::bind::handle_new(results[size_t(k)]);
   });

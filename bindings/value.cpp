@@ -235,7 +235,7 @@ Tensor operand_of(const dl_tensor* t, const char* op) { return read_value(t, op,
 
 int deliver(Tensor t, dl_tensor* out) {
   Header h{};
-  if (small_host_bytes(t) && !maybe_exporting() && pack_sizes(t.shape(), &h.sizes) && t.is_contiguous()) {
+  if (small_host_bytes(t) && !maybe_capturing() && pack_sizes(t.shape(), &h.sizes) && t.is_contiguous()) {
     const bool keep = keepable(t);
     if (keep || unaliased(t)) {
       h.dtype = uint8_t(t.dtype());
@@ -276,7 +276,7 @@ uint64_t promote(dl_tensor* t) {
 }
 
 bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept {
-  if (maybe_exporting()) return false;
+  if (maybe_capturing()) return false;
   Header h = header_of(t);
   if (h.id == 0) {
     if (!valid_inline(h)) return false;

@@ -52,13 +52,19 @@ void finish_inline(dl_tensor* out, DType dtype, const SmallOperand& like) noexce
 
 // dl.export's capture (capi_export.cpp, Note [Strict capture] in export/capture.cpp):
 // while this thread captures, results are handles (never inline) and the small fast
-// paths are off, so that each value keeps the identity the capture knows it by.
-// g_exports counts the captures in progress on every thread: a plain load that spares
-// the fast paths a thread-local lookup while there are none.
+// paths are off, so that each value keeps the identity the capture knows it by; that
+// holds while a loop runs eagerly inside the capture too (capturing), though its values
+// may then be read (exporting is false). g_exports counts the captures in progress on
+// every thread: a plain load that spares the fast paths a thread-local lookup while
+// there are none.
 extern std::atomic<int> g_exports;
 bool exporting() noexcept;
+bool capturing() noexcept;
 [[gnu::always_inline]] inline bool maybe_exporting() noexcept {
   return __builtin_expect(g_exports.load(std::memory_order_relaxed) != 0, 0) && exporting();
+}
+[[gnu::always_inline]] inline bool maybe_capturing() noexcept {
+  return __builtin_expect(g_exports.load(std::memory_order_relaxed) != 0, 0) && capturing();
 }
 // Refuses, while this thread captures, an entry point that reads a tensor's values into
 // Lua (`what`): a graph cannot hold what Lua does with them.

@@ -64,6 +64,11 @@ int32_t Capture::value_of(const Tensor& t, const char* op) {
     set_error(std::string(op) + " reads a view of a value of the graph that an op the exporter does not see made");
     return -1;
   }
+  if (root().marked_.count(&t.storage())) {
+    set_error(std::string(op) + " reads a tensor made inside a loop's body that the loop does not return; "
+              "make it part of the loop's state");
+    return -1;
+  }
   if (parent_) {   // a value of the enclosing graph (or a constant there): an input here
     const int32_t pv = parent_->value_of(t, op);
     if (pv < 0) return set_error(parent_->error()), -1;
@@ -131,6 +136,10 @@ void Capture::loop(Capture& cond, Capture& body, const std::vector<Tensor>& init
     for (int32_t v : c->outer_)
       if (std::find(outer.begin(), outer.end(), v) == outer.end()) outer.push_back(v);
   for (int32_t v : outer) n.in.push_back(v);
+  for (Capture* c : {&cond, &body})
+    for (const auto& [storage, entries] : c->known_)
+      for (const Known& k : entries)
+        if (find(k.hold) < 0) mark(k.hold);
   for (Capture* c : {&cond, &body}) {
     // The graph's inputs: the state, then one per outside value in the node's order.
     Graph& g = c->graph;
@@ -152,6 +161,16 @@ void Capture::loop(Capture& cond, Capture& body, const std::vector<Tensor>& init
   if (!error_.empty()) return;
   for (const Tensor& t : final) n.out.push_back(add_value(t));
   graph.nodes.push_back(std::move(n));
+}
+
+void Capture::mark(const Tensor& t) {
+  Capture& r = root();
+  if (t.defined() && r.marked_.insert(&t.storage()).second) r.marked_hold_.push_back(t);
+}
+
+void Marking::seen(const Observed& o) {
+  c_.mark(o.out);
+  for (const Tensor& t : o.outs) c_.mark(t);
 }
 
 void Capture::unreported(const char* op) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "export/graph.h"
@@ -44,6 +45,9 @@ class Capture final : public Observer {
   // A loop node (dl.while_loop) from its finished condition and body captures, whose
   // first inputs were the state `init`; `final` is the state the loop ended with.
   void loop(Capture& cond, Capture& body, const std::vector<Tensor>& init, const std::vector<Tensor>& final);
+  // Marks a tensor made inside a loop (its eager run, or a body's capture): read later
+  // from outside the loop, it is refused instead of taken for a constant.
+  void mark(const Tensor& t);
   // The first thing that could not be captured, or empty.
   const std::string& error() const { return error_; }
   void set_error(const std::string& e) { if (error_.empty()) error_ = e; }
@@ -66,10 +70,24 @@ class Capture final : public Observer {
   bool node_of(const Observed& o, Node* n);
 
   std::unordered_map<const Storage*, std::vector<Known>> known_;
+  Capture& root() { return parent_ ? parent_->root() : *this; }
   Capture* parent_ = nullptr;
+  std::unordered_set<const Storage*> marked_;   // the root's: storages mark() saw
+  std::vector<Tensor> marked_hold_;             // ... kept alive, so addresses stay theirs
   std::vector<int32_t> outer_;    // a loop graph's inputs after its state: the parent's values
   std::vector<Tensor> sources_;   // per constant: the tensor it was taken from
   std::string error_;
+};
+
+// The observer while a loop runs eagerly inside a capture (Note [Loops]): every result
+// is marked in the capture.
+class Marking final : public Observer {
+ public:
+  explicit Marking(Capture& c) : c_(c) {}
+  void seen(const Observed& o) override;
+
+ private:
+  Capture& c_;
 };
 
 // Compares a second capture with the first, which ran with the symbols' values `base`;

@@ -155,25 +155,32 @@ int dlg_run(const dlg_model* m, const dlg_tensor* inputs, int n_in, dlg_tensor* 
                     dl::dtype_name(dl::DType(outputs[k].dtype)), " ", s);
     }
     // Memory the caller must not own: the inputs', the constants', and what an earlier
-    // output of this run already handed out.
+    // output of this run already handed out. Everything that can fail (copies) happens
+    // before any output is handed out, so that an error leaves nothing to give back.
     std::vector<Tensor> taken = ins;
     for (const auto& c : model.graph().constants) taken.push_back(model.constant(c.first));
     for (int k = 0; k < n_out; ++k) {
-      Tensor r = results[size_t(k)];
+      Tensor& r = results[size_t(k)];
       dlg_tensor& o = outputs[k];
       if (o.data) {
         Tensor dst = dl::from_blob(o.data, r.shape(), {}, r.dtype());
         dl::copy_(dst, r);
+        r = Tensor();
         continue;
       }
+      if (r.numel() > 0 && (!r.is_contiguous() || shares(r, taken))) r = dl::clone(r);
+      taken.push_back(r);
+    }
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (int k = 0; k < n_out; ++k) {
+      Tensor& r = results[size_t(k)];
+      dlg_tensor& o = outputs[k];
+      if (!r.defined()) continue;   // copied into the caller's buffer
       o.dtype = int(r.dtype());
       o.ndim = r.dim();
       for (int d = 0; d < r.dim(); ++d) o.shape[d] = r.size(d);
       if (r.numel() == 0) continue;   // no memory: data stays NULL
-      if (!r.is_contiguous() || shares(r, taken)) r = dl::clone(r);
-      taken.push_back(r);
       o.data = r.raw_data();
-      std::lock_guard<std::mutex> lock(g_mu);
       g_outputs[o.data] = std::move(r);
     }
   });

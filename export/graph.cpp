@@ -36,9 +36,9 @@ using json = nlohmann::json;
 
 namespace {
 
-// Sizes and their coefficients stay below this, so that mul * symbol + add cannot
-// overflow for the sizes a tensor can have.
-constexpr int64_t kMaxCoefficient = int64_t(1) << 31;
+// Integers and coefficients stay within this; with a symbol's value within it too (the
+// runner refuses larger inputs), mul * symbol + add cannot overflow.
+constexpr int64_t kMaxCoefficient = kMaxInt;
 
 json int_json(const Int& i) {
   if (i.constant()) return i.add;
@@ -212,7 +212,7 @@ void read_body(const Reader& root, const json& doc, const json& ops, Graph& g, s
     const OpRow& r = *find_op(n.op);
     const json& in = rd.array(nj, "in", "a node");
     for (size_t k = 0; k < in.size(); ++k) {
-      const int32_t v = rd.value_ref(in[k], "a node's input", r.optional_in && k > 0);
+      const int32_t v = rd.value_ref(in[k], "a node's input", k < 32 && ((r.optional >> k) & 1u));
       if (v >= 0 && !made[size_t(v)]) rd.bad(at + ": reads value " + std::to_string(v) + " before it is made");
       n.in.push_back(v);
     }

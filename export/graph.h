@@ -30,6 +30,9 @@ namespace dl::graph {
 constexpr int kFormatVersion = 1;
 // What a reader accepts at most (a hostile file cannot make it allocate without bound).
 constexpr size_t kMaxSymbols = 16, kMaxItems = 1 << 22, kMaxNesting = 8;
+// The largest integer a graph holds, and the largest size a symbol may take when it
+// runs: within it, Int::eval cannot overflow.
+constexpr int64_t kMaxInt = int64_t(1) << 31;
 
 // An integer of the graph (a size, a dim, a flag): a constant, or mul * symbol + add
 // for a size that follows a symbolic input dim (dl.export's `dynamic`).

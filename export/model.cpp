@@ -79,6 +79,8 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
       const Int& i = info.shape[size_t(d)];
       if (i.constant() || i.mul != 1 || i.add != 0) continue;   // checked below
       int64_t& s = syms[size_t(i.sym)];
+      DL_CHECK_KIND(Type, x.size(d) <= kMaxInt, "dlg_run: input ", k + 1, " (", name, ") has size ", x.size(d),
+                    " in a dim that varies; at most ", kMaxInt);
       if (s < 0) s = x.size(d);
       ok = s == x.size(d);
     }
@@ -190,7 +192,9 @@ void save_model(const std::string& path, const Graph& g, const std::vector<Tenso
   io::NamedTensors tensors;
   for (size_t i = 0; i < g.constants.size(); ++i) tensors.emplace_back(g.constants[i].second, constants.at(i));
   io::Metadata meta = extra;
-  meta.emplace_back(kGraphKey, to_json(g));
+  std::string text = to_json(g);
+  from_json(text, "export: " + path);   // what a reader would refuse is not written
+  meta.emplace_back(kGraphKey, std::move(text));
   io::save_safetensors(path, tensors, meta, "export");
 }
 

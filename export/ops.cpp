@@ -103,7 +103,7 @@ TensorList list_of(const OpArgs& a) {
   OpRow{name, 1, min_in, max_in, nout, min_ints, max_ints, nnums,                                     \
         [](const OpRow& r, const OpArgs& a, std::vector<Tensor>& out) { __VA_ARGS__; }}
 
-OpRow optional_inputs(OpRow r);
+OpRow optional_inputs(OpRow r, uint32_t mask);
 OpRow while_row();
 
 const std::vector<OpRow>& rows() {
@@ -158,11 +158,11 @@ const std::vector<OpRow>& rows() {
       ROW("scatter_add", 3, 3, 1, 1, 1, 0,
           out = {scatter_add(arg(a, 0), dim_arg(a.ints[0]), arg(a, 1), arg(a, 2))}),
       // x, weight, bias (optional); ints {stride h, w, padding h, w, dilation h, w, groups}
-      optional_inputs(ROW("conv2d", 3, 3, 1, 7, 7, 0, out = {conv2d(arg(a, 0), arg(a, 1), arg(a, 2), conv_opts(a.ints))})),
+      optional_inputs(ROW("conv2d", 3, 3, 1, 7, 7, 0, out = {conv2d(arg(a, 0), arg(a, 1), arg(a, 2), conv_opts(a.ints))}), 0b100),
       // ... and {output padding h, w}
       optional_inputs(ROW("conv_transpose2d", 3, 3, 1, 9, 9, 0,
           const int64_t pad[2] = {a.ints[7], a.ints[8]};
-          out = {conv_transpose2d(arg(a, 0), arg(a, 1), arg(a, 2), conv_opts(a.ints), pad)})),
+          out = {conv_transpose2d(arg(a, 0), arg(a, 1), arg(a, 2), conv_opts(a.ints), pad)}), 0b100),
       // ints {kernel h, w, stride h, w, padding h, w, ceil_mode, count_include_pad, with indices}
       ROW("max_pool2d", 1, 1, 2, 9, 9, 0, auto p = max_pool2d(arg(a, 0), pool_opts(a.ints), a.ints[8] != 0);
           out = {p.first, p.second}),
@@ -172,12 +172,12 @@ const std::vector<OpRow>& rows() {
       optional_inputs(ROW("batch_norm", 5, 5, 3, 1, 1, 2,
           expect(r, a.ints[0] == 0, "a graph runs batch_norm in evaluation mode only");
           auto b = batch_norm(arg(a, 0), arg(a, 1), arg(a, 2), arg(a, 3), arg(a, 4), false, a.nums[0], a.nums[1]);
-          out = {b.y, b.mean, b.invstd})),
+          out = {b.y, b.mean, b.invstd}), 0b11110),
       // x, weight, bias (optional); ints {normalized dims}, nums {eps}
       optional_inputs(ROW("layer_norm", 3, 3, 3, 1, 1, 1,
           auto l = layer_norm(arg(a, 0), int(std::clamp<int64_t>(a.ints[0], -1, kMaxDims + 1)), arg(a, 1),
                               arg(a, 2), a.nums[0]);
-          out = {l.y, l.mean, l.invstd})),
+          out = {l.y, l.mean, l.invstd}), 0b110),
       // ints {reduction, has ignore_index, ignore_index}
       ROW("cross_entropy", 2, 2, 1, 3, 3, 0, expect(r, a.ints[0] >= 0 && a.ints[0] <= 2, "a reduction out of range");
           out = {cross_entropy(arg(a, 0), arg(a, 1), Reduction(a.ints[0]),
@@ -188,8 +188,8 @@ const std::vector<OpRow>& rows() {
 
 #undef ROW
 
-OpRow optional_inputs(OpRow r) {
-  r.optional_in = true;
+OpRow optional_inputs(OpRow r, uint32_t mask) {
+  r.optional = mask;
   return r;
 }
 

@@ -37,7 +37,7 @@ struct OpRow {
   int nnums = 0;
   RunFn run = nullptr;
   Op op = Op::Neg;         // rows of the op table: which op
-  bool optional_in = false;   // inputs after the first may be absent (-1)
+  uint32_t optional = 0;      // bit k: input k may be absent (-1)
   int ngraphs = 0;            // graphs the node runs (Model::run runs such a node itself)
 };
 

@@ -7,7 +7,7 @@
 --                                function(i, acc) return i + 1, acc * 2 end, { i0, acc0 })
 --
 -- While dl.export captures, dl.cond runs both branches and selects with dl.where (both
--- must give tensors of one dtype whose shapes broadcast), and dl.while_loop captures
+-- must give tensors of one dtype and shape), and dl.while_loop captures
 -- its condition and body once each as graphs of their own, then runs the loop eagerly
 -- for the values that follow (Note [Loops] in export/capture.cpp).
 local ffi = require("ffi")
@@ -48,6 +48,7 @@ function dl.cond(pred, then_fn, else_fn, ...)
     return else_fn(...)
   end
   -- Both branches into the graph; the predicate selects.
+  if pred:numel() ~= 1 then raise("cond: expected a one-element tensor, got " .. pred:numel() .. " elements") end
   local a, b = pack(then_fn(...)), pack(else_fn(...))
   if a.n ~= b.n then raise("cond: the branches give " .. a.n .. " and " .. b.n .. " results") end
   local p = pred.dtype == "bool" and pred or pred:ne(0)
@@ -56,8 +57,12 @@ function dl.cond(pred, then_fn, else_fn, ...)
     if not (is_tensor(a[i]) and is_tensor(b[i])) then
       raise("cond: result " .. i .. " of a branch is not a tensor (a graph selects between tensors)")
     end
-    if a[i].dtype ~= b[i].dtype then
-      raise("cond: result " .. i .. " is " .. a[i].dtype .. " in one branch and " .. b[i].dtype .. " in the other")
+    local as, bs = a[i].shape, b[i].shape
+    local same = a[i].dtype == b[i].dtype and #as == #bs
+    for d = 1, #as do same = same and as[d] == bs[d] end
+    if not same then
+      raise("cond: result " .. i .. " is " .. a[i].dtype .. " (" .. table.concat(as, ", ") .. ") in one branch and " ..
+            b[i].dtype .. " (" .. table.concat(bs, ", ") .. ") in the other; a graph's branches give alike")
     end
     out[i] = dl.where(p, a[i], b[i])
   end
@@ -102,17 +107,25 @@ local function ids_of(list)
   return a
 end
 
+-- Copies of a list of tensors, as handles (made while the capture is paused: promoted
+-- later, an inline value would become a constant of the capture).
+local function copies_of(list)
+  local out = {}
+  for i = 1, #list do
+    out[i] = list[i]:clone()
+    hid(out[i])
+  end
+  return out
+end
+
 -- One of the loop's functions captured as a graph on the state; `want` results. The
 -- graph's inputs are copies of the state (made unobserved), so that a state value that is
 -- also read from outside (the loop started from an argument it reads) stays two values.
 local function capture_graph(f, state, want)
   if C.dl_export_pause(1) ~= 0 then raise_last() end
-  local copies = {}
-  for i = 1, #state do
-    copies[i] = state[i]:clone()
-    hid(copies[i])   -- a handle now: promoted later, it would be a constant of the capture
-  end
+  local ok, copies = pcall(copies_of, state)
   C.dl_export_pause(0)
+  if not ok then error(copies, 0) end
   state = copies
   if C.dl_export_sub_begin(ids_of(state), #state) ~= 0 then raise_last() end
   local r = pack(pcall(f, unpack(state)))
@@ -147,11 +160,12 @@ function dl.while_loop(cond_fn, body_fn, state)
   capture_graph(cond_fn, s, 1)
   capture_graph(body_fn, s, #s)
   if C.dl_export_pause(1) ~= 0 then raise_last() end
-  local ok, final = pcall(run_loop, cond_fn, body_fn, s)
-  local final_ids = ok and ids_of(final)   -- handles before the capture resumes, as above
+  -- The final state as copies: after no iteration it would be the initial state itself,
+  -- or a value from outside the body returned as state, which the capture already knows.
+  local ok, final = pcall(function() return copies_of(run_loop(cond_fn, body_fn, s)) end)
   C.dl_export_pause(0)
   if not ok then error(final, 0) end
-  if C.dl_export_loop(ids_of(s), final_ids, #s) ~= 0 then raise_last() end
+  if C.dl_export_loop(ids_of(s), ids_of(final), #s) ~= 0 then raise_last() end
   return unpack(final, 1, #s)
 end
 

@@ -45,6 +45,10 @@ local function args_of(op, args)
   return args
 end
 
+-- True while this module's export is in progress on this thread (its captures are to be
+-- dropped when it ends); an export tried inside one fails without touching it.
+local exporting = false
+
 -- Runs f once on args under a capture; the capture's number.
 local function capture(f, args, names)
   local n = #args
@@ -74,15 +78,11 @@ local function capture(f, args, names)
   end
   if why then
     C.dl_export_abort()
-    C.dl_export_clear()
     if not rets[1] then error(why, 0) end
     raise(why)
   end
   local k = C.dl_export_end()
-  if k < 0 then
-    C.dl_export_clear()
-    raise_last()
-  end
+  if k < 0 then raise_last() end
   return k
 end
 
@@ -120,15 +120,18 @@ local function symbols_of(op, dynamic, args)
   return names, values, uses
 end
 
--- args with every dim of symbol s one larger (its first slice repeated at the end, so
--- that the values stay in their domain: indices stay valid indices).
-local function grown(args, uses, s)
+-- args with every dim of each symbol s larger by by[s] (its first slice repeated at the
+-- end, so that the values stay in their domain: indices stay valid indices).
+local function grown(args, uses, by)
   local out = {}
   for i = 1, #args do out[i] = args[i] end
   for _, u in ipairs(uses) do
-    if u.sym == s then
+    local k = by[u.sym] or 0
+    if k > 0 then
       local x = out[u.arg]
-      out[u.arg] = dl.cat({ x, x:narrow(u.dim, 1, 1) }, u.dim)
+      local parts = { x }
+      for j = 1, k do parts[j + 1] = x:narrow(u.dim, 1, 1) end
+      out[u.arg] = dl.cat(parts, u.dim)
     end
   end
   return out
@@ -167,14 +170,13 @@ Report.__index = Report
 function Report:__tostring() return self.text end
 
 -- dl.export(f, args, opts): writes opts.path; returns the report.
-local function export(f, args, opts)
+local function export_body(f, args, opts)
   local op = "export"
   if not callable(f) then core.bad_arg(op, "a function", f) end
   args_of(op, args)
   opts = core.options(op, opts, OPTIONS)
   local path = opts.path
   if type(path) ~= "string" or path == "" then raise(op .. ": expected opts.path, the file to write") end
-  if C.dl_export_active() ~= 0 then raise(op .. ": an export is already in progress") end
   local input_names = {}
   for i = 1, #args do
     local nm = opts.input_names and opts.input_names[i] or ("input" .. i)
@@ -182,27 +184,36 @@ local function export(f, args, opts)
     input_names[i] = nm
   end
   local syms, values, uses = symbols_of(op, opts.dynamic, args)
-  local check = opts.check_args and args_of(op, opts.check_args) or args
-  if #check ~= #args then raise(op .. ": check_args has " .. #check .. " tensors, args " .. #args) end
+  local check = opts.check_args and args_of(op, opts.check_args) or nil
+  if check and #check ~= #args then raise(op .. ": check_args has " .. #check .. " tensors, args " .. #args) end
+  local meta = {}
+  for k, v in pairs(opts.metadata or {}) do
+    if type(k) ~= "string" or type(v) ~= "string" then raise(op .. ": metadata keys and values must be strings") end
+    meta[#meta + 1] = k
+    meta[#meta + 1] = v
+  end
+  -- Without check_args, the check capture moves every symbol by another amount than
+  -- the captures that solved for it (symbol s by s + 1), so that a size that is not
+  -- affine in it (x:narrow(1, 1, n // 2)) is found rather than frozen.
+  if not check then
+    local by = {}
+    for s = 1, #syms do by[s] = s + 1 end
+    check = grown(args, uses, by)
+  end
 
-  C.dl_export_clear()
   local base = capture(f, args, input_names)
   local cnames = ffi.new("const char*[?]", #syms + 1)
   for i = 1, #syms do cnames[i - 1] = syms[i] end
   if C.dl_export_symbols(base, cnames, #syms) ~= 0 then raise_last() end
   local at_base = doubles(values)
   local function unify(k, sym, at)
-    if C.dl_export_unify(base, k, sym, at_base, doubles(at), #syms) ~= 0 then
-      local msg = ffi_string(C.dl_last_error())
-      C.dl_export_clear()
-      raise(msg)
-    end
+    if C.dl_export_unify(base, k, sym, at_base, doubles(at), #syms) ~= 0 then raise_last() end
   end
   for s = 1, #syms do
     local at = {}
     for i = 1, #values do at[i] = values[i] end
     at[s] = values[s] + 1
-    unify(capture(f, grown(args, uses, s), input_names), s - 1, at)
+    unify(capture(f, grown(args, uses, { [s] = 1 }), input_names), s - 1, at)
   end
   -- The check capture: its symbols' values are read from its arguments.
   local at = {}
@@ -210,22 +221,26 @@ local function export(f, args, opts)
   unify(capture(f, check, input_names), -1, at)
 
   name_constants(base, opts.names ~= nil and opts.names or (type(f) == "table" and f or nil))
-  local meta = {}
-  for k, v in pairs(opts.metadata or {}) do
-    if type(k) ~= "string" or type(v) ~= "string" then raise(op .. ": metadata keys and values must be strings") end
-    meta[#meta + 1] = k
-    meta[#meta + 1] = v
-  end
   local cmeta = ffi.new("const char*[?]", #meta + 1)
   for i = 1, #meta do cmeta[i - 1] = meta[i] end
-  local st = C.dl_export_save(base, path, cmeta, #meta)
-  local text = st == 0 and ffi_string(C.dl_export_describe(base)) or nil
-  local graph = st == 0 and ffi_string(C.dl_export_graph(base)) or nil
-  local err = st ~= 0 and ffi_string(C.dl_last_error()) or nil
-  C.dl_export_clear()
-  if err then raise(err) end
+  if C.dl_export_save(base, path, cmeta, #meta) ~= 0 then raise_last() end
+  local text = ffi_string(C.dl_export_describe(base))
+  local graph = ffi_string(C.dl_export_graph(base))
   return setmetatable({ path = path, text = "exported " .. path .. "\n" .. text, graph = graph, symbols = syms },
                       Report)
+end
+
+-- Whatever happens, no capture is left in progress and the finished ones (each holds a
+-- copy of every constant) are dropped.
+local function export(f, args, opts)
+  if exporting then raise("export: an export is already in progress") end
+  exporting = true
+  local r = pack(pcall(export_body, f, args, opts))
+  exporting = false
+  C.dl_export_abort()
+  C.dl_export_clear()
+  if not r[1] then error(r[2], 0) end
+  return r[2]
 end
 
 -- dl.export.load(path): the file's graph as a callable; f(x, ...) returns its outputs.

@@ -8,17 +8,13 @@
 #include "compile/plan.h"
 #include "compile/trace.h"
 #include "tensor/ops.h"
+#include "tests/cpp/bits.h"
 
 using namespace dl;
+using dl::test::same_bits;
 using namespace dl::compile;
 
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  Tensor x = contiguous(a), y = contiguous(b);
-  return std::memcmp(x.raw_data(), y.raw_data(), size_t(x.numel()) * x.itemsize()) == 0;
-}
 
 Step unary_step(Op op, Operand a, DType dt, const Shape& s) {
   Step st;

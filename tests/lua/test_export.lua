@@ -305,6 +305,62 @@ H.test("cond under export selects between both branches", function()
   end, "cond: the branches give 1 and 2 results")
 end)
 
+H.test("what a capture could otherwise get wrong is caught or kept apart", function()
+  local p = path("wrong")
+  -- A size that is not affine in the symbol: found by the check capture's other size.
+  H.raises(function()
+    dl.export(function(x) return x:narrow(1, 1, math.floor(x.shape[1] / 2)) end, { dl.randn(4, 2) },
+              { path = p, dynamic = { [1] = { 1, "n" } } })
+  end, "in the check capture")
+  -- A loop that runs no time returns its initial state: still a value of its own.
+  round_trip("noloop", function(x, n)
+    local k, y = dl.while_loop(function(k) return k:lt(n) end, function(k, y) return k + 1, y * 2 end, { dl.zeros(1), x })
+    return y + x, k
+  end, { dl.randn(3), dl.tensor({ 0 }) }, {}, { { dl.randn(3), dl.tensor({ 0 }) }, { dl.randn(3), dl.tensor({ 2 }) } })
+  -- A tensor made in a loop's body and kept aside (not returned as state) is refused.
+  local kept
+  H.raises(function()
+    dl.export(function(x)
+      local _, y = dl.while_loop(function(k) return k:lt(2) end, function(k, y)
+        kept = y * 3
+        return k + 1, y + 1
+      end, { dl.zeros(1), x })
+      return y + kept
+    end, { dl.randn(3) }, { path = p })
+  end, "made inside a loop's body")
+  -- A loaded graph cannot run inside an export; exports do not nest.
+  local q = path("inner")
+  dl.export(function(x) return x * 2 end, { dl.randn(3) }, { path = q })
+  local inner = dl.export.load(q)
+  H.raises(function() dl.export(function(x) return inner(x) end, { dl.randn(3) }, { path = p }) end,
+           "a loaded graph cannot run inside an export")
+  H.raises(function()
+    dl.export(function(x) dl.export(function(y) return y end, { x }, { path = q }) return x end, { dl.randn(3) }, { path = p })
+  end, "an export is already in progress")
+  H.eq(dl.export.load(q)(dl.ones(2, 1):reshape(-1):narrow(1, 1, 1):expand(3)):totable(), { 2, 2, 2 })
+  -- A constant the graph returns as it is comes back as a copy: writing it changes nothing.
+  local c = dl.tensor({ 1, 2, 3 })
+  dl.export(function(x) return c, x end, { dl.randn(3) }, { path = q })
+  local g = dl.export.load(q)
+  local r = g(dl.randn(3))
+  r:fill_(0)
+  H.eq(g(dl.randn(3)):totable(), { 1, 2, 3 })
+  -- dl.cond's branches give alike, and its predicate is one element, as eagerly.
+  H.raises(function()
+    dl.export(function(x) return dl.cond(x:sum():gt(0), function() return x end, function() return x:sum() end) end,
+              { dl.randn(3) }, { path = p })
+  end, "a graph's branches give alike")
+  H.raises(function()
+    dl.export(function(x) return dl.cond(x:gt(0), function() return x end, function() return -x end) end,
+              { dl.randn(3) }, { path = p })
+  end, "cond: expected a one-element tensor")
+  H.ok(io.open(p) == nil, "no file is written")
+  os.remove(q)
+  -- Nothing is left in progress: an export and a plain read work.
+  round_trip("after", function(x) return x + 1 end, { dl.randn(2) })
+  H.eq(dl.tensor({ 4 }):item(), 4)
+end)
+
 H.test("dlua-run runs a file from the shell, and says what it takes", function()
   local runner = os.getenv("DLUA_RUN")
   if not runner then return print("        (DLUA_RUN not set: the shell runner is tested under ctest)") end
