@@ -8,7 +8,8 @@
 --   local y = f(x)                     -- equal to the function's result, bit for bit
 --
 -- The capture is strict (Note [Strict capture] in export/capture.cpp): the function runs
--- under no_grad with every op reported to the capture; a tensor it reads that is not an
+-- with every op reported to the capture (a dl.grad inside included: its backward pass
+-- is ops too); a tensor it reads that is not an
 -- argument becomes a constant of the file, and anything a graph cannot hold (reading a
 -- value into Lua, a random op, an in-place write) is an error naming the line. The
 -- function then runs again once per symbolic dim, with that dim one larger, to learn
@@ -58,7 +59,9 @@ local function capture(f, args, names)
     cnames[i - 1] = names[i]
   end
   if C.dl_export_begin(ids, cnames, n) ~= 0 then raise_last() end
-  local rets = pack(pcall(dl.no_grad, function() return f(unpack(args, 1, n)) end))
+  -- As the caller would run it: under no_grad, a dl.grad inside would see no history
+  -- and give zeros, and the graph with it.
+  local rets = pack(pcall(f, unpack(args, 1, n)))
   local why
   if not rets[1] then
     why = rets[2]

@@ -305,6 +305,22 @@ H.test("cond under export selects between both branches", function()
   end, "cond: the branches give 1 and 2 results")
 end)
 
+H.test("a gradient exports: dl.grad inside the function is captured with its backward pass", function()
+  dl.manual_seed(4)
+  local w1, w2 = dl.randn(4, 8), dl.randn(8, 3)
+  local g = function(x, y)
+    return dl.grad(function(a) return nn.cross_entropy(dl.tanh(x:matmul(a)):matmul(w2), y) end)(w1)
+  end
+  local x, y = dl.randn(5, 4), dl.tensor({ 1, 2, 3, 1, 2 }, "int64")
+  H.ok(g(x, y):abs():sum():item() > 0, "a gradient that is not zero")
+  round_trip("grad", g, { x, y }, {}, { { x, y }, { dl.randn(5, 4), dl.tensor({ 3, 3, 2, 1, 1 }, "int64") } })
+  -- The mean's backward divides by the batch, a number of the engine's: with the batch
+  -- free, that is found, not frozen.
+  H.raises(function()
+    dl.export(g, { x, y }, { path = path("grad-n"), dynamic = { [1] = { 1, "n" }, [2] = { 1, "n" } } })
+  end, "Lua number 5 became 6")
+end)
+
 H.test("what a capture could otherwise get wrong is caught or kept apart", function()
   local p = path("wrong")
   -- A size that is not affine in the symbol: found by the check capture's other size.
