@@ -107,6 +107,12 @@ dlg_model* dlg_load_memory(const void* data, size_t size, dlg_error* err) {
 
 void dlg_free(dlg_model* m) { delete m; }
 
+int dlg_set_loop_limit(const dlg_model* m, int64_t max_iterations) {
+  if (!m || max_iterations < 0) return DLG_ERR_ARG;
+  m->model->set_loop_limit(max_iterations);
+  return DLG_OK;
+}
+
 int dlg_num_inputs(const dlg_model* m) { return m ? int(m->model->graph().inputs.size()) : -1; }
 int dlg_num_outputs(const dlg_model* m) { return m ? int(m->model->graph().outputs.size()) : -1; }
 

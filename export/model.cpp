@@ -115,7 +115,10 @@ std::vector<Tensor> Model::run_loop(const Node& n, const std::vector<const Tenso
   const size_t state = size_t(n.ints[0].add);
   std::vector<Tensor> args;
   for (const Tensor* t : in) args.push_back(*t);
-  for (;;) {
+  const int64_t limit = loop_limit_.load(std::memory_order_relaxed);
+  for (int64_t iterations = 0;; ++iterations) {
+    DL_CHECK(limit == 0 || iterations < limit, "while: the loop ran past its limit of ", limit,
+             " iterations (dlg_set_loop_limit)");
     const Graph& cond = n.graphs[0];
     std::vector<Tensor> vals(cond.values.size());
     for (size_t k = 0; k < args.size(); ++k) vals[size_t(cond.inputs[k])] = args[k];

@@ -7,6 +7,7 @@
 //
 // A Model is immutable once loaded: run() may be called on one from several threads.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -32,6 +33,9 @@ class Model {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
   const Graph& graph() const { return g_; }
+  // At most n iterations of any one loop per run (0: no limit, the default): a host
+  // that runs files it does not trust bounds their loops, which could run forever.
+  void set_loop_limit(int64_t n) const { loop_limit_.store(n < 0 ? 0 : n, std::memory_order_relaxed); }
   // The tensor of constant value v (undefined for a value that is not a constant).
   const Tensor& constant(int32_t v) const { return constants_[size_t(v)]; }
 
@@ -44,6 +48,7 @@ class Model {
   Graph g_;
   std::vector<Tensor> constants_;        // by value (undefined for the others)
   std::vector<std::vector<int32_t>> free_after_;   // per node: values no later node reads
+  mutable std::atomic<int64_t> loop_limit_{0};
 };
 
 // Writes a .dlg file: the constants (graph.constants' tensors, in order) as safetensors

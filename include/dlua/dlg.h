@@ -70,6 +70,11 @@ dlg_model* dlg_load(const char* path, dlg_error* err);
 dlg_model* dlg_load_memory(const void* data, size_t size, dlg_error* err);
 void dlg_free(dlg_model* m);
 
+/* At most max_iterations iterations of any loop of the graph per run (0: no limit, the
+   default); a run that goes past fails with DLG_ERR_RUN. A host that runs files it does
+   not trust sets it: a loop in a file runs until its condition fails. */
+int dlg_set_loop_limit(const dlg_model* m, int64_t max_iterations);
+
 int dlg_num_inputs(const dlg_model* m);
 int dlg_num_outputs(const dlg_model* m);
 /* The name of input i (0-based), or NULL. */

@@ -118,3 +118,23 @@ TEST_CASE("export: sizes that follow a symbol, and the runner's bound on them", 
   CHECK(f == nullptr);
   if (f) std::fclose(f);
 }
+
+TEST_CASE("export: a loop that never ends stops at the host's limit", "[export]") {
+  // while (x >= -1) x = x + 1: the condition always holds.
+  const std::string loop = R"({"values":[{"dtype":"float32","shape":[1]},{"dtype":"bool","shape":[1]}],)"
+                           R"("inputs":[{"value":0,"name":""}],"constants":[],)"
+                           R"("nodes":[{"op":"ge","in":[0],"out":[1],"ints":[0,1],"nums":[-1.0]}],"outputs":[1]})";
+  const std::string body = R"({"values":[{"dtype":"float32","shape":[1]},{"dtype":"float32","shape":[1]}],)"
+                           R"("inputs":[{"value":0,"name":""}],"constants":[],)"
+                           R"("nodes":[{"op":"add","in":[0],"out":[1],"ints":[0,1],"nums":[1.0]}],"outputs":[1]})";
+  const std::string text = R"({"format":"dlua.graph","version":1,"ops":{"ge":1,"add":1,"while":1},"symbols":[],)"
+                           R"("values":[{"dtype":"float32","shape":[1]},{"dtype":"float32","shape":[1]}],)"
+                           R"("inputs":[{"value":0,"name":"x"}],"constants":[],"nodes":[{"op":"while","in":[0],)"
+                           R"("out":[1],"ints":[1],"graphs":[)" + loop + "," + body + R"(]}],"outputs":[1]})";
+  const std::string p = temp_path("forever");
+  save_model(p, from_json(text, "t"), {});
+  auto m = Model::load(p);
+  m->set_loop_limit(100);
+  CHECK_THROWS_WITH(m->run({zeros({1}, DType::Float32)}), Catch::Contains("past its limit of 100 iterations"));
+  std::remove(p.c_str());
+}

@@ -35,6 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_error(e);
     return 0;
   }
+  m->set_loop_limit(1000);   // a hostile loop may never end
   const dl::graph::Graph& g = m->graph();
   std::vector<int64_t> syms(g.symbols.size(), 2);
   std::vector<dl::Tensor> inputs;
