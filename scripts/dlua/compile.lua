@@ -140,9 +140,7 @@ end
 
 -- dl.compile(f [, {name = ...}])
 local function compile(f, opts)
-  if type(f) ~= "function" and not (type(f) == "table" and getmetatable(f) and getmetatable(f).__call) then
-    core.raise("compile: expected a function, got " .. core.typename(f))
-  end
+  core.check_callable("compile", f)
   if opts ~= nil and type(opts) ~= "table" then
     core.raise("compile: expected a table of options, got " .. core.typename(opts))
   end

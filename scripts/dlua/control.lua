@@ -21,11 +21,7 @@ local type, select, pcall, error, unpack = type, select, pcall, error, unpack or
 
 local function pack(...) return { n = select("#", ...), ... } end
 
-local function callable(op, what, f)
-  if type(f) ~= "function" and not (type(f) == "table" and getmetatable(f) and getmetatable(f).__call) then
-    raise(op .. ": expected a function for " .. what .. ", got " .. core.typename(f))
-  end
-end
+local callable = core.check_callable
 
 -- A predicate's truth: a Lua boolean, or a tensor of one element (nonzero is true).
 local function truth(op, p)
@@ -41,8 +37,8 @@ local function capturing() return C.dl_export_active() ~= 0 end
 
 -- dl.cond(pred, then_fn, else_fn, ...): then_fn(...) when pred holds, else else_fn(...).
 function dl.cond(pred, then_fn, else_fn, ...)
-  callable("cond", "the then branch", then_fn)
-  callable("cond", "the else branch", else_fn)
+  callable("cond", then_fn, "the then branch")
+  callable("cond", else_fn, "the else branch")
   if not (capturing() and is_tensor(pred)) then
     if truth("cond", pred) then return then_fn(...) end
     return else_fn(...)
@@ -151,8 +147,8 @@ end
 -- dl.while_loop(cond_fn, body_fn, state): while cond_fn(state...) holds, state =
 -- body_fn(state...); returns the final state's values.
 function dl.while_loop(cond_fn, body_fn, state)
-  callable("while_loop", "the condition", cond_fn)
-  callable("while_loop", "the body", body_fn)
+  callable("while_loop", cond_fn, "the condition")
+  callable("while_loop", body_fn, "the body")
   state_of("while_loop", state)
   local s = {}
   for i = 1, #state do s[i] = state[i] end

@@ -180,6 +180,15 @@ function M.bad_arg(op, what, v)
   raise(op .. ": expected " .. what .. ", got " .. M.typename(v))
 end
 
+-- f, when it is a function or a callable table (an nn module); else "op: expected a
+-- function[ for what], got <type>".
+function M.check_callable(op, f, what)
+  if type(f) == "function" then return f end
+  local mt = type(f) == "table" and getmetatable(f)
+  if mt and mt.__call then return f end
+  raise(op .. ": expected a function" .. (what and " for " .. what or "") .. ", got " .. M.typename(f))
+end
+
 -- An options table of `op`: {} for nil; an error for anything but a table, or for a key
 -- that `allowed` (a set: {name = true, ...}) does not hold.
 -- Note [Modules loaded on first use]

@@ -23,17 +23,13 @@ core.own_source()
 
 local C, raise, raise_last = core.C, core.raise, core.raise_last
 local dl, is_tensor, hid, wrap = T.dl, T.is_tensor, T.hid, T.wrap
-local type, select, ipairs, pairs, pcall, error, tostring, setmetatable, getmetatable =
-  type, select, ipairs, pairs, pcall, error, tostring, setmetatable, getmetatable
+local type, select, ipairs, pairs, pcall, error, tostring, setmetatable =
+  type, select, ipairs, pairs, pcall, error, tostring, setmetatable
 local unpack, ffi_string, floor = unpack or table.unpack, ffi.string, math.floor
 
 local OPTIONS = { path = true, dynamic = true, check_args = true, names = true, input_names = true, metadata = true }
 
 local function pack(...) return { n = select("#", ...), ... } end
-
-local function callable(f)
-  return type(f) == "function" or (type(f) == "table" and getmetatable(f) ~= nil and getmetatable(f).__call ~= nil)
-end
 
 local function args_of(op, args)
   if type(args) ~= "table" then core.bad_arg(op, "a list of argument tensors", args) end
@@ -175,7 +171,7 @@ function Report:__tostring() return self.text end
 -- dl.export(f, args, opts): writes opts.path; returns the report.
 local function export_body(f, args, opts)
   local op = "export"
-  if not callable(f) then core.bad_arg(op, "a function", f) end
+  core.check_callable(op, f)
   args_of(op, args)
   opts = core.options(op, opts, OPTIONS)
   local path = opts.path

@@ -22,11 +22,7 @@ local type, select, ipairs, tostring, unpack, getmetatable =
 
 local function pack(...) return { n = select("#", ...), ... } end
 
-local function callable(op, f)
-  if type(f) ~= "function" and not (type(f) == "table" and getmetatable(f) and getmetatable(f).__call) then
-    raise(op .. ": expected a function, got " .. type(f))
-  end
-end
+local callable = core.check_callable
 
 -- Whether argument v is differentiated: numbers, float tensors and tables of them.
 -- Other arguments (integer labels, strings, options) pass through unchanged and get no
