@@ -53,6 +53,16 @@ Capture& done(int k, const char* op) {
   return *t_export.done[size_t(k)];
 }
 
+// A text made from a finished capture's graph, kept until the next such call.
+const char* text_of(int capture, std::string (*make)(const dl::graph::Graph&)) noexcept {
+  const char* r = nullptr;
+  guard_status([&] {
+    t_export.text = make(done(capture, "export").graph);
+    r = t_export.text.c_str();
+  });
+  return r;
+}
+
 // The thread's ops are reported to c (null: to nobody).
 void observe(Capture* c) {
   t_export.observing.reset();
@@ -226,23 +236,9 @@ int dl_export_save(int capture, const char* path, const char* const* meta, int n
   });
 }
 
-const char* dl_export_graph(int capture) {
-  const char* r = nullptr;
-  guard_status([&] {
-    t_export.text = dl::graph::to_json(done(capture, "export").graph);
-    r = t_export.text.c_str();
-  });
-  return r;
-}
+const char* dl_export_graph(int capture) { return text_of(capture, dl::graph::to_json); }
 
-const char* dl_export_describe(int capture) {
-  const char* r = nullptr;
-  guard_status([&] {
-    t_export.text = dl::graph::summary(done(capture, "export").graph);
-    r = t_export.text.c_str();
-  });
-  return r;
-}
+const char* dl_export_describe(int capture) { return text_of(capture, dl::graph::summary); }
 
 void dl_export_clear(void) { t_export.done.clear(); }
 

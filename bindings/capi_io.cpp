@@ -199,10 +199,6 @@ int dl_graph_run(uint64_t g, const uint64_t* ins, int nin, uint64_t* outs, int n
     std::vector<Tensor> inputs;
     for (int i = 0; i < nin; ++i) inputs.push_back(get(ins[i], "dlg_run"));
     std::vector<Tensor> results = m.run(inputs);
-    // A constant returned as it is stays the model's: the caller gets a copy it may write.
-    for (Tensor& r : results)
-      for (const auto& c : m.graph().constants)
-        if (r.same_storage(m.constant(c.first))) r = dl::clone(r);
     for (int k = 0; k < nout; ++k) outs[k] = 0;
     for (int k = 0; k < nout; ++k) outs[k] = dl::bind::handle_new(results[size_t(k)]);
   });

@@ -160,11 +160,11 @@ int dlg_run(const dlg_model* m, const dlg_tensor* inputs, int n_in, dlg_tensor* 
                     " is ", dl::dtype_name(r.dtype()), " ", r.shape(), "; the buffer given is for ",
                     dl::dtype_name(dl::DType(outputs[k].dtype)), " ", s);
     }
-    // Memory the caller must not own: the inputs', the constants', and what an earlier
-    // output of this run already handed out. Everything that can fail (copies) happens
-    // before any output is handed out, so that an error leaves nothing to give back.
+    // Memory the caller must not own: the inputs' (the constants' never comes back from
+    // run), and what an earlier output of this run already handed out. Everything that
+    // can fail (copies) happens before any output is handed out, so that an error leaves
+    // nothing to give back.
     std::vector<Tensor> taken = ins;
-    for (const auto& c : model.graph().constants) taken.push_back(model.constant(c.first));
     for (int k = 0; k < n_out; ++k) {
       Tensor& r = results[size_t(k)];
       dlg_tensor& o = outputs[k];

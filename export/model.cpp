@@ -36,15 +36,16 @@ void from_file(io::SafetensorsFile f, const std::string& where, Graph* g, std::v
 }  // namespace
 
 std::shared_ptr<const Model> Model::load(const std::string& path) {
-  auto m = std::shared_ptr<Model>(new Model());
-  from_file(io::load_safetensors(path, "dlg_load"), path, &m->g_, &m->constants_);
-  m->plan();
-  return m;
+  return make(io::load_safetensors(path, "dlg_load"), path);
 }
 
 std::shared_ptr<const Model> Model::parse(const void* data, size_t n, const std::string& name) {
+  return make(io::parse_safetensors(data, n, name, "dlg_load"), name);
+}
+
+std::shared_ptr<const Model> Model::make(io::SafetensorsFile f, const std::string& where) {
   auto m = std::shared_ptr<Model>(new Model());
-  from_file(io::parse_safetensors(data, n, name, "dlg_load"), name, &m->g_, &m->constants_);
+  from_file(std::move(f), where, &m->g_, &m->constants_);
   m->plan();
   return m;
 }
@@ -91,11 +92,14 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
     DL_CHECK_KIND(Type, ok, "dlg_run: input ", k + 1, " (", name, ") is ", dtype_name(x.dtype()), " ", x.shape(),
                   "; the graph takes ", describe(g, info));
   }
-  std::vector<Tensor> vals(g.values.size());
-  for (size_t v = 0; v < constants_.size(); ++v)
-    if (constants_[v].defined()) vals[v] = constants_[v];
+  std::vector<Tensor> vals = constants_;   // the constants in place, every other value undefined
   for (size_t k = 0; k < inputs.size(); ++k) vals[size_t(g.inputs[k])] = inputs[k];
-  return run_graph(g, vals, syms, &free_after_);
+  std::vector<Tensor> results = run_graph(g, vals, syms, &free_after_);
+  // A constant the graph returns as it is stays the model's: the caller gets a copy.
+  for (Tensor& r : results)
+    for (const auto& c : g.constants)
+      if (r.same_storage(constants_[size_t(c.first)])) r = clone(r);
+  return results;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "export/graph.h"
+#include "io/safetensors.h"
 #include "tensor/tensor.h"
 
 namespace dl::graph {
@@ -28,18 +29,17 @@ class Model {
   static std::shared_ptr<const Model> parse(const void* data, size_t n, const std::string& name);
 
   // The graph's outputs for these inputs (host tensors of the graph's input dtypes, with
-  // sizes the graph allows). Results may share memory with the inputs or the constants
-  // when the graph returns one of them unchanged.
+  // sizes the graph allows). A result may share memory with an input when the graph
+  // returns it unchanged, never with the model's constants (a copy comes instead).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
   const Graph& graph() const { return g_; }
   // At most n iterations of any one loop per run (0: no limit, the default): a host
   // that runs files it does not trust bounds their loops, which could run forever.
   void set_loop_limit(int64_t n) const { loop_limit_.store(n < 0 ? 0 : n, std::memory_order_relaxed); }
-  // The tensor of constant value v (undefined for a value that is not a constant).
-  const Tensor& constant(int32_t v) const { return constants_[size_t(v)]; }
 
  private:
+  static std::shared_ptr<const Model> make(io::SafetensorsFile f, const std::string& where);
   void plan();
   std::vector<Tensor> run_graph(const Graph& g, std::vector<Tensor>& vals, const std::vector<int64_t>& syms,
                                 const std::vector<std::vector<int32_t>>* free_after) const;
