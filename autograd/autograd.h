@@ -125,6 +125,14 @@ Tensor index_select(const Tensor& x, int dim, const Tensor& index);
 Tensor gather(const Tensor& x, int dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int dim, const Tensor& index, const Tensor& src);
 Tensor matmul(const Tensor& a, const Tensor& b);
+// Decompositions and solves (autograd/linalg.cpp; the engine's forms in tensor/ops.h).
+Tensor linalg_solve(const Tensor& a, const Tensor& b);
+Tensor solve_triangular(const Tensor& a, const Tensor& b, bool upper, bool unitriangular);
+Tensor cholesky(const Tensor& a);
+std::pair<Tensor, Tensor> qr(const Tensor& a, bool complete);
+std::pair<Tensor, Tensor> eigh(const Tensor& a);
+SvdResult svd(const Tensor& a, bool full_matrices);
+std::pair<Tensor, Tensor> slogdet(const Tensor& a);
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
 // In place. Writing into a tensor (or a view of one) that is part of a recorded

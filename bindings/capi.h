@@ -211,6 +211,15 @@ uint64_t dl_where(uint64_t cond, uint64_t a, uint64_t b);
 uint64_t dl_clamp(uint64_t x, double lo, double hi, int has_lo, int has_hi);
 uint64_t dl_masked_fill(uint64_t x, uint64_t mask, double value);
 uint64_t dl_matmul(uint64_t a, uint64_t b);
+/* decompositions and solves (dl.linalg), batched over leading dims; results fill
+   out2/out3 in order, all or none */
+uint64_t dl_linalg_solve(uint64_t a, uint64_t b);
+uint64_t dl_solve_triangular(uint64_t a, uint64_t b, int upper, int unitriangular);
+uint64_t dl_cholesky(uint64_t a);
+int dl_qr(uint64_t a, int complete, uint64_t* out2);           /* Q, R */
+int dl_eigh(uint64_t a, uint64_t* out2);                       /* eigenvalues, eigenvectors */
+int dl_svd(uint64_t a, int full_matrices, uint64_t* out3);     /* U, S, Vh */
+int dl_slogdet(uint64_t a, uint64_t* out2);                    /* sign, log|det| */
 /* matmul of two values (inline or handles; never a view of either), delivered as
    dl_unary's results; what the Lua side calls. */
 int dl_matmul_value(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out);

@@ -36,6 +36,8 @@ const Backend kCuda = {
     .gather = gather,
     .scatter_add = scatter_add,
     .matmul = matmul,
+    // decompositions and solves
+    .linalg = nullptr,
     // random numbers
     .random = random,
     // optimizer updates

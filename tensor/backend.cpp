@@ -38,6 +38,8 @@ const Backend kCpu = {
     .gather = cpu::gather,
     .scatter_add = cpu::scatter_add,
     .matmul = cpu::matmul,
+    // decompositions and solves
+    .linalg = cpu::linalg,
     // random numbers
     .random = cpu::random,
     // optimizer updates

@@ -67,6 +67,23 @@ struct Backend {
   // dtype; a's and b's batch dims broadcast to out's; M, N, K, batch all non-empty.
   void (*matmul)(const Tensor& out, const Tensor& a, const Tensor& b);
 
+  // ---- decompositions and solves (front ends: tensor/decomp.cpp; CPU: LAPACK,
+  // tensor/cpu/lapack.cpp) ----
+  // Every tensor is contiguous and 3-D or 2-D: a batch of B matrices (B >= 1) or of
+  // their vectors, all of one float dtype, no matrix empty. Inputs are read, never
+  // written. A singular system or a matrix that is not positive-definite throws
+  // dl::Error (Value) naming the op and the batch element (1-based).
+  //   LinalgSolve      ins {a (B, n, n), b (B, n, k)}, outs {x (B, n, k)}
+  //   SolveTriangular  the same; o.upper picks a's triangle, o.unitriangular its diagonal
+  //   Cholesky         ins {a (B, n, n)}, outs {l (B, n, n)}, lower, zeros above
+  //   Qr               ins {a (B, m, n)}, outs {q (B, m, kq), r (B, kq, n)}, kq = m when
+  //                    o.full else min(m, n)
+  //   Eigh             ins {a (B, n, n)}, outs {w (B, n) ascending, v (B, n, n) columns}
+  //   Svd              ins {a (B, m, n)}, outs {u (B, m, ku), s (B, k), vh (B, kv, n)},
+  //                    ku = m and kv = n when o.full, else k = min(m, n)
+  //   Slogdet          ins {a (B, n, n)}, outs {sign (B), logabsdet (B)}
+  void (*linalg)(Op op, const TensorList& outs, const TensorList& ins, const LinalgOpts& o);
+
   // ---- random numbers (front end: tensor/random.cpp; CPU: tensor/cpu/random.cpp) ----
   // out (contiguous, fresh) element i = convert(spec(i)) (tensor/random.h): the math is
   // the spec's, so every device produces the same stream. Null: generated on the host

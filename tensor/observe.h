@@ -151,6 +151,11 @@ inline void observed_outs(const std::pair<Tensor, Tensor>& p, std::vector<Tensor
   l.push_back(p.first);
   l.push_back(p.second);
 }
+inline void observed_outs(const SvdResult& r, std::vector<Tensor>& l) {
+  l.push_back(r.u);
+  l.push_back(r.s);
+  l.push_back(r.vh);
+}
 template <typename Run, typename Fill>
 [[gnu::always_inline]] inline auto observed_other(const char* name, Run&& run, Fill&& fill) -> decltype(run()) {
   Observer* o = __builtin_expect(g_observers.load(std::memory_order_relaxed) == 0, 1) ? nullptr : t_observer;

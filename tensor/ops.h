@@ -164,4 +164,37 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // PyTorch's matmul: 1-D x 1-D dot, 2-D x 2-D, batched with broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// ---- decompositions and solves (tensor/decomp.cpp; CPU: LAPACK, tensor/cpu/lapack.cpp) --
+// Matrices are the last two dims; the leading dims are a batch. Float32 and float64
+// (integers are converted to the default float dtype). Bad shapes, singular systems and
+// matrices that are not positive-definite throw dl::Error naming the op and, for a
+// batch, the matrix (1-based, as the Lua API counts).
+// The options a Backend::linalg kernel reads (tensor/backend.h).
+struct LinalgOpts {
+  bool upper = false;          // SolveTriangular: a is upper-triangular
+  bool unitriangular = false;  // SolveTriangular: a's diagonal is ones
+  bool full = false;           // Qr: complete Q; Svd: full U and Vh
+};
+// X with A X = B: a (..., n, n), b (..., n, k), batch dims broadcast.
+Tensor linalg_solve(const Tensor& a, const Tensor& b);
+// X with A X = B for a triangular a (..., n, n) (only its upper or lower triangle is
+// read; with `unitriangular` its diagonal is taken as ones); b (..., n, k).
+Tensor solve_triangular(const Tensor& a, const Tensor& b, bool upper, bool unitriangular);
+// Lower L with L L^T = a, from a's lower triangle.
+Tensor cholesky(const Tensor& a);
+// Q (..., m, k) with orthonormal columns and upper-triangular R (..., k, n), k = min(m, n);
+// `complete`: Q (..., m, m) and R (..., m, n).
+std::pair<Tensor, Tensor> qr(const Tensor& a, bool complete);
+// Eigenvalues (..., n) in ascending order and eigenvectors (..., n, n, one a column) of
+// a symmetric a, from its lower triangle.
+std::pair<Tensor, Tensor> eigh(const Tensor& a);
+// U (..., m, k), S (..., k) descending, Vh (..., k, n) with a = U diag(S) Vh, k =
+// min(m, n); `full_matrices`: U (..., m, m) and Vh (..., n, n).
+struct SvdResult {
+  Tensor u, s, vh;
+};
+SvdResult svd(const Tensor& a, bool full_matrices);
+// sign(det a) and log|det a| (..., ): the sign is 0 and the log -inf for a singular a.
+std::pair<Tensor, Tensor> slogdet(const Tensor& a);
+
 }  // namespace dl

@@ -48,6 +48,12 @@ core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
 
+-- dl.linalg: decompositions, solves, norms (torch.linalg's names). Its module loads when
+-- the table is first read.
+dl.linalg = setmetatable({}, {
+  __index = function(self, k) require("dlua.linalg"); return rawget(self, k) end,
+})
+
 -- dl.compile: deferred, traced and fused calls of a Lua function.
 require("dlua.compile")
 

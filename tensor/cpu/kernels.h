@@ -31,6 +31,8 @@ void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& ind
 void gather(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
 void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src);
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
+// decompositions and solves (tensor/cpu/lapack.cpp)
+void linalg(Op op, const TensorList& outs, const TensorList& ins, const LinalgOpts& o);
 
 // random numbers (tensor/cpu/random.cpp)
 void random(const Tensor& out, const fn::RandomSpec& spec);

@@ -172,6 +172,80 @@ Tensor idx(std::initializer_list<double> v, const Shape& s) {
   return from_values(d.data(), int64_t(d.size()), s, DType::Int64);
 }
 
+// ---- decompositions and solves: well-conditioned inputs; eigenvectors and singular
+// vectors read through functions their sign choices do not change.
+Tensor well(const Shape& s, uint64_t seed) {   // values + 3 I: far from singular
+  const int64_t n = s[s.size() - 1];
+  return binary(Op::Add, values(s, seed), binary(Op::Mul, eye(n, n, DType::Float64), Scalar(3.0)));
+}
+Tensor flat(const Tensor& x) { return ag::reshape(x, Shape{-1}); }
+Tensor weights(int64_t k) {   // the constant diagonal (1, 2, ..., k) as a row
+  return arange(1, double(k) + 1, 1, DType::Float64);
+}
+// X diag(1..k) Y for X (..., m, k), Y (..., k, n).
+Tensor sandwich(const Tensor& x, const Tensor& y) {
+  return ag::matmul(ag::binary(Op::Mul, x, weights(x.size(x.dim() - 1))), y);
+}
+Tensor sym(const Tensor& x) { return ag::binary(Op::Add, x, ag::transpose(x, -2, -1)); }
+
+std::vector<Case> linalg_cases(Op op) {
+  using L = const TensorList&;
+  switch (op) {
+    case Op::LinalgSolve:
+      return {{"solve", [](L x) { return ag::linalg_solve(x[0], x[1]); }, {well(Shape{3, 3}, 101), values(Shape{3, 2}, 102)}},
+              {"solve, batch broadcast, transposed A", [](L x) { return ag::linalg_solve(ag::transpose(x[0], -2, -1), x[1]); },
+               {well(Shape{2, 3, 3}, 103), values(Shape{3, 1}, 104)}}};
+    case Op::SolveTriangular:
+      return {{"upper", [](L x) { return ag::solve_triangular(x[0], x[1], true, false); },
+               {well(Shape{3, 3}, 105), values(Shape{3, 2}, 106)}},
+              {"lower, unit diagonal, batch", [](L x) { return ag::solve_triangular(x[0], x[1], false, true); },
+               {values(Shape{2, 3, 3}, 107), values(Shape{2, 3, 2}, 108)}}};
+    case Op::Cholesky:
+      return {{"cholesky of x x^T + 3 I", [](L x) {
+                 Tensor a = ag::matmul(x[0], ag::transpose(x[0], -2, -1));
+                 return ag::cholesky(ag::binary(Op::Add, a, binary(Op::Mul, eye(3, 3, DType::Float64), Scalar(3.0))));
+               }, {values(Shape{2, 3, 3}, 109)}}};
+    case Op::Qr: {
+      auto both = [](L x) { auto [q, r] = ag::qr(x[0], false); return ag::cat({flat(q), flat(r)}, 0); };
+      auto r_only = [](L x) { return ag::qr(x[0], false).second; };
+      auto q_only = [](L x) { return ag::qr(x[0], false).first; };
+      return {{"tall", both, {values(Shape{4, 3}, 110)}}, {"square, batch", both, {values(Shape{2, 3, 3}, 111)}},
+              {"wide", both, {values(Shape{2, 4}, 112)}}, {"wide, R only", r_only, {values(Shape{2, 4}, 113)}},
+              {"tall, Q only", q_only, {values(Shape{4, 2}, 114)}}};
+    }
+    case Op::Eigh:
+      return {{"eigenvalues", [](L x) { return ag::eigh(sym(x[0])).first; }, {values(Shape{2, 3, 3}, 115)}},
+              {"V diag(1..n) V^T", [](L x) {
+                 auto [w, v] = ag::eigh(sym(x[0]));
+                 return sandwich(v, ag::transpose(v, -2, -1));
+               }, {values(Shape{3, 3}, 116)}},
+              {"both", [](L x) {
+                 auto [w, v] = ag::eigh(sym(x[0]));
+                 return ag::cat({flat(w), flat(sandwich(v, ag::transpose(v, -2, -1)))}, 0);
+               }, {values(Shape{3, 3}, 117)}}};
+    case Op::Svd: {
+      auto all = [](L x) {
+        SvdResult r = ag::svd(x[0], false);
+        Tensor u = r.u, vh = r.vh;
+        return ag::cat({flat(r.s), flat(sandwich(u, vh)), flat(sandwich(u, ag::transpose(u, -2, -1))),
+                        flat(sandwich(ag::transpose(vh, -2, -1), vh))}, 0);
+      };
+      return {{"values", [](L x) { return ag::svd(x[0], false).s; }, {values(Shape{2, 4, 3}, 118)}},
+              {"tall", all, {values(Shape{4, 3}, 119)}},
+              {"wide", all, {values(Shape{3, 4}, 120)}},
+              {"square, batch", all, {values(Shape{2, 3, 3}, 121)}},
+              {"U diag Vh only", [](L x) { SvdResult r = ag::svd(x[0], false); return sandwich(r.u, r.vh); },
+               {values(Shape{4, 2}, 122)}}};
+    }
+    case Op::Slogdet:
+      return {{"log|det|", [](L x) { return ag::slogdet(x[0]).second; }, {well(Shape{2, 3, 3}, 123)}},
+              {"log|det| of a negative determinant", [](L x) {
+                 return ag::slogdet(ag::binary(Op::Mul, x[0], Scalar(-1.0))).second; }, {well(Shape{3, 3}, 124)}}};
+    default:
+      return {};
+  }
+}
+
 std::vector<Case> other_cases(Op op) {
   auto x23 = [] { return values(Shape{2, 3}, 11); };
   switch (op) {
@@ -392,7 +466,7 @@ std::vector<Case> other_cases(Op op) {
                {values(Shape{4, 5}, 86)}}};
     }
     default:
-      return {};
+      return linalg_cases(op);
   }
 }
 

@@ -115,6 +115,34 @@ end)
 
 local x4 = dl.ones(1, 2, 5, 5)
 local OTHER = {
+  linalg_solve = {
+    { "not square", function() return dl.linalg.solve(f23, dl.ones(2)) end, { "linalg.solve", "square", "(2, 3)" } },
+    { "rows", function() return dl.linalg.solve(dl.eye(3), dl.ones(2, 1)) end, { "linalg.solve", "(3, 3)", "(2, 1)" } },
+    { "singular", function() return dl.linalg.solve(dl.zeros(2, 2), dl.ones(2)) end, { "linalg.solve", "singular" } },
+    { "batch", function() return dl.linalg.solve(dl.ones(2, 2, 2), dl.ones(3, 2, 1)) end,
+      { "linalg.solve", "(2, 2, 2)", "(3, 2, 1)" } },
+    { "not a tensor", function() return dl.linalg.solve(f23, 3) end, { "linalg.solve", "number" } },
+  },
+  solve_triangular = {
+    { "no upper", function() return dl.linalg.solve_triangular(dl.eye(2), dl.ones(2, 1)) end,
+      { "linalg.solve_triangular", "upper" } },
+    { "vector B", function() return dl.linalg.solve_triangular(dl.eye(2), dl.ones(2), { upper = true }) end,
+      { "linalg.solve_triangular", "(2,)" } },
+  },
+  cholesky = {
+    { "not positive-definite", function() return dl.linalg.cholesky(dl.tensor({ { 1, 2 }, { 2, 1 } })) end,
+      { "linalg.cholesky", "positive-definite", "order 2" } },
+    { "batch element", function() return dl.linalg.cholesky(dl.stack({ dl.eye(2), -dl.eye(2) })) end,
+      { "linalg.cholesky", "matrix 2 of the batch" } },
+    { "vector", function() return dl.linalg.cholesky(dl.ones(3)) end, { "linalg.cholesky", "(3,)" } },
+  },
+  qr = { { "mode", function() return dl.linalg.qr(f23, { mode = "full" }) end, { "linalg.qr", "full" } },
+         { "vector", function() return dl.linalg.qr(dl.ones(3)) end, { "linalg.qr", "(3,)" } } },
+  eigh = { { "not square", function() return dl.linalg.eigh(f23) end, { "linalg.eigh", "(2, 3)" } },
+           { "UPLO", function() return dl.linalg.eigh(dl.eye(2), { UPLO = "X" }) end, { "linalg.eigh", "UPLO" } } },
+  svd = { { "vector", function() return dl.linalg.svd(dl.ones(3)) end, { "linalg.svd", "(3,)" } },
+          { "option", function() return dl.linalg.svd(f23, { full = true }) end, { "linalg.svd", "full" } } },
+  slogdet = { { "not square", function() return dl.linalg.slogdet(f23) end, { "linalg.slogdet", "(2, 3)" } } },
   max_dim = { { "dim out of range", function() return f23:max(3) end, { "max", "dimension 3" } } },
   min_dim = { { "dim out of range", function() return f23:min(-3) end, { "min", "-3" } } },
   argmax = { { "dim out of range", function() return f23:argmax(5) end, { "argmax", "dimension 5" } } },

@@ -1,0 +1,299 @@
+-- dlua.linalg: dl.linalg, linear algebra as PyTorch's torch.linalg. Matrices are the
+-- last two dims of a tensor and the leading dims a batch; float32 and float64 (integers
+-- become the default float dtype). Every function is differentiable, to any order.
+--
+--   local x = dl.linalg.solve(A, b)             -- A x = b (b a vector or a matrix)
+--   local L = dl.linalg.cholesky(A)             -- A = L L^T
+--   local Q, R = dl.linalg.qr(A)                -- reduced QR
+--   local w, V = dl.linalg.eigh(A)              -- symmetric eigenproblem, w ascending
+--   local U, S, Vh = dl.linalg.svd(A, {full_matrices = false})
+--   local sign, logabsdet = dl.linalg.slogdet(A)
+--   dl.linalg.inv, det, lstsq, pinv, norm, matrix_norm, vector_norm, matrix_rank, cond,
+--   solve_triangular, eigvalsh, svdvals
+--
+-- The factorizations are the engine's ops (LAPACK on the CPU: tensor/cpu/lapack.cpp,
+-- with their derivatives in autograd/linalg.cpp); the rest are made of them here.
+local ffi = require("ffi")
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local C = core.C
+local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, core.bad_arg, core.retry,
+  core.options
+local wrap, hid, is_tensor, shape_str = T.wrap, T.hid, T.is_tensor, T.shape_str
+local dl = T.dl
+local type, tostring, math_huge = type, tostring, math.huge
+
+local L = dl.linalg
+setmetatable(L, nil)
+
+local outs = ffi.new("uint64_t[3]")
+
+local function check(op, x, what)
+  if not is_tensor(x) then bad_arg("linalg." .. op, what or "a tensor", x) end
+end
+local function check_matrix(op, x)
+  check(op, x)
+  if x:dim() < 2 then
+    raise("linalg." .. op .. ": expected a matrix or a batch of matrices, got shape " .. shape_str(x))
+  end
+end
+
+-- One handle from f(...), retried once after a collection when memory was refused.
+local function one(f, ...)
+  local id = f(...)
+  if id == 0 and retry() then id = f(...) end
+  return wrap(id)
+end
+-- n handles from f(..., outs).
+local function several(n, f, ...)
+  local st = f(...)
+  if st ~= 0 and retry() then st = f(...) end
+  if st ~= 0 then return raise_last() end
+  local a, b, c = outs[0], outs[1], outs[2]
+  if n == 2 then return wrap(a), wrap(b) end
+  return wrap(a), wrap(b), wrap(c)
+end
+
+local function mT(x) return x:transpose(-2, -1) end
+local function flag(v) return v and 1 or 0 end
+local function eye_like(n, x) return dl.eye(n, { dtype = x.dtype, device = x.device }) end
+-- The float dtype a decomposition returns for x.
+local function float_dtype(x)
+  local d = x.dtype
+  if d == "float32" or d == "float64" then return d end
+  return dl.get_default_dtype()
+end
+
+-- PyTorch's rule for B in A X = B: a vector (..., n) when it has one dim, or one dim less
+-- than A and A's leading sizes; a matrix (..., n, k) otherwise.
+local function is_vector_rhs(a, b)
+  if b:dim() == 1 then return true end
+  if b:dim() ~= a:dim() - 1 then return false end
+  for i = 1, b:dim() do
+    if b:size(i) ~= a:size(i) then return false end
+  end
+  return true
+end
+
+-- ---- solves ---------------------------------------------------------------------------------
+
+-- solve(A, B [, {left = true}]): X with A X = B (or X A = B with left = false).
+function L.solve(a, b, opts)
+  check("solve", a, "a tensor A")
+  check("solve", b, "a tensor B")
+  opts = options("linalg.solve", opts, { left = true })
+  local left = opts.left ~= false
+  if not left then return mT(L.solve(mT(a), mT(b))) end
+  if is_vector_rhs(a, b) then
+    return one(C.dl_linalg_solve, hid(a), hid(b:unsqueeze(-1))):squeeze(-1)
+  end
+  return one(C.dl_linalg_solve, hid(a), hid(b))
+end
+
+-- solve_triangular(A, B, {upper = bool [, left = true, unitriangular = false]}).
+function L.solve_triangular(a, b, opts)
+  check("solve_triangular", a, "a tensor A")
+  check("solve_triangular", b, "a tensor B")
+  opts = options("linalg.solve_triangular", opts, { upper = true, left = true, unitriangular = true })
+  if type(opts.upper) ~= "boolean" then
+    raise("linalg.solve_triangular: expected the option upper (true or false), got " .. tostring(opts.upper))
+  end
+  local upper, unit = opts.upper, opts.unitriangular == true
+  if opts.left == false then   -- X A = B is A^T X^T = B^T
+    return mT(one(C.dl_solve_triangular, hid(mT(a)), hid(mT(b)), flag(not upper), flag(unit)))
+  end
+  return one(C.dl_solve_triangular, hid(a), hid(b), flag(upper), flag(unit))
+end
+
+function L.inv(a)
+  check_matrix("inv", a)
+  local n = a:size(-1)
+  if a:size(-2) ~= n then raise("linalg.inv: expected square matrices, got shape " .. shape_str(a)) end
+  return one(C.dl_linalg_solve, hid(a), hid(eye_like(n, a):to(float_dtype(a)):expand_as(a)))
+end
+
+-- ---- factorizations ---------------------------------------------------------------------------
+
+-- cholesky(A [, {upper = false}]): L lower with A = L L^T (or U = L^T with upper).
+function L.cholesky(a, opts)
+  check("cholesky", a)
+  opts = options("linalg.cholesky", opts, { upper = true })
+  local l = one(C.dl_cholesky, hid(a))
+  if opts.upper then return mT(l) end
+  return l
+end
+
+-- qr(A [, {mode = "reduced" | "complete" | "r"}]): Q, R.
+function L.qr(a, opts)
+  check("qr", a)
+  opts = options("linalg.qr", opts, { mode = true })
+  local mode = opts.mode or "reduced"
+  if mode ~= "reduced" and mode ~= "complete" and mode ~= "r" then
+    raise("linalg.qr: mode must be \"reduced\", \"complete\" or \"r\", got " .. tostring(mode))
+  end
+  local q, r = several(2, C.dl_qr, hid(a), flag(mode == "complete"), outs)
+  if mode == "r" then return dl.empty(0, { dtype = q.dtype, device = q.device }), r end
+  return q, r
+end
+
+-- eigh(A [, {UPLO = "L"}]): eigenvalues (ascending) and eigenvectors (columns) of a
+-- symmetric A, from its lower (or upper) triangle.
+function L.eigh(a, opts)
+  check("eigh", a)
+  opts = options("linalg.eigh", opts, { UPLO = true })
+  local uplo = opts.UPLO or "L"
+  if uplo ~= "L" and uplo ~= "U" then raise("linalg.eigh: UPLO must be \"L\" or \"U\", got " .. tostring(uplo)) end
+  if uplo == "U" then
+    check_matrix("eigh", a)
+    a = mT(a)
+  end
+  return several(2, C.dl_eigh, hid(a), outs)
+end
+
+function L.eigvalsh(a, opts)
+  local w = L.eigh(a, opts)
+  return w
+end
+
+-- svd(A [, {full_matrices = true}]): U, S (descending), Vh with A = U diag(S) Vh.
+function L.svd(a, opts)
+  check("svd", a)
+  opts = options("linalg.svd", opts, { full_matrices = true })
+  return several(3, C.dl_svd, hid(a), flag(opts.full_matrices ~= false), outs)
+end
+
+function L.svdvals(a)
+  check("svdvals", a)
+  local _, s = several(3, C.dl_svd, hid(a), 0, outs)
+  return s
+end
+
+-- slogdet(A): sign and log|det A|; the sign is 0 and the log -inf for a singular A.
+function L.slogdet(a)
+  check("slogdet", a)
+  return several(2, C.dl_slogdet, hid(a), outs)
+end
+
+function L.det(a)
+  local sign, logabs = L.slogdet(a)
+  return sign * logabs:exp()
+end
+
+-- ---- least squares and the pseudo-inverse -----------------------------------------------------
+
+-- lstsq(A, B): the X that minimises |A X - B| (A (..., m, n) of full rank; the
+-- minimum-norm solution when m < n), through the QR decomposition of A (or of A^T).
+function L.lstsq(a, b)
+  check_matrix("lstsq", a)
+  check("lstsq", b, "a tensor B")
+  local m, n = a:size(-2), a:size(-1)
+  if b:dim() == 1 or b:dim() == a:dim() - 1 then
+    if b:size(-1) ~= m then
+      raise("linalg.lstsq: A " .. shape_str(a) .. " and B " .. shape_str(b) .. " do not match (B needs as many rows as A)")
+    end
+    return L.lstsq(a, b:unsqueeze(-1)):squeeze(-1)
+  end
+  if b:size(-2) ~= m then
+    raise("linalg.lstsq: A " .. shape_str(a) .. " and B " .. shape_str(b) .. " do not match (B needs as many rows as A)")
+  end
+  if m >= n then
+    local q, r = L.qr(a)
+    return L.solve_triangular(r, mT(q):matmul(b), { upper = true })
+  end
+  local q, r = L.qr(mT(a))   -- A = R^T Q^T: X = Q R^-T B
+  return q:matmul(L.solve_triangular(mT(r), b, { upper = false }))
+end
+
+-- The singular values of s (..., k) above rtol * the largest of each matrix.
+local function kept(op, s, m, n, opts)
+  opts = options("linalg." .. op, opts, { rtol = true, hermitian = true, tol = true })
+  local cut
+  if opts.tol ~= nil then
+    cut = opts.tol
+  else
+    local eps = s.dtype == "float64" and 2.220446049250313e-16 or 1.1920928955078125e-07
+    local rtol = opts.rtol or eps * math.max(m, n)
+    if s:size(-1) == 0 then return s:gt(0) end
+    cut = s:amax(-1, true) * rtol
+  end
+  return s:gt(cut)
+end
+
+-- pinv(A [, {rtol = eps * max(m, n), hermitian = false}]): the pseudo-inverse, through
+-- the SVD (singular values at or below rtol times the largest are taken as zero).
+function L.pinv(a, opts)
+  check_matrix("pinv", a)
+  local m, n = a:size(-2), a:size(-1)
+  local u, s, vh = L.svd(a, { full_matrices = false })
+  local keep = kept("pinv", s, m, n, opts)
+  local inv = dl.where(keep, 1 / dl.where(keep, s, dl.ones_like(s)), dl.zeros_like(s))
+  return (mT(vh) * inv:unsqueeze(-2)):matmul(mT(u))
+end
+
+-- matrix_rank(A [, {rtol =, tol =}]): the number of singular values kept (int64).
+function L.matrix_rank(a, opts)
+  check_matrix("matrix_rank", a)
+  return kept("matrix_rank", L.svdvals(a), a:size(-2), a:size(-1), opts):sum(-1)
+end
+
+-- ---- norms --------------------------------------------------------------------------------
+
+-- matrix_norm(A [, ord = "fro" [, keepdim = false]]): "fro", "nuc", 1, -1, 2, -2, inf, -inf
+-- over the last two dims.
+function L.matrix_norm(a, ord, keepdim)
+  check_matrix("matrix_norm", a)
+  ord = ord == nil and "fro" or ord
+  local r
+  if ord == "fro" then
+    r = (a * a):sum(-1):sum(-1):sqrt()
+  elseif ord == "nuc" then
+    r = L.svdvals(a):sum(-1)
+  elseif ord == 2 then
+    r = L.svdvals(a):amax(-1)
+  elseif ord == -2 then
+    r = L.svdvals(a):amin(-1)
+  elseif ord == 1 then
+    r = a:abs():sum(-2):amax(-1)
+  elseif ord == -1 then
+    r = a:abs():sum(-2):amin(-1)
+  elseif ord == math_huge then
+    r = a:abs():sum(-1):amax(-1)
+  elseif ord == -math_huge then
+    r = a:abs():sum(-1):amin(-1)
+  else
+    raise("linalg.matrix_norm: ord must be \"fro\", \"nuc\", 1, -1, 2, -2, math.huge or -math.huge, got "
+          .. tostring(ord))
+  end
+  if keepdim then r = r:unsqueeze(-1):unsqueeze(-1) end
+  return r
+end
+
+-- vector_norm(x [, ord = 2 [, dim [, keepdim]]]): over every element, or over dim.
+function L.vector_norm(x, ord, dim, keepdim)
+  check("vector_norm", x)
+  ord = ord == nil and 2 or ord
+  if type(ord) ~= "number" then bad_arg("linalg.vector_norm", "a number ord", ord) end
+  if dim == nil then return x:reshape(-1):norm(ord) end
+  return x:norm(ord, dim, keepdim)
+end
+
+-- norm(A [, ord [, dim [, keepdim]]]): a matrix norm when ord is a string, or when A is
+-- 2-D and ord is given; otherwise the vector 2-norm of every element (or ord, dim).
+function L.norm(a, ord, dim, keepdim)
+  check("norm", a)
+  if type(ord) == "string" or (ord ~= nil and dim == nil and a:dim() == 2) then
+    return L.matrix_norm(a, ord, keepdim)
+  end
+  return L.vector_norm(a, ord, dim, keepdim)
+end
+
+-- cond(A): the 2-norm condition number, the largest singular value over the smallest.
+function L.cond(a)
+  check_matrix("cond", a)
+  local s = L.svdvals(a)
+  return s:amax(-1) / s:amin(-1)
+end
+
+return L
