@@ -124,6 +124,7 @@ void sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const fn::Sgd
 void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
                const fn::AdamStep& s);
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
+void linalg(Op op, const TensorList& outs, const TensorList& ins, const LinalgOpts& o);   // cuSOLVER
 void random(const Tensor& out, const fn::RandomSpec& spec);
 
 void conv2d(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,

@@ -37,7 +37,7 @@ const Backend kCuda = {
     .scatter_add = scatter_add,
     .matmul = matmul,
     // decompositions and solves
-    .linalg = nullptr,
+    .linalg = linalg,
     // random numbers
     .random = random,
     // optimizer updates

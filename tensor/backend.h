@@ -82,6 +82,7 @@ struct Backend {
   //   Svd              ins {a (B, m, n)}, outs {u (B, m, ku), s (B, k), vh (B, kv, n)},
   //                    ku = m and kv = n when o.full, else k = min(m, n)
   //   Slogdet          ins {a (B, n, n)}, outs {sign (B), logabsdet (B)}
+  // Each backend reports a failure through linalg_failed() below.
   void (*linalg)(Op op, const TensorList& outs, const TensorList& ins, const LinalgOpts& o);
 
   // ---- random numbers (front end: tensor/random.cpp; CPU: tensor/cpu/random.cpp) ----
@@ -141,6 +142,11 @@ struct Backend {
 };
 
 const Backend& cpu_backend();
+
+// Throws the error of a factorization whose LAPACK (or cuSOLVER) `info` was positive,
+// for matrix `b` (0-based) of a batch of `count`: one wording for every backend
+// (tensor/decomp.cpp).
+[[noreturn]] void linalg_failed(Op op, int64_t info, int64_t b, int64_t count);
 
 // The CPU threads of this thread's ops: OpenMP's loops and the largest matrix products
 // (OpenBLAS, Note [BLAS threads] in tensor/cpu/matmul.cpp). At start, what OpenMP and

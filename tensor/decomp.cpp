@@ -7,6 +7,7 @@
 //   qr(a (2, 6, 4))                            -> Q (2, 6, 4), R (2, 4, 4)
 //   svd(a (6, 4), false)                       -> U (6, 4), S (4,), Vh (4, 4)
 #include <cmath>
+#include <string>
 
 #include "tensor/backend.h"
 #include "tensor/observe.h"
@@ -73,6 +74,24 @@ const char* shown(Op op) {
     default: return "linalg.slogdet";
   }
 }
+
+}  // namespace
+
+void linalg_failed(Op op, int64_t info, int64_t b, int64_t count) {
+  const std::string which = count > 1 ? " (matrix " + std::to_string(b + 1) + " of the batch)" : std::string();
+  switch (op) {
+    case Op::LinalgSolve:
+      fail(ErrorKind::Value, shown(op), ": the matrix is singular", which, ": U(", info, ", ", info,
+           ") of its LU factorization is exactly zero");
+    case Op::Cholesky:
+      fail(ErrorKind::Value, shown(op), ": the matrix is not positive-definite", which, ": its leading minor of order ",
+           info, " is not positive");
+    default:
+      fail(ErrorKind::Value, shown(op), ": the algorithm did not converge", which, " (LAPACK info ", info, ")");
+  }
+}
+
+namespace {
 
 void run(Op op, const Device& d, const TensorList& outs, const TensorList& ins, const LinalgOpts& o) {
   kernel(d, &Backend::linalg, shown(op))(op, outs, ins, o);

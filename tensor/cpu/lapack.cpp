@@ -25,6 +25,7 @@
 #include <cmath>
 #include <vector>
 
+#include "tensor/backend.h"
 #include "tensor/cpu/kernels.h"
 
 namespace dl::cpu {
@@ -87,11 +88,6 @@ Int dim_of(int64_t v, const char* op) {
 // The optimal workspace LAPACK reported to a query (lwork = -1).
 Int lwork_of(double w) { return std::max<Int>(1, Int(w)); }
 
-// " (matrix 3 of the batch)" for a batch, nothing for one matrix.
-std::string which(int64_t b, int64_t B) {
-  return B > 1 ? " (matrix " + std::to_string(b + 1) + " of the batch)" : std::string();
-}
-
 // out (r, c) row-major = the column-major (r, c) matrix at src with leading dim ld.
 template <typename T>
 void from_colmajor(T* out, const T* src, int64_t r, int64_t c, int64_t ld) {
@@ -112,8 +108,7 @@ void solve(const Tensor& x, const Tensor& a, const Tensor& b) {
     std::copy(ab, ab + size_t(n) * n, lu.data());
     Int info = 0;
     getrf(n, lu.data(), ipiv.data(), &info);
-    DL_CHECK(info == 0, "linalg.solve: the matrix is singular", which(bi, B), ": U(", info, ", ", info,
-             ") of its LU factorization is exactly zero");
+    if (info > 0) linalg_failed(Op::LinalgSolve, info, bi, B);
     if (k == 1) {
       std::copy(bb, bb + n, xb);
       getrs(n, 1, lu.data(), ipiv.data(), xb, &info);
@@ -144,8 +139,7 @@ void cholesky(const Tensor& l, const Tensor& a) {
     T* lb = l.data<T>() + bi * n * n;
     Int info = 0;
     potrf(n, lb, &info);
-    DL_CHECK(info == 0, "linalg.cholesky: the matrix is not positive-definite", which(bi, B), ": its leading minor of order ",
-             info, " is not positive");
+    if (info > 0) linalg_failed(Op::Cholesky, info, bi, B);
     for (Int i = 0; i < n; ++i) std::fill(lb + size_t(i) * n + i + 1, lb + size_t(i + 1) * n, T(0));
   }
 }
@@ -192,7 +186,7 @@ void eigh(const Tensor& w, const Tensor& v, const Tensor& a) {
     const T* ab = a.data<T>() + bi * n * n;
     std::copy(ab, ab + size_t(n) * n, z.data());
     syevd(n, z.data(), w.data<T>() + bi * n, work.data(), Int(work.size()), iwork.data(), Int(iwork.size()), &info);
-    DL_CHECK(info == 0, "linalg.eigh: the eigenvalue algorithm did not converge", which(bi, B));
+    if (info > 0) linalg_failed(Op::Eigh, info, bi, B);
     from_colmajor(v.data<T>() + bi * n * n, z.data(), n, n, n);
   }
 }
@@ -216,7 +210,7 @@ void svd(const Tensor& u, const Tensor& s, const Tensor& vh, const Tensor& a, co
     std::copy(ab, ab + size_t(m) * n, w.data());
     gesdd(job, n, m, w.data(), s.data<T>() + bi * k, vh.data<T>() + bi * kv * n, n, u.data<T>() + bi * m * ku, ku,
           work.data(), Int(work.size()), iwork.data(), &info);
-    DL_CHECK(info == 0, "linalg.svd: the singular value algorithm did not converge", which(bi, B));
+    if (info > 0) linalg_failed(Op::Svd, info, bi, B);
   }
 }
 

@@ -152,6 +152,106 @@ bool takes(DType dt, unsigned flags) { return !(dt == DType::Bool && (flags & kN
 
 using Check = std::function<void()>;
 
+// ---- decompositions and solves: cuSOLVER against LAPACK. Vectors are compared through
+// what their sign choices do not change (products like Q R, V diag(1..n) V^T); the
+// tolerance allows for the two libraries' different orders of operations.
+Tensor flat(const Tensor& x) { return reshape(x, Shape{-1}); }
+Tensor mT(const Tensor& x) { return transpose(x, -2, -1); }
+// x diag(1..k) y for x (..., m, k).
+Tensor sandwich(const Tensor& x, const Tensor& y) {
+  const int64_t k = x.size(x.dim() - 1);
+  return matmul(binary(Op::Mul, x, arange(1, double(k) + 1, 1, x.dtype(), x.device())), y);
+}
+// Far from singular: small entries plus 8 on the diagonal.
+Tensor well(const Shape& s, DType dt) {
+  const int64_t n = s[s.size() - 1];
+  return cast(binary(Op::Add, sample(s, DType::Float64, 1), binary(Op::Mul, eye(n, n, DType::Float64), Scalar(8.0))), dt);
+}
+const Tol kDecomp = folds(1 << 16);
+
+void linalg_checks(std::map<Op, Check>& m) {
+  const DType kFloats[] = {DType::Float32, DType::Float64};
+  m[Op::LinalgSolve] = [=] {
+    for (DType dt : kFloats) {
+      const std::string t(dtype_name(dt));
+      compare_op("solve " + t, {well({4, 6, 6}, dt), sample({4, 6, 3}, dt)},
+                 [](const auto& x) { return linalg_solve(x[0], x[1]); }, kDecomp);
+      compare_op("solve one column, broadcast batch " + t, {well({6, 6}, dt), sample({2, 6, 1}, dt)},
+                 [](const auto& x) { return linalg_solve(x[0], x[1]); }, kDecomp);
+      compare_op("solve transposed A " + t, {well({5, 5}, dt), sample({5, 2}, dt)},
+                 [](const auto& x) { return linalg_solve(mT(x[0]), x[1]); }, kDecomp);
+      compare_op("solve singular " + t, {zeros({2, 3, 3}, dt), sample({2, 3, 1}, dt)},
+                 [](const auto& x) { return linalg_solve(x[0], x[1]); }, kDecomp);
+    }
+  };
+  m[Op::SolveTriangular] = [=] {
+    for (DType dt : kFloats)
+      for (bool upper : {false, true})
+        for (bool unit : {false, true})
+          compare_op(std::string("solve_triangular ") + std::string(dtype_name(dt)) + (upper ? " upper" : " lower") +
+                         (unit ? " unit" : ""),
+                     {well({3, 5, 5}, dt), sample({3, 5, 4}, dt)},
+                     [=](const auto& x) { return solve_triangular(x[0], x[1], upper, unit); }, kDecomp);
+  };
+  m[Op::Cholesky] = [=] {
+    for (DType dt : kFloats) {
+      const std::string t(dtype_name(dt));
+      compare_op("cholesky " + t, {sample({3, 6, 6}, dt, 1)}, [](const auto& x) {
+        return cholesky(binary(Op::Add, matmul(x[0], mT(x[0])), eye(6, 6, x[0].dtype(), x[0].device())));
+      }, kDecomp);
+      compare_op("cholesky not positive-definite " + t, {sample({2, 4, 4}, dt)}, [](const auto& x) {
+        return cholesky(binary(Op::Sub, x[0], binary(Op::Mul, eye(4, 4, x[0].dtype(), x[0].device()), Scalar(100.0))));
+      }, kDecomp);
+    }
+  };
+  m[Op::Qr] = [=] {
+    for (DType dt : kFloats)
+      for (Shape s : {Shape{2, 7, 4}, Shape{4, 4}, Shape{3, 6}})
+        for (bool complete : {false, true})
+          compare_op(std::string("qr ") + std::string(dtype_name(dt)) + (complete ? " complete " : " reduced ") +
+                         std::to_string(s[s.size() - 2]) + "x" + std::to_string(s[s.size() - 1]),
+                     {sample(s, dt)}, [=](const auto& x) {
+                       auto [q, r] = qr(x[0], complete);
+                       return cat({flat(matmul(q, r)), flat(unary(Op::Abs, r)), flat(matmul(q, mT(q)))}, 0);
+                     }, kDecomp);
+  };
+  m[Op::Eigh] = [=] {
+    for (DType dt : kFloats)
+      compare_op(std::string("eigh ") + std::string(dtype_name(dt)), {sample({3, 6, 6}, dt)}, [](const auto& x) {
+        auto [w, v] = eigh(binary(Op::Add, x[0], mT(x[0])));
+        return cat({flat(w), flat(sandwich(v, mT(v)))}, 0);
+      }, kDecomp);
+  };
+  m[Op::Svd] = [=] {
+    for (DType dt : kFloats)
+      for (Shape s : {Shape{2, 7, 4}, Shape{5, 5}, Shape{3, 4, 6}})
+        for (bool full : {false, true})
+          compare_op(std::string("svd ") + std::string(dtype_name(dt)) + (full ? " full " : " reduced ") +
+                         std::to_string(s[s.size() - 2]) + "x" + std::to_string(s[s.size() - 1]),
+                     {sample(s, dt)}, [=](const auto& x) {
+                       SvdResult r = svd(x[0], full);
+                       const int64_t k = r.s.size(r.s.dim() - 1);
+                       Tensor u = narrow(r.u, -1, 0, k), vh = narrow(r.vh, -2, 0, k);
+                       return cat({flat(r.s), flat(sandwich(u, vh)), flat(sandwich(u, mT(u))),
+                                   flat(sandwich(mT(vh), vh)), flat(matmul(r.u, mT(r.u))), flat(matmul(mT(r.vh), r.vh))},
+                                  0);
+                     }, kDecomp);
+  };
+  m[Op::Slogdet] = [=] {
+    for (DType dt : kFloats) {
+      const std::string t(dtype_name(dt));
+      compare_op("slogdet " + t, {sample({4, 5, 5}, dt)}, [](const auto& x) {
+        auto [sign, logabs] = slogdet(x[0]);
+        return cat({sign, logabs}, 0);
+      }, kDecomp);
+      compare_op("slogdet singular " + t, {zeros({2, 3, 3}, dt)}, [](const auto& x) {
+        auto [sign, logabs] = slogdet(x[0]);
+        return cat({sign, logabs}, 0);
+      }, kExact);
+    }
+  };
+}
+
 std::map<Op, Check> other_checks() {
   std::map<Op, Check> m;
   auto each_dtype = [](const std::function<void(DType)>& f) {
@@ -501,6 +601,7 @@ std::map<Op, Check> other_checks() {
                [](const auto& x) { return cross_entropy(x[0], x[1], Reduction::None, std::nullopt); },
                folds());
   };
+  linalg_checks(m);
   return m;
 }
 
