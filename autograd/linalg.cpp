@@ -127,7 +127,7 @@ template <> Grads derivative<Op::Qr>(Node& n, const TensorList& g) {
   Tensor q = n.unpack(0), r = n.unpack(1);
   const int64_t m = rows(q), nc = cols(r);
   if (n.attrs.i[0] && m > nc)
-    fail(ErrorKind::Value, "qr: the complete decomposition of a matrix with more rows than columns has no unique "
+    fail(ErrorKind::Value, "linalg.qr: the complete decomposition of a matrix with more rows than columns has no unique "
                            "gradient (use the reduced one)");
   if (m >= nc) return {qr_tall_backward(g[0], g[1], q, r)};
   // m < n: R = [U | V] with U square. A = [Q U | Q V]; the left block is the square case
@@ -192,8 +192,12 @@ template <> Grads derivative<Op::Svd>(Node& n, const TensorList& g) {
   const int64_t m = rows(u), nc = cols(vh), k = cols(s);
   const Tensor &gu = g[0], &gs = g[1], &gvh = g[2];
   if (n.attrs.i[0] && m != nc && (gu.defined() || gvh.defined()))
-    fail(ErrorKind::Value, "svd: the singular vectors of full_matrices = true are not unique for a matrix that is "
+    fail(ErrorKind::Value, "linalg.svd: the singular vectors of full_matrices = true are not unique for a matrix that is "
                            "not square, so they have no gradient (use full_matrices = false)");
+  if (n.attrs.i[0]) {   // full U and Vh: only their first k columns (rows) meet S
+    u = ag::narrow(u, -1, 0, k);
+    vh = ag::narrow(vh, -2, 0, k);
+  }
   if (!gu.defined() && !gvh.defined()) {
     Tensor ga = ag::matmul(ag::matmul(u, diag_embed(gs)), vh);
     return {ga};

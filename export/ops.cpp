@@ -182,6 +182,16 @@ const std::vector<OpRow>& rows() {
       ROW("cross_entropy", 2, 2, 1, 3, 3, 0, expect(r, a.ints[0] >= 0 && a.ints[0] <= 2, "a reduction out of range");
           out = {cross_entropy(arg(a, 0), arg(a, 1), Reduction(a.ints[0]),
                                a.ints[1] ? std::optional<int64_t>(a.ints[2]) : std::nullopt)}),
+      // decompositions and solves (tensor/decomp.cpp); ints {upper, unitriangular}, {complete},
+      // {full_matrices}
+      ROW("linalg_solve", 2, 2, 1, 0, 0, 0, out = {linalg_solve(arg(a, 0), arg(a, 1))}),
+      ROW("solve_triangular", 2, 2, 1, 2, 2, 0,
+          out = {solve_triangular(arg(a, 0), arg(a, 1), a.ints[0] != 0, a.ints[1] != 0)}),
+      ROW("cholesky", 1, 1, 1, 0, 0, 0, out = {cholesky(arg(a, 0))}),
+      ROW("qr", 1, 1, 2, 1, 1, 0, auto p = qr(arg(a, 0), a.ints[0] != 0); out = {p.first, p.second}),
+      ROW("eigh", 1, 1, 2, 0, 0, 0, auto p = eigh(arg(a, 0)); out = {p.first, p.second}),
+      ROW("svd", 1, 1, 3, 1, 1, 0, SvdResult s = svd(arg(a, 0), a.ints[0] != 0); out = {s.u, s.s, s.vh}),
+      ROW("slogdet", 1, 1, 2, 0, 0, 0, auto p = slogdet(arg(a, 0)); out = {p.first, p.second}),
   };
   return r;
 }

@@ -275,8 +275,8 @@ function L.vector_norm(x, ord, dim, keepdim)
   check("vector_norm", x)
   ord = ord == nil and 2 or ord
   if type(ord) ~= "number" then bad_arg("linalg.vector_norm", "a number ord", ord) end
-  if dim == nil then return x:reshape(-1):norm(ord) end
-  return x:norm(ord, dim, keepdim)
+  if dim == nil then return x:norm({ p = ord }) end
+  return x:norm(dim, keepdim == true, { p = ord })
 end
 
 -- norm(A [, ord [, dim [, keepdim]]]): a matrix norm when ord is a string, or when A is
