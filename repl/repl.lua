@@ -294,7 +294,8 @@ local function build_docs()
   end
   if dl then
     index(dl, "dl.")
-    for _, sub in ipairs({ "nn", "optim", "data", "metrics", "summary", "cuda", "compile" }) do
+    if type(rawget(dl, "linalg")) == "table" then local _ = dl.linalg.solve end   -- loads on first use
+    for _, sub in ipairs({ "nn", "optim", "data", "metrics", "summary", "cuda", "compile", "linalg" }) do
       if type(rawget(dl, sub)) == "table" then index(dl[sub], "dl." .. sub .. ".") end
     end
   end

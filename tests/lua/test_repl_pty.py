@@ -155,6 +155,8 @@ with tempfile.TemporaryDirectory() as home:
     check("'? dl.matmul' shows its doc", r.expect(r"dl\.matmul\(a, b\).*Matrix product") is not None, r.out[r.mark:])
     r.send("help(dl.exp)\n")
     check("help(dl.exp) shows the op table's doc", r.expect(r"dl\.exp\(x\).*e\^x") is not None, r.out[r.mark:])
+    r.send("help(dl.linalg.qr)\n")
+    check("help(dl.linalg.qr) shows its doc", r.expect(r"dl\.linalg\.qr\(A.*Q, R with A = Q R") is not None, r.out[r.mark:])
     r.send("help('grad')\n")
     check("help('grad') finds a Lua-level function", r.expect(r"dl\.grad\(f") is not None, r.out[r.mark:])
 
