@@ -90,6 +90,21 @@ function M.matmul(n, iters)
   return t / iters
 end
 
+-- x = dl.linalg.solve(A, b) for a batch of n x n float32 systems, one right-hand side
+-- each (a fresh result each call): seconds per call.
+function M.solve(n, iters, batch)
+  batch = tonumber(batch) or 1
+  local a = dl.randn(batch, n, n) + dl.eye(n) * n
+  local b = dl.randn(batch, n, 1)
+  local L = dl.linalg
+  local x = L.solve(a, b)
+  local t0 = now()
+  for _ = 1, iters do x = L.solve(a, b) end
+  local t = now() - t0
+  assert(x:size(2) == n)
+  return t / iters
+end
+
 -- c = a + b over n float32: seconds per op.
 function M.add(n, iters)
   local a, b = dl.rand(n), dl.rand(n)
@@ -331,14 +346,14 @@ end
 -- bench/run.lua's protocol (as bench/torch_ref.py and bench/ref.c speak it): one command
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
---   | matmul <n> <iters> | add <n> <iters>
+--   | matmul <n> <iters> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | mlp <epochs or images> | cnn <epochs or images>
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
   local commands = {
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum,
-    layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa,
+    layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa, solve = M.solve,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
     chainc = M.chainc, mlpinfer = M.mlpinfer,

@@ -9,12 +9,16 @@
  *   sum <n> <iters>           -> "ok <seconds per call>"   s = sum of a[i]
  *   pw8 <n> <iters>           -> "ok <seconds per call>"   c[i] = bench/cases.lua's pw8_fn(a[i]),
  *                                                           one read and one write an element
+ *   sgesv <n> <iters> <batch> -> "ok <seconds per call>"   a batch of n x n float32 systems A x = b,
+ *                                                           each A and b copied first (sgesv
+ *                                                           overwrites them, as a solve must not)
  *   quit
  * Buffers are allocated and touched once per command, outside the timed loop: this is
  * the best case (no allocation, no page faults) that the engine is measured against.
  * Loops run on OpenMP's default thread count, the same pool size as the engine's. */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
+#include <lapack.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +57,32 @@ static double run_sgemm(long n, long iters) {
   double t = (now() - t0) / (double)iters;
   g_sink = c[n];
   free(a), free(b), free(c);
+  return t;
+}
+
+static double run_sgesv(long n, long iters, long batch) {
+  const size_t nn = (size_t)(n * n);
+  float *a = fresh(nn * (size_t)batch, 0.5f), *b = fresh((size_t)(n * batch), 0.25f);
+  float *lu = fresh(nn, 0), *x = fresh((size_t)(n * batch), 0);
+  lapack_int* ipiv = malloc(sizeof(lapack_int) * (size_t)n);
+  if (!a || !b || !lu || !x || !ipiv) return -1;
+  for (long k = 0; k < batch; ++k)   /* a dominant diagonal keeps each A regular */
+    for (long i = 0; i < n; ++i) a[(size_t)k * nn + (size_t)(i * n + i)] += (float)n;
+  const lapack_int ln = (lapack_int)n, one = 1;
+  double t0 = 0;
+  for (long it = -1; it < iters; ++it) {   /* iteration -1 warms up */
+    if (it == 0) t0 = now();
+    for (long k = 0; k < batch; ++k) {
+      lapack_int info = 0;
+      memcpy(lu, a + (size_t)k * nn, nn * sizeof(float));
+      memcpy(x + k * n, b + k * n, (size_t)n * sizeof(float));
+      LAPACK_sgesv(&ln, &one, lu, &ln, ipiv, x + k * n, &ln, &info);
+      if (info != 0) return -1;
+    }
+  }
+  double t = (now() - t0) / (double)iters;
+  g_sink = x[n / 2];
+  free(a), free(b), free(lu), free(x), free(ipiv);
   return t;
 }
 
@@ -113,8 +143,8 @@ int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   while (fgets(line, sizeof line, stdin)) {
     char cmd[64] = "";
-    long n = 0, iters = 1;
-    int got = sscanf(line, "%63s %ld %ld", cmd, &n, &iters);
+    long n = 0, iters = 1, batch = 1;
+    int got = sscanf(line, "%63s %ld %ld %ld", cmd, &n, &iters, &batch);
     if (got < 1) continue;
     if (iters < 1) iters = 1;
     if (strcmp(cmd, "quit") == 0) break;
@@ -134,6 +164,7 @@ int main(void) {
       else if (strcmp(cmd, "add") == 0) t = run_add(n, iters);
       else if (strcmp(cmd, "sum") == 0) t = run_sum(n, iters);
       else if (strcmp(cmd, "pw8") == 0) t = run_pw8(n, iters);
+      else if (strcmp(cmd, "sgesv") == 0) t = batch > 0 ? run_sgesv(n, iters, batch) : -1;
       else {
         printf("err unknown command %s\n", cmd);
         continue;

@@ -284,6 +284,18 @@ for _, n in ipairs({ 64, 256, 1024, 2048 }) do
 end
 
 do
+  -- A batch of LU solves (about (2/3) n^3 flops each) against raw LAPACK sgesv looped
+  -- over the same batch in C, both on the engine's OpenBLAS.
+  local n, batch = 256, 16
+  local iters = quick and 2 or 40
+  local flops = batch * (2 / 3) * n ^ 3
+  row{ id = "solve256", label = "linalg.solve 256 x 256, batch 16, one right-hand side", unit = "GFLOP/s",
+       show = function(t) return flops / t / 1e9 end, higher = true, target = 0.9, threaded = true,
+       ours = ours(("solve %d %d %d"):format(n, iters, batch)),
+       refs = { cref("LAPACK sgesv", ("sgesv %d %d %d"):format(n, iters, batch)) } }
+end
+
+do
   local n = quick and 1e6 or 1e7
   local iters = quick and 3 or 30
   row{ id = "add1e7", label = "elementwise add, 1e7 float32", unit = "GB/s",
