@@ -191,6 +191,26 @@ template <> Grads derivative<Op::Cumsum>(Node& n, const TensorList& g) {
   return {ag::cumsum(g[0], int(n.attrs.i[0]), n.attrs.i[1] == 0)};
 }
 
+// ---- sorting ----------------------------------------------------------------------------------
+
+// The values are x's elements moved: their gradient goes back to where each came from.
+std::pair<Tensor, Tensor> sort(const Tensor& x, int dim, bool descending) {
+  auto r = dl::sort(x, dim, descending);
+  Ref<Node> n = is_floating(x.dtype()) ? maybe_node(Op::Sort, {&x}) : Ref<Node>();
+  if (!n) return r;
+  n->save(r.second);
+  n->attrs.i[0] = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "sort");
+  n->attrs.shape = x.shape();
+  n->num_outputs = 2;   // the indices carry no gradient
+  r.first = finish(n, r.first, 0);
+  return r;
+}
+template <> Grads derivative<Op::Sort>(Node& n, const TensorList& g) {
+  Tensor idx = n.unpack(0);
+  if (n.attrs.shape.size() == 0) return {g[0]};
+  return {ag::scatter_add(zeros(n.attrs.shape, g[0].dtype(), g[0].device()), int(n.attrs.i[0]), idx, g[0])};
+}
+
 // ---- softmax family ---------------------------------------------------------------------
 
 Tensor softmax(const Tensor& x, int dim) {

@@ -843,6 +843,35 @@ uint64_t dl_cumsum(uint64_t x, int dim) {
   });
 }
 
+// Sorting and selection: sort's indices, nonzero's positions and searchsorted's insertion
+// points (in [1, n + 1]) are 1-based, as Lua counts.
+int dl_sort(uint64_t x, int dim, int descending, uint64_t* out2) {
+  out2[0] = out2[1] = 0;
+  return guard_status([&] {
+    const Tensor& t = get(x, "sort");
+    auto r = ag::sort(t, t.dim() == 0 ? 0 : lua_dim(dim, t.dim(), "sort"), descending != 0);
+    Tensor idx = plus_one(r.second);
+    out2[0] = dl::bind::handle_new(r.first);
+    try {
+      out2[1] = dl::bind::handle_new(idx);
+    } catch (...) {
+      dl::bind::handle_release(out2[0]);
+      out2[0] = 0;
+      throw;
+    }
+  });
+}
+
+uint64_t dl_nonzero(uint64_t x) {
+  return guard_handle([&] { return plus_one(dl::nonzero(get(x, "nonzero"))); });
+}
+
+uint64_t dl_searchsorted(uint64_t seq, uint64_t values, int right) {
+  return guard_handle([&] {
+    return plus_one(dl::searchsorted(get(seq, "searchsorted"), get(values, "searchsorted"), right != 0));
+  });
+}
+
 uint64_t dl_softmax(uint64_t x, int dim) {
   return guard_handle([&] {
     const Tensor& t = get(x, "softmax");

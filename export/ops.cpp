@@ -182,6 +182,10 @@ const std::vector<OpRow>& rows() {
       ROW("cross_entropy", 2, 2, 1, 3, 3, 0, expect(r, a.ints[0] >= 0 && a.ints[0] <= 2, "a reduction out of range");
           out = {cross_entropy(arg(a, 0), arg(a, 1), Reduction(a.ints[0]),
                                a.ints[1] ? std::optional<int64_t>(a.ints[2]) : std::nullopt)}),
+      // ints {dim, descending}: values and indices; ints {right}
+      ROW("sort", 1, 1, 2, 2, 2, 0, auto p = sort(arg(a, 0), dim_arg(a.ints[0]), a.ints[1] != 0);
+          out = {p.first, p.second}),
+      ROW("searchsorted", 2, 2, 1, 1, 1, 0, out = {searchsorted(arg(a, 0), arg(a, 1), a.ints[0] != 0)}),
       // decompositions and solves (tensor/decomp.cpp); ints {upper, unitriangular}, {complete},
       // {full_matrices}
       ROW("linalg_solve", 2, 2, 1, 0, 0, 0, out = {linalg_solve(arg(a, 0), arg(a, 1))}),

@@ -115,6 +115,9 @@ void arg_reduce(Op op, const Tensor& values, const Tensor& indices, const Tensor
 void softmax(Op op, const Tensor& out, const Tensor& x, int dim);
 void scan(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse);
 
+void sort(const Tensor& indices, const Tensor& x, bool descending);   // gpu/sorting.cu
+void nonzero(const Tensor& out, const Tensor& x);
+void searchsorted(const Tensor& out, const Tensor& seq, const Tensor& values, bool right);
 void cat(const Tensor& out, const TensorList& xs, int dim);
 void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
 void gather(const Tensor& out, const Tensor& x, int dim, const Tensor& index);

@@ -30,6 +30,10 @@ const Backend kCuda = {
     .arg_reduce = arg_reduce,
     .softmax = softmax,
     .scan = scan,
+    // sorting and selection
+    .sort = sort,
+    .nonzero = nonzero,
+    .searchsorted = searchsorted,
     // indexing and linear algebra
     .cat = cat,
     .index_select = index_select,

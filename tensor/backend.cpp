@@ -32,6 +32,10 @@ const Backend kCpu = {
     .arg_reduce = cpu::arg_reduce,
     .softmax = cpu::softmax,
     .scan = cpu::scan,
+    // sorting and selection
+    .sort = cpu::sort,
+    .nonzero = cpu::nonzero,
+    .searchsorted = cpu::searchsorted,
     // indexing and linear algebra
     .cat = cpu::cat,
     .index_select = cpu::index_select,

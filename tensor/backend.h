@@ -49,6 +49,19 @@ struct Backend {
   // `reverse`; float x: of its dtype, summed in double; integer or bool x: int64 out.
   void (*scan)(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse);
 
+  // ---- sorting and selection (front ends: tensor/sorting.cpp; CPU: tensor/cpu/sorting.cpp) --
+  // The order is fn::less_nan_last (tensor/sort_functors.h) on every backend.
+  // indices (R, n) int64 = the stable order of each row of x (R, n), contiguous and not
+  // bool; n >= 1.
+  void (*sort)(const Tensor& indices, const Tensor& x, bool descending);
+  // out (count, ndim) int64 = the 0-based positions of x's non-zero elements in row-major
+  // order, for a contiguous x of ndim >= 1 dims with exactly `count` of them (the front end
+  // counted).
+  void (*nonzero)(const Tensor& out, const Tensor& x);
+  // out (R, m) int64 = fn::insertion_point of each value of row r of values (R, m) into
+  // row r of seq (R, n); all contiguous, seq and values of one dtype.
+  void (*searchsorted)(const Tensor& out, const Tensor& seq, const Tensor& values, bool right);
+
   // ---- indexing and linear algebra (front ends: tensor/index.cpp, tensor/linalg.cpp;
   // CPU: tensor/cpu/index.cpp, tensor/cpu/matmul.cpp) ----
   // A null entry makes the front end throw "OP: not implemented for <backend>". Index

@@ -136,6 +136,17 @@ Tensor log_softmax(const Tensor& x, int dim);
 // Running sums along dim (from the end with `reverse`); integer and bool x give int64.
 Tensor cumsum(const Tensor& x, int dim, bool reverse = false);
 
+// ---- sorting and selection (tensor/sorting.cpp; CPU: tensor/cpu/sorting.cpp) -------
+// Values and int64 indices (0-based) of x sorted along dim; stable, NaN the largest.
+std::pair<Tensor, Tensor> sort(const Tensor& x, int dim, bool descending);
+// int64 (count, x.dim()): the positions (0-based) of x's non-zero elements, in
+// row-major order. Reads the count back from the device first (a synchronisation).
+Tensor nonzero(const Tensor& x);
+// int64 of values' shape: the insertion points (0-based, in [0, n]) of values into the
+// ascending last dim of seq (n elements); a 1-D seq serves every value, else seq's
+// leading dims must equal values'. `right`: after equal elements.
+Tensor searchsorted(const Tensor& seq, const Tensor& values, bool right);
+
 // ---- shape ops (tensor/view.cpp): views share storage ------------------------------
 // `shape` may hold one -1, inferred. view() needs compatible strides; reshape() copies
 // when it must.

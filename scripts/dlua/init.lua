@@ -47,6 +47,11 @@ core.on_first_use(dl, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
+local SORTING = { "sort", "argsort", "topk", "kthvalue", "nonzero", "argwhere", "count_nonzero", "masked_select",
+                  "unique" }
+core.on_first_use(dl, SORTING, loader("dlua.sorting"))
+core.on_first_use(T.methods, SORTING, loader("dlua.sorting"))
+core.on_first_use(dl, { "searchsorted" }, loader("dlua.sorting"))
 
 -- dl.linalg: decompositions, solves, norms (torch.linalg's names). Its module loads when
 -- the table is first read.

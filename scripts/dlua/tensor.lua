@@ -1471,6 +1471,7 @@ local function index(x, k)
   if m ~= nil then return m end
   local p = props[k]
   if p ~= nil then return p(x) end
+  if istype(Tensor, k) then return require("dlua.sorting").index(x, k) end   -- x[mask], x[idx]
   return raise("tensor: no method or property '" .. tostring(k) .. "'")
 end
 
@@ -1495,6 +1496,7 @@ local function newindex(x, k, v)
   end
   local s = setters[k]
   if s ~= nil then return s(x, v) end
+  if istype(Tensor, k) then return require("dlua.sorting").newindex(x, k, v) end   -- x[mask] = v
   return raise("tensor: cannot set field '" .. tostring(k) .. "'")
 end
 

@@ -25,6 +25,10 @@ void arg_reduce(Op op, const Tensor& values, const Tensor& indices, const Tensor
 void softmax(Op op, const Tensor& out, const Tensor& x, int dim);
 void scan(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse);
 
+// sorting and selection (tensor/cpu/sorting.cpp)
+void sort(const Tensor& indices, const Tensor& x, bool descending);
+void nonzero(const Tensor& out, const Tensor& x);
+void searchsorted(const Tensor& out, const Tensor& seq, const Tensor& values, bool right);
 // indexing and linear algebra (tensor/cpu/index.cpp, tensor/cpu/matmul.cpp)
 void cat(const Tensor& out, const TensorList& xs, int dim);
 void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& index);

@@ -263,6 +263,10 @@ std::vector<Case> other_cases(Op op) {
       return {{"cumsum dim 1", [](const TensorList& x) { return ag::cumsum(x[0], 1); }, {x23()}},
               {"cumsum dim 0, transposed, reversed", [](const TensorList& x) { return ag::cumsum(x[0], 0, true); },
                {transposed(3, 2, 93)}}};
+    case Op::Sort:
+      return {{"sort dim 1", [](const TensorList& x) { return ag::sort(x[0], 1, false).first; }, {x23()}},
+              {"sort dim 0, descending, transposed", [](const TensorList& x) { return ag::sort(x[0], 0, true).first; },
+               {transposed(3, 2, 94)}}};
     case Op::Where: {
       Tensor c = compare(Op::Gt, values(Shape{2, 3}, 14), Scalar(0.0));
       return {{"where", [c](const TensorList& x) { return ag::where(c, x[0], x[1]); },

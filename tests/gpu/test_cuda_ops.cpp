@@ -601,6 +601,48 @@ std::map<Op, Check> other_checks() {
                [](const auto& x) { return cross_entropy(x[0], x[1], Reduction::None, std::nullopt); },
                folds());
   };
+  m[Op::Sort] = [&] {
+    each_dtype([](DType dt) {
+      if (dt == DType::Bool) return;
+      for (int dim : {0, 1, 2})
+        for (bool desc : {false, true})
+          compare_layouts(std::string("sort ") + std::string(dtype_name(dt)) + " dim " + std::to_string(dim) +
+                              (desc ? " descending" : ""),
+                          {sample({5, 6, 7}, dt)}, [&](const auto& x) {
+                            auto [v, i] = sort(x[0], dim, desc);
+                            return cat({flatten(cast(v, DType::Float64)), flatten(cast(i, DType::Float64))}, 0);
+                          }, kExact);
+    });
+    // ties keep their order, NaN goes last (first descending), -0.0 equals 0.0; a long row
+    const double special[] = {2, NAN, -0.0, 1, 0.0, NAN, 2, -INFINITY, 1, INFINITY};
+    for (bool desc : {false, true})
+      compare_op(std::string("sort ties and NaN") + (desc ? " descending" : ""),
+                 {from_values(special, 10, Shape{10}, DType::Float32)},
+                 [&](const auto& x) { return cast(sort(x[0], 0, desc).second, DType::Float64); }, kExact);
+    compare_op("sort long rows", {sample({3, 5000}, DType::Float32)},
+               [](const auto& x) { return cast(sort(x[0], 1, false).second, DType::Float64); }, kExact);
+  };
+  m[Op::Nonzero] = [&] {
+    each_dtype([](DType dt) {
+      compare_op(std::string("nonzero ") + std::string(dtype_name(dt)), {sample({4, 5, 6}, dt, 0.5)},
+                 [](const auto& x) { return nonzero(x[0]); }, kExact);
+    });
+    compare_op("nonzero large", {sample({300001}, DType::Float32, 0.5)},
+               [](const auto& x) { return nonzero(compare(Op::Gt, x[0], Scalar(0.3))); }, kExact);
+    compare_op("nonzero none", {zeros({7, 3}, DType::Float32)}, [](const auto& x) { return nonzero(x[0]); }, kExact);
+  };
+  m[Op::Searchsorted] = [&] {
+    for (DType dt : {DType::Float32, DType::Float64, DType::Int64})
+      for (bool right : {false, true}) {
+        const std::string name = std::string("searchsorted ") + std::string(dtype_name(dt)) + (right ? " right" : "");
+        compare_op(name, {sample({4, 9}, dt), sample({4, 5}, dt)}, [&](const auto& x) {
+          return searchsorted(sort(x[0], 1, false).first, x[1], right);
+        }, kExact);
+        compare_op(name + " 1-D sequence", {sample({9}, dt), sample({3, 5}, dt)}, [&](const auto& x) {
+          return searchsorted(sort(x[0], 0, false).first, x[1], right);
+        }, kExact);
+      }
+  };
   linalg_checks(m);
   return m;
 }

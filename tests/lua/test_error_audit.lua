@@ -115,6 +115,14 @@ end)
 
 local x4 = dl.ones(1, 2, 5, 5)
 local OTHER = {
+  sort = { { "dim out of range", function() return f23:sort(3) end, { "sort", "dimension 3" } },
+           { "bool descending", function() return f23:sort(1, 1) end, { "sort", "descending" } } },
+  nonzero = { { "not a tensor", function() return dl.nonzero(3) end, { "nonzero", "number" } } },
+  searchsorted = {
+    { "leading dims", function() return dl.searchsorted(dl.ones(2, 3), dl.ones(3, 1)) end,
+      { "searchsorted", "(2, 3)", "(3, 1)" } },
+    { "bool", function() return dl.searchsorted(dl.ones(3):gt(0), dl.ones(2)) end, { "searchsorted", "bool" } },
+  },
   linalg_solve = {
     { "not square", function() return dl.linalg.solve(f23, dl.ones(2)) end, { "linalg.solve", "square", "(2, 3)" } },
     { "rows", function() return dl.linalg.solve(dl.eye(3), dl.ones(2, 1)) end, { "linalg.solve", "(3, 3)", "(2, 1)" } },

@@ -1,0 +1,228 @@
+-- dlua.sorting: sorting, searching and selecting by mask, as PyTorch's (dims and
+-- indices 1-based, as everywhere in dlua):
+--
+--   local v, i = x:sort(dim, descending)   -- stable; NaN sorts as the largest value
+--   x:argsort(dim, descending), x:topk(k, dim, largest, sorted), x:kthvalue(k, dim, keepdim)
+--   dl.unique(x, {return_inverse = true, return_counts = true})
+--   dl.searchsorted(sorted, values, {right = false})   -- insertion points in [1, n + 1]
+--   x:nonzero(), dl.argwhere(x), x:count_nonzero(dim)
+--   x[mask], dl.masked_select(x, mask), x[mask] = v    -- mask a bool tensor
+--   x[idx]                                             -- idx an integer tensor: rows idx
+--
+-- sort, nonzero and searchsorted are ops of the engine (tensor/sorting.cpp, CPU and CUDA
+-- kernels); the rest is made of them and of differentiable views and ops here, so
+-- values selected from x carry x's gradient.
+local ffi = require("ffi")
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local C = core.C
+local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, core.bad_arg, core.retry,
+  core.options
+local wrap, hid, is_tensor, shape_str, methods, dl = T.wrap, T.hid, T.is_tensor, T.shape_str, T.methods, T.dl
+local type, tostring, floor = type, tostring, math.floor
+
+local M = {}
+local out2 = ffi.new("uint64_t[2]")
+
+local function check(op, x)
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+end
+local function int_arg(op, v, what)
+  if type(v) ~= "number" or v ~= floor(v) then bad_arg(op, "an integer " .. what, v) end
+  return v
+end
+local function bool_arg(op, v, what, default)
+  if v == nil then return default end
+  if type(v) ~= "boolean" then bad_arg(op, what .. " (a boolean)", v) end
+  return v
+end
+local function one(f, ...)
+  local id = f(...)
+  if id == 0 and retry() then id = f(...) end
+  return wrap(id)
+end
+
+-- x:sort([dim = -1 [, descending = false]]): values and 1-based int64 indices.
+function methods.sort(x, dim, descending)
+  check("sort", x)
+  dim = int_arg("sort", dim == nil and -1 or dim, "dimension")
+  local d = bool_arg("sort", descending, "descending", false) and 1 or 0
+  local st = C.dl_sort(hid(x), dim, d, out2)
+  if st ~= 0 and retry() then st = C.dl_sort(hid(x), dim, d, out2) end
+  if st ~= 0 then return raise_last() end
+  local v, i = out2[0], out2[1]
+  return wrap(v), wrap(i)
+end
+
+function methods.argsort(x, dim, descending)
+  local _, i = methods.sort(x, dim, descending)
+  return i
+end
+
+-- The size of x along dim (1-based, negative from the end), checked.
+local function size_along(op, x, dim)
+  local n = x:dim()
+  local m = n > 0 and n or 1
+  if dim < -m or dim > m or dim == 0 then
+    raise(op .. ": dimension " .. tostring(dim) .. " out of range for a tensor of " .. n .. " dimensions")
+  end
+  return n == 0 and 1 or x:size(dim)
+end
+
+-- x:topk(k [, dim = -1 [, largest = true [, sorted = true]]]): the k largest (smallest)
+-- values along dim and their indices, in order.
+function methods.topk(x, k, dim, largest, sorted)
+  check("topk", x)
+  k = int_arg("topk", k, "k")
+  dim = int_arg("topk", dim == nil and -1 or dim, "dimension")
+  largest = bool_arg("topk", largest, "largest", true)
+  bool_arg("topk", sorted, "sorted", true)   -- always sorted
+  local n = size_along("topk", x, dim)
+  if k < 0 or k > n then
+    raise("topk: k = " .. k .. " is out of range for a dimension of size " .. n)
+  end
+  local v, i = methods.sort(x, dim, largest)
+  if x:dim() == 0 then return v, i end
+  return v:narrow(dim, 1, k), i:narrow(dim, 1, k)
+end
+
+-- x:kthvalue(k [, dim = -1 [, keepdim = false]]): the k-th smallest value along dim and
+-- its index.
+function methods.kthvalue(x, k, dim, keepdim)
+  check("kthvalue", x)
+  k = int_arg("kthvalue", k, "k")
+  dim = int_arg("kthvalue", dim == nil and -1 or dim, "dimension")
+  keepdim = bool_arg("kthvalue", keepdim, "keepdim", false)
+  local n = size_along("kthvalue", x, dim)
+  if k < 1 or k > n then
+    raise("kthvalue: k = " .. k .. " is out of range for a dimension of size " .. n)
+  end
+  local v, i = methods.sort(x, dim, false)
+  if x:dim() == 0 then return v, i end
+  v, i = v:narrow(dim, k, 1), i:narrow(dim, k, 1)
+  if not keepdim then v, i = v:squeeze(dim), i:squeeze(dim) end
+  return v, i
+end
+
+-- x:nonzero(): int64 (count, x:dim()), the 1-based positions of the non-zero elements in
+-- row-major order.
+function methods.nonzero(x)
+  check("nonzero", x)
+  return one(C.dl_nonzero, hid(x))
+end
+
+function methods.count_nonzero(x, dim)
+  check("count_nonzero", x)
+  local nz = x:ne(0)
+  if dim == nil then return nz:sum() end
+  return nz:sum(dim)
+end
+
+-- dl.searchsorted(sorted, values [, {right = false}]): for each value, the 1-based
+-- position in [1, n + 1] at which inserting it keeps the last dim of `sorted` ascending
+-- (before equal elements; after them with right = true).
+function M.searchsorted(seq, values, opts)
+  check("searchsorted", seq)
+  opts = options("searchsorted", opts, { right = true, side = true })
+  local right = opts.right == true or opts.side == "right"
+  if type(values) == "number" then values = dl.tensor(values, { dtype = seq.dtype, device = seq.device }) end
+  check("searchsorted", values)
+  return one(C.dl_searchsorted, hid(seq), hid(values), right and 1 or 0)
+end
+
+-- dl.masked_select(x, mask): the elements of x where mask (broadcast with x) is true, as
+-- a 1-D tensor in row-major order; differentiable in x.
+function M.masked_select(x, mask)
+  check("masked_select", x)
+  check("masked_select", mask)
+  if mask.dtype ~= "bool" then
+    raise("masked_select: expected a bool mask, got " .. mask.dtype .. " (compare first, as x:gt(0))")
+  end
+  local xs, ms = x, mask
+  if shape_str(x) ~= shape_str(mask) then
+    local probe = dl.where(mask, x, x)   -- the broadcast shape, and its error when there is none
+    xs, ms = x:expand_as(probe), mask:expand_as(probe)
+  end
+  local flat = xs:reshape(-1)
+  local pos = ms:reshape(-1):nonzero():view(-1)
+  return flat:index_select(1, pos)
+end
+
+-- x[key] for a tensor key: a bool mask selects (masked_select); an integer tensor picks
+-- rows (index_select along dim 1).
+function M.index(x, key)
+  if key.dtype == "bool" then return M.masked_select(x, key) end
+  if key.dtype == "float32" or key.dtype == "float64" then
+    raise("index: expected a bool mask or an integer index tensor, got " .. key.dtype)
+  end
+  if key:dim() > 1 then return x:index_select(1, key:reshape(-1)):view(key.shape[1], -1, unpack(x.shape, 2)) end
+  return x:index_select(1, key)
+end
+
+-- x[mask] = v: v a number, or a tensor with one element or one per true element of mask
+-- (in row-major order). In place; recorded for gradients as a copy into x.
+function M.newindex(x, key, v)
+  if key.dtype ~= "bool" then
+    raise("index: assigning through a tensor key needs a bool mask, got " .. key.dtype)
+  end
+  if type(v) == "number" or type(v) == "boolean" then
+    x:masked_fill_(key, v)
+    return
+  end
+  if not is_tensor(v) then bad_arg("index", "a number or a tensor to assign", v) end
+  local mask = key:expand_as(x)
+  if v:numel() == 1 then
+    x:copy_(dl.where(mask, v:reshape({}):to(x.dtype), x))
+    return
+  end
+  local pos = mask:reshape(-1):nonzero():view(-1)
+  if v:numel() ~= pos:numel() then
+    raise("index: the mask selects " .. pos:numel() .. " elements, but " .. v:numel() .. " values were given (shape "
+          .. shape_str(v) .. ")")
+  end
+  local placed = dl.zeros(x:numel(), { dtype = x.dtype, device = x.device })
+    :scatter_add(1, pos, v:reshape(-1):to(x.dtype)):view(x.shape)
+  x:copy_(dl.where(mask, placed, x))
+end
+
+-- dl.unique(x [, {sorted = true, return_inverse = false, return_counts = false}]): the
+-- distinct values of x (flattened) in ascending order; with return_inverse, for each
+-- element of x the 1-based index of its value among them (x's shape); with
+-- return_counts, how often each occurs. Each NaN is distinct, as in PyTorch.
+function M.unique(x, opts)
+  check("unique", x)
+  opts = options("unique", opts, { sorted = true, return_inverse = true, return_counts = true })
+  local vals, idx = x:reshape(-1):sort()
+  local n = vals:numel()
+  local starts
+  if n == 0 then
+    starts = dl.zeros(0, { dtype = "bool", device = x.device })
+  else
+    local first = dl.ones(1, { dtype = "bool", device = x.device })
+    starts = n == 1 and first or dl.cat({ first, vals:narrow(1, 2, n - 1):ne(vals:narrow(1, 1, n - 1)) })
+  end
+  local u = vals:masked_select(starts)
+  local results = { u }
+  if opts.return_inverse then
+    local group = starts:cumsum(1)   -- int64, 1-based
+    local inverse = dl.zeros(n, { dtype = "int64", device = x.device }):scatter_add(1, idx, group)
+    results[#results + 1] = inverse:view(x:dim() == 0 and {} or x.shape)
+  end
+  if opts.return_counts then
+    local first_at = starts:nonzero():view(-1)
+    local ends = dl.cat({ first_at:narrow(1, 2, first_at:numel() - 1 >= 0 and first_at:numel() - 1 or 0),
+                          dl.tensor({ n + 1 }, { dtype = "int64", device = x.device }) })
+    results[#results + 1] = u:numel() == 0 and dl.zeros(0, { dtype = "int64", device = x.device }) or ends - first_at
+  end
+  return unpack(results)
+end
+
+dl.searchsorted, dl.masked_select, dl.unique = M.searchsorted, M.masked_select, M.unique
+methods.masked_select, methods.unique = M.masked_select, M.unique
+dl.sort, dl.argsort, dl.topk, dl.kthvalue = methods.sort, methods.argsort, methods.topk, methods.kthvalue
+dl.nonzero, dl.argwhere, dl.count_nonzero = methods.nonzero, methods.nonzero, methods.count_nonzero
+methods.argwhere = methods.nonzero
+
+return M

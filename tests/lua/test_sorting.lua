@@ -1,0 +1,124 @@
+-- Sorting and selection against PyTorch (tests/lua/ref/sorting_ref.lua, written by
+-- tests/ref/gen_sorting_refs.py; indices 1-based), then ties, NaN, empty inputs, masks
+-- and errors.
+local dl = require("dlua")
+local H = require("harness")
+local R = require("ref.sorting_ref")
+
+local f64 = { dtype = "float64" }
+local function t64(v) return dl.tensor(v, f64) end
+
+H.test("sort equals torch.sort (stable), values and indices", function()
+  for _, name in ipairs({ "x", "ties" }) do
+    local x = t64(R[name])
+    for dim = 1, 2 do
+      for _, desc in ipairs({ false, true }) do
+        local ref = R[("sort_%s_%d_%s"):format(name, dim, desc and "desc" or "asc")]
+        local v, i = x:sort(dim, desc)
+        H.eq(v:totable(), ref.values, name .. " values")
+        H.eq(i:totable(), ref.indices, name .. " indices")
+        H.eq(i.dtype, "int64")
+        H.ok(dl.equal(x:argsort(dim, desc), i), "argsort")
+      end
+    end
+  end
+  local g = dl.grad(function(a) return (dl.sort(a, 2, true) * t64(R.sort_weights)):sum() end)(t64(R.x))
+  H.near(g:totable(), R.sort_grad, 1e-15)
+end)
+
+H.test("topk and kthvalue equal PyTorch's", function()
+  local x = t64(R.x)
+  local v, i = x:topk(3, 2)
+  H.eq(v:totable(), R.topk.values); H.eq(i:totable(), R.topk.indices)
+  v, i = x:topk(2, 1, false)
+  H.eq(v:totable(), R.topk_smallest_dim1.values); H.eq(i:totable(), R.topk_smallest_dim1.indices)
+  local g = dl.grad(function(a) return (a:topk(3, 2) * t64(R.topk_weights)):sum() end)(x)
+  H.near(g:totable(), R.topk_grad, 1e-15)
+  v, i = x:kthvalue(2, 2)
+  H.eq(v:totable(), R.kthvalue.values); H.eq(i:totable(), R.kthvalue.indices)
+  H.shape(x:kthvalue(2, 2, true), { 4, 1 })
+end)
+
+H.test("unique, searchsorted, nonzero and masked_select equal PyTorch's", function()
+  local u, inv, cnt = dl.unique(t64(R.unique_input), { return_inverse = true, return_counts = true })
+  H.eq(u:totable(), R.unique.values); H.eq(inv:totable(), R.unique.inverse); H.eq(cnt:totable(), R.unique.counts)
+  H.eq(dl.searchsorted(t64(R.ss_seq), t64(R.ss_values)):totable(), R.ss_left)
+  H.eq(dl.searchsorted(t64(R.ss_seq), t64(R.ss_values), { right = true }):totable(), R.ss_right)
+  H.eq(dl.searchsorted(t64(R.ss1_seq), t64(R.ss1_values)):totable(), R.ss1_left)
+  H.eq(dl.searchsorted(t64(R.ss1_seq), t64(R.ss1_values), { side = "right" }):totable(), R.ss1_right)
+  local x, mask = t64(R.x), t64(R.mask):gt(0.5)
+  H.eq(x[mask]:totable(), R.masked_select)
+  H.eq(dl.masked_select(x, mask):totable(), R.masked_select)
+  H.eq(mask:nonzero():totable(), R.nonzero)
+  local g = dl.grad(function(a) return (a[mask] * t64(R.masked_weights)):sum() end)(x)
+  H.eq(g:totable(), R.masked_grad)
+end)
+
+H.test("ties, NaN, signed zeros, integers and bools", function()
+  local v, i = dl.tensor({ 2, 0 / 0, -0.0, 1, 0.0, 0 / 0, 2 }):sort()
+  H.eq(i:totable(), { 3, 5, 4, 1, 7, 2, 6 })   -- stable; -0.0 == 0.0; NaNs last
+  H.ok(v[7] ~= v[7], "NaN last")
+  _, i = dl.tensor({ 2, 0 / 0, 1, 2 }):sort(1, true)
+  H.eq(i:totable(), { 2, 1, 4, 3 })             -- NaN first when descending, ties stable
+  v = dl.tensor({ 3, 1, 2 }, { dtype = "int64" }):sort()
+  H.eq(v.dtype, "int64"); H.eq(v:totable(), { 1, 2, 3 })
+  v, i = dl.tensor({ true, false, true }):sort()
+  H.eq(v:totable(), { false, true, true }); H.eq(i:totable(), { 2, 1, 3 })
+  H.eq(dl.tensor(5):sort():item(), 5)
+  H.shape(dl.zeros(0, 3):sort(1), { 0, 3 })
+  H.shape(dl.zeros(3, 3):nonzero(), { 0, 2 })
+  H.shape(dl.zeros(0):nonzero(), { 0, 1 })
+  local u = dl.unique(dl.zeros(0))
+  H.eq(u:numel(), 0)
+  H.eq(dl.tensor({ 1, 2, 3 }):count_nonzero():item(), 3)
+  H.eq(dl.searchsorted(dl.zeros(0), dl.tensor({ 1, 2 })):totable(), { 1, 1 })
+end)
+
+H.test("x[mask] = v and x[idx]", function()
+  local x = dl.arange(1, 7):view(2, 3)
+  x[x:gt(4)] = 0
+  H.eq(x:totable(), { { 1, 2, 3 }, { 4, 0, 0 } })
+  x[x:eq(0)] = dl.tensor({ 8, 9 })
+  H.eq(x:totable(), { { 1, 2, 3 }, { 4, 8, 9 } })
+  x[x:lt(3)] = dl.tensor(5)
+  H.eq(x:totable(), { { 5, 5, 3 }, { 4, 8, 9 } })
+  x[dl.tensor({ true, false, false })] = -1            -- a mask broadcast along rows
+  H.eq(x:totable(), { { -1, 5, 3 }, { -1, 8, 9 } })
+  H.eq(x[dl.tensor({ 2, 1, 2 }, { dtype = "int64" })]:totable(), { { -1, 8, 9 }, { -1, 5, 3 }, { -1, 8, 9 } })
+  H.raises(function() x[x:gt(0)] = dl.tensor({ 1, 2 }) end,
+           "index: the mask selects 4 elements, but 2 values were given")
+  H.raises(function() return x[dl.tensor({ 0.5 })] end, "index: expected a bool mask or an integer index tensor")
+  -- a masked write is recorded: the gradient flows to the values written and around them
+  local g1, g2 = dl.grad(function(a, b)
+    local y = a * 1
+    y[a:gt(0)] = b
+    return (y * dl.tensor({ 1, 2, 3 })):sum()
+  end, { 1, 2 })(dl.tensor({ 1, -1, 2 }), dl.tensor({ 10, 20 }))
+  H.eq(g1:totable(), { 0, 2, 0 }); H.eq(g2:totable(), { 1, 3 })
+end)
+
+H.test("arguments are checked", function()
+  local x = dl.randn(2, 3)
+  H.raises(function() return x:topk(4) end, "topk: k = 4 is out of range for a dimension of size 3")
+  H.raises(function() return x:kthvalue(0, 1) end, "kthvalue: k = 0 is out of range")
+  H.raises(function() return x:sort(3) end, "sort: dimension 3 out of range")
+  H.raises(function() return dl.masked_select(x, x) end, "masked_select: expected a bool mask, got float32")
+  H.raises(function() return dl.searchsorted(dl.ones(2, 3), dl.ones(3, 1)) end, "searchsorted: the leading dims")
+  H.raises(function() return dl.unique(x, { dim = 1 }) end, "unique: unknown option 'dim'")
+end)
+
+H.test("dl.export captures sort and searchsorted", function()
+  local path = (os.getenv("TMPDIR") or "/tmp") .. "/dlua_sort_" .. os.time() .. "_" .. math.random(1e6) .. ".dlg"
+  local f = function(x)
+    local v = x:sort(2, true)
+    return dl.searchsorted(v:flip({ 2 }), x) + v:topk(2):sum()
+  end
+  local x = dl.randn(3, 5)
+  dl.export(f, { x }, { path = path })
+  local g = dl.export.load(path)
+  local y = dl.randn(3, 5)
+  H.ok(dl.equal(g(y), f(y)), "the loaded graph equals eager execution")
+  os.remove(path)
+end)
+
+H.run()
