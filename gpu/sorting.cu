@@ -1,9 +1,10 @@
 // Sorting and selection on CUDA (contracts in tensor/backend.h), in the order of
 // tensor/sort_functors.h as the CPU's:
-//   sort: CUB's stable segmented sort, a segment per row, of keys made canonical first
-//     (-0.0 as +0.0, every NaN as one positive NaN, which a radix sort puts above +inf),
-//     so that equal values keep their order and NaNs go last, as std::stable_sort with
-//     fn::less_nan_last leaves them on the CPU.
+//   sort: CUB's stable segmented sort, a segment per row, of integer keys that order as
+//     fn::less_nan_last orders the values (KeyOf below), so that equal values keep their
+//     order and NaNs go last, as std::stable_sort leaves them on the CPU. (Float keys
+//     with NaNs broke CUB's merge sort of short segments on a device: its output was
+//     not a permutation.)
 //   nonzero: each thread counts the non-zeros of its own chunk, an exclusive scan gives
 //     every chunk its first output row, and each thread writes its chunk's positions in
 //     order: the CPU's row-major order, with no atomics.
@@ -20,15 +21,37 @@ namespace dl::gpu {
 
 namespace {
 
+// The key a row is sorted by: integers as they are; a float as the unsigned integer whose
+// order is the float's order of fn::less_nan_last (-0.0 taken as +0.0, every NaN as one
+// pattern above +inf). Integer keys keep CUB's comparison-based path for short
+// segments well-defined, which a NaN among float keys would not be.
 template <typename T>
-__global__ void canonical_keys(T* out, const T* x, int64_t n) {
+struct KeyOf {
+  using type = T;
+};
+template <>
+struct KeyOf<float> {
+  using type = uint32_t;
+};
+template <>
+struct KeyOf<double> {
+  using type = uint64_t;
+};
+
+template <typename T, typename K>
+__global__ void canonical_keys(K* out, const T* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     T v = x[i];
     if constexpr (std::is_floating_point_v<T>) {
       if (v != v) v = T(NAN);
       else if (v == T(0)) v = T(0);
+      K bits;
+      memcpy(&bits, &v, sizeof bits);
+      const K sign = K(1) << (sizeof(K) * 8 - 1);
+      out[i] = (bits & sign) ? K(~bits) : K(bits | sign);
+    } else {
+      out[i] = v;
     }
-    out[i] = v;
   }
 }
 
@@ -43,20 +66,21 @@ __global__ void row_iota(int64_t* idx, int64_t* offsets, int64_t rows, int64_t n
 template <typename T>
 void sort_typed(const Tensor& indices, const Tensor& x, bool descending) {
   const DeviceContext& c = activate(x, "sort");
+  using K = typename KeyOf<T>::type;
   const int64_t R = x.size(0), n = x.size(1), total = R * n;
-  Scratch keys(sizeof(T) * size_t(total), c.index, "sort"), keys_out(sizeof(T) * size_t(total), c.index, "sort");
+  Scratch keys(sizeof(K) * size_t(total), c.index, "sort"), keys_out(sizeof(K) * size_t(total), c.index, "sort");
   Scratch iota(sizeof(int64_t) * size_t(total), c.index, "sort"), offsets(sizeof(int64_t) * size_t(R + 1), c.index, "sort");
-  canonical_keys<T><<<grid_for(total, c), kThreads, 0, c.stream>>>(keys.as<T>(), x.data<T>(), total);
+  canonical_keys<T, K><<<grid_for(total, c), kThreads, 0, c.stream>>>(keys.as<K>(), x.data<T>(), total);
   check_launch("sort");
   row_iota<<<grid_for(total, c), kThreads, 0, c.stream>>>(iota.as<int64_t>(), offsets.as<int64_t>(), R, n);
   check_launch("sort");
   const int64_t* off = offsets.as<int64_t>();
   auto run = [&](void* temp, size_t& bytes) {
     return descending
-               ? cub::DeviceSegmentedSort::StableSortPairsDescending(temp, bytes, keys.as<T>(), keys_out.as<T>(),
+               ? cub::DeviceSegmentedSort::StableSortPairsDescending(temp, bytes, keys.as<K>(), keys_out.as<K>(),
                                                                      iota.as<int64_t>(), indices.data<int64_t>(),
                                                                      total, R, off, off + 1, c.stream)
-               : cub::DeviceSegmentedSort::StableSortPairs(temp, bytes, keys.as<T>(), keys_out.as<T>(),
+               : cub::DeviceSegmentedSort::StableSortPairs(temp, bytes, keys.as<K>(), keys_out.as<K>(),
                                                            iota.as<int64_t>(), indices.data<int64_t>(), total, R, off,
                                                            off + 1, c.stream);
   };
