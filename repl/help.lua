@@ -83,6 +83,16 @@ return {
   ["dl.flip"] = { "x:flip(dims)", "Reverses the order along dims." },
   ["dl.triu"] = { "x:triu([k])", "The upper triangle of the last two dims (x:tril(k) the lower)." },
   ["dl.einsum"] = { "dl.einsum(spec, a, b, ...)", "Einstein summation: \"ij,jk->ik\", \"...ij,...jk\", \"ii\" (trace); differentiable." },
+  -- sorting and selecting (indices 1-based)
+  ["dl.sort"] = { "x:sort([dim = -1 [, descending]])", "Values in order along dim (stable; NaN last) and their indices." },
+  ["dl.argsort"] = { "x:argsort([dim [, descending]])", "The indices that sort x along dim." },
+  ["dl.topk"] = { "x:topk(k [, dim = -1, largest = true])", "The k largest (or smallest) values along dim and their indices." },
+  ["dl.kthvalue"] = { "x:kthvalue(k [, dim = -1, keepdim])", "The k-th smallest value along dim and its index." },
+  ["dl.unique"] = { "dl.unique(x [, {return_inverse, return_counts}])", "The distinct values, ascending; optionally each element's group and the counts." },
+  ["dl.searchsorted"] = { "dl.searchsorted(sorted, values [, {right}])", "Where each value would be inserted into the ascending last dim: 1 .. n + 1." },
+  ["dl.nonzero"] = { "x:nonzero()", "The positions of the non-zero elements: (count, x:dim()), row-major." },
+  ["dl.masked_select"] = { "dl.masked_select(x, mask)", "The elements where the bool mask is true, as 1-D (also x[mask])." },
+  ["dl.count_nonzero"] = { "x:count_nonzero([dim])", "The number of non-zero elements (along dim)." },
   -- dl.linalg (matrices are the last two dims, leading dims a batch; all differentiable)
   ["dl.linalg.solve"] = { "dl.linalg.solve(A, B [, {left = true}])", "X with A X = B (B a vector or a matrix; LU with pivoting)." },
   ["dl.linalg.solve_triangular"] = { "dl.linalg.solve_triangular(A, B, {upper = b [, left, unitriangular]})", "X with A X = B for triangular A." },
