@@ -467,6 +467,8 @@ int dl_export_save(int capture, const char* path, const char* const* meta, int n
 const char* dl_export_graph(int capture);
 const char* dl_export_describe(int capture);
 void dl_export_clear(void);
+/* dl.export.onnx: the graph of the .dlg file `dlg` as an ONNX model (opset 17) */
+int dl_export_onnx(const char* dlg, const char* onnx_path, int opset);
 /* dl:cdef-end */
 
 #ifdef __cplusplus

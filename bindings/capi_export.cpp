@@ -6,7 +6,11 @@
 // values keep their identity (value.h, maybe_exporting) and escapes to Lua are refused
 // (check_no_escape). Finished captures are kept per thread, numbered from 0, for the Lua
 // side to compare (dl_export_unify), name and save; dl_export_clear drops them.
+#include <dlfcn.h>
+
+#include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,6 +21,7 @@
 #include "export/capture.h"
 #include "export/model.h"
 #include "tensor/error.h"
+#include "tensor/plugin.h"
 
 using dl::ErrorKind;
 using dl::fail;
@@ -241,5 +246,34 @@ const char* dl_export_graph(int capture) { return text_of(capture, dl::graph::to
 const char* dl_export_describe(int capture) { return text_of(capture, dl::graph::summary); }
 
 void dl_export_clear(void) { t_export.done.clear(); }
+
+// dl.export.onnx's converter lives in a plugin (export/onnx.cpp), loaded by the first
+// conversion from beside the engine (or DLUA_ONNX_PLUGIN), so that only a program that
+// converts loads protobuf.
+int dl_export_onnx(const char* dlg, const char* onnx_path, int opset) {
+  return guard_status([&] {
+    using Convert = int (*)(const char*, const char*, int, char*, int);
+    static std::once_flag once;
+    static Convert convert = nullptr;
+    static std::string why;
+    std::call_once(once, [] {
+      const char* env = std::getenv("DLUA_ONNX_PLUGIN");
+      const std::string path = env && *env ? std::string(env) : dl::engine_dir() + "libdlua_onnx.so";
+      void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!h) {
+        const char* e = dlerror();
+        why = "cannot load " + path + " (" + (e ? e : "unknown error") +
+              "): this dlua was built without ONNX support (Debian's libonnx-dev and libprotobuf-dev)";
+        return;
+      }
+      convert = reinterpret_cast<Convert>(dlsym(h, "dlua_onnx_convert"));
+      if (!convert) why = path + " is not dlua's ONNX converter";
+    });
+    if (!convert) fail(ErrorKind::NotImplemented, "export.onnx: ", why);
+    DL_CHECK(dlg && *dlg && onnx_path && *onnx_path, "export.onnx: no path given");
+    char err[1024] = "";
+    if (convert(dlg, onnx_path, opset, err, int(sizeof err)) != 0) fail(ErrorKind::Value, err);
+  });
+}
 
 }  // extern "C"

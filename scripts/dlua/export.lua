@@ -285,7 +285,38 @@ local function load(path)
 end
 
 -- dl.export is the table init.lua made (calls and reads load this module first).
+-- dl.export.onnx(f, args, opts): the same capture (opts as dl.export's), written as an
+-- ONNX model (opset 17) at opts.path through a .dlg file beside it that is then removed.
+-- dl.export.to_onnx(dlg_path, onnx_path) converts a file dl.export wrote.
+local ONNX_OPSET = 17
+local function to_onnx(dlg_path, onnx_path)
+  if type(dlg_path) ~= "string" then core.bad_arg("export.to_onnx", "the .dlg file's path", dlg_path) end
+  if type(onnx_path) ~= "string" or onnx_path == "" then core.bad_arg("export.to_onnx", "the .onnx file's path", onnx_path) end
+  if C.dl_export_onnx(dlg_path, onnx_path, ONNX_OPSET) ~= 0 then raise_last() end
+end
+
+local function onnx(f, args, opts)
+  if type(opts) ~= "table" or type(opts.path) ~= "string" or opts.path == "" then
+    raise("export.onnx: expected opts.path, the .onnx file to write")
+  end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.path = opts.path .. ".dlg.tmp"
+  local ok, r = pcall(export, f, args, o)
+  if ok then
+    local converted, err = pcall(to_onnx, o.path, opts.path)
+    if not converted then ok, r = false, err end
+  end
+  os.remove(o.path)
+  if not ok then error(r, 0) end
+  r.path = opts.path
+  r.text = r.text:gsub("^exported [^\n]*", "exported " .. opts.path .. " (ONNX opset " .. ONNX_OPSET .. ")", 1)
+  return r
+end
+
 local E = dl.export
 E.load = load
+E.onnx = onnx
+E.to_onnx = to_onnx
 setmetatable(E, { __call = function(_, f, args, opts) return export(f, args, opts) end })
 return E

@@ -1,0 +1,53 @@
+-- Exports the models tests/onnx/check_onnx.py checks: each as <dir>/<name>.onnx, with
+-- its inputs and dlua's outputs in <dir>/<name>.io.safetensors (input1.., output1..).
+--   dlua tests/onnx/models.lua <dir>
+local dl = require("dlua")
+local nn = dl.nn
+local dir = assert(arg[1], "usage: models.lua <dir>")
+
+local function save(name, f, args, run_args, opts)
+  opts = opts or {}
+  opts.path = dir .. "/" .. name .. ".onnx"
+  dl.export.onnx(f, args, opts)
+  local io = {}
+  for i, a in ipairs(run_args) do io["input" .. i] = a end
+  local outs = { f(unpack(run_args)) }
+  for i, o in ipairs(outs) do io["output" .. i] = o end
+  dl.save(dir .. "/" .. name .. ".io.safetensors", io)
+  print("exported " .. name)
+end
+
+dl.manual_seed(1)
+-- The MLP of the guides, with a free batch size, run at another batch than exported.
+local mlp = nn.Sequential{ nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10) }
+save("mlp", function(x) return dl.softmax(mlp(x), 2) end, { dl.randn(1, 28, 28) }, { dl.randn(5, 28, 28) },
+     { dynamic = { [1] = { 1, "batch" } }, names = mlp })
+
+-- A conv net: batch norm (eval), both pools, padding and stride.
+local cnn = nn.Sequential{
+  nn.Conv2d(1, 8, 3, { padding = 1 }), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+  nn.Conv2d(8, 8, 3, { stride = 2, bias = false }), nn.ReLU(), nn.AvgPool2d(2),
+  nn.Flatten(), nn.Linear(8 * 3 * 3, 10),
+}
+for _ = 1, 3 do cnn(dl.randn(4, 1, 28, 28)) end   -- running statistics that are not 0 and 1
+cnn:eval()
+save("cnn", function(x) return cnn(x) end, { dl.randn(2, 1, 28, 28) }, { dl.randn(3, 1, 28, 28) },
+     { dynamic = { [1] = { 1, "batch" } } })
+
+-- Many lowerings at once: pointwise ops with numbers first and last, compares, casts,
+-- reductions, views with a free size, cat, narrow, select, gather, cumsum, argmax,
+-- where, clamp, layer_norm, log_softmax.
+local ln = nn.LayerNorm(6)
+local idx = dl.tensor({ 3, 1, 2 }, { dtype = "int64" })
+local function many(x, y)
+  local a = ((x * 2 - 1):tanh() + (1 - y):abs():sqrt()) / (y:exp() + 1)
+  local b = dl.where(x:gt(y), a, -a):clamp(-0.5, 0.7) + x:sigmoid() * y:relu()
+  local c = dl.cat({ b, b:narrow(2, 2, 3) }, 2)                         -- (n, 9)
+  local d = ln(c:narrow(2, 1, 6)) + c:sum(2, true) - c:mean(2, true)   -- (n, 6)
+  local e = d:view(-1, 2, 3):transpose(2, 3):reshape(-1, 6)             -- a free batch through views
+  local f = e:log_softmax(2) + e:amax(2, true) + (e:ge(0):float() * 0.25) + e:cumsum(2) * 0.1
+  local g = f:index_select(2, idx) + f:select(2, 1):unsqueeze(2) + f:gather(2, dl.ones(x:size(1), 3, { dtype = "int64" }))
+  return g + g:argmax(2, true):float() + dl.maximum(g, 0.1) - dl.minimum(g, x:narrow(2, 1, 3)) + x:narrow(2, 1, 3):pow(2)
+end
+save("many", many, { dl.randn(2, 6), dl.randn(2, 6) }, { dl.randn(4, 6), dl.randn(4, 6) },
+     { dynamic = { [1] = { 1, "n" }, [2] = { 1, "n" } } })
