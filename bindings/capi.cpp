@@ -801,14 +801,7 @@ int extremum_dim(bool is_max, uint64_t x, int dim, int keepdim, uint64_t* out2) 
     int d = lua_dim(dim, t.dim(), name);
     auto r = is_max ? ag::max_dim(t, d, keepdim != 0) : ag::min_dim(t, d, keepdim != 0);
     Tensor idx = plus_one(r.second);
-    out2[0] = dl::bind::handle_new(r.first);
-    try {
-      out2[1] = dl::bind::handle_new(idx);
-    } catch (...) {
-      dl::bind::handle_release(out2[0]);
-      out2[0] = 0;
-      throw;
-    }
+    dl::bind::handles_new({r.first, idx}, out2);
   });
 }
 
@@ -851,14 +844,7 @@ int dl_sort(uint64_t x, int dim, int descending, uint64_t* out2) {
     const Tensor& t = get(x, "sort");
     auto r = ag::sort(t, t.dim() == 0 ? 0 : lua_dim(dim, t.dim(), "sort"), descending != 0);
     Tensor idx = plus_one(r.second);
-    out2[0] = dl::bind::handle_new(r.first);
-    try {
-      out2[1] = dl::bind::handle_new(idx);
-    } catch (...) {
-      dl::bind::handle_release(out2[0]);
-      out2[0] = 0;
-      throw;
-    }
+    dl::bind::handles_new({r.first, idx}, out2);
   });
 }
 

@@ -15,24 +15,6 @@ using dl::bind::get;
 using dl::bind::guard_handle;
 using dl::bind::guard_status;
 
-namespace {
-// Handles for every result in `out`, or none (each made is released when one fails).
-void deliver(std::initializer_list<Tensor> results, uint64_t* out) {
-  int k = 0;
-  try {
-    for (const Tensor& t : results) {
-      const uint64_t id = dl::bind::handle_new(t);
-      out[k++] = id;
-    }
-  } catch (...) {
-    for (int i = 0; i < k; ++i) {
-      dl::bind::handle_release(out[i]);
-      out[i] = 0;
-    }
-    throw;
-  }
-}
-}  // namespace
 
 uint64_t dl_linalg_solve(uint64_t a, uint64_t b) {
   return guard_handle([&] { return ag::linalg_solve(get(a, "linalg.solve"), get(b, "linalg.solve")); });
@@ -53,7 +35,7 @@ int dl_qr(uint64_t a, int complete, uint64_t* out2) {
   out2[0] = out2[1] = 0;
   return guard_status([&] {
     auto [q, r] = ag::qr(get(a, "linalg.qr"), complete != 0);
-    deliver({q, r}, out2);
+    dl::bind::handles_new({q, r}, out2);
   });
 }
 
@@ -61,7 +43,7 @@ int dl_eigh(uint64_t a, uint64_t* out2) {
   out2[0] = out2[1] = 0;
   return guard_status([&] {
     auto [w, v] = ag::eigh(get(a, "linalg.eigh"));
-    deliver({w, v}, out2);
+    dl::bind::handles_new({w, v}, out2);
   });
 }
 
@@ -69,7 +51,7 @@ int dl_svd(uint64_t a, int full_matrices, uint64_t* out3) {
   out3[0] = out3[1] = out3[2] = 0;
   return guard_status([&] {
     dl::SvdResult r = ag::svd(get(a, "linalg.svd"), full_matrices != 0);
-    deliver({r.u, r.s, r.vh}, out3);
+    dl::bind::handles_new({r.u, r.s, r.vh}, out3);
   });
 }
 
@@ -77,6 +59,6 @@ int dl_slogdet(uint64_t a, uint64_t* out2) {
   out2[0] = out2[1] = 0;
   return guard_status([&] {
     auto [sign, logabs] = ag::slogdet(get(a, "linalg.slogdet"));
-    deliver({sign, logabs}, out2);
+    dl::bind::handles_new({sign, logabs}, out2);
   });
 }

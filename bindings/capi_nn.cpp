@@ -158,14 +158,7 @@ int dl_max_pool2d(uint64_t x, int kernel_h, int kernel_w, int stride_h, int stri
     auto r = ag::max_pool2d(get(x, "max_pool2d"),
                             pool_opts(kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, 1));
     Tensor idx = dl::binary(Op::Add, r.second, Scalar::integer(1));
-    out2[0] = dl::bind::handle_new(r.first);
-    try {
-      out2[1] = dl::bind::handle_new(idx);
-    } catch (...) {
-      dl::bind::handle_release(out2[0]);
-      out2[0] = 0;
-      throw;
-    }
+    dl::bind::handles_new({r.first, idx}, out2);
   });
 }
 

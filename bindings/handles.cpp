@@ -95,6 +95,22 @@ const Tensor& handle_get(uint64_t id, const char* op) {
   return *t;
 }
 
+void handles_new(std::initializer_list<Tensor> ts, uint64_t* out) {
+  int k = 0;
+  try {
+    for (const Tensor& t : ts) {
+      const uint64_t id = handle_new(t);
+      out[k++] = id;
+    }
+  } catch (...) {
+    for (int i = 0; i < k; ++i) {
+      handle_release(out[i]);
+      out[i] = 0;
+    }
+    throw;
+  }
+}
+
 void handle_release(uint64_t id) noexcept {
   Slot* s = slot_of(id);
   if (!s) return;

@@ -14,12 +14,16 @@
 // Slots live in fixed chunks that never move, so a lookup takes no lock.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "tensor/tensor.h"
 
 namespace dl::bind {
 
 uint64_t handle_new(Tensor t);
+// Handles for each tensor of `ts` in out[0], out[1] ..., all or none: when one fails, the
+// ones already made are released (and zeroed) before the error goes on.
+void handles_new(std::initializer_list<Tensor> ts, uint64_t* out);
 // The tensor behind `id`; throws dl::Error "op: invalid tensor ..." when the id is not
 // live.
 const Tensor& handle_get(uint64_t id, const char* op);

@@ -40,12 +40,7 @@ local function check_matrix(op, x)
   end
 end
 
--- One handle from f(...), retried once after a collection when memory was refused.
-local function one(f, ...)
-  local id = f(...)
-  if id == 0 and retry() then id = f(...) end
-  return wrap(id)
-end
+local one = T.new   -- one handle from f(...), retried once after a collection
 -- n handles from f(..., outs).
 local function several(n, f, ...)
   local st = f(...)

@@ -38,11 +38,7 @@ local function bool_arg(op, v, what, default)
   if type(v) ~= "boolean" then bad_arg(op, what .. " (a boolean)", v) end
   return v
 end
-local function one(f, ...)
-  local id = f(...)
-  if id == 0 and retry() then id = f(...) end
-  return wrap(id)
-end
+local one = T.new   -- one handle from f(...), retried once after a collection
 
 -- x:sort([dim = -1 [, descending = false]]): values and 1-based int64 indices.
 function methods.sort(x, dim, descending)

@@ -207,6 +207,7 @@ local function new(f, ...)
   if id == 0 and retry() then id = f(...) end
   return wrap(id)
 end
+M.new = new
 
 local function is_tensor(x)
   local yes = istype(Tensor, x)
