@@ -108,6 +108,7 @@ std::pair<Tensor, Tensor> min_dim(const Tensor& x, int dim, bool keepdim);
 Tensor softmax(const Tensor& x, int dim);
 Tensor log_softmax(const Tensor& x, int dim);
 Tensor cumsum(const Tensor& x, int dim, bool reverse = false);
+Tensor cumprod(const Tensor& x, int dim, bool reverse = false);
 std::pair<Tensor, Tensor> sort(const Tensor& x, int dim, bool descending);
 Tensor view(const Tensor& x, const Shape& shape);
 Tensor reshape(const Tensor& x, const Shape& shape);

@@ -191,6 +191,66 @@ template <> Grads derivative<Op::Cumsum>(Node& n, const TensorList& g) {
   return {ag::cumsum(g[0], int(n.attrs.i[0]), n.attrs.i[1] == 0)};
 }
 
+// The gradient of running products y = cumprod(x) along a dim: grad_i = the sum over
+// j >= i of g_j * prod(x_k, k <= j, k != i), as PyTorch's cumprod_backward computes it.
+//   - First order (nothing records): O(n). Where x_i is not 0 it is
+//     reversed-cumsum(g y)_i / x_i; at a line's first zero z it is the reversed cumsum of
+//     g y' at z, with y' the running products of x with that zero taken as 1; at a later
+//     zero every product holds the first one: 0.
+//   - When the gradient is itself differentiated (recording), the values are the same,
+//     but a later zero's 0 depends on the first zero's value: the product for each i is
+//     formed explicitly, O(n^2) per line, as PyTorch does for double backward.
+Tensor cumprod(const Tensor& x, int dim, bool reverse) {
+  Tensor y = dl::cumprod(x, dim, reverse);
+  Ref<Node> n = is_floating(x.dtype()) ? maybe_node(Op::Cumprod, {&x}) : Ref<Node>();
+  if (!n) return y;
+  n->save(x);
+  n->save(y, true);
+  n->attrs.i[0] = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "cumprod");
+  n->attrs.i[1] = reverse;
+  return finish(n, y);
+}
+
+namespace {
+// sum over j >= i of g_j prod(x_k, k <= j, k != i), in recorded ops: for each i, the
+// running products of x with x_i taken as 1, masked to j >= i (reverse: the mirror).
+Tensor cumprod_grad_explicit(const Tensor& x, const Tensor& g, int d, bool reverse) {
+  const int last = x.dim() - 1;
+  Tensor xs = ag::transpose(x, d, last), gs = ag::transpose(g, d, last);   // the line last
+  const int64_t n = xs.size(last);
+  Tensor eye = dl::eye(n, n, x.dtype(), x.device());                       // (i, k)
+  Tensor hit = dl::compare(Op::Ne, eye, Scalar(0.0));
+  Tensor rows = ag::where(hit, dl::ones(Shape{n, n}, x.dtype(), x.device()), ag::unsqueeze(xs, last));   // (..., i, k)
+  Tensor c = ag::cumprod(rows, last + 1, reverse);                                                     // (..., i, j)
+  Tensor r = dl::view(dl::arange(0, double(n), 1, DType::Int64, x.device()), Shape{n, 1});
+  Tensor cl = dl::view(dl::arange(0, double(n), 1, DType::Int64, x.device()), Shape{1, n});
+  Tensor keep = dl::cast(dl::compare(reverse ? Op::Le : Op::Ge, cl, r), x.dtype());   // j >= i (or <=)
+  Tensor sum = ag::reduce(Op::Sum, c * keep * ag::unsqueeze(gs, last), {last + 1}, false);
+  return ag::transpose(sum, d, last);
+}
+}  // namespace
+
+template <> Grads derivative<Op::Cumprod>(Node& n, const TensorList& g) {
+  Tensor x = n.unpack(0), y = n.unpack(1);
+  const int d = int(n.attrs.i[0]);
+  const bool reverse = n.attrs.i[1] != 0;
+  if (x.dim() == 0) return {g[0]};
+  Tensor zero = dl::compare(Op::Eq, x, Scalar(0.0));
+  if (is_recording() && dl::reduce(Op::Any, zero, {}, false).item() != 0)
+    return {cumprod_grad_explicit(x, g[0], d, reverse)};
+  Tensor seen = dl::cumsum(zero, d, reverse);   // zeros so far along the scan, this one included
+  Tensor nonzero = dl::compare(Op::Ne, x, Scalar(0.0));
+  Tensor first = dl::compare(Op::Logical_and, zero, dl::compare(Op::Eq, seen, Scalar::integer(1)));
+  Tensor ones = dl::ones(x.shape(), x.dtype(), x.device()), none = dl::zeros(x.shape(), x.dtype(), x.device());
+  Tensor standard = ag::cumsum(g[0] * y, d, !reverse) / ag::where(nonzero, x, ones);
+  Tensor gx = ag::where(nonzero, standard, none);
+  if (dl::reduce(Op::Any, first, {}, false).item() != 0) {
+    Tensor y1 = ag::cumprod(ag::where(first, ones, x), d, reverse);
+    gx = gx + ag::where(first, ag::cumsum(g[0] * y1, d, !reverse), none);
+  }
+  return {gx};
+}
+
 // ---- sorting ----------------------------------------------------------------------------------
 
 // The values are x's elements moved: their gradient goes back to where each came from.

@@ -858,6 +858,13 @@ uint64_t dl_searchsorted(uint64_t seq, uint64_t values, int right) {
   });
 }
 
+uint64_t dl_cumprod(uint64_t x, int dim) {
+  return guard_handle([&] {
+    const Tensor& t = get(x, "cumprod");
+    return ag::cumprod(t, t.dim() == 0 ? 0 : lua_dim(dim, t.dim(), "cumprod"));
+  });
+}
+
 uint64_t dl_softmax(uint64_t x, int dim) {
   return guard_handle([&] {
     const Tensor& t = get(x, "softmax");

@@ -536,39 +536,40 @@ void arg_reduce(Op op, const Tensor& values, const Tensor& indices, const Tensor
 
 // ---- scans ------------------------------------------------------------------------------
 // A thread per (m, j) line of x seen as (M, N, J): neighbouring threads take neighbouring
-// j, so each step of the lines reads a contiguous row; sums in A as the CPU's.
+// j, so each step of the lines reads a contiguous row; folds in A as the CPU's.
 template <typename T, typename A, typename O>
 __global__ void __launch_bounds__(kThreads)
-cumsum_lines(const T* x, O* out, int64_t M, int64_t N, int64_t J, bool reverse) {
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < M * J; t += step) {
+scan_lines(const T* x, O* out, int64_t M, int64_t N, int64_t J, bool reverse, fn::ScanStep fold) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < M * J; t += stride) {
     const int64_t m = t / J, j = t % J;
-    A acc = A(0);
+    A acc = fold.template init<A>();
     for (int64_t s = 0; s < N; ++s) {
       const int64_t n = reverse ? N - 1 - s : s;
       const int64_t at = (m * N + n) * J + j;
-      acc += A(x[at]);
+      acc = fold(acc, A(x[at]));
       out[at] = O(acc);
     }
   }
 }
 
 template <typename T, typename A, typename O>
-void cumsum_typed(const Tensor& out, const Tensor& x, int dim, bool reverse) {
+void scan_typed(const Tensor& out, const Tensor& x, int dim, bool reverse, fn::ScanStep step) {
   const DeviceContext& c = activate(x, "cumsum");
   int64_t M = 1, N = x.size(dim), J = 1;
   for (int d = 0; d < dim; ++d) M *= x.size(d);
   for (int d = dim + 1; d < x.dim(); ++d) J *= x.size(d);
-  cumsum_lines<T, A, O><<<grid_for(M * J, c), kThreads, 0, c.stream>>>(x.data<T>(), out.data<O>(), M, N, J, reverse);
+  scan_lines<T, A, O><<<grid_for(M * J, c), kThreads, 0, c.stream>>>(x.data<T>(), out.data<O>(), M, N, J, reverse, step);
   check_launch("cumsum");
 }
 
 void scan(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse) {
-  DL_ASSERT(op == Op::Cumsum);
+  DL_ASSERT(op == Op::Cumsum || op == Op::Cumprod);
+  const fn::ScanStep step{op == Op::Cumprod};
   if (is_floating(x.dtype())) {
-    DL_DISPATCH_FLOAT(x.dtype(), "cumsum", (cumsum_typed<scalar_t, double, scalar_t>(out, x, dim, reverse)));
+    DL_DISPATCH_FLOAT(x.dtype(), op_name(op), (scan_typed<scalar_t, double, scalar_t>(out, x, dim, reverse, step)));
   } else {
-    DL_DISPATCH_ALL(x.dtype(), "cumsum", (cumsum_typed<scalar_t, int64_t, int64_t>(out, x, dim, reverse)));
+    DL_DISPATCH_ALL(x.dtype(), op_name(op), (scan_typed<scalar_t, int64_t, int64_t>(out, x, dim, reverse, step)));
   }
 }
 

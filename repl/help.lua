@@ -78,6 +78,7 @@ return {
   -- automatic differentiation
   ["dl.grad"] = { "dl.grad(f [, argnums])", "A function returning the gradient of f's scalar result w.r.t. argument argnums (default 1)." },
   ["dl.cumsum"] = { "dl.cumsum(x, dim)", "Running sums along dim (x:cumsum(dim)); integers give int64." },
+  ["dl.cumprod"] = { "dl.cumprod(x, dim)", "Running products along dim (x:cumprod(dim)); integers give int64; differentiable with zeros." },
   ["dl.tile"] = { "x:tile(reps)", "Copies side by side (PyTorch's repeat; also x[\"repeat\"](x, ...))." },
   ["dl.roll"] = { "x:roll(shifts [, dims])", "Shifts elements along dims, wrapping around." },
   ["dl.flip"] = { "x:flip(dims)", "Reverses the order along dims." },

@@ -45,8 +45,9 @@ struct Backend {
                      int dim);
   // Op::Softmax or Op::LogSoftmax along `dim`: x and out contiguous, same shape, floating.
   void (*softmax)(Op op, const Tensor& out, const Tensor& x, int dim);
-  // out = the running sums (op Cumsum) of contiguous x along dim, from the end when
-  // `reverse`; float x: of its dtype, summed in double; integer or bool x: int64 out.
+  // out = the running sums (op Cumsum) or products (Cumprod, fn::ScanStep) of contiguous
+  // x along dim, from the end when `reverse`; float x: of its dtype, accumulated in
+  // double; integer or bool x: int64 out.
   void (*scan)(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse);
 
   // ---- sorting and selection (front ends: tensor/sorting.cpp; CPU: tensor/cpu/sorting.cpp) --

@@ -135,6 +135,8 @@ Tensor softmax(const Tensor& x, int dim);
 Tensor log_softmax(const Tensor& x, int dim);
 // Running sums along dim (from the end with `reverse`); integer and bool x give int64.
 Tensor cumsum(const Tensor& x, int dim, bool reverse = false);
+// Running products along dim (from the end with `reverse`); integer and bool x give int64.
+Tensor cumprod(const Tensor& x, int dim, bool reverse = false);
 
 // ---- sorting and selection (tensor/sorting.cpp; CPU: tensor/cpu/sorting.cpp) -------
 // Values and int64 indices (0-based) of x sorted along dim; stable, NaN the largest.

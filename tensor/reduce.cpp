@@ -208,19 +208,24 @@ Tensor log_softmax(const Tensor& x, int dim) {
 
 // ---- scans ---------------------------------------------------------------------------------
 
-static Tensor cumsum_impl(const Tensor& x, int dim, bool reverse) {
-  const char* name = "cumsum";
+static Tensor scan_impl(Op op, const Tensor& x, int dim, bool reverse) {
+  const char* name = op_name(op);
   const int d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), name);
   const DType t = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
   Tensor out = empty(x.shape(), t, x.device(), name);
   if (x.numel() == 0) return out;
   Tensor xin = contiguous(as_1d(x));
-  kernel(&Backend::scan, x.device(), name)(Op::Cumsum, as_1d(out), xin, d, reverse);
+  kernel(&Backend::scan, x.device(), name)(op, as_1d(out), xin, d, reverse);
   return out;
 }
 
 Tensor cumsum(const Tensor& x, int dim, bool reverse) {
-  return observed_other("cumsum", [&] { return cumsum_impl(x, dim, reverse); },
+  return observed_other("cumsum", [&] { return scan_impl(Op::Cumsum, x, dim, reverse); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim, reverse}; });
+}
+
+Tensor cumprod(const Tensor& x, int dim, bool reverse) {
+  return observed_other("cumprod", [&] { return scan_impl(Op::Cumprod, x, dim, reverse); },
                         [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim, reverse}; });
 }
 

@@ -249,4 +249,13 @@ struct LogSoftmaxOutFn {
   template <typename T> DL_HD T operator()(T x, T m, T log_s) const { return (x - m) - log_s; }
 };
 
+// The running fold of the scans (cumsum, cumprod) on every backend.
+struct ScanStep {
+  bool prod = false;
+  template <typename A>
+  DL_HD A init() const { return A(prod ? 1 : 0); }
+  template <typename A>
+  DL_HD A operator()(A acc, A v) const { return prod ? A(acc * v) : A(acc + v); }
+};
+
 }  // namespace dl::fn

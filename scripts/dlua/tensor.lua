@@ -634,14 +634,17 @@ end
 methods.softmax, dl.softmax = softmax_fn("softmax", false), softmax_fn("softmax", false)
 methods.log_softmax, dl.log_softmax = softmax_fn("log_softmax", true), softmax_fn("log_softmax", true)
 
--- x:cumsum(dim): running sums along dim (as PyTorch's; integer and bool tensors give
--- int64). Differentiable: the gradient is the running sums of the gradient, backwards.
-function methods.cumsum(x, dim)
-  check_tensor("cumsum", x)
-  if dim == nil then raise("cumsum: expected the dim to sum along (as x:cumsum(1))") end
-  return new(C.dl_cumsum, hid(x), dim_arg("cumsum", dim))
+-- x:cumsum(dim), x:cumprod(dim): running sums and products along dim (as PyTorch's;
+-- integer and bool tensors give int64). Differentiable to any order (zeros included).
+local function scan_fn(name, entry)
+  return function(x, dim)
+    check_tensor(name, x)
+    if dim == nil then raise(name .. ": expected the dim to run along (as x:" .. name .. "(1))") end
+    return new(entry, hid(x), dim_arg(name, dim))
+  end
 end
-dl.cumsum = methods.cumsum
+methods.cumsum, methods.cumprod = scan_fn("cumsum", C.dl_cumsum), scan_fn("cumprod", C.dl_cumprod)
+dl.cumsum, dl.cumprod = methods.cumsum, methods.cumprod
 
 -- ---- properties, conversion --------------------------------------------------------------------
 

@@ -627,26 +627,26 @@ void softmax(Op op, const Tensor& out, const Tensor& x, int dim) {
 }
 
 // ---- scans ------------------------------------------------------------------------------
-// x contiguous, seen as (M, N, J) around dim (N its size): a running sum along N for each
+// x contiguous, seen as (M, N, J) around dim (N its size): a running fold along N for each
 // (m, j), in the accumulator type A (double for floats, int64 for integers), from n = N-1
 // down with `reverse`. With J > 1 a row of J accumulators advances a row of x at a time,
 // so every pass reads memory in order.
 
 template <typename T, typename A, typename O>
-void cumsum_typed(const Tensor& out, const Tensor& x, int dim, bool reverse) {
+void scan_typed(const Tensor& out, const Tensor& x, int dim, bool reverse, fn::ScanStep step) {
   int64_t M = 1, N = x.size(dim), J = 1;
   for (int d = 0; d < dim; ++d) M *= x.size(d);
   for (int d = dim + 1; d < x.dim(); ++d) J *= x.size(d);
   const T* xp = x.data<T>();
   O* op = out.data<O>();
   parallel_for(M, M * N * J >= kParallelGrain, [&](int64_t m) {
-    std::vector<A> acc(size_t(J), A(0));
+    std::vector<A> acc(size_t(J), step.template init<A>());
     for (int64_t s = 0; s < N; ++s) {
       const int64_t n = reverse ? N - 1 - s : s;
       const T* in = xp + (m * N + n) * J;
       O* o = op + (m * N + n) * J;
       for (int64_t j = 0; j < J; ++j) {
-        acc[size_t(j)] += A(in[j]);
+        acc[size_t(j)] = step(acc[size_t(j)], A(in[j]));
         o[j] = O(acc[size_t(j)]);
       }
     }
@@ -654,11 +654,12 @@ void cumsum_typed(const Tensor& out, const Tensor& x, int dim, bool reverse) {
 }
 
 void scan(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse) {
-  DL_ASSERT(op == Op::Cumsum && x.is_contiguous() && out.is_contiguous());
+  DL_ASSERT((op == Op::Cumsum || op == Op::Cumprod) && x.is_contiguous() && out.is_contiguous());
+  const fn::ScanStep step{op == Op::Cumprod};
   if (is_floating(x.dtype())) {
-    DL_DISPATCH_FLOAT(x.dtype(), "cumsum", (cumsum_typed<scalar_t, double, scalar_t>(out, x, dim, reverse)));
+    DL_DISPATCH_FLOAT(x.dtype(), op_name(op), (scan_typed<scalar_t, double, scalar_t>(out, x, dim, reverse, step)));
   } else {
-    DL_DISPATCH_ALL(x.dtype(), "cumsum", (cumsum_typed<scalar_t, int64_t, int64_t>(out, x, dim, reverse)));
+    DL_DISPATCH_ALL(x.dtype(), op_name(op), (scan_typed<scalar_t, int64_t, int64_t>(out, x, dim, reverse, step)));
   }
 }
 

@@ -263,6 +263,14 @@ std::vector<Case> other_cases(Op op) {
       return {{"cumsum dim 1", [](const TensorList& x) { return ag::cumsum(x[0], 1); }, {x23()}},
               {"cumsum dim 0, transposed, reversed", [](const TensorList& x) { return ag::cumsum(x[0], 0, true); },
                {transposed(3, 2, 93)}}};
+    case Op::Cumprod: {
+      // Lines without a zero, with one, and with two (the gradient's three regimes).
+      const double z1[] = {0.7, -1.2, 0.0, 0.9, 1.1, 0.0, 0.8, -0.6, 1.3, 0.5, 0.0, 1.2};
+      Tensor with_zeros = from_values(z1, 12, Shape{3, 4}, DType::Float64);
+      return {{"cumprod dim 1", [](const TensorList& x) { return ag::cumprod(x[0], 1); }, {x23()}},
+              {"cumprod with zeros, dim 1 and reversed dim 0", [](const TensorList& x) {
+                 return ag::binary(Op::Add, ag::cumprod(x[0], 1), ag::cumprod(x[0], 0, true)); }, {with_zeros}}};
+    }
     case Op::Sort:
       return {{"sort dim 1", [](const TensorList& x) { return ag::sort(x[0], 1, false).first; }, {x23()}},
               {"sort dim 0, descending, transposed", [](const TensorList& x) { return ag::sort(x[0], 0, true).first; },

@@ -317,6 +317,14 @@ std::map<Op, Check> other_checks() {
                           {sample({5, 6, 7}, dt)}, [&](const auto& x) { return cumsum(x[0], dim, rev); }, folds(7));
     });
   };
+  m[Op::Cumprod] = [&] {
+    each_dtype([](DType dt) {
+      for (int dim : {0, 1, 2})
+        compare_layouts(std::string("cumprod ") + std::string(dtype_name(dt)) + " dim " + std::to_string(dim),
+                        {sample({5, 6, 7}, dt, 0.4)}, [&](const auto& x) { return cumprod(x[0], dim, dim == 1); },
+                        folds(7));
+    });
+  };
   m[Op::Where] = [&] {
     each_dtype([](DType dt) {
       compare_op(std::string("where ") + std::string(dtype_name(dt)),

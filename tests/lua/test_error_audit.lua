@@ -115,6 +115,10 @@ end)
 
 local x4 = dl.ones(1, 2, 5, 5)
 local OTHER = {
+  cumprod = {
+    { "dim out of range", function() return dl.cumprod(f23, 3) end, { "cumprod", "dimension 3" } },
+    { "no dim", function() return dl.cumprod(f23) end, { "cumprod", "dim" } },
+  },
   sort = { { "dim out of range", function() return f23:sort(3) end, { "sort", "dimension 3" } },
            { "bool descending", function() return f23:sort(1, 1) end, { "sort", "descending" } } },
   nonzero = { { "not a tensor", function() return dl.nonzero(3) end, { "nonzero", "number" } } },

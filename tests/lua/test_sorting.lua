@@ -54,6 +54,19 @@ H.test("unique, searchsorted, nonzero and masked_select equal PyTorch's", functi
   H.eq(g:totable(), R.masked_grad)
 end)
 
+H.test("cumprod equals torch.cumprod: values, gradients through zeros, second order", function()
+  local c = R.cumprod
+  local x = t64(c.x)
+  H.near(x:cumprod(2):totable(), c.y, 1e-15)
+  H.near(dl.cumprod(x, 1):totable(), c.dim1, 1e-15)
+  local f = function(a) return (a:cumprod(2) * t64(c.w)):sum() end
+  H.near(dl.grad(f)(x):totable(), c.grad, 1e-14)
+  local inner = function(a) return (dl.grad(f)(a) * t64(c.v)):sum() end
+  H.near(dl.grad(inner)(x):totable(), c.second, 1e-13)
+  H.eq(dl.tensor({ 2, 3, 4 }, { dtype = "int64" }):cumprod(1):totable(), { 2, 6, 24 })
+  H.eq(dl.tensor({ 2, 3, 4 }, { dtype = "int64" }):cumprod(1).dtype, "int64")
+end)
+
 H.test("ties, NaN, signed zeros, integers and bools", function()
   local v, i = dl.tensor({ 2, 0 / 0, -0.0, 1, 0.0, 0 / 0, 2 }):sort()
   H.eq(i:totable(), { 3, 5, 4, 1, 7, 2, 6 })   -- stable; -0.0 == 0.0; NaNs last

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Writes tests/lua/ref/sorting_ref.lua: PyTorch's results for sorting and selection
-(sort, argsort, topk, kthvalue, unique, searchsorted, nonzero, masked_select and their
-gradients), read by tests/lua/test_sorting.lua. Indices are written 1-based, as dlua
+"""Writes tests/lua/ref/sorting_ref.lua: PyTorch's results for sorting, selection and
+cumprod (sort, argsort, topk, kthvalue, unique, searchsorted, nonzero, masked_select,
+cumprod and their gradients), read by tests/lua/test_sorting.lua. Indices are written 1-based, as dlua
 returns them.
 
     /usr/bin/python3 tests/ref/gen_sorting_refs.py
@@ -72,6 +72,15 @@ def gen():
     wm = torch.randn(int(mask.sum()), dtype=torch.float64)
     r["masked_weights"] = wm
     r["masked_grad"] = grad_of(lambda a: torch.masked_select(a, mask), x, wm)
+    # cumprod with and without zeros, values and gradients (first and second order)
+    z = torch.tensor([[0.7, -1.2, 0.0, 0.9, 1.1, 0.0], [0.8, -0.6, 1.3, 0.5, 1.5, 1.2]], dtype=torch.float64)
+    wz = torch.randn(2, 6, dtype=torch.float64)
+    vz = torch.randn(2, 6, dtype=torch.float64)
+    xz = z.clone().requires_grad_()
+    (g,) = torch.autograd.grad((torch.cumprod(xz, dim=1) * wz).sum(), xz, create_graph=True)
+    (h,) = torch.autograd.grad((g * vz).sum(), xz)
+    r["cumprod"] = {"x": z, "y": torch.cumprod(z, dim=1), "w": wz, "grad": g.detach(), "v": vz, "second": h,
+                    "dim1": torch.cumprod(z, dim=0)}
     return r
 
 
