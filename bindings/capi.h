@@ -330,6 +330,10 @@ int dl_save_safetensors(const char* path, int n, const char* const* names,
                         const char* const* meta_keys, const int64_t* key_lens,
                         const char* const* meta_values, const int64_t* value_lens);
 uint64_t dl_load_safetensors(const char* path);        /* a loaded file: all or nothing */
+/* images: uint8 (C, H, W) from a file's bytes (channels 0: as stored); and back to PNG or
+   JPEG bytes, valid until the thread's next dl_image_encode (NULL on failure) */
+uint64_t dl_image_decode(const void* data, uint64_t n, int channels, const char* name);
+const char* dl_image_encode(uint64_t x, const char* format, int quality, const char* name, uint64_t* n);
 int dl_loaded_counts(uint64_t file, double* out2);     /* tensors, metadata entries */
 const char* dl_loaded_name(uint64_t file, int i, double* len);     /* i 0-based */
 uint64_t dl_loaded_tensor(uint64_t file, int i);

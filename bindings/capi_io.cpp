@@ -22,6 +22,7 @@
 #include "io/events.h"
 #include "io/file.h"
 #include "io/idx.h"
+#include "io/image.h"
 #include "io/safetensors.h"
 
 using dl::ErrorKind;
@@ -327,3 +328,22 @@ double dl_monotonic_time(void) { return dl::io::monotonic_seconds(); }
 double dl_wall_time(void) { return dl::io::wall_seconds(); }
 
 }  // extern "C"
+
+// ---- images (io/image.h): bytes in, bytes out; dlua.io reads and writes the files ---------
+
+uint64_t dl_image_decode(const void* data, uint64_t n, int channels, const char* name) {
+  return guard_handle([&] {
+    return dl::io::decode_image(static_cast<const uint8_t*>(data), size_t(n), channels, name ? name : "image");
+  });
+}
+
+const char* dl_image_encode(uint64_t x, const char* format, int quality, const char* name, uint64_t* n) {
+  static thread_local std::string bytes;
+  *n = 0;
+  const int st = guard_status([&] {
+    bytes = dl::io::encode_image(get(x, "image.save"), format ? format : "png", quality, name ? name : "image");
+  });
+  if (st != 0) return nullptr;
+  *n = bytes.size();
+  return bytes.data();
+}

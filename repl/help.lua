@@ -94,6 +94,12 @@ return {
   ["dl.nonzero"] = { "x:nonzero()", "The positions of the non-zero elements: (count, x:dim()), row-major." },
   ["dl.masked_select"] = { "dl.masked_select(x, mask)", "The elements where the bool mask is true, as 1-D (also x[mask])." },
   ["dl.count_nonzero"] = { "x:count_nonzero([dim])", "The number of non-zero elements (along dim)." },
+  -- images
+  ["dl.image.load"] = { "dl.image.load(path [, {mode, dtype}])", "An image file as a (C, H, W) tensor: uint8, or float32 in [0, 1]; PNG, JPEG, BMP, GIF, TGA, PNM." },
+  ["dl.image.save"] = { "dl.image.save(path, x [, {quality}])", "A (C, H, W) or (H, W) image as PNG or JPEG (by the extension), atomically." },
+  ["dl.image.decode"] = { "dl.image.decode(bytes [, {mode, dtype}])", "An image from a file's contents." },
+  ["dl.image.encode"] = { "dl.image.encode(x, \"png\" or \"jpeg\" [, {quality}])", "An image as a file's contents." },
+  ["dl.data.images"] = { "dl.data.images(paths [, labels, {mode, dtype}])", "A data set of image files, decoded as it is read; integer labels as int64." },
   -- dl.linalg (matrices are the last two dims, leading dims a batch; all differentiable)
   ["dl.linalg.solve"] = { "dl.linalg.solve(A, B [, {left = true}])", "X with A X = B (B a vector or a matrix; LU with pivoting)." },
   ["dl.linalg.solve_triangular"] = { "dl.linalg.solve_triangular(A, B, {upper = b [, left, unitriangular]})", "X with A X = B for triangular A." },

@@ -294,8 +294,9 @@ local function build_docs()
   end
   if dl then
     index(dl, "dl.")
-    if type(rawget(dl, "linalg")) == "table" then local _ = dl.linalg.solve end   -- loads on first use
-    for _, sub in ipairs({ "nn", "optim", "data", "metrics", "summary", "cuda", "compile", "linalg" }) do
+    if type(rawget(dl, "linalg")) == "table" then local _ = dl.linalg.solve end   -- these load on first use
+    if type(rawget(dl, "image")) == "table" then local _ = dl.image.load end
+    for _, sub in ipairs({ "nn", "optim", "data", "metrics", "summary", "cuda", "compile", "linalg", "image" }) do
       if type(rawget(dl, sub)) == "table" then index(dl[sub], "dl." .. sub .. ".") end
     end
   end

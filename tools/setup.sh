@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake g++ make pkg-config luajit libluajit-5.1-dev libopenblas-dev
           catch2 libedit-dev zlib1g-dev dataset-fashion-mnist python3
           libopenmpi-dev openmpi-bin nlohmann-json3-dev liblapacke-dev
-          libonnx-dev libprotobuf-dev python3-onnx)
+          libonnx-dev libprotobuf-dev python3-onnx libstb-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -81,6 +81,11 @@ require("dlua.nn")
 require("dlua.optim")
 require("dlua.data")
 core.on_first_use(dl.data, { "read_csv", "from_csv" }, loader("dlua.csv"))
+-- dl.image (load, save, decode, encode) and dl.data.images: image files through stb.
+dl.image = setmetatable({}, {
+  __index = function(self, k) require("dlua.image"); return rawget(self, k) end,
+})
+core.on_first_use(dl.data, { "images" }, loader("dlua.image"))
 require("dlua.metrics")
 
 -- dl.dist: data-parallel training over MPI (its plugin loads only under mpirun).

@@ -1,0 +1,68 @@
+#include "io/image.h"
+
+#include <stb/stb_image.h>
+#include <stb/stb_image_write.h>
+
+#include <climits>
+#include <memory>
+
+#include "tensor/error.h"
+#include "tensor/ops.h"
+
+namespace dl::io {
+
+Tensor decode_image(const uint8_t* data, size_t n, int channels, const std::string& name) {
+  const char* op = "image.load";
+  DL_CHECK(channels >= 0 && channels <= 4, op, ": channels must be 1 to 4 (or 0, as stored), got ", channels);
+  DL_CHECK(n > 0 && n <= size_t(INT_MAX), op, ": ", name, ": ", n == 0 ? "an empty file" : "a file over 2 GiB");
+  int w = 0, h = 0, c = 0;
+  if (!stbi_info_from_memory(data, int(n), &w, &h, &c))
+    fail(ErrorKind::Value, op, ": ", name, ": not an image stb can read (", stbi_failure_reason(), ")");
+  DL_CHECK(w > 0 && h > 0 && w <= kMaxImageSide && h <= kMaxImageSide && int64_t(w) * h <= kMaxImagePixels, op, ": ",
+           name, ": a ", w, " x ", h, " image is larger than dlua decodes (", kMaxImageSide, " a side, ",
+           kMaxImagePixels, " pixels)");
+  const int want = channels ? channels : c;
+  int gw = 0, gh = 0, gc = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load_from_memory(data, int(n), &gw, &gh, &gc, want), stbi_image_free);
+  if (!px) fail(ErrorKind::Value, op, ": ", name, ": cannot decode (", stbi_failure_reason(), ")");
+  DL_CHECK(gw == w && gh == h, op, ": ", name, ": the image's size changed while decoding");
+  // stb gives (H, W, C), interleaved; the result is planar (C, H, W), as torchvision's.
+  Tensor out = empty(Shape{want, h, w}, DType::UInt8, Device{}, op);
+  uint8_t* o = out.data<uint8_t>();
+  const int64_t plane = int64_t(h) * w;
+  for (int64_t p = 0; p < plane; ++p)
+    for (int k = 0; k < want; ++k) o[k * plane + p] = px.get()[p * want + k];
+  return out;
+}
+
+namespace {
+void append(void* ctx, void* data, int size) {
+  static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), size_t(size));
+}
+}  // namespace
+
+std::string encode_image(const Tensor& chw, const std::string& format, int quality, const std::string& name) {
+  const char* op = "image.save";
+  DL_CHECK(chw.device().is_cpu(), op, ": expected a tensor on the cpu, got ", chw.device());
+  DL_CHECK(chw.dtype() == DType::UInt8 && chw.dim() == 3 && chw.size(0) >= 1 && chw.size(0) <= 4, op,
+           ": expected a uint8 (C, H, W) tensor with 1 to 4 channels, got ", dtype_name(chw.dtype()), " ", chw.shape());
+  const int c = int(chw.size(0)), h = int(chw.size(1)), w = int(chw.size(2));
+  DL_CHECK(h > 0 && w > 0 && h <= kMaxImageSide && w <= kMaxImageSide, op, ": ", name, ": cannot write a ", w, " x ",
+           h, " image");
+  Tensor hwc = contiguous(permute(chw, {1, 2, 0}));
+  std::string bytes;
+  int ok = 0;
+  if (format == "png") {
+    ok = stbi_write_png_to_func(append, &bytes, w, h, c, hwc.data<uint8_t>(), w * c);
+  } else if (format == "jpeg" || format == "jpg") {
+    DL_CHECK(quality >= 0 && quality <= 100, op, ": JPEG quality must be 1 to 100, got ", quality);
+    DL_CHECK(c != 2 && c != 4, op, ": JPEG has no alpha channel (", c, " channels given)");
+    ok = stbi_write_jpg_to_func(append, &bytes, w, h, c, hwc.data<uint8_t>(), quality ? quality : 95);
+  } else {
+    fail(ErrorKind::Value, op, ": ", name, ": unknown image format '", format, "' (png or jpeg)");
+  }
+  DL_CHECK(ok != 0 && !bytes.empty(), op, ": ", name, ": the encoder failed");
+  return bytes;
+}
+
+}  // namespace dl::io

@@ -1,0 +1,83 @@
+-- dl.image: PNG round trips bit for bit in every channel count, JPEG within its loss,
+-- modes, floats, data sets, and files that are not images (or claim absurd sizes).
+local dl = require("dlua")
+local H = require("harness")
+
+local dir = os.getenv("TMPDIR") or "/tmp"
+local stem = dir .. "/dlua_image_" .. os.time() .. "_" .. math.random(1e6)
+
+local function pattern(c, h, w)
+  return (dl.arange(0, c * h * w):view(c, h, w) * 37):remainder(256):to("uint8")
+end
+
+H.test("PNG round trips bit for bit, 1 to 4 channels", function()
+  for c = 1, 4 do
+    local img = pattern(c, 5, 7)
+    local path = stem .. "_" .. c .. ".png"
+    dl.image.save(path, img)
+    local back = dl.image.load(path)
+    H.eq(back.dtype, "uint8")
+    H.eq(back.shape, { c, 5, 7 })
+    H.ok(dl.equal(back, img), "channels " .. c)
+    H.ok(dl.equal(dl.image.decode(dl.image.encode(img, "png")), img), "in memory too")
+    os.remove(path)
+  end
+end)
+
+H.test("modes, floats and JPEG", function()
+  local img = pattern(3, 16, 16)
+  local path = stem .. ".png"
+  dl.image.save(path, img)
+  local grey = dl.image.load(path, { mode = "L" })
+  H.eq(grey.shape, { 1, 16, 16 })
+  local rgba = dl.image.load(path, { mode = "RGBA" })
+  H.eq(rgba[4]:min():item(), 255)                     -- an opaque alpha added
+  local f = dl.image.load(path, { dtype = "float32" })
+  H.ok(dl.allclose(f * 255, img:float()), "floats are bytes / 255")
+  dl.image.save(path, f)                              -- floats in [0, 1] go back exactly
+  H.ok(dl.equal(dl.image.load(path), img), "float save")
+  dl.image.save(path, dl.full({ 4, 4 }, 2.0))         -- (H, W), out of range: clamped, one channel
+  local sat = dl.image.load(path)
+  H.eq(sat.shape, { 1, 4, 4 }); H.eq(sat:min():item(), 255)
+  local smooth = (dl.arange(0, 16):view(1, 16) + dl.arange(0, 16):view(16, 1)):mul(8):clamp(0, 255)
+  local jimg = dl.stack({ smooth, smooth, smooth }):to("uint8")
+  dl.image.save(stem .. ".jpg", jimg, { quality = 95 })
+  local j = dl.image.load(stem .. ".jpg")
+  H.eq(j.shape, { 3, 16, 16 })
+  H.ok((j:float() - jimg:float()):abs():max():item() <= 8, "JPEG stays within its loss")
+  os.remove(path); os.remove(stem .. ".jpg")
+end)
+
+H.test("a data set of image files", function()
+  local paths = {}
+  for i = 1, 3 do
+    paths[i] = stem .. "_ds" .. i .. ".png"
+    dl.image.save(paths[i], pattern(1, 4, 4) + i)
+  end
+  local n = 0
+  for x, y in dl.data.images(paths, { 1, 2, 3 }, { mode = "L" }):batch(2):iter() do
+    n = n + 1
+    H.eq(x.dtype, "float32"); H.eq(y.dtype, "int64")
+    if n == 1 then H.eq(x.shape, { 2, 1, 4, 4 }); H.eq(y:totable(), { 1, 2 }) end
+  end
+  H.eq(n, 2)
+  for _, p in ipairs(paths) do os.remove(p) end
+end)
+
+H.test("bad files and arguments are named", function()
+  H.raises(function() return dl.image.decode("not an image") end, "not an image stb can read")
+  H.raises(function() return dl.image.load(stem .. "_missing.png") end, "image.load: cannot open")
+  -- a PNG header that claims 20000 x 15000 pixels: refused before anything is allocated
+  local function be32(v) return string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
+                                            math.floor(v / 256) % 256, v % 256) end
+  local huge = "\137PNG\r\n\26\n" .. be32(13) .. "IHDR" .. be32(20000) .. be32(15000) .. "\8\2\0\0\0" .. be32(0)
+  H.raises(function() return dl.image.decode(huge) end, "is larger than dlua decodes")
+  H.raises(function() dl.image.save(stem .. ".gif", pattern(3, 2, 2)) end, "the extension must be .png, .jpg or .jpeg")
+  H.raises(function() dl.image.save(stem .. ".jpg", pattern(4, 2, 2)) end, "JPEG has no alpha channel")
+  H.raises(function() return dl.image.load(stem .. ".png", { mode = "CMYK" }) end, "mode must be")
+  H.raises(function() dl.image.encode(dl.zeros(5, 2, 2), "png") end, "1 to 4 channels")
+  -- the runtime stays usable
+  H.eq(dl.image.decode(dl.image.encode(pattern(1, 2, 2), "png")).shape, { 1, 2, 2 })
+end)
+
+H.run()
