@@ -19,7 +19,12 @@
 //     built at run time: Shape of the input that carries the symbol, Gather of its dim,
 //     times mul plus add, Concat with the constant parts.
 //   - Engine-derived constants stay constants (as in the .dlg file).
+#include <fcntl.h>
 #include <onnx/onnx_pb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cmath>
 #include <cstdint>
@@ -578,17 +583,38 @@ void convert(const std::string& dlg, const std::string& out_path, int opset) {
     const int v = o.get<int>();
     L.value_info(g->add_output(), v);
   }
-  // Atomically: a temporary beside the target, then a rename.
-  const std::string tmp = out_path + ".tmp";
-  {
-    std::ofstream w(tmp, std::ios::binary | std::ios::trunc);
-    if (!w || !model.SerializeToOstream(&w)) failf("cannot write " + tmp);
-    w.flush();
-    if (!w) failf("cannot write " + tmp);
+  // Atomically: a fresh temporary of our own beside the target (mkstemp: O_EXCL, never a
+  // planted file or link), written and synced, renamed over the target, the folder synced.
+  std::string bytes_out;
+  if (!model.SerializeToString(&bytes_out)) failf("cannot serialise the model");
+  const size_t slash = out_path.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? "." : out_path.substr(0, slash == 0 ? 1 : slash);
+  std::string tmp = out_path + ".XXXXXX";
+  const int fd = mkstemp(tmp.data());
+  if (fd < 0) failf("cannot create a temporary file beside " + out_path + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes_out.size()) {
+    const ssize_t k = ::write(fd, bytes_out.data() + done, bytes_out.size() - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      failf("cannot write " + out_path + ": " + std::strerror(errno));
+    }
+    done += size_t(k);
+  }
+  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    failf("cannot write " + out_path + ": " + std::strerror(errno));
   }
   if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    failf("cannot rename " + tmp + " to " + out_path);
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    failf("cannot rename a temporary file to " + out_path + ": " + std::strerror(e));
+  }
+  if (const int dfd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
   }
 }
 

@@ -46,9 +46,9 @@ std::string encode_image(const Tensor& chw, const std::string& format, int quali
   DL_CHECK(chw.device().is_cpu(), op, ": expected a tensor on the cpu, got ", chw.device());
   DL_CHECK(chw.dtype() == DType::UInt8 && chw.dim() == 3 && chw.size(0) >= 1 && chw.size(0) <= 4, op,
            ": expected a uint8 (C, H, W) tensor with 1 to 4 channels, got ", dtype_name(chw.dtype()), " ", chw.shape());
+  DL_CHECK(chw.size(1) > 0 && chw.size(2) > 0 && chw.size(1) <= kMaxImageSide && chw.size(2) <= kMaxImageSide, op,
+           ": ", name, ": cannot write a ", chw.size(2), " x ", chw.size(1), " image");
   const int c = int(chw.size(0)), h = int(chw.size(1)), w = int(chw.size(2));
-  DL_CHECK(h > 0 && w > 0 && h <= kMaxImageSide && w <= kMaxImageSide, op, ": ", name, ": cannot write a ", w, " x ",
-           h, " image");
   Tensor hwc = contiguous(permute(chw, {1, 2, 0}));
   std::string bytes;
   int ok = 0;

@@ -157,7 +157,8 @@ struct Backend {
 
 const Backend& cpu_backend();
 
-// Throws the error of a factorization whose LAPACK (or cuSOLVER) `info` was positive,
+// Throws the error of a factorization whose LAPACK (or cuSOLVER) `info` was not 0 (< 0:
+// a NaN or infinity in the matrix, which LAPACK's drivers refuse as a bad argument),
 // for matrix `b` (0-based) of a batch of `count`: one wording for every backend
 // (tensor/decomp.cpp).
 [[noreturn]] void linalg_failed(Op op, int64_t info, int64_t b, int64_t count);

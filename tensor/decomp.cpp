@@ -79,6 +79,8 @@ const char* shown(Op op) {
 
 void linalg_failed(Op op, int64_t info, int64_t b, int64_t count) {
   const std::string which = count > 1 ? " (matrix " + std::to_string(b + 1) + " of the batch)" : std::string();
+  if (info < 0)   // the only argument a call can get wrong here is the matrix's values
+    fail(ErrorKind::Value, shown(op), ": the matrix", which, " holds NaN or infinity");
   switch (op) {
     case Op::LinalgSolve:
       fail(ErrorKind::Value, shown(op), ": the matrix is singular", which, ": U(", info, ", ", info,

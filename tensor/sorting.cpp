@@ -57,15 +57,15 @@ Tensor searchsorted_impl(const Tensor& seq, const Tensor& values, bool right) {
     for (int i = 0; same && i + 1 < seq.dim(); ++i) same = seq.size(i) == values.size(i);
     DL_CHECK(same, "searchsorted: the leading dims of the sequence ", seq.shape(), " and of the values ", values.shape(),
              " must be equal (or the sequence 1-D)");
-    rows = seq.numel() / std::max<int64_t>(n, 1);
-    if (values.numel() == 0) return out;
+    rows = 1;
+    for (int i = 0; i + 1 < seq.dim(); ++i) rows *= seq.size(i);
   }
   if (values.numel() == 0) return out;
-  const int64_t m = values.numel() / rows;
-  if (n == 0) {
+  if (n == 0) {   // every value goes first
     backend_for(values.device(), "searchsorted").fill(out, 0);
     return out;
   }
+  const int64_t m = values.numel() / rows;
   kernel(values.device(), &Backend::searchsorted, "searchsorted")(view(out, Shape{rows, m}), view(s, Shape{rows, n}),
                                                                   view(v, Shape{rows, m}), right);
   return out;

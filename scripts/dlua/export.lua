@@ -176,6 +176,7 @@ local function export_body(f, args, opts)
   opts = core.options(op, opts, OPTIONS)
   local path = opts.path
   if type(path) ~= "string" or path == "" then raise(op .. ": expected opts.path, the file to write") end
+  require("dlua.io").path_arg(op, path)   -- the sandbox's file rule
   local input_names = {}
   for i = 1, #args do
     local nm = opts.input_names and opts.input_names[i] or ("input" .. i)
@@ -290,8 +291,9 @@ end
 -- dl.export.to_onnx(dlg_path, onnx_path) converts a file dl.export wrote.
 local ONNX_OPSET = 17
 local function to_onnx(dlg_path, onnx_path)
-  if type(dlg_path) ~= "string" then core.bad_arg("export.to_onnx", "the .dlg file's path", dlg_path) end
-  if type(onnx_path) ~= "string" or onnx_path == "" then core.bad_arg("export.to_onnx", "the .onnx file's path", onnx_path) end
+  local IO = require("dlua.io")   -- the sandbox's file rule and checked names
+  IO.path_arg("export.to_onnx", dlg_path)
+  IO.path_arg("export.to_onnx", onnx_path)
   if C.dl_export_onnx(dlg_path, onnx_path, ONNX_OPSET) ~= 0 then raise_last() end
 end
 

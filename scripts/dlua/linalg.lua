@@ -184,7 +184,7 @@ function L.lstsq(a, b)
   check_matrix("lstsq", a)
   check("lstsq", b, "a tensor B")
   local m, n = a:size(-2), a:size(-1)
-  if b:dim() == 1 or b:dim() == a:dim() - 1 then
+  if is_vector_rhs(a, b) then
     if b:size(-1) ~= m then
       raise("linalg.lstsq: A " .. shape_str(a) .. " and B " .. shape_str(b) .. " do not match (B needs as many rows as A)")
     end

@@ -123,7 +123,10 @@ function M.searchsorted(seq, values, opts)
   check("searchsorted", seq)
   opts = options("searchsorted", opts, { right = true, side = true })
   local right = opts.right == true or opts.side == "right"
-  if type(values) == "number" then values = dl.tensor(values, { dtype = seq.dtype, device = seq.device }) end
+  if type(values) == "number" then   -- a fraction against integers compares as float64
+    local dt = (values == floor(values) or seq.dtype == "float32" or seq.dtype == "float64") and seq.dtype or "float64"
+    values = dl.tensor(values, { dtype = dt, device = seq.device })
+  end
   check("searchsorted", values)
   return one(C.dl_searchsorted, hid(seq), hid(values), right and 1 or 0)
 end
@@ -146,14 +149,42 @@ function M.masked_select(x, mask)
   return flat:index_select(1, pos)
 end
 
--- x[key] for a tensor key: a bool mask selects (masked_select); an integer tensor picks
--- rows (index_select along dim 1).
+-- A bool mask for x[mask]: its shape must be x's leading dims (PyTorch's rule); it
+-- returns the 1-based flat positions of the selected leading entries and the number
+-- of leading dims.
+local function mask_positions(x, mask)
+  local k = mask:dim()
+  local ok = k >= 1 and k <= x:dim()
+  for d = 1, k do ok = ok and mask:size(d) == x:size(d) end
+  if not ok then
+    raise("index: the mask's shape " .. shape_str(mask) .. " must be the leading dims of the tensor's " .. shape_str(x))
+  end
+  return mask:reshape(-1):nonzero():view(-1), k
+end
+
+-- x with its first k dims flattened into one.
+local function lead_flat(x, k)
+  local shape = { -1 }
+  for d = k + 1, x:dim() do shape[#shape + 1] = x:size(d) end
+  return x:reshape(shape)
+end
+
+-- x[key] for a tensor key: a bool mask over x's leading dims selects those entries (a
+-- tensor (count, the remaining dims...)); an integer tensor picks rows (index_select
+-- along dim 1), in the key's shape.
 function M.index(x, key)
-  if key.dtype == "bool" then return M.masked_select(x, key) end
+  if key.dtype == "bool" then
+    local pos, k = mask_positions(x, key)
+    return lead_flat(x, k):index_select(1, pos)
+  end
   if key.dtype == "float32" or key.dtype == "float64" then
     raise("index: expected a bool mask or an integer index tensor, got " .. key.dtype)
   end
-  if key:dim() > 1 then return x:index_select(1, key:reshape(-1)):view(key.shape[1], -1, unpack(x.shape, 2)) end
+  if key:dim() ~= 1 then
+    local shape = key.shape
+    for d = 2, x:dim() do shape[#shape + 1] = x:size(d) end
+    return x:index_select(1, key:reshape(-1)):view(shape)
+  end
   return x:index_select(1, key)
 end
 
@@ -163,12 +194,15 @@ function M.newindex(x, key, v)
   if key.dtype ~= "bool" then
     raise("index: assigning through a tensor key needs a bool mask, got " .. key.dtype)
   end
+  local _, k = mask_positions(x, key)
+  local mshape = key.shape
+  for _ = k + 1, x:dim() do mshape[#mshape + 1] = 1 end
+  local mask = key:view(mshape):expand_as(x)
   if type(v) == "number" or type(v) == "boolean" then
-    x:masked_fill_(key, v)
+    x:masked_fill_(mask, v)
     return
   end
   if not is_tensor(v) then bad_arg("index", "a number or a tensor to assign", v) end
-  local mask = key:expand_as(x)
   if v:numel() == 1 then
     x:copy_(dl.where(mask, v:reshape({}):to(x.dtype), x))
     return
@@ -207,10 +241,14 @@ function M.unique(x, opts)
     results[#results + 1] = inverse:view(x:dim() == 0 and {} or x.shape)
   end
   if opts.return_counts then
-    local first_at = starts:nonzero():view(-1)
-    local ends = dl.cat({ first_at:narrow(1, 2, first_at:numel() - 1 >= 0 and first_at:numel() - 1 or 0),
-                          dl.tensor({ n + 1 }, { dtype = "int64", device = x.device }) })
-    results[#results + 1] = u:numel() == 0 and dl.zeros(0, { dtype = "int64", device = x.device }) or ends - first_at
+    if n == 0 then
+      results[#results + 1] = dl.zeros(0, { dtype = "int64", device = x.device })
+    else
+      local first_at = starts:nonzero():view(-1)   -- where each value's run starts, 1-based
+      local ends = dl.cat({ first_at:narrow(1, 2, first_at:numel() - 1),
+                            dl.tensor({ n + 1 }, { dtype = "int64", device = x.device }) })
+      results[#results + 1] = ends - first_at
+    end
   end
   return unpack(results)
 end

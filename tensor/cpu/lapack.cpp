@@ -85,8 +85,9 @@ Int dim_of(int64_t v, const char* op) {
   DL_CHECK(v <= INT32_MAX / 2, op, ": a matrix dimension of ", v, " is larger than LAPACK takes");
   return Int(v);
 }
-// The optimal workspace LAPACK reported to a query (lwork = -1).
-Int lwork_of(double w) { return std::max<Int>(1, Int(w)); }
+// The optimal workspace LAPACK reported to a query (lwork = -1), rounded up: a float32
+// query reports it as a float, which may have rounded it down.
+Int lwork_of(double w) { return std::max<Int>(1, Int(std::ceil(w * (1 + 1e-6)))); }
 
 // out (r, c) row-major = the column-major (r, c) matrix at src with leading dim ld.
 template <typename T>
@@ -108,7 +109,7 @@ void solve(const Tensor& x, const Tensor& a, const Tensor& b) {
     std::copy(ab, ab + size_t(n) * n, lu.data());
     Int info = 0;
     getrf(n, lu.data(), ipiv.data(), &info);
-    if (info > 0) linalg_failed(Op::LinalgSolve, info, bi, B);
+    if (info != 0) linalg_failed(Op::LinalgSolve, info, bi, B);
     if (k == 1) {
       std::copy(bb, bb + n, xb);
       getrs(n, 1, lu.data(), ipiv.data(), xb, &info);
@@ -139,7 +140,7 @@ void cholesky(const Tensor& l, const Tensor& a) {
     T* lb = l.data<T>() + bi * n * n;
     Int info = 0;
     potrf(n, lb, &info);
-    if (info > 0) linalg_failed(Op::Cholesky, info, bi, B);
+    if (info != 0) linalg_failed(Op::Cholesky, info, bi, B);
     for (Int i = 0; i < n; ++i) std::fill(lb + size_t(i) * n + i + 1, lb + size_t(i + 1) * n, T(0));
   }
 }
@@ -186,7 +187,7 @@ void eigh(const Tensor& w, const Tensor& v, const Tensor& a) {
     const T* ab = a.data<T>() + bi * n * n;
     std::copy(ab, ab + size_t(n) * n, z.data());
     syevd(n, z.data(), w.data<T>() + bi * n, work.data(), Int(work.size()), iwork.data(), Int(iwork.size()), &info);
-    if (info > 0) linalg_failed(Op::Eigh, info, bi, B);
+    if (info != 0) linalg_failed(Op::Eigh, info, bi, B);
     from_colmajor(v.data<T>() + bi * n * n, z.data(), n, n, n);
   }
 }
@@ -210,7 +211,7 @@ void svd(const Tensor& u, const Tensor& s, const Tensor& vh, const Tensor& a, co
     std::copy(ab, ab + size_t(m) * n, w.data());
     gesdd(job, n, m, w.data(), s.data<T>() + bi * k, vh.data<T>() + bi * kv * n, n, u.data<T>() + bi * m * ku, ku,
           work.data(), Int(work.size()), iwork.data(), &info);
-    if (info > 0) linalg_failed(Op::Svd, info, bi, B);
+    if (info != 0) linalg_failed(Op::Svd, info, bi, B);
   }
 }
 

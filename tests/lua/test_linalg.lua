@@ -168,6 +168,18 @@ H.test("empty and singular matrices", function()
   H.near(L.solve(dl.eye(2) * 2, dl.ones(2)):totable(), { 0.5, 0.5 }, 0)
 end)
 
+H.test("NaN in a matrix is an error, not garbage; lstsq's batches", function()
+  local a = dl.tensor({ { 1, 0 / 0 }, { 2, 3 } }, f64)
+  H.raises(function() return L.svdvals(a) end, "linalg.svd: the matrix holds NaN or infinity")
+  local w = L.eigvalsh(a:t())                           -- eigh reads the lower triangle: NaN propagates
+  H.ok(w[1] ~= w[1] and w[2] ~= w[2], "eigenvalues of a matrix with NaN are NaN")
+  H.raises(function() return L.matrix_rank(a) end, "linalg.svd: the matrix holds NaN or infinity")
+  local A, B = dl.randn(1, 4, 3, f64), dl.randn(4, 4, f64)   -- B a batch of matrices, not of vectors
+  H.eq(L.lstsq(A, B).shape, { 1, 3, 4 })
+  H.eq(L.lstsq(dl.randn(2, 6, 3, f64), dl.randn(6, 2, f64)).shape, { 2, 3, 2 })
+  H.eq(L.lstsq(dl.randn(2, 6, 3, f64), dl.randn(2, 6, f64)).shape, { 2, 3 })
+end)
+
 H.test("gradients that have no unique value are refused by name", function()
   local a = dl.randn(5, 3)
   H.raises(function()

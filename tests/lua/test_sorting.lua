@@ -95,11 +95,11 @@ H.test("x[mask] = v and x[idx]", function()
   H.eq(x:totable(), { { 1, 2, 3 }, { 4, 8, 9 } })
   x[x:lt(3)] = dl.tensor(5)
   H.eq(x:totable(), { { 5, 5, 3 }, { 4, 8, 9 } })
-  x[dl.tensor({ true, false, false })] = -1            -- a mask broadcast along rows
-  H.eq(x:totable(), { { -1, 5, 3 }, { -1, 8, 9 } })
-  H.eq(x[dl.tensor({ 2, 1, 2 }, { dtype = "int64" })]:totable(), { { -1, 8, 9 }, { -1, 5, 3 }, { -1, 8, 9 } })
+  x[dl.tensor({ true, false })] = -1                  -- a mask over the leading dim: rows
+  H.eq(x:totable(), { { -1, -1, -1 }, { 4, 8, 9 } })
+  H.eq(x[dl.tensor({ 2, 1, 2 }, { dtype = "int64" })]:totable(), { { 4, 8, 9 }, { -1, -1, -1 }, { 4, 8, 9 } })
   H.raises(function() x[x:gt(0)] = dl.tensor({ 1, 2 }) end,
-           "index: the mask selects 4 elements, but 2 values were given")
+           "index: the mask selects 3 elements, but 2 values were given")
   H.raises(function() return x[dl.tensor({ 0.5 })] end, "index: expected a bool mask or an integer index tensor")
   -- a masked write is recorded: the gradient flows to the values written and around them
   local g1, g2 = dl.grad(function(a, b)
@@ -108,6 +108,25 @@ H.test("x[mask] = v and x[idx]", function()
     return (y * dl.tensor({ 1, 2, 3 })):sum()
   end, { 1, 2 })(dl.tensor({ 1, -1, 2 }), dl.tensor({ 10, 20 }))
   H.eq(g1:totable(), { 0, 2, 0 }); H.eq(g2:totable(), { 1, 3 })
+end)
+
+H.test("masks over leading dims, key shapes, empty inputs (PyTorch's rules)", function()
+  local x = dl.arange(0, 9):view(3, 3)
+  local rows = dl.tensor({ true, false, true })
+  H.eq(x[rows]:totable(), { { 0, 1, 2 }, { 6, 7, 8 } })           -- a 1-D mask picks rows
+  local y = x:clone()
+  y[rows] = 0
+  H.eq(y:totable(), { { 0, 0, 0 }, { 3, 4, 5 }, { 0, 0, 0 } })
+  y[rows] = dl.tensor({ { 1, 1, 1 }, { 2, 2, 2 } })
+  H.eq(y:totable(), { { 1, 1, 1 }, { 3, 4, 5 }, { 2, 2, 2 } })
+  H.raises(function() return x[dl.tensor({ true, false })] end, "index: the mask's shape (2,) must be the leading dims")
+  local key = dl.tensor({ { { 1, 2 } }, { { 3, 3 } } }, { dtype = "int64" })   -- (2, 1, 2)
+  H.eq(x[key].shape, { 2, 1, 2, 3 })
+  H.eq(x[dl.zeros(0, 2, { dtype = "int64" })].shape, { 0, 2, 3 })
+  H.eq(dl.searchsorted(dl.zeros(2, 0), dl.zeros(2, 3)):totable(), { { 1, 1, 1 }, { 1, 1, 1 } })
+  H.eq(dl.searchsorted(dl.tensor({ 1, 2, 3 }, { dtype = "int64" }), 2.5):item(), 3)
+  local u, c = dl.unique(dl.zeros(0), { return_counts = true })
+  H.eq(u:numel(), 0); H.eq(c:numel(), 0)
 end)
 
 H.test("arguments are checked", function()
