@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Packs what the GPU checks need into one folder, for a machine that has a GPU and a
+# CUDA driver but not the Debian packages dlua was built with (a lent GPU machine, a
+# container): the built programs and libraries, the runtime libraries they link from
+# the system (LuaJIT, OpenBLAS, libgfortran, libgomp, libedit, stb ...), and run.sh.
+#
+#   tools/gpu_bundle.sh [BUILD_DIR [OUT_DIR]]      # default build/ and gpu-bundle/
+#   # move OUT_DIR (about 66 MB; 21 MB as a .tar.gz) to a checkout of the same commit on
+#   # the GPU machine, then there, from the checkout's root:
+#   OUT_DIR/run.sh [results_dir]
+#
+# run.sh runs the CUDA op-table test (tests/gpu/test_cuda_ops.cpp), the blocks of
+# docs/gpu.md, and tools/gpu_smoke.lua (training, dl.compile, linalg and sorting on CUDA
+# against the CPU), from the checkout's root. The CUDA libraries (cuBLAS, cuSOLVER,
+# NCCL) are the GPU machine's own: the toolkit in /usr/local/cuda.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=${2:-gpu-bundle}
+[ -x "$build/bin/dlua_cuda_tests" ] || { echo "gpu_bundle: $build has no dlua_cuda_tests (built without CUDA?)" >&2; exit 1; }
+rm -rf "$out"
+mkdir -p "$out/lib" "$out/bin"
+cp "$build/bin/dlua" "$build/bin/dlua_cuda_tests" "$out/bin/"
+cp -P "$build"/lib/libdlua_core.so "$build"/lib/libdlua_cuda.so "$out/lib/"
+# The system libraries they need, except the C and C++ runtimes and CUDA's own (the
+# toolkit's folder, and cuBLAS, cuSOLVER, NCCL wherever they are).
+for f in "$out/bin/"* "$out/lib/"*.so; do ldd "$f" 2>/dev/null; done | awk '/=> \//{print $3}' | sort -u |
+  grep -v -E '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/usr/local/cuda|libcu|libnccl|libnvJitLink' |
+  grep -v -e "$(cd "$build/lib" && pwd)" -e "$(cd "$out/lib" && pwd)" | while read -r lib; do cp -L "$lib" "$out/lib/"; done
+cat > "$out/run.sh" <<'EOF'
+#!/usr/bin/env bash
+# The GPU checks, from the checkout's root (see tools/gpu_bundle.sh).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+results=${1:-$here/results}
+mkdir -p "$results"
+export LD_LIBRARY_PATH=$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export DLUA_CUDA_PLUGIN=$here/lib/libdlua_cuda.so
+status=0
+command -v nvidia-smi > /dev/null && nvidia-smi -L
+echo "== CUDA op-table test"
+"$here/bin/dlua_cuda_tests" > "$results/cuda_tests.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1   # 77: no device, skipped
+tail -3 "$results/cuda_tests.log"
+echo "== docs/gpu.md"
+"$here/bin/dlua" tests/docs/run_docs.lua docs/gpu.md > "$results/gpu_doc.log" 2>&1 || status=1
+tail -1 "$results/gpu_doc.log"
+echo "== tools/gpu_smoke.lua"
+"$here/bin/dlua" tools/gpu_smoke.lua > "$results/gpu_smoke.log" 2>&1 || status=1
+tail -3 "$results/gpu_smoke.log"
+exit $status
+EOF
+chmod +x "$out/run.sh"
+du -sh "$out"
