@@ -11,15 +11,16 @@ if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then build=$1; shift; fi
 [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j "$(nproc)" --target dlua dlua_bench_ref >/dev/null
 
-# OpenBLAS's core type is the machine's choice and the same for every side (ours, the
-# C reference and PyTorch all load this one OpenBLAS). Debian's OpenBLAS 0.3.21 does not
-# recognise some newer CPUs and falls back to its generic Prescott kernels (about 25x
-# slower GEMM than the Haswell ones on AVX2 machines); name the core then, for all sides.
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx2 /proc/cpuinfo; then
-  core=$(printf 'info\n' | "$build/bin/dlua_bench_ref" | sed -n 's/.*| \([A-Za-z0-9]*\) | openblas threads.*/\1/p')
-  if [ "$core" = "Prescott" ]; then
-    echo "bench: OpenBLAS fell back to Prescott on this AVX2 CPU; using OPENBLAS_CORETYPE=Haswell for every side" >&2
-    export OPENBLAS_CORETYPE=Haswell
+# OpenBLAS's core type is the same for every side (ours, the C reference and PyTorch all
+# load this one OpenBLAS). Debian's OpenBLAS 0.3.21 does not recognise some newer CPUs
+# and falls back to its generic Prescott kernels (5-25x slower GEMM); dlua then picks the
+# core for the CPU's instruction set itself (Note [Choosing OpenBLAS's core] in
+# tensor/cpu/blas_core.cpp), and the other sides are given the same one here.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  read -r core by < <("$build/bin/dlua" -e 'local b = dl.config().blas; print(b.core, b.chosen_by)')
+  if [ "$by" = "dlua" ]; then
+    echo "bench: OpenBLAS fell back to a generic core; dlua chose $core, and so does every side" >&2
+    export OPENBLAS_CORETYPE=$core
   fi
 fi
 exec "$build/bin/dlua" bench/run.lua --ref "$build/bin/dlua_bench_ref" "$@"

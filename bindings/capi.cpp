@@ -338,6 +338,20 @@ int dl_set_num_threads(int n) {
 
 int dl_get_num_threads(void) { return dl::cpu_threads(); }
 
+const char* dl_blas_info(int field) {
+  thread_local std::string text;
+  dl::BlasInfo b = dl::blas_info();
+  switch (field) {
+    case 0: text = b.core; break;
+    case 1: text = b.detected; break;
+    case 2: text = b.chosen_by; break;
+    case 3: text = b.config; break;
+    case 4: text = std::to_string(b.threads); break;
+    default: return nullptr;
+  }
+  return text.c_str();
+}
+
 const char* dl_engine_dir(void) {
   static const std::string dir = dl::engine_dir();
   return dir.c_str();

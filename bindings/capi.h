@@ -140,6 +140,10 @@ void dl_memory_stats(double* out5);
 void dl_set_memory_limit(double bytes);      /* 0: none */
 int dl_set_num_threads(int n);               /* CPU threads of this thread's ops, n >= 1 */
 int dl_get_num_threads(void);
+/* OpenBLAS's kernels: field 0 the core running, 1 the one OpenBLAS detected, 2 who chose
+   ("openblas", "dlua", "OPENBLAS_CORETYPE", "host"), 3 its build configuration, 4 its
+   thread count, as text (tensor/cpu/blas_core.cpp); NULL for another field. */
+const char* dl_blas_info(int field);
 const char* dl_engine_dir(void);             /* where the engine library lies, "/" ended ("" unknown) */
 void dl_empty_cache(void);
 void dl_trim_idle_cache(void);

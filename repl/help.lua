@@ -161,6 +161,7 @@ return {
   ["dl.dist.iter"] = { "dl.dist.iter(ds)", "ds:iter() after checking every rank has as many elements (an error naming the counts)." },
   ["dl.dist.abort"] = { "dl.dist.abort([code])", "Ends every rank of the job now (MPI_Abort)." },
   ["dl.set_num_threads"] = { "dl.set_num_threads(n)", "CPU threads of this state's ops (OpenMP loops, OpenBLAS); dl.get_num_threads()." },
+  ["dl.config"] = { "dl.config([{cuda = true}])", "What the runtime runs on: version, threads, OpenBLAS core (.blas.core, .blas.chosen_by); prints as lines." },
   ["dl.nn.Module"] = { "dl.nn.Module:extend(name)", "A new module class: define :init(...) and :forward(...); net(x) calls forward." },
   ["dl.nn.Linear"] = { "dl.nn.Linear(in, out)", "y = x W^T + b." },
   ["dl.nn.Dense"] = { "dl.nn.Dense(units [, {activation =}])", "Linear with the input size inferred on the first call." },

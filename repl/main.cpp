@@ -31,6 +31,8 @@ const char kUsage[] =
     "  -l name    require library 'name' into the global of that name\n"
     "  -i         enter the interactive REPL after running the script\n"
     "  -v         show the version\n"
+    "  --config   show the runtime's configuration: threads, OpenBLAS's kernels and\n"
+    "             who chose them (dl.config()); with -i, before the REPL starts\n"
     "  -          run standard input and stop handling options\n"
     "  --         stop handling options\n"
     "  -h, --help this help\n"
@@ -177,6 +179,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (std::strcmp(a, "-v") == 0 || std::strcmp(a, "--version") == 0) { version = true; continue; }
+    if (std::strcmp(a, "--config") == 0) { actions.push_back({'e', "print(dl.config())"}); continue; }
     if (std::strcmp(a, "-i") == 0) { interactive = version = true; continue; }
     if ((a[1] == 'e' || a[1] == 'l') && a[2] == '\0') {
       if (i + 1 >= argc) {

@@ -5,6 +5,8 @@
 // shape and dtype, and inputs already converted to the dtype it computes in.
 #pragma once
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "tensor/nn.h"
 #include "tensor/ops.h"
@@ -168,6 +170,27 @@ const Backend& cpu_backend();
 // OpenBLAS chose (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, or the cores); n >= 1.
 void set_cpu_threads(int n);
 int cpu_threads();
+
+// OpenBLAS's kernels (Note [Choosing OpenBLAS's core] in tensor/cpu/blas_core.cpp).
+struct BlasInfo {
+  std::string core;       // the core running now ("Haswell", "SkylakeX", ...)
+  std::string detected;   // the one OpenBLAS picked by itself
+  std::string chosen_by;  // "openblas", "dlua", "OPENBLAS_CORETYPE", or "host" (warned)
+  std::string config;     // openblas_get_config()
+  int threads = 1;        // OpenBLAS's threads for the largest products
+};
+BlasInfo blas_info();
+// The best instruction set the CPU and the OS support: 5 AVX-512 (F, BW, DQ, VL),
+// 4 AVX2 with FMA, 3 AVX, 0 older.
+int cpu_simd_level();
+// The OpenBLAS core to use instead of `detected` on a CPU of `cpu_level`: one for the
+// CPU's level when `detected` is a pre-AVX fallback, else nullptr.
+const char* better_blas_core(std::string_view detected, int cpu_level);
+// Makes OpenBLAS pick its kernels again as if OPENBLAS_CORETYPE were `core` (the
+// environment is restored); false when this OpenBLAS cannot, or ended on another level.
+// Only while no product runs: the engine does it when its image loads.
+bool select_blas_core(const char* core);
+void select_blas_core_at_load();
 // The backend for `d`. For a cuda device this loads the plugin on first use
 // (tensor/plugin.h); throws "op: cuda is not available (why)" when there is none, and
 // names the device when its index is out of range.

@@ -114,4 +114,44 @@ end
 -- Gives the cached device blocks back to the driver (for other processes to use).
 function cuda.empty_cache() C.dl_cuda_empty_cache() end
 
+-- ---- dl.config ----------------------------------------------------------------------------
+
+-- What this runtime runs on, as torch.__config__.show() tells it: versions, CPU threads,
+-- OpenBLAS's kernels and who chose them (Note [Choosing OpenBLAS's core] in
+-- tensor/cpu/blas_core.cpp), and, with { cuda = true }, the CUDA plugin's status (which
+-- loads it). Printing the table shows it as lines.
+local Config = {}
+Config.__index = Config
+function Config.__tostring(c)
+  local b = c.blas
+  local who = b.chosen_by == "openblas" and "detected by OpenBLAS"
+      or b.chosen_by == "dlua" and ("chosen by dlua; OpenBLAS detected " .. b.detected)
+      or b.chosen_by == "host" and ("OpenBLAS detected it; loaded before dlua, see the warning")
+      or "set by OPENBLAS_CORETYPE"
+  local lines = {
+    string.format("dlua %s (%s)", c.version, c.luajit),
+    string.format("CPU threads: %d; default dtype %s", c.threads, c.default_dtype),
+    string.format("BLAS: OpenBLAS core %s (%s), %d threads", b.core, who, b.threads),
+    "BLAS build: " .. b.config,
+  }
+  if c.cuda then lines[#lines + 1] = "CUDA: " .. c.cuda end
+  return table.concat(lines, "\n")
+end
+
+function dl.config(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    raise("config: expected an options table, got " .. type(opts))
+  end
+  local function blas(i) return ffi_string(C.dl_blas_info(i)) end
+  return setmetatable({
+    version = dl._VERSION or "?",
+    luajit = jit.version,
+    threads = dl.get_num_threads(),
+    default_dtype = dl.get_default_dtype(),
+    blas = { core = blas(0), detected = blas(1), chosen_by = blas(2), config = blas(3),
+             threads = tonumber(blas(4)) },
+    cuda = opts and opts.cuda and cuda.status() or nil,
+  }, Config)
+end
+
 return cuda

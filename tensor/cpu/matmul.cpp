@@ -20,6 +20,7 @@
 #include <climits>
 #include <vector>
 
+#include "tensor/backend.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 
@@ -128,6 +129,11 @@ std::atomic<int>& blas_current() {
   static std::atomic<int> current{blas_configured().load()};
   return current;
 }
+
+// OpenBLAS's kernel set is checked when the image holding the engine loads, before any
+// product (Note [Choosing OpenBLAS's core] in blas_core.cpp). Here, so that every image
+// that can run a product links it.
+[[gnu::constructor]] void blas_core_at_load() { ::dl::select_blas_core_at_load(); }
 
 void blas_threads_for(double flops) {
   std::atomic<int>& current = blas_current();

@@ -361,3 +361,57 @@ TEST_CASE("two parallel regions in a row much slower than the best seen turn spl
   t.record(1000, 2600, 15 * s);
   CHECK(t.allowed(15 * s));
 }
+
+extern "C" {
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+}
+
+TEST_CASE("OpenBLAS's core: a fallback is replaced by the CPU's best", "[matmul][blas]") {
+  // Note [Choosing OpenBLAS's core] in tensor/cpu/blas_core.cpp.
+  CHECK(better_blas_core("Prescott", 5) == std::string("SkylakeX"));
+  CHECK(better_blas_core("prescott", 4) == std::string("Haswell"));
+  CHECK(better_blas_core("Nehalem", 3) == std::string("Sandybridge"));
+  CHECK(better_blas_core("Core2", 0) == nullptr);        // an old CPU: nothing better
+  CHECK(better_blas_core("Haswell", 5) == nullptr);      // OpenBLAS's own choice stands
+  CHECK(better_blas_core("Cooperlake", 5) == nullptr);
+  CHECK(better_blas_core("Zen", 4) == nullptr);
+
+  const int level = cpu_simd_level();
+  if (!gotoblas_dynamic_init || level < 3) {
+    WARN("not a DYNAMIC_ARCH OpenBLAS or a CPU without AVX: the swap is not exercised");
+    return;
+  }
+  // Fake the fallback: make OpenBLAS load its generic kernels, as it does on a CPU it
+  // does not know, then run what the engine runs when its image loads.
+  const std::string before = openblas_get_corename();
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  const std::string user = env ? env : "";
+  REQUIRE(select_blas_core("Prescott"));
+  CHECK(std::string(openblas_get_corename()) == "Prescott");
+  unsetenv("OPENBLAS_CORETYPE");
+  select_blas_core_at_load();
+  BlasInfo info = blas_info();
+  CHECK(info.detected == "Prescott");
+  CHECK(info.chosen_by == "dlua");
+  CHECK(info.core == better_blas_core("Prescott", level));
+  CHECK(info.config.find(info.core) != std::string::npos);
+  // Products are right on the new kernels (one BLAS thread and several).
+  Tensor a = ones(Shape{300, 200}, DType::Float32), b = ones(Shape{200, 100}, DType::Float32);
+  CHECK(matmul(a, b).value_at(std::vector<int64_t>{299, 99}.data()) == 200);
+  Tensor s = ones(Shape{8, 8}, DType::Float64);
+  CHECK(matmul(s, s).value_at(std::vector<int64_t>{7, 7}.data()) == 8);
+
+  // A core the user named stands: nothing is swapped.
+  setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  REQUIRE(select_blas_core("Prescott"));
+  select_blas_core_at_load();
+  CHECK(std::string(openblas_get_corename()) == "Prescott");
+  CHECK(blas_info().chosen_by == "OPENBLAS_CORETYPE");
+
+  // Back to what the process had, for the tests after this one.
+  if (user.empty()) unsetenv("OPENBLAS_CORETYPE");
+  else setenv("OPENBLAS_CORETYPE", user.c_str(), 1);
+  select_blas_core(before.c_str());
+  CHECK(std::string(openblas_get_corename()) == before);
+}

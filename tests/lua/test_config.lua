@@ -1,0 +1,79 @@
+-- dl.config(): versions, threads and OpenBLAS's kernels (Note [Choosing OpenBLAS's core]
+-- in tensor/cpu/blas_core.cpp), in this process and in fresh ones with and without a
+-- core named in OPENBLAS_CORETYPE.
+local dl = require("dlua")
+local H = require("harness")
+
+H.test("dl.config() tells versions, threads and the BLAS core", function()
+  local c = dl.config()
+  H.eq(c.version, dl._VERSION)
+  H.eq(c.luajit, jit.version)
+  H.eq(c.threads, dl.get_num_threads())
+  H.eq(c.default_dtype, dl.get_default_dtype())
+  H.ok(#c.blas.core > 0 and #c.blas.detected > 0, "core names")
+  H.ok(c.blas.threads >= 1, "BLAS threads")
+  H.ok(c.blas.config:find("OpenBLAS", 1, true), c.blas.config)
+  H.ok(c.blas.config:find(c.blas.core, 1, true), "the build line names the running core")
+  local text = tostring(c)
+  H.ok(text:find("BLAS: OpenBLAS core " .. c.blas.core, 1, true), text)
+  H.eq(c.cuda, nil)   -- the plugin is loaded only when asked for
+  H.raises(function() dl.config(5) end, "config: expected an options table")
+end)
+
+-- The flags of /proc/cpuinfo's first processor, as a set.
+local function cpu_flags()
+  local f = io.open("/proc/cpuinfo")
+  local flags = {}
+  if not f then return flags end
+  for line in f:lines() do
+    local list = line:match("^flags%s*:%s*(.*)$")
+    if list then
+      for w in list:gmatch("%S+") do flags[w] = true end
+      break
+    end
+  end
+  f:close()
+  return flags
+end
+
+-- dl.config().blas of a new process of this program with `env` in front.
+local function blas_of(env)
+  local code = "local dl = require('dlua'); local b = dl.config().blas; " ..
+               "io.write(b.core, ' ', b.detected, ' ', b.chosen_by)"
+  local p = io.popen(env .. " '" .. arg[-1] .. "' -e \"" .. code .. "\" 2>&1")
+  local out = p:read("*a")
+  p:close()
+  local core, detected, by = out:match("^(%S+) (%S+) (%S+)$")
+  H.ok(core, "unexpected output: " .. out)
+  return core, detected, by
+end
+
+local PRE_AVX = { prescott = true, katmai = true, core2 = true, penryn = true, dunnington = true,
+                  nehalem = true, atom = true, nano = true, opteron = true, opteron_sse3 = true,
+                  barcelona = true, bobcat = true }
+
+H.test("a new process never runs a pre-AVX fallback core on an AVX2 CPU", function()
+  local core, detected, by = blas_of("env -u OPENBLAS_CORETYPE")
+  if cpu_flags().avx2 and cpu_flags().fma then
+    H.ok(not PRE_AVX[core:lower()], "core " .. core .. " (detected " .. detected .. ")")
+  end
+  H.ok(by == "openblas" or by == "dlua", by)
+  if by == "dlua" then H.ok(PRE_AVX[detected:lower()], "dlua replaced only a fallback") end
+end)
+
+H.test("a core named in OPENBLAS_CORETYPE stands", function()
+  local core, _, by = blas_of("OPENBLAS_CORETYPE=Prescott")
+  H.eq(core, "Prescott")
+  H.eq(by, "OPENBLAS_CORETYPE")
+end)
+
+H.test("dlua --config prints the same lines", function()
+  if not arg[-1]:match("dlua$") then return end   -- stock luajit has no such option
+  local p = io.popen("'" .. arg[-1] .. "' --config 2>&1")
+  local out = p:read("*a")
+  p:close()
+  H.ok(out:find("BLAS: OpenBLAS core " .. dl.config().blas.core, 1, true), out)
+  H.ok(out:find("CPU threads: ", 1, true), out)
+end)
+
+H.run()
