@@ -125,7 +125,6 @@ template <> Grads derivative<Op::Std>(Node& n, const TensorList& grads) {
 template <> Grads derivative<Op::Norm>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
   double p = n.attrs.d[0];
-  if (p == 2) return {r.g * r.x / r.y};
   if (p == 1) return {r.g * sign(r.x)};
   if (p == 0) return {r.g * 0.0 * r.x};
   if (std::isinf(p)) {
@@ -133,7 +132,15 @@ template <> Grads derivative<Op::Norm>(Node& n, const TensorList& grads) {
     Tensor count = ag::reduce(Op::Sum, hit, dims_of(n.attrs), true);
     return {r.g * sign(r.x) * hit / count};
   }
-  return {r.g * r.x * pow(abs(r.x), p - 2) / pow(r.y, p - 1)};
+  // A slice whose norm is zero gets a zero gradient, and so do the gradient's own
+  // derivatives there (PyTorch's masked scale). The divisor is 1 there rather than 0,
+  // so that no 0 * inf appears at any order.
+  Tensor zero = ag::compare(Op::Eq, r.y, Scalar(0.0));
+  Tensor y = ag::where(zero, ones(Shape{}, r.y.dtype(), r.y.device()), r.y);
+  Tensor nonzero = mask(ag::compare(Op::Ne, r.y, Scalar(0.0)), r.y);
+  if (p == 2) return {r.x * (r.g * nonzero / y)};
+  // sign(x) |x|^(p-1) is x |x|^(p-2) without its inf at x = 0 for 1 < p < 2.
+  return {sign(r.x) * pow(abs(r.x), p - 1) * (r.g * nonzero / pow(y, p - 1))};
 }
 template <> Grads derivative<Op::Logsumexp>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);

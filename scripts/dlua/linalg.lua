@@ -171,9 +171,41 @@ function L.slogdet(a)
   return several(2, C.dl_slogdet, hid(a), outs)
 end
 
-function L.det(a)
+-- The products of all of s's values but one, along the last dim, with no division (a
+-- zero stays exact): prefix products times suffix products.
+local function products_of_others(s)
+  local n = s:size(-1)
+  local one = dl.ones_like(s:narrow(-1, 1, 1))
+  local before = dl.cat({ one, s:cumprod(-1):narrow(-1, 1, n - 1) }, -1)
+  local after = dl.cat({ s:flip(-1):cumprod(-1):narrow(-1, 1, n - 1):flip(-1), one }, -1)
+  return before * after
+end
+
+-- det's gradient is the transposed adjugate: det(A) A^-T where every matrix of the batch
+-- is invertible. A singular matrix has a finite one too (nonzero at rank n - 1), which
+-- slogdet's A^-T cannot give; there it comes from the SVD A = U S Vh as
+-- det(U) det(Vh) U diag(prod_{j ~= i} s_j) Vh (PyTorch's det_backward does the same).
+-- The gradient's ops are recorded, so it differentiates again.
+local det = dl.custom_gradient(function(a)
   local sign, logabs = L.slogdet(a)
-  return sign * logabs:exp()
+  local d = sign * logabs:exp()
+  local function grad_fn(g)
+    local gm = (g * d):unsqueeze(-1):unsqueeze(-1)
+    if not d:eq(0):any() then
+      return gm * mT(L.inv(a))
+    end
+    local u, s, vh = L.svd(a, { full_matrices = false })
+    local su, sv = L.slogdet(u), L.slogdet(vh)
+    local adj = (u * products_of_others(s):unsqueeze(-2)):matmul(vh)
+    return (g * su * sv):unsqueeze(-1):unsqueeze(-1) * adj
+  end
+  return d, grad_fn
+end)
+
+function L.det(a)
+  check("det", a)
+  if a:size(-1) == 0 then return (L.slogdet(a)) end   -- det of 0 x 0 is 1
+  return det(a)
 end
 
 -- ---- least squares and the pseudo-inverse -----------------------------------------------------
@@ -242,7 +274,7 @@ function L.matrix_norm(a, ord, keepdim)
   ord = ord == nil and "fro" or ord
   local r
   if ord == "fro" then
-    r = (a * a):sum(-1):sum(-1):sqrt()
+    r = a:norm({ -2, -1 }, false, { p = 2 })   -- the norm's gradient is 0 at 0, not NaN
   elseif ord == "nuc" then
     r = L.svdvals(a):sum(-1)
   elseif ord == 2 then

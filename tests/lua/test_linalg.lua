@@ -168,6 +168,39 @@ H.test("empty and singular matrices", function()
   H.near(L.solve(dl.eye(2) * 2, dl.ones(2)):totable(), { 0.5, 0.5 }, 0)
 end)
 
+H.test("det's gradient is the adjugate, singular matrices included; norms' is 0 at 0", function()
+  local f64 = { dtype = "float64" }
+  local gdet = dl.grad(L.det)
+  -- rank 1, rank 2 of 3, rank 0, and an invertible one: adj(A)^T by hand
+  H.near(gdet(dl.tensor({ { 1, 2 }, { 2, 4 } }, f64)):totable(), { { 4, -2 }, { -2, 1 } }, 1e-12)
+  H.near(gdet(dl.tensor({ { 1, 2, 3 }, { 4, 5, 6 }, { 7, 8, 9 } }, f64)):totable(),
+         { { -3, 6, -3 }, { 6, -12, 6 }, { -3, 6, -3 } }, 1e-10)
+  H.near(gdet(dl.zeros(3, 3, f64)):totable(), dl.zeros(3, 3):totable(), 0)
+  local b = dl.tensor({ { 2, 1 }, { 1, 3 } }, f64)
+  H.near(gdet(b):totable(), { { 3, -1 }, { -1, 2 } }, 1e-12)
+  -- a batch with one singular matrix, and the second order: d/dA sum(adj(A)^T) for 2 x 2
+  local batch = dl.stack({ dl.tensor({ { 1, 2 }, { 2, 4 } }, f64), b })
+  H.near(dl.grad(function(x) return L.det(x):sum() end)(batch):totable(),
+         { { { 4, -2 }, { -2, 1 } }, { { 3, -1 }, { -1, 2 } } }, 1e-12)
+  H.near(dl.grad(function(x) return gdet(x):sum() end)(b):totable(), { { 1, -1 }, { -1, 1 } }, 1e-12)
+  H.ok(dl.gradcheck(L.det, { dl.randn(3, 3, f64) }), "det gradcheck")
+
+  -- vector and matrix norms at zero: gradient 0 at first and second order (not NaN)
+  H.near(dl.grad(function(x) return x:norm() end)(dl.zeros(3, f64)):totable(), { 0, 0, 0 }, 0)
+  H.near(dl.grad(function(x) return x:norm({ p = 3 }) end)(dl.zeros(2, f64)):totable(), { 0, 0 }, 0)
+  H.near(dl.grad(function(x) return L.matrix_norm(x) end)(dl.zeros(2, 2, f64)):totable(),
+         { { 0, 0 }, { 0, 0 } }, 0)
+  H.near(dl.grad(function(x) return dl.grad(function(y) return y:norm() end)(x):sum() end)(dl.zeros(2, f64))
+         :totable(), { 0, 0 }, 0)
+  -- elsewhere unchanged: x / |x|, and 1 < p < 2 finite at a zero element
+  H.near(dl.grad(function(x) return L.matrix_norm(x) end)(dl.tensor({ { 3, 0 }, { 0, 4 } }, f64)):totable(),
+         { { 0.6, 0 }, { 0, 0.8 } }, 1e-12)
+  local g = dl.grad(function(x) return x:norm({ p = 1.5 }) end)(dl.tensor({ 0, 1, -2 }, f64)):totable()
+  H.eq(g[1], 0)
+  H.near(g[2], (1 / (1 + 2 ^ 1.5)) ^ (1 / 3), 1e-12)
+  H.ok(dl.gradcheck(function(x) return x:norm({ p = 1.5 }) end, { dl.tensor({ 0.5, 1, -2 }, f64) }), "p = 1.5")
+end)
+
 H.test("NaN in a matrix is an error, not garbage; lstsq's batches", function()
   local a = dl.tensor({ { 1, 0 / 0 }, { 2, 3 } }, f64)
   H.raises(function() return L.svdvals(a) end, "linalg.svd: the matrix holds NaN or infinity")
