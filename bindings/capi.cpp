@@ -30,6 +30,7 @@
 #include "tensor/ops.h"
 #include "tensor/plugin.h"
 #include "tensor/small.h"
+#include "tensor/half.h"
 
 using dl::DType;
 using dl::Device;
@@ -421,7 +422,7 @@ int dl_item(const struct dl_tensor* x, double* out) {
     check_no_escape("item");
     SmallOperand v;
     if (small_operand(x, &v) && v.numel == 1) {
-      DL_DISPATCH_ALL(v.dtype, "item", *out = lua_number(double(*static_cast<const scalar_t*>(v.data))));
+      DL_DISPATCH_STORAGE(v.dtype, "item", *out = lua_number(double(*static_cast<const scalar_t*>(v.data))));
       return;
     }
     *out = lua_number(value_of(x, "item").item());
@@ -438,7 +439,7 @@ int dl_get1(const struct dl_tensor* x, int64_t i, double* out) {
         return;
       }
       int64_t i0 = lua_index(i, v.numel, 0, "index");
-      DL_DISPATCH_ALL(v.dtype, "index", *out = lua_number(double(static_cast<const scalar_t*>(v.data)[i0])));
+      DL_DISPATCH_STORAGE(v.dtype, "index", *out = lua_number(double(static_cast<const scalar_t*>(v.data)[i0])));
       code = v.dtype == DType::Bool ? 2 : 0;
       return;
     }
@@ -455,7 +456,7 @@ int dl_get1(const struct dl_tensor* x, int64_t i, double* out) {
       *out = lua_number(dl::select(t, 0, i0).item());
     } else {
       int64_t off = i0 * t.stride(0);
-      DL_DISPATCH_ALL(t.dtype(), "index", *out = lua_number(double(t.data<scalar_t>()[off])));
+      DL_DISPATCH_STORAGE(t.dtype(), "index", *out = lua_number(double(t.data<scalar_t>()[off])));
     }
     code = t.dtype() == DType::Bool ? 2 : 0;
   });
@@ -478,7 +479,7 @@ int dl_set1(uint64_t id, int64_t i, double v) {
       ag::fill_(s, Scalar::from_lua(v));
     } else {
       int64_t off = i0 * t.stride(0);
-      DL_DISPATCH_ALL(t.dtype(), "index", t.data<scalar_t>()[off] = dl::fn::convert<scalar_t>(v));
+      DL_DISPATCH_STORAGE(t.dtype(), "index", t.data<scalar_t>()[off] = dl::convert_element<scalar_t>(v));
       t.storage().bump_version();
     }
     code = 0;
@@ -495,7 +496,7 @@ int dl_read(const struct dl_tensor* x, double* out, int64_t n) {
     SmallOperand v;
     if (small_operand(x, &v)) {
       DL_CHECK(n == v.numel, "read: the tensor has ", v.numel, " elements, not ", n);
-      DL_DISPATCH_ALL(v.dtype, "read", {
+      DL_DISPATCH_STORAGE(v.dtype, "read", {
         const scalar_t* p = static_cast<const scalar_t*>(v.data);
         for (int64_t k = 0; k < n; ++k) out[k] = lua_number(double(p[k]));
       });
@@ -511,7 +512,7 @@ int dl_read(const struct dl_tensor* x, double* out, int64_t n) {
     }
     const int nd = t.dim();
     int64_t idx[dl::kMaxDims] = {};
-    DL_DISPATCH_ALL(t.dtype(), "read", {
+    DL_DISPATCH_STORAGE(t.dtype(), "read", {
       const scalar_t* p = t.data<scalar_t>();  // element 0; walked by its strides
       int64_t off = 0;
       for (int64_t k = 0; k < n; ++k) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "gpu/loops.cuh"
+#include "tensor/half.h"
 
 namespace dl::gpu {
 
@@ -12,7 +13,7 @@ namespace {
 template <typename To, typename From>
 struct ConvertOp {
   __device__ void operator()(char* const (&p)[2], int64_t) const {
-    store<To>(p[0], fn::convert<To>(load<From>(p[1])));
+    store<To>(p[0], convert_element<To>(load<From>(p[1])));
   }
 };
 
@@ -64,9 +65,9 @@ void convert(const Tensor& out, const Tensor& src, const char* op) {
       default: launch_elementwise<2>(c, g, MoveOp<uint64_t>{}, op); return;
     }
   }
-  DL_DISPATCH_ALL(src.dtype(), op, {
+  DL_DISPATCH_STORAGE(src.dtype(), op, {
     using From = scalar_t;
-    DL_DISPATCH_ALL(out.dtype(), op, launch_elementwise<2>(c, g, (ConvertOp<scalar_t, From>{}), op));
+    DL_DISPATCH_STORAGE(out.dtype(), op, launch_elementwise<2>(c, g, (ConvertOp<scalar_t, From>{}), op));
   });
 }
 

@@ -198,7 +198,7 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
     case DType::Int64: int_matmul<int64_t>(out, a, b); return;
     case DType::Int32: int_matmul<int32_t>(out, a, b); return;
     case DType::UInt8: int_matmul<uint8_t>(out, a, b); return;
-    case DType::Bool: break;
+    case DType::Bool: case DType::Float16: case DType::BFloat16: break;
   }
   fail(ErrorKind::Type, "matmul: not implemented for dtype ", dtype_name(out.dtype()));
 }

@@ -56,6 +56,8 @@ bool nccl_type(int dtype, ncclDataType_t* out, const char* what) {
     case dl::DType::Int64: *out = ncclInt64; return true;
     case dl::DType::Float32: *out = ncclFloat32; return true;
     case dl::DType::Float64: *out = ncclFloat64; return true;
+    case dl::DType::Float16: *out = ncclFloat16; return true;
+    case dl::DType::BFloat16: *out = ncclBfloat16; return true;
   }
   fail(std::string(what) + ": unknown dtype code " + std::to_string(dtype));
   return false;

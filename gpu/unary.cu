@@ -2,6 +2,7 @@
 // (tensor/functors.h) run by the grid-stride loop of gpu/loops.cuh, for the dtypes the
 // CPU kernels (tensor/cpu/pointwise.cpp) accept.
 #include "gpu/loops.cuh"
+#include "tensor/half.h"
 
 namespace dl::gpu {
 
@@ -101,8 +102,8 @@ void clamp(const Tensor& out, const Tensor& x, double lo, double hi) {
 
 void fill(const Tensor& out, double value) {
   const DeviceContext& c = activate(out, "fill_");
-  DL_DISPATCH_ALL(out.dtype(), "fill_",
-      launch_elementwise<1>(c, make_geom<1>({&out}), FillOp<scalar_t>{fn::convert<scalar_t>(value)}, "fill_"));
+  DL_DISPATCH_STORAGE(out.dtype(), "fill_",
+      launch_elementwise<1>(c, make_geom<1>({&out}), FillOp<scalar_t>{convert_element<scalar_t>(value)}, "fill_"));
 }
 
 }  // namespace dl::gpu

@@ -22,7 +22,7 @@ constexpr bool kLittle = std::endian::native == std::endian::little;
 
 // ---- dtypes ----------------------------------------------------------------------------
 
-enum class Widen : uint8_t { None, F16, BF16, I8, I16, U16, U32 };
+enum class Widen : uint8_t { None, I8, I16, U16, U32 };
 
 struct StDType {
   const char* name;
@@ -41,8 +41,8 @@ constexpr StDType kDTypes[] = {
     {"I64", 8, DType::Int64, Widen::None, true},
     {"F32", 4, DType::Float32, Widen::None, true},
     {"F64", 8, DType::Float64, Widen::None, true},
-    {"F16", 2, DType::Float32, Widen::F16, true},
-    {"BF16", 2, DType::Float32, Widen::BF16, true},
+    {"F16", 2, DType::Float16, Widen::None, true},
+    {"BF16", 2, DType::BFloat16, Widen::None, true},
     {"I8", 1, DType::Int32, Widen::I8, true},
     {"I16", 2, DType::Int32, Widen::I16, true},
     {"U16", 2, DType::Int32, Widen::U16, true},
@@ -65,6 +65,8 @@ const char* st_name(DType t) {
     case DType::Int64: return "I64";
     case DType::Float32: return "F32";
     case DType::Float64: return "F64";
+    case DType::Float16: return "F16";
+    case DType::BFloat16: return "BF16";
   }
   return "?";
 }
@@ -461,25 +463,6 @@ void check_offsets(std::vector<Entry>& entries, uint64_t data_len, const std::st
 
 // ---- conversions -----------------------------------------------------------------------
 
-float half_to_float(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t man = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    int e = -1;
-    do { ++e; man <<= 1; } while (!(man & 0x400));
-    bits = sign | uint32_t(112 - e) << 23 | ((man & 0x3FF) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
 template <typename T>
 T load_le(const unsigned char* p) {
   using U = std::conditional_t<sizeof(T) == 1, uint8_t,
@@ -502,8 +485,6 @@ void convert_in_place(const Entry& e, Tensor& t) {
     }
   };
   switch (e.dt->widen) {
-    case Widen::F16: widen([](const unsigned char* p) { return half_to_float(load_le<uint16_t>(p)); }, t.data<float>()); return;
-    case Widen::BF16: widen([](const unsigned char* p) { return std::bit_cast<float>(uint32_t(load_le<uint16_t>(p)) << 16); }, t.data<float>()); return;
     case Widen::I8: widen([](const unsigned char* p) { return int32_t(int8_t(p[0])); }, t.data<int32_t>()); return;
     case Widen::I16: widen([](const unsigned char* p) { return int32_t(load_le<int16_t>(p)); }, t.data<int32_t>()); return;
     case Widen::U16: widen([](const unsigned char* p) { return int32_t(load_le<uint16_t>(p)); }, t.data<int32_t>()); return;

@@ -5,6 +5,7 @@
 #include "tensor/cpu/loops.h"
 #include "tensor/functors.h"
 #include "tensor/observe.h"
+#include "tensor/half.h"
 
 namespace dl {
 
@@ -52,10 +53,10 @@ namespace {
 template <typename F>
 Tensor generate(const Shape& shape, DType dtype, Device device, const char* op, F f) {
   Tensor t = empty(shape, dtype, Device{}, op);
-  DL_DISPATCH_ALL(dtype, op, {
+  DL_DISPATCH_STORAGE(dtype, op, {
     scalar_t* p = t.data<scalar_t>();
     int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) p[i] = fn::convert<scalar_t>(f(i));
+    for (int64_t i = 0; i < n; ++i) p[i] = convert_element<scalar_t>(f(i));
   });
   if (device.is_cpu()) return t;
   Tensor d = empty(shape, dtype, device, op);

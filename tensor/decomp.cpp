@@ -11,6 +11,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/observe.h"
+#include "tensor/half_ops.h"
 
 namespace dl {
 
@@ -115,6 +116,7 @@ std::pair<Tensor, Tensor> broadcast_batches(const Tensor& a, const Tensor& b, co
 }
 
 Tensor solve_impl(Op op, const Tensor& a, const Tensor& b, const LinalgOpts& o) {
+  if (any_half({&a, &b})) return narrowed(solve_impl(op, widened(a), widened(b), o), storage_of({&a, &b}));
   const char* name = shown(op);
   DL_CHECK(a.device() == b.device(), name, ": expected tensors on the same device, got ", a.device(), " and ",
            b.device());
@@ -151,6 +153,7 @@ Tensor solve_triangular(const Tensor& a, const Tensor& b, bool upper, bool unitr
 
 namespace {
 Tensor cholesky_impl(const Tensor& a) {
+  if (is_half(a.dtype())) return narrowed(cholesky_impl(widened(a)), a.dtype());
   check_square(a, "linalg.cholesky");
   const DType dt = float_of(a);
   Tensor out = empty(a.shape(), dt, a.device(), "linalg.cholesky");
@@ -161,6 +164,7 @@ Tensor cholesky_impl(const Tensor& a) {
 }
 
 std::pair<Tensor, Tensor> qr_impl(const Tensor& a, bool complete) {
+  if (is_half(a.dtype())) return narrowed(qr_impl(widened(a), complete), a.dtype());
   check_matrix(a, "linalg.qr");
   const DType dt = float_of(a);
   const int64_t m = rows(a), n = cols(a), k = complete ? m : std::min(m, n);
@@ -181,6 +185,7 @@ std::pair<Tensor, Tensor> qr_impl(const Tensor& a, bool complete) {
 }
 
 std::pair<Tensor, Tensor> eigh_impl(const Tensor& a) {
+  if (is_half(a.dtype())) return narrowed(eigh_impl(widened(a)), a.dtype());
   check_square(a, "linalg.eigh");
   const DType dt = float_of(a);
   const int64_t n = cols(a);
@@ -194,6 +199,10 @@ std::pair<Tensor, Tensor> eigh_impl(const Tensor& a) {
 }
 
 SvdResult svd_impl(const Tensor& a, bool full) {
+  if (is_half(a.dtype())) {
+    SvdResult r = svd_impl(widened(a), full);
+    return {narrowed(r.u, a.dtype()), narrowed(r.s, a.dtype()), narrowed(r.vh, a.dtype())};
+  }
   check_matrix(a, "linalg.svd");
   const DType dt = float_of(a);
   const int64_t m = rows(a), n = cols(a), k = std::min(m, n);
@@ -216,6 +225,7 @@ SvdResult svd_impl(const Tensor& a, bool full) {
 }
 
 std::pair<Tensor, Tensor> slogdet_impl(const Tensor& a) {
+  if (is_half(a.dtype())) return narrowed(slogdet_impl(widened(a)), a.dtype());
   check_square(a, "linalg.slogdet");
   const DType dt = float_of(a);
   const Shape batch = batch_of(a);

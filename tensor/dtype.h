@@ -8,19 +8,29 @@
 
 namespace dl {
 
-// Ordered by promotion category: bool < integers < floats.
-enum class DType : uint8_t { Bool = 0, UInt8 = 1, Int32 = 2, Int64 = 3, Float32 = 4, Float64 = 5 };
-constexpr int kNumDTypes = 6;
+// Bool < integers < floats by promotion category; the codes are the C ABI's and the
+// files' (new dtypes go at the end). float16 and bfloat16 are storage dtypes: ops
+// compute on them in float32 (Note [Half-precision storage] in tensor/half.h).
+enum class DType : uint8_t {
+  Bool = 0, UInt8 = 1, Int32 = 2, Int64 = 3, Float32 = 4, Float64 = 5, Float16 = 6, BFloat16 = 7
+};
+constexpr int kNumDTypes = 8;
 
 constexpr size_t itemsize(DType t) {
   switch (t) {
     case DType::Bool: case DType::UInt8: return 1;
+    case DType::Float16: case DType::BFloat16: return 2;
     case DType::Int32: case DType::Float32: return 4;
     case DType::Int64: case DType::Float64: return 8;
   }
   return 0;
 }
-constexpr bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
+constexpr bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+constexpr bool is_floating(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || is_half(t);
+}
+// The dtype an op computes a tensor of dtype t in: float32 for the half dtypes.
+constexpr DType compute_type(DType t) { return is_half(t) ? DType::Float32 : t; }
 constexpr bool is_integral(DType t, bool include_bool = false) {
   return t == DType::UInt8 || t == DType::Int32 || t == DType::Int64 ||
          (include_bool && t == DType::Bool);
@@ -54,6 +64,8 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::Floa
 #define DL_DTYPE_CASE(enumv, type, ...) \
   case ::dl::DType::enumv: { using scalar_t = type; __VA_ARGS__; } break;
 
+// The computing dtypes; a half dtype here is an error naming the op (its front end
+// should have converted it: Note [Half-precision storage]).
 #define DL_DISPATCH_ALL(dt, opname, ...)                                          \
   do {                                                                             \
     switch (dt) {                                                                  \
@@ -63,6 +75,8 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::Floa
       DL_DTYPE_CASE(Int64, int64_t, __VA_ARGS__)                                   \
       DL_DTYPE_CASE(Float32, float, __VA_ARGS__)                                   \
       DL_DTYPE_CASE(Float64, double, __VA_ARGS__)                                  \
+      default: ::dl::fail(::dl::ErrorKind::Type, opname, ": not implemented for dtype ", \
+                          ::dl::dtype_name(dt));                                   \
     }                                                                              \
   } while (0)
 

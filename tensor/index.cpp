@@ -11,6 +11,7 @@
 
 #include "tensor/observe.h"
 #include "tensor/backend.h"
+#include "tensor/half_ops.h"
 
 namespace dl {
 
@@ -153,6 +154,7 @@ Tensor gather(const Tensor& x, int dim, const Tensor& index) {
 }
 
 static Tensor scatter_add_impl(const Tensor& x, int dim, const Tensor& index, const Tensor& src) {
+  if (any_half({&x, &src})) return narrowed(scatter_add_impl(widened(x), dim, index, widened(src)), storage_of({&x, &src}));
   check_index_dtype(index, "scatter_add");
   check_same_device(x, index, "scatter_add", "the index");
   check_same_device(x, src, "scatter_add", "src");

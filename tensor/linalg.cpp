@@ -14,11 +14,13 @@
 
 #include "tensor/backend.h"
 #include "tensor/observe.h"
+#include "tensor/half_ops.h"
 
 namespace dl {
 
 namespace {
 Tensor matmul_impl(const Tensor& a, const Tensor& b) {
+  if (any_half({&a, &b})) return narrowed(matmul_impl(widened(a), widened(b)), storage_of({&a, &b}));
   DL_CHECK(a.device() == b.device(), "matmul: expected tensors on the same device, got ", a.device(),
            " and ", b.device());
   DL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got shapes ",

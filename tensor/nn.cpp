@@ -10,6 +10,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/observe.h"
+#include "tensor/half_ops.h"
 
 namespace dl {
 
@@ -171,6 +172,8 @@ void observed_outs(const LayerNormResult& r, std::vector<Tensor>& l) { l.insert(
 // ---- convolution --------------------------------------------------------------------------
 
 static Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o) {
+  if (any_half({&x, &w, &bias}))
+    return narrowed(conv2d_impl(widened(x), widened(w), widened(bias), o), storage_of({&x, &w, &bias}));
   const char* op = "conv2d";
   check_device(x, w, op, "the weight");
   check_device(x, bias, op, "the bias");
@@ -199,6 +202,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
 }
 
 Tensor conv2d_input_grad(const Tensor& g, const Tensor& w, const Shape& input_shape, const Conv2dOpts& o) {
+  if (any_half({&g, &w}))
+    return narrowed(conv2d_input_grad(widened(g), widened(w), input_shape, o), storage_of({&g, &w}));
   const char* op = "conv2d_input_grad";
   check_device(g, w, op, "the weight");
   const ConvDims d = conv_dims(op, input_shape, w.shape(), o);
@@ -216,6 +221,8 @@ Tensor conv2d_input_grad(const Tensor& g, const Tensor& w, const Shape& input_sh
 }
 
 Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, const Shape& weight_shape, const Conv2dOpts& o) {
+  if (any_half({&x, &g}))
+    return narrowed(conv2d_weight_grad(widened(x), widened(g), weight_shape, o), storage_of({&x, &g}));
   const char* op = "conv2d_weight_grad";
   check_device(x, g, op, "the gradient");
   const ConvDims d = conv_dims(op, x.shape(), weight_shape, o);
@@ -267,6 +274,9 @@ Shape conv_transpose2d_shape(const Tensor& x, const Tensor& w, const Conv2dOpts&
 
 static Tensor conv_transpose2d_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o,
                         const int64_t output_padding[2]) {
+  if (any_half({&x, &w, &bias}))
+    return narrowed(conv_transpose2d_impl(widened(x), widened(w), widened(bias), o, output_padding),
+                    storage_of({&x, &w, &bias}));
   const Shape s = conv_transpose2d_shape(x, w, o, output_padding);
   const int64_t c = s[s.size() - 3];
   if (bias.defined())
@@ -291,6 +301,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 // ---- pooling --------------------------------------------------------------------------------
 
 static std::pair<Tensor, Tensor> max_pool2d_impl(const Tensor& x, const Pool2dOpts& opts, bool with_indices) {
+  if (is_half(x.dtype())) return narrowed(max_pool2d_impl(widened(x), opts, with_indices), x.dtype());
   const char* op = "max_pool2d";
   const PoolDims d = pool_dims(op, x.shape(), opts);
   const DType dt = float_dtype({&x});
@@ -308,6 +319,7 @@ std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dOpts& opts, bo
 }
 
 Tensor max_pool2d_backward(const Tensor& g, const Tensor& indices, const Shape& input_shape) {
+  if (is_half(g.dtype())) return narrowed(max_pool2d_backward(widened(g), indices, input_shape), g.dtype());
   const char* op = "max_pool2d_backward";
   check_device(g, indices, op, "the indices");
   check_image(op, input_shape, "input");
@@ -331,6 +343,7 @@ Tensor max_pool2d_backward(const Tensor& g, const Tensor& indices, const Shape& 
 }
 
 static Tensor avg_pool2d_impl(const Tensor& x, const Pool2dOpts& opts) {
+  if (is_half(x.dtype())) return narrowed(avg_pool2d_impl(widened(x), opts), x.dtype());
   const char* op = "avg_pool2d";
   const PoolDims d = pool_dims(op, x.shape(), opts);
   const DType dt = float_dtype({&x});
@@ -346,6 +359,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOpts& opts) {
 }
 
 Tensor avg_pool2d_backward(const Tensor& g, const Shape& input_shape, const Pool2dOpts& opts) {
+  if (is_half(g.dtype())) return narrowed(avg_pool2d_backward(widened(g), input_shape, opts), g.dtype());
   const char* op = "avg_pool2d_backward";
   const PoolDims d = pool_dims(op, input_shape, opts);
   DL_CHECK(g.shape() == d.out, op, ": expected a gradient of shape ", d.out, " (the output of avg_pool2d for an input of shape ",
@@ -365,6 +379,7 @@ Tensor global_avg_pool2d(const Tensor& x, bool keepdim) {
 // ---- dropout -------------------------------------------------------------------------------
 
 std::pair<Tensor, Tensor> dropout(const Tensor& x, double p) {
+  if (is_half(x.dtype())) return narrowed(dropout(widened(x), p), x.dtype());
   DL_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got ", p);
   const DType dt = float_dtype({&x});
   Tensor mask;
@@ -381,6 +396,15 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x, double p) {
 
 static BatchNormResult batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                            const Tensor& running_var, bool training, double momentum, double eps) {
+  if (any_half({&x, &weight, &bias, &running_mean, &running_var})) {
+    // Running statistics of a half dtype are updated through float32 copies.
+    Tensor rm = widened(running_mean), rv = widened(running_var);
+    BatchNormResult r = batch_norm_impl(widened(x), widened(weight), widened(bias), rm, rv, training, momentum, eps);
+    if (training && rm.defined() && rm.dtype() != running_mean.dtype()) copy_(const_cast<Tensor&>(running_mean), rm);
+    if (training && rv.defined() && rv.dtype() != running_var.dtype()) copy_(const_cast<Tensor&>(running_var), rv);
+    const DType st = storage_of({&x, &weight, &bias});
+    return {narrowed(r.y, st), narrowed(r.mean, st), narrowed(r.invstd, st)};
+  }
   const char* op = "batch_norm";
   DL_CHECK(x.dim() >= 2, op, ": expected an input of shape (N, C, ...) with at least 2 dimensions, got shape ",
            x.shape());
@@ -464,6 +488,11 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& weight, const Tensor& 
 // One pass for the statistics (in double) and one for y, a row at a time (the CPU
 // and CUDA kernels share fn::LayerNormY); absent affine parameters are ones and zeros.
 static LayerNormResult layer_norm_impl(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps) {
+  if (any_half({&x, &weight, &bias})) {
+    LayerNormResult r = layer_norm_impl(widened(x), normalized, widened(weight), widened(bias), eps);
+    const DType st = storage_of({&x, &weight, &bias});
+    return {narrowed(r.y, st), narrowed(r.mean, st), narrowed(r.invstd, st)};
+  }
   const char* op = "layer_norm";
   DL_CHECK(normalized >= 1 && normalized <= x.dim(), op, ": cannot normalise the last ", normalized,
            " dims of an input of shape ", x.shape());
@@ -507,6 +536,12 @@ LayerNormResult layer_norm(const Tensor& x, int normalized, const Tensor& weight
 
 LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                    const Tensor& weight, bool want_weight, bool want_bias) {
+  if (any_half({&g, &x, &mean, &invstd, &weight})) {
+    LayerNormGrads r = layer_norm_backward(widened(g), widened(x), widened(mean), widened(invstd), widened(weight),
+                                           want_weight, want_bias);
+    const DType st = storage_of({&g, &x});
+    return {narrowed(r.dx, st), narrowed(r.dweight, st), narrowed(r.dbias, st)};
+  }
   const char* op = "layer_norm";
   const DType dt = mean.dtype();   // the forward's (x may have been cast to it)
   const int64_t R = mean.numel(), D = R == 0 ? 0 : x.numel() / R;
@@ -559,6 +594,8 @@ int64_t cross_entropy_count(const Tensor& target, std::optional<int64_t> ignore_
 
 static Tensor cross_entropy_impl(const Tensor& logits, const Tensor& target, Reduction reduction,
                      std::optional<int64_t> ignore_index) {
+  if (is_half(logits.dtype()))
+    return narrowed(cross_entropy_impl(widened(logits), target, reduction, ignore_index), logits.dtype());
   const char* op = "cross_entropy";
   check_device(logits, target, op, "the target");
   DL_CHECK(logits.dim() == 2, op, ": expected logits of shape (N, C), got shape ", logits.shape());

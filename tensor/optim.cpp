@@ -2,6 +2,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/error.h"
+#include "tensor/half_ops.h"
 #include "tensor/ops.h"
 
 namespace dl {
@@ -33,11 +34,25 @@ void check_param(const Tensor& p, const char* op) {
                 dtype_name(p.dtype()));
 }
 
+// Writes a float32 working copy back into the half tensor it was made from.
+void write_back(const Tensor& half, const Tensor& work) {
+  if (!half.defined() || half.dtype() == work.dtype()) return;
+  Tensor dst = half;
+  copy_(dst, work);
+}
+
 }  // namespace
 
 void sgd_step_(const Tensor& p, const Tensor& g, const Tensor& buf, const fn::SgdStep& s) {
   const char* op = "sgd_step";
   check_param(p, op);
+  if (any_half({&p, &buf})) {   // updated in float32 (Note [Half-precision storage])
+    Tensor pw = widened(p), bw = widened(buf);
+    sgd_step_(pw, widened(g), bw, s);
+    write_back(p, pw);
+    if (s.momentum != 0) write_back(buf, bw);
+    return;
+  }
   Tensor gc = checked(p, g, op, "the gradient", true);
   Tensor b = s.momentum != 0 ? checked(p, buf, op, "the momentum buffer", false) : p;
   if (p.numel() == 0) return;
@@ -50,6 +65,15 @@ void adam_step_(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor&
                 const fn::AdamStep& s) {
   const char* op = "adam_step";
   check_param(p, op);
+  if (any_half({&p, &m, &v, &vmax})) {   // updated in float32 (Note [Half-precision storage])
+    Tensor pw = widened(p), mw = widened(m), vw = widened(v), xw = widened(vmax);
+    adam_step_(pw, widened(g), mw, vw, xw, s);
+    write_back(p, pw);
+    write_back(m, mw);
+    write_back(v, vw);
+    write_back(vmax, xw);
+    return;
+  }
   Tensor gc = checked(p, g, op, "the gradient", true);
   checked(p, m, op, "the first moment (exp_avg)", false);
   checked(p, v, op, "the second moment (exp_avg_sq)", false);

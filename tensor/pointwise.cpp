@@ -69,10 +69,16 @@ DType compute_dtype(Op op, DType t) {
   DL_CHECK_KIND(Type, !(t == DType::Bool && (f & kNoBool)), op_name(op),
                 ": not supported for bool tensors");
   if ((f & kFloatOnly) && !is_floating(t)) return default_float();
-  return t;
+  return compute_type(t);
 }
 
 Tensor to_dtype(const Tensor& x, DType t) { return x.dtype() == t ? x : cast(x, t); }
+
+// A result computed in float32 for operands of a half dtype goes back to that dtype
+// (Note [Half-precision storage] in tensor/half.h).
+Tensor stored(const Tensor& out, DType storage) {
+  return is_half(storage) && out.dtype() != storage ? cast(out, storage) : out;
+}
 
 void check_int_divisor(Op op, const Tensor& b) {
   if (op != Op::Mod || is_floating(b.dtype())) return;
@@ -121,7 +127,7 @@ Tensor unary_impl(Op op, const Tensor& x) {
   Tensor xin = to_dtype(x, ct);
   Tensor out = empty(x.shape(), ct, x.device(), info.lua_name);
   backend_for(x.device(), info.lua_name).unary(op, out, xin);
-  return out;
+  return stored(out, in);
 }
 }  // namespace
 
@@ -143,11 +149,12 @@ Tensor binary_impl(Op op, const Tensor& a, const Tensor& b) {
   }
   check_same_device(a, b, info.lua_name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), info.lua_name);
-  DType ct = compute_dtype(op, result_type(a, b));
+  const DType rt = result_type(a, b);
+  DType ct = compute_dtype(op, rt);
   check_int_divisor(op, b);
   Tensor out = empty(shape, ct, a.device(), info.lua_name);
   backend_for(a.device(), info.lua_name).binary(op, out, to_dtype(a, ct), to_dtype(b, ct));
-  return out;
+  return stored(out, rt);
 }
 }  // namespace
 
@@ -165,13 +172,14 @@ Tensor binary_scalar_impl(Op op, const Tensor& a, Scalar s, bool scalar_first) {
     if (small::binary_scalar(op, a.dtype(), out.raw_data(), a.raw_data(), s.v, scalar_first, a.numel()))
       return out;
   }
-  DType ct = compute_dtype(op, result_type(a, s));
+  const DType rt = result_type(a, s);
+  DType ct = compute_dtype(op, rt);
   if (op == Op::Mod && !scalar_first && !is_floating(ct))
     DL_CHECK(s.v != 0, info.lua_name, ": integer division by zero");
   if (op == Op::Mod && scalar_first && !is_floating(ct)) check_int_divisor(op, a);
   Tensor out = empty(a.shape(), ct, a.device(), info.lua_name);
   backend_for(a.device(), info.lua_name).binary_scalar(op, out, to_dtype(a, ct), s.v, scalar_first);
-  return out;
+  return stored(out, rt);
 }
 }  // namespace
 
@@ -187,22 +195,34 @@ void binary_(Op op, Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(a.shape(), b.shape(), info.lua_name);
   DL_CHECK(shape == a.shape(), info.lua_name, "_: cannot broadcast shape ", b.shape(),
            " into the in-place target of shape ", a.shape());
-  DType ct = compute_dtype(op, result_type(a, b));
-  DL_CHECK_KIND(Type, ct == a.dtype(), info.lua_name, "_: result dtype ", dtype_name(ct),
+  const DType rt = result_type(a, b);
+  DType ct = compute_dtype(op, rt);
+  DL_CHECK_KIND(Type, compute_type(a.dtype()) == ct && (rt == a.dtype() || !is_half(a.dtype())),
+                info.lua_name, "_: result dtype ", dtype_name(is_half(rt) ? rt : ct),
                 " cannot be stored in the in-place target of dtype ", dtype_name(a.dtype()));
   check_int_divisor(op, b);
-  backend_for(a.device(), info.lua_name).binary(op, a, a, to_dtype(b, ct));
+  if (is_half(a.dtype())) {
+    backend_for(a.device(), info.lua_name).copy(a, binary_impl(op, a, b));
+  } else {
+    backend_for(a.device(), info.lua_name).binary(op, a, a, to_dtype(b, ct));
+  }
   a.storage().bump_version();
 }
 
 void binary_(Op op, Tensor& a, Scalar s) {
   observe_write(a);
   const OpInfo& info = op_info(op);
-  DType ct = compute_dtype(op, result_type(a, s));
-  DL_CHECK_KIND(Type, ct == a.dtype(), info.lua_name, "_: result dtype ", dtype_name(ct),
+  const DType rt = result_type(a, s);
+  DType ct = compute_dtype(op, rt);
+  DL_CHECK_KIND(Type, compute_type(a.dtype()) == ct && (rt == a.dtype() || !is_half(a.dtype())),
+                info.lua_name, "_: result dtype ", dtype_name(is_half(rt) ? rt : ct),
                 " cannot be stored in the in-place target of dtype ", dtype_name(a.dtype()));
   if (op == Op::Mod && !is_floating(ct)) DL_CHECK(s.v != 0, info.lua_name, ": integer division by zero");
-  backend_for(a.device(), info.lua_name).binary_scalar(op, a, a, s.v, false);
+  if (is_half(a.dtype())) {
+    backend_for(a.device(), info.lua_name).copy(a, binary_scalar_impl(op, a, s, false));
+  } else {
+    backend_for(a.device(), info.lua_name).binary_scalar(op, a, a, s.v, false);
+  }
   a.storage().bump_version();
 }
 
@@ -214,7 +234,7 @@ Tensor compare_impl(Op op, const Tensor& a, const Tensor& b) {
   DL_ASSERT(info.family == OpFamily::Compare);
   check_same_device(a, b, info.lua_name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), info.lua_name);
-  DType ct = result_type(a, b);
+  DType ct = compute_type(result_type(a, b));
   Tensor out = empty(shape, DType::Bool, a.device(), info.lua_name);
   backend_for(a.device(), info.lua_name).binary(op, out, to_dtype(a, ct), to_dtype(b, ct));
   return out;
@@ -230,7 +250,7 @@ namespace {
 Tensor compare_scalar_impl(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   const OpInfo& info = op_info(op);
   DL_ASSERT(info.family == OpFamily::Compare);
-  DType ct = result_type(a, s);
+  DType ct = compute_type(result_type(a, s));
   Tensor out = empty(a.shape(), DType::Bool, a.device(), info.lua_name);
   backend_for(a.device(), info.lua_name).binary_scalar(op, out, to_dtype(a, ct), s.v, scalar_first);
   return out;
@@ -248,10 +268,10 @@ static Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_device(cond, a, "where");
   check_same_device(a, b, "where");
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  DType ct = result_type(a, b);
+  const DType rt = result_type(a, b), ct = compute_type(rt);
   Tensor out = empty(shape, ct, a.device(), "where");
   backend_for(a.device(), "where").where(out, to_dtype(cond, DType::Bool), to_dtype(a, ct), to_dtype(b, ct));
-  return out;
+  return stored(out, rt);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -263,12 +283,12 @@ static Tensor clamp_impl(const Tensor& x, std::optional<double> lo, std::optiona
   DL_CHECK(lo || hi, "clamp: at least one of min and max must be given");
   DL_CHECK_KIND(Type, x.dtype() != DType::Bool, "clamp: not supported for bool tensors");
   double l = lo ? *lo : -INFINITY, h = hi ? *hi : INFINITY;
-  DType ct = x.dtype();
+  DType ct = compute_type(x.dtype());
   if (!is_floating(ct) && ((lo && *lo != std::floor(*lo)) || (hi && *hi != std::floor(*hi))))
     ct = default_float();
   Tensor out = empty(x.shape(), ct, x.device(), "clamp");
   backend_for(x.device(), "clamp").clamp(out, to_dtype(x, ct), l, h);
-  return out;
+  return stored(out, x.dtype());
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {

@@ -30,6 +30,8 @@ fn::Philox reserve(uint64_t blocks, uint64_t* first) {
 // host and copied when the device's backend has none).
 Tensor random_tensor(const Shape& shape, DType dtype, Device device, const char* op,
                      fn::RandomSpec spec) {
+  // A half dtype: the float32 values, rounded (the same stream as float32 draws).
+  if (is_half(dtype)) return cast(random_tensor(shape, DType::Float32, device, op, spec), dtype);
   Tensor t = empty(shape, dtype, device, op);
   spec.ph = reserve(fn::RandomSpec::blocks(spec.kind, uint64_t(t.numel())), &spec.first);
   if (t.numel() == 0) return t;

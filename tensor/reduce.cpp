@@ -10,6 +10,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/observe.h"
+#include "tensor/half_ops.h"
 
 namespace dl {
 
@@ -98,6 +99,7 @@ Tensor as_1d(const Tensor& x) {
 namespace {
 Tensor reduce_impl(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim,
               const ReduceOpts& opts) {
+  if (is_half(x.dtype())) return narrowed(reduce_impl(op, widened(x), dims, keepdim, opts), x.dtype());
   const OpInfo& info = op_info(op);
   const char* name = info.lua_name;
   DL_CHECK(info.family == OpFamily::Reduce, "reduce: ", name, " is not a reduction");
@@ -131,6 +133,7 @@ namespace {
 
 std::pair<Tensor, Tensor> arg_reduce(Op op, const Tensor& x, int dim, bool keepdim,
                                      bool want_values) {
+  if (is_half(x.dtype())) return narrowed(arg_reduce(op, widened(x), dim, keepdim, want_values), x.dtype());
   const char* name = op_name(op);
   int d = wrap_dim(dim, x.dim(), name);
   Tensor x1 = as_1d(x);
@@ -187,6 +190,7 @@ Tensor argmin(const Tensor& x, std::optional<int> dim, bool keepdim) {
 
 namespace {
 Tensor softmax_impl(Op op, const Tensor& x, int dim) {
+  if (is_half(x.dtype())) return narrowed(softmax_impl(op, widened(x), dim), x.dtype());
   const char* name = op_name(op);
   int d = wrap_dim(dim, x.dim(), name);
   DType t = is_floating(x.dtype()) ? x.dtype() : default_float();
@@ -209,6 +213,7 @@ Tensor log_softmax(const Tensor& x, int dim) {
 // ---- scans ---------------------------------------------------------------------------------
 
 static Tensor scan_impl(Op op, const Tensor& x, int dim, bool reverse) {
+  if (is_half(x.dtype())) return narrowed(scan_impl(op, widened(x), dim, reverse), x.dtype());
   const char* name = op_name(op);
   const int d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), name);
   const DType t = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
@@ -237,6 +242,7 @@ Tensor cumprod(const Tensor& x, int dim, bool reverse) {
 // integer results would widen to int64.
 namespace {
 Tensor sum_to_impl(const Tensor& x, const Shape& shape) {
+  if (is_half(x.dtype()) && x.shape() != shape) return narrowed(sum_to_impl(widened(x), shape), x.dtype());
   if (x.shape() == shape) return x;
   const int lead = x.dim() - shape.size();
   DL_CHECK(lead >= 0, "sum_to: cannot sum a tensor of shape ", x.shape(),

@@ -5,12 +5,14 @@
 // scripts/dlua/sorting.lua.
 #include "tensor/backend.h"
 #include "tensor/observe.h"
+#include "tensor/half_ops.h"
 
 namespace dl {
 
 namespace {
 
 std::pair<Tensor, Tensor> sort_impl(const Tensor& x, int dim, bool descending) {
+  if (is_half(x.dtype())) return narrowed(sort_impl(widened(x), dim, descending), x.dtype());
   if (x.dim() == 0) return {clone(x), zeros(Shape{}, DType::Int64, x.device())};
   const int d = wrap_dim(dim, x.dim(), "sort");
   Tensor indices = empty(x.shape(), DType::Int64, x.device(), "sort");
@@ -27,6 +29,7 @@ std::pair<Tensor, Tensor> sort_impl(const Tensor& x, int dim, bool descending) {
 }
 
 Tensor nonzero_impl(const Tensor& x) {
+  if (is_half(x.dtype())) return nonzero_impl(widened(x));
   const int nd = std::max(x.dim(), 1);
   Tensor flags = contiguous(x.dim() == 0 ? view(x, Shape{1}) : x);
   int64_t count = 0;
@@ -41,6 +44,7 @@ Tensor nonzero_impl(const Tensor& x) {
 }
 
 Tensor searchsorted_impl(const Tensor& seq, const Tensor& values, bool right) {
+  if (any_half({&seq, &values})) return searchsorted_impl(widened(seq), widened(values), right);
   DL_CHECK(seq.device() == values.device(), "searchsorted: expected tensors on the same device, got ", seq.device(),
            " and ", values.device());
   DL_CHECK(seq.dim() >= 1, "searchsorted: expected a sorted sequence with at least 1 dimension, got shape ",

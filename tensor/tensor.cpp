@@ -6,6 +6,7 @@
 #include "tensor/backend.h"
 #include "tensor/functors.h"
 #include "tensor/observe.h"
+#include "tensor/half.h"
 
 namespace dl {
 
@@ -19,6 +20,8 @@ std::string_view dtype_name(DType t) {
     case DType::Int64: return "int64";
     case DType::Float32: return "float32";
     case DType::Float64: return "float64";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
   }
   return "?";
 }
@@ -30,8 +33,10 @@ DType dtype_from_name(std::string_view n) {
   if (n == "int64" || n == "long") return DType::Int64;
   if (n == "uint8" || n == "byte") return DType::UInt8;
   if (n == "bool") return DType::Bool;
+  if (n == "float16" || n == "half") return DType::Float16;
+  if (n == "bfloat16") return DType::BFloat16;
   fail(ErrorKind::Type, "dtype: unknown dtype '", n,
-       "' (expected float32, float64, int32, int64, uint8 or bool)");
+       "' (expected float32, float64, float16, bfloat16, int32, int64, uint8 or bool)");
 }
 
 namespace {
@@ -39,7 +44,8 @@ std::atomic<DType> g_default_float{DType::Float32};
 }
 DType default_float() { return g_default_float.load(std::memory_order_relaxed); }
 void set_default_float(DType t) {
-  DL_CHECK_KIND(Type, is_floating(t), "set_default_dtype: expected float32 or float64, got ",
+  DL_CHECK_KIND(Type, t == DType::Float32 || t == DType::Float64,
+                "set_default_dtype: expected float32 or float64, got ",
                 dtype_name(t));
   g_default_float.store(t);
 }
@@ -49,7 +55,10 @@ DType promote(DType a, DType b) {
   if (is_floating(a) || is_floating(b)) {
     if (!is_floating(a)) return b;
     if (!is_floating(b)) return a;
-    return DType::Float64;
+    // float16 with bfloat16: float32 (neither holds the other); a half with a wider
+    // float: the wider one.
+    if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
+    return DType::Float32;
   }
   if (a == DType::Bool) return b;
   if (b == DType::Bool) return a;
@@ -161,7 +170,7 @@ double Tensor::value_at(const int64_t* idx) const {
   int64_t off = 0;
   for (int d = 0; d < dim(); ++d) off += idx[d] * stride(d);
   double v = 0;
-  DL_DISPATCH_ALL(dtype(), "item", v = double(data<scalar_t>()[off]));
+  DL_DISPATCH_STORAGE(dtype(), "item", v = double(data<scalar_t>()[off]));
   return v;
 }
 

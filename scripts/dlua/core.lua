@@ -343,7 +343,7 @@ for i = 0, C.dl_dtype_count() - 1 do
   M.dtype_names[i] = name
   M.dtype_codes[name] = i
 end
-for _, alias in ipairs({ "float", "double", "int", "long", "byte" }) do
+for _, alias in ipairs({ "float", "double", "half", "int", "long", "byte" }) do
   local code = C.dl_dtype_code(alias)
   if code >= 0 then M.dtype_codes[alias] = code end
 end

@@ -25,7 +25,8 @@ local sbyte = string.byte
 local PRECISION, THRESHOLD, EDGE, LINEWIDTH = 4, 1000, 3, 80
 local FIXED, SCI = "%." .. PRECISION .. "f", "%." .. PRECISION .. "e"
 local BOOL = core.dtype_codes.bool
-local FLOAT32, FLOAT64 = core.dtype_codes.float32, core.dtype_codes.float64
+local FLOATS = { [core.dtype_codes.float32] = true, [core.dtype_codes.float64] = true,
+                 [core.dtype_codes.float16] = true, [core.dtype_codes.bfloat16] = true }
 
 local function nonfinite(v)
   if v ~= v then return "nan" end
@@ -207,7 +208,7 @@ local function format_tensor(x)
     if device ~= "cpu" then x = x:cpu() end
     local vals, n, kept, cut = gather_values(x, sizes, nd, numel > THRESHOLD)
     local format, width
-    if dtype == FLOAT32 or dtype == FLOAT64 then
+    if FLOATS[dtype] then
       format, width = float_formatter(vals, n)
     else
       format, width = plain_formatter(vals, n, dtype == BOOL)

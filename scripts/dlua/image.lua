@@ -61,7 +61,7 @@ end
 local function as_uint8(op, x)
   if not is_tensor(x) then bad_arg(op, "an image tensor", x) end
   if x:dim() == 2 then x = x:unsqueeze(1) end
-  if x.dtype == "float32" or x.dtype == "float64" then x = (x:clamp(0, 1) * 255):round()
+  if x:is_floating_point() then x = (x:clamp(0, 1) * 255):round()
   elseif x.dtype ~= "uint8" then x = x:clamp(0, 255) end   -- integers saturate, as floats do
   return x:to("uint8"):cpu()
 end

@@ -57,7 +57,7 @@ local function eye_like(n, x) return dl.eye(n, { dtype = x.dtype, device = x.dev
 -- The float dtype a decomposition returns for x.
 local function float_dtype(x)
   local d = x.dtype
-  if d == "float32" or d == "float64" then return d end
+  if d == "float32" or d == "float64" or d == "float16" or d == "bfloat16" then return d end
   return dl.get_default_dtype()
 end
 

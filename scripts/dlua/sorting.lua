@@ -124,7 +124,7 @@ function M.searchsorted(seq, values, opts)
   opts = options("searchsorted", opts, { right = true, side = true })
   local right = opts.right == true or opts.side == "right"
   if type(values) == "number" then   -- a fraction against integers compares as float64
-    local dt = (values == floor(values) or seq.dtype == "float32" or seq.dtype == "float64") and seq.dtype or "float64"
+    local dt = (values == floor(values) or seq:is_floating_point()) and seq.dtype or "float64"
     values = dl.tensor(values, { dtype = dt, device = seq.device })
   end
   check("searchsorted", values)
@@ -177,7 +177,7 @@ function M.index(x, key)
     local pos, k = mask_positions(x, key)
     return lead_flat(x, k):index_select(1, pos)
   end
-  if key.dtype == "float32" or key.dtype == "float64" then
+  if key:is_floating_point() then
     raise("index: expected a bool mask or an integer index tensor, got " .. key.dtype)
   end
   if key:dim() ~= 1 then

@@ -286,7 +286,7 @@ local function dtype_code(op, name)
   if not c then
     if type(name) ~= "string" then bad_arg(op, "a dtype name", name) end
     raise(op .. ": unknown dtype '" .. name
-          .. "' (expected float32, float64, int32, int64, uint8 or bool)")
+          .. "' (expected float32, float64, float16, bfloat16, int32, int64, uint8 or bool)")
   end
   return c
 end
@@ -703,9 +703,9 @@ function methods.is_contiguous(x)
   return get_meta(x).contiguous ~= 0
 end
 
+local FLOATS = { [FLOAT32] = true, [FLOAT64] = true, [dtype_codes.float16] = true, [dtype_codes.bfloat16] = true }
 function methods.is_floating_point(x)
-  local d = dtype_of(x)
-  return d == FLOAT32 or d == FLOAT64
+  return FLOATS[dtype_of(x)] == true
 end
 
 function methods.item(x)
@@ -786,6 +786,8 @@ local function caster(name, code)
 end
 methods.float = caster("float", FLOAT32)
 methods.double = caster("double", FLOAT64)
+methods.half = caster("half", dtype_codes.float16)          -- storage: ops compute in float32
+methods.bfloat16 = caster("bfloat16", dtype_codes.bfloat16)
 methods.long = caster("long", INT64)
 methods.int = caster("int", INT32)
 methods.byte = caster("byte", UINT8)

@@ -29,7 +29,7 @@ local callable = core.check_callable
 -- gradient (nil).
 local function differentiable(v)
   if type(v) == "number" then return true end
-  if is_tensor(v) then return v.dtype == "float32" or v.dtype == "float64" end
+  if is_tensor(v) then return v:is_floating_point() end
   return type(v) == "table" and getmetatable(v) == nil
 end
 

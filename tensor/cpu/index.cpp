@@ -14,6 +14,7 @@
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/functors.h"
+#include "tensor/half.h"
 
 namespace dl::cpu {
 
@@ -239,7 +240,7 @@ void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& ind
       });
     };
     if (inner == 1) {  // single elements: a typed copy beats a memcpy call
-      DL_DISPATCH_ALL(x.dtype(), "index_select", {
+      DL_DISPATCH_STORAGE(x.dtype(), "index_select", {
         const scalar_t* s = reinterpret_cast<const scalar_t*>(src);
         scalar_t* d = reinterpret_cast<scalar_t*>(dst);
         rows([&](int64_t r, int64_t from) { d[r] = s[from]; });
@@ -259,7 +260,7 @@ void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& ind
 }
 
 void gather(const Tensor& out, const Tensor& x, int dim, const Tensor& index) {
-  DL_DISPATCH_ALL(x.dtype(), "gather",
+  DL_DISPATCH_STORAGE(x.dtype(), "gather",
       DL_DISPATCH_INDEX(index.dtype(), (gather_impl<scalar_t, index_t>(out, x, dim, index))));
 }
 

@@ -14,6 +14,13 @@ void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool sca
 void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
 void clamp(const Tensor& out, const Tensor& x, double lo, double hi);
 void copy(const Tensor& out, const Tensor& src);
+// Contiguous float32 <-> float16/bfloat16 conversions (tensor/cpu/half.cpp). `vector`
+// false runs the portable rounding for float16 even where F16C exists (for tests).
+void half_from_float(DType to, const float* s, void* d, int64_t n, bool vector = true);
+void half_to_float(DType from, const void* s, float* d, int64_t n, bool vector = true);
+// copy() of a contiguous float32 tensor into a half one of the same size or back, as
+// one vector loop; false (nothing done) for anything else.
+bool convert_half(const Tensor& out, const Tensor& src);
 void fill(const Tensor& out, double value);
 // tensor/cpu/fused.cpp
 void fused(const fused::Program& p, int device_index);

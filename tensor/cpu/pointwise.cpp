@@ -6,6 +6,7 @@
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/functors.h"
+#include "tensor/half.h"
 #include "tensor/small.h"
 
 namespace dl::cpu {
@@ -204,26 +205,27 @@ bool copy_transposed(const Tensor& out, const Tensor& src) {
 void copy(const Tensor& out, const Tensor& src) {
   if (out.dtype() == src.dtype()) {
     bool done = false;
-    DL_DISPATCH_ALL(src.dtype(), "copy_", done = copy_transposed<scalar_t>(out, src));
+    DL_DISPATCH_STORAGE(src.dtype(), "copy_", done = copy_transposed<scalar_t>(out, src));
     if (done) return;
   }
   if (src.dtype() == DType::Bool) {
     // Read as bytes and compared with 0 in the same expression: a loop through a bool
     // value stayed scalar (a mask's cast to float took three times a float copy's time).
-    DL_DISPATCH_ALL(out.dtype(), "copy_",
-        elementwise<scalar_t, uint8_t, 2>({&out, &src}, [](uint8_t v) { return scalar_t(v != 0); }));
+    DL_DISPATCH_STORAGE(out.dtype(), "copy_",
+        elementwise<scalar_t, uint8_t, 2>({&out, &src}, [](uint8_t v) { return convert_element<scalar_t>(uint8_t(v != 0)); }));
     return;
   }
-  DL_DISPATCH_ALL(src.dtype(), "copy_", {
+  if (convert_half(out, src)) return;
+  DL_DISPATCH_STORAGE(src.dtype(), "copy_", {
     using In = scalar_t;
-    DL_DISPATCH_ALL(out.dtype(), "copy_",
-        elementwise<scalar_t, In, 2>({&out, &src}, [](In v) { return fn::convert<scalar_t>(v); }));
+    DL_DISPATCH_STORAGE(out.dtype(), "copy_",
+        elementwise<scalar_t, In, 2>({&out, &src}, [](In v) { return convert_element<scalar_t>(v); }));
   });
 }
 
 void fill(const Tensor& out, double value) {
-  DL_DISPATCH_ALL(out.dtype(), "fill_", {
-    scalar_t v = fn::convert<scalar_t>(value);
+  DL_DISPATCH_STORAGE(out.dtype(), "fill_", {
+    scalar_t v = convert_element<scalar_t>(value);
     elementwise<scalar_t, scalar_t, 1>({&out}, [v]() { return v; });
   });
 }

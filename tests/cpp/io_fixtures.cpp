@@ -14,12 +14,13 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "tensor/half.h"
 
 using namespace dl;
 
 namespace {
 
-const char* kKinds[] = {"bool", "uint8", "int32", "int64", "float32", "float64"};
+const char* kKinds[] = {"bool", "uint8", "int32", "int64", "float32", "float64", "f16", "bf16"};
 const Shape kShapes[] = {Shape{}, Shape{0}, Shape{5}, Shape{2, 3}, Shape{2, 0, 4},
                          Shape{1, 2, 3, 1, 2, 1, 2, 1}};
 const float kSpecial[] = {INFINITY, -INFINITY, NAN, -0.0f, 1e-45f, 3.4e38f, 1.0f / 3.0f};
@@ -30,7 +31,9 @@ DType dtype_of_kind(const std::string& k) {
   if (k == "int32") return DType::Int32;
   if (k == "int64") return DType::Int64;
   if (k == "float64") return DType::Float64;
-  return DType::Float32;   // float32, special, f16, bf16 (widened on load)
+  if (k == "f16") return DType::Float16;     // F16 and BF16 load as themselves
+  if (k == "bf16") return DType::BFloat16;
+  return DType::Float32;   // float32, special
 }
 
 // Element i of `kind`, stored into p (of the kind's dtype).
@@ -44,7 +47,8 @@ void value(const std::string& kind, int64_t i, void* p) {
   else if (kind == "float64") *static_cast<double*>(p) = third;
   else if (kind == "float32") *static_cast<float*>(p) = float(third);
   else if (kind == "special") *static_cast<float*>(p) = kSpecial[i % 7];
-  else *static_cast<float*>(p) = float(eighth);   // f16, bf16: exact in both
+  else if (kind == "f16") *static_cast<Half*>(p) = Half(float(eighth));   // exact in both
+  else *static_cast<BFloat16*>(p) = BFloat16(float(eighth));
 }
 
 std::string name_of(const std::string& kind, const Shape& s) {

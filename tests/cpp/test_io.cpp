@@ -183,7 +183,7 @@ TEST_CASE("safetensors refuses bad names and metadata when writing", "[io]") {
   CHECK(fs::is_empty(dir.path));
 }
 
-TEST_CASE("safetensors widens F16, BF16 and small integer dtypes", "[io]") {
+TEST_CASE("safetensors keeps F16 and BF16, widens small integer dtypes", "[io]") {
   std::string header =
       R"({"h":{"dtype":"F16","shape":[6],"data_offsets":[0,12]},)"
       R"("bf":{"dtype":"BF16","shape":[2],"data_offsets":[12,16]},)"
@@ -197,16 +197,22 @@ TEST_CASE("safetensors widens F16, BF16 and small integer dtypes", "[io]") {
   std::string bytes = st_file(header, data);
   io::SafetensorsFile f = io::parse_safetensors(bytes.data(), bytes.size(), "x");
   std::map<std::string, Tensor> m(f.tensors.begin(), f.tensors.end());
-  REQUIRE(m["h"].dtype() == DType::Float32);
-  const float* h = m["h"].data<float>();
+  // F16 and BF16 load as themselves (Note [Half-precision storage]), bits unchanged.
+  REQUIRE(m["h"].dtype() == DType::Float16);
+  REQUIRE(m["bf"].dtype() == DType::BFloat16);
+  const uint16_t want_h[] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00, 0x8000};
+  for (int i = 0; i < 6; ++i) CHECK(m["h"].data<uint16_t>()[i] == want_h[i]);
+  Tensor h32 = cast(m["h"], DType::Float32);
+  const float* h = h32.data<float>();
   CHECK(h[0] == 1.0f);
   CHECK(h[1] == -2.0f);
   CHECK(h[2] == 65504.0f);
   CHECK(h[3] == std::ldexp(1.0f, -24));
   CHECK(std::isinf(h[4]));
   CHECK((h[5] == 0.0f && std::signbit(h[5])));
-  CHECK(m["bf"].data<float>()[0] == 1.0f);
-  CHECK(m["bf"].data<float>()[1] == -5.0f);
+  Tensor bf = cast(m["bf"], DType::Float32);
+  CHECK(bf.data<float>()[0] == 1.0f);
+  CHECK(bf.data<float>()[1] == -5.0f);
   CHECK(m["i8"].dtype() == DType::Int32);
   CHECK(m["i8"].data<int32_t>()[0] == -1);
   CHECK(m["i8"].data<int32_t>()[1] == 5);

@@ -184,7 +184,8 @@ H.test("dtype names, default dtype", function()
   if not ok then error(err, 0) end
   H.eq(dl.zeros(1).dtype, "float32")
   H.raises(function() dl.set_default_dtype("int64") end, "set_default_dtype: expected float32 or float64, got int64")
-  H.raises(function() dl.set_default_dtype("half") end, "set_default_dtype: unknown dtype 'half'")
+  H.raises(function() dl.set_default_dtype("half") end, "set_default_dtype: expected float32 or float64, got float16")
+  H.raises(function() dl.set_default_dtype("float8") end, "set_default_dtype: unknown dtype 'float8'")
 end)
 
 H.test("devices", function()

@@ -37,6 +37,7 @@ DTYPES = {  # safetensors name -> (numpy dtype, torch dtype)
     "F32": (np.dtype("<f4"), torch.float32),
     "F64": (np.dtype("<f8"), torch.float64),
     "F16": (np.dtype("<f2"), torch.float16),
+    "BF16": (np.dtype("<i2"), torch.bfloat16),   # numpy has no bfloat16: read the bits
 }
 SPECIAL = [float("inf"), float("-inf"), float("nan"), -0.0, 1e-45, 3.4e38, 1.0 / 3.0]
 
@@ -125,6 +126,8 @@ def read_safetensors(path):
         assert e - b == count * size, f"{name}: {e - b} bytes for {count} elements"
         arr = np.frombuffer(body[b:e], dtype=np_dtype).reshape(info["shape"])
         tensors[name] = torch.from_numpy(arr.copy())
+        if torch_dtype == torch.bfloat16:
+            tensors[name] = tensors[name].view(torch.bfloat16)
         assert tensors[name].dtype == torch_dtype
     return tensors, meta
 

@@ -42,7 +42,7 @@ local function additive(op, mask, dtype, keep)
     if keep then return dl.where(mask, z, ninf) end
     return dl.where(mask, ninf, z)
   end
-  if mask.dtype ~= "float32" and mask.dtype ~= "float64" then
+  if not mask:is_floating_point() then
     raise(op .. ": a mask must be bool or float, got " .. mask.dtype)
   end
   return mask:to(dtype)

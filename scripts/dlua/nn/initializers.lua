@@ -18,7 +18,7 @@ local init = {}
 
 local function target(op, t)
   if not is_tensor(t) then bad_arg(op, "a tensor", t) end
-  if t.dtype ~= "float32" and t.dtype ~= "float64" then
+  if not t:is_floating_point() then
     raise(op .. ": expected a float tensor, got " .. t.dtype)
   end
   return t
