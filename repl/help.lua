@@ -30,6 +30,8 @@ return {
   ["Tensor:item"] = { "x:item()", "The value of a one-element tensor as a Lua number." },
   ["Tensor:totable"] = { "x:totable()", "The values as nested Lua tables." },
   ["Tensor:float"] = { "x:float()", "x as float32." },
+  ["Tensor:half"] = { "x:half()", "x as float16 (storage: ops compute in float32 and round back)." },
+  ["Tensor:bfloat16"] = { "x:bfloat16()", "x as bfloat16 (storage: ops compute in float32 and round back)." },
   ["Tensor:double"] = { "x:double()", "x as float64." },
   ["Tensor:long"] = { "x:long()", "x as int64." },
   ["Tensor:cuda"] = { "x:cuda()", "x on the GPU." },
