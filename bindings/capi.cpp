@@ -31,6 +31,7 @@
 #include "tensor/plugin.h"
 #include "tensor/small.h"
 #include "tensor/half.h"
+#include "tensor/half_ops.h"
 
 using dl::DType;
 using dl::Device;
@@ -338,6 +339,18 @@ int dl_set_num_threads(int n) {
 }
 
 int dl_get_num_threads(void) { return dl::cpu_threads(); }
+
+int dl_set_autocast(int enabled, int dtype) {
+  int previous = -1;
+  guard_status([&] {
+    DL_CHECK_KIND(Type, dtype == int(DType::Float16) || dtype == int(DType::BFloat16),
+                  "autocast: expected dtype float16 or bfloat16, got ",
+                  dtype >= 0 && dtype < dl::kNumDTypes ? dl::dtype_name(DType(dtype)) : "an unknown code");
+    previous = (dl::t_autocast.enabled ? 256 : 0) + int(dl::t_autocast.dtype);
+    dl::t_autocast = {enabled != 0, DType(dtype)};
+  });
+  return previous;
+}
 
 const char* dl_blas_info(int field) {
   thread_local std::string text;

@@ -144,6 +144,10 @@ int dl_get_num_threads(void);
    ("openblas", "dlua", "OPENBLAS_CORETYPE", "host"), 3 its build configuration, 4 its
    thread count, as text (tensor/cpu/blas_core.cpp); NULL for another field. */
 const char* dl_blas_info(int field);
+/* Autocast of this thread (Note [Autocast] in tensor/half_ops.h): sets it, and returns
+   the previous state as enabled * 256 + dtype code; -1 on error (a dtype that is not
+   float16 or bfloat16). */
+int dl_set_autocast(int enabled, int dtype);
 const char* dl_engine_dir(void);             /* where the engine library lies, "/" ended ("" unknown) */
 void dl_empty_cache(void);
 void dl_trim_idle_cache(void);

@@ -1,4 +1,5 @@
-// CUDA matmul: cuBLAS for float32/float64 (one strided-batched GEMM for every batch),
+// CUDA matmul: cuBLAS for float32/float64 and, with float32 accumulation, float16 and
+// bfloat16 (one strided-batched GEMM for every batch),
 // a plain kernel with int64 accumulation for the integer dtypes (as the CPU does).
 //
 // Contract (tensor/backend.h): out is a fresh contiguous (batch..., M, N); a is
@@ -12,6 +13,7 @@
 #include <climits>
 
 #include "gpu/loops.cuh"
+#include "tensor/half.h"
 
 namespace dl::gpu {
 
@@ -88,6 +90,26 @@ cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperat
   const double one = 1, zero = 0;
   if (count == 1) return cublasDgemm(h, ta, tb, m, n, k, &one, a, lda, b, ldb, &zero, c, ldc);
   return cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &zero, c, ldc, sc, count);
+}
+
+// float16 and bfloat16: cuBLAS's mixed-precision GEMM, half inputs and output with
+// float32 accumulation (Note [Autocast] in tensor/half_ops.h).
+cublasStatus_t gemm_half(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                         const void* a, int lda, long long sa, const void* b, int ldb, long long sb, void* c,
+                         int ldc, long long sc, int count, cudaDataType_t type) {
+  const float one = 1, zero = 0;
+  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, a, type, lda, sa, b, type, ldb, sb, &zero, c, type,
+                                    ldc, sc, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                            int k, const Half* a, int lda, long long sa, const Half* b, int ldb,
+                            long long sb, Half* c, int ldc, long long sc, int count) {
+  return gemm_half(h, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, count, CUDA_R_16F);
+}
+cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                            int k, const BFloat16* a, int lda, long long sa, const BFloat16* b, int ldb,
+                            long long sb, BFloat16* c, int ldc, long long sc, int count) {
+  return gemm_half(h, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, count, CUDA_R_16BF);
 }
 
 template <typename T>
@@ -198,7 +220,9 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
     case DType::Int64: int_matmul<int64_t>(out, a, b); return;
     case DType::Int32: int_matmul<int32_t>(out, a, b); return;
     case DType::UInt8: int_matmul<uint8_t>(out, a, b); return;
-    case DType::Bool: case DType::Float16: case DType::BFloat16: break;
+    case DType::Float16: float_matmul<Half>(out, a, b); return;
+    case DType::BFloat16: float_matmul<BFloat16>(out, a, b); return;
+    case DType::Bool: break;
   }
   fail(ErrorKind::Type, "matmul: not implemented for dtype ", dtype_name(out.dtype()));
 }

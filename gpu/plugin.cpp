@@ -40,6 +40,7 @@ const Backend kCuda = {
     .gather = gather,
     .scatter_add = scatter_add,
     .matmul = matmul,
+    .half_matmul = true,
     // decompositions and solves
     .linalg = linalg,
     // random numbers

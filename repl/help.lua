@@ -164,6 +164,7 @@ return {
   ["dl.dist.abort"] = { "dl.dist.abort([code])", "Ends every rank of the job now (MPI_Abort)." },
   ["dl.set_num_threads"] = { "dl.set_num_threads(n)", "CPU threads of this state's ops (OpenMP loops, OpenBLAS); dl.get_num_threads()." },
   ["dl.config"] = { "dl.config([{cuda = true}])", "What the runtime runs on: version, threads, OpenBLAS core (.blas.core, .blas.chosen_by); prints as lines." },
+  ["dl.autocast"] = { "dl.autocast(f [, {dtype = \"float16\"}])", "Runs f with CUDA matrix products of float32 tensors in float16 or bfloat16 (float32 accumulation), as torch.autocast; no change on the CPU." },
   ["dl.nn.Module"] = { "dl.nn.Module:extend(name)", "A new module class: define :init(...) and :forward(...); net(x) calls forward." },
   ["dl.nn.Linear"] = { "dl.nn.Linear(in, out)", "y = x W^T + b." },
   ["dl.nn.Dense"] = { "dl.nn.Dense(units [, {activation =}])", "Linear with the input size inferred on the first call." },

@@ -82,6 +82,9 @@ struct Backend {
   // out (contiguous (batch..., M, N)) = a (..., M, K) @ b (..., K, N), all in out's
   // dtype; a's and b's batch dims broadcast to out's; M, N, K, batch all non-empty.
   void (*matmul)(const Tensor& out, const Tensor& a, const Tensor& b);
+  // matmul also takes float16 and bfloat16 (out, a and b of one of them), accumulating
+  // in float32; without it the front end computes half products in float32.
+  bool half_matmul = false;
 
   // ---- decompositions and solves (front ends: tensor/decomp.cpp; CPU: LAPACK,
   // tensor/cpu/lapack.cpp) ----

@@ -50,4 +50,17 @@ inline std::pair<Tensor, Tensor> narrowed(std::pair<Tensor, Tensor> r, DType sto
   return {narrowed(r.first, storage), narrowed(r.second, storage)};
 }
 
+// Note [Autocast]
+// dl.autocast(f) runs f with the matrix products of float32 operands on a device whose
+// backend multiplies half matrices natively (Backend::half_matmul: cuBLAS's GEMMs with
+// float32 accumulation, tensor cores on recent GPUs) computed in `dtype` and returned
+// in it, as PyTorch's autocast does for CUDA. Nothing else changes: elementwise ops,
+// reductions and losses keep their dtypes, and the CPU computes in float32 anyway
+// (there autocast changes nothing). Per thread, restored when f returns or fails.
+struct AutocastMode {
+  bool enabled = false;
+  DType dtype = DType::Float16;
+};
+inline thread_local AutocastMode t_autocast;
+
 }  // namespace dl

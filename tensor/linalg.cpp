@@ -20,7 +20,15 @@ namespace dl {
 
 namespace {
 Tensor matmul_impl(const Tensor& a, const Tensor& b) {
-  if (any_half({&a, &b})) return narrowed(matmul_impl(widened(a), widened(b)), storage_of({&a, &b}));
+  // Half operands multiply natively where the backend can (both of one half dtype),
+  // else in float32 (Note [Half-precision storage]); under autocast, float32 operands
+  // on such a backend become half (Note [Autocast] in tensor/half_ops.h).
+  const bool native_half = !a.device().is_cpu() && a.device() == b.device() &&
+                           backend_for(a.device(), "matmul").half_matmul;
+  if (t_autocast.enabled && native_half && a.dtype() == DType::Float32 && b.dtype() == DType::Float32)
+    return matmul_impl(cast(a, t_autocast.dtype), cast(b, t_autocast.dtype));
+  if (any_half({&a, &b}) && !(native_half && a.dtype() == b.dtype()))
+    return narrowed(matmul_impl(widened(a), widened(b)), storage_of({&a, &b}));
   DL_CHECK(a.device() == b.device(), "matmul: expected tensors on the same device, got ", a.device(),
            " and ", b.device());
   DL_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got shapes ",

@@ -25,6 +25,8 @@ local T = require("dlua.tensor")
 
 local C = core.C
 local raise, raise_last, bad_arg = core.raise, core.raise_last, core.bad_arg
+local unpack = unpack or table.unpack
+local function pack(...) return { n = select("#", ...), ... } end
 local ffi_string, ffi_new = ffi.string, ffi.new
 local type, pcall, error, tonumber = type, pcall, error, tonumber
 local dl = T.dl
@@ -113,6 +115,31 @@ end
 
 -- Gives the cached device blocks back to the driver (for other processes to use).
 function cuda.empty_cache() C.dl_cuda_empty_cache() end
+
+-- ---- dl.autocast -------------------------------------------------------------------------
+
+-- dl.autocast(f [, {dtype = "float16" | "bfloat16", enabled = true}]): runs f(), whose
+-- matrix products of float32 tensors on a CUDA device then run in the half dtype
+-- (float32 accumulation) and return it, as torch.autocast("cuda") does; on the CPU it
+-- changes nothing (Note [Autocast] in tensor/half_ops.h). Returns f's results; the
+-- previous mode comes back when f returns or raises.
+function dl.autocast(f, opts)
+  if type(f) ~= "function" then raise("autocast: expected a function, got " .. type(f)) end
+  if opts ~= nil and type(opts) ~= "table" then raise("autocast: expected an options table, got " .. type(opts)) end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if k ~= "dtype" and k ~= "enabled" then raise("autocast: unknown option '" .. tostring(k) .. "'") end
+  end
+  local name = opts.dtype or "float16"
+  local code = core.dtype_codes[name]
+  if not code then raise("autocast: unknown dtype '" .. tostring(name) .. "'") end
+  local previous = C.dl_set_autocast(opts.enabled == false and 0 or 1, code)
+  if previous < 0 then raise_last() end
+  local r = pack(pcall(f))
+  C.dl_set_autocast(previous >= 256 and 1 or 0, previous % 256)
+  if not r[1] then error(r[2], 0) end
+  return unpack(r, 2, r.n)
+end
 
 -- ---- dl.config ----------------------------------------------------------------------------
 

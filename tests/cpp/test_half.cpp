@@ -8,8 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "tensor/backend.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/half.h"
+#include "tensor/half_ops.h"
 #include "tensor/nn.h"
 #include "tensor/ops.h"
 
@@ -165,4 +167,62 @@ TEST_CASE("half tensors compute in float32 and store the result back", "[half]")
     binary_(Op::Add, c, b);
     same(c, binary(Op::Add, af, bf));
   }
+}
+
+namespace {
+// What a device backend's matmul was handed, for the autocast test below.
+DType g_seen_out = DType::Bool, g_seen_a = DType::Bool;
+void recording_matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  g_seen_out = out.dtype();
+  g_seen_a = a.dtype();
+  // The product of the 2-D contiguous operands, accumulated in float32 and stored in
+  // out's dtype (the fake device's memory is the host's).
+  auto at = [](const Tensor& t, int64_t i) {
+    float v = 0;
+    DL_DISPATCH_STORAGE(t.dtype(), "test", v = convert_element<float>(t.data<scalar_t>()[i]));
+    return v;
+  };
+  const int64_t M = out.size(0), N = out.size(1), K = a.size(1);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += at(a, i * K + k) * at(b, k * N + j);
+      DL_DISPATCH_STORAGE(out.dtype(), "test", out.data<scalar_t>()[i * N + j] = convert_element<scalar_t>(acc));
+    }
+}
+}  // namespace
+
+TEST_CASE("autocast hands a half-capable device's matmul half operands", "[half]") {
+  // Note [Autocast] in tensor/half_ops.h, with a fake "cuda" backend that runs on the
+  // host and multiplies half matrices (as the CUDA plugin does with cuBLAS).
+  Backend fake = cpu_backend();
+  fake.name = "cuda";
+  fake.matmul = recording_matmul;
+  fake.half_matmul = true;
+  register_backend(DeviceType::CUDA, &fake);
+  Device dev{DeviceType::CUDA, 0};
+  Tensor a = full(Shape{2, 3}, Scalar(0.1), DType::Float32, dev), b = ones(Shape{3, 2}, DType::Float32, dev);
+  CHECK(matmul(a, b).dtype() == DType::Float32);   // autocast off: float32 as given
+  CHECK(g_seen_out == DType::Float32);
+  {
+    t_autocast = {true, DType::Float16};
+    Tensor y = matmul(a, b);
+    t_autocast = {};
+    CHECK(y.dtype() == DType::Float16);
+    CHECK(g_seen_out == DType::Float16);
+    CHECK(g_seen_a == DType::Float16);
+    CHECK(y.data<Half>()[0].bits == float_to_half_bits(3 * half_bits_to_float(float_to_half_bits(0.1f))));
+  }
+  // half operands of one dtype reach the device's kernel without autocast too
+  matmul(cast(a, DType::BFloat16), cast(b, DType::BFloat16));
+  CHECK(g_seen_a == DType::BFloat16);
+  // mixed halves are computed in float32
+  CHECK(matmul(cast(a, DType::Float16), cast(b, DType::BFloat16)).dtype() == DType::Float32);
+  CHECK(g_seen_a == DType::Float32);
+  register_backend(DeviceType::CUDA, nullptr);
+  // the CPU computes half products in float32 whatever autocast says
+  t_autocast = {true, DType::Float16};
+  Tensor c = matmul(ones(Shape{2, 2}, DType::Float32), ones(Shape{2, 2}, DType::Float32));
+  t_autocast = {};
+  CHECK(c.dtype() == DType::Float32);
 }

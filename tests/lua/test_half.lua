@@ -82,6 +82,20 @@ H.test("gradients and a model trained in bfloat16 and float16", function()
   end
 end)
 
+H.test("dl.compile gives eager's half results", function()
+  local f = dl.compile(function(x) return dl.tanh(x * 2 + 1):sum() end)
+  local g = dl.compile(dl.grad(function(x) return (x * x):sum() end))
+  for _, dt in ipairs({ "float16", "bfloat16" }) do
+    local x = dl.randn(100):to(dt)
+    local want, gwant = dl.tanh(x * 2 + 1):sum(), dl.grad(function(v) return (v * v):sum() end)(x)
+    for _ = 1, 3 do
+      local r, gr = f(x), g(x)
+      H.eq(r.dtype, dt); H.ok(dl.equal(r, want), "value")
+      H.eq(gr.dtype, dt); H.ok(dl.equal(gr, gwant), "gradient")
+    end
+  end
+end)
+
 H.test("files keep the half dtypes, bit for bit", function()
   local path = (os.getenv("TMPDIR") or "/tmp") .. "/dlua_half_" .. os.time() .. ".safetensors"
   local h = dl.randn(4, 3):half()
@@ -91,6 +105,27 @@ H.test("files keep the half dtypes, bit for bit", function()
   H.eq(back.h.dtype, "float16"); H.eq(back.b.dtype, "bfloat16")
   H.ok(dl.equal(back.h, h) and dl.equal(back.b, b), "values")
   os.remove(path)
+end)
+
+H.test("dl.autocast: results, options, and the mode restored after an error", function()
+  local a, b = dl.randn(3, 4), dl.randn(4, 2)
+  -- on the CPU products stay float32 (it computes in float32 anyway)
+  local y, n = dl.autocast(function() return a:matmul(b), 5 end)
+  H.eq(y.dtype, "float32"); H.eq(n, 5)
+  H.eq(select("#", dl.autocast(function() return 1, nil, 3 end)), 3)
+  H.raises(function() dl.autocast(function() error("boom") end) end, "boom")
+  H.raises(function() dl.autocast(function() end, { dtype = "int64" }) end,
+           "autocast: expected dtype float16 or bfloat16, got int64")
+  H.raises(function() dl.autocast(function() end, { dtype = "float8" }) end, "autocast: unknown dtype 'float8'")
+  H.raises(function() dl.autocast(function() end, { dtyp = "float16" }) end, "autocast: unknown option 'dtyp'")
+  H.raises(function() dl.autocast(5) end, "autocast: expected a function, got number")
+  if dl.cuda.is_available() then
+    local ca, cb = a:cuda(), b:cuda()
+    local z = dl.autocast(function() return ca:matmul(cb) end)
+    H.eq(z.dtype, "float16")
+    H.ok(dl.allclose(z:float():cpu(), a:half():float():matmul(b:half():float()), 1e-2, 1e-2), "half GEMM")
+    H.eq(ca:matmul(cb).dtype, "float32", "off again after the call")
+  end
 end)
 
 H.run()
