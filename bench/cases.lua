@@ -116,6 +116,17 @@ function M.add(n, iters)
   return t / iters
 end
 
+-- h = x:half() of 1e7 float32 (a fresh float16 result each call): seconds per call.
+function M.half(iters)
+  local x = dl.rand(1e7)
+  local h = x:half()
+  local t0 = now()
+  for _ = 1, iters do h = x:half() end
+  local t = now() - t0
+  assert(h.dtype == "float16")
+  return t / iters
+end
+
 -- s = a:sum() over n float32: seconds per op.
 function M.sum(n, iters)
   local a = dl.rand(n)
@@ -347,12 +358,12 @@ end
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
 --   | matmul <n> <iters> | solve <n> <iters> <batch> | add <n> <iters>
---   | sum <n> <iters> | mlp <epochs or images> | cnn <epochs or images>
+--   | sum <n> <iters> | half <iters> | mlp <epochs or images> | cnn <epochs or images>
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
   local commands = {
-    add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum,
+    add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum, half = M.half,
     layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa, solve = M.solve,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,

@@ -301,6 +301,12 @@ do
   row{ id = "add1e7", label = "elementwise add, 1e7 float32", unit = "GB/s",
        show = function(t) return 12 * n / t / 1e9 end, higher = true, target = 0.9, threaded = true,
        ours = ours(("add %d %d"):format(n, iters)), refs = { cref("C loop (OpenMP)", ("add %d %d"):format(n, iters)) } }
+  -- float32 -> float16 conversion (Note [Half-precision storage]): 4 bytes read and 2
+  -- written per element.
+  local hiters = quick and 2 or 30
+  row{ id = "half1e7", label = "x:half(), 1e7 float32 to float16", unit = "GB/s",
+       show = function(t) return 6 * 1e7 / t / 1e9 end, higher = true, target = 1.0, threaded = true,
+       ours = ours("half " .. hiters), refs = { torch("half " .. hiters, 1), torch("half " .. hiters, 2) } }
   row{ id = "sum1e7", label = "sum, 1e7 float32", unit = "GB/s",
        show = function(t) return 4 * n / t / 1e9 end, higher = true, target = 0.9, threaded = true,
        ours = ours(("sum %d %d"):format(n, iters)), refs = { cref("C loop (OpenMP)", ("sum %d %d"):format(n, iters)) } }

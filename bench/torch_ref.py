@@ -7,6 +7,7 @@ alternates it with its own measurement in the same run):
   chain <iters> <threads>     -> "ok <seconds per op>"    the op chain recorded, then backward
   d2 <iters> <threads>        -> "ok <seconds per call>"  d2/dx2 of x^3 at a scalar
   layernorm <iters> <threads> -> "ok <seconds per call>"  layer_norm forward + backward, (64, 512)
+  half <iters> <threads>      -> "ok <seconds per call>"  x.half() of 1e7 float32
   lstm <iters> <threads>      -> "ok <seconds per call>"  2-layer LSTM 256, 64 steps, batch 32
   sdpa <iters> <threads>      -> "ok <seconds per call>"  attention (8, 4, 128, 64), fwd + bwd
   mlp <epochs> <threads>      -> "ok <seconds per epoch>" Fashion-MNIST MLP, SGD, batch 64
@@ -248,6 +249,12 @@ def mlpinfer(iters):
         return timed(model, iters, 2, x)
 
 
+def half(iters):
+    """x.half() of 1e7 float32."""
+    x = torch.rand(10**7)
+    return timed(lambda: x.half(), iters, 2)
+
+
 def run(cmd, n, threads):
     set_threads(threads)
     if cmd == "add16":
@@ -264,6 +271,8 @@ def run(cmd, n, threads):
         return sdpa(n)
     if cmd == "mlpinfer":
         return mlpinfer(n)
+    if cmd == "half":
+        return half(n)
     if cmd in ("mlp", "cnn"):
         # n > 1000: a partial epoch of n images (the quick mode), else n epochs.
         if n > 1000:
