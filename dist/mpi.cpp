@@ -30,7 +30,7 @@
 namespace {
 
 // tensor/dtype.h's codes (the plugin links no engine: it sees only buffers).
-enum DType { kBool = 0, kUInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat32 = 4, kFloat64 = 5 };
+enum DType { kBool = 0, kUInt8 = 1, kInt32 = 2, kInt64 = 3, kFloat32 = 4, kFloat64 = 5, kFloat16 = 6, kBFloat16 = 7 };
 
 struct State {
   bool started = false;      // dld_init succeeded
@@ -74,6 +74,7 @@ bool ready(const char* op) {
 size_t itemsize(int dtype) {
   switch (dtype) {
     case kBool: case kUInt8: return 1;
+    case kFloat16: case kBFloat16: return 2;
     case kInt32: case kFloat32: return 4;
     case kInt64: case kFloat64: return 8;
     default: return 0;
@@ -81,13 +82,15 @@ size_t itemsize(int dtype) {
 }
 
 const char* dtype_name(int dtype) {
-  static const char* names[] = {"bool", "uint8", "int32", "int64", "float32", "float64"};
-  return dtype >= 0 && dtype <= kFloat64 ? names[dtype] : "?";
+  static const char* names[] = {"bool", "uint8", "int32", "int64", "float32", "float64", "float16", "bfloat16"};
+  return dtype >= 0 && dtype <= kBFloat16 ? names[dtype] : "?";
 }
 
 bool mpi_type(int dtype, MPI_Datatype* out, const char* op) {
   switch (dtype) {
     case kBool: case kUInt8: *out = MPI_UNSIGNED_CHAR; return true;
+    // Moved as 16-bit words (broadcast, allgather); mpi_op refuses to reduce them.
+    case kFloat16: case kBFloat16: *out = MPI_UINT16_T; return true;
     case kInt32: *out = MPI_INT32_T; return true;
     case kInt64: *out = MPI_INT64_T; return true;
     case kFloat32: *out = MPI_FLOAT; return true;
@@ -100,6 +103,12 @@ bool mpi_op(int op, int dtype, MPI_Op* out, const char* what) {
   static const char* names[] = {"sum", "max", "min", "prod"};
   if (op < 0 || op > 3) {
     fail(std::string(what) + ": unknown reduction code " + std::to_string(op));
+    return false;
+  }
+  if (dtype == kFloat16 || dtype == kBFloat16) {
+    fail(std::string(what) + ": MPI has no 16-bit float type to " + names[op] + " " + dtype_name(dtype) +
+         " tensors with (dist.allreduce reduces a float32 copy; keep parameters whose gradients are "
+         "averaged in float32)");
     return false;
   }
   if (dtype == kBool && (op == 0 || op == 3)) {

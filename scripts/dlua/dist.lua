@@ -45,7 +45,8 @@ local dist = {}
 dl.dist = dist
 
 local OPS = { sum = 0, max = 1, min = 2, prod = 3, mean = 0 }
-local ITEMSIZE = { bool = 1, uint8 = 1, int32 = 4, int64 = 8, float32 = 4, float64 = 8 }
+local ITEMSIZE = { bool = 1, uint8 = 1, int32 = 4, int64 = 8, float32 = 4, float64 = 8, float16 = 2, bfloat16 = 2 }
+local HALF = { float16 = true, bfloat16 = true }
 local BUCKET_MB, FIRST_BUCKET_MB = 25, 1
 
 -- The state of this process: nil before init; lib is nil at size 1 (no MPI).
@@ -406,6 +407,11 @@ end
 local function allreduce_raw(op, t, name, async)
   local s = started(op)
   local cuda = on_cuda(op, t)
+  if HALF[t.dtype] and not cuda then
+    -- MPI has no 16-bit floats: reduce a float32 copy, round the result back.
+    if async then raise(op .. ": cannot reduce " .. t.dtype .. " asynchronously over MPI (reduce a float32 copy)") end
+    return allreduce_raw(op, t:float(), name, false):to(t.dtype)
+  end
   local dtype = t.dtype
   local code = op_code(op, name, dtype)
   local r = t:contiguous():clone()
@@ -462,6 +468,11 @@ function dist.allreduce_(t, opts)
   if not t:is_contiguous() then raise(op .. ": the tensor must be contiguous (use dist.allreduce for a new one)") end
   local name = opts.op or "sum"
   local dtype = t.dtype
+  if HALF[dtype] and not cuda then   -- through a float32 copy (MPI has no 16-bit floats)
+    local r = allreduce_raw(op, t:float(), name, false)
+    dl.no_grad(function() t:copy_(r) end)
+    return t
+  end
   local code = op_code(op, name, dtype)
   if not s.lib or s.size == 1 then return t end
   if cuda then

@@ -42,6 +42,18 @@ H.test("collectives", function()
   local big = dl.full({ 300000 }, r + 1)
   H.eq(dist.allreduce(big)[300000], sum)
   H.eq(dist.allreduce(dl.empty(0)):numel(), 0)
+  -- half tensors: reduced through float32 copies, moved as 16-bit words
+  for _, dt in ipairs({ "float16", "bfloat16" }) do
+    local hx = x:to(dt)
+    local red = dist.allreduce(hx)
+    H.eq(red.dtype, dt)
+    H.values(red, { sum, 10 * sum })
+    local hy = hx:clone()
+    dist.allreduce_(hy, { op = "max" })
+    H.values(hy, { n, 10 * n })
+    H.values(dist.broadcast(hx, n - 1), { n, 10 * n })
+    H.eq(dist.allgather(hx).dtype, dt)
+  end
 end)
 
 H.test("gradients of the split batch equal one process's on the whole batch (float64)", function()
