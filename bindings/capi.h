@@ -482,6 +482,13 @@ const char* dl_export_describe(int capture);
 void dl_export_clear(void);
 /* dl.export.onnx: the graph of the .dlg file `dlg` as an ONNX model (opset 17) */
 int dl_export_onnx(const char* dlg, const char* onnx_path, int opset);
+/* ---- background jobs (Dataset:prefetch; bindings/capi_jobs.cpp) ---- */
+/* Each starts engine work on the worker thread and returns its job id (0 on error). */
+uint64_t dl_job_index_select(uint64_t x, int dim, uint64_t index);  /* dim 0-based */
+uint64_t dl_job_narrow(uint64_t x, int64_t start, int64_t length);   /* rows, 0-based, contiguous copy */
+uint64_t dl_job_image_decode(const void* data, uint64_t n, int channels, const char* name);
+uint64_t dl_job_wait(uint64_t job);    /* the job's tensor as a new handle, 0 on its error */
+int dl_job_drop(uint64_t job);         /* waits and discards the result */
 /* dl:cdef-end */
 
 #ifdef __cplusplus

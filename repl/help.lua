@@ -199,7 +199,7 @@ return {
   ["dl.optim.Adam"] = { "dl.optim.Adam{lr, betas, eps}", "The Adam optimizer." },
   ["dl.data.read_csv"] = { "dl.data.read_csv(path [, {header, delimiter, dtype, columns}])", "{names, columns, rows}: numeric columns as tensors, others as lists." },
   ["dl.data.from_csv"] = { "dl.data.from_csv(path [, {label, features, ...}])", "A data set of (features, label) rows from a CSV file." },
-  ["dl.data.from_tensors"] = { "dl.data.from_tensors(x, y, ...)", "A dataset slicing the tensors along dim 1: :shuffle(), :batch(n), :iter()." },
+  ["dl.data.from_tensors"] = { "dl.data.from_tensors(x, y, ...)", "A dataset slicing the tensors along dim 1: :shuffle(), :batch(n), :prefetch(n) (next batches gathered on a worker thread), :iter()." },
   ["dl.save"] = { "dl.save(path, tensors [, metadata])", "Writes a table of tensors as safetensors." },
   ["dl.load"] = { "dl.load(path)", "Reads a safetensors file into a table of tensors." },
   ["dl.Checkpoint"] = { "dl.Checkpoint{model =, optimizer =, step =}", ":save(prefix) (atomic) and :restore(path)." },

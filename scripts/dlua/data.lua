@@ -28,8 +28,8 @@ local T = require("dlua.tensor")
 core.own_source()
 
 local C = core.C
-local raise, bad_arg, typename = core.raise, core.bad_arg, core.typename
-local is_tensor, wrap = T.is_tensor, T.wrap
+local raise, bad_arg, typename, raise_last = core.raise, core.bad_arg, core.typename, core.raise_last
+local is_tensor, wrap, hid = T.is_tensor, T.wrap, T.hid
 local dl = T.dl
 local type, select, tostring, ipairs, pairs, setmetatable, getmetatable, unpack =
   type, select, tostring, ipairs, pairs, setmetatable, getmetatable, unpack
@@ -152,6 +152,34 @@ Dataset["repeat"] = Dataset.repeat_
 function Dataset:cache()
   check_ds("cache", self)
   return node("cache", self, { kept = nil })
+end
+
+-- The same elements, with the engine's work for the next n of them running on a worker
+-- thread while the Lua thread uses the current one (tf.data's prefetch). What can run
+-- there is engine work, not Lua: the gathers of batches of rows (from_tensors with
+-- shuffle, take, skip, shard and batch), and the decoding of dl.data.images' files
+-- (reading them stays on the Lua thread, under the sandbox's file rule). Put it last:
+-- ds:shuffle(s):batch(64):prefetch(2), dl.data.images(paths, labels):batch(32):prefetch(2).
+-- Over other pipelines (a Lua map before it) the elements come as they would without it.
+-- Note [Background jobs] in bindings/capi_jobs.cpp.
+function Dataset:prefetch(n)
+  check_ds("prefetch", self)
+  local depth = count_arg("prefetch", n, "the number of elements to prepare")
+  if depth < 1 then raise("prefetch: the number of elements to prepare must be at least 1, got " .. depth) end
+  return node("prefetch", self, { depth = depth })
+end
+
+-- A map whose function has an asynchronous form: start(jobs, ...) begins the work
+-- (engine jobs, through jobs.start) and returns what finish(jobs, started) turns into the
+-- element's values (through jobs.wait); fn is the two in a row. dl.data.images builds its decoding this way, and prefetch runs start
+-- ahead. (Internal.)
+function data.async_map(ds, start, finish)
+  check_ds("map", ds)
+  local function fn(...)
+    local jobs = data.job_set()
+    return finish(jobs, start(jobs, ...))
+  end
+  return node("map", ds, { fn = fn, start = start, finish = finish })
 end
 
 -- Part i (1-based) of n parts of the data set, for data-parallel training (dist.shard
@@ -440,6 +468,106 @@ iterators.map = function(ds)
     local el = it()
     if el == nil then return nil end
     return pack(f(unpack(el, 1, el.n)))
+  end
+end
+
+-- ---- prefetch: engine jobs started ahead ----------------------------------------------
+
+-- Jobs of one iteration: waited for in order; those still pending when the iteration is
+-- abandoned are dropped when its iterator is collected.
+local function job_set()
+  local pending = {}
+  local guard = newproxy(true)
+  getmetatable(guard).__gc = function()
+    for id in pairs(pending) do C.dl_job_drop(id) end
+  end
+  local set = { guard = guard }
+  function set.start(id)
+    if id == 0 then raise_last() end
+    pending[id] = true
+    return id
+  end
+  function set.wait(id)
+    pending[id] = nil
+    return wrap(C.dl_job_wait(id))
+  end
+  return set
+end
+data.job_set = job_set
+
+iterators.prefetch = function(ds)
+  local p, depth = ds.parent, ds.depth
+  local jobs = job_set()
+  local produce   -- starts the next element's work; returns a function that finishes it
+  if p.kind == "batch" and is_row(p.parent) then
+    local src, order, len = row_plan(p.parent)
+    local size, drop, start = p.batch_size, p.drop_remainder, 1
+    produce = function()
+      local left = len - start + 1
+      if left <= 0 or (drop and left < size) then return nil end
+      local count = min(size, left)
+      local ids = {}
+      if order then
+        local idx0 = order:narrow(1, start, count) - 1   -- the engine's indices are 0-based
+        for i, t in ipairs(src.tensors) do ids[i] = jobs.start(C.dl_job_index_select(hid(t), 0, hid(idx0))) end
+      else
+        for i, t in ipairs(src.tensors) do ids[i] = jobs.start(C.dl_job_narrow(hid(t), start - 1, count)) end
+      end
+      start = start + count
+      return function()
+        local out = { n = #ids }
+        for i, id in ipairs(ids) do out[i] = jobs.wait(id) end
+        return out
+      end
+    end
+  elseif p.kind == "map" and p.start then
+    local it = iterate(p.parent)
+    produce = function()
+      local el = it()
+      if el == nil then return nil end
+      local started = p.start(jobs, unpack(el, 1, el.n))
+      return function() return pack(p.finish(jobs, started)) end
+    end
+  elseif p.kind == "batch" and p.parent.kind == "map" and p.parent.start then
+    local m, size, drop = p.parent, p.batch_size, p.drop_remainder
+    local it = iterate(m.parent)
+    produce = function()
+      local started = {}
+      for k = 1, size do
+        local el = it()
+        if el == nil then break end
+        started[k] = m.start(jobs, unpack(el, 1, el.n))
+      end
+      if #started == 0 or (drop and #started < size) then
+        for _, st in ipairs(started) do m.finish(jobs, st) end   -- collect, and leave out
+        return nil
+      end
+      return function()
+        local els = {}
+        for k, st in ipairs(started) do els[k] = pack(m.finish(jobs, st)) end
+        return stack_elements(els)
+      end
+    end
+  else
+    return iterate(p)   -- Lua work cannot leave the Lua thread
+  end
+  local queue, head, tail, done = {}, 1, 0, false
+  local function fill()
+    while not done and tail - head < depth do
+      local f = produce()
+      if f == nil then done = true else tail = tail + 1; queue[tail] = f end
+    end
+  end
+  return function()
+    fill()
+    if head > tail then return nil end
+    local f = queue[head]
+    queue[head] = nil
+    head = head + 1
+    local el = f()
+    fill()   -- the next elements' work runs while the caller uses this one
+    local _ = jobs.guard
+    return el
   end
 end
 

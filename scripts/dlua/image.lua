@@ -109,11 +109,20 @@ function dl.data.images(paths, labels, opts)
     if type(y) == "number" and y == math.floor(y) then y = dl.tensor(y, { dtype = "int64" }) end   -- class labels
     items[i] = labels and { p, y } or { p }
   end
-  return dl.data.from_list(items, { tuple = true }):map(function(p, y)
-    local img = M.load(p, load_opts)
-    if y == nil then return img end
-    return img, y
-  end)
+  -- The file is read on the Lua thread (the sandbox's file rule), the decoding is an
+  -- engine job: Dataset:prefetch runs it ahead on its worker thread.
+  local channels = channels_of("data.images", opts.mode)
+  local function start(jobs, p, y)
+    local bytes = IO.read_file("image.load", p)
+    if not bytes then raise("image.load: cannot open " .. tostring(p)) end
+    return { jobs.start(C.dl_job_image_decode(bytes, #bytes, channels, p)), y }
+  end
+  local function done(jobs, st)
+    local img = finish("image.load", jobs.wait(st[1]), load_opts.dtype)
+    if st[2] == nil then return img end
+    return img, st[2]
+  end
+  return dl.data.async_map(dl.data.from_list(items, { tuple = true }), start, done)
 end
 
 return M
