@@ -200,25 +200,27 @@ TEST_CASE("autocast hands a half-capable device's matmul half operands", "[half]
   fake.matmul = recording_matmul;
   fake.half_matmul = true;
   register_backend(DeviceType::CUDA, &fake);
-  Device dev{DeviceType::CUDA, 0};
-  Tensor a = full(Shape{2, 3}, Scalar(0.1), DType::Float32, dev), b = ones(Shape{3, 2}, DType::Float32, dev);
-  CHECK(matmul(a, b).dtype() == DType::Float32);   // autocast off: float32 as given
-  CHECK(g_seen_out == DType::Float32);
-  {
-    t_autocast = {true, DType::Float16};
-    Tensor y = matmul(a, b);
-    t_autocast = {};
-    CHECK(y.dtype() == DType::Float16);
-    CHECK(g_seen_out == DType::Float16);
-    CHECK(g_seen_a == DType::Float16);
-    CHECK(y.data<Half>()[0].bits == float_to_half_bits(3 * half_bits_to_float(float_to_half_bits(0.1f))));
+  {   // the device tensors are freed while the fake backend is still registered
+    Device dev{DeviceType::CUDA, 0};
+    Tensor a = full(Shape{2, 3}, Scalar(0.1), DType::Float32, dev), b = ones(Shape{3, 2}, DType::Float32, dev);
+    CHECK(matmul(a, b).dtype() == DType::Float32);   // autocast off: float32 as given
+    CHECK(g_seen_out == DType::Float32);
+    {
+      t_autocast = {true, DType::Float16};
+      Tensor y = matmul(a, b);
+      t_autocast = {};
+      CHECK(y.dtype() == DType::Float16);
+      CHECK(g_seen_out == DType::Float16);
+      CHECK(g_seen_a == DType::Float16);
+      CHECK(y.data<Half>()[0].bits == float_to_half_bits(3 * half_bits_to_float(float_to_half_bits(0.1f))));
+    }
+    // half operands of one dtype reach the device's kernel without autocast too
+    matmul(cast(a, DType::BFloat16), cast(b, DType::BFloat16));
+    CHECK(g_seen_a == DType::BFloat16);
+    // mixed halves are computed in float32
+    CHECK(matmul(cast(a, DType::Float16), cast(b, DType::BFloat16)).dtype() == DType::Float32);
+    CHECK(g_seen_a == DType::Float32);
   }
-  // half operands of one dtype reach the device's kernel without autocast too
-  matmul(cast(a, DType::BFloat16), cast(b, DType::BFloat16));
-  CHECK(g_seen_a == DType::BFloat16);
-  // mixed halves are computed in float32
-  CHECK(matmul(cast(a, DType::Float16), cast(b, DType::BFloat16)).dtype() == DType::Float32);
-  CHECK(g_seen_a == DType::Float32);
   register_backend(DeviceType::CUDA, nullptr);
   // the CPU computes half products in float32 whatever autocast says
   t_autocast = {true, DType::Float16};
