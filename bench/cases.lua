@@ -186,6 +186,23 @@ function M.sdpa(iters)
   return timed_after(3, g, iters, q, k, v)
 end
 
+-- Per-example gradients of an MLP 784-128-10 (relu, cross-entropy) on 64 examples,
+-- dl.vmap(dl.grad(loss)): seconds per call.
+function M.pergrad(iters)
+  dl.manual_seed(1)
+  local F = dl.nn.functional
+  local w1, b1 = dl.randn(128, 784) * 0.05, dl.zeros(128)
+  local w2, b2 = dl.randn(10, 128) * 0.05, dl.zeros(10)
+  local xs, ys = dl.randn(64, 784), dl.randint(1, 11, { 64 }, { dtype = "int64" })
+  local function loss(a1, c1, a2, c2, x, y)
+    local h = dl.relu(F.linear(x, a1, c1))
+    return dl.nn.cross_entropy(F.linear(h, a2, c2):unsqueeze(1), y:unsqueeze(1))
+  end
+  local g = dl.vmap(dl.grad(loss, { 1, 2, 3, 4 }), { in_dims = { false, false, false, false, 1, 1 } })
+  assert(g(w1, b1, w2, b2, xs, ys):size(3) == 784)
+  return timed_after(3, g, iters, w1, b1, w2, b2, xs, ys)
+end
+
 -- pw8_fn over n float32, eagerly or compiled: seconds per call.
 function M.pw8(n, iters, compiled)
   local x = dl.rand(n)
@@ -357,6 +374,7 @@ end
 -- bench/run.lua's protocol (as bench/torch_ref.py and bench/ref.c speak it): one command
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
+--   | pergrad <iters>
 --   | matmul <n> <iters> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | half <iters> | mlp <epochs or images> | cnn <epochs or images>
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
@@ -364,7 +382,7 @@ end
 function M.worker(input, output)
   local commands = {
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum, half = M.half,
-    layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa, solve = M.solve,
+    layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa, solve = M.solve, pergrad = M.pergrad,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
     chainc = M.chainc, mlpinfer = M.mlpinfer,

@@ -267,6 +267,10 @@ do
   row{ id = "sdpa", label = "scaled_dot_product_attention (8, 4, 128, 64), forward + backward", unit = "ms/call",
        show = per(MS), target = 1.0, threaded = true, ours = ours("sdpa " .. n),
        refs = { torch("sdpa " .. n, 1), torch("sdpa " .. n, 2) } }
+  n = quick and 2 or 100
+  row{ id = "pergrad", label = "per-example gradients, MLP 784-128-10, 64 examples (vmap of grad)",
+       unit = "ms/call", show = per(MS), target = 1.0, threaded = true, ours = ours("pergrad " .. n),
+       refs = { torch("pergrad " .. n, 1), torch("pergrad " .. n, 2) } }
   n = quick and 20 or 2000
   row{ id = "layernorm", label = "layer_norm forward + backward, (64, 512) float32", unit = "us/call",
        show = per(US), target = 0.8, ours = ours("layernorm " .. n), refs = { torch("layernorm " .. n, 1) },

@@ -10,6 +10,7 @@ alternates it with its own measurement in the same run):
   half <iters> <threads>      -> "ok <seconds per call>"  x.half() of 1e7 float32
   lstm <iters> <threads>      -> "ok <seconds per call>"  2-layer LSTM 256, 64 steps, batch 32
   sdpa <iters> <threads>      -> "ok <seconds per call>"  attention (8, 4, 128, 64), fwd + bwd
+  pergrad <iters> <threads>   -> "ok <seconds per call>"  per-example gradients, functorch vmap(grad)
   mlp <epochs> <threads>      -> "ok <seconds per epoch>" Fashion-MNIST MLP, SGD, batch 64
   cnn <epochs> <threads>      -> "ok <seconds per epoch>" the TF guide's conv net, Adam, batch 32
   quit
@@ -134,6 +135,23 @@ def layernorm(iters):
         y = F.layer_norm(x, (512,), w, b)
         return torch.autograd.grad((y * c).sum(), [x, w, b])
     return timed(step, iters, 20)
+
+
+def pergrad(iters):
+    """Per-example gradients of an MLP 784-128-10 (relu, cross-entropy) on 64 examples:
+    functorch's vmap(grad), torch 1.13's per-example gradient transform."""
+    import functorch
+    torch.manual_seed(1)
+    w1, b1 = torch.randn(128, 784) * 0.05, torch.zeros(128)
+    w2, b2 = torch.randn(10, 128) * 0.05, torch.zeros(10)
+    xs, ys = torch.randn(64, 784), torch.randint(0, 10, (64,))
+
+    def loss(a1, c1, a2, c2, x, y):
+        h = F.relu(F.linear(x, a1, c1))
+        return F.cross_entropy(F.linear(h, a2, c2).unsqueeze(0), y.unsqueeze(0))
+    g = functorch.vmap(functorch.grad(loss, argnums=(0, 1, 2, 3)), in_dims=(None, None, None, None, 0, 0))
+    assert g(w1, b1, w2, b2, xs, ys)[0].shape == (64, 128, 784)
+    return timed(g, iters, 3, w1, b1, w2, b2, xs, ys)
 
 
 def lstm(iters):
@@ -265,6 +283,8 @@ def run(cmd, n, threads):
         return d2(n)
     if cmd == "layernorm":
         return layernorm(n)
+    if cmd == "pergrad":
+        return pergrad(n)
     if cmd == "lstm":
         return lstm(n)
     if cmd == "sdpa":

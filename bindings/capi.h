@@ -480,6 +480,16 @@ int dl_export_save(int capture, const char* path, const char* const* meta, int n
 const char* dl_export_graph(int capture);
 const char* dl_export_describe(int capture);
 void dl_export_clear(void);
+/* dl.vmap (scripts/dlua/vmap.lua, export/vmap.h): a capture begun with dl_vmap_begin
+   (its messages start "vmap:") on one example, ended with dl_export_end, then run on
+   a batch: input i is batched[i] (its examples along dim 0, `batch` of them) or shared.
+   The number of results (their handles in out, out_batched[k] 1 where a result is
+   batched), or -1. dl_vmap_looped(k): the k-th op (0-based) of the last run that had
+   no batching rule and ran once per example, or NULL. */
+int dl_vmap_begin(const uint64_t* xs, int n);
+int dl_vmap_run(int capture, const uint64_t* xs, const int* batched, int n, int64_t batch, uint64_t* out,
+                int* out_batched, int nout);
+const char* dl_vmap_looped(int k);
 /* dl.export.onnx: the graph of the .dlg file `dlg` as an ONNX model (opset 17) */
 int dl_export_onnx(const char* dlg, const char* onnx_path, int opset);
 /* ---- background jobs (Dataset:prefetch; bindings/capi_jobs.cpp) ---- */

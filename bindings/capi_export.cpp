@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bindings/capi.h"
@@ -20,6 +21,7 @@
 #include "bindings/value.h"
 #include "export/capture.h"
 #include "export/model.h"
+#include "export/vmap.h"
 #include "tensor/error.h"
 #include "tensor/plugin.h"
 
@@ -45,6 +47,8 @@ struct Exporting {
   std::unique_ptr<dl::Observing> observing;
   std::vector<std::unique_ptr<Capture>> done;
   std::string text;   // dl_export_graph's result
+  const char* who = "export";   // the capture's user, for messages: "export" or "vmap"
+  std::vector<std::string> looped;   // dl_vmap_run's ops without a batching rule
 };
 thread_local Exporting t_export;
 
@@ -91,6 +95,10 @@ bool capturing() noexcept { return !t_export.stack.empty(); }
 
 void check_no_escape(const char* what) {
   if (!maybe_exporting()) return;
+  if (std::string_view(t_export.who) == "vmap")
+    fail(ErrorKind::Value, "vmap: ", what,
+         " reads a tensor's value into Lua, which one function for every example cannot do; use "
+         "dl.where for choices that depend on values");
   fail(ErrorKind::Value, "export: ", what,
        " reads a tensor's value into Lua, which a graph cannot hold; use dl.where or dl.cond for "
        "choices that depend on values, dl.while_loop for loops");
@@ -102,25 +110,32 @@ using namespace dl::bind;
 
 extern "C" {
 
-int dl_export_begin(const uint64_t* xs, const char* const* names, int n) {
+namespace {
+int begin(const uint64_t* xs, const char* const* names, int n, const char* who) {
   return guard_status([&] {
-    DL_CHECK(t_export.stack.empty(), "export: a capture is already in progress on this thread");
-    DL_CHECK(!dl::compile::current(), "export: cannot export from inside a compiled function");
+    DL_CHECK(t_export.stack.empty(), who, ": a capture is already in progress on this thread");
+    DL_CHECK(!dl::compile::current(), who, ": cannot capture from inside a compiled function");
+    t_export.who = who;
     auto c = std::make_unique<Capture>();
-    for (int i = 0; i < n; ++i) c->input(get(xs[i], "export"), names[i] ? names[i] : "");
-    if (!c->error().empty()) fail(ErrorKind::Value, "export: ", c->error());
+    for (int i = 0; i < n; ++i) c->input(get(xs[i], who), names && names[i] ? names[i] : "");
+    if (!c->error().empty()) fail(ErrorKind::Value, who, ": ", c->error());
     t_export.stack.push_back(std::move(c));
     observe(t_export.stack.back().get());
     g_exports.fetch_add(1, std::memory_order_relaxed);
   });
 }
+}  // namespace
+
+int dl_export_begin(const uint64_t* xs, const char* const* names, int n) { return begin(xs, names, n, "export"); }
+
+int dl_vmap_begin(const uint64_t* xs, int n) { return begin(xs, nullptr, n, "vmap"); }
 
 int dl_export_output(uint64_t y) {
   return guard_status([&] {
     Capture& c = active("export");
     DL_CHECK(!t_export.paused && t_export.stack.size() == 1, "export: a loop's capture is still in progress");
     observe(nullptr);   // what the caller does with the results is not captured
-    c.output(get(y, "export"));
+    c.output(get(y, t_export.who));
   });
 }
 
@@ -131,7 +146,7 @@ int dl_export_end(void) {
     DL_CHECK(t_export.stack.size() == 1 && !t_export.paused, "export: a loop's capture is still in progress");
     std::unique_ptr<Capture> cap = std::move(t_export.stack.back());
     stop();
-    if (!cap->error().empty()) fail(ErrorKind::Value, "export: ", cap->error());
+    if (!cap->error().empty()) fail(ErrorKind::Value, t_export.who, ": ", cap->error());
     cap->prune();
     t_export.done.push_back(std::move(cap));
     k = int(t_export.done.size()) - 1;
@@ -246,6 +261,30 @@ const char* dl_export_graph(int capture) { return text_of(capture, dl::graph::to
 const char* dl_export_describe(int capture) { return text_of(capture, dl::graph::summary); }
 
 void dl_export_clear(void) { t_export.done.clear(); }
+
+int dl_vmap_run(int capture, const uint64_t* xs, const int* batched, int n, int64_t batch, uint64_t* out,
+                int* out_batched, int nout) {
+  int count = -1;
+  guard_status([&] {
+    const Capture& c = done(capture, "vmap");
+    std::vector<dl::graph::BatchedValue> in;
+    for (int i = 0; i < n; ++i) in.push_back({get(xs[i], "vmap"), batched[i] != 0});
+    dl::graph::Batching run(c.graph, c.constants, batch);
+    std::vector<dl::graph::BatchedValue> r = run.run(in);
+    t_export.looped = run.looped();
+    DL_CHECK(int(r.size()) <= nout, "vmap: ", r.size(), " results, room for ", nout);
+    for (size_t k = 0; k < r.size(); ++k) {
+      out[k] = handle_new(std::move(r[k].t));
+      out_batched[k] = r[k].batched ? 1 : 0;
+    }
+    count = int(r.size());
+  });
+  return count;
+}
+
+const char* dl_vmap_looped(int k) {
+  return k >= 0 && size_t(k) < t_export.looped.size() ? t_export.looped[size_t(k)].c_str() : nullptr;
+}
 
 // dl.export.onnx's converter lives in a plugin (export/onnx.cpp), loaded by the first
 // conversion from beside the engine (or DLUA_ONNX_PLUGIN), so that only a program that

@@ -121,6 +121,7 @@ return {
   ["dl.linalg.matrix_norm"] = { "dl.linalg.matrix_norm(A [, ord = \"fro\"])", "\"fro\", \"nuc\", 1, -1, 2, -2, math.huge, -math.huge." },
   ["dl.linalg.vector_norm"] = { "dl.linalg.vector_norm(x [, ord = 2, dim, keepdim])", "The ord-norm of every element, or along dim." },
   ["dl.linalg.cond"] = { "dl.linalg.cond(A)", "The 2-norm condition number: largest over smallest singular value." },
+  ["dl.vmap"] = { "dl.vmap(f [, {in_dims = 1, out_dims = 1}])", "f over a batch of examples: f runs once, its ops run batched by rules (in_dims false: a shared argument). dl.vmap(dl.grad(loss)) gives per-example gradients." },
   ["dl.jacobian"] = { "dl.jacobian(f [, argnums])", "A function returning the Jacobian of f's result w.r.t. argument argnums: shape y.shape .. x.shape." },
   ["dl.hessian"] = { "dl.hessian(f [, argnums])", "A function returning the Hessian of f's scalar result: the Jacobian of dl.grad(f)." },
   ["dl.vjp"] = { "dl.vjp(f, ...)", "f's result y and back(dy): the gradient of <dy, y> w.r.t. each argument." },

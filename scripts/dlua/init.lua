@@ -14,8 +14,8 @@
 --                  TensorBoard summaries, progress bars
 --   dlua.nn, dlua.optim, dlua.data, dlua.metrics   models and losses, optimizers,
 --                  input pipelines, metrics
---   dlua.transforms, dlua.einsum, dlua.arrange, dlua.csv   loaded on first use: the
---                  Jacobian family, einsum, tile/roll/flip/triu/tril, the CSV reader
+--   dlua.transforms, dlua.vmap, dlua.einsum, dlua.arrange, dlua.csv   loaded on first use: the
+--                  Jacobian family, vmap, einsum, tile/roll/flip/triu/tril, the CSV reader
 -- How the engine library is found (the `dlua` program, DLUA_CORE, LUA_CPATH ...) is
 -- described at the top of core.lua.
 local core = require("dlua.core")
@@ -38,7 +38,7 @@ end
 
 -- Loaded when first used (Note [Modules loaded on first use] in core.lua): dl.vjp,
 -- dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint (transforms on dl.grad's engine),
--- dl.einsum, tile, roll, flip, triu, tril, and dl.cond / dl.while_loop.
+-- dl.einsum, tile, roll, flip, triu, tril, dl.cond / dl.while_loop, and dl.vmap.
 local function loader(module) return function() require(module) end end
 local ARRANGE = { "tile", "roll", "flip", "triu", "tril" }
 core.on_first_use(dl, { "vjp", "jvp", "jacobian", "hessian", "checkpoint" }, loader("dlua.transforms"))
@@ -47,6 +47,7 @@ core.on_first_use(dl, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
+core.on_first_use(dl, { "vmap" }, loader("dlua.vmap"))
 local SORTING = { "sort", "argsort", "topk", "kthvalue", "nonzero", "argwhere", "count_nonzero", "masked_select",
                   "unique" }
 core.on_first_use(dl, SORTING, loader("dlua.sorting"))
