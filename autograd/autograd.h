@@ -10,7 +10,8 @@
 // only for ops with an input that requires a gradient: when no gradient is being
 // taken nothing is recorded and these functions cost one branch over tensor/ops.h.
 // The derivative formulas (autograd/derivatives*.cpp) are written with these same
-// functions, so gradients of gradients need no special case (DESIGN.md decision 6).
+// functions, so gradients of gradients need no special case (docs/design.md, "Derivatives are
+// recorded ops").
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -5,7 +5,7 @@
 // gradients of values used many times, sums broadcast gradients back to each input's
 // shape, and frees each node's saved values once it has run unless the graph is to be
 // kept. It can stop at a custom-gradient node whose backward is a Lua function
-// (DESIGN.md decision 3: C++ never calls into Lua): the binding then calls the
+// (docs/design.md, "C++ never calls Lua"): the binding then calls the
 // function with pending_grads() and hands the results back with supply().
 #pragma once
 #include <cstdint>

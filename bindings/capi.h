@@ -27,7 +27,7 @@
  *   so the interpreter boxes no 64-bit integer.
  * - Ops go through the recording layer (autograd/autograd.h, dl::ag), so gradients
  *   are taken of whatever a script computes.
- * - Nothing here calls back into Lua (DESIGN.md decision 3).
+ * - Nothing here calls back into Lua (docs/design.md, "C++ never calls Lua").
  * - dtype codes are dl::DType's values (bool 0, uint8 1, int32 2, int64 3, float32 4,
  *   float64 5); a device is a string ("cpu", "cuda", "cuda:1") or NULL for the cpu.
  *
@@ -47,16 +47,16 @@ extern "C" {
 const char* dl_cdef(void);
 
 /* dl:cdef-begin */
-/* A tensor on the Lua side (DESIGN.md 1): a struct value of const scalars, never an
-   array (an array field would be indexable past its end). Either a handle (id != 0), or
-   a small host tensor whose value lives inline (id == 0, Note [Small tensors inline] in
-   bindings/value.cpp): its dtype code, ndim, numel, the sizes one byte each (sizes >> 8*d
-   for dim d) and up to 64 bytes of elements, row-major, from inl_v0 on. An inline tensor
-   is an immutable value that nothing else refers to, collected by Lua with nothing to release;
-   whatever needs its identity (a view, an in-place write, a gradient) first makes it a
-   handle in place with dl_promote. A small recorded value also names where its history
-   is kept while its gradient is taken (inl_tape != 0, slot inl_slot; Note [Recorded values
-   on the tape] in bindings/tapes.cpp); once that tape is discarded it is a plain value. A host passes only values the engine wrote (a
+/* A tensor on the Lua side (docs/design.md, "Tensors are FFI struct values"): a struct value of
+   const scalars, never an array (an array field would be indexable past its end). Either a handle
+   (id != 0), or a small host tensor whose value lives inline (id == 0, Note [Small tensors inline]
+   in bindings/value.cpp): its dtype code, ndim, numel, the sizes one byte each (sizes >> 8*d for
+   dim d) and up to 64 bytes of elements, row-major, from inl_v0 on. An inline tensor is an
+   immutable value that nothing else refers to, collected by Lua with nothing to release; whatever
+   needs its identity (a view, an in-place write, a gradient) first makes it a handle in place with
+   dl_promote. A small recorded value also names where its history is kept while its gradient is
+   taken (inl_tape != 0, slot inl_slot; Note [Recorded values on the tape] in bindings/tapes.cpp);
+   once that tape is discarded it is a plain value. A host passes only values the engine wrote (a
    malformed header is refused, but a bool element must hold 0 or 1, as in dl_from_ptr). */
 struct dl_tensor {
   const uint64_t id;
@@ -133,7 +133,8 @@ uint64_t dl_promote(struct dl_tensor* t);
 int dl_deliver(uint64_t id, struct dl_tensor* out);
 double dl_live_handles(void);
 /* Bytes the engine has allocated since the process started, updated as handles are
-   made: the Lua wrapper reads it to step its collector (DESIGN.md decision 4). */
+   made: the Lua wrapper reads it to step its collector (docs/design.md, "Tensor memory
+   and Lua's collector"). */
 const double* dl_allocated_total(void);
 /* in_use, cached, peak_in_use, limit, live handles */
 void dl_memory_stats(double* out5);

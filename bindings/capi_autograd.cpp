@@ -1,6 +1,6 @@
 // The C ABI of autograd (declared in bindings/capi.h, "autograd" section): grad mode,
 // watched tensors, variables, the resumable backward pass that lets the Lua side run
-// custom gradients (DESIGN.md decision 3), and recording custom-gradient nodes.
+// custom gradients (docs/design.md, "C++ never calls Lua"), and recording custom-gradient nodes.
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -80,7 +80,7 @@ ag::Grads no_backward(ag::Node&, const TensorList&) { return {}; }
 // the pass goes on: the gradient's own when it is contiguous and nothing else refers to
 // it (no other tensor, view or node still to run would see the write), else a private
 // copy, which becomes the result. end() runs before the results reach Lua, so they hold
-// what the hook wrote. C++ never calls Lua (DESIGN.md decision 3): the hook is C.
+// what the hook wrote. C++ never calls Lua (docs/design.md, "C++ never calls Lua"): the hook is C.
 struct HookRun {
   dl_grad_hook h{};
   bool armed = false;                    // waiting for a pass

@@ -1,8 +1,11 @@
 // The one exception guard of the C ABI (Note [The C ABI] in capi.cpp), shared by every
 // file that defines C entry points.
 //
-//   uint64_t dl_exp(uint64_t x) {
-//     return guard_handle([&] { return ag::unary(Op::Exp, get(x, "exp")); });
+//   uint64_t dl_transpose(uint64_t x, int d1, int d2) {     // bindings/capi.cpp
+//     return guard_handle([&] {
+//       const Tensor& t = get(x, "transpose");
+//       return ag::transpose(t, lua_dim(d1, t.dim(), "transpose"), lua_dim(d2, t.dim(), "transpose"));
+//     });
 //   }
 //
 // guard_handle returns the new tensor's handle, or 0; guard_status returns 0, or -1;

@@ -56,7 +56,8 @@ uint64_t handle_new(Tensor t) {
   Slot* s;
   {
     std::lock_guard<std::mutex> g(tb.mu);
-    // Count what the engine allocated since the last handle (DESIGN.md decision 4).
+    // Count what the engine allocated since the last handle (docs/design.md, "Tensor memory and
+    // Lua's collector").
     g_total += double(host_allocator::take_allocated_since_reset());
     if (tb.free_head != kNoSlot) {
       slot = tb.free_head;

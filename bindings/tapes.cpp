@@ -11,23 +11,21 @@
 // (Note [Handles released by a sweep, not by finalizers] in scripts/dlua/tensor.lua),
 // each marking the whole Lua heap, and the objects went back to the pools cold.
 //
-// API.md says the tape is "played backwards, then discarded", and that is what this
-// file does. Every gradient scope opened from Lua (dl_grad_enter) opens a tape; a
-// small recorded result is kept on the innermost open tape, and its Lua value holds
-// its elements inline plus (tape serial, slot). While the tape lives, the engine reads
-// the value as the kept tensor, history and all; once the tape is discarded the value
-// reads as its inline elements, a constant, as a TensorFlow tensor computed under a
-// GradientTape is once the tape is gone. The tape also notes the recorded tensors that
-// went to Lua as handles (large ones, views, a promoted value) and drops their history
-// when it is discarded, so that every value recorded under a tape, whatever its size,
-// is a constant afterwards. Only history made under that tape goes: a tape knows the
-// history stamp (ag::next_history_stamp) it opened at, a note goes to the innermost of
-// the thread's open tapes opened before the tensor's stamp (a handle made later of a
-// closed tape's value is not noted: its kept value is forgotten with that tape), and
-// the history is dropped only if the stamp is still the noted one (a Variable's or a
-// watched tensor's leaf, history made under another tape, or rewritten since by an
-// in-place op, stays). Notes are weak (a handle id): a noted tensor is freed when Lua
-// lets go of it, as before. A tape is discarded
+// docs/autograd.md ("Gradient tapes") says a tape is discarded once its gradient is taken, and that
+// is what this file does. Every gradient scope opened from Lua (dl_grad_enter) opens a tape; a
+// small recorded result is kept on the innermost open tape, and its Lua value holds its elements
+// inline plus (tape serial, slot). While the tape lives, the engine reads the value as the kept
+// tensor, history and all; once the tape is discarded the value reads as its inline elements, a
+// constant, as a TensorFlow tensor computed under a GradientTape is once the tape is gone. The tape
+// also notes the recorded tensors that went to Lua as handles (large ones, views, a promoted value)
+// and drops their history when it is discarded, so that every value recorded under a tape, whatever
+// its size, is a constant afterwards. Only history made under that tape goes: a tape knows the
+// history stamp (ag::next_history_stamp) it opened at, a note goes to the innermost of the thread's
+// open tapes opened before the tensor's stamp (a handle made later of a closed tape's value is not
+// noted: its kept value is forgotten with that tape), and the history is dropped only if the stamp
+// is still the noted one (a Variable's or a watched tensor's leaf, history made under another tape,
+// or rewritten since by an in-place op, stays). Notes are weak (a handle id): a noted tensor is
+// freed when Lua lets go of it, as before. A tape is discarded
 // - when it closes inside another gradient's scope: never on its own; the enclosing
 //   tape adopts it, since its values are part of the graph that the enclosing gradient
 //   differentiates (dl.grad(dl.grad(f)));

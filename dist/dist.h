@@ -1,7 +1,7 @@
-/* libdlua_dist: dl.dist's communication plugin (DESIGN.md decision 8: the core and
- * every program that does not train across processes load no MPI). scripts/dlua/dist.lua
- * loads it with LuaJIT's FFI when dist.init() finds itself under mpirun, and declares
- * these functions from this header's text (dld_cdef).
+/* libdlua_dist: dl.dist's communication plugin (docs/design.md, "Plugins load on first
+ * use": the core and every program that does not train across processes load no MPI).
+ * scripts/dlua/dist.lua loads it with LuaJIT's FFI when dist.init() finds itself under
+ * mpirun, and declares these functions from this header's text (dld_cdef).
  *
  *   dld_init(...)                  MPI_Init_thread (SERIALIZED at least) and a duplicate
  *                                  of the world communicator for every collective

@@ -14,16 +14,18 @@
 // aligned to its item size; `__metadata__` first, keys sorted. The file is replaced
 // atomically (io/file.h). Names must be unique and, like metadata, valid UTF-8.
 //
-// Reading (Note [Reading hostile files]): the file is untrusted. The header length is
-// at most 100 MB and within the file; the JSON is parsed by a strict, non-recursive
-// parser that knows the schema (so nesting and memory are bounded by construction);
-// dtypes must be known, shapes at most kMaxDims dims, byte counts must equal
+// Note [Reading hostile files]
+// A file is untrusted: a model from the internet, a checkpoint cut short by a crash.
+// The header length is at most 100 MB and within the file; the JSON is parsed by a
+// strict, non-recursive parser that knows the schema (so nesting and memory are
+// bounded by construction); dtypes must be known, shapes at most kMaxDims dims, byte counts must equal
 // numel * itemsize without overflow, and the offsets must tile the data section
 // exactly (no gap, no overlap, nothing after the last tensor), as the reference
 // implementation requires. Bool bytes must be 0 or 1. Everything is checked before any
 // tensor is allocated; data goes into fresh tensors, and the caller gets all of them
-// or an exception. F16 and BF16 are widened to float32; I8, I16 and U16 to int32 and
-// U32 to int64 (dlua has no narrower types); other dtypes are refused.
+// or an exception. F16 and BF16 load as float16 and bfloat16; I8, I16 and U16 are
+// widened to int32 and U32 to int64 (dlua has no narrower integer types); other dtypes
+// are refused.
 #pragma once
 #include <string>
 #include <utility>

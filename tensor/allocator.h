@@ -8,8 +8,8 @@
 // own and backed by transparent huge pages where Linux offers them (Note [Huge pages
 // for large blocks] in allocator.cpp). The allocator also
 // counts bytes allocated since the last reset, which the Lua binding reads to step
-// its collector (DESIGN.md decision 4), and enforces an optional byte cap (the
-// embedding API's tensor memory limit).
+// its collector (docs/design.md, "Tensor memory and Lua's collector"), and enforces an optional
+// byte cap (the embedding API's tensor memory limit).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -49,8 +49,8 @@ bool maps_large_blocks() noexcept;
 }  // namespace host_allocator
 
 // Device allocators (the CUDA plugin) report what they hand out and take back here, so
-// that the bytes counted for the Lua collector (take_allocated_since_reset, DESIGN.md
-// decision 4) include device tensors, whose handles are just as small.
+// that the bytes counted for the Lua collector (take_allocated_since_reset; docs/design.md,
+// "Tensor memory and Lua's collector") include device tensors, whose handles are just as small.
 namespace device_memory {
 void note_alloc(int64_t bytes) noexcept;
 void note_free(int64_t bytes) noexcept;

@@ -1,4 +1,5 @@
-// Kernel math, written once for the host and the device (DESIGN.md decision 7).
+// Kernel math, written once for the host and the device (docs/design.md, "Kernel math written
+// once").
 //
 // Each functor is a plain struct whose call operator is DL_HD: tensor/cpu runs it in
 // vectorisable loops, gpu/ in grid-stride CUDA kernels, and the CPU tests check it.

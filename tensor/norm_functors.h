@@ -1,6 +1,6 @@
 // The per-element math of layer normalisation, written once for the CPU kernels
-// (tensor/cpu/norm.cpp) and the CUDA ones (gpu/nn.cu) (DESIGN.md decision 7). A row's
-// statistics (its mean and 1 / sqrt(var + eps); the means of g w and of g w xhat for the
+// (tensor/cpu/norm.cpp) and the CUDA ones (gpu/nn.cu) (docs/design.md, "Kernel math written once").
+// A row's statistics (its mean and 1 / sqrt(var + eps); the means of g w and of g w xhat for the
 // backward) are computed by each kernel in double and passed in as T.
 #pragma once
 #include "tensor/functors.h"

@@ -1,8 +1,8 @@
 // The optimizers' update rules for one element, written once for the host and the
-// device (DESIGN.md decision 7): tensor/cpu/optim.cpp and gpu/optim.cu run them over
-// whole tensors in one pass (tensor/optim.h). The arithmetic follows PyTorch's
-// torch.optim (1.13, single-tensor path) step by step in the tensor's dtype, so that
-// an update matches PyTorch's to float rounding (tests/lua/test_optim.lua).
+// device (docs/design.md, "Kernel math written once"): tensor/cpu/optim.cpp and gpu/optim.cu run
+// them over whole tensors in one pass (tensor/optim.h). The arithmetic follows PyTorch's
+// torch.optim (1.13, single-tensor path) step by step in the tensor's dtype, so that an update
+// matches PyTorch's to float rounding (tests/lua/test_optim.lua).
 #pragma once
 #include <cmath>
 

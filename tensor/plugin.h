@@ -1,4 +1,5 @@
-// The CUDA plugin (gpu/, libdlua_cuda.so), loaded on first use (DESIGN.md decision 8).
+// The CUDA plugin (gpu/, libdlua_cuda.so), loaded on first use (docs/design.md, "Plugins load on
+// first use").
 //
 //   if (dl::cuda::available()) {                       // loads the plugin once
 //     dl::Tensor x = dl::ones({2, 3}, dl::DType::Float32, dl::Device{dl::DeviceType::CUDA, 0});

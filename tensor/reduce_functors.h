@@ -1,4 +1,5 @@
-// Reduction math, written once for the host and the device (DESIGN.md decision 7).
+// Reduction math, written once for the host and the device (docs/design.md, "Kernel math written
+// once").
 //
 //   fn::SumRed<float> r;                      // folds float32 into a double
 //   fn::SumRed<float>::acc_t a = r.identity();

@@ -3,7 +3,7 @@
 //
 // Note [Stopping a script]
 // A time limit, interrupt() and Ctrl-C all stop Lua code the same way, following
-// shared/notes/sandbox.md §3: a count hook that, once it fires, stays armed at a count
+// docs/design.md, "The time limit": a count hook that, once it fires, stays armed at a count
 // of 1 and raises the stop message on every instruction (sticky), so pcall, xpcall and
 // coroutine.resume inside the script cannot swallow it; the host disarms it when the
 // outermost call returns. A hook is ignored by JIT-compiled code, so runtimes with a

@@ -1,4 +1,4 @@
-// The environment of untrusted scripts (shared/notes/sandbox.md §1, §3).
+// The environment of untrusted scripts (docs/design.md, "The sandbox").
 //
 // Note [Two global tables]
 // The library (dlua and its submodules) is trusted: it was loaded before any script,

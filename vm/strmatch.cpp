@@ -2,7 +2,7 @@
 // (lstrlib.c, MIT licence, as LuaJIT 2.1 implements it) plus a poll of the runtime's
 // stop check every few thousand steps. LuaJIT's own matcher is a C function that a
 // hook cannot preempt, so a pattern like ("a?"):rep(30)..("a"):rep(30) would hang the
-// host past any time limit (shared/notes/sandbox.md §3.5; Luau does the same in
+// host past any time limit (docs/design.md, "Patterns under the time limit"; Luau does the same in
 // lstrlib.cpp). Everything here is plain C style: errors longjmp through these frames.
 #include <cctype>
 #include <cstring>

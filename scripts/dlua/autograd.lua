@@ -1,4 +1,4 @@
--- dlua.autograd: gradients of Lua functions (API.md, "Automatic differentiation").
+-- dlua.autograd: gradients of Lua functions (docs/autograd.md).
 --
 --   local f = function(x) return x * x end
 --   dl.grad(f)(3)               --> tensor(6.)
@@ -8,7 +8,7 @@
 -- the engine's gradient scopes around the user's function, hands it watched aliases of
 -- the arguments (so that an inner gradient never confuses its argument with an outer
 -- one's), and drives the backward pass. A custom gradient written in Lua cannot be
--- called from C++ (DESIGN.md decision 3): the engine stops at its node, this module
+-- called from C++ (docs/design.md, "C++ never calls Lua"): the engine stops at its node, this module
 -- calls the Lua function with the pending gradient and resumes the engine.
 --
 -- Nesting: a gradient taken while an outer gradient is being taken is computed with its

@@ -1,4 +1,4 @@
--- dlua.checkpoint: object-based checkpoints (API.md, "Saving").
+-- dlua.checkpoint: object-based checkpoints (docs/training.md).
 --
 --   local ckpt = dl.Checkpoint{model = net, optimizer = opt, step = 0}
 --   ckpt:restore(dl.latest_checkpoint("ckpt"))    -- nothing to do on the first run

@@ -1,4 +1,4 @@
--- dlua.data: input pipelines, as dl.data (API.md, "Models, training, data"), composed
+-- dlua.data: input pipelines, as dl.data (docs/training.md), composed
 -- like tf.data:
 --
 --   local ds = dl.data.from_tensors(images, labels):shuffle(42):batch(64)

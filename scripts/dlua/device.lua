@@ -1,4 +1,4 @@
--- dlua.device: where tensors live (API.md, "Devices"): dl.device and dl.cuda.
+-- dlua.device: where tensors live (docs/gpu.md): dl.device and dl.cuda.
 --
 --   if dl.cuda.is_available() then
 --     local x = dl.randn(4, 3):cuda()            -- or x:to("cuda:0")

@@ -4,7 +4,8 @@
 --   local x = dl.tensor({{1, 2}, {3, 4}})
 --   print(x:matmul(x):sum())      -- tensor(54., shape=(), dtype=float32)
 --
--- The contract is shared/API.md. The pieces, all internal (scripts use only this):
+-- The contract is the guides in docs/ (tensors.md, autograd.md, training.md ...). The pieces, all
+-- internal (scripts use only this):
 --   dlua.core      the C ABI through the LuaJIT FFI, errors, collector stepping
 --   dlua.tensor    the tensor type, creation, ops, indexing
 --   dlua.format    printing

@@ -1,4 +1,4 @@
--- dlua.io: tensors in files (API.md, "Models, training, data").
+-- dlua.io: tensors in files (docs/training.md).
 --
 --   dl.save("model.safetensors", {w = w, b = b}, {epoch = "3"})
 --   local t, meta = dl.load("model.safetensors")      -- t.w, t.b; meta.epoch == "3"
@@ -36,9 +36,9 @@ local M = {}
 -- ---- arguments -----------------------------------------------------------------------------
 
 -- Note [Files and the sandbox]
--- A sandboxed script must not reach the file system (API.md: no io/os), and `dl` is in
--- its environment, so every file function here asks denial() first: files are refused
--- after M.deny_files(), and in any Lua state that holds a sandbox environment (the
+-- A sandboxed script must not reach the file system (docs/design.md, "What a sandboxed script can
+-- reach"), and `dl` is in its environment, so every file function here asks denial() first: files
+-- are refused after M.deny_files(), and in any Lua state that holds a sandbox environment (the
 -- runtime's registry key "dlua.env", vm/sandbox.cpp), so that no host can forget it.
 local getregistry = debug and debug.getregistry
 local denied = nil

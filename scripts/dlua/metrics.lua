@@ -1,4 +1,4 @@
--- dlua.metrics: running metrics, as dl.metrics (API.md, "Models, training, data"), like
+-- dlua.metrics: running metrics, as dl.metrics (docs/training.md), like
 -- tf.keras.metrics:
 --
 --   local m = dl.metrics.Mean()

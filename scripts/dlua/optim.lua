@@ -1,5 +1,4 @@
--- dlua.optim: optimizers and learning-rate schedules, as dl.optim (API.md, "Models,
--- training, data").
+-- dlua.optim: optimizers and learning-rate schedules, as dl.optim (docs/training.md).
 --
 --   local opt = dl.optim.Adam{lr = 1e-3}
 --   local loss, grads = dl.implicit_value_and_grad(loss_fn)()

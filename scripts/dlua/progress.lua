@@ -1,4 +1,4 @@
--- dlua.progress: progress bars (API.md, "Models, training, data").
+-- dlua.progress: progress bars (docs/training.md).
 --
 --   for i in dl.progress(1000, {desc = "train"}) do ... end
 --   for i, x in dl.progress({"a", "b", "c"}) do ... end          -- like ipairs

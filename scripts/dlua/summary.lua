@@ -1,4 +1,4 @@
--- dlua.summary: TensorBoard event files (API.md, "Models, training, data").
+-- dlua.summary: TensorBoard event files (docs/training.md).
 --
 --   local w = dl.summary.writer("runs/exp1")
 --   for step = 1, 1000 do

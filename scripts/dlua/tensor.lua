@@ -1,7 +1,7 @@
--- dlua.tensor: the tensor type and its operations (API.md, "Tensors").
+-- dlua.tensor: the tensor type and its operations (docs/tensors.md).
 --
 -- A tensor is cdata of `struct dl_tensor` (bindings/capi.h) under ffi.metatype: a struct
--- value of const scalars (DESIGN.md decision 1, notes/sandbox.md) that is either the id
+-- value of const scalars (docs/design.md, "Tensors are FFI struct values") that is either the id
 -- of a handle in the engine's table, released once the value dies (Note [Handles released
 -- by a sweep, not by finalizers] below), or a small host tensor held inline (Note [Small
 -- tensors inline] in bindings/value.cpp). No tensor value carries a finalizer. The hot

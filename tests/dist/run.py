@@ -1,5 +1,5 @@
 """dl.dist under mpirun: the multi-rank checks (tests/dist/ranks.lua on 2 and 3 ranks) and
-the failure modes, each with a deadline (shared/notes/distributed.md, "Failure modes").
+the failure modes, each with a deadline (docs/distributed.md, "When something goes wrong").
 
     run.py DLUA CASE      CASE: ranks2, ranks3, ranks2_tcp, timeline, stall, stall_plain, mismatch, order, error, exit, kill, example
 

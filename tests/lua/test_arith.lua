@@ -1,5 +1,5 @@
 -- Arithmetic, promotion, in-place ops, elementwise math, linear algebra
--- (API.md "Tensors": Arithmetic with broadcasting).
+-- (docs/tensors.md, "Arithmetic and broadcasting").
 local H = require("harness")
 local dl = require("dlua")
 local core = require("dlua.core")

@@ -1,4 +1,4 @@
--- The autograd API of API.md, from a script: dl.grad and friends, Variables, tapes,
+-- The autograd API of docs/autograd.md, from a script: dl.grad and friends, Variables, tapes,
 -- custom gradients, and the examples of TensorFlow's eager execution guide.
 local dl = require("dlua")
 local H = require("harness")

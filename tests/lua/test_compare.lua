@@ -1,5 +1,5 @@
 -- Comparisons: bool tensors from methods, Lua booleans from native operators
--- (API.md "Tensors": Comparisons).
+-- (docs/tensors.md, "Comparisons").
 local H = require("harness")
 local dl = require("dlua")
 

@@ -1,4 +1,4 @@
--- Creation functions, dtypes, devices, random numbers (API.md "Tensors": Creation, Dtypes).
+-- Creation functions, dtypes, devices, random numbers (docs/tensors.md, "Making tensors").
 local H = require("harness")
 local dl = require("dlua")
 local ffi = require("ffi")

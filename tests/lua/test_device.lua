@@ -1,4 +1,4 @@
--- Devices (API.md "Devices"): dl.device(name [, f]), dl.cuda, moving tensors. Runs on
+-- Devices (docs/gpu.md): dl.device(name [, f]), dl.cuda, moving tensors. Runs on
 -- every machine: without a GPU it checks that CUDA is cleanly unavailable; with one, that
 -- tensors move, ops run there and agree with the CPU, and errors name the devices.
 local H = require("harness")

@@ -1,4 +1,4 @@
--- Views and indexing, 1-based (API.md "Tensors": Views and indexing).
+-- Views and indexing, 1-based (docs/tensors.md, "Indexing and views").
 local H = require("harness")
 local dl = require("dlua")
 

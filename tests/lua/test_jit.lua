@@ -1,6 +1,6 @@
 -- The hot paths compile: a loop of small-tensor arithmetic and an element loop over
--- x[i] become JIT traces (DESIGN.md decision 1: FFI calls are compiled, classic
--- lua_CFunction calls are not). Skipped where the JIT is off (a sandboxed runtime).
+-- x[i] become JIT traces (docs/design.md, "Tensors are FFI struct values": FFI calls are compiled,
+-- classic lua_CFunction calls are not). Skipped where the JIT is off (a sandboxed runtime).
 local H = require("harness")
 local dl = require("dlua")
 

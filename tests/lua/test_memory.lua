@@ -1,5 +1,5 @@
--- Tensor memory and Lua's collector (DESIGN.md decision 4): a loop making fresh
--- tensors needs no collectgarbage(); the tensor memory limit is enforced, with one
+-- Tensor memory and Lua's collector (docs/design.md, "Tensor memory and Lua's collector"): a loop
+-- making fresh tensors needs no collectgarbage(); the tensor memory limit is enforced, with one
 -- collection and a retry before an allocation is refused.
 local H = require("harness")
 local dl = require("dlua")

@@ -1,5 +1,5 @@
 -- Printing: print(x) / tostring(x) in PyTorch's format with shape and dtype
--- (API.md "Tensors": Printing). The expected strings come from PyTorch 1.13's own
+-- (docs/tensors.md, "Printing"). The expected strings come from PyTorch 1.13's own
 -- formatter (torch._tensor_str._tensor_str and _add_suffixes) given the same values,
 -- with our suffixes (shape=..., dtype=...) and bools spelt true/false.
 local H = require("harness")

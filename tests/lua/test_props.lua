@@ -1,4 +1,4 @@
--- Properties and conversion (API.md "Tensors": Properties and conversion).
+-- Properties and conversion (docs/tensors.md, "Properties and conversion").
 local H = require("harness")
 local dl = require("dlua")
 

@@ -1,4 +1,4 @@
--- Reductions and NN functions (API.md "Tensors": Reductions).
+-- Reductions and NN functions (docs/tensors.md, "Reductions").
 local H = require("harness")
 local dl = require("dlua")
 

@@ -1,5 +1,6 @@
 -- What a sandboxed runtime removes from the module before scripts run
--- (dlua.tensor's restrict(), called by vm/sandbox.cpp; notes/sandbox.md).
+-- (dlua.tensor's restrict(), called by vm/sandbox.cpp; docs/design.md, "What a sandboxed script can
+-- reach").
 local H = require("harness")
 local dl = require("dlua")
 local T = require("dlua.tensor")

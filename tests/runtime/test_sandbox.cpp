@@ -1,4 +1,4 @@
-// The attack scripts of shared/notes/sandbox.md §2, each in a fresh sandboxed runtime:
+// The attack scripts (docs/design.md, "The attack scripts"), each in a fresh sandboxed runtime:
 // each must be refused or stopped with a clear error, and the host then goes on (the
 // same Runtime answers again, with the library working).
 #include <dlua/dlua.hpp>

@@ -3,7 +3,8 @@
 -- matrices (matmuls, pointwise ops, broadcasting, views, reductions, a fan-out that
 -- keeps many intermediate results alive at once), takes first-order gradients of it
 -- (and, every --second iterations, a second-order one, whose backward is itself
--- recorded), then lets everything go. No collectgarbage() on purpose (DESIGN.md 4).
+-- recorded), then lets everything go. No collectgarbage() on purpose (docs/design.md, "Tensor
+-- memory and Lua's collector").
 --
 --   build/bin/dlua tools/soak/graphs.lua [--steps 100000] [--nodes 120] [--size 32]
 --                  [--every 1000] [--warmup 5000] [--tolerance_mb 16] [--csv FILE]

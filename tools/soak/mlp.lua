@@ -2,7 +2,7 @@
 -- Adam, batches of 64, the same training step) for --steps steps, cycling over
 -- Fashion-MNIST, and checks that resident memory stays flat after warm-up. There is no
 -- collectgarbage() here on purpose: the runtime must keep tensor memory bounded by
--- itself (DESIGN.md decision 4).
+-- itself (docs/design.md, "Tensor memory and Lua's collector").
 --
 --   build/bin/dlua tools/soak/mlp.lua [--steps 100000] [--every 1000] [--warmup 5000]
 --                  [--tolerance_mb 16] [--csv FILE] [--verbose 1] [--data DIR]

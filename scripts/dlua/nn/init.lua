@@ -1,4 +1,4 @@
--- dlua.nn: models and losses, as dl.nn (API.md, "Models, training, data").
+-- dlua.nn: models and losses, as dl.nn (docs/training.md).
 --
 --   local Net = dl.nn.Module:extend("Net")
 --   function Net:init() self.fc1 = dl.nn.Linear(784, 256); self.fc2 = dl.nn.Linear(256, 10) end

@@ -1,4 +1,4 @@
--- dlua.nn.layers: the layers of dl.nn (API.md, "Models, training, data").
+-- dlua.nn.layers: the layers of dl.nn (docs/training.md).
 --
 --   local net = dl.nn.Sequential{
 --     dl.nn.Conv2d(1, 16, 3, {padding = 1}), dl.nn.ReLU(), dl.nn.MaxPool2d(2),

@@ -1,4 +1,4 @@
--- dlua.nn.module: the Module base class (API.md, "Models, training, data").
+-- dlua.nn.module: the Module base class (docs/training.md).
 --
 --   local Net = dl.nn.Module:extend("Net")
 --   function Net:init(hidden)
