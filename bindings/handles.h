@@ -37,7 +37,7 @@ int64_t handle_count() noexcept;
 // Bytes the engine has allocated since the process started (never reset, so that each
 // Lua state can measure from its own last collection). Updated each time a handle is
 // made, from the host allocator's counter. See Note [Stepping the collector] in
-// scripts/dlua/core.lua.
+// scripts/dlua/lifetime.lua.
 const double* allocated_total() noexcept;
 
 }  // namespace dl::bind

@@ -8,7 +8,7 @@
 // another to release, Lua-side tracking, and, worse, the graph stayed alive until the
 // collector found the handle dead: a recorded chain of 16-element ops pinned about
 // 1.2 KB of engine objects per op, so collections had to run every few thousand ops
-// (Note [Handles released by a sweep, not by finalizers] in scripts/dlua/tensor.lua),
+// (Note [Handles released by a sweep, not by finalizers] in scripts/dlua/lifetime.lua),
 // each marking the whole Lua heap, and the objects went back to the pools cold.
 //
 // docs/autograd.md ("Gradient tapes") says a tape is discarded once its gradient is taken, and that

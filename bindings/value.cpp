@@ -4,7 +4,7 @@
 // A handle costs more than a small op: the engine allocates a TensorImpl, a Storage and
 // its bytes, takes the handle table's lock to register it and again to release it, and
 // the Lua side tracks the value that holds it until the collector finds it dead (Note
-// [Handles released by a sweep, not by finalizers] in scripts/dlua/tensor.lua; a
+// [Handles released by a sweep, not by finalizers] in scripts/dlua/lifetime.lua; a
 // finalizer, as it first had, cost 350-450 ns over the value's life). For `a + b` on 16
 // floats that is several times the arithmetic and more than PyTorch's whole eager op.
 // So a small host tensor (at most kInlineBytes of elements, at most 8 dims of at most

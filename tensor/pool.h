@@ -31,7 +31,7 @@ class ObjectPool {
   static_assert(Size >= sizeof(void*), "a pooled block holds the free list's link");
   // Up to 8 MB of blocks per size and thread. Tensor handles die in batches, a
   // collection cycle's worth at a time (Note [Handles released by a sweep, not by
-  // finalizers] in scripts/dlua/tensor.lua): a recorded chain of 16-element ops
+  // finalizers] in scripts/dlua/lifetime.lua): a recorded chain of 16-element ops
   // released about 9,000 handles per sweep, each with a TensorImpl, a Storage and most
   // with a node, and with a cap of 4,096 blocks half its nodes and a fifth of its other
   // objects came from malloc and went back to free (12% of its instructions; 930 -> 885

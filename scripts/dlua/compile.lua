@@ -23,7 +23,8 @@ local T = require("dlua.tensor")
 
 local C = core.C
 local entries = core.entries   -- Note [Walking nested tables] in core.lua
-local total, mark, budget, collect = core.total, core.mark, core.budget, core.collect
+local L = require("dlua.lifetime")
+local total, mark, budget, collect = L.total, L.mark, L.budget, L.collect
 local dl = T.dl
 local Tensor, own, proxies = T.Tensor, T.own, T.proxies
 local istype, ffi_string = ffi.istype, ffi.string
@@ -163,7 +164,7 @@ local function compile(f, opts)
     if C.dl_is_recording() ~= 0 then return f(...) end   -- eager under a gradient
     if C.dl_export_active() ~= 0 then return f(...) end  -- its ops go into an exported graph
     -- The collector is stepped here, as before an eager op allocates (Note [Stepping the
-    -- collector] in core.lua): the call's results are allocated when its steps run, and
+    -- collector] in lifetime.lua): the call's results are allocated when its steps run, and
     -- the garbage of the calls before (last call's results) is then freed and reused.
     if total[0] - mark[0] > budget[0] then collect() end
     local want, rng_before, rng_after

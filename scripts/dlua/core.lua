@@ -1,5 +1,6 @@
 -- dlua.core: the engine's C ABI (bindings/capi.h) seen from Lua, error raising and the
--- collector stepping shared by the other dlua modules. Internal: scripts use `dlua`.
+-- op table shared by the other dlua modules (stepping the collector is dlua.lifetime).
+-- Internal: scripts use `dlua`.
 --
 -- Finding the engine (libdlua_core.so), first match wins:
 --   0. require("dlua.clib") when the host registered it (package.preload): the
@@ -23,15 +24,13 @@
 local ffi = require("ffi")
 
 local type, pcall, error, tostring, select = type, pcall, error, tostring, select
-local ffi_string, ffi_new = ffi.string, ffi.new
-local collectgarbage = collectgarbage
+local ffi_string = ffi.string
 local getinfo = debug and debug.getinfo
 local getenv = os and os.getenv
 local searchpath = package and package.searchpath
 local cpath = package and package.cpath
 local ssub, smatch, concat = string.sub, string.match, table.concat
 local ipairs, pairs, io_open = ipairs, pairs, io and io.open
-local mmin, mmax = math.min, math.max
 
 local M = {}
 M.ffi = ffi
@@ -235,89 +234,6 @@ function M.options(op, opts, allowed)
     if not allowed[k] then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
   end
   return opts
-end
-
--- ---- memory: stepping the collector -------------------------------------------------------
-
--- Note [Stepping the collector]
--- Tensor memory lives outside the Lua heap, so Lua's collector does not know that a
--- few small cdata handles hold gigabytes. The engine counts the bytes it allocates
--- (dl_allocated_total, per process and never reset); each new tensor handle
--- (dlua.tensor's wrap) compares what was allocated since this Lua state's last
--- collection with a budget and, past it, runs a full collection, which finalizes
--- unreachable tensors and gives their memory back. (Counting from each state's own
--- mark keeps one runtime's collections from hiding another's allocations.) Like
--- torch7's soft limit, the budget adapts: when the memory still in use after a
--- collection grew by more than half the budget since the previous one, the data is
--- growing (a data set being loaded, a model being built), and the budget grows by 40%
--- so that collections do not become quadratic; when it did not grow, the budget
--- shrinks back towards its base, but never below four times the Lua heap, whose size a
--- full collection's cost follows. (What a collection frees is no measure of this:
--- much of what the engine allocates between collections is freed without one, the
--- temporaries of a backward pass for instance. Measured that way, a conv net's
--- training steps grew the budget without end, the garbage with it, and every step
--- paged in fresh memory.) The base (16 MB) bounds the garbage a training loop carries:
--- it is most of what the MLP training run holds beyond its data set (bench/, `mlpmem`).
--- The bytes counted include temporaries freed without the collector, so the fewer of
--- those an op makes, the more of the budget is real garbage: when a Linear layer's
--- weight gradient stopped being copied in the optimizer's step, the MLP run's peak rose
--- from 220 to 233 MB at a base of 32 MB; at 16 it is 215 MB, for twice as many full
--- collections (each about 0.1 ms with a small Lua heap, and never more often than four
--- heaps' worth of allocation). With a tensor memory limit set, the budget stays below
--- a quarter of the limit, and an allocation the limit refuses is retried once after a
--- full collection (M.retry).
-local KIND_MEMORY = 3        -- dl::ErrorKind::Memory
-local BASE_BUDGET = 16 * 2 ^ 20
--- A full collection costs time in proportion to the Lua heap, so the budget never falls
--- below this many times the heap: a script holding a large Lua heap is not collected
--- more often than that heap can afford.
-local HEAP_FACTOR = 4
-local MAX_BUDGET = 2 ^ 40
-M.total = C.dl_allocated_total()            -- const double*: bytes allocated so far
-M.mark = ffi_new("double[1]", M.total[0])   -- the total at this state's last collection
-M.budget = ffi_new("double[1]", BASE_BUDGET)
-local total, mark, budget = M.total, M.mark, M.budget
-local stats = ffi_new("double[5]")
-local collecting = false
-local live_before = 0   -- bytes in use right after this state's previous collection
-
-function M.collect()
-  if collecting then return end
-  collecting = true
-  mark[0] = total[0]
-  collectgarbage("collect")
-  C.dl_trim_idle_cache()   -- large cached blocks long unused go back to the system (tensor/allocator.h)
-  C.dl_memory_stats(stats)
-  -- Device tensors count too: their bytes are in `total` as well.
-  local live, limit = stats[0] + C.dl_device_bytes_in_use(), stats[3]
-  local b = budget[0]
-  if live - live_before > 0.5 * b then
-    b = mmin(b * 1.4, MAX_BUDGET)
-  elseif live <= live_before then
-    b = mmax(BASE_BUDGET, b / 1.4)
-  end
-  live_before = live
-  b = mmax(b, HEAP_FACTOR * 1024 * collectgarbage("count"))
-  if limit > 0 then b = mmax(2 ^ 20, mmin(b, limit / 4)) end
-  budget[0] = b
-  collecting = false
-end
-
--- After a failed call: true when it failed for memory and a collection was run, so
--- that the caller should try once more.
-function M.retry()
-  if C.dl_last_error_kind() ~= KIND_MEMORY or collecting then return false end
-  M.collect()
-  C.dl_empty_cache()
-  return true
-end
-
-function M.memory_stats()
-  C.dl_memory_stats(stats)
-  return {
-    in_use = stats[0], cached = stats[1], peak = stats[2], limit = stats[3],
-    tensors = stats[4], gc_budget = budget[0], gc_debt = total[0] - mark[0],
-  }
 end
 
 -- ---- the op table -------------------------------------------------------------------------

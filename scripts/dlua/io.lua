@@ -21,7 +21,8 @@ local hid = T.hid
 core.own_source()
 
 local C = core.C
-local raise, raise_last, bad_arg, retry = core.raise, core.raise_last, core.bad_arg, core.retry
+local raise, raise_last, bad_arg, retry = core.raise, core.raise_last, core.bad_arg,
+  require("dlua.lifetime").retry
 local wrap, is_tensor = T.wrap, T.is_tensor
 local dl = T.dl
 local type, pairs, ipairs, tostring = type, pairs, ipairs, tostring

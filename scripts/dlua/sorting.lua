@@ -18,7 +18,8 @@ local T = require("dlua.tensor")
 core.own_source()
 
 local C = core.C
-local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, core.bad_arg, core.retry,
+local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, core.bad_arg,
+  require("dlua.lifetime").retry,
   core.options
 local wrap, hid, is_tensor, shape_str, methods, dl = T.wrap, T.hid, T.is_tensor, T.shape_str, T.methods, T.dl
 local type, tostring, floor = type, tostring, math.floor

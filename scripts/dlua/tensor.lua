@@ -3,7 +3,7 @@
 -- A tensor is cdata of `struct dl_tensor` (bindings/capi.h) under ffi.metatype: a struct
 -- value of const scalars (docs/design.md, "Tensors are FFI struct values") that is either the id
 -- of a handle in the engine's table, released once the value dies (Note [Handles released
--- by a sweep, not by finalizers] below), or a small host tensor held inline (Note [Small
+-- by a sweep, not by finalizers] in lifetime.lua), or a small host tensor held inline (Note [Small
 -- tensors inline] in bindings/value.cpp). No tensor value carries a finalizer. The hot
 -- entry points (the op families, metadata, elements) take the value itself and write
 -- their result into a new one (value()); every other entry point takes a handle id,
@@ -22,7 +22,7 @@ local core = require("dlua.core")
 core.own_source()
 
 local C = core.C
-local raise, raise_last, bad_arg, retry = core.raise, core.raise_last, core.bad_arg, core.retry
+local raise, raise_last, bad_arg = core.raise, core.raise_last, core.bad_arg
 local typename = core.typename
 local istype, ffi_gc, ffi_new = ffi.istype, ffi.gc, ffi.new
 local type, select, tostring, tonumber, pairs, ipairs, next =
@@ -48,83 +48,8 @@ local Tensor = ffi.metatype("struct dl_tensor", mt)
 M.Tensor = Tensor
 core.set_tensor_type(Tensor)
 
-local total, mark, budget, collect = core.total, core.mark, core.budget, core.collect
-local release_id = C.dl_release_id
-local setmetatable, tonumber_, collectgarbage = setmetatable, tonumber, collectgarbage
-
--- Note [Handles released by a sweep, not by finalizers]
--- A handle must be released when the Lua value holding it dies. A finalizer would say
--- when (ffi.gc), but LuaJIT charges 350 to 450 ns over the life of each cdata that has
--- one (this machine: a loop making 88-byte cdata took 55 ns a value without a
--- finalizer, 430 with a C one), as much as a whole 16-element op and its recording.
--- So a handle's cdata is instead the value of a weak table, `tracked`, at a slot whose
--- id `ids` keeps: the collector clears the weak entry when the cdata dies, and once per
--- cycle the finalizer of a sentinel (made unreachable on purpose, and made afresh each
--- time) sweeps the slots whose entry is gone and releases their handles. A cycle's
--- atomic phase clears weak entries before its finalizers run, so a handle is released
--- in the cycle its value died in, as a finalizer would have. (A value resurrected by a
--- finalizer is marked before weak entries are cleared: never released while reachable.)
--- Per handle that is two table stores and its share of the sweep, which visits every
--- slot once a cycle, as the collector's mark phase visits every live value anyway.
--- lua_close clears no weak table: it calls every finalizer, and the `closer`, a cdata
--- this module keeps to the end, releases every handle still tracked from its own.
-local tracked = setmetatable({}, { __mode = "v" })   -- slot -> the cdata of a live handle
-local ids = {}                                       -- slot -> its handle id, or false
-local free_slots, nfree, nslots = {}, 0, 0
-
--- Handles are also what paces collections here. At LuaJIT's own pace (a cycle when the
--- Lua heap has doubled) a recorded chain of 16-element ops made about 9,000 handles a
--- cycle, and the sweep gave back their engine objects (node, tensor, storage: about
--- 1.2 KB each, 10 MB in all) at once, which the pools then handed out again cold. So a
--- full collection also runs once MADE_MIN handles, or MADE_PER_KB per KB of Lua heap if
--- that is more, were made since the last cycle: a collection costs in proportion to the
--- heap (0.1 to 0.15 ms for dlua's own 530 KB), so its cost per handle stays bounded
--- (about 0.06 us). In alternating runs the chain took 0.95 to 1.2 us an op with this
--- and 1.4 to 1.7 without; `a + b` on inline values makes no handle and did not change.
-local MADE_MIN, MADE_PER_KB = 4096, 4
-local made, made_limit = 0, MADE_MIN   -- handles made since the last cycle; the trigger
-
-local function own(r, id)
-  made = made + 1
-  if made > made_limit then collect() end
-  local slot
-  if nfree > 0 then
-    slot = free_slots[nfree]
-    nfree = nfree - 1
-  else
-    nslots = nslots + 1
-    slot = nslots
-  end
-  tracked[slot] = r
-  ids[slot] = tonumber_(id)
-end
-
-local function sweep()
-  made = 0
-  made_limit = MADE_PER_KB * collectgarbage("count")
-  if made_limit < MADE_MIN then made_limit = MADE_MIN end
-  for slot = 1, nslots do
-    local id = ids[slot]
-    if id and tracked[slot] == nil then
-      ids[slot] = false
-      release_id(id)
-      nfree = nfree + 1
-      free_slots[nfree] = slot
-    end
-  end
-end
-
-local sentinel_type = ffi.typeof("struct { char c; }")
-local function arm_sentinel()
-  ffi_gc(sentinel_type(), function() sweep() arm_sentinel() end)
-end
-arm_sentinel()
-M.closer = ffi_gc(sentinel_type(), function()
-  for slot = 1, nslots do
-    local id = ids[slot]
-    if id then ids[slot] = false release_id(id) end
-  end
-end)
+local L = require("dlua.lifetime")
+local total, mark, budget, collect, own, retry = L.total, L.mark, L.budget, L.collect, L.own, L.retry
 
 -- Note [No tail calls to built-ins in hot helpers]
 -- The small functions here (wrap, result, value, is_tensor) end with `local v = f(...);
@@ -379,29 +304,39 @@ local function unary_fn(op, name)
   end
 end
 
-local function binary_fn(op, name)
+-- a (op) b for the binary and comparison families: tensor and tensor, tensor and number,
+-- number and tensor (the engine's scalar_first), through `entry` and `entry_scalar` (the
+-- family's two C entry points). Comparisons also take booleans, as 1 and 0.
+local function pointwise2_fn(op, name, entry, entry_scalar, bools)
   return function(a, b)
+    if bools then
+      if type(b) == "boolean" then b = b and 1 or 0 end
+      if type(a) == "boolean" then a = a and 1 or 0 end
+    end
     local r, st = result(), nil
     if istype(Tensor, a) then
       if istype(Tensor, b) then
-        st = C.dl_binary(op, a, b, r)
-        if st < 0 and retry() then st = C.dl_binary(op, a, b, r) end
+        st = entry(op, a, b, r)
+        if st < 0 and retry() then st = entry(op, a, b, r) end
       elseif type(b) == "number" then
-        st = C.dl_binary_scalar(op, a, b, 0, r)
-        if st < 0 and retry() then st = C.dl_binary_scalar(op, a, b, 0, r) end
+        st = entry_scalar(op, a, b, 0, r)
+        if st < 0 and retry() then st = entry_scalar(op, a, b, 0, r) end
       else
         return bad_arg(name, "a tensor or a number", b)
       end
     elseif istype(Tensor, b) then
       if type(a) ~= "number" then return bad_arg(name, "a tensor or a number", a) end
-      st = C.dl_binary_scalar(op, b, a, 1, r)
-      if st < 0 and retry() then st = C.dl_binary_scalar(op, b, a, 1, r) end
+      st = entry_scalar(op, b, a, 1, r)
+      if st < 0 and retry() then st = entry_scalar(op, b, a, 1, r) end
     else
       return raise(name .. ": expected a tensor, got " .. typename(a) .. " and " .. typename(b))
     end
     return value(st, r)
   end
 end
+
+local function binary_fn(op, name) return pointwise2_fn(op, name, C.dl_binary, C.dl_binary_scalar, false) end
+local function compare_fn(op, name) return pointwise2_fn(op, name, C.dl_compare, C.dl_compare_scalar, true) end
 
 local function binary_inplace_fn(op, name)
   local iname = name .. "_"
@@ -419,32 +354,6 @@ local function binary_inplace_fn(op, name)
     end
     if st ~= 0 then return raise_last() end
     return a
-  end
-end
-
-local function compare_fn(op, name)
-  return function(a, b)
-    if type(b) == "boolean" then b = b and 1 or 0 end
-    if type(a) == "boolean" then a = a and 1 or 0 end
-    local r, st = result(), nil
-    if istype(Tensor, a) then
-      if istype(Tensor, b) then
-        st = C.dl_compare(op, a, b, r)
-        if st < 0 and retry() then st = C.dl_compare(op, a, b, r) end
-      elseif type(b) == "number" then
-        st = C.dl_compare_scalar(op, a, b, 0, r)
-        if st < 0 and retry() then st = C.dl_compare_scalar(op, a, b, 0, r) end
-      else
-        return bad_arg(name, "a tensor or a number", b)
-      end
-    elseif istype(Tensor, b) then
-      if type(a) ~= "number" then return bad_arg(name, "a tensor or a number", a) end
-      st = C.dl_compare_scalar(op, b, a, 1, r)
-      if st < 0 and retry() then st = C.dl_compare_scalar(op, b, a, 1, r) end
-    else
-      return raise(name .. ": expected a tensor, got " .. typename(a) .. " and " .. typename(b))
-    end
-    return value(st, r)
   end
 end
 
@@ -1123,322 +1032,18 @@ function dl.allclose(a, b, rtol, atol)
 end
 methods.allclose = dl.allclose
 
--- ---- creation -------------------------------------------------------------------------------
+-- ---- creation (scripts/dlua/creation.lua) ------------------------------------------------------
 
-local function default_dtype() return C.dl_default_dtype() end
-
--- zeros, ones or full into shape_buf[0 .. nd - 1] (named so for error messages).
-local function full_(op, nd, value, code, dev)
-  local id
-  if op == "zeros" then id = C.dl_zeros(shape_buf, nd, code, dev)
-  elseif op == "ones" then id = C.dl_ones(shape_buf, nd, code, dev)
-  else id = C.dl_full(shape_buf, nd, value, code, dev) end
-  if id == 0 and retry() then
-    if op == "zeros" then id = C.dl_zeros(shape_buf, nd, code, dev)
-    elseif op == "ones" then id = C.dl_ones(shape_buf, nd, code, dev)
-    else id = C.dl_full(shape_buf, nd, value, code, dev) end
-  end
-  return wrap(id)
-end
-
-function dl.zeros(...)
-  local nd, opts = parse_shape("zeros", true, ...)
-  local code, dev = parse_opts("zeros", opts)
-  return finish(full_("zeros", nd, 0, code or default_dtype(), dev), opts)
-end
-
-function dl.ones(...)
-  local nd, opts = parse_shape("ones", true, ...)
-  local code, dev = parse_opts("ones", opts)
-  return finish(full_("ones", nd, 1, code or default_dtype(), dev), opts)
-end
-
--- Uninitialised memory (as torch.empty): fast, but its values are whatever was there.
-function dl.empty(...)
-  local nd, opts = parse_shape("empty", true, ...)
-  local code, dev = parse_opts("empty", opts)
-  code = code or default_dtype()
-  local id = C.dl_empty(shape_buf, nd, code, dev)
-  if id == 0 and retry() then id = C.dl_empty(shape_buf, nd, code, dev) end
-  return finish(wrap(id), opts)
-end
-
--- dl.full(shape, value [, opts]): shape is a table or one size. A boolean value makes
--- a bool tensor; numbers make the default float dtype unless opts says otherwise.
-function dl.full(shape, value, opts)
-  local nd = parse_shape("full", false, shape)
-  if type(value) ~= "number" and type(value) ~= "boolean" then bad_arg("full", "a fill value (number or boolean)", value) end
-  local code, dev = parse_opts("full", opts)
-  if not code then code = type(value) == "boolean" and BOOL or default_dtype() end
-  return finish(full_("full", nd, fill_value("full", value), code, dev), opts)
-end
-
-local function like(name, f)
-  return function(x, ...)
-    check_tensor(name, x)
-    local nd = fill_shape_from(x)
-    return f(nd, x, ...)
-  end
-end
-
-local function like_opts(name, x, opts)
-  local code, dev = parse_opts(name, opts)
-  return code or dtype_of(x), dev or device_of(x)
-end
-
-dl.zeros_like = like("zeros_like", function(nd, x, opts)
-  local code, dev = like_opts("zeros_like", x, opts)
-  return finish(full_("zeros", nd, 0, code, dev), opts)
-end)
-dl.ones_like = like("ones_like", function(nd, x, opts)
-  local code, dev = like_opts("ones_like", x, opts)
-  return finish(full_("ones", nd, 1, code, dev), opts)
-end)
-dl.full_like = like("full_like", function(nd, x, value, opts)
-  local code, dev = like_opts("full_like", x, opts)
-  return finish(full_("full_like", nd, fill_value("full_like", value), code, dev), opts)
-end)
-dl.empty_like = like("empty_like", function(nd, x, opts)
-  local code, dev = like_opts("empty_like", x, opts)
-  return finish(new(C.dl_empty, shape_buf, nd, code, dev), opts)
-end)
-dl.rand_like = like("rand_like", function(nd, x, opts)
-  local code, dev = like_opts("rand_like", x, opts)
-  return finish(new(C.dl_rand, shape_buf, nd, code, dev), opts)
-end)
-dl.randn_like = like("randn_like", function(nd, x, opts)
-  local code, dev = like_opts("randn_like", x, opts)
-  return finish(new(C.dl_randn, shape_buf, nd, code, dev), opts)
-end)
-dl.randint_like = like("randint_like", function(nd, x, lo, hi, opts)
-  int_arg("randint_like", lo, "bound")
-  int_arg("randint_like", hi, "bound")
-  local code, dev = like_opts("randint_like", x, opts)
-  return finish(new(C.dl_randint, lo, hi, shape_buf, nd, code, dev), opts)
-end)
-
--- Leading numbers, then an optional options table or dtype name.
-local function numbers_then_opts(op, min, max, ...)
-  local n = select("#", ...)
-  local vals, opts = {}, nil
-  for i = 1, n do
-    local v = select(i, ...)
-    if type(v) == "number" and #vals < max then
-      vals[#vals + 1] = v
-    elseif i == n and #vals >= min and (type(v) == "table" or type(v) == "string") then
-      opts = v
-    elseif v ~= nil then
-      bad_arg(op, "a number", v)
-    end
-  end
-  if #vals < min then raise(op .. ": expected at least " .. min .. " numbers, got " .. #vals) end
-  return vals, opts
-end
-
--- dl.arange([start,] stop [, step] [, opts]): start, start + step, ... below stop.
-function dl.arange(...)
-  local v, opts = numbers_then_opts("arange", 1, 3, ...)
-  local start, stop, step = 0, v[1], 1
-  if #v >= 2 then start, stop = v[1], v[2] end
-  if #v == 3 then step = v[3] end
-  local code, dev = parse_opts("arange", opts)
-  return finish(new(C.dl_arange, start, stop, step, code or default_dtype(), dev), opts)
-end
-
-function dl.linspace(...)
-  local v, opts = numbers_then_opts("linspace", 3, 3, ...)
-  local code, dev = parse_opts("linspace", opts)
-  int_arg("linspace", v[3], "number of points")
-  return finish(new(C.dl_linspace, v[1], v[2], v[3], code or default_dtype(), dev), opts)
-end
-
-function dl.eye(...)
-  local v, opts = numbers_then_opts("eye", 1, 2, ...)
-  local n = int_arg("eye", v[1], "size")
-  local m = v[2] == nil and n or int_arg("eye", v[2], "size")
-  local code, dev = parse_opts("eye", opts)
-  return finish(new(C.dl_eye, n, m, code or default_dtype(), dev), opts)
-end
-
-function dl.rand(...)
-  local nd, opts = parse_shape("rand", true, ...)
-  local code, dev = parse_opts("rand", opts)
-  return finish(new(C.dl_rand, shape_buf, nd, code or default_dtype(), dev), opts)
-end
-
-function dl.randn(...)
-  local nd, opts = parse_shape("randn", true, ...)
-  local code, dev = parse_opts("randn", opts)
-  return finish(new(C.dl_randn, shape_buf, nd, code or default_dtype(), dev), opts)
-end
-
--- dl.randint(lo, hi, shape... [, opts]): integers in [lo, hi) (hi excluded, as
--- PyTorch's), int64 unless opts says otherwise.
-function dl.randint(lo, hi, ...)
-  int_arg("randint", lo, "bound")
-  int_arg("randint", hi, "bound")
-  local nd, opts = parse_shape("randint", true, ...)
-  local code, dev = parse_opts("randint", opts)
-  return finish(new(C.dl_randint, lo, hi, shape_buf, nd, code or INT64, dev), opts)
-end
-
--- A random permutation of 1..n (1-based, to index with).
-function dl.randperm(n, opts)
-  int_arg("randperm", n, "size")
-  local code = parse_opts("randperm", opts)
-  return finish(new(C.dl_randperm, n, code or INT64), opts)
-end
-
-function dl.manual_seed(n)
-  int_arg("manual_seed", n, "seed")
-  C.dl_manual_seed(n)
-end
-
-function dl.initial_seed() return C.dl_initial_seed() end
-
--- The random generator's state, { seed = s, offset = k } (how far its stream has been
--- read); dl.set_rng_state(state) goes back to it, and the same numbers come again.
-local state_buf = ffi.new("double[2]")
-function dl.get_rng_state()
-  C.dl_rng_state(state_buf)
-  return { seed = state_buf[0], offset = state_buf[1] }
-end
-function dl.set_rng_state(s)
-  if type(s) ~= "table" or type(s.seed) ~= "number" or type(s.offset) ~= "number" then
-    raise("set_rng_state: expected a state from dl.get_rng_state(), got " .. typename(s))
-  end
-  if C.dl_set_rng_state(s.seed, s.offset) ~= 0 then raise_last() end
-end
-
-function dl.set_default_dtype(name)
-  if C.dl_set_default_dtype(dtype_code("set_default_dtype", name)) ~= 0 then raise_last() end
-end
-
-function dl.get_default_dtype() return dtype_names[C.dl_default_dtype()] end
-
--- The CPU threads of this Lua state's ops (OpenMP loops and OpenBLAS's larger
--- products), as torch.set_num_threads: at start, OMP_NUM_THREADS or the core count.
-function dl.set_num_threads(n)
-  if type(n) ~= "number" or n ~= floor(n) or n < 1 then
-    raise("set_num_threads: expected an integer >= 1, got " .. tostring(n))
-  end
-  if C.dl_set_num_threads(n) ~= 0 then raise_last() end
-end
-function dl.get_num_threads() return C.dl_get_num_threads() end
-
--- dl.tensor(data [, opts]): data is a number, a boolean, a tensor (copied) or nested
--- tables of those. Lua has one number type, so numbers make the default float dtype
--- whatever their values (a whole number is not an integer here: the dtype never
--- depends on the data); booleans alone make bool; ask for integers with
--- {dtype = "int64"}. Tensors inside the tables keep their dtype when they are all the
--- same and there are no Lua numbers.
-function dl.tensor(data, opts)
-  local code, dev = parse_opts("tensor", opts)
-  if istype(Tensor, data) then
-    local y = methods.clone(data)
-    if code then y = to_dtype(y, code) end
-    if dev then y = to_device(y, dev) end
-    return finish(y, opts)
-  end
-  local td = type(data)
-  if td == "number" or td == "boolean" then
-    if not code then code = td == "boolean" and BOOL or default_dtype() end
-    return finish(full_("tensor", 0, fill_value("tensor", data), code, dev), opts)
-  end
-  if td ~= "table" then bad_arg("tensor", "a number, a boolean, a table or a tensor", data) end
-  -- The shape, from the first element at each depth.
-  local shape, nd = {}, 0
-  local v = data
-  while true do
-    if istype(Tensor, v) then
-      local s = shape_of(v)
-      for i = 1, #s do shape[nd + i] = s[i] end
-      nd = nd + #s
-      break
-    elseif type(v) == "table" then
-      nd = nd + 1
-      shape[nd] = #v
-      if #v == 0 then break end
-      v = v[1]
-    else
-      break
-    end
-  end
-  if nd > 8 then raise("tensor: at most 8 dimensions are supported, got " .. nd) end
-  local n = 1
-  for i = 1, nd do n = n * shape[i] end
-  local buf = ffi_new("double[?]", n > 0 and n or 1)
-  local k, nnum, nbool, tdtype = 0, 0, 0, nil
-  local function fill(x, d)
-    local tx = type(x)
-    if d > nd then
-      if tx == "number" then
-        buf[k] = x
-        nnum = nnum + 1
-      elseif tx == "boolean" then
-        buf[k] = x and 1 or 0
-        nbool = nbool + 1
-      else
-        raise("tensor: expected a number or a boolean, got " .. typename(x))
-      end
-      k = k + 1
-    elseif istype(Tensor, x) then
-      local s = shape_of(x)
-      local ok = #s == nd - d + 1
-      for i = 1, #s do ok = ok and s[i] == shape[d + i - 1] end
-      if not ok then
-        raise("tensor: a tensor of shape " .. shape_str(s) .. " does not fit at dimension " .. d
-              .. " of shape " .. shape_str(shape))
-      end
-      local cnt = C.dl_numel(x)
-      if cnt > 0 and C.dl_read(x, buf + k, cnt) ~= 0 then raise_last() end
-      k = k + cnt
-      local dt = dtype_of(x)
-      if tdtype == nil or tdtype == dt then tdtype = dt else tdtype = false end
-    elseif tx == "table" then
-      local len = #x
-      if len ~= shape[d] then
-        raise("tensor: inconsistent sizes: expected " .. shape[d] .. " elements at dimension "
-              .. d .. ", got " .. len)
-      end
-      for i = 1, len do fill(x[i], d + 1) end
-    else
-      raise("tensor: expected a table at dimension " .. d .. ", got " .. typename(x))
-    end
-  end
-  fill(data, 1)
-  if not code then
-    if tdtype and nnum == 0 and nbool == 0 then code = tdtype
-    elseif nbool > 0 and nnum == 0 and not tdtype then code = BOOL
-    else code = default_dtype() end
-  end
-  for i = 1, nd do shape_buf[i - 1] = shape[i] end
-  local id = C.dl_from_values(buf, n, shape_buf, nd, code, dev)
-  if id == 0 and retry() then id = C.dl_from_values(buf, n, shape_buf, nd, code, dev) end
-  return finish(wrap(id), opts)
-end
-
--- dl.from_ptr(ptr, shape, dtype [, strides]): a zero-copy view of host memory that the
--- caller keeps alive. ptr is a cdata pointer, a light userdata or an address number.
-function dl.from_ptr(ptr, shape, dtype, strides)
-  local tp = type(ptr)
-  if tp == "number" then
-    ptr = ffi_cast("void*", ptr)
-  elseif tp ~= "cdata" and tp ~= "userdata" then
-    bad_arg("from_ptr", "a pointer (cdata, light userdata or address)", ptr)
-  end
-  local nd = parse_shape("from_ptr", false, shape)
-  local code = dtype_code("from_ptr", dtype == nil and "float32" or dtype)
-  local st = nil
-  if strides ~= nil then
-    if type(strides) ~= "table" or #strides ~= nd then
-      raise("from_ptr: expected " .. nd .. " strides, got " .. typename(strides))
-    end
-    st = ffi_new("int64_t[?]", nd)
-    for i = 1, nd do st[i - 1] = int_arg("from_ptr", strides[i], "stride") end
-  end
-  return wrap(C.dl_from_ptr(ptr, shape_buf, nd, st, code))
-end
+require("dlua.creation")({
+  C = C, dl = dl, methods = methods, Tensor = Tensor, BOOL = BOOL, INT64 = INT64, wrap = wrap, new = new,
+  retry = retry,
+  raise = raise, raise_last = raise_last, bad_arg = bad_arg, typename = typename, istype = istype,
+  finish = finish, shape_buf = shape_buf, parse_opts = parse_opts, parse_shape = parse_shape,
+  int_arg = int_arg, fill_value = fill_value, shape_str = shape_str, shape_of = shape_of,
+  ffi_new = ffi_new, ffi_cast = ffi_cast, floor = floor, dtype_of = dtype_of, dtype_code = dtype_code,
+  dtype_names = dtype_names, to_dtype = to_dtype, to_device = to_device, device_of = device_of,
+  check_tensor = check_tensor, fill_shape_from = fill_shape_from,
+})
 
 -- ---- dtypes, devices ---------------------------------------------------------------------------
 
@@ -1457,7 +1062,7 @@ dl.cuda = {
 
 dl.is_tensor = is_tensor
 
-function dl.memory_stats() return core.memory_stats() end
+function dl.memory_stats() return L.memory_stats() end
 
 -- ---- the metatable ----------------------------------------------------------------------------
 

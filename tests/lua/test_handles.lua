@@ -1,5 +1,5 @@
 -- Handles and their release (Note [Handles released by a sweep, not by finalizers] in
--- scripts/dlua/tensor.lua): a handle lives exactly as long as some Lua value holds it,
+-- scripts/dlua/lifetime.lua): a handle lives exactly as long as some Lua value holds it,
 -- whatever the collector does in between, and is released in the collection its last
 -- value died in, including values that a finalizer brings back to life.
 local H = require("harness")

@@ -87,12 +87,12 @@ end)
 
 H.test("the tensor memory limit: a refused allocation is retried after a collection", function()
   collectgarbage("collect")
-  local saved_budget = core.budget[0]
+  local saved_budget = require("dlua.lifetime").budget[0]
   local in_use0 = dl.memory_stats().in_use
   local F16MB = 4 * 1048576                 -- float32 elements in 16 MiB
   C.dl_set_memory_limit(in_use0 + 256 * MB)
   local ok, err = pcall(function()
-    core.budget[0] = 2 ^ 50               -- no collection from the budget: only the retry
+    require("dlua.lifetime").budget[0] = 2 ^ 50               -- no collection from the budget: only the retry
     for i = 1, 10 do local garbage = dl.empty(F16MB) end   -- 160 MiB, unreachable
     H.ok(dl.memory_stats().in_use >= in_use0 + 160 * MB, "the garbage is still counted")
     local big = dl.empty(8 * F16MB)       -- 128 MiB: refused until the garbage is collected
@@ -117,7 +117,7 @@ H.test("the tensor memory limit: a refused allocation is retried after a collect
     fill = nil
   end)
   C.dl_set_memory_limit(0)
-  core.budget[0] = saved_budget
+  require("dlua.lifetime").budget[0] = saved_budget
   if not ok then error(err, 0) end
   H.eq(dl.memory_stats().limit, 0)
 end)

@@ -15,7 +15,8 @@ local hid = T.hid
 core.own_source()
 
 local C = core.C
-local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, core.bad_arg, core.retry,
+local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, core.bad_arg,
+  require("dlua.lifetime").retry,
   core.options
 local wrap, is_tensor, shape_str = T.wrap, T.is_tensor, T.shape_str
 local dl = T.dl
