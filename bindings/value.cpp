@@ -4,9 +4,9 @@
 // A handle costs more than a small op: the engine allocates a TensorImpl, a Storage and
 // its bytes, takes the handle table's lock to register it and again to release it, and
 // the Lua side tracks the value that holds it until the collector finds it dead (Note
-// [Handles released by a sweep, not by finalizers] in scripts/dlua/lifetime.lua; a
-// finalizer, as it first had, cost 350-450 ns over the value's life). For `a + b` on 16
-// floats that is several times the arithmetic and more than PyTorch's whole eager op.
+// [Handles released by a sweep, not by finalizers] in scripts/dlua/lifetime.lua). For
+// `a + b` on 16 floats that is several times the arithmetic and more than PyTorch's
+// whole eager op (bench/, `add16`).
 // So a small host tensor (at most kInlineBytes of elements, at most 8 dims of at most
 // 255 each) that nothing else refers to lives in the Lua value itself: struct dl_tensor
 // with id 0, a header (dtype, ndim, numel, sizes) and the elements, allocated by LuaJIT

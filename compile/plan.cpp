@@ -226,8 +226,8 @@ const void* block_of(const Group& g, const Source& s, int64_t o, int64_t n,
 }
 
 // Asks for the next block of every operand read in place and of every result written,
-// while this block runs in cache: on one thread, eight ops on 1e7 float32 (bench/
-// `pw8`) went from 10.5 to 9.3 ms; on two, memory bandwidth is the limit either way.
+// while this block runs in cache: it helps one thread (bench/, `pw8`; docs/performance.md,
+// "Measurements behind the code"); on two, memory bandwidth is the limit either way.
 void prefetch_next(const Group& g, const std::vector<Step>& steps, const std::vector<Tensor>& results,
                    int64_t o, int64_t n) {
   const int64_t ahead = std::min(n, g.numel - o - n);

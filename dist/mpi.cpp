@@ -283,10 +283,9 @@ struct Bucket {
 // first appear, and within one the last buffer first (the order a backward pass makes
 // gradients in); the first bucket of a dtype at most first_bytes, the others
 // bucket_bytes. A buffer of kDirectBytes or more (or of a bucket's size) is reduced in
-// place, as a bucket of its own: copying it into a bucket and back cost more than the
-// latency it saves (the MLP's 800 KB weight gradient and three small ones: 217 us
-// through one bucket, 135 us as four in-place reductions, 99 us for one reduction of
-// their concatenation; bench/dist.lua). The small ones share buckets, where one call's
+// place, as a bucket of its own: copying it into a bucket and back costs more than the
+// latency it saves (docs/performance.md, "Measurements behind the code"; bench/dist.lua's
+// gradient sync row). The small ones share buckets, where one call's
 // latency serves many. Every rank plans the same buckets from the same list.
 std::vector<Bucket> plan_buckets(const int64_t* counts, const int* dtypes, int n, int64_t bucket_bytes,
                                  int64_t first_bytes) {

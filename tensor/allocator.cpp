@@ -66,11 +66,10 @@ size_t bin_size(int b) {
 // A block of kHugeBlock bytes or more is mapped on its own, aligned to 2 MB, and the
 // kernel is asked to back it with transparent huge pages (MADV_HUGEPAGE: honoured where
 // /sys/kernel/mm/transparent_hugepage/enabled is "madvise" or "always"). First touch of
-// fresh memory is what a large block costs beyond its copy or product: on the virtual
-// machines dlua's benchmarks run on, a 4 KB page fault took about 14 us, so the first
-// write of a 4 MB block took 14 ms with small pages and 0.2 ms with huge ones. A
-// 1024 x 1024 float32 product (10 ms) whose result landed in a fresh block took twice
-// as long. Huge pages also spare the TLB misses of long streaming loops. What a block
+// fresh memory is what a large block costs beyond its copy or product: on virtual
+// machines a 4 KB page fault is slow enough that a large product whose result lands in
+// a fresh block can take twice as long (docs/performance.md, "Measurements behind the
+// code"; bench/, `matmul1024`). Huge pages also spare the TLB misses of long streaming loops. What a block
 // costs in memory does not change much: blocks this large are written whole.
 // Not under AddressSanitizer, whose redzones around the system allocator's blocks catch
 // overruns that a mapping of our own would hide.

@@ -14,8 +14,9 @@ extern "C" {
 namespace dlua {
 namespace {
 
-// Instructions between two looks at the clock and the interrupt flag: a clock read is
-// ~20 ns, so this costs well under 1% of interpreted time and stops within ~50 us.
+// Instructions between two looks at the clock and the interrupt flag: a clock read costs
+// as much as tens of instructions, so this is well under 1% of interpreted time, and a
+// stop comes within a fraction of a millisecond.
 constexpr int kHookPeriod = 1000;
 // The message handler may go this far over the heap cap, so a traceback can still be
 // built for the error that hit it.

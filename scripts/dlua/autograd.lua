@@ -246,7 +246,7 @@ local function backward(op, outputs, seeds, inputs, retain)
   local ins, nin = tensor_list(op, inputs)
   local res = ffi_new("uint64_t[?]", max(nin, 1))
   -- The whole pass in one call (this driver runs interpreted, where an FFI call costs
-  -- 70-110 ns); only a graph with a custom gradient leaves a task to drive from here,
+  -- far more than compiled; bench/, `d2`); only a graph with a custom gradient leaves a task to drive from here,
   -- under pcall, to free it on the way out (Note [The user's function is not called by
   -- pcall]).
   local st = C.dl_backward_once(outs, nout, gouts, ins, nin, retain and 1 or 0, res, task_out)

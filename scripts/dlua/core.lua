@@ -193,9 +193,9 @@ end
 -- Note [Modules loaded on first use]
 -- The transforms (dl.jacobian ...), einsum, the rearranging ops (x:tile ...), the CSV
 -- reader, the attention layers and dl.nn.init / dl.nn.utils load when a script first
--- reaches one of their names, not when dlua loads: each module's chunk costs 0.1 to
--- 0.5 ms to load, together about 3 ms, which a host that makes a state per task would
--- pay every time. on_first_use(tbl, names, load) puts a stub for each name in a table
+-- reaches one of their names, not when dlua loads: loading every module's chunk is most
+-- of a state's start-up (bench/, `startup`), which a host that makes a state per task
+-- would pay every time. on_first_use(tbl, names, load) puts a stub for each name in a table
 -- behind tbl (its metatable's __index: a table, so a lookup that misses, such as a
 -- tensor property after the methods, costs one more table probe and no call); the stub
 -- runs load(), which defines the real function in tbl itself, and calls it. Names that

@@ -42,11 +42,9 @@ local M = {}
 -- paged in fresh memory.) The base (16 MB) bounds the garbage a training loop carries:
 -- it is most of what the MLP training run holds beyond its data set (bench/, `mlpmem`).
 -- The bytes counted include temporaries freed without the collector, so the fewer of
--- those an op makes, the more of the budget is real garbage: when a Linear layer's
--- weight gradient stopped being copied in the optimizer's step, the MLP run's peak rose
--- from 220 to 233 MB at a base of 32 MB; at 16 it is 215 MB, for twice as many full
--- collections (each about 0.1 ms with a small Lua heap, and never more often than four
--- heaps' worth of allocation). With a tensor memory limit set, the budget stays below
+-- those an op makes, the more of the budget is real garbage; the base was chosen by the
+-- MLP run's peak memory against the number of full collections (docs/performance.md,
+-- "Measurements behind the code"). With a tensor memory limit set, the budget stays below
 -- a quarter of the limit, and an allocation the limit refuses is retried once after a
 -- full collection (M.retry).
 local KIND_MEMORY = 3        -- dl::ErrorKind::Memory
@@ -110,9 +108,9 @@ local release_id = C.dl_release_id
 
 -- Note [Handles released by a sweep, not by finalizers]
 -- A handle must be released when the Lua value holding it dies. A finalizer would say
--- when (ffi.gc), but LuaJIT charges 350 to 450 ns over the life of each cdata that has
--- one (this machine: a loop making 88-byte cdata took 55 ns a value without a
--- finalizer, 430 with a C one), as much as a whole 16-element op and its recording.
+-- when (ffi.gc), but LuaJIT charges a cdata with a finalizer several times the cost of
+-- one without, as much as a whole 16-element op and its recording (docs/performance.md,
+-- "Measurements behind the code").
 -- So a handle's cdata is instead the value of a weak table, `tracked`, at a slot whose
 -- id `ids` keeps: the collector clears the weak entry when the cdata dies, and once per
 -- cycle the finalizer of a sentinel (made unreachable on purpose, and made afresh each
@@ -129,14 +127,13 @@ local ids = {}                                       -- slot -> its handle id, o
 local free_slots, nfree, nslots = {}, 0, 0
 
 -- Handles are also what paces collections here. At LuaJIT's own pace (a cycle when the
--- Lua heap has doubled) a recorded chain of 16-element ops made about 9,000 handles a
--- cycle, and the sweep gave back their engine objects (node, tensor, storage: about
--- 1.2 KB each, 10 MB in all) at once, which the pools then handed out again cold. So a
--- full collection also runs once MADE_MIN handles, or MADE_PER_KB per KB of Lua heap if
--- that is more, were made since the last cycle: a collection costs in proportion to the
--- heap (0.1 to 0.15 ms for dlua's own 530 KB), so its cost per handle stays bounded
--- (about 0.06 us). In alternating runs the chain took 0.95 to 1.2 us an op with this
--- and 1.4 to 1.7 without; `a + b` on inline values makes no handle and did not change.
+-- Lua heap has doubled) a recorded chain of small ops made thousands of handles a
+-- cycle, and the sweep gave back their engine objects (node, tensor, storage) all at
+-- once, which the pools then handed out again cold. So a full collection also runs
+-- once MADE_MIN handles, or MADE_PER_KB per KB of Lua heap if that is more, were made
+-- since the last cycle: a collection costs in proportion to the heap, so its cost per
+-- handle stays bounded (bench/, `chain`; docs/performance.md, "Measurements behind the
+-- code"). `a + b` on inline values makes no handle.
 local MADE_MIN, MADE_PER_KB = 4096, 4
 local made, made_limit = 0, MADE_MIN   -- handles made since the last cycle; the trigger
 

@@ -27,8 +27,8 @@
 // loops whose results do not depend on the instruction set: the engine is compiled with
 // -ffp-contract=off (tensor/CMakeLists.txt), so AVX-512's fused multiply-add is never
 // put in place of a multiply and an add, and each version rounds exactly as the
-// baseline does. (A float32 sum over 1e7 elements, accumulated in double: 68-72 GB/s
-// with AVX2, 83-88 with AVX-512 on this 2-core AMD EPYC; bench/, `sum1e7`.)
+// baseline does. (What the wider versions gain: bench/, `sum1e7`; docs/performance.md,
+// "Measurements behind the code".)
 #if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 6) && !defined(__CUDACC__)
 #define DL_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -192,9 +192,9 @@ void parallel_units(int64_t n, double work, Run&& run) {
 // (milliseconds) whatever its size. Where regions are frequent and short, a caller can
 // time them with a RegionThrottle: two regions in a row that took more than kSlowFactor
 // times the fastest time per unit of work seen so far turn the splitting off for
-// kBackoffNs, after which the next regions probe again. (One alone does not: on a quiet
-// machine the first region after a long serial stretch sometimes waited 2 ms for a
-// parked thread.) On a quiet machine that costs nothing; under contention, two slow
+// kBackoffNs, after which the next regions probe again. (One alone does not: even on a
+// quiet machine the first region after a long serial stretch can wait milliseconds for
+// a parked thread.) On a quiet machine that costs nothing; under contention, two slow
 // regions a second. (Races between threads only blur the record.)
 class RegionThrottle {
  public:
@@ -276,8 +276,7 @@ template <typename Out, typename In, int N, typename F>
 void elementwise(const std::array<const Tensor*, N>& ts, F f) {
   static_assert(N >= 1 && N <= 4);
   // Dense bool inputs are read as bytes and converted: GCC's vectoriser has no vector
-  // type for a bool load and left such loops scalar (logical_not over 346,000 elements
-  // took 110 us, 13.5 now). (Casts from bool convert in the same expression as the
+  // type for a bool load and left such loops scalar, eight times slower. (Casts from bool convert in the same expression as the
   // load: tensor/cpu/pointwise.cpp's copy.)
   using Load = std::conditional_t<std::is_same_v<In, bool>, uint8_t, In>;
   StridedOperands<N> g = make_operands<N>(ts);

@@ -112,9 +112,9 @@ void for_each_batch(const Batches& g, F&& f) {
 // Note [BLAS threads]
 // OpenBLAS splits a product over its own threads from about 64^3 multiply-adds up. On
 // two cores shared with other processes, a split product of a small model's layer sizes
-// keeps waiting for a helper thread that has been preempted: forward and backward of
-// the 784-256-10 MLP at batch 64 took 12.4 ms a step with 2 threads and 0.97 ms with
-// one while other processes ran (bench/, `mlp` row). So products below kSplitFlops run
+// keeps waiting for a helper thread that has been preempted: the MLP's steps took ten
+// times longer split than on one thread while other processes ran (bench/, `mlp`;
+// docs/performance.md, "Measurements behind the code"). So products below kSplitFlops run
 // on one thread, and larger ones on as many as OpenBLAS started with
 // (OPENBLAS_NUM_THREADS, or the core count). 2^25 flops is a 256^3 product, where two
 // threads beat one on a quiet machine (bench/, `matmul256`).
@@ -153,8 +153,8 @@ void blas_threads_for(double flops) {
 // keep busy (and warm) between the products, and a part is still a sizeable product.
 // Not inside another parallel region (a conv's per-sample threads call BLAS too). Split
 // products are timed (Note [Throttling parallel regions under contention] in loops.h):
-// with one busy process beside it on this 2-core machine, the MLP's epoch took 15 times
-// longer with every such product split than with none.
+// with one busy process beside it on two cores, the MLP's epoch took many times longer
+// with every such product split than with none (bench/, `mlp`).
 constexpr double kOmpSplitFlops = double(int64_t(1) << 22);
 RegionThrottle g_split_throttle;
 

@@ -23,8 +23,8 @@ namespace {
 // A run's sum, and its sum of squared deviations from m, in double: the reductions' own
 // folds (tensor/cpu/lanes.h, built for AVX2 and AVX-512 too), so that a mean or
 // variance here has the bits of x:mean() and x:var() over the same run. (Summed in one
-// double accumulator, a chain of dependent additions at four cycles an element, a
-// (64, 512) layer_norm's statistics took 70 us; in lanes a few.)
+// double accumulator, a chain of dependent additions, they were the slowest part of
+// bench/'s `layernorm` row.)
 template <typename T>
 [[gnu::always_inline]] inline double run_sum(const T* p, int64_t n) {
   return double(fold_run(fn::SumRed<T>{}, p, n, 1, 0.0));

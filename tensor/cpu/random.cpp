@@ -4,13 +4,12 @@
 // Note [Random numbers by blocks]
 // Element by element, each element computed its Philox block (ten rounds of two 32x32
 // multiplies) on its own: a uniform, Bernoulli or integer block, which serves two
-// elements, was computed twice, and the rounds ran one counter at a time: rand took
-// 13.4 ns an element on one thread, dropout 24.7. Here the blocks of kLanes
+// elements, was computed twice, and the rounds ran one counter at a time. Here the blocks of kLanes
 // consecutive counters are computed side by side, the rounds running across the lanes
 // (loops the compiler vectorises, AVX-512 or AVX2 picked at load time where the CPU
 // has it), and each element then takes its words from its block, the distribution's
-// function chosen once per chunk: rand now takes 3.0 ns an element, dropout 8.2
-// (randn 30, most of it its logarithm and cosine in double). The words are
+// function chosen once per chunk (docs/performance.md, "Measurements behind the code",
+// has the times). The words are
 // Philox::round's, the same as the GPU's one block at a time, so a seed still gives
 // the same tensor on every device and thread count.
 #include <algorithm>

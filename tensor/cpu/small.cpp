@@ -53,10 +53,9 @@ bool served(DType dt) { return dt == DType::Float32 || dt == DType::Float64; }
 // built for AVX2 (four lanes), picked once at load time where the CPU has it. Only AVX2,
 // not FMA: fused multiply-adds would round differently from the general loops, and lane
 // width alone changes no element's bits (tests/cpp/test_pointwise.cpp compares them).
-// Not AVX-512: on the Xeon of docs/performance.md's dl.compile table, AVX-512 versions of
-// these loops made the recorded chain of 16-element ops 10% slower (0.44 to 0.485 us an
-// op, alternating builds) for 1% fewer instructions; short bursts of 512-bit code cost
-// more time than they save. dl.compile's fused groups run these loops too, over blocks
+// Not AVX-512: short bursts of 512-bit code cost more time than they save; AVX-512
+// versions of these loops made the `chain` row slower for 1% fewer instructions
+// (docs/performance.md, "Measurements behind the code"). dl.compile's fused groups run these loops too, over blocks
 // of 2,048 elements. Where the loader has no ifunc (not glibc ELF), the one baseline
 // build serves.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && defined(__GLIBC__)
