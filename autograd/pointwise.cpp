@@ -52,6 +52,7 @@ DL_UNARY_GRAD(Sigmoid, y, ag::binary(Op::SigmoidBackward, gy, y))
 DL_UNARY_GRAD(Relu, x, ag::binary(Op::ReluBackward, gy, x))
 DL_UNARY_GRAD(Softplus, x, gy * sigmoid(x))
 DL_UNARY_GRAD(Erf, x, gy * exp(-(x * x)) * (2.0 / std::sqrt(M_PI)))
+DL_UNARY_GRAD(Gelu, x, ag::binary(Op::GeluBackward, gy, x))
 #undef DL_UNARY_GRAD
 
 // ---- binary: nodes save a (0) and b (1); scalar forms keep the number in attrs --------
@@ -103,7 +104,8 @@ Tensor grad_a(Op op, const Tensor& g, const Tensor& a, const Tensor& b, const Te
     case Op::Minimum: return g * (mask(ag::compare(Op::Lt, a, b), g) + mask(ag::compare(Op::Eq, a, b), g) * 0.5);
     case Op::Atan2: return g * b / (a * a + b * b);
     // Linear in the incoming gradient a: the same op on g.
-    case Op::TanhBackward: case Op::SigmoidBackward: case Op::ReluBackward: return ag::binary(op, g, b);
+    case Op::TanhBackward: case Op::SigmoidBackward: case Op::ReluBackward: case Op::GeluBackward:
+      return ag::binary(op, g, b);
     default: fail(ErrorKind::Internal, "no derivative for ", op_name(op));
   }
 }
@@ -126,6 +128,8 @@ Tensor grad_b(Op op, const Tensor& g, const Tensor& a, const Tensor& b, const Te
     case Op::TanhBackward: return g * a * b * -2.0;           // d/dy of a (1 - y^2)
     case Op::SigmoidBackward: return g * a * (1.0 - b * 2.0);  // d/dy of a y (1 - y)
     case Op::ReluBackward: return Tensor();                    // 0 almost everywhere: none
+    // d/dx of a (Phi(x) + x phi(x)) = a phi(x) (2 - x^2)
+    case Op::GeluBackward: return g * a * exp(b * b * -0.5) * 0.39894228040143267794 * (2.0 - b * b);
     default: fail(ErrorKind::Internal, "no derivative for ", op_name(op));
   }
 }
@@ -181,6 +185,7 @@ DL_BINARY_GRAD(Atan2)
 DL_BINARY_GRAD(TanhBackward)
 DL_BINARY_GRAD(SigmoidBackward)
 DL_BINARY_GRAD(ReluBackward)
+DL_BINARY_GRAD(GeluBackward)
 #undef DL_BINARY_GRAD
 
 // ---- comparisons: never recorded ---------------------------------------------------------

@@ -186,6 +186,47 @@ function M.sdpa(iters)
   return timed_after(3, g, iters, q, k, v)
 end
 
+-- One training step of scripts/examples/char_transformer.lua's model (2 pre-norm
+-- TransformerEncoderLayers of width 64, 4 heads, feed-forward 256, GELU, dropout 0.1,
+-- causal; token embeddings of 80 characters plus sinusoidal positions; a final
+-- LayerNorm and a linear head) on a batch of 16 windows of 64 characters: forward,
+-- backward, gradient clipping at 1 and an AdamW step. Seconds per step.
+function M.chartf(iters)
+  dl.manual_seed(1)
+  local nn, F = dl.nn, dl.nn.functional
+  local V, T, B, width, heads, layers = 80, 64, 16, 64, 4, 2
+  local LM = nn.Module:extend("BenchCharLM")
+  function LM:init()
+    self.tokens = nn.Embedding(V, width)
+    for i = 1, layers do
+      self["block" .. i] = nn.TransformerEncoderLayer(width, heads, {
+        dim_feedforward = 4 * width, dropout = 0.1, batch_first = true, norm_first = true, activation = "gelu" })
+    end
+    self.norm = nn.LayerNorm(width)
+    self.head = nn.Linear(width, V)
+    self.positions = F.sinusoidal_positions(T, width)
+  end
+  function LM:forward(x)
+    local h = self.tokens(x) + self.positions
+    for i = 1, layers do h = self["block" .. i](h, { is_causal = true }) end
+    return self.head(self.norm(h))
+  end
+  local model = LM()
+  local opt = dl.optim.AdamW({ lr = 3e-3, weight_decay = 0.01 })
+  local grad = dl.implicit_value_and_grad(function(x, y)
+    return nn.cross_entropy(model(x):reshape(-1, V), y:reshape(-1))
+  end)
+  local x = dl.randint(1, V + 1, { B, T }, { dtype = "int64" })
+  local y = dl.randint(1, V + 1, { B, T }, { dtype = "int64" })
+  local function step()
+    local loss, grads = grad(x, y)
+    nn.utils.clip_grad_norm_(grads, 1.0)
+    opt:apply_gradients(grads)
+    return loss
+  end
+  return timed_after(3, step, iters)
+end
+
 -- Per-example gradients of an MLP 784-128-10 (relu, cross-entropy) on 64 examples,
 -- dl.vmap(dl.grad(loss)): seconds per call.
 function M.pergrad(iters)
@@ -374,7 +415,7 @@ end
 -- bench/run.lua's protocol (as bench/torch_ref.py and bench/ref.c speak it): one command
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
---   | pergrad <iters>
+--   | pergrad <iters> | chartf <iters>
 --   | matmul <n> <iters> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | half <iters> | mlp <epochs or images> | cnn <epochs or images>
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
@@ -383,6 +424,7 @@ function M.worker(input, output)
   local commands = {
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum, half = M.half,
     layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa, solve = M.solve, pergrad = M.pergrad,
+    chartf = M.chartf,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
     chainc = M.chainc, mlpinfer = M.mlpinfer,

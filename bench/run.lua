@@ -267,6 +267,10 @@ do
   row{ id = "sdpa", label = "scaled_dot_product_attention (8, 4, 128, 64), forward + backward", unit = "ms/call",
        show = per(MS), target = 1.0, threaded = true, ours = ours("sdpa " .. n),
        refs = { torch("sdpa " .. n, 1), torch("sdpa " .. n, 2) } }
+  n = quick and 2 or 30
+  row{ id = "chartf", label = "char transformer training step (2 layers of 64, batch 16 x 64, AdamW)",
+       unit = "ms/step", show = per(MS), target = 0.8, threaded = true, ours = ours("chartf " .. n),
+       refs = { torch("chartf " .. n, 1), torch("chartf " .. n, 2) } }
   n = quick and 2 or 100
   row{ id = "pergrad", label = "per-example gradients, MLP 784-128-10, 64 examples (vmap of grad)",
        unit = "ms/call", show = per(MS), target = 1.0, threaded = true, ours = ours("pergrad " .. n),

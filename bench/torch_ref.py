@@ -11,6 +11,7 @@ alternates it with its own measurement in the same run):
   lstm <iters> <threads>      -> "ok <seconds per call>"  2-layer LSTM 256, 64 steps, batch 32
   sdpa <iters> <threads>      -> "ok <seconds per call>"  attention (8, 4, 128, 64), fwd + bwd
   pergrad <iters> <threads>   -> "ok <seconds per call>"  per-example gradients, functorch vmap(grad)
+  chartf <iters> <threads>    -> "ok <seconds per step>"  the char transformer's training step
   mlp <epochs> <threads>      -> "ok <seconds per epoch>" Fashion-MNIST MLP, SGD, batch 64
   cnn <epochs> <threads>      -> "ok <seconds per epoch>" the TF guide's conv net, Adam, batch 32
   quit
@@ -135,6 +136,48 @@ def layernorm(iters):
         y = F.layer_norm(x, (512,), w, b)
         return torch.autograd.grad((y * c).sum(), [x, w, b])
     return timed(step, iters, 20)
+
+
+class CharLM(torch.nn.Module):
+    """scripts/examples/char_transformer.lua's model (bench/cases.lua's chartf)."""
+    def __init__(self, V, T, width, heads, layers):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(V, width)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.TransformerEncoderLayer(width, heads, dim_feedforward=4 * width, dropout=0.1,
+                                             batch_first=True, norm_first=True, activation="gelu")
+            for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, V)
+        pos = torch.arange(T, dtype=torch.float64).reshape(T, 1)
+        i = torch.arange(width // 2, dtype=torch.float64).reshape(1, width // 2)
+        angle = pos / torch.exp(i * (2 * np.log(10000) / width))
+        self.positions = torch.stack([torch.sin(angle), torch.cos(angle)], 2).reshape(T, width).float()
+        self.mask = torch.triu(torch.full((T, T), float("-inf")), 1)
+
+    def forward(self, x):
+        h = self.tokens(x) + self.positions
+        for b in self.blocks:
+            h = b(h, src_mask=self.mask)
+        return self.head(self.norm(h))
+
+
+def chartf(iters):
+    """One training step of the char transformer: forward, backward, clipping, AdamW."""
+    torch.manual_seed(1)
+    V, T, B = 80, 64, 16
+    model = CharLM(V, T, 64, 4, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    x, y = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+    return timed(step, iters, 3)
 
 
 def pergrad(iters):
@@ -283,6 +326,8 @@ def run(cmd, n, threads):
         return d2(n)
     if cmd == "layernorm":
         return layernorm(n)
+    if cmd == "chartf":
+        return chartf(n)
     if cmd == "pergrad":
         return pergrad(n)
     if cmd == "lstm":

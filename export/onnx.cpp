@@ -344,7 +344,15 @@ class Lowering {
     const auto iv = ints(n);
     const std::string out = n.at("out").empty() ? std::string() : out_name(n, 0);
     const size_t rank = x >= 0 ? shape(x).size() : 0;
-    if (op == "rsqrt" || op == "log1p" || op == "expm1") {
+    if (op == "gelu") {   // x * (1 + erf(x / sqrt 2)) / 2: ONNX's Gelu needs opset 20
+      const std::string dt = dtype(out_value(n, 0)), a = in_as(n, 0, dt);
+      const std::string s = fresh(), e = fresh(), p = fresh(), h = fresh();
+      node("Mul", {a, scalar(dt, 0.70710678118654752440)}, {s});
+      node("Erf", {s}, {e});
+      node("Add", {e, scalar(dt, 1)}, {p});
+      node("Mul", {a, p}, {h});
+      node("Mul", {h, scalar(dt, 0.5)}, {out});
+    } else if (op == "rsqrt" || op == "log1p" || op == "expm1") {
       const std::string dt = dtype(out_value(n, 0)), a = in_as(n, 0, dt), t = fresh();
       if (op == "rsqrt") {
         node("Sqrt", {a}, {t});

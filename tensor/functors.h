@@ -133,6 +133,12 @@ struct SoftplusFn { template <typename T> DL_HD T operator()(T x) const {
   // log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
   return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::fabs(x))); } };
 struct ErfFn { template <typename T> DL_HD T operator()(T x) const { return std::erf(x); } };
+// GELU as PyTorch's default (approximate='none'): x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2.
+struct GeluFn {
+  template <typename T> DL_HD T operator()(T x) const {
+    return x * (T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440))));
+  }
+};
 struct FloorFn { template <typename T> DL_HD T operator()(T x) const {
   if constexpr (kIsFloat<T>) return std::floor(x); else return x; } };
 struct CeilFn { template <typename T> DL_HD T operator()(T x) const {
@@ -190,6 +196,14 @@ struct TanhBackwardFn { template <typename T> DL_HD T operator()(T g, T y) const
 struct SigmoidBackwardFn { template <typename T> DL_HD T operator()(T g, T y) const { return g * (y * (T(1) - y)); } };
 // 0 where x <= 0, g elsewhere (NaN x included, as PyTorch's threshold_backward).
 struct ReluBackwardFn { template <typename T> DL_HD T operator()(T g, T x) const { return x <= T(0) ? T(0) : g; } };
+// d/dx of x Phi(x) = Phi(x) + x phi(x), phi(x) = e^(-x^2 / 2) / sqrt(2 pi).
+struct GeluBackwardFn {
+  template <typename T> DL_HD T operator()(T g, T x) const {
+    const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    const T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+    return g * (cdf + x * pdf);
+  }
+};
 
 // ---- comparisons (bool results) ----
 struct EqFn { template <typename T> DL_HD bool operator()(T a, T b) const { return a == b; } };

@@ -55,9 +55,9 @@ bool served(DType dt) { return dt == DType::Float32 || dt == DType::Float64; }
 // width alone changes no element's bits (tests/cpp/test_pointwise.cpp compares them).
 // Not AVX-512: short bursts of 512-bit code cost more time than they save; AVX-512
 // versions of these loops made the `chain` row slower for 1% fewer instructions
-// (docs/performance.md, "Measurements behind the code"). dl.compile's fused groups run these loops too, over blocks
-// of 2,048 elements. Where the loader has no ifunc (not glibc ELF), the one baseline
-// build serves.
+// (docs/performance.md, "Measurements behind the code"). dl.compile's fused groups run
+// these loops too, over blocks of 2,048 elements. Where the loader has no ifunc (not
+// glibc ELF), the one baseline build serves.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && defined(__GLIBC__)
 #define DL_SMALL_CLONES __attribute__((target_clones("avx2", "default")))
 #else

@@ -446,4 +446,21 @@ H.test("nn.init: bounds, moments, orthogonality and gains", function()
   H.raises(function() init.normal_(dl.zeros(3, { dtype = "int64" })) end, "normal_: expected a float tensor, got int64")
 end)
 
+H.test("gelu: one fused op, its values and first and second derivatives (exact erf form)", function()
+  -- x Phi(x), Phi(x) + x phi(x) and phi(x) (2 - x^2), from Python's math.erf.
+  local x = t64({ -3, -1, 0, 0.5, 1, 2.5 })
+  local y = { -0.00404969409489031, -0.15865525393145707, 0.0, 0.34573123063700656, 0.8413447460685429,
+              2.4844758366855597 }
+  local d1 = { -0.01194564720418392, -0.08331547058768629, 0.5, 0.8674951246561629, 1.0833154705876864,
+               1.037611085908145 }
+  local d2 = { -0.031022938883566054, 0.24197072451914337, 0.7978845608028654, 0.6161143218375241,
+               0.24197072451914337, -0.07449527709766629 }
+  H.values(F.gelu(x), y, { tol = 1e-15 })
+  H.values(x:gelu(), y, { tol = 1e-15 })
+  local g = dl.grad(function(v) return F.gelu(v):sum() end)
+  H.values(g(x), d1, { tol = 1e-15 })
+  H.values(dl.grad(function(v) return g(v):sum() end)(x), d2, { tol = 1e-14 })
+  H.values(F.gelu(dl.tensor({ 1, -1 })), { 0.8413447460685429, -0.15865525393145707 }, { dtype = "float32", tol = 1e-7 })
+end)
+
 H.run()

@@ -36,12 +36,12 @@ save("cnn", function(x) return cnn(x) end, { dl.randn(2, 1, 28, 28) }, { dl.rand
 
 -- Many lowerings at once: pointwise ops with numbers first and last, compares, casts,
 -- reductions, views with a free size, cat, narrow, select, gather, cumsum, argmax,
--- where, clamp, layer_norm, log_softmax.
+-- where, clamp, layer_norm, log_softmax, gelu.
 local ln = nn.LayerNorm(6)
 local idx = dl.tensor({ 3, 1, 2 }, { dtype = "int64" })
 local function many(x, y)
   local a = ((x * 2 - 1):tanh() + (1 - y):abs():sqrt()) / (y:exp() + 1)
-  local b = dl.where(x:gt(y), a, -a):clamp(-0.5, 0.7) + x:sigmoid() * y:relu()
+  local b = dl.where(x:gt(y), a, -a):clamp(-0.5, 0.7) + x:sigmoid() * y:relu() + x:gelu()
   local c = dl.cat({ b, b:narrow(2, 2, 3) }, 2)                         -- (n, 9)
   local d = ln(c:narrow(2, 1, 6)) + c:sum(2, true) - c:mean(2, true)   -- (n, 6)
   local e = d:view(-1, 2, 3):transpose(2, 3):reshape(-1, 6)             -- a free batch through views

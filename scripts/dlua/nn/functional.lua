@@ -315,9 +315,8 @@ function F.leaky_relu(x, slope)
   return dl.where(x:gt(0), x, x * slope)
 end
 
-function F.gelu(x)
-  return x * 0.5 * (dl.erf(x * 0.7071067811865476) + 1)
-end
+-- x Phi(x) (PyTorch's approximate='none'): one fused op, its gradient another.
+function F.gelu(x) return dl.gelu(x) end
 
 function F.silu(x) return x * dl.sigmoid(x) end
 
