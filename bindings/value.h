@@ -12,11 +12,12 @@
 #include <cstdint>
 
 #include "bindings/capi.h"
+#include "tensor/small_sizes.h"
 #include "tensor/tensor.h"
 
 namespace dl::bind {
 
-constexpr int kInlineBytes = 64;    // elements held inline: 16 float32, 8 float64
+constexpr int kInlineBytes = int(sizes::kInlineBytes);   // Note [The paths of a + b]
 
 // The engine tensor `t` stands for; throws "op: invalid tensor" for a dead handle or a
 // malformed inline header.

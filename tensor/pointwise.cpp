@@ -5,6 +5,7 @@
 #include "tensor/backend.h"
 #include "tensor/observe.h"
 #include "tensor/small.h"
+#include "tensor/small_sizes.h"
 
 namespace dl {
 
@@ -96,7 +97,7 @@ void check_int_divisor(Op op, const Tensor& b) {
 // dtype (promotion and broadcasting change nothing), and dl::small's loop computes it as
 // the cpu backend would (tensor/cpu/pointwise.cpp takes that loop for them too), so the
 // bits are the same whichever path ran.
-constexpr int64_t kSmallElements = 1024;
+constexpr int64_t kSmallElements = sizes::kSmallElements;   // Note [The paths of a + b]
 
 bool small_host_float(const Tensor& x) {
   return (x.dtype() == DType::Float32 || x.dtype() == DType::Float64) && x.numel() <= kSmallElements &&

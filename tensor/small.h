@@ -5,7 +5,8 @@
 //   // done: out is {11, 12, 13, 14}; not done: nothing was written, take the general path
 //
 // The bindings run the ops of tensors that live inline in Lua values through these
-// (Note [Small tensors inline] in bindings/value.cpp): no allocation, promotion or
+// (Note [Small tensors inline] in bindings/value.cpp; every path an op can take: Note
+// [The paths of a + b] in tensor/small_sizes.h): no allocation, promotion or
 // broadcasting machinery, only the arithmetic. They apply the kernels' own functors
 // (tensor/functors.h) in the dtype the general front end (tensor/pointwise.cpp) would
 // compute in, so a value is the same whichever path made it. They serve float32 and

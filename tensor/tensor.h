@@ -20,14 +20,15 @@
 #include "tensor/intrusive.h"
 #include "tensor/pool.h"
 #include "tensor/shape.h"
+#include "tensor/small_sizes.h"
 
 namespace dl {
 
 class Storage : public RefCounted {
  public:
   // Host blocks up to this size live inside the Storage object itself (Note [Small
-  // storages inline] in tensor.cpp).
-  static constexpr size_t kInlineBytes = 64;
+  // storages inline] in tensor.cpp; the size: tensor/small_sizes.h).
+  static constexpr size_t kInlineBytes = size_t(sizes::kInlineBytes);
   using FreeFn = void (*)(void* ctx, void* data, size_t nbytes);
 
   // Memory from the host caching allocator (or a device allocator when `device` is not

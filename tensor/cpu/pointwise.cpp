@@ -8,6 +8,7 @@
 #include "tensor/functors.h"
 #include "tensor/half.h"
 #include "tensor/small.h"
+#include "tensor/small_sizes.h"
 
 namespace dl::cpu {
 
@@ -24,7 +25,7 @@ namespace {
 // (Contiguous with out's element count means the same layout: broadcasting to out's
 // shape can only have added or kept size-1 dims.) Larger ops, and the dtypes and
 // layouts dl::small does not serve, take the general loops.
-constexpr int64_t kSmallDense = 1024;
+constexpr int64_t kSmallDense = sizes::kSmallElements;   // Note [The paths of a + b]
 
 // t's step in a dense loop over out: 1 or 0, or -1 when t is not dense.
 int dense_step(const Tensor& t, const Tensor& out) {
