@@ -113,6 +113,10 @@ extern "C" {
 namespace {
 int begin(const uint64_t* xs, const char* const* names, int n, const char* who) {
   return guard_status([&] {
+    if (!t_export.stack.empty() && std::string_view(who) == "vmap")
+      fail(ErrorKind::Value, "vmap: inside ", t_export.who == std::string_view("vmap") ? "another dl.vmap" : "dl.export",
+           "'s function: a mapped function is captured, and captures do not nest (map over the outer dim "
+           "with one dl.vmap, or call this one outside)");
     DL_CHECK(t_export.stack.empty(), who, ": a capture is already in progress on this thread");
     DL_CHECK(!dl::compile::current(), who, ": cannot capture from inside a compiled function");
     t_export.who = who;

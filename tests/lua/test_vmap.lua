@@ -184,7 +184,10 @@ H.test("errors: reading a value, sizes, grad history, options", function()
   H.raises(function() dl.vmap(function(a) return 1 end)(x) end, "result 1 is a number")
   H.raises(function() dl.vmap(function(a, k) return a * k end, { in_dims = { 1, 1 } })(x, 2) end,
            "in_dims[2] maps argument 2, a number")
-  H.raises(function() dl.vmap(function(a) return a * dl.rand(3) end)(x) end, "vmap:")
+  H.raises(function() dl.vmap(function(a) return a * dl.rand(3) end)(x) end, "vmap: rand made a tensor")
+  H.raises(function() dl.vmap(function(a) return dl.vmap(function(b) return b * 2 end)(a:reshape(3, 1)) end)(x) end,
+           "vmap: inside another dl.vmap's function")
+  H.raises(function() dl.vmap(function(a) a:add_(1) return a end)(x) end, "vmap: an in-place write")
   H.raises(function()
     dl.grad(function(w) return dl.vmap(function(a, v) return a * v end, { in_dims = { 1, false } })(x, w):sum() end)(randn(3))
   end, "argument 2 requires grad")
