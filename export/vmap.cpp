@@ -203,6 +203,29 @@ bool all_batched(const Call& c, std::vector<Tensor>& out) {
   return true;
 }
 
+// index_select(x, dim, index) with x mapped (its dim moves) or with x shared and the
+// index mapped (an embedding lookup per example): every example's indices in one call,
+// the batch of them then moved to the front.
+bool index_select_rule(const Call& c, std::vector<Tensor>& out) {
+  if (c.batched(0) && !c.batched(1)) return dim_arg<0>(c, out);
+  if (c.batched(0) || logical_rank(c.in[1]) != 1) return false;
+  const Tensor& x = c.t(0);
+  const int64_t d = c.ints[0] < 0 ? c.ints[0] + x.dim() : c.ints[0];
+  if (d < 0 || d >= x.dim()) return false;   // the engine's message, from the fallback
+  const Tensor& index = c.t(1);   // (B, k)
+  Tensor r = index_select(x, int(d), reshape(index, Shape{-1}));   // dim d: B * k
+  Shape s;
+  for (int64_t k = 0; k < d; ++k) s.push_back(x.size(int(k)));
+  s.push_back(c.batch);
+  s.push_back(index.size(1));
+  for (int64_t k = d + 1; k < x.dim(); ++k) s.push_back(x.size(int(k)));
+  std::vector<int> order = {int(d)};
+  for (int k = 0; k < s.size(); ++k)
+    if (k != int(d)) order.push_back(k);
+  out = {permute(reshape(r, s), order)};
+  return true;
+}
+
 // conv2d, conv_transpose2d and the pools on (N, C, H, W) examples: N becomes B * N; on
 // (C, H, W) examples the batch is the N. The other operands are shared.
 bool folded_images(const Call& c, std::vector<Tensor>& out) {
@@ -295,7 +318,7 @@ constexpr NamedRule kRules[] = {
     {"select", dim_arg<0>},
     {"cat", all_batched},
     {"stack", all_batched},
-    {"index_select", dim_arg<0>},
+    {"index_select", index_select_rule},
     {"gather", all_batched},
     {"scatter_add", all_batched},
     {"conv2d", folded_images},

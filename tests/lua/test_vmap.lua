@@ -102,6 +102,14 @@ H.test("shape functions and selection", function()
         { x, randn(4, 6) }, { in_dims = { 1, false } })
   check("index_select and gather", function(a, g) return a:index_select(2, dl.tensor({ 3, 1 }, "int64")), a:gather(2, g) end,
         { x, dl.randint(1, 7, { 3, 4, 2 }, { dtype = "int64" }) })
+  check("index_select of a shared table by mapped indices (an embedding per example)",
+        function(ids, w) return w:index_select(1, ids), dl.nn.functional.embedding(ids, w) end,
+        { dl.randint(1, 6, { 4, 3 }, { dtype = "int64" }), randn(5, 2) }, { in_dims = { 1, false } })
+  check("per-example gradients of an embedding table",
+        dl.grad(function(w, ids) return (dl.nn.functional.embedding(ids, w) ^ 2):sum() end),
+        { randn(5, 2), dl.randint(1, 6, { 4, 3 }, { dtype = "int64" }) }, { in_dims = { false, 1 } })
+  check("index_select along a later dim", function(ids, w) return w:index_select(-1, ids) end,
+        { dl.randint(1, 6, { 4, 2 }, { dtype = "int64" }), randn(3, 5) }, { in_dims = { 1, false } })
   check("scatter_add through a gather's gradient", dl.grad(function(a) return (a:gather(1, dl.tensor({ 2, 2, 1 }, "int64")) ^ 2):sum() end),
         { randn(5, 4) })
 end)
