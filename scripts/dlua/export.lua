@@ -46,15 +46,11 @@ end
 -- dropped when it ends); an export tried inside one fails without touching it.
 local exporting = false
 
--- Runs f once on args under a capture; the capture's number.
-local function capture(f, args, names)
-  local n = #args
-  local ids, cnames = ffi.new("uint64_t[?]", n + 1), ffi.new("const char*[?]", n + 1)
-  for i = 1, n do
-    ids[i - 1] = hid(args[i])
-    cnames[i - 1] = names[i]
-  end
-  if C.dl_export_begin(ids, cnames, n) ~= 0 then raise_last() end
+-- With a capture begun (dl_export_begin, or dl_vmap_begin for op "vmap"): runs
+-- f(args[1..n]), gives its results to the capture and ends it. The capture's number
+-- and the number of results; on any failure the capture is abandoned and the error
+-- raised, named after op.
+local function run_captured(op, f, args, n)
   -- As the caller would run it: under no_grad, a dl.grad inside would see no history
   -- and give zeros, and the graph with it.
   local rets = pack(pcall(f, unpack(args, 1, n)))
@@ -62,12 +58,12 @@ local function capture(f, args, names)
   if not rets[1] then
     why = rets[2]
   elseif rets.n < 2 then
-    why = "export: the function returned nothing"
+    why = op .. ": the function returned nothing"
   end
   for i = 2, why and 0 or rets.n do
     local y = rets[i]
     if not is_tensor(y) then
-      why = "export: result " .. (i - 1) .. " is a " .. core.typename(y) .. ", not a tensor"
+      why = op .. ": result " .. (i - 1) .. " is a " .. core.typename(y) .. ", not a tensor"
       break
     end
     if C.dl_export_output(hid(y)) ~= 0 then
@@ -82,7 +78,19 @@ local function capture(f, args, names)
   end
   local k = C.dl_export_end()
   if k < 0 then raise_last() end
-  return k
+  return k, rets.n - 1
+end
+
+-- Runs f once on args under a capture; the capture's number.
+local function capture(f, args, names)
+  local n = #args
+  local ids, cnames = ffi.new("uint64_t[?]", n + 1), ffi.new("const char*[?]", n + 1)
+  for i = 1, n do
+    ids[i - 1] = hid(args[i])
+    cnames[i - 1] = names[i]
+  end
+  if C.dl_export_begin(ids, cnames, n) ~= 0 then raise_last() end
+  return (run_captured("export", f, args, n))
 end
 
 -- The symbolic dims of opts.dynamic ({ [arg] = { dim, "name" } } or a list of such
@@ -320,5 +328,6 @@ local E = dl.export
 E.load = load
 E.onnx = onnx
 E.to_onnx = to_onnx
+E.run_captured = run_captured   -- dl.vmap captures the same way
 setmetatable(E, { __call = function(_, f, args, opts) return export(f, args, opts) end })
 return E

@@ -24,8 +24,8 @@ core.own_source()
 
 local C, raise, raise_last = core.C, core.raise, core.raise_last
 local dl, is_tensor, hid, wrap = T.dl, T.is_tensor, T.hid, T.wrap
-local type, select, pcall, error, tostring, pairs, ipairs, floor =
-  type, select, pcall, error, tostring, pairs, ipairs, math.floor
+local type, select, tostring, pairs, ipairs, floor =
+  type, select, tostring, pairs, ipairs, math.floor
 local unpack, insert, ffi_string = unpack or table.unpack, table.insert, ffi.string
 local stderr = io and io.stderr
 
@@ -76,35 +76,10 @@ local function moved(x, from, to)
   return x:permute(order)
 end
 
--- Runs f on one example under a capture: the capture's number.
+-- Runs f on one example under a capture: the capture's number and f's result count.
 local function capture(f, examples, n, ids, m)
   if C.dl_vmap_begin(ids, m) ~= 0 then raise_last() end
-  local rets = pack(pcall(f, unpack(examples, 1, n)))
-  local why
-  if not rets[1] then
-    why = rets[2]
-  elseif rets.n < 2 then
-    why = "vmap: the function returned nothing"
-  end
-  for i = 2, why and 0 or rets.n do
-    local y = rets[i]
-    if not is_tensor(y) then
-      why = "vmap: result " .. (i - 1) .. " is a " .. core.typename(y) .. "; the function must return tensors"
-      break
-    end
-    if C.dl_export_output(hid(y)) ~= 0 then
-      why = ffi_string(C.dl_last_error())
-      break
-    end
-  end
-  if why then
-    C.dl_export_abort()
-    if not rets[1] then error(why, 0) end
-    raise(why)
-  end
-  local k = C.dl_export_end()
-  if k < 0 then raise_last() end
-  return k, rets.n - 1
+  return require("dlua.export").run_captured("vmap", f, examples, n)
 end
 
 local function batched_call(f, in_dims, out_dims, ...)

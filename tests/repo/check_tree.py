@@ -15,7 +15,8 @@ import sys
 
 SOURCE = (".cpp", ".h", ".hpp", ".c", ".cu", ".lua", ".py", ".sh", ".txt", ".cmake", ".md")
 # Documents a reader of the repository does not have.
-OUTSIDE = re.compile(r"\b(DESIGN\.md|API\.md|STYLE\.md|shared/notes|notes/(sandbox|compile|distributed)\.md)")
+# (Written so that this file's own text does not match: `[.]` and `note[s]`.)
+OUTSIDE = re.compile(r"\b(DESIGN[.]md|API[.]md|STYLE[.]md|shared/note[s]|note[s]/(sandbox|compile|distributed)[.]md)")
 MAX_LINES = 1500
 GENERATED = re.compile(r"^tests/(cpp|lua)/ref/|^tests/fuzz/")
 
@@ -43,7 +44,7 @@ def citations(root):
     for name in files(root):
         with open(os.path.join(root, name), encoding="utf-8", errors="replace") as f:
             text = f.read()
-        for m in OUTSIDE.finditer(text if name != "tests/repo/check_tree.py" else ""):
+        for m in OUTSIDE.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             bad.append(f"{name}:{line}: cites {m.group(0)}, which is not in the repository")
         flat = joiner.sub(" ", text)
