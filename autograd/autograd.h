@@ -100,6 +100,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 Tensor cast(const Tensor& x, DType dtype);
+Tensor to_device(const Tensor& x, Device d);   // x itself when already there
 Tensor contiguous(const Tensor& x);
 Tensor clone(const Tensor& x);
 Tensor reduce(Op op, const Tensor& x, const std::vector<int>& dims, bool keepdim,

@@ -243,6 +243,26 @@ Tensor cast(const Tensor& x, DType dtype) {
 // The engine casts each gradient to its input's dtype.
 template <> Grads derivative<Op::Cast>(Node&, const TensorList& g) { return {g[0]}; }
 
+namespace {
+// The gradient of a move goes back to the device the value came from (attrs.i: its
+// type and index); the move back is itself recorded, for higher derivatives.
+Grads to_device_backward(Node& n, const TensorList& g) {
+  return {to_device(g[0], Device{DeviceType(n.attrs.i[0]), int8_t(n.attrs.i[1])})};
+}
+}  // namespace
+
+Tensor to_device(const Tensor& x, Device d) {
+  if (d == x.device()) return x;
+  Tensor y = dl::empty(x.shape(), x.dtype(), d, "to");
+  dl::copy_(y, x);
+  if (!is_floating(x.dtype())) return y;
+  Ref<Node> n = maybe_node("to", to_device_backward, {&x});
+  if (!n) return y;
+  n->attrs.i[0] = int64_t(x.device().type);
+  n->attrs.i[1] = x.device().index;
+  return finish(n, y);
+}
+
 Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
   Tensor y = dl::contiguous(x);

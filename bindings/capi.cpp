@@ -943,14 +943,7 @@ uint64_t dl_to(uint64_t x, int dtype) {
 }
 
 uint64_t dl_to_device(uint64_t x, const char* device) {
-  return guard_handle([&] {
-    const Tensor& t = get(x, "to");
-    Device d = device_of(device);
-    if (d == t.device()) return t;
-    Tensor out = dl::empty(t.shape(), t.dtype(), d, "to");
-    ag::copy_(out, t);  // recorded: the gradient flows back to the source device
-    return out;
-  });
+  return guard_handle([&] { return ag::to_device(get(x, "to"), device_of(device)); });
 }
 
 uint64_t dl_contiguous(uint64_t x) {

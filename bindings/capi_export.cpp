@@ -120,7 +120,10 @@ int begin(const uint64_t* xs, const char* const* names, int n, const char* who) 
     DL_CHECK(t_export.stack.empty(), who, ": a capture is already in progress on this thread");
     DL_CHECK(!dl::compile::current(), who, ": cannot capture from inside a compiled function");
     t_export.who = who;
-    auto c = std::make_unique<Capture>();
+    // An export computes on the cpu (its runner's); a vmap on its arguments' device.
+    dl::Device device;
+    if (std::string_view(who) == "vmap" && n > 0) device = get(xs[0], who).device();
+    auto c = std::make_unique<Capture>(device);
     for (int i = 0; i < n; ++i) c->input(get(xs[i], who), names && names[i] ? names[i] : "");
     if (!c->error().empty()) fail(ErrorKind::Value, who, ": ", c->error());
     t_export.stack.push_back(std::move(c));

@@ -53,9 +53,14 @@ int32_t Capture::add_value(const Tensor& t) {
   return v;
 }
 
+std::string Capture::elsewhere(const Device& d) const {
+  return d.str() + (device_.is_cpu() ? std::string("; export from the cpu")
+                                     : "; the function's arguments are on " + device_.str());
+}
+
 int32_t Capture::value_of(const Tensor& t, const char* op) {
-  if (!t.device().is_cpu()) {
-    set_error(std::string(op) + " reads a tensor on " + t.device().str() + "; export from the cpu");
+  if (t.device() != device_) {
+    set_error(std::string(op) + " reads a tensor on " + elsewhere(t.device()));
     return -1;
   }
   const int32_t v = find(t);
@@ -91,7 +96,8 @@ int32_t Capture::value_of(const Tensor& t, const char* op) {
 }
 
 void Capture::input(const Tensor& t, const std::string& name) {
-  if (!t.device().is_cpu()) return set_error("input " + name + " is on " + t.device().str() + "; export from the cpu");
+  if (t.device() != device_)
+    return set_error((name.empty() ? std::string("an argument") : "input " + name) + " is on " + elsewhere(t.device()));
   if (find(t) >= 0) return set_error("input " + name + " is the same tensor as an earlier input");
   graph.inputs.push_back(add_value(t));
   graph.input_names.push_back(name);
@@ -204,7 +210,7 @@ bool Capture::node_of(const Observed& o, Node* n) {
     case Fn::Cast: n->ints = {Int(int64_t(o.dtype))}; break;
     case Fn::Contiguous: case Fn::Clone: break;
     case Fn::Full:
-      if (!o.device.is_cpu()) return set_error("full makes a tensor on " + o.device.str() + "; export from the cpu"), false;
+      if (o.device != device_) return set_error("full makes a tensor on " + elsewhere(o.device)), false;
       n->ints = {Int(int64_t(o.dtype))};
       for (int64_t d : o.shape) n->ints.push_back(Int(d));
       n->nums = {o.s};
@@ -242,7 +248,7 @@ void Capture::seen(const Observed& o) {
   if (!error_.empty()) return;
   std::vector<Tensor> outs = o.fn == Fn::Other ? o.outs : std::vector<Tensor>{o.out};
   for (const Tensor& t : outs) {
-    if (t.defined() && !t.device().is_cpu()) return set_error(n.op + " made a tensor on " + t.device().str());
+    if (t.defined() && t.device() != device_) return set_error(n.op + " made a tensor on " + elsewhere(t.device()));
     n.out.push_back(t.defined() ? add_value(t) : -1);
   }
   graph.nodes.push_back(std::move(n));

@@ -27,9 +27,12 @@ namespace dl::graph {
 class Capture final : public Observer {
  public:
   Capture() = default;
+  // A capture whose tensors live on `device` (dl.vmap's, on its arguments' device); an
+  // export's are on the cpu, where the file's runner computes.
+  explicit Capture(Device device) : device_(device) {}
   // A loop's condition or body (dl.while_loop), captured inside `parent`: a tensor of an
   // enclosing capture that it reads becomes an input of its own (Note [Loops]).
-  explicit Capture(Capture* parent) : parent_(parent) {}
+  explicit Capture(Capture* parent) : parent_(parent), device_(parent->device_) {}
   // A tensor the caller gives, in order, before the ops run.
   void input(const Tensor& t, const std::string& name);
   void seen(const Observed& o) override;
@@ -72,6 +75,9 @@ class Capture final : public Observer {
   std::unordered_map<const Storage*, std::vector<Known>> known_;
   Capture& root() { return parent_ ? parent_->root() : *this; }
   Capture* parent_ = nullptr;
+  Device device_;
+  // Why a tensor on `d` cannot take part ("cuda:0; export from the cpu").
+  std::string elsewhere(const Device& d) const;
   std::unordered_set<const Storage*> marked_;   // the root's: storages mark() saw
   std::vector<Tensor> marked_hold_;             // ... kept alive, so addresses stay theirs
   std::vector<int32_t> outer_;    // a loop graph's inputs after its state: the parent's values

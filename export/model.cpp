@@ -169,7 +169,7 @@ std::vector<Tensor> Model::run_graph(const Graph& g, std::vector<Tensor>& vals, 
         out = run_loop(n, in, syms);
       } else {
         row.run(row, OpArgs{in.data(), int(in.size()), ints.data(), int(ints.size()), n.nums.data(),
-                            int(n.nums.size())}, out);
+                            int(n.nums.size()), Device{}}, out);
       }
     } catch (const Error& e) {
       fail(e.kind(), "dlg_run: node ", i, " (", n.op, "): ", e.what());

@@ -124,7 +124,7 @@ const std::vector<OpRow>& rows() {
       ROW("clone", 1, 1, 1, 0, 0, 0, out = {clone(arg(a, 0))}),
       // ints {dtype, shape...}, nums {value}
       ROW("full", 0, 0, 1, 1, -1, 1,
-          out = {full(shape_arg(r, a.ints + 1, a.nints - 1), Scalar(a.nums[0]), dtype_arg(r, a.ints[0]))}),
+          out = {full(shape_arg(r, a.ints + 1, a.nints - 1), Scalar(a.nums[0]), dtype_arg(r, a.ints[0]), a.device)}),
       ROW("where", 3, 3, 1, 0, 0, 0, out = {where(arg(a, 0), arg(a, 1), arg(a, 2))}),
       // ints {has min, has max}, nums {min, max}
       ROW("clamp", 1, 1, 1, 2, 2, 2,

@@ -23,6 +23,7 @@ struct OpArgs {
   int nints = 0;
   const double* nums = nullptr;
   int nnums = 0;
+  Device device;   // where a node that makes a tensor (full) makes it: the inputs' device
 };
 
 struct OpRow;

@@ -64,6 +64,7 @@ struct Call {
   std::vector<BatchedValue> in;
   std::vector<int64_t> ints;
   int64_t batch;
+  Device device;   // the inputs' (a full node makes its tensor there)
 
   const Tensor& t(size_t k) const { return in[k].t; }
   bool batched(size_t k) const { return k < in.size() && in[k].batched; }
@@ -82,7 +83,8 @@ struct Call {
   void run(const std::vector<Tensor>& ts, const std::vector<int64_t>& is, std::vector<Tensor>& out) const {
     std::vector<const Tensor*> p;
     for (const Tensor& x : ts) p.push_back(x.defined() ? &x : nullptr);
-    row.run(row, OpArgs{p.data(), int(p.size()), is.data(), int(is.size()), n.nums.data(), int(n.nums.size())}, out);
+    row.run(row, OpArgs{p.data(), int(p.size()), is.data(), int(is.size()), n.nums.data(), int(n.nums.size()), device},
+            out);
   }
   std::vector<Tensor> tensors() const {
     std::vector<Tensor> ts;
@@ -380,12 +382,15 @@ std::vector<BatchedValue> Batching::run(const std::vector<BatchedValue>& inputs)
   std::vector<BatchedValue> vals(g_.values.size());
   for (size_t k = 0; k < g_.constants.size(); ++k) vals[size_t(g_.constants[k].first)] = {constants_.at(k), false};
   for (size_t k = 0; k < inputs.size(); ++k) vals[size_t(g_.inputs[k])] = inputs[k];
+  Device device;   // the arguments' (dl_vmap_begin's capture saw them all on one)
+  for (const BatchedValue& v : inputs)
+    if (v.t.defined()) device = v.t.device();
   std::vector<Tensor> out;
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     const Node& n = g_.nodes[i];
     const OpRow* row = find_op(n.op);
     DL_CHECK(row && row->ngraphs == 0, "vmap: ", n.op, " (dl.while_loop) cannot run on a batch");
-    Call c{n, *row, {}, {}, batch_};
+    Call c{n, *row, {}, {}, batch_, device};
     bool any = false;
     for (int32_t v : n.in) {
       c.in.push_back(v >= 0 ? vals[size_t(v)] : BatchedValue{});

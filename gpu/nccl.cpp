@@ -26,6 +26,7 @@ struct Comm {
   ncclComm_t comm = nullptr;
   int device = -1;
   int rank = 0, size = 1;
+  double timeout_s = 0;  // dist.init's: bounds init and every call that NCCL is still launching
   cudaEvent_t done = nullptr;
 };
 Comm g;
@@ -79,19 +80,36 @@ bool stream(cudaStream_t* s, const char* what) {
   return true;
 }
 
-// Waits for a non-blocking communicator's pending call (init, abort) until `deadline`.
-bool settle(const char* what, std::chrono::steady_clock::time_point deadline) {
+// Waits for a non-blocking communicator's pending call until g.timeout_s has passed (no
+// limit when 0). On a non-blocking communicator every call may return ncclInProgress
+// (init while the ranks meet, a collective while NCCL is still launching it), and the
+// next call may be made only once the communicator's state is ncclSuccess again.
+bool settle(const char* what, const char* late) {
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(g.comm, &state) != ncclSuccess) return check(ncclInternalError, what);
     if (state == ncclSuccess) return true;
     if (state != ncclInProgress) return check(state, what);
-    if (std::chrono::steady_clock::now() > deadline) {
-      fail(std::string(what) + ": the other ranks did not join the NCCL communicator in time");
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (g.timeout_s > 0 && waited > g.timeout_s) {
+      fail(std::string(what) + ": " + late + " within " + std::to_string(int(g.timeout_s)) + " s");
       return false;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+// A collective's return: enqueued (0), or an error (-1, the communicator aborted when it
+// is NCCL's own state that failed, so that no later call waits on it).
+int launched(ncclResult_t r, const char* what) {
+  if (!check(r, what)) return -1;
+  if (r == ncclInProgress && !settle(what, "NCCL did not finish launching it")) {
+    ncclCommAbort(g.comm);
+    g.comm = nullptr;
+    return -1;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -119,7 +137,7 @@ int dln_unique_id(unsigned char* id, int64_t len) {
   return 0;
 }
 
-int dln_init(const unsigned char* id, int64_t len, int rank, int size, int device) {
+int dln_init(const unsigned char* id, int64_t len, int rank, int size, int device, double timeout_s) {
   if (g.comm) return fail("dist: the NCCL backend is already initialised (on cuda:" + std::to_string(g.device) + ")");
   ncclUniqueId u;
   if (len != int64_t(sizeof u.internal)) return fail("dist: an NCCL id has " + std::to_string(sizeof u.internal) + " bytes");
@@ -134,7 +152,8 @@ int dln_init(const unsigned char* id, int64_t len, int rank, int size, int devic
   g.device = device;
   g.rank = rank;
   g.size = size;
-  if (!settle("dist.init", std::chrono::steady_clock::now() + std::chrono::seconds(120)) ||
+  g.timeout_s = timeout_s;
+  if (!settle("dist.init", "the other ranks did not join the NCCL communicator") ||
       !check_cuda(cudaEventCreateWithFlags(&g.done, cudaEventDisableTiming), "dist.init")) {
     ncclCommAbort(g.comm);
     g.comm = nullptr;
@@ -153,7 +172,7 @@ int dln_allreduce(void* buf, int64_t count, int dtype, int op, const char* what)
   if (op < 0 || op > 4) return fail(std::string(what) + ": unknown reduction code " + std::to_string(op));
   if (dtype == int(dl::DType::Bool) && op != 1 && op != 2)
     return fail(std::string(what) + ": cannot sum bool tensors (use max or min: any, all)");
-  return check(ncclAllReduce(buf, buf, size_t(count), t, ops[op], g.comm, s), what) ? 0 : -1;
+  return launched(ncclAllReduce(buf, buf, size_t(count), t, ops[op], g.comm, s), what);
 }
 
 int dln_broadcast(void* buf, int64_t count, int dtype, int root, const char* what) {
@@ -161,14 +180,14 @@ int dln_broadcast(void* buf, int64_t count, int dtype, int root, const char* wha
   cudaStream_t s;
   if (!nccl_type(dtype, &t, what) || !stream(&s, what)) return -1;
   if (root < 0 || root >= g.size) return fail(std::string(what) + ": root " + std::to_string(root) + " is not a rank");
-  return check(ncclBroadcast(buf, buf, size_t(count), t, root, g.comm, s), what) ? 0 : -1;
+  return launched(ncclBroadcast(buf, buf, size_t(count), t, root, g.comm, s), what);
 }
 
 int dln_allgather(const void* send, void* recv, int64_t count, int dtype, const char* what) {
   ncclDataType_t t;
   cudaStream_t s;
   if (!nccl_type(dtype, &t, what) || !stream(&s, what)) return -1;
-  return check(ncclAllGather(send, recv, size_t(count), t, g.comm, s), what) ? 0 : -1;
+  return launched(ncclAllGather(send, recv, size_t(count), t, g.comm, s), what);
 }
 
 int dln_wait(double timeout_s, const char* what) {

@@ -27,8 +27,9 @@ const char* dln_error(void);
 int dln_version(void);
 /* Rank 0 makes the job's id (128 bytes) and sends it to the others over MPI. */
 int dln_unique_id(unsigned char* id, int64_t len);
-/* Joins the communicator of `size` ranks on CUDA device `device`; 0, or -1. */
-int dln_init(const unsigned char* id, int64_t len, int rank, int size, int device);
+/* Joins the communicator of `size` ranks on CUDA device `device`; 0, or -1 when a rank
+   has not joined within timeout_s seconds (0: no limit), or on an error. */
+int dln_init(const unsigned char* id, int64_t len, int rank, int size, int device, double timeout_s);
 int dln_initialized(void);
 /* Enqueued on the device's stream, in place. dtype: tensor/dtype.h's codes; op: 0 sum,
    1 max, 2 min, 3 product, 4 mean (NCCL's average). */

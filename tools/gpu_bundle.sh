@@ -9,9 +9,11 @@
 #   # the GPU machine, then there, from the checkout's root:
 #   OUT_DIR/run.sh [results_dir]
 #
-# run.sh runs the CUDA op-table test (tests/gpu/test_cuda_ops.cpp), the blocks of
-# docs/gpu.md, and tools/gpu_smoke.lua (training, dl.compile, linalg and sorting on CUDA
-# against the CPU), from the checkout's root. The CUDA libraries (cuBLAS, cuSOLVER,
+# run.sh runs, from the checkout's root: the CUDA op-table test
+# (tests/gpu/test_cuda_ops.cpp); the Lua tests and docs whose blocks have CUDA branches;
+# tools/gpu_smoke.lua (training, dl.compile, linalg, sorting, half precision, autocast
+# and sequence layers on CUDA against the CPU); and tools/gpu_nccl.lua (dl.dist's NCCL
+# backend on one GPU). bench/gpu.lua (against PyTorch) runs with the bundle's dlua too. The CUDA libraries (cuBLAS, cuSOLVER,
 # NCCL) are the GPU machine's own: the toolkit in /usr/local/cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +23,7 @@ out=${2:-gpu-bundle}
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/bin"
 cp "$build/bin/dlua" "$build/bin/dlua_cuda_tests" "$out/bin/"
-cp -P "$build"/lib/libdlua_core.so "$build"/lib/libdlua_cuda.so "$out/lib/"
+cp -P "$build"/lib/libdlua_core.so "$build"/lib/libdlua.so* "$build"/lib/libdlua_cuda.so "$out/lib/"
 # The system libraries they need, except the C and C++ runtimes and CUDA's own (the
 # toolkit's folder, and cuBLAS, cuSOLVER, NCCL wherever they are).
 for f in "$out/bin/"* "$out/lib/"*.so; do ldd "$f" 2>/dev/null; done | awk '/=> \//{print $3}' | sort -u |
@@ -43,12 +45,23 @@ echo "== CUDA op-table test"
 rc=$?
 [ $rc -eq 0 ] || [ $rc -eq 77 ] || status=1   # 77: no device, skipped
 tail -3 "$results/cuda_tests.log"
-echo "== docs/gpu.md"
-"$here/bin/dlua" tests/docs/run_docs.lua docs/gpu.md > "$results/gpu_doc.log" 2>&1 || status=1
-tail -1 "$results/gpu_doc.log"
-echo "== tools/gpu_smoke.lua"
-"$here/bin/dlua" tools/gpu_smoke.lua > "$results/gpu_smoke.log" 2>&1 || status=1
-tail -3 "$results/gpu_smoke.log"
+for doc in gpu design; do
+  echo "== docs/$doc.md"
+  "$here/bin/dlua" tests/docs/run_docs.lua docs/$doc.md > "$results/${doc}_doc.log" 2>&1 || status=1
+  tail -1 "$results/${doc}_doc.log"
+done
+echo "== Lua tests with CUDA branches"
+export LUA_PATH="$PWD/tests/lua/?.lua;$PWD/scripts/?/init.lua;$PWD/scripts/?.lua;;"
+for t in $(grep -l "cuda.is_available" tests/lua/test_*.lua); do
+  name=$(basename "$t" .lua)
+  "$here/bin/dlua" "$t" > "$results/$name.log" 2>&1 || { status=1; echo "$name FAILED"; }
+  tail -1 "$results/$name.log"
+done
+for check in gpu_smoke gpu_nccl; do
+  echo "== tools/$check.lua"
+  "$here/bin/dlua" tools/$check.lua > "$results/$check.log" 2>&1 || status=1
+  tail -4 "$results/$check.log"
+done
 exit $status
 EOF
 chmod +x "$out/run.sh"

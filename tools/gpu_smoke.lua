@@ -85,3 +85,53 @@ local gcpu = dl.grad(function(v) return (v:cumprod(2) * dl.tensor({1, 2, 3, 4}))
 local ggpu = dl.grad(function(v) return (v:cumprod(2) * dl.tensor({1, 2, 3, 4}):cuda()):sum() end)(cp:cuda())
 assert(dl.allclose(gcpu, ggpu:cpu()), "cumprod gradients differ on cuda")
 print("cuda cumprod ok")
+-- float16 and bfloat16 on cuda: conversions round as the CPU's, half products (cuBLAS,
+-- float32 accumulation) and autocast, its gradient included
+local raw = (dl.randn(5, 1000) * dl.tensor({ { 1e-6 }, { 1e-3 }, { 1 }, { 300 }, { 7e4 } })):reshape(5000)
+for _, d in ipairs({ "float16", "bfloat16" }) do
+  local h, hg = raw:to(d), raw:cuda():to(d)
+  assert(hg.dtype == d and dl.equal(h:float(), hg:cpu():float()), d .. " conversion differs on cuda")
+  assert(dl.equal(hg:float():cpu(), h:float()), d .. " widening differs on cuda")
+  local a, b = dl.randn(3, 48, 40):to(d), dl.randn(3, 40, 24):to(d)
+  local want = a:float():matmul(b:float())
+  local got = a:cuda():matmul(b:cuda())
+  assert(got.dtype == d, d .. " product dtype")
+  local tol = d == "float16" and 2e-2 or 1e-1
+  assert(dl.allclose(got:cpu():float(), want, tol, tol), d .. " product differs on cuda")
+end
+local fa, fb = dl.randn(32, 64), dl.randn(64, 16)
+local ga = dl.grad(function(x) return dl.autocast(function() return x:matmul(fb:cuda()) end):float():pow(2):sum() end)(fa:cuda())
+local gc = dl.grad(function(x) return x:matmul(fb):pow(2):sum() end)(fa)
+assert(ga.dtype == "float32" and dl.allclose(ga:cpu(), gc, 5e-2, 5e-1), "autocast gradient differs")
+print("cuda half ok, autocast gradient max diff", (ga:cpu() - gc):abs():amax():item())
+-- sequence layers: GELU, layer norm, attention, LSTM and per-example gradients against the cpu
+local function both(build, x, what)
+  local function run(device)
+    dl.manual_seed(11)
+    local m = build():to(device)
+    local xd = x:to(device)
+    local function f(v) local y = m(v) return y end
+    return f(xd), dl.grad(function(v) local y = f(v) return (y * y):sum() end)(xd)
+  end
+  local oc, gc = run("cpu")
+  local og, gg = run("cuda")
+  local d1, d2 = (oc - og:cpu()):abs():amax():item(), (gc - gg:cpu()):abs():amax():item()
+  print(string.format("%-20s out %.2e  input grad %.2e", what, d1, d2))
+  assert(d1 < 1e-4 and d2 < 1e-3, what .. " differs on cuda")
+end
+local F = dl.nn.functional
+both(function() return nn.Sequential{ nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32) } end, dl.randn(8, 16), "gelu + layer_norm")
+both(function() return nn.TransformerEncoderLayer(32, 4, { dim_feedforward = 64, dropout = 0, batch_first = true, activation = "gelu" }) end,
+     dl.randn(2, 10, 32), "transformer layer")
+both(function() return nn.LSTM(8, 16, { num_layers = 2, batch_first = true }) end, dl.randn(4, 10, 8), "lstm")
+local q, k, v = dl.randn(2, 4, 10, 8), dl.randn(2, 4, 10, 8), dl.randn(2, 4, 10, 8)
+local ac = F.scaled_dot_product_attention(q, k * 1e3, v, { causal = true })
+local ag = F.scaled_dot_product_attention(q:cuda(), (k * 1e3):cuda(), v:cuda(), { causal = true })
+assert(dl.allclose(ac, ag:cpu(), 1e-4, 1e-4), "attention with large logits differs on cuda")
+local w = dl.randn(4, 3, { dtype = "float64" })
+local xs = dl.randn(8, 4, { dtype = "float64" })
+local function ploss(w, x) return dl.tanh(x:matmul(w)):sum() end
+local pc = dl.vmap(dl.grad(ploss), { in_dims = { false, 1 } })(w, xs)
+local pg = dl.vmap(dl.grad(ploss), { in_dims = { false, 1 } })(w:cuda(), xs:cuda())
+assert(pg.device == "cuda:0" and dl.allclose(pc, pg:cpu(), 1e-12, 1e-12), "vmap differs on cuda")
+print("cuda sequence layers ok")

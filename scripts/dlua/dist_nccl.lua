@@ -50,7 +50,7 @@ local function backend(op, s, t)
   if s.lib.dld_broadcast(id, ID_BYTES, dtype_codes.uint8, 0, 0, "dist.init (NCCL)", 0, nil) < 0 then
     raise("dist.init (NCCL): " .. ffi_string(s.lib.dld_error()))
   end
-  if lib.dln_init(id, ID_BYTES, s.rank, s.size, device_index(t)) < 0 then raise(ffi_string(lib.dln_error())) end
+  if lib.dln_init(id, ID_BYTES, s.rank, s.size, device_index(t), s.timeout) < 0 then raise(ffi_string(lib.dln_error())) end
   b = { lib = lib, device = device_index(t) }
   s.nccl = b
   return b

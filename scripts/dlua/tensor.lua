@@ -907,7 +907,8 @@ end
 -- A Lua number or boolean as a 0-dim tensor that adapts to the other operand, as a
 -- Lua number does in arithmetic: whole numbers are int64 (a lower-priority 0-dim
 -- operand, so an int32 or float tensor keeps its dtype), others the default float.
-local function scalar_tensor(op, v)
+-- A number or boolean operand of `op` as a 0-d tensor on `device` (the tensor operands').
+local function scalar_tensor(op, v, device)
   local code
   if type(v) == "boolean" then
     v, code = v and 1 or 0, BOOL
@@ -916,13 +917,14 @@ local function scalar_tensor(op, v)
   else
     return bad_arg(op, "a tensor or a number", v)
   end
-  return new(C.dl_full, shape_buf, 0, v, code, nil)
+  return new(C.dl_full, shape_buf, 0, v, code, device ~= "cpu" and device or nil)
 end
 
 function dl.where(cond, a, b)
   check_tensor("where", cond)
-  if not istype(Tensor, a) then a = scalar_tensor("where", a) end
-  if not istype(Tensor, b) then b = scalar_tensor("where", b) end
+  local device = (istype(Tensor, a) and a or istype(Tensor, b) and b or cond).device
+  if not istype(Tensor, a) then a = scalar_tensor("where", a, device) end
+  if not istype(Tensor, b) then b = scalar_tensor("where", b, device) end
   local id = C.dl_where(hid(cond), hid(a), hid(b))
   if id == 0 and retry() then id = C.dl_where(hid(cond), hid(a), hid(b)) end
   return wrap(id)
@@ -1020,7 +1022,7 @@ methods.equal = dl.equal
 
 function dl.allclose(a, b, rtol, atol)
   check_tensor("allclose", a)
-  if not istype(Tensor, b) then b = scalar_tensor("allclose", b) end
+  if not istype(Tensor, b) then b = scalar_tensor("allclose", b, a.device) end
   rtol = rtol == nil and 1e-5 or rtol
   atol = atol == nil and 1e-8 or atol
   if type(rtol) ~= "number" then bad_arg("allclose", "a number for rtol", rtol) end

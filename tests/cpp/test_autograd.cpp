@@ -11,6 +11,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/engine.h"
+#include "tensor/backend.h"
 #include "tensor/allocator.h"
 
 using namespace dl;
@@ -404,4 +405,31 @@ TEST_CASE("a backward task reports each input's gradient when it is final", "[au
   CHECK(r[1].item() == -1);
   CHECK(r[0].item() == 12);
   CHECK(r[2].item() == 4);
+}
+
+TEST_CASE("a value moved to another device gets its gradient on its own device", "[autograd]") {
+  // x:cuda() inside a gradient: the move's backward moves the gradient back, at every
+  // order. The "cuda" backend here is the CPU's under another name (host memory).
+  Backend fake = cpu_backend();
+  fake.name = "cuda";
+  register_backend(DeviceType::CUDA, &fake);
+  {
+    const Device dev{DeviceType::CUDA, 0};
+    ag::GradScope scope;
+    Tensor x = ag::watch(full(Shape{3}, Scalar(2.0), DType::Float64));
+    Tensor xd = ag::to_device(x, dev);
+    CHECK(xd.device() == dev);
+    CHECK(ag::to_device(xd, dev).impl() == xd.impl());           // already there: itself
+    Tensor y = ag::reduce(Op::Sum, ag::binary(Op::Mul, ag::binary(Op::Mul, xd, xd), xd), {}, false);   // sum x^3
+    Tensor g = ag::grad({y}, {}, {x}, true)[0];                   // 3x^2 = 12, on the cpu
+    CHECK(g.device().is_cpu());
+    int64_t i0[] = {0};
+    CHECK(g.value_at(i0) == 12);
+    Tensor g2 = ag::grad({ag::reduce(Op::Sum, g, {}, false)}, {}, {x}, false)[0];   // 6x = 12
+    CHECK(g2.device().is_cpu());
+    CHECK(g2.value_at(i0) == 12);
+    // integers move without a history
+    CHECK_FALSE(ag::to_device(ones(Shape{2}, DType::Int64), dev).impl()->grad_node);
+  }
+  register_backend(DeviceType::CUDA, nullptr);
 }

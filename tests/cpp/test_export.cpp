@@ -7,6 +7,8 @@
 
 #include "export/capture.h"
 #include "export/model.h"
+#include "export/vmap.h"
+#include "tensor/backend.h"
 #include "tensor/error.h"
 #include "tensor/nn.h"
 #include "tensor/ops.h"
@@ -137,4 +139,48 @@ TEST_CASE("export: a loop that never ends stops at the host's limit", "[export]"
   m->set_loop_limit(100);
   CHECK_THROWS_WITH(m->run({zeros({1}, DType::Float32)}), Catch::Contains("past its limit of 100 iterations"));
   std::remove(p.c_str());
+}
+
+TEST_CASE("vmap: a capture on a device runs its batch there", "[export]") {
+  // dl.vmap on CUDA tensors: the capture takes its arguments' device, its constants stay
+  // there, a full node makes its tensor there, and a tensor from another device is
+  // refused naming both. The "cuda" backend here is the CPU's under another name.
+  Backend fake = cpu_backend();
+  fake.name = "cuda";
+  register_backend(DeviceType::CUDA, &fake);
+  {
+    const Device dev{DeviceType::CUDA, 0};
+    Tensor xs = randn({5, 4}, DType::Float64, dev), w = randn({4, 3}, DType::Float64, dev);
+    Tensor x0 = contiguous(select(xs, 0, 0));
+    Capture cap(dev);
+    cap.input(x0, "");
+    Tensor y;
+    {
+      Observing on(&cap);
+      y = binary(Op::Add, unary(Op::Tanh, matmul(x0, w)), full({3}, Scalar(0.5), DType::Float64, dev));
+    }
+    cap.output(y);
+    REQUIRE(cap.error().empty());
+    cap.prune();
+    REQUIRE(cap.constants.size() == 1);
+    CHECK(cap.constants[0].device() == dev);
+    Batching run(cap.graph, cap.constants, 5);
+    std::vector<BatchedValue> r = run.run({{xs, true}});
+    REQUIRE(r.size() == 1);
+    CHECK(r[0].t.device() == dev);
+    CHECK(run.looped().empty());
+    CHECK(same_bits(r[0].t, binary(Op::Add, unary(Op::Tanh, matmul(xs, w)), Scalar(0.5))));
+
+    Capture mixed(dev);
+    mixed.input(x0, "");
+    {
+      Observing on(&mixed);
+      (void)full({4}, Scalar(1.0), DType::Float64);   // on the cpu: the ops would not mix it with x0
+    }
+    CHECK_THAT(mixed.error(), Catch::Contains("full makes a tensor on cpu; the function's arguments are on cuda:0"));
+    Capture cpu;
+    cpu.input(x0, "x");
+    CHECK_THAT(cpu.error(), Catch::Contains("input x is on cuda:0; export from the cpu"));
+  }
+  register_backend(DeviceType::CUDA, nullptr);
 }

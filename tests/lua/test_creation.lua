@@ -83,7 +83,12 @@ H.test("creation errors", function()
   H.raises(function() return dl.zeros(1, 2, 3, 4, 5, 6, 7, 8, 9) end, "zeros: at most 8 dimensions are supported")
   H.raises(function() return dl.full({ 2 }, "x") end, "full: expected a fill value (number or boolean), got string")
   H.raises(function() return dl.ones(2, { dtype = "complex" }) end, "ones: unknown dtype 'complex'")
-  H.raises(function() return dl.zeros(2, { device = "cuda" }) end, "zeros: cuda is not available")
+  if dl.cuda.is_available() then
+    local n = dl.cuda.device_count()
+    H.raises(function() return dl.zeros(2, { device = "cuda:" .. n }) end, "zeros: device cuda:" .. n .. " is not available")
+  else
+    H.raises(function() return dl.zeros(2, { device = "cuda" }) end, "zeros: cuda is not available")
+  end
 end)
 
 H.test("arange, linspace, eye", function()
