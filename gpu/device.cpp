@@ -141,6 +141,19 @@ cublasHandle_t cublas(const DeviceContext& c, const char* op) {
       cublasDestroy(fresh);
       throw_cublas(s, op, "binding cuBLAS to the device's stream");
     }
+    // A workspace of the size cuBLAS's reference recommends (cublasSetWorkspace: 32 MiB
+    // on Hopper and later, 4 MiB before), which some of its GEMM kernels need; without
+    // one it uses a default pool. Kept for the handle's life, outside the tensor cache
+    // and its statistics; where it cannot be had, the default pool stays.
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c.index) != cudaSuccess) cudaGetLastError();
+    const size_t bytes = size_t(major >= 9 ? 32 : 4) << 20;
+    void* ws = nullptr;
+    if (cudaMalloc(&ws, bytes) == cudaSuccess) {
+      if (cublasSetWorkspace(fresh, ws, bytes) != CUBLAS_STATUS_SUCCESS) cudaFree(ws);
+    } else {
+      cudaGetLastError();
+    }
     h = fresh;
   }
   return h;

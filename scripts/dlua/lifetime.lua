@@ -61,10 +61,13 @@ local total, mark, budget = M.total, M.mark, M.budget
 local stats = ffi_new("double[5]")
 local collecting = false
 local live_before = 0   -- bytes in use right after this state's previous collection
+local collections = 0   -- full collections run by the budget, for memory_stats
+
 
 function M.collect()
   if collecting then return end
   collecting = true
+  collections = collections + 1
   mark[0] = total[0]
   collectgarbage("collect")
   C.dl_trim_idle_cache()   -- large cached blocks long unused go back to the system (tensor/allocator.h)
@@ -97,7 +100,7 @@ function M.memory_stats()
   C.dl_memory_stats(stats)
   return {
     in_use = stats[0], cached = stats[1], peak = stats[2], limit = stats[3],
-    tensors = stats[4], gc_budget = budget[0], gc_debt = total[0] - mark[0],
+    tensors = stats[4], gc_budget = budget[0], gc_debt = total[0] - mark[0], gc_collections = collections,
   }
 end
 

@@ -62,8 +62,12 @@ H.test("the collector's budget stays at its base when the live set does not grow
   -- growing without end, and the garbage with it.
   local x = dl.rand(1000000)
   local g = dl.grad(function(t) return t:tanh():tanh():sum() end)
+  local before = dl.memory_stats().gc_collections
   for _ = 1, 300 do g(x) end
   local ms = dl.memory_stats()
+  -- 300 steps of some 20 MB each, over a budget of 16 MB or more: collections, not one a step
+  H.ok(ms.gc_collections - before > 10 and ms.gc_collections - before < 300,
+       (ms.gc_collections - before) .. " collections")
   H.ok(ms.gc_budget <= 64 * MB, "budget " .. ms.gc_budget / MB .. " MB")
   H.ok(ms.in_use + ms.cached < 200 * MB, "in use " .. ms.in_use / MB .. " MB, cached " .. ms.cached / MB .. " MB")
   -- a growing live set still grows the budget
