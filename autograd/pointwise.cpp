@@ -55,28 +55,143 @@ DL_UNARY_GRAD(Erf, x, gy * exp(-(x * x)) * (2.0 / std::sqrt(M_PI)))
 DL_UNARY_GRAD(Gelu, x, ag::binary(Op::GeluBackward, gy, x))
 #undef DL_UNARY_GRAD
 
-// ---- binary: nodes save a (0) and b (1); scalar forms keep the number in attrs --------
+// ---- binary: one row per op --------------------------------------------------------------
+
+// Note [Binary derivative rows]
+// Each differentiable binary op of tensor/ops.def is one row: what its node saves, and
+// the gradient of each input as ordinary recorded math (autograd/math.h) of the incoming
+// gradient g, the inputs a and b, and the output y (saved only by the rows that say
+// so). An undefined result is no gradient. The rows are all there is: the forward reads
+// a row's `saves`, the backward its two formulas, and the derivative table
+// (autograd/table.cpp) gets each row's backward by its op. A number operand (x * 2,
+// 2 ^ x) is a 0-d tensor in the formula, except where the gradient needs only the
+// number (binary_scalar_backward's shortcuts).
+//   X(Name, saves, d/da, d/db)
+#define DL_BINARY_DERIVATIVES(X)                                                                     \
+  X(Add, kNothing, g, g)                                                                             \
+  X(Sub, kNothing, g, -g)                                                                            \
+  X(Mul, kInputs, g * b, g * a)                                                                      \
+  X(Div, kInputs, g / b, -(g * a / (b * b)))                                                         \
+  X(Mod, kInputs, g, -(g * floor(a / b)))                                                            \
+  X(Pow, kOutput, g * b * pow(a, b - 1.0), g * y * log_or_zero(a, b))                                \
+  X(Maximum, kInputs, g * share(Op::Gt, a, b, g), g * share(Op::Lt, a, b, g))                        \
+  X(Minimum, kInputs, g * share(Op::Lt, a, b, g), g * share(Op::Gt, a, b, g))                        \
+  X(Atan2, kInputs, g * b / (a * a + b * b), -(g * a / (a * a + b * b)))                             \
+  /* the gradients of unary ops (ops.def): linear in a, the incoming gradient */                    \
+  X(TanhBackward, kInputs, ag::binary(Op::TanhBackward, g, b), g * a * b * -2.0)                     \
+  X(SigmoidBackward, kInputs, ag::binary(Op::SigmoidBackward, g, b), g * a * (1.0 - b * 2.0))        \
+  X(ReluBackward, kInputs, ag::binary(Op::ReluBackward, g, b), Tensor())                             \
+  X(GeluBackward, kInputs, ag::binary(Op::GeluBackward, g, b),                                       \
+    g * a * exp(b * b * -0.5) * 0.39894228040143267794 * (2.0 - b * b))
 
 namespace {
-Grads binary_scalar_backward(Node& n, const TensorList& g);
 
-// a op s (or s op a) whose derivative in a is a number: a number added, subtracted, a
-// multiple, a divided by a number. Such a node saves nothing; binary_scalar_backward
-// takes these ops' gradients from the number alone.
+enum Saves { kNothing, kInputs, kOutput };   // kOutput: the inputs and the output
+
+// The 1 where cmp(a, b) holds, 1/2 where a == b (max and min split a tie).
+Tensor share(Op cmp, const Tensor& a, const Tensor& b, const Tensor& like) {
+  return mask(ag::compare(cmp, a, b), like) + mask(ag::compare(Op::Eq, a, b), like) * 0.5;
+}
+// log(a), taken as 0 where a == 0 and b >= 0, so that 0 ^ b's gradient in b is 0 there
+// (PyTorch's convention).
+Tensor log_or_zero(const Tensor& a, const Tensor& b) {
+  Tensor zero_base = ag::compare(Op::Logical_and, ag::compare(Op::Eq, a, Scalar(0.0)), ag::compare(Op::Ge, b, Scalar(0.0)));
+  return log(ag::where(zero_base, ones(Shape{}, a.dtype(), a.device()), a));
+}
+
+struct Operands {
+  const Tensor& g;
+  const Tensor& a;
+  const Tensor& b;
+  const Tensor& y;
+};
+using Formula = Tensor (*)(const Operands&);
+struct BinaryDerivative {
+  Saves saves;
+  Formula da, db;
+};
+
+#define DL_OPERANDS                     \
+  [[maybe_unused]] const Tensor& g = v.g; \
+  [[maybe_unused]] const Tensor& a = v.a; \
+  [[maybe_unused]] const Tensor& b = v.b; \
+  [[maybe_unused]] const Tensor& y = v.y;
+#define DL_ROW(Name, saves, da, db)                                    \
+  BinaryDerivative{saves, [](const Operands& v) -> Tensor { DL_OPERANDS return da; }, \
+                   [](const Operands& v) -> Tensor { DL_OPERANDS return db; }},
+const BinaryDerivative kRows[] = {DL_BINARY_DERIVATIVES(DL_ROW)};
+#undef DL_ROW
+#undef DL_OPERANDS
+
+enum RowIndex {
+#define DL_ROW(Name, ...) kRow##Name,
+  DL_BINARY_DERIVATIVES(DL_ROW)
+#undef DL_ROW
+};
+
+const BinaryDerivative& row_of(Op op) {
+  switch (op) {
+#define DL_ROW(Name, ...) case Op::Name: return kRows[kRow##Name];
+    DL_BINARY_DERIVATIVES(DL_ROW)
+#undef DL_ROW
+    default: fail(ErrorKind::Internal, "no derivative row for ", op_name(op));
+  }
+}
+
+Grads binary_backward(const BinaryDerivative& row, Node& n, const TensorList& g) {
+  const bool saved = row.saves != kNothing;
+  const Tensor a = saved ? n.unpack(0) : Tensor(), b = saved ? n.unpack(1) : Tensor();
+  const Tensor y = row.saves == kOutput ? n.unpack(2) : Tensor();
+  const Operands v{g[0], a, b, y};
+  Grads out(2);
+  if (n.next[0].valid()) out[0] = row.da(v);
+  if (n.next[1].valid()) out[1] = row.db(v);
+  return out;
+}
+
+// a op s (or s op a) whose gradient in a needs only the number: a number added or
+// subtracted, a multiple, a divided by a number. Such a node saves nothing.
 constexpr bool linear_in_tensor(Op op, bool scalar_first) {
   return op == Op::Add || op == Op::Sub || op == Op::Mul || (op == Op::Div && !scalar_first);
 }
+
+Grads binary_scalar_backward(Node& n, const TensorList& g) {
+  const Op op = Op(n.attrs.i[0]);
+  const bool first = n.attrs.i[1] != 0;
+  const double s = n.attrs.d[0];
+  if (linear_in_tensor(op, first)) {  // nothing was saved
+    switch (op) {
+      case Op::Add: return {g[0]};
+      case Op::Sub: return {first ? -g[0] : g[0]};
+      case Op::Mul: return {g[0] * s};
+      default: return {g[0] / s};  // Div, not first
+    }
+  }
+  // x^s: g s x^(s-1), with s - 1 taken as a number (as PyTorch's pow_backward); x^1 is x
+  // (the second derivative of x^3 computes one op fewer).
+  if (op == Op::Pow && !first) {
+    Tensor x = n.unpack(0);
+    const double e = s - 1.0;
+    return {g[0] * s * (e == 1.0 ? x : pow(x, e))};
+  }
+  const BinaryDerivative& row = row_of(op);
+  const Tensor x = n.unpack(0), y = row.saves == kOutput && first ? n.unpack(1) : Tensor();
+  const Tensor st = full(Shape{}, Scalar(s), is_floating(x.dtype()) ? x.dtype() : default_float(), x.device());
+  return {first ? row.db(Operands{g[0], st, x, y}) : row.da(Operands{g[0], x, st, y})};
 }
+
+}  // namespace
 
 Tensor binary(Op op, const Tensor& a, const Tensor& b) {
   Tensor y = dl::binary(op, a, b);
   Ref<Node> n = maybe_node(op, {&a, &b});
   if (!n) return y;
-  n->attrs.i[0] = int64_t(op);
-  if (op == Op::Add || op == Op::Sub) return finish(n, y);  // nothing to save
-  n->save(a);
-  n->save(b);
-  if (op == Op::Pow) n->save(y, true);
+  const Saves saves = row_of(op).saves;
+  if (saves != kNothing) {
+    n->save(a);
+    n->save(b);
+  }
+  if (saves == kOutput) n->save(y, true);
   return finish(n, y);
 }
 
@@ -85,108 +200,18 @@ Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   Ref<Node> n = maybe_node(op_name(op), derivative_of(op) ? binary_scalar_backward : nullptr, {&a});
   if (!n) return y;
   if (!linear_in_tensor(op, scalar_first)) n->save(a);
-  if (op == Op::Pow && scalar_first) n->save(y, true);  // s^a's gradient reads s^a
+  // s ^ a's gradient reads s ^ a (a ^ s's shortcut does not)
+  if (scalar_first && row_of(op).saves == kOutput) n->save(y, true);
   n->attrs.i[0] = int64_t(op);
   n->attrs.i[1] = scalar_first;
   n->attrs.d[0] = s.v;
   return finish(n, y);
 }
 
-namespace {
-// d(a op b)/da and d(a op b)/db times g, for tensors or (with one side a number) mixed.
-Tensor grad_a(Op op, const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& y) {
-  switch (op) {
-    case Op::Add: case Op::Sub: case Op::Mod: return g;
-    case Op::Mul: return g * b;
-    case Op::Div: return g / b;
-    case Op::Pow: return g * b * pow(a, b - 1.0);
-    case Op::Maximum: return g * (mask(ag::compare(Op::Gt, a, b), g) + mask(ag::compare(Op::Eq, a, b), g) * 0.5);
-    case Op::Minimum: return g * (mask(ag::compare(Op::Lt, a, b), g) + mask(ag::compare(Op::Eq, a, b), g) * 0.5);
-    case Op::Atan2: return g * b / (a * a + b * b);
-    // Linear in the incoming gradient a: the same op on g.
-    case Op::TanhBackward: case Op::SigmoidBackward: case Op::ReluBackward: case Op::GeluBackward:
-      return ag::binary(op, g, b);
-    default: fail(ErrorKind::Internal, "no derivative for ", op_name(op));
-  }
-}
-Tensor grad_b(Op op, const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& y) {
-  switch (op) {
-    case Op::Add: return g;
-    case Op::Sub: return -g;
-    case Op::Mul: return g * a;
-    case Op::Div: return -(g * a / (b * b));
-    case Op::Mod: return -(g * floor(a / b));
-    case Op::Pow: {
-      // y * log(a), defined as 0 where a == 0 and b >= 0 (PyTorch's convention).
-      Tensor safe = ag::compare(Op::Logical_and, ag::compare(Op::Eq, a, Scalar(0.0)), ag::compare(Op::Ge, b, Scalar(0.0)));
-      Tensor la = log(ag::where(safe, ones(Shape{}, a.dtype(), a.device()), a));
-      return g * y * la;
-    }
-    case Op::Maximum: return g * (mask(ag::compare(Op::Lt, a, b), g) + mask(ag::compare(Op::Eq, a, b), g) * 0.5);
-    case Op::Minimum: return g * (mask(ag::compare(Op::Gt, a, b), g) + mask(ag::compare(Op::Eq, a, b), g) * 0.5);
-    case Op::Atan2: return -(g * a / (a * a + b * b));
-    case Op::TanhBackward: return g * a * b * -2.0;           // d/dy of a (1 - y^2)
-    case Op::SigmoidBackward: return g * a * (1.0 - b * 2.0);  // d/dy of a y (1 - y)
-    case Op::ReluBackward: return Tensor();                    // 0 almost everywhere: none
-    // d/dx of a (Phi(x) + x phi(x)) = a phi(x) (2 - x^2)
-    case Op::GeluBackward: return g * a * exp(b * b * -0.5) * 0.39894228040143267794 * (2.0 - b * b);
-    default: fail(ErrorKind::Internal, "no derivative for ", op_name(op));
-  }
-}
-
-Grads binary_backward(Node& n, const TensorList& g) {
-  Op op = Op(n.attrs.i[0]);
-  bool saved = op != Op::Add && op != Op::Sub;
-  Tensor a = saved ? n.unpack(0) : Tensor(), b = saved ? n.unpack(1) : Tensor();
-  Tensor y = op == Op::Pow ? n.unpack(2) : Tensor();
-  const Tensor& gy = g[0];
-  Grads out(2);
-  if (n.next[0].valid()) out[0] = grad_a(op, gy, a, b, y);
-  if (n.next[1].valid()) out[1] = grad_b(op, gy, a, b, y);
-  return out;
-}
-
-Grads binary_scalar_backward(Node& n, const TensorList& g) {
-  Op op = Op(n.attrs.i[0]);
-  bool first = n.attrs.i[1] != 0;
-  if (linear_in_tensor(op, first)) {  // nothing was saved
-    switch (op) {
-      case Op::Add: return {g[0]};
-      case Op::Sub: return {first ? -g[0] : g[0]};
-      case Op::Mul: return {g[0] * n.attrs.d[0]};
-      default: return {g[0] / n.attrs.d[0]};  // Div, not first
-    }
-  }
-  // x^s: g s x^(s-1), with s - 1 taken as a number (as PyTorch's pow_backward); x^1 is x
-  // (the second derivative of x^3 computes one op fewer).
-  if (op == Op::Pow && !first) {
-    Tensor x = n.unpack(0);
-    const double e = n.attrs.d[0] - 1.0;
-    return {g[0] * n.attrs.d[0] * (e == 1.0 ? x : pow(x, e))};
-  }
-  Tensor x = n.unpack(0), y = op == Op::Pow && first ? n.unpack(1) : Tensor();
-  const Tensor& gy = g[0];
-  Tensor s = full(Shape{}, Scalar(n.attrs.d[0]), is_floating(x.dtype()) ? x.dtype() : default_float(), x.device());
-  return {first ? grad_b(op, gy, s, x, y) : grad_a(op, gy, x, s, y)};
-}
-}  // namespace
-
-#define DL_BINARY_GRAD(Name) \
-  template <> Grads derivative<Op::Name>(Node & n, const TensorList& g) { return binary_backward(n, g); }
-DL_BINARY_GRAD(Add)
-DL_BINARY_GRAD(Sub)
-DL_BINARY_GRAD(Mul)
-DL_BINARY_GRAD(Div)
-DL_BINARY_GRAD(Mod)
-DL_BINARY_GRAD(Pow)
-DL_BINARY_GRAD(Maximum)
-DL_BINARY_GRAD(Minimum)
-DL_BINARY_GRAD(Atan2)
-DL_BINARY_GRAD(TanhBackward)
-DL_BINARY_GRAD(SigmoidBackward)
-DL_BINARY_GRAD(ReluBackward)
-DL_BINARY_GRAD(GeluBackward)
-#undef DL_BINARY_GRAD
+#define DL_ROW(Name, ...) \
+  template <> Grads derivative<Op::Name>(Node & n, const TensorList& g) { return binary_backward(kRows[kRow##Name], n, g); }
+DL_BINARY_DERIVATIVES(DL_ROW)
+#undef DL_ROW
 
 // ---- comparisons: never recorded ---------------------------------------------------------
 
