@@ -19,8 +19,8 @@ struct GradMode {
 };
 thread_local GradMode t_mode;
 thread_local VariableLog* t_varlog = nullptr;
-// History stamps, increasing across threads: a tensor's and a tape's (bindings/tapes.cpp)
-// are compared whatever thread made them.
+// History stamps, increasing across threads: a tensor's and a scope's (Note [History
+// scopes] in engine.h) are compared whatever thread made them.
 std::atomic<uint64_t> g_stamp{0};
 }  // namespace
 
@@ -35,6 +35,15 @@ GradScope::~GradScope() {
 NoGradScope::NoGradScope() : prev_(t_mode.no_grad) { t_mode.no_grad = true; }
 NoGradScope::~NoGradScope() { t_mode.no_grad = prev_; }
 uint64_t next_history_stamp() { return g_stamp.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+uint64_t history_stamp(const Tensor& t) noexcept {
+  const TensorImpl* i = t.impl();
+  return i->grad_node && !i->is_variable ? i->grad_version : 0;
+}
+
+void forget_history_if(const Tensor& t, uint64_t stamp) noexcept {
+  if (stamp != 0 && history_stamp(t) == stamp) forget_history(t);
+}
 
 // ---- nodes -------------------------------------------------------------------------
 

@@ -122,4 +122,24 @@ class GraphTask {
 // got a newer history (an in-place write) is stale and regenerates its edge.
 uint64_t next_history_stamp();
 
+// Note [History scopes]
+// Stamps increase across threads, so a scope that took next_history_stamp() when it
+// opened knows the histories made under it: those stamped later. What a scope's owner
+// needs of a tensor is the stamp of the history it holds now (history_stamp), and, when
+// the scope ends, to drop that history if it is still the one noted, so that the value
+// becomes a constant and the graph behind it is freed (forget_history_if). A
+// Variable's leaf, history made under another scope, or history rewritten since by an
+// in-place write stays. The bindings' arenas of recorded values are such owners
+// (bindings/arenas.cpp).
+//
+//   const uint64_t opened = next_history_stamp();          // the scope opens
+//   const uint64_t s = history_stamp(y);                   // y's history, if any
+//   if (s > opened) note(y, s);                            // made under this scope
+//   forget_history_if(y, s);                               // the scope ends
+//
+// 0 when t has no history to drop: none, or a Variable's own.
+uint64_t history_stamp(const Tensor& t) noexcept;
+// Drops t's history if it still holds the history stamped `stamp`.
+void forget_history_if(const Tensor& t, uint64_t stamp) noexcept;
+
 }  // namespace dl::ag

@@ -23,6 +23,7 @@
 #include "autograd/autograd.h"
 #include "bindings/compile.h"
 #include "bindings/guard.h"
+#include "bindings/arenas.h"
 #include "bindings/handles.h"
 #include "tensor/allocator.h"
 #include "tensor/backend.h"

@@ -55,15 +55,15 @@ const char* dl_cdef(void);
    immutable value that nothing else refers to, collected by Lua with nothing to release; whatever
    needs its identity (a view, an in-place write, a gradient) first makes it a handle in place with
    dl_promote. A small recorded value also names where its history is kept while its gradient is
-   taken (inl_tape != 0, slot inl_slot; Note [Recorded values on the tape] in bindings/tapes.cpp);
-   once that tape is discarded it is a plain value. A host passes only values the engine wrote (a
+   taken (inl_arena != 0, slot inl_slot; Note [Recorded values in arenas] in bindings/arenas.cpp);
+   once that arena is discarded it is a plain value. A host passes only values the engine wrote (a
    malformed header is refused, but a bool element must hold 0 or 1, as in dl_from_ptr). */
 struct dl_tensor {
   const uint64_t id;
   const uint8_t inl_dtype, inl_ndim, inl_numel, inl_pad8;
   const uint32_t inl_slot;
   const uint64_t inl_sizes;
-  const uint64_t inl_tape;
+  const uint64_t inl_arena;
   const uint64_t inl_v0, inl_v1, inl_v2, inl_v3, inl_v4, inl_v5, inl_v6, inl_v7;
 };
 
@@ -260,22 +260,22 @@ uint64_t dl_scatter_add(uint64_t x, int dim, uint64_t index, uint64_t src);
 int dl_copy_(uint64_t dst, uint64_t src);
 int dl_fill_(uint64_t x, double value);
 /* ---- autograd (bindings/capi_autograd.cpp; the Lua side is scripts/dlua/autograd.lua) ---- */
-/* A gradient scope; each opens a tape for the small values recorded in it (Note [Recorded
-   values on the tape] in bindings/tapes.cpp). Closing the outermost leaves its tape
-   pending: dl_tape_done discards it once the gradient is taken. dl_tape_hold holds the
-   tape closed last for the caller (a GradientTape's record) until dl_tape_free(serial)
-   (0: nothing to hold). */
+/* A gradient scope; each opens an arena for the small values recorded in it (Note
+   [Recorded values in arenas] in bindings/arenas.cpp). Closing the outermost leaves its
+   arena pending: dl_arena_done discards it once the gradient is taken. dl_arena_hold holds
+   the arena closed last for the caller (a GradientTape's record) until
+   dl_arena_free(serial) (0: nothing to hold). */
 int dl_grad_enter(void);
 int dl_grad_exit(void);
-void dl_tape_done(void);
-double dl_tape_hold(void);
-void dl_tape_free(double serial);
-double dl_tape_values(void);
+void dl_arena_done(void);
+double dl_arena_hold(void);
+void dl_arena_free(double serial);
+double dl_arena_values(void);
 int dl_no_grad_enter(void);
 int dl_no_grad_exit(void);
 int dl_is_recording(void);
 uint64_t dl_watch(uint64_t x);
-/* dl_watch for a value: the watched alias of an inline x is a value on the tape (its
+/* dl_watch for a value: the watched alias of an inline x is a value in the arena (its
    memory is no script-visible tensor's); of a handle, a handle. 0, 1 or -1 as
    dl_unary. */
 int dl_watch_value(const struct dl_tensor* x, struct dl_tensor* out);

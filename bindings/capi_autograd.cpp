@@ -12,7 +12,7 @@
 #include "compile/grad.h"
 #include "bindings/guard.h"
 #include "bindings/handles.h"
-#include "bindings/tapes.h"
+#include "bindings/arenas.h"
 
 using dl::Tensor;
 using dl::TensorList;
@@ -126,13 +126,13 @@ int hook_end(const ag::GraphTask* task, bool ok) {
 namespace dl::bind {
 void grad_scope_open() {
   t_grad.reserve(t_grad.size() + 1);
-  tape_open();
+  arena_open();
   t_grad.emplace_back();
 }
 void grad_scope_close() {
   DL_CHECK(!t_grad.empty(), "grad: unbalanced scope exit");
   t_grad.pop_back();
-  tape_close();
+  arena_close();
 }
 }  // namespace dl::bind
 
@@ -184,16 +184,16 @@ int dl_grad_exit(void) {
   }
   return guard_status_nosync([] { grad_scope_close(); });
 }
-void dl_tape_done(void) {
+void dl_arena_done(void) {
   if (dl::compile::Call* c = dl::compile::current())
     if (!dl::compile::scope_done(*c)) return;
-  tape_done();
+  arena_done();
 }
-double dl_tape_hold(void) { return double(tape_hold()); }
-void dl_tape_free(double serial) {
-  if (serial >= 1 && serial < 9007199254740992.0) tape_free(uint64_t(serial));
+double dl_arena_hold(void) { return double(arena_hold()); }
+void dl_arena_free(double serial) {
+  if (serial >= 1 && serial < 9007199254740992.0) arena_free(uint64_t(serial));
 }
-double dl_tape_values(void) { return double(tape_values()); }
+double dl_arena_values(void) { return double(arena_values()); }
 int dl_no_grad_enter(void) {
   return guard_status([] { t_nograd.push_back(std::make_unique<ag::NoGradScope>()); });
 }
@@ -216,9 +216,9 @@ int dl_watch_value(const struct dl_tensor* x, struct dl_tensor* out) {
     if (st != -2) return st;
   }
   // A handle's memory is the script's (a Variable, a promoted value), and so is a value
-  // kept on a tape (it can be promoted and written to): their alias stays a handle, so
+  // kept in an arena (it can be promoted and written to): their alias stays a handle, so
   // that an inline copy never stands for memory a script can write to.
-  const bool shared = x->id != 0 || x->inl_tape != 0;
+  const bool shared = x->id != 0 || x->inl_arena != 0;
   int st = -1;
   guard_status([&] {
     Tensor w = ag::watch(value_of(x, "watch"));

@@ -17,6 +17,7 @@
 
 #include "bindings/capi.h"
 #include "bindings/guard.h"
+#include "bindings/arenas.h"
 #include "bindings/handles.h"
 #include "bindings/value.h"
 #include "export/capture.h"

@@ -16,6 +16,7 @@
 
 #include "bindings/capi.h"
 #include "bindings/guard.h"
+#include "bindings/arenas.h"
 #include "bindings/handles.h"
 #include "export/model.h"
 #include "bindings/value.h"

@@ -7,6 +7,7 @@
 #include "autograd/autograd.h"
 #include "bindings/capi.h"
 #include "bindings/guard.h"
+#include "bindings/arenas.h"
 #include "bindings/handles.h"
 
 using dl::Tensor;

@@ -15,6 +15,7 @@
 #include "autograd/nn.h"
 #include "bindings/capi.h"
 #include "bindings/guard.h"
+#include "bindings/arenas.h"
 #include "bindings/handles.h"
 #include "tensor/optim.h"
 

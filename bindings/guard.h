@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 
+#include "bindings/arenas.h"
 #include "bindings/handles.h"
 #include "bindings/value.h"
 #include "compile/trace.h"

@@ -4,7 +4,6 @@
 #include <mutex>
 #include <utility>
 
-#include "bindings/tapes.h"
 #include "tensor/allocator.h"
 #include "tensor/error.h"
 
@@ -49,7 +48,7 @@ Slot* slot_of(uint64_t id) noexcept {
 
 }  // namespace
 
-uint64_t handle_new(Tensor t) {
+uint64_t handle_add(Tensor t) {
   DL_ASSERT(t.defined());
   Table& tb = table();
   uint32_t slot;
@@ -77,9 +76,7 @@ uint64_t handle_new(Tensor t) {
     s->tensor = std::move(t);
   }
   tb.live.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t id = (uint64_t(s->gen) << 32) | slot;
-  tape_note(id, s->tensor);   // the slot is this thread's until the id is handed out
-  return id;
+  return (uint64_t(s->gen) << 32) | slot;
 }
 
 bool handle_valid(uint64_t id) noexcept { return handle_find(id) != nullptr; }
@@ -94,22 +91,6 @@ const Tensor& handle_get(uint64_t id, const char* op) {
   const Tensor* t = handle_find(id);
   if (!t) fail(ErrorKind::Value, op, ": invalid tensor (released, or not a dlua tensor)");
   return *t;
-}
-
-void handles_new(std::initializer_list<Tensor> ts, uint64_t* out) {
-  int k = 0;
-  try {
-    for (const Tensor& t : ts) {
-      const uint64_t id = handle_new(t);
-      out[k++] = id;
-    }
-  } catch (...) {
-    for (int i = 0; i < k; ++i) {
-      handle_release(out[i]);
-      out[i] = 0;
-    }
-    throw;
-  }
 }
 
 void handle_release(uint64_t id) noexcept {

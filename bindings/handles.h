@@ -1,6 +1,6 @@
 // The handle table behind the C ABI: tensors that Lua holds, by id.
 //
-//   uint64_t id = dl::bind::handle_new(t);            // what a Lua tensor carries
+//   uint64_t id = dl::bind::handle_add(t);            // what a Lua tensor carries
 //   dl::Tensor u = dl::bind::handle_get(id, "add");   // throws "add: invalid tensor"
 //   dl::bind::handle_release(id);                     // once the Lua value is dead
 //
@@ -14,16 +14,14 @@
 // Slots live in fixed chunks that never move, so a lookup takes no lock.
 #pragma once
 #include <cstdint>
-#include <initializer_list>
 
 #include "tensor/tensor.h"
 
 namespace dl::bind {
 
-uint64_t handle_new(Tensor t);
-// Handles for each tensor of `ts` in out[0], out[1] ..., all or none: when one fails, the
-// ones already made are released (and zeroed) before the error goes on.
-void handles_new(std::initializer_list<Tensor> ts, uint64_t* out);
+// A new id for `t`. (A result handed to Lua is registered through handle_new,
+// bindings/arenas.h, which also tells the arenas about its history.)
+uint64_t handle_add(Tensor t);
 // The tensor behind `id`; throws dl::Error "op: invalid tensor ..." when the id is not
 // live.
 const Tensor& handle_get(uint64_t id, const char* op);

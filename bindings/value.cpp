@@ -29,8 +29,8 @@
 // place and write the result inline, allocating nothing but the Lua value. Handles
 // are read that way only while no gradient is being recorded.
 //
-// A small recorded result is inline too, its history kept on the gradient's tape
-// (Note [Recorded values on the tape] in tapes.cpp): while that tape lives the value
+// A small recorded result is inline too, its history kept in the gradient scope's arena
+// (Note [Recorded values in arenas] in arenas.cpp): while that arena lives the value
 // stands for the kept tensor (value_of returns it, the fast paths leave it to the
 // general path, which records it); afterwards it is a plain inline value. Every other
 // inline value needs no recording, as nothing can have asked for its gradient.
@@ -41,7 +41,7 @@
 
 #include "autograd/autograd.h"
 #include "bindings/handles.h"
-#include "bindings/tapes.h"
+#include "bindings/arenas.h"
 #include "tensor/error.h"
 #include "tensor/observe.h"
 
@@ -53,15 +53,15 @@ namespace {
 struct Header {
   uint64_t id;
   uint8_t dtype, ndim, numel, pad8;
-  uint32_t slot;      // a recorded value's place on its tape (tapes.h)
+  uint32_t slot;      // a recorded value's place in its arena (arenas.h)
   uint64_t sizes;
-  uint64_t tape;      // that tape's serial, or 0
+  uint64_t arena;      // that arena's serial, or 0
 };
 constexpr size_t kHeaderBytes = sizeof(Header);
 static_assert(kHeaderBytes == offsetof(dl_tensor, inl_v0), "dl_tensor's header layout");
 static_assert(sizeof(dl_tensor) == kHeaderBytes + kInlineBytes, "dl_tensor's inline bytes");
 static_assert(offsetof(dl_tensor, inl_sizes) == offsetof(Header, sizes), "dl_tensor's sizes");
-static_assert(offsetof(dl_tensor, inl_tape) == offsetof(Header, tape), "dl_tensor's tape");
+static_assert(offsetof(dl_tensor, inl_arena) == offsetof(Header, arena), "dl_tensor's arena");
 
 Header header_of(const dl_tensor* t) {
   Header h;
@@ -117,26 +117,26 @@ bool unaliased(const Tensor& t) {
          base->storage == i->storage;
 }
 
-// A recorded result that can be kept on the open tape and held inline (Note [Recorded
-// values on the tape] in tapes.cpp): no script-visible tensor shares its memory.
+// A recorded result that can be kept in the open arena and held inline (Note [Recorded
+// values in arenas] in arenas.cpp): no script-visible tensor shares its memory.
 bool keepable(const Tensor& t) {
   const TensorImpl* i = t.impl();
   if (!i->grad_node || i->is_variable || i->autograd || i->use_count() != 1 || t.storage().borrowed() ||
-      !tape_is_open())
+      !arena_is_open())
     return false;
   const TensorImpl* base = i->view_base.get();
   return !base || base->use_count() == 1;
 }
 
-// The tensor a recorded inline value stands for while its tape lives, else null. A
-// value whose tape is gone is made a plain inline value on the way (serials are never
+// The tensor a recorded inline value stands for while its arena lives, else null. A
+// value whose arena is gone is made a plain inline value on the way (serials are never
 // reused), so that it is not looked for again.
 const Tensor* kept(const dl_tensor* t, const Header& h) {
-  if (h.tape == 0) return nullptr;
-  const Tensor* k = tape_find(TapeRef{h.tape, h.slot});
+  if (h.arena == 0) return nullptr;
+  const Tensor* k = arena_find(ArenaRef{h.arena, h.slot});
   if (k && uint8_t(k->dtype()) == h.dtype && k->numel() == h.numel) return k;
   const uint64_t none = 0;
-  std::memcpy(bytes_of(const_cast<dl_tensor*>(t)) + offsetof(Header, tape), &none, sizeof none);
+  std::memcpy(bytes_of(const_cast<dl_tensor*>(t)) + offsetof(Header, arena), &none, sizeof none);
   return nullptr;
 }
 
@@ -160,7 +160,7 @@ Tensor copy_of(const dl_tensor* t, const Header& h, const char* op) {
 }
 
 // Note [Inline operands of pointwise ops]
-// A plain inline value (not on a tape) that a recorded op reads is copied into an
+// A plain inline value (not in an arena) that a recorded op reads is copied into an
 // engine tensor, and the node keeps the copy: in `y = (y * w + 0.1):tanh()` repeated,
 // w was copied at every product, a tenth of a recorded op. The pointwise entry points,
 // whose results are always fresh tensors (never an operand, never a view of one), take
@@ -211,7 +211,7 @@ Tensor memo_copy(Memo& m, const dl_tensor* t, const Header& h, const char* op) {
   return r;
 }
 
-// The engine tensor `t` stands for: a handle's, a kept value's while its tape lives, or
+// The engine tensor `t` stands for: a handle's, a kept value's while its arena lives, or
 // a copy of a plain inline value (through the memo when `memoized`).
 inline Tensor read_value(const dl_tensor* t, const char* op, bool memoized) {
   Header h = header_of(t);
@@ -243,8 +243,8 @@ int deliver(Tensor t, dl_tensor* out) {
       h.numel = uint8_t(t.numel());
       if (t.numel() > 0) std::memcpy(elements_of(out), t.raw_data(), size_t(t.numel()) * t.itemsize());
       if (keep) {
-        TapeRef r = tape_keep(std::move(t));
-        h.tape = r.serial;
+        ArenaRef r = arena_keep(std::move(t));
+        h.arena = r.serial;
         h.slot = r.slot;
       }
       write_header(out, h);
@@ -280,7 +280,7 @@ bool small_operand(const dl_tensor* t, SmallOperand* v) noexcept {
   Header h = header_of(t);
   if (h.id == 0) {
     if (!valid_inline(h)) return false;
-    if (h.tape != 0 && kept(t, h)) return false;   // on a live tape: the kept tensor, general path
+    if (h.arena != 0 && kept(t, h)) return false;   // in a live arena: the kept tensor, general path
     *v = SmallOperand{DType(h.dtype), h.ndim, h.numel, h.sizes, elements_of(t)};
     return true;
   }
@@ -300,7 +300,7 @@ bool proxy_ref(const dl_tensor* t, ProxyRef* r) noexcept {
   if (h.id != 0 || (h.dtype != kProxyTag && h.dtype != kExpiredTag)) return false;
   r->tag = h.dtype;
   r->pos = h.slot;
-  r->serial = h.tape;
+  r->serial = h.arena;
   r->fn = h.sizes;
   return true;
 }
@@ -309,7 +309,7 @@ void write_proxy(dl_tensor* out, const ProxyRef& r) noexcept {
   Header h{};
   h.dtype = r.tag;
   h.slot = r.pos;
-  h.tape = r.serial;
+  h.arena = r.serial;
   h.sizes = r.fn;
   write_header(out, h);
 }

@@ -20,7 +20,7 @@ struct ScopeHooks {
 };
 void set_scope_hooks(const ScopeHooks& h);
 
-// dl_grad_enter, dl_grad_exit and dl_tape_done of a compiled call: true when the
+// dl_grad_enter, dl_grad_exit and dl_arena_done of a compiled call: true when the
 // bindings must do what they do outside one (open, close, discard autograd's scope).
 bool scope_enter(Call& c);
 bool scope_exit(Call& c);

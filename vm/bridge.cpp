@@ -23,6 +23,7 @@
 #include <dlfcn.h>
 
 #include "bindings/capi.h"
+#include "bindings/arenas.h"
 #include "bindings/handles.h"
 #include "tensor/error.h"
 #include "vm/runtime_impl.h"

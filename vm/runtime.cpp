@@ -312,8 +312,8 @@ int Runtime::Impl::call(int nargs, int nresults) {
   int st = lua_pcall(L, nargs, nresults, base);
   --depth;
   // A gradient that raised an error leaves its tape pending: it goes with the call
-  // (Note [Recorded values on the tape] in bindings/tapes.cpp).
-  if (outer) dl_tape_done();
+  // (Note [Recorded values in arenas] in bindings/arenas.cpp).
+  if (outer) dl_arena_done();
   in_msgh = false;
   if (st == 0) {
     if (outer) disarm();

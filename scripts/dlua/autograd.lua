@@ -268,8 +268,8 @@ M.watch_tree, M.rebuild, M.result_tensor = watch_tree, rebuild, result_tensor
 -- and the gradient: the user's function is called through call_watched (a Lua frame
 -- for it to return into, Note [The user's function is not called by pcall]) and the
 -- backward pass is one dl_backward_one, which takes the result and the watched alias
--- as values (so a small result kept on the tape, Note [Recorded values on the tape] in
--- bindings/tapes.cpp, is not made a handle) and writes the gradient into a value.
+-- as values (so a small result kept in an arena, Note [Recorded values in arenas] in
+-- bindings/arenas.cpp, is not made a handle) and writes the gradient into a value.
 -- The errors are the general path's. A second derivative went from 54,800 to 36,900
 -- instructions a call (callgrind, bench/ `d2`) and the collector's share of its time
 -- from 21% to 9-13% (jit.p's "v" mode); any other call (a table argument, argnums, more arguments,
@@ -320,7 +320,7 @@ local function grad_one(op, f, n, x, b, c)
   if not ok then error(w, 0) end
   y = result_tensor(op, y)
   local g = backward_one(op, y, w)
-  C.dl_tape_done()
+  C.dl_arena_done()
   return g
 end
 
@@ -371,7 +371,7 @@ local function differentiate(op, f, argnums, with_value)
     local r, trees, flat = run_watched(op, f, nums, ...)
     local y = result_tensor(op, r[1])
     local g = #flat == 1 and { backward_one(op, y, flat[1]) } or backward(op, { y }, nil, flat, false)
-    C.dl_tape_done()
+    C.dl_arena_done()
     local res = {}
     for i, t in ipairs(trees) do res[i] = rebuild(t, flat, g) end
     local nres = #trees
@@ -480,7 +480,7 @@ local function implicit(op, f, with_value)
     local y = r[1]
     if not is_tensor(y) then raise(op .. ": the function must return a tensor, got " .. type(y)) end
     local g = backward(op, { y }, nil, used, false)
-    C.dl_tape_done()
+    C.dl_arena_done()
     local pairs_ = {}
     for i = 1, #used do pairs_[i] = { g[i], used[i] } end
     if with_value then return y, pairs_, unpack(r, 2, r.n) end
@@ -503,7 +503,7 @@ end
 -- another gradient), each let go when its holder dies: after a non-persistent tape's
 -- gradient, or when the GradientTape is collected.
 local tape_holder = ffi.typeof("struct { double serial; }")
-local function free_held(h) C.dl_tape_free(h.serial) end
+local function free_held(h) C.dl_arena_free(h.serial) end
 
 function dl.GradientTape(opts)
   if opts ~= nil and type(opts) ~= "table" then
@@ -524,7 +524,7 @@ end
 function Tape:record(f, ...)
   if type(f) ~= "function" then raise("GradientTape.record: expected a function, got " .. type(f)) end
   local ok, r = pcall(scoped, C.dl_grad_enter, C.dl_grad_exit, f, ...)
-  local serial = C.dl_tape_hold()
+  local serial = C.dl_arena_hold()
   if serial ~= 0 then self.held[#self.held + 1] = ffi.gc(tape_holder(serial), free_held) end
   if not ok then error(r, 0) end
   return unpack(r, 1, r.n)

@@ -118,7 +118,7 @@ struct Program {
     // Often a recent tape's serial: a forged slot on a tape that may be live.
     if (in.flag()) {
       uint64_t serial = last_tape + in.byte() % 3;
-      std::memcpy(p + offsetof(dl_tensor, inl_tape), &serial, sizeof serial);
+      std::memcpy(p + offsetof(dl_tensor, inl_arena), &serial, sizeof serial);
     }
     for (size_t i = kElements; i < sizeof(dl_tensor); ++i) p[i] = in.byte() & 1;
     return operands[k].get();
@@ -139,7 +139,7 @@ struct Program {
     }
     if (st != 0 || r->id != 0) fatal("a value result is neither inline nor a handle");
     check(r);
-    if (r->inl_tape != 0) last_tape = r->inl_tape - 1;
+    if (r->inl_arena != 0) last_tape = r->inl_arena - 1;
     if (in.flag()) {
       uint64_t id = dl_promote(r);
       if (id == 0) failed();
@@ -538,8 +538,8 @@ struct Program {
         check_status(dl_grad_exit());
         if (grad_depth > 0) --grad_depth;
         // The tape it leaves pending: discarded, or held and later let go.
-        if (in.flag()) dl_tape_done();
-        else if (double serial = dl_tape_hold(); serial != 0 && in.flag()) dl_tape_free(serial);
+        if (in.flag()) dl_arena_done();
+        else if (double serial = dl_arena_hold(); serial != 0 && in.flag()) dl_arena_free(serial);
         break;
       case 2:
         if (nograd_depth < 4 && dl_no_grad_enter() == 0) ++nograd_depth;

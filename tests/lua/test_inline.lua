@@ -28,8 +28,8 @@ H.test("small plain results live inline, the rest are handles", function()
   -- small results that carry a gradient's history are inline too, on the tape
   dl.grad(function(x)
     local y = x * 2
-    H.ok(inline(y) and y.inl_tape ~= 0, "a recorded result is inline, on the tape")
-    H.ok(inline(dl.ones(3) * 2) and (dl.ones(3) * 2).inl_tape == 0, "an unrecorded one is plain")
+    H.ok(inline(y) and y.inl_arena ~= 0, "a recorded result is inline, in an arena")
+    H.ok(inline(dl.ones(3) * 2) and (dl.ones(3) * 2).inl_arena == 0, "an unrecorded one is plain")
     H.ok(not inline(dl.ones(17) * x:sum()), "a large recorded result is a handle")
     return y:sum()
   end)(dl.ones(3))

@@ -285,7 +285,7 @@ TEST_CASE("the C API mirrors the C++ one") {
 
 TEST_CASE("a GradientTape recorded in one call answers in the next, on another thread") {
   // A runtime is used from one thread at a time, not always the same one: the values a
-  // held tape keeps (bindings/tapes.cpp) are found from any thread.
+  // held arena keeps (bindings/arenas.cpp) are found from any thread.
   Runtime rt;
   std::thread([&] {
     rt.run_string("x = dl.tensor({1, 2}) tape = dl.GradientTape({persistent = true}) tape:watch(x) "
@@ -296,7 +296,7 @@ TEST_CASE("a GradientTape recorded in one call answers in the next, on another t
     CHECK(r[0].as_number() == 3);
     CHECK(r[1].as_number() == 12);
     r = rt.run_string("tape = nil y = nil collectgarbage() collectgarbage() "
-                      "return require('dlua.core').C.dl_tape_values()");
+                      "return require('dlua.core').C.dl_arena_values()");
     CHECK(r[0].as_number() == 0);
   }).join();
 }
@@ -304,6 +304,6 @@ TEST_CASE("a GradientTape recorded in one call answers in the next, on another t
 TEST_CASE("a gradient that raised an error leaves nothing kept after its call") {
   Runtime rt;
   CHECK_THROWS(rt.run_string("dl.grad(function(x) local y = x * 2 error('boom') end)(dl.ones(2))"));
-  auto r = rt.run_string("return require('dlua.core').C.dl_tape_values()");
+  auto r = rt.run_string("return require('dlua.core').C.dl_arena_values()");
   CHECK(r[0].as_number() == 0);
 }

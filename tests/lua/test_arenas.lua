@@ -1,25 +1,25 @@
--- Small recorded values kept on the tape (Note [Recorded values on the tape] in
--- bindings/tapes.cpp): they carry their history while the gradient is taken, the tape
+-- Small recorded values kept in arenas (Note [Recorded values in arenas] in
+-- bindings/arenas.cpp): they carry their history while the gradient is taken, the arena
 -- is discarded once it has been (the graph goes back with no collection), and a value
--- that outlives its tape is a plain constant with the values it had.
+-- that outlives its arena is a plain constant with the values it had.
 local H = require("harness")
 local dl = require("dlua")
 local ffi = require("ffi")
 local core = require("dlua.core")
 local C = core.C
 
-local function on_tape(x) return x.id == 0 and x.inl_tape ~= 0 end
-local function kept() return C.dl_tape_values() end
+local function in_arena(x) return x.id == 0 and x.inl_arena ~= 0 end
+local function kept() return C.dl_arena_values() end
 
 H.test("recorded small values carry their history while the gradient is taken", function()
   local seen
   local g = dl.grad(function(x)
-    local y = x * x            -- kept on the tape
+    local y = x * x            -- kept in the arena
     local z = (y + 1):tanh()   -- so are these
-    seen = { on_tape(y), on_tape(z), y:requires_grad(), kept() > 0 }
+    seen = { in_arena(y), in_arena(z), y:requires_grad(), kept() > 0 }
     return (z * y):sum()
   end)(dl.tensor({ 0.5, -1, 2 }, { dtype = "float64" }))
-  H.ok(seen[1] and seen[2], "the results are inline, on the tape")
+  H.ok(seen[1] and seen[2], "the results are inline, in the arena")
   H.ok(seen[3], "and require a gradient")
   H.ok(seen[4])
   -- d/dx tanh(x^2 + 1) x^2 = (1 - tanh^2) 2x x^2 + tanh 2x
@@ -29,20 +29,20 @@ H.test("recorded small values carry their history while the gradient is taken", 
     want[i] = (1 - t * t) * 2 * x * x * x + t * 2 * x
   end
   H.values(g, want, { tol = 1e-12 })
-  H.eq(kept(), 0, "the tape is discarded once the gradient is taken")
+  H.eq(kept(), 0, "the arena is discarded once the gradient is taken")
 end)
 
-H.test("a value that outlives its tape is a constant with its values", function()
+H.test("a value that outlives its arena is a constant with its values", function()
   local escaped
   local g = dl.grad(function(x)
     escaped = x * 3
     return (escaped * x):sum()
   end)(dl.tensor({ 1, 2 }))
   H.values(g, { 6, 12 })
-  H.ok(escaped.id == 0 and escaped.inl_tape ~= 0, "the value still names its tape")
+  H.ok(escaped.id == 0 and escaped.inl_arena ~= 0, "the value still names its arena")
   H.values(escaped, { 3, 6 })
   H.values(escaped * 1, { 3, 6 })
-  H.eq(escaped.inl_tape, 0ULL, "until an op reads it and finds the tape gone")
+  H.eq(escaped.inl_arena, 0ULL, "until an op reads it and finds the arena gone")
   H.ok(not dl.grad(function(x) return (escaped * x):sum() end)(dl.ones(2)):requires_grad())
   H.values(dl.grad(function(x) return (escaped * x):sum() end)(dl.ones(2)), { 3, 6 },
            { msg = "a later gradient sees a constant" })
@@ -52,7 +52,7 @@ H.test("a value that outlives its tape is a constant with its values", function(
   H.values(escaped, { 4, 7 })
 end)
 
-H.test("every value recorded under a discarded tape is a constant, whatever its size", function()
+H.test("every value recorded under a discarded arena is a constant, whatever its size", function()
   local w = dl.Variable({ 1, 2 })
   local small, big, promoted, view
   local pairs_ = dl.implicit_grad(function()
@@ -75,9 +75,9 @@ H.test("every value recorded under a discarded tape is a constant, whatever its 
   H.values(big:sum(), 60)
 end)
 
-H.test("a discarded tape drops only the history made under it", function()
+H.test("a discarded arena drops only the history made under it", function()
   -- A Variable handed back as a handle inside a gradient (an implicit gradient nested
-  -- in another, a reshape to its own shape) keeps its leaf after the tapes are gone.
+  -- in another, a reshape to its own shape) keeps its leaf after the arenas are gone.
   local w = dl.Variable({ 1, 2 })
   for round = 1, 2 do
     local inner
@@ -88,7 +88,7 @@ H.test("a discarded tape drops only the history made under it", function()
     H.values(inner[1][1], { 2, 4 }, { msg = "round " .. round })
     H.values(dl.implicit_grad(function() return (w * w):sum() end)()[1][1], { 2, 4 })
   end
-  -- A value of a persistent tape made a handle under another tape keeps its history
+  -- A value of a persistent tape made a handle in another scope keeps its history
   -- while the persistent tape lives.
   local x = dl.tensor({ 1, 2 })
   local p = dl.GradientTape({ persistent = true })
@@ -115,32 +115,32 @@ H.test("a GradientTape recorded inside another keeps its values until it lets go
     return (x * 5):sum()
   end)
   H.values(outer:gradient(yo, x), { 5, 5 })
-  H.ok(on_tape(yi), "the inner tape's value is still on a live tape")
+  H.ok(in_arena(yi), "the inner arena's value is still in a live arena")
   H.values(inner:gradient(yi, x), { 2, 4 })
   H.eq(kept(), 0)
 end)
 
-H.test("the watched alias of an inline argument is on the tape, of a handle a handle", function()
+H.test("the watched alias of an inline argument is in the arena, of a handle a handle", function()
   local seen
   H.values(dl.grad(function(w) seen = w; return (w * w):sum() end)(dl.tensor({ 1, 2 })), { 2, 4 })
-  H.ok(on_tape(seen))
+  H.ok(in_arena(seen))
   local v = dl.Variable({ 1, 2 })
   H.values(dl.grad(function(w) seen = w; return (w * w):sum() end)(v), { 2, 4 })
   H.ok(seen.id ~= 0, "a Variable's alias shares its memory: a handle")
   v:assign(dl.tensor({ 5, 6 }))
   H.values(seen, { 5, 6 }, { msg = "and sees the Variable's new values" })
-  -- a value kept on an outer tape can be promoted and written to: a handle too
+  -- a value kept on an outer arena can be promoted and written to: a handle too
   local inner
   H.near(dl.grad(function(x)
     return dl.grad(function(u) inner = u; return u * u * u end)(x)
   end)(dl.tensor(2.0)):item(), 12)
-  H.ok(inner.id ~= 0, "the alias of an outer tape's value is a handle")
+  H.ok(inner.id ~= 0, "the alias of an outer arena's value is a handle")
 end)
 
 H.test("promotion keeps the history: views, in-place writes, indexing", function()
   local g = dl.grad(function(x)
     local y = x * 2
-    H.ok(on_tape(y))
+    H.ok(in_arena(y))
     local v = y:view(2, 2)          -- y becomes a handle sharing the kept tensor
     H.ok(y.id ~= 0 and v:requires_grad())
     local z = x + 0
@@ -151,7 +151,7 @@ H.test("promotion keeps the history: views, in-place writes, indexing", function
   H.values(g, { 5, 35, 5, 5 })
 end)
 
-H.test("nested gradients: the inner tape is adopted by the outer one", function()
+H.test("nested gradients: the inner arena is adopted by the outer one", function()
   local f = function(x) return x ^ 3 end
   local d1 = dl.grad(f)
   local d2 = dl.grad(d1)
@@ -162,18 +162,18 @@ H.test("nested gradients: the inner tape is adopted by the outer one", function(
   H.near(d3(x):item(), 6)
   H.eq(kept(), 0)
   -- an inner value kept for the outer gradient
-  local inner_on_tape
+  local inner_in_arena
   local h = dl.grad(function(x)
     local gx = dl.grad(function(u) return u * u * x end)(x)   -- 2 x^2, recorded
-    inner_on_tape = on_tape(gx)
+    inner_in_arena = in_arena(gx)
     return gx
   end)(x)
-  H.ok(inner_on_tape)
+  H.ok(inner_in_arena)
   H.near(h:item(), 8)
   H.eq(kept(), 0)
 end)
 
-H.test("value_and_grad, implicit_grad and argnums discard their tapes", function()
+H.test("value_and_grad, implicit_grad and argnums discard their arenas", function()
   local v, g = dl.value_and_grad(function(x) return (x * x):sum() end)(dl.tensor({ 1, 2 }))
   H.values(v, 5)
   H.values(g, { 2, 4 })
@@ -187,7 +187,7 @@ H.test("value_and_grad, implicit_grad and argnums discard their tapes", function
   H.eq(kept(), 0)
 end)
 
-H.test("an error leaves the tape pending until the next gradient", function()
+H.test("an error leaves the arena pending until the next gradient", function()
   H.raises(function()
     dl.grad(function(x)
       local y = x * 2
@@ -200,12 +200,12 @@ H.test("an error leaves the tape pending until the next gradient", function()
   H.eq(kept(), 0, "discarded when the next outermost gradient starts")
 end)
 
-H.test("a GradientTape holds its tapes until its gradient, or while persistent", function()
+H.test("a GradientTape holds its arenas until its gradient, or while persistent", function()
   local x = dl.tensor({ 1, 2 })
   local tape = dl.GradientTape()
   tape:watch(x)
   local y = tape:record(function() return (x * x):sum() end)
-  H.ok(on_tape(y) and kept() > 0)
+  H.ok(in_arena(y) and kept() > 0)
   H.values(tape:gradient(y, x), { 2, 4 })
   H.eq(kept(), 0, "a non-persistent tape lets go after its gradient")
 
@@ -242,11 +242,11 @@ H.test("the graph goes back without a collection", function()
   H.eq(kept(), 0)
 end)
 
-H.test("forged tape references read as plain values", function()
+H.test("forged arena references read as plain values", function()
   local y
   dl.grad(function(x)
     y = x * 2
-    -- a copy of y's bytes naming a slot past the tape's end, and one naming no tape
+    -- a copy of y's bytes naming a slot past the arena's end, and one naming no arena
     local bytes = ffi.new("uint8_t[?]", ffi.sizeof("struct dl_tensor"))
     ffi.copy(bytes, y, ffi.sizeof("struct dl_tensor"))
     local slot = ffi.cast("uint32_t*", bytes + 12)
