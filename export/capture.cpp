@@ -181,7 +181,7 @@ void Marking::seen(const Observed& o) {
 
 void Capture::unreported(const char* op) {
   set_error(std::string(op) + " made a tensor outside the ops the exporter sees" +
-            (std::strncmp(op, "rand", 4) == 0 || std::strcmp(op, "bernoulli") == 0
+            (std::strncmp(op, "rand", 4) == 0 || std::strcmp(op, "bernoulli") == 0 || std::strcmp(op, "dropout") == 0
                  ? " (random ops cannot be exported; in a model, switch dropout off with evaluation mode)"
                  : ""));
 }

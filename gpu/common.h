@@ -97,54 +97,10 @@ void h2d(void* dst, const void* src, size_t n, int device, const char* op);
 // Device to host; returns when the bytes are in `dst` (waits for the stream).
 void d2h(void* dst, const void* src, size_t n, int device, const char* op);
 
-// ---- Backend entries (gpu/*.cu; contracts in tensor/backend.h) ---------------------------
-void unary(Op op, const Tensor& out, const Tensor& x);
-void binary(Op op, const Tensor& out, const Tensor& a, const Tensor& b);
-void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool scalar_first);
-void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
-void clamp(const Tensor& out, const Tensor& x, double lo, double hi);
-void copy(const Tensor& out, const Tensor& src);
-void fill(const Tensor& out, double value);
-void fused(const fused::Program& p, int device_index);   // gpu/fused.cu
+// ---- Backend entries: one per row of tensor/kernels.def (contracts there), in gpu/*.cu --
+#define DL_KERNEL(name, params) void name params;
+#include "tensor/kernels.def"
 // out = src on the same device, converted and broadcast (the kernel behind copy).
 void convert(const Tensor& out, const Tensor& src, const char* op);
-
-void reduce(Op op, const Tensor& out, const Tensor& x, const std::vector<int>& dims,
-            const ReduceOpts& opts);
-void arg_reduce(Op op, const Tensor& values, const Tensor& indices, const Tensor& x, int dim);
-void softmax(Op op, const Tensor& out, const Tensor& x, int dim);
-void scan(Op op, const Tensor& out, const Tensor& x, int dim, bool reverse);
-
-void sort(const Tensor& indices, const Tensor& x, bool descending);   // gpu/sorting.cu
-void nonzero(const Tensor& out, const Tensor& x);
-void searchsorted(const Tensor& out, const Tensor& seq, const Tensor& values, bool right);
-void cat(const Tensor& out, const TensorList& xs, int dim);
-void index_select(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
-void gather(const Tensor& out, const Tensor& x, int dim, const Tensor& index);
-void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src);
-// optim.cu
-void sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const fn::SgdStep& s);
-void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
-               const fn::AdamStep& s);
-void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
-void linalg(Op op, const TensorList& outs, const TensorList& ins, const LinalgOpts& o);   // cuSOLVER
-void random(const Tensor& out, const fn::RandomSpec& spec);
-
-void conv2d(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
-            const Conv2dOpts& o);
-void conv2d_input_grad(const Tensor& gx, const Tensor& g, const Tensor& w, const Conv2dOpts& o);
-void conv2d_weight_grad(const Tensor& gw, const Tensor& x, const Tensor& g, const Conv2dOpts& o);
-void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dOpts& o);
-void max_pool2d_backward(const Tensor& gx, const Tensor& g, const Tensor& indices);
-void avg_pool2d(const Tensor& out, const Tensor& x, const Pool2dOpts& o);
-void avg_pool2d_backward(const Tensor& gx, const Tensor& g, const Pool2dOpts& o);
-void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x);
-void channel_affine(const Tensor& out, const Tensor& x, const Tensor& scale, const Tensor& shift);
-void layer_norm(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x, const Tensor& weight,
-                const Tensor& bias, double eps);
-void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g,
-                         const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight);
-void cross_entropy(const Tensor& loss, const Tensor& logits, const Tensor& target,
-                   std::optional<int64_t> ignore_index);
 
 }  // namespace dl::gpu

@@ -17,50 +17,9 @@ const Backend kCuda = {
     .name = "cuda",
     .alloc = backend_alloc,
     .free = backend_free,
-    .unary = unary,
-    .binary = binary,
-    .binary_scalar = binary_scalar,
-    .where = where,
-    .clamp = clamp,
-    .copy = copy,
-    .fill = fill,
-    .fused = fused,
-    // reductions
-    .reduce = reduce,
-    .arg_reduce = arg_reduce,
-    .softmax = softmax,
-    .scan = scan,
-    // sorting and selection
-    .sort = sort,
-    .nonzero = nonzero,
-    .searchsorted = searchsorted,
-    // indexing and linear algebra
-    .cat = cat,
-    .index_select = index_select,
-    .gather = gather,
-    .scatter_add = scatter_add,
-    .matmul = matmul,
+#define DL_KERNEL(name, params) .name = name,
+#include "tensor/kernels.def"
     .half_matmul = true,
-    // decompositions and solves
-    .linalg = linalg,
-    // random numbers
-    .random = random,
-    // optimizer updates
-    .sgd_step = sgd_step,
-    .adam_step = adam_step,
-    // neural networks
-    .conv2d = conv2d,
-    .conv2d_input_grad = conv2d_input_grad,
-    .conv2d_weight_grad = conv2d_weight_grad,
-    .max_pool2d = max_pool2d,
-    .max_pool2d_backward = max_pool2d_backward,
-    .avg_pool2d = avg_pool2d,
-    .avg_pool2d_backward = avg_pool2d_backward,
-    .batch_norm_stats = batch_norm_stats,
-    .channel_affine = channel_affine,
-    .layer_norm = layer_norm,
-    .layer_norm_backward = layer_norm_backward,
-    .cross_entropy = cross_entropy,
 };
 
 void api_synchronize(int device) { synchronize(device); }

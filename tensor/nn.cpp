@@ -376,22 +376,6 @@ Tensor global_avg_pool2d(const Tensor& x, bool keepdim) {
   return reduce(Op::Mean, x, {-2, -1}, keepdim);
 }
 
-// ---- dropout -------------------------------------------------------------------------------
-
-std::pair<Tensor, Tensor> dropout(const Tensor& x, double p) {
-  if (is_half(x.dtype())) return narrowed(dropout(widened(x), p), x.dtype());
-  DL_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got ", p);
-  const DType dt = float_dtype({&x});
-  Tensor mask;
-  if (p == 1) {
-    mask = zeros(x.shape(), dt, x.device());
-  } else {
-    mask = bernoulli(x.shape(), 1 - p, dt, x.device());
-    binary_(Op::Mul, mask, Scalar(1 / (1 - p)));
-  }
-  return {binary(Op::Mul, cast(x, dt), mask), mask};
-}
-
 // ---- batch normalisation -----------------------------------------------------------------------
 
 static BatchNormResult batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,

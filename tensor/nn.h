@@ -73,9 +73,10 @@ Tensor avg_pool2d_backward(const Tensor& g, const Shape& input_shape, const Pool
 // Mean over H and W of (N, C, H, W): (N, C), or (N, C, 1, 1) with keepdim.
 Tensor global_avg_pool2d(const Tensor& x, bool keepdim = false);
 
-// ---- dropout --------------------------------------------------------------------------
+// ---- dropout (tensor/random.cpp) ------------------------------------------------------
 // Training-mode dropout with the engine's Philox stream: y = x * mask, mask holding 0
-// (probability p) or 1 / (1 - p); returns y and that scaled mask. p = 1 gives zeros.
+// (probability p) or 1 / (1 - p), drawn as bernoulli(1 - p) draws them; returns y and
+// that scaled mask, made in one pass (Backend::dropout). p = 1 gives zeros.
 // (Evaluation mode, and p = 0, are the identity: autograd/nn.h's dropout skips this.)
 std::pair<Tensor, Tensor> dropout(const Tensor& x, double p);
 

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "tensor/backend.h"
+#include "tensor/half_ops.h"
 #include "tensor/random.h"
 
 namespace dl {
@@ -103,6 +104,24 @@ Tensor bernoulli(const Shape& shape, double p, DType dtype, Device device) {
   spec.kind = fn::RandomSpec::Bernoulli;
   spec.p = p;
   return random_tensor(shape, dtype, device, "bernoulli", spec);
+}
+
+std::pair<Tensor, Tensor> dropout(const Tensor& x, double p) {
+  if (is_half(x.dtype())) return narrowed(dropout(widened(x), p), x.dtype());
+  DL_CHECK(p >= 0 && p <= 1, "dropout: probability must be in [0, 1], got ", p);
+  const DType dt = is_floating(x.dtype()) ? x.dtype() : default_float();
+  if (p == 1) {
+    Tensor mask = zeros(x.shape(), dt, x.device());
+    return {binary(Op::Mul, cast(x, dt), mask), mask};
+  }
+  const Tensor xc = contiguous(cast(x, dt));
+  Tensor y = empty(x.shape(), dt, x.device(), "dropout"), mask = empty(x.shape(), dt, x.device(), "dropout");
+  fn::RandomSpec spec;
+  spec.kind = fn::RandomSpec::Bernoulli;
+  spec.p = 1 - p;
+  spec.ph = reserve(fn::RandomSpec::blocks(spec.kind, uint64_t(y.numel())), &spec.first);
+  if (y.numel() > 0) kernel(x.device(), &Backend::dropout, "dropout")(y, mask, xc, spec, 1 / (1 - p));
+  return {y, mask};
 }
 
 Tensor randperm(int64_t n, DType dtype) {

@@ -39,7 +39,8 @@
 #include <optional>
 
 #include "tensor/cpu/conv_direct.h"
-#include "tensor/cpu/nn_kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
 
 namespace dl::cpu {
 

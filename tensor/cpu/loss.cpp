@@ -9,7 +9,8 @@
 #include <atomic>
 #include <cmath>
 
-#include "tensor/cpu/nn_kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
 
 namespace dl::cpu {
 

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "tensor/cpu/lanes.h"
-#include "tensor/cpu/nn_kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
 #include "tensor/norm_functors.h"
 #include "tensor/reduce_functors.h"
 

@@ -12,7 +12,8 @@
 #include <cmath>
 #include <limits>
 
-#include "tensor/cpu/nn_kernels.h"
+#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
 
 namespace dl::cpu {
 

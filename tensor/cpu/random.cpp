@@ -50,17 +50,23 @@ DL_TARGET_CLONES void philox_blocks(const fn::Philox& ph, uint64_t ctr0, uint32_
   }
 }
 
-// p[i] = value(words of element i) for i in [b, e): kWords words an element (4 for
-// Normal, 2 for the others), blocks computed kLanes at a time.
-template <int kWords, typename T, typename F>
-void fill(const fn::RandomSpec& spec, T* p, int64_t b, int64_t e, F value) {
+// draw(i, words of element i) for i in [b, e): kWords words an element (4 for Normal,
+// 2 for the others), blocks computed kLanes at a time.
+template <int kWords, typename F>
+void for_each_draw(const fn::RandomSpec& spec, int64_t b, int64_t e, F draw) {
   constexpr int64_t kPer = 4 / kWords;  // elements a block serves
   uint32_t w[4 * kLanes];
   for (int64_t i = b; i < e;) {
     const int64_t block = i / kPer, base = block * kPer, end = std::min<int64_t>(e, base + kPer * kLanes);
     philox_blocks(spec.ph, spec.first + uint64_t(block), w);
-    for (; i < end; ++i) p[i] = fn::convert<T>(value(w + kWords * (i - base)));
+    for (; i < end; ++i) draw(i, w + kWords * (i - base));
   }
+}
+
+// p[i] = value(words of element i) for i in [b, e).
+template <int kWords, typename T, typename F>
+void fill(const fn::RandomSpec& spec, T* p, int64_t b, int64_t e, F value) {
+  for_each_draw<kWords>(spec, b, e, [&](int64_t i, const uint32_t* w) { p[i] = fn::convert<T>(value(w)); });
 }
 
 }  // namespace
@@ -82,6 +88,23 @@ void random(const Tensor& out, const fn::RandomSpec& spec) {
         case K::Int: fill<2>(spec, p, b, e, [&](const uint32_t* w) { return spec.integer(w[0], w[1]); }); break;
         case K::Bernoulli: fill<2>(spec, p, b, e, [&](const uint32_t* w) { return spec.bernoulli(w[0], w[1]); }); break;
       }
+    });
+  });
+}
+
+void dropout(const Tensor& out, const Tensor& mask, const Tensor& x, const fn::RandomSpec& spec, double scale) {
+  DL_ASSERT(out.is_contiguous() && mask.is_contiguous() && x.is_contiguous());
+  DL_DISPATCH_FLOAT(out.dtype(), "dropout", {
+    scalar_t* o = out.data<scalar_t>();
+    scalar_t* m = mask.data<scalar_t>();
+    const scalar_t* xs = x.data<scalar_t>();
+    const scalar_t kept = scalar_t(scale);
+    parallel_range(out.numel(), [&](int64_t b, int64_t e) {
+      for_each_draw<2>(spec, b, e, [&](int64_t i, const uint32_t* w) {
+        const scalar_t k = spec.bernoulli(w[0], w[1]) != 0 ? kept : scalar_t(0);
+        m[i] = k;
+        o[i] = xs[i] * k;
+      });
     });
   });
 }

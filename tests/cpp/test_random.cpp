@@ -7,8 +7,10 @@
 #include <cstring>
 
 #include "tensor/cpu/kernels.h"
+#include "tensor/nn.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
+#include "tests/cpp/bits.h"
 
 using namespace dl;
 
@@ -64,4 +66,29 @@ TEST_CASE("the CPU random kernel gives element i of the spec's stream", "[random
           }
           CHECK(bad == -1);
         }
+}
+
+TEST_CASE("dropout's one pass draws bernoulli's stream, scaled, times x", "[random]") {
+  // The kernel of Backend::dropout against the composite it replaced: a bernoulli mask
+  // of the keeping probability, times 1 / (1 - p), times x, bit for bit, and the stream
+  // read as far.
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (double p : {0.1, 0.5, 0.9}) {
+      const Tensor x = binary(Op::Sub, randn(Shape{37, 129}, dt), Scalar(0.25));
+      const Tensor xt = transpose(x, 0, 1);   // read through its strides
+      manual_seed(21);
+      auto [y, mask] = dropout(xt, p);
+      const Tensor after = rand(Shape{3}, dt);
+      manual_seed(21);
+      Tensor want_mask = bernoulli(xt.shape(), 1 - p, dt);
+      binary_(Op::Mul, want_mask, Scalar(1 / (1 - p)));
+      CHECK(dl::test::same_bits(mask, want_mask));
+      CHECK(dl::test::same_bits(y, binary(Op::Mul, xt, want_mask)));
+      CHECK(dl::test::same_bits(rand(Shape{3}, dt), after));
+    }
+  }
+  auto [z, zm] = dropout(ones(Shape{4}, DType::Int64), 1.0);   // integers compute in the default float
+  CHECK(z.dtype() == default_float());
+  CHECK(dl::test::same_bits(z, zeros(Shape{4}, default_float())));
+  CHECK_THROWS_WITH(dropout(ones(Shape{2}, DType::Float32), 1.5), Catch::Contains("dropout: probability must be in [0, 1]"));
 }

@@ -782,6 +782,15 @@ TEST_CASE("random tensors are the CPU's stream", "[cuda]") {
   Tensor want = bernoulli(Shape{77}, 0.25, DType::Bool);
   manual_seed(8);
   expect_same(want, bernoulli(Shape{77}, 0.25, DType::Bool, kCuda), kExact, "bernoulli");
+  for (DType dt : {DType::Float32, DType::Float64}) {   // dropout's one-pass kernel
+    const Tensor x = randn(Shape{301, 7}, dt);
+    manual_seed(9);
+    auto [y, mask] = dropout(x, 0.3);
+    manual_seed(9);
+    auto [yc, maskc] = dropout(to_device(x, kCuda), 0.3);
+    expect_same(mask, maskc, kExact, "dropout mask");
+    expect_same(y, yc, kExact, "dropout");
+  }
 }
 
 TEST_CASE("fused optimizer updates match the CPU", "[cuda]") {
