@@ -53,17 +53,6 @@ void run_binary(const Tensor& out, const Tensor& a, const Tensor* b, T s, int mo
   launch_elementwise<3>(c, make_geom<3>({&out, &a, b ? b : &a}), BinaryOp<Out, T, Fn>{f, s, mode}, name);
 }
 
-#define DL_DISPATCH_INTEGRAL_OR_BOOL(dt, opname, ...)                                     \
-  do {                                                                                    \
-    switch (dt) {                                                                         \
-      DL_DTYPE_CASE(Bool, bool, __VA_ARGS__)                                              \
-      DL_DTYPE_CASE(UInt8, uint8_t, __VA_ARGS__)                                          \
-      DL_DTYPE_CASE(Int32, int32_t, __VA_ARGS__)                                          \
-      DL_DTYPE_CASE(Int64, int64_t, __VA_ARGS__)                                          \
-      default: ::dl::fail(::dl::ErrorKind::Internal, opname, ": unexpected dtype ",       \
-                          ::dl::dtype_name(dt));                                          \
-    }                                                                                     \
-  } while (0)
 
 }  // namespace
 

@@ -1,5 +1,5 @@
 // CUDA convolution: im2col + cuBLAS, one strided-batched GEMM over the groups per chunk
-// of samples (contracts in tensor/backend.h, "neural networks"; the CPU version is
+// of samples (contracts in tensor/kernels.def, "neural networks"; the CPU version is
 // tensor/cpu/conv.cpp).
 //
 // For a chunk of nb samples the column matrix is (C kH kW, nb P), P = Ho Wo: row

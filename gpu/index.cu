@@ -1,5 +1,5 @@
 // CUDA kernels of the indexing ops: gather, scatter_add and index_select (cat is in
-// gpu/copy.cu). Contracts in tensor/backend.h; the CPU versions are tensor/cpu/index.cpp.
+// gpu/copy.cu). Contracts in tensor/kernels.def; the CPU versions are tensor/cpu/index.cpp.
 //
 // Each runs over the index's shape with three operands viewed with that shape: the
 // output, the index, and the tensor indexed into, whose stride along `dim` is replaced

@@ -11,6 +11,7 @@
 #include <climits>
 
 #include "gpu/common.h"
+#include "tensor/geometry.h"
 #include "tensor/functors.h"
 
 namespace dl::gpu {
@@ -30,58 +31,13 @@ struct Geom {
 template <int N>
 Geom<N> make_geom(const std::array<const Tensor*, N>& ts) {
   Geom<N> g{};
-  const Shape& shape = ts[0]->shape();
-  const int nd = shape.size();
-  g.numel = ts[0]->numel();
+  geometry::coalesce<N>(ts, g);   // the CPU's geometry (tensor/geometry.h)
   g.small = g.numel <= int64_t(UINT_MAX);
-  if (g.numel == 0) {  // nothing to walk; an empty shape's strides may not scale to bytes
-    g.ndim = 1;
-    return g;
+  if (g.numel != 0 && g.ndim == 0) {   // one element: one dim of size 1
+    g.sizes[0] = 1;
+    for (int k = 0; k < N; ++k) g.strides[k][0] = 0;
   }
-  int64_t st[N][kMaxDims];
-  for (int k = 0; k < N; ++k) {
-    g.data[k] = static_cast<char*>(ts[k]->raw_data());
-    const int off = nd - ts[k]->dim();
-    const int64_t isz = int64_t(ts[k]->itemsize());
-    for (int d = 0; d < nd; ++d) {
-      const int dk = d - off;
-      st[k][d] = (dk < 0 || ts[k]->size(dk) == 1) ? 0 : ts[k]->stride(dk) * isz;
-    }
-  }
-  int64_t sz[kMaxDims];
-  int m = 0;
-  for (int d = 0; d < nd; ++d) {
-    if (shape[d] == 1) continue;
-    sz[m] = shape[d];
-    for (int k = 0; k < N; ++k) st[k][m] = st[k][d];
-    ++m;
-  }
-  int w = 0;
-  for (int d = 0; d < m; ++d) {
-    if (w > 0) {
-      bool ok = true;
-      for (int k = 0; k < N; ++k)
-        if (st[k][w - 1] != st[k][d] * sz[d]) { ok = false; break; }
-      if (ok) {
-        sz[w - 1] *= sz[d];
-        for (int k = 0; k < N; ++k) st[k][w - 1] = st[k][d];
-        continue;
-      }
-    }
-    sz[w] = sz[d];
-    for (int k = 0; k < N; ++k) st[k][w] = st[k][d];
-    ++w;
-  }
-  if (w == 0) {  // one element
-    sz[0] = 1;
-    for (int k = 0; k < N; ++k) st[k][0] = 0;
-    w = 1;
-  }
-  g.ndim = w;
-  for (int d = 0; d < w; ++d) {
-    g.sizes[d] = sz[d];
-    for (int k = 0; k < N; ++k) g.strides[k][d] = st[k][d];
-  }
+  if (g.ndim == 0) g.ndim = 1;
   return g;
 }
 

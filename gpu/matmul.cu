@@ -2,7 +2,7 @@
 // bfloat16 (one strided-batched GEMM for every batch),
 // a plain kernel with int64 accumulation for the integer dtypes (as the CPU does).
 //
-// Contract (tensor/backend.h): out is a fresh contiguous (batch..., M, N); a is
+// Contract (tensor/kernels.def): out is a fresh contiguous (batch..., M, N); a is
 // (..., M, K) and b (..., K, N), in out's dtype, with batch dims that broadcast to out's.
 // cuBLAS is column-major: the row-major product C = A B is computed as C^T = B^T A^T,
 // and a row-major matrix with leading dimension ld is the column-major transpose with
@@ -13,27 +13,15 @@
 #include <climits>
 
 #include "gpu/loops.cuh"
+#include "tensor/geometry.h"
 #include "tensor/half.h"
 
 namespace dl::gpu {
 
 namespace {
 
-// How cuBLAS can read a rows x cols matrix with element strides (sr, sc), if at all.
-struct MatLayout {
-  bool ok = false;
-  bool trans = false;  // stored column-major: element (i, j) at i + j * ld
-  int64_t ld = 0;
-};
-
-MatLayout layout_of(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
-  // The stride of a dim of size 1 is never used, so it does not disqualify a layout.
-  if ((cols == 1 || sc == 1) && (rows == 1 || sr >= (cols > 1 ? cols : 1)))
-    return {true, false, rows == 1 ? (cols > 1 ? cols : 1) : sr};
-  if ((rows == 1 || sr == 1) && (cols == 1 || sc >= (rows > 1 ? rows : 1)))
-    return {true, true, cols == 1 ? (rows > 1 ? rows : 1) : sc};
-  return {};
-}
+using geometry::MatLayout;   // how BLAS can read a matrix (tensor/geometry.h)
+MatLayout layout_of(int64_t rows, int64_t cols, int64_t sr, int64_t sc) { return geometry::mat_layout(rows, cols, sr, sc); }
 
 // The single stride between consecutive batches (in out's batch order) of operand t,
 // whose batch dims are aligned right against out's `bs`; false when there is none.
@@ -214,17 +202,8 @@ void int_matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
-  switch (out.dtype()) {
-    case DType::Float32: float_matmul<float>(out, a, b); return;
-    case DType::Float64: float_matmul<double>(out, a, b); return;
-    case DType::Int64: int_matmul<int64_t>(out, a, b); return;
-    case DType::Int32: int_matmul<int32_t>(out, a, b); return;
-    case DType::UInt8: int_matmul<uint8_t>(out, a, b); return;
-    case DType::Float16: float_matmul<Half>(out, a, b); return;
-    case DType::BFloat16: float_matmul<BFloat16>(out, a, b); return;
-    case DType::Bool: break;
-  }
-  fail(ErrorKind::Type, "matmul: not implemented for dtype ", dtype_name(out.dtype()));
+  geometry::dispatch_product<true>(out.dtype(), [&]<typename T>() { float_matmul<T>(out, a, b); },
+                                   [&]<typename T>() { int_matmul<T>(out, a, b); });
 }
 
 }  // namespace dl::gpu

@@ -1,5 +1,5 @@
 // CUDA kernels of pooling, batch-norm statistics and the per-channel affine map, and
-// the fused cross-entropy (contracts in tensor/backend.h, "neural networks"; the CPU
+// the fused cross-entropy (contracts in tensor/kernels.def, "neural networks"; the CPU
 // versions are tensor/cpu/pool.cpp, norm.cpp and loss.cpp, whose window bounds and
 // NaN rules these follow). Every tensor is contiguous and non-empty, floating.
 #include <cmath>

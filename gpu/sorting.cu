@@ -1,4 +1,4 @@
-// Sorting and selection on CUDA (contracts in tensor/backend.h), in the order of
+// Sorting and selection on CUDA (contracts in tensor/kernels.def), in the order of
 // tensor/sort_functors.h as the CPU's:
 //   sort: CUB's stable segmented sort, a segment per row, of integer keys that order as
 //     fn::less_nan_last orders the values (KeyOf below), so that equal values keep their

@@ -93,6 +93,19 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::Floa
     }                                                                              \
   } while (0)
 
+// The integer dtypes and bool (an integer tensor against a fractional number, say).
+#define DL_DISPATCH_INTEGRAL_OR_BOOL(dt, opname, ...)                                     \
+  do {                                                                                    \
+    switch (dt) {                                                                         \
+      DL_DTYPE_CASE(Bool, bool, __VA_ARGS__)                                              \
+      DL_DTYPE_CASE(UInt8, uint8_t, __VA_ARGS__)                                          \
+      DL_DTYPE_CASE(Int32, int32_t, __VA_ARGS__)                                          \
+      DL_DTYPE_CASE(Int64, int64_t, __VA_ARGS__)                                          \
+      default: ::dl::fail(::dl::ErrorKind::Type, opname, ": not implemented for dtype ",       \
+                          ::dl::dtype_name(dt));                                          \
+    }                                                                                     \
+  } while (0)
+
 #define DL_DISPATCH_FLOAT(dt, opname, ...)                                        \
   do {                                                                             \
     switch (dt) {                                                                  \

@@ -182,7 +182,7 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // (integers are converted to the default float dtype). Bad shapes, singular systems and
 // matrices that are not positive-definite throw dl::Error naming the op and, for a
 // batch, the matrix (1-based, as the Lua API counts).
-// The options a Backend::linalg kernel reads (tensor/backend.h).
+// The options a Backend::linalg kernel reads (tensor/kernels.def).
 struct LinalgOpts {
   bool upper = false;          // SolveTriangular: a is upper-triangular
   bool unitriangular = false;  // SolveTriangular: a's diagonal is ones

@@ -1,5 +1,5 @@
 // CPU convolution: im2col + one GEMM per sample and group (OpenBLAS). Contracts in
-// tensor/backend.h ("neural networks"). Float32 layers with stride 1, one group and few
+// tensor/kernels.def ("neural networks"). Float32 layers with stride 1, one group and few
 // output channels take the direct kernels of conv_direct.cpp instead (direct_plan); what
 // follows is the general path.
 //

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "tensor/geometry.h"
 #include "tensor/tensor.h"
 
 #ifdef _OPENMP
@@ -49,50 +50,11 @@ struct StridedOperands {
 };
 
 // Builds the operand geometry for out and inputs broadcast to out.shape(), coalescing
-// adjacent dims that can be walked as one.
+// adjacent dims that can be walked as one (tensor/geometry.h, as the CUDA plugin's).
 template <int N>
 StridedOperands<N> make_operands(const std::array<const Tensor*, N>& ts) {
   StridedOperands<N> g;
-  const Shape& shape = ts[0]->shape();
-  int nd = shape.size();
-  g.numel = ts[0]->numel();
-  // Nothing to walk. (An empty shape's strides can be huge, e.g. for (0, 2^62, 4), and
-  // are never used: scaling them to bytes could overflow.)
-  if (g.numel == 0) return g;
-  for (int k = 0; k < N; ++k) {
-    g.data[k] = static_cast<char*>(ts[k]->raw_data());
-    int off = nd - ts[k]->dim();
-    int64_t isz = int64_t(ts[k]->itemsize());
-    for (int d = 0; d < nd; ++d) {
-      int dk = d - off;
-      g.strides[k][d] = (dk < 0 || ts[k]->size(dk) == 1) ? 0 : ts[k]->stride(dk) * isz;
-    }
-  }
-  // Drop size-1 dims, then merge dim d into d+1 when every operand allows it.
-  int m = 0;
-  for (int d = 0; d < nd; ++d) {
-    if (shape[d] == 1) continue;
-    g.sizes[m] = shape[d];
-    for (int k = 0; k < N; ++k) g.strides[k][m] = g.strides[k][d];
-    ++m;
-  }
-  int w = 0;
-  for (int d = 0; d < m; ++d) {
-    if (w > 0) {
-      bool ok = true;
-      for (int k = 0; k < N; ++k)
-        if (g.strides[k][w - 1] != g.strides[k][d] * g.sizes[d]) { ok = false; break; }
-      if (ok) {
-        g.sizes[w - 1] *= g.sizes[d];
-        for (int k = 0; k < N; ++k) g.strides[k][w - 1] = g.strides[k][d];
-        continue;
-      }
-    }
-    g.sizes[w] = g.sizes[d];
-    for (int k = 0; k < N; ++k) g.strides[k][w] = g.strides[k][d];
-    ++w;
-  }
-  g.ndim = w;
+  geometry::coalesce<N>(ts, g);
   return g;
 }
 

@@ -1,4 +1,4 @@
-// CPU kernel of the fused log-softmax cross-entropy. Contract in tensor/backend.h
+// CPU kernel of the fused log-softmax cross-entropy. Contract in tensor/kernels.def
 // ("neural networks").
 //
 // Each row's loss is logsumexp(row) - row[target], with the row's maximum taken out

@@ -1,7 +1,7 @@
 // CPU matmul: OpenBLAS for float32/float64, a plain loop with int64 accumulation for
 // the integer dtypes.
 //
-// Contract (tensor/backend.h): out is a fresh contiguous (batch..., M, N); a is
+// Contract (tensor/kernels.def): out is a fresh contiguous (batch..., M, N); a is
 // (..., M, K) and b (..., K, N), both at least 2-D, in out's dtype, with batch dims
 // that broadcast to out's (missing or of size 1); M, N, K and the batch are non-empty.
 //
@@ -23,26 +23,14 @@
 #include "tensor/backend.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/geometry.h"
 
 namespace dl::cpu {
 
 namespace {
 
-// How BLAS can read a rows x cols matrix with element strides (sr, sc), if at all.
-struct MatLayout {
-  bool ok = false;
-  bool trans = false;  // stored column-major: element (i, j) at i + j * ld
-  int64_t ld = 0;
-};
-
-MatLayout layout_of(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
-  // The stride of a dim of size 1 is never used, so it does not disqualify a layout.
-  if ((cols == 1 || sc == 1) && (rows == 1 || sr >= std::max<int64_t>(1, cols)))
-    return {true, false, rows == 1 ? std::max<int64_t>(1, cols) : sr};
-  if ((rows == 1 || sr == 1) && (cols == 1 || sc >= std::max<int64_t>(1, rows)))
-    return {true, true, cols == 1 ? std::max<int64_t>(1, rows) : sc};
-  return {};
-}
+using geometry::MatLayout;   // how BLAS can read a matrix (tensor/geometry.h)
+MatLayout layout_of(int64_t rows, int64_t cols, int64_t sr, int64_t sc) { return geometry::mat_layout(rows, cols, sr, sc); }
 
 MatLayout layout_of(const Tensor& t) {
   int n = t.dim();
@@ -317,15 +305,9 @@ void int_matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
-  switch (out.dtype()) {
-    case DType::Float32: float_matmul<float>(out, a, b); return;
-    case DType::Float64: float_matmul<double>(out, a, b); return;
-    case DType::Int64: int_matmul<int64_t>(out, a, b); return;
-    case DType::Int32: int_matmul<int32_t>(out, a, b); return;
-    case DType::UInt8: int_matmul<uint8_t>(out, a, b); return;
-    case DType::Bool: case DType::Float16: case DType::BFloat16: break;
-  }
-  fail(ErrorKind::Type, "matmul: not implemented for dtype ", dtype_name(out.dtype()));
+  // (half products are computed in float32 by the front end: Backend::half_matmul)
+  geometry::dispatch_product<false>(out.dtype(), [&]<typename T>() { float_matmul<T>(out, a, b); },
+                                    [&]<typename T>() { int_matmul<T>(out, a, b); });
 }
 
 }  // namespace dl::cpu

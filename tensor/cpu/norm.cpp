@@ -1,6 +1,6 @@
 // CPU kernels of batch normalisation (per-channel statistics and the per-channel
 // affine map that applies them) and of layer normalisation (a row at a time, forward
-// and backward). Contracts in tensor/backend.h ("neural networks").
+// and backward). Contracts in tensor/kernels.def ("neural networks").
 //
 // Batch norm's x is (N, C, S): channel c is N runs of S contiguous elements; layer
 // norm's is (R, D), a row of D contiguous elements per unit. Statistics are accumulated

@@ -1,5 +1,5 @@
 // CPU pooling kernels: max and average over 2-D windows, and their gradients.
-// Contracts in tensor/backend.h ("neural networks"); window bounds follow PyTorch's
+// Contracts in tensor/kernels.def ("neural networks"); window bounds follow PyTorch's
 // kernels (aten/src/ATen/native/cpu/*Pool*), including the ceil_mode divisor rule.
 //
 // Every (sample, channel) plane is independent: threads split the planes, so the

@@ -1,5 +1,5 @@
 // CPU kernels of the reductions: the reducers of tensor/reduce_functors.h run over a
-// plan of x's dims, plus max/min with indices and softmax (contract: tensor/backend.h).
+// plan of x's dims, plus max/min with indices and softmax (contract: tensor/kernels.def).
 //
 // The plan sorts x's dims by stride (memory order), drops size-1 dims and merges
 // neighbours that can be walked as one, then takes one of two paths:
@@ -94,60 +94,9 @@ struct Odometer {
   }
 };
 
-// x's dims split into kept (k*) and reduced (r*) ones, each outermost first, in
-// elements. kos are the output's strides; rzero is a zero stride for the odometers.
-struct Plan {
-  int nk = 0, nr = 0;
-  int64_t ks[kMaxDims], kxs[kMaxDims], kos[kMaxDims];
-  int64_t rs[kMaxDims], rxs[kMaxDims], rzero[kMaxDims] = {};
-  int64_t nout = 1, nred = 1;
-  bool red_innermost = false;
-};
-
-Plan make_plan(const Tensor& out, const Tensor& x, const bool* red) {
-  struct D { int64_t size, xs, os; bool red; };
-  D v[kMaxDims];
-  int n = 0;
-  for (int d = 0; d < x.dim(); ++d) {
-    if (x.size(d) == 1) continue;
-    D cur{x.size(d), x.stride(d), red[d] ? 0 : out.stride(d), red[d]};
-    // Insertion into memory order: larger x strides outside (stable for ties).
-    int j = n++;
-    while (j > 0 && v[j - 1].xs < cur.xs) { v[j] = v[j - 1]; --j; }
-    v[j] = cur;
-  }
-  int w = 0;
-  for (int i = 0; i < n; ++i) {
-    if (w > 0 && v[w - 1].red == v[i].red && v[w - 1].xs == v[i].xs * v[i].size &&
-        v[w - 1].os == v[i].os * v[i].size) {
-      v[w - 1].size *= v[i].size;
-      v[w - 1].xs = v[i].xs;
-      v[w - 1].os = v[i].os;
-      continue;
-    }
-    v[w++] = v[i];
-  }
-  Plan p;
-  for (int i = 0; i < w; ++i) {
-    if (v[i].red) {
-      p.rs[p.nr] = v[i].size;
-      p.rxs[p.nr++] = v[i].xs;
-      p.nred *= v[i].size;
-    } else {
-      p.ks[p.nk] = v[i].size;
-      p.kxs[p.nk] = v[i].xs;
-      p.kos[p.nk++] = v[i].os;
-      p.nout *= v[i].size;
-    }
-  }
-  p.red_innermost = w > 0 && v[w - 1].red;
-  if (p.nr == 0) {  // nothing to fold: every output reads one element
-    p.rs[0] = 1;
-    p.rxs[0] = 0;
-    p.nr = 1;
-  }
-  return p;
-}
+// x's dims split into kept and reduced ones (tensor/geometry.h, as the CUDA plugin's).
+using Plan = geometry::ReducePlan;
+Plan make_plan(const Tensor& out, const Tensor& x, const bool* red) { return geometry::reduce_plan(out, x, red); }
 
 // ---- the rows path ----------------------------------------------------------------
 

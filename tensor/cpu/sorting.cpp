@@ -1,4 +1,4 @@
-// Sorting and selection on the CPU (contracts in tensor/backend.h). Rows are independent
+// Sorting and selection on the CPU (contracts in tensor/kernels.def). Rows are independent
 // and run on OpenMP's threads; each row is std::stable_sort over its indices with the
 // shared order of tensor/sort_functors.h, so ties keep their positions and NaNs go last.
 #include <algorithm>
