@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gpu/common.h"
+#include "tensor/allocator.h"
 
 namespace dl::gpu {
 
@@ -95,12 +96,15 @@ void init_devices(int n) {
   d.ready.reset(new std::atomic<bool>[size_t(n)]);
   d.names.reset(new std::string[size_t(n)]);
   d.blas.assign(size_t(n), nullptr);
+  int64_t smallest = 0;   // the smallest device memory, for the collector's pace
   for (int i = 0; i < n; ++i) {
     d.ready[i].store(false);
     cudaDeviceProp prop{};
-    d.names[i] = cudaGetDeviceProperties(&prop, i) == cudaSuccess ? std::string(prop.name)
-                                                                   : "CUDA device " + std::to_string(i);
+    const bool known = cudaGetDeviceProperties(&prop, i) == cudaSuccess;
+    d.names[i] = known ? std::string(prop.name) : "CUDA device " + std::to_string(i);
+    if (known && (smallest == 0 || int64_t(prop.totalGlobalMem) < smallest)) smallest = int64_t(prop.totalGlobalMem);
   }
+  device_memory::set_device_memory(smallest);   // Note [Device bytes and the collector]
 }
 
 int device_count() { return devices().count; }

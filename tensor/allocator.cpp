@@ -273,13 +273,24 @@ namespace dl::device_memory {
 
 namespace {
 std::atomic<int64_t> g_device_in_use{0};
+std::atomic<double> g_weight{1.0};
+constexpr double kBaseBudget = 16.0 * (1 << 20);   // scripts/dlua/lifetime.lua's BASE_BUDGET
+constexpr double kMinGarbage = 256.0 * (1 << 20);
 }
+
+void set_device_memory(int64_t bytes) noexcept {
+  const double garbage = bytes > 0 ? std::max(kMinGarbage, double(bytes) / 32) : kBaseBudget;
+  g_weight.store(kBaseBudget / garbage, std::memory_order_relaxed);
+}
+
+double weight() noexcept { return g_weight.load(std::memory_order_relaxed); }
 
 void note_alloc(int64_t bytes) noexcept {
   g_device_in_use.fetch_add(bytes, std::memory_order_relaxed);
+  const int64_t counted = int64_t(double(bytes) * weight() + 0.5);
   host_allocator::State& s = host_allocator::state();
   std::lock_guard<std::mutex> g(s.mu);
-  s.st.allocated_since_reset += bytes;
+  s.st.allocated_since_reset += counted;
 }
 
 void note_free(int64_t bytes) noexcept { g_device_in_use.fetch_sub(bytes, std::memory_order_relaxed); }

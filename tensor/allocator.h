@@ -52,6 +52,18 @@ bool maps_large_blocks() noexcept;
 // that the bytes counted for the Lua collector (take_allocated_since_reset; docs/design.md,
 // "Tensor memory and Lua's collector") include device tensors, whose handles are just as small.
 namespace device_memory {
+// Note [Device bytes and the collector]
+// A device byte counts for less than a host byte: `weight` of one, the collector's base
+// budget (16 MB, scripts/dlua/lifetime.lua) over the garbage a device may hold between
+// collections, max(256 MB, its memory / 32). Counted byte for byte, every op on a
+// 16M-float tensor (a 64 MB result) ran a full collection, and on a GPU, where such an
+// op takes tens of microseconds, the collections took longer than the work
+// (docs/performance.md, "On a GPU"). An allocation the device refuses still runs a
+// collection and tries again (the binding's retry), so the larger garbage is bounded by
+// what the device has. The plugin gives the smallest of its devices' memories at load;
+// 0 (no device) counts bytes as they are.
+void set_device_memory(int64_t bytes) noexcept;
+double weight() noexcept;
 void note_alloc(int64_t bytes) noexcept;
 void note_free(int64_t bytes) noexcept;
 // Device bytes held by tensors, all devices together.

@@ -48,7 +48,7 @@ local M = {}
 -- a quarter of the limit, and an allocation the limit refuses is retried once after a
 -- full collection (M.retry).
 local KIND_MEMORY = 3        -- dl::ErrorKind::Memory
-local BASE_BUDGET = 16 * 2 ^ 20
+local BASE_BUDGET = 16 * 2 ^ 20   -- (device bytes count by tensor/allocator.h's weight against it)
 -- A full collection costs time in proportion to the Lua heap, so the budget never falls
 -- below this many times the heap: a script holding a large Lua heap is not collected
 -- more often than that heap can afford.

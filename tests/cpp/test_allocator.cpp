@@ -183,3 +183,23 @@ TEST_CASE("object pool: a collection's worth of freed tensors is kept for reuse"
   for (int i = 0; i < 20000; ++i) batch.push_back(dl::empty(dl::Shape{4}, dl::DType::Float32));
   CHECK(ImplPool::cached() == before);  // all taken from the list again
 }
+
+TEST_CASE("device bytes count for the collector by the device's weight", "[allocator]") {
+  // Note [Device bytes and the collector]: a device byte counts 16 MB / max(256 MB,
+  // memory / 32) of a host byte; with no device known, one.
+  using namespace dl;
+  const double mb = 1 << 20;
+  device_memory::set_device_memory(int64_t(141) * (1 << 30));   // an H200: 4.4 GB of garbage
+  CHECK(device_memory::weight() == Approx(16 * mb / (141.0 * 1024 * mb / 32)));
+  host_allocator::take_allocated_since_reset();
+  device_memory::note_alloc(int64_t(64 * mb));
+  CHECK(host_allocator::take_allocated_since_reset() == int64_t(64 * mb * device_memory::weight() + 0.5));
+  device_memory::note_free(int64_t(64 * mb));
+  device_memory::set_device_memory(int64_t(2) << 30);          // a small device: 256 MB at least
+  CHECK(device_memory::weight() == Approx(16.0 / 256));
+  device_memory::set_device_memory(0);
+  CHECK(device_memory::weight() == 1.0);
+  device_memory::note_alloc(1000);
+  CHECK(host_allocator::take_allocated_since_reset() == 1000);
+  device_memory::note_free(1000);
+}
