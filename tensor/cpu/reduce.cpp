@@ -29,6 +29,7 @@
 #include "tensor/cpu/lanes.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/fold.h"
+#include "tensor/reduce_dispatch.h"
 #include "tensor/reduce_functors.h"
 
 namespace dl::cpu {
@@ -502,59 +503,24 @@ void softmax_typed(bool log, const Tensor& out, const Tensor& x, int dim) {
 
 }  // namespace
 
-void reduce(Op op, const Tensor& out, const Tensor& x, const std::vector<int>& dims,
-            const ReduceOpts& opts) {
-  const char* name = op_name(op);
-  switch (op) {
-    case Op::Sum:
-      DL_DISPATCH_ALL(x.dtype(), name,
-          run_reduce<fn::sum_out_t<scalar_t>>(fn::SumRed<scalar_t>{}, out, x, dims, nullptr));
-      return;
-    case Op::Prod:
-      DL_DISPATCH_ALL(x.dtype(), name,
-          run_reduce<fn::sum_out_t<scalar_t>>(fn::ProdRed<scalar_t>{}, out, x, dims, nullptr));
-      return;
-    case Op::Mean:
-      DL_DISPATCH_FLOAT(x.dtype(), name,
-          run_reduce<scalar_t>(fn::MeanRed<scalar_t>{}, out, x, dims, nullptr));
-      return;
-    case Op::Amax:
-      DL_DISPATCH_ALL(x.dtype(), name,
-          run_reduce<scalar_t>(fn::AmaxRed<scalar_t>{}, out, x, dims, nullptr));
-      return;
-    case Op::Amin:
-      DL_DISPATCH_ALL(x.dtype(), name,
-          run_reduce<scalar_t>(fn::AminRed<scalar_t>{}, out, x, dims, nullptr));
-      return;
-    case Op::Var:
-    case Op::Std:
-      DL_DISPATCH_FLOAT(x.dtype(), name, {
-        fn::VarRed<scalar_t> r;
-        r.correction = opts.correction;
-        r.take_sqrt = op == Op::Std;
-        run_centered<scalar_t>(fn::MeanRed<scalar_t>{}, r, out, x, dims, name);
-      });
-      return;
-    case Op::Norm:
-      DL_DISPATCH_FLOAT(x.dtype(), name, reduce_norm<scalar_t>(out, x, dims, opts.p));
-      return;
-    case Op::Logsumexp:
-      DL_DISPATCH_FLOAT(x.dtype(), name,
-          run_centered<scalar_t>(fn::AmaxRed<scalar_t>{}, fn::LogsumexpRed<scalar_t>{}, out, x,
-                                 dims, name));
-      return;
-    case Op::Any:
-      DL_DISPATCH_ALL(x.dtype(), name,
-          run_reduce<bool>(fn::AnyRed<scalar_t>{}, out, x, dims, nullptr));
-      return;
-    case Op::All:
-      DL_DISPATCH_ALL(x.dtype(), name,
-          run_reduce<bool>(fn::AllRed<scalar_t>{}, out, x, dims, nullptr));
-      return;
-    default:
-      break;
+namespace {
+// The CPU's loops for dispatch_reduction (tensor/reduce_dispatch.h).
+struct Runner {
+  const Tensor& out;
+  const Tensor& x;
+  const std::vector<int>& dims;
+  const char* name;
+  template <typename Out, typename R> void plain(R r) { run_reduce<Out>(r, out, x, dims, nullptr); }
+  template <typename T, typename R1, typename R2> void centered(R1 first, R2 second) {
+    run_centered<T>(first, second, out, x, dims, name);
   }
-  fail(ErrorKind::Internal, "reduce: not a reduction: ", name);
+  template <typename T> void norm(double p) { reduce_norm<T>(out, x, dims, p); }
+};
+}  // namespace
+
+void reduce(Op op, const Tensor& out, const Tensor& x, const std::vector<int>& dims, const ReduceOpts& opts) {
+  Runner run{out, x, dims, op_name(op)};
+  dispatch_reduction(op, x.dtype(), opts, run);
 }
 
 void arg_reduce(Op op, const Tensor& values, const Tensor& indices, const Tensor& x, int dim) {
