@@ -83,6 +83,8 @@ return {
   ["dl.cumprod"] = { "dl.cumprod(x, dim)", "Running products along dim (x:cumprod(dim)); integers give int64; differentiable with zeros." },
   ["dl.tile"] = { "x:tile(reps)", "Copies side by side (PyTorch's repeat; also x[\"repeat\"](x, ...))." },
   ["dl.roll"] = { "x:roll(shifts [, dims])", "Shifts elements along dims, wrapping around." },
+  ["dl.repeat_interleave"] = { "x:repeat_interleave(repeats [, dim])",
+                               "Repeats each slice along dim in place (a count, or one per slice)." },
   ["dl.flip"] = { "x:flip(dims)", "Reverses the order along dims." },
   ["dl.triu"] = { "x:triu([k])", "The upper triangle of the last two dims (x:tril(k) the lower)." },
   ["dl.einsum"] = { "dl.einsum(spec, a, b, ...)", "Einstein summation: \"ij,jk->ik\", \"...ij,...jk\", \"ii\" (trace); differentiable." },

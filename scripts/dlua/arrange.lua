@@ -5,6 +5,7 @@
 --   x:roll(1, 2)         -- elements shifted along dim 2, wrapping around
 --   x:flip({1})          -- dim 1 reversed
 --   x:triu(k), x:tril(k) -- the upper / lower triangle of the last two dims
+--   x:repeat_interleave(2, 1)  -- each row twice, in place: rows 1, 1, 2, 2, ...
 --
 -- Each is made of the engine's differentiable views and ops (expand and reshape, narrow
 -- and cat, index_select, where), so gradients of any order come with it.
@@ -73,6 +74,59 @@ methods["repeat"] = function(x, ...)
   end
   return methods.tile(x, reps)
 end
+
+-- The 1-based positions 1 (counts[1] times), 2 (counts[2] times), ... of an int64
+-- counts tensor with no negative entry, on its device: each output position p (0-based)
+-- is the first i whose running count passes p.
+local function positions_of(op, counts)
+  if counts:numel() > 0 and counts:amin():item() < 0 then raise(op .. ": repeats must be >= 0") end
+  local total = counts:numel() > 0 and counts:sum():item() or 0
+  local at = { dtype = "int64", device = counts.device }
+  if total == 0 then return dl.zeros(0, at) end
+  return dl.searchsorted(counts:cumsum(1), dl.arange(0, total, at), { right = true })
+end
+
+-- x:repeat_interleave(repeats [, dim]): each slice along dim repeated in place, as
+-- PyTorch's: repeats a count, or one count per slice (a list or an integer tensor; a
+-- single count serves every slice); without dim, over the flattened tensor.
+-- dl.repeat_interleave(counts): the positions 1, 1, ..., 2, ..., each i counts[i] times.
+function methods.repeat_interleave(x, repeats, dim)
+  local op = "repeat_interleave"
+  check(op, x)
+  if repeats == nil then
+    if x.dtype ~= "int64" and x.dtype ~= "int32" or x:dim() ~= 1 then
+      raise(op .. ": with one argument, expected a 1-D integer tensor of counts, got " .. x.dtype .. " " .. x:dim() .. "-D")
+    end
+    return positions_of(op, x:to("int64"))
+  end
+  if dim == nil then return methods.repeat_interleave(x:reshape(-1), repeats, 1) end
+  dim = dim_of(op, x, dim)
+  local n = x:size(dim)
+  local at = { dtype = "int64", device = x.device }
+  local index
+  if type(repeats) == "number" then
+    if repeats ~= floor(repeats) or repeats < 0 then
+      raise(op .. ": repeats must be an integer >= 0, got " .. tostring(repeats))
+    end
+    index = dl.arange(1, n + 1, at):unsqueeze(2):expand(n, repeats):reshape(n * repeats)
+  else
+    local counts
+    if type(repeats) == "table" then
+      counts = dl.tensor(int_list(op, repeats, "the repeats"), at)
+    elseif is_tensor(repeats) and (repeats.dtype == "int64" or repeats.dtype == "int32") and repeats:dim() <= 1 then
+      counts = repeats:reshape(-1):to(at.dtype):to(x.device)
+    else
+      bad_arg(op, "a count, a list of counts or a 1-D integer tensor", repeats)
+    end
+    if counts:numel() == 1 then counts = counts:expand(n) end
+    if counts:numel() ~= n then
+      raise(op .. ": " .. counts:numel() .. " repeats for " .. n .. " slices along dimension " .. dim)
+    end
+    index = positions_of(op, counts)
+  end
+  return x:index_select(dim, index)
+end
+dl.repeat_interleave = methods.repeat_interleave
 
 -- x:roll(shifts [, dims]): elements moved `shifts` places along each of `dims`,
 -- wrapping around; without dims, over the flattened tensor, its shape kept.

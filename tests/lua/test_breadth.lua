@@ -387,13 +387,14 @@ H.test("cumsum along every dim as torch.cumsum, with gradients; integers give in
   H.ok(dl.gradcheck(function(v) return (v:cumsum(2) ^ 2):sum() end, { dl.randn(2, 3, f64) }))
 end)
 
-H.test("tile (repeat), roll, flip, triu, tril as PyTorch's, with gradients", function()
+H.test("tile (repeat), roll, flip, triu, tril, repeat_interleave as PyTorch's, with gradients", function()
   local calls = {
     tile = function(x, a) return x:tile(a.reps) end,
     roll = function(x, a) return x:roll(a.shifts, a.dims) end,
     flip = function(x, a) return x:flip(a.dims) end,
     triu = function(x, a) return x:triu(a.k) end,
     tril = function(x, a) return dl.tril(x, a.k) end,
+    repeat_interleave = function(x, a) return x:repeat_interleave(a.repeats, a.dim) end,
   }
   for _, c in ipairs(R.arrange) do
     local x, k = t64(c.x), t64(c.c)
@@ -408,6 +409,16 @@ H.test("tile (repeat), roll, flip, triu, tril as PyTorch's, with gradients", fun
   H.raises(function() x:roll({ 1, 2 }, { 1 }) end, "roll: 2 shifts for 1 dims")
   H.raises(function() x:flip({ 3 }) end, "flip: dimension 3 is out of range for a tensor of 2 dims")
   H.raises(function() dl.ones(3):triu() end, "triu: expected a tensor of 2 or more dims")
+  -- repeat_interleave: counts as a tensor, PyTorch's counts-only form (positions 1-based)
+  local i64 = { dtype = "int64" }
+  H.values(x:repeat_interleave(dl.tensor({ 2, 0 }, i64), 1), { { 1, 2, 3 }, { 1, 2, 3 } })
+  H.values(dl.repeat_interleave(dl.tensor({ 2, 0, 1 }, i64)), { 1, 1, 3 }, { dtype = "int64" })
+  H.values(x:repeat_interleave(0, 2), { {}, {} }, { shape = { 2, 0 } })
+  H.raises(function() x:repeat_interleave({ 1, 2 }, 2) end, "repeat_interleave: 2 repeats for 3 slices along dimension 2")
+  H.raises(function() x:repeat_interleave({ 1, -1, 2 }, 2) end, "repeat_interleave: repeats must be >= 0")
+  H.raises(function() x:repeat_interleave(1.5) end, "repeat_interleave: repeats must be an integer >= 0, got 1.5")
+  H.raises(function() x:repeat_interleave("a") end, "repeat_interleave: expected a count, a list of counts or a 1-D integer tensor")
+  H.raises(function() dl.repeat_interleave(dl.ones(3)) end, "repeat_interleave: with one argument, expected a 1-D integer tensor")
 end)
 
 H.test("nn.init: bounds, moments, orthogonality and gains", function()

@@ -380,7 +380,7 @@ def gen_lbfgs():
 
 
 def gen_arrange():
-    """repeat/tile, roll, flip, triu, tril on a (2, 3, 4) float64 tensor: results and the
+    """repeat/tile, roll, flip, triu, tril, repeat_interleave on a (2, 3, 4) float64 tensor: results and the
     gradient of sum(y * c)."""
     x = rnd(2, 3, 4)
     cases = [
@@ -393,6 +393,12 @@ def gen_arrange():
         ("triu", {"k": 1}, lambda t: torch.triu(t, 1)),
         ("tril", {"k": -1}, lambda t: torch.tril(t, -1)),
         ("triu", {"k": 0}, lambda t: torch.triu(t)),
+        ("repeat_interleave", {"repeats": 2, "dim": 2}, lambda t: torch.repeat_interleave(t, 2, dim=1)),
+        ("repeat_interleave", {"repeats": [1, 0, 3], "dim": 2},
+         lambda t: torch.repeat_interleave(t, torch.tensor([1, 0, 3]), dim=1)),
+        ("repeat_interleave", {"repeats": 3}, lambda t: torch.repeat_interleave(t, 3)),
+        ("repeat_interleave", {"repeats": [2], "dim": -1},
+         lambda t: torch.repeat_interleave(t, torch.tensor([2]), dim=-1)),
     ]
     out = []
     for name, args, f in cases:
