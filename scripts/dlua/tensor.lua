@@ -171,13 +171,23 @@ local function dim_error(op, d, n)
         .. (n == 1 and " dimension" or " dimensions") .. " (expected 1.." .. m .. " or -" .. m .. "..-1)")
 end
 
-local vbuf = ffi_new("double[1]")
+-- A value a C call writes back: a fresh cell per call (Note [Reading the shared meta
+-- buffer]: a shared one read after the call gave compiled traces stale values).
+local double1 = ffi.typeof("double[1]")
 local shape_buf = ffi_new("int64_t[8]")
 local dims_buf = ffi_new("int32_t[8]")
 local out2 = ffi_new("uint64_t[2]")
-local meta = ffi_new("dl_meta")
+local dl_meta_t = ffi.typeof("dl_meta")
 
+-- Note [Reading the shared meta buffer]
+-- A tensor's metadata comes in a fresh struct on every call. One struct shared by every
+-- call, filled by C and read right after, gave stale values once LuaJIT compiled the
+-- caller: in `b:size(1) == a:size(1)` the second read returned the first tensor's size
+-- after some fifty calls (its fold and CSE passes took the two reads for one; `-fold`
+-- cured it), so linalg's vector rule took a batch of matrices for vectors.
+-- tests/lua/test_props.lua loops over such comparisons until the traces are compiled.
 local function get_meta(x)
+  local meta = dl_meta_t()
   if C.dl_meta_get(x, meta) ~= 0 then raise_last() end
   return meta
 end
@@ -478,8 +488,9 @@ local function truth(op, name)
       local st = C.dl_reduce(op, x, dims_buf, 0, 0, 1, 2, r)
       if st < 0 and retry() then st = C.dl_reduce(op, x, dims_buf, 0, 0, 1, 2, r) end
       local t = value(st, r)
-      if C.dl_item(t, vbuf) ~= 0 then raise_last() end
-      return vbuf[0] ~= 0
+      local v = double1()
+      if C.dl_item(t, v) ~= 0 then raise_last() end
+      return v[0] ~= 0
     end
     return f(x, a, b, c)
   end
@@ -584,14 +595,13 @@ end
 methods.nelement = methods.numel
 dl.numel = methods.numel
 
-local function size_or_stride(name, field)
+local function size_or_stride(name, strides)
   return function(x, d)
     check_tensor(name, x)
     local m = get_meta(x)
-    local arr = m[field]
     if d == nil then
       local t = {}
-      for i = 0, m.ndim - 1 do t[i + 1] = arr[i] end
+      for i = 0, m.ndim - 1 do t[i + 1] = strides and m.strides[i] or m.sizes[i] end
       return t
     end
     dim_arg(name, d)
@@ -602,11 +612,12 @@ local function size_or_stride(name, field)
       raise(name .. ": dimension " .. tostring(d) .. " out of range for a tensor of " .. n
             .. (n == 1 and " dimension" or " dimensions"))
     end
-    return arr[i]
+    if strides then return m.strides[i] end
+    return m.sizes[i]
   end
 end
-methods.size = size_or_stride("size", "sizes")
-methods.stride = size_or_stride("stride", "strides")
+methods.size = size_or_stride("size", false)
+methods.stride = size_or_stride("stride", true)
 
 function methods.is_contiguous(x)
   return get_meta(x).contiguous ~= 0
@@ -619,9 +630,10 @@ end
 
 function methods.item(x)
   check_tensor("item", x)
-  if C.dl_item(x, vbuf) ~= 0 then raise_last() end
-  if C.dl_dtype(x) == BOOL then return vbuf[0] ~= 0 end
-  return vbuf[0]
+  local v = double1()
+  if C.dl_item(x, v) ~= 0 then raise_last() end
+  if C.dl_dtype(x) == BOOL then return v[0] ~= 0 end
+  return v[0]
 end
 
 -- All values, row-major, into a fresh double array; returns it and the count.
@@ -728,8 +740,9 @@ end
 -- removes it: see M.restrict).
 function methods.data_ptr(x)
   check_tensor("data_ptr", x)
-  if C.dl_data_ptr(hid(x), vbuf) ~= 0 then raise_last() end
-  return vbuf[0]
+  local v = double1()
+  if C.dl_data_ptr(hid(x), v) ~= 0 then raise_last() end
+  return v[0]
 end
 
 -- ---- views and indexing ------------------------------------------------------------------------
@@ -1074,9 +1087,10 @@ function dl.memory_stats() return L.memory_stats() end
 local function index(x, k)
   if type(k) == "number" then
     if k ~= floor(k) then return raise("index: expected an integer index, got " .. tostring(k)) end
-    local st = C.dl_get1(x, k, vbuf)
-    if st == 0 then return vbuf[0] end
-    if st == 2 then return vbuf[0] ~= 0 end
+    local v = double1()
+    local st = C.dl_get1(x, k, v)
+    if st == 0 then return v[0] end
+    if st == 2 then return v[0] ~= 0 end
     if st == 1 then return select_(x, 1, int_arg("index", k, "index")) end
     return raise_last()
   end
@@ -1117,7 +1131,8 @@ end
 local function cmp_value(v)
   if type(v) == "number" then return v end
   if istype(Tensor, v) then
-    if C.dl_item(v, vbuf) == 0 then return vbuf[0] end
+    local cell = double1()
+    if C.dl_item(v, cell) == 0 then return cell[0] end
     local n = C.dl_numel(v)
     if n >= 0 and n ~= 1 then
       raise("compare: a tensor with " .. n .. " elements (shape " .. shape_str(v)

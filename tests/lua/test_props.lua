@@ -112,4 +112,22 @@ H.test("fields: unknown names are errors, assignments refused", function()
   H.eq(getmetatable(t), "ffi", "the metatable is not reachable")
 end)
 
+H.test("values read back from C stay right once LuaJIT compiles the caller", function()
+  -- Note [Reading the shared meta buffer] in tensor.lua: two reads of one shared buffer
+  -- in one expression gave the first tensor's value for both after some fifty calls.
+  local f64 = { dtype = "float64" }
+  local A, B = dl.randn(1, 4, 3, f64), dl.randn(4, 4, f64)
+  local a, b = dl.tensor({ 1, 5, 2 }), dl.tensor({ 7, 3 })
+  local one, two = dl.tensor(1), dl.tensor(2)
+  local wrong = {}
+  for _ = 1, 300 do
+    if B:size(1) == A:size(1) then wrong.size = true end
+    if B:stride(1) == A:stride(1) then wrong.stride = true end
+    if one:item() == two:item() then wrong.item = true end
+    if a[2] == b[1] then wrong.index = true end
+    if #dl.linalg.lstsq(A, B).shape ~= 3 then wrong.lstsq = true end
+  end
+  for what in pairs(wrong) do H.ok(false, what .. " read a stale value") end
+end)
+
 H.run()
