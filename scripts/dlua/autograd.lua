@@ -168,11 +168,12 @@ end
 -- ---- the backward pass, with custom gradients called from here -----------------------------
 
 local custom_fns = {}       -- ref -> the Lua backward of a custom_gradient node
-local task_out = ffi_new("int[1]")  -- read at once after each dl_backward_once
+-- Cells C writes back are fresh per call (Note [Values C writes back] in tensor.lua).
+local int1 = ffi.typeof("int[1]")
 local next_ref = 1
-local dead = ffi_new("double[64]")
 
 local function drain_dead_refs()
+  local dead = ffi_new("double[64]")
   while true do
     local n = C.dl_dead_custom_refs(dead, 64)
     for i = 0, n - 1 do custom_fns[dead[i]] = nil end
@@ -249,6 +250,7 @@ local function backward(op, outputs, seeds, inputs, retain)
   -- far more than compiled; bench/, `d2`); only a graph with a custom gradient leaves a task to drive from here,
   -- under pcall, to free it on the way out (Note [The user's function is not called by
   -- pcall]).
+  local task_out = int1()
   local st = C.dl_backward_once(outs, nout, gouts, ins, nin, retain and 1 or 0, res, task_out)
   if st < 0 then raise_last() end
   if st == 0 then finish_task(op, task_out[0], res, nin) end
@@ -299,6 +301,7 @@ end
 -- [Compiled gradients] in compile/grad.cpp).
 local function backward_one(op, y, w)
   local g = fresh()
+  local task_out = int1()
   local st = C.dl_backward_one(y, w, g, task_out)
   if st == 2 then
     -- A custom gradient's Lua backward runs first.

@@ -219,8 +219,8 @@ return function(H)
 
   -- The random generator's state, { seed = s, offset = k } (how far its stream has been
   -- read); dl.set_rng_state(state) goes back to it, and the same numbers come again.
-  local state_buf = ffi.new("double[2]")
   function dl.get_rng_state()
+    local state_buf = ffi.new("double[2]")   -- fresh per call: Note [Values C writes back]
     C.dl_rng_state(state_buf)
     return { seed = state_buf[0], offset = state_buf[1] }
   end

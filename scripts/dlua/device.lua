@@ -99,10 +99,10 @@ function cuda.synchronize(device)
   if C.dl_cuda_synchronize(i) ~= 0 then raise_last() end
 end
 
-local stats = ffi_new("double[5]")
 -- Bytes: in_use (tensors), cached (freed blocks kept for reuse), peak (of in_use), and
 -- the device's free and total memory as the driver reports them.
 function cuda.memory_stats(device)
+  local stats = ffi_new("double[5]")   -- fresh per call: Note [Values C writes back]
   if C.dl_cuda_memory_stats(index_of("cuda.memory_stats", device), stats) ~= 0 then raise_last() end
   return { in_use = stats[0], cached = stats[1], peak = stats[2], free = stats[3], total = stats[4] }
 end

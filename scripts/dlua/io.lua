@@ -138,15 +138,13 @@ function dl.save(path, tensors, metadata)
   return path
 end
 
-local len = ffi_new("double[1]")
-local counts = ffi_new("double[2]")
-
 function dl.load(path)
   path_arg("load", path)
   local id = call_id(C.dl_load_safetensors, path)
   if id == 0 then raise_last() end
   -- Released even if wrapping a tensor fails below.
   local owner = ffi_gc(ffi_new("struct dl_io_object", id), C.dl_io_release)
+  local len, counts = ffi_new("double[1]"), ffi_new("double[2]")   -- Note [Values C writes back]
   if C.dl_loaded_counts(id, counts) ~= 0 then raise_last() end
   local tensors, metadata = {}, {}
   for i = 0, counts[0] - 1 do

@@ -58,7 +58,7 @@ M.total = C.dl_allocated_total()            -- const double*: bytes allocated so
 M.mark = ffi_new("double[1]", M.total[0])   -- the total at this state's last collection
 M.budget = ffi_new("double[1]", BASE_BUDGET)
 local total, mark, budget = M.total, M.mark, M.budget
-local stats = ffi_new("double[5]")
+local stats5 = ffi.typeof("double[5]")   -- fresh per call: Note [Values C writes back]
 local collecting = false
 local live_before = 0   -- bytes in use right after this state's previous collection
 local collections = 0   -- full collections run by the budget, for memory_stats
@@ -71,6 +71,7 @@ function M.collect()
   mark[0] = total[0]
   collectgarbage("collect")
   C.dl_trim_idle_cache()   -- large cached blocks long unused go back to the system (tensor/allocator.h)
+  local stats = stats5()
   C.dl_memory_stats(stats)
   -- Device tensors count too: their bytes are in `total` as well.
   local live, limit = stats[0] + C.dl_device_bytes_in_use(), stats[3]
@@ -97,6 +98,7 @@ function M.retry()
 end
 
 function M.memory_stats()
+  local stats = stats5()
   C.dl_memory_stats(stats)
   return {
     in_use = stats[0], cached = stats[1], peak = stats[2], limit = stats[3],

@@ -29,7 +29,8 @@ local type, tostring, math_huge = type, tostring, math.huge
 local L = dl.linalg
 setmetatable(L, nil)
 
-local outs = ffi.new("uint64_t[3]")
+-- Result handles a C call writes back: fresh per call (Note [Values C writes back]).
+local handles3 = ffi.typeof("uint64_t[3]")
 
 local function check(op, x, what)
   if not is_tensor(x) then bad_arg("linalg." .. op, what or "a tensor", x) end
@@ -42,8 +43,9 @@ local function check_matrix(op, x)
 end
 
 local one = T.new   -- one handle from f(...), retried once after a collection
--- n handles from f(..., outs).
+-- n handles from f(..., outs), outs the last argument.
 local function several(n, f, ...)
+  local outs = select(select("#", ...), ...)
   local st = f(...)
   if st ~= 0 and retry() then st = f(...) end
   if st ~= 0 then return raise_last() end
@@ -129,7 +131,7 @@ function L.qr(a, opts)
   if mode ~= "reduced" and mode ~= "complete" and mode ~= "r" then
     raise("linalg.qr: mode must be \"reduced\", \"complete\" or \"r\", got " .. tostring(mode))
   end
-  local q, r = several(2, C.dl_qr, hid(a), flag(mode == "complete"), outs)
+  local q, r = several(2, C.dl_qr, hid(a), flag(mode == "complete"), handles3())
   if mode == "r" then return dl.empty(0, { dtype = q.dtype, device = q.device }), r end
   return q, r
 end
@@ -145,7 +147,7 @@ function L.eigh(a, opts)
     check_matrix("eigh", a)
     a = mT(a)
   end
-  return several(2, C.dl_eigh, hid(a), outs)
+  return several(2, C.dl_eigh, hid(a), handles3())
 end
 
 function L.eigvalsh(a, opts)
@@ -157,19 +159,19 @@ end
 function L.svd(a, opts)
   check("svd", a)
   opts = options("linalg.svd", opts, { full_matrices = true })
-  return several(3, C.dl_svd, hid(a), flag(opts.full_matrices ~= false), outs)
+  return several(3, C.dl_svd, hid(a), flag(opts.full_matrices ~= false), handles3())
 end
 
 function L.svdvals(a)
   check("svdvals", a)
-  local _, s = several(3, C.dl_svd, hid(a), 0, outs)
+  local _, s = several(3, C.dl_svd, hid(a), 0, handles3())
   return s
 end
 
 -- slogdet(A): sign and log|det A|; the sign is 0 and the log -inf for a singular A.
 function L.slogdet(a)
   check("slogdet", a)
-  return several(2, C.dl_slogdet, hid(a), outs)
+  return several(2, C.dl_slogdet, hid(a), handles3())
 end
 
 -- The products of all of s's values but one, along the last dim, with no division (a

@@ -25,7 +25,7 @@ local wrap, hid, is_tensor, shape_str, methods, dl = T.wrap, T.hid, T.is_tensor,
 local type, tostring, floor = type, tostring, math.floor
 
 local M = {}
-local out2 = ffi.new("uint64_t[2]")
+local handles2 = ffi.typeof("uint64_t[2]")   -- fresh per call: Note [Values C writes back]
 
 local function check(op, x)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end
@@ -46,6 +46,7 @@ function methods.sort(x, dim, descending)
   check("sort", x)
   dim = int_arg("sort", dim == nil and -1 or dim, "dimension")
   local d = bool_arg("sort", descending, "descending", false) and 1 or 0
+  local out2 = handles2()
   local st = C.dl_sort(hid(x), dim, d, out2)
   if st ~= 0 and retry() then st = C.dl_sort(hid(x), dim, d, out2) end
   if st ~= 0 then return raise_last() end

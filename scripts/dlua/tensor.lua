@@ -171,21 +171,25 @@ local function dim_error(op, d, n)
         .. (n == 1 and " dimension" or " dimensions") .. " (expected 1.." .. m .. " or -" .. m .. "..-1)")
 end
 
--- A value a C call writes back: a fresh cell per call (Note [Reading the shared meta
--- buffer]: a shared one read after the call gave compiled traces stale values).
+-- A value a C call writes back: a fresh cell per call (Note [Values C writes back]).
 local double1 = ffi.typeof("double[1]")
+local handles2 = ffi.typeof("uint64_t[2]")
 local shape_buf = ffi_new("int64_t[8]")
 local dims_buf = ffi_new("int32_t[8]")
-local out2 = ffi_new("uint64_t[2]")
 local dl_meta_t = ffi.typeof("dl_meta")
 
--- Note [Reading the shared meta buffer]
--- A tensor's metadata comes in a fresh struct on every call. One struct shared by every
--- call, filled by C and read right after, gave stale values once LuaJIT compiled the
--- caller: in `b:size(1) == a:size(1)` the second read returned the first tensor's size
--- after some fifty calls (its fold and CSE passes took the two reads for one; `-fold`
--- cured it), so linalg's vector rule took a batch of matrices for vectors.
--- tests/lua/test_props.lua loops over such comparisons until the traces are compiled.
+-- Note [Values C writes back]
+-- Every buffer a C call fills for Lua to read is fresh per call, never one shared
+-- module-level cell. LuaJIT 2.1's x64 backend fuses a load into the instruction that
+-- uses it, and its conflict check looks for stores in the trace, not for C calls in
+-- between (the same class as LuaJIT issue #1117). With one shared cell, once a caller
+-- is compiled, `getd(i) == getd(i + 1)` becomes
+--     call filld; movsd xmm0, [cell]; ucomisd xmm0, [cell]
+-- the first value read after the second call wrote the cell: b:size(1) == a:size(1)
+-- compared a's size with itself (linalg's vector rule took a batch of matrices for
+-- vectors). A fresh cell is written once, so a late read still sees its own value.
+-- Buffers Lua fills for C to read (shape_buf, dims_buf) are safe to share. The test
+-- in tests/lua/test_props.lua loops such comparisons until the traces are compiled.
 local function get_meta(x)
   local meta = dl_meta_t()
   if C.dl_meta_get(x, meta) ~= 0 then raise_last() end
@@ -511,7 +515,7 @@ local function extremum(is_max)
     dim_arg(name, dim)
     if keepdim ~= nil and type(keepdim) ~= "boolean" then bad_arg(name, "keepdim (a boolean)", keepdim) end
     local k = keepdim and 1 or 0
-    local st
+    local st, out2 = nil, handles2()
     if is_max then st = C.dl_max_dim(hid(x), dim, k, out2) else st = C.dl_min_dim(hid(x), dim, k, out2) end
     if st ~= 0 and retry() then
       if is_max then st = C.dl_max_dim(hid(x), dim, k, out2) else st = C.dl_min_dim(hid(x), dim, k, out2) end
@@ -917,10 +921,10 @@ function dl.stack(list, d)
   return wrap(id)
 end
 
--- A Lua number or boolean as a 0-dim tensor that adapts to the other operand, as a
--- Lua number does in arithmetic: whole numbers are int64 (a lower-priority 0-dim
--- operand, so an int32 or float tensor keeps its dtype), others the default float.
--- A number or boolean operand of `op` as a 0-d tensor on `device` (the tensor operands').
+-- A number or boolean operand of `op` as a 0-dim tensor on `device` (the tensor
+-- operands'), adapting to the other operand as a Lua number does in arithmetic: whole
+-- numbers are int64 (a lower-priority 0-dim operand, so an int32 or float tensor keeps
+-- its dtype), others the default float.
 local function scalar_tensor(op, v, device)
   local code
   if type(v) == "boolean" then

@@ -113,7 +113,7 @@ H.test("fields: unknown names are errors, assignments refused", function()
 end)
 
 H.test("values read back from C stay right once LuaJIT compiles the caller", function()
-  -- Note [Reading the shared meta buffer] in tensor.lua: two reads of one shared buffer
+  -- Note [Values C writes back] in tensor.lua: two reads of one shared buffer
   -- in one expression gave the first tensor's value for both after some fifty calls.
   local f64 = { dtype = "float64" }
   local A, B = dl.randn(1, 4, 3, f64), dl.randn(4, 4, f64)

@@ -21,11 +21,10 @@ local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, 
 local wrap, is_tensor, shape_str = T.wrap, T.is_tensor, T.shape_str
 local dl = T.dl
 local type, tostring, pairs, ipairs, floor = type, tostring, pairs, ipairs, math.floor
-local ffi_new = ffi.new
 
 local F = {}
 
-local out2 = ffi_new("uint64_t[2]")
+local handles2 = ffi.typeof("uint64_t[2]")   -- fresh per call: Note [Values C writes back]
 
 local function check_tensor(op, x)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end
@@ -183,6 +182,7 @@ function F.max_pool2d(x, k, opts)
     if id == 0 and retry() then id = C.dl_max_pool2d_values(hid(x), kh, kw, sh, sw, ph, pw, ceil) end
     return wrap(id)
   end
+  local out2 = handles2()
   local st = C.dl_max_pool2d(hid(x), kh, kw, sh, sw, ph, pw, ceil, out2)
   if st ~= 0 and retry() then st = C.dl_max_pool2d(hid(x), kh, kw, sh, sw, ph, pw, ceil, out2) end
   if st ~= 0 then raise_last() end
