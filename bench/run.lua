@@ -44,9 +44,6 @@ int posix_spawn(int* pid, const char* path, const dlua_bench_spawn_actions* fa, 
                 char* const argv[], char* const envp[]);
 int waitpid(int pid, int* status, int options);
 extern char** environ;
-char* openblas_get_config(void);
-char* openblas_get_corename(void);
-int openblas_get_num_threads(void);
 int omp_get_max_threads(void);
 ]]
 local C = ffi.C
@@ -632,21 +629,18 @@ local function cpu_model()
   return "?"
 end
 local function env(name) return os.getenv(name) or "(unset)" end
-local function cstr(f)
-  local ok, p = pcall(f)
-  return ok and p ~= nil and ffi.string(p) or "?"
-end
 local function cnum(f)
   local ok, v = pcall(f)
   return ok and tostring(v) or "?"
 end
 
+local blas = dl.config().blas
 local header = {
   ("- CPU: %s, %s cores online; load average %s at the start, %s at the end"):format(
     cpu_model(), first_line("nproc") or "?", load_start, load_average()),
   ("- OpenBLAS: %s; core %s; %s threads. OPENBLAS_CORETYPE=%s, OPENBLAS_NUM_THREADS=%s, OMP_NUM_THREADS=%s; "
-   .. "OpenMP threads %s"):format(cstr(C.openblas_get_config), cstr(C.openblas_get_corename),
-    cnum(C.openblas_get_num_threads), env("OPENBLAS_CORETYPE"), env("OPENBLAS_NUM_THREADS"), env("OMP_NUM_THREADS"),
+   .. "OpenMP threads %s"):format(blas.config, blas.core,
+    blas.threads, env("OPENBLAS_CORETYPE"), env("OPENBLAS_NUM_THREADS"), env("OMP_NUM_THREADS"),
     cnum(C.omp_get_max_threads)),
   ("- dlua: %s (%s); %s"):format(infos.dlua or "not run", dlua_exe, first_line("uname -sr") or "?"),
 }

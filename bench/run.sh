@@ -15,7 +15,7 @@ cmake --build "$build" -j "$(nproc)" --target dlua dlua_bench_ref >/dev/null
 # load this one OpenBLAS). Debian's OpenBLAS 0.3.21 does not recognise some newer CPUs
 # and falls back to its generic Prescott kernels (5-25x slower GEMM); dlua then picks the
 # core for the CPU's instruction set itself (Note [Choosing OpenBLAS's core] in
-# tensor/cpu/blas_core.cpp), and the other sides are given the same one here.
+# tensor/cpu/openblas.cpp), and the other sides are given the same one here.
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
   read -r core by < <("$build/bin/dlua" -e 'local b = dl.config().blas; print(b.core, b.chosen_by)')
   if [ "$by" = "dlua" ]; then

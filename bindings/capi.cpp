@@ -355,7 +355,8 @@ int dl_set_autocast(int enabled, int dtype) {
 
 const char* dl_blas_info(int field) {
   thread_local std::string text;
-  dl::BlasInfo b = dl::blas_info();
+  dl::BlasInfo b;
+  if (guard_status([&] { b = dl::blas_info(); }) != 0) return nullptr;   // OpenBLAS did not load
   switch (field) {
     case 0: text = b.core; break;
     case 1: text = b.detected; break;

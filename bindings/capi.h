@@ -143,7 +143,7 @@ int dl_set_num_threads(int n);               /* CPU threads of this thread's ops
 int dl_get_num_threads(void);
 /* OpenBLAS's kernels: field 0 the core running, 1 the one OpenBLAS detected, 2 who chose
    ("openblas", "dlua", "OPENBLAS_CORETYPE", "host"), 3 its build configuration, 4 its
-   thread count, as text (tensor/cpu/blas_core.cpp); NULL for another field. */
+   thread count, as text (tensor/cpu/openblas.cpp); NULL for another field. */
 const char* dl_blas_info(int field);
 /* Autocast of this thread (Note [Autocast] in tensor/half_ops.h): sets it, and returns
    the previous state as enabled * 256 + dtype code; -1 on error (a dtype that is not

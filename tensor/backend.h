@@ -43,7 +43,8 @@ const Backend& cpu_backend();
 void set_cpu_threads(int n);
 int cpu_threads();
 
-// OpenBLAS's kernels (Note [Choosing OpenBLAS's core] in tensor/cpu/blas_core.cpp).
+// OpenBLAS's kernels (Note [Choosing OpenBLAS's core] in tensor/cpu/openblas.cpp); asking
+// loads OpenBLAS.
 struct BlasInfo {
   std::string core;       // the core running now ("Haswell", "SkylakeX", ...)
   std::string detected;   // the one OpenBLAS picked by itself
@@ -60,8 +61,9 @@ int cpu_simd_level();
 const char* better_blas_core(std::string_view detected, int cpu_level);
 // Makes OpenBLAS pick its kernels again as if OPENBLAS_CORETYPE were `core` (the
 // environment is restored); false when this OpenBLAS cannot, or ended on another level.
-// Only while no product runs: the engine does it when its image loads.
+// Only while no product runs: the engine does it as it loads OpenBLAS.
 bool select_blas_core(const char* core);
+// The choice the engine makes as it loads OpenBLAS, made again (for tests).
 void select_blas_core_at_load();
 // The backend for `d`. For a cuda device this loads the plugin on first use
 // (tensor/plugin.h); throws "op: cuda is not available (why)" when there is none, and

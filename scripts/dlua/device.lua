@@ -145,7 +145,7 @@ end
 
 -- What this runtime runs on, as torch.__config__.show() tells it: versions, CPU threads,
 -- OpenBLAS's kernels and who chose them (Note [Choosing OpenBLAS's core] in
--- tensor/cpu/blas_core.cpp), and, with { cuda = true }, the CUDA plugin's status (which
+-- tensor/cpu/openblas.cpp), and, with { cuda = true }, the CUDA plugin's status (which
 -- loads it). Printing the table shows it as lines.
 local Config = {}
 Config.__index = Config
@@ -169,7 +169,11 @@ function dl.config(opts)
   if opts ~= nil and type(opts) ~= "table" then
     raise("config: expected an options table, got " .. type(opts))
   end
-  local function blas(i) return ffi_string(C.dl_blas_info(i)) end
+  local function blas(i)
+    local p = C.dl_blas_info(i)
+    if p == nil then raise_last() end
+    return ffi_string(p)
+  end
   return setmetatable({
     version = dl._VERSION or "?",
     luajit = jit.version,

@@ -31,7 +31,6 @@
 // column buffer and partial sum (the stride-1 input gradient adds the flipped weight).
 // The copies work on whole runs of a row, with the bounds of the padding worked out
 // once per kernel tap, not per element.
-#include <cblas.h>
 
 #include <algorithm>
 #include <climits>
@@ -40,6 +39,7 @@
 
 #include "tensor/cpu/conv_direct.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/openblas.h"
 #include "tensor/cpu/loops.h"
 
 namespace dl::cpu {
@@ -104,13 +104,15 @@ Geom geom_of(const char* op, const Shape& xs, const Shape& ws, const Shape& ys, 
 // c = op(a) . op(b), or c += op(a) . op(b) when accumulating; row-major.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), 1.0f, a, int(lda), b, int(ldb), accumulate ? 1.0f : 0.0f, c, int(ldc));
+  openblas().cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                         int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb),
+                         accumulate ? 1.0f : 0.0f, c, int(ldc));
 }
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
           const double* b, int64_t ldb, bool accumulate, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), 1.0, a, int(lda), b, int(ldb), accumulate ? 1.0 : 0.0, c, int(ldc));
+  openblas().cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                         int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb),
+                         accumulate ? 1.0 : 0.0, c, int(ldc));
 }
 
 // The output positions [lo, hi) of a kernel tap at offset `off` (tap * dilation -

@@ -1,6 +1,6 @@
 // The decompositions and solves on the CPU: LAPACK (OpenBLAS's, declared by Debian's
-// lapack.h) and cblas_?trsm, one matrix of the batch at a time (each call is threaded
-// by OpenBLAS itself).
+// lapack.h, loaded with OpenBLAS: openblas.h) and cblas_?trsm, one matrix of the batch
+// at a time (each call is threaded by OpenBLAS itself).
 //
 // Note [Row-major matrices in LAPACK]
 // The engine's matrices are row-major; LAPACK's are column-major. A row-major (r, c)
@@ -18,8 +18,6 @@
 //   - slogdet: det(A^T) = det(A), so getrf of A^T's copy is enough.
 //   - qr: QR of A^T is not a QR of A, so A is transposed into the column-major work.
 // Triangular solves need no LAPACK: cblas_?trsm takes row-major matrices as they are.
-#include <cblas.h>
-#include <lapack.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +25,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/openblas.h"
 
 namespace dl::cpu {
 
@@ -35,49 +34,50 @@ namespace {
 using Int = lapack_int;
 
 // ---- the LAPACK routines by element type ---------------------------------------------------
-void getrf(Int n, float* a, Int* ipiv, Int* info) { LAPACK_sgetrf(&n, &n, a, &n, ipiv, info); }
-void getrf(Int n, double* a, Int* ipiv, Int* info) { LAPACK_dgetrf(&n, &n, a, &n, ipiv, info); }
+// Each character argument's length follows the arguments (openblas.h).
+void getrf(Int n, float* a, Int* ipiv, Int* info) { openblas().sgetrf(&n, &n, a, &n, ipiv, info); }
+void getrf(Int n, double* a, Int* ipiv, Int* info) { openblas().dgetrf(&n, &n, a, &n, ipiv, info); }
 void getrs(Int n, Int k, const float* a, const Int* ipiv, float* b, Int* info) {
-  LAPACK_sgetrs("T", &n, &k, a, &n, ipiv, b, &n, info);
+  openblas().sgetrs("T", &n, &k, a, &n, ipiv, b, &n, info, 1);
 }
 void getrs(Int n, Int k, const double* a, const Int* ipiv, double* b, Int* info) {
-  LAPACK_dgetrs("T", &n, &k, a, &n, ipiv, b, &n, info);
+  openblas().dgetrs("T", &n, &k, a, &n, ipiv, b, &n, info, 1);
 }
-void potrf(Int n, float* a, Int* info) { LAPACK_spotrf("U", &n, a, &n, info); }
-void potrf(Int n, double* a, Int* info) { LAPACK_dpotrf("U", &n, a, &n, info); }
+void potrf(Int n, float* a, Int* info) { openblas().spotrf("U", &n, a, &n, info, 1); }
+void potrf(Int n, double* a, Int* info) { openblas().dpotrf("U", &n, a, &n, info, 1); }
 void geqrf(Int m, Int n, float* a, float* tau, float* work, Int lwork, Int* info) {
-  LAPACK_sgeqrf(&m, &n, a, &m, tau, work, &lwork, info);
+  openblas().sgeqrf(&m, &n, a, &m, tau, work, &lwork, info);
 }
 void geqrf(Int m, Int n, double* a, double* tau, double* work, Int lwork, Int* info) {
-  LAPACK_dgeqrf(&m, &n, a, &m, tau, work, &lwork, info);
+  openblas().dgeqrf(&m, &n, a, &m, tau, work, &lwork, info);
 }
 void orgqr(Int m, Int n, Int k, float* a, const float* tau, float* work, Int lwork, Int* info) {
-  LAPACK_sorgqr(&m, &n, &k, a, &m, tau, work, &lwork, info);
+  openblas().sorgqr(&m, &n, &k, a, &m, tau, work, &lwork, info);
 }
 void orgqr(Int m, Int n, Int k, double* a, const double* tau, double* work, Int lwork, Int* info) {
-  LAPACK_dorgqr(&m, &n, &k, a, &m, tau, work, &lwork, info);
+  openblas().dorgqr(&m, &n, &k, a, &m, tau, work, &lwork, info);
 }
 void syevd(Int n, float* a, float* w, float* work, Int lwork, Int* iwork, Int liwork, Int* info) {
-  LAPACK_ssyevd("V", "U", &n, a, &n, w, work, &lwork, iwork, &liwork, info);
+  openblas().ssyevd("V", "U", &n, a, &n, w, work, &lwork, iwork, &liwork, info, 1, 1);
 }
 void syevd(Int n, double* a, double* w, double* work, Int lwork, Int* iwork, Int liwork, Int* info) {
-  LAPACK_dsyevd("V", "U", &n, a, &n, w, work, &lwork, iwork, &liwork, info);
+  openblas().dsyevd("V", "U", &n, a, &n, w, work, &lwork, iwork, &liwork, info, 1, 1);
 }
 void gesdd(const char* job, Int m, Int n, float* a, float* s, float* u, Int ldu, float* vt, Int ldvt, float* work,
            Int lwork, Int* iwork, Int* info) {
-  LAPACK_sgesdd(job, &m, &n, a, &m, s, u, &ldu, vt, &ldvt, work, &lwork, iwork, info);
+  openblas().sgesdd(job, &m, &n, a, &m, s, u, &ldu, vt, &ldvt, work, &lwork, iwork, info, 1);
 }
 void gesdd(const char* job, Int m, Int n, double* a, double* s, double* u, Int ldu, double* vt, Int ldvt,
            double* work, Int lwork, Int* iwork, Int* info) {
-  LAPACK_dgesdd(job, &m, &n, a, &m, s, u, &ldu, vt, &ldvt, work, &lwork, iwork, info);
+  openblas().dgesdd(job, &m, &n, a, &m, s, u, &ldu, vt, &ldvt, work, &lwork, iwork, info, 1);
 }
 void trsm(bool upper, bool unit, Int n, Int k, const float* a, float* b) {
-  cblas_strsm(CblasRowMajor, CblasLeft, upper ? CblasUpper : CblasLower, CblasNoTrans, unit ? CblasUnit : CblasNonUnit,
-              n, k, 1.0f, a, n, b, k);
+  openblas().cblas_strsm(CblasRowMajor, CblasLeft, upper ? CblasUpper : CblasLower, CblasNoTrans,
+                         unit ? CblasUnit : CblasNonUnit, n, k, 1.0f, a, n, b, k);
 }
 void trsm(bool upper, bool unit, Int n, Int k, const double* a, double* b) {
-  cblas_dtrsm(CblasRowMajor, CblasLeft, upper ? CblasUpper : CblasLower, CblasNoTrans, unit ? CblasUnit : CblasNonUnit,
-              n, k, 1.0, a, n, b, k);
+  openblas().cblas_dtrsm(CblasRowMajor, CblasLeft, upper ? CblasUpper : CblasLower, CblasNoTrans,
+                         unit ? CblasUnit : CblasNonUnit, n, k, 1.0, a, n, b, k);
 }
 
 // LAPACK's sizes are 32-bit: a larger matrix is refused by name rather than truncated.

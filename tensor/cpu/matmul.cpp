@@ -12,7 +12,6 @@
 // PyTorch does for (B, M, K) x (K, N). OpenBLAS runs its own threads for large
 // products; mid-sized ones are split between OpenMP threads here (Note [Products split
 // between OpenMP threads]).
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/openblas.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/geometry.h"
 
@@ -108,27 +108,24 @@ void for_each_batch(const Batches& g, F&& f) {
 // threads beat one on a quiet machine (bench/, `matmul256`).
 constexpr double kSplitFlops = double(int64_t(1) << 25);
 
-std::atomic<int>& blas_configured() {
-  static std::atomic<int> configured{openblas_get_num_threads()};
-  return configured;
-}
-
-std::atomic<int>& blas_current() {
-  static std::atomic<int> current{blas_configured().load()};
-  return current;
-}
-
-// OpenBLAS's kernel set is checked when the image holding the engine loads, before any
-// product (Note [Choosing OpenBLAS's core] in blas_core.cpp). Here, so that every image
-// that can run a product links it.
-[[gnu::constructor]] void blas_core_at_load() { ::dl::select_blas_core_at_load(); }
+// OpenBLAS's thread count for the largest products (0: the count it starts with, read
+// at the first product), and the count it has now (0: not known yet).
+std::atomic<int> g_blas_configured{0};
+std::atomic<int> g_blas_current{0};
 
 void blas_threads_for(double flops) {
-  std::atomic<int>& current = blas_current();
-  int want = flops < kSplitFlops ? 1 : blas_configured().load(std::memory_order_relaxed);
-  if (current.load(std::memory_order_relaxed) != want) {
-    openblas_set_num_threads(want);
-    current.store(want, std::memory_order_relaxed);
+  int want = 1;
+  if (flops >= kSplitFlops) {
+    want = g_blas_configured.load(std::memory_order_relaxed);
+    if (want == 0) {
+      int expected = 0;
+      g_blas_configured.compare_exchange_strong(expected, openblas().openblas_get_num_threads());
+      want = g_blas_configured.load();
+    }
+  }
+  if (g_blas_current.load(std::memory_order_relaxed) != want) {
+    openblas().openblas_set_num_threads(want);
+    g_blas_current.store(want, std::memory_order_relaxed);
   }
 }
 
@@ -159,27 +156,27 @@ template <typename T> struct Blas;
 template <> struct Blas<float> {
   static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a,
                    int lda, const float* b, int ldb, float* c, int ldc) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    openblas().cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   }
   static void gemv(CBLAS_TRANSPOSE t, int m, int n, const float* a, int lda, const float* x, int incx,
                    float* y) {
-    cblas_sgemv(CblasRowMajor, t, m, n, 1.0f, a, lda, x, incx, 0.0f, y, 1);
+    openblas().cblas_sgemv(CblasRowMajor, t, m, n, 1.0f, a, lda, x, incx, 0.0f, y, 1);
   }
   static float dot(int n, const float* x, int incx, const float* y, int incy) {
-    return cblas_sdot(n, x, incx, y, incy);
+    return openblas().cblas_sdot(n, x, incx, y, incy);
   }
 };
 template <> struct Blas<double> {
   static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const double* a,
                    int lda, const double* b, int ldb, double* c, int ldc) {
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+    openblas().cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
   }
   static void gemv(CBLAS_TRANSPOSE t, int m, int n, const double* a, int lda, const double* x,
                    int incx, double* y) {
-    cblas_dgemv(CblasRowMajor, t, m, n, 1.0, a, lda, x, incx, 0.0, y, 1);
+    openblas().cblas_dgemv(CblasRowMajor, t, m, n, 1.0, a, lda, x, incx, 0.0, y, 1);
   }
   static double dot(int n, const double* x, int incx, const double* y, int incy) {
-    return cblas_ddot(n, x, incx, y, incy);
+    return openblas().cblas_ddot(n, x, incx, y, incy);
   }
 };
 
@@ -317,9 +314,9 @@ namespace dl {
 void set_cpu_threads(int n) {
   if (n < 1) fail(ErrorKind::Value, "set_num_threads: the count must be at least 1, got ", n);
   omp_set_num_threads(n);
-  cpu::blas_configured().store(n);
-  cpu::blas_current().store(n);
-  openblas_set_num_threads(n);
+  cpu::g_blas_configured.store(n);
+  cpu::g_blas_current.store(n);
+  cpu::openblas_set_threads(n);
 }
 
 int cpu_threads() { return omp_get_max_threads(); }

@@ -1,7 +1,6 @@
 // matmul (tensor/linalg.cpp, tensor/cpu/matmul.cpp) against PyTorch (ref/matmul_ref.inc)
 // for every rank combination and dtype, with each operand in each layout the kernel
 // treats differently, and every error path.
-#include <cblas.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include "tensor/allocator.h"
 #include "tensor/backend.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/openblas.h"
 
 using namespace dl;
 
@@ -231,15 +231,15 @@ TEST_CASE("small products run on one BLAS thread, large ones on all", "[matmul]"
   Tensor small = ones(Shape{64, 64}, DType::Float32);
   Tensor r = matmul(big, bt);
   CHECK(r.value_at(std::vector<int64_t>{255, 255}.data()) == 512);
-  const int all = openblas_get_num_threads();
+  const int all = cpu::openblas().openblas_get_num_threads();
   if (std::thread::hardware_concurrency() > 1 && !std::getenv("OPENBLAS_NUM_THREADS") &&
       !std::getenv("OMP_NUM_THREADS"))
     CHECK(all > 1);
   r = matmul(small, small);
   CHECK(r.value_at(std::vector<int64_t>{0, 0}.data()) == 64);
-  CHECK(openblas_get_num_threads() == 1);
+  CHECK(cpu::openblas().openblas_get_num_threads() == 1);
   r = matmul(big, bt);
-  CHECK(openblas_get_num_threads() == all);
+  CHECK(cpu::openblas().openblas_get_num_threads() == all);
 }
 
 TEST_CASE("mid-sized products split between OpenMP threads match one BLAS call", "[matmul]") {
@@ -252,8 +252,8 @@ TEST_CASE("mid-sized products split between OpenMP threads match one BLAS call",
   for (Dims d : {Dims{64, 256, 784}, Dims{784, 256, 64}, Dims{130, 301, 150}}) {
     Tensor a0 = randn(Shape{d.m, d.k}, DType::Float32), b0 = randn(Shape{d.k, d.n}, DType::Float32);
     std::vector<float> want(size_t(d.m) * size_t(d.n));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.m, d.n, d.k, 1.0f, a0.data<float>(), d.k,
-                b0.data<float>(), d.n, 0.0f, want.data(), d.n);
+    cpu::openblas().cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.m, d.n, d.k, 1.0f,
+                                a0.data<float>(), d.k, b0.data<float>(), d.n, 0.0f, want.data(), d.n);
     for (Layout la : {Layout::Contiguous, Layout::Transposed})
       for (Layout lb : {Layout::Contiguous, Layout::Transposed}) {
         INFO(d.m << " x " << d.k << " x " << d.n << ", layouts " << int(la) << " x " << int(lb));
@@ -362,13 +362,8 @@ TEST_CASE("two parallel regions in a row much slower than the best seen turn spl
   CHECK(t.allowed(15 * s));
 }
 
-extern "C" {
-void gotoblas_dynamic_init(void) __attribute__((weak));
-void gotoblas_dynamic_quit(void) __attribute__((weak));
-}
-
 TEST_CASE("OpenBLAS's core: a fallback is replaced by the CPU's best", "[matmul][blas]") {
-  // Note [Choosing OpenBLAS's core] in tensor/cpu/blas_core.cpp.
+  // Note [Choosing OpenBLAS's core] in tensor/cpu/openblas.cpp.
   CHECK(better_blas_core("Prescott", 5) == std::string("SkylakeX"));
   CHECK(better_blas_core("prescott", 4) == std::string("Haswell"));
   CHECK(better_blas_core("Nehalem", 3) == std::string("Sandybridge"));
@@ -378,17 +373,17 @@ TEST_CASE("OpenBLAS's core: a fallback is replaced by the CPU's best", "[matmul]
   CHECK(better_blas_core("Zen", 4) == nullptr);
 
   const int level = cpu_simd_level();
-  if (!gotoblas_dynamic_init || level < 3) {
+  if (!cpu::openblas().gotoblas_dynamic_init || level < 3) {
     WARN("not a DYNAMIC_ARCH OpenBLAS or a CPU without AVX: the swap is not exercised");
     return;
   }
   // Fake the fallback: make OpenBLAS load its generic kernels, as it does on a CPU it
   // does not know, then run what the engine runs when its image loads.
-  const std::string before = openblas_get_corename();
+  const std::string before = cpu::openblas().openblas_get_corename();
   const char* env = std::getenv("OPENBLAS_CORETYPE");
   const std::string user = env ? env : "";
   REQUIRE(select_blas_core("Prescott"));
-  CHECK(std::string(openblas_get_corename()) == "Prescott");
+  CHECK(std::string(cpu::openblas().openblas_get_corename()) == "Prescott");
   unsetenv("OPENBLAS_CORETYPE");
   select_blas_core_at_load();
   BlasInfo info = blas_info();
@@ -406,12 +401,12 @@ TEST_CASE("OpenBLAS's core: a fallback is replaced by the CPU's best", "[matmul]
   setenv("OPENBLAS_CORETYPE", "Prescott", 1);
   REQUIRE(select_blas_core("Prescott"));
   select_blas_core_at_load();
-  CHECK(std::string(openblas_get_corename()) == "Prescott");
+  CHECK(std::string(cpu::openblas().openblas_get_corename()) == "Prescott");
   CHECK(blas_info().chosen_by == "OPENBLAS_CORETYPE");
 
   // Back to what the process had, for the tests after this one.
   if (user.empty()) unsetenv("OPENBLAS_CORETYPE");
   else setenv("OPENBLAS_CORETYPE", user.c_str(), 1);
   select_blas_core(before.c_str());
-  CHECK(std::string(openblas_get_corename()) == before);
+  CHECK(std::string(cpu::openblas().openblas_get_corename()) == before);
 }

@@ -1,5 +1,5 @@
 -- dl.config(): versions, threads and OpenBLAS's kernels (Note [Choosing OpenBLAS's core]
--- in tensor/cpu/blas_core.cpp), in this process and in fresh ones with and without a
+-- in tensor/cpu/openblas.cpp), in this process and in fresh ones with and without a
 -- core named in OPENBLAS_CORETYPE.
 local dl = require("dlua")
 local H = require("harness")
@@ -65,6 +65,46 @@ H.test("a core named in OPENBLAS_CORETYPE stands", function()
   local core, _, by = blas_of("OPENBLAS_CORETYPE=Prescott")
   H.eq(core, "Prescott")
   H.eq(by, "OPENBLAS_CORETYPE")
+end)
+
+H.test("OpenBLAS loads at the first product or query, with the threads set before it", function()
+  -- Note [Loading OpenBLAS on first use] in tensor/cpu/openblas.cpp. A fresh process
+  -- tells whether the library is mapped at its start, after pointwise work, and after
+  -- its first product (arg "product") or dl.config() (arg "config": the thread count
+  -- asked for before the load holds after it).
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write([[
+local dl = require("dlua")
+local function mapped()
+  for l in io.lines("/proc/self/maps") do
+    if l:find("libopenblas", 1, true) then return "yes" end
+  end
+  return "no"
+end
+local seen = { mapped() }
+dl.set_num_threads(1)
+local x = (dl.randn(64, 64) * 2 + 1):relu():sum(1)
+seen[2] = mapped()
+if arg[1] == "product" then
+  local y = dl.linalg.solve(dl.eye(3) * 2, dl.ones(3))
+  seen[3] = y[1]
+else
+  seen[3] = dl.config().blas.threads
+end
+seen[4] = mapped()
+io.write(table.concat(seen, " "))
+]])
+  f:close()
+  local function run(mode)
+    local p = io.popen("env -u OPENBLAS_NUM_THREADS '" .. arg[-1] .. "' " .. path .. " " .. mode .. " 2>&1")
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+  H.eq(run("product"), "no no 0.5 yes", "at start, after pointwise work, the solve, after it")
+  H.eq(run("config"), "no no 1 yes", "at start, after pointwise work, BLAS threads, after")
+  os.remove(path)
 end)
 
 H.test("dlua --config prints the same lines", function()
