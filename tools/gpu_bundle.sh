@@ -28,7 +28,14 @@ cp -P "$build"/lib/libdlua_core.so "$build"/lib/libdlua.so* "$build"/lib/libdlua
 # toolkit's folder, and cuBLAS, cuSOLVER, NCCL wherever they are).
 for f in "$out/bin/"* "$out/lib/"*.so; do ldd "$f" 2>/dev/null; done | awk '/=> \//{print $3}' | sort -u |
   grep -v -E '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/usr/local/cuda|libcu|libnccl|libnvJitLink' |
-  grep -v -e "$(cd "$build/lib" && pwd)" -e "$(cd "$out/lib" && pwd)" | while read -r lib; do cp -L "$lib" "$out/lib/"; done
+  grep -v -e "$(cd "$build/lib" && pwd)" | while read -r lib; do
+    [ -e "$out/lib/$(basename "$lib")" ] || cp -L "$lib" "$out/lib/"
+  done
+# OpenBLAS is loaded at the first product, not linked (tensor/cpu/openblas.cpp): the
+# engine finds the bundle's copy as libopenblas.so.0 on LD_LIBRARY_PATH.
+blas=$(pkg-config --variable=libdir openblas)/libopenblas.so.0
+cp -L "$blas" "$out/lib/"
+for lib in $(ldd "$blas" | awk '/=> \//{print $3}' | grep -E 'libgfortran|libquadmath'); do cp -L "$lib" "$out/lib/"; done
 cat > "$out/run.sh" <<'EOF'
 #!/usr/bin/env bash
 # The GPU checks, from the checkout's root (see tools/gpu_bundle.sh).
