@@ -90,6 +90,20 @@ function M.matmul(n, iters)
   return t / iters
 end
 
+-- y = x:matmul(W:t()), x (1, k) and W (m, k) float32: a Linear layer on one example
+-- (Note [Small products without OpenBLAS] in tensor/cpu/matmul.cpp): seconds per call.
+function M.gemv(m, iters, k)
+  m, k = tonumber(m), tonumber(k)
+  local W, x = dl.randn(m, k), dl.randn(1, k)
+  local Wt = W:t()
+  local y = x:matmul(Wt)
+  local t0 = now()
+  for _ = 1, iters do y = x:matmul(Wt) end
+  local t = now() - t0
+  assert(y:size(2) == m)
+  return t / iters
+end
+
 -- x = dl.linalg.solve(A, b) for a batch of n x n float32 systems, one right-hand side
 -- each (a fresh result each call): seconds per call.
 function M.solve(n, iters, batch)
@@ -416,13 +430,13 @@ end
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
 --   | pergrad <iters> | chartf <iters>
---   | matmul <n> <iters> | solve <n> <iters> <batch> | add <n> <iters>
+--   | matmul <n> <iters> | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | half <iters> | mlp <epochs or images> | cnn <epochs or images>
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
   local commands = {
-    add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, add = M.add, sum = M.sum, half = M.half,
+    add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, gemv = M.gemv, add = M.add, sum = M.sum, half = M.half,
     layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa, solve = M.solve, pergrad = M.pergrad,
     chartf = M.chartf,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,

@@ -5,6 +5,7 @@
  * that the harness can alternate it with its own measurement in the same run.
  *   info                      -> "ok <compiler> | <openblas config> | <core> | <threads>"
  *   sgemm <n> <iters>         -> "ok <seconds per call>"   C = A B, n x n float32, row-major
+ *   sgemv <m> <iters> <k>     -> "ok <seconds per call>"   y = A x, A m x k float32, row-major
  *   add <n> <iters>           -> "ok <seconds per call>"   c[i] = a[i] + b[i]
  *   sum <n> <iters>           -> "ok <seconds per call>"   s = sum of a[i]
  *   pw8 <n> <iters>           -> "ok <seconds per call>"   c[i] = bench/cases.lua's pw8_fn(a[i]),
@@ -57,6 +58,19 @@ static double run_sgemm(long n, long iters) {
   double t = (now() - t0) / (double)iters;
   g_sink = c[n];
   free(a), free(b), free(c);
+  return t;
+}
+
+static double run_sgemv(long m, long iters, long k) {
+  float *a = fresh((size_t)(m * k), 0.5f), *x = fresh((size_t)k, 0.25f), *y = fresh((size_t)m, 0);
+  if (!a || !x || !y) return -1;
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)k, 1.0f, a, (int)k, x, 1, 0.0f, y, 1);
+  double t0 = now();
+  for (long it = 0; it < iters; ++it)
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)k, 1.0f, a, (int)k, x, 1, 0.0f, y, 1);
+  double t = (now() - t0) / (double)iters;
+  g_sink = y[m / 2];
+  free(a), free(x), free(y);
   return t;
 }
 
@@ -161,6 +175,7 @@ int main(void) {
     double t = -1;
     if (got >= 2 && n > 0) {
       if (strcmp(cmd, "sgemm") == 0) t = run_sgemm(n, iters);
+      else if (strcmp(cmd, "sgemv") == 0) t = run_sgemv(n, iters, batch);
       else if (strcmp(cmd, "add") == 0) t = run_add(n, iters);
       else if (strcmp(cmd, "sum") == 0) t = run_sum(n, iters);
       else if (strcmp(cmd, "pw8") == 0) t = run_pw8(n, iters);

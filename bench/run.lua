@@ -289,6 +289,16 @@ for _, n in ipairs({ 64, 256, 1024, 2048 }) do
 end
 
 do
+  -- A Linear layer's product on one example (784 -> 256, the MLP's first layer): the
+  -- engine's own loop against OpenBLAS's sgemv, each with its default threads.
+  local m, k = 256, 784
+  local iters = quick and 20 or 20000
+  row{ id = "gemv", label = ("float32 x W^T, x (1, %d), W (%d, %d)"):format(k, m, k), unit = "us/call",
+       show = per(US), target = 1.0, threaded = true, ours = ours(("gemv %d %d %d"):format(m, iters, k)),
+       refs = { cref("OpenBLAS sgemv", ("sgemv %d %d %d"):format(m, iters, k)) } }
+end
+
+do
   -- A batch of LU solves (about (2/3) n^3 flops each) against raw LAPACK sgesv looped
   -- over the same batch in C, both on the engine's OpenBLAS.
   local n, batch = 256, 16

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstring>
 #include <vector>
 
 #include "tensor/backend.h"
@@ -114,15 +115,13 @@ std::atomic<int> g_blas_configured{0};
 std::atomic<int> g_blas_current{0};
 
 void blas_threads_for(double flops) {
-  int want = 1;
-  if (flops >= kSplitFlops) {
-    want = g_blas_configured.load(std::memory_order_relaxed);
-    if (want == 0) {
-      int expected = 0;
-      g_blas_configured.compare_exchange_strong(expected, openblas().openblas_get_num_threads());
-      want = g_blas_configured.load();
-    }
+  // The count OpenBLAS started with, read before this changes it.
+  int configured = g_blas_configured.load(std::memory_order_relaxed);
+  if (configured == 0) {
+    g_blas_configured.compare_exchange_strong(configured, openblas().openblas_get_num_threads());
+    configured = g_blas_configured.load();
   }
+  const int want = flops < kSplitFlops ? 1 : configured;
   if (g_blas_current.load(std::memory_order_relaxed) != want) {
     openblas().openblas_set_num_threads(want);
     g_blas_current.store(want, std::memory_order_relaxed);
@@ -182,6 +181,145 @@ template <> struct Blas<double> {
 
 CBLAS_TRANSPOSE op(const MatLayout& l) { return l.trans ? CblasTrans : CblasNoTrans; }
 
+// Note [Small products without OpenBLAS]
+// A product with a vector operand whose matrix has at most kOwnVectorElems elements (a
+// small model's layers on one example: 784 x 256 is 200,704) runs in the two loops
+// below instead of OpenBLAS's gemv and dot. The loops read the matrix once, as gemv
+// does, and keep up with it (docs/performance.md, the `runinfer` row); what they buy is
+// that a program running such models never loads OpenBLAS (Note [Loading OpenBLAS on
+// first use] in openblas.cpp): a game's per-frame inference starts milliseconds sooner.
+// Larger ones stay with OpenBLAS. From kParallelGrain elements c is split between the
+// OpenMP threads (rows for rows_dot, columns for rows_axpy), which changes no sum.
+// The price, measured with bench/ (`gemv`): on one core the loop is as fast as
+// OpenBLAS's sgemv (784 x 256: 8.8 against 9.4 us in C); OpenBLAS runs that size on
+// two threads where it may (6.8 us), and the engine's call takes 9.0, as splitting it
+// between OpenMP threads made it slower (10-11.6 us) on these shared cores. A program
+// saves the 4-8 ms of loading OpenBLAS instead.
+//   rows_dot:  y[i] = sum_j a(i, j) x[j]   (a row-major: the rows are contiguous)
+//   rows_axpy: y[j] = sum_i x[i] a(i, j)   (the same layout read as a's transpose)
+// Both add in a fixed order whatever the instruction set (DL_TARGET_CLONES):
+// rows_dot keeps 16 running sums per row, element j in sum j % 16, then adds them
+// pairwise; rows_axpy adds the rows in order. Each works on four rows at a time (the
+// loads of x or y shared, the chains of additions independent), which changes no sum.
+// Strided vectors are gathered first.
+constexpr int64_t kOwnVectorElems = int64_t(1) << 20;
+
+// 16 lanes of T as one GCC vector: one AVX-512 register of floats, two AVX2 ones, four
+// SSE ones; the same sums in every case. Read from memory as a V16U (any alignment of
+// T, aliasing T), kept in registers as a V16.
+template <typename T> struct Lanes16 {
+  typedef T type __attribute__((vector_size(16 * sizeof(T))));
+  typedef T unaligned __attribute__((vector_size(16 * sizeof(T)), aligned(sizeof(T)), may_alias));
+};
+template <typename T> using V16 = typename Lanes16<T>::type;
+#define DL_LOAD16(T, p) (*reinterpret_cast<const typename Lanes16<T>::unaligned*>(p))
+// The 16 lanes added pairwise (lane l + lane l + 8, ...).
+template <typename T>
+[[gnu::always_inline]] inline T lanes_total(const V16<T>& v) {
+  T acc[16];
+  std::memcpy(acc, &v, sizeof acc);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+// Four rows at a time, each with its own 16 sums: the rows share x's loads, and the
+// sums are independent chains of additions.
+template <typename T>
+[[gnu::always_inline]] inline void rows_dot_body(const T* a, int64_t lda, const T* x, T* y, int64_t m,
+                                                 int64_t n) {
+  const int64_t body = n - n % 16;
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    const T *r0 = a + i * lda, *r1 = r0 + lda, *r2 = r1 + lda, *r3 = r2 + lda;
+    V16<T> a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (int64_t j = 0; j < body; j += 16) {
+      const V16<T> xv = DL_LOAD16(T, x + j);
+      a0 += DL_LOAD16(T, r0 + j) * xv;
+      a1 += DL_LOAD16(T, r1 + j) * xv;
+      a2 += DL_LOAD16(T, r2 + j) * xv;
+      a3 += DL_LOAD16(T, r3 + j) * xv;
+    }
+    for (int l = 0; body + l < n; ++l) {
+      const T xv = x[body + l];
+      a0[l] += r0[body + l] * xv;
+      a1[l] += r1[body + l] * xv;
+      a2[l] += r2[body + l] * xv;
+      a3[l] += r3[body + l] * xv;
+    }
+    y[i] = lanes_total<T>(a0);
+    y[i + 1] = lanes_total<T>(a1);
+    y[i + 2] = lanes_total<T>(a2);
+    y[i + 3] = lanes_total<T>(a3);
+  }
+  for (; i < m; ++i) {
+    const T* r = a + i * lda;
+    V16<T> acc = {};
+    for (int64_t j = 0; j < body; j += 16) acc += DL_LOAD16(T, r + j) * DL_LOAD16(T, x + j);
+    for (int l = 0; body + l < n; ++l) acc[l] += r[body + l] * x[body + l];
+    y[i] = lanes_total<T>(acc);
+  }
+}
+// Four rows at a time, added into y in row order: y[j] = (((y[j] + x0 r0[j]) + x1 r1[j]) ...
+template <typename T>
+[[gnu::always_inline]] inline void rows_axpy_body(const T* a, int64_t lda, const T* x, T* y, int64_t k,
+                                                  int64_t n) {
+  std::fill(y, y + n, T(0));
+  int64_t i = 0;
+  for (; i + 4 <= k; i += 4) {
+    const T x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+    const T *r0 = a + i * lda, *r1 = r0 + lda, *r2 = r1 + lda, *r3 = r2 + lda;
+    for (int64_t j = 0; j < n; ++j) y[j] = (((y[j] + x0 * r0[j]) + x1 * r1[j]) + x2 * r2[j]) + x3 * r3[j];
+  }
+  for (; i < k; ++i) {
+    const T xi = x[i];
+    const T* r = a + i * lda;
+    for (int64_t j = 0; j < n; ++j) y[j] += xi * r[j];
+  }
+}
+DL_TARGET_CLONES void rows_dot(const float* a, int64_t lda, const float* x, float* y, int64_t m, int64_t n) {
+  rows_dot_body(a, lda, x, y, m, n);
+}
+DL_TARGET_CLONES void rows_dot(const double* a, int64_t lda, const double* x, double* y, int64_t m, int64_t n) {
+  rows_dot_body(a, lda, x, y, m, n);
+}
+DL_TARGET_CLONES void rows_axpy(const float* a, int64_t lda, const float* x, float* y, int64_t k, int64_t n) {
+  rows_axpy_body(a, lda, x, y, k, n);
+}
+DL_TARGET_CLONES void rows_axpy(const double* a, int64_t lda, const double* x, double* y, int64_t k,
+                                int64_t n) {
+  rows_axpy_body(a, lda, x, y, k, n);
+}
+
+// The vector v (n elements `inc` apart) as contiguous memory: v itself, or a copy in buf.
+template <typename T>
+const T* contiguous(const T* v, int inc, int64_t n, std::vector<T>& buf) {
+  if (inc == 1) return v;
+  buf.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = v[i * inc];
+  return buf.data();
+}
+
+// c = op(mat) v, where mat is `rows` x `cols` row-major with leading dimension ld, and
+// op transposes it when `trans`; v has `inc` between elements. False when the product is
+// OpenBLAS's to run (Note [Small products without OpenBLAS]).
+template <typename T>
+bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, const T* v, int inc, T* c) {
+  if (rows * cols > kOwnVectorElems) return false;
+  std::vector<T> buf;
+  const double work = double(rows) * double(cols);
+  if (trans) {
+    // Each thread adds every row into its own columns of c.
+    const T* x = contiguous(v, inc, rows, buf);
+    parallel_units(cols, work, [&](int64_t b, int64_t e, int) { rows_axpy(mat + b, ld, x, c + b, rows, e - b); });
+  } else {
+    // Each thread takes its own rows.
+    const T* x = contiguous(v, inc, cols, buf);
+    parallel_units(rows, work, [&](int64_t b, int64_t e, int) { rows_dot(mat + b * ld, ld, x, c + b, e - b, cols); });
+  }
+  return true;
+}
+
+
 // c (m x n, row-major, ld n) = a (m x k) b (k x n). A vector operand goes to gemv or
 // dot, which are much faster than a gemm with one row or column.
 template <typename T>
@@ -189,6 +327,13 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
              int k) {
   const int a_inc = la.trans ? int(la.ld) : 1;  // between a(0, j) and a(0, j + 1)
   const int b_inc = lb.trans ? 1 : int(lb.ld);  // between b(i, 0) and b(i + 1, 0)
+  if (m == 1 && n == 1 && k <= kOwnVectorElems) {
+    std::vector<T> ba, bb;
+    rows_dot(contiguous(a, a_inc, k, ba), k, contiguous(b, b_inc, k, bb), c, 1, k);
+    return;
+  }
+  if (n == 1 && own_gemv(la.trans, la.trans ? k : m, la.trans ? m : k, a, la.ld, b, b_inc, c)) return;
+  if (m == 1 && own_gemv(!lb.trans, lb.trans ? n : k, lb.trans ? k : n, b, lb.ld, a, a_inc, c)) return;
   blas_threads_for(2.0 * m * n * k);
   if (m == 1 && n == 1) {
     *c = Blas<T>::dot(k, a, a_inc, b, b_inc);

@@ -111,6 +111,62 @@ TEST_CASE("matmul of 1-D operands with strides", "[matmul]") {
   }
 }
 
+// Note [Small products without OpenBLAS] in tensor/cpu/matmul.cpp: the sums in the
+// order it documents, written out plainly.
+template <typename T>
+T lanes_dot(const T* r, const T* x, int64_t n) {
+  T acc[16] = {};
+  for (int64_t j = 0; j < n; ++j) acc[j % 16] += r[j] * x[j];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+template <typename T>
+void check_vector_products(DType dt) {
+  const struct { int64_t m, k; } sizes[] = {{1, 1}, {5, 17}, {4, 16}, {7, 33}, {9, 3}, {256, 784}};
+  for (auto d : sizes) {
+    INFO(d.m << " x " << d.k << ", " << dtype_name(dt));
+    Tensor W = randn(Shape{d.m, d.k}, dt), x = randn(Shape{1, d.k}, dt), v = randn(Shape{d.m}, dt);
+    Tensor xs = slice(randn(Shape{1, 3 * d.k}, dt), 1, 1, 3 * d.k, 3);   // a strided vector
+    const T* w = W.data<T>();
+    std::vector<T> xv(size_t(d.k));
+    for (int64_t j = 0; j < d.k; ++j) xv[size_t(j)] = T(x.value_at(std::vector<int64_t>{0, j}.data()));
+    // y = x W^T, one dot per row of W (the layout of a Linear layer on one example).
+    for (const Tensor& xx : {x, xs}) {
+      std::vector<T> xd(size_t(d.k));
+      for (int64_t j = 0; j < d.k; ++j) xd[size_t(j)] = T(xx.value_at(std::vector<int64_t>{0, j}.data()));
+      Tensor y = matmul(xx, transpose(W, 0, 1));
+      for (int64_t i = 0; i < d.m; ++i)
+        REQUIRE(T(y.value_at(std::vector<int64_t>{0, i}.data())) == lanes_dot(w + i * d.k, xd.data(), d.k));
+    }
+    // y = v W: the rows of W added in order.
+    Tensor y = matmul(unsqueeze(v, 0), W);
+    for (int64_t j = 0; j < d.k; ++j) {
+      T want = 0;
+      for (int64_t i = 0; i < d.m; ++i) want += T(v.value_at(&i)) * w[i * d.k + j];
+      REQUIRE(T(y.value_at(std::vector<int64_t>{0, j}.data())) == want);
+    }
+    // W x as a column, and the same through transposed storage.
+    Tensor c = matmul(W, unsqueeze(squeeze(x, 0), 1));
+    Tensor ct = matmul(transpose(contiguous(transpose(W, 0, 1)), 0, 1), unsqueeze(squeeze(x, 0), 1));
+    for (int64_t i = 0; i < d.m; ++i) {
+      const T want = lanes_dot(w + i * d.k, xv.data(), d.k);
+      REQUIRE(T(c.value_at(std::vector<int64_t>{i, 0}.data())) == want);
+      const T got_t = T(ct.value_at(std::vector<int64_t>{i, 0}.data()));
+      REQUIRE(std::abs(double(got_t - want)) <= 1e-5 * std::sqrt(double(d.k)) * (1 + std::abs(double(want))));
+    }
+  }
+  // A dot of two vectors, and OpenBLAS not needed for any of it when nothing loaded it.
+  Tensor a = randn(Shape{100}, dt), b = randn(Shape{100}, dt);
+  REQUIRE(T(matmul(a, b).item()) == lanes_dot(a.data<T>(), b.data<T>(), 100));
+}
+
+TEST_CASE("products with a vector operand add in their documented order", "[matmul]") {
+  check_vector_products<float>(DType::Float32);
+  check_vector_products<double>(DType::Float64);
+}
+
 TEST_CASE("matmul reads broadcast batch operands in place", "[matmul]") {
   for (const ref::MatmulCase& c : ref::kMatmulCases) {
     if (c.a->shape.size() < 3 || c.b->shape.size() < 3) continue;
