@@ -394,12 +394,18 @@ local function startup(argv, k)
   end
 end
 
+-- What exec and exit alone cost on this machine, shown beside the start-up rows: a C
+-- program that does nothing (the rows' goals are absolute times, and this cost varies
+-- several-fold between machines and days).
+local function noop_start(k) return { label = "/bin/true", info = true, run = startup({ "/bin/true" }, k) } end
+
 do
   local k_ours, k_theirs = quick and 2 or 10, quick and 1 or 2
   row{ id = "startup", label = "start-up: `dlua -e ''` vs `python3 -c 'import torch'`", unit = "ms",
        show = per(MS), target = 1 / 50, slow = true,
        ours = { label = "dlua", run = startup({ dlua_exe, "-e", "" }, k_ours) },
-       refs = { { label = "python3 -c 'import torch'", run = startup({ opts.python, "-c", "import torch" }, k_theirs) } } }
+       refs = { { label = "python3 -c 'import torch'", run = startup({ opts.python, "-c", "import torch" }, k_theirs) },
+                noop_start(k_ours) } }
 end
 
 do
@@ -416,11 +422,11 @@ do
   row{ id = "runstart", label = "process start to first MLP inference: C host vs `import torch` alone", unit = "ms",
        show = per(MS), target = 1 / 200, slow = true, export_model = true,
        ours = { label = "C host", run = startup({ build_bin .. "/dlua_bench_dlg", "--first", tmpdir .. "/mlp.dlg" }, k_ours) },
-       refs = { torch_start } }
+       refs = { torch_start, noop_start(k_ours) } }
   row{ id = "runcli", label = "process start to first MLP inference: `dlua-run` vs `import torch` alone", unit = "ms",
        show = per(MS), target = 1 / 200, slow = true, export_model = true,
        ours = { label = "dlua-run", run = startup({ build_bin .. "/dlua-run", tmpdir .. "/mlp.dlg", tmpdir .. "/mlp.in" }, k_ours) },
-       refs = { torch_start } }
+       refs = { torch_start, noop_start(k_ours) } }
 end
 
 do
@@ -568,10 +574,10 @@ for _, r in ipairs(rows) do
       end
     end
     for _, w in pairs(workers) do if w.close then w:close() end end
-    -- The best reference: the best median.
+    -- The best reference: the best median (of those compared; an `info` side is shown only).
     local best, best_k
     for k = 2, #sides do
-      local m = median(samples[k])
+      local m = not sides[k].info and median(samples[k])
       if m and (not best or (r.higher and m > best) or (not r.higher and m < best)) then best, best_k = m, k end
     end
     local mo = median(samples[1])
