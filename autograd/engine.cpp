@@ -6,6 +6,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/record.h"
+#include "autograd/views.h"
 
 namespace dl::ag {
 
@@ -477,6 +478,55 @@ void GraphTask::add_grad(Info* inf, uint32_t nr, const Tensor& g) {
   *slot = slot->defined() ? ag::binary(Op::Add, *slot, g) : g;
 }
 
+// Note [Slice gradients added in place]
+// The backward of narrow, slice and select puts the gradient into zeros of the input's
+// shape (embed() in shape.cpp), and the engine adds that to what the input has
+// received. A model that takes each step of a sequence from one tensor (a recurrent
+// layer narrows its projected inputs, (T, B, 4H), once a step) then fills and adds T
+// tensors of the whole sequence's size: memory traffic that grows with T^2. The LSTM
+// row of bench/ spent most of its time there.
+// So when the backward records nothing (no create_graph: then the embedding must be a
+// recorded op, and is), the engine adds such a gradient into the part of the input's
+// gradient buffer that the view covers: the buffer is made once, zeros (or a copy of
+// what arrived first, when anything else may hold that tensor), and each step's
+// gradient goes into its region. Every element receives the same additions in the same
+// order as before, less the additions of zero (so a -0.0 stays -0.0).
+bool GraphTask::add_region(Info& inf, int at) {
+  Node* n = inf.node;
+  Geometry geo;
+  if (n->next.size() != 1 || !region_of(*n, &geo)) return false;
+  Info* c = kid(inf, 0);
+  const Tensor* in = inf.peek(0);
+  if (!c || !c->needed || !in) return false;
+  const InputMeta& m = n->inputs[0];
+  Tensor g = *in;
+  const Device dev = g.device();   // the input's: a view is on its base's device
+  if (g.dtype() != m.dtype) {
+    if (!is_floating(m.dtype)) return false;
+    g = dl::cast(g, m.dtype);
+  }
+  Tensor* slot = c->slot(n->next[0].nr);
+  // Only a buffer nothing else can see is changed: this Tensor the one reference to its
+  // impl, the impl to its storage, and memory the engine allocated.
+  const bool own = slot->defined() && slot->impl()->use_count() == 1 && slot->storage().use_count() == 1 &&
+                   !slot->storage().borrowed() && !slot->impl()->view_base && slot->is_contiguous() &&
+                   slot->offset() == 0 && slot->shape() == m.shape && slot->dtype() == m.dtype &&
+                   slot->device() == dev;
+  if (!slot->defined()) {
+    *slot = dl::zeros(m.shape, m.dtype, dev);
+  } else if (!own) {
+    Tensor copy = dl::empty(m.shape, m.dtype, dev, "backward");
+    dl::copy_(copy, *slot);   // broadcasts nothing: what arrived has the input's shape
+    *slot = copy;
+  }
+  Tensor region = make_view(*slot, geo.sizes, geo.strides, geo.offset);
+  dl::binary_(Op::Add, region, g);
+  gather_grads(inf);   // clears what this node received
+  scratch_.clear();
+  finish_node(at, Grads());
+  return true;
+}
+
 const TensorList& GraphTask::gather_grads(Info& inf) {
   scratch_.clear();
   scratch_.push_back(std::move(inf.grad0));
@@ -519,6 +569,7 @@ bool GraphTask::run() {
       scratch_.clear();
       return false;
     }
+    if (!create_graph_ && add_region(inf, at)) continue;
     Grads grads = n->backward(*n, gather_grads(inf));
     scratch_.clear();
     finish_node(at, grads);

@@ -94,6 +94,9 @@ class GraphTask {
     return k < 0 ? nullptr : &infos_[size_t(k)];
   }
   void finish_node(int at, const Grads& grads);
+  // A narrow/slice/select node's gradient added into its input's buffer in place, when
+  // it can be (Note [Slice gradients added in place]); false: run its backward.
+  bool add_region(Info& inf, int at);
   // The node's incoming gradients, one per output, in scratch_.
   const TensorList& gather_grads(Info& inf);
   void fire_ready(size_t k);

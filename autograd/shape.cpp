@@ -64,17 +64,18 @@ Grads embed_backward(Node& n, const TensorList& g) {
 // narrow/slice/select: the input's shape is known to the node; the geometry is
 // recomputed from the op's parameters (attrs.i: dim and up to three integers, kept as
 // integers: a slice's step may be near 2^63) when the backward runs.
-Grads region_backward(Op op, Node& n, const TensorList& g) {
+Geometry region_geometry(Op op, const Node& n) {
   const Attrs& a = n.attrs;
-  const Shape& xs = n.inputs[0].shape;
-  Geometry geo = geometry_in(xs, [&](const Tensor& p) {
+  return geometry_in(n.inputs[0].shape, [&](const Tensor& p) {
     switch (op) {
       case Op::Narrow: return dl::narrow(p, int(a.i[0]), a.i[1], a.i[2]);
       case Op::Slice: return dl::slice(p, int(a.i[0]), a.i[1], a.i[2], a.i[3]);
       default: return dl::select(p, int(a.i[0]), a.i[1]);
     }
   });
-  return {embed(g[0], xs, geo)};
+}
+Grads region_backward(Op op, Node& n, const TensorList& g) {
+  return {embed(g[0], n.inputs[0].shape, region_geometry(op, n))};
 }
 
 Tensor record_region(Op op, const Tensor& x, Tensor y, int64_t dim, int64_t p1, int64_t p2, int64_t p3) {
@@ -108,6 +109,15 @@ template <> Grads derivative<Op::Slice>(Node& n, const TensorList& g) {
 }
 template <> Grads derivative<Op::Select>(Node& n, const TensorList& g) {
   return region_backward(Op::Select, n, g);
+}
+bool region_of(const Node& n, Geometry* geo) {
+  Op op;
+  if (n.backward == &derivative<Op::Narrow>) op = Op::Narrow;
+  else if (n.backward == &derivative<Op::Slice>) op = Op::Slice;
+  else if (n.backward == &derivative<Op::Select>) op = Op::Select;
+  else return false;
+  *geo = region_geometry(op, n);
+  return true;
 }
 
 Tensor view(const Tensor& x, const Shape& shape) { return finish(maybe_node(Op::View, {&x}), dl::view(x, shape)); }

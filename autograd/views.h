@@ -21,4 +21,10 @@ Tensor strided_view(const Tensor& t, const Geometry& geo);
 // Zeros of `base_shape` with the region `geo` set to g (recorded; adjoint of strided_view).
 Tensor embed(const Tensor& g, const Shape& base_shape, const Geometry& geo);
 
+struct Node;
+// For a node of narrow, slice or select: the region of its input that its output views
+// (whose gradient its backward embeds), for the engine to add a gradient into in place
+// (Note [Slice gradients added in place] in engine.cpp); false for any other node.
+bool region_of(const Node& n, Geometry* geo);
+
 }  // namespace dl::ag

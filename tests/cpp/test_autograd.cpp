@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <array>
 #include <functional>
 #include <limits>
@@ -71,6 +72,61 @@ TEST_CASE("broadcast gradients are summed to each input's shape", "[autograd]") 
   REQUIRE(g[1].shape() == Shape{4});
   int64_t i0[] = {0};
   REQUIRE(g[1].value_at(i0) == 3);
+}
+
+// Same shape, dtype and bits.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor ca = contiguous(a), cb = contiguous(b);
+  return std::memcmp(ca.raw_data(), cb.raw_data(), size_t(ca.numel()) * ca.itemsize()) == 0;
+}
+
+// Note [Slice gradients added in place] in autograd/engine.cpp.
+TEST_CASE("slice gradients added in place equal the embedded ones", "[autograd]") {
+  ag::GradScope scope;
+  const int64_t T = 40;
+  Tensor x = ag::watch(randn(Shape{T, 3, 5}, DType::Float32));
+  Tensor w = randn(Shape{T, 3, 5}, DType::Float32);
+  auto f = [&] {
+    // A recurrence's shape: each step narrows x, plus overlapping and strided views, a
+    // select, and a use of the whole of x.
+    Tensor y = ag::reduce(Op::Sum, ag::binary(Op::Mul, x, x), {}, false);
+    for (int64_t t = 0; t < T; ++t) {
+      Tensor step = ag::binary(Op::Mul, ag::narrow(x, 0, t, 1), ag::narrow(w, 0, t, 1));
+      y = ag::binary(Op::Add, y, ag::reduce(Op::Sum, ag::unary(Op::Tanh, step), {}, false));
+    }
+    y = ag::binary(Op::Add, y, ag::reduce(Op::Sum, ag::narrow(x, 0, 2, 4), {}, false));
+    y = ag::binary(Op::Add, y, ag::reduce(Op::Sum, ag::slice(x, 2, 0, 5, 2), {}, false));
+    return ag::binary(Op::Add, y, ag::reduce(Op::Sum, ag::select(x, 1, 1), {}, false));
+  };
+  Tensor y1 = f(), y2 = f();
+  host_allocator::take_allocated_since_reset();
+  Tensor fast = ag::grad({y1}, {}, {x}, false)[0];
+  const int64_t fast_bytes = host_allocator::take_allocated_since_reset();
+  Tensor recorded = ag::grad({y2}, {}, {x}, true)[0];   // embeds, as recorded ops
+  REQUIRE(fast.shape() == recorded.shape());
+  CHECK(same_bits(fast, recorded));
+  // Not a full-size buffer per step (two: the embedding and the sum, 80 x's size in
+  // all): the steps' gradients went into one.
+  const int64_t full_bytes = x.numel() * int64_t(sizeof(float));
+  INFO("allocated in the backward: " << fast_bytes << " bytes; x is " << full_bytes);
+  CHECK(fast_bytes < 10 * full_bytes);
+}
+
+TEST_CASE("a slice gradient added in place never changes a tensor the caller holds", "[autograd]") {
+  ag::GradScope scope;
+  Tensor a = ag::watch(ones(Shape{4, 3}, DType::Float64));
+  Tensor b = ag::binary(Op::Mul, a, Scalar(2.0));
+  Tensor part = ag::narrow(b, 0, 1, 2);
+  Tensor gfull = full(Shape{4, 3}, Scalar(1.0), DType::Float64);
+  Tensor gpart = full(Shape{2, 3}, Scalar(10.0), DType::Float64);
+  // b's gradient buffer starts as gfull itself; part's gradient must go into a copy.
+  Tensor ga = ag::grad({b, part}, {gfull, gpart}, {a}, false)[0];
+  CHECK(same_bits(gfull, full(Shape{4, 3}, Scalar(1.0), DType::Float64)));
+  int64_t top[] = {0, 0}, mid[] = {1, 2}, end[] = {3, 1};
+  CHECK(ga.value_at(top) == 2);
+  CHECK(ga.value_at(mid) == 22);
+  CHECK(ga.value_at(end) == 2);
 }
 
 TEST_CASE("nothing is recorded outside a gradient", "[autograd]") {
