@@ -237,6 +237,9 @@ local function run(self, name, x, h0, c0)
       local sfx = "_l" .. l .. (d == 2 and "_reverse" or "")
       local w_hh, b_hh = self["weight_hh" .. sfx], self["bias_hh" .. sfx]
       local gi_all = F.linear(input, self["weight_ih" .. sfx], self["bias_ih" .. sfx])   -- (L, N, gates H)
+      -- RNN and LSTM add b_hh to every step's gates: once for the sequence instead
+      -- (GRU's sits inside r * (h W_hn^T + b_hn)).
+      if b_hh ~= nil and name ~= "GRU" then gi_all, b_hh = gi_all + b_hh, nil end
       local k = l * dirs + d
       local h = h0:narrow(1, k, 1):squeeze(1)
       local c = lstm and c0:narrow(1, k, 1):squeeze(1) or nil
