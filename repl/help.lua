@@ -86,6 +86,9 @@ return {
   ["dl.repeat_interleave"] = { "x:repeat_interleave(repeats [, dim])",
                                "Repeats each slice along dim in place (a count, or one per slice)." },
   ["dl.flip"] = { "x:flip(dims)", "Reverses the order along dims." },
+  ["dl.split"] = { "x:split(size or {sizes} [, dim = 1])", "A list of views along dim, size long each (the last shorter) or of the sizes given." },
+  ["dl.chunk"] = { "x:chunk(chunks [, dim = 1])", "At most chunks views along dim, ceil(length / chunks) long." },
+  ["dl.unbind"] = { "x:unbind([dim = 1])", "A list of the slices along dim, each without it." },
   ["dl.triu"] = { "x:triu([k])", "The upper triangle of the last two dims (x:tril(k) the lower)." },
   ["dl.einsum"] = { "dl.einsum(spec, a, b, ...)", "Einstein summation: \"ij,jk->ik\", \"...ij,...jk\", \"ii\" (trace); differentiable." },
   -- sorting and selecting (indices 1-based)

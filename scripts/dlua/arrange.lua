@@ -6,6 +6,7 @@
 --   x:flip({1})          -- dim 1 reversed
 --   x:triu(k), x:tril(k) -- the upper / lower triangle of the last two dims
 --   x:repeat_interleave(2, 1)  -- each row twice, in place: rows 1, 1, 2, 2, ...
+--   x:split(2, 1), x:chunk(3, 1), x:unbind(1)  -- lists of views along dim 1
 --
 -- Each is made of the engine's differentiable views and ops (expand and reshape, narrow
 -- and cat, index_select, where), so gradients of any order come with it.
@@ -16,6 +17,7 @@ core.own_source()
 local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
 local type, tostring, ipairs, select, floor = type, tostring, ipairs, select, math.floor
+local unpack = unpack or table.unpack
 
 local function check(op, x)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end
@@ -183,5 +185,75 @@ end
 function methods.triu(x, k) return triangle("triu", x, k, true) end
 function methods.tril(x, k) return triangle("tril", x, k, false) end
 dl.triu, dl.tril = methods.triu, methods.tril
+
+-- ---- pieces along a dim: lists of views ----------------------------------------------------
+-- As PyTorch's (dim 1 by default). Each piece is a narrow or select view of x, so a
+-- recurrence over x:unbind(1) costs no copy, and its backward adds each piece's gradient
+-- into its part of x's (Note [Slice gradients added in place] in autograd/engine.cpp).
+
+-- x:split(size [, dim]): pieces `size` long (the last shorter when size does not divide
+-- the length); x:split({s1, s2, ...} [, dim]): pieces of those lengths, summing to it.
+function methods.split(x, sizes, dim)
+  local op = "split"
+  check(op, x)
+  dim = dim_of(op, x, dim == nil and 1 or dim)
+  local n = x:size(dim)
+  local out = {}
+  if type(sizes) == "number" then
+    if sizes ~= floor(sizes) or sizes < 0 then
+      raise(op .. ": the size must be an integer >= 1, got " .. tostring(sizes))
+    end
+    if n == 0 then return { x } end
+    if sizes == 0 then raise(op .. ": the size must be >= 1 for dimension " .. dim .. " of length " .. n) end
+    for start = 1, n, sizes do out[#out + 1] = x:narrow(dim, start, math.min(sizes, n - start + 1)) end
+    return out
+  end
+  if type(sizes) ~= "table" then bad_arg(op, "a size or a list of sizes", sizes) end
+  local list, total = int_list(op, { unpack(sizes) }, "the sizes"), 0
+  for _, k in ipairs(list) do
+    if k < 0 then raise(op .. ": sizes must be >= 0, got " .. k) end
+    total = total + k
+  end
+  if total ~= n then
+    raise(op .. ": the sizes sum to " .. total .. ", but dimension " .. dim .. " has length " .. n)
+  end
+  local start = 1
+  for i, k in ipairs(list) do
+    out[i] = x:narrow(dim, start, k)
+    start = start + k
+  end
+  return out
+end
+dl.split = methods.split
+
+-- x:chunk(chunks [, dim]): at most `chunks` pieces of ceil(length / chunks) (fewer when
+-- that covers the length sooner, as PyTorch's: 6 in 4 chunks is 2, 2, 2).
+function methods.chunk(x, chunks, dim)
+  local op = "chunk"
+  check(op, x)
+  if type(chunks) ~= "number" or chunks ~= floor(chunks) or chunks < 1 then
+    raise(op .. ": the number of chunks must be an integer >= 1, got " .. tostring(chunks))
+  end
+  dim = dim_of(op, x, dim == nil and 1 or dim)
+  local n = x:size(dim)
+  if n == 0 then
+    local out = {}
+    for i = 1, chunks do out[i] = x end
+    return out
+  end
+  return methods.split(x, math.ceil(n / chunks), dim)
+end
+dl.chunk = methods.chunk
+
+-- x:unbind([dim]): the slices along dim, each without it (x:select(dim, i) for every i).
+function methods.unbind(x, dim)
+  local op = "unbind"
+  check(op, x)
+  dim = dim_of(op, x, dim == nil and 1 or dim)
+  local out = {}
+  for i = 1, x:size(dim) do out[i] = x:select(dim, i) end
+  return out
+end
+dl.unbind = methods.unbind
 
 return dl

@@ -39,9 +39,10 @@ end
 
 -- Loaded when first used (Note [Modules loaded on first use] in core.lua): dl.vjp,
 -- dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint (transforms on dl.grad's engine),
--- dl.einsum, tile, roll, flip, triu, tril, repeat_interleave, dl.cond / dl.while_loop, and dl.vmap.
+-- dl.einsum, tile, roll, flip, triu, tril, repeat_interleave, split, chunk, unbind,
+-- dl.cond / dl.while_loop, and dl.vmap.
 local function loader(module) return function() require(module) end end
-local ARRANGE = { "tile", "roll", "flip", "triu", "tril", "repeat_interleave" }
+local ARRANGE = { "tile", "roll", "flip", "triu", "tril", "repeat_interleave", "split", "chunk", "unbind" }
 core.on_first_use(dl, { "vjp", "jvp", "jacobian", "hessian", "checkpoint" }, loader("dlua.transforms"))
 core.on_first_use(dl, { "einsum" }, loader("dlua.einsum"))
 core.on_first_use(dl, ARRANGE, loader("dlua.arrange"))

@@ -421,6 +421,52 @@ H.test("tile (repeat), roll, flip, triu, tril, repeat_interleave as PyTorch's, w
   H.raises(function() dl.repeat_interleave(dl.ones(3)) end, "repeat_interleave: with one argument, expected a 1-D integer tensor")
 end)
 
+H.test("split, chunk and unbind as PyTorch's: views, lengths, gradients, errors", function()
+  local x = dl.arange(1, 13):reshape(3, 4)
+  local function lengths(list, d)
+    local t = {}
+    for i, p in ipairs(list) do t[i] = p:size(d) end
+    return t
+  end
+  -- The lengths torch.split / torch.chunk give (checked against PyTorch 1.13).
+  H.eq(table.concat(lengths(dl.arange(5):split(2), 1), ","), "2,2,1")
+  H.eq(table.concat(lengths(dl.arange(6):chunk(4), 1), ","), "2,2,2")
+  H.eq(table.concat(lengths(dl.arange(5):chunk(3), 1), ","), "2,2,1")
+  H.eq(table.concat(lengths(dl.arange(5):split({ 2, 0, 3 }), 1), ","), "2,0,3")
+  H.eq(table.concat(lengths(dl.zeros(0):chunk(3), 1), ","), "0,0,0")
+  H.eq(table.concat(lengths(dl.zeros(0):split(2), 1), ","), "0")
+  H.eq(#dl.zeros(0, 3):unbind(1), 0)
+  -- Values, dims from the end, and views of x's memory.
+  local a, b = unpack(x:split({ 1, 3 }, -1))
+  H.values(a, { { 1 }, { 5 }, { 9 } })
+  H.values(b[3], { 10, 11, 12 })
+  H.values(x:chunk(2, 1)[2], { { 9, 10, 11, 12 } })
+  local cols = dl.unbind(x, 2)
+  H.eq(#cols, 4)
+  H.values(cols[3], { 3, 7, 11 })
+  H.eq(cols[1]:data_ptr(), x:data_ptr(), "views of x's memory")
+  H.eq(cols[3]:data_ptr() - cols[2]:data_ptr(), cols[2]:data_ptr() - cols[1]:data_ptr())
+  -- Gradients: each piece's weight lands on its part of x.
+  local w = dl.randn(6, 3, { dtype = "float64" })
+  local v = dl.randn(6, 3, { dtype = "float64" })
+  local g = dl.grad(function(t)
+    local s = 0
+    for i, p in ipairs(t:unbind(1)) do s = s + (p * w[i]):sum() end
+    for _, p in ipairs(t:chunk(4, 1)) do s = s + (p * p):sum() end
+    return s
+  end)(v)
+  H.near(g:totable(), (w + v * 2):totable(), 1e-12)
+  H.ok(dl.gradcheck(function(t) return (t:split({ 1, 2 }, 2)[2] ^ 2):sum() end, { v }))
+  -- Errors name the op and what was wrong.
+  H.raises(function() dl.arange(5):split({ 2, 2 }) end, "split: the sizes sum to 4, but dimension 1 has length 5")
+  H.raises(function() dl.arange(5):split(0) end, "split: the size must be >= 1 for dimension 1 of length 5")
+  H.raises(function() dl.arange(5):split({ 2, -1, 4 }) end, "split: sizes must be >= 0, got -1")
+  H.raises(function() dl.arange(5):split("a") end, "split: expected a size or a list of sizes, got string")
+  H.raises(function() dl.arange(5):chunk(0) end, "chunk: the number of chunks must be an integer >= 1, got 0")
+  H.raises(function() x:unbind(3) end, "unbind: dimension 3 is out of range for a tensor of 2 dims")
+  H.raises(function() dl.split(5, 2) end, "split: expected a tensor, got number")
+end)
+
 H.test("nn.init: bounds, moments, orthogonality and gains", function()
   local init = nn.init
   dl.manual_seed(1)
