@@ -243,10 +243,10 @@ local function run(self, name, x, h0, c0)
       local k = l * dirs + d
       local h = h0:narrow(1, k, 1):squeeze(1)
       local c = lstm and c0:narrow(1, k, 1):squeeze(1) or nil
-      local hs = {}
+      local hs, gis = {}, gi_all:unbind(1)
       for s = 1, steps do
         local t = d == 1 and s or steps - s + 1
-        local gi = gi_all:narrow(1, t, 1):squeeze(1)
+        local gi = gis[t]
         if lstm then
           h, c = lstm_step(gi, h, c, w_hh, b_hh, H)
         elseif name == "GRU" then
