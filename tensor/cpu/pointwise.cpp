@@ -1,6 +1,7 @@
 // CPU kernels of the pointwise families: each op's functor (tensor/functors.h) run by
 // the loops of tensor/cpu/loops.h, for every dtype the op accepts.
 #include <cmath>
+#include <type_traits>
 
 #include "tensor/backend.h"
 #include "tensor/cpu/kernels.h"
@@ -37,8 +38,42 @@ bool small_dense(const Tensor& out) {
   return out.numel() <= kSmallDense && out.numel() > 0 && out.is_contiguous();
 }
 
+// Note [Wide loops for float exponentials]
+// exp, tanh and sigmoid of float32 are computed in double by a polynomial (Note [Float
+// exponentials in double] in functors.h). The general loops are built for the baseline
+// x86-64, where a vector holds two doubles (perf: SSE2 code, constants spilled to the
+// stack); for dense operands these three run in loops built for AVX2 and AVX-512 as well
+// (DL_TARGET_CLONES), which give the same bits (test_pointwise compares dense operands
+// with strided views of the same values). Softmax's exponentials do the same
+// (exp_shifted in reduce.cpp).
+#define DL_WIDE_UNARY(Fn)                                                          \
+  DL_TARGET_CLONES void wide_##Fn(const float* x, float* y, int64_t n) {           \
+    for (int64_t i = 0; i < n; ++i) y[i] = fn::Fn{}(x[i]);                         \
+  }
+DL_WIDE_UNARY(ExpFn)
+DL_WIDE_UNARY(TanhFn)
+DL_WIDE_UNARY(SigmoidFn)
+#undef DL_WIDE_UNARY
+
+using WideLoop = void (*)(const float*, float*, int64_t);
+template <typename F>
+constexpr WideLoop wide_loop() {
+  if constexpr (std::is_same_v<F, fn::ExpFn>) return &wide_ExpFn;
+  else if constexpr (std::is_same_v<F, fn::TanhFn>) return &wide_TanhFn;
+  else if constexpr (std::is_same_v<F, fn::SigmoidFn>) return &wide_SigmoidFn;
+  else return nullptr;
+}
+
 template <typename T, typename F>
 void run_unary(const Tensor& out, const Tensor& x, F f) {
+  if constexpr (std::is_same_v<T, float> && wide_loop<F>() != nullptr) {
+    if (out.is_contiguous() && x.is_contiguous() && out.numel() == x.numel()) {
+      const float* xp = x.data<float>();
+      float* yp = out.data<float>();
+      parallel_range(out.numel(), [&](int64_t b, int64_t e) { wide_loop<F>()(xp + b, yp + b, e - b); });
+      return;
+    }
+  }
   elementwise<T, T, 2>({&out, &x}, [f](T v) { return T(f(v)); });
 }
 

@@ -1,9 +1,11 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "tensor/ops.h"
+#include "tensor/small_sizes.h"
 
 using namespace dl;
 
@@ -101,6 +103,33 @@ TEST_CASE("a bool tensor casts to every dtype as 0 and 1, in any layout", "[poin
 // seen through strided views (every other element of a buffer twice as long). Dense
 // operands of one shape take dl::small's loop in the front end (Note [Small same-shape
 // ops] in tensor/pointwise.cpp), dense ones beside a one-element one in the cpu backend.
+// Note [Wide loops for float exponentials] in tensor/cpu/pointwise.cpp: dense operands
+// larger than dl::small's take loops built for AVX2 and AVX-512; strided views of the
+// same values take the general loop. Every element's bits must agree.
+TEST_CASE("the wide loops of exp, tanh and sigmoid compute the general loop's bits", "[pointwise]") {
+  const int64_t n = 3001;
+  std::vector<double> v(2 * n);
+  const double special[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                            -std::numeric_limits<double>::infinity(), -0.0, 0.0, 88.7, -103.9, 1e-30};
+  for (int64_t i = 0; i < 2 * n; ++i)
+    v[size_t(i)] = i / 2 < 8 ? special[i / 2] : -120.0 + 240.0 * double((i / 2) * 7919 % n) / double(n);
+  Tensor A = slice(from_values(v.data(), 2 * n, Shape{2 * n}, DType::Float32), 0, 0, 2 * n, 2);
+  Tensor a = contiguous(A);
+  REQUIRE(a.numel() > sizes::kSmallElements);
+  for (Op op : {Op::Exp, Op::Tanh, Op::Sigmoid}) {
+    INFO(op_info(op).lua_name);
+    Tensor dense = unary(op, a), strided = unary(op, A);
+    bool same = true;
+    for (int64_t i = 0; i < n && same; ++i) {
+      const float p = dense.data<float>()[i];
+      const float q = float(strided.value_at(&i));
+      same = std::memcmp(&p, &q, sizeof p) == 0;
+      if (!same) INFO("element " << i << ": " << p << " vs " << q);
+    }
+    CHECK(same);
+  }
+}
+
 TEST_CASE("small dense operands compute the general loops' bits", "[pointwise]") {
   const int64_t n = 37;  // not a multiple of any vector width
   const double vals[] = {-2.5, -1, -0.5, -0.0, 0, 0.25, 0.5, 1, 1.5, 2, 3, 7.5, 1e-3, -1e3,
