@@ -90,20 +90,6 @@ function M.matmul(n, iters)
   return t / iters
 end
 
--- y = x:matmul(W:t()), x (1, k) and W (m, k) float32: a Linear layer on one example
--- (Note [Small products without OpenBLAS] in tensor/cpu/matmul.cpp): seconds per call.
-function M.gemv(m, iters, k)
-  m, k = tonumber(m), tonumber(k)
-  local W, x = dl.randn(m, k), dl.randn(1, k)
-  local Wt = W:t()
-  local y = x:matmul(Wt)
-  local t0 = now()
-  for _ = 1, iters do y = x:matmul(Wt) end
-  local t = now() - t0
-  assert(y:size(2) == m)
-  return t / iters
-end
-
 -- x = dl.linalg.solve(A, b) for a batch of n x n float32 systems, one right-hand side
 -- each (a fresh result each call): seconds per call.
 function M.solve(n, iters, batch)
@@ -170,6 +156,14 @@ local function timed_after(warm, f, iters, ...)
 end
 
 local function timed(f, iters, ...) return timed_after(2, f, iters, ...) end
+
+-- y = x:matmul(W:t()), x (1, k) and W (m, k) float32: a Linear layer on one example
+-- (Note [Small products without OpenBLAS] in tensor/cpu/matmul.cpp): seconds per call.
+function M.gemv(m, iters, k)
+  local W, x = dl.randn(tonumber(m), tonumber(k)), dl.randn(1, tonumber(k))
+  local Wt = W:t()
+  return timed(function() return x:matmul(Wt) end, iters)
+end
 
 -- layer_norm forward and backward (input, weight and bias) on (64, 512) float32:
 -- seconds per call.

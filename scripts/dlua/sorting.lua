@@ -25,7 +25,7 @@ local wrap, hid, is_tensor, shape_str, methods, dl = T.wrap, T.hid, T.is_tensor,
 local type, tostring, floor = type, tostring, math.floor
 
 local M = {}
-local handles2 = ffi.typeof("uint64_t[2]")   -- fresh per call: Note [Values C writes back]
+local handles2 = T.handles2   -- fresh per call: Note [Values C writes back]
 
 local function check(op, x)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end

@@ -174,6 +174,7 @@ end
 -- A value a C call writes back: a fresh cell per call (Note [Values C writes back]).
 local double1 = ffi.typeof("double[1]")
 local handles2 = ffi.typeof("uint64_t[2]")
+M.handles2 = handles2   -- sorting.lua and nn/functional.lua write theirs into it too
 local shape_buf = ffi_new("int64_t[8]")
 local dims_buf = ffi_new("int32_t[8]")
 local dl_meta_t = ffi.typeof("dl_meta")

@@ -24,7 +24,7 @@ local type, tostring, pairs, ipairs, floor = type, tostring, pairs, ipairs, math
 
 local F = {}
 
-local handles2 = ffi.typeof("uint64_t[2]")   -- fresh per call: Note [Values C writes back]
+local handles2 = T.handles2   -- fresh per call: Note [Values C writes back]
 
 local function check_tensor(op, x)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end
