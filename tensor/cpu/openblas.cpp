@@ -175,14 +175,19 @@ const OpenBlas& openblas() {
   static const OpenBlas ob = [] {
     OpenBlas loaded = load();
     select_at_load(loaded);
+    // Publish first, then read the pending count; openblas_set_threads stores first,
+    // then reads the flag. With both pairs sequentially consistent, at least one side
+    // sees the other's store, so a count set during the load is never lost (applying
+    // it twice is harmless; a caller that sees the flag waits in openblas() for this
+    // initialiser to finish).
+    g_loaded.store(true);
     if (int n = g_pending_threads.load()) loaded.openblas_set_num_threads(n);
-    g_loaded.store(true, std::memory_order_release);
     return loaded;
   }();
   return ob;
 }
 
-bool openblas_loaded() noexcept { return g_loaded.load(std::memory_order_acquire); }
+bool openblas_loaded() noexcept { return g_loaded.load(); }
 
 void openblas_set_threads(int n) {
   g_pending_threads.store(n);
