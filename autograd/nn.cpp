@@ -341,6 +341,44 @@ template <> Grads derivative<Op::LayerNorm>(Node& n, const TensorList& grads) {
   return out;
 }
 
+// ---- an LSTM step's gates ------------------------------------------------------------------------------
+// The node saves the gates' pre-activations and c; the backward computes the activations
+// again (tensor/rnn_functors.h).
+
+std::pair<Tensor, Tensor> lstm_gates(const Tensor& gates, const Tensor& c) {
+  auto [h, c2] = dl::lstm_gates(gates, c);
+  Ref<Node> n = maybe_node(Op::LstmGates, {&gates, &c});
+  if (!n) return {h, c2};
+  n->save(gates);
+  n->save(c);
+  n->num_outputs = 2;
+  h = finish(n, h, 0);
+  c2 = finish(n, c2, 1);
+  return {h, c2};
+}
+// With gc' = gh o (1 - tanh(c')^2) + gc, the whole gradient of c': the pre-activations'
+// gradients gc' g i (1 - i), gc' c f (1 - f), gc' i (1 - g^2), gh tanh(c') o (1 - o), and
+// c's gc' f.
+template <> Grads derivative<Op::LstmGates>(Node& n, const TensorList& g) {
+  Tensor gates = n.unpack(0), c = n.unpack(1);
+  if (!is_recording()) {
+    auto [dgates, dc] = dl::lstm_gates_backward(gates, c, g[0], g[1]);
+    return {dgates, dc};
+  }
+  // A gradient of this gradient is wanted: the formula in recorded ops.
+  const int64_t H = c.size(c.dim() - 1);
+  Tensor i = sigmoid(ag::narrow(gates, -1, 0, H)), f = sigmoid(ag::narrow(gates, -1, H, H));
+  Tensor gg = ag::unary(Op::Tanh, ag::narrow(gates, -1, 2 * H, H)), o = sigmoid(ag::narrow(gates, -1, 3 * H, H));
+  Tensor tc = ag::unary(Op::Tanh, f * c + i * gg);
+  const Tensor zero = zeros(c.shape(), gates.dtype(), c.device());
+  const Tensor& gh = g[0].defined() ? g[0] : zero;
+  Tensor gcn = gh * o * (1.0 - tc * tc);
+  if (g[1].defined()) gcn = gcn + g[1];
+  Tensor dgates = ag::cat({gcn * gg * i * (1.0 - i), gcn * c * f * (1.0 - f), gcn * i * (1.0 - gg * gg),
+                           gh * tc * o * (1.0 - o)}, -1);
+  return {dgates, gcn * f};
+}
+
 // ---- embedding, loss -------------------------------------------------------------------------------------
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {

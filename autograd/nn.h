@@ -45,6 +45,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 
 Tensor layer_norm(const Tensor& x, int normalized, const Tensor& weight, const Tensor& bias, double eps);
 
+// h' and c' of an LSTM step from the gates' pre-activations (..., 4H) and c (..., H)
+// (tensor/nn.h); its backward is one fused kernel unless a gradient of it is wanted.
+std::pair<Tensor, Tensor> lstm_gates(const Tensor& gates, const Tensor& c);
+
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                      std::optional<int64_t> ignore_index);

@@ -408,6 +408,9 @@ uint64_t dl_batch_norm(uint64_t x, uint64_t weight, uint64_t bias, uint64_t runn
                        uint64_t running_var, int training, double momentum, double eps);
 /* Each row over the last `normalized` dims normalised, then times weight plus bias (0: none). */
 uint64_t dl_layer_norm(uint64_t x, int normalized, uint64_t weight, uint64_t bias, double eps);
+/* An LSTM step's pointwise half: gates (..., 4H), the pre-activations in PyTorch's order
+   i, f, g, o, and the cell state c (..., H) give h' and c'. */
+int dl_lstm_gates(uint64_t gates, uint64_t c, uint64_t* out2);   /* h', c' */
 /* indices: 1-based rows of weight; padding_idx: 1-based (negative from the end), 0: none. */
 uint64_t dl_embedding(uint64_t weight, uint64_t indices, int64_t padding_idx);
 /* logits (N, C), target (N) of 1-based class labels; reduction 0 none, 1 mean, 2 sum; with

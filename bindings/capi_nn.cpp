@@ -233,6 +233,16 @@ uint64_t dl_layer_norm(uint64_t x, int normalized, uint64_t weight, uint64_t bia
   });
 }
 
+int dl_lstm_gates(uint64_t gates, uint64_t c, uint64_t* out2) {
+  if (out2) out2[0] = out2[1] = 0;
+  return guard_status([&] {
+    const char* op = "lstm_gates";
+    DL_CHECK(out2 != nullptr, op, ": no room for the results");
+    auto [h, c2] = ag::lstm_gates(get(gates, op), get(c, op));
+    dl::bind::handles_new({h, c2}, out2);
+  });
+}
+
 // ---- embedding, loss ------------------------------------------------------------------------------
 
 uint64_t dl_embedding(uint64_t weight, uint64_t indices, int64_t padding_idx) {

@@ -179,6 +179,8 @@ const std::vector<OpRow>& rows() {
           auto l = layer_norm(arg(a, 0), int(std::clamp<int64_t>(a.ints[0], -1, kMaxDims + 1)), arg(a, 1),
                               arg(a, 2), a.nums[0]);
           out = {l.y, l.mean, l.invstd}), 0b110),
+      // gates, c: h', c'
+      ROW("lstm_gates", 2, 2, 2, 0, 0, 0, auto p = lstm_gates(arg(a, 0), arg(a, 1)); out = {p.first, p.second}),
       // ints {reduction, has ignore_index, ignore_index}
       ROW("cross_entropy", 2, 2, 1, 3, 3, 0, expect(r, a.ints[0] >= 0 && a.ints[0] <= 2, "a reduction out of range");
           out = {cross_entropy(arg(a, 0), arg(a, 1), Reduction(a.ints[0]),

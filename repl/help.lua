@@ -184,6 +184,7 @@ return {
   ["dl.nn.LayerNorm"] = { "dl.nn.LayerNorm(normalized_shape [, {eps, elementwise_affine}])", "Normalises each row over the last dims, then scales and shifts." },
   ["dl.nn.GroupNorm"] = { "dl.nn.GroupNorm(num_groups, num_channels [, {eps, affine}])", "Normalises groups of channels of (N, C, ...)." },
   ["dl.layer_norm"] = { "dl.layer_norm(x, normalized_shape [, weight, bias, eps])", "Layer normalisation over the last dims (also dl.nn.functional.layer_norm)." },
+  ["dl.nn.functional.lstm_gates"] = { "F.lstm_gates(gates, c)", "h', c' of an LSTM step from its gates' pre-activations (..., 4H: i, f, g, o) and c, fused." },
   ["dl.nn.LSTM"] = { "dl.nn.LSTM(in, hidden [, {num_layers, bidirectional, batch_first, dropout}])", "out, h, c = lstm(x [, h0, c0]) over a whole sequence." },
   ["dl.nn.GRU"] = { "dl.nn.GRU(in, hidden [, {num_layers, bidirectional, batch_first, dropout}])", "out, h = gru(x [, h0]) over a whole sequence." },
   ["dl.nn.RNN"] = { "dl.nn.RNN(in, hidden [, {num_layers, nonlinearity, bidirectional, batch_first}])", "out, h = rnn(x [, h0]) over a whole sequence." },

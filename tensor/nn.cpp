@@ -544,6 +544,72 @@ LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tenso
   return r;
 }
 
+// ---- an LSTM step's gates ------------------------------------------------------------------
+
+namespace {
+
+// gates (..., 4H) and c (..., H) with the same leading dims, on one device.
+void check_lstm_gates(const Tensor& gates, const Tensor& c) {
+  const char* op = "lstm_gates";
+  check_device(c, gates, op, "the gates");
+  const int last = c.dim() - 1;
+  bool ok = last >= 0 && gates.dim() == c.dim() && gates.size(last) == 4 * c.size(last);
+  for (int d = 0; ok && d < last; ++d) ok = gates.size(d) == c.size(d);
+  DL_CHECK(ok, op, ": expected gates (..., 4 H) and a cell state (..., H) with the same leading dims, got shapes ",
+           gates.shape(), " and ", c.shape());
+}
+
+std::pair<Tensor, Tensor> lstm_gates_impl(const Tensor& gates, const Tensor& c) {
+  if (any_half({&gates, &c})) {
+    auto [h, c2] = lstm_gates_impl(widened(gates), widened(c));
+    const DType st = storage_of({&gates, &c});
+    return {narrowed(h, st), narrowed(c2, st)};
+  }
+  const char* op = "lstm_gates";
+  check_lstm_gates(gates, c);
+  const DType dt = float_dtype({&gates, &c});
+  Tensor h = empty(c.shape(), dt, c.device(), op), c2 = empty(c.shape(), dt, c.device(), op);
+  if (c.numel() > 0) {
+    const int64_t H = c.size(c.dim() - 1), R = c.numel() / H;
+    kernel(c.device(), &Backend::lstm_gates, op)(view(h, Shape{R, H}), view(c2, Shape{R, H}),
+                                                 view(prepared(gates, dt), Shape{R, 4 * H}),
+                                                 view(prepared(c, dt), Shape{R, H}));
+  }
+  return {h, c2};
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> lstm_gates(const Tensor& gates, const Tensor& c) {
+  return observed_other("lstm_gates", [&] { return lstm_gates_impl(gates, c); },
+                        [&](Observed& o, const std::pair<Tensor, Tensor>&) { o.ins = {&gates, &c}; });
+}
+
+std::pair<Tensor, Tensor> lstm_gates_backward(const Tensor& gates, const Tensor& c, const Tensor& gh, const Tensor& gc) {
+  if (any_half({&gates, &c, &gh, &gc})) {
+    auto [dg, dc] = lstm_gates_backward(widened(gates), widened(c), widened(gh), widened(gc));
+    const DType st = storage_of({&gates, &c});
+    return {narrowed(dg, st), narrowed(dc, st)};
+  }
+  const char* op = "lstm_gates";
+  check_lstm_gates(gates, c);
+  const DType dt = float_dtype({&gates, &c});
+  for (const Tensor* g : {&gh, &gc})
+    if (g->defined())
+      DL_CHECK(g->shape() == c.shape(), op, ": expected the gradients of h and c of shape ", c.shape(), ", got ",
+               g->shape());
+  Tensor dgates = empty(gates.shape(), dt, c.device(), op), dc = empty(c.shape(), dt, c.device(), op);
+  if (c.numel() == 0) return {dgates, dc};
+  const int64_t H = c.size(c.dim() - 1), R = c.numel() / H;
+  auto rows = [&](const Tensor& t) {
+    return view(t.defined() ? prepared(t, dt) : zeros(c.shape(), dt, c.device()), Shape{R, H});
+  };
+  kernel(c.device(), &Backend::lstm_gates_backward, op)(view(dgates, Shape{R, 4 * H}), view(dc, Shape{R, H}),
+                                                        view(prepared(gates, dt), Shape{R, 4 * H}), rows(c),
+                                                        rows(gh), rows(gc));
+  return {dgates, dc};
+}
+
 // ---- embedding, loss --------------------------------------------------------------------------
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {

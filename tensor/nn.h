@@ -111,6 +111,16 @@ struct LayerNormGrads {
 LayerNormGrads layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,
                                    const Tensor& weight, bool want_weight, bool want_bias);
 
+// ---- an LSTM step's gates (tensor/cpu/recurrent.cpp) ---------------------------------------
+// The pointwise half of an LSTM step (fn::LstmGates): gates (..., 4H), the
+// pre-activations x W_ih^T + b_ih + h W_hh^T + b_hh in PyTorch's order i, f, g, o, and the
+// cell state c (..., H) give h' and c' (..., H).
+std::pair<Tensor, Tensor> lstm_gates(const Tensor& gates, const Tensor& c);
+// The gradients of gates and c from gh and gc, those of h' and c' (either undefined: no
+// gradient). Not recorded: autograd's derivative uses it when no gradient of the gradient
+// is wanted.
+std::pair<Tensor, Tensor> lstm_gates_backward(const Tensor& gates, const Tensor& c, const Tensor& gh, const Tensor& gc);
+
 // ---- embedding, loss -------------------------------------------------------------------
 // Rows of weight (V, D) at integer `indices` of any shape: indices.shape + (D). The
 // row `padding_idx` (negative counts from the end) gets no gradient (autograd/nn.h).

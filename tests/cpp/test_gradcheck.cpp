@@ -457,6 +457,17 @@ std::vector<Case> other_cases(Op op) {
               {"layer_norm whole tensor, no affine", [](const TensorList& x) {
                  return ag::layer_norm(x[0], 2, Tensor(), Tensor(), 1e-5); },
                {values(Shape{3, 3}, 92)}}};
+    case Op::LstmGates: {
+      auto both = [](const TensorList& x) {
+        auto [h, c2] = ag::lstm_gates(x[0], x[1]);
+        return ag::cat({flat(h), flat(c2)}, 0);
+      };
+      return {{"lstm_gates h and c", both, {values(Shape{2, 12}, 93), values(Shape{2, 3}, 94)}},
+              {"lstm_gates h only, leading dims", [](const TensorList& x) { return ag::lstm_gates(x[0], x[1]).first; },
+               {values(Shape{2, 2, 8}, 95), values(Shape{2, 2, 2}, 96)}},
+              {"lstm_gates c only, non-contiguous", [](const TensorList& x) { return ag::lstm_gates(x[0], x[1]).second; },
+               {transposed(3, 8, 97), transposed(3, 2, 98)}}};
+    }
     case Op::Embedding: {
       Tensor i = idx({1, 4, 1, 0, 2, 1}, Shape{2, 3});
       // The padding row is looked up but gets no gradient (PyTorch's rule): the check

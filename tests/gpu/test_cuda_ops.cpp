@@ -590,6 +590,20 @@ std::map<Op, Check> other_checks() {
                  }, folds(40));
     }
   };
+  m[Op::LstmGates] = [] {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      compare_op("lstm_gates", {sample({3, 2, 28}, dt), sample({3, 2, 7}, dt)}, [](const auto& x) {
+        auto [h, c2] = lstm_gates(x[0], x[1]);
+        return cat({view(h, Shape{-1}), view(c2, Shape{-1})}, 0);
+      }, folds(8));
+      compare_op("lstm_gates backward", {sample({5, 36}, dt), sample({5, 9}, dt), sample({5, 9}, dt), sample({5, 9}, dt)},
+                 [](const auto& x) {
+                   auto [dg, dc] = lstm_gates_backward(x[0], x[1], x[2], x[3]);
+                   auto [dg1, dc1] = lstm_gates_backward(x[0], x[1], x[2], Tensor());   // no gradient for c'
+                   return cat({view(dg, Shape{-1}), view(dc, Shape{-1}), view(dg1, Shape{-1}), view(dc1, Shape{-1})}, 0);
+                 }, folds(16));
+    }
+  };
   m[Op::Embedding] = [] {
     double iv[] = {3, 0, 3, 1, 2, 2};
     compare_op("embedding", {sample({4, 5}, DType::Float32), from_values(iv, 6, Shape{2, 3}, DType::Int64)},

@@ -235,6 +235,43 @@ H.test("RNN, LSTM and GRU layers: outputs, final states and gradients as PyTorch
   H.ok(tostring(lstm):find("LSTM(4, 6, num_layers=2", 1, true) ~= nil, tostring(lstm))
 end)
 
+H.test("lstm_gates: the gates' formula in one op, its gradients the composition's", function()
+  local F = nn.functional
+  dl.manual_seed(11)
+  local function composed(a, c)
+    local H4 = a:size(-1)
+    local hd = H4 / 4
+    local i, f = dl.sigmoid(a:narrow(-1, 1, hd)), dl.sigmoid(a:narrow(-1, hd + 1, hd))
+    local g, o = dl.tanh(a:narrow(-1, 2 * hd + 1, hd)), dl.sigmoid(a:narrow(-1, 3 * hd + 1, hd))
+    local c2 = f * c + i * g
+    return o * dl.tanh(c2), c2
+  end
+  for _, case in ipairs({ { { 2, 3, 40 }, { 2, 3, 10 }, "float32" }, { { 64, 1024 }, { 64, 256 }, "float32" },
+                          { { 36 }, { 9 }, "float64" } }) do
+    local a, c = dl.randn(case[1], case[3]) * 2, dl.randn(case[2], case[3])
+    local h1, c1 = F.lstm_gates(a, c)
+    local h2, c2 = composed(a, c)
+    -- The same float operations in the same order: the same bits.
+    H.near(h1:totable(), h2:totable(), 0, "h'")
+    H.near(c1:totable(), c2:totable(), 0, "c'")
+    local wh, wc = dl.randn(case[2], case[3]), dl.randn(case[2], case[3])
+    local function loss(fn) return function(x, y) local h, cc = fn(x, y); return (h * wh + cc * wc):sum() end end
+    local ga1, gc1 = dl.grad(loss(F.lstm_gates), { 1, 2 })(a, c)
+    local ga2, gc2 = dl.grad(loss(composed), { 1, 2 })(a, c)
+    local tol = case[3] == "float32" and 1e-6 or 1e-14
+    H.near(ga1:totable(), ga2:totable(), tol, "the gates' gradient")
+    H.near(gc1:totable(), gc2:totable(), tol, "c's gradient")
+  end
+  -- Only h' used (c' gets no gradient), and a half-precision input stored as itself.
+  local a, c = dl.randn(4, 8), dl.randn(4, 2)
+  local g = dl.grad(function(x) return (F.lstm_gates(x, c)):sum() end)(a)
+  local g2 = dl.grad(function(x) return (composed(x, c)):sum() end)(a)
+  H.near(g:totable(), g2:totable(), 1e-6, "h' alone")
+  local h16 = F.lstm_gates(a:to("float16"), c:to("float16"))
+  H.eq(h16.dtype, "float16")
+  H.near(h16:float():totable(), (F.lstm_gates(a:to("float16"):float(), c:to("float16"):float())):to("float16"):float():totable(), 0, "float16")
+end)
+
 H.test("layer_norm and group_norm: values and gradients as PyTorch's; large offsets stay exact", function()
   for _, name in ipairs({ "layer_norm", "group_norm" }) do
     local c = R.norms[name]

@@ -245,6 +245,14 @@ local OTHER = {
     { "shape not at the end", function() return F.layer_norm(f23, { 2 }) end, { "layer_norm", "(2,)", "(2, 3)" } },
     { "integer input", function() return F.layer_norm(dl.ones(2, 3, { dtype = "int64" }), 3) end, { "layer_norm", "int64" } },
   },
+  lstm_gates = {
+    { "gates not 4 H wide", function() return F.lstm_gates(dl.ones(2, 7), dl.ones(2, 2)) end,
+      { "lstm_gates", "(2, 7)", "(2, 2)" } },
+    { "leading dims", function() return F.lstm_gates(dl.ones(3, 8), dl.ones(2, 2)) end,
+      { "lstm_gates", "(3, 8)", "(2, 2)" } },
+    { "0-dim cell state", function() return F.lstm_gates(dl.ones(4), dl.tensor(1)) end, { "lstm_gates", "()" } },
+    { "not a tensor", function() return F.lstm_gates(dl.ones(2, 8), 2) end, { "lstm_gates", "number" } },
+  },
   embedding = {
     { "float indices", function() return F.embedding(dl.ones(2), dl.ones(5, 3)) end, { "embedding", "float32" } },
     { "index out of range", function() return F.embedding(dl.tensor({ 6 }, { dtype = "int64" }), dl.ones(5, 3)) end,

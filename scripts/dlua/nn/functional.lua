@@ -268,6 +268,20 @@ function F.layer_norm(x, normalized_shape, weight, bias, eps)
   return wrap(id)
 end
 
+-- lstm_gates(gates, c): an LSTM step's pointwise half in one op (its backward is one
+-- too). gates (..., 4H): the pre-activations x W_ih^T + b_ih + h W_hh^T + b_hh in
+-- PyTorch's gate order i, f, g, o; c (..., H): the cell state. Returns h' = o tanh(c')
+-- and c' = f c + i g, with i, f, o sigmoids and g a tanh of their pre-activations.
+function F.lstm_gates(gates, c)
+  check_tensor("lstm_gates", gates)
+  check_tensor("lstm_gates", c)
+  local out2 = handles2()
+  local st = C.dl_lstm_gates(hid(gates), hid(c), out2)
+  if st ~= 0 and retry() then st = C.dl_lstm_gates(hid(gates), hid(c), out2) end
+  if st ~= 0 then raise_last() end
+  return wrap(out2[0]), wrap(out2[1])
+end
+
 -- group_norm(x, num_groups [, weight, bias, eps = 1e-5]): x (N, C, ...) with its C
 -- channels in num_groups groups, each group of each sample normalised over its channels
 -- and the remaining dims, then times weight and plus bias (per channel, (C)).

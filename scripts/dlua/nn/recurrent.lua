@@ -37,14 +37,9 @@ local function rnn_step(gi, h, w_hh, b_hh, relu)
   return dl.tanh(y)
 end
 
-local function lstm_step(gi, h, c, w_hh, b_hh, H)
-  local gates = gi + F.linear(h, w_hh, b_hh)
-  local i = dl.sigmoid(gates:narrow(-1, 1, H))
-  local f = dl.sigmoid(gates:narrow(-1, H + 1, H))
-  local g = dl.tanh(gates:narrow(-1, 2 * H + 1, H))
-  local o = dl.sigmoid(gates:narrow(-1, 3 * H + 1, H))
-  local c2 = f * c + i * g
-  return o * dl.tanh(c2), c2
+-- The gates' pointwise math (c' = f c + i g, h' = o tanh(c')) is one fused op.
+local function lstm_step(gi, h, c, w_hh, b_hh)
+  return F.lstm_gates(gi + F.linear(h, w_hh, b_hh), c)
 end
 
 -- h' = n + z (h - n), n = tanh(x_n + r (h_n)).
@@ -132,7 +127,7 @@ function LSTMCell:forward(x, h, c)
   if type(h) == "table" and not is_tensor(h) then h, c = h[1], h[2] end
   h = cell_check(self, "LSTMCell", x, h)
   c = cell_check(self, "LSTMCell", x, c)
-  return lstm_step(F.linear(x, self.weight_ih, self.bias_ih), h, c, self.weight_hh, self.bias_hh, self.hidden_size)
+  return lstm_step(F.linear(x, self.weight_ih, self.bias_ih), h, c, self.weight_hh, self.bias_hh)
 end
 LSTMCell.extra_repr = cell_repr
 
@@ -248,7 +243,7 @@ local function run(self, name, x, h0, c0)
         local t = d == 1 and s or steps - s + 1
         local gi = gis[t]
         if lstm then
-          h, c = lstm_step(gi, h, c, w_hh, b_hh, H)
+          h, c = lstm_step(gi, h, c, w_hh, b_hh)
         elseif name == "GRU" then
           h = gru_step(gi, h, w_hh, b_hh, H)
         else
