@@ -298,7 +298,19 @@ template <> Grads derivative<Op::MatMul>(Node& n, const TensorList& grads) {
     ga = ag::sum_to(ga, am.shape());
     out[0] = a1 ? ag::reshape(ga, a.shape()) : ga;
   }
-  if (n.next[1].valid()) {
+  if (n.next[1].valid() && bm.dim() == 2 && am.dim() > 2) {
+    // A matrix b shared by a batch of a's (a layer's weight over a sequence): the sum of
+    // the batch's a^T g is one product of the batch's rows stacked, (..., M, K) as
+    // (B M, K), with g's as (B M, N), instead of B products into a (B, K, N) temporary
+    // summed afterwards.
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < am.dim(); ++d) rows *= am.size(d);
+    Tensor a2 = ag::reshape(am, Shape{rows, am.size(am.dim() - 1)});
+    Tensor g2 = ag::reshape(g, Shape{rows, g.size(g.dim() - 1)});
+    Tensor gb = stored_transposed(bm) ? ag::transpose(ag::matmul(ag::transpose(g2, 0, 1), a2), 0, 1)
+                                      : ag::matmul(ag::transpose(a2, 0, 1), g2);
+    out[1] = b1 ? ag::reshape(gb, b.shape()) : gb;
+  } else if (n.next[1].valid()) {
     // gb = a^T g, or (g^T a)^T in b's layout
     Tensor gb = plain && stored_transposed(bm)
                     ? ag::transpose(ag::matmul(ag::transpose(g, -1, -2), am), -1, -2)

@@ -294,6 +294,8 @@ std::vector<Case> other_cases(Op op) {
               {"2-D x 1-D", f, {values(Shape{3, 4}, 24), values(Shape{4}, 25)}},
               {"dot", f, {values(Shape{4}, 26), values(Shape{4}, 27)}},
               {"broadcast batch", f, {values(Shape{2, 3, 4}, 28), values(Shape{4, 2}, 29)}},
+              {"two batch dims, b stored transposed", f, {values(Shape{2, 2, 3, 4}, 99), transposed(4, 2, 100)}},
+              {"batch, b a vector", f, {values(Shape{2, 3, 4}, 101), values(Shape{4}, 102)}},
               {"batched 1-D", f, {values(Shape{4}, 30), values(Shape{2, 4, 3}, 31)}}};
     }
     case Op::Cast:
