@@ -7,6 +7,7 @@
 #include "autograd/autograd.h"
 #include "autograd/record.h"
 #include "autograd/views.h"
+#include "tensor/observe.h"
 
 namespace dl::ag {
 
@@ -472,10 +473,31 @@ void GraphTask::discover(const std::vector<Edge>& roots) {
   }
 }
 
+// Note [Gradients accumulated in place]
+// A tensor used by several ops receives one gradient from each, and the engine adds
+// them up as they arrive. A recurrent layer's weight is used once a step: its
+// gradient, (4H, H) for an LSTM, arrives once a step, and adding out of place made a
+// new buffer of that size each time (1 MB a step for the LSTM row of bench/, more
+// memory allocated than every other gradient of the step together). When the
+// backward records nothing and no observer replays the ops it sees, a sum that only
+// the engine holds (the conditions of add_region's buffer) is added to in place:
+// the same additions in the same order, into the same bits.
+bool GraphTask::exclusive(const Tensor& t) {
+  return t.impl()->use_count() == 1 && t.storage().use_count() == 1 && !t.storage().borrowed() &&
+         !t.impl()->view_base && t.is_contiguous() && t.offset() == 0;
+}
+
 void GraphTask::add_grad(Info* inf, uint32_t nr, const Tensor& g) {
   if (!inf || !inf->needed || !g.defined()) return;
   Tensor* slot = inf->slot(nr);
-  *slot = slot->defined() ? ag::binary(Op::Add, *slot, g) : g;
+  if (!slot->defined()) {
+    *slot = g;
+  } else if (!create_graph_ && slot->shape() == g.shape() && slot->dtype() == g.dtype() &&
+             slot->device() == g.device() && exclusive(*slot) && !observing()) {
+    dl::binary_(Op::Add, *slot, g);
+  } else {
+    *slot = ag::binary(Op::Add, *slot, g);
+  }
 }
 
 // Note [Slice gradients added in place]
@@ -508,9 +530,7 @@ bool GraphTask::add_region(Info& inf, int at) {
   Tensor* slot = c->slot(n->next[0].nr);
   // Only a buffer nothing else can see is changed: this Tensor the one reference to its
   // impl, the impl to its storage, and memory the engine allocated.
-  const bool own = slot->defined() && slot->impl()->use_count() == 1 && slot->storage().use_count() == 1 &&
-                   !slot->storage().borrowed() && !slot->impl()->view_base && slot->is_contiguous() &&
-                   slot->offset() == 0 && slot->shape() == m.shape && slot->dtype() == m.dtype &&
+  const bool own = slot->defined() && exclusive(*slot) && slot->shape() == m.shape && slot->dtype() == m.dtype &&
                    slot->device() == dev;
   if (!slot->defined()) {
     *slot = dl::zeros(m.shape, m.dtype, dev);

@@ -88,6 +88,8 @@ class GraphTask {
   }
   void discover(const std::vector<Edge>& roots);
   void add_grad(Info* inf, uint32_t nr, const Tensor& g);   // inf: null when not in the task
+  // Only the engine holds t's memory (Note [Gradients accumulated in place]).
+  static bool exclusive(const Tensor& t);
   // The Info of input i of the node of `inf` (null: no node there).
   Info* kid(const Info& inf, int i) {
     const int k = kids_[size_t(inf.kids + i)];

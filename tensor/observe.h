@@ -95,6 +95,12 @@ extern thread_local Observer* t_observer;
 extern thread_local int t_observe_depth;
 extern std::atomic<int> g_observers;
 
+// Whether an observer is set on this thread (the ops it sees must be the functional
+// ones: an engine shortcut that writes in place asks first).
+inline bool observing() {
+  return __builtin_expect(g_observers.load(std::memory_order_relaxed) != 0, 0) && t_observer != nullptr;
+}
+
 // Sets the thread's observer for a scope.
 class Observing {
  public:

@@ -129,6 +129,44 @@ TEST_CASE("a slice gradient added in place never changes a tensor the caller hol
   CHECK(ga.value_at(end) == 2);
 }
 
+// Note [Gradients accumulated in place] in autograd/engine.cpp.
+TEST_CASE("a weight's gradient from many steps is summed in place, into the same bits", "[autograd]") {
+  ag::GradScope scope;
+  const int64_t T = 30;
+  Tensor w = ag::watch(randn(Shape{64, 48}, DType::Float32));
+  Tensor xs = randn(Shape{T, 8, 64}, DType::Float32);
+  auto f = [&] {
+    // A recurrence's shape: the same weight in every step.
+    Tensor h = zeros(Shape{8, 48}, DType::Float32);
+    for (int64_t t = 0; t < T; ++t)
+      h = ag::unary(Op::Tanh, ag::binary(Op::Add, ag::matmul(ag::narrow(xs, 0, t, 1), w), h));
+    return ag::reduce(Op::Sum, h, {}, false);
+  };
+  Tensor y1 = f(), y2 = f();
+  host_allocator::take_allocated_since_reset();
+  Tensor fast = ag::grad({y1}, {}, {w}, false)[0];
+  const int64_t fast_bytes = host_allocator::take_allocated_since_reset();
+  Tensor recorded = ag::grad({y2}, {}, {w}, true)[0];   // sums out of place, recorded
+  CHECK(same_bits(fast, recorded));
+  // A product per step for the weight, and no new sum per step besides.
+  const int64_t w_bytes = w.numel() * int64_t(sizeof(float));
+  INFO("allocated in the backward: " << fast_bytes << " bytes; w is " << w_bytes);
+  CHECK(fast_bytes < (T + 8) * w_bytes);
+}
+
+TEST_CASE("a gradient summed in place never changes a tensor the caller holds", "[autograd]") {
+  ag::GradScope scope;
+  Tensor a = ag::watch(ones(Shape{3}, DType::Float64));
+  // Add's gradient for a is the seed itself, so a's sum starts as the caller's tensor.
+  Tensor b1 = ag::binary(Op::Add, a, Scalar(1.0)), b2 = ag::binary(Op::Mul, a, Scalar(3.0));
+  Tensor b3 = ag::binary(Op::Mul, a, Scalar(5.0));
+  Tensor g1 = full(Shape{3}, Scalar(1.0), DType::Float64), g2 = full(Shape{3}, Scalar(2.0), DType::Float64);
+  Tensor ga = ag::grad({b1, b2, b3}, {g1, g2, g2}, {a}, false)[0];
+  CHECK(same_bits(g1, full(Shape{3}, Scalar(1.0), DType::Float64)));
+  CHECK(same_bits(g2, full(Shape{3}, Scalar(2.0), DType::Float64)));
+  CHECK(same_bits(ga, full(Shape{3}, Scalar(17.0), DType::Float64)));
+}
+
 TEST_CASE("nothing is recorded outside a gradient", "[autograd]") {
   Tensor x = ag::watch(scalar(2));
   Tensor y = ag::binary(Op::Mul, x, x);
