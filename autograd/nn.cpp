@@ -16,6 +16,7 @@
 
 #include "autograd/math.h"
 #include "autograd/record.h"
+#include "tensor/observe.h"
 
 namespace dl::ag {
 
@@ -361,11 +362,13 @@ std::pair<Tensor, Tensor> lstm_gates(const Tensor& gates, const Tensor& c) {
 // c's gc' f.
 template <> Grads derivative<Op::LstmGates>(Node& n, const TensorList& g) {
   Tensor gates = n.unpack(0), c = n.unpack(1);
-  if (!is_recording()) {
+  if (!is_recording() && !observing()) {
     auto [dgates, dc] = dl::lstm_gates_backward(gates, c, g[0], g[1]);
     return {dgates, dc};
   }
-  // A gradient of this gradient is wanted: the formula in recorded ops.
+  // A gradient of this gradient is wanted, or an observer replays the pass (a compiled
+  // gradient's plan, dl.vmap's capture: they run the ops of the table they see): the
+  // formula in recorded ops.
   const int64_t H = c.size(c.dim() - 1);
   Tensor i = sigmoid(ag::narrow(gates, -1, 0, H)), f = sigmoid(ag::narrow(gates, -1, H, H));
   Tensor gg = ag::unary(Op::Tanh, ag::narrow(gates, -1, 2 * H, H)), o = sigmoid(ag::narrow(gates, -1, 3 * H, H));

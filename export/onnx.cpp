@@ -505,6 +505,23 @@ class Lowering {
       const std::string b = in_value(n, 2) >= 0 ? in_as(n, 2, dt) : constant(dt, zeros, {c});
       attr_f(node("BatchNormalization", {names_.at(size_t(x)), w, b, in_as(n, 3, dt), in_as(n, 4, dt)}, {out}), "epsilon",
              nums(n).at(1));
+    } else if (op == "lstm_gates") {
+      // gates (..., 4H), c (..., H): h' = o tanh(c'), c' = f c + i g, gates i, f, g, o
+      const std::string dt = dtype(out_value(n, 0)), a = in_as(n, 0, dt), c = in_as(n, 1, dt);
+      const int64_t H = konst(shape(in_value(n, 1)).back(), op);
+      const std::string gi = fresh(), gf = fresh(), gg = fresh(), go = fresh();
+      attr_i(node("Split", {a, ints_constant({H, H, H, H})}, {gi, gf, gg, go}), "axis", -1);
+      const std::string i = fresh(), f = fresh(), g = fresh(), o = fresh(), fc = fresh(), ig = fresh();
+      const std::string c2 = out_name(n, 1), tc = fresh();
+      node("Sigmoid", {gi}, {i});
+      node("Sigmoid", {gf}, {f});
+      node("Tanh", {gg}, {g});
+      node("Sigmoid", {go}, {o});
+      node("Mul", {f, c}, {fc});
+      node("Mul", {i, g}, {ig});
+      node("Add", {fc, ig}, {c2});
+      node("Tanh", {c2}, {tc});
+      node("Mul", {o, tc}, {out});
     } else if (op == "layer_norm") {
       // x, weight, bias (optional); ints {normalized dims}, nums {eps}
       if (out_value(n, 1) >= 0 || out_value(n, 2) >= 0) failf("layer_norm: its statistics have no ONNX lowering");

@@ -250,6 +250,12 @@ bool layer_norm_rule(const Call& c, std::vector<Tensor>& out) {
   return as_is(c, out);
 }
 
+// gates (..., 4H) and c (..., H), which must share their leading dims: both batched.
+bool lstm_gates_rule(const Call& c, std::vector<Tensor>& out) {
+  c.run({batched_form(c.in[0], c.batch), batched_form(c.in[1], c.batch)}, c.ints, out);
+  return true;
+}
+
 // ints {reduction, has ignore_index, ignore_index}: the per-row losses of every example
 // in one call, then summed (or averaged) per example.
 bool cross_entropy_rule(const Call& c, std::vector<Tensor>& out) {
@@ -328,6 +334,7 @@ constexpr NamedRule kRules[] = {
     {"max_pool2d", folded_images},
     {"avg_pool2d", folded_images},
     {"layer_norm", layer_norm_rule},
+    {"lstm_gates", lstm_gates_rule},
     {"cross_entropy", cross_entropy_rule},
     {"sort", dim_arg<0>},
     {"linalg_solve", solve_rule},

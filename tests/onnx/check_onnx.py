@@ -206,6 +206,11 @@ def clip(node, ins):
     return [x]
 
 
+def split(node, ins):
+    sizes = [int(k) for k in ins[1]]
+    return np.split(ins[0], np.cumsum(sizes)[:-1], axis=attrs(node).get("axis", 0))
+
+
 def cumsum(node, ins):
     ax = int(ins[1])
     x = ins[0]
@@ -243,7 +248,7 @@ OPS = {
     "ConstantOfShape": const_of_shape, "Where": lambda n, i: [np.where(i[0], i[1], i[2])], "Clip": clip,
     "Softmax": lambda n, i: [softmax(i[0], attrs(n).get("axis", -1))],
     "LogSoftmax": lambda n, i: [np.log(softmax(i[0], attrs(n).get("axis", -1)))],
-    "CumSum": cumsum, "ArgMax": arg(np.argmax), "ArgMin": arg(np.argmin), "Slice": slice_op,
+    "CumSum": cumsum, "Split": split, "ArgMax": arg(np.argmax), "ArgMin": arg(np.argmin), "Slice": slice_op,
     "Gather": lambda n, i: [np.take(i[0], i[1], axis=attrs(n).get("axis", 0))],
     "GatherElements": gather_elements,
     "Concat": lambda n, i: [np.concatenate(i, axis=attrs(n)["axis"])],

@@ -51,3 +51,10 @@ local function many(x, y)
 end
 save("many", many, { dl.randn(2, 6), dl.randn(2, 6) }, { dl.randn(4, 6), dl.randn(4, 6) },
      { dynamic = { [1] = { 1, "n" }, [2] = { 1, "n" } } })
+
+-- A two-layer LSTM (the gates' fused op lowered to Split, Sigmoid, Tanh, Mul and Add), a
+-- free batch size.
+local lstm = nn.LSTM(5, 7, { num_layers = 2, batch_first = true })
+lstm:eval()
+save("lstm", function(x) local y, h, c = lstm(x); return y, h, c end, { dl.randn(2, 4, 5) }, { dl.randn(3, 4, 5) },
+     { dynamic = { [1] = { 1, "batch" } } })
