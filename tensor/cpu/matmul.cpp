@@ -9,9 +9,9 @@
 // BLAS reads either layout through CblasNoTrans/CblasTrans and a leading dimension.
 // Broadcast batch dims are read in place through a zero stride. A batch that b does
 // not vary over and that continues a's rows is folded into M: one gemm call, as
-// PyTorch does for (B, M, K) x (K, N). OpenBLAS runs its own threads for large
-// products; mid-sized ones are split between OpenMP threads here (Note [Products split
-// between OpenMP threads]).
+// PyTorch does for (B, M, K) x (K, N). Products from a few MFLOP up are split between
+// OpenMP threads here, each part a one-thread BLAS call (Note [Products split between
+// OpenMP threads]); OpenBLAS's own threads only run what cannot be split.
 #include <omp.h>
 
 #include <algorithm>
@@ -103,10 +103,12 @@ void for_each_batch(const Batches& g, F&& f) {
 // two cores shared with other processes, a split product of a small model's layer sizes
 // keeps waiting for a helper thread that has been preempted: the MLP's steps took ten
 // times longer split than on one thread while other processes ran (bench/, `mlp`;
-// docs/performance.md, "Measurements behind the code"). So products below kSplitFlops run
-// on one thread, and larger ones on as many as OpenBLAS started with
-// (OPENBLAS_NUM_THREADS, or the core count). 2^25 flops is a 256^3 product, where two
-// threads beat one on a quiet machine (bench/, `matmul256`).
+// docs/performance.md, "Measurements behind the code"). So OpenBLAS runs a product on
+// one thread, except one of kSplitFlops or more that the engine cannot split between
+// OpenMP threads itself (Note [Products split between OpenMP threads]): that one runs
+// on as many threads as OpenBLAS started with (OPENBLAS_NUM_THREADS, or the core
+// count). 2^25 flops is a 256^3 product, where two threads beat one on a quiet machine
+// (bench/, `matmul256`).
 constexpr double kSplitFlops = double(int64_t(1) << 25);
 
 // OpenBLAS's thread count for the largest products (0: the count it starts with, read
@@ -129,22 +131,30 @@ void blas_threads_for(double flops) {
 }
 
 // Note [Products split between OpenMP threads]
-// Below kSplitFlops OpenBLAS runs a product on one thread (Note [BLAS threads]), which
-// leaves the other core idle through a small model's whole training step: the
-// 784-256-10 MLP's products are 26 MFLOP each. From kOmpSplitFlops up, such a product
-// is cut along the larger of the output's dims into one part per OpenMP thread, each
-// part a one-thread BLAS call: OpenMP's threads are the ones the elementwise kernels
-// keep busy (and warm) between the products, and a part is still a sizeable product.
-// Not inside another parallel region (a conv's per-sample threads call BLAS too). Split
-// products are timed (Note [Throttling parallel regions under contention] in loops.h):
-// with one busy process beside it on two cores, the MLP's epoch took many times longer
-// with every such product split than with none (bench/, `mlp`).
+// A product from kOmpSplitFlops up is cut along the larger of the output's dims into
+// one part per OpenMP thread, each part a one-thread BLAS call: OpenMP's threads are the
+// ones the elementwise kernels keep busy (and warm) between the products, and a part is
+// still a sizeable product. (One-thread products left the other core idle through a
+// small model's whole training step: the 784-256-10 MLP's products are 26 MFLOP each.)
+// Large products too, rather than on OpenBLAS's own threads: the two pools then took
+// turns on the same cores, OpenMP's workers spinning for milliseconds after each
+// region (libgomp's default) while OpenBLAS's threads waited for a core, and
+// OpenBLAS's yielding while OpenMP's did. With every product on OpenMP's threads,
+// bench/'s LSTM row (products of 17 MFLOP a step and of 1 GFLOP a sequence) went from
+// 209 to 159 ms a call, and the matmul rows from 0.93, 0.99 and 0.99 of OpenBLAS's own
+// two threads to 1.13, 1.04 and 1.01 (256, 1024 and 2048; one run of each build, both
+// on the same busy machine). Not inside another parallel region (a conv's per-sample
+// threads call BLAS too), nor a product too narrow to cut. Split products are timed
+// (Note [Throttling parallel regions under contention] in loops.h): with one busy
+// process beside it on two cores, the MLP's epoch took many times longer with every
+// such product split than with none (bench/, `mlp`); a product the throttle keeps whole
+// goes to OpenBLAS's threads as before.
 constexpr double kOmpSplitFlops = double(int64_t(1) << 22);
 RegionThrottle g_split_throttle;
 
 bool split_between_threads(int m, int n, int k) {
   const double flops = 2.0 * m * n * k;
-  if (flops < kOmpSplitFlops || flops >= kSplitFlops || max_threads() < 2) return false;
+  if (flops < kOmpSplitFlops || max_threads() < 2) return false;
 #ifdef _OPENMP
   if (omp_in_parallel()) return false;
 #endif
@@ -334,7 +344,8 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
   }
   if (n == 1 && own_gemv(la.trans, la.trans ? k : m, la.trans ? m : k, a, la.ld, b, b_inc, c)) return;
   if (m == 1 && own_gemv(!lb.trans, lb.trans ? n : k, lb.trans ? k : n, b, lb.ld, a, a_inc, c)) return;
-  blas_threads_for(2.0 * m * n * k);
+  const bool split = m > 1 && n > 1 && split_between_threads(m, n, k);
+  blas_threads_for(split ? 0.0 : 2.0 * m * n * k);   // the parts run on one BLAS thread each
   if (m == 1 && n == 1) {
     *c = Blas<T>::dot(k, a, a_inc, b, b_inc);
   } else if (n == 1) {
@@ -347,7 +358,7 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
     std::fill(c, c + n, T(0));
     if (lb.trans) Blas<T>::gemv(CblasNoTrans, n, k, b, int(lb.ld), a, a_inc, c);
     else Blas<T>::gemv(CblasTrans, k, n, b, int(lb.ld), a, a_inc, c);
-  } else if (split_between_threads(m, n, k)) {
+  } else if (split) {
     // Halves (thirds...) of the larger of c's dims, each a product of its own.
     const bool by_rows = m >= n;
     auto part = [&](int64_t b0, int64_t e0, int) {
