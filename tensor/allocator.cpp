@@ -35,7 +35,11 @@ constexpr int64_t kMaxCached = int64_t(1) << 30;  // keep at most 1 GiB of free 
 // 16 MB collector budget made 4 results in one cycle and 5 in the next, so a block idle
 // in one cycle was wanted again in the next; trimmed, it came back as fresh memory and
 // its product took half as long again. So a bin keeps at least as many blocks as it
-// handed out in either of the last two cycles.
+// handed out in any of the last kDemandCycles cycles. Not just the last two: a training
+// step can span several cycles and want its largest blocks in only one of them (the
+// LSTM row of bench/, four cycles a call: the sequence's projections at the start and
+// their gradients at the end; with two cycles of memory every call paged them in
+// afresh, about 1,100 page faults and 5% of its time).
 constexpr size_t kLargeBlock = size_t(1) << 20;
 constexpr uint64_t kIdleFactor = 4;
 
@@ -131,9 +135,9 @@ struct State {
   AllocatorStats st;
   uint64_t epoch = 0;
   uint64_t volume = 0;  // bytes ever allocated (cache hits included)
-  // Blocks of each large bin handed out in this trim cycle and in the one before.
-  uint32_t demand[kNumBins] = {};
-  uint32_t last_demand[kNumBins] = {};
+  // Blocks of each large bin handed out in this trim cycle (demand[cycle][b], cycle =
+  // epoch % kDemandCycles) and in each of the kDemandCycles - 1 before.
+  uint32_t demand[kDemandCycles][kNumBins] = {};
 };
 State& state() {
   static State* s = new State();  // leaked on purpose: usable during static destruction
@@ -155,7 +159,7 @@ void* allocate(size_t nbytes, const char* op) {
     if (s.st.in_use > s.st.peak_in_use) s.st.peak_in_use = s.st.in_use;
     s.st.allocated_since_reset += rounded;
     s.volume += rounded;
-    if (rounded >= kLargeBlock && b < kNumBins) ++s.demand[b];
+    if (rounded >= kLargeBlock && b < kNumBins) ++s.demand[s.epoch % kDemandCycles][b];
     if (b < kNumBins && !s.bins[b].empty()) {
       void* p = s.bins[b].back().p;  // the most recently freed: likeliest still in cache
       s.bins[b].pop_back();
@@ -199,11 +203,12 @@ void trim_idle() noexcept {
   std::vector<Block> idle;
   {
     std::lock_guard<std::mutex> g(s.mu);
+    const int next = int((s.epoch + 1) % kDemandCycles);   // the oldest cycle's row, reused
     for (int b = 0; b < kNumBins; ++b) {
       auto& v = s.bins[b];
-      const size_t keep = std::max(s.demand[b], s.last_demand[b]);
-      s.last_demand[b] = s.demand[b];
-      s.demand[b] = 0;
+      size_t keep = 0;
+      for (const auto& cycle : s.demand) keep = std::max<size_t>(keep, cycle[b]);
+      s.demand[next][b] = 0;
       if (v.size() <= keep) continue;
       size_t rounded = bin_size(b);
       if (rounded < kLargeBlock) continue;

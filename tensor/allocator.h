@@ -3,7 +3,7 @@
 // Freed blocks go to size-binned free lists (multiples of 64 up to 512 bytes, then four
 // classes per power of two) and are handed out again, most recently freed first,
 // without a trip to the system allocator; the cache is bounded, and large blocks that
-// went unused for a whole collection cycle, and while four times their size was
+// went unused for several collection cycles, and while four times their size was
 // allocated, are given back (trim_idle). Blocks of 2 MB and more are mapped on their
 // own and backed by transparent huge pages where Linux offers them (Note [Huge pages
 // for large blocks] in allocator.cpp). The allocator also
@@ -37,11 +37,12 @@ void set_limit(int64_t bytes) noexcept;
 void empty_cache() noexcept;
 // Returns the cached blocks of 1 MB or more that were already cached at the previous
 // call and have not been reused since, while four times their size was allocated,
-// beyond as many blocks of their size class as were handed out in either of the last
-// two cycles (a loop's steady demand stays cached). The
-// Lua binding calls it after each full collection, so a large temporary stays resident
-// for at most two collection cycles or four times its size of allocation, whichever is
-// longer.
+// beyond as many blocks of their size class as were handed out in any of the last
+// kDemandCycles cycles (a loop's steady demand stays cached, even when a step spans
+// several cycles). The Lua binding calls it after each full collection, so a large
+// temporary stays resident for at most kDemandCycles collection cycles or four times
+// its size of allocation, whichever is longer.
+constexpr int kDemandCycles = 8;
 void trim_idle() noexcept;
 // Whether blocks of 2 MB and more are mapped on their own with huge pages (Linux, not
 // under AddressSanitizer).

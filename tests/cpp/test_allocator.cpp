@@ -51,7 +51,7 @@ TEST_CASE("allocator: a freed block is reused, the most recent first") {
   CHECK(ha::stats().cached == 0);
 }
 
-TEST_CASE("allocator: large blocks idle for a whole cycle and four times their size of allocation go back") {
+TEST_CASE("allocator: large blocks idle for kDemandCycles cycles and four times their size of allocation go back") {
   const size_t big = size_t(8) << 20, small = 4096;
   const int64_t big_block = block_size(big);
   ha::empty_cache();
@@ -75,12 +75,17 @@ TEST_CASE("allocator: large blocks idle for a whole cycle and four times their s
     ha::deallocate(other, big + 4096 * 64);
   }
   int64_t with_other = ha::stats().cached;
-  ha::trim_idle();  // now the first large block goes (the other was reused all along), the small stays
+  for (int c = 2; c < ha::kDemandCycles; ++c) {   // its bin wanted it kDemandCycles - 1 cycles ago...
+    ha::trim_idle();
+    CHECK(ha::stats().cached == with_other);
+  }
+  ha::trim_idle();  // ...and no longer remembers: the first large block goes (the other was reused all
+                    // along), the small stays
   CHECK(ha::stats().cached == with_other - big_block);
   ha::empty_cache();
 }
 
-TEST_CASE("allocator: a bin keeps the blocks it handed out in either of the last two cycles") {
+TEST_CASE("allocator: a bin keeps the blocks it handed out in any of the last kDemandCycles cycles") {
   const size_t big = size_t(4) << 20;
   const int64_t big_block = block_size(big);
   ha::empty_cache();
@@ -103,11 +108,16 @@ TEST_CASE("allocator: a bin keeps the blocks it handed out in either of the last
   for (auto& b : q) ha::deallocate(b, big);
   ha::trim_idle();  // ...but the cycle before wanted three
   CHECK(ha::stats().cached == three);
+  for (int c = 2; c < ha::kDemandCycles; ++c) {   // and it is remembered for kDemandCycles cycles
+    churn();
+    ha::trim_idle();
+    CHECK(ha::stats().cached == three);
+  }
   churn();
-  ha::trim_idle();  // the last two cycles wanted two and none: one goes
+  ha::trim_idle();  // the cycles remembered wanted two at most: one goes
   CHECK(ha::stats().cached == three - big_block);
   churn();
-  ha::trim_idle();  // none and none: all go
+  ha::trim_idle();  // the cycle that wanted two is forgotten too: all go
   CHECK(ha::stats().cached == three - 3 * big_block);
   ha::empty_cache();
 }
