@@ -380,6 +380,23 @@ __global__ void __launch_bounds__(kThreads) softmax_rows(const T* x, T* out, int
   }
 }
 
+// softmax's gradient along rows (Note [Softmax's gradient in one pass] in
+// tensor/cpu/reduce.cpp): a block per row, the sum of the rounded products in double.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+softmax_backward_rows(T* gx, const T* g, const T* y, int64_t M, int64_t N) {
+  __shared__ double shs[kThreads];
+  const fn::SumRed<double> dsum;
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const T* gr = g + m * N;
+    const T* yr = y + m * N;
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) s += double(T(gr[i] * yr[i]));
+    const T st = T(block_merge(shs, s, dsum));
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) gx[m * N + i] = yr[i] * (gr[i] - st);
+  }
+}
+
 // J > 1: a thread per (m, j) column, neighbouring threads on neighbouring columns.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -503,6 +520,21 @@ void softmax(Op op, const Tensor& out, const Tensor& x, int dim) {
   DL_ASSERT(x.is_contiguous() && out.is_contiguous() && out.dtype() == x.dtype());
   DL_ASSERT(op == Op::Softmax || op == Op::LogSoftmax);
   DL_DISPATCH_FLOAT(x.dtype(), op_name(op), softmax_typed<scalar_t>(op == Op::LogSoftmax, out, x, dim, op_name(op)));
+}
+
+void softmax_backward(const Tensor& gx, const Tensor& g, const Tensor& y) {
+  DL_ASSERT(gx.is_contiguous() && g.is_contiguous() && y.is_contiguous() && g.dtype() == y.dtype());
+  if (y.numel() == 0) return;
+  const char* op = "softmax";
+  const int64_t N = y.size(y.dim() - 1), M = N == 0 ? 0 : y.numel() / N;
+  if (M == 0) return;
+  const DeviceContext& c = activate(y, op);
+  const int64_t cap = int64_t(c.sm_count) * 16;
+  DL_DISPATCH_FLOAT(y.dtype(), op, {
+    softmax_backward_rows<scalar_t><<<unsigned(M < cap ? M : cap), kThreads, 0, c.stream>>>(
+        gx.data<scalar_t>(), g.data<scalar_t>(), y.data<scalar_t>(), M, N);
+  });
+  check_launch(op);
 }
 
 }  // namespace dl::gpu

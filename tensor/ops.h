@@ -132,6 +132,10 @@ std::pair<Tensor, Tensor> min_dim(const Tensor& x, int dim, bool keepdim);
 Tensor argmax(const Tensor& x, std::optional<int> dim, bool keepdim);
 Tensor argmin(const Tensor& x, std::optional<int> dim, bool keepdim);
 Tensor softmax(const Tensor& x, int dim);
+// softmax's gradient along the last dim, y (g - sum(g y)), from its output y and the
+// output's gradient g, in one pass a row. Not recorded: autograd's derivative uses it
+// when no gradient of the gradient is wanted.
+Tensor softmax_backward(const Tensor& g, const Tensor& y);
 Tensor log_softmax(const Tensor& x, int dim);
 // Running sums along dim (from the end with `reverse`); integer and bool x give int64.
 Tensor cumsum(const Tensor& x, int dim, bool reverse = false);

@@ -210,6 +210,17 @@ Tensor log_softmax(const Tensor& x, int dim) {
                         [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim}; });
 }
 
+Tensor softmax_backward(const Tensor& g, const Tensor& y) {
+  const char* op = "softmax";
+  DL_CHECK(g.shape() == y.shape() && g.device() == y.device() && y.dim() >= 1 && y.is_floating(), op,
+           ": the gradient's fused form needs g and y of one shape and device, floating, got ", g.shape(), " and ",
+           y.shape());
+  if (is_half(y.dtype())) return narrowed(softmax_backward(widened(g), widened(y)), y.dtype());
+  Tensor gx = empty(y.shape(), y.dtype(), y.device(), op);
+  kernel(&Backend::softmax_backward, y.device(), op)(gx, contiguous(cast(g, y.dtype())), contiguous(y));
+  return gx;
+}
+
 // ---- scans ---------------------------------------------------------------------------------
 
 static Tensor scan_impl(Op op, const Tensor& x, int dim, bool reverse) {

@@ -552,6 +552,59 @@ void softmax(Op op, const Tensor& out, const Tensor& x, int dim) {
   DL_DISPATCH_FLOAT(x.dtype(), op_name(op), softmax_typed<scalar_t>(op == Op::LogSoftmax, out, x, dim));
 }
 
+// Note [Softmax's gradient in one pass]
+// x's gradient from y = softmax(x) and the output's gradient g is y (g - sum(g y)) per
+// row: recorded, that is four passes over the (rows, N) scores (a product, a sum, a
+// difference, a product) and three temporaries of their size; attention makes such
+// scores. Here a row at a time: the sum of the products g y (each rounded to the dtype,
+// as the recorded product was) in kLanes double accumulators, then one pass for gx.
+// Autograd's derivative uses it when nothing is recorded or observed and the dim is the
+// last (autograd/reduce.cpp).
+
+namespace {
+
+template <typename T>
+[[gnu::always_inline]] inline void softmax_backward_rows(T* gx, const T* g, const T* y, int64_t N, int64_t b,
+                                                         int64_t e) {
+  for (int64_t r = b; r < e; ++r) {
+    const T* gr = g + r * N;
+    const T* yr = y + r * N;
+    T* o = gx + r * N;
+    double lane[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= N; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) lane[k] += double(T(gr[i + k] * yr[i + k]));
+    for (int64_t k = 0; k < N - i; ++k) lane[k] += double(T(gr[i + k] * yr[i + k]));
+    for (int width = kLanes / 2; width > 0; width /= 2)
+      for (int k = 0; k < width; ++k) lane[k] += lane[k + width];
+    const T s = T(lane[0]);
+    for (int64_t j = 0; j < N; ++j) o[j] = yr[j] * (gr[j] - s);
+  }
+}
+DL_TARGET_CLONES void softmax_backward_float(float* gx, const float* g, const float* y, int64_t N, int64_t b,
+                                             int64_t e) {
+  softmax_backward_rows(gx, g, y, N, b, e);
+}
+
+template <typename T>
+void softmax_backward_typed(const Tensor& gx, const Tensor& g, const Tensor& y) {
+  const int64_t N = y.size(y.dim() - 1), R = N == 0 ? 0 : y.numel() / N;
+  T* o = gx.data<T>();
+  const T *gp = g.data<T>(), *yp = y.data<T>();
+  parallel_units(R, 4.0 * double(y.numel()), [&](int64_t b, int64_t e, int) {
+    if constexpr (std::is_same_v<T, float>) softmax_backward_float(o, gp, yp, N, b, e);
+    else softmax_backward_rows(o, gp, yp, N, b, e);
+  });
+}
+
+}  // namespace
+
+void softmax_backward(const Tensor& gx, const Tensor& g, const Tensor& y) {
+  DL_ASSERT(gx.is_contiguous() && g.is_contiguous() && y.is_contiguous() && g.dtype() == y.dtype());
+  if (y.numel() == 0) return;
+  DL_DISPATCH_FLOAT(y.dtype(), "softmax", softmax_backward_typed<scalar_t>(gx, g, y));
+}
+
 // ---- scans ------------------------------------------------------------------------------
 // x contiguous, seen as (M, N, J) around dim (N its size): a running fold along N for each
 // (m, j), in the accumulator type A (double for floats, int64 for integers), from n = N-1

@@ -303,6 +303,10 @@ std::map<Op, Check> other_checks() {
                           {sample({5, 6, 7}, dt)}, [&](const auto& x) {
                             return op == Op::Softmax ? softmax(x[0], dim) : log_softmax(x[0], dim);
                           }, folds(8));
+      if (op == Op::Softmax)
+        for (DType dt : {DType::Float32, DType::Float64})
+          compare_op("softmax backward " + std::string(dtype_name(dt)), {sample({6, 300}, dt), sample({6, 300}, dt)},
+                     [](const auto& x) { return softmax_backward(x[0], softmax(x[1], 1)); }, folds(300));
       compare_op("softmax long rows", {sample({4, 5000}, DType::Float32)},
                  [op](const auto& x) { return op == Op::Softmax ? softmax(x[0], 1) : log_softmax(x[0], 1); },
                  folds(5000));

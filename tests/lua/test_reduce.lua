@@ -100,4 +100,28 @@ H.test("softmax and log_softmax", function()
   H.raises(function() return dl.softmax({ 1 }, 1) end, "softmax: expected a tensor, got table")
 end)
 
+-- Note [Softmax's gradient in one pass] in tensor/cpu/reduce.cpp: the gradient along the
+-- last dim is one kernel; it equals the recorded formula y (g - sum(g y)).
+H.test("softmax's gradient in one pass equals the formula", function()
+  dl.manual_seed(4)
+  for _, case in ipairs({ { { 32, 16, 128 }, "float32" }, { { 3, 100 }, "float32" }, { { 6 }, "float32" },
+                          { { 5, 7 }, "float64" }, { { 4, 0 }, "float32" } }) do
+    local x, w = dl.randn(case[1], case[2]), dl.randn(case[1], case[2])
+    local g = dl.grad(function(a) return (dl.softmax(a, -1) * w):sum() end)(x)
+    local y = dl.softmax(x, -1)
+    local formula = y * (w - (w * y):sum(-1, true))
+    H.shape(g, formula.shape)
+    if g:numel() > 0 then
+      H.ok((g - formula):abs():max():item() <= (case[2] == "float32" and 1e-7 or 1e-15), "gradient " .. case[2])
+    end
+  end
+  -- a broadcast incoming gradient (the gradient of sum): rows of ones, so zeros
+  local gz = dl.grad(function(a) return dl.softmax(a, -1):sum() end)(dl.randn(3, 9))
+  H.ok(gz:abs():max():item() < 1e-7, "softmax's rows sum to one: no gradient")
+  -- a gradient of the gradient still goes through the recorded formula
+  local x = dl.randn(2, 5, "float64")
+  local h = dl.grad(function(a) return (dl.grad(function(b) return (dl.softmax(b, -1) * b):sum() end)(a) ^ 2):sum() end)(x)
+  H.shape(h, { 2, 5 })
+end)
+
 H.run()
