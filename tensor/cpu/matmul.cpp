@@ -161,6 +161,21 @@ bool split_between_threads(int m, int n, int k) {
   return std::max(m, n) >= 64 * max_threads() && g_split_throttle.allowed(monotonic_ns());
 }
 
+// A batch of products each too small to split (attention's (L, E) x (E, S) per head: 2
+// MFLOP for bench/'s sdpa row) but worth splitting together: the batch's products are
+// shared out between OpenMP threads, each a one-thread BLAS call, as the parts of a
+// split product are (and timed by the same throttle). Each product is the same call
+// either way, so the bits do not change.
+bool batches_between_threads(int64_t count, double flops_each) {
+  if (count < 2 || flops_each >= kOmpSplitFlops || flops_each * double(count) < kOmpSplitFlops ||
+      max_threads() < 2)
+    return false;
+#ifdef _OPENMP
+  if (omp_in_parallel()) return false;
+#endif
+  return g_split_throttle.allowed(monotonic_ns());
+}
+
 template <typename T> struct Blas;
 template <> struct Blas<float> {
   static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a,
@@ -408,6 +423,22 @@ void float_matmul(const Tensor& out, Tensor a, Tensor b) {
   }
   if (fold) {
     product<T>(c, pa, la, pb, lb, int(M * g.count), int(N), int(K));
+    return;
+  }
+  if (batches_between_threads(g.count, 2.0 * double(M) * double(N) * double(K))) {
+    std::vector<int64_t> oa(size_t(g.count)), ob(size_t(g.count));
+    for_each_batch(g, [&](int64_t k, int64_t x, int64_t y) {
+      oa[size_t(k)] = x;
+      ob[size_t(k)] = y;
+    });
+    blas_threads_for(0.0);   // each product on one BLAS thread
+    const double flops = 2.0 * double(M) * double(N) * double(K) * double(g.count);
+    g_split_throttle.timed(flops, [&] {
+      parallel_units(g.count, flops, [&](int64_t b0, int64_t e0, int) {
+        for (int64_t k = b0; k < e0; ++k)
+          product<T>(c + k * M * N, pa + oa[size_t(k)], la, pb + ob[size_t(k)], lb, int(M), int(N), int(K));
+      });
+    });
     return;
   }
   for_each_batch(g, [&](int64_t k, int64_t oa, int64_t ob) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <limits>
 
@@ -302,6 +303,24 @@ TEST_CASE("small products run on one BLAS thread; large ones that cannot be spli
   // throttle saw contention, which a test cannot rule out): the values are the same.
   r = matmul(big, bt);
   CHECK(r.value_at(std::vector<int64_t>{255, 255}.data()) == 512);
+}
+
+TEST_CASE("a batch of small products shared out between threads gives each product's own bits", "[matmul]") {
+  // batches_between_threads in tensor/cpu/matmul.cpp: attention's per-head products.
+  for (int64_t batch : {2, 3, 32}) {
+    Tensor a = randn(Shape{batch, 96, 64}, DType::Float32), b = randn(Shape{batch, 64, 80}, DType::Float32);
+    Tensor bt = transpose(randn(Shape{batch, 80, 64}, DType::Float32), 1, 2);   // read transposed
+    for (const Tensor* rhs : {&b, &bt}) {
+      Tensor r = matmul(a, *rhs);
+      REQUIRE(r.shape() == Shape{batch, 96, 80});
+      for (int64_t k = 0; k < batch; ++k) {
+        INFO("batch " << batch << ", product " << k);
+        Tensor one = matmul(select(a, 0, k), select(*rhs, 0, k));
+        Tensor got = contiguous(select(r, 0, k));
+        CHECK(std::memcmp(got.raw_data(), one.raw_data(), size_t(one.numel()) * sizeof(float)) == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("products split between OpenMP threads match one BLAS call", "[matmul]") {
