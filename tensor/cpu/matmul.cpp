@@ -165,10 +165,14 @@ bool split_between_threads(int m, int n, int k) {
 // MFLOP for bench/'s sdpa row) but worth splitting together: the batch's products are
 // shared out between OpenMP threads, each a one-thread BLAS call, as the parts of a
 // split product are (and timed by the same throttle). Each product is the same call
-// either way, so the bits do not change.
+// either way, so the bits do not change. Not for products under kBatchSplitMinFlops:
+// the char transformer's per-head products (64 x 16 x 64, 131 KFLOP, 64 a batch) were
+// no faster shared out on the busy benchmark machine, and likely slower (the best of
+// five steps 26 ms kept on one thread, 35 ms shared out).
+constexpr double kBatchSplitMinFlops = double(int64_t(1) << 20);
 bool batches_between_threads(int64_t count, double flops_each) {
-  if (count < 2 || flops_each >= kOmpSplitFlops || flops_each * double(count) < kOmpSplitFlops ||
-      max_threads() < 2)
+  if (count < 2 || flops_each < kBatchSplitMinFlops || flops_each >= kOmpSplitFlops ||
+      flops_each * double(count) < kOmpSplitFlops || max_threads() < 2)
     return false;
 #ifdef _OPENMP
   if (omp_in_parallel()) return false;
