@@ -104,9 +104,7 @@ std::pair<Tensor, Tensor> qr(const Tensor& a, bool complete) {
   n->save(q, true, 0);
   n->save(r, true, 1);
   n->attrs.i[0] = complete;
-  n->num_outputs = 2;
-  q = finish(n, q, 0);
-  r = finish(n, r, 1);
+  finish_all(n, {&q, &r});
   return {q, r};
 }
 
@@ -150,9 +148,7 @@ std::pair<Tensor, Tensor> eigh(const Tensor& a) {
   if (!n) return {w, v};
   n->save(w, true, 0);
   n->save(v, true, 1);
-  n->num_outputs = 2;
-  w = finish(n, w, 0);
-  v = finish(n, v, 1);
+  finish_all(n, {&w, &v});
   return {w, v};
 }
 // gA = V (diag(gw) + skew(V^T gV) / 2 / E) V^T with E_ij = w_j - w_i (1 on the diagonal,
@@ -178,10 +174,7 @@ SvdResult svd(const Tensor& a, bool full_matrices) {
   n->save(r.s, true, 1);
   n->save(r.vh, true, 2);
   n->attrs.i[0] = full_matrices;
-  n->num_outputs = 3;
-  r.u = finish(n, r.u, 0);
-  r.s = finish(n, r.s, 1);
-  r.vh = finish(n, r.vh, 2);
+  finish_all(n, {&r.u, &r.s, &r.vh});
   return r;
 }
 // A = U diag(S) Vh, k = min(m, n):

@@ -352,9 +352,7 @@ std::pair<Tensor, Tensor> lstm_gates(const Tensor& gates, const Tensor& c) {
   if (!n) return {h, c2};
   n->save(gates);
   n->save(c);
-  n->num_outputs = 2;
-  h = finish(n, h, 0);
-  c2 = finish(n, c2, 1);
+  finish_all(n, {&h, &c2});
   return {h, c2};
 }
 // With gc' = gh o (1 - tanh(c')^2) + gc, the whole gradient of c': the pre-activations'

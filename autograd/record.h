@@ -29,6 +29,9 @@ inline Ref<Node> maybe_node(Op op, std::initializer_list<const Tensor*> ins) {
 // The output of a recorded op, attached to `node` (a fresh alias when the raw op
 // returned one of its inputs unchanged, so that input keeps its own history).
 Tensor finish(const Ref<Node>& node, Tensor y, uint32_t nr = 0);
+// Every output of a recorded op with several, each one gradient-carrying: outs[k] is
+// finished as output k, and the node has outs.size() outputs.
+void finish_all(const Ref<Node>& node, std::initializer_list<Tensor*> outs);
 
 // Dims as stored in Attrs::dims.
 std::vector<int> dims_of(const Attrs& a);

@@ -67,6 +67,12 @@ Tensor finish(const Ref<Node>& node, Tensor y, uint32_t nr) {
   return y;
 }
 
+void finish_all(const Ref<Node>& node, std::initializer_list<Tensor*> outs) {
+  node->num_outputs = uint32_t(outs.size());
+  uint32_t nr = 0;
+  for (Tensor* y : outs) *y = finish(node, std::move(*y), nr++);
+}
+
 std::vector<int> dims_of(const Attrs& a) {
   std::vector<int> d;
   for (int64_t v : a.dims) d.push_back(int(v));
