@@ -12,15 +12,26 @@ namespace dl::cpu {
 
 namespace {
 
-// Row r's four gate blocks, unit j of each at once.
+// Row r's four gate blocks (i, f, g, o) of a (R, 4H) tensor; the loops read unit j of
+// each at once.
+template <typename P>
+struct GateRow {
+  P* i;
+  P* f;
+  P* g;
+  P* o;
+};
+template <typename P>
+[[gnu::always_inline]] inline GateRow<P> gate_row(P* a, int64_t r, int64_t H) {
+  P* p = a + r * 4 * H;
+  return {p, p + H, p + 2 * H, p + 3 * H};
+}
+
 template <typename T>
 [[gnu::always_inline]] inline void forward_rows(const T* a, const T* c, T* h, T* c2, int64_t H, int64_t b,
                                                 int64_t e) {
   for (int64_t r = b; r < e; ++r) {
-    const T* ai = a + r * 4 * H;
-    const T* af = ai + H;
-    const T* ag = ai + 2 * H;
-    const T* ao = ai + 3 * H;
+    const GateRow<const T> x = gate_row(a, r, H);
     const T* cr = c + r * H;
     T* hr = h + r * H;
     T* cr2 = c2 + r * H;
@@ -28,7 +39,7 @@ template <typename T>
     // run-time alias checks than it will version for).
 #pragma GCC ivdep
     for (int64_t j = 0; j < H; ++j) {
-      const fn::LstmState<T> s = fn::LstmGates{}(ai[j], af[j], ag[j], ao[j], cr[j]);
+      const fn::LstmState<T> s = fn::LstmGates{}(x.i[j], x.f[j], x.g[j], x.o[j], cr[j]);
       hr[j] = s.h;
       cr2[j] = s.c;
     }
@@ -39,28 +50,21 @@ template <typename T>
 [[gnu::always_inline]] inline void backward_rows(const T* a, const T* c, const T* gh, const T* gc, T* da, T* dc,
                                                  int64_t H, int64_t b, int64_t e) {
   for (int64_t r = b; r < e; ++r) {
-    const T* ai = a + r * 4 * H;
-    const T* af = ai + H;
-    const T* ag = ai + 2 * H;
-    const T* ao = ai + 3 * H;
+    const GateRow<const T> x = gate_row(a, r, H);
+    const GateRow<T> d = gate_row(da, r, H);
     const T* cr = c + r * H;
     const T* ghr = gh + r * H;
     const T* gcr = gc + r * H;
-    T* dai = da + r * 4 * H;
-    T* daf = dai + H;
-    T* dag = dai + 2 * H;
-    T* dao = dai + 3 * H;
     T* dcr = dc + r * H;
-    // The outputs overlap no input; without the pragma GCC gives up on the loop (more
-    // run-time alias checks than it will version for).
+    // As in forward_rows.
 #pragma GCC ivdep
     for (int64_t j = 0; j < H; ++j) {
-      const fn::LstmGrads<T> d = fn::LstmGatesBackward{}(ai[j], af[j], ag[j], ao[j], cr[j], ghr[j], gcr[j]);
-      dai[j] = d.ai;
-      daf[j] = d.af;
-      dag[j] = d.ag;
-      dao[j] = d.ao;
-      dcr[j] = d.c;
+      const fn::LstmGrads<T> v = fn::LstmGatesBackward{}(x.i[j], x.f[j], x.g[j], x.o[j], cr[j], ghr[j], gcr[j]);
+      d.i[j] = v.ai;
+      d.f[j] = v.af;
+      d.g[j] = v.ag;
+      d.o[j] = v.ao;
+      dcr[j] = v.c;
     }
   }
 }
