@@ -98,6 +98,17 @@ void for_each_batch(const Batches& g, F&& f) {
   }
 }
 
+// Every batch's operand offsets (a's in oa, b's in ob), in batch order: for sharing the
+// batches, or their rows, out between threads.
+void batch_offsets(const Batches& g, std::vector<int64_t>& oa, std::vector<int64_t>& ob) {
+  oa.resize(size_t(g.count));
+  ob.resize(size_t(g.count));
+  for_each_batch(g, [&](int64_t k, int64_t x, int64_t y) {
+    oa[size_t(k)] = x;
+    ob[size_t(k)] = y;
+  });
+}
+
 // Note [BLAS threads]
 // OpenBLAS splits a product over its own threads from about 64^3 multiply-adds up. On
 // two cores shared with other processes, a split product of a small model's layer sizes
@@ -152,13 +163,19 @@ void blas_threads_for(double flops) {
 constexpr double kOmpSplitFlops = double(int64_t(1) << 22);
 RegionThrottle g_split_throttle;
 
-bool split_between_threads(int m, int n, int k) {
-  const double flops = 2.0 * m * n * k;
-  if (flops < kOmpSplitFlops || max_threads() < 2) return false;
+// Whether work may be shared out between OpenMP threads now: there are several, this is
+// not inside another parallel region, and the contention throttle allows it.
+bool may_share_out() {
+  if (max_threads() < 2) return false;
 #ifdef _OPENMP
   if (omp_in_parallel()) return false;
 #endif
-  return std::max(m, n) >= 64 * max_threads() && g_split_throttle.allowed(monotonic_ns());
+  return g_split_throttle.allowed(monotonic_ns());
+}
+
+bool split_between_threads(int m, int n, int k) {
+  const double flops = 2.0 * m * n * k;
+  return flops >= kOmpSplitFlops && std::max(m, n) >= 64 * max_threads() && may_share_out();
 }
 
 // A batch of products each too small to split (attention's (L, E) x (E, S) per head: 2
@@ -171,13 +188,8 @@ bool split_between_threads(int m, int n, int k) {
 // five steps 26 ms kept on one thread, 35 ms shared out).
 constexpr double kBatchSplitMinFlops = double(int64_t(1) << 20);
 bool batches_between_threads(int64_t count, double flops_each) {
-  if (count < 2 || flops_each < kBatchSplitMinFlops || flops_each >= kOmpSplitFlops ||
-      flops_each * double(count) < kOmpSplitFlops || max_threads() < 2)
-    return false;
-#ifdef _OPENMP
-  if (omp_in_parallel()) return false;
-#endif
-  return g_split_throttle.allowed(monotonic_ns());
+  return count >= 2 && flops_each >= kBatchSplitMinFlops && flops_each < kOmpSplitFlops &&
+         flops_each * double(count) >= kOmpSplitFlops && may_share_out();
 }
 
 template <typename T> struct Blas;
@@ -430,11 +442,8 @@ void float_matmul(const Tensor& out, Tensor a, Tensor b) {
     return;
   }
   if (batches_between_threads(g.count, 2.0 * double(M) * double(N) * double(K))) {
-    std::vector<int64_t> oa(size_t(g.count)), ob(size_t(g.count));
-    for_each_batch(g, [&](int64_t k, int64_t x, int64_t y) {
-      oa[size_t(k)] = x;
-      ob[size_t(k)] = y;
-    });
+    std::vector<int64_t> oa, ob;
+    batch_offsets(g, oa, ob);
     blas_threads_for(0.0);   // each product on one BLAS thread
     const double flops = 2.0 * double(M) * double(N) * double(K) * double(g.count);
     g_split_throttle.timed(flops, [&] {
@@ -459,12 +468,8 @@ void int_matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t ar = a.stride(ad - 2), ac = a.stride(ad - 1);
   const int64_t br = b.stride(bd - 2), bc = b.stride(bd - 1);
   const Batches g = batches_of(out, a, b);
-  // Operand offsets of every batch, so that rows can be split between threads.
-  std::vector<int64_t> oa(static_cast<size_t>(g.count)), ob(static_cast<size_t>(g.count));
-  for_each_batch(g, [&](int64_t k, int64_t x, int64_t y) {
-    oa[size_t(k)] = x;
-    ob[size_t(k)] = y;
-  });
+  std::vector<int64_t> oa, ob;   // so that rows can be split between threads
+  batch_offsets(g, oa, ob);
   T* c = out.data<T>();
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
