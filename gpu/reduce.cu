@@ -526,8 +526,7 @@ void softmax_backward(const Tensor& gx, const Tensor& g, const Tensor& y) {
   DL_ASSERT(gx.is_contiguous() && g.is_contiguous() && y.is_contiguous() && g.dtype() == y.dtype());
   if (y.numel() == 0) return;
   const char* op = "softmax";
-  const int64_t N = y.size(y.dim() - 1), M = N == 0 ? 0 : y.numel() / N;
-  if (M == 0) return;
+  const int64_t N = y.size(y.dim() - 1), M = y.numel() / N;   // y is not empty
   const DeviceContext& c = activate(y, op);
   const int64_t cap = int64_t(c.sm_count) * 16;
   DL_DISPATCH_FLOAT(y.dtype(), op, {

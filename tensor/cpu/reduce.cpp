@@ -588,7 +588,7 @@ DL_TARGET_CLONES void softmax_backward_float(float* gx, const float* g, const fl
 
 template <typename T>
 void softmax_backward_typed(const Tensor& gx, const Tensor& g, const Tensor& y) {
-  const int64_t N = y.size(y.dim() - 1), R = N == 0 ? 0 : y.numel() / N;
+  const int64_t N = y.size(y.dim() - 1), R = y.numel() / N;   // y is not empty
   T* o = gx.data<T>();
   const T *gp = g.data<T>(), *yp = y.data<T>();
   parallel_units(R, 4.0 * double(y.numel()), [&](int64_t b, int64_t e, int) {
