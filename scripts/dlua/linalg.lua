@@ -19,10 +19,8 @@ local T = require("dlua.tensor")
 core.own_source()
 
 local C = core.C
-local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, core.bad_arg,
-  require("dlua.lifetime").retry,
-  core.options
-local wrap, hid, is_tensor, shape_str = T.wrap, T.hid, T.is_tensor, T.shape_str
+local raise, bad_arg, options = core.raise, core.bad_arg, core.options
+local hid, is_tensor, shape_str = T.hid, T.is_tensor, T.shape_str
 local dl = T.dl
 local type, tostring, math_huge = type, tostring, math.huge
 
@@ -43,16 +41,7 @@ local function check_matrix(op, x)
 end
 
 local one = T.new   -- one handle from f(...), retried once after a collection
--- n handles from f(..., outs), outs the last argument.
-local function several(n, f, ...)
-  local outs = select(select("#", ...), ...)
-  local st = f(...)
-  if st ~= 0 and retry() then st = f(...) end
-  if st ~= 0 then return raise_last() end
-  local a, b, c = outs[0], outs[1], outs[2]
-  if n == 2 then return wrap(a), wrap(b) end
-  return wrap(a), wrap(b), wrap(c)
-end
+local several = T.several   -- n handles from f(..., outs), outs the last argument
 
 local function mT(x) return x:transpose(-2, -1) end
 local function flag(v) return v and 1 or 0 end

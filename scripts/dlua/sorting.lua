@@ -18,10 +18,8 @@ local T = require("dlua.tensor")
 core.own_source()
 
 local C = core.C
-local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, core.bad_arg,
-  require("dlua.lifetime").retry,
-  core.options
-local wrap, hid, is_tensor, shape_str, methods, dl = T.wrap, T.hid, T.is_tensor, T.shape_str, T.methods, T.dl
+local raise, bad_arg, options = core.raise, core.bad_arg, core.options
+local hid, is_tensor, shape_str, methods, dl = T.hid, T.is_tensor, T.shape_str, T.methods, T.dl
 local type, tostring, floor = type, tostring, math.floor
 
 local M = {}
@@ -40,18 +38,14 @@ local function bool_arg(op, v, what, default)
   return v
 end
 local one = T.new   -- one handle from f(...), retried once after a collection
+local several = T.several   -- n handles from f(..., outs), outs the last argument
 
 -- x:sort([dim = -1 [, descending = false]]): values and 1-based int64 indices.
 function methods.sort(x, dim, descending)
   check("sort", x)
   dim = int_arg("sort", dim == nil and -1 or dim, "dimension")
   local d = bool_arg("sort", descending, "descending", false) and 1 or 0
-  local out2 = handles2()
-  local st = C.dl_sort(hid(x), dim, d, out2)
-  if st ~= 0 and retry() then st = C.dl_sort(hid(x), dim, d, out2) end
-  if st ~= 0 then return raise_last() end
-  local v, i = out2[0], out2[1]
-  return wrap(v), wrap(i)
+  return several(2, C.dl_sort, hid(x), dim, d, handles2())
 end
 
 function methods.argsort(x, dim, descending)

@@ -134,6 +134,20 @@ local function new(f, ...)
 end
 M.new = new
 
+-- The n (2 or 3) results a C call writes into outs, its last argument (a fresh cell:
+-- Note [Values C writes back]), wrapped; the call returns a status and is retried once
+-- after a collection, as new() does.
+local function several(n, f, ...)
+  local outs = select(select("#", ...), ...)
+  local st = f(...)
+  if st ~= 0 and retry() then st = f(...) end
+  if st ~= 0 then return raise_last() end
+  local a, b, c = outs[0], outs[1], outs[2]
+  if n == 2 then return wrap(a), wrap(b) end
+  return wrap(a), wrap(b), wrap(c)
+end
+M.several = several
+
 local function is_tensor(x)
   local yes = istype(Tensor, x)
   return yes

@@ -275,11 +275,7 @@ end
 function F.lstm_gates(gates, c)
   check_tensor("lstm_gates", gates)
   check_tensor("lstm_gates", c)
-  local out2 = handles2()
-  local st = C.dl_lstm_gates(hid(gates), hid(c), out2)
-  if st ~= 0 and retry() then st = C.dl_lstm_gates(hid(gates), hid(c), out2) end
-  if st ~= 0 then raise_last() end
-  return wrap(out2[0]), wrap(out2[1])
+  return T.several(2, C.dl_lstm_gates, hid(gates), hid(c), handles2())
 end
 
 -- group_norm(x, num_groups [, weight, bias, eps = 1e-5]): x (N, C, ...) with its C
