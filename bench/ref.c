@@ -13,6 +13,10 @@
  *   sgesv <n> <iters> <batch> -> "ok <seconds per call>"   a batch of n x n float32 systems A x = b,
  *                                                           each A and b copied first (sgesv
  *                                                           overwrites them, as a solve must not)
+ *   mlpgemm <images> <batch>  -> "ok <seconds>"   the products of one epoch of the MLP
+ *                                                   784-256-10 (forward and backward) alone
+ *   cnnpeak <images>          -> "ok <seconds>"   one epoch of the conv net's convolution
+ *                                                   FLOPs at this machine's sgemm rate
  *   quit
  * Buffers are allocated and touched once per command, outside the timed loop: this is
  * the best case (no allocation, no page faults) that the engine is measured against.
@@ -100,6 +104,52 @@ static double run_sgesv(long n, long iters, long batch) {
   return t;
 }
 
+/* The floor of an MLP epoch (bench/cases.lua's "mlp": 784-256-10, nn.Linear's y = x W^T
+ * + b): its five products a batch, with their shapes and transposes, on hot buffers. The
+ * first layer's input gradient is not needed, as in the model. */
+static double run_mlpgemm(long images, long batch) {
+  const int ni = 784, nh = 256, no = 10, nb = (int)batch;   /* not I: complex.h defines it */
+  float *x = fresh((size_t)nb * ni, 0.5f), *w1 = fresh((size_t)nh * ni, 0.01f), *h = fresh((size_t)nb * nh, 0);
+  float *w2 = fresh((size_t)no * nh, 0.01f), *y = fresh((size_t)nb * no, 0), *gy = fresh((size_t)nb * no, 0.1f);
+  float *gh = fresh((size_t)nb * nh, 0), *dw1 = fresh((size_t)nh * ni, 0), *dw2 = fresh((size_t)no * nh, 0);
+  if (!x || !w1 || !h || !w2 || !y || !gy || !gh || !dw1 || !dw2) return -1;
+  double t0 = 0;
+  for (int pass = 0; pass < 2; ++pass) {   /* pass 0 warms up */
+    if (pass == 1) t0 = now();
+    for (long done = 0; done < images; done += batch) {
+      const int m = (int)(images - done < batch ? images - done : batch);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nh, ni, 1.0f, x, ni, w1, ni, 0.0f, h, nh);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, no, nh, 1.0f, h, nh, w2, nh, 0.0f, y, no);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, no, nh, m, 1.0f, gy, no, h, nh, 0.0f, dw2, nh);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, nh, no, 1.0f, gy, no, w2, nh, 0.0f, gh, nh);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nh, ni, m, 1.0f, gh, nh, x, ni, 0.0f, dw1, ni);
+      if (pass == 0 && done >= 16 * batch) break;
+    }
+  }
+  double t = now() - t0;
+  g_sink = dw1[ni / 2] + y[1];
+  free(x), free(w1), free(h), free(w2), free(y), free(gy), free(gh), free(dw1), free(dw2);
+  return t;
+}
+
+/* The floor of a conv net epoch (bench/cases.lua's "cnn": Conv2d(1, 16, 3), Conv2d(16,
+ * 16, 3) on 28 x 28 images, global average pooling, Linear(16, 10)): its multiply-adds
+ * at the rate cblas_sgemm reaches on 1024 x 1024 here, the machine's best case. Per
+ * image, each convolution's forward is 2 Ho Wo O C kh kw flops and so is each of its
+ * gradients (the weight's for both, the input's for the second only). */
+static double run_cnnpeak(long images) {
+  const double conv1 = 2.0 * 26 * 26 * 16 * 1 * 9, conv2 = 2.0 * 24 * 24 * 16 * 16 * 9, linear = 2.0 * 16 * 10;
+  const double flops = (double)images * (2 * conv1 + 3 * conv2 + 3 * linear);
+  const long n = 1024, iters = 8;
+  double t = run_sgemm(n, iters);
+  if (t <= 0) return -1;
+  for (int k = 0; k < 2; ++k) {   /* the best of three: a floor */
+    double u = run_sgemm(n, iters);
+    if (u > 0 && u < t) t = u;
+  }
+  return flops / (2.0 * (double)n * (double)n * (double)n / t);
+}
+
 static double run_add(long n, long iters) {
   float *a = fresh((size_t)n, 0.5f), *b = fresh((size_t)n, 0.25f), *c = fresh((size_t)n, 0);
   if (!a || !b || !c) return -1;
@@ -180,6 +230,8 @@ int main(void) {
       else if (strcmp(cmd, "sum") == 0) t = run_sum(n, iters);
       else if (strcmp(cmd, "pw8") == 0) t = run_pw8(n, iters);
       else if (strcmp(cmd, "sgesv") == 0) t = batch > 0 ? run_sgesv(n, iters, batch) : -1;
+      else if (strcmp(cmd, "mlpgemm") == 0) t = got >= 3 ? run_mlpgemm(n, iters) : -1;
+      else if (strcmp(cmd, "cnnpeak") == 0) t = run_cnnpeak(n);
       else {
         printf("err unknown command %s\n", cmd);
         continue;
