@@ -135,18 +135,38 @@ namespace {
 // that eager execution gives it, only its memory traffic changes. An operand outside
 // the group is read in place when it has the group's shape and is contiguous, read as
 // one value when it has one element, cycled when it is contiguous and fills the
-// group's trailing dims (a bias), and else expanded into a contiguous copy first.
+// group's trailing dims (a bias), repeated when it has the group's leading dims and 1s
+// after them (a row's statistic: x - x:mean(-1, true)), and else expanded into a
+// contiguous copy first.
 // Blocks are independent, so large groups run on the engine's OpenMP threads.
 constexpr int64_t kBlock = 2048;
 constexpr int64_t kParallelElements = 1 << 16;
 
 // How one operand of a fused step is read, block by block.
 struct Source {
-  enum Kind : uint8_t { Temp, Dense, One, Cycle } kind = Dense;
+  enum Kind : uint8_t { Temp, Dense, One, Cycle, Rows } kind = Dense;
   int temp = 0;                 // Temp: the step (within the group) whose block it is
   const unsigned char* base = nullptr;
-  int64_t period = 0;           // Cycle: elements before it repeats
+  int64_t period = 0;           // Cycle: elements before it repeats; Rows: elements per value
 };
+
+// Whether t, contiguous, holds one value for each run of `*inner` elements of the
+// group's shape: its dims, aligned to the shape's last ones, are the shape's up to some
+// dim and 1 after it (a statistic kept per row, as x:mean(-1, true) is), with more than
+// one value and runs longer than one.
+bool per_row(const Tensor& t, const Shape& shape, int64_t* inner) {
+  const int rank = shape.size(), pad = rank - t.dim();
+  if (pad < 0 || !t.is_contiguous()) return false;
+  auto size = [&](int d) { return d < pad ? int64_t(1) : t.size(d - pad); };
+  int p = rank;
+  while (p > 0 && size(p - 1) == 1) --p;
+  int64_t run = 1;
+  for (int d = p; d < rank; ++d) run *= shape[d];
+  for (int d = 0; d < p; ++d)
+    if (size(d) != shape[d]) return false;
+  *inner = run;
+  return run > 1 && t.numel() > 1;
+}
 
 struct Group {
   size_t g0, g1;
@@ -198,6 +218,13 @@ Source source_for(Group& g, const Step& st, const Operand& o, const std::vector<
       return s;
     }
   }
+  int64_t inner = 0;
+  if (per_row(t, shape, &inner)) {
+    s.kind = Source::Rows;
+    s.base = static_cast<const unsigned char*>(t.raw_data());
+    s.period = inner;
+    return s;
+  }
   g.held.push_back(contiguous(expand(t, shape)));
   s.base = static_cast<const unsigned char*>(g.held.back().raw_data());
   return s;
@@ -218,6 +245,25 @@ const void* block_of(const Group& g, const Source& s, int64_t o, int64_t n,
         std::memcpy(cycle + size_t(done) * g.isz, s.base + size_t(i) * g.isz, size_t(len) * g.isz);
         done += len;
         i = 0;
+      }
+      return cycle;
+    }
+    case Source::Rows: {
+      int64_t i = o / s.period, r = o % s.period, done = 0;
+      while (done < n) {
+        const int64_t len = std::min(n - done, s.period - r);
+        if (g.isz == sizeof(float)) {
+          float v;
+          std::memcpy(&v, s.base + size_t(i) * sizeof v, sizeof v);
+          std::fill_n(reinterpret_cast<float*>(cycle) + done, len, v);
+        } else {
+          double v;
+          std::memcpy(&v, s.base + size_t(i) * sizeof v, sizeof v);
+          std::fill_n(reinterpret_cast<double*>(cycle) + done, len, v);
+        }
+        done += len;
+        ++i;
+        r = 0;
       }
       return cycle;
     }
@@ -420,9 +466,9 @@ ExecStats t_stats;
 
 // Note [Fused groups off the host]
 // A group on another device runs as one fused program (tensor/fused.h): the group's
-// live steps become its instructions, its operands from outside its inputs (read as the
-// host's blocks read them: in place, one value, cycled, or an expanded copy), its kept
-// steps its outputs, and the device's backend interprets the program for every element
+// live steps become its instructions, its operands from outside its inputs (read as
+// the host's blocks read them: in place, one value, cycled, repeated, or an expanded
+// copy), its kept steps its outputs, and the device's backend interprets the program for every element
 // in one kernel (gpu/fused.cu), through the functors its one-op kernels apply. A group
 // larger than a program holds runs a step at a time instead, every live step's result
 // written. Host groups are lowered too where set_lowered_on_host() asks: the tests run
@@ -443,15 +489,19 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
       *to = int8_t(code_of[size_t(s.temp)]);
       return true;
     }
-    const int64_t period = s.kind == Source::One ? 1 : s.kind == Source::Cycle ? s.period : g.numel;
+    const int64_t repeat = s.kind == Source::Rows ? s.period : 1;
+    const int64_t period = s.kind == Source::One     ? 1
+                           : s.kind == Source::Cycle ? s.period
+                           : s.kind == Source::Rows  ? g.numel / s.period
+                                                     : g.numel;
     for (int k = 0; k < p.ninputs; ++k) {
-      if (p.inputs[k].data == s.base && p.inputs[k].period == period) {
+      if (p.inputs[k].data == s.base && p.inputs[k].period == period && p.inputs[k].repeat == repeat) {
         *to = fused::input(k);
         return true;
       }
     }
     if (p.ninputs == fused::kMaxInputs) return false;
-    p.inputs[p.ninputs] = fused::Input{s.base, period};
+    p.inputs[p.ninputs] = fused::Input{s.base, period, repeat};
     *to = fused::input(p.ninputs++);
     return true;
   };
@@ -587,6 +637,42 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
       if (group_end[size_t(j) - begin] != group_end[k]) keep[size_t(j)] = 1;
     }
   }
+  // Note [Results released at their last read]
+  // A result that is not wanted after the range (want: a call's last run of its steps,
+  // on a trace that knows what its calls keep; trace.cpp's finish_call) is read only by
+  // the range's own steps: Lua never saw it (reading a promised value runs every pending
+  // step first) and will not (its promise expires when the call ends). So it is dropped
+  // as soon as its last reader has run, and its memory goes back to the allocator then,
+  // while it is still in cache, for the next result of its size class to take. Kept to
+  // the end of the call, every intermediate result was delivered to Lua and freed by a
+  // later collection: a call's results took fresh memory, which the collector's cycle
+  // (16 MB of garbage) makes memory that is no longer in cache, and a store to such
+  // memory reads it first (docs/performance.md, "The limit: the epochs against their
+  // own arithmetic").
+  thread_local std::vector<int32_t> readers;
+  bool releases = false;   // a flush wants every result: nothing to count
+  for (size_t k = 0; k < n && !releases; ++k) releases = !want[k];
+  readers.assign(releases ? n : 0, 0);
+  auto each_read = [&](size_t k, auto&& f) {
+    const Step& st = steps[k];
+    const Operand* ops[2] = {&st.a, &st.b};
+    for (int r = 0; r < arity(st); ++r) {
+      const int32_t j = ops[r]->step;
+      if (j >= 0 && size_t(j) >= begin && size_t(j) < end) f(size_t(j) - begin);
+    }
+  };
+  if (releases)
+    for (size_t k = begin; k < end; ++k)
+      if (live[k - begin]) each_read(k, [&](size_t j) { ++readers[j]; });
+  auto read_done = [&](size_t k0, size_t k1) {
+    if (!releases) return;
+    for (size_t k = k0; k < k1; ++k) {
+      if (!live[k - begin]) continue;
+      each_read(k, [&](size_t j) {
+        if (--readers[j] == 0 && !want[j]) results[begin + j] = Tensor();
+      });
+    }
+  };
   ExecStats& stats = t_stats;
   for (size_t i = begin; i < end;) {
     const size_t j = group_end[i - begin];
@@ -599,6 +685,7 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
       } else if (!no_value(steps[i])) {
         ++stats.elided;
       }
+      read_done(i, j);
       i = j;
       continue;
     }
@@ -623,6 +710,8 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
       if (!keep[k]) ++stats.elided;
     }
     if (has_tail) ++(g.tail >= 0 ? stats.fused_steps : stats.elided);
+    g.held.clear();
+    read_done(i, j);
     i = j;
   }
 }

@@ -50,10 +50,13 @@ struct Instr {
 };
 
 // An input of numel elements is read densely, of 1 as one value, of any other count
-// (which divides the program's) cyclically: element i reads element i % period.
+// (which divides the program's) cyclically: element i reads element i % period. With
+// `repeat` above 1, runs of that many elements read one value each: element i reads
+// element i / repeat (a row's statistic, as x:mean(-1, true) keeps).
 struct Input {
   const void* data = nullptr;
   int64_t period = 1;
+  int64_t repeat = 1;
 };
 
 struct Output {
@@ -96,6 +99,7 @@ template <typename T>
 DL_HD T read_input(const Program& p, int k, int64_t i) {
   const Input& in = p.inputs[k];
   const T* d = static_cast<const T*>(in.data);
+  if (in.repeat != 1) return d[i / in.repeat];
   return in.period == p.numel ? d[i] : (in.period == 1 ? d[0] : d[i % in.period]);
 }
 

@@ -87,7 +87,7 @@ TEST_CASE("a fused group gives eager's bits for every kind of operand", "[compil
       const Shape s{m, n};
       Tensor x = randn(s, dt);
       Tensor row = randn(Shape{n}, dt);           // cycled: the group's trailing dim
-      Tensor col = randn(Shape{m, 1}, dt);        // expanded into a copy
+      Tensor col = randn(Shape{m, 1}, dt);        // repeated: one value a row
       Tensor one = randn(Shape{1, 1}, dt);        // one value, step 0
       Tensor xt = contiguous(transpose(randn(Shape{n, m}, dt), 0, 1));
       Tensor strided = transpose(randn(Shape{n, m}, dt), 0, 1);   // not contiguous
@@ -210,6 +210,74 @@ TEST_CASE("the executor writes only the results that are wanted", "[compile]") {
   CHECK(exec_stats().elided - before.elided == 3);
 }
 
+TEST_CASE("a row's statistic is read repeated, block and program alike", "[compile]") {
+  // Operands with the group's leading dims and 1s after them are repeated along the rest
+  // (Source::Rows); one that is not (its leading dim 1 where the group's is not) is
+  // expanded into a copy. Rows of 50 and of 150 elements cross the 2,048-element blocks.
+  const bool lowered = GENERATE(false, true);
+  LoweredOnHost on(lowered);
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (int64_t m : {4, 300}) {
+      const Shape s{m, 3, 50};
+      Tensor x = randn(s, dt);
+      for (const Shape& ts : {Shape{m, 1, 1}, Shape{m, 3, 1}, Shape{3, 1}, Shape{1, 3, 1}}) {
+        Tensor t = randn(ts, dt);
+        std::vector<Step> steps;
+        steps.push_back(binary_step(Op::Sub, Operand::bound(x), Operand::bound(t), dt, s));   // 0
+        steps.push_back(binary_step(Op::Div, Operand::bound(t), Operand::of(0), dt, s));      // 1
+        steps.push_back(unary_step(Op::Exp, Operand::of(1), dt, s));                          // 2
+        std::vector<Tensor> results(steps.size());
+        execute(steps, 0, steps.size(), results, {1, 1, 1});
+        Tensor e0 = binary(Op::Sub, x, t), e1 = binary(Op::Div, t, e0), e2 = unary(Op::Exp, e1);
+        INFO(dtype_name(dt) << " " << s << " with " << ts << (lowered ? ", lowered" : ""));
+        CHECK(same_bits(results[0], e0));
+        CHECK(same_bits(results[1], e1));
+        CHECK(same_bits(results[2], e2));
+      }
+    }
+  }
+}
+
+TEST_CASE("a result not wanted after the range is released at its last read", "[compile]") {
+  // Note [Results released at their last read]: the product is read by the group after
+  // it and by nothing else, so once the group has run only the wanted sum holds memory;
+  // with every result wanted (a flush: Lua may read any of them) all are kept.
+  Tensor x = randn(Shape{8, 16}, DType::Float32), w = randn(Shape{16, 32}, DType::Float32);
+  std::vector<Step> steps;
+  Step mm;
+  mm.kind = Kind::MatMul;
+  mm.op = Op::MatMul;
+  mm.a = Operand::bound(x);
+  mm.b = Operand::bound(w);
+  mm.dtype = DType::Float32;
+  mm.shape = Shape{8, 32};
+  steps.push_back(mm);                                                                            // 0
+  steps.push_back(unary_step(Op::Tanh, Operand::of(0), DType::Float32, Shape{8, 32}));            // 1
+  steps.push_back(binary_step(Op::Mul, Operand::of(1), Operand::of(0), DType::Float32, Shape{8, 32}));  // 2
+  Step sum;
+  sum.kind = Kind::Reduce;
+  sum.op = Op::Sum;
+  sum.a = Operand::of(2);
+  sum.ndims = 1;
+  sum.dims[0] = 1;
+  sum.dtype = DType::Float32;
+  sum.shape = Shape{8};
+  steps.push_back(sum);                                                                           // 3
+  Tensor e0 = matmul(x, w);
+  Tensor want_sum = reduce(Op::Sum, binary(Op::Mul, unary(Op::Tanh, e0), e0), {1}, false);
+  std::vector<Tensor> results(steps.size());
+  execute(steps, 0, steps.size(), results, {0, 0, 0, 1});
+  CHECK_FALSE(results[0].defined());
+  CHECK_FALSE(results[2].defined());
+  REQUIRE(results[3].defined());
+  CHECK(same_bits(results[3], want_sum));
+  std::vector<Tensor> all(steps.size());
+  execute(steps, 0, steps.size(), all, {1, 1, 1, 1});
+  for (const Tensor& r : all) CHECK(r.defined());
+  CHECK(same_bits(all[0], e0));
+  CHECK(same_bits(all[3], want_sum));
+}
+
 TEST_CASE("a trailing reduction folded into its group gives reduce()'s bits", "[compile]") {
   // Sizes around the fold's lanes (32), the group's blocks (2,048) and the fold's chunks
   // (16,384), and one large enough to run on threads.
@@ -271,8 +339,11 @@ TEST_CASE("a trailing reduction folded into its group gives reduce()'s bits", "[
   red.shape = Shape{40};
   steps.push_back(red);
   std::vector<Tensor> results(steps.size());
+  const ExecStats before = exec_stats();
   execute(steps, 0, steps.size(), results, {0, 0, 1});
-  CHECK(results[1].defined());
+  CHECK(exec_stats().single_steps - before.single_steps == 1);   // the reduction, alone
+  CHECK(exec_stats().elided - before.elided == 1);               // step 0; step 1 was written for it
+  CHECK_FALSE(results[1].defined());   // and released once read (Note [Results released at their last read])
   CHECK(same_bits(results[2], reduce(Op::Sum, binary(Op::Mul, unary(Op::Exp, x), Scalar::from_lua(2)), {1}, false)));
 }
 
