@@ -403,6 +403,14 @@ local function started_work(w)
   return setmetatable(w, Work)
 end
 
+-- A mean's division by the number of ranks, after the sum. Module-level functions, not
+-- closures made in the collectives: a function that makes a closure over its locals
+-- closes them when it returns, a bytecode LuaJIT does not compile (UCLO), and such a
+-- collective ran interpreted, a few microseconds of a small allreduce's latency.
+local function divide_by_size(x) return x:div_(S.size) end
+local function divide_by_size_no_grad(x) dl.no_grad(divide_by_size, x) end
+local function copy_(t, r) t:copy_(r) end
+
 -- The reduction itself, not differentiable: a new tensor (or an async Work).
 local function allreduce_raw(op, t, name, async)
   local s = started(op)
@@ -428,23 +436,32 @@ local function allreduce_raw(op, t, name, async)
   local id = s.lib.dld_allreduce(ptr(r), r:numel(), dtype_codes[dtype], code, async and 1 or 0, op, n, site)
   if id < 0 then lib_error(op) end
   if t0 then record(op, n, t0, r:numel() * ITEMSIZE[dtype]) end
-  local finish = name == "mean" and function(x) return x:div_(s.size) end or nil
+  local finish = name == "mean" and divide_by_size or nil
   if not async then return finish and finish(r) or r end
   return started_work({ op = op, id = id, seq = n, site = site, result = r, finish = finish })
 end
 
+-- The differentiable allreduce of a sum or a mean, made once per op (not a closure
+-- each call: see divide_by_size): its gradient is the same reduction of the incoming
+-- gradient (every rank's loss depends on every rank's t).
+local differentiable = {}
+local function differentiable_allreduce(name)
+  local f = differentiable[name]
+  if not f then
+    local function back(g) return allreduce_raw("dist.allreduce", g, name) end
+    f = dl.custom_gradient(function(x) return allreduce_raw("dist.allreduce", x, name), back end)
+    differentiable[name] = f
+  end
+  return f
+end
+
 -- dist.allreduce(t [, {op = "sum"|"mean"|"max"|"min"|"prod"}]): t reduced over every
--- rank, a new tensor. A sum or mean is differentiable: its gradient is the same
--- reduction of the incoming gradient (every rank's loss depends on every rank's t).
+-- rank, a new tensor. A sum or mean is differentiable.
 function dist.allreduce(t, opts)
   opts = options("dist.allreduce", opts, { op = true })
   local name = opts.op or "sum"
   if (name == "sum" or name == "mean") and dl.is_grad_enabled() and dl.custom_gradient then
-    return dl.custom_gradient(function(x)
-      return allreduce_raw("dist.allreduce", x, name), function(g)
-        return allreduce_raw("dist.allreduce", g, name)
-      end
-    end)(t)
+    return differentiable_allreduce(name)(t)
   end
   return allreduce_raw("dist.allreduce", t, name)
 end
@@ -469,8 +486,7 @@ function dist.allreduce_(t, opts)
   local name = opts.op or "sum"
   local dtype = t.dtype
   if HALF[dtype] and not cuda then   -- through a float32 copy (MPI has no 16-bit floats)
-    local r = allreduce_raw(op, t:float(), name, false)
-    dl.no_grad(function() t:copy_(r) end)
+    dl.no_grad(copy_, t, allreduce_raw(op, t:float(), name, false))
     return t
   end
   local code = op_code(op, name, dtype)
@@ -487,7 +503,7 @@ function dist.allreduce_(t, opts)
   end
   if t0 then record(op, n, t0, t:numel() * ITEMSIZE[dtype]) end
   written(t)
-  if name == "mean" then dl.no_grad(function() t:div_(s.size) end) end
+  if name == "mean" then divide_by_size_no_grad(t) end
   return t
 end
 
