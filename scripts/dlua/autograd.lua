@@ -440,25 +440,25 @@ local function as_value(op, v, like)
 end
 
 -- Assignments change the variable's values in place, outside any recording; a backward
--- that needed the old values then reports it (version counters).
+-- that needed the old values then reports it (version counters). (Module-level functions
+-- run under no_grad, not closures made per call: a function that makes a closure is not
+-- compiled by LuaJIT, and these run in training loops.)
+local function fill_or_copy_(v, x)
+  if type(x) == "number" then methods.fill_(v, x) else methods.copy_(v, x) end
+end
 function methods.assign(v, x)
   if not is_variable(v) then raise("assign: expected a Variable") end
-  x = as_value("assign", x)
-  dl.no_grad(function()
-    if type(x) == "number" then methods.fill_(v, x) else methods.copy_(v, x) end
-  end)
+  dl.no_grad(fill_or_copy_, v, as_value("assign", x))
   return v
 end
 function methods.assign_add(v, x)
   if not is_variable(v) then raise("assign_add: expected a Variable") end
-  x = as_value("assign_add", x)
-  dl.no_grad(function() methods.add_(v, x) end)
+  dl.no_grad(methods.add_, v, as_value("assign_add", x))
   return v
 end
 function methods.assign_sub(v, x)
   if not is_variable(v) then raise("assign_sub: expected a Variable") end
-  x = as_value("assign_sub", x)
-  dl.no_grad(function() methods.sub_(v, x) end)
+  dl.no_grad(methods.sub_, v, as_value("assign_sub", x))
   return v
 end
 
