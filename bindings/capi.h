@@ -306,6 +306,12 @@ int dl_backward_once(const uint64_t* outs, int nout, const uint64_t* grad_outs,
    (dl_backward_results then gives the gradient), -1 on error. */
 int dl_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
                     int* task);
+/* dl_backward_one for n inputs inside a compiled call (dl.compile), where the scope's
+   pass may run from its recorded plan: 4 with a promised gradient in each outs[k], 1
+   with handles, 2 when a custom gradient left *task to drive, -1 on error, -2 when it
+   is not the call's (or no call is in progress): then dl_backward_once. */
+int dl_backward_many(const struct dl_tensor* y, const struct dl_tensor* const* xs, int n,
+                     struct dl_tensor* const* outs, int* task);
 int dl_custom_record(const uint64_t* ins, int nin, uint64_t* outs, int nout, double ref);
 /* A gradient-ready hook (Note [Gradient-ready hook] in bindings/capi_autograd.cpp): the
    next backward pass on this thread that records nothing (create_graph off) takes it.

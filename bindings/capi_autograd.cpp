@@ -165,6 +165,28 @@ int backward_one(const Tensor& y, const Tensor& x, Tensor* grad, int* task) {
   *task = id;
   return 2;
 }
+
+int backward_many(const Tensor& y, const TensorList& xs, TensorList* grads, int* task) {
+  std::unique_ptr<ag::GraphTask> t;
+  bool done = false;
+  if (guard_status_nosync([&] {
+        t = std::make_unique<ag::GraphTask>(TensorList{y}, TensorList{}, xs, ag::is_recording(), false);
+        hook_attach(*t, xs, ag::is_recording());
+        done = t->run();
+      }) != 0) {
+    hook_end(t.get(), false);
+    return -1;
+  }
+  if (done) {
+    if (hook_end(t.get(), true) != 0) return -1;
+    *grads = t->take_results();
+    return 0;
+  }
+  int id = -1;
+  if (guard_status_nosync([&] { id = add_task(std::move(t)); }) != 0) return -1;
+  *task = id;
+  return 2;
+}
 }  // namespace dl::bind
 
 extern "C" {
@@ -366,6 +388,13 @@ int dl_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct
   const int st = backward_one(ty, tx, &g, task);
   if (st != 0) return st;
   return guard_value(out, [&] { return std::move(g); });
+}
+
+int dl_backward_many(const struct dl_tensor* y, const struct dl_tensor* const* xs, int n,
+                     struct dl_tensor* const* outs, int* task) {
+  *task = 0;
+  if (!dl::compile::current()) return -2;
+  return compiled_backward(y, xs, n, outs, task);
 }
 
 // Connects fresh outputs `outs` (replaced in place by new handles) to `ins` through a

@@ -253,46 +253,62 @@ bool own_proxy(const compile::Call& c, const dl_tensor* t, ProxyRef* r) {
   return proxy_ref(t, r) && r->tag == kProxyTag && r->serial == c.serial && r->pos < c.steps.size();
 }
 
-int compiled_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
-                          int* task) {
+// The gradients of y with respect to the n watched tensors xs, into outs (a proxy each):
+// 4, a custom gradient's task (2), an error (-1), or -2 when the pass is not the scope's
+// own (the caller runs it as outside a compiled call).
+int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* xs, int n,
+                      struct dl_tensor* const* outs, int* task) {
   compile::Call* c = compile::current();
   compile::Scope& s = c->scope;
-  if (s.mode == compile::ScopeMode::None || s.nested > 0 || !s.exited) return -2;
+  if (s.mode == compile::ScopeMode::None || s.nested > 0 || !s.exited || n < 1) return -2;
   dl::MessageBase base(1);
   try {
-    ProxyRef ry, rx;
-    if (!own_proxy(*c, y, &ry) || !own_proxy(*c, x, &rx) || rx.pos <= s.start ||
-        c->steps[rx.pos].kind != compile::Kind::Watch) {
+    auto key_of = [&](const ProxyRef& r) {
+      compile::OperandKey k;
+      k.step = int32_t(r.pos);
+      k.dtype = c->steps[r.pos].dtype;
+      k.shape = c->steps[r.pos].shape;
+      k.device = c->steps[r.pos].device;
+      return k;
+    };
+    ProxyRef ry;
+    std::vector<ProxyRef> rx(static_cast<size_t>(n));
+    bool ours = own_proxy(*c, y, &ry);
+    for (int k = 0; k < n && ours; ++k)
+      ours = own_proxy(*c, xs[k], &rx[size_t(k)]) && rx[size_t(k)].pos > s.start &&
+             c->steps[rx[size_t(k)].pos].kind == compile::Kind::Watch;
+    if (!ours) {
       compile::scope_event(*c);   // not the scope's pass: autograd's
       return -2;
     }
-    compile::OperandKey ky, kx;
-    ky.step = int32_t(ry.pos);
-    ky.dtype = c->steps[ry.pos].dtype;
-    ky.shape = c->steps[ry.pos].shape;
-    ky.device = c->steps[ry.pos].device;
-    kx.step = int32_t(rx.pos);
-    kx.dtype = c->steps[rx.pos].dtype;
-    kx.shape = c->steps[rx.pos].shape;
-    kx.device = c->steps[rx.pos].device;
+    // The pass's markers: Backward (the result and the first tensor), then one
+    // BackwardInput for each other tensor.
     compile::Step mark;
     mark.kind = compile::Kind::Marker;
     mark.mark = compile::Mark::Backward;
-    if (compile::defer(*c, std::move(mark), ky, kx) == 0) return -2;   // the call runs eagerly now
+    if (compile::defer(*c, std::move(mark), key_of(ry), key_of(rx[0])) == 0) return -2;   // the call runs eagerly now
     const size_t marker = c->steps.size() - 1;
+    for (int k = 1; k < n; ++k) {
+      compile::Step more;
+      more.kind = compile::Kind::Marker;
+      more.mark = compile::Mark::BackwardInput;
+      if (compile::defer(*c, std::move(more), key_of(rx[size_t(k)]), compile::OperandKey{}) == 0) return -2;
+    }
     ProxyRef g;
     g.serial = c->serial;
+    std::vector<int64_t> at;
     if (s.mode == compile::ScopeMode::Symbolic) {
-      const int64_t pos = compile::replay_backward(*c, marker);
-      if (pos >= 0) {
-        g.pos = uint32_t(pos);
-        write_proxy(out, g);
+      if (compile::replay_backward(*c, marker, &at)) {
+        for (int k = 0; k < n; ++k) {
+          g.pos = uint32_t(at[size_t(k)]);
+          write_proxy(outs[k], g);
+        }
         return 4;
       }
       compile::materialize(*c);
     }
     // Autograd's pass, on the recorded tensors; recorded itself when the call records.
-    Tensor grad;
+    TensorList grads;
     int st;
     const bool capture = c->recording && !s.failed;
     compile::BackwardPlan plan;
@@ -301,8 +317,10 @@ int compiled_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, 
     {
       std::optional<compile::BackwardCapture> cap;
       if (capture) cap.emplace(*c);
-      st = backward_one(c->results[ry.pos], c->results[rx.pos], &grad, task);
-      if (st == 0 && cap) have = cap->finish(*c, marker, grad, &plan, &why);
+      TensorList xt;
+      for (int k = 0; k < n; ++k) xt.push_back(c->results[rx[size_t(k)].pos]);
+      st = backward_many(c->results[ry.pos], xt, &grads, task);
+      if (st == 0 && cap) have = cap->finish(*c, marker, grads, &plan, &why);
     }
     if (st != 0) {
       s.failed = true;
@@ -314,26 +332,39 @@ int compiled_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, 
       c->trace->ops[marker].plan = int32_t(c->trace->plans.size() - 1);
       c->trace->ops[s.start].symbolic = true;
     }
-    // The trace's places for the pass's steps, the gradient in its own.
+    // The trace's places for the pass's steps, each gradient in its own.
     const compile::BackwardPlan* p = compile::plan_at(*c, marker);
-    const size_t n = p ? p->steps.size() : 1;
-    const size_t gpos = marker + 1 + (p ? size_t(p->grad) : 0);
-    for (size_t k = 0; k < n; ++k) {
+    const size_t places = p ? p->steps.size() : size_t(n);
+    const size_t first = marker + size_t(n);
+    for (size_t k = 0; k < places; ++k) {
       compile::Step place;
       place.kind = compile::Kind::Marker;
       place.mark = compile::Mark::BackwardStep;
-      if (compile::defer(*c, std::move(place), compile::OperandKey{}, compile::OperandKey{}) == 0)
-        return deliver(std::move(grad), out);   // the call runs eagerly now
+      if (compile::defer(*c, std::move(place), compile::OperandKey{}, compile::OperandKey{}) == 0) {
+        // The call runs eagerly now: the gradient as a value, or the gradients as handles.
+        if (n == 1) return deliver(std::move(grads[0]), outs[0]);
+        for (int j = 0; j < n; ++j)
+          if (deliver_handle(std::move(grads[size_t(j)]), outs[j]) < 0) return -1;
+        return 1;
+      }
     }
-    c->results[gpos] = std::move(grad);
+    for (int k = 0; k < n; ++k) {
+      const size_t pos = first + (p ? size_t(p->grads[size_t(k)]) : size_t(k));
+      c->results[pos] = std::move(grads[size_t(k)]);
+      g.pos = uint32_t(pos);
+      write_proxy(outs[k], g);
+    }
     c->flushed = c->steps.size();
-    g.pos = uint32_t(gpos);
-    write_proxy(out, g);
     return 4;
   } catch (...) {
     capture_exception();
     return -1;
   }
+}
+
+int compiled_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
+                          int* task) {
+  return compiled_backward(y, &x, 1, &out, task);
 }
 
 int defer_matmul(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {

@@ -172,9 +172,9 @@ const BackwardPlan* plan_at(const Call& c, size_t marker) {
   return p >= 0 && size_t(p) < c.trace->plans.size() ? &c.trace->plans[size_t(p)] : nullptr;
 }
 
-int64_t replay_backward(Call& c, size_t marker) {
+bool replay_backward(Call& c, size_t marker, std::vector<int64_t>* grads) {
   const BackwardPlan* plan = plan_at(c, marker);
-  if (!plan || plan->grad < 0) return -1;
+  if (!plan || plan->grads.empty()) return false;
   // The tensor a reference names in this call, for the plan's checks: a bound operand,
   // or the argument a watched alias stands for.
   auto bound = [&](const Ref& r) -> Tensor {
@@ -191,7 +191,7 @@ int64_t replay_backward(Call& c, size_t marker) {
   for (const std::vector<Ref>& same : plan->same) {
     Tensor first = bound(same[0]);
     for (const Ref& r : same)
-      if (!same_tensor(first, bound(r))) return -1;
+      if (!same_tensor(first, bound(r))) return false;
   }
   for (const auto& [pos, v] : plan->numbers) {
     const double now = c.steps[size_t(pos)].s;
@@ -204,9 +204,9 @@ int64_t replay_backward(Call& c, size_t marker) {
       c.trace->ops[c.scope.start].symbolic = false;
       c.fn->note("a Lua number that its derivative reads (as in x * k) changes from call to call");
     }
-    return -1;
+    return false;
   }
-  const size_t base = marker + 1, n = plan->steps.size();
+  const size_t base = marker + plan->grads.size(), n = plan->steps.size();
   c.steps.reserve(base + n);
   c.results.resize(base + n);
   c.returned.resize(base + n, 0);
@@ -223,7 +223,9 @@ int64_t replay_backward(Call& c, size_t marker) {
     }
   }
   c.fn->matched += int64_t(plan->steps.size());
-  return int64_t(base) + plan->grad;
+  grads->clear();
+  for (int32_t g : plan->grads) grads->push_back(int64_t(base) + g);
+  return true;
 }
 
 // ---- recording a backward pass --------------------------------------------------------
@@ -326,16 +328,20 @@ void BackwardCapture::seen(const Observed& o) {
   plan_.steps.push_back(std::move(b));
 }
 
-bool BackwardCapture::finish(const Call& c, size_t marker, const Tensor& grad, BackwardPlan* plan,
+bool BackwardCapture::finish(const Call& c, size_t marker, const TensorList& grads, BackwardPlan* plan,
                              std::string* why) {
-  Ref r;
-  if (!why_ && (!find(grad, &r) || r.to != Ref::To::Backward))
-    fail("a gradient that is not the result of an op of the pass");
+  plan_.grads.clear();
+  for (const Tensor& grad : grads) {
+    Ref r;
+    if (!why_ && (!grad.defined() || !find(grad, &r) || r.to != Ref::To::Backward))
+      fail("a gradient that is not the result of an op of the pass");
+    if (why_) break;
+    plan_.grads.push_back(r.i);
+  }
   if (why_) {
     *why = why_;
     return false;
   }
-  plan_.grad = r.i;
   for (size_t i = c.scope.start; i < marker; ++i) {
     const Step& st = c.steps[i];
     if (st.kind == Kind::BinaryScalar && st.op != Op::Add && st.op != Op::Sub)

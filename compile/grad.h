@@ -44,8 +44,8 @@ class BackwardCapture : public Observer {
   explicit BackwardCapture(Call& c);
   ~BackwardCapture() override;
   void seen(const Observed& op) override;
-  // c's backward marker is at `marker`.
-  bool finish(const Call& c, size_t marker, const Tensor& grad, BackwardPlan* plan, std::string* why);
+  // c's backward marker is at `marker`; grads: one per watched tensor, in their order.
+  bool finish(const Call& c, size_t marker, const TensorList& grads, BackwardPlan* plan, std::string* why);
 
  private:
   struct Known;
@@ -59,10 +59,11 @@ class BackwardCapture : public Observer {
   Observing on_;
 };
 
-// A Symbolic scope's backward pass, at its marker step: the plan's steps pushed after
-// it; returns the gradient's step, or -1 when the plan does not apply to this call
-// (tensors it saw as one are not one now): nothing is pushed then.
-int64_t replay_backward(Call& c, size_t marker);
+// A Symbolic scope's backward pass, at its marker step (and the input markers after
+// it): the plan's steps pushed after them; the gradients' steps in `grads`, or false when
+// the plan does not apply to this call (tensors it saw as one are not one now): nothing
+// is pushed then.
+bool replay_backward(Call& c, size_t marker, std::vector<int64_t>* grads);
 // The trace's plan for the backward marker at `marker` (null: autograd runs it).
 const BackwardPlan* plan_at(const Call& c, size_t marker);
 

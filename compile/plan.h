@@ -35,7 +35,9 @@ enum class Kind : uint8_t {
 };
 
 // What a marker step marks (compile/grad.cpp).
-enum class Mark : uint8_t { GradEnter, GradExit, Backward, BackwardStep };
+// A pass with respect to several watched tensors has its Backward marker (the result and
+// the first tensor) followed by a BackwardInput marker for each of the others.
+enum class Mark : uint8_t { GradEnter, GradExit, Backward, BackwardInput, BackwardStep };
 
 // A step's operand: the result of an earlier step of the same call (step >= 0), or a
 // tensor bound for this call (an argument, a closure's tensor, a value from an op that

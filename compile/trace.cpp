@@ -55,6 +55,9 @@ std::string describe(const Function& fn, const TraceOp& t) {
       case Mark::Backward:
         os << (t.plan >= 0 ? "backward pass, compiled:" : "backward pass, by autograd");
         break;
+      case Mark::BackwardInput:
+        os << "backward pass, also with respect to " << (t.a.step >= 0 ? "step " + std::to_string(t.a.step + 1) : "a tensor");
+        break;
       case Mark::BackwardStep: os << "step of the backward pass"; break;
     }
     return os.str();
@@ -246,9 +249,11 @@ std::string Function::report() const {
         plan = op.plan >= 0 ? &tr.plans[size_t(op.plan)] : nullptr;
         base = i + 1;
       }
+      if (op.kind == Kind::Marker && op.mark == Mark::BackwardInput) base = i + 1;
       os << "    " << i + 1 << " ";
       if (op.kind == Kind::Marker && op.mark == Mark::BackwardStep && plan && i - base < plan->steps.size())
-        os << describe_backward(plan->steps[i - base], base, int32_t(i - base) == plan->grad);
+        os << describe_backward(plan->steps[i - base], base,
+                                std::find(plan->grads.begin(), plan->grads.end(), int32_t(i - base)) != plan->grads.end());
       else
         os << describe(*this, op);
       os << "\n";

@@ -70,7 +70,7 @@ struct BackwardStep {
 };
 struct BackwardPlan {
   std::vector<BackwardStep> steps;
-  int32_t grad = -1;                    // the step whose result is the gradient
+  std::vector<int32_t> grads;           // per watched tensor, the step whose result is its gradient
   std::vector<std::vector<Ref>> same;   // refs that named one tensor: they must again
   // The Lua numbers of the scope's steps that a derivative may read (x * k, x / k):
   // the pass was recorded with these, and applies to a call with the same.

@@ -327,6 +327,36 @@ local function grad_one(op, f, n, x, b, c)
   return g
 end
 
+-- The gradients of y with respect to the watched tensors of flat (two or more), a list.
+-- In a compiled call, one dl_backward_many, which the call may run from its recorded
+-- plan as it does dl_backward_one's; anywhere else (or when the call does not take it)
+-- the general pass.
+local function backward_watched(op, y, flat)
+  if C.dl_compile_active() ~= 0 then
+    local n = #flat
+    local xs, outs = ffi_new("const struct dl_tensor*[?]", n), ffi_new("struct dl_tensor*[?]", n)
+    local gs = {}
+    for i = 1, n do
+      xs[i - 1] = flat[i]
+      gs[i] = fresh()
+      outs[i - 1] = gs[i]
+    end
+    local task_out = int1()
+    local st = C.dl_backward_many(y, xs, n, outs, task_out)
+    if st == 2 then
+      local res = ffi_new("uint64_t[?]", n)
+      finish_task(op, task_out[0], res, n)
+      for i = 1, n do gs[i] = wrap(res[i - 1]) end
+      return gs
+    end
+    if st ~= -2 then
+      for i = 1, n do gs[i] = value(st, gs[i]) end
+      return gs
+    end
+  end
+  return backward(op, { y }, nil, flat, false)
+end
+
 -- ---- dl.grad and dl.value_and_grad ----------------------------------------------------------
 
 local function argnum_list(op, argnums)
@@ -373,7 +403,7 @@ local function differentiate(op, f, argnums, with_value)
     end
     local r, trees, flat = run_watched(op, f, nums, ...)
     local y = result_tensor(op, r[1])
-    local g = #flat == 1 and { backward_one(op, y, flat[1]) } or backward(op, { y }, nil, flat, false)
+    local g = #flat == 1 and { backward_one(op, y, flat[1]) } or backward_watched(op, y, flat)
     C.dl_arena_done()
     local res = {}
     for i, t in ipairs(trees) do res[i] = rebuild(t, flat, g) end

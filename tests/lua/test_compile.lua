@@ -316,7 +316,7 @@ H.test("compiled gradients: nested, value_and_grad, kept values, errors", functi
     identical(b, d)
   end
   H.ok(string.find(dl.compile.explain(cv), "gradient scope (compiled)", 1, true), dl.compile.explain(cv))
-  -- several tensors: on the tape, right
+  -- several tensors (small values held inline: the pass is autograd's, right)
   local f2 = function(a, b) return (a * b):tanh():sum() end
   local c2v = dl.compile(dl.grad(f2, { 1, 2 }))
   for _ = 1, 2 do
@@ -343,6 +343,51 @@ H.test("compiled gradients: nested, value_and_grad, kept values, errors", functi
   H.raises(function() return bad(dl.randn(30)) end, "too long")
   identical(bad(dl.ones(10)), dl.full({ 10 }, 2))
   H.ok(not dl.is_grad_enabled())
+end)
+
+H.test("compiled gradients with respect to several tensors are one plan too", function()
+  -- A model's weight and bias: one backward pass, its plan giving both gradients
+  -- (Mark::BackwardInput), autograd's bits, with dl.grad and dl.value_and_grad.
+  local x, y = dl.randn(64, 8), dl.randn(64, 1)
+  local f = function(w, b) return ((dl.tanh(dl.matmul(x, w) + b) - y) ^ 2):mean() end
+  local cg = dl.compile(dl.grad(f, { 1, 2 }))
+  local cv = dl.compile(dl.value_and_grad(f, { 2, 1 }))
+  for i = 1, 4 do
+    local w, b = dl.randn(8, 1), dl.randn(1)
+    local gw, gb = cg(w, b)
+    local ew, eb = dl.grad(f, { 1, 2 })(w, b)
+    identical(gw, ew, "weight, call " .. i)
+    identical(gb, eb, "bias, call " .. i)
+    local v, vb, vw = cv(w, b)
+    local ev, evb, evw = dl.value_and_grad(f, { 2, 1 })(w, b)
+    identical(v, ev, "value, call " .. i)
+    identical(vb, evb, "bias first, call " .. i)
+    identical(vw, evw, "weight second, call " .. i)
+  end
+  for _, cf in ipairs({ cg, cv }) do
+    local text = dl.compile.explain(cf)
+    H.ok(string.find(text, "gradient scope (compiled)", 1, true), text)
+    H.ok(string.find(text, "also with respect to", 1, true), text)
+    H.eq(count(text, ": the gradient"), 2, text)
+    H.ok(not string.find(text, "a gradient not compiled", 1, true), text)
+  end
+  -- Three tensors, one of them unused (its gradient is zeros), and a table of them.
+  local h = function(a, b, c) return (dl.sin(a) * b):sum() + (c * 0):sum() end
+  local ch = dl.compile(dl.grad(h, { 1, 2, 3 }))
+  local ct = dl.compile(dl.grad(function(p) return (p.w * p.v):exp():sum() end))
+  for i = 1, 3 do
+    local a, b, c = dl.randn(40), dl.randn(40), dl.randn(40)
+    identical({ ch(a, b, c) }, { dl.grad(h, { 1, 2, 3 })(a, b, c) }, "three, call " .. i)
+    local p = { w = dl.randn(30), v = dl.randn(30) }
+    identical(ct(p), dl.grad(function(q) return (q.w * q.v):exp():sum() end)(p), "a table, call " .. i)
+  end
+  -- A branch on a value inside the scope: the pass is autograd's where it must be.
+  local k = function(a, b) local s = (a * b):sum() if s:item() > 0 then return s * 2 end return (a - b):sum() end
+  local ck = dl.compile(dl.grad(k, { 1, 2 }))
+  for i = 1, 6 do
+    local a, b = dl.randn(50), dl.randn(50)
+    identical({ ck(a, b) }, { dl.grad(k, { 1, 2 })(a, b) }, "branch, call " .. i)
+  end
 end)
 
 H.test("random ops draw the same stream as eager", function()
