@@ -137,6 +137,24 @@ void grad_scope_close() {
 }  // namespace dl::bind
 
 namespace dl::bind {
+namespace {
+// The end of a pass that ran without an error: 0 with its results taken by `take`, or 2
+// with the task left for the Lua side to drive (the graph holds a custom gradient);
+// -1 on error.
+template <typename Take>
+int end_pass(std::unique_ptr<ag::GraphTask> t, bool done, int* task, Take&& take) {
+  if (done) {
+    if (hook_end(t.get(), true) != 0) return -1;
+    take(*t);
+    return 0;
+  }
+  int id = -1;
+  if (guard_status_nosync([&] { id = add_task(std::move(t)); }) != 0) return -1;
+  *task = id;
+  return 2;
+}
+}  // namespace
+
 int backward_one(const Tensor& y, const Tensor& x, Tensor* grad, int* task) {
   // The argument lists are kept for the next call (the task copies what it keeps).
   thread_local TensorList o(1), i(1), none;
@@ -154,16 +172,7 @@ int backward_one(const Tensor& y, const Tensor& x, Tensor* grad, int* task) {
     hook_end(t.get(), false);
     return -1;
   }
-  if (done) {
-    if (hook_end(t.get(), true) != 0) return -1;
-    *grad = t->take_result(0);
-    return 0;
-  }
-  // The graph holds a custom gradient: the task waits for the Lua side to drive it.
-  int id = -1;
-  if (guard_status_nosync([&] { id = add_task(std::move(t)); }) != 0) return -1;
-  *task = id;
-  return 2;
+  return end_pass(std::move(t), done, task, [&](ag::GraphTask& g) { *grad = g.take_result(0); });
 }
 
 int backward_many(const Tensor& y, const TensorList& xs, TensorList* grads, int* task) {
@@ -177,15 +186,7 @@ int backward_many(const Tensor& y, const TensorList& xs, TensorList* grads, int*
     hook_end(t.get(), false);
     return -1;
   }
-  if (done) {
-    if (hook_end(t.get(), true) != 0) return -1;
-    *grads = t->take_results();
-    return 0;
-  }
-  int id = -1;
-  if (guard_status_nosync([&] { id = add_task(std::move(t)); }) != 0) return -1;
-  *task = id;
-  return 2;
+  return end_pass(std::move(t), done, task, [&](ag::GraphTask& g) { *grads = g.take_results(); });
 }
 }  // namespace dl::bind
 
