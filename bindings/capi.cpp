@@ -909,6 +909,19 @@ uint64_t dl_log_softmax(uint64_t x, int dim) {
   });
 }
 
+int dl_softmax_value(const struct dl_tensor* x, int dim, int log, struct dl_tensor* out) {
+  if (dl::compile::current()) {
+    const int st = dl::bind::defer_softmax(int(log ? Op::LogSoftmax : Op::Softmax), x, dim, out);
+    if (st != -2) return st;
+  }
+  const char* name = log ? "log_softmax" : "softmax";
+  return guard_value(out, [&] {
+    const Tensor t = value_of(x, name);
+    const int d = lua_dim(dim, t.dim(), name);
+    return log ? ag::log_softmax(t, d) : ag::softmax(t, d);
+  });
+}
+
 uint64_t dl_where(uint64_t cond, uint64_t a, uint64_t b) {
   return guard_handle([&] { return ag::where(get(cond, "where"), get(a, "where"), get(b, "where")); });
 }

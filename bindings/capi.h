@@ -220,6 +220,9 @@ uint64_t dl_nonzero(uint64_t x);            /* (count, ndim) 1-based positions *
 uint64_t dl_searchsorted(uint64_t seq, uint64_t values, int right);   /* in [1, n + 1] */
 uint64_t dl_softmax(uint64_t x, int dim);
 uint64_t dl_log_softmax(uint64_t x, int dim);
+/* softmax (log = 0) or log_softmax (log = 1) of a value along dim (1-based, or negative
+   from the end), into *out: deferred inside a compiled call (dl.compile). */
+int dl_softmax_value(const struct dl_tensor* x, int dim, int log, struct dl_tensor* out);
 uint64_t dl_where(uint64_t cond, uint64_t a, uint64_t b);
 uint64_t dl_clamp(uint64_t x, double lo, double hi, int has_lo, int has_hi);
 uint64_t dl_masked_fill(uint64_t x, uint64_t mask, double value);

@@ -128,7 +128,7 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
     if (two && !operand_for(*c, b, st.b, kb, info.lua_name)) return -2;
     if (two && kb.device != ka.device) return -2;   // the eager op names both devices
     st.device = ka.device;
-    if (kind == compile::Kind::Reduce) {
+    if (kind == compile::Kind::Reduce || kind == compile::Kind::Softmax) {
       if (ndims < 0 || ndims > dl::kMaxDims || (ndims > 0 && !dims)) return -2;
       const int rank = ka.shape.size();
       for (int i = 0; i < ndims; ++i) {
@@ -365,6 +365,11 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
 int compiled_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, struct dl_tensor* out,
                           int* task) {
   return compiled_backward(y, &x, 1, &out, task);
+}
+
+int defer_softmax(int op, const struct dl_tensor* x, int dim, struct dl_tensor* out) {
+  const int32_t d = dim;
+  return defer(compile::Kind::Softmax, op, x, nullptr, 0, 0, &d, 1, 0, out);
 }
 
 int defer_matmul(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {

@@ -19,6 +19,8 @@ int defer_binary_scalar(int op, const dl_tensor* a, double s, int first, dl_tens
 int defer_compare(int op, const dl_tensor* a, const dl_tensor* b, dl_tensor* out);
 int defer_compare_scalar(int op, const dl_tensor* a, double s, int first, dl_tensor* out);
 int defer_matmul(const dl_tensor* a, const dl_tensor* b, dl_tensor* out);
+// op: Op::Softmax or Op::LogSoftmax; dim as Lua gives it (1-based, or negative).
+int defer_softmax(int op, const dl_tensor* x, int dim, dl_tensor* out);
 int defer_reduce(int op, const dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
                  dl_tensor* out);
 int defer_watch(const dl_tensor* x, dl_tensor* out);

@@ -32,6 +32,8 @@
 // they are not one runs the backward with autograd.
 #include "compile/grad.h"
 
+#include <cstring>
+
 #include "autograd/autograd.h"
 
 namespace dl::compile {
@@ -59,6 +61,7 @@ Tensor run_recorded(const Step& st, const std::vector<Tensor>& results) {
       return ag::reduce(st.op, a, dims, st.keepdim, st.opts);
     }
     case Kind::MatMul: return ag::matmul(a, operand_tensor(st.b, results));
+    case Kind::Softmax: return st.op == Op::LogSoftmax ? ag::log_softmax(a, st.dims[0]) : ag::softmax(a, st.dims[0]);
     case Kind::Watch: return ag::watch(a);
     default: break;
   }
@@ -290,6 +293,8 @@ void BackwardCapture::seen(const Observed& o) {
   st.s = o.s;
   st.scalar_first = o.first;
   st.fn = o.fn;
+  const Tensor* const* in = o.in;
+  int nin = o.nin;
   switch (o.fn) {
     case Fn::Unary: st.kind = Kind::Unary; break;
     case Fn::Binary: st.kind = Kind::Binary; break;
@@ -299,14 +304,28 @@ void BackwardCapture::seen(const Observed& o) {
     case Fn::MatMul: st.kind = Kind::MatMul; break;
     case Fn::Full: st.kind = Kind::Full; break;
     case Fn::Reduce: st.kind = Kind::Reduce; break;
-    case Fn::Write: return fail("an in-place write");
-    case Fn::Other: return fail(o.name);
+    case Fn::Other: {
+      // Of the ops reported by name, softmax and log_softmax are steps: their input,
+      // and their dim (0-based) as the report's one integer.
+      const bool soft = o.name && std::strcmp(o.name, "softmax") == 0;
+      const bool log = o.name && std::strcmp(o.name, "log_softmax") == 0;
+      if (!(soft || log) || o.ins.size() != 1 || !o.ins[0] || o.ints.size() != 1) return fail(o.name);
+      st.kind = Kind::Softmax;
+      st.op = log ? Op::LogSoftmax : Op::Softmax;
+      st.ndims = 1;
+      st.dims[0] = int8_t(o.ints[0]);
+      in = o.ins.data();
+      nin = 1;
+      break;
+    }
     default: st.kind = Kind::Shape; break;
   }
-  const int ndims = int(o.dims.size());
-  if (ndims > kMaxDims) return fail("too many dims");
-  st.ndims = int8_t(ndims);
-  for (int i = 0; i < ndims && i < kMaxDims; ++i) st.dims[i] = int8_t(o.dims[size_t(i)]);
+  if (st.kind != Kind::Softmax) {
+    const int ndims = int(o.dims.size());
+    if (ndims > kMaxDims) return fail("too many dims");
+    st.ndims = int8_t(ndims);
+    for (int i = 0; i < ndims && i < kMaxDims; ++i) st.dims[i] = int8_t(o.dims[size_t(i)]);
+  }
   st.keepdim = o.keepdim;
   st.opts = o.opts;
   st.arg = o.shape;
@@ -318,9 +337,9 @@ void BackwardCapture::seen(const Observed& o) {
   // compute in one dtype); otherwise alone, through the engine's front end, as here.
   bool same_dtype = st.dtype == DType::Float32 || st.dtype == DType::Float64;
   Ref* refs[2] = {&b.a, &b.b};
-  for (int k = 0; k < o.nin; ++k) {
-    if (!find(*o.in[k], refs[k])) return fail("a tensor made by an op the plan cannot run");
-    same_dtype = same_dtype && o.in[k]->dtype() == st.dtype;
+  for (int k = 0; k < nin; ++k) {
+    if (!find(*in[k], refs[k])) return fail("a tensor made by an op the plan cannot run");
+    same_dtype = same_dtype && in[k]->dtype() == st.dtype;
   }
   st.alone = !same_dtype;
   remember(o.out, Ref{Ref::To::Backward, 0, int32_t(plan_.steps.size())});

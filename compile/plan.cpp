@@ -108,6 +108,11 @@ bool infer(Step& s, DType ad, const Shape& as, DType bd, const Shape& bs) {
       s.shape = out;
       return true;
     }
+    case Kind::Softmax:
+      if (s.ndims != 1 || s.dims[0] < 0 || s.dims[0] >= as.size()) return false;
+      s.dtype = ad;
+      s.shape = as;
+      return true;
     case Kind::Watch:
       s.dtype = ad;
       s.shape = as;
@@ -555,6 +560,7 @@ Tensor run_single(const Step& st, const std::vector<Tensor>& results) {
       return reduce(st.op, a, dims, st.keepdim, st.opts);
     }
     case Kind::MatMul: return matmul(a, tensor_of(st.b, results));
+    case Kind::Softmax: return st.op == Op::LogSoftmax ? log_softmax(a, st.dims[0]) : softmax(a, st.dims[0]);
     case Kind::Shape: {
       switch (st.fn) {
         case Fn::SumTo: return sum_to(a, st.arg);

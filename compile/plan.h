@@ -8,8 +8,8 @@
 //   execute(steps, 0, 3, results, {0, 0, 1});   // only the sum is wanted: add and tanh
 //                                               // run as one pass, their results unkept
 //
-// A step is an op of the pointwise or reduction families, or a matrix product, whose
-// result was promised to
+// A step is an op of the pointwise or reduction families, a softmax, or a matrix
+// product, whose result was promised to
 // Lua before it was computed (Note [Deferred steps] in compile/trace.cpp says when a
 // call defers one). The executor runs a range of them in their order, with the engine's
 // own arithmetic, so that every value is the one eager execution gives, bit for bit
@@ -27,6 +27,7 @@ namespace dl::compile {
 
 enum class Kind : uint8_t {
   Unary, Binary, BinaryScalar, Compare, CompareScalar, Reduce, MatMul,
+  Softmax,  // softmax or log_softmax (`op`) along dims[0] (0-based)
   Shape,    // a shape function or a copy (`fn`: SumTo, Expand, Reshape, View, Squeeze,
             // Unsqueeze, Transpose, Cast, Contiguous, Clone), from a recorded backward
   Full,     // a constant (`arg` its shape, `arg_dtype`, `s` its value), likewise

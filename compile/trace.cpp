@@ -185,7 +185,7 @@ bool TraceOp::same_op(const TraceOp& o) const {
   if (kind != o.kind || op != o.op || !(a == o.a)) return false;
   if (two_operands(kind) && !(b == o.b)) return false;
   if (kind == Kind::Marker && (mark != o.mark || !(b == o.b))) return false;
-  if (kind == Kind::Reduce) {
+  if (kind == Kind::Reduce || kind == Kind::Softmax) {
     if (ndims != o.ndims || keepdim != o.keepdim) return false;
     for (int i = 0; i < ndims; ++i)
       if (dims[i] != o.dims[i]) return false;
@@ -197,7 +197,7 @@ bool TraceOp::matches(const Step& st, const OperandKey& ka, const OperandKey& kb
   if (kind != st.kind || op != st.op || !(a == ka)) return false;
   if (two_operands(kind) && !(b == kb)) return false;
   if (kind == Kind::Marker && (mark != st.mark || !(b == kb))) return false;
-  if (kind == Kind::Reduce) {
+  if (kind == Kind::Reduce || kind == Kind::Softmax) {
     if (ndims != st.ndims || keepdim != st.keepdim) return false;
     for (int i = 0; i < ndims; ++i)
       if (dims[i] != st.dims[i]) return false;

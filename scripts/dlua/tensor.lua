@@ -562,12 +562,15 @@ methods.argmax, dl.argmax = arg_extremum(true), arg_extremum(true)
 methods.argmin, dl.argmin = arg_extremum(false), arg_extremum(false)
 
 local function softmax_fn(name, is_log)
+  local log = is_log and 1 or 0
   return function(x, dim)
     check_tensor(name, x)
     local d = -1
     if dim ~= nil then d = dim_arg(name, dim) end
-    if is_log then return new(C.dl_log_softmax, hid(x), d) end
-    return new(C.dl_softmax, hid(x), d)
+    local r = result()
+    local st = C.dl_softmax_value(x, d, log, r)
+    if st < 0 and retry() then st = C.dl_softmax_value(x, d, log, r) end
+    return value(st, r)
   end
 end
 methods.softmax, dl.softmax = softmax_fn("softmax", false), softmax_fn("softmax", false)

@@ -216,7 +216,7 @@ H.test("compiled gradients at the edges: constants, softmax, bad results, in-pla
   local c = dl.randn(30)
   local cases = {
     function(x) return (c * 2):sum() end,                                   -- no dependence on x
-    function(x) return (dl.softmax(x:view(3, 10), 2) * c:view(3, 10)):sum() end,  -- an op not deferred
+    function(x) return (dl.softmax(x:view(3, 10), 2) * c:view(3, 10)):sum() end,  -- a view: not deferred
     function(x) return (x * c):amax() end,
     function(x) local y = x * 1 y:mul_(2) return (y * y):sum() end,          -- in place inside
   }
@@ -388,6 +388,36 @@ H.test("compiled gradients with respect to several tensors are one plan too", fu
     local a, b = dl.randn(50), dl.randn(50)
     identical({ ck(a, b) }, { dl.grad(k, { 1, 2 })(a, b) }, "branch, call " .. i)
   end
+end)
+
+H.test("softmax and log_softmax are steps: forward passes and gradients through them", function()
+  -- Attention's softmax(q k^T / s) v is one plan, and a gradient through softmax or
+  -- log_softmax compiles (the backward's formula is pointwise ops and a sum).
+  local k, v = dl.randn(4, 16, 8), dl.randn(4, 16, 8)
+  local att = function(q) return dl.matmul(dl.softmax(dl.matmul(q, k:transpose(2, 3)) / 8, -1), v) end
+  local ca = agree(att, { { dl.randn(4, 16, 8) }, { dl.randn(4, 16, 8) }, { dl.randn(4, 16, 8) } })
+  local text = dl.compile.explain(ca)
+  H.ok(string.find(text, "softmax(step 2)", 1, true) and string.find(text, "matmul(step 3", 1, true), text)
+  local c = dl.randn(12, 20)
+  for _, f in ipairs({
+    function(x) return (dl.softmax(x * 2, 2) * c):sum() end,
+    function(x) return (dl.log_softmax(x, 1) * c):mean() end,
+    function(x) return (dl.softmax(x:double(), -1) * c:double()):sum() end,   -- a cast first: on the tape
+  }) do
+    local cg = dl.compile(dl.value_and_grad(f))
+    for i = 1, 3 do
+      local x = dl.randn(12, 20)
+      identical({ cg(x) }, { dl.value_and_grad(f)(x) }, "call " .. i)
+    end
+  end
+  local cg = dl.compile(dl.grad(function(x) return (dl.log_softmax(x, 2) * c):sum() end))
+  for _ = 1, 2 do cg(dl.randn(12, 20)) end
+  text = dl.compile.explain(cg)
+  H.ok(string.find(text, "gradient scope (compiled)", 1, true) and string.find(text, "log_softmax(", 1, true), text)
+  -- Bad dims are eager's errors; an integer tensor runs eagerly.
+  local bad = dl.compile(function(x) return dl.softmax(x * 1, 3) end)
+  H.raises(function() return bad(dl.randn(4, 5)) end, "softmax")
+  identical(dl.compile(function(x) return dl.softmax(x, 1) end)(dl.tensor({ 1, 2, 3 })), dl.softmax(dl.tensor({ 1, 2, 3 }), 1))
 end)
 
 H.test("random ops draw the same stream as eager", function()
