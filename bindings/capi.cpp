@@ -973,6 +973,12 @@ uint64_t dl_view(uint64_t x, const int64_t* shape, int ndim) {
   return guard_handle([&] { return ag::view(get(x, "view"), shape_of(shape, ndim, "view")); });
 }
 
+int dl_view_value(const struct dl_tensor* x, int which, const int64_t* shape, int n, int d1, int d2,
+                  struct dl_tensor* out) {
+  if (!dl::compile::current()) return -2;
+  return dl::bind::defer_view(which, x, shape, n, d1, d2, out);
+}
+
 uint64_t dl_reshape(uint64_t x, const int64_t* shape, int ndim) {
   return guard_handle([&] { return ag::reshape(get(x, "reshape"), shape_of(shape, ndim, "reshape")); });
 }

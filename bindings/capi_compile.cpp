@@ -367,6 +367,71 @@ int compiled_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, 
   return compiled_backward(y, &x, 1, &out, task);
 }
 
+int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int nshape, int d1, int d2,
+               struct dl_tensor* out) {
+  static constexpr dl::Fn kFns[] = {dl::Fn::Reshape, dl::Fn::View, dl::Fn::Transpose, dl::Fn::Squeeze,
+                                    dl::Fn::Unsqueeze};
+  compile::Call* c = compile::current();
+  if (!c || c->eager || c->scope.nested > 0 || which < 0 || which > 4) return -2;
+  const compile::ScopeMode mode = c->scope.mode;
+  if (dl::ag::is_recording() && mode != compile::ScopeMode::Capture && mode != compile::ScopeMode::Real) return -2;
+  // A promised result of the call, or a tensor held by a handle (a weight's w:t(): as an
+  // eager view inside a gradient's scope it would end the scope's compiling). A value
+  // held inline is not: its view is of the Lua value's own memory, which a later
+  // in-place write changes.
+  ProxyRef r;
+  const bool promised = own_proxy(*c, x, &r);
+  if (!promised && (x->id == 0 || proxy_ref(x, &r))) return -2;
+  dl::MessageBase base(1);
+  try {
+    compile::Step st;
+    st.kind = compile::Kind::Shape;
+    st.fn = kFns[which];
+    compile::OperandKey ka;
+    if (!operand_for(*c, x, st.a, ka, dl::fn_name(st.fn))) return -2;
+    const int rank = ka.shape.size();
+    auto dim0 = [](int d, int n) { return d < 0 ? d + n : d - 1; };
+    switch (st.fn) {
+      case dl::Fn::View:
+        // A view needs its input's strides: of a chain of views of a transpose, or of a
+        // tensor that is not contiguous, the eager op decides (it may refuse).
+        if (!promised && !st.a.input.is_contiguous()) return -2;
+        for (int32_t k = promised ? int32_t(r.pos) : -1; k >= 0 && c->steps[size_t(k)].kind == compile::Kind::Shape;
+             k = c->steps[size_t(k)].a.step)
+          if (c->steps[size_t(k)].fn == dl::Fn::Transpose) return -2;
+        [[fallthrough]];
+      case dl::Fn::Reshape:
+        if (nshape < 0 || nshape > dl::kMaxDims || (nshape > 0 && !shape)) return -2;
+        for (int i = 0; i < nshape; ++i) st.arg.push_back(shape[i]);
+        break;
+      case dl::Fn::Transpose:
+        st.ndims = 2;
+        st.dims[0] = int8_t(dim0(d1, rank));
+        st.dims[1] = int8_t(dim0(d2, rank));
+        break;
+      case dl::Fn::Squeeze:
+        st.ndims = d1 == 0 ? 0 : 1;
+        st.dims[0] = int8_t(d1 == 0 ? 0 : dim0(d1, rank));
+        break;
+      default:   // Unsqueeze
+        st.ndims = 1;
+        st.dims[0] = int8_t(dim0(d1, rank + 1));
+        break;
+    }
+    st.device = ka.device;
+    const int res = compile::defer(*c, std::move(st), ka, compile::OperandKey{});
+    if (res == 0) return -2;
+    ProxyRef p;
+    p.pos = uint32_t(c->steps.size() - 1);
+    p.serial = c->serial;
+    write_proxy(out, p);
+    return res == 2 ? 3 : 2;
+  } catch (...) {
+    capture_exception();
+    return -1;
+  }
+}
+
 int defer_softmax(int op, const struct dl_tensor* x, int dim, struct dl_tensor* out) {
   const int32_t d = dim;
   return defer(compile::Kind::Softmax, op, x, nullptr, 0, 0, &d, 1, 0, out);

@@ -19,6 +19,10 @@ int defer_binary_scalar(int op, const dl_tensor* a, double s, int first, dl_tens
 int defer_compare(int op, const dl_tensor* a, const dl_tensor* b, dl_tensor* out);
 int defer_compare_scalar(int op, const dl_tensor* a, double s, int first, dl_tensor* out);
 int defer_matmul(const dl_tensor* a, const dl_tensor* b, dl_tensor* out);
+// which: 0 reshape, 1 view (shape, nshape), 2 transpose (d1, d2), 3 squeeze (d1; 0: every
+// dim of size 1), 4 unsqueeze (d1); dims as Lua gives them. A view of a promised result
+// or of a tensor held by a handle is deferred; of a value held inline, not.
+int defer_view(int which, const dl_tensor* x, const int64_t* shape, int nshape, int d1, int d2, dl_tensor* out);
 // op: Op::Softmax or Op::LogSoftmax; dim as Lua gives it (1-based, or negative).
 int defer_softmax(int op, const dl_tensor* x, int dim, dl_tensor* out);
 int defer_reduce(int op, const dl_tensor* x, const int32_t* dims, int ndims, int keepdim,

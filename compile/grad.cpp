@@ -64,6 +64,16 @@ Tensor run_recorded(const Step& st, const std::vector<Tensor>& results) {
     }
     case Kind::MatMul: return ag::matmul(a, operand_tensor(st.b, results));
     case Kind::Softmax: return st.op == Op::LogSoftmax ? ag::log_softmax(a, st.dims[0]) : ag::softmax(a, st.dims[0]);
+    case Kind::Shape:   // the views Lua defers (plan.cpp's infer_view)
+      switch (st.fn) {
+        case Fn::Reshape: return ag::reshape(a, st.arg);
+        case Fn::View: return ag::view(a, st.arg);
+        case Fn::Transpose: return ag::transpose(a, st.dims[0], st.dims[1]);
+        case Fn::Unsqueeze: return ag::unsqueeze(a, st.dims[0]);
+        case Fn::Squeeze: return ag::squeeze(a, st.ndims ? std::optional<int>(st.dims[0]) : std::nullopt);
+        default: break;
+      }
+      break;
     case Kind::Watch: return ag::watch(a);
     default: break;
   }

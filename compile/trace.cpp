@@ -62,7 +62,7 @@ std::string describe(const Function& fn, const TraceOp& t) {
     }
     return os.str();
   }
-  os << (t.kind == Kind::Watch ? "watch" : op_name(t.op)) << "(";
+  os << (t.kind == Kind::Watch ? "watch" : t.kind == Kind::Shape ? fn_name(t.fn) : op_name(t.op)) << "(";
   auto operand = [&](const OperandKey& k) {
     if (k.step >= 0) os << "step " << k.step + 1;
     else os << dtype_name(k.dtype) << " " << k.shape << (k.device.is_cpu() ? "" : " on " + k.device.str());
@@ -134,6 +134,10 @@ TraceOp key_of(const Step& st, const OperandKey& a, const OperandKey& b) {
   for (int i = 0; i < st.ndims; ++i) k.dims[i] = st.dims[i];
   k.out_dtype = st.dtype;
   k.out_shape = st.shape;
+  if (st.kind == Kind::Shape) {
+    k.fn = st.fn;
+    k.arg = st.arg;
+  }
   if (st.kind == Kind::Marker) {
     k.mark = st.mark;
     k.b = b;
@@ -185,11 +189,12 @@ bool TraceOp::same_op(const TraceOp& o) const {
   if (kind != o.kind || op != o.op || !(a == o.a)) return false;
   if (two_operands(kind) && !(b == o.b)) return false;
   if (kind == Kind::Marker && (mark != o.mark || !(b == o.b))) return false;
-  if (kind == Kind::Reduce || kind == Kind::Softmax) {
+  if (kind == Kind::Reduce || kind == Kind::Softmax || kind == Kind::Shape) {
     if (ndims != o.ndims || keepdim != o.keepdim) return false;
     for (int i = 0; i < ndims; ++i)
       if (dims[i] != o.dims[i]) return false;
   }
+  if (kind == Kind::Shape && (fn != o.fn || !(arg == o.arg))) return false;
   return true;
 }
 
@@ -197,11 +202,12 @@ bool TraceOp::matches(const Step& st, const OperandKey& ka, const OperandKey& kb
   if (kind != st.kind || op != st.op || !(a == ka)) return false;
   if (two_operands(kind) && !(b == kb)) return false;
   if (kind == Kind::Marker && (mark != st.mark || !(b == kb))) return false;
-  if (kind == Kind::Reduce || kind == Kind::Softmax) {
+  if (kind == Kind::Reduce || kind == Kind::Softmax || kind == Kind::Shape) {
     if (ndims != st.ndims || keepdim != st.keepdim) return false;
     for (int i = 0; i < ndims; ++i)
       if (dims[i] != st.dims[i]) return false;
   }
+  if (kind == Kind::Shape && (fn != st.fn || !(arg == st.arg))) return false;
   return true;
 }
 

@@ -49,6 +49,8 @@ struct TraceOp {
   DType out_dtype = DType::Float32;   // the result's, as infer() worked it out
   Shape out_shape;
   Mark mark = Mark::GradEnter;   // Marker
+  Fn fn = Fn::Unary;             // Shape: which view, and the shape asked for
+  Shape arg;
   bool symbolic = false;         // GradEnter: the scope's backward pass was recorded
   int32_t plan = -1;             // Backward: its plan in Trace::plans
   bool same_op(const TraceOp& o) const;

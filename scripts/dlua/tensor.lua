@@ -769,15 +769,30 @@ end
 
 -- ---- views and indexing ------------------------------------------------------------------------
 
+-- In a compiled call, a view of a promised result is a step of the call (dl_view_value:
+-- which 0 reshape, 1 view, 2 transpose, 3 squeeze, 4 unsqueeze), so that the plan goes
+-- on through it; nil when it is not (the handle entries below then run it).
+local function deferred_view(x, which, nd, d1, d2)
+  if C.dl_compile_active() == 0 then return nil end
+  local r = result()
+  local st = C.dl_view_value(x, which, shape_buf, nd, d1, d2, r)
+  if st == -2 then return nil end
+  return value(st, r)
+end
+
 function methods.view(x, ...)
   check_tensor("view", x)
   local nd = parse_shape("view", false, ...)
+  local v = deferred_view(x, 1, nd, 0, 0)
+  if v then return v end
   return wrap(C.dl_view(hid(x), shape_buf, nd))
 end
 
 function methods.reshape(x, ...)
   check_tensor("reshape", x)
   local nd = parse_shape("reshape", false, ...)
+  local v = deferred_view(x, 0, nd, 0, 0)
+  if v then return v end
   local id = C.dl_reshape(hid(x), shape_buf, nd)
   if id == 0 and retry() then id = C.dl_reshape(hid(x), shape_buf, nd) end
   return wrap(id)
@@ -809,7 +824,10 @@ end
 
 function methods.transpose(x, d1, d2)
   check_tensor("transpose", x)
-  return wrap(C.dl_transpose(hid(x), dim_arg("transpose", d1), dim_arg("transpose", d2)))
+  d1, d2 = dim_arg("transpose", d1), dim_arg("transpose", d2)
+  local v = deferred_view(x, 2, 0, d1, d2)
+  if v then return v end
+  return wrap(C.dl_transpose(hid(x), d1, d2))
 end
 
 function methods.t(x)
@@ -819,6 +837,8 @@ function methods.t(x)
   if n > 2 then
     raise("t: expected a tensor with at most 2 dimensions, got shape " .. shape_str(x))
   end
+  local v = deferred_view(x, 2, 0, 1, 2)
+  if v then return v end
   return wrap(C.dl_transpose(hid(x), 1, 2))
 end
 
@@ -841,12 +861,18 @@ end
 function methods.squeeze(x, d)
   check_tensor("squeeze", x)
   if d == 0 then dim_error("squeeze", 0, C.dl_ndim(x)) end
-  return wrap(C.dl_squeeze(hid(x), d == nil and 0 or dim_arg("squeeze", d)))
+  d = d == nil and 0 or dim_arg("squeeze", d)
+  local v = deferred_view(x, 3, 0, d, 0)
+  if v then return v end
+  return wrap(C.dl_squeeze(hid(x), d))
 end
 
 function methods.unsqueeze(x, d)
   check_tensor("unsqueeze", x)
-  return wrap(C.dl_unsqueeze(hid(x), dim_arg("unsqueeze", d)))
+  d = dim_arg("unsqueeze", d)
+  local v = deferred_view(x, 4, 0, d, 0)
+  if v then return v end
+  return wrap(C.dl_unsqueeze(hid(x), d))
 end
 
 function methods.flatten(x, s, e)
