@@ -294,7 +294,7 @@ template <> Grads derivative<Op::Softmax>(Node& n, const TensorList& g) {
   int d = int(n.attrs.i[0]);
   // One pass a row (Note [Softmax's gradient in one pass] in tensor/cpu/reduce.cpp) when
   // the formula need not be recorded or seen as ops.
-  if (d == y.dim() - 1 && !is_recording() && !observing() && g[0].dtype() == y.dtype())
+  if (d == y.dim() - 1 && !is_recording() && !observing_formulas() && g[0].dtype() == y.dtype())
     return {dl::softmax_backward(g[0], y)};
   return {y * (g[0] - ag::reduce(Op::Sum, g[0] * y, {d}, true))};
 }

@@ -317,10 +317,18 @@ void BackwardCapture::seen(const Observed& o) {
     case Fn::Full: st.kind = Kind::Full; break;
     case Fn::Reduce: st.kind = Kind::Reduce; break;
     case Fn::Other: {
-      // Of the ops reported by name, softmax and log_softmax are steps: their input,
-      // and their dim (0-based) as the report's one integer.
+      // Of the ops reported by name, softmax and log_softmax are steps (their input, and
+      // their dim, 0-based, as the report's one integer), and so is softmax's fused
+      // gradient (the incoming gradient and the softmax).
       const bool soft = o.name && std::strcmp(o.name, "softmax") == 0;
       const bool log = o.name && std::strcmp(o.name, "log_softmax") == 0;
+      const bool back = o.name && std::strcmp(o.name, "softmax_backward") == 0;
+      if (back && o.ins.size() == 2 && o.ins[0] && o.ins[1]) {
+        st.kind = Kind::SoftmaxBackward;
+        in = o.ins.data();
+        nin = 2;
+        break;
+      }
       if (!(soft || log) || o.ins.size() != 1 || !o.ins[0] || o.ints.size() != 1) return fail(o.name);
       st.kind = Kind::Softmax;
       st.op = log ? Op::LogSoftmax : Op::Softmax;

@@ -44,6 +44,7 @@ class BackwardCapture : public Observer {
   explicit BackwardCapture(Call& c);
   ~BackwardCapture() override;
   void seen(const Observed& op) override;
+  bool takes_fused() const override { return true; }   // a plan runs them again
   // c's backward marker is at `marker`; grads: one per watched tensor, in their order.
   bool finish(const Call& c, size_t marker, const TensorList& grads, BackwardPlan* plan, std::string* why);
 

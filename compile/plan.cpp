@@ -36,7 +36,10 @@ bool pointwise(const Step& s) {
 }
 
 int arity(const Step& s) {
-  return (s.kind == Kind::Binary || s.kind == Kind::Compare || s.kind == Kind::MatMul) ? 2 : 1;
+  return (s.kind == Kind::Binary || s.kind == Kind::Compare || s.kind == Kind::MatMul ||
+          s.kind == Kind::SoftmaxBackward)
+             ? 2
+             : 1;
 }
 
 const Tensor& tensor_of(const Operand& o, const std::vector<Tensor>& results) {
@@ -178,6 +181,7 @@ bool infer(Step& s, DType ad, const Shape& as, DType bd, const Shape& bs) {
       s.dtype = ad;
       return infer_view(s, as);
     case Kind::Full:
+    case Kind::SoftmaxBackward:
       return false;   // steps of recorded backward passes, made with their results known
   }
   return false;
@@ -616,6 +620,7 @@ Tensor run_single(const Step& st, const std::vector<Tensor>& results) {
     }
     case Kind::MatMul: return matmul(a, tensor_of(st.b, results));
     case Kind::Softmax: return st.op == Op::LogSoftmax ? log_softmax(a, st.dims[0]) : softmax(a, st.dims[0]);
+    case Kind::SoftmaxBackward: return softmax_backward(a, tensor_of(st.b, results));
     case Kind::Shape: {
       switch (st.fn) {
         case Fn::SumTo: return sum_to(a, st.arg);

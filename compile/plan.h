@@ -28,6 +28,7 @@ namespace dl::compile {
 enum class Kind : uint8_t {
   Unary, Binary, BinaryScalar, Compare, CompareScalar, Reduce, MatMul,
   Softmax,  // softmax or log_softmax (`op`) along dims[0] (0-based)
+  SoftmaxBackward,   // softmax's fused gradient: a the incoming gradient, b the softmax (last dim)
   Shape,    // a shape function or a copy (`fn`: SumTo, Expand, Reshape, View, Squeeze,
             // Unsqueeze, Transpose, Cast, Contiguous, Clone), from a recorded backward
   Full,     // a constant (`arg` its shape, `arg_dtype`, `s` its value), likewise

@@ -87,6 +87,7 @@ std::string describe_backward(const BackwardStep& b, size_t base, bool is_grad) 
   switch (st.kind) {
     case Kind::Full: os << "full(" << st.arg << ", " << st.s << ")"; break;
     case Kind::Shape: os << fn_name(st.fn) << "("; break;
+    case Kind::SoftmaxBackward: os << "softmax_backward("; break;
     default: os << op_name(st.op) << "("; break;
   }
   if (st.kind != Kind::Full) {
@@ -96,7 +97,8 @@ std::string describe_backward(const BackwardStep& b, size_t base, bool is_grad) 
       else os << (r.k == 0 ? "first" : "second") << " operand of step " << r.i + 1;
     };
     ref(b.a);
-    if (st.kind == Kind::Binary || st.kind == Kind::Compare || st.kind == Kind::MatMul) {
+    if (st.kind == Kind::Binary || st.kind == Kind::Compare || st.kind == Kind::MatMul ||
+        st.kind == Kind::SoftmaxBackward) {
       os << ", ";
       ref(b.b);
     } else if (st.kind == Kind::BinaryScalar || st.kind == Kind::CompareScalar) {

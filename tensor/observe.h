@@ -85,6 +85,11 @@ struct Observer {
   virtual void seen(const Observed& op) = 0;
   // A tensor was allocated for `op` outside every reported op.
   virtual void unreported(const char* op) {}
+  // Whether it takes a derivative's fused op (reported by name) as it is, as dl.compile's
+  // plans do, which run it again through the same front end: then a derivative runs its
+  // fused op, as eager execution does, and a plan has eager's bits. Observers that
+  // rewrite what they see (dl.vmap, dl.export) need the formula's table ops instead.
+  virtual bool takes_fused() const { return false; }
   virtual ~Observer() = default;
 };
 
@@ -100,6 +105,10 @@ extern std::atomic<int> g_observers;
 inline bool observing() {
   return __builtin_expect(g_observers.load(std::memory_order_relaxed) != 0, 0) && t_observer != nullptr;
 }
+
+// Whether an observer is set that needs derivatives as the formula's table ops (a fused
+// derivative would be an op it cannot rewrite; Observer::takes_fused).
+inline bool observing_formulas() { return observing() && !t_observer->takes_fused(); }
 
 // Sets the thread's observer for a scope.
 class Observing {

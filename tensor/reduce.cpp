@@ -210,7 +210,8 @@ Tensor log_softmax(const Tensor& x, int dim) {
                         [&](Observed& o, const Tensor&) { o.ins = {&x}; o.ints = {dim}; });
 }
 
-Tensor softmax_backward(const Tensor& g, const Tensor& y) {
+namespace {
+Tensor softmax_backward_impl(const Tensor& g, const Tensor& y) {
   const char* op = "softmax";
   DL_CHECK(g.shape() == y.shape() && g.device() == y.device() && y.dim() >= 1 && y.is_floating(), op,
            ": the gradient's fused form needs g and y of one shape and device, floating, got ", g.shape(), " and ",
@@ -219,6 +220,12 @@ Tensor softmax_backward(const Tensor& g, const Tensor& y) {
   Tensor gx = empty(y.shape(), y.dtype(), y.device(), op);
   kernel(&Backend::softmax_backward, y.device(), op)(gx, contiguous(cast(g, y.dtype())), contiguous(y));
   return gx;
+}
+}  // namespace
+
+Tensor softmax_backward(const Tensor& g, const Tensor& y) {
+  return observed_other("softmax_backward", [&] { return softmax_backward_impl(g, y); },
+                        [&](Observed& o, const Tensor&) { o.ins = {&g, &y}; });
 }
 
 // ---- scans ---------------------------------------------------------------------------------
