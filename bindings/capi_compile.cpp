@@ -441,26 +441,78 @@ int defer_matmul(const struct dl_tensor* a, const struct dl_tensor* b, struct dl
   return defer(compile::Kind::MatMul, int(Op::MatMul), a, b, 0, 0, nullptr, 0, 0, out);
 }
 
+namespace {
+// The strides and offset a step's result will have, as the eager ops lay them out: a
+// fresh result is contiguous; a view (a Shape step Lua deferred) is laid out from its
+// operand's layout by the view's own rule (tensor/view.cpp).
+void layout_of(const compile::Call& c, size_t pos, Shape* strides, int64_t* offset) {
+  const compile::Step& st = c.steps[pos];
+  if (st.kind != compile::Kind::Shape) {
+    *strides = dl::contiguous_strides(st.shape);
+    *offset = 0;
+    return;
+  }
+  Shape in_sizes;
+  if (st.a.step >= 0) {
+    layout_of(c, size_t(st.a.step), strides, offset);
+    in_sizes = c.steps[size_t(st.a.step)].shape;
+  } else {
+    *strides = st.a.input.strides();
+    *offset = st.a.input.offset();
+    in_sizes = st.a.input.shape();
+  }
+  switch (st.fn) {
+    case dl::Fn::Transpose:
+      std::swap((*strides)[st.dims[0]], (*strides)[st.dims[1]]);
+      break;
+    case dl::Fn::Unsqueeze: {
+      const int d = st.dims[0], n = in_sizes.size();
+      strides->insert(d, d < n ? in_sizes[d] * (*strides)[d] : 1);
+      break;
+    }
+    case dl::Fn::Squeeze: {
+      Shape kept;
+      for (int d = 0; d < in_sizes.size(); ++d)
+        if (in_sizes[d] != 1 || (st.ndims == 1 && d != st.dims[0])) kept.push_back((*strides)[d]);
+      *strides = kept;
+      break;
+    }
+    default: {   // View, Reshape: a view where one exists, else (reshape) a fresh copy
+      std::optional<Shape> v = dl::compute_stride(in_sizes, *strides, st.shape);
+      if (v) {
+        *strides = *v;
+      } else {
+        *strides = dl::contiguous_strides(st.shape);
+        *offset = 0;
+      }
+      break;
+    }
+  }
+}
+}  // namespace
+
 bool proxy_meta(const struct dl_tensor* x, dl_meta* out) {
   ProxyRef r;
   if (!dl::bind::proxy_ref(x, &r) || r.tag != dl::bind::kProxyTag) return false;
   compile::Call* c = compile::current();
   if (!c || c->serial != r.serial || r.pos >= c->steps.size()) return false;
   const compile::Step& st = c->steps[r.pos];
+  Shape strides;
+  int64_t offset = 0;
+  layout_of(*c, r.pos, &strides, &offset);
   out->ndim = st.shape.size();
   out->dtype = int(st.dtype);
   out->device_type = int(st.device.type);
   out->device_index = st.device.index;
-  out->contiguous = 1;
+  out->contiguous = dl::contiguous_layout(st.shape, strides) ? 1 : 0;
   out->requires_grad = 0;
-  int64_t n = 1, stride = 1;
+  int64_t n = 1;
   for (int64_t d : st.shape) n *= d;
   out->numel = double(n);
-  out->offset = 0;
-  for (int d = dl::kMaxDims - 1; d >= 0; --d) {
+  out->offset = double(offset);
+  for (int d = 0; d < dl::kMaxDims; ++d) {
     out->sizes[d] = d < st.shape.size() ? double(st.shape[d]) : 0;
-    out->strides[d] = d < st.shape.size() ? double(stride) : 0;
-    if (d < st.shape.size()) stride *= st.shape[d];
+    out->strides[d] = d < st.shape.size() ? double(strides[d]) : 0;
   }
   return true;
 }

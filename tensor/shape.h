@@ -1,6 +1,7 @@
 // Shapes and strides: up to kMaxDims dimensions stored inline (no heap).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <initializer_list>
 #include <ostream>
 #include <vector>
@@ -68,6 +69,12 @@ std::ostream& operator<<(std::ostream& os, const Shape& s);
 int64_t checked_numel(const Shape& s, const char* op);
 // Row-major strides of a contiguous tensor of this shape.
 Shape contiguous_strides(const Shape& s);
+// Whether (sizes, strides) lay elements out as contiguous_strides would (dims of size 1
+// may have any stride): Tensor::is_contiguous.
+bool contiguous_layout(const Shape& sizes, const Shape& strides);
+// Strides that make `new_sizes` a view of a tensor with (`sizes`, `strides`), or nothing
+// when none exist: what view() and reshape() decide (tensor/view.cpp).
+std::optional<Shape> compute_stride(const Shape& sizes, const Shape& strides, const Shape& new_sizes);
 // NumPy broadcasting of two shapes; throws "op: shapes (..) and (..) cannot be broadcast".
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Normalises a dimension given 0-based (negative counts from the end) for `ndim` dims.

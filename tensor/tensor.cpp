@@ -123,7 +123,6 @@ void Storage::throw_revoked() {
 
 // ---- tensors ----------------------------------------------------------------------
 
-namespace {
 bool contiguous_layout(const Shape& sizes, const Shape& strides) {
   for (int64_t n : sizes)
     if (n == 0) return true;  // as contiguous_strides() lays out empty shapes
@@ -135,7 +134,6 @@ bool contiguous_layout(const Shape& sizes, const Shape& strides) {
   }
   return true;
 }
-}  // namespace
 
 // Every shape reaching here went through checked_numel (creation, views), which is also
 // the safety net: a shape whose element count overflows is refused, not wrapped.

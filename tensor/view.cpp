@@ -54,6 +54,10 @@ Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
   return out;
 }
 
+Tensor same_view(const Tensor& x) { return make_view(x, x.shape(), x.strides(), x.offset()); }
+
+}  // namespace
+
 // Strides that make `new_sizes` a view of a tensor with (`sizes`, `strides`), or
 // nothing when none exist (PyTorch's computeStride). The old dims are split into
 // chunks that are each contiguous in memory; every new dim must fall inside one chunk.
@@ -96,10 +100,6 @@ std::optional<Shape> compute_stride(const Shape& sizes, const Shape& strides,
   if (view_d != -1) return std::nullopt;
   return out;
 }
-
-Tensor same_view(const Tensor& x) { return make_view(x, x.shape(), x.strides(), x.offset()); }
-
-}  // namespace
 
 namespace {
 Tensor view_impl(const Tensor& x, const Shape& shape) {

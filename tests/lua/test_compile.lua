@@ -467,6 +467,16 @@ H.test("views are steps: reshape, view, transpose, squeeze and unsqueeze", funct
     identical(cl(x), dl.grad(loss)(x), "Linear layers, call " .. i)
   end
   H.ok(string.find(dl.compile.explain(cl), "gradient scope (compiled)", 1, true), dl.compile.explain(cl))
+  -- A view's metadata is eager's (read without running anything), and x:contiguous() of
+  -- a transposed result copies as in eager execution.
+  local meta = function(x)
+    local t = (x * 2):t()
+    local u = t:unsqueeze(2)
+    local r = (x + 1):reshape(3, 10):squeeze()
+    return t:is_contiguous(), t:stride(1), t:stride(2), u:is_contiguous(), u:stride(2), u:stride(3),
+           r:is_contiguous(), r:stride(1), t:contiguous():view(-1) * 1, t:reshape(-1) + 0
+  end
+  agree(meta, { { dl.randn(5, 6) }, { dl.randn(5, 6) }, { dl.randn(5, 6) } })
   -- A view of a transposed result is the eager op's, error included.
   local bad = dl.compile(function(x) return (x * 2):t():view(-1) end)
   H.raises(function() return bad(dl.randn(5, 6)) end, "view")
