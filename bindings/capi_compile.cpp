@@ -390,7 +390,12 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
     compile::OperandKey ka;
     if (!operand_for(*c, x, st.a, ka, dl::fn_name(st.fn))) return -2;
     const int rank = ka.shape.size();
-    auto dim0 = [](int d, int n) { return d < 0 ? d + n : d - 1; };
+    // A Lua dim (1-based, or negative) as 0-based for n dims; -1 when out of range (the
+    // eager op then says so).
+    auto dim0 = [](int d, int n) {
+      const int z = d < 0 ? d + n : d - 1;
+      return z >= 0 && z < n ? z : -1;
+    };
     switch (st.fn) {
       case dl::Fn::View:
         // A view needs its input's strides: of a chain of views of a transpose, or of a
@@ -404,19 +409,28 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
         if (nshape < 0 || nshape > dl::kMaxDims || (nshape > 0 && !shape)) return -2;
         for (int i = 0; i < nshape; ++i) st.arg.push_back(shape[i]);
         break;
-      case dl::Fn::Transpose:
+      case dl::Fn::Transpose: {
+        const int a = dim0(d1, rank), b = dim0(d2, rank);
+        if (a < 0 || b < 0) return -2;
         st.ndims = 2;
-        st.dims[0] = int8_t(dim0(d1, rank));
-        st.dims[1] = int8_t(dim0(d2, rank));
+        st.dims[0] = int8_t(a);
+        st.dims[1] = int8_t(b);
         break;
-      case dl::Fn::Squeeze:
+      }
+      case dl::Fn::Squeeze: {
+        const int a = d1 == 0 ? 0 : dim0(d1, rank);
+        if (a < 0) return -2;
         st.ndims = d1 == 0 ? 0 : 1;
-        st.dims[0] = int8_t(d1 == 0 ? 0 : dim0(d1, rank));
+        st.dims[0] = int8_t(a);
         break;
-      default:   // Unsqueeze
+      }
+      default: {   // Unsqueeze
+        const int a = dim0(d1, rank + 1);
+        if (a < 0) return -2;
         st.ndims = 1;
-        st.dims[0] = int8_t(dim0(d1, rank + 1));
+        st.dims[0] = int8_t(a);
         break;
+      }
     }
     st.device = ka.device;
     const int res = compile::defer(*c, std::move(st), ka, compile::OperandKey{});

@@ -477,6 +477,12 @@ H.test("views are steps: reshape, view, transpose, squeeze and unsqueeze", funct
            r:is_contiguous(), r:stride(1), t:contiguous():view(-1) * 1, t:reshape(-1) + 0
   end
   agree(meta, { { dl.randn(5, 6) }, { dl.randn(5, 6) }, { dl.randn(5, 6) } })
+  -- Dims out of range are the eager op's errors (never wrapped into range).
+  for _, view in ipairs({ function(y) return y:transpose(1, 257) end, function(y) return y:unsqueeze(260) end,
+                          function(y) return y:squeeze(-300) end }) do
+    local cv = dl.compile(function(x) return view(x * 2) end)
+    H.raises(function() return cv(dl.randn(5, 6)) end, "out of range")
+  end
   -- A view of a transposed result is the eager op's, error included.
   local bad = dl.compile(function(x) return (x * 2):t():view(-1) end)
   H.raises(function() return bad(dl.randn(5, 6)) end, "view")
