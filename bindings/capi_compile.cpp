@@ -66,6 +66,50 @@ const char* line_of(const compile::Function& fn, const compile::Trace& t, uint32
   return line >= 0 && size_t(line) < fn.lines.size() ? fn.lines[size_t(line)].c_str() : nullptr;
 }
 
+// What the trace knows of step `pos` of c as the operand of a later step.
+compile::OperandKey step_key(const compile::Call& c, uint32_t pos) {
+  compile::OperandKey k;
+  k.step = int32_t(pos);
+  k.dtype = c.steps[pos].dtype;
+  k.shape = c.steps[pos].shape;
+  k.device = c.steps[pos].device;
+  return k;
+}
+
+// A dim as Lua gives it (1-based, or negative from the end) as 0-based for n dims; -1
+// when out of range (the eager op then says what is wrong).
+int zero_based(int d, int n) {
+  const int z = d < 0 ? d + n : d - 1;
+  return z >= 0 && z < n ? z : -1;
+}
+
+// The thread's compiled call when it may defer an op now, else null: inside a
+// gradient's scope that autograd runs (Note [Compiled gradients] in compile/grad.cpp) an
+// op is a step run at once, recorded; in any other recording scope it is autograd's
+// alone.
+compile::Call* deferring() {
+  compile::Call* c = compile::current();
+  if (!c || c->eager || c->scope.nested > 0) return nullptr;
+  const compile::ScopeMode mode = c->scope.mode;
+  if (dl::ag::is_recording() && mode != compile::ScopeMode::Capture && mode != compile::ScopeMode::Real)
+    return nullptr;
+  return c;
+}
+
+// Defers `st`, whose operands' keys are ka and kb, and writes its promise into *out: 2,
+// 3 (the same, for an op just recorded, whose line the Lua side then notes), or -2 (the
+// call takes no more: the caller runs the eager op).
+int promise(compile::Call& c, compile::Step&& st, const compile::OperandKey& ka, const compile::OperandKey& kb,
+            dl_tensor* out) {
+  const int r = compile::defer(c, std::move(st), ka, kb);
+  if (r == 0) return -2;
+  ProxyRef p;
+  p.pos = uint32_t(c.steps.size() - 1);
+  p.serial = c.serial;
+  dl::bind::write_proxy(out, p);
+  return r == 2 ? 3 : 2;
+}
+
 // An operand of a deferred op: a proxy of this call, or any other tensor on the host or
 // a CUDA device. False: the op is not deferred (a proxy of another call, another device).
 bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, compile::OperandKey& k,
@@ -74,10 +118,7 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
   if (dl::bind::proxy_ref(t, &r)) {
     if (r.tag != dl::bind::kProxyTag || r.serial != c.serial || r.pos >= c.steps.size()) return false;
     o = compile::Operand::of(int32_t(r.pos));
-    k.step = int32_t(r.pos);
-    k.dtype = c.steps[r.pos].dtype;
-    k.shape = c.steps[r.pos].shape;
-    k.device = c.steps[r.pos].device;
+    k = step_key(c, r.pos);
     return true;
   }
   Tensor x = dl::bind::operand_of(t, op);
@@ -96,14 +137,8 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
 // deferred: the caller runs the eager op).
 int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s, int first,
           const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
-  compile::Call* c = compile::current();
-  if (!c || c->eager || op < 0 || op >= dl::kNumOps || c->scope.nested > 0) return -2;
-  // Inside a gradient's scope that autograd runs (Note [Compiled gradients] in
-  // compile/grad.cpp) an op is a step run at once, recorded; in any other recording
-  // scope it is autograd's alone.
-  const compile::ScopeMode mode = c->scope.mode;
-  if (dl::ag::is_recording() && mode != compile::ScopeMode::Capture && mode != compile::ScopeMode::Real)
-    return -2;
+  compile::Call* c = deferring();
+  if (!c || op < 0 || op >= dl::kNumOps) return -2;
   // Note [Inline operands run at once]
   // An op whose operands are all small values held inline (Note [Small tensors inline]
   // in value.cpp) runs eagerly: its fast path costs less than matching it (bench/
@@ -132,8 +167,8 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
       if (ndims < 0 || ndims > dl::kMaxDims || (ndims > 0 && !dims)) return -2;
       const int rank = ka.shape.size();
       for (int i = 0; i < ndims; ++i) {
-        int d = dims[i] < 0 ? dims[i] + rank : dims[i] - 1;
-        if (d < 0 || d >= rank) return -2;   // the eager op says what is wrong
+        const int d = zero_based(dims[i], rank);
+        if (d < 0) return -2;
         for (int j = 0; j < i; ++j)
           if (st.dims[j] == d) return -2;
         st.dims[i] = int8_t(d);
@@ -141,13 +176,7 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
       st.ndims = int8_t(ndims);
       st.keepdim = keepdim != 0;
     }
-    const int r = compile::defer(*c, std::move(st), ka, kb);
-    if (r == 0) return -2;
-    ProxyRef p;
-    p.pos = uint32_t(c->steps.size() - 1);
-    p.serial = c->serial;
-    dl::bind::write_proxy(out, p);
-    return r == 2 ? 3 : 2;
+    return promise(*c, std::move(st), ka, kb, out);
   } catch (...) {
     dl::bind::capture_exception();
     return -1;
@@ -263,14 +292,6 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
   if (s.mode == compile::ScopeMode::None || s.nested > 0 || !s.exited || n < 1) return -2;
   dl::MessageBase base(1);
   try {
-    auto key_of = [&](const ProxyRef& r) {
-      compile::OperandKey k;
-      k.step = int32_t(r.pos);
-      k.dtype = c->steps[r.pos].dtype;
-      k.shape = c->steps[r.pos].shape;
-      k.device = c->steps[r.pos].device;
-      return k;
-    };
     ProxyRef ry;
     std::vector<ProxyRef> rx(static_cast<size_t>(n));
     bool ours = own_proxy(*c, y, &ry);
@@ -286,13 +307,13 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
     compile::Step mark;
     mark.kind = compile::Kind::Marker;
     mark.mark = compile::Mark::Backward;
-    if (compile::defer(*c, std::move(mark), key_of(ry), key_of(rx[0])) == 0) return -2;   // the call runs eagerly now
+    if (compile::defer(*c, std::move(mark), step_key(*c, ry.pos), step_key(*c, rx[0].pos)) == 0) return -2;   // the call runs eagerly now
     const size_t marker = c->steps.size() - 1;
     for (int k = 1; k < n; ++k) {
       compile::Step more;
       more.kind = compile::Kind::Marker;
       more.mark = compile::Mark::BackwardInput;
-      if (compile::defer(*c, std::move(more), key_of(rx[size_t(k)]), compile::OperandKey{}) == 0) return -2;
+      if (compile::defer(*c, std::move(more), step_key(*c, rx[size_t(k)].pos), compile::OperandKey{}) == 0) return -2;
     }
     ProxyRef g;
     g.serial = c->serial;
@@ -371,10 +392,8 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
                struct dl_tensor* out) {
   static constexpr dl::Fn kFns[] = {dl::Fn::Reshape, dl::Fn::View, dl::Fn::Transpose, dl::Fn::Squeeze,
                                     dl::Fn::Unsqueeze};
-  compile::Call* c = compile::current();
-  if (!c || c->eager || c->scope.nested > 0 || which < 0 || which > 4) return -2;
-  const compile::ScopeMode mode = c->scope.mode;
-  if (dl::ag::is_recording() && mode != compile::ScopeMode::Capture && mode != compile::ScopeMode::Real) return -2;
+  compile::Call* c = deferring();
+  if (!c || which < 0 || which > 4) return -2;
   // A promised result of the call, or a tensor held by a handle (a weight's w:t(): as an
   // eager view inside a gradient's scope it would end the scope's compiling). A value
   // held inline is not: its view is of the Lua value's own memory, which a later
@@ -390,12 +409,6 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
     compile::OperandKey ka;
     if (!operand_for(*c, x, st.a, ka, dl::fn_name(st.fn))) return -2;
     const int rank = ka.shape.size();
-    // A Lua dim (1-based, or negative) as 0-based for n dims; -1 when out of range (the
-    // eager op then says so).
-    auto dim0 = [](int d, int n) {
-      const int z = d < 0 ? d + n : d - 1;
-      return z >= 0 && z < n ? z : -1;
-    };
     switch (st.fn) {
       case dl::Fn::View:
         // A view needs its input's strides: of a chain of views of a transpose, or of a
@@ -410,7 +423,7 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
         for (int i = 0; i < nshape; ++i) st.arg.push_back(shape[i]);
         break;
       case dl::Fn::Transpose: {
-        const int a = dim0(d1, rank), b = dim0(d2, rank);
+        const int a = zero_based(d1, rank), b = zero_based(d2, rank);
         if (a < 0 || b < 0) return -2;
         st.ndims = 2;
         st.dims[0] = int8_t(a);
@@ -418,14 +431,14 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
         break;
       }
       case dl::Fn::Squeeze: {
-        const int a = d1 == 0 ? 0 : dim0(d1, rank);
+        const int a = d1 == 0 ? 0 : zero_based(d1, rank);
         if (a < 0) return -2;
         st.ndims = d1 == 0 ? 0 : 1;
         st.dims[0] = int8_t(a);
         break;
       }
       default: {   // Unsqueeze
-        const int a = dim0(d1, rank + 1);
+        const int a = zero_based(d1, rank + 1);
         if (a < 0) return -2;
         st.ndims = 1;
         st.dims[0] = int8_t(a);
@@ -433,13 +446,7 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
       }
     }
     st.device = ka.device;
-    const int res = compile::defer(*c, std::move(st), ka, compile::OperandKey{});
-    if (res == 0) return -2;
-    ProxyRef p;
-    p.pos = uint32_t(c->steps.size() - 1);
-    p.serial = c->serial;
-    write_proxy(out, p);
-    return res == 2 ? 3 : 2;
+    return promise(*c, std::move(st), ka, compile::OperandKey{}, out);
   } catch (...) {
     capture_exception();
     return -1;
