@@ -224,9 +224,10 @@ uint64_t dl_log_softmax(uint64_t x, int dim);
    from the end), into *out: deferred inside a compiled call (dl.compile). */
 int dl_softmax_value(const struct dl_tensor* x, int dim, int log, struct dl_tensor* out);
 /* A view in a compiled call (dl.compile), of a promised result or of a tensor held by a
-   handle, deferred as a step of the call: which 0 reshape, 1 view (shape, n), 2 transpose (d1, d2), 3 squeeze (d1, 0 for
-   every dim of size 1), 4 unsqueeze (d1), dims 1-based or negative. 2 or 3 with the
-   promise in *out, -1 on error, -2 when not deferred (then dl_view and the others). */
+   handle, deferred as a step of the call: which 0 reshape, 1 view (shape, n), 2
+   transpose (d1, d2), 3 squeeze (d1, 0 for every dim of size 1), 4 unsqueeze (d1), dims
+   1-based or negative. 2 or 3 with the promise in *out, -1 on error, -2 when not
+   deferred (then dl_view and the others). */
 int dl_view_value(const struct dl_tensor* x, int which, const int64_t* shape, int n, int d1, int d2,
                   struct dl_tensor* out);
 uint64_t dl_where(uint64_t cond, uint64_t a, uint64_t b);

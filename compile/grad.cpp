@@ -5,9 +5,10 @@
 // a gradient scope, watch the argument (or the arguments: dl.grad(f, {1, 2})), f's ops,
 // close the scope, one backward pass, discard the tape. The pass's Backward marker names
 // the result and the first watched tensor, a BackwardInput marker after it each other
-// one, and the plan gives a gradient per watched tensor. In a compiled call each of them is a step of the trace (the scope's
-// marks, the watched argument, the ops, the backward pass), so a scope is matched like
-// any other op, and it runs in one of three modes:
+// one, and the plan gives a gradient per watched tensor. In a compiled call each of
+// them is a step of the trace (the scope's marks, the watched arguments, the ops, the
+// backward pass), so a scope is matched like any other op, and it runs in one of
+// three modes:
 // - Capture (the call records the scope): autograd runs everything as in eager
 //   execution (the ops at once, recorded; their proxies stand for the recorded
 //   tensors), and its backward pass runs with an observer on the engine's ops

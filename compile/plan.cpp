@@ -314,21 +314,16 @@ const void* block_of(const Group& g, const Source& s, int64_t o, int64_t n,
     }
     case Source::Rows: {
       int64_t i = o / s.period, r = o % s.period, done = 0;
-      while (done < n) {
-        const int64_t len = std::min(n - done, s.period - r);
-        if (g.isz == sizeof(float)) {
-          float v;
+      auto fill = [&](auto v) {   // v: a value of the group's dtype
+        for (; done < n; ++i, r = 0) {
+          const int64_t len = std::min(n - done, s.period - r);
           std::memcpy(&v, s.base + size_t(i) * sizeof v, sizeof v);
-          std::fill_n(reinterpret_cast<float*>(cycle) + done, len, v);
-        } else {
-          double v;
-          std::memcpy(&v, s.base + size_t(i) * sizeof v, sizeof v);
-          std::fill_n(reinterpret_cast<double*>(cycle) + done, len, v);
+          std::fill_n(reinterpret_cast<decltype(v)*>(cycle) + done, len, v);
+          done += len;
         }
-        done += len;
-        ++i;
-        r = 0;
-      }
+      };
+      if (g.isz == sizeof(float)) fill(0.0f);
+      else fill(0.0);
       return cycle;
     }
   }
