@@ -75,6 +75,8 @@ case("pointwise_chain_16M_compiled", 50, function()
   return function() return f(a, b) end
 end)
 case("sum_16M", 200, function() local a = big_ab() return function() return a:sum() end end)
+case("sum_rows_4096x4096", 200, function() local a = big_ab() return function() return a:sum(2) end end)
+case("sum_cols_4096x4096", 200, function() local a = big_ab() return function() return a:sum(1) end end)
 case("softmax_4096x4096", 50, function() local a = big_ab() return function() return dl.softmax(a, 2) end end)
 case("small_op_64x64", 5000, function()
   local s = dl.randn(64, 64, dev)

@@ -42,6 +42,8 @@ def cases():
     b = torch.randn(4096, 4096, device=dev)
     out["pointwise_chain_16M"] = (lambda: torch.relu(torch.tanh(a * b + 1) * a - torch.sigmoid(b)), 50)
     out["sum_16M"] = (lambda: a.sum(), 200)
+    out["sum_rows_4096x4096"] = (lambda: a.sum(1), 200)
+    out["sum_cols_4096x4096"] = (lambda: a.sum(0), 200)
     out["softmax_4096x4096"] = (lambda: torch.softmax(a, 1), 50)
     s = torch.randn(64, 64, device=dev)
     out["small_op_64x64"] = (lambda: s * 2 + 1, 5000)

@@ -527,11 +527,12 @@ ExecStats t_stats;
 // A group on another device runs as one fused program (tensor/fused.h): the group's
 // live steps become its instructions, its operands from outside its inputs (read as
 // the host's blocks read them: in place, one value, cycled, repeated, or an expanded
-// copy), its kept steps its outputs, and the device's backend interprets the program for every element
-// in one kernel (gpu/fused.cu), through the functors its one-op kernels apply. A group
-// larger than a program holds runs a step at a time instead, every live step's result
-// written. Host groups are lowered too where set_lowered_on_host() asks: the tests run
-// the same programs through the host's element-by-element runner.
+// copy), its kept steps its outputs, and the device's backend interprets the program
+// for every element in one kernel (gpu/fused.cu), through the functors its one-op
+// kernels apply. A group larger than a program holds runs a step at a time instead,
+// every live step's result written. Host groups are lowered too where
+// set_lowered_on_host() asks: the tests run the same programs through the host's
+// runner, which calls the device kernel's fused::run_elements.
 bool g_lowered_on_host = false;
 
 bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,

@@ -27,6 +27,20 @@ struct BinaryOp {
   }
 };
 
+// The same op as values of one dtype (the arithmetic ops: Out == T), for launch_map.
+template <typename T, typename Fn>
+struct BinaryValue {
+  Fn f;
+  __device__ T operator()(T a, T b) const { return T(f(a, b)); }
+};
+template <typename T, typename Fn>
+struct ScalarValue {
+  Fn f;
+  T s;
+  bool first;
+  __device__ T operator()(T a) const { return first ? T(f(s, a)) : T(f(a, s)); }
+};
+
 // An integer tensor compared with a fractional number: in double, as the CPU does.
 template <typename T, typename Fn>
 struct CompareDoubleOp {
@@ -50,7 +64,12 @@ template <typename Out, typename T, typename Fn>
 void run_binary(const Tensor& out, const Tensor& a, const Tensor* b, T s, int mode, Fn f,
                 const char* name) {
   const DeviceContext& c = activate(out, name);
-  launch_elementwise<3>(c, make_geom<3>({&out, &a, b ? b : &a}), BinaryOp<Out, T, Fn>{f, s, mode}, name);
+  if constexpr (std::is_same_v<Out, T>) {
+    if (b) launch_map<T, 3>(c, make_geom<3>({&out, &a, b}), BinaryValue<T, Fn>{f}, name);
+    else launch_map<T, 2>(c, make_geom<2>({&out, &a}), ScalarValue<T, Fn>{f, s, mode == kScalarFirst}, name);
+  } else {   // comparisons
+    launch_elementwise<3>(c, make_geom<3>({&out, &a, b ? b : &a}), BinaryOp<Out, T, Fn>{f, s, mode}, name);
+  }
 }
 
 

@@ -11,7 +11,7 @@
 //    outputs' elements.
 // When that leaves the device mostly idle (few outputs, long reductions), each output's
 // elements are cut into S slices (grid.y): slice folds go to a scratch buffer and a
-// second kernel merges them left to right and finishes. The fold order depends only on
+// second kernel merges them (a warp an output) and finishes. The fold order depends only on
 // the shape, so results are deterministic, though not bit-identical to the CPU's
 // (another order of float additions).
 #include <cmath>
@@ -71,13 +71,24 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
       int64_t xo = 0;
       kept_offsets(p, o, xo, oo);
       if constexpr (R::kCentered) c = R::center(centers[oo]);
+      // four folds side by side, so that a thread has four loads in flight (one fold
+      // a thread leaves the device's memory mostly idle); merged in a fixed order below
+      A a1 = r.identity(), a2 = r.identity(), a3 = r.identity();
       for (int64_t q = r0; q < r1;) {
         const int64_t row = q / L, i0 = q - row * L;
         const int64_t i1 = L - i0 < r1 - q ? L : i0 + (r1 - q);
         const T* base = x + xo + outer_offset(p, row);
-        for (int64_t i = i0 + tx; i < i1; i += bx) acc = r.step(acc, base[i * ls], c);
+        int64_t i = i0 + tx;
+        for (; i + 3 * bx < i1; i += 4 * bx) {
+          acc = r.step(acc, base[i * ls], c);
+          a1 = r.step(a1, base[(i + bx) * ls], c);
+          a2 = r.step(a2, base[(i + 2 * bx) * ls], c);
+          a3 = r.step(a3, base[(i + 3 * bx) * ls], c);
+        }
+        for (; i < i1; i += bx) acc = r.step(acc, base[i * ls], c);
         q += i1 - i0;
       }
+      acc = r.merge(r.merge(acc, a1), r.merge(a2, a3));
     }
     if (bx > 1) {
       sh[ty * bx + tx] = acc;
@@ -96,19 +107,36 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
   }
 }
 
+// The slice folds of an output merged by one warp (blockDim (32, kThreads / 32)): lane l
+// merges slices l, l + 32, ... in order, then the lanes' folds merge pairwise in shared
+// memory. One thread merging all S in turn waited S times on the latency of L2 (up to
+// 1,024 slices: most of a full sum's time).
 template <typename R, typename Out>
 __global__ void __launch_bounds__(kThreads)
 reduce_finish_kernel(RedPlan p, R r, const typename R::acc_t* partial, int64_t S, Out* out,
                      const double* centers) {
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < p.nout; o += step) {
-    int64_t xo = 0, oo = 0;
-    kept_offsets(p, o, xo, oo);
-    typename R::acc_t acc = partial[o * S];
-    for (int64_t s = 1; s < S; ++s) acc = r.merge(acc, partial[o * S + s]);
-    double c = 0;
-    if constexpr (R::kCentered) c = R::center(centers[oo]);
-    out[oo] = fn::convert<Out>(r.finish(acc, p.nred, c));
+  using A = typename R::acc_t;
+  __shared__ A sh[kThreads];
+  const int lane = int(threadIdx.x), w = int(threadIdx.y);
+  A* mine = sh + w * 32;
+  const int64_t step = int64_t(gridDim.x) * blockDim.y;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.y + w; o < p.nout; o += step) {
+    A acc = r.identity();
+    for (int64_t s = lane; s < S; s += 32) acc = r.merge(acc, partial[o * S + s]);
+    mine[lane] = acc;
+    __syncwarp();
+    for (int h = 16; h > 0; h /= 2) {
+      if (lane < h) mine[lane] = r.merge(mine[lane], mine[lane + h]);
+      __syncwarp();
+    }
+    if (lane == 0) {
+      int64_t xo = 0, oo = 0;
+      kept_offsets(p, o, xo, oo);
+      double c = 0;
+      if constexpr (R::kCentered) c = R::center(centers[oo]);
+      out[oo] = fn::convert<Out>(r.finish(mine[0], p.nred, c));
+    }
+    __syncwarp();
   }
 }
 
@@ -173,7 +201,9 @@ void run_reduce(const R& r, const Tensor& out, const Tensor& x, const std::vecto
   Scratch part(size_t(p.nout * s.S) * sizeof(A), c.index, op);
   reduce_kernel<R, Out><<<grid, block, 0, c.stream>>>(p, r, xp, o, part.as<A>(), centers);
   check_launch(op);
-  reduce_finish_kernel<R, Out><<<grid_for(p.nout, c), kThreads, 0, c.stream>>>(p, r, part.as<A>(), s.S, o, centers);
+  const int warps = kThreads / 32;
+  const dim3 fgrid(grid_for(p.nout, c, warps)), fblock(32, unsigned(warps));
+  reduce_finish_kernel<R, Out><<<fgrid, fblock, 0, c.stream>>>(p, r, part.as<A>(), s.S, o, centers);
   check_launch(op);
 }
 

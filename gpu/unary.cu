@@ -9,9 +9,9 @@ namespace dl::gpu {
 namespace {
 
 template <typename T, typename Fn>
-struct UnaryOp {
+struct UnaryValue {
   Fn f;
-  __device__ void operator()(char* const (&p)[2], int64_t) const { store<T>(p[0], T(f(load<T>(p[1])))); }
+  __device__ T operator()(T x) const { return T(f(x)); }
 };
 
 template <typename T>
@@ -59,7 +59,7 @@ constexpr bool accepts(unsigned flags) {
 template <typename T, typename Fn>
 void run_unary(const Tensor& out, const Tensor& x, Fn f, const char* name) {
   const DeviceContext& c = activate(out, name);
-  launch_elementwise<2>(c, make_geom<2>({&out, &x}), UnaryOp<T, Fn>{f}, name);
+  launch_map<T, 2>(c, make_geom<2>({&out, &x}), UnaryValue<T, Fn>{f}, name);
 }
 
 }  // namespace
