@@ -388,6 +388,36 @@ int compiled_backward_one(const struct dl_tensor* y, const struct dl_tensor* x, 
   return compiled_backward(y, &x, 1, &out, task);
 }
 
+namespace {
+// The sizes, strides and offset a step's result will have, as the eager ops lay them
+// out: a fresh result is contiguous; a view (a Shape step Lua deferred) is laid out from
+// its operand's layout by the view op's own rule (tensor/shape.h's layout functions).
+dl::Layout layout_of(const compile::Call& c, size_t pos, int64_t* offset) {
+  const compile::Step& st = c.steps[pos];
+  if (st.kind != compile::Kind::Shape) {
+    *offset = 0;
+    return {st.shape, dl::contiguous_strides(st.shape)};
+  }
+  dl::Layout in;
+  if (st.a.step >= 0) {
+    in = layout_of(c, size_t(st.a.step), offset);
+  } else {
+    in = {st.a.input.shape(), st.a.input.strides()};
+    *offset = st.a.input.offset();
+  }
+  switch (st.fn) {
+    case dl::Fn::Transpose: return dl::transpose_layout(in, st.dims[0], st.dims[1]);
+    case dl::Fn::Unsqueeze: return dl::unsqueeze_layout(in, st.dims[0]);
+    case dl::Fn::Squeeze:
+      return dl::squeeze_layout(in, st.ndims == 1 ? std::optional<int>(st.dims[0]) : std::nullopt);
+    default:   // View, Reshape: a view where one exists, else (reshape) a fresh copy
+      if (std::optional<Shape> v = dl::compute_stride(in.sizes, in.strides, st.shape)) return {st.shape, *v};
+      *offset = 0;
+      return {st.shape, dl::contiguous_strides(st.shape)};
+  }
+}
+}  // namespace
+
 int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int nshape, int d1, int d2,
                struct dl_tensor* out) {
   static constexpr dl::Fn kFns[] = {dl::Fn::Reshape, dl::Fn::View, dl::Fn::Transpose, dl::Fn::Squeeze,
@@ -411,17 +441,23 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
     const int rank = ka.shape.size();
     switch (st.fn) {
       case dl::Fn::View:
-        // A view needs its input's strides: of a chain of views of a transpose, or of a
-        // tensor that is not contiguous, the eager op decides (it may refuse).
-        if (!promised && !st.a.input.is_contiguous()) return -2;
-        for (int32_t k = promised ? int32_t(r.pos) : -1; k >= 0 && c->steps[size_t(k)].kind == compile::Kind::Shape;
-             k = c->steps[size_t(k)].a.step)
-          if (c->steps[size_t(k)].fn == dl::Fn::Transpose) return -2;
-        [[fallthrough]];
-      case dl::Fn::Reshape:
+      case dl::Fn::Reshape: {
         if (nshape < 0 || nshape > dl::kMaxDims || (nshape > 0 && !shape)) return -2;
         for (int i = 0; i < nshape; ++i) st.arg.push_back(shape[i]);
+        if (st.fn == dl::Fn::Reshape) break;
+        // A view must exist for the operand's layout (strides included); where none
+        // does, or the shape does not fit, the eager op runs and says why.
+        int64_t offset = 0;
+        const dl::Layout in = promised ? layout_of(*c, r.pos, &offset)
+                                       : dl::Layout{st.a.input.shape(), st.a.input.strides()};
+        try {
+          const Shape sizes = dl::infer_size(st.arg, dl::checked_numel(in.sizes, "view"), "view");
+          if (!dl::compute_stride(in.sizes, in.strides, sizes)) return -2;
+        } catch (const dl::Error&) {
+          return -2;
+        }
         break;
+      }
       case dl::Fn::Transpose: {
         const int a = zero_based(d1, rank), b = zero_based(d2, rank);
         if (a < 0 || b < 0) return -2;
@@ -462,65 +498,14 @@ int defer_matmul(const struct dl_tensor* a, const struct dl_tensor* b, struct dl
   return defer(compile::Kind::MatMul, int(Op::MatMul), a, b, 0, 0, nullptr, 0, 0, out);
 }
 
-namespace {
-// The strides and offset a step's result will have, as the eager ops lay them out: a
-// fresh result is contiguous; a view (a Shape step Lua deferred) is laid out from its
-// operand's layout by the view's own rule (tensor/view.cpp).
-void layout_of(const compile::Call& c, size_t pos, Shape* strides, int64_t* offset) {
-  const compile::Step& st = c.steps[pos];
-  if (st.kind != compile::Kind::Shape) {
-    *strides = dl::contiguous_strides(st.shape);
-    *offset = 0;
-    return;
-  }
-  Shape in_sizes;
-  if (st.a.step >= 0) {
-    layout_of(c, size_t(st.a.step), strides, offset);
-    in_sizes = c.steps[size_t(st.a.step)].shape;
-  } else {
-    *strides = st.a.input.strides();
-    *offset = st.a.input.offset();
-    in_sizes = st.a.input.shape();
-  }
-  switch (st.fn) {
-    case dl::Fn::Transpose:
-      std::swap((*strides)[st.dims[0]], (*strides)[st.dims[1]]);
-      break;
-    case dl::Fn::Unsqueeze: {
-      const int d = st.dims[0], n = in_sizes.size();
-      strides->insert(d, d < n ? in_sizes[d] * (*strides)[d] : 1);
-      break;
-    }
-    case dl::Fn::Squeeze: {
-      Shape kept;
-      for (int d = 0; d < in_sizes.size(); ++d)
-        if (in_sizes[d] != 1 || (st.ndims == 1 && d != st.dims[0])) kept.push_back((*strides)[d]);
-      *strides = kept;
-      break;
-    }
-    default: {   // View, Reshape: a view where one exists, else (reshape) a fresh copy
-      std::optional<Shape> v = dl::compute_stride(in_sizes, *strides, st.shape);
-      if (v) {
-        *strides = *v;
-      } else {
-        *strides = dl::contiguous_strides(st.shape);
-        *offset = 0;
-      }
-      break;
-    }
-  }
-}
-}  // namespace
-
 bool proxy_meta(const struct dl_tensor* x, dl_meta* out) {
   ProxyRef r;
   if (!dl::bind::proxy_ref(x, &r) || r.tag != dl::bind::kProxyTag) return false;
   compile::Call* c = compile::current();
   if (!c || c->serial != r.serial || r.pos >= c->steps.size()) return false;
   const compile::Step& st = c->steps[r.pos];
-  Shape strides;
   int64_t offset = 0;
-  layout_of(*c, r.pos, &strides, &offset);
+  const Shape strides = layout_of(*c, r.pos, &offset).strides;
   out->ndim = st.shape.size();
   out->dtype = int(st.dtype);
   out->device_type = int(st.device.type);

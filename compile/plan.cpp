@@ -47,56 +47,40 @@ const Tensor& tensor_of(const Operand& o, const std::vector<Tensor>& results) {
 }
 
 // A view of a promised result that Lua asks for (reshape, view, transpose, squeeze,
-// unsqueeze; dims 0-based): its shape, as the eager op works it out. False for anything
-// the eager op would refuse (it then runs, and says what is wrong) and for the other
-// shape functions, which only recorded backward passes make.
+// unsqueeze; dims 0-based): its shape, by the eager op's own rule (tensor/shape.h). False
+// for anything the eager op would refuse (it then runs, and says what is wrong) and for
+// the other shape functions, which only recorded backward passes make. Strides do not
+// change a view's sizes: the operand is taken as contiguous here (the bindings lay a
+// promised view out from its operand's real strides).
 bool infer_view(Step& s, const Shape& as) {
   const int rank = as.size();
-  Shape out;
+  const Layout in{as, contiguous_strides(as)};
   switch (s.fn) {
     case Fn::Reshape:
-    case Fn::View: {
-      int64_t known = 1, free = -1;
-      for (int i = 0; i < s.arg.size(); ++i) {
-        if (s.arg[i] == -1 && free < 0) free = i;
-        else if (s.arg[i] < 0) return false;
-        else known *= s.arg[i];
-      }
-      out = s.arg;
-      const int64_t n = numel_of(as);
-      if (free >= 0) {
-        if (known == 0 || n % known != 0) return false;
-        out[int(free)] = n / known;
-      } else if (known != n) {
+    case Fn::View:
+      try {
+        s.shape = infer_size(s.arg, numel_of(as), fn_name(s.fn));
+      } catch (const Error&) {
         return false;
       }
-      break;
-    }
+      return true;
     case Fn::Transpose:
       if (s.ndims != 2 || rank == 0) return false;
       for (int i = 0; i < 2; ++i)
         if (s.dims[i] < 0 || s.dims[i] >= rank) return false;
-      out = as;
-      std::swap(out[s.dims[0]], out[s.dims[1]]);
-      break;
+      s.shape = transpose_layout(in, s.dims[0], s.dims[1]).sizes;
+      return true;
     case Fn::Unsqueeze:
       if (s.ndims != 1 || s.dims[0] < 0 || s.dims[0] > rank || rank >= kMaxDims) return false;
-      for (int d = 0; d < rank; ++d) {
-        if (d == s.dims[0]) out.push_back(1);
-        out.push_back(as[d]);
-      }
-      if (s.dims[0] == rank) out.push_back(1);
-      break;
+      s.shape = unsqueeze_layout(in, s.dims[0]).sizes;
+      return true;
     case Fn::Squeeze:
       if (s.ndims > 1 || (s.ndims == 1 && (s.dims[0] < 0 || s.dims[0] >= rank))) return false;
-      for (int d = 0; d < rank; ++d)
-        if (as[d] != 1 || (s.ndims == 1 && d != s.dims[0])) out.push_back(as[d]);
-      break;
+      s.shape = squeeze_layout(in, s.ndims == 1 ? std::optional<int>(s.dims[0]) : std::nullopt).sizes;
+      return true;
     default:
       return false;
   }
-  s.shape = out;
-  return true;
 }
 
 }  // namespace

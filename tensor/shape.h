@@ -75,6 +75,23 @@ bool contiguous_layout(const Shape& sizes, const Shape& strides);
 // Strides that make `new_sizes` a view of a tensor with (`sizes`, `strides`), or nothing
 // when none exist: what view() and reshape() decide (tensor/view.cpp).
 std::optional<Shape> compute_stride(const Shape& sizes, const Shape& strides, const Shape& new_sizes);
+// The sizes `shape` asks for, with its one -1 inferred from `numel` (PyTorch's
+// infer_size); throws naming `op` when the shape cannot hold `numel` elements.
+Shape infer_size(const Shape& shape, int64_t numel, const char* op);
+
+// A tensor's geometry without its storage, and the geometry the view ops give from their
+// input's. Dims are 0-based and in range: the ops wrap and check them first, with their
+// own errors. The eager ops (tensor/view.cpp) and dl.compile's promised views
+// (compile/plan.cpp for the sizes, bindings/capi_compile.cpp for the strides) share them.
+struct Layout {
+  Shape sizes, strides;
+};
+Layout transpose_layout(Layout x, int d0, int d1);
+// Without d, every size-1 dim is dropped; with d, that one if its size is 1.
+Layout squeeze_layout(const Layout& x, std::optional<int> d);
+// x has fewer than kMaxDims dims; d may be x's rank (a new last dim).
+Layout unsqueeze_layout(Layout x, int d);
+
 // NumPy broadcasting of two shapes; throws "op: shapes (..) and (..) cannot be broadcast".
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Normalises a dimension given 0-based (negative counts from the end) for `ndim` dims.

@@ -26,8 +26,10 @@ int64_t saturating_mul(int64_t a, int64_t b) {
   return r;
 }
 
-// The sizes `shape` asks for, with its one -1 (if any) inferred from `numel`
-// (PyTorch's infer_size).
+Tensor same_view(const Tensor& x) { return make_view(x, x.shape(), x.strides(), x.offset()); }
+
+}  // namespace
+
 Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
   int infer = -1;
   Shape known = shape;
@@ -54,9 +56,32 @@ Shape infer_size(const Shape& shape, int64_t numel, const char* op) {
   return out;
 }
 
-Tensor same_view(const Tensor& x) { return make_view(x, x.shape(), x.strides(), x.offset()); }
+Layout transpose_layout(Layout x, int d0, int d1) {
+  if (x.sizes.size() == 0) return x;   // a 0-dim tensor's implicit dim
+  std::swap(x.sizes[d0], x.sizes[d1]);
+  std::swap(x.strides[d0], x.strides[d1]);
+  return x;
+}
 
-}  // namespace
+Layout squeeze_layout(const Layout& x, std::optional<int> d) {
+  Layout out;
+  for (int i = 0; i < x.sizes.size(); ++i) {
+    if (x.sizes[i] == 1 && (!d || *d == i)) continue;
+    out.sizes.push_back(x.sizes[i]);
+    out.strides.push_back(x.strides[i]);
+  }
+  return out;
+}
+
+Layout unsqueeze_layout(Layout x, int d) {
+  // The stride keeps the result contiguous when x is (any value would be valid, so it
+  // saturates rather than overflow for a huge empty dim).
+  const int n = x.sizes.size();
+  const int64_t stride = d < n ? saturating_mul(x.sizes[d], x.strides[d]) : 1;
+  x.sizes.insert(d, 1);
+  x.strides.insert(d, stride);
+  return x;
+}
 
 // Strides that make `new_sizes` a view of a tensor with (`sizes`, `strides`), or
 // nothing when none exist (PyTorch's computeStride). The old dims are split into
@@ -139,11 +164,8 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 namespace {
 Tensor transpose_impl(const Tensor& x, int d0, int d1) {
   int a = wrap_dim(d0, x.dim(), "transpose"), b = wrap_dim(d1, x.dim(), "transpose");
-  if (x.dim() == 0) return same_view(x);
-  Shape sizes = x.shape(), strides = x.strides();
-  std::swap(sizes[a], sizes[b]);
-  std::swap(strides[a], strides[b]);
-  return make_view(x, sizes, strides, x.offset());
+  const Layout l = transpose_layout({x.shape(), x.strides()}, a, b);
+  return make_view(x, l.sizes, l.strides, x.offset());
 }
 }  // namespace
 
@@ -295,22 +317,10 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 
 namespace {
 Tensor squeeze_impl(const Tensor& x, std::optional<int> dim) {
-  Shape sizes, strides;
-  if (dim) {
-    int d = wrap_dim(*dim, x.dim(), "squeeze");
-    if (x.dim() == 0 || x.size(d) != 1) return same_view(x);  // PyTorch: a no-op, not an error
-    sizes = x.shape();
-    strides = x.strides();
-    sizes.erase(d);
-    strides.erase(d);
-  } else {
-    for (int i = 0; i < x.dim(); ++i) {
-      if (x.size(i) == 1) continue;
-      sizes.push_back(x.size(i));
-      strides.push_back(x.stride(i));
-    }
-  }
-  return make_view(x, sizes, strides, x.offset());
+  std::optional<int> d;   // a dim whose size is not 1: a no-op, not an error (PyTorch)
+  if (dim) d = wrap_dim(*dim, x.dim(), "squeeze");
+  const Layout l = squeeze_layout({x.shape(), x.strides()}, d);
+  return make_view(x, l.sizes, l.strides, x.offset());
 }
 }  // namespace
 
@@ -325,12 +335,8 @@ Tensor unsqueeze_impl(const Tensor& x, int dim) {
   int d = wrap_dim(dim, n + 1, "unsqueeze");
   DL_CHECK(n < kMaxDims, "unsqueeze: shape ", x.shape(), " already has the maximum of ", kMaxDims,
            " dimensions");
-  Shape sizes = x.shape(), strides = x.strides();
-  // The stride keeps the result contiguous when x is (any value would be valid, so it
-  // saturates rather than overflow for a huge empty dim).
-  sizes.insert(d, 1);
-  strides.insert(d, d < n ? saturating_mul(x.size(d), x.stride(d)) : 1);
-  return make_view(x, sizes, strides, x.offset());
+  const Layout l = unsqueeze_layout({x.shape(), x.strides()}, d);
+  return make_view(x, l.sizes, l.strides, x.offset());
 }
 }  // namespace
 

@@ -22,17 +22,17 @@ namespace {
 double tol_for(DType t) { return t == DType::Float32 ? 1e-5 : (t == DType::Float64 ? 1e-12 : 0); }
 
 // Ways of laying out the same matrix values: the kernel must give the same product.
-enum class Layout { Contiguous, Transposed, Strided, Broadcast };
+enum class Arrangement { Contiguous, Transposed, Strided, Broadcast };
 
 // `t` with the same values laid out as asked (>= 2-D only; Broadcast needs a batch dim).
-Tensor relayout(const Tensor& t, Layout l) {
+Tensor relayout(const Tensor& t, Arrangement l) {
   const int n = t.dim();
   switch (l) {
-    case Layout::Contiguous:
+    case Arrangement::Contiguous:
       return t;
-    case Layout::Transposed:  // stride pattern (1, ld): read with CblasTrans
+    case Arrangement::Transposed:  // stride pattern (1, ld): read with CblasTrans
       return transpose(contiguous(transpose(t, n - 2, n - 1)), n - 2, n - 1);
-    case Layout::Strided: {  // every other row and column of a bigger tensor: no BLAS layout
+    case Arrangement::Strided: {  // every other row and column of a bigger tensor: no BLAS layout
       Shape big = t.shape();
       big[n - 2] *= 2;
       big[n - 1] *= 2;
@@ -41,7 +41,7 @@ Tensor relayout(const Tensor& t, Layout l) {
       copy_(v, t);
       return v;
     }
-    case Layout::Broadcast: {  // the first batch dim read through a zero stride
+    case Arrangement::Broadcast: {  // the first batch dim read through a zero stride
       Tensor first = narrow(t, 0, 0, 1);
       Shape s = t.shape();
       return expand(first, s);
@@ -76,11 +76,11 @@ TEST_CASE("matmul matches torch for every rank combination and dtype", "[matmul]
 }
 
 TEST_CASE("matmul gives the same product whatever the operands' layout", "[matmul]") {
-  const Layout layouts[] = {Layout::Contiguous, Layout::Transposed, Layout::Strided};
+  const Arrangement layouts[] = {Arrangement::Contiguous, Arrangement::Transposed, Arrangement::Strided};
   for (const ref::MatmulCase& c : ref::kMatmulCases) {
     Tensor a0 = from_ref(*c.a, c.ta), b0 = from_ref(*c.b, c.tb);
-    for (Layout la : layouts)
-      for (Layout lb : layouts) {
+    for (Arrangement la : layouts)
+      for (Arrangement lb : layouts) {
         INFO("case " << c.name << ", layouts " << int(la) << " x " << int(lb));
         Tensor a = a0.dim() >= 2 ? relayout(a0, la) : a0;
         Tensor b = b0.dim() >= 2 ? relayout(b0, lb) : b0;
@@ -174,11 +174,11 @@ TEST_CASE("matmul reads broadcast batch operands in place", "[matmul]") {
     INFO("case " << c.name);
     Tensor a0 = from_ref(*c.a, c.ta), b0 = from_ref(*c.b, c.tb);
     // Expanding the first batch entry over the batch: same as the product of that entry.
-    Tensor ea = relayout(a0, Layout::Broadcast);
+    Tensor ea = relayout(a0, Arrangement::Broadcast);
     Tensor expect = matmul(contiguous(ea), b0);
     check_values(matmul(ea, b0), values_of(expect), tol_for(expect.dtype()));
-    check_values(matmul(ea, relayout(b0, Layout::Transposed)), values_of(expect), tol_for(expect.dtype()));
-    check_values(matmul(relayout(ea, Layout::Strided), b0), values_of(expect), tol_for(expect.dtype()));
+    check_values(matmul(ea, relayout(b0, Arrangement::Transposed)), values_of(expect), tol_for(expect.dtype()));
+    check_values(matmul(relayout(ea, Arrangement::Strided), b0), values_of(expect), tol_for(expect.dtype()));
   }
   // A (B, M, K) x (K, N) product folded into one gemm, and its unfoldable twins.
   Tensor a = from_ref(ref::bmm_big_a, DType::Float32), b = from_ref(ref::bmm_big_b, DType::Float32);
@@ -199,7 +199,7 @@ TEST_CASE("matmul copies no operand that BLAS can read in place", "[matmul]") {
   };
   for (DType t : {DType::Float32, DType::Float64}) {
     Tensor a = ones({64, 32}, t), b = ones({32, 48}, t), batch = ones({4, 64, 32}, t);
-    Tensor at = relayout(a, Layout::Transposed), bt = relayout(b, Layout::Transposed);
+    Tensor at = relayout(a, Arrangement::Transposed), bt = relayout(b, Arrangement::Transposed);
     Tensor eb = expand(unsqueeze(b, 0), {4, 32, 48});
     Tensor v = ones({32}, t), w = ones({64}, t);
     const int64_t mm = bytes_allocated_by([&] { empty({64, 48}, t); });
@@ -218,7 +218,7 @@ TEST_CASE("matmul copies no operand that BLAS can read in place", "[matmul]") {
     CHECK(bytes_allocated_by([&] { matmul(w, a); }) == bytes_allocated_by([&] { empty({32}, t); }));
     CHECK(bytes_allocated_by([&] { matmul(v, bt); }) == vm);
     // The layouts BLAS cannot read are copied (so the checks above can fail).
-    CHECK(bytes_allocated_by([&] { matmul(relayout(a, Layout::Strided), b); }) > mm);
+    CHECK(bytes_allocated_by([&] { matmul(relayout(a, Arrangement::Strided), b); }) > mm);
   }
 }
 
@@ -336,8 +336,8 @@ TEST_CASE("products split between OpenMP threads match one BLAS call", "[matmul]
     std::vector<float> want(size_t(d.m) * size_t(d.n));
     cpu::openblas().cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.m, d.n, d.k, 1.0f,
                                 a0.data<float>(), d.k, b0.data<float>(), d.n, 0.0f, want.data(), d.n);
-    for (Layout la : {Layout::Contiguous, Layout::Transposed})
-      for (Layout lb : {Layout::Contiguous, Layout::Transposed}) {
+    for (Arrangement la : {Arrangement::Contiguous, Arrangement::Transposed})
+      for (Arrangement lb : {Arrangement::Contiguous, Arrangement::Transposed}) {
         INFO(d.m << " x " << d.k << " x " << d.n << ", layouts " << int(la) << " x " << int(lb));
         Tensor r = matmul(relayout(a0, la), relayout(b0, lb));
         REQUIRE(r.shape() == Shape{d.m, d.n});

@@ -124,11 +124,11 @@ void compare_op(const std::string& what, const std::vector<Tensor>& inputs,
 }
 
 // Input layouts: contiguous, transposed (strided), and a broadcast (expanded) view.
-struct Layout {
+struct InputView {
   const char* name;
   std::function<Tensor(const Tensor&)> view;
 };
-const Layout kLayouts[] = {
+const InputView kLayouts[] = {
     {"contiguous", [](const Tensor& t) { return t; }},
     {"transposed", [](const Tensor& t) { return transpose(t, 0, 1); }},
     {"sliced", [](const Tensor& t) { return slice(t, 1, 1, t.size(1), 2); }},
@@ -137,7 +137,7 @@ const Layout kLayouts[] = {
 // f applied to views of CUDA copies of the same base tensors as on the CPU.
 void compare_layouts(const std::string& what, const std::vector<Tensor>& bases,
                      const std::function<Tensor(const std::vector<Tensor>&)>& f, Tol tol) {
-  for (const Layout& l : kLayouts) {
+  for (const InputView& l : kLayouts) {
     compare_op(what + " (" + l.name + ")", bases, [&](const std::vector<Tensor>& xs) {
       std::vector<Tensor> vs;
       for (const Tensor& x : xs) vs.push_back(l.view(x));

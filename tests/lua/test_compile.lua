@@ -486,6 +486,13 @@ H.test("views are steps: reshape, view, transpose, squeeze and unsqueeze", funct
   -- A view of a transposed result is the eager op's, error included.
   local bad = dl.compile(function(x) return (x * 2):t():view(-1) end)
   H.raises(function() return bad(dl.randn(5, 6)) end, "view")
+  -- One that exists for the transposed strides is deferred, laid out as eager's.
+  local good = function(x)
+    local t = (x * 2):t():view(6, 1, 5)
+    return t * 1, t:stride(1), t:stride(2), t:stride(3), t:view(3, 2, 5):unsqueeze(1):stride(2)
+  end
+  local cgood = agree(good, { { dl.randn(5, 6) }, { dl.randn(5, 6) }, { dl.randn(5, 6) } })
+  H.ok(string.find(dl.compile.explain(cgood), "view(step 2", 1, true), dl.compile.explain(cgood))
   -- A view of a value held inline sees a later in-place write, as in eager execution.
   local alias = dl.compile(function(x) local y = x:view(4) x:add_(1) return y * 1 end)
   identical(alias(dl.ones(2, 2)), dl.full({ 4 }, 2))
