@@ -69,6 +69,9 @@ void forget_history(const Tensor& x);
 // GradScope is open; each use inside a VariableLog is logged once, in order.
 void mark_variable(const Tensor& x);
 bool is_variable(const Tensor& x);
+// Logs x (if a Variable) as a recorded use would, no_grad included, for a caller that
+// defers the op instead of recording it (dl.compile's symbolic gradient scopes).
+void note_variable_use(const Tensor& x);
 class VariableLog {
  public:
   VariableLog();

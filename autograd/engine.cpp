@@ -185,6 +185,10 @@ void mark_variable(const Tensor& x) {
 
 bool is_variable(const Tensor& x) { return x.impl()->is_variable; }
 
+void note_variable_use(const Tensor& x) {
+  if (t_varlog && !t_mode.no_grad && x.impl()->is_variable) t_varlog->note(x);
+}
+
 VariableLog::VariableLog() : prev_(t_varlog) { t_varlog = this; }
 VariableLog::~VariableLog() { t_varlog = prev_; }
 void VariableLog::note(const Tensor& v) {

@@ -175,6 +175,8 @@ int backward_one(const Tensor& y, const Tensor& x, Tensor* grad, int* task) {
   return end_pass(std::move(t), done, task, [&](ag::GraphTask& g) { *grad = g.take_result(0); });
 }
 
+bool grad_hook_armed() { return t_hook.armed; }
+
 int backward_many(const Tensor& y, const TensorList& xs, TensorList* grads, int* task) {
   std::unique_ptr<ag::GraphTask> t;
   bool done = false;
@@ -258,23 +260,25 @@ int dl_requires_grad(uint64_t x) {
 int dl_mark_variable(uint64_t x) { return guard_status([&] { ag::mark_variable(get(x, "Variable")); }); }
 int dl_is_variable(uint64_t x) {
   int r = -1;
-  guard_status([&] { r = ag::is_variable(get(x, "is_variable")) ? 1 : 0; });
+  guard_status_nosync([&] { r = ag::is_variable(get(x, "is_variable")) ? 1 : 0; });
   return r;
 }
 
+// The log of Variables used reads no values: a compiled call's deferred steps go on
+// (a symbolic scope notes its Variables as it defers their ops, capi_compile.cpp).
 int dl_varlog_push(void) {
-  return guard_status([] { t_logs.push_back(std::make_unique<ag::VariableLog>()); });
+  return guard_status_nosync([] { t_logs.push_back(std::make_unique<ag::VariableLog>()); });
 }
 int dl_varlog_count(void) { return t_logs.empty() ? 0 : int(t_logs.back()->used().size()); }
 uint64_t dl_varlog_get(int i) {
-  return guard_handle([&] {
+  return guard_handle_nosync([&] {
     DL_CHECK(!t_logs.empty() && i >= 1 && i <= int(t_logs.back()->used().size()),
              "implicit_grad: variable ", i, " out of range");
     return t_logs.back()->used()[size_t(i - 1)];
   });
 }
 int dl_varlog_pop(void) {
-  return guard_status([] {
+  return guard_status_nosync([] {
     DL_CHECK(!t_logs.empty(), "implicit_grad: unbalanced variable log");
     t_logs.pop_back();
   });
@@ -429,7 +433,7 @@ int dl_watch_inplace(uint64_t x) { return guard_status([&] { ag::watch_inplace(g
 
 double dl_tensor_key(uint64_t x) {
   double k = 0;
-  guard_status([&] { k = double(reinterpret_cast<uintptr_t>(get(x, "tensor").impl())); });
+  guard_status_nosync([&] { k = double(reinterpret_cast<uintptr_t>(get(x, "tensor").impl())); });
   return k;
 }
 

@@ -123,6 +123,9 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
   }
   Tensor x = dl::bind::operand_of(t, op);
   if (!x.device().is_cpu() && !x.device().is_cuda()) return false;
+  // In a symbolic gradient scope nothing is recorded, so the Variables the ops read are
+  // logged here, in the order recording would log them (dl.implicit_grad's list).
+  if (compile::scope_recording(c)) dl::ag::note_variable_use(x);
   k.step = -1;
   k.dtype = x.dtype();
   k.shape = x.shape();
@@ -282,7 +285,8 @@ bool own_proxy(const compile::Call& c, const dl_tensor* t, ProxyRef* r) {
   return proxy_ref(t, r) && r->tag == kProxyTag && r->serial == c.serial && r->pos < c.steps.size();
 }
 
-// The gradients of y with respect to the n watched tensors xs, into outs (a proxy each):
+// The gradients of y with respect to the n tensors xs (watched in the scope, or
+// Variables), into outs (a proxy each):
 // 4, a custom gradient's task (2), an error (-1), or -2 when the pass is not the scope's
 // own (the caller runs it as outside a compiled call).
 int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* xs, int n,
@@ -292,12 +296,25 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
   if (s.mode == compile::ScopeMode::None || s.nested > 0 || !s.exited || n < 1) return -2;
   dl::MessageBase base(1);
   try {
+    // Each tensor is watched in the scope (a proxy of a Watch step) or a Variable (held
+    // by a handle; its key is its dtype, shape and device, as any operand held so).
     ProxyRef ry;
     std::vector<ProxyRef> rx(static_cast<size_t>(n));
-    bool ours = own_proxy(*c, y, &ry);
-    for (int k = 0; k < n && ours; ++k)
-      ours = own_proxy(*c, xs[k], &rx[size_t(k)]) && rx[size_t(k)].pos > s.start &&
-             c->steps[rx[size_t(k)].pos].kind == compile::Kind::Watch;
+    TensorList variables(static_cast<size_t>(n));
+    std::vector<compile::OperandKey> keys(static_cast<size_t>(n));
+    bool ours = own_proxy(*c, y, &ry) && !grad_hook_armed();
+    for (int k = 0; k < n && ours; ++k) {
+      const size_t i = size_t(k);
+      if (own_proxy(*c, xs[k], &rx[i])) {
+        ours = rx[i].pos > s.start && c->steps[rx[i].pos].kind == compile::Kind::Watch;
+        if (ours) keys[i] = step_key(*c, rx[i].pos);
+      } else {
+        ours = xs[k]->id != 0 && !proxy_ref(xs[k], &rx[i]);
+        if (ours) variables[i] = dl::bind::operand_of(xs[k], "grad");
+        ours = ours && dl::ag::is_variable(variables[i]);
+        if (ours) keys[i] = compile::OperandKey{-1, variables[i].dtype(), variables[i].shape(), variables[i].device()};
+      }
+    }
     if (!ours) {
       compile::scope_event(*c);   // not the scope's pass: autograd's
       return -2;
@@ -307,13 +324,13 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
     compile::Step mark;
     mark.kind = compile::Kind::Marker;
     mark.mark = compile::Mark::Backward;
-    if (compile::defer(*c, std::move(mark), step_key(*c, ry.pos), step_key(*c, rx[0].pos)) == 0) return -2;   // the call runs eagerly now
+    if (compile::defer(*c, std::move(mark), step_key(*c, ry.pos), keys[0]) == 0) return -2;   // the call runs eagerly now
     const size_t marker = c->steps.size() - 1;
     for (int k = 1; k < n; ++k) {
       compile::Step more;
       more.kind = compile::Kind::Marker;
       more.mark = compile::Mark::BackwardInput;
-      if (compile::defer(*c, std::move(more), step_key(*c, rx[size_t(k)].pos), compile::OperandKey{}) == 0) return -2;
+      if (compile::defer(*c, std::move(more), keys[size_t(k)], compile::OperandKey{}) == 0) return -2;
     }
     ProxyRef g;
     g.serial = c->serial;
@@ -339,7 +356,8 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
       std::optional<compile::BackwardCapture> cap;
       if (capture) cap.emplace(*c);
       TensorList xt;
-      for (int k = 0; k < n; ++k) xt.push_back(c->results[rx[size_t(k)].pos]);
+      for (int k = 0; k < n; ++k)
+        xt.push_back(variables[size_t(k)].defined() ? variables[size_t(k)] : c->results[rx[size_t(k)].pos]);
       st = backward_many(c->results[ry.pos], xt, &grads, task);
       if (st == 0 && cap) have = cap->finish(*c, marker, grads, &plan, &why);
     }
@@ -503,22 +521,28 @@ bool proxy_meta(const struct dl_tensor* x, dl_meta* out) {
   if (!dl::bind::proxy_ref(x, &r) || r.tag != dl::bind::kProxyTag) return false;
   compile::Call* c = compile::current();
   if (!c || c->serial != r.serial || r.pos >= c->steps.size()) return false;
+  // A result that exists already (an op run at once, as in a scope that autograd
+  // records: a gradient there fills a placeholder step) tells its own layout; a promised
+  // one is laid out as the eager op would lay it out.
   const compile::Step& st = c->steps[r.pos];
+  const Tensor& t = c->results[r.pos];
   int64_t offset = 0;
-  const Shape strides = layout_of(*c, r.pos, &offset).strides;
-  out->ndim = st.shape.size();
-  out->dtype = int(st.dtype);
-  out->device_type = int(st.device.type);
-  out->device_index = st.device.index;
-  out->contiguous = dl::contiguous_layout(st.shape, strides) ? 1 : 0;
+  dl::Layout l = t.defined() ? dl::Layout{t.shape(), t.strides()} : layout_of(*c, r.pos, &offset);
+  if (t.defined()) offset = t.offset();
+  out->ndim = l.sizes.size();
+  out->dtype = int(t.defined() ? t.dtype() : st.dtype);
+  const dl::Device dev = t.defined() ? t.device() : st.device;
+  out->device_type = int(dev.type);
+  out->device_index = dev.index;
+  out->contiguous = dl::contiguous_layout(l.sizes, l.strides) ? 1 : 0;
   out->requires_grad = 0;
   int64_t n = 1;
-  for (int64_t d : st.shape) n *= d;
+  for (int64_t d : l.sizes) n *= d;
   out->numel = double(n);
   out->offset = double(offset);
   for (int d = 0; d < dl::kMaxDims; ++d) {
-    out->sizes[d] = d < st.shape.size() ? double(st.shape[d]) : 0;
-    out->strides[d] = d < st.shape.size() ? double(strides[d]) : 0;
+    out->sizes[d] = d < l.sizes.size() ? double(l.sizes[d]) : 0;
+    out->strides[d] = d < l.sizes.size() ? double(l.strides[d]) : 0;
   }
   return true;
 }

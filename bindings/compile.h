@@ -34,7 +34,8 @@ int compiled_grad_scope(bool enter);
 // dl_backward_one in a compiled call: as dl_backward_one, or -2 (not the call's: the
 // caller runs it as outside one).
 int compiled_backward_one(const dl_tensor* y, const dl_tensor* x, dl_tensor* out, int* task);
-// The same for n watched tensors (dl_backward_many).
+// The same for n tensors (dl_backward_many): each watched in the call's scope, or a
+// Variable (the implicit gradients).
 int compiled_backward(const dl_tensor* y, const dl_tensor* const* xs, int n, dl_tensor* const* outs, int* task);
 
 // What dl_grad_enter / dl_grad_exit do outside a compiled call, and dl_backward_one's
@@ -44,6 +45,9 @@ void grad_scope_open();
 void grad_scope_close();
 int backward_one(const Tensor& y, const Tensor& x, Tensor* grad, int* task);
 int backward_many(const Tensor& y, const TensorList& xs, TensorList* grads, int* task);
+// Whether a gradient-ready hook (dl_grad_hook_arm, dl.dist's reducer) waits for the next
+// pass: such a pass runs as autograd's, hook and all, never from a compiled plan.
+bool grad_hook_armed();
 
 // Fills *out with a proxy's metadata, known without running anything; false for
 // anything that is not a proxy of the thread's call.

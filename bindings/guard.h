@@ -43,6 +43,19 @@ uint64_t guard_handle(F&& f) noexcept {
   }
 }
 
+// guard_handle without compile::sync, for a handle to a tensor that exists whatever the
+// deferred steps do (a Variable the call used).
+template <typename F>
+uint64_t guard_handle_nosync(F&& f) noexcept {
+  MessageBase base(1);
+  try {
+    return handle_new(f());
+  } catch (...) {
+    capture_exception();
+    return 0;
+  }
+}
+
 // guard_status without compile::sync, for what cannot depend on deferred steps (a
 // tensor's metadata) and for the compiled call's own work.
 template <typename F>

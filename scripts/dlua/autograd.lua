@@ -327,12 +327,12 @@ local function grad_one(op, f, n, x, b, c)
   return g
 end
 
--- The gradients of y with respect to the watched tensors of flat (two or more), a list.
--- In a compiled call, one dl_backward_many, which the call may run from its recorded
--- plan as it does dl_backward_one's; anywhere else (or when the call does not take it)
--- the general pass.
+-- The gradients of y with respect to the tensors of flat (watched tensors, or the
+-- Variables an implicit gradient found), a list. In a compiled call, one
+-- dl_backward_many, which the call may run from its recorded plan as it does
+-- dl_backward_one's; anywhere else (or when the call does not take it) the general pass.
 local function backward_watched(op, y, flat)
-  if C.dl_compile_active() ~= 0 then
+  if C.dl_compile_active() ~= 0 and #flat > 0 then
     local n = #flat
     local xs, outs = ffi_new("const struct dl_tensor*[?]", n), ffi_new("struct dl_tensor*[?]", n)
     local gs = {}
@@ -501,18 +501,21 @@ local function implicit(op, f, with_value)
     local ok, r = pcall(scoped, C.dl_grad_enter, C.dl_grad_exit, f, ...)
     local used = {}
     if ok then
+      -- A Variable of the script's is found by its key without making a value of the id
+      -- (a value would run a compiled call's deferred steps: compile.md).
       for i = 1, C.dl_varlog_count() do
         local id = C.dl_varlog_get(i)
         if id == 0 then ok, r = false, ffi_string(C.dl_last_error()) break end
-        local t = wrap(id)
-        used[i] = variables[key_of(t)] or t
+        local v = variables[C.dl_tensor_key(id)]
+        if v then C.dl_release_id(id) else v = wrap(id) end
+        used[i] = v
       end
     end
     C.dl_varlog_pop()
     if not ok then error(r, 0) end
     local y = r[1]
     if not is_tensor(y) then raise(op .. ": the function must return a tensor, got " .. type(y)) end
-    local g = backward(op, { y }, nil, used, false)
+    local g = backward_watched(op, y, used)
     C.dl_arena_done()
     local pairs_ = {}
     for i = 1, #used do pairs_[i] = { g[i], used[i] } end
