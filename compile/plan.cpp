@@ -372,12 +372,12 @@ void run_block(const Group& g, const std::vector<Step>& steps, std::vector<Tenso
     const void* a = block_of(g, g.src[2 * k], o, n, tp, cycle_a, &sa);
     bool done = false;
     if (st.kind == Kind::Unary) {
-      done = small::unary(st.op, g.dtype, tp[k], a, n);
+      done = small::block_unary(st.op, g.dtype, tp[k], a, n);
     } else if (st.kind == Kind::BinaryScalar) {
-      done = small::binary_scalar(st.op, g.dtype, tp[k], a, st.s, st.scalar_first, n);
+      done = small::block_binary_scalar(st.op, g.dtype, tp[k], a, st.s, st.scalar_first, n);
     } else {
       const void* b = block_of(g, g.src[2 * k + 1], o, n, tp, cycle_b, &sb);
-      done = small::binary(st.op, g.dtype, tp[k], a, sa, b, sb, n);
+      done = small::block_binary(st.op, g.dtype, tp[k], a, sa, b, sb, n);
     }
     DL_ASSERT(done);
     if (tail && int(k) == g.tail_src) fold::add(steps[size_t(g.tail)].op, g.dtype, *tail->st, tp[k], n, tail->len);

@@ -31,4 +31,11 @@ bool binary(Op op, DType dt, void* out, const void* a, int a_step, const void* b
 // a op s (s op a when scalar_first), s a Lua number.
 bool binary_scalar(Op op, DType dt, void* out, const void* a, double s, bool scalar_first, int64_t n);
 
+// The same for blocks of a few thousand elements (dl.compile's fused groups), built for
+// wider vectors (Note [Blocks for AVX-512] in tensor/cpu/small.cpp); the same bits.
+bool block_unary(Op op, DType dt, void* out, const void* x, int64_t n);
+bool block_binary(Op op, DType dt, void* out, const void* a, int a_step, const void* b, int b_step,
+                  int64_t n);
+bool block_binary_scalar(Op op, DType dt, void* out, const void* a, double s, bool scalar_first, int64_t n);
+
 }  // namespace dl::small
