@@ -288,6 +288,24 @@ function M.mlpstep(iters, compiled)
   return timed(compiled and dl.compile(step) or step, iters, xb, yb)
 end
 
+-- One training step of a small controller-sized MLP (32-64-4, tanh, batch 32, mean
+-- squared error, SGD with momentum) through implicit gradients, eagerly or compiled (the
+-- whole step, gradient and update, is one plan): seconds per step.
+function M.smallstep(iters, compiled)
+  local nn = dl.nn
+  dl.manual_seed(1)
+  local model = nn.Sequential{ nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 4) }
+  local opt = dl.optim.SGD{ lr = 0.01, momentum = 0.9 }
+  local grad = dl.implicit_value_and_grad(function(xb, yb) return ((model(xb) - yb) ^ 2):mean() end)
+  local step = function(xb, yb)
+    local loss, grads = grad(xb, yb)
+    opt:apply_gradients(grads)
+    return loss
+  end
+  local xb, yb = dl.randn(32, 32), dl.randn(32, 4)
+  return timed(compiled and dl.compile(step) or step, iters, xb, yb)
+end
+
 -- The MLP of the export rows (784-256-10, its logits), made alike by bench/run.lua's
 -- export and here.
 function M.infer_model()
@@ -427,6 +445,7 @@ end
 --   | matmul <n> <iters> | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | half <iters> | mlp <epochs or images> | cnn <epochs or images>
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
+--   | smallstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
   local commands = {
@@ -437,6 +456,7 @@ function M.worker(input, output)
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
     chainc = M.chainc, mlpinfer = M.mlpinfer,
     mlpstep = function(iters, c) return M.mlpstep(iters, c == "c") end,
+    smallstep = function(iters, c) return M.smallstep(iters, c == "c") end,
     capture100 = function(iters, c) return M.capture100(iters, c == "c") end,
     mlp = function(n) return M.epochs("mlp", n) end,
     cnn = function(n) return M.epochs("cnn", n) end,

@@ -357,6 +357,10 @@ do
   row{ id = "mlpstepc", label = "MLP 784-256-10 training step, compiled vs eager", unit = "ms/step",
        show = per(MS), target = 0.9, threaded = true,
        ours = ours(("mlpstep %d c"):format(k)), refs = { { label = "dlua eager", kind = "dlua", cmd = ("mlpstep %d"):format(k) } } }
+  k = quick and 20 or 2000
+  row{ id = "smallstepc", label = "small MLP 32-64-4 training step (MSE, implicit gradients), compiled vs eager",
+       unit = "us/step", show = per(US), target = nil, pinned = true,
+       ours = ours(("smallstep %d c"):format(k)), refs = { { label = "dlua eager", kind = "dlua", cmd = ("smallstep %d"):format(k) } } }
   k = quick and 5 or 50
   row{ id = "capture100", label = "first call of a 100-op function: capture and planning vs an eager call", unit = "ms",
        show = per(MS), target = 20, pinned = true,
