@@ -70,8 +70,10 @@ void forget_history(const Tensor& x);
 void mark_variable(const Tensor& x);
 bool is_variable(const Tensor& x);
 // Logs x (if a Variable) as a recorded use would, no_grad included, for a caller that
-// defers the op instead of recording it (dl.compile's symbolic gradient scopes).
+// defers the op instead of recording it (dl.compile's symbolic gradient scopes). Only
+// an op with a derivative records (and logs) its operands: has_derivative says which.
 void note_variable_use(const Tensor& x);
+bool has_derivative(Op op);
 class VariableLog {
  public:
   VariableLog();

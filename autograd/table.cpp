@@ -18,6 +18,7 @@ static_assert(sizeof(kTable) / sizeof(kTable[0]) == size_t(kNumOps));
 }  // namespace
 
 BackwardFn derivative_of(Op op) { return kTable[static_cast<int>(op)]; }
+bool has_derivative(Op op) { return derivative_of(op) != nullptr; }
 
 namespace {
 const Tensor& deref(const Tensor* t) { return *t; }

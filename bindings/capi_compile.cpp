@@ -99,10 +99,31 @@ compile::Call* deferring() {
 // Defers `st`, whose operands' keys are ka and kb, and writes its promise into *out: 2,
 // 3 (the same, for an op just recorded, whose line the Lua side then notes), or -2 (the
 // call takes no more: the caller runs the eager op).
+// Whether recording st would log its operands that are Variables (autograd records an
+// op only where it has a derivative: not comparisons, not floor or sign).
+bool records_operands(const compile::Step& st) {
+  switch (st.kind) {
+    case compile::Kind::Unary:
+    case compile::Kind::Binary:
+    case compile::Kind::BinaryScalar:
+    case compile::Kind::Reduce: return dl::ag::has_derivative(st.op);
+    case compile::Kind::MatMul:
+    case compile::Kind::Softmax:
+    case compile::Kind::Shape: return true;
+    default: return false;
+  }
+}
+
 int promise(compile::Call& c, compile::Step&& st, const compile::OperandKey& ka, const compile::OperandKey& kb,
             dl_tensor* out) {
+  // In a symbolic gradient scope nothing is recorded, so the Variables that recording
+  // would log are logged here, in its order (dl.implicit_grad's list of Variables).
+  const bool log = compile::scope_recording(c) && records_operands(st);
+  const Tensor va = log ? st.a.input : Tensor(), vb = log ? st.b.input : Tensor();
   const int r = compile::defer(c, std::move(st), ka, kb);
   if (r == 0) return -2;
+  for (const Tensor* v : {&va, &vb})
+    if (v->defined()) dl::ag::note_variable_use(*v);
   ProxyRef p;
   p.pos = uint32_t(c.steps.size() - 1);
   p.serial = c.serial;
@@ -123,9 +144,6 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
   }
   Tensor x = dl::bind::operand_of(t, op);
   if (!x.device().is_cpu() && !x.device().is_cuda()) return false;
-  // In a symbolic gradient scope nothing is recorded, so the Variables the ops read are
-  // logged here, in the order recording would log them (dl.implicit_grad's list).
-  if (compile::scope_recording(c)) dl::ag::note_variable_use(x);
   k.step = -1;
   k.dtype = x.dtype();
   k.shape = x.shape();

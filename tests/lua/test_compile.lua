@@ -542,6 +542,17 @@ H.test("implicit gradients over Variables compile: a training step is one plan",
     end
   end
   H.ok(string.find(dl.compile.explain(comp_g), "gradient scope (compiled)", 1, true), dl.compile.explain(comp_g))
+  -- Nor one that is only compared (autograd records no comparison).
+  local cmp = function(x) return ((a * x):tanh() * b:gt(0):to("float32") + b:gt(0.5):to("float32")):sum() end
+  local ccmp = dl.compile(dl.implicit_grad(cmp))
+  for _ = 1, 3 do
+    local x = dl.randn(3, 4)
+    local e, g = dl.implicit_grad(cmp)(x), ccmp(x)
+    H.eq(#g, #e)
+    H.eq(#g, 1)
+    H.ok(rawequal(g[1][2], a))
+    identical(g[1][1], e[1][1])
+  end
   -- A Variable read under no_grad inside the function is not among them, as in eager.
   local ng = function(x) return (a * x + dl.no_grad(function() return b * 2 end)):sum() end
   local cng = dl.compile(dl.implicit_grad(ng))
