@@ -426,14 +426,17 @@ template <> Grads derivative<Op::CrossEntropy>(Node& n, const TensorList& grads)
   Tensor t = dl::cast(n.unpack(1), DType::Int64);
   const int64_t N = x.size(0), C = x.size(1);
   const DType dt = is_floating(x.dtype()) ? x.dtype() : default_float();
-  Tensor col = dl::reshape(t, Shape{N, 1});
   Tensor keep = ones(Shape{N, 1}, dt, x.device());
+  Tensor onehot;
   if (n.attrs.i[1]) {
+    Tensor col = dl::reshape(t, Shape{N, 1});
     Tensor kept = dl::compare(Op::Ne, col, Scalar::integer(n.attrs.i[2]));
     keep = dl::cast(kept, dt);
     col = dl::where(kept, col, zeros(Shape{}, DType::Int64, x.device()));  // any class: masked out
+    onehot = dl::scatter_add(zeros(Shape{N, C}, dt, x.device()), 1, col, keep);
+  } else {
+    onehot = dl::one_hot(t, C, dt);   // (a step of a compiled plan, where scatter_add is not)
   }
-  Tensor onehot = dl::scatter_add(zeros(Shape{N, C}, dt, x.device()), 1, col, keep);
   Tensor g = grads[0];
   switch (Reduction(n.attrs.i[0])) {
     case Reduction::None: g = ag::reshape(g, Shape{N, 1}) * keep; break;

@@ -433,6 +433,10 @@ uint64_t dl_embedding(uint64_t weight, uint64_t indices, int64_t padding_idx);
    has_ignore, rows whose label equals ignore_index count for nothing. */
 uint64_t dl_cross_entropy(uint64_t logits, uint64_t target, int reduction, int has_ignore,
                           int64_t ignore_index);
+/* The same over values (the result in *out: 0 inline, 1 a handle, 2 or 3 a compiled call's
+   proxy, -1 error), deferred in a compiled call when there is no ignore_index. */
+int dl_cross_entropy_value(const struct dl_tensor* logits, const struct dl_tensor* target, int reduction,
+                           int has_ignore, int64_t ignore_index, struct dl_tensor* out);
 
 /* ---- fused optimizer updates (tensor/optim.h), in place; not recorded ---- */
 /* buf: the momentum buffer (0 when momentum is 0); first: buf is written, not read. */

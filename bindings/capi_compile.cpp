@@ -109,6 +109,7 @@ bool records_operands(const compile::Step& st) {
     case compile::Kind::Reduce: return dl::ag::has_derivative(st.op);
     case compile::Kind::MatMul:
     case compile::Kind::Softmax:
+    case compile::Kind::CrossEntropy:   // (its labels are a fresh copy, never a Variable)
     case compile::Kind::Shape: return true;
     default: return false;
   }
@@ -354,7 +355,7 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
     g.serial = c->serial;
     std::vector<int64_t> at;
     if (s.mode == compile::ScopeMode::Symbolic) {
-      if (compile::replay_backward(*c, marker, &at)) {
+      if (compile::replay_backward(*c, marker, variables, &at)) {
         for (int k = 0; k < n; ++k) {
           g.pos = uint32_t(at[size_t(k)]);
           write_proxy(outs[k], g);
@@ -377,7 +378,7 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
       for (int k = 0; k < n; ++k)
         xt.push_back(variables[size_t(k)].defined() ? variables[size_t(k)] : c->results[rx[size_t(k)].pos]);
       st = backward_many(c->results[ry.pos], xt, &grads, task);
-      if (st == 0 && cap) have = cap->finish(*c, marker, grads, &plan, &why);
+      if (st == 0 && cap) have = cap->finish(*c, marker, grads, variables, &plan, &why);
     }
     if (st != 0) {
       s.failed = true;
@@ -528,6 +529,35 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
 int defer_softmax(int op, const struct dl_tensor* x, int dim, struct dl_tensor* out) {
   const int32_t d = dim;
   return defer(compile::Kind::Softmax, op, x, nullptr, 0, 0, &d, 1, 0, out);
+}
+
+int defer_cross_entropy(const struct dl_tensor* logits, const struct dl_tensor* target, int reduction,
+                        struct dl_tensor* out) {
+  compile::Call* c = deferring();
+  ProxyRef r;
+  if (!c || proxy_ref(target, &r)) return -2;
+  dl::MessageBase base(1);
+  try {
+    compile::Step st;
+    st.kind = compile::Kind::CrossEntropy;
+    st.op = Op::CrossEntropy;
+    compile::OperandKey ka;
+    if (!operand_for(*c, logits, st.a, ka, "cross_entropy")) return -2;
+    const Tensor t = dl::bind::operand_of(target, "cross_entropy");
+    if (t.device() != ka.device) return -2;   // the eager op names both devices
+    // The labels are checked and made 0-based now, as the eager entry point does: a bad
+    // label fails where eager execution fails, and the step reads the 0-based copy.
+    std::optional<int64_t> ignore;
+    Tensor labels = cross_entropy_labels(ka.shape, t, reduction, 0, 0, &ignore);
+    const compile::OperandKey kb{-1, labels.dtype(), labels.shape(), labels.device()};
+    st.b = compile::Operand::bound(std::move(labels));
+    st.arg = Shape{int64_t(reduction)};
+    st.device = ka.device;
+    return promise(*c, std::move(st), ka, kb, out);
+  } catch (...) {
+    capture_exception();
+    return -1;
+  }
 }
 
 int defer_matmul(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {

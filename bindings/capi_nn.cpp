@@ -17,6 +17,8 @@
 #include "bindings/guard.h"
 #include "bindings/arenas.h"
 #include "bindings/handles.h"
+#include "bindings/compile.h"
+#include "bindings/value.h"
 #include "tensor/optim.h"
 
 using dl::DType;
@@ -108,6 +110,30 @@ Tensor from_lua_indices(const Tensor& t, int64_t size, const char* op, const cha
 }
 
 }  // namespace
+
+namespace dl::bind {
+
+Tensor cross_entropy_labels(const Shape& logits, const Tensor& t, int reduction, int has_ignore,
+                            int64_t ignore_index, std::optional<int64_t>* ignore) {
+  const char* op = "cross_entropy";
+  DL_CHECK(reduction >= 0 && reduction <= 2, op, ": unknown reduction ", reduction, " (0 none, 1 mean, 2 sum)");
+  DL_CHECK(logits.size() == 2, op, ": expected logits of shape (N, C), got shape ", logits);
+  check_int(t, op, "class labels");
+  if (has_ignore) *ignore = ignore_index;
+  const int64_t c = logits[1];
+  if (t.numel() > 0) {
+    auto [lo, hi] = int_range(t, *ignore);
+    if (lo < 1 || hi > c)
+      fail(ErrorKind::Index, op, ": class label ", lo < 1 ? lo : hi, " is out of range for ", c,
+           " classes (labels are 1-based: 1..", c, ")");
+  }
+  // To 0-based. Both sides wrap around alike (integer tensors do), so a label equal to
+  // the ignore index still matches it after the shift, even at INT64_MIN.
+  if (*ignore) *ignore = int64_t(uint64_t(**ignore) - 1);
+  return dl::binary(Op::Sub, t, Scalar::integer(1));
+}
+
+}  // namespace dl::bind
 
 extern "C" {
 
@@ -265,27 +291,26 @@ uint64_t dl_embedding(uint64_t weight, uint64_t indices, int64_t padding_idx) {
 
 uint64_t dl_cross_entropy(uint64_t logits, uint64_t target, int reduction, int has_ignore, int64_t ignore_index) {
   return guard_handle([&] {
-    const char* op = "cross_entropy";
-    const Tensor& l = get(logits, op);
-    const Tensor& t = get(target, op);
-    DL_CHECK(reduction >= 0 && reduction <= 2, op, ": unknown reduction ", reduction,
-             " (0 none, 1 mean, 2 sum)");
-    DL_CHECK(l.dim() == 2, op, ": expected logits of shape (N, C), got shape ", l.shape());
-    check_int(t, op, "class labels");
+    const Tensor& l = get(logits, "cross_entropy");
     std::optional<int64_t> ignore;
-    if (has_ignore) ignore = ignore_index;
-    const int64_t c = l.size(1);
-    if (t.numel() > 0) {
-      auto [lo, hi] = int_range(t, ignore);
-      if (lo < 1 || hi > c)
-        fail(ErrorKind::Index, op, ": class label ", lo < 1 ? lo : hi, " is out of range for ", c,
-             " classes (labels are 1-based: 1..", c, ")");
-    }
-    // To 0-based. Both sides wrap around alike (integer tensors do), so a label equal to
-    // the ignore index still matches it after the shift, even at INT64_MIN.
-    Tensor t0 = dl::binary(Op::Sub, t, Scalar::integer(1));
-    if (ignore) ignore = int64_t(uint64_t(*ignore) - 1);
-    return ag::cross_entropy(l, t0, dl::Reduction(reduction), ignore);
+    Tensor labels = dl::bind::cross_entropy_labels(l.shape(), get(target, "cross_entropy"), reduction, has_ignore,
+                                                   ignore_index, &ignore);
+    return ag::cross_entropy(l, labels, dl::Reduction(reduction), ignore);
+  });
+}
+
+int dl_cross_entropy_value(const struct dl_tensor* logits, const struct dl_tensor* target, int reduction,
+                           int has_ignore, int64_t ignore_index, struct dl_tensor* out) {
+  if (dl::compile::current() && !has_ignore) {
+    const int st = dl::bind::defer_cross_entropy(logits, target, reduction, out);
+    if (st != -2) return st;
+  }
+  return dl::bind::guard_value(out, [&] {
+    const Tensor l = dl::bind::value_of(logits, "cross_entropy");
+    std::optional<int64_t> ignore;
+    Tensor labels = dl::bind::cross_entropy_labels(l.shape(), dl::bind::value_of(target, "cross_entropy"),
+                                                   reduction, has_ignore, ignore_index, &ignore);
+    return ag::cross_entropy(l, labels, dl::Reduction(reduction), ignore);
   });
 }
 

@@ -7,6 +7,7 @@
 //   }
 #pragma once
 #include <cstdint>
+#include <optional>
 
 #include "bindings/capi.h"
 #include "tensor/tensor.h"
@@ -28,6 +29,13 @@ int defer_softmax(int op, const dl_tensor* x, int dim, dl_tensor* out);
 int defer_reduce(int op, const dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
                  dl_tensor* out);
 int defer_watch(const dl_tensor* x, dl_tensor* out);
+// logits (a proxy or a tensor) and 1-based labels held by a handle or inline (labels
+// made inside the call: not deferred); reduction 0 none, 1 mean, 2 sum; no ignore_index.
+int defer_cross_entropy(const dl_tensor* logits, const dl_tensor* target, int reduction, dl_tensor* out);
+// cross_entropy's checks of its labels against logits of this shape (1-based, in range)
+// and their 0-based copy; *ignore set from has_ignore (0-based) (capi_nn.cpp).
+Tensor cross_entropy_labels(const Shape& logits, const Tensor& labels, int reduction, int has_ignore,
+                            int64_t ignore_index, std::optional<int64_t>* ignore);
 // dl_grad_enter (enter) and dl_grad_exit in a compiled call: 0 done, 1 the caller opens
 // (closes) autograd's scope as outside one, -1 error (compile/grad.h).
 int compiled_grad_scope(bool enter);

@@ -38,6 +38,7 @@
 #include <cstring>
 
 #include "autograd/autograd.h"
+#include "autograd/nn.h"
 
 namespace dl::compile {
 
@@ -75,6 +76,8 @@ Tensor run_recorded(const Step& st, const std::vector<Tensor>& results) {
         default: break;
       }
       break;
+    case Kind::CrossEntropy:
+      return ag::cross_entropy(a, operand_tensor(st.b, results), Reduction(st.arg[0]), std::nullopt);
     case Kind::Watch: return ag::watch(a);
     default: break;
   }
@@ -188,9 +191,33 @@ const BackwardPlan* plan_at(const Call& c, size_t marker) {
   return p >= 0 && size_t(p) < c.trace->plans.size() ? &c.trace->plans[size_t(p)] : nullptr;
 }
 
-bool replay_backward(Call& c, size_t marker, std::vector<int64_t>* grads) {
+namespace {
+// The scope's operands (before the backward marker) that are `v`.
+std::vector<Ref> operands_that_are(const Call& c, size_t marker, const Tensor& v) {
+  std::vector<Ref> at;
+  for (size_t i = c.scope.start; i < marker && i < c.steps.size(); ++i) {
+    const Operand* ops[2] = {&c.steps[i].a, &c.steps[i].b};
+    for (int k = 0; k < 2; ++k)
+      if (ops[k]->step < 0 && ops[k]->input.defined() && ops[k]->input.impl() == v.impl())
+        at.push_back(Ref{Ref::To::Operand, int8_t(k), int32_t(i)});
+  }
+  return at;
+}
+
+bool same_refs(const std::vector<Ref>& x, const std::vector<Ref>& y) {
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].to != y[i].to || x[i].k != y[i].k || x[i].i != y[i].i) return false;
+  return true;
+}
+}  // namespace
+
+bool replay_backward(Call& c, size_t marker, const TensorList& targets, std::vector<int64_t>* grads) {
   const BackwardPlan* plan = plan_at(c, marker);
-  if (!plan || plan->grads.empty()) return false;
+  if (!plan || plan->grads.empty() || plan->variables.size() != targets.size()) return false;
+  for (size_t j = 0; j < targets.size(); ++j)
+    if (targets[j].defined() && !same_refs(operands_that_are(c, marker, targets[j]), plan->variables[j]))
+      return false;
   // The tensor a reference names in this call, for the plan's checks: a bound operand,
   // or the argument a watched alias stands for.
   auto bound = [&](const Ref& r) -> Tensor {
@@ -330,6 +357,14 @@ void BackwardCapture::seen(const Observed& o) {
         nin = 2;
         break;
       }
+      // cross_entropy's gradient: the one-hot rows of the labels (the report's integers:
+      // the class count and the dtype, set below with the other fields).
+      if (o.name && std::strcmp(o.name, "one_hot") == 0 && o.ins.size() == 1 && o.ins[0] && o.ints.size() == 2) {
+        st.kind = Kind::OneHot;
+        in = o.ins.data();
+        nin = 1;
+        break;
+      }
       if (!(soft || log) || o.ins.size() != 1 || !o.ins[0] || o.ints.size() != 1) return fail(o.name);
       st.kind = Kind::Softmax;
       st.op = log ? Op::LogSoftmax : Op::Softmax;
@@ -349,8 +384,8 @@ void BackwardCapture::seen(const Observed& o) {
   }
   st.keepdim = o.keepdim;
   st.opts = o.opts;
-  st.arg = o.shape;
-  st.arg_dtype = o.dtype;
+  st.arg = st.kind == Kind::OneHot ? Shape{o.ints[0]} : o.shape;
+  st.arg_dtype = st.kind == Kind::OneHot ? DType(o.ints[1]) : o.dtype;
   if (o.fn == Fn::Full && !o.device.is_cpu()) return fail("a constant not on the host");
   st.dtype = o.out.dtype();
   st.shape = o.out.shape();
@@ -368,8 +403,8 @@ void BackwardCapture::seen(const Observed& o) {
   plan_.steps.push_back(std::move(b));
 }
 
-bool BackwardCapture::finish(const Call& c, size_t marker, const TensorList& grads, BackwardPlan* plan,
-                             std::string* why) {
+bool BackwardCapture::finish(const Call& c, size_t marker, const TensorList& grads, const TensorList& targets,
+                             BackwardPlan* plan, std::string* why) {
   plan_.grads.clear();
   for (const Tensor& grad : grads) {
     Ref r;
@@ -387,6 +422,9 @@ bool BackwardCapture::finish(const Call& c, size_t marker, const TensorList& gra
     if (st.kind == Kind::BinaryScalar && st.op != Op::Add && st.op != Op::Sub)
       plan_.numbers.emplace_back(int32_t(i), st.s);
   }
+  plan_.variables.clear();
+  for (const Tensor& v : targets)
+    plan_.variables.push_back(v.defined() ? operands_that_are(c, marker, v) : std::vector<Ref>{});
   *plan = std::move(plan_);
   return true;
 }

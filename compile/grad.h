@@ -45,8 +45,11 @@ class BackwardCapture : public Observer {
   ~BackwardCapture() override;
   void seen(const Observed& op) override;
   bool takes_fused() const override { return true; }   // a plan runs them again
-  // c's backward marker is at `marker`; grads: one per watched tensor, in their order.
-  bool finish(const Call& c, size_t marker, const TensorList& grads, BackwardPlan* plan, std::string* why);
+  // c's backward marker is at `marker`; grads: one per watched tensor, in their order;
+  // targets: the tensors the pass was taken with respect to (a Variable, or undefined
+  // for a watched step).
+  bool finish(const Call& c, size_t marker, const TensorList& grads, const TensorList& targets,
+              BackwardPlan* plan, std::string* why);
 
  private:
   struct Known;
@@ -61,10 +64,11 @@ class BackwardCapture : public Observer {
 };
 
 // A Symbolic scope's backward pass, at its marker step (and the input markers after
-// it): the plan's steps pushed after them; the gradients' steps in `grads`, or false when
-// the plan does not apply to this call (tensors it saw as one are not one now): nothing
-// is pushed then.
-bool replay_backward(Call& c, size_t marker, std::vector<int64_t>* grads);
+// it), with respect to `targets` (as finish's): the plan's steps pushed after them; the
+// gradients' steps in `grads`, or false when the plan does not apply to this call
+// (tensors it saw as one are not one now, a Variable is not where it was): nothing is
+// pushed then.
+bool replay_backward(Call& c, size_t marker, const TensorList& targets, std::vector<int64_t>* grads);
 // The trace's plan for the backward marker at `marker` (null: autograd runs it).
 const BackwardPlan* plan_at(const Call& c, size_t marker);
 

@@ -10,6 +10,7 @@
 #include "tensor/backend.h"
 #include "tensor/fold.h"
 #include "tensor/fused.h"
+#include "tensor/nn.h"
 #include "tensor/small.h"
 
 namespace dl::compile {
@@ -37,7 +38,7 @@ bool pointwise(const Step& s) {
 
 int arity(const Step& s) {
   return (s.kind == Kind::Binary || s.kind == Kind::Compare || s.kind == Kind::MatMul ||
-          s.kind == Kind::SoftmaxBackward)
+          s.kind == Kind::SoftmaxBackward || s.kind == Kind::CrossEntropy)
              ? 2
              : 1;
 }
@@ -164,8 +165,19 @@ bool infer(Step& s, DType ad, const Shape& as, DType bd, const Shape& bs) {
     case Kind::Shape:
       s.dtype = ad;
       return infer_view(s, as);
+    case Kind::CrossEntropy: {
+      // The bindings checked the labels (range, 1-based) and made them 0-based int64.
+      const int64_t reduction = s.arg.size() == 1 ? s.arg[0] : -1;
+      if (as.size() != 2 || bd != DType::Int64 || bs.size() != 1 || bs[0] != as[0] ||
+          reduction < 0 || reduction > 2 || as[1] < 1)
+        return false;
+      s.dtype = ad;
+      s.shape = reduction == int64_t(Reduction::None) ? Shape{as[0]} : Shape{};
+      return true;
+    }
     case Kind::Full:
     case Kind::SoftmaxBackward:
+    case Kind::OneHot:
       return false;   // steps of recorded backward passes, made with their results known
   }
   return false;
@@ -618,6 +630,9 @@ Tensor run_single(const Step& st, const std::vector<Tensor>& results) {
       fail(ErrorKind::Internal, "compile: not a shape step");
     }
     case Kind::Full: return full(st.arg, Scalar::from_lua(st.s), st.arg_dtype);
+    case Kind::CrossEntropy:
+      return cross_entropy(a, tensor_of(st.b, results), Reduction(st.arg[0]), std::nullopt);
+    case Kind::OneHot: return one_hot(a, st.arg[0], st.arg_dtype);
     case Kind::Watch: return a;
     case Kind::Marker: return Tensor();
   }

@@ -32,6 +32,8 @@ enum class Kind : uint8_t {
   Shape,    // a shape function or a copy (`fn`: SumTo, Expand, Reshape, View, Squeeze,
             // Unsqueeze, Transpose, Cast, Contiguous, Clone), from a recorded backward
   Full,     // a constant (`arg` its shape, `arg_dtype`, `s` its value), likewise
+  CrossEntropy,   // a the logits (N, C), b the 0-based int64 labels (N); arg {reduction}
+  OneHot,   // a an int64 index; arg {classes}, arg_dtype: from a recorded backward
   Watch,    // a gradient's watched argument: the operand itself
   Marker,   // a place in the call (a gradient's scope, its backward pass): no value
 };
@@ -63,7 +65,7 @@ struct Step {
   int8_t dims[kMaxDims] = {};   // Reduce: 0-based dims; Transpose: two; (Un)squeeze: one
   ReduceOpts opts;
   Fn fn = Fn::Unary;            // Shape: which function
-  Shape arg;                    // Shape: the shape asked for; Full: its shape
+  Shape arg;                    // Shape: the shape asked for; Full: its shape; see Kind
   DType arg_dtype = DType::Float32;   // Cast, Full
   Mark mark = Mark::GradEnter;  // Marker
   bool alone = false;           // never fused (operands of another dtype than its own)

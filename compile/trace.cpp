@@ -46,6 +46,13 @@ uint64_t next_serial() {
   return serial.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+// The kinds whose second operand is a tensor.
+bool two_operands(Kind k) {
+  return k == Kind::Binary || k == Kind::Compare || k == Kind::MatMul || k == Kind::CrossEntropy;
+}
+}  // namespace
+
 std::string describe(const Function& fn, const TraceOp& t) {
   std::ostringstream os;
   if (t.kind == Kind::Marker) {
@@ -68,7 +75,7 @@ std::string describe(const Function& fn, const TraceOp& t) {
     else os << dtype_name(k.dtype) << " " << k.shape << (k.device.is_cpu() ? "" : " on " + k.device.str());
   };
   operand(t.a);
-  if (t.kind == Kind::Binary || t.kind == Kind::Compare || t.kind == Kind::MatMul) {
+  if (two_operands(t.kind)) {
     os << ", ";
     operand(t.b);
   } else if (t.kind == Kind::BinaryScalar || t.kind == Kind::CompareScalar) {
@@ -88,6 +95,7 @@ std::string describe_backward(const BackwardStep& b, size_t base, bool is_grad) 
     case Kind::Full: os << "full(" << st.arg << ", " << st.s << ")"; break;
     case Kind::Shape: os << fn_name(st.fn) << "("; break;
     case Kind::SoftmaxBackward: os << "softmax_backward("; break;
+    case Kind::OneHot: os << "one_hot("; break;
     default: os << op_name(st.op) << "("; break;
   }
   if (st.kind != Kind::Full) {
@@ -98,7 +106,7 @@ std::string describe_backward(const BackwardStep& b, size_t base, bool is_grad) 
     };
     ref(b.a);
     if (st.kind == Kind::Binary || st.kind == Kind::Compare || st.kind == Kind::MatMul ||
-        st.kind == Kind::SoftmaxBackward) {
+        st.kind == Kind::SoftmaxBackward || st.kind == Kind::CrossEntropy) {
       os << ", ";
       ref(b.b);
     } else if (st.kind == Kind::BinaryScalar || st.kind == Kind::CompareScalar) {
@@ -130,13 +138,13 @@ TraceOp key_of(const Step& st, const OperandKey& a, const OperandKey& b) {
   k.kind = st.kind;
   k.op = st.op;
   k.a = a;
-  if (st.kind == Kind::Binary || st.kind == Kind::Compare || st.kind == Kind::MatMul) k.b = b;
+  if (two_operands(st.kind)) k.b = b;
   k.ndims = st.ndims;
   k.keepdim = st.keepdim;
   for (int i = 0; i < st.ndims; ++i) k.dims[i] = st.dims[i];
   k.out_dtype = st.dtype;
   k.out_shape = st.shape;
-  if (st.kind == Kind::Shape) {
+  if (st.kind == Kind::Shape || st.kind == Kind::CrossEntropy) {
     k.fn = st.fn;
     k.arg = st.arg;
   }
@@ -184,7 +192,6 @@ void run(Call& c, const std::vector<uint8_t>& want) {
 }  // namespace
 
 namespace {
-bool two_operands(Kind k) { return k == Kind::Binary || k == Kind::Compare || k == Kind::MatMul; }
 }  // namespace
 
 bool TraceOp::same_op(const TraceOp& o) const {
@@ -196,7 +203,7 @@ bool TraceOp::same_op(const TraceOp& o) const {
     for (int i = 0; i < ndims; ++i)
       if (dims[i] != o.dims[i]) return false;
   }
-  if (kind == Kind::Shape && (fn != o.fn || !(arg == o.arg))) return false;
+  if ((kind == Kind::Shape || kind == Kind::CrossEntropy) && (fn != o.fn || !(arg == o.arg))) return false;
   return true;
 }
 
@@ -209,7 +216,7 @@ bool TraceOp::matches(const Step& st, const OperandKey& ka, const OperandKey& kb
     for (int i = 0; i < ndims; ++i)
       if (dims[i] != st.dims[i]) return false;
   }
-  if (kind == Kind::Shape && (fn != st.fn || !(arg == st.arg))) return false;
+  if ((kind == Kind::Shape || kind == Kind::CrossEntropy) && (fn != st.fn || !(arg == st.arg))) return false;
   return true;
 }
 

@@ -74,6 +74,11 @@ struct BackwardPlan {
   std::vector<BackwardStep> steps;
   std::vector<int32_t> grads;           // per watched tensor, the step whose result is its gradient
   std::vector<std::vector<Ref>> same;   // refs that named one tensor: they must again
+  // Per tensor the pass is taken with respect to, where it is a Variable (an implicit
+  // gradient's): the scope's operands that were that Variable. A call applies the plan
+  // only where exactly these operands are it (a Variable moved to another operand of
+  // the same shape would otherwise get the first one's gradient).
+  std::vector<std::vector<Ref>> variables;
   // The Lua numbers of the scope's steps that a derivative may read (x * k, x / k):
   // the pass was recorded with these, and applies to a call with the same.
   std::vector<std::pair<int32_t, double>> numbers;

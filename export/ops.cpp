@@ -181,6 +181,8 @@ const std::vector<OpRow>& rows() {
           out = {l.y, l.mean, l.invstd}), 0b110),
       // gates, c: h', c'
       ROW("lstm_gates", 2, 2, 2, 0, 0, 0, auto p = lstm_gates(arg(a, 0), arg(a, 1)); out = {p.first, p.second}),
+      // ints {classes, dtype}
+      ROW("one_hot", 1, 1, 1, 2, 2, 0, out = {one_hot(arg(a, 0), a.ints[0], dtype_arg(r, a.ints[1]))}),
       // ints {reduction, has ignore_index, ignore_index}
       ROW("cross_entropy", 2, 2, 1, 3, 3, 0, expect(r, a.ints[0] >= 0 && a.ints[0] <= 2, "a reduction out of range");
           out = {cross_entropy(arg(a, 0), arg(a, 1), Reduction(a.ints[0]),

@@ -336,6 +336,7 @@ constexpr NamedRule kRules[] = {
     {"layer_norm", layer_norm_rule},
     {"lstm_gates", lstm_gates_rule},
     {"cross_entropy", cross_entropy_rule},
+    {"one_hot", as_is},
     {"sort", dim_arg<0>},
     {"linalg_solve", solve_rule},
     {"solve_triangular", solve_rule},

@@ -672,6 +672,19 @@ static Tensor cross_entropy_impl(const Tensor& logits, const Tensor& target, Red
   fail(ErrorKind::Value, op, ": unknown reduction ", int(reduction));
 }
 
+Tensor one_hot(const Tensor& index, int64_t classes, DType dtype) {
+  return observed_other("one_hot", [&] {
+    DL_CHECK_KIND(Type, index.dtype() == DType::Int64, "one_hot: expected an int64 index, got ",
+                  dtype_name(index.dtype()));
+    DL_CHECK(classes >= 0, "one_hot: expected a count of classes, got ", classes);
+    const Tensor positions = arange(0, double(classes), 1, DType::Int64, index.device());
+    return cast(compare(Op::Eq, unsqueeze(index, index.dim()), positions), dtype);
+  }, [&](Observed& o, const Tensor&) {
+    o.ins = {&index};
+    o.ints = {classes, int64_t(dtype)};
+  });
+}
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                      std::optional<int64_t> ignore_index) {
   return observed_other("cross_entropy", [&] { return cross_entropy_impl(logits, target, reduction, ignore_index); },

@@ -132,5 +132,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
                      std::optional<int64_t> ignore_index);
 // The number of rows of `target` that are not ignore_index (the divisor of Mean).
 int64_t cross_entropy_count(const Tensor& target, std::optional<int64_t> ignore_index);
+// index.shape + (classes) in dtype: 1 where the last dim's position equals the int64
+// index, else 0 (cross_entropy's gradient; an index outside [0, classes) gives a row
+// of zeros).
+Tensor one_hot(const Tensor& index, int64_t classes, DType dtype);
 
 }  // namespace dl

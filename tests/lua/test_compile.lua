@@ -542,6 +542,19 @@ H.test("implicit gradients over Variables compile: a training step is one plan",
     end
   end
   H.ok(string.find(dl.compile.explain(comp_g), "gradient scope (compiled)", 1, true), dl.compile.explain(comp_g))
+  -- A Variable that moves to another operand of the same shape (a plain tensor taking
+  -- its place) gets its own gradient, not the one its old place had.
+  local v, k = dl.Variable(dl.randn(8, 8), "v"), dl.randn(8, 8)
+  local flip = false
+  local moved = function(x) if flip then return (k * x + v):sum() end return (v * x + k):sum() end
+  local cmoved = dl.compile(dl.implicit_grad(moved))
+  for call = 1, 6 do
+    flip = call >= 4
+    local x = dl.randn(8, 8)
+    local e, g = dl.implicit_grad(moved)(x), cmoved(x)
+    H.ok(rawequal(g[1][2], v))
+    identical(g[1][1], e[1][1], "moved Variable's gradient, call " .. call)
+  end
   -- Nor one that is only compared (autograd records no comparison).
   local cmp = function(x) return ((a * x):tanh() * b:gt(0):to("float32") + b:gt(0.5):to("float32")):sum() end
   local ccmp = dl.compile(dl.implicit_grad(cmp))
@@ -564,6 +577,44 @@ H.test("implicit gradients over Variables compile: a training step is one plan",
     H.ok(rawequal(g[1][2], a))
     identical(g[1][1], e[1][1])
   end
+end)
+
+H.test("cross_entropy is a step: a classifier's training step is one plan", function()
+  local nn = dl.nn
+  local function train(compiled, opts, dtype)
+    dl.manual_seed(3)
+    local net = nn.Sequential{ nn.Linear(20, 16), nn.ReLU(), nn.Linear(16, 5) }
+    local opt = dl.optim.SGD{ lr = 0.1, momentum = 0.9 }
+    local vg = dl.implicit_value_and_grad(function(x, y) return nn.cross_entropy(net(x), y, opts):sum() end)
+    local step = function(x, y) local l, g = vg(x, y) opt:apply_gradients(g) return l end
+    local f = compiled and dl.compile(step) or step
+    dl.manual_seed(9)
+    local losses = {}
+    for i = 1, 5 do losses[i] = f(dl.randn(32, 20), dl.randint(1, 6, { 32 }, { dtype = dtype or "int64" })) end
+    return losses, net, f
+  end
+  for _, case in ipairs({ { nil }, { { reduction = "sum" } }, { { reduction = "none" } },
+                          { { ignore_index = 2 } }, { nil, "int32" } }) do
+    local want, enet = train(false, case[1], case[2])
+    local got, cnet, f = train(true, case[1], case[2])
+    identical(got, want, "losses")
+    local ep, cp = enet:parameters(), cnet:parameters()
+    for i = 1, #ep do identical(cp[i], ep[i], "parameter " .. i) end
+    local text = dl.compile.explain(f)
+    if case[1] == nil and case[2] == nil then
+      H.ok(string.find(text, "gradient scope (compiled)", 1, true), text)
+      H.ok(string.find(text, "cross_entropy(step", 1, true), text)
+      H.ok(string.find(text, "one_hot(", 1, true), text)
+    end
+  end
+  -- A label out of range fails in the compiled call as in eager execution, and the
+  -- function goes on working.
+  local w = dl.randn(6, 5)
+  local loss = dl.compile(function(x, y) return nn.cross_entropy(x:matmul(w), y) end)
+  local x = dl.randn(4, 6)
+  for _ = 1, 3 do identical(loss(x, dl.tensor({ 1, 5, 2, 3 }, { dtype = "int64" })), nn.cross_entropy(x:matmul(w), dl.tensor({ 1, 5, 2, 3 }, { dtype = "int64" }))) end
+  H.raises(function() return loss(x, dl.tensor({ 1, 6, 2, 3 }, { dtype = "int64" })) end, "class label 6 is out of range for 5 classes")
+  identical(loss(x, dl.tensor({ 2, 2, 2, 2 }, { dtype = "int64" })), nn.cross_entropy(x:matmul(w), dl.tensor({ 2, 2, 2, 2 }, { dtype = "int64" })))
 end)
 
 H.test("random ops draw the same stream as eager", function()

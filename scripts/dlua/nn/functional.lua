@@ -19,6 +19,7 @@ local raise, raise_last, bad_arg, retry, options = core.raise, core.raise_last, 
   require("dlua.lifetime").retry,
   core.options
 local wrap, is_tensor, shape_str = T.wrap, T.is_tensor, T.shape_str
+local result, value = T.result, T.value
 local dl = T.dl
 local type, tostring, pairs, ipairs, floor = type, tostring, pairs, ipairs, math.floor
 
@@ -391,9 +392,10 @@ function F.cross_entropy(logits, labels, opts)
   check_tensor("cross_entropy", labels)
   local r = REDUCTIONS[reduction_of("cross_entropy", opts)]
   local ign = type(opts) == "table" and opts.ignore_index or nil
-  local id = C.dl_cross_entropy(hid(logits), hid(labels), r, ign and 1 or 0, ign or 0)
-  if id == 0 and retry() then id = C.dl_cross_entropy(hid(logits), hid(labels), r, ign and 1 or 0, ign or 0) end
-  return wrap(id)
+  local out = result()
+  local st = C.dl_cross_entropy_value(logits, labels, r, ign and 1 or 0, ign or 0, out)
+  if st < 0 and retry() then st = C.dl_cross_entropy_value(logits, labels, r, ign and 1 or 0, ign or 0, out) end
+  return value(st, out)
 end
 
 -- TF's softmax_cross_entropy_with_logits(labels, logits): labels are probabilities
