@@ -555,6 +555,16 @@ H.test("implicit gradients over Variables compile: a training step is one plan",
     H.ok(rawequal(g[1][2], v))
     identical(g[1][1], e[1][1], "moved Variable's gradient, call " .. call)
   end
+  -- Views of the gradients in the same call have the gradients' shapes, on the call that
+  -- records the pass (its gradients fill placeholders) as on later ones.
+  local wv = dl.Variable(dl.randn(5, 3))
+  local mm = function(x, w) return (x:matmul(w)):tanh():sum() end
+  local views = function(x, w)
+    local gx, gw = dl.grad(mm, { 1, 2 })(x, w)
+    local _, g = dl.implicit_value_and_grad(function(y) return mm(y, wv) end)(x)
+    return gx:reshape(-1) * 2, gw:t() + 0, gw:view(-1) * 1, g[1][1]:t():contiguous()
+  end
+  agree(views, { { dl.randn(4, 5), dl.randn(5, 3) }, { dl.randn(4, 5), dl.randn(5, 3) }, { dl.randn(4, 5), dl.randn(5, 3) } })
   -- Nor one that is only compared (autograd records no comparison).
   local cmp = function(x) return ((a * x):tanh() * b:gt(0):to("float32") + b:gt(0.5):to("float32")):sum() end
   local ccmp = dl.compile(dl.implicit_grad(cmp))
