@@ -846,9 +846,13 @@ H.test("random differential programs: compiled equals eager, always", function()
                    "dl.minimum(%s, %s)", "dl.atan2(%s, %s)" }
   local scalar = { "(%s * %g)", "(%s + %g)", "(%s - %g)", "(%s ^ 2)", "(%s %% 1.5)", "(%s / %g)",
                    "(0.5 - %s * %g)" }
-  local mismatches, programs, calls, compiled = 0, 0, 0, 0
+  local mismatches, programs, calls, compiled, implicit_compiled = 0, 0, 0, 0, 0
+  local wa, wb = dl.Variable(dl.randn(4), "wa"), dl.Variable(dl.randn(4), "wb")
   for p = 1, 40 do
-    local lines, vars = { "return function(x, y, k)" }, { "x", "y" }
+    -- Every third program also reads two Variables and a cross-entropy of its labels,
+    -- and its implicit gradient is compared too.
+    local implicit = p % 3 == 0
+    local lines, vars = { "return function(wa, wb) return function(x, y, k, lab)" }, { "x", "y" }
     local function pick() return vars[rand(#vars)] end
     local nops = 4 + rand(36)
     -- Half the programs use only deferred ops, so that their gradients are compiled
@@ -858,7 +862,13 @@ H.test("random differential programs: compiled equals eager, always", function()
       local r = rand(27)
       if pure and r >= 18 and r <= 22 then r = rand(17) end
       local e
-      if r == 21 then      -- an in-place update of a copy
+      if implicit and rand(5) == 1 then
+        r = 0
+        e = rand(2) == 1 and string.format("(%s * wa + wb)", pick())
+            or string.format("(%s + dl.nn.cross_entropy(%s, lab))", pick(), pick())
+      end
+      if r == 0 then   -- (set above)
+      elseif r == 21 then      -- an in-place update of a copy
         lines[#lines + 1] = string.format("  local v%d = %s:clone()", i, pick())
         lines[#lines + 1] = string.format("  v%d:mul_(0.5):add_(%s)", i, pick())
         vars[#vars + 1] = "v" .. i
@@ -889,28 +899,43 @@ H.test("random differential programs: compiled equals eager, always", function()
       end
     end
     lines[#lines + 1] = string.format("  return %s, (%s):sum(), %s", vars[#vars], vars[#vars - 1], pick())
-    lines[#lines + 1] = "end"
+    lines[#lines + 1] = "end end"
     local src = table.concat(lines, "\n")
-    local f = assert(loadstring(src, "=program" .. p))()
+    local f = assert(loadstring(src, "=program" .. p))()(wa, wb)
     local cf = dl.compile(f)
     -- and its gradient (a scalar of its first result; with respect to x, or to x and y
     -- in every other program), compiled as one plan where it can be
-    local g = dl.grad(function(x, y, k) local r = f(x, y, k) return (r * r):sum() end, p % 4 < 2 and { 1, 2 } or 1)
+    local g = dl.grad(function(x, y, k, lab) local r = f(x, y, k, lab) return (r * r):sum() end, p % 4 < 2 and { 1, 2 } or 1)
     local cg = dl.compile(g)
+    local ig = dl.implicit_value_and_grad(function(x, y, k, lab) local r = f(x, y, k, lab) return (r * r):sum() end)
+    local cig = dl.compile(ig)
     programs = programs + 1
     for c = 1, 6 do
       local n = (c == 5) and 7 or 5
       local x, y = dl.randn(n, 4), dl.randn(n, 4)
+      local lab = dl.randint(1, 5, { n }, { dtype = "int64" })
       if c == 6 then x, y = x:double(), y:double() end
-      local want = { f(x, y, c * 0.3) }
-      local got = { cf(x, y, c * 0.3) }
-      local ok, gwant, gwant2 = pcall(g, x, y, c * 0.3)
+      local want = { f(x, y, c * 0.3, lab) }
+      local got = { cf(x, y, c * 0.3, lab) }
+      local ok, gwant, gwant2 = pcall(g, x, y, c * 0.3, lab)
       if ok then
         want[#want + 1] = gwant
         want[#want + 1] = gwant2
-        local g1, g2 = cg(x, y, c * 0.3)
+        local g1, g2 = cg(x, y, c * 0.3, lab)
         got[#got + 1] = g1
         got[#got + 1] = g2
+      end
+      if implicit and c ~= 6 then   -- (the Variables are float32)
+        local iok, v, pairs_ = pcall(ig, x, y, c * 0.3, lab)
+        if iok then
+          local cv, cpairs = cig(x, y, c * 0.3, lab)
+          want[#want + 1], got[#got + 1] = v, cv
+          want[#want + 1], got[#got + 1] = #pairs_, #cpairs
+          for i = 1, #pairs_ do
+            want[#want + 1], got[#got + 1] = pairs_[i][1], cpairs[i][1]
+            want[#want + 1], got[#got + 1] = true, rawequal(pairs_[i][2], cpairs[i][2])
+          end
+        end
       end
       calls = calls + 1
       local ok, err = pcall(identical, got, want)
@@ -920,8 +945,13 @@ H.test("random differential programs: compiled equals eager, always", function()
       end
     end
     if string.find(dl.compile.explain(cg), "gradient scope (compiled)", 1, true) then compiled = compiled + 1 end
+    if implicit and string.find(dl.compile.explain(cig), "gradient scope (compiled)", 1, true) then
+      implicit_compiled = implicit_compiled + 1
+    end
   end
+  print("random programs: " .. compiled .. " gradients and " .. implicit_compiled .. " implicit gradients compiled as plans")
   H.eq(mismatches, 0, programs .. " programs, " .. calls .. " calls")
+  H.ok(implicit_compiled >= 3, "implicit gradients compiled as plans: " .. implicit_compiled)
   H.ok(compiled >= 10, "gradients compiled as plans: " .. compiled .. " of " .. programs)
 end)
 
