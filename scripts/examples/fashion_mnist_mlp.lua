@@ -3,8 +3,10 @@
 --
 --   dlua scripts/examples/fashion_mnist_mlp.lua [--epochs 5] [--batch 64] [--lr 0.001]
 --        [--optimizer adam|sgd] [--logdir runs/fashion_mnist_mlp] [--data DIR] [--seed 1]
---        [--quick]
+--        [--quick] [--compile]
 --
+-- --compile runs each training step (forward, loss, backward) through dl.compile: one
+-- plan a step, the same results (docs/compile.md).
 -- --quick trains one epoch on a 10,000-image subset and checks that the accuracy beats
 -- chance clearly (the test suite runs it). Each epoch writes a checkpoint under
 -- <logdir>/ckpt and TensorBoard scalars under <logdir> (tensorboard --logdir runs).
@@ -12,7 +14,7 @@ local dl = require("dlua")
 
 -- ---- flags ---------------------------------------------------------------------------------
 local flags = { epochs = 5, batch = 64, lr = nil, optimizer = "adam", logdir = "runs/fashion_mnist_mlp",
-                data = nil, seed = 1, quick = false }
+                data = nil, seed = 1, quick = false, compile = false }
 local args = arg or {}
 local i = 1
 while args[i] do
@@ -20,8 +22,8 @@ while args[i] do
   if not name or flags[name] == nil and name ~= "lr" and name ~= "data" then
     error("unknown argument " .. args[i] .. " (see the top of this file for the flags)", 0)
   end
-  if name == "quick" then
-    flags.quick = true
+  if name == "quick" or name == "compile" then
+    flags[name] = true
     i = i + 1
   else
     local v = args[i + 1]
@@ -74,6 +76,7 @@ local function loss_fn(x, y)
   return dl.nn.cross_entropy(logits, y), logits
 end
 local train_step = dl.implicit_value_and_grad(loss_fn)
+if flags.compile then train_step = dl.compile(train_step) end
 
 local function evaluate()
   net:eval()
@@ -123,6 +126,13 @@ end
 if writer then writer:close() end
 print(("test accuracy: %.2f%%"):format(100 * acc))
 
+if flags.compile then
+  local report = dl.compile.explain(train_step)
+  print(report:match("^[^\n]*\n[^\n]*"))
+  if flags.quick and not report:find("gradient scope (compiled)", 1, true) then
+    error("quick run: the compiled training step did not compile its gradient:\n" .. report, 0)
+  end
+end
 if flags.quick and acc < 0.6 then
   error(("quick run: test accuracy %.2f%% is not clearly above chance (10%%)"):format(100 * acc), 0)
 end
