@@ -187,6 +187,30 @@ H.test("collectives inside dl.compile read the deferred values", function()
   end
 end)
 
+H.test("dist.implicit_value_and_grad inside dl.compile: averaged as outside it", function()
+  -- (the reduction's hook waits for autograd's pass, so the compiled call runs that one)
+  local f64 = { dtype = "float64" }
+  dl.manual_seed(31)
+  local a = dl.Variable(dl.randn(5, 8, f64), "ca")
+  local b = dl.Variable(dl.randn(8, 2, f64), "cb")
+  local x, y = dl.randn(6, 5, f64) * (r + 1), dl.randn(6, 2, f64)
+  local loss = function(xx, yy) return ((xx:matmul(a):tanh():matmul(b) - yy) ^ 2):mean() end
+  for _, opts in ipairs({ { overlap = false }, { overlap = true } }) do
+    local eager = dist.implicit_value_and_grad(loss, opts)
+    local compiled = dl.compile(dist.implicit_value_and_grad(loss, opts))
+    for _ = 1, 3 do
+      local lw, want = eager(x, y)
+      local lg, got = compiled(x, y)
+      H.near(lg:item(), lw:item(), 1e-12)
+      H.eq(#got, #want)
+      for i = 1, #want do
+        H.ok(rawequal(got[i][2], want[i][2]))
+        H.near(got[i][1]:totable(), want[i][1]:totable(), 1e-12)
+      end
+    end
+  end
+end)
+
 H.test("GradientTape and the gradient of allgather", function()
   local x = dl.tensor({ 1, 2 }, { dtype = "float64" }) * (r + 1)
   local tape = dist.GradientTape(dl.GradientTape())
