@@ -96,9 +96,6 @@ compile::Call* deferring() {
   return c;
 }
 
-// Defers `st`, whose operands' keys are ka and kb, and writes its promise into *out: 2,
-// 3 (the same, for an op just recorded, whose line the Lua side then notes), or -2 (the
-// call takes no more: the caller runs the eager op).
 // Whether recording st would log its operands that are Variables (autograd records an
 // op only where it has a derivative: not comparisons, not floor or sign).
 bool records_operands(const compile::Step& st) {
@@ -115,6 +112,9 @@ bool records_operands(const compile::Step& st) {
   }
 }
 
+// Defers `st`, whose operands' keys are ka and kb, and writes its promise into *out: 2,
+// 3 (the same, for an op just recorded, whose line the Lua side then notes), or -2 (the
+// call takes no more: the caller runs the eager op).
 int promise(compile::Call& c, compile::Step&& st, const compile::OperandKey& ka, const compile::OperandKey& kb,
             dl_tensor* out) {
   // In a symbolic gradient scope nothing is recorded, so the Variables that recording
