@@ -142,6 +142,8 @@ H.test("conv2d and the pools fold the batch into theirs; layer_norm and cross_en
   end, { randn(3, 6, 4), y })
   check("cross_entropy of one row", function(l, t) return nn.cross_entropy(l:unsqueeze(1), t:unsqueeze(1)) end,
         { randn(3, 4), dl.tensor({ 1, 4, 2 }, "int64") })
+  -- its gradient's one-hot rows (one_hot) batched with the labels
+  check("grad of cross_entropy", dl.grad(function(l, t) return nn.cross_entropy(l, t) end), { randn(3, 6, 4), y })
 end)
 
 H.test("linear algebra over a batch of matrices", function()
