@@ -220,19 +220,21 @@ bool replay_backward(Call& c, size_t marker, const TensorList& targets, std::vec
       return false;
   // The tensor a reference names in this call, for the plan's checks: a bound operand,
   // or the argument a watched alias stands for.
-  auto bound = [&](const Ref& r) -> Tensor {
+  // (By reference: a copy of a tensor costs two atomic updates of its count.)
+  static const Tensor none;
+  auto bound = [&](const Ref& r) -> const Tensor& {
     if (r.to == Ref::To::Operand) {
       const Step& st = c.steps[size_t(r.i)];
       const Operand& o = r.k == 0 ? st.a : st.b;
-      return o.step < 0 ? o.input : Tensor();
+      return o.step < 0 ? o.input : none;
     }
     if (r.to == Ref::To::Result && c.steps[size_t(r.i)].kind == Kind::Watch &&
         c.steps[size_t(r.i)].a.step < 0)
       return c.steps[size_t(r.i)].a.input;
-    return Tensor();
+    return none;
   };
   for (const std::vector<Ref>& same : plan->same) {
-    Tensor first = bound(same[0]);
+    const Tensor& first = bound(same[0]);
     for (const Ref& r : same)
       if (!same_tensor(first, bound(r))) return false;
   }
