@@ -65,6 +65,32 @@ for k = 1, 4 do
          "compiled gradients differ on cuda")
 end
 print(dl.compile.explain(cgrad))
+-- a classifier's training step compiled (implicit gradients, cross_entropy as a step) on
+-- cuda against the same step eagerly, from one seed
+local function classifier(compiled)
+  dl.manual_seed(5)
+  local net = nn.Sequential{ nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 5) }
+  net:to("cuda")
+  local opt = dl.optim.SGD{ lr = 0.1, momentum = 0.9 }
+  local vg = dl.implicit_value_and_grad(function(x, y) return nn.cross_entropy(net(x), y) end)
+  local step = function(x, y) local l, g = vg(x, y) opt:apply_gradients(g) return l end
+  local f = compiled and dl.compile(step) or step
+  dl.manual_seed(6)
+  local losses = {}
+  for i = 1, 5 do
+    local x = dl.randn(64, 20):to("cuda")
+    local y = dl.randint(1, 6, { 64 }, { dtype = "int64" }):to("cuda")
+    losses[i] = f(x, y):item()
+  end
+  return losses, f
+end
+local ce = classifier(false)
+local cc, cf = classifier(true)
+for i = 1, #ce do
+  assert(math.abs(ce[i] - cc[i]) < 1e-5 * math.max(1, math.abs(ce[i])), "compiled classifier step differs on cuda at " .. i)
+end
+print("cuda compiled classifier step ok", ce[#ce], cc[#cc])
+print(dl.compile.explain(cf):match("^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*"))
 local g1 = dl.grad(function(x) return (x * x * x):sum() end)
 local g2 = dl.grad(function(x) return g1(x):sum() end)
 local xg = dl.tensor({1, 2, 3}, {device = "cuda"})
