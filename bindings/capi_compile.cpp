@@ -76,6 +76,16 @@ compile::OperandKey step_key(const compile::Call& c, uint32_t pos) {
   return k;
 }
 
+// What the trace knows of a tensor held for the call (an argument, a closure's tensor, a
+// Variable) as an operand: its dtype, shape and device, read live each call.
+compile::OperandKey bound_key(const Tensor& t) {
+  compile::OperandKey k;
+  k.dtype = t.dtype();
+  k.shape = t.shape();
+  k.device = t.device();
+  return k;
+}
+
 // A dim as Lua gives it (1-based, or negative from the end) as 0-based for n dims; -1
 // when out of range (the eager op then says what is wrong).
 int zero_based(int d, int n) {
@@ -145,10 +155,7 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
   }
   Tensor x = dl::bind::operand_of(t, op);
   if (!x.device().is_cpu() && !x.device().is_cuda()) return false;
-  k.step = -1;
-  k.dtype = x.dtype();
-  k.shape = x.shape();
-  k.device = x.device();
+  k = bound_key(x);
   o = compile::Operand::bound(std::move(x));
   return true;
 }
@@ -167,8 +174,7 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
   // `chainfwdc`: a 16-element chain ran 2.5x slower deferred, a 64-element one 2x
   // faster), and its result is again such a value, so tiny-tensor code pays almost
   // nothing for being compiled. An op that reads a proxy is always deferred.
-  const bool two = kind == compile::Kind::Binary || kind == compile::Kind::Compare ||
-                   kind == compile::Kind::MatMul;
+  const bool two = compile::arity(kind) == 2;
   if (kind != compile::Kind::Watch && a->id == 0 && a->inl_dtype < dl::kNumDTypes &&
       (!two || (b->id == 0 && b->inl_dtype < dl::kNumDTypes)))
     return -2;
@@ -331,7 +337,7 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
         ours = xs[k]->id != 0 && !proxy_ref(xs[k], &rx[i]);
         if (ours) variables[i] = dl::bind::operand_of(xs[k], "grad");
         ours = ours && dl::ag::is_variable(variables[i]);
-        if (ours) keys[i] = compile::OperandKey{-1, variables[i].dtype(), variables[i].shape(), variables[i].device()};
+        if (ours) keys[i] = bound_key(variables[i]);
       }
     }
     if (!ours) {
@@ -549,7 +555,7 @@ int defer_cross_entropy(const struct dl_tensor* logits, const struct dl_tensor* 
     // label fails where eager execution fails, and the step reads the 0-based copy.
     std::optional<int64_t> ignore;
     Tensor labels = cross_entropy_labels(ka.shape, t, reduction, 0, 0, &ignore);
-    const compile::OperandKey kb{-1, labels.dtype(), labels.shape(), labels.device()};
+    const compile::OperandKey kb = bound_key(labels);
     st.b = compile::Operand::bound(std::move(labels));
     st.arg = Shape{int64_t(reduction)};
     st.device = ka.device;

@@ -15,6 +15,13 @@
 
 namespace dl::compile {
 
+int arity(Kind k) {
+  return k == Kind::Binary || k == Kind::Compare || k == Kind::MatMul || k == Kind::SoftmaxBackward ||
+                 k == Kind::CrossEntropy
+             ? 2
+             : 1;
+}
+
 namespace {
 
 bool float_dtype(DType t) { return t == DType::Float32 || t == DType::Float64; }
@@ -36,12 +43,7 @@ bool pointwise(const Step& s) {
   }
 }
 
-int arity(const Step& s) {
-  return (s.kind == Kind::Binary || s.kind == Kind::Compare || s.kind == Kind::MatMul ||
-          s.kind == Kind::SoftmaxBackward || s.kind == Kind::CrossEntropy)
-             ? 2
-             : 1;
-}
+int arity(const Step& s) { return arity(s.kind); }
 
 const Tensor& tensor_of(const Operand& o, const std::vector<Tensor>& results) {
   return o.step >= 0 ? results[size_t(o.step)] : o.input;

@@ -38,6 +38,9 @@ enum class Kind : uint8_t {
   Marker,   // a place in the call (a gradient's scope, its backward pass): no value
 };
 
+// The tensors a step of this kind reads: 2 where its second operand (b) is one.
+int arity(Kind k);
+
 // What a marker step marks (compile/grad.cpp).
 // A pass with respect to several watched tensors has its Backward marker (the result and
 // the first tensor) followed by a BackwardInput marker for each of the others.

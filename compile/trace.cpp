@@ -47,10 +47,8 @@ uint64_t next_serial() {
 }
 
 namespace {
-// The kinds whose second operand is a tensor.
-bool two_operands(Kind k) {
-  return k == Kind::Binary || k == Kind::Compare || k == Kind::MatMul || k == Kind::CrossEntropy;
-}
+// The kinds that a trace keys by their `fn` and `arg` too.
+bool keyed_by_arg(Kind k) { return k == Kind::Shape || k == Kind::CrossEntropy; }
 }  // namespace
 
 std::string describe(const Function& fn, const TraceOp& t) {
@@ -75,7 +73,7 @@ std::string describe(const Function& fn, const TraceOp& t) {
     else os << dtype_name(k.dtype) << " " << k.shape << (k.device.is_cpu() ? "" : " on " + k.device.str());
   };
   operand(t.a);
-  if (two_operands(t.kind)) {
+  if (arity(t.kind) == 2) {
     os << ", ";
     operand(t.b);
   } else if (t.kind == Kind::BinaryScalar || t.kind == Kind::CompareScalar) {
@@ -105,8 +103,7 @@ std::string describe_backward(const BackwardStep& b, size_t base, bool is_grad) 
       else os << (r.k == 0 ? "first" : "second") << " operand of step " << r.i + 1;
     };
     ref(b.a);
-    if (st.kind == Kind::Binary || st.kind == Kind::Compare || st.kind == Kind::MatMul ||
-        st.kind == Kind::SoftmaxBackward || st.kind == Kind::CrossEntropy) {
+    if (arity(st.kind) == 2) {
       os << ", ";
       ref(b.b);
     } else if (st.kind == Kind::BinaryScalar || st.kind == Kind::CompareScalar) {
@@ -138,13 +135,13 @@ TraceOp key_of(const Step& st, const OperandKey& a, const OperandKey& b) {
   k.kind = st.kind;
   k.op = st.op;
   k.a = a;
-  if (two_operands(st.kind)) k.b = b;
+  if (arity(st.kind) == 2) k.b = b;
   k.ndims = st.ndims;
   k.keepdim = st.keepdim;
   for (int i = 0; i < st.ndims; ++i) k.dims[i] = st.dims[i];
   k.out_dtype = st.dtype;
   k.out_shape = st.shape;
-  if (st.kind == Kind::Shape || st.kind == Kind::CrossEntropy) {
+  if (keyed_by_arg(st.kind)) {
     k.fn = st.fn;
     k.arg = st.arg;
   }
@@ -196,27 +193,27 @@ namespace {
 
 bool TraceOp::same_op(const TraceOp& o) const {
   if (kind != o.kind || op != o.op || !(a == o.a)) return false;
-  if (two_operands(kind) && !(b == o.b)) return false;
+  if (arity(kind) == 2 && !(b == o.b)) return false;
   if (kind == Kind::Marker && (mark != o.mark || !(b == o.b))) return false;
   if (kind == Kind::Reduce || kind == Kind::Softmax || kind == Kind::Shape) {
     if (ndims != o.ndims || keepdim != o.keepdim) return false;
     for (int i = 0; i < ndims; ++i)
       if (dims[i] != o.dims[i]) return false;
   }
-  if ((kind == Kind::Shape || kind == Kind::CrossEntropy) && (fn != o.fn || !(arg == o.arg))) return false;
+  if (keyed_by_arg(kind) && (fn != o.fn || !(arg == o.arg))) return false;
   return true;
 }
 
 bool TraceOp::matches(const Step& st, const OperandKey& ka, const OperandKey& kb) const {
   if (kind != st.kind || op != st.op || !(a == ka)) return false;
-  if (two_operands(kind) && !(b == kb)) return false;
+  if (arity(kind) == 2 && !(b == kb)) return false;
   if (kind == Kind::Marker && (mark != st.mark || !(b == kb))) return false;
   if (kind == Kind::Reduce || kind == Kind::Softmax || kind == Kind::Shape) {
     if (ndims != st.ndims || keepdim != st.keepdim) return false;
     for (int i = 0; i < ndims; ++i)
       if (dims[i] != st.dims[i]) return false;
   }
-  if ((kind == Kind::Shape || kind == Kind::CrossEntropy) && (fn != st.fn || !(arg == st.arg))) return false;
+  if (keyed_by_arg(kind) && (fn != st.fn || !(arg == st.arg))) return false;
   return true;
 }
 
