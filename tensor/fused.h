@@ -15,10 +15,11 @@
 //   p.noutputs = 1;
 //   backend_for(device, "compile").fused(p, device.index);
 //
-// dl.compile lowers the groups of its plan to programs for devices other than the host
-// (compile/plan.cpp); the host runs its groups a block at a time instead, and runs a
-// program (fused::run_elements) only to check a lowering (tests/cpp/test_compile.cpp), so
-// the device kernel (gpu/fused.cu) interprets exactly the code the CPU tests ran. Each
+// dl.compile lowers the pointwise groups of its plan to programs (compile/plan.cpp).
+// The host runs them a chunk at a time with the value being computed in registers
+// (tensor/cpu/fused.cpp); a CUDA device runs fused::run_elements below (gpu/fused.cu),
+// which tests/cpp/test_fused.cpp runs on the host with the kernel's indexing against the
+// host's runner, so the device kernel interprets code the CPU tests ran. Each
 // element's value is the functor's in the program's dtype, as the one-op kernels of the
 // same backend compute it: a program's results equal that backend's eager results.
 #pragma once

@@ -49,11 +49,15 @@ Step scalar_step(Op op, Operand a, double v, bool first, DType dt, const Shape& 
   return st;
 }
 
-// Groups run as fused programs (tensor/fused.h) while it lives, as on a CUDA device.
-struct LoweredOnHost {
-  explicit LoweredOnHost(bool on) { set_lowered_on_host(on); }
-  ~LoweredOnHost() { set_lowered_on_host(false); }
+// Host groups run this way while it lives: Programs as on a CUDA device (every group a
+// fused program, tensor/fused.h), Blocks a block at a time, Auto as dl.compile runs them.
+struct HostGroupsAre {
+  explicit HostGroupsAre(HostGroups how) { set_host_groups(how); }
+  ~HostGroupsAre() { set_host_groups(HostGroups::Auto); }
 };
+const char* name_of(HostGroups how) {
+  return how == HostGroups::Programs ? ", programs" : how == HostGroups::Blocks ? ", blocks" : ", auto";
+}
 
 // Bit for bit, except that a NaN equals any NaN (the sign of a NaN that an operation
 // made is not specified, and a vectorised loop may differ there from an element-wise one).
@@ -79,8 +83,8 @@ bool same_values(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 TEST_CASE("a fused group gives eager's bits for every kind of operand", "[compile]") {
-  const bool lowered = GENERATE(false, true);
-  LoweredOnHost on(lowered);
+  const HostGroups how = GENERATE(HostGroups::Auto, HostGroups::Programs, HostGroups::Blocks);
+  HostGroupsAre on(how);
   for (DType dt : {DType::Float32, DType::Float64}) {
     for (int64_t m : {3, 67, 400}) {   // one block, and (400 x 333) many blocks on threads
       const int64_t n = m == 400 ? 333 : 5;
@@ -111,7 +115,7 @@ TEST_CASE("a fused group gives eager's bits for every kind of operand", "[compil
       Tensor e6 = binary(Op::Atan2, xt, e5);
       const Tensor* eager[] = {&e0, &e1, &e2, &e3, &e4, &e5, &e6};
       for (size_t i = 0; i < steps.size(); ++i) {
-        INFO("step " << i << ", " << dtype_name(dt) << ", " << s << (lowered ? ", lowered" : ""));
+        INFO("step " << i << ", " << dtype_name(dt) << ", " << s << name_of(how));
         CHECK(same_bits(results[i], *eager[i]));
       }
     }
@@ -155,10 +159,14 @@ TEST_CASE("random groups lowered to fused programs equal the block executor", "[
     std::vector<uint8_t> want(steps.size());
     for (auto& w : want) w = pick(3) == 0;
     want.back() = 1;
-    std::vector<Tensor> block(steps.size()), program(steps.size());
-    execute(steps, 0, steps.size(), block, want);
+    std::vector<Tensor> block(steps.size()), program(steps.size()), automatic(steps.size());
     {
-      LoweredOnHost on(true);
+      HostGroupsAre on(HostGroups::Blocks);
+      execute(steps, 0, steps.size(), block, want);
+    }
+    execute(steps, 0, steps.size(), automatic, want);
+    {
+      HostGroupsAre on(HostGroups::Programs);
       const ExecStats before = exec_stats();
       execute(steps, 0, steps.size(), program, want);
       lowered_groups += exec_stats().groups - before.groups;
@@ -178,7 +186,9 @@ TEST_CASE("random groups lowered to fused programs equal the block executor", "[
       INFO("trial " << trial << ", step " << i << " of " << nsteps << ", " << dtype_name(dt) << " " << s);
       REQUIRE(program[i].defined());
       REQUIRE(block[i].defined());
+      REQUIRE(automatic[i].defined());
       CHECK(same_values(block[i], eager[i]));
+      CHECK(same_values(automatic[i], eager[i]));
       CHECK(same_values(program[i], eager[i]));
     }
   }
@@ -214,8 +224,8 @@ TEST_CASE("a row's statistic is read repeated, block and program alike", "[compi
   // Operands with the group's leading dims and 1s after them are repeated along the rest
   // (Source::Rows); one that is not (its leading dim 1 where the group's is not) is
   // expanded into a copy. Rows of 50 and of 150 elements cross the 2,048-element blocks.
-  const bool lowered = GENERATE(false, true);
-  LoweredOnHost on(lowered);
+  const HostGroups how = GENERATE(HostGroups::Auto, HostGroups::Programs, HostGroups::Blocks);
+  HostGroupsAre on(how);
   for (DType dt : {DType::Float32, DType::Float64}) {
     for (int64_t m : {4, 300}) {
       const Shape s{m, 3, 50};
@@ -229,7 +239,7 @@ TEST_CASE("a row's statistic is read repeated, block and program alike", "[compi
         std::vector<Tensor> results(steps.size());
         execute(steps, 0, steps.size(), results, {1, 1, 1});
         Tensor e0 = binary(Op::Sub, x, t), e1 = binary(Op::Div, t, e0), e2 = unary(Op::Exp, e1);
-        INFO(dtype_name(dt) << " " << s << " with " << ts << (lowered ? ", lowered" : ""));
+        INFO(dtype_name(dt) << " " << s << " with " << ts << name_of(how));
         CHECK(same_bits(results[0], e0));
         CHECK(same_bits(results[1], e1));
         CHECK(same_bits(results[2], e2));

@@ -1,0 +1,186 @@
+// Fused pointwise programs (tensor/fused.h): the host's runner (tensor/cpu/fused.cpp, a
+// chunk at a time with the value being computed in registers) against the interpreter
+// that the CUDA kernel runs (fused::run_elements), run here on the host with the
+// kernel's grid-stride indexing. Both apply the one-op kernels' functors in the
+// program's dtype, so they agree bit for bit, for every op of the table, every kind of
+// input and every chunk boundary; the device kernel's code is checked this way without
+// a device.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tensor/backend.h"
+#include "tensor/fused.h"
+#include "tensor/ops.h"
+
+using namespace dl;
+
+namespace {
+
+// The ops a program may hold: the table's unary and binary families, float results.
+std::vector<Op> ops_of(OpFamily family) {
+  std::vector<Op> ops;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo& info = op_info(Op(i));
+    if (info.family == family && info.op != Op::Logical_not) ops.push_back(info.op);
+  }
+  return ops;
+}
+
+// What gpu/fused.cu's kernel computes, on the host: thread t of n takes elements
+// t, t + n, ... four at a time, then moves on by 4n.
+template <typename T>
+void run_as_the_device(const fused::Program& p, int64_t threads) {
+  for (int64_t t = 0; t < threads; ++t)
+    for (int64_t i = t; i < p.numel; i += threads * 4) fused::run_elements<T, 4>(p, i, threads);
+}
+
+// Bit for bit, except that a NaN equals any NaN (its sign and payload may differ).
+template <typename T>
+bool same(const T* x, const T* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(&x[i], &y[i], sizeof(T)) == 0) continue;
+    if (x[i] != x[i] && y[i] != y[i]) continue;
+    return false;
+  }
+  return true;
+}
+
+template <typename T>
+void check_random_programs(DType dt, uint32_t seed) {
+  const std::vector<Op> unary = ops_of(OpFamily::Unary), binary = ops_of(OpFamily::Binary);
+  std::mt19937 rng(seed);
+  auto pick = [&](int n) { return int(rng() % uint32_t(n)); };
+  std::normal_distribution<double> normal(0.0, 2.0);
+  int64_t checked = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    // Sizes around a chunk (64 float32, 32 float64), under and over the split between
+    // threads (65,536), and with a short last chunk.
+    const int64_t sizes[] = {1, 5, 31, 32, 33, 63, 64, 65, 200, 1000, 4099, 70001};
+    const int64_t numel = sizes[pick(12)];
+    const int64_t cols = std::max<int64_t>(1, numel / (1 + pick(7)));   // a bias's period
+    fused::Program p{};
+    p.dtype = dt;
+    p.numel = numel;
+    std::vector<std::vector<T>> inputs;
+    const int ninputs = 1 + pick(5);
+    for (int k = 0; k < ninputs; ++k) {
+      fused::Input in;
+      int64_t count = numel;
+      switch (pick(4)) {
+        case 0: in.period = numel; break;                                  // dense
+        case 1: in.period = 1, count = 1; break;                           // one value
+        case 2: in.period = numel % cols == 0 ? cols : numel, count = in.period; break;   // cycled
+        default:                                                           // one per run
+          in.repeat = numel % cols == 0 ? cols : 1;
+          in.period = numel / in.repeat;
+          count = in.period;
+      }
+      std::vector<T> v(static_cast<size_t>(count));
+      for (T& x : v) x = T(pick(20) == 0 ? 0.0 : normal(rng));
+      inputs.push_back(std::move(v));
+      in.data = inputs.back().data();
+      p.inputs[k] = in;
+    }
+    p.ninputs = ninputs;
+    // A chain that reads out of turn now and then, and every op of the table.
+    p.ncode = 1 + pick(trial % 10 == 0 ? fused::kMaxCode : 16);
+    auto operand = [&](int c) -> int8_t {
+      if (c > 0 && pick(4) != 0) return int8_t(pick(3) == 0 ? pick(c) : c - 1);
+      return fused::input(pick(ninputs));
+    };
+    for (int c = 0; c < p.ncode; ++c) {
+      switch (pick(3)) {
+        case 0: p.code[c] = fused::Instr::unary(unary[size_t(pick(int(unary.size())))], operand(c)); break;
+        case 1:
+          p.code[c] = fused::Instr::binary(binary[size_t(pick(int(binary.size())))], operand(c), operand(c));
+          break;
+        default:
+          p.code[c] = fused::Instr::scalar(binary[size_t(pick(int(binary.size())))], operand(c),
+                                           0.5 * (1 + pick(6)), pick(2) == 1);
+      }
+    }
+    // Some values written out, always the last.
+    std::vector<std::vector<T>> host, device;
+    std::vector<int8_t> codes;
+    for (int c = 0; c < p.ncode && int(codes.size()) < fused::kMaxOutputs - 1; ++c)
+      if (pick(4) == 0) codes.push_back(int8_t(c));
+    codes.push_back(int8_t(p.ncode - 1));
+    p.noutputs = int(codes.size());
+    for (size_t o = 0; o < codes.size(); ++o) {
+      host.emplace_back(size_t(numel), T(-7));
+      device.emplace_back(size_t(numel), T(-7));
+    }
+    fused::Program on_device = p;
+    for (size_t o = 0; o < codes.size(); ++o) {
+      p.outputs[o] = fused::Output{codes[o], host[o].data()};
+      on_device.outputs[o] = fused::Output{codes[o], device[o].data()};
+    }
+    backend_for(Device{}, "test").fused(p, 0);
+    run_as_the_device<T>(on_device, 1 + pick(300));
+    for (size_t o = 0; o < codes.size(); ++o) {
+      INFO(dtype_name(dt) << " trial " << trial << ": " << numel << " elements, " << p.ncode
+                          << " instructions, output " << o << " (instruction " << int(codes[o]) << ")");
+      CHECK(same(host[o].data(), device[o].data(), host[o].size()));
+      ++checked;
+    }
+  }
+  CHECK(checked > 120);
+}
+
+}  // namespace
+
+TEST_CASE("fused programs: the host runner and the device kernel's interpreter agree bit for bit", "[fused]") {
+  check_random_programs<float>(DType::Float32, 7);
+  check_random_programs<double>(DType::Float64, 8);
+}
+
+TEST_CASE("fused programs: every op of the table through the host runner equals eager", "[fused]") {
+  // One instruction per op, on a value and on a chunk's edge, against the eager kernel.
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    const Shape s{67};
+    Tensor x = randn(s, dt), y = randn(s, dt);
+    for (OpFamily family : {OpFamily::Unary, OpFamily::Binary}) {
+      for (Op op : ops_of(family)) {
+        Tensor out = empty(s, dt, Device{}, "test");
+        fused::Program p{};
+        p.dtype = dt;
+        p.numel = 67;
+        p.inputs[0] = fused::Input{x.raw_data(), 67, 1};
+        p.inputs[1] = fused::Input{y.raw_data(), 67, 1};
+        p.ninputs = 2;
+        p.code[0] = family == OpFamily::Unary ? fused::Instr::unary(op, fused::input(0))
+                                              : fused::Instr::binary(op, fused::input(0), fused::input(1));
+        p.ncode = 1;
+        p.outputs[0] = fused::Output{0, out.raw_data()};
+        p.noutputs = 1;
+        backend_for(Device{}, "test").fused(p, 0);
+        Tensor eager = family == OpFamily::Unary ? unary(op, x) : binary(op, x, y);
+        INFO(op_info(op).lua_name << " " << dtype_name(dt));
+        if (dt == DType::Float32)
+          CHECK(same(static_cast<const float*>(out.raw_data()), static_cast<const float*>(eager.raw_data()), 67));
+        else
+          CHECK(same(static_cast<const double*>(out.raw_data()), static_cast<const double*>(eager.raw_data()), 67));
+      }
+    }
+  }
+}
+
+TEST_CASE("fused programs: the host runner refuses a program out of bounds", "[fused]") {
+  fused::Program p{};
+  p.dtype = DType::Float32;
+  p.numel = 4;
+  p.ncode = fused::kMaxCode + 1;
+  CHECK_THROWS_WITH(backend_for(Device{}, "test").fused(p, 0), Catch::Contains("out of bounds"));
+  p.ncode = 1;
+  p.ninputs = 1;
+  p.code[0] = fused::Instr::unary(Op::Exp, fused::input(3));   // no input 3
+  CHECK_THROWS_WITH(backend_for(Device{}, "test").fused(p, 0), Catch::Contains("instruction 0"));
+  p.code[0] = fused::Instr::unary(Op::Exp, 0);                 // reads itself
+  CHECK_THROWS_WITH(backend_for(Device{}, "test").fused(p, 0), Catch::Contains("instruction 0"));
+  p.code[0] = fused::Instr::unary(Op::Logical_not, fused::input(0));
+  CHECK_THROWS_WITH(backend_for(Device{}, "test").fused(p, 0), Catch::Contains("logical_not"));
+  p.dtype = DType::Int32;
+  CHECK_THROWS_WITH(backend_for(Device{}, "test").fused(p, 0), Catch::Contains("float32 or float64"));
+}
