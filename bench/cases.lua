@@ -359,10 +359,23 @@ function M.train_data()
 end
 
 -- A model, its optimizer and its data, kept across samples (as bench/torch_ref.py keeps
--- its own): every timed epoch continues training the same model.
+-- its own): every timed epoch continues training the same model. `name .. "c"` is the
+-- same model trained through dl.compile: gradient and update, one compiled call a batch.
 local models = {}
 
 local function make(name)
+  local base = name:match("^(.-)c$")
+  if base then
+    local m = setmetatable({ sets = {} }, { __index = models[base] or make(base) })
+    local step, opt = m.step, m.opt
+    m.compiled = dl.compile(function(xb, yb)
+      local loss, grads = step(xb, yb)
+      opt:apply_gradients(grads)
+      return loss
+    end)
+    models[name] = m
+    return m
+  end
   local nn = dl.nn
   local x, y = M.train_data()
   dl.manual_seed(1)
@@ -405,13 +418,17 @@ function M.epoch(name, limit)
     ds = dl.data.from_tensors(x, y):shuffle(1):batch(m.batch)
     m.sets[n] = ds
   end
-  local step, opt = m.step, m.opt
+  local step, opt, compiled = m.step, m.opt, m.compiled
   local loss
   local t0 = now()
-  for xb, yb in ds:iter() do
-    local grads
-    loss, grads = step(xb, yb)
-    opt:apply_gradients(grads)
+  if compiled then
+    for xb, yb in ds:iter() do loss = compiled(xb, yb) end
+  else
+    for xb, yb in ds:iter() do
+      local grads
+      loss, grads = step(xb, yb)
+      opt:apply_gradients(grads)
+    end
   end
   return now() - t0, loss:item()
 end
@@ -443,7 +460,7 @@ end
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
 --   | pergrad <iters> | chartf <iters>
 --   | matmul <n> <iters> | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
---   | sum <n> <iters> | half <iters> | mlp <epochs or images> | cnn <epochs or images>
+--   | sum <n> <iters> | half <iters> | mlp <epochs or images> [c] | cnn <epochs or images> [c]
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
 --   | smallstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
@@ -458,8 +475,8 @@ function M.worker(input, output)
     mlpstep = function(iters, c) return M.mlpstep(iters, c == "c") end,
     smallstep = function(iters, c) return M.smallstep(iters, c == "c") end,
     capture100 = function(iters, c) return M.capture100(iters, c == "c") end,
-    mlp = function(n) return M.epochs("mlp", n) end,
-    cnn = function(n) return M.epochs("cnn", n) end,
+    mlp = function(n, c) return M.epochs(c == "c" and "mlpc" or "mlp", n) end,
+    cnn = function(n, c) return M.epochs(c == "c" and "cnnc" or "cnn", n) end,
   }
   for line in input:lines() do
     local words = {}
