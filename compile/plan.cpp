@@ -190,10 +190,10 @@ namespace {
 // Note [Fused groups]
 // A run of consecutive pointwise steps of one float dtype and one result shape is a
 // group. Most groups run as one fused program (Note [Host groups] below); the block
-// executor here runs the rest (a group that folds a trailing reduction, one too long
-// for a program). It runs a block of kBlock elements at a time through every step, each step's
-// block of results staying in a scratch buffer (in cache) for the steps after it, and
-// only the results that are wanted afterwards written to memory. Every step applies
+// executor here runs the rest (one too long for a program), and every group where the
+// tests ask for it. It runs a block of kBlock elements at a time through every step,
+// each step's block of results staying in a scratch buffer (in cache) for the steps
+// after it, and only the results that are wanted afterwards written to memory. Every step applies
 // dl::small's loop for its op: the functor and the dtype of eager execution's kernels
 // (tensor/small.h says why their bits are the same), so each element gets the value
 // that eager execution gives it, only its memory traffic changes. An operand outside
@@ -241,7 +241,7 @@ struct Group {
   std::vector<uint8_t> live;     // per step of the group: computed at all
   std::vector<int> slot;         // per step: its scratch block, -1 when written to its result
   int nslots = 0;
-  // A trailing full reduction folded block by block (Note [Trailing reductions]): its
+  // A trailing full reduction folded as the group runs (Note [Trailing reductions]): its
   // step, and the step of the group whose values it folds; -1 without one.
   int64_t tail = -1;
   int tail_src = -1;
@@ -443,7 +443,9 @@ void assign_slots(Group& g, const std::vector<Step>& steps, const std::vector<ui
 // back by the reduction. The group then runs a chunk of the fold (tensor/fold.h: 16,384
 // elements, eight blocks) at a time, the chunks on the threads, and the chunks' values
 // are merged in order at the end: the additions are the ones reduce() makes, in its
-// order, so the result has its bits.
+// order, so the result has its bits. A group run as a fused program folds the same way,
+// 2,048 of its values at a time (Note [Trailing reductions in programs] in
+// tensor/cpu/fused.cpp); this is the block executor's.
 void run_chunks(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results, bool parallel) {
   const Step& red = steps[size_t(g.tail)];
   const int64_t nchunks = (g.numel + fold::kChunk - 1) / fold::kChunk;
@@ -540,16 +542,17 @@ ExecStats t_stats;
 // Note [Host groups]
 // On the host a group runs as a fused program too (the host's runner keeps a chunk of
 // the value being computed in registers: Note [Fused programs in registers] in
-// tensor/cpu/fused.cpp), unless it folds a trailing reduction (Note [Trailing
-// reductions]: the fold's chunks and their order are the block executor's) or is larger
-// than a program holds; those run as blocks. Blocks store every step's block to the
+// tensor/cpu/fused.cpp), its trailing reduction folded as the program runs (Note
+// [Trailing reductions in programs] there), unless it is larger than a program holds;
+// those run as blocks. Blocks store every step's block to the
 // first-level cache and read it back, programs only the values read out of turn: eight
 // pointwise ops on 1e7 float32 went from 11.5 to 5.5 ms on one thread, 6.3 to 3.0 on
 // two (docs/performance.md, "dl.compile"). The tests run every way (set_host_groups).
 HostGroups g_host_groups = HostGroups::Auto;
 
+// (tail_code: the instruction whose values a trailing reduction folds.)
 bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
-           const std::vector<uint8_t>& keep, fused::Program& p) {
+           const std::vector<uint8_t>& keep, fused::Program& p, int* tail_code) {
   const size_t nsteps = g.g1 - g.g0;
   const Step& first = steps[g.g0];
   p.dtype = first.dtype;
@@ -597,19 +600,29 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
       p.outputs[p.noutputs++] = fused::Output{int8_t(code_of[k]), results[g.g0 + k].raw_data()};
     }
   }
-  return true;
+  *tail_code = g.tail >= 0 ? code_of[size_t(g.tail_src)] : -1;
+  return g.tail < 0 || *tail_code >= 0;
 }
 
-// Runs a group as one fused program; one too large for a program a step at a time, or
-// (on the host, Auto) as blocks.
+// Runs a group as one fused program, with its trailing reduction folded on the host
+// (Note [Trailing reductions in programs] in tensor/cpu/fused.cpp); one too large for a
+// program a step at a time, or (on the host, Auto) as blocks.
 void run_lowered(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
                  const std::vector<uint8_t>& keep) {
   prepare(g, steps, results, keep);
   const Step& first = steps[g.g0];
   const size_t nsteps = g.g1 - g.g0;
   thread_local fused::Program p;
-  if (lower(g, steps, results, keep, p)) {
-    kernel(first.device, &Backend::fused, "compile")(p, first.device.index);
+  int tail_code = -1;
+  if (lower(g, steps, results, keep, p, &tail_code)) {
+    if (g.tail < 0) {
+      kernel(first.device, &Backend::fused, "compile")(p, first.device.index);
+      return;
+    }
+    const Step& red = steps[size_t(g.tail)];
+    Tensor r = empty(red.shape, red.dtype, Device{}, op_info(red.op).lua_name);
+    fused::run_folded(p, tail_code, red.op, r.raw_data());
+    results[size_t(g.tail)] = std::move(r);
     return;
   }
   ++t_stats.unlowered;
@@ -785,7 +798,7 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
     bool any = false;
     for (uint8_t l : g.live) any = any || l;
     if (any) {
-      if (!steps[i].device.is_cpu() || (g_host_groups != HostGroups::Blocks && g.tail < 0))
+      if (!steps[i].device.is_cpu() || g_host_groups != HostGroups::Blocks)
         run_lowered(g, steps, results, keep);
       else
         run_group(g, steps, results, keep);

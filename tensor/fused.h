@@ -98,6 +98,12 @@ DL_HD void apply_binary(Op op, const T (&a)[K], const T (&b)[K], T (&r)[K]) {
   }
 }
 
+// On the host: runs the program and a full reduction (op: sum, mean, amax or amin) of
+// instruction `code`'s values, folded as they are computed, with reduce()'s bits
+// (tensor/fold.h); its result, one element of the program's dtype, is written to out.
+// The program's outputs are written as by the backend's fused(). (tensor/cpu/fused.cpp)
+void run_folded(const Program& p, int code, Op op, void* out);
+
 template <typename T>
 DL_HD T read_input(const Program& p, int k, int64_t i) {
   const Input& in = p.inputs[k];

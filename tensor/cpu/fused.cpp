@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/error.h"
+#include "tensor/fold.h"
 #include "tensor/small.h"
 
 namespace dl::cpu {
@@ -186,17 +188,32 @@ template <typename T, typename V>
   for (int j = 0; j < kVectors; ++j) acc[j] = load(at + j * Chunk<T>::kLanes);
 }
 
-// Elements [begin, end) of every output; begin a multiple of the chunk's size. An
-// operand of one value, or a scalar instruction's number, is read from a chunk of
-// copies of it.
+// A trailing reduction's part of a range: instruction `code`'s values added to a fold
+// chunk's lanes as they are computed (tensor/fold.h), kFoldValues at a time (a call
+// for each of the program's chunks cost more than the fold itself, in cache).
+constexpr int64_t kFoldValues = 2048;
+static_assert(kFoldValues % fold::kPiece == 0);
+struct Folding {
+  int code = -1;
+  Op op = Op::Sum;
+  fold::State* st = nullptr;
+  int64_t len = 0;   // the fold chunk's length
+};
+
+// Elements [begin, end) of every output (and of the fold, if any); begin a multiple of
+// the chunk's size. An operand of one value, or a scalar instruction's number, is read
+// from a chunk of copies of it.
 template <typename T>
-[[gnu::always_inline]] inline void run_body(const fused::Program& p, const Routes& r, int64_t begin, int64_t end) {
+[[gnu::always_inline]] inline void run_body(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
+                                            const Folding& folding) {
   using V = typename Chunk<T>::V;
   constexpr int64_t W = Chunk<T>::kElements;
   alignas(kVectorBytes) T slots[fused::kMaxCode][W];
   alignas(kVectorBytes) T gathered[fused::kMaxInputs][W];   // also the copies of one value
   alignas(kVectorBytes) T numbers[fused::kMaxCode][W];      // a scalar instruction's number
   alignas(kVectorBytes) T tails[fused::kMaxOutputs][W];     // the outputs of a short last chunk
+  alignas(kVectorBytes) T values[kFoldValues];              // the folded instruction's, in order
+  int64_t nvalues = 0;
   for (int k = 0; k < p.ninputs; ++k)
     if (r.one[k]) std::fill_n(gathered[k], W, *static_cast<const T*>(p.inputs[k].data));
   for (int c = 0; c < p.ncode; ++c)
@@ -279,6 +296,10 @@ template <typename T>
         load_all(acc, xr);
       }
       if (r.slot[c]) store_all(slots[c], acc);
+      if (c == folding.code) {
+        store_all(values + nvalues, acc);
+        nvalues += n;
+      }
       // (The short last chunk goes to a buffer first, copied out after the chunk: no
       // call while the chunk is in registers, which a call would clobber.)
       for (int k = 0; k < r.noutputs[c]; ++k) {
@@ -290,35 +311,40 @@ template <typename T>
     if (!whole)
       for (int k = 0; k < p.noutputs; ++k)
         std::memcpy(static_cast<T*>(p.outputs[k].data) + o, tails[k], size_t(n) * sizeof(T));
+    if (nvalues == kFoldValues || (nvalues > 0 && o + W >= end)) {
+      fold::add(folding.op, p.dtype, *folding.st, values, nvalues, folding.len);
+      nvalues = 0;
+    }
   }
 }
 
-DL_TARGET_CLONES void run_float(const fused::Program& p, const Routes& r, int64_t begin, int64_t end) {
-  run_body<float>(p, r, begin, end);
+DL_TARGET_CLONES void run_float(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
+                                 const Folding& folding) {
+  run_body<float>(p, r, begin, end, folding);
 }
 
-DL_TARGET_CLONES void run_double(const fused::Program& p, const Routes& r, int64_t begin, int64_t end) {
-  run_body<double>(p, r, begin, end);
+DL_TARGET_CLONES void run_double(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
+                                  const Folding& folding) {
+  run_body<double>(p, r, begin, end, folding);
+}
+
+void run_range(const fused::Program& p, const Routes& r, int64_t begin, int64_t end, const Folding& folding) {
+  if (p.dtype == DType::Float32) run_float(p, r, begin, end, folding);
+  else run_double(p, r, begin, end, folding);
 }
 
 // Split between the threads in whole chunks from this many elements.
 constexpr int64_t kParallelElements = int64_t(1) << 16;
 
-template <typename T>
 void run(const fused::Program& p, const Routes& r) {
-  constexpr int64_t W = Chunk<T>::kElements;
-  auto range = [&](int64_t b, int64_t e) {
-    if (sizeof(T) == sizeof(float)) run_float(p, r, b, e);
-    else run_double(p, r, b, e);
-  };
+  const int64_t W = p.dtype == DType::Float32 ? Chunk<float>::kElements : Chunk<double>::kElements;
   const int64_t n = p.numel, chunks = (n + W - 1) / W;
   parallel_units(chunks, n < kParallelElements ? 0.0 : double(kParallelGrain),
-                 [&](int64_t c0, int64_t c1, int) { range(c0 * W, std::min(n, c1 * W)); });
+                 [&](int64_t c0, int64_t c1, int) { run_range(p, r, c0 * W, std::min(n, c1 * W), Folding{}); });
 }
 
-}  // namespace
-
-void fused(const fused::Program& p, int) {
+// Checks a program before it runs, and plans its routes.
+void check(const fused::Program& p, Routes& r) {
   DL_CHECK(p.dtype == DType::Float32 || p.dtype == DType::Float64,
            "fused: a program computes in float32 or float64, not ", dtype_name(p.dtype));
   DL_CHECK(p.ncode > 0 && p.ncode <= fused::kMaxCode && p.ninputs <= fused::kMaxInputs &&
@@ -337,10 +363,46 @@ void fused(const fused::Program& p, int) {
   }
   for (int o = 0; o < p.noutputs; ++o)
     DL_CHECK(p.outputs[o].code >= 0 && p.outputs[o].code < p.ncode, "fused: output ", o, " names no instruction");
-  Routes r;
   plan_routes(p, r);
-  if (p.dtype == DType::Float32) run<float>(p, r);
-  else run<double>(p, r);
+}
+
+}  // namespace
+
+void fused(const fused::Program& p, int) {
+  Routes r;
+  check(p, r);
+  run(p, r);
 }
 
 }  // namespace dl::cpu
+
+namespace dl::fused {
+
+// Note [Trailing reductions in programs]
+// The fold's chunks (fold::kChunk elements) go to the threads, each run as a range of
+// the program with its own lanes; a program's chunk (64 float32 or 32 float64, a
+// multiple of fold::kPiece) is added to them as soon as it is computed, so the
+// additions are reduce()'s, in its order (tensor/fold.h), whatever the threads.
+void run_folded(const Program& p, int code, Op op, void* out) {
+  cpu::Routes r;
+  cpu::check(p, r);
+  DL_CHECK(code >= 0 && code < p.ncode, "fused: the folded instruction ", code, " is not one of the program's");
+  DL_CHECK(fold::served(op, p.dtype), "fused: ", op_name(op), " of ", dtype_name(p.dtype), " cannot be folded");
+  const int64_t n = p.numel, nchunks = std::max<int64_t>(1, (n + fold::kChunk - 1) / fold::kChunk);
+  thread_local std::vector<fold::Part> parts;
+  parts.resize(size_t(nchunks));
+  fold::Part* part = parts.data();
+  cpu::parallel_units(nchunks, n < cpu::kParallelElements ? 0.0 : double(cpu::kParallelGrain),
+                      [&](int64_t c0, int64_t c1, int) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t b = c * fold::kChunk, e = std::min(n, b + fold::kChunk);
+      fold::State st;
+      fold::start(op, p.dtype, st);
+      cpu::run_range(p, r, b, e, cpu::Folding{code, op, &st, e - b});
+      part[c] = fold::close(op, p.dtype, st, e - b);
+    }
+  });
+  fold::finish(op, p.dtype, part, nchunks, n, out);
+}
+
+}  // namespace dl::fused

@@ -290,7 +290,10 @@ TEST_CASE("a result not wanted after the range is released at its last read", "[
 
 TEST_CASE("a trailing reduction folded into its group gives reduce()'s bits", "[compile]") {
   // Sizes around the fold's lanes (32), the group's blocks (2,048) and the fold's chunks
-  // (16,384), and one large enough to run on threads.
+  // (16,384), and one large enough to run on threads; folded by the program (Auto) and by
+  // the blocks.
+  const HostGroups how = GENERATE(HostGroups::Auto, HostGroups::Blocks);
+  HostGroupsAre on(how);
   const int64_t sizes[] = {1, 5, 31, 32, 33, 2047, 2048, 2049, 16383, 16384, 16385, 16384 * 3 + 31,
                            16384 * 3 + 32, 100000, 1 << 20};
   for (DType dt : {DType::Float32, DType::Float64}) {
@@ -325,7 +328,7 @@ TEST_CASE("a trailing reduction folded into its group gives reduce()'s bits", "[
         Tensor e1 = unary(Op::Tanh, e0);
         Tensor e2 = binary(Op::Sub, e1, e0);
         Tensor want = reduce(op, n % 3 ? e2 : e1, {}, red.keepdim);
-        INFO(op_name(op) << " " << dtype_name(dt) << " of " << s);
+        INFO(op_name(op) << " " << dtype_name(dt) << " of " << s << name_of(how));
         REQUIRE(results[3].defined());
         CHECK(results[3].shape() == want.shape());
         CHECK(same_bits(results[3], want));
