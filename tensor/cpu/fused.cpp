@@ -1,10 +1,9 @@
 // The host's runner of fused programs (tensor/fused.h): dl.compile's pointwise groups
-// on the host (compile/plan.cpp), and the code a device kernel interprets, checked here.
+// on the host (compile/plan.cpp), with their trailing reductions.
 #include "tensor/fused.h"
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "tensor/cpu/kernels.h"
@@ -192,7 +191,8 @@ template <typename T, typename V>
 // chunk's lanes as they are computed (tensor/fold.h), kFoldValues at a time (a call
 // for each of the program's chunks cost more than the fold itself, in cache).
 constexpr int64_t kFoldValues = 2048;
-static_assert(kFoldValues % fold::kPiece == 0);
+static_assert(kFoldValues % fold::kPiece == 0 && kFoldValues % Chunk<float>::kElements == 0 &&
+              kFoldValues % Chunk<double>::kElements == 0 && fold::kChunk % kFoldValues == 0);
 struct Folding {
   int code = -1;
   Op op = Op::Sum;

@@ -167,6 +167,44 @@ TEST_CASE("fused programs: every op of the table through the host runner equals 
   }
 }
 
+TEST_CASE("fused programs: a folded instruction's reduction has reduce()'s bits", "[fused]") {
+  // x * 1.5, tanh of it, minus x (three instructions), every one folded in turn, at sizes
+  // around the fold's pieces (32), the runner's batches of values (2,048) and the fold's
+  // chunks (16,384), and large enough to fold on threads.
+  const int64_t sizes[] = {1, 31, 64, 65, 2047, 2048, 2049, 16383, 16384, 16385, 16384 * 5 + 64, 70001};
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (int64_t n : sizes) {
+      Tensor x = randn(Shape{n}, dt);
+      if (n == 2049) x = unary(Op::Log, x);   // NaNs, which win amax and amin
+      Tensor values[3] = {empty(Shape{n}, dt, Device{}, "test"), empty(Shape{n}, dt, Device{}, "test"),
+                          empty(Shape{n}, dt, Device{}, "test")};
+      fused::Program p{};
+      p.dtype = dt;
+      p.numel = n;
+      p.inputs[0] = fused::Input{x.raw_data(), n, 1};
+      p.ninputs = 1;
+      p.code[0] = fused::Instr::scalar(Op::Mul, fused::input(0), 1.5, false);
+      p.code[1] = fused::Instr::unary(Op::Tanh, 0);
+      p.code[2] = fused::Instr::binary(Op::Sub, 1, fused::input(0));
+      p.ncode = 3;
+      for (int c = 0; c < 3; ++c) p.outputs[c] = fused::Output{int8_t(c), values[c].raw_data()};
+      p.noutputs = 3;
+      for (Op op : {Op::Sum, Op::Mean, Op::Amax, Op::Amin}) {
+        for (int code = 0; code < 3; ++code) {
+          Tensor folded = empty(Shape{}, dt, Device{}, "test");
+          fused::run_folded(p, code, op, folded.raw_data());
+          Tensor want = reduce(op, values[code], {}, false);
+          INFO(op_name(op) << " of instruction " << code << ", " << n << " " << dtype_name(dt));
+          if (dt == DType::Float32)
+            CHECK(same(static_cast<const float*>(folded.raw_data()), static_cast<const float*>(want.raw_data()), 1));
+          else
+            CHECK(same(static_cast<const double*>(folded.raw_data()), static_cast<const double*>(want.raw_data()), 1));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("fused programs: the host runner refuses a program out of bounds", "[fused]") {
   fused::Program p{};
   p.dtype = DType::Float32;
@@ -181,6 +219,11 @@ TEST_CASE("fused programs: the host runner refuses a program out of bounds", "[f
   CHECK_THROWS_WITH(backend_for(Device{}, "test").fused(p, 0), Catch::Contains("instruction 0"));
   p.code[0] = fused::Instr::unary(Op::Logical_not, fused::input(0));
   CHECK_THROWS_WITH(backend_for(Device{}, "test").fused(p, 0), Catch::Contains("logical_not"));
+  p.code[0] = fused::Instr::unary(Op::Exp, fused::input(0));
+  float x = 1, out = 0;
+  p.inputs[0] = fused::Input{&x, 4, 1};
+  CHECK_THROWS_WITH(fused::run_folded(p, 1, Op::Sum, &out), Catch::Contains("not one of the program's"));
+  CHECK_THROWS_WITH(fused::run_folded(p, 0, Op::Prod, &out), Catch::Contains("cannot be folded"));
   p.dtype = DType::Int32;
   CHECK_THROWS_WITH(backend_for(Device{}, "test").fused(p, 0), Catch::Contains("float32 or float64"));
 }
