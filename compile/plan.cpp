@@ -193,15 +193,15 @@ namespace {
 // executor here runs the rest (one too long for a program), and every group where the
 // tests ask for it. It runs a block of kBlock elements at a time through every step,
 // each step's block of results staying in a scratch buffer (in cache) for the steps
-// after it, and only the results that are wanted afterwards written to memory. Every step applies
-// dl::small's loop for its op: the functor and the dtype of eager execution's kernels
-// (tensor/small.h says why their bits are the same), so each element gets the value
-// that eager execution gives it, only its memory traffic changes. An operand outside
-// the group is read in place when it has the group's shape and is contiguous, read as
-// one value when it has one element, cycled when it is contiguous and fills the
-// group's trailing dims (a bias), repeated when it has the group's leading dims and 1s
-// after them (a row's statistic: x - x:mean(-1, true)), and else expanded into a
-// contiguous copy first.
+// after it, and only the results that are wanted afterwards written to memory. Every
+// step applies dl::small's loop for its op: the functor and the dtype of eager
+// execution's kernels (tensor/small.h says why their bits are the same), so each
+// element gets the value that eager execution gives it, only its memory traffic
+// changes. An operand outside the group is read in place when it has the group's shape
+// and is contiguous, read as one value when it has one element, cycled when it is
+// contiguous and fills the group's trailing dims (a bias), repeated when it has the
+// group's leading dims and 1s after them (a row's statistic: x - x:mean(-1, true)),
+// and else expanded into a contiguous copy first (a program reads them the same ways).
 // Blocks are independent, so large groups run on the engine's OpenMP threads.
 constexpr int64_t kBlock = 2048;
 constexpr int64_t kParallelElements = 1 << 16;
@@ -544,10 +544,10 @@ ExecStats t_stats;
 // the value being computed in registers: Note [Fused programs in registers] in
 // tensor/cpu/fused.cpp), its trailing reduction folded as the program runs (Note
 // [Trailing reductions in programs] there), unless it is larger than a program holds;
-// those run as blocks. Blocks store every step's block to the
-// first-level cache and read it back, programs only the values read out of turn: eight
-// pointwise ops on 1e7 float32 went from 11.5 to 5.5 ms on one thread, 6.3 to 3.0 on
-// two (docs/performance.md, "dl.compile"). The tests run every way (set_host_groups).
+// those run as blocks. Blocks store every step's block to the first-level cache and
+// read it back, programs only the values read out of turn: eight pointwise ops on 1e7
+// float32 went from 11.5 to 5.5 ms on one thread, 6.3 to 3.0 on two
+// (docs/performance.md, "dl.compile"). The tests run every way (set_host_groups).
 HostGroups g_host_groups = HostGroups::Auto;
 
 // (tail_code: the instruction whose values a trailing reduction folds.)
@@ -631,6 +631,7 @@ void run_lowered(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
     run_blocks(g, steps, results);
     return;
   }
+  DL_ASSERT(g.tail < 0);   // a reduction is folded only on the host (folds_into)
   for (size_t k = 0; k < nsteps; ++k)
     if (g.live[k]) results[g.g0 + k] = run_single(steps[g.g0 + k], results);
 }
