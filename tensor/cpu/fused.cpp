@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "tensor/cpu/kernels.h"
@@ -200,19 +201,31 @@ struct Folding {
   int64_t len = 0;   // the fold chunk's length
 };
 
-// Elements [begin, end) of every output (and of the fold, if any); begin a multiple of
-// the chunk's size. An operand of one value, or a scalar instruction's number, is read
-// from a chunk of copies of it.
+// The buffers of a range's run, per thread: on the heap, not the stack (about 50 KB, too
+// much for the small stacks of an embedding host's worker threads).
 template <typename T>
-[[gnu::always_inline]] inline void run_body(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
-                                            const Folding& folding) {
-  using V = typename Chunk<T>::V;
-  constexpr int64_t W = Chunk<T>::kElements;
+struct Scratch {
+  static constexpr int64_t W = Chunk<T>::kElements;
   alignas(kVectorBytes) T slots[fused::kMaxCode][W];
   alignas(kVectorBytes) T gathered[fused::kMaxInputs][W];   // also the copies of one value
   alignas(kVectorBytes) T numbers[fused::kMaxCode][W];      // a scalar instruction's number
   alignas(kVectorBytes) T tails[fused::kMaxOutputs][W];     // the outputs of a short last chunk
   alignas(kVectorBytes) T values[kFoldValues];              // the folded instruction's, in order
+};
+
+// Elements [begin, end) of every output (and of the fold, if any); begin a multiple of
+// the chunk's size. An operand of one value, or a scalar instruction's number, is read
+// from a chunk of copies of it.
+template <typename T>
+[[gnu::always_inline]] inline void run_body(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
+                                            const Folding& folding, Scratch<T>& scratch) {
+  using V = typename Chunk<T>::V;
+  constexpr int64_t W = Chunk<T>::kElements;
+  auto& slots = scratch.slots;
+  auto& gathered = scratch.gathered;
+  auto& numbers = scratch.numbers;
+  auto& tails = scratch.tails;
+  T* values = scratch.values;
   int64_t nvalues = 0;
   for (int k = 0; k < p.ninputs; ++k)
     if (r.one[k]) std::fill_n(gathered[k], W, *static_cast<const T*>(p.inputs[k].data));
@@ -319,18 +332,26 @@ template <typename T>
 }
 
 DL_TARGET_CLONES void run_float(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
-                                 const Folding& folding) {
-  run_body<float>(p, r, begin, end, folding);
+                                 const Folding& folding, Scratch<float>& scratch) {
+  run_body<float>(p, r, begin, end, folding, scratch);
 }
 
 DL_TARGET_CLONES void run_double(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
-                                  const Folding& folding) {
-  run_body<double>(p, r, begin, end, folding);
+                                  const Folding& folding, Scratch<double>& scratch) {
+  run_body<double>(p, r, begin, end, folding, scratch);
+}
+
+// This thread's scratch for a T program, made at its first use.
+template <typename T>
+Scratch<T>& scratch_of() {
+  thread_local std::unique_ptr<Scratch<T>> s;
+  if (!s) s = std::make_unique<Scratch<T>>();
+  return *s;
 }
 
 void run_range(const fused::Program& p, const Routes& r, int64_t begin, int64_t end, const Folding& folding) {
-  if (p.dtype == DType::Float32) run_float(p, r, begin, end, folding);
-  else run_double(p, r, begin, end, folding);
+  if (p.dtype == DType::Float32) run_float(p, r, begin, end, folding, scratch_of<float>());
+  else run_double(p, r, begin, end, folding, scratch_of<double>());
 }
 
 // Split between the threads in whole chunks from this many elements.
