@@ -130,9 +130,10 @@ void gather(const fused::Input& in, int64_t numel, int64_t o, int64_t n, T* to) 
   X(Maximum, MaximumFn) X(Minimum, MinimumFn) X(ReluBackward, ReluBackwardFn)          \
   X(TanhBackward, TanhBackwardFn) X(SigmoidBackward, SigmoidBackwardFn)
 
-// Which operands of an instruction are the chunk in registers (R) and which are read
-// from memory (M): a binary instruction's a and b, or a unary one's a.
-enum Pair : uint8_t { RR, RM, MR, MM };
+// Which operands of an instruction are the chunk in registers (R), which are read from
+// memory (M), and which are one value (B, broadcast: read once, not per vector): a
+// binary instruction's a and b, or a unary one's a.
+enum Pair : uint8_t { RR, RM, MR, MM, RB, BR };
 
 // A vector read from or written to elements of T at any address (the element's
 // alignment): by value, so that no vector of the chunk has its address taken.
@@ -175,6 +176,16 @@ template <typename T, typename V, typename F>
     case RM: for (int j = 0; j < kVectors; ++j) acc[j] = f(acc[j], load(b + j * L)); break;
     case MR: for (int j = 0; j < kVectors; ++j) acc[j] = f(load(a + j * L), acc[j]); break;
     case MM: for (int j = 0; j < kVectors; ++j) acc[j] = f(load(a + j * L), load(b + j * L)); break;
+    case RB: {
+      const V y = load(b);
+      for (int j = 0; j < kVectors; ++j) acc[j] = f(acc[j], y);
+      break;
+    }
+    case BR: {
+      const V x = load(a);
+      for (int j = 0; j < kVectors; ++j) acc[j] = f(x, acc[j]);
+      break;
+    }
   }
 }
 
@@ -241,6 +252,7 @@ template <typename T>
     const T* a_dense = nullptr;   // a dense input's data: its chunk at + o
     const T* b_dense = nullptr;
     bool ra = false, rb = false, unary = false;
+    bool a_one = false, b_one = false;   // one value: a chunk of its copies
     Pair pair = RR;
     int key = 0;
   };
@@ -258,14 +270,18 @@ template <typename T>
     x.unary = in.code == fused::Instr::Unary;
     x.ra = r.a[c].from == From::Registers;
     if (!x.ra) memory(r.a[c], &x.a, &x.a_dense);
+    x.a_one = r.a[c].from == From::One;
     if (in.code == fused::Instr::Binary) {
       x.rb = r.b[c].from == From::Registers;
       if (!x.rb) memory(r.b[c], &x.b, &x.b_dense);
+      x.b_one = r.b[c].from == From::One;
     } else if (!x.unary) {
       x.b = numbers[c];
-      if (in.code == fused::Instr::ScalarLeft) std::swap(x.a, x.b), std::swap(x.ra, x.rb), std::swap(x.a_dense, x.b_dense);
+      x.b_one = true;
+      if (in.code == fused::Instr::ScalarLeft)
+        std::swap(x.a, x.b), std::swap(x.ra, x.rb), std::swap(x.a_dense, x.b_dense), std::swap(x.a_one, x.b_one);
     }
-    x.pair = x.ra ? (x.rb ? RR : RM) : (x.rb ? MR : MM);
+    x.pair = x.ra ? (x.rb ? RR : x.b_one ? RB : RM) : x.rb ? (x.a_one ? BR : MR) : MM;
     x.key = x.unary ? int(in.op) : -1 - int(in.op);
   }
   for (int64_t o = begin; o < end; o += W) {
