@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/cpu/kernels.h"
@@ -212,8 +213,8 @@ struct Folding {
   int64_t len = 0;   // the fold chunk's length
 };
 
-// The buffers of a range's run, per thread: on the heap, not the stack (about 50 KB, too
-// much for the small stacks of an embedding host's worker threads).
+// The buffers of a range's run, per thread of a region: on the heap, not the stack
+// (about 50 KB, too much for the small stacks of an embedding host's worker threads).
 template <typename T>
 struct Scratch {
   static constexpr int64_t W = Chunk<T>::kElements;
@@ -357,17 +358,29 @@ DL_TARGET_CLONES void run_double(const fused::Program& p, const Routes& r, int64
   run_body<double>(p, r, begin, end, folding, scratch);
 }
 
-// This thread's scratch for a T program, made at its first use.
-template <typename T>
-Scratch<T>& scratch_of() {
-  thread_local std::unique_ptr<Scratch<T>> s;
-  if (!s) s = std::make_unique<Scratch<T>>();
-  return *s;
+// The scratch of each thread of a region, made by the thread that starts the region:
+// nothing inside a parallel region may allocate (or throw). Kept for the next program.
+struct Scratches {
+  std::vector<std::unique_ptr<Scratch<float>>> f;
+  std::vector<std::unique_ptr<Scratch<double>>> d;
+};
+Scratches& scratches_for(DType dt, int threads) {
+  thread_local Scratches s;
+  auto make = [&](auto& pool) {
+    if (int(pool.size()) < threads) pool.resize(size_t(threads));
+    for (auto& one : pool)
+      if (!one) one = std::make_unique<typename std::decay_t<decltype(*one)>>();
+  };
+  if (dt == DType::Float32) make(s.f);
+  else make(s.d);
+  return s;
 }
 
-void run_range(const fused::Program& p, const Routes& r, int64_t begin, int64_t end, const Folding& folding) {
-  if (p.dtype == DType::Float32) run_float(p, r, begin, end, folding, scratch_of<float>());
-  else run_double(p, r, begin, end, folding, scratch_of<double>());
+// Elements [begin, end) on region thread t.
+void run_range(const fused::Program& p, const Routes& r, int64_t begin, int64_t end, const Folding& folding,
+               Scratches& s, int t) {
+  if (p.dtype == DType::Float32) run_float(p, r, begin, end, folding, *s.f[size_t(t)]);
+  else run_double(p, r, begin, end, folding, *s.d[size_t(t)]);
 }
 
 // Split between the threads in whole chunks from this many elements.
@@ -376,8 +389,10 @@ constexpr int64_t kParallelElements = int64_t(1) << 16;
 void run(const fused::Program& p, const Routes& r) {
   const int64_t W = p.dtype == DType::Float32 ? Chunk<float>::kElements : Chunk<double>::kElements;
   const int64_t n = p.numel, chunks = (n + W - 1) / W;
-  parallel_units(chunks, n < kParallelElements ? 0.0 : double(kParallelGrain),
-                 [&](int64_t c0, int64_t c1, int) { run_range(p, r, c0 * W, std::min(n, c1 * W), Folding{}); });
+  Scratches& s = scratches_for(p.dtype, max_threads());
+  parallel_units(chunks, n < kParallelElements ? 0.0 : double(kParallelGrain), [&](int64_t c0, int64_t c1, int t) {
+    run_range(p, r, c0 * W, std::min(n, c1 * W), Folding{}, s, t);
+  });
 }
 
 // Checks a program before it runs, and plans its routes.
@@ -429,13 +444,14 @@ void run_folded(const Program& p, int code, Op op, void* out) {
   thread_local std::vector<fold::Part> parts;
   parts.resize(size_t(nchunks));
   fold::Part* part = parts.data();
+  cpu::Scratches& s = cpu::scratches_for(p.dtype, cpu::max_threads());
   cpu::parallel_units(nchunks, n < cpu::kParallelElements ? 0.0 : double(cpu::kParallelGrain),
-                      [&](int64_t c0, int64_t c1, int) {
+                      [&](int64_t c0, int64_t c1, int t) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t b = c * fold::kChunk, e = std::min(n, b + fold::kChunk);
       fold::State st;
       fold::start(op, p.dtype, st);
-      cpu::run_range(p, r, b, e, cpu::Folding{code, op, &st, e - b});
+      cpu::run_range(p, r, b, e, cpu::Folding{code, op, &st, e - b}, s, t);
       part[c] = fold::close(op, p.dtype, st, e - b);
     }
   });
