@@ -294,6 +294,17 @@ Source source_for(Group& g, const Step& st, const Operand& o, const std::vector<
   return s;
 }
 
+// An operand outside the group as a fused program's input (tensor/fused.h): its data,
+// the elements before it repeats, and the elements that read each value.
+fused::Input input_of(const Group& g, const Source& s) {
+  const int64_t repeat = s.kind == Source::Rows ? s.period : 1;
+  const int64_t period = s.kind == Source::One     ? 1
+                         : s.kind == Source::Cycle ? s.period
+                         : s.kind == Source::Rows  ? g.numel / s.period
+                                                   : g.numel;
+  return fused::Input{s.base, period, repeat};
+}
+
 // The block [o, o + n) of an operand: its address and step (1 dense, 0 one value).
 const void* block_of(const Group& g, const Source& s, int64_t o, int64_t n,
                      unsigned char* const* temps, unsigned char* cycle, int* step) {
@@ -302,30 +313,8 @@ const void* block_of(const Group& g, const Source& s, int64_t o, int64_t n,
     case Source::Temp: return temps[s.temp];
     case Source::Dense: return s.base + size_t(o) * g.isz;
     case Source::One: *step = 0; return s.base;
-    case Source::Cycle: {
-      int64_t i = o % s.period, done = 0;
-      while (done < n) {
-        int64_t len = std::min(n - done, s.period - i);
-        std::memcpy(cycle + size_t(done) * g.isz, s.base + size_t(i) * g.isz, size_t(len) * g.isz);
-        done += len;
-        i = 0;
-      }
-      return cycle;
-    }
-    case Source::Rows: {
-      int64_t i = o / s.period, r = o % s.period, done = 0;
-      auto fill = [&](auto v) {   // v: a value of the group's dtype
-        for (; done < n; ++i, r = 0) {
-          const int64_t len = std::min(n - done, s.period - r);
-          std::memcpy(&v, s.base + size_t(i) * sizeof v, sizeof v);
-          std::fill_n(reinterpret_cast<decltype(v)*>(cycle) + done, len, v);
-          done += len;
-        }
-      };
-      if (g.isz == sizeof(float)) fill(0.0f);
-      else fill(0.0);
-      return cycle;
-    }
+    case Source::Cycle:
+    case Source::Rows: fused::read_block(input_of(g, s), g.numel, o, n, g.isz, cycle); return cycle;
   }
   return nullptr;
 }
@@ -565,19 +554,15 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
       *to = int8_t(code_of[size_t(s.temp)]);
       return true;
     }
-    const int64_t repeat = s.kind == Source::Rows ? s.period : 1;
-    const int64_t period = s.kind == Source::One     ? 1
-                           : s.kind == Source::Cycle ? s.period
-                           : s.kind == Source::Rows  ? g.numel / s.period
-                                                     : g.numel;
+    const fused::Input in = input_of(g, s);
     for (int k = 0; k < p.ninputs; ++k) {
-      if (p.inputs[k].data == s.base && p.inputs[k].period == period && p.inputs[k].repeat == repeat) {
+      if (p.inputs[k].data == in.data && p.inputs[k].period == in.period && p.inputs[k].repeat == in.repeat) {
         *to = fused::input(k);
         return true;
       }
     }
     if (p.ninputs == fused::kMaxInputs) return false;
-    p.inputs[p.ninputs] = fused::Input{s.base, period, repeat};
+    p.inputs[p.ninputs] = in;
     *to = fused::input(p.ninputs++);
     return true;
   };

@@ -104,6 +104,11 @@ DL_HD void apply_binary(Op op, const T (&a)[K], const T (&b)[K], T (&r)[K]) {
 // The program's outputs are written as by the backend's fused(). (tensor/cpu/fused.cpp)
 void run_folded(const Program& p, int code, Op op, void* out);
 
+// On the host: elements [o, o + n) of an input of a program of numel elements, as
+// read_input reads them, copied to `to` (itemsize bytes each: 4 or 8); runs of an input
+// cycled or repeated are copied or filled whole. (tensor/cpu/fused.cpp)
+void read_block(const Input& in, int64_t numel, int64_t o, int64_t n, size_t itemsize, void* to);
+
 template <typename T>
 DL_HD T read_input(const Program& p, int k, int64_t i) {
   const Input& in = p.inputs[k];

@@ -97,25 +97,6 @@ void plan_routes(const fused::Program& p, Routes& r) {
   }
 }
 
-// Element i of input k, as fused::read_input reads it.
-template <typename T>
-void gather(const fused::Input& in, int64_t numel, int64_t o, int64_t n, T* to) {
-  const T* d = static_cast<const T*>(in.data);
-  if (in.repeat != 1) {
-    for (int64_t j = 0; j < n; ++j) to[j] = d[(o + j) / in.repeat];
-  } else if (in.period == numel) {
-    std::memcpy(to, d + o, size_t(n) * sizeof(T));
-  } else {
-    int64_t i = o % in.period;
-    for (int64_t j = 0; j < n;) {
-      const int64_t len = std::min(n - j, in.period - i);
-      std::memcpy(to + j, d + i, size_t(len) * sizeof(T));
-      j += len;
-      i = 0;
-    }
-  }
-}
-
 // How each op runs on the chunk, in three tiers:
 // - in registers: the arithmetic ops apply their functor to whole vectors (GCC's vector
 //   types have +, -, * and /, each lane rounded as the scalar op rounds);
@@ -289,7 +270,7 @@ template <typename T>
     const int64_t n = std::min(W, end - o);
     const bool whole = n == W;
     for (int k = 0; k < p.ninputs; ++k)
-      if (!r.one[k] && (!r.dense[k] || !whole)) gather(p.inputs[k], p.numel, o, n, gathered[k]);
+      if (!r.one[k] && (!r.dense[k] || !whole)) fused::read_block(p.inputs[k], p.numel, o, n, sizeof(T), gathered[k]);
     V acc[kVectors] = {};
     for (int c = 0; c < p.ncode; ++c) {
       const Decoded& x = d[c];
@@ -429,6 +410,33 @@ void fused(const fused::Program& p, int) {
 }  // namespace dl::cpu
 
 namespace dl::fused {
+
+namespace {
+template <typename T>
+void read_runs(const Input& in, int64_t numel, int64_t o, int64_t n, T* to) {
+  const T* d = static_cast<const T*>(in.data);
+  if (in.repeat != 1) {   // one value for each run of `repeat` elements
+    int64_t i = o / in.repeat, r = o % in.repeat;
+    for (int64_t done = 0; done < n; ++i, r = 0) {
+      const int64_t len = std::min(n - done, in.repeat - r);
+      std::fill_n(to + done, len, d[i]);
+      done += len;
+    }
+    return;
+  }
+  int64_t i = in.period == numel ? o : o % in.period;   // dense, or cycled
+  for (int64_t done = 0; done < n; i = 0) {
+    const int64_t len = std::min(n - done, in.period - i);
+    std::memcpy(to + done, d + i, size_t(len) * sizeof(T));
+    done += len;
+  }
+}
+}  // namespace
+
+void read_block(const Input& in, int64_t numel, int64_t o, int64_t n, size_t itemsize, void* to) {
+  if (itemsize == sizeof(float)) read_runs(in, numel, o, n, static_cast<float*>(to));
+  else read_runs(in, numel, o, n, static_cast<double*>(to));
+}
 
 // Note [Trailing reductions in programs]
 // The fold's chunks (fold::kChunk elements) go to the threads, each run as a range of
