@@ -367,12 +367,7 @@ local function make(name)
   local base = name:match("^(.-)c$")
   if base then
     local m = setmetatable({ sets = {} }, { __index = models[base] or make(base) })
-    local step, opt = m.step, m.opt
-    m.compiled = dl.compile(function(xb, yb)
-      local loss, grads = step(xb, yb)
-      opt:apply_gradients(grads)
-      return loss
-    end)
+    m.train = dl.compile(m.train)
     models[name] = m
     return m
   end
@@ -400,7 +395,13 @@ local function make(name)
     batch = 32
   end
   local step = dl.implicit_value_and_grad(function(xb, yb) return nn.cross_entropy(model(xb), yb) end)
-  local m = { x = x, y = y, batch = batch, step = step, opt = opt, sets = {} }
+  -- One batch: forward, loss, backward and the optimizer's step; returns the loss.
+  local function train(xb, yb)
+    local loss, grads = step(xb, yb)
+    opt:apply_gradients(grads)
+    return loss
+  end
+  local m = { x = x, y = y, batch = batch, train = train, sets = {} }
   models[name] = m
   return m
 end
@@ -418,18 +419,10 @@ function M.epoch(name, limit)
     ds = dl.data.from_tensors(x, y):shuffle(1):batch(m.batch)
     m.sets[n] = ds
   end
-  local step, opt, compiled = m.step, m.opt, m.compiled
+  local train = m.train
   local loss
   local t0 = now()
-  if compiled then
-    for xb, yb in ds:iter() do loss = compiled(xb, yb) end
-  else
-    for xb, yb in ds:iter() do
-      local grads
-      loss, grads = step(xb, yb)
-      opt:apply_gradients(grads)
-    end
-  end
+  for xb, yb in ds:iter() do loss = train(xb, yb) end
   return now() - t0, loss:item()
 end
 

@@ -88,10 +88,10 @@ bool infer(Step& s, DType a_dtype, const Shape& a_shape, DType b_dtype, const Sh
 // Runs steps [begin, end) in order. results[i] receives step i's result when it is
 // needed: want[i - begin] (wanted after this range), or read by a step of the range
 // that is not fused with it. Operands that are earlier steps' results are read from
-// results. Pointwise steps of one float dtype and one shape run fused: a chunk of
-// elements at a time through all of them (a fused program, tensor/fused.h), or a block
-// at a time when a sum, mean, amax or amin of all the elements of one of them, right
-// after them, is folded as the blocks are made.
+// results. Pointwise steps of one float dtype and one shape run fused, a chunk of
+// elements at a time through all of them (a fused program, tensor/fused.h), and a sum,
+// mean, amax or amin of all the elements of one of them, right after them, is folded as
+// the chunks are made.
 void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vector<Tensor>& results,
              const std::vector<uint8_t>& want);
 
@@ -104,11 +104,11 @@ struct ExecStats {
 ExecStats& exec_stats();
 
 // How groups on the host run (Note [Host groups] in plan.cpp): Auto, the default, runs
-// a group as a fused program (tensor/fused.h, its chunks in registers) unless it folds a
-// trailing reduction or does not fit in one, and as blocks then. The tests force either
-// way to compare them: Programs lowers every group, as groups on a CUDA device always
-// are (a group too large for one program runs a step at a time there); Blocks runs
-// every group a block at a time.
+// a group as a fused program (tensor/fused.h, its chunks in registers, a trailing
+// reduction folded in it), and as blocks when it does not fit in one. The tests force
+// either way to compare them: Programs lowers every group as groups on a CUDA device are
+// (no reduction folded; a group too large for one program runs a step at a time there);
+// Blocks runs every group a block at a time.
 enum class HostGroups : uint8_t { Auto, Programs, Blocks };
 void set_host_groups(HostGroups how);
 
