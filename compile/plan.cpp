@@ -15,13 +15,6 @@
 
 namespace dl::compile {
 
-int arity(Kind k) {
-  return k == Kind::Binary || k == Kind::Compare || k == Kind::MatMul || k == Kind::SoftmaxBackward ||
-                 k == Kind::CrossEntropy
-             ? 2
-             : 1;
-}
-
 namespace {
 
 bool float_dtype(DType t) { return t == DType::Float32 || t == DType::Float64; }
@@ -248,6 +241,14 @@ struct Group {
   std::vector<Tensor> held;      // expanded copies of operands read through them
 };
 
+// Whether every element of t is one element of its memory (a value expanded: every
+// stride 0, as the gradient of a sum is before it is read).
+bool one_value(const Tensor& t) {
+  for (int d = 0; d < t.dim(); ++d)
+    if (t.stride(d) != 0 && t.size(d) != 1) return false;
+  return true;
+}
+
 Source source_for(Group& g, const Step& st, const Operand& o, const std::vector<Step>& steps,
                   const std::vector<Tensor>& results) {
   Source s;
@@ -257,7 +258,7 @@ Source source_for(Group& g, const Step& st, const Operand& o, const std::vector<
     return s;
   }
   const Tensor& t = tensor_of(o, results);
-  if (t.numel() == 1) {
+  if (t.numel() == 1 || (t.numel() > 0 && one_value(t))) {
     s.kind = Source::One;
     s.base = static_cast<const unsigned char*>(t.raw_data());
     return s;
@@ -683,13 +684,80 @@ bool folds_into(const std::vector<Step>& steps, size_t i, size_t j) {
 
 }  // namespace
 
-void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vector<Tensor>& results,
-             const std::vector<uint8_t>& want) {
-  DL_ASSERT(begin <= end && end <= steps.size() && results.size() >= end && want.size() >= end - begin);
+// Note [Schedules]
+// What execute works out before it runs a step (which steps fuse into groups and which
+// reduction each group folds, which results are computed at all, which are written to
+// memory, and after which group each intermediate result can be dropped) depends only
+// on the steps' kinds, ops, operands' positions, dtypes, shapes and devices, and on
+// which results are wanted. A compiled call that follows its trace makes the same steps
+// every call, so the trace keeps that work as a Schedule (Trace::schedules) and the
+// next call checks its steps' signature against it and runs it: the compiled gradient
+// of bench/'s 31-op chain spent a fifth of its instructions working it out again on
+// every call. What depends on the call's tensors (their memory, whether a bound operand
+// is contiguous or one value) is worked out as the schedule runs, every call.
+struct Sig {
+  Kind kind;
+  Op op;
+  DType dtype;
+  bool alone;
+  int8_t ndims;
+  Device device;
+  int32_t a, b;
+  Shape shape;
+  explicit Sig(const Step& st)
+      : kind(st.kind), op(st.op), dtype(st.dtype), alone(st.alone), ndims(st.ndims), device(st.device),
+        a(st.a.step), b(arity(st.kind) == 2 ? st.b.step : -1), shape(st.shape) {}
+  bool of(const Step& st) const {
+    return kind == st.kind && op == st.op && dtype == st.dtype && alone == st.alone && ndims == st.ndims &&
+           device == st.device && a == st.a.step && b == (arity(st.kind) == 2 ? st.b.step : -1) &&
+           shape == st.shape;
+  }
+};
+
+// A group of fused steps [i, g1), with the reduction at `tail` folded (-1: none) and
+// the steps [i, j) in all; or one step run alone (i, j = i + 1).
+struct Span {
+  size_t i, j, g1;
+  int64_t tail;
+  int tail_src;
+  bool fused, any;
+};
+
+struct Schedule {
+  size_t begin = 0, end = 0;
+  HostGroups how = HostGroups::Auto;
+  std::vector<uint8_t> want;
+  std::vector<Sig> sig;
+  std::vector<uint8_t> keep;   // by step (from 0): written to memory
+  std::vector<uint8_t> live;   // by step of the range: computed at all
+  std::vector<Span> spans;
+  // Per span s, the results to drop once it has run: release[release_at[s], release_at[s + 1]).
+  std::vector<size_t> release;
+  std::vector<uint32_t> release_at;
+};
+
+namespace {
+
+bool fits(const Schedule& sc, const std::vector<Step>& steps, size_t begin, size_t end,
+          const std::vector<uint8_t>& want) {
+  if (sc.begin != begin || sc.end != end || sc.how != g_host_groups) return false;
+  if (std::memcmp(sc.want.data(), want.data(), end - begin) != 0) return false;
+  for (size_t i = begin; i < end; ++i)
+    if (!sc.sig[i - begin].of(steps[i])) return false;
+  return true;
+}
+
+void analyse(const std::vector<Step>& steps, size_t begin, size_t end, const std::vector<uint8_t>& want,
+             Schedule& sc) {
   const size_t n = end - begin;
-  // The thread's scratch lists, kept for the next call (no allocation in steady state).
+  sc.begin = begin;
+  sc.end = end;
+  sc.how = g_host_groups;
+  sc.want.assign(want.begin(), want.begin() + long(n));
+  sc.sig.clear();
+  for (size_t i = begin; i < end; ++i) sc.sig.emplace_back(steps[i]);
   thread_local std::vector<size_t> group_end;
-  thread_local std::vector<uint8_t> keep, live, tail;
+  thread_local std::vector<uint8_t> tail;
   group_end.assign(n, 0);
   tail.assign(n, 0);
   for (size_t i = begin; i < end;) {
@@ -706,6 +774,8 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
   // keep: the result is written to memory (wanted later, or read outside its group);
   // live: computed at all (kept, or read by a live step of its group). Backwards, so
   // that a step read only by dead steps is dead too.
+  std::vector<uint8_t>& keep = sc.keep;
+  std::vector<uint8_t>& live = sc.live;
   keep.assign(end, 0);
   live.assign(n, 0);
   for (size_t i = end; i-- > begin;) {
@@ -749,56 +819,100 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
   if (releases)
     for (size_t k = begin; k < end; ++k)
       if (live[k - begin]) each_read(k, [&](size_t j) { ++readers[j]; });
-  auto read_done = [&](size_t k0, size_t k1) {
-    if (!releases) return;
-    for (size_t k = k0; k < k1; ++k) {
-      if (!live[k - begin]) continue;
-      each_read(k, [&](size_t j) {
-        if (--readers[j] == 0 && !want[j]) results[begin + j] = Tensor();
-      });
-    }
-  };
-  ExecStats& stats = t_stats;
+  sc.spans.clear();
+  sc.release.clear();
+  sc.release_at.assign(1, 0);
   for (size_t i = begin; i < end;) {
     const size_t j = group_end[i - begin];
-    const bool has_tail = tail[j - 1 - begin] != 0;
-    bool fused = pointwise(steps[i]) && !steps[i].alone && float_dtype(steps[i].dtype) && (j - i > 1);
-    if (!fused) {
-      if (live[i - begin] && !no_value(steps[i])) {
+    Span sp{i, j, j, -1, -1, false, false};
+    sp.fused = pointwise(steps[i]) && !steps[i].alone && float_dtype(steps[i].dtype) && (j - i > 1);
+    if (sp.fused) {
+      const bool has_tail = tail[j - 1 - begin] != 0;
+      sp.g1 = has_tail ? j - 1 : j;
+      sp.tail = has_tail && live[j - 1 - begin] ? int64_t(j - 1) : -1;
+      sp.tail_src = sp.tail >= 0 ? int(size_t(steps[j - 1].a.step) - i) : -1;
+      for (size_t k = i; k < sp.g1; ++k) sp.any = sp.any || live[k - begin];
+    }
+    sc.spans.push_back(sp);
+    if (releases)
+      for (size_t k = i; k < j; ++k) {
+        if (!live[k - begin]) continue;
+        each_read(k, [&](size_t r) {
+          if (--readers[r] == 0 && !want[r]) sc.release.push_back(begin + r);
+        });
+      }
+    sc.release_at.push_back(uint32_t(sc.release.size()));
+    i = j;
+  }
+}
+
+void run_schedule(const Schedule& sc, const std::vector<Step>& steps, std::vector<Tensor>& results) {
+  ExecStats& stats = t_stats;
+  const size_t begin = sc.begin;
+  for (size_t s = 0; s < sc.spans.size(); ++s) {
+    const Span& sp = sc.spans[s];
+    const size_t i = sp.i;
+    if (!sp.fused) {
+      if (sc.live[i - begin] && !no_value(steps[i])) {
         results[i] = run_single(steps[i], results);
         ++stats.single_steps;
       } else if (!no_value(steps[i])) {
         ++stats.elided;
       }
-      read_done(i, j);
-      i = j;
-      continue;
+    } else {
+      thread_local Group g;
+      g.g0 = i;
+      g.g1 = sp.g1;
+      g.tail = sp.tail;
+      g.tail_src = sp.tail_src;
+      g.held.clear();
+      g.live.assign(sc.live.begin() + long(i - begin), sc.live.begin() + long(sp.g1 - begin));
+      if (sp.any) {
+        if (!steps[i].device.is_cpu() || g_host_groups != HostGroups::Blocks)
+          run_lowered(g, steps, results, sc.keep);
+        else
+          run_group(g, steps, results, sc.keep);
+        ++stats.groups;
+      }
+      for (size_t k = i; k < sp.g1; ++k) {
+        if (g.live[k - i]) ++stats.fused_steps;
+        if (!sc.keep[k]) ++stats.elided;
+      }
+      if (sp.j != sp.g1) ++(g.tail >= 0 ? stats.fused_steps : stats.elided);
+      g.held.clear();
     }
-    thread_local Group g;
-    g.g0 = i;
-    g.g1 = has_tail ? j - 1 : j;
-    g.tail = has_tail && live[j - 1 - begin] ? int64_t(j - 1) : -1;
-    g.tail_src = g.tail >= 0 ? int(size_t(steps[j - 1].a.step) - i) : -1;
-    g.held.clear();
-    g.live.assign(live.begin() + long(i - begin), live.begin() + long(g.g1 - begin));
-    bool any = false;
-    for (uint8_t l : g.live) any = any || l;
-    if (any) {
-      if (!steps[i].device.is_cpu() || g_host_groups != HostGroups::Blocks)
-        run_lowered(g, steps, results, keep);
-      else
-        run_group(g, steps, results, keep);
-      ++stats.groups;
-    }
-    for (size_t k = i; k < g.g1; ++k) {
-      if (g.live[k - i]) ++stats.fused_steps;
-      if (!keep[k]) ++stats.elided;
-    }
-    if (has_tail) ++(g.tail >= 0 ? stats.fused_steps : stats.elided);
-    g.held.clear();
-    read_done(i, j);
-    i = j;
+    for (uint32_t r = sc.release_at[s]; r < sc.release_at[s + 1]; ++r) results[sc.release[r]] = Tensor();
   }
+}
+
+}  // namespace
+
+Schedules::Schedules() = default;
+Schedules::~Schedules() = default;
+Schedules::Schedules(Schedules&&) noexcept = default;
+Schedules& Schedules::operator=(Schedules&&) noexcept = default;
+
+void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vector<Tensor>& results,
+             const std::vector<uint8_t>& want, Schedules* cache) {
+  DL_ASSERT(begin <= end && end <= steps.size() && results.size() >= end && want.size() >= end - begin);
+  if (!cache) {
+    thread_local Schedule scratch;   // (its lists' room kept for the next call)
+    analyse(steps, begin, end, want, scratch);
+    run_schedule(scratch, steps, results);
+    return;
+  }
+  for (const std::unique_ptr<Schedule>& sc : cache->kept) {
+    if (fits(*sc, steps, begin, end, want)) {
+      run_schedule(*sc, steps, results);
+      return;
+    }
+  }
+  // A range the cache has not seen: its start is the newest (the oldest of a full cache
+  // goes, a call that flushes at a new place every time keeps few).
+  if (cache->kept.size() >= Schedules::kMax) cache->kept.erase(cache->kept.begin());
+  cache->kept.push_back(std::make_unique<Schedule>());
+  analyse(steps, begin, end, want, *cache->kept.back());
+  run_schedule(*cache->kept.back(), steps, results);
 }
 
 }  // namespace dl::compile

@@ -17,6 +17,7 @@
 // never recorded, and a call defers none while a gradient is being taken.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tensor/observe.h"
@@ -39,7 +40,12 @@ enum class Kind : uint8_t {
 };
 
 // The tensors a step of this kind reads: 2 where its second operand (b) is one.
-int arity(Kind k);
+constexpr int arity(Kind k) {
+  return k == Kind::Binary || k == Kind::Compare || k == Kind::MatMul || k == Kind::SoftmaxBackward ||
+                 k == Kind::CrossEntropy
+             ? 2
+             : 1;
+}
 
 // What a marker step marks (compile/grad.cpp).
 // A pass with respect to several watched tensors has its Backward marker (the result and
@@ -92,8 +98,20 @@ bool infer(Step& s, DType a_dtype, const Shape& a_shape, DType b_dtype, const Sh
 // elements at a time through all of them (a fused program, tensor/fused.h), and a sum,
 // mean, amax or amin of all the elements of one of them, right after them, is folded as
 // the chunks are made.
+//
+// `cache`, when given, keeps what execute works out from the steps alone for a later
+// range of the same steps (Note [Schedules] in plan.cpp): a compiled trace's.
+struct Schedule;
+struct Schedules {
+  static constexpr size_t kMax = 4;
+  std::vector<std::unique_ptr<Schedule>> kept;
+  Schedules();
+  ~Schedules();
+  Schedules(Schedules&&) noexcept;
+  Schedules& operator=(Schedules&&) noexcept;
+};
 void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vector<Tensor>& results,
-             const std::vector<uint8_t>& want);
+             const std::vector<uint8_t>& want, Schedules* cache = nullptr);
 
 // How many steps of [begin, end) the last execute() ran in fused groups, and how many
 // groups: for dl.compile.explain and the tests.

@@ -176,7 +176,7 @@ std::string what_of(const Function& fn, const Divergence& d) {
 void run(Call& c, const std::vector<uint8_t>& want) {
   ExecStats& s = exec_stats();
   ExecStats before = s;
-  execute(c.steps, c.flushed, c.steps.size(), c.results, want);
+  execute(c.steps, c.flushed, c.steps.size(), c.results, want, c.trace ? &c.trace->schedules : nullptr);
   c.flushed = c.steps.size();
   Function& fn = *c.fn;
   ++fn.flushes;

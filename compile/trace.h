@@ -91,6 +91,7 @@ struct Trace {
   std::vector<uint8_t> kept;   // per op: its result outlived the call when it was captured
   bool analysed = false;       // kept is known (a call that recorded has ended)
   int64_t replays = 0;         // calls that followed it to its end without recording
+  Schedules schedules;         // what running its steps takes, worked out once (plan.h)
 };
 
 struct Divergence {

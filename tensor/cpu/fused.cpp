@@ -129,20 +129,20 @@ template <typename T>
 }
 
 template <typename T>
-[[gnu::noinline]] void out_of_line(Op op, bool unary, T* r, const T* a, const T* b) {
+[[gnu::noinline]] void out_of_line(Op op, bool unary, T* r, const T* a, const T* b, int64_t n) {
   const DType dt = sizeof(T) == sizeof(float) ? DType::Float32 : DType::Float64;
-  if (unary) small::block_unary(op, dt, r, a, Chunk<T>::kElements);
-  else small::block_binary(op, dt, r, a, 1, b, 1, Chunk<T>::kElements);
+  if (unary) small::block_unary(op, dt, r, a, n);
+  else small::block_binary(op, dt, r, a, 1, b, 1, n);
 }
 
 // r[i] = f(a[i]) or f(a[i], b[i]) over a chunk's elements in memory.
-template <typename T, typename F>
+template <int W, typename T, typename F>
 [[gnu::always_inline]] inline void cached(T* r, const T* a, F f) {
-  for (int i = 0; i < Chunk<T>::kElements; ++i) r[i] = T(f(a[i]));
+  for (int i = 0; i < W; ++i) r[i] = T(f(a[i]));
 }
-template <typename T, typename F>
+template <int W, typename T, typename F>
 [[gnu::always_inline]] inline void cached(T* r, const T* a, const T* b, F f) {
-  for (int i = 0; i < Chunk<T>::kElements; ++i) r[i] = T(f(a[i], b[i]));
+  for (int i = 0; i < W; ++i) r[i] = T(f(a[i], b[i]));
 }
 
 // acc = f(a, b) on whole vectors, a and b each the chunk in registers or memory. The
@@ -150,35 +150,35 @@ template <typename T, typename F>
 // a loop: in that form GCC keeps it in registers. (Lane by lane, or with its address
 // passed anywhere, it kept the array on the stack; as named members with the steps
 // written out, it made scalar code of selects.)
-template <typename T, typename V, typename F>
-[[gnu::always_inline]] inline void step2(V (&acc)[kVectors], Pair pair, const T* a, const T* b, F f) {
+template <typename T, int N, typename V, typename F>
+[[gnu::always_inline]] inline void step2(V (&acc)[N], Pair pair, const T* a, const T* b, F f) {
   constexpr int L = Chunk<T>::kLanes;
   switch (pair) {
-    case RR: for (int j = 0; j < kVectors; ++j) acc[j] = f(acc[j], acc[j]); break;
-    case RM: for (int j = 0; j < kVectors; ++j) acc[j] = f(acc[j], load(b + j * L)); break;
-    case MR: for (int j = 0; j < kVectors; ++j) acc[j] = f(load(a + j * L), acc[j]); break;
-    case MM: for (int j = 0; j < kVectors; ++j) acc[j] = f(load(a + j * L), load(b + j * L)); break;
+    case RR: for (int j = 0; j < N; ++j) acc[j] = f(acc[j], acc[j]); break;
+    case RM: for (int j = 0; j < N; ++j) acc[j] = f(acc[j], load(b + j * L)); break;
+    case MR: for (int j = 0; j < N; ++j) acc[j] = f(load(a + j * L), acc[j]); break;
+    case MM: for (int j = 0; j < N; ++j) acc[j] = f(load(a + j * L), load(b + j * L)); break;
     case RB: {
       const V y = load(b);
-      for (int j = 0; j < kVectors; ++j) acc[j] = f(acc[j], y);
+      for (int j = 0; j < N; ++j) acc[j] = f(acc[j], y);
       break;
     }
     case BR: {
       const V x = load(a);
-      for (int j = 0; j < kVectors; ++j) acc[j] = f(x, acc[j]);
+      for (int j = 0; j < N; ++j) acc[j] = f(x, acc[j]);
       break;
     }
   }
 }
 
 // The chunk stored to memory, and loaded from it.
-template <typename T, typename V>
-[[gnu::always_inline]] inline void store_all(T* at, const V (&acc)[kVectors]) {
-  for (int j = 0; j < kVectors; ++j) store(at + j * Chunk<T>::kLanes, acc[j]);
+template <typename T, int N, typename V>
+[[gnu::always_inline]] inline void store_all(T* at, const V (&acc)[N]) {
+  for (int j = 0; j < N; ++j) store(at + j * Chunk<T>::kLanes, acc[j]);
 }
-template <typename T, typename V>
-[[gnu::always_inline]] inline void load_all(V (&acc)[kVectors], const T* at) {
-  for (int j = 0; j < kVectors; ++j) acc[j] = load(at + j * Chunk<T>::kLanes);
+template <typename T, int N, typename V>
+[[gnu::always_inline]] inline void load_all(V (&acc)[N], const T* at) {
+  for (int j = 0; j < N; ++j) acc[j] = load(at + j * Chunk<T>::kLanes);
 }
 
 // A trailing reduction's part of a range: instruction `code`'s values added to a fold
@@ -206,14 +206,15 @@ struct Scratch {
   alignas(kVectorBytes) T values[kFoldValues];              // the folded instruction's, in order
 };
 
-// Elements [begin, end) of every output (and of the fold, if any); begin a multiple of
-// the chunk's size. An operand of one value, or a scalar instruction's number, is read
-// from a chunk of copies of it.
-template <typename T>
+// Elements [begin, end) of every output (and of the fold, if any), N vectors at a time
+// (kVectors, or one for a program shorter than a chunk: Note [Short programs]); begin a
+// multiple of the chunk's size. An operand of one value, or a scalar instruction's
+// number, is read from a chunk of copies of it.
+template <typename T, int N>
 [[gnu::always_inline]] inline void run_body(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
                                             const Folding& folding, Scratch<T>& scratch) {
   using V = typename Chunk<T>::V;
-  constexpr int64_t W = Chunk<T>::kElements;
+  constexpr int W = Chunk<T>::kLanes * N;
   auto& slots = scratch.slots;
   auto& gathered = scratch.gathered;
   auto& numbers = scratch.numbers;
@@ -267,11 +268,14 @@ template <typename T>
     x.key = x.unary ? int(in.op) : -1 - int(in.op);
   }
   for (int64_t o = begin; o < end; o += W) {
-    const int64_t n = std::min(W, end - o);
+    const int64_t n = std::min<int64_t>(W, end - o);
     const bool whole = n == W;
+    // An op out of line computes the short last chunk's elements only, to a whole
+    // vector: the lanes after them are never stored.
+    const int64_t lanes = whole ? W : (n + Chunk<T>::kLanes - 1) / Chunk<T>::kLanes * Chunk<T>::kLanes;
     for (int k = 0; k < p.ninputs; ++k)
       if (!r.one[k] && (!r.dense[k] || !whole)) fused::read_block(p.inputs[k], p.numel, o, n, sizeof(T), gathered[k]);
-    V acc[kVectors] = {};
+    V acc[N] = {};
     for (int c = 0; c < p.ncode; ++c) {
       const Decoded& x = d[c];
       const T* a = x.a_dense && whole ? x.a_dense + o : x.a;
@@ -282,7 +286,7 @@ template <typename T>
       bool done = true;
       switch (x.key) {
 #define DL_CASE(Name, Fn) \
-        case -1 - int(Op::Name): step2<T>(acc, pair, a, b, fn::Fn{}); break;
+        case -1 - int(Op::Name): step2<T, N>(acc, pair, a, b, fn::Fn{}); break;
         DL_FUSED_VECTOR_BINARY(DL_CASE)
 #undef DL_CASE
         default: done = false;
@@ -295,14 +299,14 @@ template <typename T>
         if (rb) b = xb;
         switch (x.key) {
 #define DL_CASE(Name, Fn) \
-          case int(Op::Name): cached(xr, a, fn::Fn{}); break;
+          case int(Op::Name): cached<W>(xr, a, fn::Fn{}); break;
           DL_FUSED_CACHED_UNARY(DL_CASE)
 #undef DL_CASE
 #define DL_CASE(Name, Fn) \
-          case -1 - int(Op::Name): cached(xr, a, b, fn::Fn{}); break;
+          case -1 - int(Op::Name): cached<W>(xr, a, b, fn::Fn{}); break;
           DL_FUSED_CACHED_BINARY(DL_CASE)
 #undef DL_CASE
-          default: out_of_line<T>(p.code[c].op, unary, xr, a, b);
+          default: out_of_line<T>(p.code[c].op, unary, xr, a, b, lanes);
         }
         load_all(acc, xr);
       }
@@ -329,14 +333,22 @@ template <typename T>
   }
 }
 
+// Note [Short programs]
+// A program of fewer elements than a chunk (a small model's, or a scalar's gradient)
+// runs one vector at a time: a chunk of four would compute every instruction on four
+// vectors for one vector of elements. bench/'s compiled 16-element chain (its gradient:
+// two programs of 30 and 20 instructions a call) took 15 thousand instructions a call
+// in its programs with four.
 DL_TARGET_CLONES void run_float(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
                                  const Folding& folding, Scratch<float>& scratch) {
-  run_body<float>(p, r, begin, end, folding, scratch);
+  if (p.numel < Chunk<float>::kElements) run_body<float, 1>(p, r, begin, end, folding, scratch);
+  else run_body<float, kVectors>(p, r, begin, end, folding, scratch);
 }
 
 DL_TARGET_CLONES void run_double(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
                                   const Folding& folding, Scratch<double>& scratch) {
-  run_body<double>(p, r, begin, end, folding, scratch);
+  if (p.numel < Chunk<double>::kElements) run_body<double, 1>(p, r, begin, end, folding, scratch);
+  else run_body<double, kVectors>(p, r, begin, end, folding, scratch);
 }
 
 // The scratch of each thread of a region, made by the thread that starts the region:

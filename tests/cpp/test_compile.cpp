@@ -220,6 +220,66 @@ TEST_CASE("the executor writes only the results that are wanted", "[compile]") {
   CHECK(exec_stats().elided - before.elided == 3);
 }
 
+TEST_CASE("a kept schedule serves the same steps again with other tensors, and only them", "[compile]") {
+  // Note [Schedules]: what execute works out from the steps is kept; each later run with
+  // a cache reads its own tensors (contiguous or not, one value or not) and gives what a
+  // run without one gives, and steps that differ (a shape, what is wanted) get their own.
+  const HostGroups how = GENERATE(HostGroups::Auto, HostGroups::Programs, HostGroups::Blocks);
+  HostGroupsAre on(how);
+  auto steps_of = [](const Tensor& x, const Tensor& w, const Shape& s) {
+    std::vector<Step> steps;
+    steps.push_back(binary_step(Op::Mul, Operand::bound(x), Operand::bound(w), DType::Float32, s));   // 0
+    steps.push_back(scalar_step(Op::Add, Operand::of(0), 0.25, false, DType::Float32, s));            // 1
+    steps.push_back(unary_step(Op::Tanh, Operand::of(1), DType::Float32, s));                         // 2
+    steps.push_back(binary_step(Op::Mul, Operand::of(2), Operand::bound(w), DType::Float32, s));      // 3
+    Step sum;
+    sum.kind = Kind::Reduce;
+    sum.op = Op::Sum;
+    sum.a = Operand::of(3);
+    sum.dtype = DType::Float32;
+    steps.push_back(sum);                                                                            // 4
+    steps.push_back(unary_step(Op::Exp, Operand::of(1), DType::Float32, s));                          // 5
+    return steps;
+  };
+  Schedules cache;
+  const std::vector<uint8_t> want{0, 0, 1, 0, 1, 0};
+  auto check_run = [&](const Tensor& x, const Tensor& w, const Shape& s, const std::vector<uint8_t>& wanted) {
+    const std::vector<Step> steps = steps_of(x, w, s);
+    std::vector<Tensor> cached(steps.size()), plain(steps.size());
+    execute(steps, 0, steps.size(), cached, wanted, &cache);
+    execute(steps, 0, steps.size(), plain, wanted);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      INFO("step " << i);
+      REQUIRE(cached[i].defined() == plain[i].defined());
+      if (plain[i].defined()) CHECK(same_bits(cached[i], plain[i]));
+    }
+    return cached;
+  };
+  const Shape s{8, 12};
+  Tensor x = randn(s, DType::Float32), w = randn(s, DType::Float32);
+  check_run(x, w, s, want);
+  REQUIRE(cache.kept.size() == 1);
+  // The same steps on other tensors: a transposed (strided) x, a one-value w, a row w.
+  Tensor xt = transpose(randn(Shape{12, 8}, DType::Float32), 0, 1);
+  const std::vector<Tensor> r = check_run(xt, full(Shape{1}, Scalar::from_lua(0.5), DType::Float32), s, want);
+  CHECK(same_bits(r[4], reduce(Op::Sum,
+                               binary(Op::Mul,
+                                      unary(Op::Tanh, binary(Op::Add, binary(Op::Mul, xt, Scalar::from_lua(0.5)),
+                                                             Scalar::from_lua(0.25))),
+                                      Scalar::from_lua(0.5)),
+                               {}, false)));
+  check_run(x, randn(Shape{12}, DType::Float32), s, want);
+  CHECK(cache.kept.size() == 1);
+  // Other wanted results, another shape: schedules of their own.
+  check_run(x, w, s, {1, 1, 1, 1, 1, 1});
+  CHECK(cache.kept.size() == 2);
+  const Shape small{5};
+  check_run(randn(small, DType::Float32), randn(small, DType::Float32), small, want);
+  CHECK(cache.kept.size() == 3);
+  check_run(x, w, s, want);   // still kept
+  CHECK(cache.kept.size() == 3);
+}
+
 TEST_CASE("a row's statistic is read repeated, block and program alike", "[compile]") {
   // Operands with the group's leading dims and 1s after them are repeated along the rest
   // (Source::Rows); one that is not (its leading dim 1 where the group's is not) is
