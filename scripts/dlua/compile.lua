@@ -62,20 +62,26 @@ local function mark_returned(v, seen, depth)
   end
 end
 
+-- Tells the call that it returns v.
+local function mark_result(v)
+  if istype(Tensor, v) then
+    if is_proxy(v) then C.dl_compile_return(v) end
+  elseif type(v) == "table" then
+    mark_returned(v, {}, 0)
+  end
+end
+
 -- Ends the thread's compiled call: runs what it still defers, turns its proxies into
--- values and, when it recorded, marks which results outlived it. rets are pcall's.
-local function finish(rets)
-  local ok = rets[1]
-  local seen = nil
+-- values and, when it recorded, marks which results outlived it. ok and the values
+-- after it are pcall's.
+local function finish(ok, ...)
   if ok then
-    for i = 2, rets.n do
-      local v = rets[i]
-      if istype(Tensor, v) then
-        if is_proxy(v) then C.dl_compile_return(v) end
-      elseif type(v) == "table" then
-        seen = seen or {}
-        mark_returned(v, seen, 0)
-      end
+    local n = select("#", ...)
+    if n > 0 then
+      local a, b = ...
+      mark_result(a)
+      if n > 1 then mark_result(b) end
+      for i = 3, n do mark_result((select(i, ...))) end
     end
   end
   local rec = C.dl_compile_finish(ok and 0 or 1)
@@ -107,6 +113,16 @@ local function finish(rets)
 end
 
 local function pack(...) return { n = select("#", ...), ... } end
+
+-- The end of a call (not checked against eager): its results pass through as pcall
+-- gave them, never packed into a table (a table per call, and the JIT compiles
+-- neither the packing nor unpack).
+local function ended(ok, ...)
+  running = false
+  finish(ok, ...)
+  if not ok then error((...), 0) end
+  return ...
+end
 
 -- Same dtype, shape and bits (nan equal to nan), through tables; else what differs.
 local function differ(got, want, where, depth)
@@ -177,9 +193,10 @@ local function compile(f, opts)
     end
     if C.dl_compile_begin(fid) ~= 0 then core.raise_last() end
     running = true
+    if not check then return ended(pcall(f, ...)) end
     local rets = pack(pcall(f, ...))
     running = false
-    finish(rets)
+    finish(unpack(rets, 1, rets.n))
     if check then
       local d
       if want[1] ~= rets[1] then

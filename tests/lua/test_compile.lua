@@ -53,6 +53,32 @@ H.test("a compiled call gives eager's values, bit for bit, and later calls repla
   H.ok(string.find(text, "test_compile.lua:", 1, true), "ops carry their lines: " .. text)
 end)
 
+H.test("every result of a call is returned as it is: many, nil among them, in tables", function()
+  -- Each returned proxy must be computed whatever the trace knows (the first call
+  -- dropped e, which later calls return), the third and later too; nils (trailing ones
+  -- included) keep their places.
+  local f = function(x, w, all)
+    local a = x * w
+    local b = (a + 1):tanh()
+    local c = b * 2
+    local d, e, s = c - 1, b:exp(), a:sum()
+    if not all then return s end
+    return s, nil, c, { inner = { d } }, e, nil
+  end
+  local cf = dl.compile(f)
+  local x, w = dl.randn(100), dl.randn(100)   -- (handles: ops on small values run at once)
+  local function pack(...) return { n = select("#", ...), ... } end
+  for call = 1, 4 do
+    local want = pack(f(x, w, call > 1))
+    local got = pack(cf(x, w, call > 1))
+    H.eq(got.n, want.n, "call " .. call .. ": the number of results")
+    for i = 1, want.n do identical(got[i], want[i], "call " .. call .. ": result " .. i) end
+  end
+  H.eq(traces(cf), 1, dl.compile.explain(cf))
+  H.ok(not pcall(cf, x, dl.randn(7), true), "an error inside still raises")
+  identical({ cf(x, w, true) }, { f(x, w, true) }, "after an error")
+end)
+
 H.test("large chains run fused, with broadcasts, and give eager's bits", function()
   local f = function(x, row, col, s)
     local y = x * row + col                 -- a (n) bias and a (m, 1) column
