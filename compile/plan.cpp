@@ -901,18 +901,18 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
     run_schedule(scratch, steps, results);
     return;
   }
-  for (const std::unique_ptr<Schedule>& sc : cache->kept) {
-    if (fits(*sc, steps, begin, end, want)) {
-      run_schedule(*sc, steps, results);
-      return;
-    }
+  // One schedule per place a range starts (a call that flushes at four places keeps
+  // four), replaced in place when that place's steps change.
+  if (cache->at.size() <= begin) cache->at.resize(begin + 1);
+  std::unique_ptr<Schedule>& sc = cache->at[begin];
+  if (!sc) {
+    sc = std::make_unique<Schedule>();
+  } else if (fits(*sc, steps, begin, end, want)) {
+    run_schedule(*sc, steps, results);
+    return;
   }
-  // A range the cache has not seen: its start is the newest (the oldest of a full cache
-  // goes, a call that flushes at a new place every time keeps few).
-  if (cache->kept.size() >= Schedules::kMax) cache->kept.erase(cache->kept.begin());
-  cache->kept.push_back(std::make_unique<Schedule>());
-  analyse(steps, begin, end, want, *cache->kept.back());
-  run_schedule(*cache->kept.back(), steps, results);
+  analyse(steps, begin, end, want, *sc);
+  run_schedule(*sc, steps, results);
 }
 
 }  // namespace dl::compile

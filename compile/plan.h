@@ -103,8 +103,7 @@ bool infer(Step& s, DType a_dtype, const Shape& a_shape, DType b_dtype, const Sh
 // range of the same steps (Note [Schedules] in plan.cpp): a compiled trace's.
 struct Schedule;
 struct Schedules {
-  static constexpr size_t kMax = 4;
-  std::vector<std::unique_ptr<Schedule>> kept;
+  std::vector<std::unique_ptr<Schedule>> at;   // by the step a range begins at
   Schedules();
   ~Schedules();
   Schedules(Schedules&&) noexcept;
