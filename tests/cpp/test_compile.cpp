@@ -136,8 +136,11 @@ TEST_CASE("random groups lowered to fused programs equal the block executor", "[
     const DType dt = trial % 2 ? DType::Float64 : DType::Float32;
     const int64_t m = 1 + pick(70), n = 1 + pick(300);
     const Shape s{m, n};
+    // (The last two: views with stride 0, one value expanded to the group's shape and
+    // a row expanded down its rows.)
     std::vector<Tensor> outside = {randn(s, dt), randn(Shape{n}, dt), randn(Shape{1}, dt),
-                                   randn(Shape{m, 1}, dt), transpose(randn(Shape{n, m}, dt), 0, 1)};
+                                   randn(Shape{m, 1}, dt), transpose(randn(Shape{n, m}, dt), 0, 1),
+                                   expand(randn(Shape{1}, dt), s), expand(randn(Shape{1, n}, dt), s)};
     const int nsteps = 3 + pick(trial % 5 == 0 ? 68 : 20);
     std::vector<Step> steps;
     // An earlier step, or a tensor from outside: of the group's shape (`full`) or any
