@@ -146,8 +146,8 @@ int promise(compile::Call& c, compile::Step&& st, const compile::OperandKey& ka,
 // a CUDA device. False: the op is not deferred (a proxy of another call, another device).
 bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, compile::OperandKey& k,
                  const char* op) {
-  // (The operand and its key are written in place: built apart and copied, their
-  // copies were a tenth of a compiled op's time, Note [Headers as words] in value.cpp.)
+  // (The operand and its key are written in place: built apart and copied whole, their
+  // copies stalled as Note [Headers as words] in value.cpp says.)
   ProxyRef r;
   if (dl::bind::proxy_ref(t, &r)) {
     if (r.tag != dl::bind::kProxyTag || r.serial != c.serial || r.pos >= c.steps.size()) return false;

@@ -68,9 +68,9 @@ static_assert(offsetof(dl_tensor, inl_arena) == offsetof(Header, arena), "dl_ten
 // out of its word in registers: built field by field on the stack and copied whole, a
 // header's copy read back with wide loads what narrow stores had just written there,
 // which the processor cannot forward (a stall of a dozen cycles or more, each time).
-// The proxies of a compiled call are written and read once per op, so this was a tenth
-// of the time of bench/'s compiled chain (perf: the copies in operand_for and
-// write_proxy).
+// A compiled call writes and reads a proxy's header once per op and an eager inline op
+// reads and writes headers too (bench/ `chainc` and `add16`; docs/performance.md, "The
+// compiled call's own cost").
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "dl_tensor headers are read as little-endian words");
 static_assert(offsetof(Header, dtype) == 8 && offsetof(Header, slot) == 12 && offsetof(Header, sizes) == 16,
               "dl_tensor's header words");

@@ -535,9 +535,8 @@ ExecStats t_stats;
 // tensor/cpu/fused.cpp), its trailing reduction folded as the program runs (Note
 // [Trailing reductions in programs] there), unless it is larger than a program holds;
 // those run as blocks. Blocks store every step's block to the first-level cache and
-// read it back, programs only the values read out of turn: eight pointwise ops on 1e7
-// float32 went from 11.5 to 5.5 ms on one thread, 6.3 to 3.0 on two
-// (docs/performance.md, "dl.compile"). The tests run every way (set_host_groups).
+// read it back, programs only the values read out of turn (bench/ `pw8c`;
+// docs/performance.md, "dl.compile"). The tests run every way (set_host_groups).
 HostGroups g_host_groups = HostGroups::Auto;
 
 // (tail_code: the instruction whose values a trailing reduction folds.)
@@ -691,10 +690,11 @@ bool folds_into(const std::vector<Step>& steps, size_t i, size_t j) {
 // on the steps' kinds, ops, operands' positions, dtypes, shapes and devices, and on
 // which results are wanted. A compiled call that follows its trace makes the same steps
 // every call, so the trace keeps that work as a Schedule (Trace::schedules) and the
-// next call checks its steps' signature against it and runs it: the compiled gradient
-// of bench/'s 31-op chain spent a fifth of its instructions working it out again on
-// every call. What depends on the call's tensors (their memory, whether a bound operand
-// is contiguous or one value) is worked out as the schedule runs, every call.
+// next call checks its steps' signature against it and runs it (bench/ `chainc`, the
+// compiled gradient of a 31-op chain, worked it out on every call before:
+// docs/performance.md, "The compiled call's own cost"). What depends on the call's
+// tensors (their memory, whether a bound operand is contiguous or one value) is worked
+// out as the schedule runs, every call.
 struct Sig {
   Kind kind;
   Op op;

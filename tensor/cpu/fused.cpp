@@ -31,10 +31,9 @@ namespace {
 // tensor/CMakeLists.txt), so the results are eager's bits (tests/cpp/test_fused.cpp
 // checks every op against the device kernel's interpreter and against eager).
 // Run op by op over blocks of 2,048 elements (compile/plan.cpp's block executor), every
-// step stored its block to the first-level cache and read it back: eight pointwise ops
-// on 1e7 float32 (bench/, `pw8`) took 11.5 ms on one thread and 6.3 on two; as programs,
-// 5.5 and 3.0 (the same loop written in C: 2.2 and 1.0); in cache (1e5 elements, one
-// thread) 0.11 against 0.07 ms (docs/performance.md, "dl.compile").
+// step stored its block to the first-level cache and read it back; as a program, only
+// the values read out of turn are: bench/'s `pw8c` and `pw8bw` measure the difference
+// and the distance to the same loop written in C (docs/performance.md, "dl.compile").
 constexpr int kVectorBytes = 64;
 constexpr int kVectors = 4;
 
@@ -336,9 +335,9 @@ template <typename T, int N>
 // Note [Short programs]
 // A program of fewer elements than a chunk (a small model's, or a scalar's gradient)
 // runs one vector at a time: a chunk of four would compute every instruction on four
-// vectors for one vector of elements. bench/'s compiled 16-element chain (its gradient:
-// two programs of 30 and 20 instructions a call) took 15 thousand instructions a call
-// in its programs with four.
+// vectors for one vector of elements. bench/'s `chainc` (the compiled gradient of a
+// 16-element chain: two programs a call) measures it (docs/performance.md, "The
+// compiled call's own cost").
 DL_TARGET_CLONES void run_float(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
                                  const Folding& folding, Scratch<float>& scratch) {
   if (p.numel < Chunk<float>::kElements) run_body<float, 1>(p, r, begin, end, folding, scratch);
