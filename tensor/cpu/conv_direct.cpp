@@ -3,9 +3,9 @@
 // Note [Direct convolution]
 // With few output channels, im2col + GEMM is a poor fit: the column matrix is kh kw
 // times the input (written, then read back), and a product with 16 rows keeps BLAS's
-// kernels far from their peak (a 16-channel 3x3 layer of 28x28 images ran its GEMMs at
-// about 45 GFLOP/s on one AVX-512 core, and im2col cost half as much again). Here each
-// output is accumulated in registers straight from the input:
+// kernels far from their peak (the first layer of bench/'s `cnn` row; docs/
+// performance.md, "Measurements behind the code"). Here each output is accumulated in
+// registers straight from the input:
 //
 // - The sample is copied once into a zero-padded buffer of (Hp, Wp) planes, and the
 //   output is computed on a grid Ho x Wp, as wide as the padded input: then output

@@ -151,10 +151,9 @@ void blas_threads_for(double flops) {
 // turns on the same cores, OpenMP's workers spinning for milliseconds after each
 // region (libgomp's default) while OpenBLAS's threads waited for a core, and
 // OpenBLAS's yielding while OpenMP's did. With every product on OpenMP's threads,
-// bench/'s LSTM row (products of 17 MFLOP a step and of 1 GFLOP a sequence) went from
-// 209 to 159 ms a call, and the matmul rows from 0.93, 0.99 and 0.99 of OpenBLAS's own
-// two threads to 1.13, 1.04 and 1.01 (256, 1024 and 2048; one run of each build, both
-// on the same busy machine). Not inside another parallel region (a conv's per-sample
+// bench/'s `lstm` row (products of 17 MFLOP a step and of 1 GFLOP a sequence) and the
+// matmul rows against OpenBLAS's own two threads improved (docs/performance.md,
+// "Measurements behind the code"). Not inside another parallel region (a conv's per-sample
 // threads call BLAS too), nor a product too narrow to cut. Split products are timed
 // (Note [Throttling parallel regions under contention] in loops.h): with one busy
 // process beside it on two cores, the MLP's epoch took many times longer with every
@@ -184,8 +183,8 @@ bool split_between_threads(int m, int n, int k) {
 // split product are (and timed by the same throttle). Each product is the same call
 // either way, so the bits do not change. Not for products under kBatchSplitMinFlops:
 // the char transformer's per-head products (64 x 16 x 64, 131 KFLOP, 64 a batch) were
-// no faster shared out on the busy benchmark machine, and likely slower (the best of
-// five steps 26 ms kept on one thread, 35 ms shared out).
+// no faster shared out on the busy benchmark machine, and likely slower (bench/
+// `chartf`; docs/performance.md, "Measurements behind the code").
 constexpr double kBatchSplitMinFlops = double(int64_t(1) << 20);
 bool batches_between_threads(int64_t count, double flops_each) {
   return count >= 2 && flops_each >= kBatchSplitMinFlops && flops_each < kOmpSplitFlops &&
@@ -231,11 +230,11 @@ CBLAS_TRANSPOSE op(const MatLayout& l) { return l.trans ? CblasTrans : CblasNoTr
 // first use] in openblas.cpp): a game's per-frame inference starts milliseconds sooner.
 // Larger ones stay with OpenBLAS. From kParallelGrain elements c is split between the
 // OpenMP threads (rows for rows_dot, columns for rows_axpy), which changes no sum.
-// The price, measured with bench/ (`gemv`): on one core the loop is as fast as
-// OpenBLAS's sgemv (784 x 256: 8.8 against 9.4 us in C); OpenBLAS runs that size on
-// two threads where it may (6.8 us), and the engine's call takes 9.0, as splitting it
-// between OpenMP threads made it slower (10-11.6 us) on these shared cores. A program
-// saves the 4-8 ms of loading OpenBLAS instead.
+// The price, measured with bench/ (`gemv`; docs/performance.md, "Measurements behind
+// the code"): on one core the loop is as fast as OpenBLAS's sgemv; OpenBLAS runs that
+// size on two threads where it may, faster, and splitting the loop between OpenMP
+// threads made it slower on these shared cores, so it stays on one. A program saves
+// the time of loading OpenBLAS instead.
 //   rows_dot:  y[i] = sum_j a(i, j) x[j]   (a row-major: the rows are contiguous)
 //   rows_axpy: y[j] = sum_i x[i] a(i, j)   (the same layout read as a's transpose)
 // Both add in a fixed order whatever the instruction set (DL_TARGET_CLONES):

@@ -6,8 +6,8 @@
 // loads it (dlopen, as the CUDA plugin is loaded) and looks up the functions of
 // openblas.h's lists. Loading it costs more than anything else in starting a process:
 // its relocations and libgfortran's, its CPU detection and the start of its threads
-// took 7-8 ms of `dlua -e ''`'s 17 on this kind of machine (measured beside a C program
-// that links the same libraries but OpenBLAS, docs/performance.md). A script or an
+// were about half of `dlua -e ''` (docs/performance.md, "Measurements behind the
+// code"). A script or an
 // embedding host that never multiplies matrices (pointwise work, small models' inference
 // on vectors) never pays it; one that does pays it once, at its first product.
 //   - The library is the one the build found (pkg-config's libdir for openblas), else

@@ -138,10 +138,9 @@ bool binary_scalar(Op op, DType dt, void* out, const void* a, double s, bool sca
 // dl.compile's fused groups run blocks of up to 2,048 elements (compile/plan.cpp), not
 // the short bursts of inline values that Note [Small loops for AVX2] weighs: these run
 // the same bodies built for AVX-512 as well, as the eager kernels' general and wide
-// loops are (DL_TARGET_CLONES: no fused multiply-adds, so the same bits). A compiled
-// MLP step's tanh over 8,192 floats took a quarter of its time in the AVX2 loop against
-// a seventh in eager's AVX-512 one (perf, one thread); six compiled tanh steps over
-// 100,000 floats went from 1.98-2.15 to 1.25-1.26 ms (docs/performance.md).
+// loops are (DL_TARGET_CLONES: no fused multiply-adds, so the same bits): a compiled
+// MLP step's tanh ran slower in the AVX2 loop than eager's in its AVX-512 one (bench/
+// `mlpstepc`; docs/performance.md, "Measurements behind the code").
 DL_TARGET_CLONES bool block_unary(Op op, DType dt, void* out, const void* x, int64_t n) {
   return unary_body(op, dt, out, x, n);
 }
