@@ -176,18 +176,19 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
 // deferred: the caller runs the eager op).
 int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s, int first,
           const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
-  compile::Call* c = deferring();
-  if (!c || op < 0 || op >= dl::kNumOps) return -2;
   // Note [Inline operands run at once]
   // An op whose operands are all small values held inline (Note [Small tensors inline]
   // in value.cpp) runs eagerly: its fast path costs less than matching it (bench/
-  // `chainfwdc`: a 16-element chain ran 2.5x slower deferred, a 64-element one 2x
-  // faster), and its result is again such a value, so tiny-tensor code pays almost
-  // nothing for being compiled. An op that reads a proxy is always deferred.
+  // `chainfwdc16` against `chainfwdc256`; docs/performance.md, "dl.compile"), and its
+  // result is again such a value, so tiny-tensor code pays almost nothing for being
+  // compiled. An op that reads a proxy is always deferred. (Asked first: whatever the
+  // call's state, such an op runs eagerly, and this costs a few loads.)
   const bool two = compile::arity(kind) == 2;
   if (kind != compile::Kind::Watch && a->id == 0 && a->inl_dtype < dl::kNumDTypes &&
       (!two || (b->id == 0 && b->inl_dtype < dl::kNumDTypes)))
     return -2;
+  compile::Call* c = deferring();
+  if (!c || op < 0 || op >= dl::kNumOps) return -2;
   dl::MessageBase base(1);
   try {
     const dl::OpInfo& info = dl::op_info(Op(op));
