@@ -406,16 +406,26 @@ void sync_slow() {
 
 void finish_call(Call& c) {
   const size_t n = c.steps.size();
-  if (c.flushed == n) return;
   const Trace* t = c.trace;
   // Results may be left unwritten only on a trace whose kept results are known, that
   // the call followed without leaving it (its every op so far is the trace's).
   const bool known = t && t->analysed && !c.recording && !c.eager && n <= t->ops.size();
-  std::vector<uint8_t> want(n - c.flushed, 1);
-  if (known)
-    for (size_t i = c.flushed; i < n; ++i) want[i - c.flushed] = t->kept[i] || c.returned[i];
-  run(c, want);
-  if (known && n == t->ops.size()) ++c.trace->replays;
+  if (c.flushed < n) {
+    std::vector<uint8_t> want(n - c.flushed, 1);
+    if (known)
+      for (size_t i = c.flushed; i < n; ++i) want[i - c.flushed] = t->kept[i] || c.returned[i];
+    run(c, want);
+  }
+  if (!known) return;
+  // Note [Flushed results released at the end]
+  // Results that ran before the end (a value left for Lua mid-call, as an optimizer's
+  // in-place update makes every pending step run) were all written, since the rest of
+  // the call could read any of them. At the end, those the trace knows did not outlive
+  // the call, and that are not returned, go back to the allocator now, warm, as an
+  // unwritten result would have: delivered to Lua, they would wait for the collector.
+  for (size_t i = 0; i < c.flushed && i < n; ++i)
+    if (!t->kept[i] && !c.returned[i]) c.results[i] = Tensor();
+  if (n == t->ops.size()) ++c.trace->replays;
 }
 
 }  // namespace dl::compile

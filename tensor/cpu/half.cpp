@@ -19,12 +19,11 @@ namespace {
 // A conversion's result larger than kStreamBytes is written with non-temporal stores:
 // they go to memory without first reading each line of the destination into the cache
 // (the read that an ordinary store of a line not in cache costs), and a result that
-// large does not stay in cache for its reader anyway. bench/'s `half1e7` (1e7 floats
-// to float16, 6 bytes of traffic an element) ran 1.3-1.6x faster in a C loop of the
-// same parts on this kind of machine, with one destination reused or several
-// (docs/performance.md, "Half precision: conversions"). Values are the same: only the
-// way the bytes reach memory differs. The stores need aligned destinations: the
-// elements before the first aligned one are converted one at a time, as the tail is.
+// large does not stay in cache for its reader anyway: bench/'s `half1e7` (1e7 floats
+// to float16, 6 bytes of traffic an element) measures it (docs/performance.md, "Half
+// precision: conversions"). Values are the same: only the way the bytes reach memory
+// differs. The stores need aligned destinations: the elements before the first aligned
+// one are converted one at a time, as the tail is.
 constexpr int64_t kStreamBytes = int64_t(16) << 20;
 
 __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* s, uint16_t* d, int64_t n, bool stream) {
