@@ -228,15 +228,17 @@ template <typename T, int N>
   // Per instruction, decided once: where its operands in memory are (a dense input's
   // chunk moves with the chunk; the rest stay), which are the chunk in registers, and
   // the case to take.
+  // (No member initializers: the array is left as it is and each instruction's entry
+  // is zeroed as it is decoded, not all kMaxCode of them for every run.)
   struct Decoded {
-    const T* a = nullptr;
-    const T* b = nullptr;
-    const T* a_dense = nullptr;   // a dense input's data: its chunk at + o
-    const T* b_dense = nullptr;
-    bool ra = false, rb = false, unary = false;
-    bool a_one = false, b_one = false;   // one value: a chunk of its copies
-    Pair pair = RR;
-    int key = 0;
+    const T* a;
+    const T* b;
+    const T* a_dense;   // a dense input's data: its chunk at + o
+    const T* b_dense;
+    bool ra, rb, unary;
+    bool a_one, b_one;   // one value: a chunk of its copies
+    Pair pair;
+    int key;
   };
   Decoded d[fused::kMaxCode];
   auto memory = [&](const Route& from, const T** fixed, const T** dense) {
@@ -249,6 +251,7 @@ template <typename T, int N>
   for (int c = 0; c < p.ncode; ++c) {
     const fused::Instr& in = p.code[c];
     Decoded& x = d[c];
+    x = Decoded{};
     x.unary = in.code == fused::Instr::Unary;
     x.ra = r.a[c].from == From::Registers;
     if (!x.ra) memory(r.a[c], &x.a, &x.a_dense);
