@@ -695,6 +695,9 @@ bool folds_into(const std::vector<Step>& steps, size_t i, size_t j) {
 // docs/performance.md, "The compiled call's own cost"). What depends on the call's
 // tensors (their memory, whether a bound operand is contiguous or one value) is worked
 // out as the schedule runs, every call.
+// A step's second operand's position, -1 for one that reads one.
+int32_t second_of(const Step& st) { return arity(st.kind) == 2 ? st.b.step : -1; }
+
 struct Sig {
   Kind kind;
   Op op;
@@ -706,10 +709,10 @@ struct Sig {
   Shape shape;
   explicit Sig(const Step& st)
       : kind(st.kind), op(st.op), dtype(st.dtype), alone(st.alone), ndims(st.ndims), device(st.device),
-        a(st.a.step), b(arity(st.kind) == 2 ? st.b.step : -1), shape(st.shape) {}
+        a(st.a.step), b(second_of(st)), shape(st.shape) {}
   bool of(const Step& st) const {
     return kind == st.kind && op == st.op && dtype == st.dtype && alone == st.alone && ndims == st.ndims &&
-           device == st.device && a == st.a.step && b == (arity(st.kind) == 2 ? st.b.step : -1) &&
+           device == st.device && a == st.a.step && b == second_of(st) &&
            shape == st.shape;
   }
 };

@@ -410,6 +410,7 @@ void finish_call(Call& c) {
   // Results may be left unwritten only on a trace whose kept results are known, that
   // the call followed without leaving it (its every op so far is the trace's).
   const bool known = t && t->analysed && !c.recording && !c.eager && n <= t->ops.size();
+  const size_t ran = c.flushed;   // steps run before the end, every result written
   if (c.flushed < n) {
     std::vector<uint8_t> want(n - c.flushed, 1);
     if (known)
@@ -423,7 +424,7 @@ void finish_call(Call& c) {
   // the call could read any of them. At the end, those the trace knows did not outlive
   // the call, and that are not returned, go back to the allocator now, warm, as an
   // unwritten result would have: delivered to Lua, they would wait for the collector.
-  for (size_t i = 0; i < c.flushed && i < n; ++i)
+  for (size_t i = 0; i < ran; ++i)
     if (!t->kept[i] && !c.returned[i]) c.results[i] = Tensor();
   if (n == t->ops.size()) ++c.trace->replays;
 }
