@@ -5,16 +5,19 @@
 // neighbours merged, then split into kept and reduced dims. Each output is folded by a
 // group of bx threads (a block holds 256 / bx groups):
 //  - bx > 1 when the innermost dim in memory is reduced and long: the group's threads
-//    read neighbouring elements of each row (coalesced) and their folds are merged in
-//    shared memory;
+//    read neighbouring elements of each row (coalesced; 16 bytes a load where the row
+//    is dense, fold_dense) and their folds are merged by warp shuffles, then the
+//    warps' in order (group_merge);
 //  - bx = 1 otherwise: a thread per output, and neighbouring threads read neighbouring
 //    outputs' elements.
 // When that leaves the device mostly idle (few outputs, long reductions), each output's
 // elements are cut into S slices (grid.y): slice folds go to a scratch buffer and a
 // second kernel merges them (a warp an output) and finishes. The fold order depends only on
-// the shape, so results are deterministic, though not bit-identical to the CPU's
-// (another order of float additions).
+// the shape (and for dense rows on the data's offset from a 16-byte boundary), so results
+// are deterministic, though not bit-identical to the CPU's (another order of float
+// additions).
 #include <cmath>
+#include <cstring>
 
 #include "gpu/loops.cuh"
 #include "tensor/geometry.h"
@@ -30,6 +33,11 @@ using RedPlan = geometry::ReducePlan;
 RedPlan make_plan(const Tensor& out, const Tensor& x, const bool* red) { return geometry::reduce_plan(out, x, red); }
 
 __device__ __forceinline__ void kept_offsets(const RedPlan& p, int64_t o, int64_t& xo, int64_t& oo) {
+  if (p.nk == 1) {   // no division (64-bit ones are long sequences of instructions)
+    xo += o * p.kxs[0];
+    oo += o * p.kos[0];
+    return;
+  }
   for (int d = p.nk - 1; d >= 0; --d) {
     const int64_t q = o % p.ks[d];
     o /= p.ks[d];
@@ -49,18 +57,104 @@ __device__ __forceinline__ int64_t outer_offset(const RedPlan& p, int64_t row) {
   return off;
 }
 
+// ---- merging inside a warp and a block -------------------------------------------------
+
+// Lane l + d's `v` (a value of 1 to 8 bytes: every reducer's accumulator).
+template <typename A>
+__device__ __forceinline__ A shfl_down(A v, int d) {
+  static_assert(sizeof(A) <= 8, "an accumulator of at most 8 bytes");
+  using W = std::conditional_t<(sizeof(A) <= 4), unsigned, unsigned long long>;
+  W w = 0;
+  memcpy(&w, &v, sizeof(A));
+  w = __shfl_down_sync(0xffffffffu, w, d);
+  memcpy(&v, &w, sizeof(A));
+  return v;
+}
+
+// The merge of the warp's 32 `v`s, in lane 0 (lane l with l + 16, then l + 8, ...: a
+// fixed tree). The other lanes' results are partial.
+template <typename A, typename R>
+__device__ __forceinline__ A warp_merge(A v, const R& r) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) v = r.merge(v, shfl_down(v, d));
+  return v;
+}
+
+// The merge of the `v`s of a group of `width` threads (a multiple of 32; the group's
+// warps are warps of the block, threadIdx.x its position), in the group's thread 0:
+// each warp merges its own, then the first thread merges the warps' in order. `sh` holds
+// one value per warp of the block; every thread of the block must call it.
+template <typename A, typename R>
+__device__ __forceinline__ A group_merge(A* sh, A v, const R& r, int width) {
+  const int tx = int(threadIdx.x), warps = width / 32, first = int(threadIdx.y) * warps;
+  v = warp_merge(v, r);
+  if (warps == 1) return v;
+  if (tx % 32 == 0) sh[first + tx / 32] = v;
+  __syncthreads();
+  if (tx == 0)
+    for (int k = 1; k < warps; ++k) v = r.merge(v, sh[first + k]);
+  __syncthreads();
+  return v;
+}
+
+// The first 16-byte boundary in p's n elements (p + n if there is none), with `head`
+// the number of elements before it.
+template <typename T>
+__device__ __forceinline__ const T* aligned_from(const T* p, int64_t n, int64_t& head) {
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(p) % 16;
+  head = mis == 0 ? 0 : int64_t((16 - mis) / sizeof(T));
+  if (head > n) head = n;
+  return p + head;
+}
+
+// acc ... a3 folded with the elements [0, n) of a dense row p, by the group's threads
+// (tx of bx): the ones before p's first 16-byte boundary one each, then 16 bytes a load
+// (four loads in flight), then the rest one each. The split depends on p's alignment,
+// so a view's fold order is fixed by its shape and offset.
+template <typename R>
+__device__ __forceinline__ void fold_dense(const R& r, const typename R::in_t* p, int64_t n, int tx, int bx,
+                                           double c, typename R::acc_t& acc, typename R::acc_t& a1,
+                                           typename R::acc_t& a2, typename R::acc_t& a3) {
+  using T = typename R::in_t;
+  using V = Vec16<T>;
+  constexpr int W = V::kWidth;
+  int64_t head;
+  const V* v = reinterpret_cast<const V*>(aligned_from(p, n, head));
+  if (tx < head) acc = r.step(acc, p[tx], c);
+  const int64_t nv = (n - head) / W;
+  int64_t k = tx;
+  for (; k + 3 * bx < nv; k += 4 * bx) {
+    const V v0 = v[k], v1 = v[k + bx], v2 = v[k + 2 * bx], v3 = v[k + 3 * bx];
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      acc = r.step(acc, v0.v[j], c);
+      a1 = r.step(a1, v1.v[j], c);
+      a2 = r.step(a2, v2.v[j], c);
+      a3 = r.step(a3, v3.v[j], c);
+    }
+  }
+  for (; k < nv; k += bx) {
+    const V v0 = v[k];
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc = r.step(acc, v0.v[j], c);
+  }
+  for (int64_t i = head + nv * W + tx; i < n; i += bx) acc = r.step(acc, p[i], c);
+}
+
 template <typename R, typename Out>
 __global__ void __launch_bounds__(kThreads)
 reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::acc_t* partial,
               const double* centers) {
   using A = typename R::acc_t;
   using T = typename R::in_t;
-  __shared__ A sh[kThreads];
+  __shared__ A sh[kThreads / 32];
   const int bx = int(blockDim.x), by = int(blockDim.y), tx = int(threadIdx.x), ty = int(threadIdx.y);
   const int64_t S = gridDim.y, slice = blockIdx.y;
+  const bool dense = bx > 1 && p.rxs[p.nr - 1] == 1;   // the group reads along dense rows
   // this slice's share of the reduced rows, in 128 bits: an expanded x may reduce over
-  // nearly 2^63 rows
-  const int64_t r0 = int64_t(__int128(p.nred) * slice / S), r1 = int64_t(__int128(p.nred) * (slice + 1) / S);
+  // nearly 2^63 rows (a 128-bit division is a long routine: not for one slice)
+  const int64_t r0 = S == 1 ? 0 : int64_t(__int128(p.nred) * slice / S);
+  const int64_t r1 = S == 1 ? p.nred : int64_t(__int128(p.nred) * (slice + 1) / S);
   const int64_t L = p.rs[p.nr - 1], ls = p.rxs[p.nr - 1];
   for (int64_t ob = int64_t(blockIdx.x) * by; ob < p.nout; ob += int64_t(gridDim.x) * by) {
     const int64_t o = ob + ty;
@@ -75,9 +169,14 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
       // a thread leaves the device's memory mostly idle); merged in a fixed order below
       A a1 = r.identity(), a2 = r.identity(), a3 = r.identity();
       for (int64_t q = r0; q < r1;) {
-        const int64_t row = q / L, i0 = q - row * L;
+        const int64_t row = p.nr == 1 ? 0 : q / L, i0 = q - row * L;
         const int64_t i1 = L - i0 < r1 - q ? L : i0 + (r1 - q);
         const T* base = x + xo + outer_offset(p, row);
+        if (dense) {
+          fold_dense(r, base + i0, i1 - i0, tx, bx, c, acc, a1, a2, a3);
+          q += i1 - i0;
+          continue;
+        }
         int64_t i = i0 + tx;
         for (; i + 3 * bx < i1; i += 4 * bx) {
           acc = r.step(acc, base[i * ls], c);
@@ -90,16 +189,7 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
       }
       acc = r.merge(r.merge(acc, a1), r.merge(a2, a3));
     }
-    if (bx > 1) {
-      sh[ty * bx + tx] = acc;
-      __syncthreads();
-      for (int w = bx / 2; w > 0; w /= 2) {
-        if (tx < w) sh[ty * bx + tx] = r.merge(sh[ty * bx + tx], sh[ty * bx + tx + w]);
-        __syncthreads();
-      }
-      acc = sh[ty * bx];
-      __syncthreads();
-    }
+    if (bx > 1) acc = group_merge(sh, acc, r, bx);
     if (tx == 0 && o < p.nout) {
       if (S == 1) out[oo] = fn::convert<Out>(r.finish(acc, p.nred, c));
       else partial[o * S + slice] = acc;
@@ -108,35 +198,27 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
 }
 
 // The slice folds of an output merged by one warp (blockDim (32, kThreads / 32)): lane l
-// merges slices l, l + 32, ... in order, then the lanes' folds merge pairwise in shared
-// memory. One thread merging all S in turn waited S times on the latency of L2 (up to
-// 1,024 slices: most of a full sum's time).
+// merges slices l, l + 32, ... in order, then the lanes' folds merge pairwise
+// (warp_merge). One thread merging all S in turn waited S times on the latency of L2 (up
+// to 1,024 slices: most of a full sum's time).
 template <typename R, typename Out>
 __global__ void __launch_bounds__(kThreads)
 reduce_finish_kernel(RedPlan p, R r, const typename R::acc_t* partial, int64_t S, Out* out,
                      const double* centers) {
   using A = typename R::acc_t;
-  __shared__ A sh[kThreads];
   const int lane = int(threadIdx.x), w = int(threadIdx.y);
-  A* mine = sh + w * 32;
   const int64_t step = int64_t(gridDim.x) * blockDim.y;
   for (int64_t o = int64_t(blockIdx.x) * blockDim.y + w; o < p.nout; o += step) {
     A acc = r.identity();
     for (int64_t s = lane; s < S; s += 32) acc = r.merge(acc, partial[o * S + s]);
-    mine[lane] = acc;
-    __syncwarp();
-    for (int h = 16; h > 0; h /= 2) {
-      if (lane < h) mine[lane] = r.merge(mine[lane], mine[lane + h]);
-      __syncwarp();
-    }
+    acc = warp_merge(acc, r);
     if (lane == 0) {
       int64_t xo = 0, oo = 0;
       kept_offsets(p, o, xo, oo);
       double c = 0;
       if constexpr (R::kCentered) c = R::center(centers[oo]);
-      out[oo] = fn::convert<Out>(r.finish(mine[0], p.nred, c));
+      out[oo] = fn::convert<Out>(r.finish(acc, p.nred, c));
     }
-    __syncwarp();
   }
 }
 
@@ -188,7 +270,9 @@ void run_reduce(const R& r, const Tensor& out, const Tensor& x, const std::vecto
   const Shape2 s = split(c, p.nout, p.nred, p.red_innermost, p.rs[p.nr - 1]);
   const int by = kThreads / s.bx;
   int64_t groups = (p.nout + by - 1) / by;
-  const int64_t cap = int64_t(c.sm_count) * 64;
+  // at most 16 blocks a multiprocessor (about two rounds of resident blocks), each then
+  // folding several outputs in turn; 8 to 16 ran the row sums of bench/gpu.lua fastest
+  const int64_t cap = int64_t(c.sm_count) * 16;
   if (groups > cap) groups = cap;
   const dim3 grid(unsigned(groups), unsigned(s.S)), block(unsigned(s.bx), unsigned(by));
   const T* xp = x.numel() == 0 ? nullptr : x.data<T>();
@@ -271,16 +355,22 @@ arg_kernel(ArgPlan p, const T* x, T* vals, int64_t* idx, T* pv, int64_t* pi) {
   __shared__ int64_t si[kThreads];
   const int bx = int(blockDim.x), by = int(blockDim.y), tx = int(threadIdx.x), ty = int(threadIdx.y);
   const int64_t S = gridDim.y, slice = blockIdx.y;
-  const int64_t i0 = int64_t(__int128(p.n) * slice / S), i1 = int64_t(__int128(p.n) * (slice + 1) / S);
+  const int64_t i0 = S == 1 ? 0 : int64_t(__int128(p.n) * slice / S);
+  const int64_t i1 = S == 1 ? p.n : int64_t(__int128(p.n) * (slice + 1) / S);
   for (int64_t ob = int64_t(blockIdx.x) * by; ob < p.nout; ob += int64_t(gridDim.x) * by) {
     const int64_t o = ob + ty;
     T bv = T(0);
     int64_t bi = -1;
     if (o < p.nout) {
-      int64_t xo = 0, rest = o;
-      for (int d = p.nk - 1; d >= 0; --d) {
-        xo += (rest % p.ks[d]) * p.kxs[d];
-        rest /= p.ks[d];
+      int64_t xo = 0;
+      if (p.nk == 1) {
+        xo = o * p.kxs[0];   // no 64-bit division, as kept_offsets
+      } else {
+        int64_t rest = o;
+        for (int d = p.nk - 1; d >= 0; --d) {
+          xo += (rest % p.ks[d]) * p.kxs[d];
+          rest /= p.ks[d];
+        }
       }
       for (int64_t i = i0 + tx; i < i1; i += bx) arg_merge<T, IsMax>(bv, bi, x[xo + i * p.s], i);
     }
@@ -358,18 +448,17 @@ void arg_reduce_typed(const Tensor& values, const Tensor& indices, const Tensor&
 
 // ---- softmax --------------------------------------------------------------------------
 
-// The merge of every thread's `v` in the block (blockDim.x a power of two, blockDim.y 1).
+// The merge of every thread's `v` in the block (blockDim.y 1), returned to every
+// thread: each warp merges its own, then every thread merges the warps' in order.
 template <typename A, typename R>
 __device__ A block_merge(A* sh, A v, const R& r) {
-  const int t = int(threadIdx.x);
-  sh[t] = v;
+  const int t = int(threadIdx.x), warps = int(blockDim.x) / 32;
+  v = warp_merge(v, r);
+  if (t % 32 == 0) sh[t / 32] = v;
   __syncthreads();
-  for (int w = int(blockDim.x) / 2; w > 0; w /= 2) {
-    if (t < w) sh[t] = r.merge(sh[t], sh[t + w]);
-    __syncthreads();
-  }
-  const A out = sh[0];
-  __syncthreads();
+  A out = sh[0];
+  for (int k = 1; k < warps; ++k) out = r.merge(out, sh[k]);
+  __syncthreads();   // sh is free for the next merge
   return out;
 }
 
@@ -378,8 +467,8 @@ __device__ A block_merge(A* sh, A v, const R& r) {
 // in the output and scaled by 1 / its sum.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) softmax_rows(const T* x, T* out, int64_t M, int64_t N, bool log) {
-  __shared__ T shm[kThreads];
-  __shared__ double shs[kThreads];
+  __shared__ T shm[kThreads / 32];
+  __shared__ double shs[kThreads / 32];
   const fn::AmaxRed<T> amax;
   const fn::SumRed<double> dsum;
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
@@ -410,12 +499,73 @@ __global__ void __launch_bounds__(kThreads) softmax_rows(const T* x, T* out, int
   }
 }
 
+// J == 1 with dense, 16-byte aligned rows of at most kThreads * K vectors: a block per
+// row that reads the row once into registers, 16 bytes a load, and writes it once (the
+// general kernel above reads it twice and writes the output twice). The same math.
+template <typename T, int K>
+__global__ void __launch_bounds__(kThreads)
+softmax_rows_dense(const T* x, T* out, int64_t M, int64_t N, bool log) {
+  using V = Vec16<T>;
+  constexpr int W = V::kWidth;
+  __shared__ T shm[kThreads / 32];
+  __shared__ double shs[kThreads / 32];
+  const fn::AmaxRed<T> amax;
+  const fn::SumRed<double> dsum;
+  const int64_t nv = N / W;
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const V* row = reinterpret_cast<const V*>(x + m * N);
+    V* o = reinterpret_cast<V*>(out + m * N);
+    V buf[K];
+    T mx = amax.identity();
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+      if (i < nv) {
+        buf[k] = row[i];
+#pragma unroll
+        for (int j = 0; j < W; ++j) mx = amax.step(mx, buf[k].v[j], 0.0);
+      }
+    }
+    mx = block_merge(shm, mx, amax);
+    double s = 0;
+    if (log) {
+      const fn::LogsumexpRed<T> lse;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (threadIdx.x + int64_t(k) * kThreads < nv)
+#pragma unroll
+          for (int j = 0; j < W; ++j) s = lse.step(s, buf[k].v[j], double(mx));
+    } else {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (threadIdx.x + int64_t(k) * kThreads < nv)
+#pragma unroll
+          for (int j = 0; j < W; ++j) {
+            buf[k].v[j] = std::exp(buf[k].v[j] - mx);
+            s += double(buf[k].v[j]);
+          }
+    }
+    s = block_merge(shs, s, dsum);
+    const T f = log ? T(std::log(s)) : T(1.0 / s);
+    const fn::LogSoftmaxOutFn lf;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+      if (i < nv) {
+#pragma unroll
+        for (int j = 0; j < W; ++j) buf[k].v[j] = log ? lf(buf[k].v[j], mx, f) : buf[k].v[j] * f;
+        o[i] = buf[k];
+      }
+    }
+  }
+}
+
 // softmax's gradient along rows (Note [Softmax's gradient in one pass] in
 // tensor/cpu/reduce.cpp): a block per row, the sum of the rounded products in double.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 softmax_backward_rows(T* gx, const T* g, const T* y, int64_t M, int64_t N) {
-  __shared__ double shs[kThreads];
+  __shared__ double shs[kThreads / 32];
   const fn::SumRed<double> dsum;
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const T* gr = g + m * N;
@@ -424,6 +574,45 @@ softmax_backward_rows(T* gx, const T* g, const T* y, int64_t M, int64_t N) {
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) s += double(T(gr[i] * yr[i]));
     const T st = T(block_merge(shs, s, dsum));
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) gx[m * N + i] = yr[i] * (gr[i] - st);
+  }
+}
+
+// The same with dense, 16-byte aligned rows of at most kThreads * K vectors, g's and y's
+// rows read once into registers, 16 bytes a load (as softmax_rows_dense).
+template <typename T, int K>
+__global__ void __launch_bounds__(kThreads)
+softmax_backward_rows_dense(T* gx, const T* g, const T* y, int64_t M, int64_t N) {
+  using V = Vec16<T>;
+  constexpr int W = V::kWidth;
+  __shared__ double shs[kThreads / 32];
+  const fn::SumRed<double> dsum;
+  const int64_t nv = N / W;
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const V* gr = reinterpret_cast<const V*>(g + m * N);
+    const V* yr = reinterpret_cast<const V*>(y + m * N);
+    V gb[K], yb[K];
+    double s = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+      if (i < nv) {
+        gb[k] = gr[i];
+        yb[k] = yr[i];
+#pragma unroll
+        for (int j = 0; j < W; ++j) s += double(T(gb[k].v[j] * yb[k].v[j]));
+      }
+    }
+    const T st = T(block_merge(shs, s, dsum));
+    V* o = reinterpret_cast<V*>(gx + m * N);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * kThreads;
+      if (i < nv) {
+#pragma unroll
+        for (int j = 0; j < W; ++j) gb[k].v[j] = yb[k].v[j] * (gb[k].v[j] - st);
+        o[i] = gb[k];
+      }
+    }
   }
 }
 
@@ -455,6 +644,12 @@ softmax_cols(const T* x, T* out, int64_t M, int64_t N, int64_t J, bool log) {
   }
 }
 
+bool aligned16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return false;
+  return true;
+}
+
 template <typename T>
 void softmax_typed(bool log, const Tensor& out, const Tensor& x, int dim, const char* op) {
   // An empty x's other sizes may multiply past 2^63, e.g. (2^62, 2^62, 0).
@@ -465,7 +660,12 @@ void softmax_typed(bool log, const Tensor& out, const Tensor& x, int dim, const 
   const DeviceContext& c = activate(out, op);
   if (J == 1) {
     const int64_t cap = int64_t(c.sm_count) * 16;
-    softmax_rows<T><<<unsigned(M < cap ? M : cap), kThreads, 0, c.stream>>>(x.data<T>(), out.data<T>(), M, N, log);
+    const unsigned grid = unsigned(M < cap ? M : cap);
+    constexpr int W = Vec16<T>::kWidth, K = 4;
+    if (aligned16({&x, &out}) && N % W == 0 && N <= int64_t(kThreads) * K * W)
+      softmax_rows_dense<T, K><<<grid, kThreads, 0, c.stream>>>(x.data<T>(), out.data<T>(), M, N, log);
+    else
+      softmax_rows<T><<<grid, kThreads, 0, c.stream>>>(x.data<T>(), out.data<T>(), M, N, log);
   } else {
     softmax_cols<T><<<grid_for(M * J, c), kThreads, 0, c.stream>>>(x.data<T>(), out.data<T>(), M, N, J, log);
   }
@@ -559,9 +759,15 @@ void softmax_backward(const Tensor& gx, const Tensor& g, const Tensor& y) {
   const int64_t N = y.size(y.dim() - 1), M = y.numel() / N;   // y is not empty
   const DeviceContext& c = activate(y, op);
   const int64_t cap = int64_t(c.sm_count) * 16;
+  const unsigned grid = unsigned(M < cap ? M : cap);
   DL_DISPATCH_FLOAT(y.dtype(), op, {
-    softmax_backward_rows<scalar_t><<<unsigned(M < cap ? M : cap), kThreads, 0, c.stream>>>(
-        gx.data<scalar_t>(), g.data<scalar_t>(), y.data<scalar_t>(), M, N);
+    constexpr int W = Vec16<scalar_t>::kWidth, K = 4;
+    if (aligned16({&gx, &g, &y}) && N % W == 0 && N <= int64_t(kThreads) * K * W)
+      softmax_backward_rows_dense<scalar_t, K><<<grid, kThreads, 0, c.stream>>>(
+          gx.data<scalar_t>(), g.data<scalar_t>(), y.data<scalar_t>(), M, N);
+    else
+      softmax_backward_rows<scalar_t><<<grid, kThreads, 0, c.stream>>>(
+          gx.data<scalar_t>(), g.data<scalar_t>(), y.data<scalar_t>(), M, N);
   });
   check_launch(op);
 }

@@ -310,6 +310,27 @@ std::map<Op, Check> other_checks() {
       compare_op("softmax long rows", {sample({4, 5000}, DType::Float32)},
                  [op](const auto& x) { return op == Op::Softmax ? softmax(x[0], 1) : log_softmax(x[0], 1); },
                  folds(5000));
+      // Rows kept in registers (a multiple of 16 bytes, at most 4,096 floats), the
+      // longest such row, and the same rows one element off a 16-byte boundary.
+      for (DType dt : {DType::Float32, DType::Float64})
+        for (int64_t n : {4, 64, 1000, 2048, 4096}) {
+          const std::string name = std::string(op_name(op)) + " dense rows " + std::string(dtype_name(dt)) + " " +
+                                   std::to_string(n);
+          compare_op(name, {sample({9, n}, dt)},
+                     [op](const auto& x) { return op == Op::Softmax ? softmax(x[0], 1) : log_softmax(x[0], 1); },
+                     folds(n));
+          compare_op(name + " off a boundary", {sample({9 * n + 1}, dt)}, [op, n](const auto& x) {
+            Tensor v = reshape(narrow(x[0], 0, 1, 9 * n), Shape{9, n});
+            return op == Op::Softmax ? softmax(v, 1) : log_softmax(v, 1);
+          }, folds(n));
+          if (op != Op::Softmax) continue;
+          compare_op(name + " backward", {sample({9, n}, dt), sample({9, n}, dt)},
+                     [](const auto& x) { return softmax_backward(x[0], softmax(x[1], 1)); }, folds(n));
+          compare_op(name + " backward off a boundary", {sample({9 * n + 1}, dt), sample({9, n}, dt)},
+                     [n](const auto& x) {
+                       return softmax_backward(reshape(narrow(x[0], 0, 1, 9 * n), Shape{9, n}), softmax(x[1], 1));
+                     }, folds(n));
+        }
     };
   }
   m[Op::Cumsum] = [&] {
@@ -756,7 +777,16 @@ TEST_CASE("every reduction matches the CPU", "[cuda]") {
                  [op](const auto& x) { return reduce(op, x[0], {1}, true); }, folds(70000));
       compare_op(name + " empty", {sample({0, 4}, dt)},
                  [op](const auto& x) { return reduce(op, x[0], {0}, false); }, folds());
+      compare_op(name + " a view off a 16-byte boundary", {sample({1 << 16}, dt, 0.5)},
+                 [op](const auto& x) { return reduce(op, narrow(x[0], 0, 1, (1 << 16) - 4), {}, false); },
+                 folds(1 << 16));
     }
+    // Dense rows, read 16 bytes a load: rows of 1,001 elements start at every offset from
+    // a 16-byte boundary, so each has its own head and tail.
+    for (DType dt : kAll)
+      compare_op(std::string(info.lua_name) + " " + std::string(dtype_name(dt)) + " rows of every alignment",
+                 {sample({17, 1001}, dt, 0.5)}, [op](const auto& x) { return reduce(op, x[0], {1}, false); },
+                 folds(1001));
   }
 }
 
