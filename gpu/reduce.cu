@@ -17,7 +17,9 @@
 // are deterministic, though not bit-identical to the CPU's (another order of float
 // additions).
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "gpu/loops.cuh"
 #include "tensor/geometry.h"
@@ -197,6 +199,78 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
   }
 }
 
+// bx = 1 with the kept innermost dim dense in x and in the output: a thread folds W
+// neighbouring outputs (16 bytes of x, W = 16 / sizeof(T) elements), one 16-byte load a
+// reduced element, four in flight, each output's fold in the same order as
+// reduce_kernel's one thread. The host checks that every offset a thread starts from is
+// a multiple of W and x 16-byte aligned (dense_columns).
+template <typename R, typename Out>
+__global__ void __launch_bounds__(kThreads)
+reduce_columns_dense(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::acc_t* partial,
+                     const double* centers) {
+  using A = typename R::acc_t;
+  using T = typename R::in_t;
+  using V = Vec16<T>;
+  constexpr int W = V::kWidth;
+  const int64_t S = gridDim.y, slice = blockIdx.y;
+  const int64_t r0 = S == 1 ? 0 : int64_t(__int128(p.nred) * slice / S);
+  const int64_t r1 = S == 1 ? p.nred : int64_t(__int128(p.nred) * (slice + 1) / S);
+  const int64_t L = p.rs[p.nr - 1], ls = p.rxs[p.nr - 1];
+  const int64_t groups = p.nout / W, step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += step) {
+    int64_t xo = 0, oo = 0;
+    kept_offsets(p, g * W, xo, oo);
+    double c[W] = {};
+    if constexpr (R::kCentered)
+#pragma unroll
+      for (int j = 0; j < W; ++j) c[j] = R::center(centers[oo + j]);
+    A acc[W];
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc[j] = r.identity();
+    for (int64_t q = r0; q < r1;) {
+      const int64_t row = p.nr == 1 ? 0 : q / L, i0 = q - row * L;
+      const int64_t i1 = L - i0 < r1 - q ? L : i0 + (r1 - q);
+      const T* base = x + xo + outer_offset(p, row);
+      int64_t i = i0;
+      for (; i + 3 < i1; i += 4) {
+        V v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = *reinterpret_cast<const V*>(base + (i + u) * ls);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+          for (int j = 0; j < W; ++j) acc[j] = r.step(acc[j], v[u].v[j], c[j]);
+      }
+      for (; i < i1; ++i) {
+        const V v0 = *reinterpret_cast<const V*>(base + i * ls);
+#pragma unroll
+        for (int j = 0; j < W; ++j) acc[j] = r.step(acc[j], v0.v[j], c[j]);
+      }
+      q += i1 - i0;
+    }
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      if (S == 1) out[oo + j] = fn::convert<Out>(r.finish(acc[j], p.nred, c[j]));
+      else partial[(g * W + j) * S + slice] = acc[j];
+    }
+  }
+}
+
+// Whether reduce_columns_dense can fold x's plan: elements of 4 bytes or more (more
+// outputs a thread would cost too many registers), the kept innermost dim dense in x and
+// the output and a multiple of W long, every other stride a multiple of W.
+template <typename T>
+bool dense_columns(const RedPlan& p, const T* x) {
+  constexpr int64_t W = Vec16<T>::kWidth;
+  if (sizeof(T) < 4 || p.red_innermost || p.nk == 0 || p.nred == 0) return false;
+  if (p.kxs[p.nk - 1] != 1 || p.kos[p.nk - 1] != 1 || p.ks[p.nk - 1] % W != 0) return false;
+  for (int d = 0; d + 1 < p.nk; ++d)
+    if (p.kxs[d] % W != 0) return false;
+  for (int d = 0; d < p.nr; ++d)
+    if (p.rxs[d] % W != 0) return false;
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
 // The slice folds of an output merged by one warp (blockDim (32, kThreads / 32)): lane l
 // merges slices l, l + 32, ... in order, then the lanes' folds merge pairwise
 // (warp_merge). One thread merging all S in turn waited S times on the latency of L2 (up
@@ -267,27 +341,35 @@ void run_reduce(const R& r, const Tensor& out, const Tensor& x, const std::vecto
     for (int d : dims) red[d] = true;
     p = make_plan(out, x, red);
   }
-  const Shape2 s = split(c, p.nout, p.nred, p.red_innermost, p.rs[p.nr - 1]);
-  const int by = kThreads / s.bx;
-  int64_t groups = (p.nout + by - 1) / by;
+  const T* xp = x.numel() == 0 ? nullptr : x.data<T>();
+  Out* o = out.data<Out>();
   // at most 16 blocks a multiprocessor (about two rounds of resident blocks), each then
   // folding several outputs in turn; 8 to 16 ran the row sums of bench/gpu.lua fastest
   const int64_t cap = int64_t(c.sm_count) * 16;
-  if (groups > cap) groups = cap;
-  const dim3 grid(unsigned(groups), unsigned(s.S)), block(unsigned(s.bx), unsigned(by));
-  const T* xp = x.numel() == 0 ? nullptr : x.data<T>();
-  Out* o = out.data<Out>();
-  if (s.S == 1) {
-    reduce_kernel<R, Out><<<grid, block, 0, c.stream>>>(p, r, xp, o, nullptr, centers);
-    check_launch(op);
-    return;
+  const bool columns = dense_columns(p, xp);
+  Shape2 s;
+  dim3 grid, block;
+  if (columns) {
+    const int64_t threads = p.nout / Vec16<T>::kWidth;
+    s = split(c, threads, p.nred, false, 0);
+    grid = dim3(unsigned(std::min((threads + kThreads - 1) / kThreads, cap)), unsigned(s.S));
+    block = dim3(kThreads);
+  } else {
+    s = split(c, p.nout, p.nred, p.red_innermost, p.rs[p.nr - 1]);
+    const int by = kThreads / s.bx;
+    grid = dim3(unsigned(std::min((p.nout + by - 1) / by, cap)), unsigned(s.S));
+    block = dim3(unsigned(s.bx), unsigned(by));
   }
-  Scratch part(size_t(p.nout * s.S) * sizeof(A), c.index, op);
-  reduce_kernel<R, Out><<<grid, block, 0, c.stream>>>(p, r, xp, o, part.as<A>(), centers);
+  std::optional<Scratch> part;   // the slices' folds
+  if (s.S > 1) part.emplace(size_t(p.nout * s.S) * sizeof(A), c.index, op);
+  A* partial = part ? part->as<A>() : nullptr;
+  if (columns) reduce_columns_dense<R, Out><<<grid, block, 0, c.stream>>>(p, r, xp, o, partial, centers);
+  else reduce_kernel<R, Out><<<grid, block, 0, c.stream>>>(p, r, xp, o, partial, centers);
   check_launch(op);
+  if (s.S == 1) return;
   const int warps = kThreads / 32;
   const dim3 fgrid(grid_for(p.nout, c, warps)), fblock(32, unsigned(warps));
-  reduce_finish_kernel<R, Out><<<fgrid, fblock, 0, c.stream>>>(p, r, part.as<A>(), s.S, o, centers);
+  reduce_finish_kernel<R, Out><<<fgrid, fblock, 0, c.stream>>>(p, r, partial, s.S, o, centers);
   check_launch(op);
 }
 

@@ -787,6 +787,21 @@ TEST_CASE("every reduction matches the CPU", "[cuda]") {
       compare_op(std::string(info.lua_name) + " " + std::string(dtype_name(dt)) + " rows of every alignment",
                  {sample({17, 1001}, dt, 0.5)}, [op](const auto& x) { return reduce(op, x[0], {1}, false); },
                  folds(1001));
+    // Columns, read 16 bytes (several outputs) a load where the kept inner dim allows:
+    // over the outer dim, the middle one, both, a long one cut into slices, and a view off
+    // a 16-byte boundary (the general kernel).
+    for (DType dt : kAll) {
+      const std::string name = std::string(info.lua_name) + " " + std::string(dtype_name(dt)) + " columns";
+      for (const std::vector<int>& dims : std::vector<std::vector<int>>{{0}, {1}, {0, 1}})
+        compare_op(name + " dims " + std::to_string(dims.size()) + std::to_string(dims[0]),
+                   {sample({37, 8, 16}, dt, 0.5)}, [op, dims](const auto& x) { return reduce(op, x[0], dims, false); },
+                   folds(37 * 8));
+      compare_op(name + " long", {sample({20000, 8}, dt, 0.5)},
+                 [op](const auto& x) { return reduce(op, x[0], {0}, true); }, folds(20000));
+      compare_op(name + " off a boundary", {sample({300 * 64 + 1}, dt, 0.5)}, [op](const auto& x) {
+        return reduce(op, reshape(narrow(x[0], 0, 1, 300 * 64), Shape{300, 64}), {0}, false);
+      }, folds(300));
+    }
   }
 }
 
