@@ -168,7 +168,9 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
       kept_offsets(p, o, xo, oo);
       if constexpr (R::kCentered) c = R::center(centers[oo]);
       // four folds side by side, so that a thread has four loads in flight (one fold
-      // a thread leaves the device's memory mostly idle); merged in a fixed order below
+      // a thread leaves the device's memory mostly idle); merged in a fixed order below.
+      // The walk over runs is written out here and in reduce_columns_dense: as a shared
+      // helper taking a lambda it made the row sums slower (performance.md, "On a GPU").
       A a1 = r.identity(), a2 = r.identity(), a3 = r.identity();
       for (int64_t q = r0; q < r1;) {
         const int64_t row = p.nr == 1 ? 0 : q / L, i0 = q - row * L;
