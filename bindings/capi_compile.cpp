@@ -66,24 +66,24 @@ const char* line_of(const compile::Function& fn, const compile::Trace& t, uint32
   return line >= 0 && size_t(line) < fn.lines.size() ? fn.lines[size_t(line)].c_str() : nullptr;
 }
 
-// What the trace knows of step `pos` of c as the operand of a later step.
-compile::OperandKey step_key(const compile::Call& c, uint32_t pos) {
-  compile::OperandKey k;
+// k := what the trace knows of step `pos` of c as the operand of a later step. (Keys
+// are filled in place, not returned: built apart and copied whole, their copies stalled
+// as Note [Headers as words] in value.cpp says.)
+void fill_step_key(const compile::Call& c, uint32_t pos, compile::OperandKey& k) {
+  const compile::Step& st = c.steps[pos];
   k.step = int32_t(pos);
-  k.dtype = c.steps[pos].dtype;
-  k.shape = c.steps[pos].shape;
-  k.device = c.steps[pos].device;
-  return k;
+  k.dtype = st.dtype;
+  k.shape = st.shape;
+  k.device = st.device;
 }
 
-// What the trace knows of a tensor held for the call (an argument, a closure's tensor, a
-// Variable) as an operand: its dtype, shape and device, read live each call.
-compile::OperandKey bound_key(const Tensor& t) {
-  compile::OperandKey k;
+// k := what the trace knows of a tensor held for the call (an argument, a closure's
+// tensor, a Variable) as an operand: its dtype, shape and device, read live each call.
+void fill_bound_key(const Tensor& t, compile::OperandKey& k) {
+  k.step = -1;
   k.dtype = t.dtype();
   k.shape = t.shape();
   k.device = t.device();
-  return k;
 }
 
 // A dim as Lua gives it (1-based, or negative from the end) as 0-based for n dims; -1
@@ -146,27 +146,19 @@ int promise(compile::Call& c, compile::Step&& st, const compile::OperandKey& ka,
 // a CUDA device. False: the op is not deferred (a proxy of another call, another device).
 bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, compile::OperandKey& k,
                  const char* op) {
-  // (The operand and its key are written in place: built apart and copied whole, their
-  // copies stalled as Note [Headers as words] in value.cpp says.)
+  // (The operand is written in place too, as the keys.)
   ProxyRef r;
   if (dl::bind::proxy_ref(t, &r)) {
     if (r.tag != dl::bind::kProxyTag || r.serial != c.serial || r.pos >= c.steps.size()) return false;
     o.step = int32_t(r.pos);
-    const compile::Step& st = c.steps[r.pos];
-    k.step = int32_t(r.pos);
-    k.dtype = st.dtype;
-    k.shape = st.shape;
-    k.device = st.device;
+    fill_step_key(c, r.pos, k);
     return true;
   }
   o.step = -1;
   o.input = dl::bind::operand_of(t, op);
   const Tensor& x = o.input;
   if (!x.device().is_cpu() && !x.device().is_cuda()) return false;
-  k.step = -1;
-  k.dtype = x.dtype();
-  k.shape = x.shape();
-  k.device = x.device();
+  fill_bound_key(x, k);
   return true;
 }
 
@@ -343,12 +335,12 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
       const size_t i = size_t(k);
       if (own_proxy(*c, xs[k], &rx[i])) {
         ours = rx[i].pos > s.start && c->steps[rx[i].pos].kind == compile::Kind::Watch;
-        if (ours) keys[i] = step_key(*c, rx[i].pos);
+        if (ours) fill_step_key(*c, rx[i].pos, keys[i]);
       } else {
         ours = xs[k]->id != 0 && !proxy_ref(xs[k], &rx[i]);
         if (ours) variables[i] = dl::bind::operand_of(xs[k], "grad");
         ours = ours && dl::ag::is_variable(variables[i]);
-        if (ours) keys[i] = bound_key(variables[i]);
+        if (ours) fill_bound_key(variables[i], keys[i]);
       }
     }
     if (!ours) {
@@ -360,7 +352,9 @@ int compiled_backward(const struct dl_tensor* y, const struct dl_tensor* const* 
     compile::Step mark;
     mark.kind = compile::Kind::Marker;
     mark.mark = compile::Mark::Backward;
-    if (compile::defer(*c, std::move(mark), step_key(*c, ry.pos), keys[0]) == 0) return -2;   // the call runs eagerly now
+    compile::OperandKey ky;
+    fill_step_key(*c, ry.pos, ky);
+    if (compile::defer(*c, std::move(mark), ky, keys[0]) == 0) return -2;   // the call runs eagerly now
     const size_t marker = c->steps.size() - 1;
     for (int k = 1; k < n; ++k) {
       compile::Step more;
@@ -566,7 +560,8 @@ int defer_cross_entropy(const struct dl_tensor* logits, const struct dl_tensor* 
     // label fails where eager execution fails, and the step reads the 0-based copy.
     std::optional<int64_t> ignore;
     Tensor labels = cross_entropy_labels(ka.shape, t, reduction, 0, 0, &ignore);
-    const compile::OperandKey kb = bound_key(labels);
+    compile::OperandKey kb;
+    fill_bound_key(labels, kb);
     st.b = compile::Operand::bound(std::move(labels));
     st.arg = Shape{int64_t(reduction)};
     st.device = ka.device;
