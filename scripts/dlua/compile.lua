@@ -114,13 +114,37 @@ end
 
 local function pack(...) return { n = select("#", ...), ... } end
 
+-- Note [A Lua frame between pcall and f]
+-- A compiled function runs as pcall(through, f, ...), not pcall(f, ...): LuaJIT cannot
+-- record a return into pcall's frame ("NYI: return to lower frame"), so with f called
+-- by pcall itself, the path from a loop's exit in f to f's end ran interpreted on every
+-- call. Returning into `through`, a Lua frame, it is compiled with the rest. `through`
+-- calls f as an argument (not a tail call), so it is f's caller while f runs: an error
+-- raised at f's caller (`error(msg, 2)` in f) is positioned at this file's line, not at
+-- the caller of the compiled function as in eager execution, and `raise` below moves it
+-- there.
+local function identity(...) return ... end
+local function through(f, ...) return identity(f(...)) end
+local through_where = select(2, pcall(through, function() error("", 2) end))
+if type(through_where) ~= "string" or through_where == "" then through_where = nil end
+
+-- Raises the error of a call of f at `level` (2: the caller of the function that calls
+-- raise): an error positioned at `through` is positioned at that level instead, as
+-- eager execution positions it; any other error passes as it was.
+local function raise(e, level)
+  if through_where and type(e) == "string" and e:sub(1, #through_where) == through_where then
+    error(e:sub(#through_where + 1), level + 1)
+  end
+  error(e, 0)
+end
+
 -- The end of a call (not checked against eager): its results pass through as pcall
 -- gave them, never packed into a table (a table per call, and the JIT compiles
 -- neither the packing nor unpack).
 local function ended(ok, ...)
   running = false
   finish(ok, ...)
-  if not ok then error((...), 0) end
+  if not ok then raise((...), 2) end   -- (ended is tail-called: level 2 is the caller's)
   return ...
 end
 
@@ -187,14 +211,14 @@ local function compile(f, opts)
     if check then
       -- Eagerly first, then compiled from the same random state: both must agree.
       rng_before = dl.get_rng_state()
-      want = pack(pcall(f, ...))
+      want = pack(pcall(through, f, ...))
       rng_after = dl.get_rng_state()
       dl.set_rng_state(rng_before)
     end
     if C.dl_compile_begin(fid) ~= 0 then core.raise_last() end
     running = true
-    if not check then return ended(pcall(f, ...)) end
-    local rets = pack(pcall(f, ...))
+    if not check then return ended(pcall(through, f, ...)) end
+    local rets = pack(pcall(through, f, ...))
     running = false
     finish(unpack(rets, 1, rets.n))
     if check then
@@ -211,7 +235,7 @@ local function compile(f, opts)
       end
       if d then core.raise("compile: check failed for " .. name .. ": " .. d) end
     end
-    if not rets[1] then error(rets[2], 0) end
+    if not rets[1] then raise(rets[2], 2) end
     return unpack(rets, 2, rets.n)
   end
   states[cf] = { fid = fid, obj = obj, name = name }

@@ -685,6 +685,33 @@ H.test("an error mid-call leaves eager's state and the runtime usable", function
   H.ok(line > 0)
 end)
 
+H.test("an error raised for the caller (error(msg, 2)) is positioned at the caller, as eager's", function()
+  local function f(x, fail)
+    local y = x * 2
+    if fail then error("bad argument for f", 2) end
+    return y
+  end
+  local function call(g, ...) local r = g(...); return r end   -- the line every error names
+  local _, want = pcall(call, f, dl.ones(2), true)
+  H.ok(string.find(want, ":%d+: bad argument for f$") ~= nil, want)
+  for _, opts in ipairs({ {}, { check = true } }) do
+    local cf = dl.compile(f, opts)
+    identical(cf(dl.ones(2), false), f(dl.ones(2), false))
+    local ok, got = pcall(call, cf, dl.ones(2), true)
+    H.ok(not ok, "raised")
+    H.eq(got, want, "message, check = " .. tostring(opts.check))
+    identical(cf(dl.ones(3), false), f(dl.ones(3), false), "usable after it")
+  end
+  -- an error at f's own line keeps its position, and an error object passes unchanged
+  local function own(x) local y = x + 1 if y:numel() > 1 then error("at its own line") end return y end
+  local _, own_want = pcall(call, own, dl.ones(2))
+  local _, own_got = pcall(call, dl.compile(own), dl.ones(2))
+  H.eq(own_got, own_want)
+  local obj = {}
+  local _, e = pcall(call, dl.compile(function(x) local y = x + 1 error(obj) end), dl.ones(2))
+  H.ok(e == obj, "the error object itself")
+end)
+
 H.test("a tensor kept in a table, a field or an upvalue keeps its value", function()
   local cache, last = {}, nil
   local net = { }
