@@ -329,7 +329,7 @@ bool BackwardCapture::find(const Tensor& t, Ref* r) {
 void BackwardCapture::seen(const Observed& o) {
   if (why_) return;
   if (o.fn == Fn::Write) return fail("an in-place write");
-  if (!o.out.defined() || !o.out.device().is_cpu()) return fail("a tensor not on the host");
+  if (!o.out.defined()) return fail("an op without a result");
   BackwardStep b;
   Step& st = b.step;
   st.op = o.op;
@@ -389,9 +389,9 @@ void BackwardCapture::seen(const Observed& o) {
   st.opts = o.opts;
   st.arg = st.kind == Kind::OneHot ? Shape{o.ints[0]} : o.shape;
   st.arg_dtype = st.kind == Kind::OneHot ? DType(o.ints[1]) : o.dtype;
-  if (o.fn == Fn::Full && !o.device.is_cpu()) return fail("a constant not on the host");
   st.dtype = o.out.dtype();
   st.shape = o.out.shape();
+  st.device = o.out.device();   // the pass's device: a plan runs where its ops ran
   // A pointwise step runs fused only with operands of its own dtype (the fused loops
   // compute in one dtype); otherwise alone, through the engine's front end, as here.
   bool same_dtype = st.dtype == DType::Float32 || st.dtype == DType::Float64;

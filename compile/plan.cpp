@@ -652,7 +652,7 @@ Tensor run_single(const Step& st, const std::vector<Tensor>& results) {
       }
       fail(ErrorKind::Internal, "compile: not a shape step");
     }
-    case Kind::Full: return full(st.arg, Scalar::from_lua(st.s), st.arg_dtype);
+    case Kind::Full: return full(st.arg, Scalar::from_lua(st.s), st.arg_dtype, st.device);
     case Kind::CrossEntropy:
       return cross_entropy(a, tensor_of(st.b, results), Reduction(st.arg[0]), std::nullopt);
     case Kind::OneHot: return one_hot(a, st.arg[0], st.arg_dtype);

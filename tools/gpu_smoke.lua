@@ -64,7 +64,10 @@ for k = 1, 4 do
   assert(dl.allclose(ex:cpu(), cx:cpu(), 1e-5, 1e-6) and dl.allclose(ew:cpu(), cw:cpu(), 1e-5, 1e-6),
          "compiled gradients differ on cuda")
 end
-print(dl.compile.explain(cgrad))
+-- one plan on the device, forward and backward (not autograd's pass op by op)
+local gtext = dl.compile.explain(cgrad)
+assert(gtext:find("backward pass, compiled", 1, true), "the gradient on cuda was not compiled:\n" .. gtext)
+print(gtext)
 -- a classifier's training step compiled (implicit gradients, cross_entropy as a step) on
 -- cuda against the same step eagerly, from one seed
 local function classifier(compiled)
