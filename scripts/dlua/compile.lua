@@ -121,7 +121,7 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- call. Returning into `through`, a Lua frame, it is compiled with the rest. `through`
 -- calls f as an argument (not a tail call), so it is f's caller while f runs: an error
 -- raised at f's caller (`error(msg, 2)` in f) is positioned at this file's line, not at
--- the caller of the compiled function as in eager execution, and `raise` below moves it
+-- the caller of the compiled function as in eager execution, and `reraise` below moves it
 -- there.
 local function identity(...) return ... end
 local function through(f, ...) return identity(f(...)) end
@@ -129,9 +129,9 @@ local through_where = select(2, pcall(through, function() error("", 2) end))
 if type(through_where) ~= "string" or through_where == "" then through_where = nil end
 
 -- Raises the error of a call of f at `level` (2: the caller of the function that calls
--- raise): an error positioned at `through` is positioned at that level instead, as
+-- reraise): an error positioned at `through` is positioned at that level instead, as
 -- eager execution positions it; any other error passes as it was.
-local function raise(e, level)
+local function reraise(e, level)
   if through_where and type(e) == "string" and e:sub(1, #through_where) == through_where then
     error(e:sub(#through_where + 1), level + 1)
   end
@@ -144,7 +144,7 @@ end
 local function ended(ok, ...)
   running = false
   finish(ok, ...)
-  if not ok then raise((...), 2) end   -- (ended is tail-called: level 2 is the caller's)
+  if not ok then reraise((...), 2) end   -- (ended is tail-called: level 2 is the caller's)
   return ...
 end
 
@@ -235,7 +235,7 @@ local function compile(f, opts)
       end
       if d then core.raise("compile: check failed for " .. name .. ": " .. d) end
     end
-    if not rets[1] then raise(rets[2], 2) end
+    if not rets[1] then reraise(rets[2], 2) end
     return unpack(rets, 2, rets.n)
   end
   states[cf] = { fid = fid, obj = obj, name = name }
