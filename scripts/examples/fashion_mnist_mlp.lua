@@ -3,10 +3,11 @@
 --
 --   dlua scripts/examples/fashion_mnist_mlp.lua [--epochs 5] [--batch 64] [--lr 0.001]
 --        [--optimizer adam|sgd] [--logdir runs/fashion_mnist_mlp] [--data DIR] [--seed 1]
---        [--quick] [--compile]
+--        [--quick] [--compile] [--device cpu|cuda|cuda:N]
 --
 -- --compile runs each training step (forward, loss, backward) through dl.compile: one
--- plan a step, the same results (docs/compile.md).
+-- plan a step, the same results (docs/compile.md). --device trains and evaluates on a
+-- GPU (docs/gpu.md): the model moves there once, each batch as it is drawn.
 -- --quick trains one epoch on a 10,000-image subset and checks that the accuracy beats
 -- chance clearly (the test suite runs it). Each epoch writes a checkpoint under
 -- <logdir>/ckpt and TensorBoard scalars under <logdir> (tensorboard --logdir runs).
@@ -14,7 +15,7 @@ local dl = require("dlua")
 
 -- ---- flags ---------------------------------------------------------------------------------
 local flags = { epochs = 5, batch = 64, lr = nil, optimizer = "adam", logdir = "runs/fashion_mnist_mlp",
-                data = nil, seed = 1, quick = false, compile = false }
+                data = nil, seed = 1, quick = false, compile = false, device = "cpu" }
 local args = arg or {}
 local i = 1
 while args[i] do
@@ -33,6 +34,10 @@ while args[i] do
   end
 end
 if flags.quick then flags.epochs = 1 end
+local device = dl.device(tostring(flags.device))   -- the canonical name ("cuda" -> "cuda:0")
+if device ~= "cpu" and not dl.cuda.is_available() then
+  error("--device " .. flags.device .. ": CUDA is not available (" .. dl.cuda.status() .. ")", 0)
+end
 local lr = flags.lr or (flags.optimizer == "sgd" and 0.05 or 1e-3)
 
 -- ---- data ------------------------------------------------------------------------------------
@@ -60,6 +65,7 @@ end
 function MLP:forward(x) return self.fc2(dl.relu(self.fc1(x))) end
 
 local net = MLP()
+net:to(device)
 print(net)
 local opt
 if flags.optimizer == "sgd" then
@@ -82,7 +88,10 @@ local function evaluate()
   net:eval()
   local acc = dl.metrics.Accuracy()
   dl.no_grad(function()
-    for x, y in test:iter() do acc:update(y, net(x)) end
+    for x, y in test:iter() do
+      x, y = x:to(device), y:to(device)
+      acc:update(y, net(x))
+    end
   end)
   net:train()
   return acc:result():item()
@@ -100,6 +109,7 @@ for epoch = 1, flags.epochs do
   local batches = dl.progress and dl.progress(train, { desc = ("epoch %d/%d"):format(epoch, flags.epochs) })
                   or train:iter()
   for x, y in batches do
+    x, y = x:to(device), y:to(device)
     local loss, grads, logits = train_step(x, y)
     opt:apply_gradients(grads)
     step = step + 1
