@@ -203,9 +203,11 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
 
 // bx = 1 with the kept innermost dim dense in x and in the output: a thread folds W
 // neighbouring outputs (16 bytes of x, W = 16 / sizeof(T) elements), one 16-byte load a
-// reduced element, four in flight, each output's fold in the same order as
-// reduce_kernel's one thread. The host checks that every offset a thread starts from is
-// a multiple of W and x 16-byte aligned (dense_columns).
+// reduced element, four loads in flight; each output has one accumulator, fed its
+// elements in order (reduce_kernel's thread keeps four side by side instead: the order
+// depends on the kernel, and the kernel on the shape and strides, so a result is still
+// the same on every run). The host checks that every offset a thread starts from is a
+// multiple of W and x 16-byte aligned (dense_columns).
 template <typename R, typename Out>
 __global__ void __launch_bounds__(kThreads)
 reduce_columns_dense(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::acc_t* partial,
