@@ -12,10 +12,10 @@
 //    outputs' elements.
 // When that leaves the device mostly idle (few outputs, long reductions), each output's
 // elements are cut into S slices (grid.y): slice folds go to a scratch buffer and a
-// second kernel merges them (a warp an output) and finishes. The fold order depends only on
-// the shape (and for dense rows on the data's offset from a 16-byte boundary), so results
-// are deterministic, though not bit-identical to the CPU's (another order of float
-// additions).
+// second kernel merges them (a warp an output) and finishes. The fold order depends
+// only on the shape (and, for dense rows and columns, on the data's offset from a
+// 16-byte boundary), so results are deterministic, though not bit-identical to the
+// CPU's (another order of float additions).
 #include <cmath>
 #include <algorithm>
 #include <cstring>
@@ -205,9 +205,9 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
 // neighbouring outputs (16 bytes of x, W = 16 / sizeof(T) elements), one 16-byte load a
 // reduced element, four loads in flight; each output has one accumulator, fed its
 // elements in order (reduce_kernel's thread keeps four side by side instead: the order
-// depends on the kernel, and the kernel on the shape and strides, so a result is still
-// the same on every run). The host checks that every offset a thread starts from is a
-// multiple of W and x 16-byte aligned (dense_columns).
+// depends on the kernel, and the kernel on the shape, strides and alignment, so a
+// result is still the same on every run). The host checks that every offset a thread
+// starts from is a multiple of W and x 16-byte aligned (dense_columns).
 template <typename R, typename Out>
 __global__ void __launch_bounds__(kThreads)
 reduce_columns_dense(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::acc_t* partial,
