@@ -59,6 +59,15 @@ __device__ __forceinline__ int64_t outer_offset(const RedPlan& p, int64_t row) {
   return off;
 }
 
+// This block's slice (blockIdx.y of gridDim.y) of n reduced elements, [lo, hi): in 128
+// bits, since an expanded x may reduce over nearly 2^63 elements, and not at all for one
+// slice (a 128-bit division is a long routine, most of a short block's life).
+__device__ __forceinline__ void slice_of(int64_t n, int64_t& lo, int64_t& hi) {
+  const int64_t S = gridDim.y, k = blockIdx.y;
+  lo = S == 1 ? 0 : int64_t(__int128(n) * k / S);
+  hi = S == 1 ? n : int64_t(__int128(n) * (k + 1) / S);
+}
+
 // ---- merging inside a warp and a block -------------------------------------------------
 
 // Lane l + d's `v` (a value of 1 to 8 bytes: every reducer's accumulator).
@@ -153,10 +162,8 @@ reduce_kernel(RedPlan p, R r, const typename R::in_t* x, Out* out, typename R::a
   const int bx = int(blockDim.x), by = int(blockDim.y), tx = int(threadIdx.x), ty = int(threadIdx.y);
   const int64_t S = gridDim.y, slice = blockIdx.y;
   const bool dense = bx > 1 && p.rxs[p.nr - 1] == 1;   // the group reads along dense rows
-  // this slice's share of the reduced rows, in 128 bits: an expanded x may reduce over
-  // nearly 2^63 rows (a 128-bit division is a long routine: not for one slice)
-  const int64_t r0 = S == 1 ? 0 : int64_t(__int128(p.nred) * slice / S);
-  const int64_t r1 = S == 1 ? p.nred : int64_t(__int128(p.nred) * (slice + 1) / S);
+  int64_t r0, r1;   // this slice's share of the reduced rows
+  slice_of(p.nred, r0, r1);
   const int64_t L = p.rs[p.nr - 1], ls = p.rxs[p.nr - 1];
   for (int64_t ob = int64_t(blockIdx.x) * by; ob < p.nout; ob += int64_t(gridDim.x) * by) {
     const int64_t o = ob + ty;
@@ -217,8 +224,8 @@ reduce_columns_dense(RedPlan p, R r, const typename R::in_t* x, Out* out, typena
   using V = Vec16<T>;
   constexpr int W = V::kWidth;
   const int64_t S = gridDim.y, slice = blockIdx.y;
-  const int64_t r0 = S == 1 ? 0 : int64_t(__int128(p.nred) * slice / S);
-  const int64_t r1 = S == 1 ? p.nred : int64_t(__int128(p.nred) * (slice + 1) / S);
+  int64_t r0, r1;
+  slice_of(p.nred, r0, r1);
   const int64_t L = p.rs[p.nr - 1], ls = p.rxs[p.nr - 1];
   const int64_t groups = p.nout / W, step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += step) {
@@ -441,8 +448,8 @@ arg_kernel(ArgPlan p, const T* x, T* vals, int64_t* idx, T* pv, int64_t* pi) {
   __shared__ int64_t si[kThreads];
   const int bx = int(blockDim.x), by = int(blockDim.y), tx = int(threadIdx.x), ty = int(threadIdx.y);
   const int64_t S = gridDim.y, slice = blockIdx.y;
-  const int64_t i0 = S == 1 ? 0 : int64_t(__int128(p.n) * slice / S);
-  const int64_t i1 = S == 1 ? p.n : int64_t(__int128(p.n) * (slice + 1) / S);
+  int64_t i0, i1;
+  slice_of(p.n, i0, i1);
   for (int64_t ob = int64_t(blockIdx.x) * by; ob < p.nout; ob += int64_t(gridDim.x) * by) {
     const int64_t o = ob + ty;
     T bv = T(0);
