@@ -148,6 +148,33 @@ void parallel_units(int64_t n, double work, Run&& run) {
   }
 }
 
+// Runs run(begin, end) over [0, n) cut into exactly `parts` chunks (chunk_of), the
+// chunks shared out between the OpenMP threads (parallel_parts) or run in order on this
+// one (serial_parts). The cut is the same either way, so work whose arithmetic depends
+// on it (a BLAS call per chunk) gives the same bits however many threads ran it.
+template <typename Run>
+void parallel_parts(int64_t n, int parts, Run&& run) {
+#pragma omp parallel
+  {
+#ifdef _OPENMP
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    const int nt = 1, t = 0;
+#endif
+    for (int p = t; p < parts; p += nt) {
+      const Chunk c = chunk_of(n, parts, p);
+      if (c.b < c.e) run(c.b, c.e);
+    }
+  }
+}
+template <typename Run>
+void serial_parts(int64_t n, int parts, Run&& run) {
+  for (int p = 0; p < parts; ++p) {
+    const Chunk c = chunk_of(n, parts, p);
+    if (c.b < c.e) run(c.b, c.e);
+  }
+}
+
 // Note [Throttling parallel regions under contention]
 // A parallel region ends when every thread of the team has run its part, so when
 // another process holds one of the cores, a region waits for a scheduler time slice

@@ -153,12 +153,21 @@ void blas_threads_for(double flops) {
 // OpenBLAS's yielding while OpenMP's did. With every product on OpenMP's threads,
 // bench/'s `lstm` row (products of 17 MFLOP a step and of 1 GFLOP a sequence) and the
 // matmul rows against OpenBLAS's own two threads improved (docs/performance.md,
-// "Measurements behind the code"). Not inside another parallel region (a conv's per-sample
-// threads call BLAS too), nor a product too narrow to cut. Split products are timed
-// (Note [Throttling parallel regions under contention] in loops.h): with one busy
-// process beside it on two cores, the MLP's epoch took many times longer with every
-// such product split than with none (bench/, `mlp`); a product the throttle keeps whole
-// goes to OpenBLAS's threads as before.
+// "Measurements behind the code").
+//
+// The cut depends on the shapes and the thread count only; whether the parts then run
+// on several threads or one after another on this one is decided apart, and changes no
+// bit. It matters: OpenBLAS does not give a row the same bits in a part as in the whole
+// (a part's size can pick another kernel, e.g. SkylakeX's sgemm_direct below about
+// 7 million multiply-adds, and a row's place in the kernel's tiles changes where the
+// edge code runs), so a product cut or kept whole as the machine's load decided gave
+// other last bits from one call to the next, and a compiled function other bits than
+// eager (docs/compile.md promises the same). The parts run in order on this thread
+// inside another parallel region (a conv's per-sample threads call BLAS too), and when
+// the timed regions say another process holds a core (Note [Throttling parallel
+// regions under contention] in loops.h): with one busy process beside it on two cores,
+// the MLP's epoch took many times longer with every such product split than with none
+// (bench/, `mlp`).
 constexpr double kOmpSplitFlops = double(int64_t(1) << 22);
 RegionThrottle g_split_throttle;
 
@@ -172,9 +181,13 @@ bool may_share_out() {
   return g_split_throttle.allowed(monotonic_ns());
 }
 
-bool split_between_threads(int m, int n, int k) {
+// The number of parts an m x n x k product is cut into: one per OpenMP thread, or 1
+// (whole) when it is too small or too narrow to cut.
+int product_parts(int m, int n, int k) {
+  const int threads = max_threads();
+  if (threads < 2 || m < 2 || n < 2) return 1;
   const double flops = 2.0 * m * n * k;
-  return flops >= kOmpSplitFlops && std::max(m, n) >= 64 * max_threads() && may_share_out();
+  return flops >= kOmpSplitFlops && std::max(m, n) >= 64 * threads ? threads : 1;
 }
 
 // A batch of products each too small to split (attention's (L, E) x (E, S) per head: 2
@@ -374,8 +387,8 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
   }
   if (n == 1 && own_gemv(la.trans, la.trans ? k : m, la.trans ? m : k, a, la.ld, b, b_inc, c)) return;
   if (m == 1 && own_gemv(!lb.trans, lb.trans ? n : k, lb.trans ? k : n, b, lb.ld, a, a_inc, c)) return;
-  const bool split = m > 1 && n > 1 && split_between_threads(m, n, k);
-  blas_threads_for(split ? 0.0 : 2.0 * m * n * k);   // the parts run on one BLAS thread each
+  const int parts = product_parts(m, n, k);
+  blas_threads_for(parts > 1 ? 0.0 : 2.0 * m * n * k);   // the parts run on one BLAS thread each
   if (m == 1 && n == 1) {
     *c = Blas<T>::dot(k, a, a_inc, b, b_inc);
   } else if (n == 1) {
@@ -388,10 +401,10 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
     std::fill(c, c + n, T(0));
     if (lb.trans) Blas<T>::gemv(CblasNoTrans, n, k, b, int(lb.ld), a, a_inc, c);
     else Blas<T>::gemv(CblasTrans, k, n, b, int(lb.ld), a, a_inc, c);
-  } else if (split) {
+  } else if (parts > 1) {
     // Halves (thirds...) of the larger of c's dims, each a product of its own.
     const bool by_rows = m >= n;
-    auto part = [&](int64_t b0, int64_t e0, int) {
+    auto part = [&](int64_t b0, int64_t e0) {
       const int lo = int(b0), len = int(e0 - b0);
       if (by_rows) {
         const T* ap = la.trans ? a + lo : a + int64_t(lo) * la.ld;  // a's rows lo...
@@ -401,8 +414,9 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
         Blas<T>::gemm(op(la), op(lb), m, len, k, a, int(la.ld), bp, int(lb.ld), c + lo, n);
       }
     };
-    const double flops = 2.0 * m * n * k;
-    g_split_throttle.timed(flops, [&] { parallel_units(by_rows ? m : n, flops, part); });
+    const int64_t len = by_rows ? m : n;
+    if (may_share_out()) g_split_throttle.timed(2.0 * m * n * k, [&] { parallel_parts(len, parts, part); });
+    else serial_parts(len, parts, part);
   } else {
     Blas<T>::gemm(op(la), op(lb), m, n, k, a, int(la.ld), b, int(lb.ld), c, n);
   }

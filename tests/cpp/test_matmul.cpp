@@ -354,6 +354,32 @@ TEST_CASE("products split between OpenMP threads match one BLAS call", "[matmul]
   }
 }
 
+TEST_CASE("a product's bits do not depend on whether its parts ran on several threads", "[matmul]") {
+  // Note [Products split between OpenMP threads]: the cut depends on the shapes and the
+  // thread count; inside another parallel region (as under contention) the parts run in
+  // order on one thread. Before, such a product was kept whole there, and OpenBLAS gave
+  // some rows other last bits than in a part.
+  struct Dims {
+    int m, n, k;
+  };
+  for (Dims d : {Dims{200, 200, 300}, Dims{64, 256, 784}, Dims{784, 256, 64}, Dims{130, 301, 150}}) {
+    Tensor a = randn(Shape{d.m, d.k}, DType::Float32), b = randn(Shape{d.k, d.n}, DType::Float32);
+    for (Arrangement lb : {Arrangement::Contiguous, Arrangement::Transposed}) {
+      INFO(d.m << " x " << d.k << " x " << d.n << ", layout of b " << int(lb));
+      Tensor rb = relayout(b, lb);
+      Tensor shared = matmul(a, rb);
+      Tensor alone;
+#pragma omp parallel num_threads(2)
+      {
+#pragma omp single
+        alone = matmul(a, rb);
+      }
+      REQUIRE(alone.shape() == shared.shape());
+      CHECK(std::memcmp(alone.raw_data(), shared.raw_data(), size_t(shared.numel()) * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("matmul overwrites whatever its output memory held", "[matmul]") {
   // The kernel is handed fresh, uninitialised memory: NaN there must not leak through
   // (BLAS with beta = 0 may scale instead of overwrite).
