@@ -3,6 +3,7 @@
 #include "tensor/fused.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -20,29 +21,43 @@ namespace {
 
 // Note [Fused programs in registers]
 // A program runs a chunk of elements at a time (256 bytes of each value: 64 float32 or
-// 32 float64, four 64-byte vectors) through all its instructions, the chunk of the
-// value just computed held in vector registers: most programs are chains, where each
-// instruction reads the one before it, so that value never goes to memory. A value
-// that a later instruction reads out of turn is also stored to a slot on the stack; an
-// input is read in place when the chunk is whole and the input dense, from a chunk of
-// copies when it is one value, and otherwise gathered into a buffer first (cycled,
-// repeated per row, or the last, short chunk). Each element is still the functor's
-// value in the program's dtype (the tiers below; no fused multiply-adds,
+// 32 float64) through all its instructions, the chunk of the value just computed held
+// in vector registers (Note [Vectors of the machine's width]): most programs are
+// chains, where each instruction reads the one before it, so that value never goes to
+// memory. A value that a later instruction reads out of turn is also stored to a slot
+// on the stack; an input is read in place when the chunk is whole and the input dense,
+// from a chunk of copies when it is one value, and otherwise gathered into a buffer
+// first (cycled, repeated per row, or the last, short chunk). Each element is still the
+// functor's value in the program's dtype (the tiers below; no fused multiply-adds,
 // tensor/CMakeLists.txt), so the results are eager's bits (tests/cpp/test_fused.cpp
-// checks every op against the device kernel's interpreter and against eager).
-// Run op by op over blocks of 2,048 elements (compile/plan.cpp's block executor), every
-// step stored its block to the first-level cache and read it back; as a program, only
-// the values read out of turn are: bench/'s `pw8c` and `pw8bw` measure the difference
-// and the distance to the same loop written in C (docs/performance.md, "dl.compile").
-constexpr int kVectorBytes = 64;
-constexpr int kVectors = 4;
+// checks every op against the device kernel's interpreter and against eager). Run op by
+// op over blocks of 2,048 elements (compile/plan.cpp's block executor), every step
+// stored its block to the first-level cache and read it back; as a program, only the
+// values read out of turn are: bench/'s `pw8c` and `pw8bw` measure the difference and
+// the distance to the same loop written in C (docs/performance.md, "dl.compile").
+constexpr int kChunkBytes = 256;
+constexpr int kAlign = 64;   // of the buffers: a cache line, and an AVX-512 vector
 
 template <typename T>
 struct Chunk {
-  typedef T V __attribute__((vector_size(kVectorBytes)));
-  typedef T Unaligned __attribute__((vector_size(kVectorBytes), aligned(alignof(T))));   // (load, store)
-  static constexpr int kLanes = kVectorBytes / int(sizeof(T));
-  static constexpr int kElements = kLanes * kVectors;
+  static constexpr int kElements = kChunkBytes / int(sizeof(T));
+};
+
+// Note [Vectors of the machine's width]
+// The chunk is held as vectors of the widest registers the machine has: four of 64
+// bytes with AVX-512, eight of 32 with AVX2, sixteen of 16 otherwise (the baseline's 16
+// registers cannot hold that and an operand: it spills, on machines older than AVX2).
+// The runner is built once for each width (run_avx512, run_avx2, run_base) and one is
+// picked at run time. GCC's vector types of 64 bytes on AVX2 are lowered through the
+// stack, pieces moved by general registers: with them the interpreter ran at 2.5 ns an
+// element for the eight ops of bench/'s `pw8c` on an AMD EPYC without AVX-512, slower
+// than eager's eight passes over memory; 0.8 ns with 32-byte vectors
+// (docs/performance.md, "dl.compile").
+template <typename T, int VB>
+struct Vec {
+  typedef T V __attribute__((vector_size(VB)));
+  typedef T Unaligned __attribute__((vector_size(VB), aligned(alignof(T))));   // (load, store)
+  static constexpr int kLanes = VB / int(sizeof(T));
 };
 
 // How an instruction's operand is read: the value in registers (the instruction just
@@ -116,15 +131,15 @@ void plan_routes(const fused::Program& p, Routes& r) {
 // binary instruction's a and b, or a unary one's a.
 enum Pair : uint8_t { RR, RM, MR, MM, RB, BR };
 
-// A vector read from or written to elements of T at any address (the element's
-// alignment): by value, so that no vector of the chunk has its address taken.
-template <typename T>
-[[gnu::always_inline]] inline typename Chunk<T>::V load(const T* at) {
-  return *reinterpret_cast<const typename Chunk<T>::Unaligned*>(at);
+// A vector of VB bytes read from or written to elements of T at any address (the
+// element's alignment): by value, so that no vector of the chunk has its address taken.
+template <int VB, typename T>
+[[gnu::always_inline]] inline typename Vec<T, VB>::V load(const T* at) {
+  return *reinterpret_cast<const typename Vec<T, VB>::Unaligned*>(at);
 }
-template <typename T>
-[[gnu::always_inline]] inline void store(T* at, typename Chunk<T>::V v) {
-  *reinterpret_cast<typename Chunk<T>::Unaligned*>(at) = v;
+template <int VB, typename T>
+[[gnu::always_inline]] inline void store(T* at, typename Vec<T, VB>::V v) {
+  *reinterpret_cast<typename Vec<T, VB>::Unaligned*>(at) = v;
 }
 
 template <typename T>
@@ -145,25 +160,25 @@ template <int W, typename T, typename F>
 }
 
 // acc = f(a, b) on whole vectors, a and b each the chunk in registers or memory. The
-// chunk in registers is an array of kVectors vectors that each step assigns whole, in
+// chunk in registers is an array of N vectors that each step assigns whole, in
 // a loop: in that form GCC keeps it in registers. (Lane by lane, or with its address
 // passed anywhere, it kept the array on the stack; as named members with the steps
 // written out, it made scalar code of selects.)
 template <typename T, int N, typename V, typename F>
 [[gnu::always_inline]] inline void step2(V (&acc)[N], Pair pair, const T* a, const T* b, F f) {
-  constexpr int L = Chunk<T>::kLanes;
+  constexpr int VB = sizeof(V), L = VB / int(sizeof(T));
   switch (pair) {
     case RR: for (int j = 0; j < N; ++j) acc[j] = f(acc[j], acc[j]); break;
-    case RM: for (int j = 0; j < N; ++j) acc[j] = f(acc[j], load(b + j * L)); break;
-    case MR: for (int j = 0; j < N; ++j) acc[j] = f(load(a + j * L), acc[j]); break;
-    case MM: for (int j = 0; j < N; ++j) acc[j] = f(load(a + j * L), load(b + j * L)); break;
+    case RM: for (int j = 0; j < N; ++j) acc[j] = f(acc[j], load<VB>(b + j * L)); break;
+    case MR: for (int j = 0; j < N; ++j) acc[j] = f(load<VB>(a + j * L), acc[j]); break;
+    case MM: for (int j = 0; j < N; ++j) acc[j] = f(load<VB>(a + j * L), load<VB>(b + j * L)); break;
     case RB: {
-      const V y = load(b);
+      const V y = load<VB>(b);
       for (int j = 0; j < N; ++j) acc[j] = f(acc[j], y);
       break;
     }
     case BR: {
-      const V x = load(a);
+      const V x = load<VB>(a);
       for (int j = 0; j < N; ++j) acc[j] = f(x, acc[j]);
       break;
     }
@@ -173,11 +188,13 @@ template <typename T, int N, typename V, typename F>
 // The chunk stored to memory, and loaded from it.
 template <typename T, int N, typename V>
 [[gnu::always_inline]] inline void store_all(T* at, const V (&acc)[N]) {
-  for (int j = 0; j < N; ++j) store(at + j * Chunk<T>::kLanes, acc[j]);
+  constexpr int VB = sizeof(V);
+  for (int j = 0; j < N; ++j) store<VB>(at + j * (VB / int(sizeof(T))), acc[j]);
 }
 template <typename T, int N, typename V>
 [[gnu::always_inline]] inline void load_all(V (&acc)[N], const T* at) {
-  for (int j = 0; j < N; ++j) acc[j] = load(at + j * Chunk<T>::kLanes);
+  constexpr int VB = sizeof(V);
+  for (int j = 0; j < N; ++j) acc[j] = load<VB>(at + j * (VB / int(sizeof(T))));
 }
 
 // A trailing reduction's part of a range: instruction `code`'s values added to a fold
@@ -198,22 +215,22 @@ struct Folding {
 template <typename T>
 struct Scratch {
   static constexpr int64_t W = Chunk<T>::kElements;
-  alignas(kVectorBytes) T slots[fused::kMaxCode][W];
-  alignas(kVectorBytes) T gathered[fused::kMaxInputs][W];   // also the copies of one value
-  alignas(kVectorBytes) T numbers[fused::kMaxCode][W];      // a scalar instruction's number
-  alignas(kVectorBytes) T tails[fused::kMaxOutputs][W];     // the outputs of a short last chunk
-  alignas(kVectorBytes) T values[kFoldValues];              // the folded instruction's, in order
+  alignas(kAlign) T slots[fused::kMaxCode][W];
+  alignas(kAlign) T gathered[fused::kMaxInputs][W];   // also the copies of one value
+  alignas(kAlign) T numbers[fused::kMaxCode][W];      // a scalar instruction's number
+  alignas(kAlign) T tails[fused::kMaxOutputs][W];     // the outputs of a short last chunk
+  alignas(kAlign) T values[kFoldValues];              // the folded instruction's, in order
 };
 
-// Elements [begin, end) of every output (and of the fold, if any), N vectors at a time
-// (kVectors, or one for a program shorter than a chunk: Note [Short programs]); begin a
-// multiple of the chunk's size. An operand of one value, or a scalar instruction's
+// Elements [begin, end) of every output (and of the fold, if any), N vectors of VB bytes
+// at a time (a chunk, or 64 bytes for a program shorter than a chunk: Note [Short
+// programs]); begin a multiple of the chunk's size. An operand of one value, or a scalar instruction's
 // number, is read from a chunk of copies of it.
-template <typename T, int N>
+template <typename T, int VB, int N>
 [[gnu::always_inline]] inline void run_body(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
                                             const Folding& folding, Scratch<T>& scratch) {
-  using V = typename Chunk<T>::V;
-  constexpr int W = Chunk<T>::kLanes * N;
+  using V = typename Vec<T, VB>::V;
+  constexpr int L = Vec<T, VB>::kLanes, W = L * N;
   auto& slots = scratch.slots;
   auto& gathered = scratch.gathered;
   auto& numbers = scratch.numbers;
@@ -274,7 +291,7 @@ template <typename T, int N>
     const bool whole = n == W;
     // An op out of line computes the short last chunk's elements only, to a whole
     // vector: the lanes after them are never stored.
-    const int64_t lanes = whole ? W : (n + Chunk<T>::kLanes - 1) / Chunk<T>::kLanes * Chunk<T>::kLanes;
+    const int64_t lanes = whole ? W : (n + L - 1) / L * L;
     for (int k = 0; k < p.ninputs; ++k)
       if (!r.one[k] && (!r.dense[k] || !whole)) fused::read_block(p.inputs[k], p.numel, o, n, sizeof(T), gathered[k]);
     V acc[N] = {};
@@ -294,7 +311,7 @@ template <typename T, int N>
         default: done = false;
       }
       if (!done) {
-        alignas(kVectorBytes) T xa[W], xb[W], xr[W];
+        alignas(kAlign) T xa[W], xb[W], xr[W];
         if (ra) store_all(xa, acc);
         if (rb) store_all(xb, acc);
         if (ra) a = xa;
@@ -337,21 +354,60 @@ template <typename T, int N>
 
 // Note [Short programs]
 // A program of fewer elements than a chunk (a small model's, or a scalar's gradient)
-// runs one vector at a time: a chunk of four would compute every instruction on four
-// vectors for one vector of elements. bench/'s `chainc` (the compiled gradient of a
-// 16-element chain: two programs a call) measures it (docs/performance.md, "The
-// compiled call's own cost").
-DL_TARGET_CLONES void run_float(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
-                                 const Folding& folding, Scratch<float>& scratch) {
-  if (p.numel < Chunk<float>::kElements) run_body<float, 1>(p, r, begin, end, folding, scratch);
-  else run_body<float, kVectors>(p, r, begin, end, folding, scratch);
+// runs 64 bytes at a time: a whole chunk would compute every instruction on four times
+// the elements there are. bench/'s `chainc` (the compiled gradient of a 16-element
+// chain: two programs a call) measures it (docs/performance.md, "The compiled call's
+// own cost").
+template <typename T, int VB>
+[[gnu::always_inline]] inline void run_width(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
+                                             const Folding& folding, Scratch<T>& scratch) {
+  if (p.numel < Chunk<T>::kElements) run_body<T, VB, 64 / VB>(p, r, begin, end, folding, scratch);
+  else run_body<T, VB, kChunkBytes / VB>(p, r, begin, end, folding, scratch);
 }
 
-DL_TARGET_CLONES void run_double(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
-                                  const Folding& folding, Scratch<double>& scratch) {
-  if (p.numel < Chunk<double>::kElements) run_body<double, 1>(p, r, begin, end, folding, scratch);
-  else run_body<double, kVectors>(p, r, begin, end, folding, scratch);
+// One build per vector width (Note [Vectors of the machine's width]), best first; each
+// rounds every element as the others do.
+#if defined(__x86_64__) && !defined(__CUDACC__)
+#define DL_FUSED_X86 1
+template <typename T>
+__attribute__((target("avx512f"))) void run_avx512(const fused::Program& p, const Routes& r, int64_t begin,
+                                                   int64_t end, const Folding& folding, Scratch<T>& scratch) {
+  run_width<T, 64>(p, r, begin, end, folding, scratch);
 }
+template <typename T>
+__attribute__((target("avx2"))) void run_avx2(const fused::Program& p, const Routes& r, int64_t begin,
+                                              int64_t end, const Folding& folding, Scratch<T>& scratch) {
+  run_width<T, 32>(p, r, begin, end, folding, scratch);
+}
+#endif
+template <typename T>
+void run_base(const fused::Program& p, const Routes& r, int64_t begin, int64_t end, const Folding& folding,
+              Scratch<T>& scratch) {
+  run_width<T, 16>(p, r, begin, end, folding, scratch);
+}
+
+struct Variant {
+  const char* name;
+  void (*f)(const fused::Program&, const Routes&, int64_t, int64_t, const Folding&, Scratch<float>&);
+  void (*d)(const fused::Program&, const Routes&, int64_t, int64_t, const Folding&, Scratch<double>&);
+};
+struct Variants {
+  Variant v[3];
+  int n = 0;
+  Variants() {
+#ifdef DL_FUSED_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) v[n++] = {"avx512", run_avx512<float>, run_avx512<double>};
+    if (__builtin_cpu_supports("avx2")) v[n++] = {"avx2", run_avx2<float>, run_avx2<double>};
+#endif
+    v[n++] = {"baseline", run_base<float>, run_base<double>};
+  }
+};
+const Variants& variants() {
+  static const Variants vs;
+  return vs;
+}
+std::atomic<int> g_variant{0};
 
 // The scratch of each thread of a region, made by the thread that starts the region:
 // nothing inside a parallel region may allocate (or throw). Kept for the next program.
@@ -374,8 +430,9 @@ Scratches& scratches_for(DType dt, int threads) {
 // Elements [begin, end) on region thread t.
 void run_range(const fused::Program& p, const Routes& r, int64_t begin, int64_t end, const Folding& folding,
                Scratches& s, int t) {
-  if (p.dtype == DType::Float32) run_float(p, r, begin, end, folding, *s.f[size_t(t)]);
-  else run_double(p, r, begin, end, folding, *s.d[size_t(t)]);
+  const Variant& v = variants().v[g_variant.load(std::memory_order_relaxed)];
+  if (p.dtype == DType::Float32) v.f(p, r, begin, end, folding, *s.f[size_t(t)]);
+  else v.d(p, r, begin, end, folding, *s.d[size_t(t)]);
 }
 
 // Split between the threads in whole chunks from this many elements.
@@ -414,6 +471,14 @@ void check(const fused::Program& p, Routes& r) {
 }
 
 }  // namespace
+
+int fused_variants() { return variants().n; }
+const char* fused_use(int i) {
+  const Variants& vs = variants();
+  i = std::clamp(i, 0, vs.n - 1);
+  g_variant.store(i, std::memory_order_relaxed);
+  return vs.v[i].name;
+}
 
 void fused(const fused::Program& p, int) {
   Routes r;

@@ -4,13 +4,16 @@
 // kernel's grid-stride indexing. Both apply the one-op kernels' functors in the
 // program's dtype, so they agree bit for bit, for every op of the table, every kind of
 // input and every chunk boundary; the device kernel's code is checked this way without
-// a device.
+// a device. Each build of the host's runner this CPU can run (its vector widths) is
+// checked in turn.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tensor/backend.h"
+#include "tensor/cpu/kernels.h"
 #include "tensor/fused.h"
 #include "tensor/ops.h"
 
@@ -129,42 +132,58 @@ void check_random_programs(DType dt, uint32_t seed) {
   CHECK(checked > 120);
 }
 
+// Runs check() with each build of the host's runner in turn (Note [Vectors of the
+// machine's width] in tensor/cpu/fused.cpp), then goes back to the best.
+template <typename F>
+void each_build(F&& check) {
+  for (int v = 0; v < cpu::fused_variants(); ++v) {
+    const std::string name = cpu::fused_use(v);
+    INFO("the " << name << " build");
+    check();
+  }
+  cpu::fused_use(0);
+}
+
 }  // namespace
 
 TEST_CASE("fused programs: the host runner and the device kernel's interpreter agree bit for bit", "[fused]") {
-  check_random_programs<float>(DType::Float32, 7);
-  check_random_programs<double>(DType::Float64, 8);
+  each_build([] {
+    check_random_programs<float>(DType::Float32, 7);
+    check_random_programs<double>(DType::Float64, 8);
+  });
 }
 
 TEST_CASE("fused programs: every op of the table through the host runner equals eager", "[fused]") {
   // One instruction per op, on a value and on a chunk's edge, against the eager kernel.
-  for (DType dt : {DType::Float32, DType::Float64}) {
-    const Shape s{67};
-    Tensor x = randn(s, dt), y = randn(s, dt);
-    for (OpFamily family : {OpFamily::Unary, OpFamily::Binary}) {
-      for (Op op : ops_of(family)) {
-        Tensor out = empty(s, dt, Device{}, "test");
-        fused::Program p{};
-        p.dtype = dt;
-        p.numel = 67;
-        p.inputs[0] = fused::Input{x.raw_data(), 67, 1};
-        p.inputs[1] = fused::Input{y.raw_data(), 67, 1};
-        p.ninputs = 2;
-        p.code[0] = family == OpFamily::Unary ? fused::Instr::unary(op, fused::input(0))
-                                              : fused::Instr::binary(op, fused::input(0), fused::input(1));
-        p.ncode = 1;
-        p.outputs[0] = fused::Output{0, out.raw_data()};
-        p.noutputs = 1;
-        backend_for(Device{}, "test").fused(p, 0);
-        Tensor eager = family == OpFamily::Unary ? unary(op, x) : binary(op, x, y);
-        INFO(op_info(op).lua_name << " " << dtype_name(dt));
-        if (dt == DType::Float32)
-          CHECK(same(static_cast<const float*>(out.raw_data()), static_cast<const float*>(eager.raw_data()), 67));
-        else
-          CHECK(same(static_cast<const double*>(out.raw_data()), static_cast<const double*>(eager.raw_data()), 67));
+  each_build([] {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      const Shape s{67};
+      Tensor x = randn(s, dt), y = randn(s, dt);
+      for (OpFamily family : {OpFamily::Unary, OpFamily::Binary}) {
+        for (Op op : ops_of(family)) {
+          Tensor out = empty(s, dt, Device{}, "test");
+          fused::Program p{};
+          p.dtype = dt;
+          p.numel = 67;
+          p.inputs[0] = fused::Input{x.raw_data(), 67, 1};
+          p.inputs[1] = fused::Input{y.raw_data(), 67, 1};
+          p.ninputs = 2;
+          p.code[0] = family == OpFamily::Unary ? fused::Instr::unary(op, fused::input(0))
+                                                : fused::Instr::binary(op, fused::input(0), fused::input(1));
+          p.ncode = 1;
+          p.outputs[0] = fused::Output{0, out.raw_data()};
+          p.noutputs = 1;
+          backend_for(Device{}, "test").fused(p, 0);
+          Tensor eager = family == OpFamily::Unary ? unary(op, x) : binary(op, x, y);
+          INFO(op_info(op).lua_name << " " << dtype_name(dt));
+          if (dt == DType::Float32)
+            CHECK(same(static_cast<const float*>(out.raw_data()), static_cast<const float*>(eager.raw_data()), 67));
+          else
+            CHECK(same(static_cast<const double*>(out.raw_data()), static_cast<const double*>(eager.raw_data()), 67));
+        }
       }
     }
-  }
+  });
 }
 
 TEST_CASE("fused programs: a folded instruction's reduction has reduce()'s bits", "[fused]") {
@@ -172,37 +191,39 @@ TEST_CASE("fused programs: a folded instruction's reduction has reduce()'s bits"
   // around the fold's pieces (32), the runner's batches of values (2,048) and the fold's
   // chunks (16,384), and large enough to fold on threads.
   const int64_t sizes[] = {1, 31, 64, 65, 2047, 2048, 2049, 16383, 16384, 16385, 16384 * 5 + 64, 70001};
-  for (DType dt : {DType::Float32, DType::Float64}) {
-    for (int64_t n : sizes) {
-      Tensor x = randn(Shape{n}, dt);
-      if (n == 2049) x = unary(Op::Log, x);   // NaNs, which win amax and amin
-      Tensor values[3] = {empty(Shape{n}, dt, Device{}, "test"), empty(Shape{n}, dt, Device{}, "test"),
-                          empty(Shape{n}, dt, Device{}, "test")};
-      fused::Program p{};
-      p.dtype = dt;
-      p.numel = n;
-      p.inputs[0] = fused::Input{x.raw_data(), n, 1};
-      p.ninputs = 1;
-      p.code[0] = fused::Instr::scalar(Op::Mul, fused::input(0), 1.5, false);
-      p.code[1] = fused::Instr::unary(Op::Tanh, 0);
-      p.code[2] = fused::Instr::binary(Op::Sub, 1, fused::input(0));
-      p.ncode = 3;
-      for (int c = 0; c < 3; ++c) p.outputs[c] = fused::Output{int8_t(c), values[c].raw_data()};
-      p.noutputs = 3;
-      for (Op op : {Op::Sum, Op::Mean, Op::Amax, Op::Amin}) {
-        for (int code = 0; code < 3; ++code) {
-          Tensor folded = empty(Shape{}, dt, Device{}, "test");
-          fused::run_folded(p, code, op, folded.raw_data());
-          Tensor want = reduce(op, values[code], {}, false);
-          INFO(op_name(op) << " of instruction " << code << ", " << n << " " << dtype_name(dt));
-          if (dt == DType::Float32)
-            CHECK(same(static_cast<const float*>(folded.raw_data()), static_cast<const float*>(want.raw_data()), 1));
-          else
-            CHECK(same(static_cast<const double*>(folded.raw_data()), static_cast<const double*>(want.raw_data()), 1));
+  each_build([&] {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      for (int64_t n : sizes) {
+        Tensor x = randn(Shape{n}, dt);
+        if (n == 2049) x = unary(Op::Log, x);   // NaNs, which win amax and amin
+        Tensor values[3] = {empty(Shape{n}, dt, Device{}, "test"), empty(Shape{n}, dt, Device{}, "test"),
+                            empty(Shape{n}, dt, Device{}, "test")};
+        fused::Program p{};
+        p.dtype = dt;
+        p.numel = n;
+        p.inputs[0] = fused::Input{x.raw_data(), n, 1};
+        p.ninputs = 1;
+        p.code[0] = fused::Instr::scalar(Op::Mul, fused::input(0), 1.5, false);
+        p.code[1] = fused::Instr::unary(Op::Tanh, 0);
+        p.code[2] = fused::Instr::binary(Op::Sub, 1, fused::input(0));
+        p.ncode = 3;
+        for (int c = 0; c < 3; ++c) p.outputs[c] = fused::Output{int8_t(c), values[c].raw_data()};
+        p.noutputs = 3;
+        for (Op op : {Op::Sum, Op::Mean, Op::Amax, Op::Amin}) {
+          for (int code = 0; code < 3; ++code) {
+            Tensor folded = empty(Shape{}, dt, Device{}, "test");
+            fused::run_folded(p, code, op, folded.raw_data());
+            Tensor want = reduce(op, values[code], {}, false);
+            INFO(op_name(op) << " of instruction " << code << ", " << n << " " << dtype_name(dt));
+            if (dt == DType::Float32)
+              CHECK(same(static_cast<const float*>(folded.raw_data()), static_cast<const float*>(want.raw_data()), 1));
+            else
+              CHECK(same(static_cast<const double*>(folded.raw_data()), static_cast<const double*>(want.raw_data()), 1));
+          }
         }
       }
     }
-  }
+  });
 }
 
 TEST_CASE("fused programs: the host runner refuses a program out of bounds", "[fused]") {
