@@ -3,7 +3,6 @@
 #include "tensor/fused.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -44,15 +43,13 @@ struct Chunk {
 };
 
 // Note [Vectors of the machine's width]
-// The chunk is held as vectors of the widest registers the machine has: four of 64
-// bytes with AVX-512, eight of 32 with AVX2, sixteen of 16 otherwise (the baseline's 16
-// registers cannot hold that and an operand: it spills, on machines older than AVX2).
-// The runner is built once for each width (run_avx512, run_avx2, run_base) and one is
-// picked at run time. GCC's vector types of 64 bytes on AVX2 are lowered through the
-// stack, pieces moved by general registers: with them the interpreter ran at 2.5 ns an
-// element for the eight ops of bench/'s `pw8c` on an AMD EPYC without AVX-512, slower
-// than eager's eight passes over memory; 0.8 ns with 32-byte vectors
-// (docs/performance.md, "dl.compile").
+// The chunk is held as vectors of the widest registers the machine has (Note [Builds
+// for each vector width] in loops.h): four of 64 bytes with AVX-512, eight of 32 with
+// AVX2, sixteen of 16 otherwise (the baseline's 16 registers cannot hold that and an
+// operand: it spills, on machines older than AVX2). With four 64-byte vectors on every
+// machine, the interpreter ran at 2.5 ns an element for the eight ops of bench/'s
+// `pw8c` on an AMD EPYC without AVX-512, slower than eager's eight passes over memory;
+// 0.8 ns with eight 32-byte ones (docs/performance.md, "dl.compile").
 template <typename T, int VB>
 struct Vec {
   typedef T V __attribute__((vector_size(VB)));
@@ -365,18 +362,16 @@ template <typename T, int VB>
   else run_body<T, VB, kChunkBytes / VB>(p, r, begin, end, folding, scratch);
 }
 
-// One build per vector width (Note [Vectors of the machine's width]), best first; each
-// rounds every element as the others do.
-#if defined(__x86_64__) && !defined(__CUDACC__)
-#define DL_FUSED_X86 1
+// One build per vector width (Note [Builds for each vector width] in loops.h).
+#ifdef DL_WIDTH_BUILDS
 template <typename T>
-__attribute__((target("avx512f"))) void run_avx512(const fused::Program& p, const Routes& r, int64_t begin,
-                                                   int64_t end, const Folding& folding, Scratch<T>& scratch) {
+DL_TARGET_AVX512 void run_avx512(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
+                                 const Folding& folding, Scratch<T>& scratch) {
   run_width<T, 64>(p, r, begin, end, folding, scratch);
 }
 template <typename T>
-__attribute__((target("avx2"))) void run_avx2(const fused::Program& p, const Routes& r, int64_t begin,
-                                              int64_t end, const Folding& folding, Scratch<T>& scratch) {
+DL_TARGET_AVX2 void run_avx2(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
+                             const Folding& folding, Scratch<T>& scratch) {
   run_width<T, 32>(p, r, begin, end, folding, scratch);
 }
 #endif
@@ -385,29 +380,17 @@ void run_base(const fused::Program& p, const Routes& r, int64_t begin, int64_t e
               Scratch<T>& scratch) {
   run_width<T, 16>(p, r, begin, end, folding, scratch);
 }
-
-struct Variant {
-  const char* name;
-  void (*f)(const fused::Program&, const Routes&, int64_t, int64_t, const Folding&, Scratch<float>&);
-  void (*d)(const fused::Program&, const Routes&, int64_t, int64_t, const Folding&, Scratch<double>&);
-};
-struct Variants {
-  Variant v[3];
-  int n = 0;
-  Variants() {
-#ifdef DL_FUSED_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) v[n++] = {"avx512", run_avx512<float>, run_avx512<double>};
-    if (__builtin_cpu_supports("avx2")) v[n++] = {"avx2", run_avx2<float>, run_avx2<double>};
-#endif
-    v[n++] = {"baseline", run_base<float>, run_base<double>};
+template <typename T>
+void run_build(const fused::Program& p, const Routes& r, int64_t begin, int64_t end, const Folding& folding,
+               Scratch<T>& scratch) {
+#ifdef DL_WIDTH_BUILDS
+  switch (vector_bytes()) {
+    case 64: return run_avx512<T>(p, r, begin, end, folding, scratch);
+    case 32: return run_avx2<T>(p, r, begin, end, folding, scratch);
   }
-};
-const Variants& variants() {
-  static const Variants vs;
-  return vs;
+#endif
+  run_base<T>(p, r, begin, end, folding, scratch);
 }
-std::atomic<int> g_variant{0};
 
 // The scratch of each thread of a region, made by the thread that starts the region:
 // nothing inside a parallel region may allocate (or throw). Kept for the next program.
@@ -430,9 +413,8 @@ Scratches& scratches_for(DType dt, int threads) {
 // Elements [begin, end) on region thread t.
 void run_range(const fused::Program& p, const Routes& r, int64_t begin, int64_t end, const Folding& folding,
                Scratches& s, int t) {
-  const Variant& v = variants().v[g_variant.load(std::memory_order_relaxed)];
-  if (p.dtype == DType::Float32) v.f(p, r, begin, end, folding, *s.f[size_t(t)]);
-  else v.d(p, r, begin, end, folding, *s.d[size_t(t)]);
+  if (p.dtype == DType::Float32) run_build<float>(p, r, begin, end, folding, *s.f[size_t(t)]);
+  else run_build<double>(p, r, begin, end, folding, *s.d[size_t(t)]);
 }
 
 // Split between the threads in whole chunks from this many elements.
@@ -471,14 +453,6 @@ void check(const fused::Program& p, Routes& r) {
 }
 
 }  // namespace
-
-int fused_variants() { return variants().n; }
-const char* fused_use(int i) {
-  const Variants& vs = variants();
-  i = std::clamp(i, 0, vs.n - 1);
-  g_variant.store(i, std::memory_order_relaxed);
-  return vs.v[i].name;
-}
 
 void fused(const fused::Program& p, int) {
   Routes r;

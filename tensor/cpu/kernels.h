@@ -23,10 +23,4 @@ void half_to_float(DType from, const void* s, float* d, int64_t n, bool vector =
 // one vector loop; false (nothing done) for anything else.
 bool convert_half(const Tensor& out, const Tensor& src);
 
-// The builds of the fused-program interpreter this CPU can run, best first (Note
-// [Vectors of the machine's width] in tensor/cpu/fused.cpp), and the one to use from
-// now on (for tests: each gives the same bits); fused_use returns its name.
-int fused_variants();
-const char* fused_use(int i);
-
 }  // namespace dl::cpu

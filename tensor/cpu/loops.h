@@ -32,11 +32,30 @@
 // "Measurements behind the code".)
 #if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 6) && !defined(__CUDACC__)
 #define DL_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define DL_WIDTH_BUILDS 1
+#define DL_TARGET_AVX512 __attribute__((target("avx512f")))
+#define DL_TARGET_AVX2 __attribute__((target("avx2")))
 #else
 #define DL_TARGET_CLONES
 #endif
 
 namespace dl::cpu {
+
+// Note [Builds for each vector width]
+// Code written with GCC's vector types (__attribute__((vector_size))) has the width it
+// was written with in every clone, and a 64-byte vector in a clone without AVX-512 is
+// lowered through the stack, its pieces moved by general registers: the fused programs'
+// interpreter and rows_dot ran several times slower on an AVX2 machine than their
+// arithmetic needs (docs/performance.md, "dl.compile" and the `gemv` row). Such code is
+// a template on the width in bytes instead, built for each width in a function marked
+// DL_TARGET_AVX512 (64), DL_TARGET_AVX2 (32) or for the baseline (16), where
+// DL_WIDTH_BUILDS is defined (x86-64; elsewhere the baseline alone), and the caller runs
+// the build that vector_bytes() names: the widest this CPU has, or less when a test
+// asked for less (limit_vector_bytes) to check that every build gives the same bits.
+// Each build rounds every element as the others (no fused multiply-adds, as for the
+// clones above).
+int vector_bytes();
+void limit_vector_bytes(int bytes);   // 16, 32 or 64; 0 lifts the limit
 
 constexpr int64_t kParallelGrain = int64_t(1) << 18;
 

@@ -244,72 +244,86 @@ CBLAS_TRANSPOSE op(const MatLayout& l) { return l.trans ? CblasTrans : CblasNoTr
 // Larger ones stay with OpenBLAS. From kParallelGrain elements c is split between the
 // OpenMP threads (rows for rows_dot, columns for rows_axpy), which changes no sum.
 // The price, measured with bench/ (`gemv`; docs/performance.md, "Measurements behind
-// the code"): on one core the loop is as fast as OpenBLAS's sgemv; OpenBLAS runs that
+// the code"): on one core the loop is as fast as OpenBLAS's sgemv with AVX-512, and
+// takes 1.1-1.2x its time with AVX2 (no fused multiply-adds here); OpenBLAS runs that
 // size on two threads where it may, faster, and splitting the loop between OpenMP
 // threads made it slower on these shared cores, so it stays on one. A program saves
 // the time of loading OpenBLAS instead.
 //   rows_dot:  y[i] = sum_j a(i, j) x[j]   (a row-major: the rows are contiguous)
 //   rows_axpy: y[j] = sum_i x[i] a(i, j)   (the same layout read as a's transpose)
-// Both add in a fixed order whatever the instruction set (DL_TARGET_CLONES):
-// rows_dot keeps 16 running sums per row, element j in sum j % 16, then adds them
-// pairwise; rows_axpy adds the rows in order. Each works on four rows at a time (the
-// loads of x or y shared, the chains of additions independent), which changes no sum.
+// Both add in a fixed order whatever the instruction set (DL_TARGET_CLONES, and Note
+// [Builds for each vector width] in loops.h): rows_dot keeps 16 running sums per row,
+// element j in sum j % 16, then adds them pairwise; rows_axpy adds the rows in order.
+// Each works on several rows at a time (the loads of x or y shared, the chains of
+// additions independent), which changes no sum.
 // Strided vectors are gathered first.
 constexpr int64_t kOwnVectorElems = int64_t(1) << 20;
 
-// 16 lanes of T as one GCC vector: one AVX-512 register of floats, two AVX2 ones, four
-// SSE ones; the same sums in every case. Read from memory as a V16U (any alignment of
-// T, aliasing T), kept in registers as a V16.
-template <typename T> struct Lanes16 {
-  typedef T type __attribute__((vector_size(16 * sizeof(T))));
-  typedef T unaligned __attribute__((vector_size(16 * sizeof(T)), aligned(sizeof(T)), may_alias));
+// A row's 16 running sums as vectors of VB bytes (Note [Builds for each vector width] in
+// loops.h): one AVX-512 vector of floats or two of doubles, two or four AVX2 ones, four
+// or eight SSE ones; the same sums in every case. kRows rows at a time, so that their
+// sums fit in registers with the loads beside them.
+template <typename T, int VB>
+struct Sums16 {
+  typedef T V __attribute__((vector_size(VB)));
+  typedef T U __attribute__((vector_size(VB), aligned(sizeof(T)), may_alias));   // (loads)
+  static constexpr int kLanes = VB / int(sizeof(T));
+  static constexpr int kVectors = 16 / kLanes;
+  static constexpr int kRows = kVectors >= 8 ? 1 : kVectors == 4 ? 2 : 4;
+  [[gnu::always_inline]] static V load(const T* p) { return *reinterpret_cast<const U*>(p); }
 };
-template <typename T> using V16 = typename Lanes16<T>::type;
-#define DL_LOAD16(T, p) (*reinterpret_cast<const typename Lanes16<T>::unaligned*>(p))
-// The 16 lanes added pairwise (lane l + lane l + 8, ...).
-template <typename T>
-[[gnu::always_inline]] inline T lanes_total(const V16<T>& v) {
-  T acc[16];
-  std::memcpy(acc, &v, sizeof acc);
-  for (int w = 8; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  return acc[0];
+
+// A row's sum: its 16 sums, the row's last n % 16 products added to the first of them
+// (element j in sum j % 16, as in the body), then added pairwise (sum l + sum l + 8,
+// ...). The last products are added as vectors, the lanes past them with -0 (which
+// leaves every sum as it is, -0 and NaN included), and the pairs as vectors while they
+// are whole vectors apart: a row's total through memory, one sum at a time, took a
+// third of the time of a 256 x 784 product.
+template <typename T, int N, typename V>
+[[gnu::always_inline]] inline T row_total(V (&acc)[N], const T* r, const T* x, int64_t tail) {
+  constexpr int L = 16 / N;
+  using S = Sums16<T, int(sizeof(V))>;
+  if (tail > 0) {
+    T rt[16] = {}, xt[16];
+    std::fill_n(xt, 16, T(-0.0));
+    std::memcpy(rt, r, size_t(tail) * sizeof(T));
+    std::memcpy(xt, x, size_t(tail) * sizeof(T));
+    for (int v = 0; v < N; ++v) acc[v] += S::load(rt + v * L) * S::load(xt + v * L);
+  }
+  for (int w = N / 2; w >= 1; w /= 2)
+    for (int v = 0; v < w; ++v) acc[v] += acc[v + w];
+  T sums[L];
+  std::memcpy(sums, &acc[0], sizeof sums);
+  for (int w = L / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) sums[l] += sums[l + w];
+  return sums[0];
 }
-// Four rows at a time, each with its own 16 sums: the rows share x's loads, and the
-// sums are independent chains of additions.
-template <typename T>
+
+// y[i] = row i of a . x, for m rows of n, kRows at a time: the rows share x's loads,
+// and their sums are independent chains of additions.
+template <typename T, int VB>
 [[gnu::always_inline]] inline void rows_dot_body(const T* a, int64_t lda, const T* x, T* y, int64_t m,
                                                  int64_t n) {
+  using S = Sums16<T, VB>;
+  using V = typename S::V;
+  constexpr int R = S::kRows, N = S::kVectors, L = S::kLanes;
   const int64_t body = n - n % 16;
   int64_t i = 0;
-  for (; i + 4 <= m; i += 4) {
-    const T *r0 = a + i * lda, *r1 = r0 + lda, *r2 = r1 + lda, *r3 = r2 + lda;
-    V16<T> a0 = {}, a1 = {}, a2 = {}, a3 = {};
-    for (int64_t j = 0; j < body; j += 16) {
-      const V16<T> xv = DL_LOAD16(T, x + j);
-      a0 += DL_LOAD16(T, r0 + j) * xv;
-      a1 += DL_LOAD16(T, r1 + j) * xv;
-      a2 += DL_LOAD16(T, r2 + j) * xv;
-      a3 += DL_LOAD16(T, r3 + j) * xv;
+  for (; i < m; i += R) {
+    const int rows = int(std::min<int64_t>(R, m - i));
+    V acc[R][N] = {};
+    if (rows == R) {
+      for (int64_t j = 0; j < body; j += 16)
+        for (int v = 0; v < N; ++v) {
+          const V xv = S::load(x + j + v * L);
+          for (int k = 0; k < R; ++k) acc[k][v] += S::load(a + (i + k) * lda + j + v * L) * xv;
+        }
+    } else {
+      for (int k = 0; k < rows; ++k)
+        for (int64_t j = 0; j < body; j += 16)
+          for (int v = 0; v < N; ++v) acc[k][v] += S::load(a + (i + k) * lda + j + v * L) * S::load(x + j + v * L);
     }
-    for (int l = 0; body + l < n; ++l) {
-      const T xv = x[body + l];
-      a0[l] += r0[body + l] * xv;
-      a1[l] += r1[body + l] * xv;
-      a2[l] += r2[body + l] * xv;
-      a3[l] += r3[body + l] * xv;
-    }
-    y[i] = lanes_total<T>(a0);
-    y[i + 1] = lanes_total<T>(a1);
-    y[i + 2] = lanes_total<T>(a2);
-    y[i + 3] = lanes_total<T>(a3);
-  }
-  for (; i < m; ++i) {
-    const T* r = a + i * lda;
-    V16<T> acc = {};
-    for (int64_t j = 0; j < body; j += 16) acc += DL_LOAD16(T, r + j) * DL_LOAD16(T, x + j);
-    for (int l = 0; body + l < n; ++l) acc[l] += r[body + l] * x[body + l];
-    y[i] = lanes_total<T>(acc);
+    for (int k = 0; k < rows; ++k) y[i + k] = row_total(acc[k], a + (i + k) * lda + body, x + body, n - body);
   }
 }
 // Four rows at a time, added into y in row order: y[j] = (((y[j] + x0 r0[j]) + x1 r1[j]) ...
@@ -329,11 +343,25 @@ template <typename T>
     for (int64_t j = 0; j < n; ++j) y[j] += xi * r[j];
   }
 }
-DL_TARGET_CLONES void rows_dot(const float* a, int64_t lda, const float* x, float* y, int64_t m, int64_t n) {
-  rows_dot_body(a, lda, x, y, m, n);
+#ifdef DL_WIDTH_BUILDS
+template <typename T>
+DL_TARGET_AVX512 void rows_dot_avx512(const T* a, int64_t lda, const T* x, T* y, int64_t m, int64_t n) {
+  rows_dot_body<T, 64>(a, lda, x, y, m, n);
 }
-DL_TARGET_CLONES void rows_dot(const double* a, int64_t lda, const double* x, double* y, int64_t m, int64_t n) {
-  rows_dot_body(a, lda, x, y, m, n);
+template <typename T>
+DL_TARGET_AVX2 void rows_dot_avx2(const T* a, int64_t lda, const T* x, T* y, int64_t m, int64_t n) {
+  rows_dot_body<T, 32>(a, lda, x, y, m, n);
+}
+#endif
+template <typename T>
+void rows_dot(const T* a, int64_t lda, const T* x, T* y, int64_t m, int64_t n) {
+#ifdef DL_WIDTH_BUILDS
+  switch (vector_bytes()) {
+    case 64: return rows_dot_avx512(a, lda, x, y, m, n);
+    case 32: return rows_dot_avx2(a, lda, x, y, m, n);
+  }
+#endif
+  rows_dot_body<T, 16>(a, lda, x, y, m, n);
 }
 DL_TARGET_CLONES void rows_axpy(const float* a, int64_t lda, const float* x, float* y, int64_t k, int64_t n) {
   rows_axpy_body(a, lda, x, y, k, n);

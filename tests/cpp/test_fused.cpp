@@ -9,11 +9,10 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "tensor/backend.h"
-#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
 #include "tensor/fused.h"
 #include "tensor/ops.h"
 
@@ -132,16 +131,17 @@ void check_random_programs(DType dt, uint32_t seed) {
   CHECK(checked > 120);
 }
 
-// Runs check() with each build of the host's runner in turn (Note [Vectors of the
-// machine's width] in tensor/cpu/fused.cpp), then goes back to the best.
+// Runs check() with each build of the host's runner this CPU can run (Note [Builds for
+// each vector width] in tensor/cpu/loops.h), then lifts the limit.
 template <typename F>
 void each_build(F&& check) {
-  for (int v = 0; v < cpu::fused_variants(); ++v) {
-    const std::string name = cpu::fused_use(v);
-    INFO("the " << name << " build");
+  const int widest = cpu::vector_bytes();
+  for (int bytes = widest; bytes >= 16; bytes /= 2) {
+    cpu::limit_vector_bytes(bytes);
+    INFO("the build for vectors of " << bytes << " bytes");
     check();
   }
-  cpu::fused_use(0);
+  cpu::limit_vector_bytes(0);
 }
 
 }  // namespace

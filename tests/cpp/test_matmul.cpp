@@ -164,8 +164,15 @@ void check_vector_products(DType dt) {
 }
 
 TEST_CASE("products with a vector operand add in their documented order", "[matmul]") {
-  check_vector_products<float>(DType::Float32);
-  check_vector_products<double>(DType::Float64);
+  // With each build of the loops this CPU can run (Note [Builds for each vector width]
+  // in tensor/cpu/loops.h).
+  for (int bytes = cpu::vector_bytes(); bytes >= 16; bytes /= 2) {
+    INFO("the build for vectors of " << bytes << " bytes");
+    cpu::limit_vector_bytes(bytes);
+    check_vector_products<float>(DType::Float32);
+    check_vector_products<double>(DType::Float64);
+  }
+  cpu::limit_vector_bytes(0);
 }
 
 TEST_CASE("matmul reads broadcast batch operands in place", "[matmul]") {
