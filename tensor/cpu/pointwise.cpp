@@ -1,6 +1,7 @@
 // CPU kernels of the pointwise families: each op's functor (tensor/functors.h) run by
 // the loops of tensor/cpu/loops.h, for every dtype the op accepts.
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "tensor/backend.h"
@@ -38,42 +39,48 @@ bool small_dense(const Tensor& out) {
   return out.numel() <= kSmallDense && out.numel() > 0 && out.is_contiguous();
 }
 
-// Note [Wide loops for float exponentials]
-// exp, tanh and sigmoid of float32 are computed in double by a polynomial (Note [Float
-// exponentials in double] in functors.h). The general loops are built for the baseline
-// x86-64, where a vector holds two doubles (perf: SSE2 code, constants spilled to the
-// stack); for dense operands these three run in loops built for AVX2 and AVX-512 as well
-// (DL_TARGET_CLONES), which give the same bits (test_pointwise compares dense operands
-// with strided views of the same values). Softmax's exponentials do the same
-// (exp_shifted in reduce.cpp).
-#define DL_WIDE_UNARY(Fn)                                                          \
-  DL_TARGET_CLONES void wide_##Fn(const float* x, float* y, int64_t n) {           \
-    for (int64_t i = 0; i < n; ++i) y[i] = fn::Fn{}(x[i]);                         \
-  }
-DL_WIDE_UNARY(ExpFn)
-DL_WIDE_UNARY(TanhFn)
-DL_WIDE_UNARY(SigmoidFn)
-#undef DL_WIDE_UNARY
+// Note [Dense operands in wide loops]
+// The general loops (elementwise, tensor/cpu/loops.h) are built for the baseline
+// x86-64: SSE2, four float32 lanes, and two doubles for the float exponentials'
+// polynomials (Note [Float exponentials in double] in functors.h). When out and every
+// operand are dense and of one float dtype, an op larger than kSmallDense runs
+// dl::small's block loops instead (tensor/small.h: built for AVX2 and AVX-512 as well,
+// picked at load time) over each thread's range: the same functor in the same dtype, so
+// the same bits (test_pointwise compares dense operands with strided views of the same
+// values). On an AVX2 machine a multiply of 32K float32 ran in the SSE2 loop at a fifth
+// of layer_norm's gradient row (bench/ `layernorm`; docs/performance.md). A
+// one-element operand is read before the threads start, as the general loops read it
+// before their loop, in case out is the buffer it lies in.
+// block(b, e) runs elements [b, e) of contiguous out, and says false (running nothing)
+// for a dtype or op that dl::small has not: asked once for no elements first.
+template <typename Block>
+bool dense_blocks(const Tensor& out, Block block) {
+  if (!block(0, 0)) return false;
+  parallel_range(out.numel(), [&](int64_t b, int64_t e) { block(b, e); });
+  return true;
+}
 
-using WideLoop = void (*)(const float*, float*, int64_t);
-template <typename F>
-constexpr WideLoop wide_loop() {
-  if constexpr (std::is_same_v<F, fn::ExpFn>) return &wide_ExpFn;
-  else if constexpr (std::is_same_v<F, fn::TanhFn>) return &wide_TanhFn;
-  else if constexpr (std::is_same_v<F, fn::SigmoidFn>) return &wide_SigmoidFn;
-  else return nullptr;
+// Operand t of a dense loop: its elements, or (step 0) its one element read now.
+struct DenseOperand {
+  const char* p;
+  int step;
+  size_t size;
+  alignas(8) char one[8];
+  DenseOperand(const Tensor& t, int s) : p(static_cast<const char*>(t.raw_data())), step(s), size(itemsize(t.dtype())) {
+    if (step == 0) {
+      std::memcpy(one, p, size);
+      p = one;
+    }
+  }
+  const void* at(int64_t i) const { return p + i * step * int64_t(size); }
+};
+
+char* element(const Tensor& out, int64_t i) {
+  return static_cast<char*>(out.raw_data()) + i * int64_t(itemsize(out.dtype()));
 }
 
 template <typename T, typename F>
 void run_unary(const Tensor& out, const Tensor& x, F f) {
-  if constexpr (std::is_same_v<T, float> && wide_loop<F>() != nullptr) {
-    if (out.is_contiguous() && x.is_contiguous() && out.numel() == x.numel()) {
-      const float* xp = x.data<float>();
-      float* yp = out.data<float>();
-      parallel_range(out.numel(), [&](int64_t b, int64_t e) { wide_loop<F>()(xp + b, yp + b, e - b); });
-      return;
-    }
-  }
   elementwise<T, T, 2>({&out, &x}, [f](T v) { return T(f(v)); });
 }
 
@@ -102,9 +109,14 @@ constexpr bool accepts(unsigned flags) {
 }  // namespace
 
 void unary(Op op, const Tensor& out, const Tensor& x) {
-  if (small_dense(out) && dense_step(x, out) == 1 &&
-      small::unary(op, x.dtype(), out.raw_data(), x.raw_data(), out.numel()))
-    return;
+  if (out.is_contiguous() && dense_step(x, out) == 1) {
+    if (small_dense(out) && small::unary(op, x.dtype(), out.raw_data(), x.raw_data(), out.numel())) return;
+    const DenseOperand in(x, 1);
+    if (out.numel() > kSmallDense && dense_blocks(out, [&](int64_t b, int64_t e) {
+          return small::block_unary(op, x.dtype(), element(out, b), in.at(b), e - b);
+        }))
+      return;
+  }
   if (op == Op::Logical_not) {
     DL_DISPATCH_ALL(x.dtype(), "logical_not",
         elementwise<bool, scalar_t, 2>({&out, &x}, [](scalar_t v) { return fn::NotFn{}(v); }));
@@ -125,10 +137,15 @@ void unary(Op op, const Tensor& out, const Tensor& x) {
 }
 
 void binary(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  if (small_dense(out) && a.dtype() == b.dtype()) {
-    const int sa = dense_step(a, out), sb = dense_step(b, out);
-    if (sa >= 0 && sb >= 0 &&
+  const int sa = dense_step(a, out), sb = dense_step(b, out);
+  if (out.is_contiguous() && a.dtype() == b.dtype() && sa >= 0 && sb >= 0) {
+    if (small_dense(out) &&
         small::binary(op, a.dtype(), out.raw_data(), a.raw_data(), sa, b.raw_data(), sb, out.numel()))
+      return;
+    const DenseOperand x(a, sa), y(b, sb);
+    if (out.numel() > kSmallDense && dense_blocks(out, [&](int64_t i, int64_t e) {
+          return small::block_binary(op, a.dtype(), element(out, i), x.at(i), x.step, y.at(i), y.step, e - i);
+        }))
       return;
   }
   switch (op) {
@@ -150,9 +167,16 @@ void binary(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool first) {
-  if (small_dense(out) && dense_step(a, out) == 1 &&
-      small::binary_scalar(op, a.dtype(), out.raw_data(), a.raw_data(), s, first, out.numel()))
-    return;
+  if (out.is_contiguous() && dense_step(a, out) == 1) {
+    if (small_dense(out) &&
+        small::binary_scalar(op, a.dtype(), out.raw_data(), a.raw_data(), s, first, out.numel()))
+      return;
+    const DenseOperand x(a, 1);
+    if (out.numel() > kSmallDense && dense_blocks(out, [&](int64_t b, int64_t e) {
+          return small::block_binary_scalar(op, a.dtype(), element(out, b), x.at(b), s, first, e - b);
+        }))
+      return;
+  }
   switch (op) {
 #define DL_BINARY(Name, lua, Fn, flags)                                             \
     case Op::Name:                                                                  \

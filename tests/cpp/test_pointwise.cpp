@@ -97,15 +97,15 @@ TEST_CASE("a bool tensor casts to every dtype as 0 and 1, in any layout", "[poin
     }
 }
 
-// Note [Small dense operands] (tensor/cpu/pointwise.cpp): a small op on dense operands
-// runs dl::small's loop, anything else the general loops; the two must agree to the bit.
-// Every pointwise op, in float32 and float64, on dense operands against the same values
-// seen through strided views (every other element of a buffer twice as long). Dense
-// operands of one shape take dl::small's loop in the front end (Note [Small same-shape
-// ops] in tensor/pointwise.cpp), dense ones beside a one-element one in the cpu backend.
-// Note [Wide loops for float exponentials] in tensor/cpu/pointwise.cpp: dense operands
-// larger than dl::small's take loops built for AVX2 and AVX-512; strided views of the
-// same values take the general loop. Every element's bits must agree.
+// Note [Small dense operands] and Note [Dense operands in wide loops] (tensor/cpu/
+// pointwise.cpp): an op on dense operands runs dl::small's loops (small ones built for
+// AVX2, larger ones in blocks built for AVX2 and AVX-512 too), anything else the general
+// loops; the two must agree to the bit. Every pointwise op, in float32 and float64, on
+// dense operands against the same values seen through strided views (every other
+// element of a buffer twice as long). Dense operands of one shape take dl::small's loop
+// in the front end (Note [Small same-shape ops] in tensor/pointwise.cpp), dense ones
+// beside a one-element one in the cpu backend. First exp, tanh and sigmoid, whose
+// polynomials use the vector width most, at their special values.
 TEST_CASE("the wide loops of exp, tanh and sigmoid compute the general loop's bits", "[pointwise]") {
   const int64_t n = 3001;
   std::vector<double> v(2 * n);
@@ -130,61 +130,64 @@ TEST_CASE("the wide loops of exp, tanh and sigmoid compute the general loop's bi
   }
 }
 
-TEST_CASE("small dense operands compute the general loops' bits", "[pointwise]") {
-  const int64_t n = 37;  // not a multiple of any vector width
-  const double vals[] = {-2.5, -1, -0.5, -0.0, 0, 0.25, 0.5, 1, 1.5, 2, 3, 7.5, 1e-3, -1e3,
-                         std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()};
-  std::vector<double> av(2 * n), bv(2 * n);
-  for (int64_t i = 0; i < 2 * n; ++i) {
-    av[size_t(i)] = vals[(i / 2) % 16];
-    bv[size_t(i)] = vals[(i / 2 * 7 + 3) % 16];
-  }
-  auto bits_equal = [](const Tensor& x, const Tensor& y) {
-    if (x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      const double p = x.value_at(&i), q = y.value_at(&i);
-      if (!(p == q || (p != p && q != q)) || std::signbit(p) != std::signbit(q)) return false;
+TEST_CASE("dense operands, small and large, compute the general loops' bits", "[pointwise]") {
+  // Neither size a multiple of any vector width; the second larger than dl::small's.
+  for (const int64_t n : {int64_t(37), sizes::kSmallElements * 3 + 5}) {
+    INFO(n << " elements");
+    const double vals[] = {-2.5, -1, -0.5, -0.0, 0, 0.25, 0.5, 1, 1.5, 2, 3, 7.5, 1e-3, -1e3,
+                           std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()};
+    std::vector<double> av(2 * n), bv(2 * n);
+    for (int64_t i = 0; i < 2 * n; ++i) {
+      av[size_t(i)] = vals[(i / 2) % 16];
+      bv[size_t(i)] = vals[(i / 2 * 7 + 3) % 16];
     }
-    return true;
-  };
-  int cases = 0;
-  for (DType dt : {DType::Float32, DType::Float64}) {
-    Tensor A = slice(from_values(av.data(), 2 * n, Shape{2 * n}, dt), 0, 0, 2 * n, 2);  // strided
-    Tensor B = slice(from_values(bv.data(), 2 * n, Shape{2 * n}, dt), 0, 0, 2 * n, 2);
-    Tensor a = contiguous(A), b = contiguous(B);  // the same values, dense
-    REQUIRE((!A.is_contiguous() && a.is_contiguous()));
-    Tensor s0 = full(Shape{}, Scalar(1.5), dt), s1 = full(Shape{1}, Scalar(-0.5), dt);
-    for (int k = 0; k < kNumOps; ++k) {
-      const Op op = static_cast<Op>(k);
-      const OpInfo& info = op_info(op);
-      INFO(dtype_name(dt) << " " << info.lua_name);
-      if (info.family == OpFamily::Unary) {
-        CHECK(bits_equal(unary(op, a), unary(op, A)));
-        ++cases;
-      } else if (info.family == OpFamily::Binary || info.family == OpFamily::Compare) {
-        const bool cmp = info.family == OpFamily::Compare;
-        auto f = [&](const Tensor& x, const Tensor& y) { return cmp ? compare(op, x, y) : binary(op, x, y); };
-        auto fs = [&](const Tensor& x, double v, bool first) {
-          return cmp ? compare(op, x, Scalar(v), first) : binary(op, x, Scalar(v), first);
-        };
-        CHECK(bits_equal(f(a, b), f(A, B)));
-        CHECK(bits_equal(f(a, s0), f(A, s0)));
-        CHECK(bits_equal(f(s1, a), f(s1, A)));
-        CHECK(bits_equal(fs(a, 2.5, false), fs(A, 2.5, false)));
-        CHECK(bits_equal(fs(a, -3.0, true), fs(A, -3.0, true)));
-        CHECK(bits_equal(fs(a, 0.1, false), fs(A, 0.1, false)));  // not exact in float32
-        if (info.family == OpFamily::Binary) {  // in place: out is an operand
-          Tensor x = contiguous(A);  // a fresh copy (contiguous(a) would be a itself)
-          Tensor X = slice(from_values(av.data(), 2 * n, Shape{2 * n}, dt), 0, 0, 2 * n, 2);
-          binary_(op, x, b);
-          binary_(op, X, B);
-          CHECK(bits_equal(x, X));
+    auto bits_equal = [](const Tensor& x, const Tensor& y) {
+      if (x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const double p = x.value_at(&i), q = y.value_at(&i);
+        if (!(p == q || (p != p && q != q)) || std::signbit(p) != std::signbit(q)) return false;
+      }
+      return true;
+    };
+    int cases = 0;
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      Tensor A = slice(from_values(av.data(), 2 * n, Shape{2 * n}, dt), 0, 0, 2 * n, 2);  // strided
+      Tensor B = slice(from_values(bv.data(), 2 * n, Shape{2 * n}, dt), 0, 0, 2 * n, 2);
+      Tensor a = contiguous(A), b = contiguous(B);  // the same values, dense
+      REQUIRE((!A.is_contiguous() && a.is_contiguous()));
+      Tensor s0 = full(Shape{}, Scalar(1.5), dt), s1 = full(Shape{1}, Scalar(-0.5), dt);
+      for (int k = 0; k < kNumOps; ++k) {
+        const Op op = static_cast<Op>(k);
+        const OpInfo& info = op_info(op);
+        INFO(dtype_name(dt) << " " << info.lua_name);
+        if (info.family == OpFamily::Unary) {
+          CHECK(bits_equal(unary(op, a), unary(op, A)));
+          ++cases;
+        } else if (info.family == OpFamily::Binary || info.family == OpFamily::Compare) {
+          const bool cmp = info.family == OpFamily::Compare;
+          auto f = [&](const Tensor& x, const Tensor& y) { return cmp ? compare(op, x, y) : binary(op, x, y); };
+          auto fs = [&](const Tensor& x, double v, bool first) {
+            return cmp ? compare(op, x, Scalar(v), first) : binary(op, x, Scalar(v), first);
+          };
+          CHECK(bits_equal(f(a, b), f(A, B)));
+          CHECK(bits_equal(f(a, s0), f(A, s0)));
+          CHECK(bits_equal(f(s1, a), f(s1, A)));
+          CHECK(bits_equal(fs(a, 2.5, false), fs(A, 2.5, false)));
+          CHECK(bits_equal(fs(a, -3.0, true), fs(A, -3.0, true)));
+          CHECK(bits_equal(fs(a, 0.1, false), fs(A, 0.1, false)));  // not exact in float32
+          if (info.family == OpFamily::Binary) {  // in place: out is an operand
+            Tensor x = contiguous(A);  // a fresh copy (contiguous(a) would be a itself)
+            Tensor X = slice(from_values(av.data(), 2 * n, Shape{2 * n}, dt), 0, 0, 2 * n, 2);
+            binary_(op, x, b);
+            binary_(op, X, B);
+            CHECK(bits_equal(x, X));
+          }
+          cases += 6;
         }
-        cases += 6;
       }
     }
+    CHECK(cases > 200);
   }
-  CHECK(cases > 200);
 }
 
 // Note [Float exponentials in double] in tensor/functors.h: float32 exp, tanh and sigmoid
