@@ -17,7 +17,10 @@
 //   3. The CPU backend's dense loop (tensor/cpu/pointwise.cpp, small_dense): out and
 //      every operand dense (contiguous, of out's size or a single element), out at most
 //      kSmallElements: dl::small's loop over the raw buffers, any dtype it serves.
-//   4. The general strided loops (tensor/cpu/loops.h, elementwise), split across
+//   4. The same, out larger than kSmallElements (Note [Dense operands in wide loops]):
+//      dl::small's block loops, built for AVX2 and AVX-512 too, over each thread's
+//      range (split from kParallelGrain elements up).
+//   5. The general strided loops (tensor/cpu/loops.h, elementwise), split across
 //      OpenMP threads from kParallelGrain elements up.
 // Where c lives: a result of at most kInlineBytes keeps its bytes inside its Storage
 // object (Note [Small storages inline] in tensor/tensor.cpp), and, handed to Lua
