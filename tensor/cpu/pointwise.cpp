@@ -29,10 +29,13 @@ namespace {
 // layouts dl::small does not serve, take the general loops.
 constexpr int64_t kSmallDense = sizes::kSmallElements;   // Note [The paths of a + b]
 
-// t's step in a dense loop over out: 1 or 0, or -1 when t is not dense.
+// t's step in a dense loop over out: 1, or 0 for one element (a one-element tensor, or
+// one expanded: every stride 0, as the gradient of a sum is), or -1 when t is not dense.
 int dense_step(const Tensor& t, const Tensor& out) {
   if (t.numel() == out.numel() && t.is_contiguous()) return 1;
-  return t.numel() == 1 ? 0 : -1;
+  for (int d = 0; d < t.dim(); ++d)
+    if (t.stride(d) != 0 && t.size(d) != 1) return -1;
+  return 0;
 }
 
 bool small_dense(const Tensor& out) {

@@ -172,6 +172,9 @@ TEST_CASE("dense operands, small and large, compute the general loops' bits", "[
           CHECK(bits_equal(f(a, b), f(A, B)));
           CHECK(bits_equal(f(a, s0), f(A, s0)));
           CHECK(bits_equal(f(s1, a), f(s1, A)));
+          const Tensor e = expand(s1, Shape{n});   // one element, every stride 0
+          CHECK(bits_equal(f(a, e), f(A, e)));
+          CHECK(bits_equal(f(e, a), f(e, A)));
           CHECK(bits_equal(fs(a, 2.5, false), fs(A, 2.5, false)));
           CHECK(bits_equal(fs(a, -3.0, true), fs(A, -3.0, true)));
           CHECK(bits_equal(fs(a, 0.1, false), fs(A, 0.1, false)));  // not exact in float32
@@ -182,7 +185,7 @@ TEST_CASE("dense operands, small and large, compute the general loops' bits", "[
             binary_(op, X, B);
             CHECK(bits_equal(x, X));
           }
-          cases += 6;
+          cases += 8;
         }
       }
     }
