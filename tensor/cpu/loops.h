@@ -145,6 +145,18 @@ inline Chunk chunk_of(int64_t n, int nt, int t) {
   return {b, n - b > chunk ? b + chunk : n};
 }
 
+// This thread's team size and place in it (1 and 0 outside a parallel region).
+struct TeamPlace {
+  int size, index;
+};
+inline TeamPlace team_place() {
+#ifdef _OPENMP
+  return {omp_get_num_threads(), omp_get_thread_num()};
+#else
+  return {1, 0};
+#endif
+}
+
 // Runs run(begin, end, thread) over [0, n) units, split into one contiguous range per
 // OpenMP thread when the whole job (`work`, roughly the elements touched; a double, as an
 // estimate from a caller's geometry such as a pool's window can pass 2^63) is worth
@@ -157,11 +169,7 @@ void parallel_units(int64_t n, double work, Run&& run) {
   }
 #pragma omp parallel
   {
-#ifdef _OPENMP
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-    const int nt = 1, t = 0;
-#endif
+    const auto [nt, t] = team_place();
     const Chunk c = chunk_of(n, nt, t);
     if (c.b < c.e) run(c.b, c.e, t);
   }
@@ -175,11 +183,7 @@ template <typename Run>
 void parallel_parts(int64_t n, int parts, Run&& run) {
 #pragma omp parallel
   {
-#ifdef _OPENMP
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-    const int nt = 1, t = 0;
-#endif
+    const auto [nt, t] = team_place();
     for (int p = t; p < parts; p += nt) {
       const Chunk c = chunk_of(n, parts, p);
       if (c.b < c.e) run(c.b, c.e);
