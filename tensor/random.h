@@ -14,11 +14,12 @@ struct Philox {
 
   static constexpr int kRounds = 10;
   static constexpr uint32_t kBump0 = 0x9E3779B9u, kBump1 = 0xBB67AE85u;  // the key schedule
+  static constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;    // the round's multipliers
 
   // One round on the counter words c[0..3] with round key (k0, k1). (The CPU kernel runs
   // it over many counters side by side, tensor/cpu/random.cpp.)
   DL_HD static void round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0, uint32_t k1) {
-    const uint64_t p0 = uint64_t(0xD2511F53u) * c0, p1 = uint64_t(0xCD9E8D57u) * c2;
+    const uint64_t p0 = uint64_t(kMul0) * c0, p1 = uint64_t(kMul1) * c2;
     const uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0, n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
     c0 = n0;
     c1 = uint32_t(p1);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
 #include "tensor/nn.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
@@ -42,13 +43,17 @@ TEST_CASE("the CPU random kernel gives element i of the spec's stream", "[random
   bernoulli.p = 0.3;
   const Kind kinds[] = {{"uniform", uniform}, {"uniform single", single}, {"normal", normal},
                         {"int", integer}, {"bernoulli", bernoulli}};
+  // With each build of the blocks' rounds this CPU can run (Note [Philox rounds in AVX2]).
+  for (int bytes = cpu::vector_bytes(); bytes >= 16; bytes /= 2)
   for (const Kind& k : kinds)
     for (DType dt : {DType::Float32, DType::Float64, DType::Int64})
       for (int64_t n : {int64_t(1), int64_t(2), int64_t(3), int64_t(127), int64_t(128), int64_t(129),
                         int64_t(1000), int64_t(300001)})  // the last in parallel chunks
         for (uint64_t first : {uint64_t(0), uint64_t(7), ~uint64_t(0) - 40}) {  // the last wraps
           if (dt == DType::Int64 && k.spec.kind != K::Int && k.spec.kind != K::Bernoulli) continue;
-          INFO(k.name << ", " << dtype_name(dt) << ", " << n << " elements from block " << first);
+          INFO(k.name << ", " << dtype_name(dt) << ", " << n << " elements from block " << first
+                      << ", vectors of " << bytes << " bytes");
+          cpu::limit_vector_bytes(bytes);
           K spec = k.spec;
           spec.ph = fn::Philox{0x12345678u, 0x9abcdef0u};
           spec.first = first;
@@ -66,6 +71,7 @@ TEST_CASE("the CPU random kernel gives element i of the spec's stream", "[random
           }
           CHECK(bad == -1);
         }
+  cpu::limit_vector_bytes(0);
 }
 
 TEST_CASE("dropout's one pass draws bernoulli's stream, scaled, times x", "[random]") {
