@@ -45,32 +45,32 @@ TEST_CASE("the CPU random kernel gives element i of the spec's stream", "[random
                         {"int", integer}, {"bernoulli", bernoulli}};
   // With each build of the blocks' rounds this CPU can run (Note [Philox rounds in AVX2]).
   for (int bytes = cpu::vector_bytes(); bytes >= 16; bytes /= 2)
-  for (const Kind& k : kinds)
-    for (DType dt : {DType::Float32, DType::Float64, DType::Int64})
-      for (int64_t n : {int64_t(1), int64_t(2), int64_t(3), int64_t(127), int64_t(128), int64_t(129),
-                        int64_t(1000), int64_t(300001)})  // the last in parallel chunks
-        for (uint64_t first : {uint64_t(0), uint64_t(7), ~uint64_t(0) - 40}) {  // the last wraps
-          if (dt == DType::Int64 && k.spec.kind != K::Int && k.spec.kind != K::Bernoulli) continue;
-          INFO(k.name << ", " << dtype_name(dt) << ", " << n << " elements from block " << first
-                      << ", vectors of " << bytes << " bytes");
-          cpu::limit_vector_bytes(bytes);
-          K spec = k.spec;
-          spec.ph = fn::Philox{0x12345678u, 0x9abcdef0u};
-          spec.first = first;
-          Tensor t = empty(Shape{n}, dt);
-          cpu::random(t, spec);
-          int64_t bad = -1;
-          for (int64_t i = 0; i < n && bad < 0; ++i) {
-            const double want = spec(uint64_t(i));
-            double got = 0;
-            if (dt == DType::Float32) got = t.data<float>()[i];
-            else if (dt == DType::Float64) got = t.data<double>()[i];
-            else got = double(t.data<int64_t>()[i]);
-            const double expect = dt == DType::Float32 ? double(float(want)) : dt == DType::Int64 ? double(int64_t(want)) : want;
-            if (std::memcmp(&got, &expect, sizeof got) != 0) bad = i;  // the same bits
+    for (const Kind& k : kinds)
+      for (DType dt : {DType::Float32, DType::Float64, DType::Int64})
+        for (int64_t n : {int64_t(1), int64_t(2), int64_t(3), int64_t(127), int64_t(128), int64_t(129),
+                          int64_t(1000), int64_t(300001)})  // the last in parallel chunks
+          for (uint64_t first : {uint64_t(0), uint64_t(7), ~uint64_t(0) - 40}) {  // the last wraps
+            if (dt == DType::Int64 && k.spec.kind != K::Int && k.spec.kind != K::Bernoulli) continue;
+            INFO(k.name << ", " << dtype_name(dt) << ", " << n << " elements from block " << first
+                        << ", vectors of " << bytes << " bytes");
+            cpu::limit_vector_bytes(bytes);
+            K spec = k.spec;
+            spec.ph = fn::Philox{0x12345678u, 0x9abcdef0u};
+            spec.first = first;
+            Tensor t = empty(Shape{n}, dt);
+            cpu::random(t, spec);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < n && bad < 0; ++i) {
+              const double want = spec(uint64_t(i));
+              double got = 0;
+              if (dt == DType::Float32) got = t.data<float>()[i];
+              else if (dt == DType::Float64) got = t.data<double>()[i];
+              else got = double(t.data<int64_t>()[i]);
+              const double expect = dt == DType::Float32 ? double(float(want)) : dt == DType::Int64 ? double(int64_t(want)) : want;
+              if (std::memcmp(&got, &expect, sizeof got) != 0) bad = i;  // the same bits
+            }
+            CHECK(bad == -1);
           }
-          CHECK(bad == -1);
-        }
   cpu::limit_vector_bytes(0);
 }
 
