@@ -98,13 +98,18 @@ template <typename T>
         c[k] += c[k + width];
       }
     const T mg = T(a[0] / double(D)), mgx = T(c[0] / double(D));
+    // dx, and (where acc is set) the row's share of the parameters' gradients, in one
+    // pass over g and x.
     T* out = pdx + r * D;
-    for (int64_t k = 0; k < D; ++k) out[k] = f(gr[k] * pw[k], (in[k] - m) * inv, inv, mg, mgx);
     if (acc) {
       for (int64_t k = 0; k < D; ++k) {
-        acc[k] += double(gr[k] * ((in[k] - m) * inv));
+        const T xhat = (in[k] - m) * inv;
+        out[k] = f(gr[k] * pw[k], xhat, inv, mg, mgx);
+        acc[k] += double(gr[k] * xhat);
         acc[D + k] += double(gr[k]);
       }
+    } else {
+      for (int64_t k = 0; k < D; ++k) out[k] = f(gr[k] * pw[k], (in[k] - m) * inv, inv, mg, mgx);
     }
   }
 }
