@@ -10,6 +10,7 @@
 
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/vec.h"
 #include "tensor/error.h"
 #include "tensor/fold.h"
 #include "tensor/small.h"
@@ -49,13 +50,8 @@ struct Chunk {
 // operand: it spills, on machines older than AVX2). With four 64-byte vectors on every
 // machine, the interpreter ran at 2.5 ns an element for the eight ops of bench/'s
 // `pw8c` on an AMD EPYC without AVX-512, slower than eager's eight passes over memory;
-// 0.8 ns with eight 32-byte ones (docs/performance.md, "dl.compile").
-template <typename T, int VB>
-struct Vec {
-  typedef T V __attribute__((vector_size(VB)));
-  typedef T Unaligned __attribute__((vector_size(VB), aligned(alignof(T))));   // (load, store)
-  static constexpr int kLanes = VB / int(sizeof(T));
-};
+// 0.8 ns with eight 32-byte ones (docs/performance.md, "dl.compile"). The vectors and
+// their loads are tensor/cpu/vec.h's.
 
 // How an instruction's operand is read: the value in registers (the instruction just
 // before), a slot, an input in place, one value, or a gathered input buffer.
@@ -127,17 +123,6 @@ void plan_routes(const fused::Program& p, Routes& r) {
 // memory (M), and which are one value (B, broadcast: read once, not per vector): a
 // binary instruction's a and b, or a unary one's a.
 enum Pair : uint8_t { RR, RM, MR, MM, RB, BR };
-
-// A vector of VB bytes read from or written to elements of T at any address (the
-// element's alignment): by value, so that no vector of the chunk has its address taken.
-template <int VB, typename T>
-[[gnu::always_inline]] inline typename Vec<T, VB>::V load(const T* at) {
-  return *reinterpret_cast<const typename Vec<T, VB>::Unaligned*>(at);
-}
-template <int VB, typename T>
-[[gnu::always_inline]] inline void store(T* at, typename Vec<T, VB>::V v) {
-  *reinterpret_cast<typename Vec<T, VB>::Unaligned*>(at) = v;
-}
 
 template <typename T>
 [[gnu::noinline]] void out_of_line(Op op, bool unary, T* r, const T* a, const T* b, int64_t n) {
@@ -221,8 +206,8 @@ struct Scratch {
 
 // Elements [begin, end) of every output (and of the fold, if any), N vectors of VB bytes
 // at a time (a chunk, or 64 bytes for a program shorter than a chunk: Note [Short
-// programs]); begin a multiple of the chunk's size. An operand of one value, or a scalar instruction's
-// number, is read from a chunk of copies of it.
+// programs]); begin a multiple of the chunk's size. An operand of one value, or a
+// scalar instruction's number, is read from a chunk of copies of it.
 template <typename T, int VB, int N>
 [[gnu::always_inline]] inline void run_body(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
                                             const Folding& folding, Scratch<T>& scratch) {

@@ -24,6 +24,7 @@
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/openblas.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/vec.h"
 #include "tensor/geometry.h"
 
 namespace dl::cpu {
@@ -265,12 +266,11 @@ constexpr int64_t kOwnVectorElems = int64_t(1) << 20;
 // sums fit in registers with the loads beside them.
 template <typename T, int VB>
 struct Sums16 {
-  typedef T V __attribute__((vector_size(VB)));
-  typedef T U __attribute__((vector_size(VB), aligned(sizeof(T)), may_alias));   // (loads)
-  static constexpr int kLanes = VB / int(sizeof(T));
+  using V = typename Vec<T, VB>::V;
+  static constexpr int kLanes = Vec<T, VB>::kLanes;
   static constexpr int kVectors = 16 / kLanes;
   static constexpr int kRows = kVectors >= 8 ? 1 : kVectors == 4 ? 2 : 4;
-  [[gnu::always_inline]] static V load(const T* p) { return *reinterpret_cast<const U*>(p); }
+  [[gnu::always_inline]] static V load(const T* p) { return cpu::load<VB>(p); }
 };
 
 // A row's sum: its 16 sums, the row's last n % 16 products added to the first of them
