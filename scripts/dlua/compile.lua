@@ -72,18 +72,16 @@ local function mark_result(v)
 end
 
 -- Ends the thread's compiled call: runs what it still defers, turns its proxies into
--- values and, when it recorded, marks which results outlived it. ok and the values
--- after it are pcall's.
-local function finish(ok, ...)
-  if ok then
-    local n = select("#", ...)
-    if n > 0 then
-      local a, b = ...
-      mark_result(a)
-      if n > 1 then mark_result(b) end
-      for i = 3, n do mark_result((select(i, ...))) end
-    end
-  end
+-- values and, when it recorded, marks which results outlived it. ok is false when the
+-- call's function raised an error. Returns the first error the end met, or nil.
+-- Note [The end of a call in fixed-arity functions]
+-- The end of every call runs here and in mark_result, functions of fixed arity, not in
+-- the vararg functions around them: LuaJIT starts a trace at the entry of a function
+-- of fixed arity once it is hot, never at a vararg one's, and the path from the call's
+-- function back to its caller is not compiled as part of any other trace (it returns
+-- through pcall's frame: Note [A Lua frame between pcall and f]). In the interpreter
+-- each FFI call costs hundreds of instructions; in a trace, a few.
+local function settle(ok)
   local rec = C.dl_compile_finish(ok and 0 or 1)
   local failed = rec < 0 and ffi_string(C.dl_last_error()) or nil
   local outlived = rec == 1 and setmetatable({}, weak_keys) or nil
@@ -109,6 +107,22 @@ local function finish(ok, ...)
   end
   local warning = C.dl_compile_end()
   if warning ~= nil then io.stderr:write(ffi_string(warning), "\n") end
+  return failed
+end
+
+-- settle, after marking the results of a call that returned (ok and the values after
+-- it are pcall's).
+local function finish(ok, ...)
+  if ok then
+    local n = select("#", ...)
+    if n > 0 then
+      local a, b = ...
+      mark_result(a)
+      if n > 1 then mark_result(b) end
+      for i = 3, n do mark_result((select(i, ...))) end
+    end
+  end
+  local failed = settle(ok)
   if failed then core.raise(failed) end
 end
 
@@ -117,14 +131,17 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- Note [A Lua frame between pcall and f]
 -- A compiled function runs as pcall(through, f, ...), not pcall(f, ...): LuaJIT cannot
 -- record a return into pcall's frame ("NYI: return to lower frame"), so with f called
--- by pcall itself, the path from a loop's exit in f to f's end ran interpreted on every
--- call. Returning into `through`, a Lua frame, it is compiled with the rest. `through`
--- calls f as an argument (not a tail call), so it is f's caller while f runs: an error
--- raised at f's caller (`error(msg, 2)` in f) is positioned at this file's line, not at
--- the caller of the compiled function as in eager execution, and `reraise` below moves it
+-- by pcall itself, the side trace from a loop's exit in f could not be compiled at all
+-- and the path from there to f's end ran interpreted on every call. f returns into
+-- `through`, a Lua frame, and `through` returns f's results after a marker (true), not
+-- by a tail call: a return (not a call) from a vararg function in the side trace's own
+-- frame ends the trace, which then hands the return to the interpreter. (A tail call
+-- from there is NYI too, as is a return into pcall from any function the trace entered.)
+-- `through` calls f as an argument, so it is f's caller while f runs: an error raised
+-- at f's caller (`error(msg, 2)` in f) is positioned at this file's line, not at the
+-- caller of the compiled function as in eager execution, and `reraise` below moves it
 -- there.
-local function identity(...) return ... end
-local function through(f, ...) return identity(f(...)) end
+local function through(f, ...) return true, f(...) end
 local through_where = select(2, pcall(through, function() error("", 2) end))
 if type(through_where) ~= "string" or through_where == "" then through_where = nil end
 
@@ -141,11 +158,46 @@ end
 -- The end of a call (not checked against eager): its results pass through as pcall
 -- gave them, never packed into a table (a table per call, and the JIT compiles
 -- neither the packing nor unpack).
-local function ended(ok, ...)
+-- ok and e are pcall's, then `through`'s marker or the error.
+local function ended(ok, e, ...)
   running = false
-  finish(ok, ...)
-  if not ok then reraise((...), 2) end   -- (ended is tail-called: level 2 is the caller's)
+  if not ok then
+    finish(false)
+    reraise(e, 2)   -- (ended is tail-called: level 2 is the caller's)
+  end
+  finish(true, ...)
   return ...
+end
+
+-- pcall(through, f, ...)'s values packed as pcall(f, ...)'s would be.
+local function outcome(ok, e, ...)
+  if ok then return pack(true, ...) end
+  return pack(false, e)
+end
+
+-- Whether a call of a compiled function runs its function directly, as eager
+-- execution would: with DLUA_COMPILE=0, inside an enclosing compiled call (part of it),
+-- under a gradient or an export. Else the caller begins a call (start below). The
+-- collector is stepped here, as before an eager op allocates (Note [Stepping the
+-- collector] in lifetime.lua): the call's results are allocated when its steps run,
+-- and the garbage of the calls before (last call's results) is then freed and reused.
+-- (Fixed arity: Note [The end of a call in fixed-arity functions].)
+local function direct()
+  if not enabled then return true end
+  if C.dl_compile_active() ~= 0 then
+    if running then return true end
+    C.dl_compile_abandon()   -- left in progress by an error that stopped its end
+  end
+  if C.dl_is_recording() ~= 0 then return true end   -- eager under a gradient
+  if C.dl_export_active() ~= 0 then return true end  -- its ops go into an exported graph
+  if total[0] - mark[0] > budget[0] then collect() end
+  return false
+end
+
+-- Begins a call of the compiled function fid on this thread.
+local function start(fid)
+  if C.dl_compile_begin(fid) ~= 0 then core.raise_last() end
+  running = true
 end
 
 -- Same dtype, shape and bits (nan equal to nan), through tables; else what differs.
@@ -196,45 +248,32 @@ local function compile(f, opts)
   if fid == 0 then core.raise_last() end
   local obj = ffi.gc(compiled_t(fid), C.dl_compile_release)
   local function cf(...)
-    if not enabled then return f(...) end
-    if C.dl_compile_active() ~= 0 then
-      if running then return f(...) end   -- inside an enclosing compiled call: part of it
-      C.dl_compile_abandon()   -- left in progress by an error that stopped its end
+    if direct() then return f(...) end
+    if not check then
+      start(fid)
+      return ended(pcall(through, f, ...))
     end
-    if C.dl_is_recording() ~= 0 then return f(...) end   -- eager under a gradient
-    if C.dl_export_active() ~= 0 then return f(...) end  -- its ops go into an exported graph
-    -- The collector is stepped here, as before an eager op allocates (Note [Stepping the
-    -- collector] in lifetime.lua): the call's results are allocated when its steps run, and
-    -- the garbage of the calls before (last call's results) is then freed and reused.
-    if total[0] - mark[0] > budget[0] then collect() end
-    local want, rng_before, rng_after
-    if check then
-      -- Eagerly first, then compiled from the same random state: both must agree.
-      rng_before = dl.get_rng_state()
-      want = pack(pcall(through, f, ...))
-      rng_after = dl.get_rng_state()
-      dl.set_rng_state(rng_before)
-    end
-    if C.dl_compile_begin(fid) ~= 0 then core.raise_last() end
-    running = true
-    if not check then return ended(pcall(through, f, ...)) end
-    local rets = pack(pcall(through, f, ...))
+    -- Eagerly first, then compiled from the same random state: both must agree.
+    local rng_before = dl.get_rng_state()
+    local want = outcome(pcall(through, f, ...))
+    local rng_after = dl.get_rng_state()
+    dl.set_rng_state(rng_before)
+    start(fid)
+    local rets = outcome(pcall(through, f, ...))
     running = false
     finish(unpack(rets, 1, rets.n))
-    if check then
-      local d
-      if want[1] ~= rets[1] then
-        d = "the eager call " .. (want[1] and "returned" or "raised an error") .. ", the compiled one did not"
-      else
-        if want.n ~= rets.n then d = "a different number of results" end
-        for i = 2, want.n do d = d or differ(rets[i], want[i], "result " .. (i - 1), 0) end
-        local now_state = dl.get_rng_state()
-        if not d and (now_state.offset ~= rng_after.offset or now_state.seed ~= rng_after.seed) then
-          d = "a different number of random draws"
-        end
+    local d
+    if want[1] ~= rets[1] then
+      d = "the eager call " .. (want[1] and "returned" or "raised an error") .. ", the compiled one did not"
+    else
+      if want.n ~= rets.n then d = "a different number of results" end
+      for i = 2, want.n do d = d or differ(rets[i], want[i], "result " .. (i - 1), 0) end
+      local now_state = dl.get_rng_state()
+      if not d and (now_state.offset ~= rng_after.offset or now_state.seed ~= rng_after.seed) then
+        d = "a different number of random draws"
       end
-      if d then core.raise("compile: check failed for " .. name .. ": " .. d) end
     end
+    if d then core.raise("compile: check failed for " .. name .. ": " .. d) end
     if not rets[1] then reraise(rets[2], 2) end
     return unpack(rets, 2, rets.n)
   end

@@ -106,4 +106,39 @@ H.test("dl.grad called often from a loop that cannot compile blacklists nothing 
   H.eq(y:item(), 8)
 end)
 
+-- Note [A Lua frame between pcall and f] (scripts/dlua/compile.lua): the side trace from
+-- the exit of a loop in a compiled function to the function's end must compile. When
+-- it could not ("NYI: return to lower frame", four aborts and then a fallback to the
+-- interpreter), that path and the call's end ran interpreted on every call.
+H.test("a compiled function's path from its loop's exit to its end compiles", function()
+  if not jit_on then print("        skipped: the JIT is off") return end
+  local vmdef = require("jit.vmdef")
+  local function chain(a, b)
+    local y = a
+    for _ = 1, 10 do y = (y * b + 0.1):tanh() end
+    return y:sum(), 7
+  end
+  local cf = dl.compile(chain)
+  local x, w = dl.rand(16), dl.rand(16)
+  local aborts = {}
+  local function on_trace(what, _, _, _, otr, oex)
+    if what == "abort" then
+      local msg = vmdef.traceerr[otr] or tostring(otr)
+      aborts[#aborts + 1] = msg:format(type(oex) == "number" and vmdef.bcnames:sub(oex * 6 + 1, oex * 6 + 6) or tostring(oex))
+    end
+  end
+  local s, n
+  jit.attach(on_trace, "trace")
+  local ok, err = pcall(function()
+    for _ = 1, 3000 do s, n = cf(x, w) end
+  end)
+  jit.attach(on_trace)
+  if not ok then error(err, 0) end
+  for _, msg in ipairs(aborts) do
+    H.ok(not msg:find("lower frame", 1, true), "a trace through the compiled call aborted: " .. msg)
+  end
+  H.eq(n, 7)
+  H.ok(dl.equal(s, chain(x, w)), "the compiled call's result differs from eager's")
+end)
+
 H.run()
