@@ -168,17 +168,7 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
 // deferred: the caller runs the eager op).
 int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s, int first,
           const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
-  // Note [Inline operands run at once]
-  // An op whose operands are all small values held inline (Note [Small tensors inline]
-  // in value.cpp) runs eagerly: its fast path costs less than matching it (bench/
-  // `chainfwdc16` against `chainfwdc256`; docs/performance.md, "dl.compile"), and its
-  // result is again such a value, so tiny-tensor code pays almost nothing for being
-  // compiled. An op that reads a proxy is always deferred. (Asked first: whatever the
-  // call's state, such an op runs eagerly, and this costs a few loads.)
   const bool two = compile::arity(kind) == 2;
-  if (kind != compile::Kind::Watch && a->id == 0 && a->inl_dtype < dl::kNumDTypes &&
-      (!two || (b->id == 0 && b->inl_dtype < dl::kNumDTypes)))
-    return -2;
   compile::Call* c = deferring();
   if (!c || op < 0 || op >= dl::kNumOps) return -2;
   dl::MessageBase base(1);
@@ -252,27 +242,43 @@ Tensor resolve_proxy(const ProxyRef& r, const char* op) {
 
 namespace dl::bind {
 
+// Note [Inline operands run at once]
+// An op whose operands are all small values held inline (Note [Small tensors inline]
+// in value.cpp) runs eagerly: its fast path costs less than matching it (bench/
+// `chainfwdc16` against `chainfwdc256`; docs/performance.md, "dl.compile"), and its
+// result is again such a value, so tiny-tensor code pays almost nothing for being
+// compiled. An op that reads a proxy is always deferred. Asked first, before `defer`
+// and the call's state: a few loads, where entering `defer` (its frame, its checks)
+// cost about 50 instructions an op (callgrind, `chainfwd 16 c`).
+static bool held_inline(const dl_tensor* t) { return t->id == 0 && t->inl_dtype < dl::kNumDTypes; }
+
 int defer_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
+  if (held_inline(x)) return -2;
   return defer(compile::Kind::Unary, op, x, nullptr, 0, 0, nullptr, 0, 0, out);
 }
 int defer_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b,
                             struct dl_tensor* out) {
+  if (held_inline(a) && held_inline(b)) return -2;
   return defer(compile::Kind::Binary, op, a, b, 0, 0, nullptr, 0, 0, out);
 }
 int defer_binary_scalar(int op, const struct dl_tensor* a, double s, int first,
                                    struct dl_tensor* out) {
+  if (held_inline(a)) return -2;
   return defer(compile::Kind::BinaryScalar, op, a, nullptr, s, first, nullptr, 0, 0, out);
 }
 int defer_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b,
                              struct dl_tensor* out) {
+  if (held_inline(a) && held_inline(b)) return -2;
   return defer(compile::Kind::Compare, op, a, b, 0, 0, nullptr, 0, 0, out);
 }
 int defer_compare_scalar(int op, const struct dl_tensor* a, double s, int first,
                                     struct dl_tensor* out) {
+  if (held_inline(a)) return -2;
   return defer(compile::Kind::CompareScalar, op, a, nullptr, s, first, nullptr, 0, 0, out);
 }
 int defer_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims,
                             int keepdim, struct dl_tensor* out) {
+  if (held_inline(x)) return -2;
   return defer(compile::Kind::Reduce, op, x, nullptr, 0, 0, dims, ndims, keepdim, out);
 }
 
