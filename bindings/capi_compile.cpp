@@ -249,7 +249,7 @@ namespace dl::bind {
 // result is again such a value, so tiny-tensor code pays almost nothing for being
 // compiled. An op that reads a proxy is always deferred. Asked first, before `defer`
 // and the call's state: a few loads, where entering `defer` (its frame, its checks)
-// cost about 50 instructions an op (callgrind, `chainfwd 16 c`).
+// cost about 27 instructions an op (callgrind, bench/ `chainfwd 16 c`).
 static bool held_inline(const dl_tensor* t) { return t->id == 0 && t->inl_dtype < dl::kNumDTypes; }
 
 int defer_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
