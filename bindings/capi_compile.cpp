@@ -162,15 +162,99 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
   return true;
 }
 
+// Whether t, an operand of the op the call's trace expects next, is what the trace's
+// key k says, writing it into o as it goes (Note [Replayed ops] in compile/trace.cpp).
+bool replay_operand(const compile::Call& c, const dl_tensor* t, const compile::OperandKey& k,
+                    compile::Operand& o, const char* op) {
+  ProxyRef r;
+  if (dl::bind::proxy_ref(t, &r)) {
+    // (The step being filled is the call's last: a proxy names an earlier one.)
+    if (r.tag != dl::bind::kProxyTag || r.serial != c.serial || r.pos + 1 >= c.steps.size()) return false;
+    o.step = int32_t(r.pos);
+    return k.step == o.step;
+  }
+  if (k.step >= 0) return false;
+  o.input = dl::bind::operand_of(t, op);
+  const Tensor& x = o.input;
+  return x.dtype() == k.dtype && x.shape() == k.shape && x.device() == k.device;
+}
+
+// An op of defer's kinds below (pointwise, reductions, softmax, products), when it is
+// the one the call's trace expects next (t): its step is built in
+// place and kept, and its proxy written to *out: 2. -3: it is not (nothing kept; the
+// general way decides). The operands' errors are thrown as in `defer` below.
+int replay(compile::Call& c, const compile::TraceOp& t, compile::Kind kind, Op op, const dl_tensor* a,
+           const dl_tensor* b, double s, int first, const int32_t* dims, int ndims, int keepdim,
+           dl_tensor* out, const char* name) {
+  if (t.kind != kind || t.op != op) return -3;
+  const bool dimmed = kind == compile::Kind::Reduce || kind == compile::Kind::Softmax;
+  if (dimmed && (ndims != t.ndims || (keepdim != 0) != t.keepdim || (ndims > 0 && !dims))) return -3;
+  compile::Step& st = compile::open_step(c);
+  struct Undo {
+    compile::Call& c;
+    bool armed = true;
+    ~Undo() { if (armed) compile::drop_step(c); }
+  } undo{c};
+  if (!replay_operand(c, a, t.a, st.a, name)) return -3;
+  if (compile::arity(kind) == 2 && !replay_operand(c, b, t.b, st.b, name)) return -3;
+  if (dimmed) {
+    for (int i = 0; i < ndims; ++i) {
+      const int d = zero_based(dims[i], t.a.shape.size());
+      if (d != t.dims[i]) return -3;
+      st.dims[i] = int8_t(d);
+    }
+    st.ndims = int8_t(ndims);
+    st.keepdim = keepdim != 0;
+  }
+  st.kind = kind;
+  st.op = op;
+  st.s = s;
+  st.scalar_first = first != 0;
+  st.device = st.a.step >= 0 ? c.steps[size_t(st.a.step)].device : st.a.input.device();
+  // As promise() below: in a symbolic gradient scope, the Variables that recording would
+  // have logged.
+  const bool log = compile::scope_recording(c) && records_operands(st);
+  const Tensor va = log ? st.a.input : Tensor(), vb = log ? st.b.input : Tensor();
+  undo.armed = false;
+  compile::matched_step(c, t);
+  for (const Tensor* v : {&va, &vb})
+    if (v->defined()) dl::ag::note_variable_use(*v);
+  ProxyRef p;
+  p.pos = uint32_t(c.steps.size() - 1);
+  p.serial = c.serial;
+  dl::bind::write_proxy(out, p);
+  return 2;
+}
+
 // Defers an op of a pointwise or reduction family when the thread has a compiled call
 // that can take it: 2 (a proxy in *out), 3 (the same, for an op just recorded, whose
 // line the Lua side then notes), -1 (the eager op's own error, raised here), -2 (not
 // deferred: the caller runs the eager op).
+int defer_new(compile::Call* c, compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s,
+              int first, const int32_t* dims, int ndims, int keepdim, dl_tensor* out);
+
 int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s, int first,
           const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
-  const bool two = compile::arity(kind) == 2;
   compile::Call* c = deferring();
   if (!c || op < 0 || op >= dl::kNumOps) return -2;
+  if (const compile::TraceOp* t = kind != compile::Kind::Watch ? compile::expected(*c) : nullptr) {
+    dl::MessageBase base(1);
+    try {
+      const int r = replay(*c, *t, kind, Op(op), a, b, s, first, dims, ndims, keepdim, out,
+                           dl::op_info(Op(op)).lua_name);
+      if (r != -3) return r;
+    } catch (...) {
+      dl::bind::capture_exception();
+      return -1;
+    }
+  }
+  return defer_new(c, kind, op, a, b, s, first, dims, ndims, keepdim, out);
+}
+
+// defer's general way: the op is matched against the trace (or traces) by compile::defer.
+int defer_new(compile::Call* c, compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s,
+              int first, const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
+  const bool two = compile::arity(kind) == 2;
   dl::MessageBase base(1);
   try {
     const dl::OpInfo& info = dl::op_info(Op(op));

@@ -170,6 +170,20 @@ void end_call() noexcept;
 // the eager op's error for operands it refuses.
 int defer(Call& c, Step&& step, const OperandKey& a, const OperandKey& b);
 
+// defer's matched path for a caller that builds the step in place (Note [Replayed ops]
+// in trace.cpp). expected(c): the op c's trace has at c's next position while c follows
+// it without recording, else null. open_step appends c's next step (and its result's
+// slot) for the caller to fill; drop_step takes it back (not the expected op: the caller
+// goes through defer instead); matched_step keeps it as the expected op t, as defer
+// keeps a matched step.
+inline const TraceOp* expected(const Call& c) {
+  return !c.recording && c.trace && c.steps.size() < c.trace->ops.size() ? &c.trace->ops[c.steps.size()]
+                                                                          : nullptr;
+}
+Step& open_step(Call& c);
+void drop_step(Call& c) noexcept;
+void matched_step(Call& c, const TraceOp& t);
+
 // Runs every deferred step, keeping every result (a value leaves for Lua; the rest of
 // the call may take any path).
 void flush(Call& c);

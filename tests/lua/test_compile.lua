@@ -804,6 +804,21 @@ H.test("comparisons, reductions over dims and printing inside a call", function(
   agree(f, { { dl.randn(3, 4) }, { dl.randn(3, 4) }, { dl.randn(3, 4):double() } })
 end)
 
+H.test("an op's dims, keepdim and operands as each call gives them, never the trace's", function()
+  -- Note [Replayed ops] in compile/trace.cpp: a call's op is compared with the op its
+  -- trace expects field by field; each of these differs from the trace in one field.
+  local f = function(x, y, d, keep)
+    local a = (x * 2):sum(d, keep)
+    local s = dl.softmax(x - 1, d)
+    local l = dl.log_softmax(x + y, -d)
+    return a, s, l, (x * y):amax(d), (y + 1):tanh() * x
+  end
+  local x, y = dl.randn(3, 4), dl.randn(3, 4)
+  agree(f, { { x, y, 1, false }, { x, y, 1, false }, { x, y, 2, false }, { x, y, 1, true },
+             { x, y, -1, false }, { x, dl.randn(1, 4), 1, false }, { x, dl.randn(3, 4):t():t(), 2, true },
+             { x, x, 1, false }, { x, y, 1, false } })
+end)
+
 H.test("matrix products are deferred too: a forward pass is one plan", function()
   local w1, b1, w2, b2 = dl.randn(784, 64), dl.randn(64), dl.randn(64, 10), dl.randn(10)
   local f = function(x) return dl.relu(x:matmul(w1) + b1):matmul(w2) + b2 end
