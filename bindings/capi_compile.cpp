@@ -122,23 +122,36 @@ bool records_operands(const compile::Step& st) {
   }
 }
 
+// In a symbolic gradient scope nothing is recorded, so the Variables that recording
+// would log are logged by the deferred ops, in its order (dl.implicit_grad's list of
+// Variables): a step's bound operands, taken before the step is kept.
+struct Logged {
+  Tensor a, b;
+};
+Logged to_log(const compile::Call& c, const compile::Step& st) {
+  if (!compile::scope_recording(c) || !records_operands(st)) return {};
+  return {st.a.input, st.b.input};
+}
+
+// After the call kept a step as its last: logs v and writes the step's proxy into *out.
+void promised(compile::Call& c, const Logged& v, dl_tensor* out) {
+  for (const Tensor* t : {&v.a, &v.b})
+    if (t->defined()) dl::ag::note_variable_use(*t);
+  ProxyRef p;
+  p.pos = uint32_t(c.steps.size() - 1);
+  p.serial = c.serial;
+  dl::bind::write_proxy(out, p);
+}
+
 // Defers `st`, whose operands' keys are ka and kb, and writes its promise into *out: 2,
 // 3 (the same, for an op just recorded, whose line the Lua side then notes), or -2 (the
 // call takes no more: the caller runs the eager op).
 int promise(compile::Call& c, compile::Step&& st, const compile::OperandKey& ka, const compile::OperandKey& kb,
             dl_tensor* out) {
-  // In a symbolic gradient scope nothing is recorded, so the Variables that recording
-  // would log are logged here, in its order (dl.implicit_grad's list of Variables).
-  const bool log = compile::scope_recording(c) && records_operands(st);
-  const Tensor va = log ? st.a.input : Tensor(), vb = log ? st.b.input : Tensor();
+  const Logged v = to_log(c, st);
   const int r = compile::defer(c, std::move(st), ka, kb);
   if (r == 0) return -2;
-  for (const Tensor* v : {&va, &vb})
-    if (v->defined()) dl::ag::note_variable_use(*v);
-  ProxyRef p;
-  p.pos = uint32_t(c.steps.size() - 1);
-  p.serial = c.serial;
-  dl::bind::write_proxy(out, p);
+  promised(c, v, out);
   return r == 2 ? 3 : 2;
 }
 
@@ -211,18 +224,10 @@ int replay(compile::Call& c, const compile::TraceOp& t, compile::Kind kind, Op o
   st.s = s;
   st.scalar_first = first != 0;
   st.device = st.a.step >= 0 ? c.steps[size_t(st.a.step)].device : st.a.input.device();
-  // As promise() below: in a symbolic gradient scope, the Variables that recording would
-  // have logged.
-  const bool log = compile::scope_recording(c) && records_operands(st);
-  const Tensor va = log ? st.a.input : Tensor(), vb = log ? st.b.input : Tensor();
+  const Logged v = to_log(c, st);
   undo.armed = false;
   compile::matched_step(c, t);
-  for (const Tensor* v : {&va, &vb})
-    if (v->defined()) dl::ag::note_variable_use(*v);
-  ProxyRef p;
-  p.pos = uint32_t(c.steps.size() - 1);
-  p.serial = c.serial;
-  dl::bind::write_proxy(out, p);
+  promised(c, v, out);
   return 2;
 }
 
