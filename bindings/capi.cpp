@@ -718,7 +718,7 @@ bool small_binary_scalar(int op, OpFamily family, const struct dl_tensor* a, dou
 }  // namespace
 
 int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
-  if (dl::compile::current()) {
+  if (!dl::bind::runs_at_once(x) && dl::compile::current()) {
     const int st = dl::bind::defer_unary(op, x, out);
     if (st != -2) return st;
   }
@@ -730,7 +730,7 @@ int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
 }
 
 int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
-  if (dl::compile::current()) {
+  if (!dl::bind::runs_at_once(a, b) && dl::compile::current()) {
     const int st = dl::bind::defer_binary(op, a, b, out);
     if (st != -2) return st;
   }
@@ -743,7 +743,7 @@ int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, stru
 
 int dl_binary_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
                      struct dl_tensor* out) {
-  if (dl::compile::current()) {
+  if (!dl::bind::runs_at_once(a) && dl::compile::current()) {
     const int st = dl::bind::defer_binary_scalar(op, a, s, scalar_first, out);
     if (st != -2) return st;
   }
@@ -771,7 +771,7 @@ int dl_binary_scalar_(int op, uint64_t a, double s) {
 }
 
 int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
-  if (dl::compile::current()) {
+  if (!dl::bind::runs_at_once(a, b) && dl::compile::current()) {
     const int st = dl::bind::defer_compare(op, a, b, out);
     if (st != -2) return st;
   }
@@ -784,7 +784,7 @@ int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, str
 
 int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
                       struct dl_tensor* out) {
-  if (dl::compile::current()) {
+  if (!dl::bind::runs_at_once(a) && dl::compile::current()) {
     const int st = dl::bind::defer_compare_scalar(op, a, s, scalar_first, out);
     if (st != -2) return st;
   }
@@ -797,7 +797,7 @@ int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_fi
 
 int dl_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
               double correction, double p, struct dl_tensor* out) {
-  if (dl::compile::current()) {
+  if (!dl::bind::runs_at_once(x) && dl::compile::current()) {
     const int st = dl::bind::defer_reduce(op, x, dims, ndims, keepdim, out);
     if (st != -2) return st;
   }
@@ -910,7 +910,7 @@ uint64_t dl_log_softmax(uint64_t x, int dim) {
 }
 
 int dl_softmax_value(const struct dl_tensor* x, int dim, int log, struct dl_tensor* out) {
-  if (dl::compile::current()) {
+  if (!dl::bind::runs_at_once(x) && dl::compile::current()) {
     const int st = dl::bind::defer_softmax(int(log ? Op::LogSoftmax : Op::Softmax), x, dim, out);
     if (st != -2) return st;
   }
@@ -946,7 +946,7 @@ uint64_t dl_matmul(uint64_t a, uint64_t b) {
 }
 
 int dl_matmul_value(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
-  if (dl::compile::current()) {
+  if (!dl::bind::runs_at_once(a, b) && dl::compile::current()) {
     const int st = dl::bind::defer_matmul(a, b, out);
     if (st != -2) return st;
   }

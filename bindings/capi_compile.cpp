@@ -331,43 +331,27 @@ Tensor resolve_proxy(const ProxyRef& r, const char* op) {
 
 namespace dl::bind {
 
-// Note [Inline operands run at once]
-// An op whose operands are all small values held inline (Note [Small tensors inline]
-// in value.cpp) runs eagerly: its fast path costs less than matching it (bench/
-// `chainfwdc16` against `chainfwdc256`; docs/performance.md, "dl.compile"), and its
-// result is again such a value, so tiny-tensor code pays almost nothing for being
-// compiled. An op that reads a proxy is always deferred. Asked first, before `defer`
-// and the call's state: a few loads, where entering `defer` (its frame, its checks)
-// cost about 27 instructions an op (callgrind, bench/ `chainfwd 16 c`).
-static bool held_inline(const dl_tensor* t) { return t->id == 0 && t->inl_dtype < dl::kNumDTypes; }
-
 int defer_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
-  if (held_inline(x)) return -2;
   return defer(compile::Kind::Unary, op, x, nullptr, 0, 0, nullptr, 0, 0, out);
 }
 int defer_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b,
                             struct dl_tensor* out) {
-  if (held_inline(a) && held_inline(b)) return -2;
   return defer(compile::Kind::Binary, op, a, b, 0, 0, nullptr, 0, 0, out);
 }
 int defer_binary_scalar(int op, const struct dl_tensor* a, double s, int first,
                                    struct dl_tensor* out) {
-  if (held_inline(a)) return -2;
   return defer(compile::Kind::BinaryScalar, op, a, nullptr, s, first, nullptr, 0, 0, out);
 }
 int defer_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b,
                              struct dl_tensor* out) {
-  if (held_inline(a) && held_inline(b)) return -2;
   return defer(compile::Kind::Compare, op, a, b, 0, 0, nullptr, 0, 0, out);
 }
 int defer_compare_scalar(int op, const struct dl_tensor* a, double s, int first,
                                     struct dl_tensor* out) {
-  if (held_inline(a)) return -2;
   return defer(compile::Kind::CompareScalar, op, a, nullptr, s, first, nullptr, 0, 0, out);
 }
 int defer_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims,
                             int keepdim, struct dl_tensor* out) {
-  if (held_inline(x)) return -2;
   return defer(compile::Kind::Reduce, op, x, nullptr, 0, 0, dims, ndims, keepdim, out);
 }
 

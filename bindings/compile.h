@@ -1,7 +1,7 @@
 // The deferred ops of dl.compile, as the family entry points of capi.cpp call them
 // (capi_compile.cpp, Note [Proxies]).
 //
-//   if (compile::current()) {
+//   if (!runs_at_once(x) && compile::current()) {
 //     int st = defer_unary(op, x, out);   // 2 or 3: a proxy in *out; -1: error
 //     if (st != -2) return st;            // -2: not deferred, run the eager op
 //   }
@@ -14,6 +14,23 @@
 
 namespace dl::bind {
 
+// Note [Inline operands run at once]
+// An op whose operands are all small values held inline (Note [Small tensors inline]
+// in value.cpp) runs eagerly inside a compiled call too: its fast path costs less than
+// matching it (bench/ `chainfwdc16` against `chainfwdc256`; docs/performance.md,
+// "dl.compile"), and its result is again such a value, so tiny-tensor code pays almost
+// nothing for being compiled. An op that reads a proxy is always deferred. The entry
+// points ask this first, before they look the call up: a few loads, where going into
+// the defer_* functions to be told cost about 54 instructions an op (callgrind, bench/
+// `chainfwd 16 c`).
+// b: null for an op of one operand.
+inline bool runs_at_once(const dl_tensor* a, const dl_tensor* b = nullptr) {
+  auto held_inline = [](const dl_tensor* t) { return t->id == 0 && t->inl_dtype < dl::kNumDTypes; };
+  return held_inline(a) && (!b || held_inline(b));
+}
+
+// The deferred op's result in *out when the thread's compiled call takes it (see the
+// top of this file); the operands are not all held inline (runs_at_once).
 int defer_unary(int op, const dl_tensor* x, dl_tensor* out);
 int defer_binary(int op, const dl_tensor* a, const dl_tensor* b, dl_tensor* out);
 int defer_binary_scalar(int op, const dl_tensor* a, double s, int first, dl_tensor* out);

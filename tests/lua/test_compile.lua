@@ -837,8 +837,11 @@ H.test("matrix products are deferred too: a forward pass is one plan", function(
 end)
 
 H.test("ops on small values held inline run at once, and cost little", function()
-  local f = function(x, w) return dl.tanh(x * w + 0.1):sum() end
-  local cf = agree(f, { { dl.rand(16), dl.rand(16) }, { dl.rand(16), dl.rand(16) } })
+  local f = function(x, w, p, q)   -- (p and q: 4 x 4, so that their product is held inline too)
+    return dl.tanh(x * w + 0.1):sum(), dl.softmax(dl.matmul(p, q), 2), x:gt(0.5), x:amax(1)
+  end
+  local cf = agree(f, { { dl.rand(16), dl.rand(16), dl.rand(4, 4), dl.rand(4, 4) },
+                        { dl.rand(16), dl.rand(16), dl.rand(4, 4), dl.rand(4, 4) } })
   H.ok(string.find(dl.compile.explain(cf), "0 traces", 1, true), dl.compile.explain(cf))
   -- an op reading a proxy is deferred whatever the other operand's size
   local g = function(big, small) return (big * 2):sum(1) * small end
