@@ -75,12 +75,13 @@ end
 -- values and, when it recorded, marks which results outlived it. ok is false when the
 -- call's function raised an error. Returns the first error the end met, or nil.
 -- Note [The end of a call in fixed-arity functions]
--- The end of every call runs here and in mark_result, functions of fixed arity, not in
--- the vararg functions around them: LuaJIT starts a trace at the entry of a function
--- of fixed arity once it is hot, never at a vararg one's, and the path from the call's
--- function back to its caller is not compiled as part of any other trace (it returns
--- through pcall's frame: Note [A Lua frame between pcall and f]). In the interpreter
--- each FFI call costs hundreds of instructions; in a trace, a few.
+-- The end of every call runs in `ended` (below), which calls this and mark_result, and
+-- its start in `direct` and `start`: functions of fixed arity, not the vararg functions
+-- around them. LuaJIT starts a trace at the entry of a function of fixed arity once it
+-- is hot, never at a vararg one's, and the path from the call's function back to its
+-- caller is not compiled as part of any other trace (it returns through pcall's frame:
+-- Note [A Lua frame between pcall and f]). In the interpreter each FFI call costs
+-- hundreds of instructions, and each bytecode an indirect jump; in a trace, a few.
 local function settle(ok)
   local rec = C.dl_compile_finish(ok and 0 or 1)
   local failed = rec < 0 and ffi_string(C.dl_last_error()) or nil
@@ -137,11 +138,21 @@ local function pack(...) return { n = select("#", ...), ... } end
 -- by a tail call: a return (not a call) from a vararg function in the side trace's own
 -- frame ends the trace, which then hands the return to the interpreter. (A tail call
 -- from there is NYI too, as is a return into pcall from any function the trace entered.)
+-- The results go through `count` on the way, which puts their number before them, so
+-- that `ended`, which takes the call's end from there, can be a function of fixed
+-- arity (Note [The end of a call in fixed-arity functions]): it takes the first two
+-- results as arguments, and any others from `extra`, where `count` keeps them.
 -- `through` calls f as an argument, so it is f's caller while f runs: an error raised
 -- at f's caller (`error(msg, 2)` in f) is positioned at this file's line, not at the
 -- caller of the compiled function as in eager execution, and `reraise` below moves it
 -- there.
-local function through(f, ...) return true, f(...) end
+local extra = nil   -- the results of the call that just returned, when more than two
+local function count(...)
+  local n = select("#", ...)
+  if n > 2 then extra = pack(...) end
+  return n, ...
+end
+local function through(f, ...) return true, count(f(...)) end
 local through_where = select(2, pcall(through, function() error("", 2) end))
 if type(through_where) ~= "string" or through_where == "" then through_where = nil end
 
@@ -155,22 +166,35 @@ local function reraise(e, level)
   error(e, 0)
 end
 
--- The end of a call (not checked against eager): its results pass through as pcall
--- gave them, never packed into a table (a table per call, and the JIT compiles
--- neither the packing nor unpack).
--- ok and e are pcall's, then `through`'s marker or the error.
-local function ended(ok, e, ...)
+-- The end of a call (not checked against eager): ok and e are pcall's, then `through`'s
+-- marker, the number of results n and the first two, a and b (the others in `extra`).
+-- Its results are never packed into a table but for calls of more than two (a table
+-- per call, and the JIT compiles neither the packing nor unpack).
+local function ended(ok, e, n, a, b)
   running = false
   if not ok then
     finish(false)
     reraise(e, 2)   -- (ended is tail-called: level 2 is the caller's)
   end
-  finish(true, ...)
-  return ...
+  if n == 1 then
+    finish(true, a)
+    return a
+  elseif n == 2 then
+    finish(true, a, b)
+    return a, b
+  elseif n == 0 then
+    finish(true)
+    return
+  end
+  local t = extra
+  extra = nil
+  finish(true, unpack(t, 1, n))
+  return unpack(t, 1, n)
 end
 
 -- pcall(through, f, ...)'s values packed as pcall(f, ...)'s would be.
-local function outcome(ok, e, ...)
+local function outcome(ok, e, n, ...)
+  extra = nil
   if ok then return pack(true, ...) end
   return pack(false, e)
 end
@@ -194,8 +218,19 @@ local function direct()
   return false
 end
 
--- Begins a call of the compiled function fid on this thread.
+-- Begins a call of the compiled function fid on this thread. What a call stopped before
+-- its end left behind is dropped first: a time limit or an interrupt raises again at
+-- every instruction outside a trace, so it can stop the end itself part way (and the
+-- runtime then abandons the call, vm/runtime.cpp). Its proxies stay what they are,
+-- promises of an ended call, which a read refuses (Note [Proxies] in
+-- bindings/capi_compile.cpp).
 local function start(fid)
+  local n = proxies.n
+  if n > 0 then
+    for i = 1, n do proxies[i] = nil end
+    proxies.n = 0
+  end
+  extra = nil
   if C.dl_compile_begin(fid) ~= 0 then core.raise_last() end
   running = true
 end
