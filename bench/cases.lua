@@ -144,12 +144,33 @@ end
 local function pw8_fn(x) return ((((x * 1.1 + 0.2):abs() - 0.3) * 0.9):relu() + 1) * 0.5 end
 M.pw8_fn = pw8_fn
 
+-- Note [Timed loops that LuaJIT compiles]
+-- A timed loop calls f with its arguments named (up to six), as a script's loop calls
+-- its step, not with `...`: LuaJIT does not compile a loop that passes on the varargs of
+-- the function it runs in ("NYI: bytecode 71", VARG), so that loop ran in the
+-- interpreter, and every call paid the interpreter's entry into f. That weighed on a
+-- compiled function (a vararg function, entered interpreted) more than on a plain one
+-- (entered through its trace): `chainfwd 16 c` ran 1.13 of eager's time in such a loop
+-- and 1.03-1.07 in a script's plain loop (docs/performance.md, "dl.compile").
+local function calls(f, iters, n, a, b, c, d, e, g)
+  local r
+  if n == 0 then for _ = 1, iters do r = f() end
+  elseif n == 1 then for _ = 1, iters do r = f(a) end
+  elseif n == 2 then for _ = 1, iters do r = f(a, b) end
+  elseif n == 3 then for _ = 1, iters do r = f(a, b, c) end
+  elseif n == 4 then for _ = 1, iters do r = f(a, b, c, d) end
+  elseif n == 5 then for _ = 1, iters do r = f(a, b, c, d, e) end
+  else for _ = 1, iters do r = f(a, b, c, d, e, g) end end
+  return r
+end
+
 -- Seconds per call of f(...) over `iters` calls, after `warm` untimed ones.
 local function timed_after(warm, f, iters, ...)
-  local r
-  for _ = 1, warm do r = f(...) end
+  local n = select("#", ...)
+  assert(n <= 6, "timed: at most six arguments")
+  calls(f, warm, n, ...)
   local t0 = now()
-  for _ = 1, iters do r = f(...) end
+  local r = calls(f, iters, n, ...)
   local t = now() - t0
   assert(r ~= nil)
   return t / iters
