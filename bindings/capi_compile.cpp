@@ -193,9 +193,9 @@ bool replay_operand(const compile::Call& c, const dl_tensor* t, const compile::O
 }
 
 // An op of defer's kinds below (pointwise, reductions, softmax, products), when it is
-// the one the call's trace expects next (t): its step is built in
-// place and kept, and its proxy written to *out: 2. -3: it is not (nothing kept; the
-// general way decides). The operands' errors are thrown as in `defer` below.
+// the one the call's trace expects next (t): its step is built in place and kept, and
+// its proxy written to *out: 2. -3: it is not (nothing kept; the general way decides).
+// The operands' errors are thrown as in `defer` below.
 int replay(compile::Call& c, const compile::TraceOp& t, compile::Kind kind, Op op, const dl_tensor* a,
            const dl_tensor* b, double s, int first, const int32_t* dims, int ndims, int keepdim,
            dl_tensor* out, const char* name) {
@@ -229,31 +229,6 @@ int replay(compile::Call& c, const compile::TraceOp& t, compile::Kind kind, Op o
   compile::matched_step(c, t);
   promised(c, v, out);
   return 2;
-}
-
-// Defers an op of a pointwise or reduction family when the thread has a compiled call
-// that can take it: 2 (a proxy in *out), 3 (the same, for an op just recorded, whose
-// line the Lua side then notes), -1 (the eager op's own error, raised here), -2 (not
-// deferred: the caller runs the eager op).
-int defer_new(compile::Call* c, compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s,
-              int first, const int32_t* dims, int ndims, int keepdim, dl_tensor* out);
-
-int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s, int first,
-          const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
-  compile::Call* c = deferring();
-  if (!c || op < 0 || op >= dl::kNumOps) return -2;
-  if (const compile::TraceOp* t = kind != compile::Kind::Watch ? compile::expected(*c) : nullptr) {
-    dl::MessageBase base(1);
-    try {
-      const int r = replay(*c, *t, kind, Op(op), a, b, s, first, dims, ndims, keepdim, out,
-                           dl::op_info(Op(op)).lua_name);
-      if (r != -3) return r;
-    } catch (...) {
-      dl::bind::capture_exception();
-      return -1;
-    }
-  }
-  return defer_new(c, kind, op, a, b, s, first, dims, ndims, keepdim, out);
 }
 
 // defer's general way: the op is matched against the trace (or traces) by compile::defer.
@@ -291,6 +266,28 @@ int defer_new(compile::Call* c, compile::Kind kind, int op, const dl_tensor* a, 
     dl::bind::capture_exception();
     return -1;
   }
+}
+
+// Defers an op of a pointwise or reduction family when the thread has a compiled call
+// that can take it: 2 (a proxy in *out), 3 (the same, for an op just recorded, whose
+// line the Lua side then notes), -1 (the eager op's own error, raised here), -2 (not
+// deferred: the caller runs the eager op).
+int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s, int first,
+          const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
+  compile::Call* c = deferring();
+  if (!c || op < 0 || op >= dl::kNumOps) return -2;
+  if (const compile::TraceOp* t = kind != compile::Kind::Watch ? compile::expected(*c) : nullptr) {
+    dl::MessageBase base(1);
+    try {
+      const int r = replay(*c, *t, kind, Op(op), a, b, s, first, dims, ndims, keepdim, out,
+                           dl::op_info(Op(op)).lua_name);
+      if (r != -3) return r;
+    } catch (...) {
+      dl::bind::capture_exception();
+      return -1;
+    }
+  }
+  return defer_new(c, kind, op, a, b, s, first, dims, ndims, keepdim, out);
 }
 
 }  // namespace
