@@ -286,6 +286,22 @@ function M.chainfwd(n, iters, compiled)
   return timed(compiled and dl.compile(chain_fn) or chain_fn, iters, x, w) / M.CHAIN_OPS
 end
 
+-- What replaying a matched op costs: 32 deferred multiplies and adds, then a sum, on 16
+-- float32 held by handles (rows of a matrix: views, so that every op is deferred, not
+-- run at once as on values held inline), eagerly or compiled: seconds per op. The
+-- arithmetic of the fused program is a few ns an op of these; the rest is the compiled
+-- call's own work (matching, the plan's setup, the call's start and end).
+M.REPLAY_OPS = 33
+local function replay_fn(x, w)
+  local y = x
+  for _ = 1, 16 do y = y * w + 0.1 end
+  return y:sum()
+end
+function M.replay16(iters, compiled)
+  local x, w = dl.rand(2, 16)[1], dl.rand(2, 16)[1]
+  return timed(compiled and dl.compile(replay_fn) or replay_fn, iters, x, w) / M.REPLAY_OPS
+end
+
 -- The chain row (recorded + backward) through dl.compile: seconds per op.
 function M.chainc(iters)
   local x, w = dl.rand(16), dl.rand(16)
@@ -475,7 +491,7 @@ end
 --   | pergrad <iters> | chartf <iters>
 --   | matmul <n> <iters> | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | half <iters> | mlp <epochs or images> [c] | cnn <epochs or images> [c]
---   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | chainc <iters> | mlpstep <iters> [c]
+--   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | replay16 <iters> [c] | chainc <iters> | mlpstep <iters> [c]
 --   | smallstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
@@ -485,6 +501,7 @@ function M.worker(input, output)
     chartf = M.chartf,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
+    replay16 = function(iters, c) return M.replay16(iters, c == "c") end,
     chainc = M.chainc, mlpinfer = M.mlpinfer,
     mlpstep = function(iters, c) return M.mlpstep(iters, c == "c") end,
     smallstep = function(iters, c) return M.smallstep(iters, c == "c") end,
