@@ -718,7 +718,8 @@ bool small_binary_scalar(int op, OpFamily family, const struct dl_tensor* a, dou
 }  // namespace
 
 int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
-  if (!dl::bind::runs_at_once(x) && dl::compile::current()) {
+  const bool at_once = dl::bind::runs_at_once(x);
+  if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_unary(op, x, out);
     if (st != -2) return st;
   }
@@ -726,11 +727,12 @@ int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Unary, "unary");
     return ag::unary(info.op, operand_of(x, info.lua_name));
-  });
+  }, !at_once);
 }
 
 int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
-  if (!dl::bind::runs_at_once(a, b) && dl::compile::current()) {
+  const bool at_once = dl::bind::runs_at_once(a, b);
+  if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_binary(op, a, b, out);
     if (st != -2) return st;
   }
@@ -738,12 +740,13 @@ int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, stru
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
     return ag::binary(info.op, operand_of(a, info.lua_name), operand_of(b, info.lua_name));
-  });
+  }, !at_once);
 }
 
 int dl_binary_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
                      struct dl_tensor* out) {
-  if (!dl::bind::runs_at_once(a) && dl::compile::current()) {
+  const bool at_once = dl::bind::runs_at_once(a);
+  if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_binary_scalar(op, a, s, scalar_first, out);
     if (st != -2) return st;
   }
@@ -751,7 +754,7 @@ int dl_binary_scalar(int op, const struct dl_tensor* a, double s, int scalar_fir
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Binary, "binary");
     return ag::binary(info.op, operand_of(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
-  });
+  }, !at_once);
 }
 
 int dl_binary_(int op, uint64_t a, uint64_t b) {
@@ -771,7 +774,8 @@ int dl_binary_scalar_(int op, uint64_t a, double s) {
 }
 
 int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
-  if (!dl::bind::runs_at_once(a, b) && dl::compile::current()) {
+  const bool at_once = dl::bind::runs_at_once(a, b);
+  if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_compare(op, a, b, out);
     if (st != -2) return st;
   }
@@ -779,12 +783,13 @@ int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, str
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
     return ag::compare(info.op, operand_of(a, info.lua_name), operand_of(b, info.lua_name));
-  });
+  }, !at_once);
 }
 
 int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
                       struct dl_tensor* out) {
-  if (!dl::bind::runs_at_once(a) && dl::compile::current()) {
+  const bool at_once = dl::bind::runs_at_once(a);
+  if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_compare_scalar(op, a, s, scalar_first, out);
     if (st != -2) return st;
   }
@@ -792,12 +797,13 @@ int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_fi
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Compare, "compare");
     return ag::compare(info.op, operand_of(a, info.lua_name), Scalar::from_lua(s), scalar_first != 0);
-  });
+  }, !at_once);
 }
 
 int dl_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
               double correction, double p, struct dl_tensor* out) {
-  if (!dl::bind::runs_at_once(x) && dl::compile::current()) {
+  const bool at_once = dl::bind::runs_at_once(x);
+  if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_reduce(op, x, dims, ndims, keepdim, out);
     if (st != -2) return st;
   }
@@ -817,7 +823,7 @@ int dl_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims,
     opts.correction = correction;
     opts.p = p;
     return ag::reduce(info.op, t, ds, keepdim != 0, opts);
-  });
+  }, !at_once);
 }
 
 // ---- the other ops ------------------------------------------------------------------------
@@ -910,7 +916,8 @@ uint64_t dl_log_softmax(uint64_t x, int dim) {
 }
 
 int dl_softmax_value(const struct dl_tensor* x, int dim, int log, struct dl_tensor* out) {
-  if (!dl::bind::runs_at_once(x) && dl::compile::current()) {
+  const bool at_once = dl::bind::runs_at_once(x);
+  if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_softmax(int(log ? Op::LogSoftmax : Op::Softmax), x, dim, out);
     if (st != -2) return st;
   }
@@ -919,7 +926,7 @@ int dl_softmax_value(const struct dl_tensor* x, int dim, int log, struct dl_tens
     const Tensor t = value_of(x, name);
     const int d = lua_dim(dim, t.dim(), name);
     return log ? ag::log_softmax(t, d) : ag::softmax(t, d);
-  });
+  }, !at_once);
 }
 
 uint64_t dl_where(uint64_t cond, uint64_t a, uint64_t b) {
@@ -946,11 +953,12 @@ uint64_t dl_matmul(uint64_t a, uint64_t b) {
 }
 
 int dl_matmul_value(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
-  if (!dl::bind::runs_at_once(a, b) && dl::compile::current()) {
+  const bool at_once = dl::bind::runs_at_once(a, b);
+  if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_matmul(a, b, out);
     if (st != -2) return st;
   }
-  return guard_value(out, [&] { return ag::matmul(value_of(a, "matmul"), value_of(b, "matmul")); });
+  return guard_value(out, [&] { return ag::matmul(value_of(a, "matmul"), value_of(b, "matmul")); }, !at_once);
 }
 
 uint64_t dl_to(uint64_t x, int dtype) {

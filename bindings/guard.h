@@ -79,12 +79,16 @@ int guard_status(F&& f) noexcept {
 }
 
 // For the entry points that return a struct dl_tensor (Note [Small tensors inline]):
-// the result goes to *out inline (0) or as a handle (1); -1 on failure.
+// the result goes to *out inline (0) or as a handle (1); -1 on failure. sync false: an
+// op whose operands are all values held inline (bindings/compile.h, runs_at_once), which
+// can neither read nor change what a compiled call has deferred, so it runs without
+// the deferred steps, and without counting as an event of a compiled gradient's scope
+// (a constant's reduction inside dl.compile(dl.grad(f)) left the scope to the tape).
 template <typename F>
-int guard_value(dl_tensor* out, F&& f) noexcept {
+int guard_value(dl_tensor* out, F&& f, bool sync = true) noexcept {
   MessageBase base(1);
   try {
-    compile::sync();
+    if (sync) compile::sync();
     return deliver(f(), out);
   } catch (...) {
     capture_exception();

@@ -238,6 +238,20 @@ H.test("dl.compile(dl.grad(f)): one plan, autograd's gradient bit for bit", func
   H.ok(tonumber(string.match(text, "(%d+) results never written")) > 0, text)
 end)
 
+H.test("a compiled gradient stays one plan when small constants are computed in its scope", function()
+  -- Ops on values held inline run at once (Note [Inline operands run at once]); they can
+  -- neither read nor change what the call deferred, so they are no event of the scope:
+  -- a reduction of such a constant used to leave the whole gradient to the tape.
+  local c, k = dl.rand(16), dl.tensor(3.0)
+  local f = function(x) return (x * x):sum() + (c * 2):sum() * k + dl.softmax(c, 1):amax() end
+  local g = dl.compile(dl.grad(f))
+  local x = dl.randn(100)
+  for _ = 1, 3 do identical(g(x), dl.grad(f)(x)) end
+  local text = dl.compile.explain(g)
+  H.ok(string.find(text, "gradient scope (compiled)", 1, true), text)
+  H.ok(string.find(text, "backward pass, compiled", 1, true), text)
+end)
+
 H.test("compiled gradients at the edges: constants, softmax, bad results, in-place writes", function()
   local c = dl.randn(30)
   local cases = {
