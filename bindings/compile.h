@@ -21,7 +21,7 @@ namespace dl::bind {
 // "dl.compile"), and its result is again such a value, so tiny-tensor code pays almost
 // nothing for being compiled. An op that reads a proxy is always deferred. The entry
 // points ask this first, before they look the call up: a few loads, where going into
-// the defer_* functions to be told cost about 54 instructions an op (callgrind, bench/
+// the defer_* functions to be told cost about 59 instructions an op (callgrind, bench/
 // `chainfwd 16 c`).
 // b: null for an op of one operand.
 inline bool runs_at_once(const dl_tensor* a, const dl_tensor* b = nullptr) {
