@@ -129,14 +129,17 @@ local dlua = arg[-1] or "dlua"
 local ref = opts.ref or (here .. "/../build/bin/dlua_bench_mpi")
 local FLAGS = "--allow-run-as-root --oversubscribe --mca btl self,vader"
 
--- One job: under mpirun with np ranks, or (np = 0) a plain process.
--- Its time, and the exposed fraction when the worker printed one.
+-- One job: under mpirun with np ranks, or (np = 0) a plain process, ended after
+-- JOB_LIMIT_S seconds (a job takes a few: one that hangs is an error, not a bench that
+-- never ends). Its time, and the exposed fraction when the worker printed one.
+local JOB_LIMIT_S = 300
 local function run(np, cmd)
-  local p = io.popen(np == 0 and (cmd .. " 2>&1") or ("mpirun %s -np %d %s 2>&1"):format(FLAGS, np, cmd))
+  local job = np == 0 and cmd or ("mpirun %s -np %d %s"):format(FLAGS, np, cmd)
+  local p = io.popen(("timeout -k 10 %d %s 2>&1"):format(JOB_LIMIT_S, job))
   local out = p:read("*a")
   p:close()
   local t = out:match("ok ([%d%.e%-+]+)")
-  if not t then error("bench/dist.lua: " .. cmd .. " failed:\n" .. out, 0) end
+  if not t then error("bench/dist.lua: " .. cmd .. " failed (or ran past " .. JOB_LIMIT_S .. " s):\n" .. out, 0) end
   return tonumber(t), tonumber(out:match("exposed ([%d%.e%-+]+)"))
 end
 

@@ -11,8 +11,10 @@ steps, then the timed epoch; batches gathered with index_select (no DataLoader, 
 worker processes would only add to the time), gradients averaged by DDP's bucketed
 allreduce, which overlaps the backward pass.
 """
+import datetime
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -34,9 +36,13 @@ def rank_and_size():
 def epoch(images, batch, threads):
     rank, size = rank_and_size()
     torch_ref.set_threads(threads)
-    # The ranks of one job share mpirun as their parent: a port they agree on.
-    port = 20000 + os.getppid() % 20000
-    torch_dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=size)
+    # The ranks meet through a file named after their job (Open MPI's namespace, unique
+    # per mpirun job): a TCP port derived from the job could be taken, and one rank then
+    # waited for the other until gloo's 30-minute timeout.
+    job = os.environ.get("PMIX_NAMESPACE") or os.environ.get("OMPI_MCA_ess_base_jobid") or str(os.getppid())
+    store = os.path.join(tempfile.gettempdir(), "dlua_torch_ddp_%s" % job)
+    torch_dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=size,
+                                  timeout=datetime.timedelta(seconds=120))
     x, y = torch_ref.train_data()
     x, y = x[:images].reshape(-1, 784).contiguous(), y[:images]
     torch.manual_seed(1)
@@ -72,6 +78,11 @@ def epoch(images, batch, threads):
     if rank == 0:
         print("ok %.9g" % t.item(), flush=True)
     torch_dist.destroy_process_group()
+    if rank == 0:   # every rank has passed the all_reduce: none opens the store again
+        try:
+            os.remove(store)
+        except FileNotFoundError:
+            pass
 
 
 if __name__ == "__main__":
