@@ -297,9 +297,12 @@ local function replay_fn(x, w)
   for _ = 1, 16 do y = y * w + 0.1 end
   return y:sum()
 end
-function M.replay16(iters, compiled)
+-- mode: nil eagerly, "c" compiled (ops on small tensors run at once), "d" compiled with
+-- defer_small (each op deferred and matched against the trace).
+function M.replay16(iters, mode)
   local x, w = dl.rand(2, 16)[1], dl.rand(2, 16)[1]
-  return timed(compiled and dl.compile(replay_fn) or replay_fn, iters, x, w) / M.REPLAY_OPS
+  local f = mode and dl.compile(replay_fn, { defer_small = mode == "d" }) or replay_fn
+  return timed(f, iters, x, w) / M.REPLAY_OPS
 end
 
 -- The chain row (recorded + backward) through dl.compile: seconds per op.
@@ -491,7 +494,7 @@ end
 --   | pergrad <iters> | chartf <iters>
 --   | matmul <n> <iters> | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | half <iters> | mlp <epochs or images> [c] | cnn <epochs or images> [c]
---   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | replay16 <iters> [c] | chainc <iters> | mlpstep <iters> [c]
+--   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | replay16 <iters> [c|d] | chainc <iters> | mlpstep <iters> [c]
 --   | smallstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
@@ -501,7 +504,7 @@ function M.worker(input, output)
     chartf = M.chartf,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
-    replay16 = function(iters, c) return M.replay16(iters, c == "c") end,
+    replay16 = function(iters, c) return M.replay16(iters, (c == "c" or c == "d") and c or nil) end,
     chainc = M.chainc, mlpinfer = M.mlpinfer,
     mlpstep = function(iters, c) return M.mlpstep(iters, c == "c") end,
     smallstep = function(iters, c) return M.smallstep(iters, c == "c") end,

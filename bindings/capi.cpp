@@ -718,10 +718,10 @@ bool small_binary_scalar(int op, OpFamily family, const struct dl_tensor* a, dou
 }  // namespace
 
 int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
-  const bool at_once = dl::bind::runs_at_once(x);
+  bool at_once = dl::bind::runs_at_once(x);
   if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_unary(op, x, out);
-    if (st != -2) return st;
+    if (dl::bind::answered(st, &at_once)) return st;
   }
   if (small_unary(op, x, out)) return 0;
   return guard_value(out, [&] {
@@ -731,10 +731,10 @@ int dl_unary(int op, const struct dl_tensor* x, struct dl_tensor* out) {
 }
 
 int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
-  const bool at_once = dl::bind::runs_at_once(a, b);
+  bool at_once = dl::bind::runs_at_once(a, b);
   if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_binary(op, a, b, out);
-    if (st != -2) return st;
+    if (dl::bind::answered(st, &at_once)) return st;
   }
   if (small_binary(op, OpFamily::Binary, a, b, out)) return 0;
   return guard_value(out, [&] {
@@ -745,10 +745,10 @@ int dl_binary(int op, const struct dl_tensor* a, const struct dl_tensor* b, stru
 
 int dl_binary_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
                      struct dl_tensor* out) {
-  const bool at_once = dl::bind::runs_at_once(a);
+  bool at_once = dl::bind::runs_at_once(a);
   if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_binary_scalar(op, a, s, scalar_first, out);
-    if (st != -2) return st;
+    if (dl::bind::answered(st, &at_once)) return st;
   }
   if (small_binary_scalar(op, OpFamily::Binary, a, s, scalar_first, out)) return 0;
   return guard_value(out, [&] {
@@ -774,10 +774,10 @@ int dl_binary_scalar_(int op, uint64_t a, double s) {
 }
 
 int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
-  const bool at_once = dl::bind::runs_at_once(a, b);
+  bool at_once = dl::bind::runs_at_once(a, b);
   if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_compare(op, a, b, out);
-    if (st != -2) return st;
+    if (dl::bind::answered(st, &at_once)) return st;
   }
   if (small_binary(op, OpFamily::Compare, a, b, out)) return 0;
   return guard_value(out, [&] {
@@ -788,10 +788,10 @@ int dl_compare(int op, const struct dl_tensor* a, const struct dl_tensor* b, str
 
 int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_first,
                       struct dl_tensor* out) {
-  const bool at_once = dl::bind::runs_at_once(a);
+  bool at_once = dl::bind::runs_at_once(a);
   if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_compare_scalar(op, a, s, scalar_first, out);
-    if (st != -2) return st;
+    if (dl::bind::answered(st, &at_once)) return st;
   }
   if (small_binary_scalar(op, OpFamily::Compare, a, s, scalar_first, out)) return 0;
   return guard_value(out, [&] {
@@ -802,10 +802,10 @@ int dl_compare_scalar(int op, const struct dl_tensor* a, double s, int scalar_fi
 
 int dl_reduce(int op, const struct dl_tensor* x, const int32_t* dims, int ndims, int keepdim,
               double correction, double p, struct dl_tensor* out) {
-  const bool at_once = dl::bind::runs_at_once(x);
+  bool at_once = dl::bind::runs_at_once(x);
   if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_reduce(op, x, dims, ndims, keepdim, out);
-    if (st != -2) return st;
+    if (dl::bind::answered(st, &at_once)) return st;
   }
   return guard_value(out, [&] {
     const dl::OpInfo& info = op_of(op, OpFamily::Reduce, "reduce");
@@ -916,10 +916,10 @@ uint64_t dl_log_softmax(uint64_t x, int dim) {
 }
 
 int dl_softmax_value(const struct dl_tensor* x, int dim, int log, struct dl_tensor* out) {
-  const bool at_once = dl::bind::runs_at_once(x);
+  bool at_once = dl::bind::runs_at_once(x);
   if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_softmax(int(log ? Op::LogSoftmax : Op::Softmax), x, dim, out);
-    if (st != -2) return st;
+    if (dl::bind::answered(st, &at_once)) return st;
   }
   const char* name = log ? "log_softmax" : "softmax";
   return guard_value(out, [&] {
@@ -953,10 +953,10 @@ uint64_t dl_matmul(uint64_t a, uint64_t b) {
 }
 
 int dl_matmul_value(const struct dl_tensor* a, const struct dl_tensor* b, struct dl_tensor* out) {
-  const bool at_once = dl::bind::runs_at_once(a, b);
+  bool at_once = dl::bind::runs_at_once(a, b);
   if (!at_once && dl::compile::current()) {
     const int st = dl::bind::defer_matmul(a, b, out);
-    if (st != -2) return st;
+    if (dl::bind::answered(st, &at_once)) return st;
   }
   return guard_value(out, [&] { return ag::matmul(value_of(a, "matmul"), value_of(b, "matmul")); }, !at_once);
 }

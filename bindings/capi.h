@@ -452,7 +452,9 @@ int dl_adam_step_(uint64_t p, uint64_t g, uint64_t m, uint64_t v, uint64_t vmax,
    3 is the same for an op just recorded into the trace. The Lua side keeps every proxy
    referenced until the call ends, then settles each. */
 struct dl_compiled { const uint64_t id; };
-uint64_t dl_compile_new(const char* name);          /* a compiled function's id; 0 on error */
+/* A compiled function's id; 0 on error. defer_small: ops on small tensors held by
+   handles are deferred too (Note [Small handles run at once] in bindings/compile.h). */
+uint64_t dl_compile_new(const char* name, int defer_small);
 void dl_compile_release(struct dl_compiled f);      /* the ffi.gc finalizer of its object */
 int dl_compile_begin(uint64_t f);                   /* starts the thread's call of f */
 int dl_compile_active(void);                        /* 1 while a call is in progress */

@@ -268,14 +268,28 @@ int defer_new(compile::Call* c, compile::Kind kind, int op, const dl_tensor* a, 
   }
 }
 
+// Whether an op of `kind` on a and b runs at once in the call c (Note [Small handles run
+// at once] in compile.h): each operand small on the host, held by a handle or inline.
+bool small_operands(const compile::Call& c, compile::Kind kind, const dl_tensor* a, const dl_tensor* b) {
+  auto small = [](const dl_tensor* t) {
+    if (t->id == 0) return t->inl_dtype < dl::kNumDTypes;   // held inline (a proxy is not)
+    const Tensor* x = dl::bind::handle_find(t->id);
+    return x && dl::bind::small_host_bytes(*x);
+  };
+  const bool scope_open = c.scope.mode != compile::ScopeMode::None && !c.scope.exited;
+  return kind != compile::Kind::Watch && !scope_open && !c.fn->defer_small && small(a) &&
+         (compile::arity(kind) == 1 || small(b)) && !dl::ag::is_recording() && !dl::bind::maybe_capturing();
+}
+
 // Defers an op of a pointwise or reduction family when the thread has a compiled call
 // that can take it: 2 (a proxy in *out), 3 (the same, for an op just recorded, whose
 // line the Lua side then notes), -1 (the eager op's own error, raised here), -2 (not
-// deferred: the caller runs the eager op).
+// deferred: the caller runs the eager op), kRunAtOnce (the same, at once).
 int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, double s, int first,
           const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
   compile::Call* c = deferring();
   if (!c || op < 0 || op >= dl::kNumOps) return -2;
+  if (small_operands(*c, kind, a, b)) return dl::bind::kRunAtOnce;
   if (const compile::TraceOp* t = kind != compile::Kind::Watch ? compile::expected(*c) : nullptr) {
     dl::MessageBase base(1);
     try {
@@ -687,12 +701,14 @@ bool proxy_meta(const struct dl_tensor* x, dl_meta* out) {
 
 // ---- the entry points ------------------------------------------------------------------
 
-uint64_t dl_compile_new(const char* name) {
+uint64_t dl_compile_new(const char* name, int defer_small) {
   try {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
     const uint64_t id = r.next++;
-    r.fns.emplace(id, std::make_shared<compile::Function>(name ? name : "?", id));
+    auto fn = std::make_shared<compile::Function>(name ? name : "?", id);
+    fn->defer_small = defer_small != 0;
+    r.fns.emplace(id, std::move(fn));
     return id;
   } catch (...) {
     dl::bind::capture_exception();

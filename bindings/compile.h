@@ -1,10 +1,11 @@
 // The deferred ops of dl.compile, as the family entry points of capi.cpp call them
 // (capi_compile.cpp, Note [Proxies]).
 //
-//   if (!runs_at_once(x) && compile::current()) {
-//     int st = defer_unary(op, x, out);   // 2 or 3: a proxy in *out; -1: error
-//     if (st != -2) return st;            // -2: not deferred, run the eager op
-//   }
+//   bool at_once = runs_at_once(x);
+//   if (!at_once && compile::current()) {
+//     int st = defer_unary(op, x, out);          // 2 or 3: a proxy in *out; -1: error
+//     if (answered(st, &at_once)) return st;     // -2: not deferred, run the eager op;
+//   }                                            // kRunAtOnce: the same, at once
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -27,6 +28,32 @@ namespace dl::bind {
 inline bool runs_at_once(const dl_tensor* a, const dl_tensor* b = nullptr) {
   auto held_inline = [](const dl_tensor* t) { return t->id == 0 && t->inl_dtype < dl::kNumDTypes; };
   return held_inline(a) && (!b || held_inline(b));
+}
+
+// Note [Small handles run at once]
+// The same holds for an op whose operands are handles of tensors that small on the host
+// (at most kInlineBytes of elements: a view of a row, a tensor made before the call),
+// or such handles and inline values, while no gradient's scope of the call is open and
+// nothing is recorded: the op runs as eager execution runs it (its fast path, Note [The
+// paths of a + b]) and its result is held inline, so the ops after it run at once as
+// well. Eager's answer is the same, because no deferred step writes a tensor held by a
+// handle (deferred steps make new tensors; an in-place op runs the deferred steps
+// first), so the handle holds what eager execution would read. Where a gradient's scope
+// is open, the op is deferred as any other: the scope must see every op on the tensors
+// it differentiates (a Variable's use included), and it sees deferred ones only. The
+// defer_* functions decide this after the handle lookup they make anyway; it answers
+// kRunAtOnce. Measured with bench/ `replay16` (docs/performance.md, "dl.compile").
+constexpr int kRunAtOnce = -4;
+
+// Whether an entry point returns the answer st of a defer_* function (a proxy written,
+// or an error); otherwise it runs the eager op, without the call's deferred steps when
+// st is kRunAtOnce (sets *at_once).
+inline bool answered(int st, bool* at_once) {
+  if (st == kRunAtOnce) {
+    *at_once = true;
+    return false;
+  }
+  return st != -2;
 }
 
 // The deferred op's result in *out when the thread's compiled call takes it (see the

@@ -175,11 +175,11 @@ const Tensor* kept(const dl_tensor* t, const Header& h) {
   return nullptr;
 }
 
+}  // namespace
+
 bool small_host_bytes(const Tensor& t) {
   return t.device().is_cpu() && t.numel() * int64_t(t.itemsize()) <= kInlineBytes;
 }
-
-}  // namespace
 
 namespace {
 

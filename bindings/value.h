@@ -26,6 +26,9 @@ Tensor value_of(const dl_tensor* t, const char* op);
 // operand's memory: an inline value may come back as an earlier, equal copy (Note
 // [Inline operands of pointwise ops] in value.cpp).
 Tensor operand_of(const dl_tensor* t, const char* op);
+// Whether t is a host tensor of at most kInlineBytes of elements: the size a Lua value
+// holds inline.
+bool small_host_bytes(const Tensor& t);
 // Writes `t` into *out: inline when it is small, plain and unaliased (returns 0), else
 // as a new handle (returns 1).
 int deliver(Tensor t, dl_tensor* out);

@@ -15,7 +15,8 @@
 -- (kept in a table, a closure, a field), so that later calls keep exactly those.
 --
 -- DLUA_COMPILE=0 in the environment makes every compiled function call its Lua
--- function directly.
+-- function directly. DLUA_COMPILE_DEFER_SMALL=1 makes `defer_small` every function's
+-- default (the test suite runs dl.compile's tests both ways).
 local ffi = require("ffi")
 local core = require("dlua.core")
 core.own_source()
@@ -36,6 +37,7 @@ local PROXY = 0xFD   -- bindings/value.h, kProxyTag
 local compiled_t = ffi.typeof("struct dl_compiled")
 local weak_keys = { __mode = "k" }
 local enabled = os.getenv("DLUA_COMPILE") ~= "0"
+local defer_small_default = os.getenv("DLUA_COMPILE_DEFER_SMALL") == "1"
 
 -- True while this Lua state runs a compiled function's Lua code (a compiled call found
 -- in progress at any other time was left by an error: dl_compile_abandon).
@@ -266,7 +268,9 @@ local function name_of(f)
   return "function"
 end
 
--- dl.compile(f [, {name = ...}])
+-- dl.compile(f [, {name = ..., check = false, defer_small = false}]). defer_small: ops on
+-- small tensors held by handles are deferred like any other, where by default they run
+-- at once (Note [Small handles run at once] in bindings/compile.h).
 local function compile(f, opts)
   core.check_callable("compile", f)
   if opts ~= nil and type(opts) ~= "table" then
@@ -276,10 +280,13 @@ local function compile(f, opts)
   if type(name) ~= "string" then core.raise("compile: name must be a string") end
   local check = opts and opts.check
   if check ~= nil and type(check) ~= "boolean" then core.raise("compile: check must be a boolean") end
+  local defer_small = opts and opts.defer_small
+  if defer_small == nil then defer_small = defer_small_default end
+  if type(defer_small) ~= "boolean" then core.raise("compile: defer_small must be a boolean") end
   for k in pairs(opts or {}) do
-    if k ~= "name" and k ~= "check" then core.raise("compile: unknown option " .. tostring(k)) end
+    if k ~= "name" and k ~= "check" and k ~= "defer_small" then core.raise("compile: unknown option " .. tostring(k)) end
   end
-  local fid = C.dl_compile_new(name)
+  local fid = C.dl_compile_new(name, defer_small and 1 or 0)
   if fid == 0 then core.raise_last() end
   local obj = ffi.gc(compiled_t(fid), C.dl_compile_release)
   local function cf(...)

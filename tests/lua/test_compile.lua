@@ -176,9 +176,45 @@ end)
 
 H.test("a different dtype, shape or layout of an argument is a new trace", function()
   local f = function(x) return (x * 3 - 1):sum(1) end
-  local x = dl.randn(3, 4)
-  local cf = agree(f, { { x }, { x:double() }, { dl.randn(5, 4) }, { x:t() }, { x:t():contiguous() }, { x } })
+  local x = dl.randn(6, 8)   -- (more than 16 floats: ops on smaller handles run at once)
+  local cf = agree(f, { { x }, { x:double() }, { dl.randn(10, 8) }, { x:t() }, { x:t():contiguous() }, { x } })
   H.ok(traces(cf) >= 3)
+end)
+
+H.test("ops on small tensors held by handles run at once, unless a gradient's scope is open", function()
+  -- Rows of a matrix (views, so handles) of 16 floats: each op runs as eagerly, no trace
+  -- is made, and the values are eager's. With defer_small, the same ops are deferred.
+  local f = function(x, w)
+    local y = x * w + 1
+    for _ = 1, 4 do y = (y * w):tanh() + x end
+    return y:sum(), y
+  end
+  local m = dl.randn(2, 16)
+  local x, w = m[1], m[2]
+  local ops = function(cf) return tonumber(string.match(dl.compile.explain(cf), "(%d+) replayed, %d+ recorded")) +
+                                  tonumber(string.match(dl.compile.explain(cf), "%d+ replayed, (%d+) recorded")) end
+  local cf = agree(f, { { x, w }, { x, w }, { w, x } }, dl.compile(f, { defer_small = false }))
+  H.eq(ops(cf), 0, dl.compile.explain(cf))
+  local deferred = agree(f, { { x, w }, { x, w }, { w, x } }, dl.compile(f, { defer_small = true }))
+  H.ok(ops(deferred) >= 3 * 11, dl.compile.explain(deferred))
+  -- A tensor made before the call, written in place inside it between ops on it.
+  local v = dl.ones(4)
+  local g = function(k) local a = v * k; v:add_(a); return v * 2 + a end
+  local cg = dl.compile(g)
+  for k = 1, 3 do
+    local want_v = v:clone()
+    local want = g(k)
+    v:copy_(want_v)
+    identical(cg(k), want, "in-place write between small ops, call " .. k)
+  end
+  -- Inside a compiled gradient the ops are the scope's: deferred, one plan with the
+  -- gradient of a small Variable included (an op run at once would not be seen by it).
+  local p = dl.Variable(dl.randn(8), "p")
+  local loss = function(xx) return ((xx * p):tanh() * p):sum() end
+  local cl = dl.compile(dl.implicit_grad(loss))
+  for _ = 1, 3 do identical(cl(x:narrow(1, 1, 8)), dl.implicit_grad(loss)(x:narrow(1, 1, 8))) end
+  H.ok(ops(cl) > 0, dl.compile.explain(cl))
+  H.raises(function() return dl.compile(f, { defer_small = 1 }) end, "defer_small must be a boolean")
 end)
 
 H.test("a view of an argument versus a copy", function()
