@@ -361,9 +361,14 @@ do
                 { label = "dlua compiled (small ops at once)", kind = "dlua", cmd = ("replay16 %d c"):format(k),
                   info = true } } }
   k = quick and 50 or 4000
-  row{ id = "chainc", label = "small-op chain recorded + backward, compiled, per op", unit = "us/op",
-       show = per(US), target = 1 / 30, pinned = true,
-       ours = ours("chainc " .. k), refs = { torch("chain " .. k, 1), { label = "dlua eager", kind = "dlua", cmd = "chain " .. k } } }
+  -- The issue's goal has two parts, each its own row: >= 3x dlua eager, >= 30x PyTorch
+  -- (a row compares with its best reference, so one row with both would hold dlua
+  -- eager to the 30x).
+  row{ id = "chainc", label = "small-op chain recorded + backward, compiled vs eager, per op", unit = "us/op",
+       show = per(US), target = 1 / 3, pinned = true,
+       ours = ours("chainc " .. k), refs = { { label = "dlua eager", kind = "dlua", cmd = "chain " .. k } } }
+  row{ id = "chainct", label = "small-op chain recorded + backward, compiled vs PyTorch, per op", unit = "us/op",
+       show = per(US), target = 1 / 30, pinned = true, ours = ours("chainc " .. k), refs = { torch("chain " .. k, 1) } }
   k = quick and 20 or 400
   row{ id = "mlpstepc", label = "MLP 784-256-10 training step, compiled vs eager", unit = "ms/step",
        show = per(MS), target = 0.9, threaded = true,
