@@ -155,6 +155,17 @@ int promise(compile::Call& c, compile::Step&& st, const compile::OperandKey& ka,
   return r == 2 ? 3 : 2;
 }
 
+// Whether r, read from a proxy, is a promise of the call c (not an expired one, not of
+// another call).
+bool of_call(const compile::Call& c, const ProxyRef& r) {
+  return r.tag == dl::bind::kProxyTag && r.serial == c.serial && r.pos < c.steps.size();
+}
+
+// t is a proxy of the call c: *r says which step.
+bool own_proxy(const compile::Call& c, const dl_tensor* t, ProxyRef* r) {
+  return dl::bind::proxy_ref(t, r) && of_call(c, *r);
+}
+
 // An operand of a deferred op: a proxy of this call, or any other tensor on the host or
 // a CUDA device. False: the op is not deferred (a proxy of another call, another device).
 bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, compile::OperandKey& k,
@@ -162,7 +173,7 @@ bool operand_for(compile::Call& c, const dl_tensor* t, compile::Operand& o, comp
   // (The operand is written in place too, as the keys.)
   ProxyRef r;
   if (dl::bind::proxy_ref(t, &r)) {
-    if (r.tag != dl::bind::kProxyTag || r.serial != c.serial || r.pos >= c.steps.size()) return false;
+    if (!of_call(c, r)) return false;
     o.step = int32_t(r.pos);
     fill_step_key(c, r.pos, k);
     return true;
@@ -182,7 +193,7 @@ bool replay_operand(const compile::Call& c, const dl_tensor* t, const compile::O
   ProxyRef r;
   if (dl::bind::proxy_ref(t, &r)) {
     // (The step being filled is the call's last: a proxy names an earlier one.)
-    if (r.tag != dl::bind::kProxyTag || r.serial != c.serial || r.pos + 1 >= c.steps.size()) return false;
+    if (!of_call(c, r) || r.pos + 1 >= c.steps.size()) return false;
     o.step = int32_t(r.pos);
     return k.step == o.step;
   }
@@ -398,10 +409,6 @@ int compiled_grad_scope(bool enter) {
   }
 }
 
-// A proxy of the call `c` (of a step of kind `kind`, when given).
-bool own_proxy(const compile::Call& c, const dl_tensor* t, ProxyRef* r) {
-  return proxy_ref(t, r) && r->tag == kProxyTag && r->serial == c.serial && r->pos < c.steps.size();
-}
 
 // The gradients of y with respect to the n tensors xs (watched in the scope, or
 // Variables), into outs (a proxy each):
@@ -739,8 +746,7 @@ int dl_compile_active(void) { return compile::current() ? 1 : 0; }
 int dl_compile_return(const struct dl_tensor* x) {
   ProxyRef r;
   compile::Call* c = compile::current();
-  if (!c || !dl::bind::proxy_ref(x, &r) || r.tag != dl::bind::kProxyTag || r.serial != c->serial ||
-      r.pos >= c->steps.size())
+  if (!c || !own_proxy(*c, x, &r))
     return 0;
   c->returned[r.pos] = 1;
   return 1;
@@ -763,8 +769,7 @@ int dl_compile_finish(int keep_all) {
 int dl_compile_settle(struct dl_tensor* x) {
   ProxyRef r;
   compile::Call* c = compile::current();
-  if (!c || !dl::bind::proxy_ref(x, &r) || r.tag != dl::bind::kProxyTag || r.serial != c->serial ||
-      r.pos >= c->steps.size())
+  if (!c || !own_proxy(*c, x, &r))
     return 2;
   Tensor t = std::move(c->results[r.pos]);
   c->results[r.pos] = Tensor();
