@@ -300,7 +300,10 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
           const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
   compile::Call* c = deferring();
   if (!c || op < 0 || op >= dl::kNumOps) return -2;
-  if (small_operands(*c, kind, a, b)) return dl::bind::kRunAtOnce;
+  if (small_operands(*c, kind, a, b)) {
+    ++c->fn->small_at_once;
+    return dl::bind::kRunAtOnce;
+  }
   if (const compile::TraceOp* t = kind != compile::Kind::Watch ? compile::expected(*c) : nullptr) {
     dl::MessageBase base(1);
     try {

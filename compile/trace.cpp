@@ -241,6 +241,9 @@ std::string Function::report() const {
      << " ran fused in " << groups << " groups, " << single << " alone, " << elided
      << " results never written\n";
   if (eager_calls) os << "  " << eager_calls << " calls ran partly eagerly (trace limit " << kMaxTraces << ")\n";
+  if (small_at_once)
+    os << "  " << small_at_once << " ops on small tensors held by handles ran at once, as eagerly (faster than "
+       << "deferring them; the option defer_small defers them)\n";
   if (expired_reads)
     os << "  " << expired_reads << " reads of a result that was not kept (now kept)\n";
   for (size_t t = 0; t < traces.size(); ++t) {

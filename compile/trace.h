@@ -114,6 +114,7 @@ struct Function {
   std::vector<Divergence> divergences;
   int64_t calls = 0, matched = 0, recorded = 0, eager_calls = 0, flushes = 0;
   int64_t fused = 0, groups = 0, elided = 0, single = 0, expired_reads = 0;
+  int64_t small_at_once = 0;   // ops on small tensors held by handles run at once (bindings)
   bool defer_small = false;  // dl.compile's option (Note [Small handles run at once] in bindings/compile.h)
   std::string warning;       // to be printed once by the Lua side
   std::vector<std::string> notes;   // why gradient scopes were not compiled

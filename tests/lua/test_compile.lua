@@ -195,6 +195,8 @@ H.test("ops on small tensors held by handles run at once, unless a gradient's sc
                                   tonumber(string.match(dl.compile.explain(cf), "%d+ replayed, (%d+) recorded")) end
   local cf = agree(f, { { x, w }, { x, w }, { w, x } }, dl.compile(f, { defer_small = false }))
   H.eq(ops(cf), 0, dl.compile.explain(cf))
+  H.ok(string.find(dl.compile.explain(cf), "ops on small tensors held by handles ran at once", 1, true),
+       dl.compile.explain(cf))
   local deferred = agree(f, { { x, w }, { x, w }, { w, x } }, dl.compile(f, { defer_small = true }))
   H.ok(ops(deferred) >= 3 * 11, dl.compile.explain(deferred))
   -- A tensor made before the call, written in place inside it between ops on it.
