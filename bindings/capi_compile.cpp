@@ -279,17 +279,20 @@ int defer_new(compile::Call* c, compile::Kind kind, int op, const dl_tensor* a, 
   }
 }
 
-// Whether an op of `kind` on a and b runs at once in the call c (Note [Small handles run
-// at once] in compile.h): each operand small on the host, held by a handle or inline.
-bool small_operands(const compile::Call& c, compile::Kind kind, const dl_tensor* a, const dl_tensor* b) {
+// Whether an op on a and b (null for an op of one operand) runs at once in the call c
+// (Note [Small handles run at once] in compile.h): each operand small on the host, held
+// by a handle or inline. Counted for explain when it does.
+bool small_operands(const compile::Call& c, const dl_tensor* a, const dl_tensor* b) {
   auto small = [](const dl_tensor* t) {
     if (t->id == 0) return t->inl_dtype < dl::kNumDTypes;   // held inline (a proxy is not)
     const Tensor* x = dl::bind::handle_find(t->id);
     return x && dl::bind::small_host_bytes(*x);
   };
   const bool scope_open = c.scope.mode != compile::ScopeMode::None && !c.scope.exited;
-  return kind != compile::Kind::Watch && !scope_open && !c.fn->defer_small && small(a) &&
-         (compile::arity(kind) == 1 || small(b)) && !dl::ag::is_recording() && !dl::bind::maybe_capturing();
+  const bool at_once = !scope_open && !c.fn->defer_small && small(a) && (!b || small(b)) &&
+                       !dl::ag::is_recording() && !dl::bind::maybe_capturing();
+  if (at_once) ++c.fn->small_at_once;
+  return at_once;
 }
 
 // Defers an op of a pointwise or reduction family when the thread has a compiled call
@@ -300,10 +303,8 @@ int defer(compile::Kind kind, int op, const dl_tensor* a, const dl_tensor* b, do
           const int32_t* dims, int ndims, int keepdim, dl_tensor* out) {
   compile::Call* c = deferring();
   if (!c || op < 0 || op >= dl::kNumOps) return -2;
-  if (small_operands(*c, kind, a, b)) {
-    ++c->fn->small_at_once;
+  if (kind != compile::Kind::Watch && small_operands(*c, a, compile::arity(kind) == 2 ? b : nullptr))
     return dl::bind::kRunAtOnce;
-  }
   if (const compile::TraceOp* t = kind != compile::Kind::Watch ? compile::expected(*c) : nullptr) {
     dl::MessageBase base(1);
     try {
@@ -579,6 +580,12 @@ int defer_view(int which, const struct dl_tensor* x, const int64_t* shape, int n
   ProxyRef r;
   const bool promised = own_proxy(*c, x, &r);
   if (!promised && (x->id == 0 || proxy_ref(x, &r))) return -2;
+  // A view of a small tensor held by a handle runs at once as ops on it do, while the
+  // call has nothing deferred and no gradient's scope, so that the entry point's sync
+  // has nothing to do: eager's view, a handle, whose ops then run at once too.
+  if (!promised && !compile::pending(c) && c->scope.mode == compile::ScopeMode::None &&
+      small_operands(*c, x, nullptr))
+    return -2;
   dl::MessageBase base(1);
   try {
     compile::Step st;

@@ -42,7 +42,10 @@ inline bool runs_at_once(const dl_tensor* a, const dl_tensor* b = nullptr) {
 // is open, the op is deferred as any other: the scope must see every op on the tensors
 // it differentiates (a Variable's use included), and it sees deferred ones only. The
 // defer_* functions decide this after the handle lookup they make anyway; it answers
-// kRunAtOnce. Measured with bench/ `replay16` (docs/performance.md, "dl.compile").
+// kRunAtOnce. A view of such a handle (defer_view) runs at once too, but only while
+// the call has deferred nothing and has no gradient's scope, since the eager view's
+// entry point runs the deferred steps first. Measured with bench/ `replay16`
+// (docs/performance.md, "dl.compile").
 constexpr int kRunAtOnce = -4;
 
 // Whether an entry point returns the answer st of a defer_* function (a proxy written,

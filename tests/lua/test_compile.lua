@@ -216,6 +216,15 @@ H.test("ops on small tensors held by handles run at once, unless a gradient's sc
   local cl = dl.compile(dl.implicit_grad(loss))
   for _ = 1, 3 do identical(cl(x:narrow(1, 1, 8)), dl.implicit_grad(loss)(x:narrow(1, 1, 8))) end
   H.ok(ops(cl) > 0, dl.compile.explain(cl))
+  -- Views of a small handle run at once too while the call has deferred nothing; after a
+  -- deferred op they are deferred (a view run at once would first run what was deferred).
+  local vf = function(mm) local v = mm:view(4, 4):t() return (v * 2 + 1):sum(1):reshape(2, 2) end
+  local cvf = agree(vf, { { dl.randn(16) }, { m[2] }, { m[1] } }, dl.compile(vf, { defer_small = false }))
+  H.eq(ops(cvf), 0, dl.compile.explain(cvf))
+  local big = dl.randn(6, 8)
+  local after = function(mm, bb) local b = bb * 2 local v = mm:view(4, 4) return b:sum() + (v * 3):sum(), v end
+  local cafter = agree(after, { { x, big }, { w, big }, { x, big } }, dl.compile(after, { defer_small = false }))
+  H.ok(ops(cafter) >= 3 * 4, dl.compile.explain(cafter))
   H.raises(function() return dl.compile(f, { defer_small = 1 }) end, "defer_small must be a boolean")
 end)
 
