@@ -413,7 +413,6 @@ int compiled_grad_scope(bool enter) {
   }
 }
 
-
 // The gradients of y with respect to the n tensors xs (watched in the scope, or
 // Variables), into outs (a proxy each):
 // 4, a custom gradient's task (2), an error (-1), or -2 when the pass is not the scope's

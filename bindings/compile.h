@@ -35,13 +35,13 @@ inline bool runs_at_once(const dl_tensor* a, const dl_tensor* b = nullptr) {
 // (at most kInlineBytes of elements: a view of a row, a tensor made before the call),
 // or such handles and inline values, while no gradient's scope of the call is open and
 // nothing is recorded: the op runs as eager execution runs it (its fast path, Note [The
-// paths of a + b]) and its result is held inline, so the ops after it run at once as
-// well. Eager's answer is the same, because no deferred step writes a tensor held by a
+// paths of a + b]) and its result, small too unless broadcasting made it larger, is held
+// inline, so the ops after it run at once as well. Eager's answer is the same, because no deferred step writes a tensor held by a
 // handle (deferred steps make new tensors; an in-place op runs the deferred steps
 // first), so the handle holds what eager execution would read. Where a gradient's scope
 // is open, the op is deferred as any other: the scope must see every op on the tensors
 // it differentiates (a Variable's use included), and it sees deferred ones only. The
-// defer_* functions decide this after the handle lookup they make anyway; it answers
+// defer_* functions decide this (a handle lookup per operand held by one) and answer
 // kRunAtOnce. A view of such a handle (defer_view) runs at once too, but only while
 // the call has deferred nothing and has no gradient's scope, since the eager view's
 // entry point runs the deferred steps first. Measured with bench/ `replay16`
