@@ -286,9 +286,10 @@ function M.chainfwd(n, iters, compiled)
   return timed(compiled and dl.compile(chain_fn) or chain_fn, iters, x, w) / M.CHAIN_OPS
 end
 
--- What replaying a matched op costs: 32 deferred multiplies and adds, then a sum, on 16
--- float32 held by handles (rows of a matrix: views, so that every op is deferred, not
--- run at once as on values held inline), eagerly or compiled: seconds per op. The
+-- What replaying a matched op costs: 32 multiplies and adds, then a sum, on 16 float32
+-- held by handles (rows of a matrix: views), eagerly or compiled: seconds per op.
+-- Compiled with defer_small (mode "d"), every op is deferred and matched; by default
+-- (mode "c") they run at once (Note [Small handles run at once]). The
 -- arithmetic of the fused program is a few ns an op of these; the rest is the compiled
 -- call's own work (matching, the plan's setup, the call's start and end).
 M.REPLAY_OPS = 33

@@ -80,10 +80,11 @@ int guard_status(F&& f) noexcept {
 
 // For the entry points that return a struct dl_tensor (Note [Small tensors inline]):
 // the result goes to *out inline (0) or as a handle (1); -1 on failure. sync false: an
-// op whose operands are all values held inline (bindings/compile.h, runs_at_once), which
-// can neither read nor change what a compiled call has deferred, so it runs without
-// the deferred steps, and without counting as an event of a compiled gradient's scope
-// (a constant's reduction inside dl.compile(dl.grad(f)) left the scope to the tape).
+// op whose operands are all small values held inline or by handles (bindings/compile.h:
+// Note [Inline operands run at once], Note [Small handles run at once]), which can
+// neither read nor change what a compiled call has deferred, so it runs without the
+// deferred steps, and without counting as an event of a compiled gradient's scope (a
+// constant's reduction inside dl.compile(dl.grad(f)) left the scope to the tape).
 template <typename F>
 int guard_value(dl_tensor* out, F&& f, bool sync = true) noexcept {
   MessageBase base(1);
