@@ -79,9 +79,17 @@ end
 -- ---- big kernels --------------------------------------------------------------------------------
 
 -- c = a:matmul(b), n x n float32 (a fresh result each call, as a script gets it):
--- seconds per call.
-function M.matmul(n, iters)
-  local a, b = dl.randn(n, n), dl.randn(n, n)
+-- seconds per call. With `cols`, `k` and `ops` (nn, nt, tn or tt: each operand as
+-- stored or read transposed, as bench/ref.c's sgemm): c is n x cols, over k.
+function M.matmul(n, iters, cols, k, ops)
+  local a, b
+  if ops then
+    cols, k = assert(tonumber(cols)), assert(tonumber(k))
+    a = ops:sub(1, 1) == "t" and dl.randn(k, n):t() or dl.randn(n, k)
+    b = ops:sub(2, 2) == "t" and dl.randn(cols, k):t() or dl.randn(k, cols)
+  else
+    a, b = dl.randn(n, n), dl.randn(n, n)
+  end
   local c = a:matmul(b)
   local t0 = now()
   for _ = 1, iters do c = a:matmul(b) end
@@ -522,7 +530,7 @@ function M.worker(input, output)
       output:write(("ok dlua %s, %s\n"):format(dl._VERSION or "?", jit and jit.version or _VERSION))
     elseif commands[cmd] then
       local a2, a3 = tonumber(words[2]), tonumber(words[3])
-      local ok, t = pcall(commands[cmd], a2, a3 or words[3], words[4])
+      local ok, t = pcall(commands[cmd], a2, a3 or words[3], words[4], words[5], words[6])
       if ok then
         output:write(("ok %.9g\n"):format(t))
       else

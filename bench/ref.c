@@ -5,6 +5,9 @@
  * that the harness can alternate it with its own measurement in the same run.
  *   info                      -> "ok <compiler> | <openblas config> | <core> | <threads>"
  *   sgemm <n> <iters>         -> "ok <seconds per call>"   C = A B, n x n float32, row-major
+ *   sgemm <m> <iters> <n> <k> <ops>                           C (m x n) = op(A) op(B) over k, each op
+ *                                                           n (as stored) or t (read transposed):
+ *                                                           ops nn, nt, tn or tt
  *   sgemv <m> <iters> <k>     -> "ok <seconds per call>"   y = A x, A m x k float32, row-major
  *   add <n> <iters>           -> "ok <seconds per call>"   c[i] = a[i] + b[i]
  *   sum <n> <iters>           -> "ok <seconds per call>"   s = sum of a[i]
@@ -50,17 +53,18 @@ static float* fresh(size_t n, float v) {
 
 static volatile float g_sink;
 
-static double run_sgemm(long n, long iters) {
-  float *a = fresh((size_t)(n * n), 0.5f), *b = fresh((size_t)(n * n), 0.25f), *c = fresh((size_t)(n * n), 0);
+static double run_sgemm(long m, long n, long k, const char* ops, long iters) {
+  const int ta = ops[0] == 't', tb = ops[1] == 't';
+  const int lda = ta ? (int)m : (int)k, ldb = tb ? (int)k : (int)n;
+  const CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
+  float *a = fresh((size_t)(m * k), 0.5f), *b = fresh((size_t)(k * n), 0.25f), *c = fresh((size_t)(m * n), 0);
   if (!a || !b || !c) return -1;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n,
-              0.0f, c, (int)n);
+  cblas_sgemm(CblasRowMajor, oa, ob, (int)m, (int)n, (int)k, 1.0f, a, lda, b, ldb, 0.0f, c, (int)n);
   double t0 = now();
   for (long it = 0; it < iters; ++it)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b,
-                (int)n, 0.0f, c, (int)n);
+    cblas_sgemm(CblasRowMajor, oa, ob, (int)m, (int)n, (int)k, 1.0f, a, lda, b, ldb, 0.0f, c, (int)n);
   double t = (now() - t0) / (double)iters;
-  g_sink = c[n];
+  g_sink = c[m * n / 2];
   free(a), free(b), free(c);
   return t;
 }
@@ -141,10 +145,10 @@ static double run_cnnpeak(long images) {
   const double conv1 = 2.0 * 26 * 26 * 16 * 1 * 9, conv2 = 2.0 * 24 * 24 * 16 * 16 * 9, linear = 2.0 * 16 * 10;
   const double flops = (double)images * (2 * conv1 + 3 * conv2 + 3 * linear);
   const long n = 1024, iters = 8;
-  double t = run_sgemm(n, iters);
+  double t = run_sgemm(n, n, n, "nn", iters);
   if (t <= 0) return -1;
   for (int k = 0; k < 2; ++k) {   /* the best of three: a floor */
-    double u = run_sgemm(n, iters);
+    double u = run_sgemm(n, n, n, "nn", iters);
     if (u > 0 && u < t) t = u;
   }
   return flops / (2.0 * (double)n * (double)n * (double)n / t);
@@ -207,8 +211,9 @@ int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   while (fgets(line, sizeof line, stdin)) {
     char cmd[64] = "";
-    long n = 0, iters = 1, batch = 1;
-    int got = sscanf(line, "%63s %ld %ld %ld", cmd, &n, &iters, &batch);
+    char ops[4] = "nn";
+    long n = 0, iters = 1, batch = 1, k = 0;
+    int got = sscanf(line, "%63s %ld %ld %ld %ld %3s", cmd, &n, &iters, &batch, &k, ops);
     if (got < 1) continue;
     if (iters < 1) iters = 1;
     if (strcmp(cmd, "quit") == 0) break;
@@ -224,7 +229,10 @@ int main(void) {
     }
     double t = -1;
     if (got >= 2 && n > 0) {
-      if (strcmp(cmd, "sgemm") == 0) t = run_sgemm(n, iters);
+      if (strcmp(cmd, "sgemm") == 0 && got < 4) t = run_sgemm(n, n, n, "nn", iters);
+      else if (strcmp(cmd, "sgemm") == 0)
+        t = got == 6 && batch > 0 && k > 0 && strchr("nt", ops[0]) && ops[1] && strchr("nt", ops[1]) && !ops[2]
+                ? run_sgemm(n, batch, k, ops, iters) : -1;
       else if (strcmp(cmd, "sgemv") == 0) t = run_sgemv(n, iters, batch);
       else if (strcmp(cmd, "add") == 0) t = run_add(n, iters);
       else if (strcmp(cmd, "sum") == 0) t = run_sum(n, iters);

@@ -401,6 +401,143 @@ bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, 
 }
 
 
+// Note [Small products of matrices]
+// A product of matrices with m n k <= kOwnMatrixVolume (64 x 64 x 64 is a quarter of
+// it; the MLP's second layer, 64 x 256 by 256 x 10, and an attention head's 128 x 64 by
+// 64 x 96 are under it) runs in the loop below instead of OpenBLAS's sgemm. At these
+// sizes OpenBLAS's fixed costs are a large part of its time: it first zeroes c (beta =
+// 0), which on a result buffer last used a thousand products ago misses the cache, and
+// copies both operands into its packed layouts; its kernel proper was about 70% of a
+// 64 x 64 x 64 product. The loop reads a and b where they are and writes c once: a
+// tile of c of kRows rows by two vectors is held in registers while k runs, each
+// element of a broadcast across the tile, each row of b's tile loaded once for all of
+// its rows. Only b's columns must be contiguous: a b read transposed, and the last
+// columns when n is not a multiple of the tile's width, are first copied into a tile
+// of that width (zeros past n). Larger products stay with OpenBLAS, whose blocking for
+// the caches wins from about 128 x 128 x 128 (bench/, `matmul64`; the measurements
+// behind the limit are in docs/performance.md, "Small products of matrices"). A
+// program whose products are all this small never loads OpenBLAS (Note [Loading
+// OpenBLAS on first use] in openblas.cpp).
+// Every element is added in one order whatever the instruction set and the layouts:
+//   c(i, j) = ((0 + a(i, 0) b(0, j)) + a(i, 1) b(1, j)) + ... + a(i, k-1) b(k-1, j)
+// each product rounded, then added (no fused multiply-add: Note [Builds for each vector
+// width] in loops.h). OpenBLAS's kernels add the same terms in the same order but with
+// fused multiply-adds, so the two differ in the last bits (by about k rounding errors of
+// the terms' size). There is no AVX-512 build: the AVX2 one runs there, as no machine
+// with AVX-512 measured a wider tile.
+constexpr int64_t kOwnMatrixVolume = int64_t(1) << 20;
+
+template <typename T, int VB>
+struct GemmTile {
+  using V = typename Vec<T, VB>::V;
+  static constexpr int kLanes = Vec<T, VB>::kLanes;
+  static constexpr int kWidth = 2 * kLanes;   // columns of c in a tile
+  static constexpr int kRows = 6;             // 12 sums, b's two vectors, a broadcast: 15 registers
+};
+
+// c's rows 0..R of a tile `cols` columns wide (cols <= kWidth; b's tile is always
+// kWidth wide): a(r, p) = a[r ars + p aks], b(p, j) = b[p ldb + j].
+template <typename T, int VB, int R>
+[[gnu::always_inline]] inline void gemm_tile(const T* a, int64_t ars, int64_t aks, const T* b, int64_t ldb, T* c,
+                                             int64_t ldc, int64_t k, int cols) {
+  using G = GemmTile<T, VB>;
+  using V = typename G::V;
+  constexpr int L = G::kLanes;
+  V acc[R][2] = {};
+  for (int64_t p = 0; p < k; ++p) {
+    const V b0 = load<VB>(b + p * ldb), b1 = load<VB>(b + p * ldb + L);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      // a(r, p) in every lane: added to -0, which leaves every value as it is (-0 and
+      // NaN included), so the addition folds away and a(r, p) is broadcast from memory.
+      // (`x + V{}` must add, +0 turning -0 into +0; lanes set one by one, or a helper
+      // function compiled outside this build's target, are assembled lane by lane.)
+      const V av = a[r * ars + p * aks] + -V{};
+      acc[r][0] += av * b0;
+      acc[r][1] += av * b1;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    if (cols == G::kWidth) {
+      store<VB>(c + r * ldc, acc[r][0]);
+      store<VB>(c + r * ldc + L, acc[r][1]);
+    } else {
+      T row[G::kWidth];
+      store<VB>(row, acc[r][0]);
+      store<VB>(row + L, acc[r][1]);
+      std::memcpy(c + r * ldc, row, size_t(cols) * sizeof(T));
+    }
+  }
+}
+
+// All m rows of c for one tile of columns.
+template <typename T, int VB>
+[[gnu::always_inline]] inline void gemm_columns(const T* a, int64_t ars, int64_t aks, const T* b, int64_t ldb, T* c,
+                                                int64_t ldc, int64_t m, int64_t k, int cols) {
+  constexpr int R = GemmTile<T, VB>::kRows;
+  int64_t i = 0;
+  for (; i + R <= m; i += R) gemm_tile<T, VB, R>(a + i * ars, ars, aks, b, ldb, c + i * ldc, ldc, k, cols);
+  a += i * ars;
+  c += i * ldc;
+  switch (m - i) {
+    case 5: return gemm_tile<T, VB, 5>(a, ars, aks, b, ldb, c, ldc, k, cols);
+    case 4: return gemm_tile<T, VB, 4>(a, ars, aks, b, ldb, c, ldc, k, cols);
+    case 3: return gemm_tile<T, VB, 3>(a, ars, aks, b, ldb, c, ldc, k, cols);
+    case 2: return gemm_tile<T, VB, 2>(a, ars, aks, b, ldb, c, ldc, k, cols);
+    case 1: return gemm_tile<T, VB, 1>(a, ars, aks, b, ldb, c, ldc, k, cols);
+  }
+}
+
+// c (m x n, ld n) = a b, a(i, p) = a[i ars + p aks], b(p, j) = b[p bks + j bjs].
+template <typename T, int VB>
+[[gnu::always_inline]] inline void small_gemm_body(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks,
+                                                   int64_t bjs, T* c, int64_t m, int64_t n, int64_t k) {
+  constexpr int W = GemmTile<T, VB>::kWidth;
+  int64_t j = 0;
+  if (bjs == 1)
+    for (; j + W <= n; j += W) gemm_columns<T, VB>(a, ars, aks, b + j, bks, c + j, n, m, k, W);
+  if (j == n) return;
+  std::vector<T> tile(size_t(k) * W);
+  for (; j < n; j += W) {
+    const int cols = int(std::min<int64_t>(W, n - j));
+    for (int64_t p = 0; p < k; ++p) {
+      T* row = tile.data() + p * W;
+      for (int q = 0; q < cols; ++q) row[q] = b[p * bks + (j + q) * bjs];
+      std::fill(row + cols, row + W, T(0));
+    }
+    gemm_columns<T, VB>(a, ars, aks, tile.data(), W, c + j, n, m, k, cols);
+  }
+}
+#ifdef DL_WIDTH_BUILDS
+DL_TARGET_AVX2 void small_gemm_avx2(const float* a, int64_t ars, int64_t aks, const float* b, int64_t bks,
+                                    int64_t bjs, float* c, int64_t m, int64_t n, int64_t k) {
+  small_gemm_body<float, 32>(a, ars, aks, b, bks, bjs, c, m, n, k);
+}
+#endif
+
+// c = op(a) op(b) as product() below takes them; false when the product is OpenBLAS's
+// to run (Note [Small products of matrices]).
+bool own_gemm(float* c, const float* a, const MatLayout& la, const float* b, const MatLayout& lb, int m, int n,
+              int k) {
+  if (int64_t(m) * n * k > kOwnMatrixVolume) return false;
+  const int64_t ars = la.trans ? 1 : la.ld, aks = la.trans ? la.ld : 1;
+  const int64_t bks = lb.trans ? 1 : lb.ld, bjs = lb.trans ? lb.ld : 1;
+#ifdef DL_WIDTH_BUILDS
+  if (vector_bytes() >= 32) {
+    small_gemm_avx2(a, ars, aks, b, bks, bjs, c, m, n, k);
+    return true;
+  }
+#endif
+  small_gemm_body<float, 16>(a, ars, aks, b, bks, bjs, c, m, n, k);
+  return true;
+}
+template <typename T>
+bool own_gemm(T*, const T*, const MatLayout&, const T*, const MatLayout&, int, int, int) {
+  return false;   // float64 stays with OpenBLAS: not measured
+}
+
+
 // c (m x n, row-major, ld n) = a (m x k) b (k x n). A vector operand goes to gemv or
 // dot, which are much faster than a gemm with one row or column.
 template <typename T>
@@ -415,6 +552,7 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
   }
   if (n == 1 && own_gemv(la.trans, la.trans ? k : m, la.trans ? m : k, a, la.ld, b, b_inc, c)) return;
   if (m == 1 && own_gemv(!lb.trans, lb.trans ? n : k, lb.trans ? k : n, b, lb.ld, a, a_inc, c)) return;
+  if (m > 1 && n > 1 && own_gemm(c, a, la, b, lb, m, n, k)) return;
   const int parts = product_parts(m, n, k);
   blas_threads_for(parts > 1 ? 0.0 : 2.0 * m * n * k);   // the parts run on one BLAS thread each
   if (m == 1 && n == 1) {

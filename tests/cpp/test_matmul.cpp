@@ -175,6 +175,61 @@ TEST_CASE("products with a vector operand add in their documented order", "[matm
   cpu::limit_vector_bytes(0);
 }
 
+// Note [Small products of matrices] in tensor/cpu/matmul.cpp: each element of a
+// float32 product with m n k up to 2^20 is ((0 + a(i,0) b(0,j)) + a(i,1) b(1,j)) + ...,
+// each product rounded before it is added, whatever the layouts and the build.
+void check_small_products() {
+  struct Dims {
+    int64_t m, n, k;
+  };
+  // Tiles of 6 rows by 16 (AVX2) or 8 (SSE) columns, with and without partial ones, a
+  // tile-wide matrix, a 1-term sum, and the largest volume the loop takes (2^20).
+  for (Dims d : {Dims{2, 2, 1}, Dims{3, 5, 7}, Dims{6, 16, 4}, Dims{7, 17, 33}, Dims{13, 33, 64},
+                 Dims{64, 64, 64}, Dims{64, 10, 256}, Dims{128, 64, 128}}) {
+    Tensor a0 = randn(Shape{d.m, d.k}, DType::Float32), b0 = randn(Shape{d.k, d.n}, DType::Float32);
+    const float* a = a0.data<float>();
+    const float* b = b0.data<float>();
+    std::vector<float> want(size_t(d.m * d.n));
+    for (int64_t i = 0; i < d.m; ++i)
+      for (int64_t j = 0; j < d.n; ++j) {
+        float acc = 0;
+        for (int64_t p = 0; p < d.k; ++p) {
+          const float term = a[i * d.k + p] * b[p * d.n + j];
+          acc += term;
+        }
+        want[size_t(i * d.n + j)] = acc;
+      }
+    for (Arrangement la : {Arrangement::Contiguous, Arrangement::Transposed})
+      for (Arrangement lb : {Arrangement::Contiguous, Arrangement::Transposed}) {
+        INFO(d.m << " x " << d.k << " x " << d.n << ", layouts " << int(la) << " x " << int(lb));
+        Tensor r = matmul(relayout(a0, la), relayout(b0, lb));
+        REQUIRE(r.shape() == Shape{d.m, d.n});
+        CHECK(std::memcmp(r.raw_data(), want.data(), want.size() * sizeof(float)) == 0);
+      }
+    // A batch folded into the rows of one product (4 m rows by the same b).
+    if (4 * d.m * d.n * d.k <= (int64_t(1) << 20)) {
+      INFO(d.m << " x " << d.k << " x " << d.n << ", a batch of 4");
+      Tensor r = matmul(expand(unsqueeze(a0, 0), {4, d.m, d.k}), b0);
+      for (int64_t t = 0; t < 4; ++t)
+        CHECK(std::memcmp(contiguous(select(r, 0, t)).raw_data(), want.data(), want.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("small products of matrices add in their documented order", "[matmul]") {
+  for (int bytes = cpu::vector_bytes(); bytes >= 16; bytes /= 2) {
+    INFO("the build for vectors of " << bytes << " bytes");
+    cpu::limit_vector_bytes(bytes);
+    check_small_products();
+  }
+  cpu::limit_vector_bytes(0);
+  // Past 2^20 the product is OpenBLAS's, whose fused multiply-adds round otherwise: the
+  // same values to a float32 product's rounding.
+  Tensor a = randn(Shape{129, 128}, DType::Float32), b = randn(Shape{128, 64}, DType::Float32);
+  Tensor big = matmul(a, b), parts = matmul(slice(a, 0, 0, 128, 1), b);
+  check_values(slice(big, 0, 0, 128, 1), values_of(parts), 1e-4);
+}
+
 TEST_CASE("matmul reads broadcast batch operands in place", "[matmul]") {
   for (const ref::MatmulCase& c : ref::kMatmulCases) {
     if (c.a->shape.size() < 3 || c.b->shape.size() < 3) continue;
@@ -294,7 +349,9 @@ TEST_CASE("small products run on one BLAS thread; large ones that cannot be spli
   Tensor bt = ones(Shape{512, 256}, DType::Float32);
   // 2 * 100 * 100 * 2000 flops, more than kSplitFlops, but too narrow to cut in two.
   Tensor narrow_a = ones(Shape{100, 2000}, DType::Float32), narrow_b = ones(Shape{2000, 100}, DType::Float32);
-  Tensor small = ones(Shape{64, 64}, DType::Float32);
+  // (Smaller products than this one run in the engine's own loop: Note [Small products
+  // of matrices].)
+  Tensor small = ones(Shape{128, 128}, DType::Float32);
   Tensor r = matmul(narrow_a, narrow_b);
   CHECK(r.value_at(std::vector<int64_t>{99, 99}.data()) == 2000);
   const int all = cpu::openblas().openblas_get_num_threads();
@@ -302,7 +359,7 @@ TEST_CASE("small products run on one BLAS thread; large ones that cannot be spli
                        !std::getenv("OMP_NUM_THREADS");
   if (several) CHECK(all > 1);
   r = matmul(small, small);
-  CHECK(r.value_at(std::vector<int64_t>{0, 0}.data()) == 64);
+  CHECK(r.value_at(std::vector<int64_t>{0, 0}.data()) == 128);
   CHECK(cpu::openblas().openblas_get_num_threads() == 1);
   r = matmul(narrow_a, narrow_b);
   CHECK(cpu::openblas().openblas_get_num_threads() == all);
