@@ -402,8 +402,8 @@ bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, 
 
 
 // Note [Small products of matrices]
-// A product of matrices with m n k <= kOwnMatrixVolume (64 x 64 x 64 is a quarter of
-// it; the MLP's second layer, 64 x 256 by 256 x 10, and an attention head's 128 x 64 by
+// A float32 product of matrices with m n k <= kOwnMatrixVolume (64 x 64 x 64 is a quarter
+// of it; the MLP's second layer, 64 x 256 by 256 x 10, and an attention head's 128 x 64 by
 // 64 x 96 are under it) runs in the loop below instead of OpenBLAS's sgemm. At these
 // sizes OpenBLAS's fixed costs are a large part of its time: it first zeroes c (beta =
 // 0), which on a result buffer last used a thousand products ago misses the cache, and
@@ -424,8 +424,11 @@ bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, 
 // width] in loops.h). OpenBLAS's kernels add the same terms in the same order but with
 // fused multiply-adds, so the two differ in the last bits (by about k rounding errors of
 // the terms' size). There is no AVX-512 build: the AVX2 one runs there, as no machine
-// with AVX-512 measured a wider tile.
-constexpr int64_t kOwnMatrixVolume = int64_t(1) << 20;
+// with AVX-512 measured a wider tile. A float64 tile holds half the columns, and from
+// about 64 x 64 x 64 OpenBLAS's dgemm is as fast: float64 products use the loop up to
+// 32 x 32 x 32.
+template <typename T>
+constexpr int64_t kOwnMatrixVolume = sizeof(T) == 4 ? int64_t(1) << 20 : int64_t(1) << 15;
 
 template <typename T, int VB>
 struct GemmTile {
@@ -510,17 +513,18 @@ template <typename T, int VB>
   }
 }
 #ifdef DL_WIDTH_BUILDS
-DL_TARGET_AVX2 void small_gemm_avx2(const float* a, int64_t ars, int64_t aks, const float* b, int64_t bks,
-                                    int64_t bjs, float* c, int64_t m, int64_t n, int64_t k) {
-  small_gemm_body<float, 32>(a, ars, aks, b, bks, bjs, c, m, n, k);
+template <typename T>
+DL_TARGET_AVX2 void small_gemm_avx2(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs,
+                                    T* c, int64_t m, int64_t n, int64_t k) {
+  small_gemm_body<T, 32>(a, ars, aks, b, bks, bjs, c, m, n, k);
 }
 #endif
 
 // c = op(a) op(b) as product() below takes them; false when the product is OpenBLAS's
 // to run (Note [Small products of matrices]).
-bool own_gemm(float* c, const float* a, const MatLayout& la, const float* b, const MatLayout& lb, int m, int n,
-              int k) {
-  if (int64_t(m) * n * k > kOwnMatrixVolume) return false;
+template <typename T>
+bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n, int k) {
+  if (int64_t(m) * n * k > kOwnMatrixVolume<T>) return false;
   const int64_t ars = la.trans ? 1 : la.ld, aks = la.trans ? la.ld : 1;
   const int64_t bks = lb.trans ? 1 : lb.ld, bjs = lb.trans ? lb.ld : 1;
 #ifdef DL_WIDTH_BUILDS
@@ -529,12 +533,8 @@ bool own_gemm(float* c, const float* a, const MatLayout& la, const float* b, con
     return true;
   }
 #endif
-  small_gemm_body<float, 16>(a, ars, aks, b, bks, bjs, c, m, n, k);
+  small_gemm_body<T, 16>(a, ars, aks, b, bks, bjs, c, m, n, k);
   return true;
-}
-template <typename T>
-bool own_gemm(T*, const T*, const MatLayout&, const T*, const MatLayout&, int, int, int) {
-  return false;   // float64 stays with OpenBLAS: not measured
 }
 
 

@@ -176,42 +176,46 @@ TEST_CASE("products with a vector operand add in their documented order", "[matm
 }
 
 // Note [Small products of matrices] in tensor/cpu/matmul.cpp: each element of a
-// float32 product with m n k up to 2^20 is ((0 + a(i,0) b(0,j)) + a(i,1) b(1,j)) + ...,
-// each product rounded before it is added, whatever the layouts and the build.
-void check_small_products() {
+// product with m n k up to 2^20 (float32) or 2^15 (float64) is
+// ((0 + a(i,0) b(0,j)) + a(i,1) b(1,j)) + ..., each product rounded before it is added,
+// whatever the layouts and the build.
+template <typename T>
+void check_small_products(DType dt, int64_t volume) {
   struct Dims {
     int64_t m, n, k;
   };
-  // Tiles of 6 rows by 16 (AVX2) or 8 (SSE) columns, with and without partial ones, a
-  // tile-wide matrix, a 1-term sum, and the largest volume the loop takes (2^20).
+  // Tiles of 6 rows by two vectors of columns, with and without partial ones, a
+  // tile-wide matrix, a 1-term sum, and the largest volume the loop takes.
   for (Dims d : {Dims{2, 2, 1}, Dims{3, 5, 7}, Dims{6, 16, 4}, Dims{7, 17, 33}, Dims{13, 33, 64},
-                 Dims{64, 64, 64}, Dims{64, 10, 256}, Dims{128, 64, 128}}) {
-    Tensor a0 = randn(Shape{d.m, d.k}, DType::Float32), b0 = randn(Shape{d.k, d.n}, DType::Float32);
-    const float* a = a0.data<float>();
-    const float* b = b0.data<float>();
-    std::vector<float> want(size_t(d.m * d.n));
+                 Dims{32, 32, 32}, Dims{64, 64, 64}, Dims{64, 10, 256}, Dims{128, 64, 128}}) {
+    if (d.m * d.n * d.k > volume) continue;
+    Tensor a0 = randn(Shape{d.m, d.k}, dt), b0 = randn(Shape{d.k, d.n}, dt);
+    const T* a = a0.data<T>();
+    const T* b = b0.data<T>();
+    std::vector<T> want(size_t(d.m * d.n));
     for (int64_t i = 0; i < d.m; ++i)
       for (int64_t j = 0; j < d.n; ++j) {
-        float acc = 0;
+        T acc = 0;
         for (int64_t p = 0; p < d.k; ++p) {
-          const float term = a[i * d.k + p] * b[p * d.n + j];
+          const T term = a[i * d.k + p] * b[p * d.n + j];
           acc += term;
         }
         want[size_t(i * d.n + j)] = acc;
       }
     for (Arrangement la : {Arrangement::Contiguous, Arrangement::Transposed})
       for (Arrangement lb : {Arrangement::Contiguous, Arrangement::Transposed}) {
-        INFO(d.m << " x " << d.k << " x " << d.n << ", layouts " << int(la) << " x " << int(lb));
+        INFO(d.m << " x " << d.k << " x " << d.n << ", " << dtype_name(dt) << ", layouts " << int(la) << " x "
+                 << int(lb));
         Tensor r = matmul(relayout(a0, la), relayout(b0, lb));
         REQUIRE(r.shape() == Shape{d.m, d.n});
-        CHECK(std::memcmp(r.raw_data(), want.data(), want.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(r.raw_data(), want.data(), want.size() * sizeof(T)) == 0);
       }
     // A batch folded into the rows of one product (4 m rows by the same b).
-    if (4 * d.m * d.n * d.k <= (int64_t(1) << 20)) {
-      INFO(d.m << " x " << d.k << " x " << d.n << ", a batch of 4");
+    if (4 * d.m * d.n * d.k <= volume) {
+      INFO(d.m << " x " << d.k << " x " << d.n << ", " << dtype_name(dt) << ", a batch of 4");
       Tensor r = matmul(expand(unsqueeze(a0, 0), {4, d.m, d.k}), b0);
       for (int64_t t = 0; t < 4; ++t)
-        CHECK(std::memcmp(contiguous(select(r, 0, t)).raw_data(), want.data(), want.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(contiguous(select(r, 0, t)).raw_data(), want.data(), want.size() * sizeof(T)) == 0);
     }
   }
 }
@@ -220,7 +224,8 @@ TEST_CASE("small products of matrices add in their documented order", "[matmul]"
   for (int bytes = cpu::vector_bytes(); bytes >= 16; bytes /= 2) {
     INFO("the build for vectors of " << bytes << " bytes");
     cpu::limit_vector_bytes(bytes);
-    check_small_products();
+    check_small_products<float>(DType::Float32, int64_t(1) << 20);
+    check_small_products<double>(DType::Float64, int64_t(1) << 15);
   }
   cpu::limit_vector_bytes(0);
   // Past 2^20 the product is OpenBLAS's, whose fused multiply-adds round otherwise: the
