@@ -271,21 +271,17 @@ end
 -- dl.compile(f [, {name = ..., check = false, defer_small = false}]). defer_small: ops on
 -- small tensors held by handles are deferred like any other, where by default they run
 -- at once (Note [Small handles run at once] in bindings/compile.h).
+local COMPILE_OPTIONS = { name = true, check = true, defer_small = true }
 local function compile(f, opts)
   core.check_callable("compile", f)
-  if opts ~= nil and type(opts) ~= "table" then
-    core.raise("compile: expected a table of options, got " .. core.typename(opts))
-  end
-  local name = opts and opts.name or (type(f) == "function" and name_of(f) or "callable")
+  opts = core.options("compile", opts, COMPILE_OPTIONS)
+  local name = opts.name or (type(f) == "function" and name_of(f) or "callable")
   if type(name) ~= "string" then core.raise("compile: name must be a string") end
-  local check = opts and opts.check
+  local check = opts.check
   if check ~= nil and type(check) ~= "boolean" then core.raise("compile: check must be a boolean") end
-  local defer_small = opts and opts.defer_small
+  local defer_small = opts.defer_small
   if defer_small == nil then defer_small = defer_small_default end
   if type(defer_small) ~= "boolean" then core.raise("compile: defer_small must be a boolean") end
-  for k in pairs(opts or {}) do
-    if k ~= "name" and k ~= "check" and k ~= "defer_small" then core.raise("compile: unknown option " .. tostring(k)) end
-  end
   local fid = C.dl_compile_new(name, defer_small and 1 or 0)
   if fid == 0 then core.raise_last() end
   local obj = ffi.gc(compiled_t(fid), C.dl_compile_release)

@@ -998,9 +998,9 @@ end)
 
 H.test("bad arguments are clear errors", function()
   H.raises(function() return dl.compile(3) end, "compile: expected a function, got number")
-  H.raises(function() return dl.compile(function() end, 5) end, "compile: expected a table of options")
+  H.raises(function() return dl.compile(function() end, 5) end, "compile: expected an options table")
   H.raises(function() return dl.compile.explain(print) end, "compile.explain: expected a compiled function")
-  H.raises(function() return dl.compile(print, { chek = true }) end, "compile: unknown option chek")
+  H.raises(function() return dl.compile(print, { chek = true }) end, "compile: unknown option 'chek'")
 end)
 
 -- Random programs: chains of 5-40 ops with branches on values, views, products and
