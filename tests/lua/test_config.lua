@@ -69,8 +69,9 @@ end)
 
 H.test("OpenBLAS loads at the first product or query, with the threads set before it", function()
   -- Note [Loading OpenBLAS on first use] in tensor/cpu/openblas.cpp. A fresh process
-  -- tells whether the library is mapped at its start, after pointwise work and products
-  -- with a vector operand (Note [Small products without OpenBLAS]), and after
+  -- tells whether the library is mapped at its start, after pointwise work, products
+  -- with a vector operand (Note [Small products without OpenBLAS]) and small products of
+  -- matrices, and after
   -- its first product (arg "product") or dl.config() (arg "config": the thread count
   -- asked for before the load holds after it).
   local path = os.tmpname()
@@ -86,9 +87,13 @@ end
 local seen = { mapped() }
 dl.set_num_threads(1)
 local x = (dl.randn(64, 64) * 2 + 1):relu():sum(1)
--- Products with a vector operand (a small model on one example) need no OpenBLAS.
+-- Products with a vector operand (a small model on one example) need no OpenBLAS, nor
+-- small products of matrices (Note [Small products of matrices]), a gradient's included.
 local v = dl.matmul(dl.matmul(dl.randn(1, 784), dl.randn(784, 256)), dl.randn(256, 1))
 local d = dl.matmul(dl.randn(30), dl.randn(30))
+local w = dl.randn(16, 4)
+local gw = dl.grad(function(ww) return dl.matmul(dl.randn(32, 16), ww):tanh():sum() end)(w)
+local m64 = dl.matmul(dl.randn(8, 8, "float64"), dl.randn(8, 8, "float64"))
 seen[2] = mapped()
 if arg[1] == "product" then
   local y = dl.linalg.solve(dl.eye(3) * 2, dl.ones(3))
@@ -106,8 +111,8 @@ io.write(table.concat(seen, " "))
     p:close()
     return out
   end
-  H.eq(run("product"), "no no 0.5 yes", "at start, after pointwise work and vector products, the solve, after it")
-  H.eq(run("config"), "no no 1 yes", "at start, after pointwise work and vector products, BLAS threads, after")
+  H.eq(run("product"), "no no 0.5 yes", "at start, after pointwise work and small products, the solve, after it")
+  H.eq(run("config"), "no no 1 yes", "at start, after pointwise work and small products, BLAS threads, after")
   os.remove(path)
 end)
 
