@@ -429,6 +429,7 @@ bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, 
 // 32 x 32 x 32.
 template <typename T>
 constexpr int64_t kOwnMatrixVolume = sizeof(T) == 4 ? int64_t(1) << 20 : int64_t(1) << 15;
+constexpr int64_t kOwnMatrixDepth = 4096;   // the longest k the loop takes
 
 template <typename T, int VB>
 struct GemmTile {
@@ -524,7 +525,9 @@ DL_TARGET_AVX2 void small_gemm_avx2(const T* a, int64_t ars, int64_t aks, const 
 // to run (Note [Small products of matrices]).
 template <typename T>
 bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n, int k) {
-  if (int64_t(m) * n * k > kOwnMatrixVolume<T>) return false;
+  // (A long k with a narrow b is a few long dot products: its copied tile of b would be
+  // up to eight times b, and OpenBLAS's dot-like kernels serve it.)
+  if (int64_t(m) * n * k > kOwnMatrixVolume<T> || k > kOwnMatrixDepth) return false;
   const int64_t ars = la.trans ? 1 : la.ld, aks = la.trans ? la.ld : 1;
   const int64_t bks = lb.trans ? 1 : lb.ld, bjs = lb.trans ? lb.ld : 1;
 #ifdef DL_WIDTH_BUILDS
