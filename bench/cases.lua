@@ -85,6 +85,7 @@ function M.matmul(n, iters, cols, k, ops)
   local a, b
   if ops then
     cols, k = assert(tonumber(cols)), assert(tonumber(k))
+    assert(ops:match("^[nt][nt]$"), "matmul: ops must be nn, nt, tn or tt")
     a = ops:sub(1, 1) == "t" and dl.randn(k, n):t() or dl.randn(n, k)
     b = ops:sub(2, 2) == "t" and dl.randn(cols, k):t() or dl.randn(k, cols)
   else
@@ -501,7 +502,7 @@ end
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
 --   | pergrad <iters> | chartf <iters>
---   | matmul <n> <iters> | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
+--   | matmul <n> <iters> [<cols> <k> <ops>] | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | half <iters> | mlp <epochs or images> [c] | cnn <epochs or images> [c]
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | replay16 <iters> [c|d] | chainc <iters> | mlpstep <iters> [c]
 --   | smallstep <iters> [c]

@@ -278,8 +278,8 @@ do
        pinned = true }
 end
 
--- 64 and 256 are the issue's goals; 32 and 128, without one, are each side of the
--- engine's own loop for small products (Note [Small products of matrices] in
+-- 64 and 256 have targets; 32 and 128, without one, are each side of the engine's own
+-- loop for small products (Note [Small products of matrices] in
 -- tensor/cpu/matmul.cpp).
 for _, n in ipairs({ 32, 64, 128, 256, 1024, 2048 }) do
   -- About 0.3 s per sample at 200 GFLOP/s.

@@ -1,4 +1,5 @@
-// CPU matmul: OpenBLAS for float32/float64, a plain loop with int64 accumulation for
+// CPU matmul: float32/float64 products through OpenBLAS, the small ones in the engine's
+// own loop (Note [Small products of matrices]); a plain loop with int64 accumulation for
 // the integer dtypes.
 //
 // Contract (tensor/kernels.def): out is a fresh contiguous (batch..., M, N); a is
@@ -193,8 +194,9 @@ int product_parts(int m, int n, int k) {
 
 // A batch of products each too small to split (attention's (L, E) x (E, S) per head: 2
 // MFLOP for bench/'s sdpa row) but worth splitting together: the batch's products are
-// shared out between OpenMP threads, each a one-thread BLAS call, as the parts of a
-// split product are (and timed by the same throttle). Each product is the same call
+// shared out between OpenMP threads, each a one-thread BLAS call (or the engine's own
+// loop, Note [Small products of matrices]), as the parts of a split product are (and
+// timed by the same throttle). Each product is the same call
 // either way, so the bits do not change. Not for products under kBatchSplitMinFlops:
 // the char transformer's per-head products (64 x 16 x 64, 131 KFLOP, 64 a batch) were
 // no faster shared out on the busy benchmark machine, and likely slower (bench/
@@ -414,17 +416,19 @@ bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, 
 // its rows. Only b's columns must be contiguous: a b read transposed, and the last
 // columns when n is not a multiple of the tile's width, are first copied into a tile
 // of that width (zeros past n). Larger products stay with OpenBLAS, whose blocking for
-// the caches wins from about 128 x 128 x 128 (bench/, `matmul64`; the measurements
-// behind the limit are in docs/performance.md, "Small products of matrices"). A
-// program whose products are all this small never loads OpenBLAS (Note [Loading
-// OpenBLAS on first use] in openblas.cpp).
+// the caches wins from about 128 x 128 x 128 (docs/performance.md, "Small products of
+// matrices", has the measurements behind the limit; bench/ rows `matmul32` to
+// `matmul128` and `mlpmm1` to `mlpmm5`). A long k (over kOwnMatrixDepth) with a narrow
+// b also stays with OpenBLAS, and so do products with a vector operand (Note [Small
+// products without OpenBLAS] has those). A program whose products are all this small
+// never loads OpenBLAS (Note [Loading OpenBLAS on first use] in openblas.cpp).
 // Every element is added in one order whatever the instruction set and the layouts:
 //   c(i, j) = ((0 + a(i, 0) b(0, j)) + a(i, 1) b(1, j)) + ... + a(i, k-1) b(k-1, j)
 // each product rounded, then added (no fused multiply-add: Note [Builds for each vector
-// width] in loops.h). OpenBLAS's kernels add the same terms in the same order but with
-// fused multiply-adds, so the two differ in the last bits (by about k rounding errors of
-// the terms' size). There is no AVX-512 build: the AVX2 one runs there, as no machine
-// with AVX-512 measured a wider tile. A float64 tile holds half the columns, and from
+// width] in loops.h). OpenBLAS's kernels use fused multiply-adds and their own blocking
+// of k, so the two differ in the last bits (by about k rounding errors of the terms'
+// size). There is no AVX-512 build: a wider tile was not tried, as no machine here has
+// AVX-512, and the AVX2 build runs there. A float64 tile holds half the columns, and from
 // about 64 x 64 x 64 OpenBLAS's dgemm is as fast: float64 products use the loop up to
 // 32 x 32 x 32.
 template <typename T>
@@ -439,7 +443,7 @@ struct GemmTile {
   static constexpr int kRows = 6;             // 12 sums, b's two vectors, a broadcast: 15 registers
 };
 
-// c's rows 0..R of a tile `cols` columns wide (cols <= kWidth; b's tile is always
+// c's rows 0..R-1 of a tile `cols` columns wide (cols <= kWidth; b's tile is always
 // kWidth wide): a(r, p) = a[r ars + p aks], b(p, j) = b[p ldb + j].
 template <typename T, int VB, int R>
 [[gnu::always_inline]] inline void gemm_tile(const T* a, int64_t ars, int64_t aks, const T* b, int64_t ldb, T* c,
@@ -521,13 +525,19 @@ DL_TARGET_AVX2 void small_gemm_avx2(const T* a, int64_t ars, int64_t aks, const 
 }
 #endif
 
+// Whether an m x k by k x n product runs in the loop above (Note [Small products of
+// matrices]). (A long k with a narrow b is a few long dot products: its copied tile of
+// b would be up to eight times b, and OpenBLAS's dot-like kernels serve it.)
+template <typename T>
+bool own_gemm_takes(int m, int n, int k) {
+  return m > 1 && n > 1 && int64_t(m) * n * k <= kOwnMatrixVolume<T> && k <= kOwnMatrixDepth;
+}
+
 // c = op(a) op(b) as product() below takes them; false when the product is OpenBLAS's
-// to run (Note [Small products of matrices]).
+// to run.
 template <typename T>
 bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n, int k) {
-  // (A long k with a narrow b is a few long dot products: its copied tile of b would be
-  // up to eight times b, and OpenBLAS's dot-like kernels serve it.)
-  if (int64_t(m) * n * k > kOwnMatrixVolume<T> || k > kOwnMatrixDepth) return false;
+  if (!own_gemm_takes<T>(m, n, k)) return false;
   const int64_t ars = la.trans ? 1 : la.ld, aks = la.trans ? la.ld : 1;
   const int64_t bks = lb.trans ? 1 : lb.ld, bjs = lb.trans ? lb.ld : 1;
 #ifdef DL_WIDTH_BUILDS
@@ -555,7 +565,7 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
   }
   if (n == 1 && own_gemv(la.trans, la.trans ? k : m, la.trans ? m : k, a, la.ld, b, b_inc, c)) return;
   if (m == 1 && own_gemv(!lb.trans, lb.trans ? n : k, lb.trans ? k : n, b, lb.ld, a, a_inc, c)) return;
-  if (m > 1 && n > 1 && own_gemm(c, a, la, b, lb, m, n, k)) return;
+  if (own_gemm(c, a, la, b, lb, m, n, k)) return;
   const int parts = product_parts(m, n, k);
   blas_threads_for(parts > 1 ? 0.0 : 2.0 * m * n * k);   // the parts run on one BLAS thread each
   if (m == 1 && n == 1) {
@@ -626,7 +636,8 @@ void float_matmul(const Tensor& out, Tensor a, Tensor b) {
   if (batches_between_threads(g.count, 2.0 * double(M) * double(N) * double(K))) {
     std::vector<int64_t> oa, ob;
     batch_offsets(g, oa, ob);
-    blas_threads_for(0.0);   // each product on one BLAS thread
+    // Each product on one BLAS thread (OpenBLAS not loaded for products of the own loop).
+    if (!own_gemm_takes<T>(int(M), int(N), int(K))) blas_threads_for(0.0);
     const double flops = 2.0 * double(M) * double(N) * double(K) * double(g.count);
     g_split_throttle.timed(flops, [&] {
       parallel_units(g.count, flops, [&](int64_t b0, int64_t e0, int) {

@@ -2,14 +2,15 @@
 // back to a generic one on a CPU it does not recognise.
 //
 // Note [Loading OpenBLAS on first use]
-// The engine does not link OpenBLAS: the first matrix product, solve or decomposition
+// The engine does not link OpenBLAS: the first matrix product that needs it (not the
+// small ones: Note [Small products of matrices] in matmul.cpp), solve or decomposition
 // loads it (dlopen, as the CUDA plugin is loaded) and looks up the functions of
 // openblas.h's lists. Loading it costs more than anything else in starting a process:
 // its relocations and libgfortran's, its CPU detection and the start of its threads
 // were about half of `dlua -e ''` (docs/performance.md, "Measurements behind the
 // code"). A script or an
-// embedding host that never multiplies matrices (pointwise work, small models' inference
-// on vectors) never pays it; one that does pays it once, at its first product.
+// embedding host that never multiplies large matrices (pointwise work, a small model's
+// products) never pays it; one that does pays it once, at its first product.
 //   - The library is the one the build found (pkg-config's libdir for openblas), else
 //     whatever the loader finds for libopenblas.so.0.
 //   - When the process has OpenBLAS already (a host linked it), the engine uses that

@@ -186,7 +186,21 @@ void check_small_products(DType dt, int64_t volume) {
   };
   // Tiles of 6 rows by two vectors of columns, with and without partial ones, a
   // tile-wide matrix, a 1-term sum, and the largest volume the loop takes.
-  for (Dims d : {Dims{2, 2, 1}, Dims{3, 5, 7}, Dims{6, 16, 4}, Dims{7, 17, 33}, Dims{13, 33, 64},
+  // Each operand as stored, read transposed, and both of those inside a wider matrix
+  // (a leading dimension larger than the row).
+  auto lay = [](const Tensor& t, int how) {
+    const Tensor src = how % 2 ? transpose(t, 0, 1) : t;   // what is stored
+    Tensor stored = src;
+    if (how >= 2) {
+      Tensor wide = full(Shape{src.size(0), src.size(1) + 3}, Scalar(std::nan("")), src.dtype());
+      stored = narrow(wide, 1, 0, src.size(1));
+      copy_(stored, src);
+    } else {
+      stored = contiguous(src);
+    }
+    return how % 2 ? transpose(stored, 0, 1) : stored;
+  };
+  for (Dims d : {Dims{2, 2, 1}, Dims{3, 5, 7}, Dims{6, 16, 4}, Dims{7, 17, 33}, Dims{11, 9, 20}, Dims{13, 33, 64},
                  Dims{32, 32, 32}, Dims{64, 64, 64}, Dims{64, 10, 256}, Dims{128, 64, 128}}) {
     if (d.m * d.n * d.k > volume) continue;
     Tensor a0 = randn(Shape{d.m, d.k}, dt), b0 = randn(Shape{d.k, d.n}, dt);
@@ -202,20 +216,23 @@ void check_small_products(DType dt, int64_t volume) {
         }
         want[size_t(i * d.n + j)] = acc;
       }
-    for (Arrangement la : {Arrangement::Contiguous, Arrangement::Transposed})
-      for (Arrangement lb : {Arrangement::Contiguous, Arrangement::Transposed}) {
-        INFO(d.m << " x " << d.k << " x " << d.n << ", " << dtype_name(dt) << ", layouts " << int(la) << " x "
-                 << int(lb));
-        Tensor r = matmul(relayout(a0, la), relayout(b0, lb));
+    for (int la = 0; la < 4; ++la)
+      for (int lb = 0; lb < 4; ++lb) {
+        INFO(d.m << " x " << d.k << " x " << d.n << ", " << dtype_name(dt) << ", layouts " << la << " x " << lb);
+        Tensor r = matmul(lay(a0, la), lay(b0, lb));
         REQUIRE(r.shape() == Shape{d.m, d.n});
         CHECK(std::memcmp(r.raw_data(), want.data(), want.size() * sizeof(T)) == 0);
       }
-    // A batch folded into the rows of one product (4 m rows by the same b).
+    // A batch folded into the rows of one product (4 m rows by the same b), and the same
+    // batch read through a zero stride (a product per matrix).
     if (4 * d.m * d.n * d.k <= volume) {
       INFO(d.m << " x " << d.k << " x " << d.n << ", " << dtype_name(dt) << ", a batch of 4");
-      Tensor r = matmul(expand(unsqueeze(a0, 0), {4, d.m, d.k}), b0);
-      for (int64_t t = 0; t < 4; ++t)
-        CHECK(std::memcmp(contiguous(select(r, 0, t)).raw_data(), want.data(), want.size() * sizeof(T)) == 0);
+      Tensor batch = expand(unsqueeze(a0, 0), {4, d.m, d.k});
+      for (const Tensor& lhs : {contiguous(batch), batch}) {
+        Tensor r = matmul(lhs, b0);
+        for (int64_t t = 0; t < 4; ++t)
+          CHECK(std::memcmp(contiguous(select(r, 0, t)).raw_data(), want.data(), want.size() * sizeof(T)) == 0);
+      }
     }
   }
 }
@@ -355,15 +372,15 @@ TEST_CASE("small products run on one BLAS thread; large ones that cannot be spli
   // 2 * 100 * 100 * 2000 flops, more than kSplitFlops, but too narrow to cut in two.
   Tensor narrow_a = ones(Shape{100, 2000}, DType::Float32), narrow_b = ones(Shape{2000, 100}, DType::Float32);
   // (Smaller products than this one run in the engine's own loop: Note [Small products
-  // of matrices].)
-  Tensor small = ones(Shape{128, 128}, DType::Float32);
+  // of matrices]; 128 x 128 x 96 is past it and under the size split between threads.)
+  Tensor small = ones(Shape{128, 128}, DType::Float32), small_b = ones(Shape{128, 96}, DType::Float32);
   Tensor r = matmul(narrow_a, narrow_b);
   CHECK(r.value_at(std::vector<int64_t>{99, 99}.data()) == 2000);
   const int all = cpu::openblas().openblas_get_num_threads();
   const bool several = std::thread::hardware_concurrency() > 1 && !std::getenv("OPENBLAS_NUM_THREADS") &&
                        !std::getenv("OMP_NUM_THREADS");
   if (several) CHECK(all > 1);
-  r = matmul(small, small);
+  r = matmul(small, small_b);
   CHECK(r.value_at(std::vector<int64_t>{0, 0}.data()) == 128);
   CHECK(cpu::openblas().openblas_get_num_threads() == 1);
   r = matmul(narrow_a, narrow_b);

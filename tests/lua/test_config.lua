@@ -85,6 +85,9 @@ local function mapped()
   return "no"
 end
 local seen = { mapped() }
+-- Attention-sized products per head, shared out between the threads (before the count
+-- is set to 1 below).
+local heads = dl.matmul(dl.randn(4, 128, 64), dl.randn(4, 64, 64))
 dl.set_num_threads(1)
 local x = (dl.randn(64, 64) * 2 + 1):relu():sum(1)
 -- Products with a vector operand (a small model on one example) need no OpenBLAS, nor
