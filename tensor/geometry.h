@@ -137,6 +137,9 @@ struct MatLayout {
   bool ok = false;
   bool trans = false;  // stored column-major: element (i, j) at i + j * ld
   int64_t ld = 0;
+  // Elements between (i, j) and (i + 1, j), and between (i, j) and (i, j + 1).
+  int64_t row_step() const { return trans ? 1 : ld; }
+  int64_t col_step() const { return trans ? ld : 1; }
 };
 
 // The dtypes a matrix product computes in: calls floating.template operator()<T>() for

@@ -541,15 +541,13 @@ bool own_gemm_takes(int m, int n, int k) {
 template <typename T>
 bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n, int k) {
   if (!own_gemm_takes<T>(m, n, k)) return false;
-  const int64_t ars = la.trans ? 1 : la.ld, aks = la.trans ? la.ld : 1;
-  const int64_t bks = lb.trans ? 1 : lb.ld, bjs = lb.trans ? lb.ld : 1;
 #ifdef DL_WIDTH_BUILDS
   if (vector_bytes() >= 32) {
-    small_gemm_avx2(a, ars, aks, b, bks, bjs, c, m, n, k);
+    small_gemm_avx2(a, la.row_step(), la.col_step(), b, lb.row_step(), lb.col_step(), c, m, n, k);
     return true;
   }
 #endif
-  small_gemm_body<T, 16>(a, ars, aks, b, bks, bjs, c, m, n, k);
+  small_gemm_body<T, 16>(a, la.row_step(), la.col_step(), b, lb.row_step(), lb.col_step(), c, m, n, k);
   return true;
 }
 
@@ -559,8 +557,8 @@ bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout
 template <typename T>
 void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n,
              int k) {
-  const int a_inc = la.trans ? int(la.ld) : 1;  // between a(0, j) and a(0, j + 1)
-  const int b_inc = lb.trans ? 1 : int(lb.ld);  // between b(i, 0) and b(i + 1, 0)
+  const int a_inc = int(la.col_step());  // between a(0, j) and a(0, j + 1)
+  const int b_inc = int(lb.row_step());  // between b(i, 0) and b(i + 1, 0)
   if (m == 1 && n == 1 && k <= kOwnVectorElems) {
     std::vector<T> ba, bb;
     rows_dot(contiguous(a, a_inc, k, ba), k, contiguous(b, b_inc, k, bb), c, 1, k);
@@ -589,10 +587,10 @@ void product(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout&
     auto part = [&](int64_t b0, int64_t e0) {
       const int lo = int(b0), len = int(e0 - b0);
       if (by_rows) {
-        const T* ap = la.trans ? a + lo : a + int64_t(lo) * la.ld;  // a's rows lo...
+        const T* ap = a + int64_t(lo) * la.row_step();  // a's rows lo...
         Blas<T>::gemm(op(la), op(lb), len, n, k, ap, int(la.ld), b, int(lb.ld), c + int64_t(lo) * n, n);
       } else {
-        const T* bp = lb.trans ? b + int64_t(lo) * lb.ld : b + lo;  // b's columns lo...
+        const T* bp = b + int64_t(lo) * lb.col_step();  // b's columns lo...
         Blas<T>::gemm(op(la), op(lb), m, len, k, a, int(la.ld), bp, int(lb.ld), c + lo, n);
       }
     };
