@@ -278,18 +278,22 @@ do
        pinned = true }
 end
 
--- 64 and 256 have targets; 32 and 128, without one, are each side of the engine's own
+-- A float32 product against cblas_sgemm on the same shapes; `args` as both workers take
+-- them after the command's name.
+local function product_row(id, label, args, flops, target)
+  row{ id = id, label = label, unit = "GFLOP/s", show = function(t) return flops / t / 1e9 end, higher = true,
+       target = target, threaded = true,
+       ours = ours("matmul " .. args), refs = { cref("OpenBLAS sgemm", "sgemm " .. args) } }
+end
+
+-- 64 and up have targets; 32 and 128, without one, are each side of the engine's own
 -- loop for small products (Note [Small products of matrices] in
 -- tensor/cpu/matmul.cpp).
 for _, n in ipairs({ 32, 64, 128, 256, 1024, 2048 }) do
   -- About 0.3 s per sample at 200 GFLOP/s.
   local iters = math.max(1, math.floor((quick and 2e8 or 6e10) / (2 * n ^ 3)))
-  local flops = 2 * n ^ 3
-  row{ id = "matmul" .. n, label = ("float32 matmul %d x %d"):format(n, n), unit = "GFLOP/s",
-       show = function(t) return flops / t / 1e9 end, higher = true,
-       target = (n ~= 32 and n ~= 128) and 0.95 or nil, threaded = true,
-       ours = ours(("matmul %d %d"):format(n, iters)),
-       refs = { cref("OpenBLAS sgemm", ("sgemm %d %d"):format(n, iters)) } }
+  product_row("matmul" .. n, ("float32 matmul %d x %d"):format(n, n), ("%d %d"):format(n, iters), 2 * n ^ 3,
+              (n ~= 32 and n ~= 128) and 0.95 or nil)
 end
 
 -- The products of the Fashion-MNIST MLP's training step (784-256-10, batch 64; nn.Linear's
@@ -303,10 +307,8 @@ for _, p in ipairs({
   local id, what, m, n, k, ops = p[1], p[2], p[3], p[4], p[5], p[6]
   local flops = 2 * m * n * k
   local iters = math.max(1, math.floor((quick and 2e8 or 4e10) / flops))
-  local args = ("%d %d %d %d %s"):format(m, iters, n, k, ops)
-  row{ id = id, label = ("MLP product %s, %d x %d by %d x %d (%s)"):format(what, m, k, k, n, ops), unit = "GFLOP/s",
-       show = function(t) return flops / t / 1e9 end, higher = true, target = 0.95, threaded = true,
-       ours = ours("matmul " .. args), refs = { cref("OpenBLAS sgemm", "sgemm " .. args) } }
+  product_row(id, ("MLP product %s, %d x %d by %d x %d (%s)"):format(what, m, k, k, n, ops),
+              ("%d %d %d %d %s"):format(m, iters, n, k, ops), flops, 0.95)
 end
 
 do
