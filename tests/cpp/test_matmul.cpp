@@ -184,8 +184,6 @@ void check_small_products(DType dt, int64_t volume) {
   struct Dims {
     int64_t m, n, k;
   };
-  // Tiles of 6 rows by two vectors of columns, with and without partial ones, a
-  // tile-wide matrix, a 1-term sum, and the largest volume the loop takes.
   // Each operand as stored, read transposed, and both of those inside a wider matrix
   // (a leading dimension larger than the row).
   auto lay = [](const Tensor& t, int how) {
@@ -200,6 +198,8 @@ void check_small_products(DType dt, int64_t volume) {
     }
     return how % 2 ? transpose(stored, 0, 1) : stored;
   };
+  // Tiles of 6 rows by two vectors of columns, with and without partial ones (m % 6 from
+  // 0 to 5), a tile-wide matrix, a 1-term sum, and the largest volume the loop takes.
   for (Dims d : {Dims{2, 2, 1}, Dims{3, 5, 7}, Dims{6, 16, 4}, Dims{7, 17, 33}, Dims{11, 9, 20}, Dims{13, 33, 64},
                  Dims{32, 32, 32}, Dims{64, 64, 64}, Dims{64, 10, 256}, Dims{128, 64, 128}}) {
     if (d.m * d.n * d.k > volume) continue;
