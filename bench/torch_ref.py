@@ -18,8 +18,9 @@ alternates it with its own measurement in the same run):
 The cases mirror bench/cases.lua line for line: the same shapes, ops, data, batch
 sizes and optimizers. Each command sets torch.set_num_threads(threads) first.
 
-Also a program: `python3 bench/torch_ref.py train-mlp [threads] [--limit N]` trains the
-MLP for one epoch (or on its first N images) from a cold start (bench/run.lua reads its
+Also a program: `python3 bench/torch_ref.py train-mlp [threads] [--uint8] [--limit N]`
+trains the MLP for one epoch (or on its first N images; --uint8: images kept as the
+file's bytes, each batch converted) from a cold start (bench/run.lua reads its
 peak RSS, printed last as "peak_rss <bytes>"), as bench/mlp_train.lua does for dlua.
 """
 import ctypes
@@ -69,6 +70,18 @@ def train_data():
         y = torch.from_numpy(read_idx("train-labels-idx1-ubyte").astype(np.int64))
         _train = (x.unsqueeze(1), y)
     return _train
+
+
+def train_bytes():
+    """The same images as the file's bytes: uint8 (60000, 784), labels int64 0..9."""
+    x = torch.from_numpy(read_idx("train-images-idx3-ubyte").copy()).reshape(-1, 784)
+    y = torch.from_numpy(read_idx("train-labels-idx1-ubyte").astype(np.int64))
+    return x, y
+
+
+def standardise_batch(xb):
+    """A uint8 batch as float32, standardised as train_data's images are."""
+    return xb.float().div_(255.0).sub_(MEAN).div_(STD)
 
 
 def add16(iters):
@@ -255,11 +268,14 @@ def model_for(name):
     its own): every timed epoch continues training the same model."""
     if name not in _models:
         torch.manual_seed(1)
-        if name == "mlp":
+        if name in ("mlp", "mlp8"):
             m = MLP()
             opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-            x, y = train_data()
-            x = x.reshape(-1, 784).contiguous()
+            if name == "mlp8":
+                x, y = train_bytes()
+            else:
+                x, y = train_data()
+                x = x.reshape(-1, 784).contiguous()
             batch = 64
         else:
             m = GuideCNN()
@@ -282,6 +298,8 @@ def epoch(name, limit=None):
     for i in range(0, n, batch):
         idx = perm[i:i + batch]
         xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        if xb.dtype == torch.uint8:
+            xb = standardise_batch(xb)
         loss = F.cross_entropy(m(xb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -368,10 +386,10 @@ def worker():
         out.flush()
 
 
-def train_mlp(threads, limit=None):
+def train_mlp(threads, limit=None, name="mlp"):
     set_threads(threads)
-    t, loss = epoch("mlp", limit)
-    print("mlp: one epoch in %.2f s, last loss %.4f" % (t, loss))
+    t, loss = epoch(name, limit)
+    print("%s: one epoch in %.2f s, last loss %.4f" % (name, t, loss))
     # This process's own peak RSS (VmHWM), which bench/run.lua reads.
     with open("/proc/self/status") as f:
         kb = int(next(l for l in f if l.startswith("VmHWM:")).split()[1])
@@ -386,6 +404,10 @@ if __name__ == "__main__":
             i = args.index("--limit")
             limit = int(args[i + 1])
             del args[i:i + 2]
-        train_mlp(int(args[0]) if args else 1, limit)
+        name = "mlp"
+        if "--uint8" in args:
+            args.remove("--uint8")
+            name = "mlp8"
+        train_mlp(int(args[0]) if args else 1, limit, name)
     else:
         worker()

@@ -177,10 +177,25 @@ H.test("fashion_mnist finds files in a given directory, compressed or not", func
   local raw = dl.data.load_idx(dir .. "/t10k-images-idx3-ubyte")
   H.eq(raw.dtype, "uint8")
   H.ok((x - raw:to("float32") / 255):abs():max():item() == 0, "the pixels differ from uint8 / 255")
+  -- Kept as bytes: the file's values, and the same labels.
+  local x8, y8 = dl.data.fashion_mnist("test", { dir = dir, dtype = "uint8" })
+  H.eq(x8.dtype, "uint8")
+  H.shape(x8, { 2, 28, 28 })
+  H.ok(x8:eq(raw):all(), "uint8 images differ from the file's bytes")
+  H.ok((x8:to("float32") / 255 - x):abs():max():item() == 0, "uint8 / 255 differs from the float32 images")
+  H.values(y8, { 10, 1 }, { dtype = "int64" })
+  H.eq(dl.data.fashion_mnist("test", { dir = dir }).dtype, "float32")
+  H.raises(function() return dl.data.fashion_mnist("test", { dir = dir, dtype = "int8" }) end,
+    "fashion_mnist: dtype must be \"float32\" or \"uint8\", got string \"int8\"")
+  H.raises(function() return dl.data.fashion_mnist("test", { dri = dir }) end, "fashion_mnist: unknown option 'dri'")
+  H.raises(function() return dl.data.fashion_mnist("test", 5) end,
+    "fashion_mnist: expected a directory name or an options table")
   -- Images must be ubyte.
   write(dir .. "/t10k-images-idx3-ubyte", "\0\0\12\3\0\0\0\2\0\0\0\28\0\0\0\28" .. string.rep("\0", 4 * 1568))
   H.raises(function() return dl.data.fashion_mnist("test", dir) end,
     "t10k-images-idx3-ubyte: expected ubyte (0x08) data, got int32")
+  H.raises(function() return dl.data.fashion_mnist("test", { dir = dir, dtype = "uint8" }) end,
+    "t10k-images-idx3-ubyte: expected uint8 images of shape (N, 28, 28), got int32 (2, 28, 28)")
   write(dir .. "/t10k-images-idx3-ubyte", img)
   H.raises(function() return dl.data.fashion_mnist("train", dir) end,
     "fashion_mnist: cannot find train-images-idx3-ubyte.gz (or train-images-idx3-ubyte) in " .. dir)
