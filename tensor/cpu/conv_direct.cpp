@@ -52,11 +52,35 @@ const float kZeros[kMaxOutputs] = {};
 #endif
 
 // W floats (an alias template would drop the attribute: GCC ignores it on a dependent
-// alias).
+// alias), and its loads and stores at any address.
 template <int W>
 struct VecOf {
   typedef float type __attribute__((vector_size(4 * W)));
+  typedef float unaligned __attribute__((vector_size(4 * W), aligned(4), may_alias));
 };
+template <int W>
+DL_INLINE typename VecOf<W>::type load_v(const float* p) {
+  return *reinterpret_cast<const typename VecOf<W>::unaligned*>(p);
+}
+template <int W>
+DL_INLINE void store_v(float* p, typename VecOf<W>::type v) {
+  *reinterpret_cast<typename VecOf<W>::unaligned*>(p) = v;
+}
+// x in every lane. (x - 0 is x for every x, -0 included, so it folds to a broadcast; a
+// shuffle of lane 0 was built as a 128-bit broadcast and an insert.)
+template <int W>
+DL_INLINE typename VecOf<W>::type splat(float x) {
+  return x - typename VecOf<W>::type{};
+}
+
+// Note [Vectors in registers]
+// The kernels below keep every vector in a register only when each is a value: a
+// vector read through std::memcpy into an array, or a broadcast written `V{} + w`, was
+// compiled (GCC 12, AVX2) as 16-byte copies through the stack and a scalar addition
+// (+0 turns -0 into +0, so it cannot be folded), with the accumulators spilled: the
+// forward ran at 11 GFLOP/s on one core (bench/ `cnn`; docs/performance.md,
+// "Measurements behind the code"). Loads are typed vector loads (load_v), and a
+// broadcast is splat's subtraction of zero.
 
 // OB output rows (stride ldo) of NV W positions: ye[o][q..] = bias[o] + sum over
 // (channel, tap) ct of wt[ct][o] * xp[q + shift[ct]].
@@ -67,19 +91,19 @@ DL_INLINE void tile(const float* xp, const int64_t* shift, int64_t taps, const f
   static_assert(sizeof(V) == 4 * W);
   V acc[OB][NV];
   for (int o = 0; o < OB; ++o)
-    for (int j = 0; j < NV; ++j) acc[o][j] = V{} + bias[o];
+    for (int j = 0; j < NV; ++j) acc[o][j] = splat<W>(bias[o]);
   for (int64_t ct = 0; ct < taps; ++ct) {
     const float* x = xp + shift[ct];
     V xv[NV];
-    for (int j = 0; j < NV; ++j) std::memcpy(&xv[j], x + j * W, sizeof(V));
+    for (int j = 0; j < NV; ++j) xv[j] = load_v<W>(x + j * W);
     const float* w = wt + ct * O;
     for (int o = 0; o < OB; ++o) {
-      const V wb = V{} + w[o];
+      const V wb = splat<W>(w[o]);
       for (int j = 0; j < NV; ++j) acc[o][j] += wb * xv[j];
     }
   }
   for (int o = 0; o < OB; ++o)
-    for (int j = 0; j < NV; ++j) std::memcpy(ye + o * ldo + j * W, &acc[o][j], sizeof(V));
+    for (int j = 0; j < NV; ++j) store_v<W>(ye + o * ldo + j * W, acc[o][j]);
 }
 
 // Every tile of the output grid: tiles of positions outside, so that their input
@@ -115,10 +139,9 @@ DL_INLINE void wtile(const float* xp, const float* ge, const int64_t* shift, int
     for (int t = 0; t < TB; ++t) acc[o][t] = V{};
   for (int64_t q = 0; q < ldo; q += W) {
     V g[OB];
-    for (int o = 0; o < OB; ++o) std::memcpy(&g[o], ge + o * ldo + q, sizeof(V));
+    for (int o = 0; o < OB; ++o) g[o] = load_v<W>(ge + o * ldo + q);
     for (int t = 0; t < TB; ++t) {
-      V xv;
-      std::memcpy(&xv, xp + shift[t] + q, sizeof(V));
+      const V xv = load_v<W>(xp + shift[t] + q);
       for (int o = 0; o < OB; ++o) acc[o][t] += g[o] * xv;
     }
   }
