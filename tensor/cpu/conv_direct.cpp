@@ -32,6 +32,7 @@
 #include "tensor/cpu/conv_direct.h"
 
 #include "tensor/cpu/loops.h"  // copy_run
+#include "tensor/cpu/vec.h"
 
 #include <algorithm>
 #include <atomic>
@@ -51,26 +52,15 @@ const float kZeros[kMaxOutputs] = {};
 #define DL_INLINE inline
 #endif
 
-// W floats (an alias template would drop the attribute: GCC ignores it on a dependent
-// alias), and its loads and stores at any address.
+// W floats (tensor/cpu/vec.h).
 template <int W>
-struct VecOf {
-  typedef float type __attribute__((vector_size(4 * W)));
-  typedef float unaligned __attribute__((vector_size(4 * W), aligned(4), may_alias));
-};
-template <int W>
-DL_INLINE typename VecOf<W>::type load_v(const float* p) {
-  return *reinterpret_cast<const typename VecOf<W>::unaligned*>(p);
-}
-template <int W>
-DL_INLINE void store_v(float* p, typename VecOf<W>::type v) {
-  *reinterpret_cast<typename VecOf<W>::unaligned*>(p) = v;
-}
+using VecOf = typename Vec<float, 4 * W>::V;
+
 // x in every lane. (x - 0 is x for every x, -0 included, so it folds to a broadcast; a
 // shuffle of lane 0 was built as a 128-bit broadcast and an insert.)
 template <int W>
-DL_INLINE typename VecOf<W>::type splat(float x) {
-  return x - typename VecOf<W>::type{};
+DL_INLINE VecOf<W> splat(float x) {
+  return x - VecOf<W>{};
 }
 
 // Note [Vectors in registers]
@@ -79,7 +69,7 @@ DL_INLINE typename VecOf<W>::type splat(float x) {
 // compiled (GCC 12, AVX2) as 16-byte copies through the stack and a scalar addition
 // (+0 turns -0 into +0, so it cannot be folded), with the accumulators spilled: the
 // forward ran at 11 GFLOP/s on one core (bench/ `cnn`; docs/performance.md,
-// "Measurements behind the code"). Loads are typed vector loads (load_v), and a
+// "Measurements behind the code"). Loads are typed vector loads (vec.h), and a
 // broadcast is splat's subtraction of zero.
 
 // OB output rows (stride ldo) of NV W positions: ye[o][q..] = bias[o] + sum over
@@ -87,7 +77,7 @@ DL_INLINE typename VecOf<W>::type splat(float x) {
 template <int W, int OB, int NV>
 DL_INLINE void tile(const float* xp, const int64_t* shift, int64_t taps, const float* wt, int64_t O,
                     const float* bias, float* ye, int64_t ldo) {
-  using V = typename VecOf<W>::type;
+  using V = VecOf<W>;
   static_assert(sizeof(V) == 4 * W);
   V acc[OB][NV];
   for (int o = 0; o < OB; ++o)
@@ -95,7 +85,7 @@ DL_INLINE void tile(const float* xp, const int64_t* shift, int64_t taps, const f
   for (int64_t ct = 0; ct < taps; ++ct) {
     const float* x = xp + shift[ct];
     V xv[NV];
-    for (int j = 0; j < NV; ++j) xv[j] = load_v<W>(x + j * W);
+    for (int j = 0; j < NV; ++j) xv[j] = load<4 * W>(x + j * W);
     const float* w = wt + ct * O;
     for (int o = 0; o < OB; ++o) {
       const V wb = splat<W>(w[o]);
@@ -103,7 +93,7 @@ DL_INLINE void tile(const float* xp, const int64_t* shift, int64_t taps, const f
     }
   }
   for (int o = 0; o < OB; ++o)
-    for (int j = 0; j < NV; ++j) store_v<W>(ye + o * ldo + j * W, acc[o][j]);
+    for (int j = 0; j < NV; ++j) store<4 * W>(ye + o * ldo + j * W, acc[o][j]);
 }
 
 // Every tile of the output grid: tiles of positions outside, so that their input
@@ -125,7 +115,7 @@ DL_INLINE void all_tiles(const DirectConv& d, const float* xp, const float* wt, 
 // grid, zero in the thrown-away columns. A tile is OB output channels by TB (channel,
 // tap) pairs, OB TB vector accumulators summed across their lanes at the end.
 template <int W>
-DL_INLINE float lane_sum(const typename VecOf<W>::type& v) {
+DL_INLINE float lane_sum(const VecOf<W>& v) {
   float s = 0;
   for (int i = 0; i < W; ++i) s += v[i];
   return s;
@@ -133,15 +123,15 @@ DL_INLINE float lane_sum(const typename VecOf<W>::type& v) {
 
 template <int W, int OB, int TB>
 DL_INLINE void wtile(const float* xp, const float* ge, const int64_t* shift, int64_t ldo, float* acc_t, int64_t O) {
-  using V = typename VecOf<W>::type;
+  using V = VecOf<W>;
   V acc[OB][TB];
   for (int o = 0; o < OB; ++o)
     for (int t = 0; t < TB; ++t) acc[o][t] = V{};
   for (int64_t q = 0; q < ldo; q += W) {
     V g[OB];
-    for (int o = 0; o < OB; ++o) g[o] = load_v<W>(ge + o * ldo + q);
+    for (int o = 0; o < OB; ++o) g[o] = load<4 * W>(ge + o * ldo + q);
     for (int t = 0; t < TB; ++t) {
-      const V xv = load_v<W>(xp + shift[t] + q);
+      const V xv = load<4 * W>(xp + shift[t] + q);
       for (int o = 0; o < OB; ++o) acc[o][t] += g[o] * xv;
     }
   }
