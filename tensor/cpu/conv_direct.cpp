@@ -63,6 +63,18 @@ DL_INLINE VecOf<W> splat(float x) {
   return x - VecOf<W>{};
 }
 
+// v, loaded once: GCC folded a vector's load into each multiply-add that reads it
+// (OB loads of the same address in wtile), which made the weight gradient's loop
+// wait on loads. An empty asm that takes v in a register keeps the one load.
+template <typename V>
+DL_INLINE void in_register(V& v) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  asm("" : "+x"(v));
+#else
+  (void)v;
+#endif
+}
+
 // Note [Vectors in registers]
 // The kernels below keep every vector in a register only when each is a value: a
 // vector read through std::memcpy into an array, or a broadcast written `V{} + w`, was
@@ -131,7 +143,8 @@ DL_INLINE void wtile(const float* xp, const float* ge, const int64_t* shift, int
     V g[OB];
     for (int o = 0; o < OB; ++o) g[o] = load<4 * W>(ge + o * ldo + q);
     for (int t = 0; t < TB; ++t) {
-      const V xv = load<4 * W>(xp + shift[t] + q);
+      V xv = load<4 * W>(xp + shift[t] + q);
+      in_register(xv);
       for (int o = 0; o < OB; ++o) acc[o][t] += g[o] * xv;
     }
   }
