@@ -207,6 +207,8 @@ return {
   ["dl.data.read_csv"] = { "dl.data.read_csv(path [, {header, delimiter, dtype, columns}])", "{names, columns, rows}: numeric columns as tensors, others as lists." },
   ["dl.data.from_csv"] = { "dl.data.from_csv(path [, {label, features, ...}])", "A data set of (features, label) rows from a CSV file." },
   ["dl.data.from_tensors"] = { "dl.data.from_tensors(x, y, ...)", "A dataset slicing the tensors along dim 1: :shuffle(), :batch(n), :prefetch(n) (next batches gathered on a worker thread), :iter()." },
+  ["dl.data.fashion_mnist"] = { "dl.data.fashion_mnist(split [, dir or {dir, dtype}])", "Fashion-MNIST (\"train\" or \"test\") from Debian's files: images (N, 28, 28) float32 in [0, 1], or uint8 with dtype = \"uint8\"; labels int64 1..10." },
+  ["dl.data.load_idx"] = { "dl.data.load_idx(path)", "An IDX file (the MNIST format, plain or .gz) as a tensor of its own dtype." },
   ["dl.save"] = { "dl.save(path, tensors [, metadata])", "Writes a table of tensors as safetensors." },
   ["dl.load"] = { "dl.load(path)", "Reads a safetensors file into a table of tensors." },
   ["dl.Checkpoint"] = { "dl.Checkpoint{model =, optimizer =, step =}", ":save(prefix) (atomic) and :restore(path)." },
