@@ -142,6 +142,23 @@ local function new(f, ...)
 end
 M.new = new
 
+-- new(f, ...), the collector stepped before f allocates, as result() does for the ops:
+-- a loop's previous result (`h = x:half()`) is freed first and its block reused.
+-- Stepped after (wrap), each call held a block more, and took a fresh one whenever the
+-- cache had given its blocks back: 20 MB of fresh memory cost 35 to 70 ms on a virtual
+-- machine (page faults), against 2 ms for a conversion. Only for calls
+-- whose tensor operands are the caller's live values: an id taken from a temporary, as
+-- in fresh(f, hid(a * b)), is released by the collection before f reads it. Nor for
+-- calls that read a shared buffer filled before (the creation functions' shape_buf): a
+-- finalizer run by the collection may make a tensor and refill it.
+local function fresh(f, ...)
+  if total[0] - mark[0] > budget[0] then collect() end
+  local id = f(...)
+  if id == 0 and retry() then id = f(...) end
+  local r = deliver(id)
+  return r
+end
+
 -- The n (2 or 3) results a C call writes into outs, its last argument (a fresh cell:
 -- Note [Values C writes back]), wrapped; the call returns a status and is retried once
 -- after a collection, as new() does.
@@ -704,19 +721,10 @@ function methods.totable(x)
   return build(1)
 end
 
--- The collector is stepped before the conversion allocates, as result() does for the
--- ops: a loop's previous result (`h = x:half()`) is freed first and its block reused.
--- Stepped after (wrap), each call held a block more, and took a fresh one whenever the
--- cache had given its blocks back: 20 MB of fresh memory cost 35 to 70 ms on a virtual
--- machine (page faults), against 2 ms for the conversion itself. (Only where the
--- operands are the caller's live values: an id taken from a temporary, as in
--- new(f, hid(a * b)), is released by a collection before f reads it.)
+-- (x, a parameter, stays alive through fresh's collection.)
 local function to_dtype(x, code)
   if dtype_of(x) == code then return x end
-  if total[0] - mark[0] > budget[0] then collect() end
-  local id = C.dl_to(hid(x), code)
-  if id == 0 and retry() then id = C.dl_to(hid(x), code) end
-  local r = deliver(id)
+  local r = fresh(C.dl_to, hid(x), code)
   return r
 end
 M.to_dtype = to_dtype
