@@ -415,7 +415,7 @@ void run(const fused::Program& p, const Routes& r) {
 }
 
 // Checks a program before it runs, and plans its routes.
-void check(const fused::Program& p, Routes& r) {
+void check_and_plan(const fused::Program& p, Routes& r) {
   DL_CHECK(p.dtype == DType::Float32 || p.dtype == DType::Float64,
            "fused: a program computes in float32 or float64, not ", dtype_name(p.dtype));
   DL_CHECK(p.ncode > 0 && p.ncode <= fused::kMaxCode && p.ninputs <= fused::kMaxInputs &&
@@ -437,12 +437,57 @@ void check(const fused::Program& p, Routes& r) {
   plan_routes(p, r);
 }
 
+// Note [Checked programs]
+// What check_and_plan works out depends on a program's structure alone: its dtype and
+// size, each instruction's kind, op and operands, how each input is read (its period
+// and repeat, not its data) and which instructions are outputs, not the addresses or
+// the Lua numbers (Instr::s). A compiled call runs the same programs on every call with
+// new memory, so the last few structures checked on this thread are kept with their
+// routes, and a program of one of them takes its routes as they are: the check and the
+// plan were about a tenth of the compiled gradient of bench/'s `chain` (`chainc`) in
+// instructions (docs/performance.md, "The compiled call's own cost").
+struct Checked {
+  bool used = false;
+  fused::Program shape;   // the structure; data pointers and scalars not compared
+  Routes routes;
+};
+
+bool same_structure(const fused::Program& a, const fused::Program& b) {
+  if (a.dtype != b.dtype || a.numel != b.numel || a.ncode != b.ncode || a.ninputs != b.ninputs ||
+      a.noutputs != b.noutputs)
+    return false;
+  for (int c = 0; c < a.ncode; ++c) {
+    const fused::Instr &x = a.code[c], &y = b.code[c];
+    if (x.code != y.code || x.op != y.op || x.a != y.a || (x.code == fused::Instr::Binary && x.b != y.b)) return false;
+  }
+  for (int k = 0; k < a.ninputs; ++k)
+    if (a.inputs[k].period != b.inputs[k].period || a.inputs[k].repeat != b.inputs[k].repeat) return false;
+  for (int o = 0; o < a.noutputs; ++o)
+    if (a.outputs[o].code != b.outputs[o].code) return false;
+  return true;
+}
+
+// p's routes, checked and planned, or as kept for a program of its structure. The
+// reference stays valid until this thread's next check.
+const Routes& check(const fused::Program& p) {
+  constexpr int kKept = 8;
+  thread_local Checked kept[kKept];
+  thread_local int next = 0;
+  for (Checked& k : kept)
+    if (k.used && same_structure(k.shape, p)) return k.routes;
+  Checked& k = kept[next];
+  k.used = false;
+  check_and_plan(p, k.routes);   // (throws before the entry is marked used)
+  k.shape = p;
+  k.used = true;
+  next = (next + 1) % kKept;
+  return k.routes;
+}
+
 }  // namespace
 
 void fused(const fused::Program& p, int) {
-  Routes r;
-  check(p, r);
-  run(p, r);
+  run(p, check(p));
 }
 
 }  // namespace dl::cpu
@@ -482,8 +527,7 @@ void read_block(const Input& in, int64_t numel, int64_t o, int64_t n, size_t ite
 // multiple of fold::kPiece) is added to them as soon as it is computed, so the
 // additions are reduce()'s, in its order (tensor/fold.h), whatever the threads.
 void run_folded(const Program& p, int code, Op op, void* out) {
-  cpu::Routes r;
-  cpu::check(p, r);
+  const cpu::Routes& r = cpu::check(p);
   DL_CHECK(code >= 0 && code < p.ncode, "fused: the folded instruction ", code, " is not one of the program's");
   DL_CHECK(fold::served(op, p.dtype), "fused: ", op_name(op), " of ", dtype_name(p.dtype), " cannot be folded");
   const int64_t n = p.numel, nchunks = std::max<int64_t>(1, (n + fold::kChunk - 1) / fold::kChunk);

@@ -248,3 +248,51 @@ TEST_CASE("fused programs: the host runner refuses a program out of bounds", "[f
   p.dtype = DType::Int32;
   CHECK_THROWS_WITH(backend_for(Device{}, "test").fused(p, 0), Catch::Contains("float32 or float64"));
 }
+
+TEST_CASE("fused programs: a program's structure, not its memory, decides the routes kept for it", "[fused]") {
+  // Note [Checked programs] in tensor/cpu/fused.cpp: the same code reading an input
+  // densely, cycled, as one value or per run must each get its own routes, and new
+  // memory and scalars must be read on every run.
+  const Backend& cpu = backend_for(Device{}, "test");
+  auto run = [&](const float* b, int64_t period, int64_t repeat, float scale) {
+    std::vector<float> x(8), y(8, -1.0f);
+    for (int i = 0; i < 8; ++i) x[size_t(i)] = float(i + 1);
+    fused::Program p{};
+    p.dtype = DType::Float32;
+    p.numel = 8;
+    p.inputs[0] = fused::Input{x.data(), 8, 1};
+    p.inputs[1] = fused::Input{b, period, repeat};
+    p.ninputs = 2;
+    p.code[0] = fused::Instr::binary(Op::Mul, fused::input(0), fused::input(1));
+    p.code[1] = fused::Instr::scalar(Op::Mul, 0, scale, false);
+    p.ncode = 2;
+    p.outputs[0] = fused::Output{1, y.data()};
+    p.noutputs = 1;
+    cpu.fused(p, 0);
+    return y;
+  };
+  const float dense[8] = {1, 2, 3, 4, 5, 6, 7, 8}, pair[2] = {10, 20}, one[1] = {3}, rows[4] = {1, 2, 3, 4};
+  for (int round = 0; round < 2; ++round) {   // the second round finds every structure kept
+    INFO("round " << round);
+    std::vector<float> y = run(dense, 8, 1, 1.0f);
+    for (int i = 0; i < 8; ++i) CHECK(y[size_t(i)] == float((i + 1) * (i + 1)));
+    y = run(pair, 2, 1, 2.0f);
+    for (int i = 0; i < 8; ++i) CHECK(y[size_t(i)] == float(i + 1) * pair[i % 2] * 2.0f);
+    y = run(one, 1, 1, 0.5f);
+    for (int i = 0; i < 8; ++i) CHECK(y[size_t(i)] == float(i + 1) * 3.0f * 0.5f);
+    y = run(rows, 4, 2, 1.0f);
+    for (int i = 0; i < 8; ++i) CHECK(y[size_t(i)] == float(i + 1) * rows[i / 2]);
+  }
+  // An op that a kept structure does not have is checked again.
+  fused::Program bad{};
+  bad.dtype = DType::Float32;
+  bad.numel = 8;
+  float x[8] = {};
+  bad.inputs[0] = fused::Input{x, 8, 1};
+  bad.inputs[1] = fused::Input{dense, 8, 1};
+  bad.ninputs = 2;
+  bad.code[0] = fused::Instr::binary(Op::Mul, fused::input(0), fused::input(1));
+  bad.code[1] = fused::Instr::unary(Op::Logical_not, 0);
+  bad.ncode = 2;
+  CHECK_THROWS_WITH(cpu.fused(bad, 0), Catch::Contains("logical_not"));
+}
