@@ -471,10 +471,12 @@ bool same_structure(const fused::Program& a, const fused::Program& b) {
 // reference stays valid until this thread's next check.
 const Routes& check(const fused::Program& p) {
   constexpr int kKept = 8;
-  thread_local Checked kept[kKept];
+  // (On the heap: 19 KB is more than a thread's static TLS should carry.)
+  thread_local std::unique_ptr<Checked[]> kept;
   thread_local int next = 0;
-  for (Checked& k : kept)
-    if (k.used && same_structure(k.shape, p)) return k.routes;
+  if (!kept) kept = std::make_unique<Checked[]>(kKept);
+  for (int i = 0; i < kKept; ++i)
+    if (kept[i].used && same_structure(kept[i].shape, p)) return kept[i].routes;
   Checked& k = kept[next];
   k.used = false;
   check_and_plan(p, k.routes);   // (throws before the entry is marked used)
