@@ -65,7 +65,7 @@ local total, mark, budget, collect, own, retry = L.total, L.mark, L.budget, L.co
 
 -- The one place a tensor is made from a handle id (0: the call failed): inline when the
 -- engine finds it small and unaliased, else the handle. `deliver` leaves the collector
--- alone, for a caller that stepped it before the op allocated (new, several); wrap
+-- alone, for a caller that stepped it before the op allocated (fresh, below); wrap
 -- steps it first.
 local function deliver(id)
   if id == 0 then return raise_last() end
@@ -137,8 +137,7 @@ M.own = own
 local function new(f, ...)
   local id = f(...)
   if id == 0 and retry() then id = f(...) end
-  local r = wrap(id)
-  return r
+  return wrap(id)
 end
 M.new = new
 
@@ -146,10 +145,10 @@ M.new = new
 -- a loop's previous result (`h = x:half()`) is freed first and its block reused.
 -- Stepped after (wrap), each call held a block more, and took a fresh one whenever the
 -- cache had given its blocks back: 20 MB of fresh memory cost 35 to 70 ms on a virtual
--- machine (page faults), against 2 ms for a conversion. Only for calls
--- whose tensor operands are the caller's live values: an id taken from a temporary, as
--- in fresh(f, hid(a * b)), is released by the collection before f reads it. Nor for
--- calls that read a shared buffer filled before (the creation functions' shape_buf): a
+-- machine (page faults), against 2 ms for a conversion. Only for calls whose tensor
+-- operands are the caller's live values: an id taken from a temporary, as in
+-- fresh(f, hid(a * b)), is released by the collection before f reads it. Nor for calls
+-- that read a shared buffer filled before (the creation functions' shape_buf): a
 -- finalizer run by the collection may make a tensor and refill it.
 local function fresh(f, ...)
   if total[0] - mark[0] > budget[0] then collect() end
