@@ -56,11 +56,16 @@ const float kZeros[kMaxOutputs] = {};
 template <int W>
 using VecOf = typename Vec<float, 4 * W>::V;
 
-// x in every lane. (x - 0 is x for every x, -0 included, so it folds to a broadcast; a
-// shuffle of lane 0 was built as a 128-bit broadcast and an insert.)
+// x in every lane, in the form each build compiles to one broadcast: GCC 12 built
+// `x - V{}` (exact: x - 0 is x, -0 included) as a broadcast with AVX2 and SSE, but lane
+// by lane in the AVX-512 build (sixteen masked broadcasts a weight); `V{} + x` is an
+// addition and a register broadcast in every build, and holds a zero register, which
+// the AVX2 tile (12 accumulators, 3 inputs, 1 weight) cannot spare: it spilled an
+// accumulator. (+0 added turns a -0 weight into +0, which no sum here tells apart.)
 template <int W>
 DL_INLINE VecOf<W> splat(float x) {
-  return x - VecOf<W>{};
+  if constexpr (W == 16) return VecOf<W>{} + x;
+  else return x - VecOf<W>{};
 }
 
 // v, loaded once: GCC folded a vector's load into each multiply-add that reads it
@@ -81,8 +86,8 @@ DL_INLINE void in_register(V& v) {
 // compiled (GCC 12, AVX2) as 16-byte copies through the stack and a scalar addition
 // (+0 turns -0 into +0, so it cannot be folded), with the accumulators spilled: the
 // forward ran at 11 GFLOP/s on one core (bench/ `cnn`; docs/performance.md,
-// "Measurements behind the code"). Loads are typed vector loads (vec.h), and a
-// broadcast is splat's subtraction of zero.
+// "Measurements behind the code"). Loads are typed vector loads (vec.h); broadcasts
+// are splat's.
 
 // OB output rows (stride ldo) of NV W positions: ye[o][q..] = bias[o] + sum over
 // (channel, tap) ct of wt[ct][o] * xp[q + shift[ct]].
