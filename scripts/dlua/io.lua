@@ -257,7 +257,9 @@ function data.fashion_mnist(split, where)
             .. (type(dtype) == "string" and (" \"" .. dtype .. "\"") or ""))
     end
   end
-  if dir ~= nil and type(dir) ~= "string" then bad_arg("fashion_mnist", "a directory name or an options table", dir) end
+  if dir ~= nil and type(dir) ~= "string" then
+    bad_arg("fashion_mnist", "a directory name or an options table", dir)
+  end
   dir = dir or M.FASHION_MNIST_DIR
   local img_path, lbl_path = find_file(dir, files[1]), find_file(dir, files[2])
   -- float32: the pixels are read straight into float32 and scaled to [0, 1] there: no
@@ -268,7 +270,8 @@ function data.fashion_mnist(split, where)
   local labels = data.load_idx(lbl_path)
   local is, ls = images.shape, labels.shape
   if #is ~= 3 or is[2] ~= 28 or is[3] ~= 28 or images.dtype ~= dtype then
-    raise("fashion_mnist: " .. img_path .. ": expected " .. dtype .. " images of shape (N, 28, 28), got " .. images.dtype .. " " .. T.shape_str(is))
+    raise("fashion_mnist: " .. img_path .. ": expected " .. dtype .. " images of shape (N, 28, 28), got "
+          .. images.dtype .. " " .. T.shape_str(is))
   end
   if #ls ~= 1 or ls[1] ~= is[1] or labels.dtype ~= "uint8" then
     raise("fashion_mnist: " .. lbl_path .. ": expected " .. is[1] .. " uint8 labels, got "

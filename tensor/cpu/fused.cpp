@@ -444,8 +444,8 @@ void check_and_plan(const fused::Program& p, Routes& r) {
 // the Lua numbers (Instr::s). A compiled call runs the same programs on every call with
 // new memory, so the last few structures checked on this thread are kept with their
 // routes, and a program of one of them takes its routes as they are: the check and the
-// plan were about a tenth of the compiled gradient of bench/'s `chain` (`chainc`) in
-// instructions (docs/performance.md, "The compiled call's own cost").
+// plan were 3 to 4% of the instructions of bench/'s compiled calls (`chainc`, `replay16
+// d`; docs/performance.md, "The compiled call's own cost").
 struct Checked {
   bool used = false;
   fused::Program shape;   // the structure; data pointers and scalars not compared
