@@ -240,21 +240,23 @@ end
 -- training split instead of 188), for a pipeline that converts each batch as it is
 -- made (docs/training.md, "Data, metrics, checkpoints, logs").
 local FASHION_OPTIONS = { dir = true, dtype = true }
+-- A bad argument as its messages show it: its type, and a string's value.
+local function shown(v)
+  return core.typename(v) .. (type(v) == "string" and (" \"" .. v .. "\"") or "")
+end
 function data.fashion_mnist(split, where)
   local no = denial()
   if no then raise("fashion_mnist: " .. no) end
   local files = type(split) == "string" and FASHION_FILES[split]
   if not files then
-    raise("fashion_mnist: split must be \"train\" or \"test\", got " .. core.typename(split)
-          .. (type(split) == "string" and (" \"" .. split .. "\"") or ""))
+    raise("fashion_mnist: split must be \"train\" or \"test\", got " .. shown(split))
   end
   local dir, dtype = where, "float32"
   if type(where) == "table" then
     local opts = core.options("fashion_mnist", where, FASHION_OPTIONS)
     dir, dtype = opts.dir, opts.dtype or "float32"
     if dtype ~= "float32" and dtype ~= "uint8" then
-      raise("fashion_mnist: dtype must be \"float32\" or \"uint8\", got " .. core.typename(dtype)
-            .. (type(dtype) == "string" and (" \"" .. dtype .. "\"") or ""))
+      raise("fashion_mnist: dtype must be \"float32\" or \"uint8\", got " .. shown(dtype))
     end
   end
   if dir ~= nil and type(dir) ~= "string" then

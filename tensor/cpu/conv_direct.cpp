@@ -36,7 +36,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 namespace dl::cpu {
 
@@ -55,6 +54,15 @@ const float kZeros[kMaxOutputs] = {};
 // W floats (tensor/cpu/vec.h).
 template <int W>
 using VecOf = typename Vec<float, 4 * W>::V;
+
+// Note [Vectors in registers]
+// The kernels below keep every vector in a register only when each is a value: a
+// vector read through std::memcpy into an array, or a broadcast written `V{} + w`, was
+// compiled (GCC 12, AVX2) as 16-byte copies through the stack and a scalar addition
+// (+0 turns -0 into +0, so it cannot be folded), with the accumulators spilled: the
+// forward ran at 11 GFLOP/s on one core (bench/ `cnn`; docs/performance.md,
+// "Measurements behind the code"). Loads are typed vector loads (vec.h); broadcasts
+// are splat's.
 
 // x in every lane, in the form each build compiles to one broadcast: GCC 12 built
 // `x - V{}` (exact: x - 0 is x, -0 included) as a broadcast with AVX2 and SSE, but lane
@@ -79,15 +87,6 @@ DL_INLINE void in_register(V& v) {
   (void)v;
 #endif
 }
-
-// Note [Vectors in registers]
-// The kernels below keep every vector in a register only when each is a value: a
-// vector read through std::memcpy into an array, or a broadcast written `V{} + w`, was
-// compiled (GCC 12, AVX2) as 16-byte copies through the stack and a scalar addition
-// (+0 turns -0 into +0, so it cannot be folded), with the accumulators spilled: the
-// forward ran at 11 GFLOP/s on one core (bench/ `cnn`; docs/performance.md,
-// "Measurements behind the code"). Loads are typed vector loads (vec.h); broadcasts
-// are splat's.
 
 // OB output rows (stride ldo) of NV W positions: ye[o][q..] = bias[o] + sum over
 // (channel, tap) ct of wt[ct][o] * xp[q + shift[ct]].
