@@ -3,6 +3,7 @@
 // tensor/half.h). float16 uses the F16C instructions where the CPU has them (8 values
 // per instruction, rounding to nearest even like float_to_half_bits, which the other
 // CPUs run); bfloat16 is integer arithmetic the compiler vectorises.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstdint>
@@ -69,10 +70,14 @@ DL_TARGET_CLONES void bf16_to_f32(const uint16_t* s, float* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = bfloat16_bits_to_float(s[i]);
 }
 
+// F16C is CPUID leaf 1's ECX bit 29, read directly: clang's __builtin_cpu_supports does
+// not know "f16c" (the fuzz build, tests/fuzz/run.sh, is clang's). "avx" also says that
+// the OS saves the vector registers the conversions use.
 bool has_f16c() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u) != 0;
   }();
   return yes;
 }
