@@ -250,13 +250,18 @@ struct LogSoftmaxOutFn {
   template <typename T> DL_HD T operator()(T x, T m, T log_s) const { return (x - m) - log_s; }
 };
 
-// The running fold of the scans (cumsum, cumprod) on every backend.
+// The running fold of the scans (cumsum, cumprod) on every backend. Integer scans wrap
+// around, as integer + and * do (wrap_t in functors.h): their int64 accumulator may
+// overflow, which is undefined behaviour for a signed type.
 struct ScanStep {
   bool prod = false;
   template <typename A>
   DL_HD A init() const { return A(prod ? 1 : 0); }
   template <typename A>
-  DL_HD A operator()(A acc, A v) const { return prod ? A(acc * v) : A(acc + v); }
+  DL_HD A operator()(A acc, A v) const {
+    using W = wrap_t<A>;
+    return prod ? A(W(acc) * W(v)) : A(W(acc) + W(v));
+  }
 };
 
 }  // namespace dl::fn

@@ -65,6 +65,11 @@ H.test("cumprod equals torch.cumprod: values, gradients through zeros, second or
   H.near(dl.grad(inner)(x):totable(), c.second, 1e-13)
   H.eq(dl.tensor({ 2, 3, 4 }, { dtype = "int64" }):cumprod(1):totable(), { 2, 6, 24 })
   H.eq(dl.tensor({ 2, 3, 4 }, { dtype = "int64" }):cumprod(1).dtype, "int64")
+  -- Integer scans wrap around as integer arithmetic does (PyTorch's too): 2^62 * 4 is
+  -- 2^64, which is 0; 2^62 + 2^62 is 2^63, which is -2^63.
+  H.eq(dl.tensor({ 2 ^ 62, 4, 3 }, { dtype = "int64" }):cumprod(1):totable(), { 2 ^ 62, 0, 0 })
+  H.eq(dl.tensor({ 2 ^ 62, 2 ^ 62, 2 ^ 62, 2 ^ 62 }, { dtype = "int64" }):cumsum(1):totable(),
+       { 2 ^ 62, -2 ^ 63, -2 ^ 62, 0 })
 end)
 
 H.test("ties, NaN, signed zeros, integers and bools", function()
