@@ -3,13 +3,67 @@
 #include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
 #include <memory>
 
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
 namespace dl::io {
+
+namespace {
+
+// Note [Images from short files]
+// stb's PNM and uncompressed TGA loaders read their pixels with one copy of the size the
+// header announces and ignore a short read, and stb copies nothing when the bytes in
+// memory are short: the image came back as uninitialised heap memory (an 18-byte PNM
+// announcing 3253 x 32255 pixels gave 105 MB of it, the first bytes a heap pointer),
+// which a sandboxed script could read (tests/fuzz/fuzz_image.cpp found it). So stb reads
+// through callbacks here (`Reader`) that fill whatever lies past the end of the file with
+// zeros, as stb's own byte reader already does: a short file decodes to its pixels and
+// zeros, the same every time, never to memory's old contents. And those two formats,
+// whose pixel data has a size fixed by the header, are refused when the file is shorter
+// than that (`raw_bytes`), before anything is allocated for them.
+struct Reader {
+  const uint8_t* data;
+  size_t n, at = 0;
+};
+int read_bytes(void* user, char* out, int size) {
+  auto* r = static_cast<Reader*>(user);
+  const size_t k = std::min(size_t(std::max(size, 0)), r->n - r->at);
+  std::memcpy(out, r->data + r->at, k);
+  if (size_t(size) > k) std::memset(out + k, 0, size_t(size) - k);
+  r->at += k;
+  return int(k);
+}
+void skip_bytes(void* user, int n) {
+  auto* r = static_cast<Reader*>(user);
+  r->at = n < 0 ? r->at - std::min(r->at, size_t(-int64_t(n))) : std::min(r->n, r->at + size_t(n));
+}
+int at_end(void* user) {
+  const auto* r = static_cast<const Reader*>(user);
+  return r->at >= r->n;
+}
+constexpr stbi_io_callbacks kReader = {read_bytes, skip_bytes, at_end};
+
+// The bytes of pixel data that a PNM (P5, P6) or an uncompressed TGA (types 2 and 3)
+// file of w x h pixels of c channels must hold after its header, else 0 (another format,
+// or one whose data is compressed).
+int64_t raw_bytes(const uint8_t* data, size_t n, int64_t w, int64_t h, int64_t c) {
+  if (n >= 2 && data[0] == 'P' && (data[1] == '5' || data[1] == '6')) {
+    const int bytes = stbi_is_16_bit_from_memory(data, int(n)) ? 2 : 1;
+    return w * h * c * bytes;
+  }
+  if (n >= 18 && (data[2] == 2 || data[2] == 3) && data[1] == 0) {
+    const int64_t bits = data[16];
+    return 18 + data[0] + w * h * ((bits + 7) / 8);
+  }
+  return 0;
+}
+
+}  // namespace
 
 Tensor decode_image(const uint8_t* data, size_t n, int channels, const std::string& name) {
   const char* op = "image.load";
@@ -21,13 +75,19 @@ Tensor decode_image(const uint8_t* data, size_t n, int channels, const std::stri
   DL_CHECK(w > 0 && h > 0 && w <= kMaxImageSide && h <= kMaxImageSide && int64_t(w) * h <= kMaxImagePixels, op, ": ",
            name, ": a ", w, " x ", h, " image is larger than dlua decodes (", kMaxImageSide, " a side, ",
            kMaxImagePixels, " pixels)");
+  const int64_t raw = raw_bytes(data, n, w, h, c);
+  DL_CHECK(raw == 0 || int64_t(n) >= raw, op, ": ", name, ": the file is truncated (its header announces ", w,
+           " x ", h, " pixels, ", raw, " bytes of them, and the file has ", n, " bytes)");
   const int want = channels ? channels : c;
+  // The result first: a tensor memory limit refuses the image before stb allocates its own copy.
+  Tensor out = empty(Shape{want, h, w}, DType::UInt8, Device{}, op);
+  Reader reader{data, n};
   int gw = 0, gh = 0, gc = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load_from_memory(data, int(n), &gw, &gh, &gc, want), stbi_image_free);
+  std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load_from_callbacks(&kReader, &reader, &gw, &gh, &gc, want),
+                                               stbi_image_free);
   if (!px) fail(ErrorKind::Value, op, ": ", name, ": cannot decode (", stbi_failure_reason(), ")");
   DL_CHECK(gw == w && gh == h, op, ": ", name, ": the image's size changed while decoding");
   // stb gives (H, W, C), interleaved; the result is planar (C, H, W), as torchvision's.
-  Tensor out = empty(Shape{want, h, w}, DType::UInt8, Device{}, op);
   uint8_t* o = out.data<uint8_t>();
   const int64_t plane = int64_t(h) * w;
   for (int64_t p = 0; p < plane; ++p)

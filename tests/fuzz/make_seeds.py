@@ -13,6 +13,7 @@ import json
 import os
 import random
 import struct
+import zlib
 import sys
 
 # safetensors dtype -> (struct format, sample values)
@@ -48,6 +49,33 @@ def pack(dtype, values):
 def idx(type_code, fmt, shape, values):
     head = bytes([0, 0, type_code, len(shape)]) + b"".join(struct.pack(">I", d) for d in shape)
     return head + b"".join(struct.pack(">" + fmt, v) for v in values)
+
+
+def png(w, h, channels, pixels):
+    """A PNG of 8-bit samples (colour type by channels: grey, grey+alpha, RGB, RGBA)."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    colour = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
+    rows = b"".join(b"\x00" + bytes(pixels[y * w * channels:(y + 1) * w * channels]) for y in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, colour, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def images():
+    w, h = 3, 2
+    rgb = [(x * 40 + y * 90 + c * 7) % 256 for y in range(h) for x in range(w) for c in range(3)]
+    out = {"png-grey": png(w, h, 1, rgb[:w * h]), "png-grey-alpha": png(w, h, 2, rgb[:w * h * 2]),
+           "png-rgb": png(w, h, 3, rgb), "png-rgba": png(w, h, 4, rgb + rgb[:w * h])}
+    # BMP, 24 bits, bottom-up rows padded to 4 bytes.
+    row = 4 * ((w * 3 + 3) // 4)
+    body = b"".join(bytes(rgb[(h - 1 - y) * w * 3:(h - y) * w * 3][::-1]) + b"\x00" * (row - w * 3) for y in range(h))
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, len(body), 2835, 2835, 0, 0)
+    out["bmp"] = b"BM" + struct.pack("<IHHI", 14 + len(info) + len(body), 0, 0, 14 + len(info)) + info + body
+    out["pgm"] = b"P5\n%d %d\n255\n" % (w, h) + bytes(rgb[:w * h])
+    out["ppm"] = b"P6\n%d %d\n255\n" % (w, h) + bytes(rgb)
+    # TGA, uncompressed true colour (BGR), bottom-up.
+    out["tga"] = struct.pack("<BBBHHBHHHHBB", 0, 0, 2, 0, 0, 0, 0, 0, w, h, 24, 0) + bytes(rgb)
+    return out
 
 
 def main(out):
@@ -90,11 +118,25 @@ def main(out):
     with open(os.path.join(ix, "seed-real-gzip"), "wb") as f:
         f.write(b"\x00" + gzip.compress(files["ubyte"], mtime=0))
 
+    # Images: one small file of each kind stb reads that is easy to write by hand (the
+    # first byte is fuzz_image.cpp's channel choice: 0, as stored).
+    img = os.path.join(out, "image")
+    os.makedirs(img, exist_ok=True)
+    for name, data in images().items():
+        with open(os.path.join(img, "seed-" + name), "wb") as f:
+            f.write(b"\x00" + data)
+
     # Op programs: random bytes are valid programs (fuzz_ops.cpp reads any input).
     ops = os.path.join(out, "ops")
     os.makedirs(ops, exist_ok=True)
     for i in range(8):
         with open(os.path.join(ops, "seed-random-%d" % i), "wb") as f:
+            f.write(bytes(rnd.randrange(256) for _ in range(64 * (i + 1))))
+    # The same for the breadth target's programs (fuzz_breadth.cpp).
+    breadth = os.path.join(out, "breadth")
+    os.makedirs(breadth, exist_ok=True)
+    for i in range(8):
+        with open(os.path.join(breadth, "seed-random-%d" % i), "wb") as f:
             f.write(bytes(rnd.randrange(256) for _ in range(64 * (i + 1))))
 
 

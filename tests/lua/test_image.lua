@@ -83,4 +83,28 @@ H.test("bad files and arguments are named", function()
   H.eq(dl.image.decode(dl.image.encode(pattern(1, 2, 2), "png")).shape, { 1, 2, 2 })
 end)
 
+-- Note [Images from short files] in io/image.cpp: stb's PNM and raw TGA loaders leave
+-- the pixels a short file lacks as uninitialised memory; they are refused, and whatever
+-- else a loader reads past a file's end is zeros.
+H.test("short files give no memory's old contents", function()
+  -- An image decoded first leaves its pixels in memory that stb allocates again.
+  H.eq(dl.image.decode("P5\n64 64\n255\n" .. string.rep("\171", 64 * 64)):float():mean():item(), 171)
+  H.raises(function() return dl.image.decode("P5\n64 64\n255\n" .. string.rep("\1", 10)) end,
+           "the file is truncated (its header announces 64 x 64 pixels, 4096 bytes of them")
+  -- 18 bytes that announce 3253 x 32255 pixels: refused before 105 MB are allocated.
+  H.raises(function() return dl.image.decode("P5\n3253\n32255$(/6") end, "the file is truncated")
+  local tga = string.char(0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 64, 0, 24, 0)
+  H.raises(function() return dl.image.decode(tga .. string.rep("\1", 30)) end, "the file is truncated")
+  -- A PNG whose image data stops early: what stb reads past the end is zeros, the same every time.
+  local png = dl.image.encode(pattern(3, 16, 16), "png")
+  local cut = png:sub(1, #png - 30)
+  local ok1, a = pcall(dl.image.decode, cut)
+  dl.image.decode("P6\n16 16\n255\n" .. string.rep("\205", 16 * 16 * 3))
+  local ok2, b = pcall(dl.image.decode, cut)
+  H.eq(ok1, ok2)
+  if ok1 then H.ok(dl.equal(a, b), "a short PNG decodes the same way twice") end
+  -- the runtime stays usable
+  H.eq(dl.image.decode("P5\n2 1\n255\n\3\4"):totable(), { { { 3, 4 } } })
+end)
+
 H.run()
