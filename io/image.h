@@ -8,7 +8,10 @@
 //
 // The decoder treats the bytes as hostile: the size the header announces is checked
 // (each side at most kMaxImageSide, the pixels at most kMaxImagePixels) before stb
-// allocates anything, and any decoding failure is a dl::Error naming the file.
+// allocates anything, a file shorter than its format's raw pixels is refused, what stb
+// reads past a file's end is zeros (Note [Images from short files] in image.cpp), the
+// other formats stb knows (PSD, PIC, HDR) are refused, and any decoding failure is a
+// dl::Error naming the file.
 #pragma once
 #include <cstddef>
 #include <cstdint>

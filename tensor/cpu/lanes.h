@@ -7,16 +7,6 @@
 
 #include "tensor/cpu/loops.h"
 
-// Lanes<R>::add is defined here and built in more than one file (reduce.cpp, norm.cpp).
-// clang 14 gives the resolver of such a multiversioned inline function a strong symbol
-// in every file that builds it, so that the library does not link; a clang build (the
-// fuzz build, tests/fuzz/run.sh) has the baseline version alone, with the same bits.
-#if defined(__clang__)
-#define DL_LANES_CLONES
-#else
-#define DL_LANES_CLONES DL_TARGET_CLONES
-#endif
-
 namespace dl::cpu {
 
 // Independent accumulators of a row fold. 32 keeps the lane loop a real loop for GCC's
@@ -39,7 +29,7 @@ struct Lanes {
   // its elements in the same order, and nothing is fused into a multiply-add
   // (DL_TARGET_CLONES), so every version gives the same bits.
   using T = typename R::in_t;   // (a member template could not be multiversioned by clang)
-  DL_LANES_CLONES void add(const R& r, const T* p, int64_t n, int64_t s, double c) {
+  DL_TARGET_CLONES void add(const R& r, const T* p, int64_t n, int64_t s, double c) {
     int64_t i = 0;
     if (s == 1) {
       for (; i + kLanes <= n; i += kLanes)

@@ -30,11 +30,18 @@
 // put in place of a multiply and an add, and each version rounds exactly as the
 // baseline does. (What the wider versions gain: bench/, `sum1e7`; docs/performance.md,
 // "Measurements behind the code".)
+// GCC's only: clang 14 built some such functions for their first target alone, with no
+// resolver (an AVX-512 small::block_binary ran on an AVX2 machine: SIGILL), and gave the
+// resolvers of inline ones a strong symbol in every file that built them, so a clang
+// build (the fuzz build, tests/fuzz/run.sh) runs the baseline version, which has the
+// same bits. The width builds below, each a function for one target, work with both.
 #if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 14 : __GNUC__ >= 6) && !defined(__CUDACC__)
-#define DL_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define DL_WIDTH_BUILDS 1
 #define DL_TARGET_AVX512 __attribute__((target("avx512f")))
 #define DL_TARGET_AVX2 __attribute__((target("avx2")))
+#endif
+#if defined(DL_WIDTH_BUILDS) && !defined(__clang__)
+#define DL_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DL_TARGET_CLONES
 #endif

@@ -103,6 +103,9 @@ H.test("short files give no memory's old contents", function()
   local ok2, b = pcall(dl.image.decode, cut)
   H.eq(ok1, ok2)
   if ok1 then H.ok(dl.equal(a, b), "a short PNG decodes the same way twice") end
+  -- the formats stb reads that dlua does not decode are refused by name
+  H.raises(function() return dl.image.decode("8BPS" .. string.rep("\0", 40)) end, "a Photoshop (PSD) file")
+  H.raises(function() return dl.image.decode("#?RADIANCE\n" .. string.rep("\0", 40)) end, "a Radiance HDR file")
   -- the runtime stays usable
   H.eq(dl.image.decode("P5\n2 1\n255\n\3\4"):totable(), { { { 3, 4 } } })
 end)
