@@ -1,10 +1,13 @@
 // Fuzz target: random programs of the C ABI's ops that came with the breadth of dl.linalg,
 // sorting and scans, layer_norm, the LSTM step's gates and the fused optimizer updates
-// (bindings/capi.h), on the same pool of handles and with the same oracles as fuzz_ops
-// (fuzz_program.h). Their operands are whatever the pool holds: empty, huge, strided,
-// broadcast and aliased tensors of every dtype, stale and forged handles; and, so that
-// the decompositions run their success paths too, well-formed batches of square
-// matrices made for them (random, symmetric positive definite, triangular).
+// (bindings/capi.h), and of the entry points that take values (matmul, softmax,
+// cross_entropy, watch, a backward pass of one output and one input), which the Lua side
+// calls where fuzz_ops calls their handle forms; on the same pool of handles and with
+// the same oracles as fuzz_ops (fuzz_program.h). Their operands are whatever the pool
+// holds: empty, huge, strided, broadcast and aliased tensors of every dtype (half
+// precision too), stale and forged handles; and, so that the decompositions run their
+// success paths too, well-formed batches of square matrices made for them (random,
+// symmetric positive definite, triangular).
 //
 // Cost: a decomposition's time grows with n^3, so their operands stay under kMaxLinalg
 // elements; the other ops take fuzz_program.h's kMaxCompute.
@@ -143,9 +146,37 @@ void layers_and_updates(Program& p) {
   }
 }
 
+// The entry points the Lua side calls with values (inline or handles) rather than ids,
+// and half-precision copies of the pool's tensors for the ops above to take.
+void values(Program& p) {
+  const dl_tensor* a = p.value(0);
+  const dl_tensor* b = p.value(1);
+  if (!p.cheap(a) || !p.cheap(b)) return;
+  dl_tensor* r = p.result.get();
+  switch (p.in.pick(6)) {
+    case 0: p.put_value(dl_matmul_value(a, b, r)); break;
+    case 1: p.put_value(dl_softmax_value(a, p.dim(), p.in.flag(), r)); break;
+    case 2: p.put_value(dl_cross_entropy_value(a, b, p.in.pick(4), p.in.flag(), p.position(), r)); break;
+    case 3: p.put_value(dl_watch_value(a, r)); break;
+    case 4: {
+      int task = 0;
+      const int st = dl_backward_one(a, b, r, &task);
+      if (st != 2) {
+        p.put_value(st);
+        break;
+      }
+      uint64_t res[1] = {0};
+      if (dl_backward_results(task, res, 1) == 0) p.put(res[0]);
+      dl_backward_free(task);
+      break;
+    }
+    default: p.put(dl_to(p.tensor(), p.in.flag() ? 6 : 7)); break;   // float16, bfloat16
+  }
+}
+
 void run(Program& p) {
   while (!p.in.done()) {
-    switch (p.in.pick(12)) {
+    switch (p.in.pick(13)) {
       case 0: case 1: p.create(); break;
       case 2: square(p); break;
       case 3: p.views(); break;
@@ -154,6 +185,7 @@ void run(Program& p) {
       case 7: layers_and_updates(p); break;
       case 8: p.elements(); break;
       case 9: p.gradients(); break;
+      case 10: values(p); break;
       default: p.release_slot(p.in.pick(dlfuzz::kPool)); break;
     }
   }
