@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "tensor/backend.h"
@@ -94,6 +95,28 @@ template <typename T>
 void from_colmajor(T* out, const T* src, int64_t r, int64_t c, int64_t ld) {
   for (int64_t i = 0; i < r; ++i)
     for (int64_t j = 0; j < c; ++j) out[i * c + j] = src[i + j * ld];
+}
+
+// Whether the n values at p are all finite. The iterative decompositions (gesdd, syevd)
+// are given only matrices that are: LAPACK's gesdd refuses NaN itself (info -4) but not
+// infinity, which it scales into NaNs that its bidiagonal QR iteration (bdsqr) then never
+// converges on: a call with one infinity ran for minutes (tests/fuzz/fuzz_breadth.cpp
+// found it). An SVD of such a matrix fails as one with NaN does, naming the matrix; an
+// eigh gives NaN, as it did for NaN.
+template <typename T>
+bool all_finite(const T* p, size_t n) {
+  bool ok = true;
+  for (size_t i = 0; i < n; ++i) ok &= std::isfinite(p[i]);
+  return ok;
+}
+
+// The same for the triangle of a column-major n x n matrix that syevd 'U' reads.
+template <typename T>
+bool upper_finite(const T* z, int64_t n) {
+  bool ok = true;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i <= j; ++i) ok &= std::isfinite(z[i + j * n]);
+  return ok;
 }
 
 template <typename T>
@@ -186,6 +209,11 @@ void eigh(const Tensor& w, const Tensor& v, const Tensor& a) {
   for (int64_t bi = 0; bi < B; ++bi) {
     const T* ab = a.data<T>() + bi * n * n;
     std::copy(ab, ab + size_t(n) * n, z.data());
+    if (!upper_finite(z.data(), n)) {   // NaN propagates, as through every op, without LAPACK's iteration
+      std::fill_n(w.data<T>() + bi * n, n, std::numeric_limits<T>::quiet_NaN());
+      std::fill_n(v.data<T>() + bi * n * n, size_t(n) * n, std::numeric_limits<T>::quiet_NaN());
+      continue;
+    }
     syevd(n, z.data(), w.data<T>() + bi * n, work.data(), Int(work.size()), iwork.data(), Int(iwork.size()), &info);
     if (info != 0) linalg_failed(Op::Eigh, info, bi, B);
     from_colmajor(v.data<T>() + bi * n * n, z.data(), n, n, n);
@@ -209,6 +237,7 @@ void svd(const Tensor& u, const Tensor& s, const Tensor& vh, const Tensor& a, co
   for (int64_t bi = 0; bi < B; ++bi) {
     const T* ab = a.data<T>() + bi * m * n;
     std::copy(ab, ab + size_t(m) * n, w.data());
+    if (!all_finite(w.data(), w.size())) linalg_failed(Op::Svd, -1, bi, B);
     gesdd(job, n, m, w.data(), s.data<T>() + bi * k, vh.data<T>() + bi * kv * n, n, u.data<T>() + bi * m * ku, ku,
           work.data(), Int(work.size()), iwork.data(), &info);
     if (info != 0) linalg_failed(Op::Svd, info, bi, B);

@@ -207,6 +207,13 @@ H.test("NaN in a matrix is an error, not garbage; lstsq's batches", function()
   local w = L.eigvalsh(a:t())                           -- eigh reads the lower triangle: NaN propagates
   H.ok(w[1] ~= w[1] and w[2] ~= w[2], "eigenvalues of a matrix with NaN are NaN")
   H.raises(function() return L.matrix_rank(a) end, "linalg.svd: the matrix holds NaN or infinity")
+  -- Infinity too: LAPACK's SVD iterated without end on it (tests/fuzz, fuzz_breadth)
+  local inf = dl.tensor({ { 1, 1 / 0 }, { 2, 3 } }, f64)
+  H.raises(function() return L.svd(inf) end, "linalg.svd: the matrix holds NaN or infinity")
+  H.raises(function() return L.svd(inf:float(), { full_matrices = false }) end, "holds NaN or infinity")
+  w = L.eigvalsh(inf:t())
+  H.ok(w[1] ~= w[1] and w[2] ~= w[2], "eigenvalues of a matrix with infinity are NaN")
+  H.eq(L.eigvalsh(inf).shape, { 2 })                    -- the upper triangle is not read
   local A, B = dl.randn(1, 4, 3, f64), dl.randn(4, 4, f64)   -- B a batch of matrices, not of vectors
   H.eq(L.lstsq(A, B).shape, { 1, 3, 4 })
   H.eq(L.lstsq(dl.randn(2, 6, 3, f64), dl.randn(6, 2, f64)).shape, { 2, 3, 2 })
