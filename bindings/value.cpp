@@ -134,7 +134,10 @@ bool valid_inline(const Header& h) {
   if (h.dtype >= kNumDTypes || h.ndim > kMaxDims) return false;
   if (h.ndim < 8 && (h.sizes >> (8 * h.ndim)) != 0) return false;
   int64_t n = 1;
-  for (int d = 0; d < h.ndim; ++d) n *= size_at(h.sizes, d);
+  for (int d = 0; d < h.ndim; ++d) {
+    n *= size_at(h.sizes, d);
+    if (n > kInlineBytes) return false;   // more elements than inline bytes (and 255^8 overflows int64)
+  }
   return n == h.numel && n * int64_t(itemsize(DType(h.dtype))) <= kInlineBytes;
 }
 

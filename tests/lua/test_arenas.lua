@@ -259,6 +259,18 @@ H.test("forged arena references read as plain values", function()
   end)(dl.tensor({ 1, 2 }))
 end)
 
+H.test("a forged inline header whose sizes multiply past 2^63 is refused", function()
+  -- 8 dims of 255: the product of the sizes overflowed int64 while the header was checked
+  local bytes = ffi.new("uint8_t[?]", ffi.sizeof("struct dl_tensor"))
+  bytes[8], bytes[9] = 4, 8                     -- float32, 8 dims
+  for i = 16, 23 do bytes[i] = 255 end          -- every size 255
+  local forged = ffi.cast("struct dl_tensor*", bytes)
+  local out = ffi.new("double[1]")
+  H.eq(C.dl_item(forged, out), -1)
+  H.ok(ffi.string(C.dl_last_error()):find("invalid", 1, true), ffi.string(C.dl_last_error()))
+  H.eq((dl.tensor({ 1, 2 }) + 1):totable(), { 2, 3 })   -- the runtime stays usable
+end)
+
 -- Note [Inline operands of pointwise ops] in bindings/value.cpp: an inline operand of a
 -- recorded pointwise op may be an earlier equal copy; one that differs in a byte, its
 -- dtype or its shape never is, nor is a value written to since.
