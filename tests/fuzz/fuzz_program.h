@@ -631,6 +631,9 @@ struct Program {
   void finish() {
     for (int t : tasks) dl_backward_free(t);
     while (grad_depth-- > 0) dl_grad_exit();
+    // The outermost scope's arena stays pending until a gradient is taken, the next
+    // scope opens or the runtime's call ends (bindings/arenas.cpp); the program ends here.
+    dl_arena_done();
     while (nograd_depth-- > 0) dl_no_grad_exit();
     while (varlogs-- > 0) dl_varlog_pop();
     for (int i = 0; i < kPool; ++i) release_slot(i);
