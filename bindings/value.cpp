@@ -36,6 +36,7 @@
 // inline value needs no recording, as nothing can have asked for its gradient.
 #include "bindings/value.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -133,11 +134,10 @@ bool pack_sizes(const Shape& s, uint64_t* out) {
 bool valid_inline(const Header& h) {
   if (h.dtype >= kNumDTypes || h.ndim > kMaxDims) return false;
   if (h.ndim < 8 && (h.sizes >> (8 * h.ndim)) != 0) return false;
+  // The product saturates past what 64 bytes hold (255^8 overflows int64); a later 0
+  // still makes it 0: (100, 0) is an empty value held inline.
   int64_t n = 1;
-  for (int d = 0; d < h.ndim; ++d) {
-    n *= size_at(h.sizes, d);
-    if (n > kInlineBytes) return false;   // more elements than inline bytes (and 255^8 overflows int64)
-  }
+  for (int d = 0; d < h.ndim; ++d) n = std::min<int64_t>(n * size_at(h.sizes, d), kInlineBytes + 1);
   return n == h.numel && n * int64_t(itemsize(DType(h.dtype))) <= kInlineBytes;
 }
 

@@ -269,6 +269,9 @@ H.test("a forged inline header whose sizes multiply past 2^63 is refused", funct
   H.eq(C.dl_item(forged, out), -1)
   H.ok(ffi.string(C.dl_last_error()):find("invalid", 1, true), ffi.string(C.dl_last_error()))
   H.eq((dl.tensor({ 1, 2 }) + 1):totable(), { 2, 3 })   -- the runtime stays usable
+  -- while an empty value whose sizes pass 64 before its 0 is held inline and valid
+  local e = dl.zeros(100, 0)
+  H.eq(e.shape, { 100, 0 }); H.eq((e + 1).shape, { 100, 0 }); H.eq(dl.zeros(2, 200, 0):sum():item(), 0)
 end)
 
 -- Note [Inline operands of pointwise ops] in bindings/value.cpp: an inline operand of a
