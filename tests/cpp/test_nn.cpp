@@ -409,6 +409,9 @@ TEST_CASE("conv2d errors name the op and the shapes", "[nn]") {
   CHECK_THAT(error_of([&] { batch_norm(zeros({half, half, 0}, DType::Float32), Tensor(), Tensor(), Tensor(),
                                        Tensor(), true, 0.1, 1e-5); }),
              StartsWith("batch_norm: expected more than 1 value per channel when training"));
+  // An LSTM step's cell state of an empty (0, 2^62): its gates' size was compared with 4 x 2^62.
+  CHECK_THAT(error_of([&] { lstm_gates(zeros({0, 4}, DType::Float32), zeros({0, half}, DType::Float32)); }),
+             StartsWith("lstm_gates: expected gates (..., 4 H) and a cell state (..., H)"));
   // The engine stays usable.
   CHECK(conv2d(randu({1, 3, 4, 4}), w, Tensor(), Conv2dOpts{}).shape() == Shape{1, 16, 2, 2});
 }
