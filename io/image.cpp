@@ -23,9 +23,10 @@ namespace {
 // which a sandboxed script could read (tests/fuzz/fuzz_image.cpp found it). So stb reads
 // through callbacks here (`Reader`) that fill whatever lies past the end of the file with
 // zeros, as stb's own byte reader already does: a short file decodes to its pixels and
-// zeros, the same every time, never to memory's old contents. And those two formats,
-// whose pixel data has a size fixed by the header, are refused when the file is shorter
-// than that (`raw_bytes`), before anything is allocated for them.
+// zeros, the same every time, never to memory's old contents. And a file too short for
+// the pixels its header announces, where the format says how short that is, is refused
+// (`least_bytes`) before anything is allocated for it: a few bytes made hundreds of
+// megabytes of zeros.
 struct Reader {
   const uint8_t* data;
   size_t n, at = 0;
@@ -48,17 +49,32 @@ int at_end(void* user) {
 }
 constexpr stbi_io_callbacks kReader = {read_bytes, skip_bytes, at_end};
 
-// The bytes of pixel data that a PNM (P5, P6) or an uncompressed TGA (types 2 and 3)
-// file of w x h pixels of c channels must hold after its header, else 0 (another format,
-// or one whose data is compressed).
-int64_t raw_bytes(const uint8_t* data, size_t n, int64_t w, int64_t h, int64_t c) {
+// The fewest bytes a file can hold w x h pixels in, for the formats whose size follows
+// from the header: a PNM (P5, P6) and an uncompressed TGA (types 2, 3) or BMP (BI_RGB,
+// BI_BITFIELDS) hold every pixel's bytes; a run-length TGA (types 10, 11) at least a
+// packet (a byte and a pixel) per 128 pixels. 0 for the others, whose compressed data
+// stb checks as it reads (PNG, GIF, JPEG). (A 29-byte RLE TGA announcing 13578 x 13107
+// pixels decoded, from zeros, to 712 MB in 5 s.)
+int64_t least_bytes(const uint8_t* data, size_t n, int64_t w, int64_t h, int64_t c) {
+  auto le = [&](size_t at, int k) {
+    uint64_t v = 0;
+    for (int i = k - 1; i >= 0; --i) v = v << 8 | (at + size_t(i) < n ? data[at + size_t(i)] : 0);
+    return int64_t(v);
+  };
   if (n >= 2 && data[0] == 'P' && (data[1] == '5' || data[1] == '6')) {
     const int bytes = stbi_is_16_bit_from_memory(data, int(n)) ? 2 : 1;
     return w * h * c * bytes;
   }
-  if (n >= 18 && (data[2] == 2 || data[2] == 3) && data[1] == 0) {
-    const int64_t bits = data[16];
-    return 18 + data[0] + w * h * ((bits + 7) / 8);
+  if (n >= 2 && data[0] == 'B' && data[1] == 'M') {
+    const int64_t header = le(14, 4), bits = header == 12 ? le(24, 2) : le(28, 2);
+    const int64_t compression = header == 12 ? 0 : le(30, 4);
+    if (compression != 0 && compression != 3) return 0;
+    return le(10, 4) + (w * bits + 31) / 32 * 4 * h;
+  }
+  if (n >= 18 && data[1] == 0) {
+    const int64_t pixel = (int64_t(data[16]) + 7) / 8, start = 18 + data[0];
+    if (data[2] == 2 || data[2] == 3) return start + w * h * pixel;
+    if (data[2] == 10 || data[2] == 11) return start + (w * h + 127) / 128 * (1 + pixel);
   }
   return 0;
 }
@@ -89,9 +105,9 @@ Tensor decode_image(const uint8_t* data, size_t n, int channels, const std::stri
   DL_CHECK(w > 0 && h > 0 && w <= kMaxImageSide && h <= kMaxImageSide && int64_t(w) * h <= kMaxImagePixels, op, ": ",
            name, ": a ", w, " x ", h, " image is larger than dlua decodes (", kMaxImageSide, " a side, ",
            kMaxImagePixels, " pixels)");
-  const int64_t raw = raw_bytes(data, n, w, h, c);
-  DL_CHECK(raw == 0 || int64_t(n) >= raw, op, ": ", name, ": the file is truncated (its header announces ", w,
-           " x ", h, " pixels, ", raw, " bytes of them, and the file has ", n, " bytes)");
+  const int64_t least = least_bytes(data, n, w, h, c);
+  DL_CHECK(int64_t(n) >= least, op, ": ", name, ": the file is truncated (its header announces ", w, " x ", h,
+           " pixels, which take at least ", least, " bytes, and the file has ", n, ")");
   const int want = channels ? channels : c;
   // The result first: a tensor memory limit refuses the image before stb allocates its own copy.
   Tensor out = empty(Shape{want, h, w}, DType::UInt8, Device{}, op);

@@ -90,11 +90,23 @@ H.test("short files give no memory's old contents", function()
   -- An image decoded first leaves its pixels in memory that stb allocates again.
   H.eq(dl.image.decode("P5\n64 64\n255\n" .. string.rep("\171", 64 * 64)):float():mean():item(), 171)
   H.raises(function() return dl.image.decode("P5\n64 64\n255\n" .. string.rep("\1", 10)) end,
-           "the file is truncated (its header announces 64 x 64 pixels, 4096 bytes of them")
+           "the file is truncated (its header announces 64 x 64 pixels, which take at least 4096 bytes")
   -- 18 bytes that announce 3253 x 32255 pixels: refused before 105 MB are allocated.
   H.raises(function() return dl.image.decode("P5\n3253\n32255$(/6") end, "the file is truncated")
   local tga = string.char(0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 64, 0, 24, 0)
   H.raises(function() return dl.image.decode(tga .. string.rep("\1", 30)) end, "the file is truncated")
+  -- run-length TGA: at least a packet (a byte and a pixel) per 128 pixels; 29 bytes that
+  -- announced 13578 x 13107 pixels decoded to 712 MB of zeros
+  local rle = string.char(0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, 0x35, 0x33, 0x33, 32, 0)
+  H.raises(function() return dl.image.decode(rle .. "\0\0\0\50\255\204\255\83\128\246\52") end,
+           "take at least 6951848 bytes")
+  -- an uncompressed BMP: its rows from the data's offset
+  local function le(v, k) local t = {} for i = 1, k do t[i] = string.char(v % 256); v = math.floor(v / 256) end return table.concat(t) end
+  local header = "BM" .. le(0, 4) .. le(0, 4) .. le(54, 4) .. le(40, 4) .. le(4000, 4) .. le(4000, 4) .. le(1, 2) ..
+                 le(24, 2) .. le(0, 4) .. le(0, 4) .. le(0, 4) .. le(0, 4) .. le(0, 4) .. le(0, 4)
+  H.raises(function() return dl.image.decode(header .. "\1\2\3") end, "which take at least 48000054 bytes")
+  H.eq(dl.image.decode(header:sub(1, 18) .. le(2, 4) .. le(1, 4) .. header:sub(27) .. "\1\2\3\4\5\6\0\0"):totable(),
+       { { { 3, 6 } }, { { 2, 5 } }, { { 1, 4 } } })
   -- A PNG whose image data stops early: what stb reads past the end is zeros, the same every time.
   local png = dl.image.encode(pattern(3, 16, 16), "png")
   local cut = png:sub(1, #png - 30)
