@@ -36,16 +36,4 @@ void run(dlfuzz::Program& p) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  dlfuzz::start();
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  dl_manual_seed(double(size));  // random tensors differ per input but replay the same
-  dlfuzz::Program p(data, size);
-  run(p);
-  p.finish();
-  dlfuzz::check_clean();
-  return 0;
-}
+DLFUZZ_PROGRAM_TARGET(run)

@@ -4,11 +4,10 @@
 // refusal. Each target decides which calls its programs make (its own `run`), so a
 // target's corpus keeps its meaning when another target's mix changes.
 //
-//   dlfuzz::start();                    // LLVMFuzzerInitialize: the memory limit, baselines
-//   dlfuzz::Program p(data, size);      // LLVMFuzzerTestOneInput:
-//   while (!p.in.done()) p.create();    //   the target's calls
-//   p.finish();
-//   dlfuzz::check_clean();              //   nothing outlives the program
+//   void run(dlfuzz::Program& p) { while (!p.in.done()) p.create(); }   // the target's calls
+//   DLFUZZ_PROGRAM_TARGET(run)   // libFuzzer's entry points: dlfuzz::start() once (the
+//                                // memory limit, baselines), then per input test_one:
+//                                // run, finish, nothing left
 //
 // Oracles, besides ASan/UBSan: a failing call must leave a message and is never an
 // internal error; every tensor a call returns must describe itself consistently and,
@@ -665,4 +664,25 @@ inline void check_clean() {
   }
 }
 
+// One input of a target whose programs `run` makes: seeded by the input's size (random
+// tensors differ per input but replay the same), then finished and checked clean.
+inline void test_one(const uint8_t* data, size_t size, void (*run)(Program&)) {
+  dl_manual_seed(double(size));
+  Program p(data, size);
+  run(p);
+  p.finish();
+  check_clean();
+}
+
 }  // namespace dlfuzz
+
+// libFuzzer's two entry points for a target whose programs `run` makes.
+#define DLFUZZ_PROGRAM_TARGET(run)                                           \
+  extern "C" int LLVMFuzzerInitialize(int*, char***) {                       \
+    dlfuzz::start();                                                         \
+    return 0;                                                                \
+  }                                                                          \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {  \
+    dlfuzz::test_one(data, size, run);                                       \
+    return 0;                                                                \
+  }
