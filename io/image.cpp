@@ -33,9 +33,9 @@ struct Reader {
 };
 int read_bytes(void* user, char* out, int size) {
   auto* r = static_cast<Reader*>(user);
-  const size_t k = std::min(size_t(std::max(size, 0)), r->n - r->at);
+  const size_t want = size_t(std::max(size, 0)), k = std::min(want, r->n - r->at);
   std::memcpy(out, r->data + r->at, k);
-  if (size_t(size) > k) std::memset(out + k, 0, size_t(size) - k);
+  std::memset(out + k, 0, want - k);
   r->at += k;
   return int(k);
 }
