@@ -67,8 +67,10 @@ int64_t least_bytes(const uint8_t* data, size_t n, int64_t w, int64_t h, int64_t
   }
   if (n >= 2 && data[0] == 'B' && data[1] == 'M') {
     const int64_t header = le(14, 4), bits = header == 12 ? le(24, 2) : le(28, 2);
-    const int64_t compression = header == 12 ? 0 : le(30, 4);
-    if (compression != 0 && compression != 3) return 0;
+    // (stb reads the compression as an int and takes anything but 1, 2 and 4 up as
+    // uncompressed: a negative one too)
+    const int32_t compression = header == 12 ? 0 : int32_t(uint32_t(le(30, 4)));
+    if (compression == 1 || compression == 2 || compression >= 4) return 0;
     return le(10, 4) + (w * bits + 31) / 32 * 4 * h;
   }
   if (n >= 18 && data[1] == 0) {

@@ -105,6 +105,9 @@ H.test("short files give no memory's old contents", function()
   local header = "BM" .. le(0, 4) .. le(0, 4) .. le(54, 4) .. le(40, 4) .. le(4000, 4) .. le(4000, 4) .. le(1, 2) ..
                  le(24, 2) .. le(0, 4) .. le(0, 4) .. le(0, 4) .. le(0, 4) .. le(0, 4) .. le(0, 4)
   H.raises(function() return dl.image.decode(header .. "\1\2\3") end, "which take at least 48000054 bytes")
+  -- stb takes a negative compression (0xaa000000) as none: so does the check
+  local negative = header:sub(1, 30) .. le(0xaa000000, 4) .. header:sub(35)
+  H.raises(function() return dl.image.decode(negative .. "\1\2\3") end, "which take at least 48000054 bytes")
   H.eq(dl.image.decode(header:sub(1, 18) .. le(2, 4) .. le(1, 4) .. header:sub(27) .. "\1\2\3\4\5\6\0\0"):totable(),
        { { { 3, 6 } }, { { 2, 5 } }, { { 1, 4 } } })
   -- A PNG whose image data stops early: what stb reads past the end is zeros, the same every time.
