@@ -251,7 +251,7 @@ struct Program {
     static double doubles[1024];
     static bool bools[sizeof doubles];
     void* buffer = dt == 0 ? static_cast<void*>(bools) : static_cast<void*>(doubles);
-    if (nd > 8 || dt < 0 || dt > 5) {
+    if (nd > 8 || dt < 0 || dt > 7) {   // refused: too many dims, not a dtype
       put(dl_from_ptr(buffer, sh, nd, nullptr, dt));
       return;
     }
@@ -264,7 +264,7 @@ struct Program {
       if (sh[d] == 0) empty = true;
       reach += (sh[d] - 1) * st[d];
     }
-    int size = dt == 0 || dt == 1 ? 1 : dt == 2 || dt == 4 ? 4 : 8;
+    int size = dt == 0 || dt == 1 ? 1 : dt == 6 || dt == 7 ? 2 : dt == 2 || dt == 4 ? 4 : 8;
     if (!empty && (reach + 1) * size > int64_t(sizeof doubles)) return;
     put(dl_from_ptr(buffer, sh, nd, st, dt));
   }
