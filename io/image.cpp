@@ -73,8 +73,8 @@ int64_t least_bytes(const uint8_t* data, size_t n, int64_t w, int64_t h, int64_t
     if (compression == 1 || compression == 2 || compression >= 4) return 0;
     return le(10, 4) + (w * bits + 31) / 32 * 4 * h;
   }
-  if (n >= 18 && data[1] == 0) {
-    const int64_t pixel = (int64_t(data[16]) + 7) / 8, start = 18 + data[0];
+  if (n >= 3 && data[1] == 0) {   // (a header cut short counts: stb reads zeros past the end)
+    const int64_t pixel = (le(16, 1) + 7) / 8, start = 18 + data[0];
     if (data[2] == 2 || data[2] == 3) return start + w * h * pixel;
     if (data[2] == 10 || data[2] == 11) return start + (w * h + 127) / 128 * (1 + pixel);
   }

@@ -100,6 +100,9 @@ H.test("short files give no memory's old contents", function()
   local rle = string.char(0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, 0x35, 0x33, 0x33, 32, 0)
   H.raises(function() return dl.image.decode(rle .. "\0\0\0\50\255\204\255\83\128\246\52") end,
            "take at least 6951848 bytes")
+  -- ... even one cut short in its own 18-byte header
+  H.raises(function() return dl.image.decode(string.char(0, 0, 11, 0xaa, 0, 0, 0, 0, 0x48, 0x44, 0x52, 0, 0x10, 0x26, 0x31, 0x38, 0x20)) end,
+           "the file is truncated")
   -- an uncompressed BMP: its rows from the data's offset
   local function le(v, k) local t = {} for i = 1, k do t[i] = string.char(v % 256); v = math.floor(v / 256) end return table.concat(t) end
   local header = "BM" .. le(0, 4) .. le(0, 4) .. le(54, 4) .. le(40, 4) .. le(4000, 4) .. le(4000, 4) .. le(1, 2) ..
