@@ -288,7 +288,7 @@ end
 
 -- 64 and up have targets; 32 and 128, without one, are each side of the engine's own
 -- loop for small products (Note [Small products of matrices] in
--- tensor/cpu/matmul.cpp).
+-- tensor/cpu/small_gemm.cpp).
 for _, n in ipairs({ 32, 64, 128, 256, 1024, 2048 }) do
   -- About 0.3 s per sample at 200 GFLOP/s.
   local iters = math.max(1, math.floor((quick and 2e8 or 6e10) / (2 * n ^ 3)))

@@ -1,6 +1,6 @@
 // CPU matmul: float32/float64 products through OpenBLAS, the small ones in the engine's
-// own loop (Note [Small products of matrices]); a plain loop with int64 accumulation for
-// the integer dtypes.
+// own loop (Note [Small products of matrices] in small_gemm.cpp); a plain loop with int64
+// accumulation for the integer dtypes.
 //
 // Contract (tensor/kernels.def): out is a fresh contiguous (batch..., M, N); a is
 // (..., M, K) and b (..., K, N), both at least 2-D, in out's dtype, with batch dims
@@ -25,6 +25,7 @@
 #include "tensor/backend.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/openblas.h"
+#include "tensor/cpu/small_gemm.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/vec.h"
 #include "tensor/geometry.h"
@@ -196,7 +197,7 @@ int product_parts(int m, int n, int k) {
 // A batch of products each too small to split (attention's (L, E) x (E, S) per head: 2
 // MFLOP for bench/'s sdpa row) but worth splitting together: the batch's products are
 // shared out between OpenMP threads, each a one-thread BLAS call (or the engine's own
-// loop, Note [Small products of matrices]), as the parts of a split product are (and
+// loop, Note [Small products of matrices] in small_gemm.cpp), as the parts of a split product are (and
 // timed by the same throttle). Each product is the same call
 // either way, so the bits do not change. Not for products under kBatchSplitMinFlops:
 // the char transformer's per-head products (64 x 16 x 64, 131 KFLOP, 64 a batch) were
@@ -404,150 +405,12 @@ bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, 
 }
 
 
-// Note [Small products of matrices]
-// A float32 product of matrices with m n k <= kOwnMatrixVolume (64 x 64 x 64 is a quarter
-// of it; the MLP's second layer, 64 x 256 by 256 x 10, and an attention head's 128 x 64 by
-// 64 x 96 are under it) runs in the loop below instead of OpenBLAS's sgemm. At these
-// sizes OpenBLAS's fixed costs are a large part of its time: it first zeroes c (beta =
-// 0), which on a result buffer last used a thousand products ago misses the cache, and
-// copies both operands into its packed layouts; its kernel proper was about 70% of a
-// 64 x 64 x 64 product. The loop reads a and b where they are and writes c once: a
-// tile of c of kRows rows by two vectors is held in registers while k runs, each
-// element of a broadcast across the tile, each row of b's tile loaded once for all of
-// its rows. Only b's columns must be contiguous: a b read transposed, and the last
-// columns when n is not a multiple of the tile's width, are first copied into a tile
-// of that width (zeros past n). Larger products stay with OpenBLAS, whose blocking for
-// the caches wins from about 128 x 128 x 128 (docs/performance.md, "Small products of
-// matrices", has the measurements behind the limit; bench/ rows `matmul32` to
-// `matmul128` and `mlpmm1` to `mlpmm5`). A long k (over kOwnMatrixDepth) with a narrow
-// b also stays with OpenBLAS, and so do products with a vector operand (Note [Small
-// products without OpenBLAS] has those). A program whose products are all this small
-// never loads OpenBLAS (Note [Loading OpenBLAS on first use] in openblas.cpp).
-// Every element is added in one order whatever the instruction set and the layouts:
-//   c(i, j) = ((0 + a(i, 0) b(0, j)) + a(i, 1) b(1, j)) + ... + a(i, k-1) b(k-1, j)
-// each product rounded, then added (no fused multiply-add: Note [Builds for each vector
-// width] in loops.h). OpenBLAS's kernels use fused multiply-adds and their own blocking
-// of k, so the two differ in the last bits (by about k rounding errors of the terms'
-// size). There is no AVX-512 build: a wider tile was not tried, as no machine here has
-// AVX-512, and the AVX2 build runs there. A float64 tile holds half the columns, and from
-// about 64 x 64 x 64 OpenBLAS's dgemm is as fast: float64 products use the loop up to
-// 32 x 32 x 32.
-template <typename T>
-constexpr int64_t kOwnMatrixVolume = sizeof(T) == 4 ? int64_t(1) << 20 : int64_t(1) << 15;
-constexpr int64_t kOwnMatrixDepth = 4096;   // the longest k the loop takes
-
-template <typename T, int VB>
-struct GemmTile {
-  using V = typename Vec<T, VB>::V;
-  static constexpr int kLanes = Vec<T, VB>::kLanes;
-  static constexpr int kWidth = 2 * kLanes;   // columns of c in a tile
-  static constexpr int kRows = 6;             // 12 sums, b's two vectors, a broadcast: 15 registers
-};
-
-// c's rows 0..R-1 of a tile `cols` columns wide (cols <= kWidth; b's tile is always
-// kWidth wide): a(r, p) = a[r ars + p aks], b(p, j) = b[p ldb + j].
-template <typename T, int VB, int R>
-[[gnu::always_inline]] inline void gemm_tile(const T* a, int64_t ars, int64_t aks, const T* b, int64_t ldb, T* c,
-                                             int64_t ldc, int64_t k, int cols) {
-  using G = GemmTile<T, VB>;
-  using V = typename G::V;
-  constexpr int L = G::kLanes;
-  V acc[R][2] = {};
-  for (int64_t p = 0; p < k; ++p) {
-    const V b0 = load<VB>(b + p * ldb), b1 = load<VB>(b + p * ldb + L);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      // a(r, p) in every lane: added to -0, which leaves every value as it is (-0 and
-      // NaN included), so the addition folds away and a(r, p) is broadcast from memory.
-      // (`x + V{}` must add, +0 turning -0 into +0; lanes set one by one, or a helper
-      // function compiled outside this build's target, are assembled lane by lane.)
-      const V av = a[r * ars + p * aks] + -V{};
-      acc[r][0] += av * b0;
-      acc[r][1] += av * b1;
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    if (cols == G::kWidth) {
-      store<VB>(c + r * ldc, acc[r][0]);
-      store<VB>(c + r * ldc + L, acc[r][1]);
-    } else {
-      T row[G::kWidth];
-      store<VB>(row, acc[r][0]);
-      store<VB>(row + L, acc[r][1]);
-      std::memcpy(c + r * ldc, row, size_t(cols) * sizeof(T));
-    }
-  }
-}
-
-// All m rows of c for one tile of columns.
-template <typename T, int VB>
-[[gnu::always_inline]] inline void gemm_columns(const T* a, int64_t ars, int64_t aks, const T* b, int64_t ldb, T* c,
-                                                int64_t ldc, int64_t m, int64_t k, int cols) {
-  constexpr int R = GemmTile<T, VB>::kRows;
-  int64_t i = 0;
-  for (; i + R <= m; i += R) gemm_tile<T, VB, R>(a + i * ars, ars, aks, b, ldb, c + i * ldc, ldc, k, cols);
-  a += i * ars;
-  c += i * ldc;
-  switch (m - i) {
-    case 5: return gemm_tile<T, VB, 5>(a, ars, aks, b, ldb, c, ldc, k, cols);
-    case 4: return gemm_tile<T, VB, 4>(a, ars, aks, b, ldb, c, ldc, k, cols);
-    case 3: return gemm_tile<T, VB, 3>(a, ars, aks, b, ldb, c, ldc, k, cols);
-    case 2: return gemm_tile<T, VB, 2>(a, ars, aks, b, ldb, c, ldc, k, cols);
-    case 1: return gemm_tile<T, VB, 1>(a, ars, aks, b, ldb, c, ldc, k, cols);
-  }
-}
-
-// c (m x n, ld n) = a b, a(i, p) = a[i ars + p aks], b(p, j) = b[p bks + j bjs].
-template <typename T, int VB>
-[[gnu::always_inline]] inline void small_gemm_body(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks,
-                                                   int64_t bjs, T* c, int64_t m, int64_t n, int64_t k) {
-  constexpr int W = GemmTile<T, VB>::kWidth;
-  int64_t j = 0;
-  if (bjs == 1)
-    for (; j + W <= n; j += W) gemm_columns<T, VB>(a, ars, aks, b + j, bks, c + j, n, m, k, W);
-  if (j == n) return;
-  // (Every element of the tile is written below: no zeroing first, which took a tenth
-  // of a 64 x 256 by 256 x 10 product.)
-  const auto tile = std::make_unique_for_overwrite<T[]>(size_t(k) * W);
-  for (; j < n; j += W) {
-    const int cols = int(std::min<int64_t>(W, n - j));
-    for (int64_t p = 0; p < k; ++p) {
-      T* row = tile.get() + p * W;
-      for (int q = 0; q < cols; ++q) row[q] = b[p * bks + (j + q) * bjs];
-      std::fill(row + cols, row + W, T(0));
-    }
-    gemm_columns<T, VB>(a, ars, aks, tile.get(), W, c + j, n, m, k, cols);
-  }
-}
-#ifdef DL_WIDTH_BUILDS
-template <typename T>
-DL_TARGET_AVX2 void small_gemm_avx2(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs,
-                                    T* c, int64_t m, int64_t n, int64_t k) {
-  small_gemm_body<T, 32>(a, ars, aks, b, bks, bjs, c, m, n, k);
-}
-#endif
-
-// Whether an m x k by k x n product runs in the loop above (Note [Small products of
-// matrices]). (A long k with a narrow b is a few long dot products: its copied tile of
-// b would be up to eight times b, and OpenBLAS's dot-like kernels serve it.)
-template <typename T>
-bool own_gemm_takes(int m, int n, int k) {
-  return m > 1 && n > 1 && int64_t(m) * n * k <= kOwnMatrixVolume<T> && k <= kOwnMatrixDepth;
-}
-
-// c = op(a) op(b) as product() below takes them; false when the product is OpenBLAS's
-// to run.
+// c = op(a) op(b) as product() below takes them, in the engine's own loop (Note [Small
+// products of matrices] in small_gemm.cpp); false when the product is OpenBLAS's to run.
 template <typename T>
 bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n, int k) {
-  if (!own_gemm_takes<T>(m, n, k)) return false;
-#ifdef DL_WIDTH_BUILDS
-  if (vector_bytes() >= 32) {
-    small_gemm_avx2(a, la.row_step(), la.col_step(), b, lb.row_step(), lb.col_step(), c, m, n, k);
-    return true;
-  }
-#endif
-  small_gemm_body<T, 16>(a, la.row_step(), la.col_step(), b, lb.row_step(), lb.col_step(), c, m, n, k);
+  if (!small_gemm_takes<T>(m, n, k)) return false;
+  small_gemm(a, la.row_step(), la.col_step(), b, lb.row_step(), lb.col_step(), c, m, n, k);
   return true;
 }
 
@@ -638,7 +501,7 @@ void float_matmul(const Tensor& out, Tensor a, Tensor b) {
     std::vector<int64_t> oa, ob;
     batch_offsets(g, oa, ob);
     // Each product on one BLAS thread (OpenBLAS not loaded for products of the own loop).
-    if (!own_gemm_takes<T>(int(M), int(N), int(K))) blas_threads_for(0.0);
+    if (!small_gemm_takes<T>(M, N, K)) blas_threads_for(0.0);
     const double flops = 2.0 * double(M) * double(N) * double(K) * double(g.count);
     g_split_throttle.timed(flops, [&] {
       parallel_units(g.count, flops, [&](int64_t b0, int64_t e0, int) {

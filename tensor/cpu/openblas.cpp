@@ -3,7 +3,7 @@
 //
 // Note [Loading OpenBLAS on first use]
 // The engine does not link OpenBLAS: the first matrix product that needs it (not the
-// small ones: Note [Small products of matrices] in matmul.cpp), solve or decomposition
+// small ones: Note [Small products of matrices] in small_gemm.cpp), solve or decomposition
 // loads it (dlopen, as the CUDA plugin is loaded) and looks up the functions of
 // openblas.h's lists. Loading it costs more than anything else in starting a process:
 // its relocations and libgfortran's, its CPU detection and the start of its threads

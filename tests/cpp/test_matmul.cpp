@@ -14,6 +14,7 @@
 #include "tensor/backend.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/openblas.h"
+#include "tensor/cpu/small_gemm.h"
 
 using namespace dl;
 
@@ -175,10 +176,11 @@ TEST_CASE("products with a vector operand add in their documented order", "[matm
   cpu::limit_vector_bytes(0);
 }
 
-// Note [Small products of matrices] in tensor/cpu/matmul.cpp: each element of a
+// Note [Small products of matrices] in tensor/cpu/small_gemm.cpp: each element of a
 // product with m n k up to 2^20 (float32) or 2^15 (float64) is
-// ((0 + a(i,0) b(0,j)) + a(i,1) b(1,j)) + ..., each product rounded before it is added,
-// whatever the layouts and the build.
+// fma(a(i,k-1), b(k-1,j), ... fma(a(i,1), b(1,j), fma(a(i,0), b(0,j), 0))), whatever the
+// layouts and the build. Where no build of the loop runs (an x86-64 vector width
+// limited to 16 bytes), OpenBLAS's values to a product's rounding.
 template <typename T>
 void check_small_products(DType dt, int64_t volume) {
   struct Dims {
@@ -198,10 +200,13 @@ void check_small_products(DType dt, int64_t volume) {
     }
     return how % 2 ? transpose(stored, 0, 1) : stored;
   };
-  // Tiles of 6 rows by two vectors of columns, with and without partial ones (m % 6 from
-  // 0 to 5), a tile-wide matrix, a 1-term sum, and the largest volume the loop takes.
+  // Tiles of 6 (AVX2) or 12 (AVX-512) rows by two vectors of columns, with and without
+  // partial ones (every m % 6 and most m % 12), last columns of more and of at most half
+  // a tile (one vector wide), a tile-wide matrix, a 1-term sum, and the largest volume
+  // the loop takes.
   for (Dims d : {Dims{2, 2, 1}, Dims{3, 5, 7}, Dims{6, 16, 4}, Dims{7, 17, 33}, Dims{11, 9, 20}, Dims{13, 33, 64},
-                 Dims{32, 32, 32}, Dims{64, 64, 64}, Dims{64, 10, 256}, Dims{128, 64, 128}}) {
+                 Dims{23, 50, 9}, Dims{25, 7, 3}, Dims{20, 40, 6}, Dims{32, 32, 32}, Dims{64, 64, 64},
+                 Dims{64, 10, 256}, Dims{128, 64, 128}}) {
     if (d.m * d.n * d.k > volume) continue;
     Tensor a0 = randn(Shape{d.m, d.k}, dt), b0 = randn(Shape{d.k, d.n}, dt);
     const T* a = a0.data<T>();
@@ -210,18 +215,24 @@ void check_small_products(DType dt, int64_t volume) {
     for (int64_t i = 0; i < d.m; ++i)
       for (int64_t j = 0; j < d.n; ++j) {
         T acc = 0;
-        for (int64_t p = 0; p < d.k; ++p) {
-          const T term = a[i * d.k + p] * b[p * d.n + j];
-          acc += term;
-        }
+        for (int64_t p = 0; p < d.k; ++p) acc = std::fma(a[i * d.k + p], b[p * d.n + j], acc);
         want[size_t(i * d.n + j)] = acc;
       }
+    const bool own = cpu::small_gemm_takes<T>(d.m, d.n, d.k);
+    auto check = [&](const Tensor& r) {
+      if (own) {
+        CHECK(std::memcmp(r.raw_data(), want.data(), want.size() * sizeof(T)) == 0);
+      } else {
+        std::vector<double> close(want.begin(), want.end());
+        check_values(r, close, 1e-4);
+      }
+    };
     for (int la = 0; la < 4; ++la)
       for (int lb = 0; lb < 4; ++lb) {
         INFO(d.m << " x " << d.k << " x " << d.n << ", " << dtype_name(dt) << ", layouts " << la << " x " << lb);
         Tensor r = matmul(lay(a0, la), lay(b0, lb));
         REQUIRE(r.shape() == Shape{d.m, d.n});
-        CHECK(std::memcmp(r.raw_data(), want.data(), want.size() * sizeof(T)) == 0);
+        check(r);
       }
     // A batch folded into the rows of one product (4 m rows by the same b), and the same
     // batch read through a zero stride (a product per matrix).
@@ -230,8 +241,7 @@ void check_small_products(DType dt, int64_t volume) {
       Tensor batch = expand(unsqueeze(a0, 0), {4, d.m, d.k});
       for (const Tensor& lhs : {contiguous(batch), batch}) {
         Tensor r = matmul(lhs, b0);
-        for (int64_t t = 0; t < 4; ++t)
-          CHECK(std::memcmp(contiguous(select(r, 0, t)).raw_data(), want.data(), want.size() * sizeof(T)) == 0);
+        for (int64_t t = 0; t < 4; ++t) check(contiguous(select(r, 0, t)));
       }
     }
   }
@@ -245,6 +255,15 @@ TEST_CASE("small products of matrices add in their documented order", "[matmul]"
     check_small_products<double>(DType::Float64, int64_t(1) << 15);
   }
   cpu::limit_vector_bytes(0);
+#if defined(__x86_64__)
+  // Every x86-64 CPU with AVX2 and FMA runs the loop.
+  CHECK(cpu::small_gemm_takes<float>(64, 64, 64) ==
+        (cpu::vector_bytes() >= 32 && __builtin_cpu_supports("fma")));
+#else
+  CHECK(cpu::small_gemm_takes<float>(64, 64, 64));
+#endif
+  CHECK_FALSE(cpu::small_gemm_takes<float>(128, 128, 128));
+  CHECK_FALSE(cpu::small_gemm_takes<float>(2, int64_t(1) << 40, int64_t(1) << 40));
   // Past 2^20 the product is OpenBLAS's, whose fused multiply-adds round otherwise: the
   // same values to a float32 product's rounding.
   Tensor a = randn(Shape{129, 128}, DType::Float32), b = randn(Shape{128, 64}, DType::Float32);

@@ -1,0 +1,196 @@
+// Note [Small products of matrices]
+// A float32 product of matrices with m n k <= kVolume (64 x 64 x 64 is a quarter of it;
+// the MLP's second layer, 64 x 256 by 256 x 10, and an attention head's 128 x 64 by
+// 64 x 96 are under it) runs in the loop below instead of OpenBLAS's sgemm. At these
+// sizes OpenBLAS's fixed costs are a large part of its time: it first zeroes c (beta =
+// 0), which on a result buffer last used a thousand products ago misses the cache, and
+// copies both operands into its packed layouts; its kernel proper was about 70% of a
+// 64 x 64 x 64 product. The loop reads a and b where they are and writes c once: a
+// tile of c of R rows by NV vectors is held in registers while k runs, each element
+// of a broadcast across the tile, each row of b's tile loaded once for all of its rows.
+// Only b's columns must be contiguous: a b read transposed, and the last columns when
+// n is not a multiple of the tile's width, are first copied into a tile of that width
+// (zeros past n); where those last columns fill half a tile or less, the tile is one
+// vector wide. Larger products stay with OpenBLAS, whose blocking for the caches wins
+// from about 128 x 128 x 128 (docs/performance.md, "Small products of matrices", has
+// the measurements behind the limit; bench/ rows `matmul32` to `matmul128` and
+// `mlpmm1` to `mlpmm5`). A long k (over kDepth) with a narrow b also stays with
+// OpenBLAS, and so do products with a vector operand (Note [Small products without
+// OpenBLAS] in matmul.cpp has those). A program whose products are all this small never
+// loads OpenBLAS (Note [Loading OpenBLAS on first use] in openblas.cpp).
+//
+// Every element is the same chain of fused multiply-adds whatever the build and the
+// layouts:
+//   c(i, j) = fma(a(i, k-1), b(k-1, j), ... fma(a(i, 1), b(1, j), fma(a(i, 0), b(0, j), 0)))
+// one rounding per term, as BLAS's kernels round (though in their own blocking of k, so
+// the two still differ in the last bits). This file is compiled with -ffp-contract=fast
+// (tensor/CMakeLists.txt) so that `acc += a * b` is one instruction: without fused
+// multiply-adds the loop had half the arithmetic rate of OpenBLAS's kernels, which left
+// it at 0.35 of sgemm on an AVX-512 machine (docs/performance.md). The builds, each
+// keeping its tile in the registers it has:
+//   AVX-512: 16 floats (8 doubles) a vector, tiles of 12 rows x 2 vectors (24 of 32
+//            registers), 12 x 1 for a narrow last tile;
+//   AVX2 with FMA: 8 floats a vector, 6 x 2 (12 of 16 registers), 12 x 1 narrow;
+//   elsewhere (not x86-64): the baseline's vectors, 6 x 2 and 6 x 1, fused where the
+//            instruction set has a fused multiply-add (every ARMv8 CPU).
+// An x86-64 CPU without AVX2 and FMA (the baseline build there cannot fuse) leaves
+// every product to OpenBLAS, as does a test that limits the vector width to 16 bytes
+// (limit_vector_bytes in loops.h). A float64 tile holds half the columns, and from
+// about 64 x 64 x 64 OpenBLAS's dgemm is as fast: float64 products use the loop up to
+// 32 x 32 x 32.
+#include "tensor/cpu/small_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "tensor/cpu/loops.h"
+#include "tensor/cpu/vec.h"
+
+namespace dl::cpu {
+
+namespace {
+
+template <typename T>
+constexpr int64_t kVolume = sizeof(T) == 4 ? int64_t(1) << 20 : int64_t(1) << 15;
+constexpr int64_t kDepth = 4096;   // the longest k the loop takes
+
+// c's rows 0..R-1 of a tile `cols` columns wide (cols <= NV lanes; b's tile is always
+// that wide): a(r, p) = a[r ars + p aks], b(p, j) = b[p ldb + j].
+template <typename T, int VB, int R, int NV>
+[[gnu::always_inline]] inline void tile(const T* a, int64_t ars, int64_t aks, const T* b, int64_t ldb, T* c,
+                                        int64_t ldc, int64_t k, int cols) {
+  using V = typename Vec<T, VB>::V;
+  constexpr int L = Vec<T, VB>::kLanes;
+  V acc[R][NV] = {};
+  for (int64_t p = 0; p < k; ++p) {
+    V bv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) bv[v] = load<VB>(b + p * ldb + v * L);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      // a(r, p) in every lane: added to -0, which leaves every value as it is (-0 and
+      // NaN included), so the addition folds away and a(r, p) is broadcast from memory.
+      // (`x + V{}` must add, +0 turning -0 into +0; lanes set one by one, or a helper
+      // function compiled outside this build's target, are assembled lane by lane.)
+      const V av = a[r * ars + p * aks] + -V{};
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];   // fused (see the Note)
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+    if (cols == NV * L) {
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) store<VB>(c + r * ldc + v * L, acc[r][v]);
+    } else {
+      T row[NV * L];
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) store<VB>(row + v * L, acc[r][v]);
+      std::memcpy(c + r * ldc, row, size_t(cols) * sizeof(T));
+    }
+  }
+}
+
+// The last `rows` (< R) rows of c for one tile of columns.
+template <typename T, int VB, int R, int NV>
+[[gnu::always_inline]] inline void last_rows(int64_t rows, const T* a, int64_t ars, int64_t aks, const T* b,
+                                             int64_t ldb, T* c, int64_t ldc, int64_t k, int cols) {
+  if constexpr (R > 1) {
+    if (rows == R - 1) return tile<T, VB, R - 1, NV>(a, ars, aks, b, ldb, c, ldc, k, cols);
+    last_rows<T, VB, R - 1, NV>(rows, a, ars, aks, b, ldb, c, ldc, k, cols);
+  }
+}
+
+// All m rows of c for one tile of columns.
+template <typename T, int VB, int R, int NV>
+[[gnu::always_inline]] inline void columns(const T* a, int64_t ars, int64_t aks, const T* b, int64_t ldb, T* c,
+                                           int64_t ldc, int64_t m, int64_t k, int cols) {
+  int64_t i = 0;
+  for (; i + R <= m; i += R) tile<T, VB, R, NV>(a + i * ars, ars, aks, b, ldb, c + i * ldc, ldc, k, cols);
+  if (i < m) last_rows<T, VB, R, NV>(m - i, a + i * ars, ars, aks, b, ldb, c + i * ldc, ldc, k, cols);
+}
+
+// The whole product, tiles of R rows by two vectors, and RN rows by one for a narrow
+// last tile.
+template <typename T, int VB, int R, int RN>
+[[gnu::always_inline]] inline void body(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs,
+                                        T* c, int64_t m, int64_t n, int64_t k) {
+  constexpr int W = 2 * Vec<T, VB>::kLanes;
+  int64_t j = 0;
+  if (bjs == 1)
+    for (; j + W <= n; j += W) columns<T, VB, R, 2>(a, ars, aks, b + j, bks, c + j, n, m, k, W);
+  if (j == n) return;
+  const auto copy = std::make_unique_for_overwrite<T[]>(size_t(k) * W);
+  for (; j < n; j += W) {
+    const int cols = int(std::min<int64_t>(W, n - j));
+    const int width = cols <= W / 2 ? W / 2 : W;
+    // The lanes past the last column are zeros, stored as vectors over the whole tile
+    // first (a short fill per row became a `rep stos` each: 30% of a 64 x 256 by 256 x
+    // 10 product's time by perf).
+    if (cols < width)
+      for (int64_t e = 0; e < k * width; e += Vec<T, VB>::kLanes) store<VB>(copy.get() + e, typename Vec<T, VB>::V{});
+    for (int64_t p = 0; p < k; ++p)
+      for (int q = 0; q < cols; ++q) copy[size_t(p * width + q)] = b[p * bks + (j + q) * bjs];
+    if (width == W) columns<T, VB, R, 2>(a, ars, aks, copy.get(), W, c + j, n, m, k, cols);
+    else columns<T, VB, RN, 1>(a, ars, aks, copy.get(), W / 2, c + j, n, m, k, cols);
+  }
+}
+
+#if defined(DL_WIDTH_BUILDS)
+template <typename T>
+DL_TARGET_AVX512 void gemm_avx512(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs, T* c,
+                                  int64_t m, int64_t n, int64_t k) {
+  body<T, 64, 12, 12>(a, ars, aks, b, bks, bjs, c, m, n, k);
+}
+template <typename T>
+__attribute__((target("avx2,fma"))) void gemm_avx2(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks,
+                                                   int64_t bjs, T* c, int64_t m, int64_t n, int64_t k) {
+  body<T, 32, 6, 12>(a, ars, aks, b, bks, bjs, c, m, n, k);
+}
+
+// The widest build this CPU runs (and vector_bytes() allows), or 0: none.
+int build_bytes() {
+  static const bool fma = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("fma") != 0;
+  }();
+  const int bytes = vector_bytes();
+  return bytes >= 32 && fma ? bytes : 0;
+}
+#else
+int build_bytes() { return 16; }
+#endif
+
+template <typename T>
+void run(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs, T* c, int64_t m, int64_t n,
+         int64_t k) {
+#if defined(DL_WIDTH_BUILDS)
+  if (build_bytes() == 64) return gemm_avx512(a, ars, aks, b, bks, bjs, c, m, n, k);
+  return gemm_avx2(a, ars, aks, b, bks, bjs, c, m, n, k);
+#else
+  body<T, 16, 6, 6>(a, ars, aks, b, bks, bjs, c, m, n, k);
+#endif
+}
+
+}  // namespace
+
+template <typename T>
+bool small_gemm_takes(int64_t m, int64_t n, int64_t k) {
+  // (each size bounded before the product of the three is formed)
+  return m > 1 && n > 1 && k <= kDepth && m <= kVolume<T> && n <= kVolume<T> && m * n * k <= kVolume<T> &&
+         build_bytes() != 0;
+}
+template bool small_gemm_takes<float>(int64_t, int64_t, int64_t);
+template bool small_gemm_takes<double>(int64_t, int64_t, int64_t);
+
+void small_gemm(const float* a, int64_t ars, int64_t aks, const float* b, int64_t bks, int64_t bjs, float* c,
+                int64_t m, int64_t n, int64_t k) {
+  run(a, ars, aks, b, bks, bjs, c, m, n, k);
+}
+void small_gemm(const double* a, int64_t ars, int64_t aks, const double* b, int64_t bks, int64_t bjs, double* c,
+                int64_t m, int64_t n, int64_t k) {
+  run(a, ars, aks, b, bks, bjs, c, m, n, k);
+}
+
+}  // namespace dl::cpu
