@@ -160,7 +160,7 @@ M.pw8_fn = pw8_fn
 -- interpreter, and every call paid the interpreter's entry into f. That weighed on a
 -- compiled function (a vararg function, entered interpreted) more than on a plain one
 -- (entered through its trace): `chainfwd 16 c` ran 1.13 of eager's time in such a loop
--- and 1.03-1.07 in a script's plain loop (docs/performance.md, "dl.compile").
+-- and 1.03-1.07 in a script's plain loop (docs/performance-compile.md).
 local function calls(f, iters, n, a, b, c, d, e, g)
   local r
   if n == 0 then for _ = 1, iters do r = f() end

@@ -18,8 +18,8 @@ namespace dl::bind {
 // Note [Inline operands run at once]
 // An op whose operands are all small values held inline (Note [Small tensors inline]
 // in value.cpp) runs eagerly inside a compiled call too: its fast path costs less than
-// matching it (bench/ `chainfwdc16` against `chainfwdc256`; docs/performance.md,
-// "dl.compile"), and its result is again such a value, so tiny-tensor code pays almost
+// matching it (bench/ `chainfwdc16` against `chainfwdc256`;
+// docs/performance-compile.md), and its result is again such a value, so tiny-tensor code pays almost
 // nothing for being compiled. An op that reads a proxy is always deferred. The entry
 // points ask this first, before they look the call up: a few loads, where going into
 // the defer_* functions to be told cost about 59 instructions an op (callgrind, bench/
@@ -45,7 +45,7 @@ inline bool runs_at_once(const dl_tensor* a, const dl_tensor* b = nullptr) {
 // kRunAtOnce. A view of such a handle (defer_view) runs at once too, but only while
 // the call has deferred nothing and has no gradient's scope, since the eager view's
 // entry point runs the deferred steps first. Measured with bench/ `replay16`
-// (docs/performance.md, "dl.compile").
+// (docs/performance-compile.md).
 constexpr int kRunAtOnce = -4;
 
 // Whether an entry point returns the answer st of a defer_* function (a proxy written,

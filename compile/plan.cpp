@@ -536,7 +536,7 @@ ExecStats t_stats;
 // [Trailing reductions in programs] there), unless it is larger than a program holds;
 // those run as blocks. Blocks store every step's block to the first-level cache and
 // read it back, programs only the values read out of turn (bench/ `pw8c`;
-// docs/performance.md, "dl.compile"). The tests run every way (set_host_groups).
+// docs/performance-compile.md). The tests run every way (set_host_groups).
 HostGroups g_host_groups = HostGroups::Auto;
 
 // (tail_code: the instruction whose values a trailing reduction folds.)
@@ -692,7 +692,7 @@ bool folds_into(const std::vector<Step>& steps, size_t i, size_t j) {
 // every call, so the trace keeps that work as a Schedule (Trace::schedules) and the
 // next call checks its steps' signature against it and runs it (bench/ `chainc`, the
 // compiled gradient of a 31-op chain, worked it out on every call before:
-// docs/performance.md, "The compiled call's own cost"). What depends on the call's
+// docs/performance-compile.md, "The compiled call's own cost"). What depends on the call's
 // tensors (their memory, whether a bound operand is contiguous or one value) is worked
 // out as the schedule runs, every call.
 // A step's second operand's position, -1 for one that reads one.

@@ -34,7 +34,7 @@ namespace {
 // op over blocks of 2,048 elements (compile/plan.cpp's block executor), every step
 // stored its block to the first-level cache and read it back; as a program, only the
 // values read out of turn are: bench/'s `pw8c` and `pw8bw` measure the difference and
-// the distance to the same loop written in C (docs/performance.md, "dl.compile").
+// the distance to the same loop written in C (docs/performance-compile.md).
 constexpr int kChunkBytes = 256;
 constexpr int kAlign = 64;   // of the buffers: a cache line, and an AVX-512 vector
 
@@ -50,7 +50,7 @@ struct Chunk {
 // operand: it spills, on machines older than AVX2). With four 64-byte vectors on every
 // machine, the interpreter ran at 2.5 ns an element for the eight ops of bench/'s
 // `pw8c` on an AMD EPYC without AVX-512, slower than eager's eight passes over memory;
-// 0.8 ns with eight 32-byte ones (docs/performance.md, "dl.compile"). The vectors and
+// 0.8 ns with eight 32-byte ones (docs/performance-compile.md). The vectors and
 // their loads are tensor/cpu/vec.h's.
 
 // How an instruction's operand is read: the value in registers (the instruction just
@@ -338,7 +338,7 @@ template <typename T, int VB, int N>
 // A program of fewer elements than a chunk (a small model's, or a scalar's gradient)
 // runs 64 bytes at a time: a whole chunk would compute every instruction on four times
 // the elements there are. bench/'s `chainc` (the compiled gradient of a 16-element
-// chain: two programs a call) measures it (docs/performance.md, "The compiled call's
+// chain: two programs a call) measures it (docs/performance-compile.md, "The compiled call's
 // own cost").
 template <typename T, int VB>
 [[gnu::always_inline]] inline void run_width(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
@@ -445,7 +445,7 @@ void check_and_plan(const fused::Program& p, Routes& r) {
 // new memory, so the last few structures checked on this thread are kept with their
 // routes, and a program of one of them takes its routes as they are: the check and the
 // plan were 3 to 4% of the instructions of bench/'s compiled calls (`chainc`, `replay16
-// d`; docs/performance.md, "The compiled call's own cost").
+// d`; docs/performance-compile.md, "The compiled call's own cost").
 struct Checked {
   bool used = false;
   fused::Program shape;   // the structure; data pointers and scalars not compared
