@@ -70,8 +70,8 @@ static_assert(offsetof(dl_tensor, inl_arena) == offsetof(Header, arena), "dl_ten
 // header's copy read back with wide loads what narrow stores had just written there,
 // which the processor cannot forward (a stall of a dozen cycles or more, each time).
 // A compiled call writes and reads a proxy's header once per op and an eager inline op
-// reads and writes headers too (bench/ `chainc` and `add16`; docs/performance.md, "The
-// compiled call's own cost").
+// reads and writes headers too (bench/ `chainc` and `add16`; docs/performance-compile.md,
+// "The compiled call's own cost").
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "dl_tensor headers are read as little-endian words");
 static_assert(offsetof(Header, dtype) == 8 && offsetof(Header, slot) == 12 && offsetof(Header, sizes) == 16,
               "dl_tensor's header words");
