@@ -164,6 +164,28 @@ inline TeamPlace team_place() {
 #endif
 }
 
+// A monotonic clock in nanoseconds.
+inline int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Where a RegionThrottle times a region (Note [Throttling parallel regions under
+// contention]), the time the thread that started it spends in its own parts: the
+// parallel helpers below add to it on that thread alone (null elsewhere).
+inline thread_local int64_t* t_own_part_ns = nullptr;
+
+template <typename F>
+[[gnu::always_inline]] inline void run_part(F&& f) {
+  if (int64_t* own = t_own_part_ns) {
+    const int64_t t0 = monotonic_ns();
+    f();
+    *own += monotonic_ns() - t0;
+  } else {
+    f();
+  }
+}
+
 // Runs run(begin, end, thread) over [0, n) units, split into one contiguous range per
 // OpenMP thread when the whole job (`work`, roughly the elements touched; a double, as an
 // estimate from a caller's geometry such as a pool's window can pass 2^63) is worth
@@ -171,14 +193,14 @@ inline TeamPlace team_place() {
 template <typename Run>
 void parallel_units(int64_t n, double work, Run&& run) {
   if (n < 2 || work < kParallelGrain) {
-    run(int64_t(0), n, 0);
+    run_part([&] { run(int64_t(0), n, 0); });
     return;
   }
 #pragma omp parallel
   {
     const auto [nt, t] = team_place();
     const Chunk c = chunk_of(n, nt, t);
-    if (c.b < c.e) run(c.b, c.e, t);
+    if (c.b < c.e) run_part([&] { run(c.b, c.e, t); });
   }
 }
 
@@ -193,7 +215,7 @@ void parallel_parts(int64_t n, int parts, Run&& run) {
     const auto [nt, t] = team_place();
     for (int p = t; p < parts; p += nt) {
       const Chunk c = chunk_of(n, parts, p);
-      if (c.b < c.e) run(c.b, c.e);
+      if (c.b < c.e) run_part([&] { run(c.b, c.e); });
     }
   }
 }
@@ -209,12 +231,22 @@ void serial_parts(int64_t n, int parts, Run&& run) {
 // A parallel region ends when every thread of the team has run its part, so when
 // another process holds one of the cores, a region waits for a scheduler time slice
 // (milliseconds) whatever its size. Where regions are frequent and short, a caller can
-// time them with a RegionThrottle: two regions in a row that took more than kSlowFactor
-// times the fastest time per unit of work seen so far turn the splitting off for
-// kBackoffNs, after which the next regions probe again. (One alone does not: even on a
-// quiet machine the first region after a long serial stretch can wait milliseconds for
-// a parked thread.) On a quiet machine that costs nothing; under contention, two slow
-// regions a second. (Races between threads only blur the record.)
+// time them with a RegionThrottle: two regions in a row that were slow turn the
+// splitting off for kBackoffNs, after which the next regions probe again. (One alone
+// does not: even on a quiet machine the first region after a long serial stretch can
+// wait milliseconds for a parked thread.) A region is slow when it took more than
+// kSlowFactor times the fastest time per unit of work seen so far, and the thread that
+// started it spent more of that time waiting for the others than in its own parts
+// (run_part above times those). The second condition is what tells contention from a
+// region that is slow on every thread: the first products into fresh result memory
+// take page faults on both threads (4 times the best time, for the first dozens of
+// 256 x 784 products of a process), and by the first condition alone turned splitting
+// off for a second at the start of a run, or half the runs of a 0.2 s benchmark sample
+// (docs/performance.md, "Small products of matrices"). A thread preempted while it
+// runs its own part is not seen as waiting, so contention is seen in about half the
+// regions it slows: still within a few regions. On a quiet machine the throttle costs
+// two clock reads a region; under contention, a few slow regions a second. (Races
+// between threads only blur the record.)
 class RegionThrottle {
  public:
   static constexpr double kSlowFactor = 3.0;
@@ -224,12 +256,13 @@ class RegionThrottle {
   // Runs a parallel region that does `work` units, and records its time.
   template <typename F>
   void timed(double work, F&& region);
-  // A region that did `work` units in `took_ns`, ending at now_ns.
-  void record(double work, int64_t took_ns, int64_t now_ns) {
+  // A region that did `work` units in `took_ns`, `own_ns` of them in the starting
+  // thread's own parts, ending at now_ns.
+  void record(double work, int64_t took_ns, int64_t own_ns, int64_t now_ns) {
     const double per = double(took_ns) / work;
     const double best = best_.load(std::memory_order_relaxed);
     if (per < best) best_.store(per, std::memory_order_relaxed);
-    if (per <= kSlowFactor * best) {
+    if (per <= kSlowFactor * best || took_ns - own_ns <= own_ns) {
       slow_in_a_row_.store(0, std::memory_order_relaxed);
     } else if (slow_in_a_row_.fetch_add(1, std::memory_order_relaxed) + 1 >= 2) {
       slow_in_a_row_.store(0, std::memory_order_relaxed);
@@ -243,18 +276,16 @@ class RegionThrottle {
   std::atomic<int64_t> off_until_{0};
 };
 
-// A monotonic clock in nanoseconds.
-inline int64_t monotonic_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 template <typename F>
 void RegionThrottle::timed(double work, F&& region) {
+  int64_t own = 0;
+  int64_t* const outer = t_own_part_ns;
+  t_own_part_ns = &own;
   const int64_t t0 = monotonic_ns();
   region();
   const int64_t t1 = monotonic_ns();
-  record(work, t1 - t0, t1);
+  t_own_part_ns = outer;
+  record(work, t1 - t0, own, t1);
 }
 
 inline int max_threads() {

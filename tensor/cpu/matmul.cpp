@@ -407,10 +407,29 @@ bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, 
 
 // c = op(a) op(b) as product() below takes them, in the engine's own loop (Note [Small
 // products of matrices] in small_gemm.cpp); false when the product is OpenBLAS's to run.
+// One from kOmpSplitFlops up (the larger ones AVX-512 machines run there) is cut
+// between the OpenMP threads along the larger of c's dims, as OpenBLAS's products are
+// (Note [Products split between OpenMP threads]), in whole tiles (rows in 24s, a
+// multiple of both builds' 6 and 12; columns in 32s). The loop gives every element the
+// same bits however the product is cut, so here the cut may follow the threads there are.
 template <typename T>
 bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n, int k) {
-  if (!small_gemm_takes<T>(m, n, k)) return false;
-  small_gemm(a, la.row_step(), la.col_step(), b, lb.row_step(), lb.col_step(), c, m, n, k);
+  const int64_t ars = la.row_step(), aks = la.col_step(), bks = lb.row_step(), bjs = lb.col_step();
+  if (!small_gemm_takes<T>(m, n, k, bjs)) return false;
+  const int parts = product_parts(m, n, k);
+  if (parts < 2 || !may_share_out()) {
+    small_gemm(a, ars, aks, b, bks, bjs, c, n, m, n, k);
+    return true;
+  }
+  const bool by_rows = m >= n;
+  const int64_t unit = by_rows ? 24 : 32, len = by_rows ? m : n;
+  g_split_throttle.timed(2.0 * m * n * k, [&] {
+    parallel_parts((len + unit - 1) / unit, parts, [&](int64_t b0, int64_t e0) {
+      const int64_t lo = b0 * unit, hi = std::min(len, e0 * unit);
+      if (by_rows) small_gemm(a + lo * ars, ars, aks, b, bks, bjs, c + lo * n, n, hi - lo, n, k);
+      else small_gemm(a, ars, aks, b + lo * bjs, bks, bjs, c + lo, n, m, hi - lo, k);
+    });
+  });
   return true;
 }
 
@@ -501,7 +520,7 @@ void float_matmul(const Tensor& out, Tensor a, Tensor b) {
     std::vector<int64_t> oa, ob;
     batch_offsets(g, oa, ob);
     // Each product on one BLAS thread (OpenBLAS not loaded for products of the own loop).
-    if (!small_gemm_takes<T>(M, N, K)) blas_threads_for(0.0);
+    if (!small_gemm_takes<T>(M, N, K, lb.col_step())) blas_threads_for(0.0);
     const double flops = 2.0 * double(M) * double(N) * double(K) * double(g.count);
     g_split_throttle.timed(flops, [&] {
       parallel_units(g.count, flops, [&](int64_t b0, int64_t e0, int) {

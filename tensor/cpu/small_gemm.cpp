@@ -12,12 +12,18 @@
 // n is not a multiple of the tile's width, are first copied into a tile of that width
 // (zeros past n); where those last columns fill half a tile or less, the tile is one
 // vector wide. Larger products stay with OpenBLAS, whose blocking for the caches wins
-// from about 128 x 128 x 128 (docs/performance.md, "Small products of matrices", has
-// the measurements behind the limit; bench/ rows `matmul32` to `matmul128` and
-// `mlpmm1` to `mlpmm5`). A long k (over kDepth) with a narrow b also stays with
-// OpenBLAS, and so do products with a vector operand (Note [Small products without
-// OpenBLAS] in matmul.cpp has those). A program whose products are all this small never
-// loads OpenBLAS (Note [Loading OpenBLAS on first use] in openblas.cpp).
+// from about 128 x 128 x 128 with AVX2 (docs/performance.md, "Small products of
+// matrices", has the measurements behind the limit; bench/ rows `matmul32` to
+// `matmul128` and `mlpmm1` to `mlpmm5`). The AVX-512 build keeps up with OpenBLAS's
+// SkylakeX kernels further, to 256 x 256 x 256 and the MLP's first layer (one thread,
+// hot buffers), and beats their two threads once cut between the OpenMP threads
+// (matmul.cpp's own_gemm; a cut changes no bit here): it takes float32 products to
+// kWideVolume (256 x 256 x 256) where b's columns are contiguous, since copying a b
+// read transposed cost a fifth of such a product. A long k (over kDepth) with a narrow
+// b also stays with OpenBLAS, and so do products with a vector operand (Note [Small
+// products without OpenBLAS] in matmul.cpp has those). A program whose products are
+// all this small never loads OpenBLAS (Note [Loading OpenBLAS on first use] in
+// openblas.cpp).
 //
 // Every element is the same chain of fused multiply-adds whatever the build and the
 // layouts:
@@ -53,6 +59,7 @@ namespace {
 
 template <typename T>
 constexpr int64_t kVolume = sizeof(T) == 4 ? int64_t(1) << 20 : int64_t(1) << 15;
+constexpr int64_t kWideVolume = int64_t(1) << 24;   // float32 with AVX-512, b in place
 constexpr int64_t kDepth = 4096;   // the longest k the loop takes
 
 // c's rows 0..R-1 of a tile `cols` columns wide (cols <= NV lanes; b's tile is always
@@ -115,11 +122,11 @@ template <typename T, int VB, int R, int NV>
 // last tile.
 template <typename T, int VB, int R, int RN>
 [[gnu::always_inline]] inline void body(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs,
-                                        T* c, int64_t m, int64_t n, int64_t k) {
+                                        T* c, int64_t ldc, int64_t m, int64_t n, int64_t k) {
   constexpr int W = 2 * Vec<T, VB>::kLanes;
   int64_t j = 0;
   if (bjs == 1)
-    for (; j + W <= n; j += W) columns<T, VB, R, 2>(a, ars, aks, b + j, bks, c + j, n, m, k, W);
+    for (; j + W <= n; j += W) columns<T, VB, R, 2>(a, ars, aks, b + j, bks, c + j, ldc, m, k, W);
   if (j == n) return;
   const auto copy = std::make_unique_for_overwrite<T[]>(size_t(k) * W);
   for (; j < n; j += W) {
@@ -132,21 +139,21 @@ template <typename T, int VB, int R, int RN>
       for (int64_t e = 0; e < k * width; e += Vec<T, VB>::kLanes) store<VB>(copy.get() + e, typename Vec<T, VB>::V{});
     for (int64_t p = 0; p < k; ++p)
       for (int q = 0; q < cols; ++q) copy[size_t(p * width + q)] = b[p * bks + (j + q) * bjs];
-    if (width == W) columns<T, VB, R, 2>(a, ars, aks, copy.get(), W, c + j, n, m, k, cols);
-    else columns<T, VB, RN, 1>(a, ars, aks, copy.get(), W / 2, c + j, n, m, k, cols);
+    if (width == W) columns<T, VB, R, 2>(a, ars, aks, copy.get(), W, c + j, ldc, m, k, cols);
+    else columns<T, VB, RN, 1>(a, ars, aks, copy.get(), W / 2, c + j, ldc, m, k, cols);
   }
 }
 
 #if defined(DL_WIDTH_BUILDS)
 template <typename T>
 DL_TARGET_AVX512 void gemm_avx512(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs, T* c,
-                                  int64_t m, int64_t n, int64_t k) {
-  body<T, 64, 12, 12>(a, ars, aks, b, bks, bjs, c, m, n, k);
+                                  int64_t ldc, int64_t m, int64_t n, int64_t k) {
+  body<T, 64, 12, 12>(a, ars, aks, b, bks, bjs, c, ldc, m, n, k);
 }
 template <typename T>
 __attribute__((target("avx2,fma"))) void gemm_avx2(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks,
-                                                   int64_t bjs, T* c, int64_t m, int64_t n, int64_t k) {
-  body<T, 32, 6, 12>(a, ars, aks, b, bks, bjs, c, m, n, k);
+                                                   int64_t bjs, T* c, int64_t ldc, int64_t m, int64_t n, int64_t k) {
+  body<T, 32, 6, 12>(a, ars, aks, b, bks, bjs, c, ldc, m, n, k);
 }
 
 // The widest build this CPU runs (and vector_bytes() allows), or 0: none.
@@ -163,34 +170,35 @@ int build_bytes() { return 16; }
 #endif
 
 template <typename T>
-void run(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs, T* c, int64_t m, int64_t n,
-         int64_t k) {
+void run(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs, T* c, int64_t ldc, int64_t m,
+         int64_t n, int64_t k) {
 #if defined(DL_WIDTH_BUILDS)
-  if (build_bytes() == 64) return gemm_avx512(a, ars, aks, b, bks, bjs, c, m, n, k);
-  return gemm_avx2(a, ars, aks, b, bks, bjs, c, m, n, k);
+  if (build_bytes() == 64) return gemm_avx512(a, ars, aks, b, bks, bjs, c, ldc, m, n, k);
+  return gemm_avx2(a, ars, aks, b, bks, bjs, c, ldc, m, n, k);
 #else
-  body<T, 16, 6, 6>(a, ars, aks, b, bks, bjs, c, m, n, k);
+  body<T, 16, 6, 6>(a, ars, aks, b, bks, bjs, c, ldc, m, n, k);
 #endif
 }
 
 }  // namespace
 
 template <typename T>
-bool small_gemm_takes(int64_t m, int64_t n, int64_t k) {
+bool small_gemm_takes(int64_t m, int64_t n, int64_t k, int64_t bjs) {
+  const int bytes = build_bytes();
+  const int64_t most = bytes == 64 && sizeof(T) == 4 && bjs == 1 ? kWideVolume : kVolume<T>;
   // (each size bounded before the product of the three is formed)
-  return m > 1 && n > 1 && k <= kDepth && m <= kVolume<T> && n <= kVolume<T> && m * n * k <= kVolume<T> &&
-         build_bytes() != 0;
+  return bytes != 0 && m > 1 && n > 1 && k <= kDepth && m <= most && n <= most && m * n * k <= most;
 }
-template bool small_gemm_takes<float>(int64_t, int64_t, int64_t);
-template bool small_gemm_takes<double>(int64_t, int64_t, int64_t);
+template bool small_gemm_takes<float>(int64_t, int64_t, int64_t, int64_t);
+template bool small_gemm_takes<double>(int64_t, int64_t, int64_t, int64_t);
 
 void small_gemm(const float* a, int64_t ars, int64_t aks, const float* b, int64_t bks, int64_t bjs, float* c,
-                int64_t m, int64_t n, int64_t k) {
-  run(a, ars, aks, b, bks, bjs, c, m, n, k);
+                int64_t ldc, int64_t m, int64_t n, int64_t k) {
+  run(a, ars, aks, b, bks, bjs, c, ldc, m, n, k);
 }
 void small_gemm(const double* a, int64_t ars, int64_t aks, const double* b, int64_t bks, int64_t bjs, double* c,
-                int64_t m, int64_t n, int64_t k) {
-  run(a, ars, aks, b, bks, bjs, c, m, n, k);
+                int64_t ldc, int64_t m, int64_t n, int64_t k) {
+  run(a, ars, aks, b, bks, bjs, c, ldc, m, n, k);
 }
 
 }  // namespace dl::cpu

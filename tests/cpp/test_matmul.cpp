@@ -202,11 +202,12 @@ void check_small_products(DType dt, int64_t volume) {
   };
   // Tiles of 6 (AVX2) or 12 (AVX-512) rows by two vectors of columns, with and without
   // partial ones (every m % 6 and most m % 12), last columns of more and of at most half
-  // a tile (one vector wide), a tile-wide matrix, a 1-term sum, and the largest volume
-  // the loop takes.
+  // a tile (one vector wide), a tile-wide matrix, a 1-term sum, the largest volume every
+  // build takes, and larger ones that AVX-512's takes with b in place (cut between
+  // threads along rows or columns).
   for (Dims d : {Dims{2, 2, 1}, Dims{3, 5, 7}, Dims{6, 16, 4}, Dims{7, 17, 33}, Dims{11, 9, 20}, Dims{13, 33, 64},
                  Dims{23, 50, 9}, Dims{25, 7, 3}, Dims{20, 40, 6}, Dims{32, 32, 32}, Dims{64, 64, 64},
-                 Dims{64, 10, 256}, Dims{128, 64, 128}}) {
+                 Dims{64, 10, 256}, Dims{128, 64, 128}, Dims{128, 128, 128}, Dims{64, 256, 784}, Dims{784, 64, 256}}) {
     if (d.m * d.n * d.k > volume) continue;
     Tensor a0 = randn(Shape{d.m, d.k}, dt), b0 = randn(Shape{d.k, d.n}, dt);
     const T* a = a0.data<T>();
@@ -218,8 +219,9 @@ void check_small_products(DType dt, int64_t volume) {
         for (int64_t p = 0; p < d.k; ++p) acc = std::fma(a[i * d.k + p], b[p * d.n + j], acc);
         want[size_t(i * d.n + j)] = acc;
       }
-    const bool own = cpu::small_gemm_takes<T>(d.m, d.n, d.k);
-    auto check = [&](const Tensor& r) {
+    // (rows: of the one product that ran, a batch's folded into one)
+    auto check = [&](const Tensor& r, const Tensor& rhs, int64_t rows) {
+      const bool own = cpu::small_gemm_takes<T>(rows, d.n, d.k, rhs.stride(1));
       if (own) {
         CHECK(std::memcmp(r.raw_data(), want.data(), want.size() * sizeof(T)) == 0);
       } else {
@@ -230,9 +232,10 @@ void check_small_products(DType dt, int64_t volume) {
     for (int la = 0; la < 4; ++la)
       for (int lb = 0; lb < 4; ++lb) {
         INFO(d.m << " x " << d.k << " x " << d.n << ", " << dtype_name(dt) << ", layouts " << la << " x " << lb);
-        Tensor r = matmul(lay(a0, la), lay(b0, lb));
+        const Tensor rhs = lay(b0, lb);
+        Tensor r = matmul(lay(a0, la), rhs);
         REQUIRE(r.shape() == Shape{d.m, d.n});
-        check(r);
+        check(r, rhs, d.m);
       }
     // A batch folded into the rows of one product (4 m rows by the same b), and the same
     // batch read through a zero stride (a product per matrix).
@@ -241,7 +244,8 @@ void check_small_products(DType dt, int64_t volume) {
       Tensor batch = expand(unsqueeze(a0, 0), {4, d.m, d.k});
       for (const Tensor& lhs : {contiguous(batch), batch}) {
         Tensor r = matmul(lhs, b0);
-        for (int64_t t = 0; t < 4; ++t) check(contiguous(select(r, 0, t)));
+        const int64_t rows = lhs.is_contiguous() ? 4 * d.m : d.m;
+        for (int64_t t = 0; t < 4; ++t) check(contiguous(select(r, 0, t)), b0, rows);
       }
     }
   }
@@ -251,19 +255,22 @@ TEST_CASE("small products of matrices add in their documented order", "[matmul]"
   for (int bytes = cpu::vector_bytes(); bytes >= 16; bytes /= 2) {
     INFO("the build for vectors of " << bytes << " bytes");
     cpu::limit_vector_bytes(bytes);
-    check_small_products<float>(DType::Float32, int64_t(1) << 20);
+    check_small_products<float>(DType::Float32, int64_t(1) << 24);
     check_small_products<double>(DType::Float64, int64_t(1) << 15);
   }
   cpu::limit_vector_bytes(0);
 #if defined(__x86_64__)
   // Every x86-64 CPU with AVX2 and FMA runs the loop.
-  CHECK(cpu::small_gemm_takes<float>(64, 64, 64) ==
+  CHECK(cpu::small_gemm_takes<float>(64, 64, 64, 1) ==
         (cpu::vector_bytes() >= 32 && __builtin_cpu_supports("fma")));
 #else
-  CHECK(cpu::small_gemm_takes<float>(64, 64, 64));
+  CHECK(cpu::small_gemm_takes<float>(64, 64, 64, 1));
 #endif
-  CHECK_FALSE(cpu::small_gemm_takes<float>(128, 128, 128));
-  CHECK_FALSE(cpu::small_gemm_takes<float>(2, int64_t(1) << 40, int64_t(1) << 40));
+  CHECK(cpu::small_gemm_takes<float>(64, 256, 784, 1) == (cpu::vector_bytes() == 64));
+  CHECK_FALSE(cpu::small_gemm_takes<float>(64, 256, 784, 784));   // b read transposed
+  CHECK_FALSE(cpu::small_gemm_takes<float>(128, 128, 128, 128));
+  CHECK_FALSE(cpu::small_gemm_takes<float>(512, 512, 512, 1));
+  CHECK_FALSE(cpu::small_gemm_takes<float>(2, int64_t(1) << 40, int64_t(1) << 40, 1));
   // Past 2^20 the product is OpenBLAS's, whose fused multiply-adds round otherwise: the
   // same values to a float32 product's rounding.
   Tensor a = randn(Shape{129, 128}, DType::Float32), b = randn(Shape{128, 64}, DType::Float32);
@@ -392,7 +399,8 @@ TEST_CASE("small products run on one BLAS thread; large ones that cannot be spli
   Tensor narrow_a = ones(Shape{100, 2000}, DType::Float32), narrow_b = ones(Shape{2000, 100}, DType::Float32);
   // (Smaller products than this one run in the engine's own loop: Note [Small products
   // of matrices]; 128 x 128 x 96 is past it and under the size split between threads.)
-  Tensor small = ones(Shape{128, 128}, DType::Float32), small_b = ones(Shape{128, 96}, DType::Float32);
+  // (b read transposed: an AVX-512 build takes larger ones with b in place)
+  Tensor small = ones(Shape{128, 128}, DType::Float32), small_b = transpose(ones(Shape{96, 128}, DType::Float32), 0, 1);
   Tensor r = matmul(narrow_a, narrow_b);
   CHECK(r.value_at(std::vector<int64_t>{99, 99}.data()) == 2000);
   const int all = cpu::openblas().openblas_get_num_threads();
@@ -553,26 +561,53 @@ TEST_CASE("matmul on a backend without it, and across devices", "[matmul]") {
 TEST_CASE("two parallel regions in a row much slower than the best seen turn splitting off for a while", "[matmul]") {
   // Note [Throttling parallel regions under contention] (tensor/cpu/loops.h), with
   // made-up times: 1 ns a unit of work is the best, 2 is within the factor, 4 is not.
+  // The third number is the starting thread's time in its own parts: a slow region where
+  // that thread waited for the others longer than it worked (400 of 4000) is contention;
+  // one slow on that thread too (3500 of 4000: fresh memory's page faults) is not.
   dl::cpu::RegionThrottle t;
   const int64_t s = 1000000000;
   CHECK(t.allowed(0));
-  t.record(1000, 1000, 10 * s);
-  t.record(1000, 2000, 11 * s);
+  t.record(1000, 1000, 900, 10 * s);
+  t.record(1000, 2000, 400, 11 * s);
   CHECK(t.allowed(11 * s));
-  t.record(1000, 4000, 12 * s);  // one slow region alone: a stall, splitting stays on
+  t.record(1000, 4000, 400, 12 * s);  // one slow region alone: a stall, splitting stays on
   CHECK(t.allowed(12 * s));
-  t.record(1000, 1500, 12 * s);
-  t.record(1000, 4000, 12 * s);  // not two in a row either
+  t.record(1000, 1500, 1400, 12 * s);
+  t.record(1000, 4000, 400, 12 * s);  // not two in a row either
   CHECK(t.allowed(12 * s));
-  t.record(1000, 4000, 12 * s);  // now two in a row
+  t.record(1000, 4000, 3500, 12 * s);  // slow on the starting thread as well
+  t.record(1000, 4000, 3500, 12 * s);
+  t.record(1000, 4000, 2000, 12 * s);  // as long in its own part as waiting
+  CHECK(t.allowed(12 * s));
+  t.record(1000, 4000, 400, 12 * s);
+  t.record(1000, 4000, 400, 12 * s);  // now two in a row
   CHECK_FALSE(t.allowed(12 * s));
   CHECK_FALSE(t.allowed(12 * s + dl::cpu::RegionThrottle::kBackoffNs - 1));
   CHECK(t.allowed(12 * s + dl::cpu::RegionThrottle::kBackoffNs));  // a probe
-  t.record(1000, 900, 14 * s);  // fast again: a new best, and splitting stays on
+  t.record(1000, 900, 850, 14 * s);  // fast again: a new best, and splitting stays on
   CHECK(t.allowed(14 * s));
-  t.record(1000, 2600, 15 * s);  // 2.9 times the new best, twice
-  t.record(1000, 2600, 15 * s);
+  t.record(1000, 2600, 100, 15 * s);  // 2.9 times the new best, twice
+  t.record(1000, 2600, 100, 15 * s);
   CHECK(t.allowed(15 * s));
+}
+
+TEST_CASE("a timed region counts the starting thread's own parts", "[matmul]") {
+  // run_part in tensor/cpu/loops.h: a region whose parts all run on the starting thread
+  // (parallel_units below its grain) spent no time waiting, however slow it was.
+  dl::cpu::RegionThrottle t;
+  const int64_t s = 1000000000;
+  t.record(1e6, 1000000, 900000, s);   // best: 1 ns a unit
+  auto spin = [](int64_t ns) {
+    const int64_t end = dl::cpu::monotonic_ns() + ns;
+    while (dl::cpu::monotonic_ns() < end) {
+    }
+  };
+  for (int i = 0; i < 3; ++i)
+    t.timed(1e3, [&] { dl::cpu::parallel_units(1, 1.0, [&](int64_t, int64_t, int) { spin(200000); }); });
+  CHECK(t.allowed(dl::cpu::monotonic_ns()));
+  // Without parts run through the helpers, the whole region was waiting.
+  for (int i = 0; i < 2; ++i) t.timed(1e3, [&] { spin(200000); });
+  CHECK_FALSE(t.allowed(dl::cpu::monotonic_ns()));
 }
 
 TEST_CASE("OpenBLAS's core: a fallback is replaced by the CPU's best", "[matmul][blas]") {
