@@ -21,8 +21,12 @@
 -- table shows the medians, and ours / theirs of the medians. Where a reference has
 -- settings to choose from (PyTorch's thread count, 1 or 2), each is measured and the row
 -- is compared with the best. Before each sample of a multi-threaded row the harness waits
--- 150 ms, so that the previous side's spinning pool threads (OpenBLAS, OpenMP) have gone
--- to sleep. Start-up and peak memory are measured on whole processes. The machine is
+-- 300 ms, so that the previous side's spinning pool threads (OpenBLAS, OpenMP) have gone
+-- to sleep: the C reference's OpenBLAS threads were still using CPU time 133 ms after a
+-- sample of 64 x 784 x 256 products, and had stopped by 192 ms (/proc/PID/stat, on an
+-- AVX-512 Xeon, 2026-11-29); with 150 ms a split product of dlua's that followed was
+-- sometimes run on one thread (Note [Throttling parallel regions under contention] in
+-- tensor/cpu/loops.h) and the row showed half its rate. Start-up and peak memory are measured on whole processes. The machine is
 -- shared and noisy: only ratios from one run mean anything.
 local ffi = require("ffi")
 
@@ -619,7 +623,7 @@ for _, r in ipairs(rows) do
     local function measure(k, warm)
       if errs[k] then return end
       local side = sides[k]
-      if r.threaded then C.usleep(quick and 10000 or 150000) end
+      if r.threaded then C.usleep(quick and 10000 or 300000) end
       local ok, v
       if side.kind then
         local cmd = (warm and r.warm) and r.warm[k] or side.cmd
