@@ -29,16 +29,17 @@
 // layouts:
 //   c(i, j) = fma(a(i, k-1), b(k-1, j), ... fma(a(i, 1), b(1, j), fma(a(i, 0), b(0, j), 0)))
 // one rounding per term, as BLAS's kernels round (though in their own blocking of k, so
-// the two still differ in the last bits). This file is compiled with -ffp-contract=fast
-// (tensor/CMakeLists.txt) so that `acc += a * b` is one instruction: without fused
+// the two still differ in the last bits). Each term is an explicit fused multiply-add
+// (`fused` below), not left to the compiler's contraction of `acc += a * b`, which GCC
+// does from -O2 only: the sanitizer build (-O1) gave other bits. Without fused
 // multiply-adds the loop had half the arithmetic rate of OpenBLAS's kernels, which left
 // it at 0.35 of sgemm on an AVX-512 machine (docs/performance.md). The builds, each
 // keeping its tile in the registers it has:
 //   AVX-512: 16 floats (8 doubles) a vector, tiles of 12 rows x 2 vectors (24 of 32
 //            registers), 12 x 1 for a narrow last tile;
 //   AVX2 with FMA: 8 floats a vector, 6 x 2 (12 of 16 registers), 12 x 1 narrow;
-//   elsewhere (not x86-64): the baseline's vectors, 6 x 2 and 6 x 1, fused where the
-//            instruction set has a fused multiply-add (every ARMv8 CPU).
+//   elsewhere (not x86-64): the baseline's vectors, 6 x 2 and 6 x 1, each lane's
+//            multiply-add a std::fma (one instruction on every ARMv8 CPU).
 // An x86-64 CPU without AVX2 and FMA (the baseline build there cannot fuse) leaves
 // every product to OpenBLAS, as does a test that limits the vector width to 16 bytes
 // (limit_vector_bytes in loops.h). A float64 tile holds half the columns, and from
@@ -47,6 +48,7 @@
 #include "tensor/cpu/small_gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -61,6 +63,20 @@ template <typename T>
 constexpr int64_t kVolume = sizeof(T) == 4 ? int64_t(1) << 20 : int64_t(1) << 15;
 constexpr int64_t kWideVolume = int64_t(1) << 24;   // float32 with AVX-512, b in place
 constexpr int64_t kDepth = 4096;   // the longest k the loop takes
+
+// acc + a b in every lane, rounded once. On x86-64 one instruction, written out: the
+// builds' functions have the target attributes, and GCC inlines no intrinsic into the
+// templates they share; "v" is the vector register of V's width (xmm, ymm or zmm).
+template <typename V>
+[[gnu::always_inline]] inline V fused(V acc, V a, V b) {
+#if defined(DL_WIDTH_BUILDS)
+  if constexpr (sizeof(a[0]) == 4) asm("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  else asm("vfmadd231pd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+#else
+  for (int l = 0; l < int(sizeof(V) / sizeof(a[0])); ++l) acc[l] = std::fma(a[l], b[l], acc[l]);
+#endif
+  return acc;
+}
 
 // c's rows 0..R-1 of a tile `cols` columns wide (cols <= NV lanes; b's tile is always
 // that wide): a(r, p) = a[r ars + p aks], b(p, j) = b[p ldb + j].
@@ -82,7 +98,7 @@ template <typename T, int VB, int R, int NV>
       // function compiled outside this build's target, are assembled lane by lane.)
       const V av = a[r * ars + p * aks] + -V{};
 #pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];   // fused (see the Note)
+      for (int v = 0; v < NV; ++v) acc[r][v] = fused(acc[r][v], av, bv[v]);
     }
   }
 #pragma GCC unroll 12
