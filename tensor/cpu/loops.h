@@ -198,9 +198,9 @@ void parallel_units(int64_t n, double work, Run&& run) {
   }
 #pragma omp parallel
   {
-    const auto [nt, t] = team_place();
-    const Chunk c = chunk_of(n, nt, t);
-    if (c.b < c.e) run_part([&] { run(c.b, c.e, t); });
+    const TeamPlace place = team_place();
+    const Chunk c = chunk_of(n, place.size, place.index);
+    if (c.b < c.e) run_part([&] { run(c.b, c.e, place.index); });
   }
 }
 

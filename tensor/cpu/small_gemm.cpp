@@ -64,12 +64,18 @@ constexpr int64_t kVolume = sizeof(T) == 4 ? int64_t(1) << 20 : int64_t(1) << 15
 constexpr int64_t kWideVolume = int64_t(1) << 24;   // float32 with AVX-512, b in place
 constexpr int64_t kDepth = 4096;   // the longest k the loop takes
 
-// acc + a b in every lane, rounded once. On x86-64 one instruction, written out: the
-// builds' functions have the target attributes, and GCC inlines no intrinsic into the
-// templates they share; "v" is the vector register of V's width (xmm, ymm or zmm).
+// acc + a b in every lane, rounded once. With GCC on x86-64 one instruction, written
+// out: the builds' functions have the target attributes, and GCC inlines no intrinsic
+// into the templates they share; "v" is the vector register of V's width (xmm, ymm or
+// zmm). Clang checks an asm's operands before inlining, so there the expression is
+// contracted on purpose (llvm.fmuladd, one instruction where the target has FMA, at
+// every optimisation level).
 template <typename V>
 [[gnu::always_inline]] inline V fused(V acc, V a, V b) {
-#if defined(DL_WIDTH_BUILDS)
+#if defined(__clang__)
+#pragma clang fp contract(on)
+  acc = acc + a * b;
+#elif defined(DL_WIDTH_BUILDS)
   if constexpr (sizeof(a[0]) == 4) asm("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
   else asm("vfmadd231pd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
 #else
