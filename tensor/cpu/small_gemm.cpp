@@ -42,9 +42,10 @@
 //            multiply-add a std::fma (one instruction on every ARMv8 CPU).
 // An x86-64 CPU without AVX2 and FMA (the baseline build there cannot fuse) leaves
 // every product to OpenBLAS, as does a test that limits the vector width to 16 bytes
-// (limit_vector_bytes in loops.h). A float64 tile holds half the columns, and from
-// about 64 x 64 x 64 OpenBLAS's dgemm is as fast: float64 products use the loop up to
-// 32 x 32 x 32.
+// (limit_vector_bytes in loops.h). A float64 tile holds half the columns, and with AVX2
+// OpenBLAS's dgemm is as fast from about 64 x 64 x 64: float64 products use the AVX2
+// build up to 32 x 32 x 32 (kVolume), the AVX-512 one, at or above dgemm's rate up to
+// 96^3 (docs/performance.md), up to kVolume<float>.
 #include "tensor/cpu/small_gemm.h"
 
 #include <algorithm>
@@ -207,7 +208,7 @@ void run(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t 
 template <typename T>
 bool small_gemm_takes(int64_t m, int64_t n, int64_t k, int64_t bjs) {
   const int bytes = build_bytes();
-  const int64_t most = bytes == 64 && sizeof(T) == 4 && bjs == 1 ? kWideVolume : kVolume<T>;
+  const int64_t most = bytes != 64 ? kVolume<T> : sizeof(T) == 4 && bjs == 1 ? kWideVolume : kVolume<float>;
   // (each size bounded before the product of the three is formed)
   return bytes != 0 && m > 1 && n > 1 && k <= kDepth && m <= most && n <= most && m * n * k <= most;
 }

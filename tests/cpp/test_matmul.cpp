@@ -177,7 +177,8 @@ TEST_CASE("products with a vector operand add in their documented order", "[matm
 }
 
 // Note [Small products of matrices] in tensor/cpu/small_gemm.cpp: each element of a
-// product with m n k up to 2^20 (float32) or 2^15 (float64) is
+// product with m n k up to 2^20 (float32; further with AVX-512) or 2^15 (float64; 2^20
+// with AVX-512) is
 // fma(a(i,k-1), b(k-1,j), ... fma(a(i,1), b(1,j), fma(a(i,0), b(0,j), 0))), whatever the
 // layouts and the build. Where no build of the loop runs (an x86-64 vector width
 // limited to 16 bytes), OpenBLAS's values to a product's rounding.
@@ -256,7 +257,7 @@ TEST_CASE("small products of matrices add in their documented order", "[matmul]"
     INFO("the build for vectors of " << bytes << " bytes");
     cpu::limit_vector_bytes(bytes);
     check_small_products<float>(DType::Float32, int64_t(1) << 24);
-    check_small_products<double>(DType::Float64, int64_t(1) << 15);
+    check_small_products<double>(DType::Float64, int64_t(1) << 20);
   }
   cpu::limit_vector_bytes(0);
 #if defined(__x86_64__)
@@ -267,6 +268,8 @@ TEST_CASE("small products of matrices add in their documented order", "[matmul]"
   CHECK(cpu::small_gemm_takes<float>(64, 64, 64, 1));
 #endif
   CHECK(cpu::small_gemm_takes<float>(64, 256, 784, 1) == (cpu::vector_bytes() == 64));
+  CHECK(cpu::small_gemm_takes<double>(64, 64, 64, 64) == (cpu::vector_bytes() == 64));
+  CHECK_FALSE(cpu::small_gemm_takes<double>(64, 256, 784, 1));
   CHECK_FALSE(cpu::small_gemm_takes<float>(64, 256, 784, 784));   // b read transposed
   CHECK_FALSE(cpu::small_gemm_takes<float>(128, 128, 128, 128));
   CHECK_FALSE(cpu::small_gemm_takes<float>(512, 512, 512, 1));
