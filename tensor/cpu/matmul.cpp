@@ -409,9 +409,9 @@ bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, 
 // products of matrices] in small_gemm.cpp); false when the product is OpenBLAS's to run.
 // One from kOmpSplitFlops up (the larger ones AVX-512 machines run there) is cut
 // between the OpenMP threads along the larger of c's dims, as OpenBLAS's products are
-// (Note [Products split between OpenMP threads]), in whole tiles (rows in 24s, a
-// multiple of both builds' 6 and 12; columns in 32s). The loop gives every element the
-// same bits however the product is cut, so here the cut may follow the threads there are.
+// (Note [Products split between OpenMP threads]), in whole tiles (kSmallGemmRowCut,
+// kSmallGemmColumnCut). The loop gives every element the same bits however the product
+// is cut, so here the cut may follow the threads there are.
 template <typename T>
 bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n, int k) {
   const int64_t ars = la.row_step(), aks = la.col_step(), bks = lb.row_step(), bjs = lb.col_step();
@@ -422,7 +422,7 @@ bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout
     return true;
   }
   const bool by_rows = m >= n;
-  const int64_t unit = by_rows ? 24 : 32, len = by_rows ? m : n;
+  const int64_t unit = by_rows ? kSmallGemmRowCut : kSmallGemmColumnCut, len = by_rows ? m : n;
   g_split_throttle.timed(2.0 * m * n * k, [&] {
     parallel_parts((len + unit - 1) / unit, parts, [&](int64_t b0, int64_t e0) {
       const int64_t lo = b0 * unit, hi = std::min(len, e0 * unit);

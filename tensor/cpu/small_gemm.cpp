@@ -147,6 +147,8 @@ template <typename T, int VB, int R, int RN>
 [[gnu::always_inline]] inline void body(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t bjs,
                                         T* c, int64_t ldc, int64_t m, int64_t n, int64_t k) {
   constexpr int W = 2 * Vec<T, VB>::kLanes;
+  static_assert(kSmallGemmRowCut % R == 0 && kSmallGemmRowCut % RN == 0 && kSmallGemmColumnCut % W == 0,
+                "a cut of the product into parts would split a tile");
   int64_t j = 0;
   if (bjs == 1)
     for (; j + W <= n; j += W) columns<T, VB, R, 2>(a, ars, aks, b + j, bks, c + j, ldc, m, k, W);

@@ -14,6 +14,10 @@ namespace dl::cpu {
 template <typename T>
 bool small_gemm_takes(int64_t m, int64_t n, int64_t k, int64_t bjs);
 
+// Where a product is cut into parts (rows or columns of c, each part a small_gemm call
+// of its own), cuts at multiples of these keep every build's tiles whole.
+constexpr int64_t kSmallGemmRowCut = 24, kSmallGemmColumnCut = 32;
+
 // c (m x n, row-major, ld ldc) = a b, where a(i, p) = a[i ars + p aks] and
 // b(p, j) = b[p bks + j bjs]. Only where small_gemm_takes(m, n, k, bjs). Each element
 // is the same chain of operations however the product is cut into parts.
