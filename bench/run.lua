@@ -26,8 +26,9 @@
 -- sample of 64 x 784 x 256 products, and had stopped by 192 ms (/proc/PID/stat, on an
 -- AVX-512 Xeon, 2026-11-29); with 150 ms a split product of dlua's that followed was
 -- sometimes run on one thread (Note [Throttling parallel regions under contention] in
--- tensor/cpu/loops.h) and the row showed half its rate. Start-up and peak memory are measured on whole processes. The machine is
--- shared and noisy: only ratios from one run mean anything.
+-- tensor/cpu/loops.h) and the row showed half its rate. Start-up and peak memory are
+-- measured on whole processes. The machine is shared and noisy: only ratios from one run
+-- mean anything.
 local ffi = require("ffi")
 
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."

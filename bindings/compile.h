@@ -19,8 +19,8 @@ namespace dl::bind {
 // An op whose operands are all small values held inline (Note [Small tensors inline]
 // in value.cpp) runs eagerly inside a compiled call too: its fast path costs less than
 // matching it (bench/ `chainfwdc16` against `chainfwdc256`;
-// docs/performance-compile.md), and its result is again such a value, so tiny-tensor code pays almost
-// nothing for being compiled. An op that reads a proxy is always deferred. The entry
+// docs/performance-compile.md), and its result is again such a value, so tiny-tensor
+// code pays almost nothing for being compiled. An op that reads a proxy is always deferred. The entry
 // points ask this first, before they look the call up: a few loads, where going into
 // the defer_* functions to be told cost about 59 instructions an op (callgrind, bench/
 // `chainfwd 16 c`).

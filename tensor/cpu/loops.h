@@ -53,8 +53,8 @@ namespace dl::cpu {
 // was written with in every clone, and a 64-byte vector in a clone without AVX-512 is
 // lowered through the stack, its pieces moved by general registers: the fused programs'
 // interpreter and rows_dot ran several times slower on an AVX2 machine than their
-// arithmetic needs (docs/performance-compile.md, and docs/performance.md's `gemv` row). Such code is
-// a template on the width in bytes instead, built for each width in a function marked
+// arithmetic needs (docs/performance-compile.md, and docs/performance.md's `gemv` row).
+// Such code is a template on the width in bytes instead, built for each width in a function marked
 // DL_TARGET_AVX512 (64), DL_TARGET_AVX2 (32) or for the baseline (16), where
 // DL_WIDTH_BUILDS is defined (x86-64; elsewhere the baseline alone), and the caller runs
 // the build that vector_bytes() names: the widest this CPU has, or less when a test
