@@ -260,7 +260,7 @@ bool forward_direct(const Geom& g, const Tensor& out, const Tensor& x, const Ten
   const std::optional<DirectConv> plan = direct_plan(g, x.dtype());
   if (!plan) return false;
   const DirectConv& d = *plan;
-  Tensor scratch = empty(Shape{d.taps * d.O + buffers(g) * d.scratch_len}, DType::Float32, Device{}, "conv2d");
+  Tensor scratch = empty(Shape{d.wt_len + buffers(g) * d.scratch_len}, DType::Float32, Device{}, "conv2d");
   Tensor shifts = empty(Shape{d.taps}, DType::Int64, Device{}, "conv2d");
   float* wt = scratch.data<float>();
   int64_t* shift = shifts.data<int64_t>();
@@ -269,7 +269,7 @@ bool forward_direct(const Geom& g, const Tensor& out, const Tensor& x, const Ten
   const float* pb = bias.defined() ? bias.data<float>() : nullptr;
   float* py = out.data<float>();
   const int64_t xs = g.C * g.H * g.W, ys = g.O * g.P;
-  per_sample_threads(g, wt + d.taps * d.O, d.scratch_len, [&](int64_t n, float* buf, int) {
+  per_sample_threads(g, wt + d.wt_len, d.scratch_len, [&](int64_t n, float* buf, int) {
     direct_conv_sample(d, px + n * xs, (g.N - n) * xs, wt, shift, pb, py + n * ys, buf);
   });
   return true;
@@ -417,14 +417,15 @@ void sum_transposed_into(const Geom& g, T* acc_t, int64_t nt, int64_t per, const
       for (int64_t oc = 0; oc < g.Og; ++oc) pw[(gr * g.Og + oc) * g.Kg + k] = acc_t[(gr * g.Kg + k) * g.Og + oc];
 }
 
-// The direct kernels' weight gradient (the shapes forward_direct takes): per thread a
-// scratch buffer, then its partial sum. Returns false, having done nothing, when they
-// do not serve the shape.
+// The direct kernels' weight gradient (the shapes forward_direct takes, when a thread's
+// scratch and partial sums stay within kThreadColumns): per thread a scratch buffer,
+// then its partial sums. Returns false, having done nothing, when they do not serve the
+// shape.
 bool weight_grad_direct(const Geom& g, const Tensor& gw, const Tensor& x, const Tensor& gy) {
   const std::optional<DirectConv> plan = direct_plan(g, x.dtype());
-  if (!plan) return false;
+  if (!plan || (plan->scratch_len + plan->acc_len) * int64_t(sizeof(float)) > kThreadColumns) return false;
   const DirectConv& d = *plan;
-  const int64_t nt = buffers(g), wn = d.taps * d.O, per = d.scratch_len + wn;
+  const int64_t nt = buffers(g), per = d.scratch_len + d.acc_len;
   Tensor scratch = empty(Shape{nt * per}, DType::Float32, Device{}, "conv2d_weight_grad");
   Tensor shifts = empty(Shape{d.taps}, DType::Int64, Device{}, "conv2d_weight_grad");
   float* sp = scratch.data<float>();
@@ -437,6 +438,10 @@ bool weight_grad_direct(const Geom& g, const Tensor& gw, const Tensor& x, const 
   per_sample_threads(g, sp, per, [&](int64_t n, float* buf, int) {
     direct_conv_weight_grad_sample(d, px + n * xs, pg + n * ys, shift, buf + d.scratch_len, buf);
   });
+  for (int64_t t = 0; t < nt; ++t) {
+    float* acc = sp + t * per + d.scratch_len;
+    direct_conv_weight_grad_total(d, acc, acc);
+  }
   sum_transposed_into(g, sp + d.scratch_len, nt, per, gw);
   return true;
 }

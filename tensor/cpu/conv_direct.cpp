@@ -62,19 +62,7 @@ using VecOf = typename Vec<float, 4 * W>::V;
 // (+0 turns -0 into +0, so it cannot be folded), with the accumulators spilled: the
 // forward ran at 11 GFLOP/s on one core (bench/ `cnn`; docs/performance.md,
 // "Measurements behind the code"). Loads are typed vector loads (vec.h); broadcasts
-// are splat's.
-
-// x in every lane, in the form each build compiles to one broadcast: GCC 12 built
-// `x - V{}` (exact: x - 0 is x, -0 included) as a broadcast with AVX2 and SSE, but lane
-// by lane in the AVX-512 build (sixteen masked broadcasts a weight); `V{} + x` is an
-// addition and a register broadcast in every build, and holds a zero register, which
-// the AVX2 tile (12 accumulators, 3 inputs, 1 weight) cannot spare: it spilled an
-// accumulator. (+0 added turns a -0 weight into +0, which no sum here tells apart.)
-template <int W>
-DL_INLINE VecOf<W> splat(float x) {
-  if constexpr (W == 16) return VecOf<W>{} + x;
-  else return x - VecOf<W>{};
-}
+// add -0 (in `tile`).
 
 // v, loaded once: GCC folded a vector's load into each multiply-add that reads it
 // (OB loads of the same address in wtile), which made the weight gradient's loop
@@ -96,15 +84,28 @@ DL_INLINE void tile(const float* xp, const int64_t* shift, int64_t taps, const f
   using V = VecOf<W>;
   static_assert(sizeof(V) == 4 * W);
   V acc[OB][NV];
-  for (int o = 0; o < OB; ++o)
-    for (int j = 0; j < NV; ++j) acc[o][j] = splat<W>(bias[o]);
+  for (int o = 0; o < OB; ++o) {
+    // bias[o] in every lane, once a tile: `+ -V{}` as for the weights below made GCC
+    // 12 see acc as maybe uninitialised here; +0 added turns a -0 bias into +0, which
+    // no sum tells apart.
+    const V b = V{} + bias[o];
+    for (int j = 0; j < NV; ++j) acc[o][j] = b;
+  }
   for (int64_t ct = 0; ct < taps; ++ct) {
     const float* x = xp + shift[ct];
     V xv[NV];
     for (int j = 0; j < NV; ++j) xv[j] = load<4 * W>(x + j * W);
     const float* w = wt + ct * O;
     for (int o = 0; o < OB; ++o) {
-      const V wb = splat<W>(w[o]);
+      // w[o] in every lane: added to -0, which leaves every value as it is (-0 and
+      // NaN included), so the addition folds away and w[o] is broadcast straight from
+      // memory, a load only (as in small_gemm.cpp's tiles). Not `V{} + w[o]`, which
+      // must add (+0 turns -0 into +0): GCC 12 built that, in the AVX-512 build, as a
+      // scalar addition and a register broadcast per weight, 16 operations on the two
+      // ports the 24 multiply-adds need, and the forward ran at 60% of the core's rate
+      // (docs/performance.md, "Direct convolution with AVX-512"). The same expression
+      // in a helper function was assembled lane by lane there.
+      const V wb = w[o] + -V{};
       for (int j = 0; j < NV; ++j) acc[o][j] += wb * xv[j];
     }
   }
@@ -126,50 +127,52 @@ DL_INLINE void all_tiles(const DirectConv& d, const float* xp, const float* wt, 
   }
 }
 
-// The weight gradient of one sample, accumulated transposed: acc_t[ct][o] += sum over
-// q of ge[o][q] * xp[q + shift[ct]], with ge the output gradient on the same Ho x Wp
-// grid, zero in the thrown-away columns. A tile is OB output channels by TB (channel,
-// tap) pairs, OB TB vector accumulators summed across their lanes at the end.
-template <int W>
-DL_INLINE float lane_sum(const VecOf<W>& v) {
-  float s = 0;
-  for (int i = 0; i < W; ++i) s += v[i];
-  return s;
-}
-
+// The weight gradient of one sample, accumulated transposed and in lanes: the W lanes
+// of acc[ct][o] (W floats) += the lanes of the sum over q of ge[o][q] * xp[q +
+// shift[ct]], with ge the output gradient on the same Ho x Wp grid, zero in the
+// thrown-away columns. A tile is OB output channels by TB (channel, tap) pairs, OB TB
+// vector accumulators added to acc at the end; the lanes are summed once, after the
+// last sample (direct_conv_weight_grad_total). Summing them here, 15 scalar additions
+// an accumulator for a loop of Ho Wp / W steps, took a third of the AVX-512 kernel's
+// time on 24 x 24 images (docs/performance.md, "Direct convolution with AVX-512").
 template <int W, int OB, int TB>
-DL_INLINE void wtile(const float* xp, const float* ge, const int64_t* shift, int64_t ldo, float* acc_t, int64_t O) {
+DL_INLINE void wtile(const float* xp, const float* ge, const int64_t* shift, int64_t ldo, float* acc, int64_t O) {
   using V = VecOf<W>;
-  V acc[OB][TB];
+  V part[OB][TB];
   for (int o = 0; o < OB; ++o)
-    for (int t = 0; t < TB; ++t) acc[o][t] = V{};
+    for (int t = 0; t < TB; ++t) part[o][t] = V{};
   for (int64_t q = 0; q < ldo; q += W) {
     V g[OB];
     for (int o = 0; o < OB; ++o) g[o] = load<4 * W>(ge + o * ldo + q);
     for (int t = 0; t < TB; ++t) {
       V xv = load<4 * W>(xp + shift[t] + q);
       in_register(xv);
-      for (int o = 0; o < OB; ++o) acc[o][t] += g[o] * xv;
+      for (int o = 0; o < OB; ++o) part[o][t] += g[o] * xv;
     }
   }
   for (int o = 0; o < OB; ++o)
-    for (int t = 0; t < TB; ++t) acc_t[t * O + o] += lane_sum<W>(acc[o][t]);
+    for (int t = 0; t < TB; ++t) {
+      float* a = acc + (t * O + o) * W;
+      store<4 * W>(a, load<4 * W>(a) + part[o][t]);
+    }
+}
+
+// Every (output channels, taps) tile: output channels outside, so that a block's rows of
+// ge (OB Ho Wp floats) stay in L1 while every tap reads them; the input planes are read
+// once per block. (Taps outside read all of ge, O Ho Wp floats, from L2 for every block
+// of taps: 24 times a sample for a 16-channel 3x3 layer.)
+template <int W, int OB, int TB>
+DL_INLINE void wtiles_of(const DirectConv& d, const float* xp, const float* ge, const int64_t* shift, float* acc) {
+  int64_t ct = 0;
+  for (; ct + TB <= d.taps; ct += TB) wtile<W, OB, TB>(xp, ge, shift + ct, d.ldo, acc + ct * d.O * W, d.O);
+  for (; ct < d.taps; ++ct) wtile<W, OB, 1>(xp, ge, shift + ct, d.ldo, acc + ct * d.O * W, d.O);
 }
 
 template <int W, int OB, int TB>
-DL_INLINE void all_wtiles(const DirectConv& d, const float* xp, const float* ge, const int64_t* shift, float* acc_t) {
-  int64_t ct = 0;
-  for (; ct + TB <= d.taps; ct += TB) {
-    int64_t o = 0;
-    for (; o + OB <= d.O; o += OB)
-      wtile<W, OB, TB>(xp, ge + o * d.ldo, shift + ct, d.ldo, acc_t + ct * d.O + o, d.O);
-    for (; o < d.O; ++o) wtile<W, 1, TB>(xp, ge + o * d.ldo, shift + ct, d.ldo, acc_t + ct * d.O + o, d.O);
-  }
-  for (; ct < d.taps; ++ct) {
-    int64_t o = 0;
-    for (; o + OB <= d.O; o += OB) wtile<W, OB, 1>(xp, ge + o * d.ldo, shift + ct, d.ldo, acc_t + ct * d.O + o, d.O);
-    for (; o < d.O; ++o) wtile<W, 1, 1>(xp, ge + o * d.ldo, shift + ct, d.ldo, acc_t + ct * d.O + o, d.O);
-  }
+DL_INLINE void all_wtiles(const DirectConv& d, const float* xp, const float* ge, const int64_t* shift, float* acc) {
+  int64_t o = 0;
+  for (; o + OB <= d.O; o += OB) wtiles_of<W, OB, TB>(d, xp, ge + o * d.ldo, shift, acc + o * W);
+  for (; o < d.O; ++o) wtiles_of<W, 1, TB>(d, xp, ge + o * d.ldo, shift, acc + o * W);
 }
 
 using RunFn = void (*)(const DirectConv&, const float*, const float*, const int64_t*, const float*, float*);
@@ -182,29 +185,30 @@ __attribute__((target("avx512f"))) void run_avx512(const DirectConv& d, const fl
   all_tiles<16, 8, 3>(d, xp, wt, shift, bias, ye);
 }
 __attribute__((target("avx512f"))) void wrun_avx512(const DirectConv& d, const float* xp, const float* ge,
-                                                    const int64_t* shift, float* acc_t) {
-  all_wtiles<16, 4, 6>(d, xp, ge, shift, acc_t);
+                                                    const int64_t* shift, float* acc) {
+  all_wtiles<16, 4, 6>(d, xp, ge, shift, acc);
 }
 __attribute__((target("avx2,fma"))) void run_avx2(const DirectConv& d, const float* xp, const float* wt,
                                                   const int64_t* shift, const float* bias, float* ye) {
   all_tiles<8, 4, 3>(d, xp, wt, shift, bias, ye);
 }
 __attribute__((target("avx2,fma"))) void wrun_avx2(const DirectConv& d, const float* xp, const float* ge,
-                                                   const int64_t* shift, float* acc_t) {
-  all_wtiles<8, 2, 5>(d, xp, ge, shift, acc_t);
+                                                   const int64_t* shift, float* acc) {
+  all_wtiles<8, 2, 5>(d, xp, ge, shift, acc);
 }
 #endif
 void run_base(const DirectConv& d, const float* xp, const float* wt, const int64_t* shift, const float* bias,
               float* ye) {
   all_tiles<4, 4, 3>(d, xp, wt, shift, bias, ye);
 }
-void wrun_base(const DirectConv& d, const float* xp, const float* ge, const int64_t* shift, float* acc_t) {
-  all_wtiles<4, 2, 5>(d, xp, ge, shift, acc_t);
+void wrun_base(const DirectConv& d, const float* xp, const float* ge, const int64_t* shift, float* acc) {
+  all_wtiles<4, 2, 5>(d, xp, ge, shift, acc);
 }
 
 struct Variant {
   const char* name;
-  int64_t tile;  // positions a tile covers
+  int64_t tile;   // positions a tile covers
+  int64_t lanes;  // floats a vector holds
   RunFn run;
   WRunFn wrun;
 };
@@ -216,10 +220,10 @@ struct Variants {
   Variants() {
 #ifdef DL_CONV_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) v[n++] = {"avx512", 48, run_avx512, wrun_avx512};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v[n++] = {"avx2", 24, run_avx2, wrun_avx2};
+    if (__builtin_cpu_supports("avx512f")) v[n++] = {"avx512", 48, 16, run_avx512, wrun_avx512};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) v[n++] = {"avx2", 24, 8, run_avx2, wrun_avx2};
 #endif
-    v[n++] = {"baseline", 12, run_base, wrun_base};
+    v[n++] = {"baseline", 12, 4, run_base, wrun_base};
   }
 };
 const Variants& variants() {
@@ -237,6 +241,10 @@ const char* direct_conv_use(int i) {
   g_variant.store(i, std::memory_order_relaxed);
   return vs.v[i].name;
 }
+
+namespace {
+int64_t round_lines(int64_t floats) { return (floats + 15) / 16 * 16; }
+}  // namespace
 
 bool direct_conv_suits(int64_t C, int64_t O, int64_t kh, int64_t kw) {
   return O <= kMaxOutputs && kh * kw > 1 && C * kh * kw <= kMaxTaps;
@@ -257,7 +265,14 @@ DirectConv direct_conv_plan(int64_t C, int64_t H, int64_t W, int64_t O, int64_t 
   d.ldo = (d.Ho * d.Wp + tile - 1) / tile * tile;
   // The last tile of the last plane reads up to ldo - 1 + its largest shift.
   d.xp_len = std::max(C * d.Hp * d.Wp, (C - 1) * d.Hp * d.Wp + dh * (kh - 1) * d.Wp + dw * (kw - 1) + d.ldo);
-  d.scratch_len = d.xp_len + O * d.ldo;
+  // Every buffer starts on a 64-byte line (as the scratch does): the weight gradient's
+  // loads of the output gradient are then aligned (AVX-512 on 24 x 24 images: 82 to 94
+  // GFLOP/s).
+  d.xp_len = round_lines(d.xp_len);
+  d.scratch_len = round_lines(d.xp_len + O * d.ldo);
+  d.lanes = variants().v[d.variant].lanes;
+  d.acc_len = round_lines(d.taps * O * d.lanes);
+  d.wt_len = round_lines(d.taps * O);
   return d;
 }
 
@@ -313,7 +328,7 @@ void direct_conv_sample(const DirectConv& d, const float* x, int64_t readable, c
 }
 
 void direct_conv_weight_grad_sample(const DirectConv& d, const float* x, const float* gy, const int64_t* shift,
-                                    float* acc_t, float* scratch) {
+                                    float* acc, float* scratch) {
   float* xp = scratch;
   float* ge = scratch + d.xp_len;
   pad_input(d, x, xp);
@@ -325,7 +340,16 @@ void direct_conv_weight_grad_sample(const DirectConv& d, const float* x, const f
     }
     std::fill(row + d.Ho * d.Wp, row + d.ldo, 0.0f);
   }
-  variants().v[d.variant].wrun(d, xp, ge, shift, acc_t);
+  variants().v[d.variant].wrun(d, xp, ge, shift, acc);
+}
+
+void direct_conv_weight_grad_total(const DirectConv& d, const float* acc, float* acc_t) {
+  const int64_t n = d.taps * d.O;
+  for (int64_t i = 0; i < n; ++i) {
+    float s = 0;
+    for (int64_t l = 0; l < d.lanes; ++l) s += acc[i * d.lanes + l];
+    acc_t[i] = s;  // in place: entry i's lanes start at i lanes >= i, read already
+  }
 }
 
 }  // namespace dl::cpu

@@ -11,7 +11,9 @@ struct DirectConv {
   int64_t Hp, Wp, Ho, Wo;                      // padded input, output
   int64_t taps;                                // C kh kw
   int64_t ldo;                                 // an output row block: Ho Wp, rounded up to a tile
-  int64_t xp_len, scratch_len;                 // floats: padded input, then the whole scratch
+  // Floats, each a whole number of 64-byte lines: the padded input, then the whole
+  // scratch; the reordered weight; a weight gradient's partial sums (`lanes` an entry).
+  int64_t xp_len, scratch_len, wt_len, lanes, acc_len;
   int variant;                                 // the kernels planned for (direct_conv_use)
 };
 
@@ -22,7 +24,7 @@ bool direct_conv_suits(int64_t C, int64_t O, int64_t kh, int64_t kw);
 DirectConv direct_conv_plan(int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh, int64_t kw,
                             int64_t ph, int64_t pw, int64_t dh, int64_t dw);
 
-// The weight (O, C, kh, kw) reordered to (C kh kw, O) into `wt` (taps O floats; skipped
+// The weight (O, C, kh, kw) reordered to (C kh kw, O) into `wt` (wt_len floats; skipped
 // when w is null), and each tap's offset in the padded input into `shift` (taps entries).
 void direct_conv_prepare(const DirectConv& d, const float* w, float* wt, int64_t* shift);
 
@@ -34,13 +36,18 @@ void direct_conv_prepare(const DirectConv& d, const float* w, float* wt, int64_t
 void direct_conv_sample(const DirectConv& d, const float* x, int64_t readable, const float* wt,
                         const int64_t* shift, const float* bias, float* y, float* scratch);
 
-// acc_t (C kh kw, O) += the weight gradient of one sample x (C, H, W) given its output
-// gradient gy (O, Ho, Wo): the weight's gradient transposed, as direct_conv_prepare
-// lays the weight out; `scratch` holds d.scratch_len floats. (x is always copied here:
-// a thrown-away position contributes 0 times what it reads, which must not be the next
-// sample's infinity.)
+// acc (C kh kw, O, d.lanes) += the weight gradient of one sample x (C, H, W) given its
+// output gradient gy (O, Ho, Wo): the weight's gradient transposed, as
+// direct_conv_prepare lays the weight out, each entry kept as d.lanes partial sums (the
+// kernel's vector lanes; acc holds d.acc_len floats, zero before the first sample);
+// `scratch` holds d.scratch_len floats. (x is always copied here: a thrown-away position
+// contributes 0 times what it reads, which must not be the next sample's infinity.)
 void direct_conv_weight_grad_sample(const DirectConv& d, const float* x, const float* gy, const int64_t* shift,
-                                    float* acc_t, float* scratch);
+                                    float* acc, float* scratch);
+
+// acc_t (C kh kw, O) = the sums of acc's partial sums, after the last sample; acc_t may
+// be acc itself (its first C kh kw O floats).
+void direct_conv_weight_grad_total(const DirectConv& d, const float* acc, float* acc_t);
 
 // The kernel variants this CPU can run (AVX-512, AVX2 with FMA, baseline: those it
 // supports, best first) and, for tests, which one later plans use (0: the best);

@@ -86,13 +86,19 @@ TEST_CASE("direct conv: every kernel variant matches a plain loop") {
 
         // The weight gradient for an output gradient gy: gw[o][c][ki][kj] = sum over the
         // outputs of gy[o][oy][ox] x[c][oy - ph + ki dh][ox - pw + kj dw], accumulated
-        // (twice here, from a non-zero start) in (C kh kw, O) order.
+        // (twice here) in (C kh kw, O) order as d.lanes partial sums, then totalled, into
+        // another buffer and in place.
         std::vector<float> gy(size_t(k.O * d.Ho * d.Wo));
         for (float& e : gy) e = u(rng);
-        std::vector<float> acc(size_t(d.taps * k.O) + 1, 0.5f);
+        std::vector<float> lanes(size_t(d.acc_len) + 1, 0.0f), acc(size_t(d.taps * k.O) + 1, 0.5f);
+        lanes.back() = 0.5f;
         std::fill(scratch.begin(), scratch.end(), NAN);
-        direct_conv_weight_grad_sample(d, x.data(), gy.data(), shift.data(), acc.data(), scratch.data());
-        direct_conv_weight_grad_sample(d, x.data(), gy.data(), shift.data(), acc.data(), scratch.data());
+        direct_conv_weight_grad_sample(d, x.data(), gy.data(), shift.data(), lanes.data(), scratch.data());
+        direct_conv_weight_grad_sample(d, x.data(), gy.data(), shift.data(), lanes.data(), scratch.data());
+        CHECK(lanes.back() == 0.5f);
+        direct_conv_weight_grad_total(d, lanes.data(), acc.data());
+        direct_conv_weight_grad_total(d, lanes.data(), lanes.data());
+        CHECK(std::equal(acc.begin(), acc.end() - 1, lanes.begin()));
         bad.clear();
         for (int64_t o = 0; o < k.O && bad.empty(); ++o)
           for (int64_t c = 0; c < k.C; ++c)
@@ -106,7 +112,7 @@ TEST_CASE("direct conv: every kernel variant matches a plain loop") {
                     s += double(gy[size_t((o * d.Ho + oy) * d.Wo + ox)]) * x[size_t((c * k.H + iy) * k.W + ix)];
                   }
                 const int64_t ct = (c * k.kh + ki) * k.kw + kj;
-                const double got = acc[size_t(ct * k.O + o)], want = 0.5 + 2 * s;
+                const double got = acc[size_t(ct * k.O + o)], want = 2 * s;
                 if (!(std::fabs(got - want) <= 1e-5 * (1 + std::sqrt(double(d.Ho * d.Wo)))) && bad.empty())
                   bad = "gw[" + std::to_string(o) + "][" + std::to_string(ct) + "]: got " + std::to_string(got) +
                         ", want " + std::to_string(want);
