@@ -197,16 +197,29 @@ int product_parts(int m, int n, int k) {
 // A batch of products each too small to split (attention's (L, E) x (E, S) per head: 2
 // MFLOP for bench/'s sdpa row) but worth splitting together: the batch's products are
 // shared out between OpenMP threads, each a one-thread BLAS call (or the engine's own
-// loop, Note [Small products of matrices] in small_gemm.cpp), as the parts of a split product are (and
-// timed by the same throttle). Each product is the same call
-// either way, so the bits do not change. Not for products under kBatchSplitMinFlops:
+// loop, Note [Small products of matrices] in small_gemm.cpp), as the parts of a split
+// product are (and timed by the same throttle). Each product is the same call either
+// way, so the bits do not change. Not for products under kBatchSplitMinFlops of work:
 // the char transformer's per-head products (64 x 16 x 64, 131 KFLOP, 64 a batch) were
 // no faster shared out on the busy benchmark machine, and likely slower (bench/
 // `chartf`; docs/performance.md, "Measurements behind the code").
+//
+// The work of a product counts its multiply-adds and its result: an element written
+// counts as kStoreFlops. A product with a short k is as slow as its result is large:
+// the per-example weight gradients of dl.vmap(dl.grad(f)) are outer products, (128, 1)
+// by (1, 784) for each of 64 examples in bench/'s `pergrad`, 200 KFLOP and 400 KB of
+// fresh result each, and writing those 25 MB on one thread was most of the call (one
+// core writes fresh memory at about 10 GB/s, the time of ~60 flops a float32 at the own
+// loop's 150 GFLOP/s; 16 keeps the per-head products above where they were).
 constexpr double kBatchSplitMinFlops = double(int64_t(1) << 20);
-bool batches_between_threads(int64_t count, double flops_each) {
-  return count >= 2 && flops_each >= kBatchSplitMinFlops && flops_each < kOmpSplitFlops &&
-         flops_each * double(count) >= kOmpSplitFlops && may_share_out();
+constexpr double kStoreFlops = 16;
+double product_work(int64_t m, int64_t n, int64_t k) {
+  return double(m) * double(n) * (2.0 * double(k) + kStoreFlops);
+}
+bool batches_between_threads(int64_t count, int64_t m, int64_t n, int64_t k) {
+  const double work = product_work(m, n, k);
+  return count >= 2 && work >= kBatchSplitMinFlops && 2.0 * double(m) * double(n) * double(k) < kOmpSplitFlops &&
+         work * double(count) >= kOmpSplitFlops && may_share_out();
 }
 
 template <typename T> struct Blas;
@@ -516,14 +529,14 @@ void float_matmul(const Tensor& out, Tensor a, Tensor b) {
     product<T>(c, pa, la, pb, lb, int(M * g.count), int(N), int(K));
     return;
   }
-  if (batches_between_threads(g.count, 2.0 * double(M) * double(N) * double(K))) {
+  if (batches_between_threads(g.count, M, N, K)) {
     std::vector<int64_t> oa, ob;
     batch_offsets(g, oa, ob);
     // Each product on one BLAS thread (OpenBLAS not loaded for products of the own loop).
     if (!small_gemm_takes<T>(M, N, K, lb.col_step())) blas_threads_for(0.0);
-    const double flops = 2.0 * double(M) * double(N) * double(K) * double(g.count);
-    g_split_throttle.timed(flops, [&] {
-      parallel_units(g.count, flops, [&](int64_t b0, int64_t e0, int) {
+    const double work = product_work(M, N, K) * double(g.count);
+    g_split_throttle.timed(work, [&] {
+      parallel_units(g.count, work, [&](int64_t b0, int64_t e0, int) {
         for (int64_t k = b0; k < e0; ++k)
           product<T>(c + k * M * N, pa + oa[size_t(k)], la, pb + ob[size_t(k)], lb, int(M), int(N), int(K));
       });
