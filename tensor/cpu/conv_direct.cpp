@@ -101,10 +101,9 @@ DL_INLINE void tile(const float* xp, const int64_t* shift, int64_t taps, const f
       // NaN included), so the addition folds away and w[o] is broadcast straight from
       // memory, a load only (as in small_gemm.cpp's tiles). Not `V{} + w[o]`, which
       // must add (+0 turns -0 into +0): GCC 12 built that, in the AVX-512 build, as a
-      // scalar addition and a register broadcast per weight, 16 operations on the two
-      // ports the 24 multiply-adds need, and the forward ran at 60% of the core's rate
-      // (docs/performance.md, "Direct convolution with AVX-512"). The same expression
-      // in a helper function was assembled lane by lane there.
+      // scalar addition and a register broadcast per weight, on the two ports the
+      // multiply-adds need (docs/performance.md, "Direct convolution with AVX-512").
+      // The same expression in a helper function was assembled lane by lane there.
       const V wb = w[o] + -V{};
       for (int j = 0; j < NV; ++j) acc[o][j] += wb * xv[j];
     }
@@ -132,9 +131,9 @@ DL_INLINE void all_tiles(const DirectConv& d, const float* xp, const float* wt, 
 // shift[ct]], with ge the output gradient on the same Ho x Wp grid, zero in the
 // thrown-away columns. A tile is OB output channels by TB (channel, tap) pairs, OB TB
 // vector accumulators added to acc at the end; the lanes are summed once, after the
-// last sample (direct_conv_weight_grad_total). Summing them here, 15 scalar additions
-// an accumulator for a loop of Ho Wp / W steps, took a third of the AVX-512 kernel's
-// time on 24 x 24 images (docs/performance.md, "Direct convolution with AVX-512").
+// last sample (direct_conv_weight_grad_total): summed here, W - 1 scalar additions an
+// accumulator against a loop of only Ho Wp / W steps, they were a large part of the
+// kernel's time (docs/performance.md, "Direct convolution with AVX-512").
 template <int W, int OB, int TB>
 DL_INLINE void wtile(const float* xp, const float* ge, const int64_t* shift, int64_t ldo, float* acc, int64_t O) {
   using V = VecOf<W>;
@@ -266,8 +265,8 @@ DirectConv direct_conv_plan(int64_t C, int64_t H, int64_t W, int64_t O, int64_t 
   // The last tile of the last plane reads up to ldo - 1 + its largest shift.
   d.xp_len = std::max(C * d.Hp * d.Wp, (C - 1) * d.Hp * d.Wp + dh * (kh - 1) * d.Wp + dw * (kw - 1) + d.ldo);
   // Every buffer starts on a 64-byte line (as the scratch does): the weight gradient's
-  // loads of the output gradient are then aligned (AVX-512 on 24 x 24 images: 82 to 94
-  // GFLOP/s).
+  // loads of the output gradient are then aligned (docs/performance.md, "Direct
+  // convolution with AVX-512").
   d.xp_len = round_lines(d.xp_len);
   d.scratch_len = round_lines(d.xp_len + O * d.ldo);
   d.lanes = variants().v[d.variant].lanes;

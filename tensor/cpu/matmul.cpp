@@ -206,11 +206,12 @@ int product_parts(int m, int n, int k) {
 //
 // The work of a product counts its multiply-adds and its result: an element written
 // counts as kStoreFlops. A product with a short k is as slow as its result is large:
-// the per-example weight gradients of dl.vmap(dl.grad(f)) are outer products, (128, 1)
-// by (1, 784) for each of 64 examples in bench/'s `pergrad`, 200 KFLOP and 400 KB of
-// fresh result each, and writing those 25 MB on one thread was most of the call (one
-// core writes fresh memory at about 10 GB/s, the time of ~60 flops a float32 at the own
-// loop's 150 GFLOP/s; 16 keeps the per-head products above where they were).
+// the per-example weight gradients of dl.vmap(dl.grad(f)) are outer products (bench/
+// `pergrad`: 64 of (128, 1) by (1, 784)), each under kBatchSplitMinFlops of arithmetic
+// but with a fresh result to write, and writing them all on one thread was most of the
+// call. A float32 written to fresh memory takes a core the time of tens of the own
+// loop's flops; 16 keeps the attention products of small heads where they were
+// (docs/performance.md, "Per-example gradients: dl.vmap").
 constexpr double kBatchSplitMinFlops = double(int64_t(1) << 20);
 constexpr double kStoreFlops = 16;
 double product_work(int64_t m, int64_t n, int64_t k) {
