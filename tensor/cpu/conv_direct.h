@@ -19,7 +19,8 @@ struct DirectConv {
 
 // Whether the direct kernels serve C input and O output channels with a kh x kw kernel
 // (stride 1 and one group assumed; the image size bounds only the scratch, which the
-// caller checks against the plan's scratch_len), and the plan.
+// caller checks against the plan's scratch_len, and acc_len for a weight gradient), and
+// the plan.
 bool direct_conv_suits(int64_t C, int64_t O, int64_t kh, int64_t kw);
 DirectConv direct_conv_plan(int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh, int64_t kw,
                             int64_t ph, int64_t pw, int64_t dh, int64_t dw);
