@@ -429,7 +429,7 @@ bool own_gemv(bool trans, int64_t rows, int64_t cols, const T* mat, int64_t ld, 
 template <typename T>
 bool own_gemm(T* c, const T* a, const MatLayout& la, const T* b, const MatLayout& lb, int m, int n, int k) {
   const int64_t ars = la.row_step(), aks = la.col_step(), bks = lb.row_step(), bjs = lb.col_step();
-  if (!small_gemm_takes<T>(m, n, k, bjs)) return false;
+  if (!small_gemm_takes<T>(m, n, k, bks, bjs)) return false;
   const int parts = product_parts(m, n, k);
   if (parts < 2 || !may_share_out()) {
     small_gemm(a, ars, aks, b, bks, bjs, c, n, m, n, k);
@@ -534,7 +534,7 @@ void float_matmul(const Tensor& out, Tensor a, Tensor b) {
     std::vector<int64_t> oa, ob;
     batch_offsets(g, oa, ob);
     // Each product on one BLAS thread (OpenBLAS not loaded for products of the own loop).
-    if (!small_gemm_takes<T>(M, N, K, lb.col_step())) blas_threads_for(0.0);
+    if (!small_gemm_takes<T>(M, N, K, lb.row_step(), lb.col_step())) blas_threads_for(0.0);
     const double work = product_work(M, N, K) * double(g.count);
     g_split_throttle.timed(work, [&] {
       parallel_units(g.count, work, [&](int64_t b0, int64_t e0, int) {

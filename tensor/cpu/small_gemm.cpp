@@ -10,7 +10,8 @@
 // of a broadcast across the tile, each row of b's tile loaded once for all of its rows.
 // Only b's columns must be contiguous: a b read transposed, and the last columns when
 // n is not a multiple of the tile's width, are first copied into a tile of that width
-// (zeros past n); where those last columns fill half a tile or less, the tile is one
+// (zeros past n; a b read transposed in blocks of a vector's lanes square, transposed
+// in registers); where those last columns fill half a tile or less, the tile is one
 // vector wide. Larger products stay with OpenBLAS, whose blocking for the caches wins
 // from about 128 x 128 x 128 with AVX2 (docs/performance.md, "Small products of
 // matrices", has the measurements behind the limit; bench/ rows `matmul32` to
@@ -18,8 +19,9 @@
 // SkylakeX kernels further, to 256 x 256 x 256 and the MLP's first layer (one thread,
 // hot buffers), and beats their two threads once cut between the OpenMP threads
 // (matmul.cpp's own_gemm; a cut changes no bit here): it takes float32 products to
-// kWideVolume (256 x 256 x 256) where b's columns are contiguous, since copying a b
-// read transposed cost a fifth of such a product. A long k (over kDepth) with a narrow
+// kWideVolume (256 x 256 x 256) where b's columns are contiguous or b is read
+// transposed (its rows contiguous, copied in transposed blocks), and others to
+// kVolume. A long k (over kDepth) with a narrow
 // b also stays with OpenBLAS, and so do products with a vector operand (Note [Small
 // products without OpenBLAS] in matmul.cpp has those). A program whose products are
 // all this small never loads OpenBLAS (Note [Loading OpenBLAS on first use] in
@@ -52,6 +54,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/vec.h"
@@ -141,6 +144,52 @@ template <typename T, int VB, int R, int NV>
   if (i < m) last_rows<T, VB, R, NV>(m - i, a + i * ars, ars, aks, b, ldb, c + i * ldc, ldc, k, cols);
 }
 
+// Rows x and y of an L x L block, block size B: the B x B block right of the diagonal
+// in x's pair of rows swapped with the one left of it in y's (Eklundh's transpose: for
+// B = L/2, L/4, ..., 1 over every pair of rows B apart, it transposes the block).
+template <int L, int B, typename V, std::size_t... I>
+[[gnu::always_inline]] inline void swap_blocks(V& x, V& y, std::index_sequence<I...>) {
+  const V lo = __builtin_shufflevector(x, y, (I / B % 2 == 0 ? int(I) : int(L + I - B))...);
+  const V hi = __builtin_shufflevector(x, y, (I / B % 2 == 0 ? int(I + B) : int(L + I))...);
+  x = lo;
+  y = hi;
+}
+template <int L, int B, typename V>
+[[gnu::always_inline]] inline void transpose_stage(V* v) {
+  if constexpr (B >= 1) {
+#pragma GCC unroll 16
+    for (int i = 0; i < L; ++i)
+      if (i / B % 2 == 0) swap_blocks<L, B>(v[i], v[i + B], std::make_index_sequence<L>{});
+    transpose_stage<L, B / 2>(v);
+  }
+}
+
+// copy (k x width, row-major) = b(p, q) for q < cols, from a b whose columns are rows
+// in memory (b(p, q) = b[p + q bjs], b read transposed): blocks of L x L transposed in
+// registers, the last columns and rows element by element. (Element by element
+// throughout, the copy was a fifth of a 64 x 784 by 784 x 256 product's time.)
+template <typename T, int VB>
+[[gnu::always_inline]] inline void pack_transposed(const T* b, int64_t bjs, int64_t k, int cols, int width, T* copy) {
+  constexpr int L = Vec<T, VB>::kLanes;
+  using V = typename Vec<T, VB>::V;
+  int q = 0;
+  for (; q + L <= cols; q += L) {
+    int64_t p = 0;
+    for (; p + L <= k; p += L) {
+      V v[L];
+#pragma GCC unroll 16
+      for (int i = 0; i < L; ++i) v[i] = load<VB>(b + (q + i) * bjs + p);
+      transpose_stage<L, L / 2>(v);
+#pragma GCC unroll 16
+      for (int i = 0; i < L; ++i) store<VB>(copy + (p + i) * width + q, v[i]);
+    }
+    for (; p < k; ++p)
+      for (int i = 0; i < L; ++i) copy[size_t(p * width + q + i)] = b[(q + i) * bjs + p];
+  }
+  for (; q < cols; ++q)
+    for (int64_t p = 0; p < k; ++p) copy[size_t(p * width + q)] = b[q * bjs + p];
+}
+
 // The whole product, tiles of R rows by two vectors, and RN rows by one for a narrow
 // last tile.
 template <typename T, int VB, int R, int RN>
@@ -162,8 +211,12 @@ template <typename T, int VB, int R, int RN>
     // 10 product's time by perf).
     if (cols < width)
       for (int64_t e = 0; e < k * width; e += Vec<T, VB>::kLanes) store<VB>(copy.get() + e, typename Vec<T, VB>::V{});
-    for (int64_t p = 0; p < k; ++p)
-      for (int q = 0; q < cols; ++q) copy[size_t(p * width + q)] = b[p * bks + (j + q) * bjs];
+    if (bks == 1) {
+      pack_transposed<T, VB>(b + j * bjs, bjs, k, cols, width, copy.get());
+    } else {
+      for (int64_t p = 0; p < k; ++p)
+        for (int q = 0; q < cols; ++q) copy[size_t(p * width + q)] = b[p * bks + (j + q) * bjs];
+    }
     if (width == W) columns<T, VB, R, 2>(a, ars, aks, copy.get(), W, c + j, ldc, m, k, cols);
     else columns<T, VB, RN, 1>(a, ars, aks, copy.get(), W / 2, c + j, ldc, m, k, cols);
   }
@@ -208,14 +261,15 @@ void run(const T* a, int64_t ars, int64_t aks, const T* b, int64_t bks, int64_t 
 }  // namespace
 
 template <typename T>
-bool small_gemm_takes(int64_t m, int64_t n, int64_t k, int64_t bjs) {
+bool small_gemm_takes(int64_t m, int64_t n, int64_t k, int64_t bks, int64_t bjs) {
   const int bytes = build_bytes();
-  const int64_t most = bytes != 64 ? kVolume<T> : sizeof(T) == 4 && bjs == 1 ? kWideVolume : kVolume<float>;
+  const bool rows_or_columns = bjs == 1 || bks == 1;  // b in place, or transposed in blocks
+  const int64_t most = bytes != 64 ? kVolume<T> : sizeof(T) == 4 && rows_or_columns ? kWideVolume : kVolume<float>;
   // (each size bounded before the product of the three is formed)
   return bytes != 0 && m > 1 && n > 1 && k <= kDepth && m <= most && n <= most && m * n * k <= most;
 }
-template bool small_gemm_takes<float>(int64_t, int64_t, int64_t, int64_t);
-template bool small_gemm_takes<double>(int64_t, int64_t, int64_t, int64_t);
+template bool small_gemm_takes<float>(int64_t, int64_t, int64_t, int64_t, int64_t);
+template bool small_gemm_takes<double>(int64_t, int64_t, int64_t, int64_t, int64_t);
 
 void small_gemm(const float* a, int64_t ars, int64_t aks, const float* b, int64_t bks, int64_t bjs, float* c,
                 int64_t ldc, int64_t m, int64_t n, int64_t k) {

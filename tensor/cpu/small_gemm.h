@@ -8,18 +8,18 @@
 namespace dl::cpu {
 
 // Whether an m x k by k x n product of T (float or double) runs in the loop: it is small
-// enough for this CPU's build (larger with AVX-512 where b's columns are contiguous:
-// bjs, as below, is 1), and this CPU has a build of the loop (every x86-64 CPU with AVX2
-// and FMA).
+// enough for this CPU's build (larger with AVX-512 where b's rows or columns are
+// contiguous: bjs or bks, as below, is 1), and this CPU has a build of the loop (every
+// x86-64 CPU with AVX2 and FMA).
 template <typename T>
-bool small_gemm_takes(int64_t m, int64_t n, int64_t k, int64_t bjs);
+bool small_gemm_takes(int64_t m, int64_t n, int64_t k, int64_t bks, int64_t bjs);
 
 // Where a product is cut into parts (rows or columns of c, each part a small_gemm call
 // of its own), cuts at multiples of these keep every build's tiles whole.
 constexpr int64_t kSmallGemmRowCut = 24, kSmallGemmColumnCut = 32;
 
 // c (m x n, row-major, ld ldc) = a b, where a(i, p) = a[i ars + p aks] and
-// b(p, j) = b[p bks + j bjs]. Only where small_gemm_takes(m, n, k, bjs). Each element
+// b(p, j) = b[p bks + j bjs]. Only where small_gemm_takes(m, n, k, bks, bjs). Each element
 // is the same chain of operations however the product is cut into parts.
 void small_gemm(const float* a, int64_t ars, int64_t aks, const float* b, int64_t bks, int64_t bjs, float* c,
                 int64_t ldc, int64_t m, int64_t n, int64_t k);

@@ -222,7 +222,7 @@ void check_small_products(DType dt, int64_t volume) {
       }
     // (rows: of the one product that ran, a batch's folded into one)
     auto check = [&](const Tensor& r, const Tensor& rhs, int64_t rows) {
-      const bool own = cpu::small_gemm_takes<T>(rows, d.n, d.k, rhs.stride(1));
+      const bool own = cpu::small_gemm_takes<T>(rows, d.n, d.k, rhs.stride(0), rhs.stride(1));
       if (own) {
         CHECK(std::memcmp(r.raw_data(), want.data(), want.size() * sizeof(T)) == 0);
       } else {
@@ -262,18 +262,20 @@ TEST_CASE("small products of matrices add in their documented order", "[matmul]"
   cpu::limit_vector_bytes(0);
 #if defined(__x86_64__)
   // Every x86-64 CPU with AVX2 and FMA runs the loop.
-  CHECK(cpu::small_gemm_takes<float>(64, 64, 64, 1) ==
+  CHECK(cpu::small_gemm_takes<float>(64, 64, 64, 64, 1) ==
         (cpu::vector_bytes() >= 32 && __builtin_cpu_supports("fma")));
 #else
-  CHECK(cpu::small_gemm_takes<float>(64, 64, 64, 1));
+  CHECK(cpu::small_gemm_takes<float>(64, 64, 64, 64, 1));
 #endif
-  CHECK(cpu::small_gemm_takes<float>(64, 256, 784, 1) == (cpu::vector_bytes() == 64));
-  CHECK(cpu::small_gemm_takes<double>(64, 64, 64, 64) == (cpu::vector_bytes() == 64));
-  CHECK_FALSE(cpu::small_gemm_takes<double>(64, 256, 784, 1));
-  CHECK_FALSE(cpu::small_gemm_takes<float>(64, 256, 784, 784));   // b read transposed
-  CHECK_FALSE(cpu::small_gemm_takes<float>(128, 128, 128, 128));
-  CHECK_FALSE(cpu::small_gemm_takes<float>(512, 512, 512, 1));
-  CHECK_FALSE(cpu::small_gemm_takes<float>(2, int64_t(1) << 40, int64_t(1) << 40, 1));
+  const bool wide = cpu::vector_bytes() == 64;
+  CHECK(cpu::small_gemm_takes<float>(64, 256, 784, 256, 1) == wide);
+  CHECK(cpu::small_gemm_takes<float>(64, 256, 784, 1, 784) == wide);   // b read transposed
+  CHECK(cpu::small_gemm_takes<double>(64, 64, 64, 1, 64) == wide);
+  CHECK_FALSE(cpu::small_gemm_takes<double>(64, 256, 784, 256, 1));
+  CHECK_FALSE(cpu::small_gemm_takes<float>(64, 256, 784, 2, 1600));    // neither contiguous
+  CHECK_FALSE(cpu::small_gemm_takes<float>(128, 128, 128, 2, 256));
+  CHECK_FALSE(cpu::small_gemm_takes<float>(512, 512, 512, 512, 1));
+  CHECK_FALSE(cpu::small_gemm_takes<float>(2, int64_t(1) << 40, int64_t(1) << 40, int64_t(1) << 40, 1));
   // Past 2^20 the product is OpenBLAS's, whose fused multiply-adds round otherwise: the
   // same values to a float32 product's rounding.
   Tensor a = randn(Shape{129, 128}, DType::Float32), b = randn(Shape{128, 64}, DType::Float32);
