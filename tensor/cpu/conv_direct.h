@@ -12,8 +12,9 @@ struct DirectConv {
   int64_t taps;                                // C kh kw
   int64_t ldo;                                 // an output row block: Ho Wp, rounded up to a tile
   // Floats, each a whole number of 64-byte lines: the padded input, then the whole
-  // scratch; the reordered weight; a weight gradient's partial sums (`lanes` an entry).
-  int64_t xp_len, scratch_len, wt_len, lanes, acc_len;
+  // scratch; the reordered weight; a weight gradient's partial sums, `lanes` floats
+  // an entry (the kernels' vector width).
+  int64_t xp_len, scratch_len, wt_len, acc_len, lanes;
   int variant;                                 // the kernels planned for (direct_conv_use)
 };
 

@@ -65,7 +65,7 @@ namespace {
 
 template <typename T>
 constexpr int64_t kVolume = sizeof(T) == 4 ? int64_t(1) << 20 : int64_t(1) << 15;
-constexpr int64_t kWideVolume = int64_t(1) << 24;   // float32 with AVX-512, b in place
+constexpr int64_t kWideVolume = int64_t(1) << 24;   // float32 with AVX-512, b's rows or columns contiguous
 constexpr int64_t kDepth = 4096;   // the longest k the loop takes
 
 // acc + a b in every lane, rounded once. With GCC on x86-64 one instruction, written
