@@ -90,7 +90,9 @@ TEST_CASE("direct conv: every kernel variant matches a plain loop") {
         // another buffer and in place.
         std::vector<float> gy(size_t(k.O * d.Ho * d.Wo));
         for (float& e : gy) e = u(rng);
-        std::vector<float> lanes(size_t(d.acc_len) + 1, 0.0f), acc(size_t(d.taps * k.O) + 1, 0.5f);
+        // (the sentinel just past the sums proper, inside acc_len's rounding: unwritten)
+        REQUIRE(d.acc_len >= d.taps * k.O * d.lanes);
+        std::vector<float> lanes(size_t(d.taps * k.O * d.lanes) + 1, 0.0f), acc(size_t(d.taps * k.O) + 1, 0.5f);
         lanes.back() = 0.5f;
         std::fill(scratch.begin(), scratch.end(), NAN);
         direct_conv_weight_grad_sample(d, x.data(), gy.data(), shift.data(), lanes.data(), scratch.data());
