@@ -67,37 +67,80 @@ template <typename T>
   }
 }
 
-// Layer norm's rows [b, e) backward: the means of g w and g w xhat, then
-// fn::LayerNormDx; where acc is not null, g xhat and g added to its two rows of D
-// (this thread's part of the weight's and the bias's gradients).
+// Layer norm's backward for one row: the means of g w and g w xhat (mg, mgx), summed
+// in double in lanes as the folds above.
 template <typename T>
-[[gnu::always_inline]] inline void ln_backward_rows(const T* pg, const T* px, const T* pm, const T* pi, const T* pw,
-                                                    T* pdx, double* acc, int64_t D, int64_t b, int64_t e) {
-  const fn::LayerNormDx f;
-  for (int64_t r = b; r < e; ++r) {
-    const T* in = px + r * D;
-    const T* gr = pg + r * D;
-    const T m = pm[r], inv = pi[r];
-    // sum(g w) and sum(g w xhat), in one pass, each in lanes as the folds above
-    double a[kLanes] = {}, c[kLanes] = {};
-    int64_t s = 0;
-    for (; s + kLanes <= D; s += kLanes)
-      for (int k = 0; k < kLanes; ++k) {
-        const T gw = gr[s + k] * pw[s + k];
-        a[k] += double(gw);
-        c[k] += double(gw) * double((in[s + k] - m) * inv);
-      }
-    for (int k = 0; s + k < D; ++k) {
+[[gnu::always_inline]] inline void ln_row_means(const T* gr, const T* in, const T* pw, T m, T inv, int64_t D, T& mg,
+                                                T& mgx) {
+  double a[kLanes] = {}, c[kLanes] = {};
+  int64_t s = 0;
+  for (; s + kLanes <= D; s += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
       const T gw = gr[s + k] * pw[s + k];
       a[k] += double(gw);
       c[k] += double(gw) * double((in[s + k] - m) * inv);
     }
-    for (int width = kLanes / 2; width > 0; width /= 2)
-      for (int k = 0; k < width; ++k) {
-        a[k] += a[k + width];
-        c[k] += c[k + width];
+  for (int k = 0; s + k < D; ++k) {
+    const T gw = gr[s + k] * pw[s + k];
+    a[k] += double(gw);
+    c[k] += double(gw) * double((in[s + k] - m) * inv);
+  }
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int k = 0; k < width; ++k) {
+      a[k] += a[k + width];
+      c[k] += c[k + width];
+    }
+  mg = T(a[0] / double(D));
+  mgx = T(c[0] / double(D));
+}
+
+// Layer norm's rows [b, e) backward: per row its means, then fn::LayerNormDx; where acc
+// is not null, g xhat and g added to its two rows of D (this thread's part of the
+// weight's and the bias's gradients), kRowBlock rows at a time: a block's sums are
+// added to acc once, not once a row (docs/performance.md, "Sequence models: layer_norm,
+// LSTM, attention").
+constexpr int kRowBlock = 4;
+
+template <typename T>
+[[gnu::always_inline]] inline void ln_backward_rows(const T* pg, const T* px, const T* pm, const T* pi, const T* pw,
+                                                    T* pdx, double* acc, int64_t D, int64_t b, int64_t e) {
+  const fn::LayerNormDx f;
+  int64_t r = b;
+  if (acc) {
+    for (; r + kRowBlock <= e; r += kRowBlock) {
+      const T* in[kRowBlock];
+      const T* gr[kRowBlock];
+      T* out[kRowBlock];
+      T m[kRowBlock], inv[kRowBlock], mg[kRowBlock], mgx[kRowBlock];
+      for (int i = 0; i < kRowBlock; ++i) {
+        in[i] = px + (r + i) * D;
+        gr[i] = pg + (r + i) * D;
+        out[i] = pdx + (r + i) * D;
+        m[i] = pm[r + i];
+        inv[i] = pi[r + i];
+        ln_row_means(gr[i], in[i], pw, m[i], inv[i], D, mg[i], mgx[i]);
       }
-    const T mg = T(a[0] / double(D)), mgx = T(c[0] / double(D));
+      // (dx is a result of its own: no store here reaches what the loop reads.)
+#pragma GCC ivdep
+      for (int64_t k = 0; k < D; ++k) {
+        double sw = 0, sb = 0;
+        for (int i = 0; i < kRowBlock; ++i) {
+          const T g = gr[i][k], xhat = (in[i][k] - m[i]) * inv[i];
+          out[i][k] = f(g * pw[k], xhat, inv[i], mg[i], mgx[i]);
+          sw += double(g * xhat);
+          sb += double(g);
+        }
+        acc[k] += sw;
+        acc[D + k] += sb;
+      }
+    }
+  }
+  for (; r < e; ++r) {
+    const T* in = px + r * D;
+    const T* gr = pg + r * D;
+    const T m = pm[r], inv = pi[r];
+    T mg, mgx;
+    ln_row_means(gr, in, pw, m, inv, D, mg, mgx);
     // dx, and (where acc is set) the row's share of the parameters' gradients, in one
     // pass over g and x.
     T* out = pdx + r * D;
