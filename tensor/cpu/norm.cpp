@@ -94,66 +94,59 @@ template <typename T>
   mgx = T(c[0] / double(D));
 }
 
-// Layer norm's rows [b, e) backward: per row its means, then fn::LayerNormDx; where acc
-// is not null, g xhat and g added to its two rows of D (this thread's part of the
-// weight's and the bias's gradients), kRowBlock rows at a time: a block's sums are
-// added to acc once, not once a row (docs/performance.md, "Sequence models: layer_norm,
-// LSTM, attention").
+// Layer norm's backward for NB rows from r: per row its means, then fn::LayerNormDx;
+// with kParams, g xhat and g of the NB rows summed and added to acc's two rows of D
+// (this thread's part of the weight's and the bias's gradients) once.
+template <int NB, bool kParams, typename T>
+[[gnu::always_inline]] inline void ln_backward_block(const T* pg, const T* px, const T* pm, const T* pi, const T* pw,
+                                                     T* pdx, double* acc, int64_t D, int64_t r) {
+  const fn::LayerNormDx f;
+  const T* in[NB];
+  const T* gr[NB];
+  T* out[NB];
+  T m[NB], inv[NB], mg[NB], mgx[NB];
+  for (int i = 0; i < NB; ++i) {
+    in[i] = px + (r + i) * D;
+    gr[i] = pg + (r + i) * D;
+    out[i] = pdx + (r + i) * D;
+    m[i] = pm[r + i];
+    inv[i] = pi[r + i];
+    ln_row_means(gr[i], in[i], pw, m[i], inv[i], D, mg[i], mgx[i]);
+  }
+  // dx, and the parameters' shares, in one pass over g and x. (dx is a result of its
+  // own: no store here reaches what the loop reads.)
+#pragma GCC ivdep
+  for (int64_t k = 0; k < D; ++k) {
+    double sw = 0, sb = 0;
+    for (int i = 0; i < NB; ++i) {
+      const T g = gr[i][k], xhat = (in[i][k] - m[i]) * inv[i];
+      out[i][k] = f(g * pw[k], xhat, inv[i], mg[i], mgx[i]);
+      if constexpr (kParams) {
+        sw += double(g * xhat);
+        sb += double(g);
+      }
+    }
+    if constexpr (kParams) {
+      acc[k] += sw;
+      acc[D + k] += sb;
+    }
+  }
+}
+
+// Layer norm's rows [b, e) backward; where acc is not null, kRowBlock rows at a time, so
+// that a block's sums are added to acc once, not once a row (docs/performance.md,
+// "Sequence models: layer_norm, LSTM, attention").
 constexpr int kRowBlock = 4;
 
 template <typename T>
 [[gnu::always_inline]] inline void ln_backward_rows(const T* pg, const T* px, const T* pm, const T* pi, const T* pw,
                                                     T* pdx, double* acc, int64_t D, int64_t b, int64_t e) {
-  const fn::LayerNormDx f;
   int64_t r = b;
   if (acc) {
-    for (; r + kRowBlock <= e; r += kRowBlock) {
-      const T* in[kRowBlock];
-      const T* gr[kRowBlock];
-      T* out[kRowBlock];
-      T m[kRowBlock], inv[kRowBlock], mg[kRowBlock], mgx[kRowBlock];
-      for (int i = 0; i < kRowBlock; ++i) {
-        in[i] = px + (r + i) * D;
-        gr[i] = pg + (r + i) * D;
-        out[i] = pdx + (r + i) * D;
-        m[i] = pm[r + i];
-        inv[i] = pi[r + i];
-        ln_row_means(gr[i], in[i], pw, m[i], inv[i], D, mg[i], mgx[i]);
-      }
-      // (dx is a result of its own: no store here reaches what the loop reads.)
-#pragma GCC ivdep
-      for (int64_t k = 0; k < D; ++k) {
-        double sw = 0, sb = 0;
-        for (int i = 0; i < kRowBlock; ++i) {
-          const T g = gr[i][k], xhat = (in[i][k] - m[i]) * inv[i];
-          out[i][k] = f(g * pw[k], xhat, inv[i], mg[i], mgx[i]);
-          sw += double(g * xhat);
-          sb += double(g);
-        }
-        acc[k] += sw;
-        acc[D + k] += sb;
-      }
-    }
-  }
-  for (; r < e; ++r) {
-    const T* in = px + r * D;
-    const T* gr = pg + r * D;
-    const T m = pm[r], inv = pi[r];
-    T mg, mgx;
-    ln_row_means(gr, in, pw, m, inv, D, mg, mgx);
-    // dx, and (where acc is set) the row's share of the parameters' gradients, in one
-    // pass over g and x.
-    T* out = pdx + r * D;
-    if (acc) {
-      for (int64_t k = 0; k < D; ++k) {
-        const T xhat = (in[k] - m) * inv;
-        out[k] = f(gr[k] * pw[k], xhat, inv, mg, mgx);
-        acc[k] += double(gr[k] * xhat);
-        acc[D + k] += double(gr[k]);
-      }
-    } else {
-      for (int64_t k = 0; k < D; ++k) out[k] = f(gr[k] * pw[k], (in[k] - m) * inv, inv, mg, mgx);
-    }
+    for (; r + kRowBlock <= e; r += kRowBlock) ln_backward_block<kRowBlock, true>(pg, px, pm, pi, pw, pdx, acc, D, r);
+    for (; r < e; ++r) ln_backward_block<1, true>(pg, px, pm, pi, pw, pdx, acc, D, r);
+  } else {
+    for (; r < e; ++r) ln_backward_block<1, false>(pg, px, pm, pi, pw, pdx, acc, D, r);
   }
 }
 
