@@ -134,9 +134,13 @@ class Tensor {
   Storage& storage() const { return *impl_->storage; }
   bool same_storage(const Tensor& o) const { return impl_->storage == o.impl_->storage; }
 
-  // Address of element 0 (after the offset).
+  // Address of element 0 (after the offset). An empty view may keep an offset that
+  // addresses nothing (moved_offset in view.cpp), whose bytes may not fit in int64: it
+  // has no element to address, and gets the storage's start.
   void* raw_data() const {
-    return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(itemsize());
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(impl_->offset, int64_t(itemsize()), &bytes)) return impl_->storage->data();
+    return static_cast<char*>(impl_->storage->data()) + bytes;
   }
   template <typename T>
   T* data() const { return static_cast<T*>(raw_data()); }

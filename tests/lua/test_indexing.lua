@@ -203,4 +203,16 @@ H.test("where and masked_fill", function()
   H.raises(function() return dl.where(pos, x, dl.zeros(3)) end, "where: shapes")
 end)
 
+H.test("an empty view whose offset is past any memory still reads and computes", function()
+  -- Strides of 2^62 and 2^31 (a (0, 2^31, 2^31) tensor), narrowed at the ends of both
+  -- large dims: its offset, 2^62 + 2^31 elements, is more bytes than int64 holds. Found
+  -- by fuzz_breadth (tests/fuzz/regressions/breadth/empty-view-offset-bytes-overflow).
+  local z = dl.zeros(0, 2 ^ 31, 2 ^ 31):narrow(2, 2 ^ 31 + 1, 0):narrow(3, 2 ^ 31 + 1, 0)
+  H.eq(z:numel(), 0)
+  H.values(z:sum(), 0)
+  H.eq(#(z + 1).shape, 3)
+  H.eq(z:clone():numel(), 0)
+  H.eq(tostring(z:contiguous()), "tensor([], shape=(0, 0, 0), dtype=float32)")
+end)
+
 H.run()
