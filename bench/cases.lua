@@ -205,6 +205,18 @@ function M.layernorm(iters)
   return timed_after(20, g, iters, x, w, b)
 end
 
+-- One optimizer step on a (256, 784) float32 weight (the MLP's first layer) and a fixed
+-- gradient, through apply_gradients: SGD with momentum, or Adam. Seconds per step.
+local function optstep(make, iters)
+  dl.manual_seed(1)
+  local w, g = dl.Variable(dl.randn(256, 784)), dl.randn(256, 784)
+  local opt = make()
+  local pairs_ = { { g, w } }
+  return timed_after(20, function() opt:apply_gradients(pairs_) return w end, iters)
+end
+function M.sgdstep(iters) return optstep(function() return dl.optim.SGD{ lr = 1e-3, momentum = 0.9 } end, iters) end
+function M.adamstep(iters) return optstep(function() return dl.optim.Adam{ lr = 1e-3 } end, iters) end
+
 -- An LSTM layer (2 layers of 256, input 256) over 64 steps of a batch of 32, forward
 -- and backward to the input and every weight: seconds per call.
 function M.lstm(iters)
@@ -516,7 +528,7 @@ end
 -- bench/run.lua's protocol (as bench/torch_ref.py and bench/ref.c speak it): one command
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
---   | pergrad <iters> | chartf <iters>
+--   | pergrad <iters> | chartf <iters> | sgdstep <iters> | adamstep <iters>
 --   | matmul <n> <iters> [<cols> <k> <ops>] | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | half <iters> | mlp <epochs or images> [c] | cnn <epochs or images> [c]
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | replay16 <iters> [c|d] | chainc <iters> | mlpstep <iters> [c]
@@ -526,7 +538,7 @@ function M.worker(input, output)
   local commands = {
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, gemv = M.gemv, add = M.add, sum = M.sum, half = M.half,
     layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa, solve = M.solve, pergrad = M.pergrad,
-    chartf = M.chartf,
+    chartf = M.chartf, sgdstep = M.sgdstep, adamstep = M.adamstep,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
     replay16 = function(iters, c) return M.replay16(iters, (c == "c" or c == "d") and c or nil) end,

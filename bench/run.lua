@@ -281,6 +281,12 @@ do
   row{ id = "layernorm", label = "layer_norm forward + backward, (64, 512) float32", unit = "us/call",
        show = per(US), target = 0.8, ours = ours("layernorm " .. n), refs = { torch("layernorm " .. n, 1) },
        pinned = true }
+  n = quick and 20 or 3000
+  for _, o in ipairs({ { "sgdstep", "SGD step with momentum" }, { "adamstep", "Adam step" } }) do
+    row{ id = o[1], label = o[2] .. ", (256, 784) float32 weight", unit = "us/step",
+         show = per(US), threaded = true, ours = ours(o[1] .. " " .. n),
+         refs = { torch(o[1] .. " " .. n, 1), torch(o[1] .. " " .. n, 2) } }
+  end
 end
 
 -- A float32 product against cblas_sgemm on the same shapes; `args` as both workers take

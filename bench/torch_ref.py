@@ -7,6 +7,8 @@ alternates it with its own measurement in the same run):
   chain <iters> <threads>     -> "ok <seconds per op>"    the op chain recorded, then backward
   d2 <iters> <threads>        -> "ok <seconds per call>"  d2/dx2 of x^3 at a scalar
   layernorm <iters> <threads> -> "ok <seconds per call>"  layer_norm forward + backward, (64, 512)
+  sgdstep <iters> <threads>   -> "ok <seconds per step>"  SGD with momentum on a (256, 784) weight
+  adamstep <iters> <threads>  -> "ok <seconds per step>"  Adam on a (256, 784) weight
   half <iters> <threads>      -> "ok <seconds per call>"  x.half() of 1e7 float32
   lstm <iters> <threads>      -> "ok <seconds per call>"  2-layer LSTM 256, 64 steps, batch 32
   sdpa <iters> <threads>      -> "ok <seconds per call>"  attention (8, 4, 128, 64), fwd + bwd
@@ -149,6 +151,23 @@ def layernorm(iters):
         y = F.layer_norm(x, (512,), w, b)
         return torch.autograd.grad((y * c).sum(), [x, w, b])
     return timed(step, iters, 20)
+
+
+def optstep(make, iters):
+    """One optimizer step on a (256, 784) float32 weight and a fixed gradient."""
+    torch.manual_seed(1)
+    w = torch.nn.Parameter(torch.randn(256, 784))
+    w.grad = torch.randn(256, 784)
+    opt = make([w])
+    return timed(opt.step, iters, 20)
+
+
+def sgdstep(iters):
+    return optstep(lambda ps: torch.optim.SGD(ps, lr=1e-3, momentum=0.9), iters)
+
+
+def adamstep(iters):
+    return optstep(lambda ps: torch.optim.Adam(ps, lr=1e-3), iters)
 
 
 class CharLM(torch.nn.Module):
@@ -344,6 +363,10 @@ def run(cmd, n, threads):
         return d2(n)
     if cmd == "layernorm":
         return layernorm(n)
+    if cmd == "sgdstep":
+        return sgdstep(n)
+    if cmd == "adamstep":
+        return adamstep(n)
     if cmd == "chartf":
         return chartf(n)
     if cmd == "pergrad":
