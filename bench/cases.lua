@@ -195,6 +195,13 @@ function M.gemv(m, iters, k)
   return timed(function() return x:matmul(Wt) end, iters)
 end
 
+-- y = op(x) over n float32 in [0.5, 1.5) (in every op's domain): seconds per op.
+function M.unary(op, n, iters)
+  local f = assert(dl[op], "unary: no op " .. tostring(op))
+  local x = dl.rand(n) + 0.5
+  return timed_after(3, function() return f(x) end, iters)
+end
+
 -- layer_norm forward and backward (input, weight and bias) on (64, 512) float32:
 -- seconds per call.
 function M.layernorm(iters)
@@ -530,13 +537,14 @@ end
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
 --   | pergrad <iters> | chartf <iters> | sgdstep <iters> | adamstep <iters>
 --   | matmul <n> <iters> [<cols> <k> <ops>] | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
---   | sum <n> <iters> | half <iters> | mlp <epochs or images> [c] | cnn <epochs or images> [c]
+--   | sum <n> <iters> | unary <op> <n> <iters> | half <iters> | mlp <epochs or images> [c] | cnn <epochs or images> [c]
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | replay16 <iters> [c|d] | chainc <iters> | mlpstep <iters> [c]
 --   | smallstep <iters> [c]
 --   | capture100 <iters> [c] | info | quit          (c: through dl.compile)
 function M.worker(input, output)
   local commands = {
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, gemv = M.gemv, add = M.add, sum = M.sum, half = M.half,
+    unary = function(op, n, iters) return M.unary(op, tonumber(n), tonumber(iters)) end,
     layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa, solve = M.solve, pergrad = M.pergrad,
     chartf = M.chartf, sgdstep = M.sgdstep, adamstep = M.adamstep,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
@@ -557,7 +565,7 @@ function M.worker(input, output)
     if cmd == "info" then
       output:write(("ok dlua %s, %s\n"):format(dl._VERSION or "?", jit and jit.version or _VERSION))
     elseif commands[cmd] then
-      local a2, a3 = tonumber(words[2]), tonumber(words[3])
+      local a2, a3 = tonumber(words[2]) or words[2], tonumber(words[3])
       local ok, t = pcall(commands[cmd], a2, a3 or words[3], words[4], words[5], words[6])
       if ok then
         output:write(("ok %.9g\n"):format(t))

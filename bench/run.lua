@@ -356,6 +356,16 @@ do
   row{ id = "half1e7", label = "x:half(), 1e7 float32 to float16", unit = "GB/s",
        show = function(t) return 6 * 1e7 / t / 1e9 end, higher = true, target = 1.0, threaded = true,
        ours = ours("half " .. hiters), refs = { torch("half " .. hiters, 1), torch("half " .. hiters, 2) } }
+  -- Pointwise functions on 1e6 float32 (4 MB in, 4 out: in the last-level cache), each
+  -- as the engine computes it (Note [Float exponentials in double] in tensor/functors.h:
+  -- exp, tanh and sigmoid correctly rounded from double) against PyTorch's (Sleef's
+  -- vectorised functions within an ulp).
+  local un, uiters = 1e6, quick and 3 or 300
+  for _, op in ipairs({ "sqrt", "exp", "log", "tanh", "sigmoid" }) do
+    local args = ("%s %d %d"):format(op, un, uiters)
+    row{ id = op .. "1e6", label = ("dl.%s, 1e6 float32"):format(op), unit = "us/op", show = per(US),
+         threaded = true, ours = ours("unary " .. args), refs = { torch("unary " .. args, 1), torch("unary " .. args, 2) } }
+  end
   row{ id = "sum1e7", label = "sum, 1e7 float32", unit = "GB/s",
        show = function(t) return 4 * n / t / 1e9 end, higher = true, target = 0.9, threaded = true,
        ours = ours(("sum %d %d"):format(n, iters)), refs = { cref("C loop (OpenMP)", ("sum %d %d"):format(n, iters)) } }

@@ -9,6 +9,7 @@ alternates it with its own measurement in the same run):
   layernorm <iters> <threads> -> "ok <seconds per call>"  layer_norm forward + backward, (64, 512)
   sgdstep <iters> <threads>   -> "ok <seconds per step>"  SGD with momentum on a (256, 784) weight
   adamstep <iters> <threads>  -> "ok <seconds per step>"  Adam on a (256, 784) weight
+  unary <op> <n> <iters> <threads> -> "ok <seconds per op>"  torch.<op> of n float32 in [0.5, 1.5)
   half <iters> <threads>      -> "ok <seconds per call>"  x.half() of 1e7 float32
   lstm <iters> <threads>      -> "ok <seconds per call>"  2-layer LSTM 256, 64 steps, batch 32
   sdpa <iters> <threads>      -> "ok <seconds per call>"  attention (8, 4, 128, 64), fwd + bwd
@@ -151,6 +152,13 @@ def layernorm(iters):
         y = F.layer_norm(x, (512,), w, b)
         return torch.autograd.grad((y * c).sum(), [x, w, b])
     return timed(step, iters, 20)
+
+
+def unary(op, n, iters):
+    """torch.<op>(x) of n float32 in [0.5, 1.5)."""
+    f = getattr(torch, op)
+    x = torch.rand(n) + 0.5
+    return timed(lambda: f(x), iters, 3)
 
 
 def optstep(make, iters):
@@ -402,7 +410,11 @@ def worker():
                               sys.version.split()[0], torch.__version__, np.__version__, torch.get_num_threads(),
                               torch.get_num_interop_threads(), os.environ.get("GLIBC_TUNABLES", "(unset)")))
             else:
-                t = run(parts[0], int(parts[1]), int(parts[2]))
+                if parts[0] == "unary":
+                    set_threads(int(parts[4]))
+                    t = unary(parts[1], int(parts[2]), int(parts[3]))
+                else:
+                    t = run(parts[0], int(parts[1]), int(parts[2]))
                 out.write("ok %.9g\n" % t)
         except Exception as e:  # the harness shows the reference as failed
             out.write("err %s: %s\n" % (type(e).__name__, str(e).replace("\n", " ")))
