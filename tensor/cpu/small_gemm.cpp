@@ -53,8 +53,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <utility>
+#include <vector>
 
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/vec.h"
@@ -180,30 +180,31 @@ template <int L, int B, typename V>
   }
 }
 
-// copy (k x width, row-major) = b(p, q) for q < cols, from a b whose columns are rows
-// in memory (b(p, q) = b[p + q bjs], b read transposed): blocks of L x L transposed in
-// registers, the last columns and rows element by element. (Element by element
-// throughout, the copy was a fifth of a 64 x 784 by 784 x 256 product's time.)
+// copy (k x width, row-major) = b(p, q) for q < cols and 0 for cols <= q < width, from a
+// b whose columns are rows in memory (b(p, q) = b[p + q bjs], b read transposed): blocks
+// of L x L transposed in registers, a last block of fewer columns with zero rows in their
+// place, the last rows (k mod L) element by element. width is L or 2L, and at most L past
+// cols. (Element by element throughout, the copy was a fifth of a 64 x 784 by 784 x 256
+// product's time; a last block of fewer columns element by element made a 64 x 256 by
+// 256 x 10 one take 14% longer: docs/performance.md, "Small products of matrices".)
 template <typename T, int VB>
 [[gnu::always_inline]] inline void pack_transposed(const T* b, int64_t bjs, int64_t k, int cols, int width, T* copy) {
   constexpr int L = Vec<T, VB>::kLanes;
   using V = typename Vec<T, VB>::V;
-  int q = 0;
-  for (; q + L <= cols; q += L) {
+  for (int q = 0; q < width; q += L) {
+    const int lanes = std::max(0, std::min(L, cols - q));   // this block's columns of b
     int64_t p = 0;
     for (; p + L <= k; p += L) {
       V v[L];
 #pragma GCC unroll 16
-      for (int i = 0; i < L; ++i) v[i] = load<VB>(b + (q + i) * bjs + p);
+      for (int i = 0; i < L; ++i) v[i] = i < lanes ? load<VB>(b + (q + i) * bjs + p) : V{};
       transpose_stage<L, L / 2>(v);
 #pragma GCC unroll 16
       for (int i = 0; i < L; ++i) store<VB>(copy + (p + i) * width + q, v[i]);
     }
     for (; p < k; ++p)
-      for (int i = 0; i < L; ++i) copy[size_t(p * width + q + i)] = b[(q + i) * bjs + p];
+      for (int i = 0; i < L; ++i) copy[size_t(p * width + q + i)] = i < lanes ? b[(q + i) * bjs + p] : T(0);
   }
-  for (; q < cols; ++q)
-    for (int64_t p = 0; p < k; ++p) copy[size_t(p * width + q)] = b[q * bjs + p];
 }
 
 // The whole product, tiles of R rows by two vectors, and RN rows by one for a narrow
@@ -228,23 +229,26 @@ template <typename T, int VB, int R, int RN>
   if (bjs == 1)
     for (; j + W <= n; j += W) columns<T, VB, R, 2>(a, ars, aks, b + j, bks, c + j, ldc, m, k, W, ahead);
   if (j == n) return;
-  const auto copy = std::make_unique_for_overwrite<T[]>(size_t(k) * W);
+  // The copy's room is the thread's, kept for its next product.
+  thread_local std::vector<T> room;
+  if (room.size() < size_t(k) * W) room.resize(size_t(k) * W);
+  T* const copy = room.data();
   for (; j < n; j += W) {
     const int cols = int(std::min<int64_t>(W, n - j));
     const int width = cols <= W / 2 ? W / 2 : W;
-    // The lanes past the last column are zeros, stored as vectors over the whole tile
-    // first (a short fill per row became a `rep stos` each: 30% of a 64 x 256 by 256 x
-    // 10 product's time by perf).
-    if (cols < width)
-      for (int64_t e = 0; e < k * width; e += Vec<T, VB>::kLanes) store<VB>(copy.get() + e, typename Vec<T, VB>::V{});
     if (bks == 1) {
-      pack_transposed<T, VB>(b + j * bjs, bjs, k, cols, width, copy.get());
+      pack_transposed<T, VB>(b + j * bjs, bjs, k, cols, width, copy);
     } else {
+      // The lanes past the last column are zeros, stored as vectors over the whole tile
+      // first (a short fill per row became a `rep stos` each: 30% of a 64 x 256 by 256 x
+      // 10 product's time by perf).
+      if (cols < width)
+        for (int64_t e = 0; e < k * width; e += Vec<T, VB>::kLanes) store<VB>(copy + e, typename Vec<T, VB>::V{});
       for (int64_t p = 0; p < k; ++p)
         for (int q = 0; q < cols; ++q) copy[size_t(p * width + q)] = b[p * bks + (j + q) * bjs];
     }
-    if (width == W) columns<T, VB, R, 2>(a, ars, aks, copy.get(), W, c + j, ldc, m, k, cols, ahead);
-    else columns<T, VB, RN, 1>(a, ars, aks, copy.get(), W / 2, c + j, ldc, m, k, cols, ahead);
+    if (width == W) columns<T, VB, R, 2>(a, ars, aks, copy, W, c + j, ldc, m, k, cols, ahead);
+    else columns<T, VB, RN, 1>(a, ars, aks, copy, W / 2, c + j, ldc, m, k, cols, ahead);
   }
 }
 
