@@ -128,4 +128,55 @@ H.test("short files give no memory's old contents", function()
   H.eq(dl.image.decode("P5\n2 1\n255\n\3\4"):totable(), { { { 3, 4 } } })
 end)
 
+-- PNGs built here byte by byte, their image data in stored (uncompressed) deflate blocks,
+-- so that the stream says exactly what it holds (Note [PNG data that inflates past its
+-- image] in io/image.cpp).
+local function be32(v) return string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
+                                          math.floor(v / 256) % 256, v % 256) end
+local function le16(v) return string.char(v % 256, math.floor(v / 256) % 256) end
+local function chunk(kind, body) return be32(#body) .. kind .. body .. "\0\0\0\0" end   -- (CRCs are not read)
+local function stored(data, final)   -- one stored deflate block
+  return string.char(final and 1 or 0) .. le16(#data) .. le16(65535 - #data) .. data
+end
+local function png(w, h, colour, interlace, idat)
+  return "\137PNG\r\n\26\n" .. chunk("IHDR", be32(w) .. be32(h) .. string.char(8, colour, 0, 0, interlace)) ..
+         chunk("IDAT", idat) .. chunk("IEND", "")
+end
+
+H.test("a PNG's image data is checked against its header before stb reads it", function()
+  -- An interlaced (Adam7) 5 x 3 grey image, pixel (r, c) = 10 r + c: its seven passes'
+  -- rows, each a filter byte (0) and the pass's pixels.
+  local passes = { { 0, 0, 8, 8 }, { 4, 0, 8, 8 }, { 0, 4, 4, 8 }, { 2, 0, 4, 4 }, { 0, 2, 2, 4 }, { 1, 0, 2, 2 }, { 0, 1, 1, 2 } }
+  local rows = {}
+  for _, p in ipairs(passes) do
+    for r = p[2], 2, p[4] do
+      local line = {}
+      for c = p[1], 4, p[3] do line[#line + 1] = string.char(10 * r + c) end
+      if #line > 0 then rows[#rows + 1] = "\0" .. table.concat(line) end
+    end
+  end
+  local raw = table.concat(rows)
+  local img = dl.image.decode(png(5, 3, 0, 1, "\120\1" .. stored(raw, true) .. "\0\0\0\0"))
+  H.eq(img:totable(), { { { 0, 1, 2, 3, 4 }, { 10, 11, 12, 13, 14 }, { 20, 21, 22, 23, 24 } } })
+  -- The same rows, not interlaced
+  local flat = "\0\0\1\2\3\4" .. "\0\10\11\12\13\14" .. "\0\20\21\22\23\24"
+  H.eq(dl.image.decode(png(5, 3, 0, 0, "\120\1" .. stored(flat, true))):totable(), img:totable())
+  -- A stream giving far more than a 2 x 2 image's 6 bytes of rows
+  H.raises(function() return dl.image.decode(png(2, 2, 0, 0, "\120\1" .. stored(string.rep("\0", 60000), true))) end,
+           "inflates to more than its 7 bytes of rows")
+  -- A stream that stops before its end: a stored block announcing 18 bytes, 9 given
+  H.raises(function()
+    return dl.image.decode(png(5, 3, 0, 0, "\120\1" .. string.char(1) .. le16(18) .. le16(65535 - 18) .. flat:sub(1, 9)))
+  end, "the PNG's image data is cut short")
+  -- Not deflate data: a block of the reserved type 3
+  H.raises(function() return dl.image.decode(png(5, 3, 0, 0, "\120\1\7" .. flat)) end, "is not a valid deflate stream")
+  -- A chunk announcing 2 GB, with 35 bytes after it (found by fuzz_image: stb took 2 GB)
+  local f = assert(io.open("tests/fuzz/regressions/image/png-idat-chunk-announcing-2-gb", "rb"))
+  local bomb = f:read("*a"):sub(2)   -- (the fuzz target's first byte picks the channels)
+  f:close()
+  H.raises(function() return dl.image.decode(bomb) end, "an image data chunk announces 2108555286 bytes, and 35 follow")
+  -- the runtime stays usable
+  H.eq(dl.image.decode(png(5, 3, 0, 0, "\120\1" .. stored(flat, true))).shape, { 1, 3, 5 })
+end)
+
 H.run()
