@@ -88,7 +88,7 @@ void sgd_loop(const StridedOperands<3>& ops, const fn::SgdStep::Consts<T> c) {
 // is copied first: its fields read through the reference could be any of the operands'
 // memory, as far as the compiler knows, and the loop was not vectorised.
 template <typename T>
-[[gnu::always_inline]] inline void adam_dense(const fn::AdamStep& rule, T* __restrict pp, const T* __restrict gp,
+[[gnu::always_inline]] inline void adam_dense(const fn::AdamStep& rule, T* pp, const T* gp,
                                               T* mp, T* vp, T* xp, int64_t n) {
   const fn::AdamStep f = rule;
   if (xp) {
