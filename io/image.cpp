@@ -128,6 +128,7 @@ void check_png_stream(const uint8_t* data, size_t n, const char* op, const std::
   int64_t out = 0;
   size_t header_left = 2;   // the zlib header's bytes still to skip
   int rc = Z_OK;
+  bool any_data = false;
   for (size_t at = 8; at + 8 <= n && rc != Z_STREAM_END;) {
     const size_t len = be32(at);
     const uint8_t* type = data + at + 4;
@@ -135,9 +136,11 @@ void check_png_stream(const uint8_t* data, size_t n, const char* op, const std::
     if (std::memcmp(type, "CgBI", 4) == 0) raw_stream = true;
     if (std::memcmp(type, "IHDR", 4) == 0 && avail >= 13) {
       static constexpr int kChannels[7] = {1, 0, 3, 1, 2, 0, 4};   // by colour type
+      const int64_t w = be32(body), h = be32(body + 4);
       const int depth = data[body + 8], colour = data[body + 9];
-      if (colour > 6 || kChannels[colour] == 0) return;
-      bound = png_raw_bytes(be32(body), be32(body + 4), int64_t(depth) * kChannels[colour], data[body + 12] != 0);
+      // (a second header, a size or a colour type stb refuses: left to it)
+      if (bound >= 0 || w > kMaxImageSide || h > kMaxImageSide || colour > 6 || kChannels[colour] == 0) return;
+      bound = png_raw_bytes(w, h, int64_t(depth) * kChannels[colour], data[body + 12] != 0);
       bound += bound / 4;
     } else if (std::memcmp(type, "IDAT", 4) == 0) {
       if (bound < 0) return;   // no header first: stb refuses it
@@ -151,17 +154,21 @@ void check_png_stream(const uint8_t* data, size_t n, const char* op, const std::
         left -= skip;
         header_left -= skip;
       }
+      any_data = any_data || left > 0;
       z.next_in = const_cast<uint8_t*>(in);
       z.avail_in = uInt(left);
       while (z.avail_in > 0 && rc != Z_STREAM_END) {
         z.next_out = scratch.data();
         z.avail_out = uInt(scratch.size());
+        const uInt before = z.avail_in;
         rc = inflate(&z, Z_NO_FLUSH);
         out += int64_t(scratch.size() - z.avail_out);
         // (stb's inflate takes some streams zlib refuses, a distance past the start for
         // one, and decodes on; libpng, as browsers and PIL use it, refuses them too)
         DL_CHECK(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, op, ": ", name,
-                 ": the PNG's image data is not a valid deflate stream (", z.msg ? z.msg : "zlib error ", rc, ")");
+                 ": the PNG's image data is not a valid deflate stream (zlib: ", z.msg ? z.msg : "error",
+                 ")");
+        if (rc == Z_BUF_ERROR && z.avail_in == before && z.avail_out == scratch.size()) break;   // no progress
         DL_CHECK(out <= bound, op, ": ", name, ": the PNG's image data inflates to more than its ", bound,
                  " bytes of rows (and a quarter)");
       }
@@ -171,7 +178,7 @@ void check_png_stream(const uint8_t* data, size_t n, const char* op, const std::
     if (len > n) break;
     at = body + len + 4;
   }
-  if (bound < 0 || out == 0) return;
+  if (bound < 0 || !any_data) return;
   DL_CHECK(rc == Z_STREAM_END, op, ": ", name, ": the PNG's image data is cut short (its compressed stream "
            "ends after ", out, " bytes of rows, before its end)");
 }

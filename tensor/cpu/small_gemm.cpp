@@ -220,16 +220,17 @@ template <typename T, int VB, int R, int RN>
   // results in batches (Note [Stepping the collector] in scripts/dlua/lifetime.lua), so
   // the block a result takes was last written many megabytes ago, and a tile's stores
   // wait for its lines. A result larger than the first-level cache has the next tile's
-  // lines asked for while a tile computes: 256 x 256 x 256 took 7% less time (one thread,
-  // a C program cycling 256 results), 64 x 256 by 256 x 10 5% less; a 64 x 64 one, whose
-  // 16 KB stay in the second-level cache, 5% more, and has none (docs/performance.md,
-  // "Small products of matrices").
+  // lines asked for while a tile computes: 256 x 256 x 256 took about 4% less time (one
+  // thread, a C++ program cycling 256 results), 64 x 256 by 256 x 10 about 6% less; a 64 x
+  // 64 one, whose 16 KB stay in the second-level cache, about 5% more, and has none
+  // (docs/performance.md, "Small products of matrices").
   const bool ahead = m * n * int64_t(sizeof(T)) > kAheadBytes;
   int64_t j = 0;
   if (bjs == 1)
     for (; j + W <= n; j += W) columns<T, VB, R, 2>(a, ars, aks, b + j, bks, c + j, ldc, m, k, W, ahead);
   if (j == n) return;
-  // The copy's room is the thread's, kept for its next product.
+  // The copy's room is the thread's, kept for its next product (at most kDepth x W
+  // elements: 512 KB).
   thread_local std::vector<T> room;
   if (room.size() < size_t(k) * W) room.resize(size_t(k) * W);
   T* const copy = room.data();
