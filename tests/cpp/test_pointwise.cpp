@@ -193,10 +193,11 @@ TEST_CASE("dense operands, small and large, compute the general loops' bits", "[
   }
 }
 
-// Note [Float exponentials in double] in tensor/functors.h: float32 exp, tanh and sigmoid
-// through the tensor ops (the vectorised loops, small and large) against libm in double,
-// rounded once to float: the correctly rounded result for all but near-midpoint values.
-TEST_CASE("float32 exp, tanh and sigmoid are correctly rounded", "[pointwise]") {
+// Note [Float exponentials in double] in tensor/functors.h: float32 exp, tanh, sigmoid and
+// log through the tensor ops (the vectorised loops, small and large) against libm in
+// double, rounded once to float: the correctly rounded result for all but near-midpoint
+// values.
+TEST_CASE("float32 exp, tanh, sigmoid and log are correctly rounded", "[pointwise]") {
   std::vector<double> xs;
   for (double v = -110; v <= 110; v += 0.0137) xs.push_back(v);
   for (double v = 1e-9; v < 20; v *= 1.013) {   // tiny to large magnitudes, both signs
@@ -205,8 +206,15 @@ TEST_CASE("float32 exp, tanh and sigmoid are correctly rounded", "[pointwise]") 
   }
   const double inf = std::numeric_limits<double>::infinity();
   const double special[] = {0.0, -0.0, 1e-45, -1e-45, 1e-38, 88.72, 88.73, -87.33, -103.9, -104.0,
-                            9.01, -9.01, 0.5493, inf, -inf, std::nan("")};
+                            9.01, -9.01, 0.5493, inf, -inf, std::nan(""), 1.0, -1.0, 0.99999994, 1.0000001,
+                            3.4028235e38, 1.1754942e-38, 0.70710677, 0.70710683, 1.4142135, 1.4142137};
   for (double v : special) xs.push_back(v);
+  // floats of every exponent (log's argument reduction), from their bits
+  for (uint32_t u = 0x00000001u; u < 0x7f800000u; u += 0x00c0ffeeu) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    xs.push_back(f);
+  }
   const int64_t n = int64_t(xs.size());
   Tensor x = from_values(xs.data(), n, Shape{n}, DType::Float32);
   struct Case { Op op; double (*ref)(double); };
@@ -214,6 +222,7 @@ TEST_CASE("float32 exp, tanh and sigmoid are correctly rounded", "[pointwise]") 
       {Op::Exp, [](double v) { return std::exp(v); }},
       {Op::Tanh, [](double v) { return std::tanh(v); }},
       {Op::Sigmoid, [](double v) { return 1 / (1 + std::exp(-v)); }},
+      {Op::Log, [](double v) { return std::log(v); }},
   };
   for (const Case& c : cases) {
     INFO(op_name(c.op));
