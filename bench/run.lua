@@ -361,7 +361,7 @@ do
   -- exp, tanh and sigmoid correctly rounded from double) against PyTorch's (Sleef's
   -- vectorised functions within an ulp).
   local un, uiters = 1e6, quick and 3 or 300
-  for _, op in ipairs({ "sqrt", "exp", "log", "tanh", "sigmoid" }) do
+  for _, op in ipairs({ "sqrt", "exp", "log", "log1p", "tanh", "sigmoid", "softplus", "gelu" }) do
     local args = ("%s %d %d"):format(op, un, uiters)
     row{ id = op .. "1e6", label = ("dl.%s, 1e6 float32"):format(op), unit = "us/op", show = per(US),
          threaded = true, ours = ours("unary " .. args), refs = { torch("unary " .. args, 1), torch("unary " .. args, 2) } }

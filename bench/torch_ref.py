@@ -155,8 +155,8 @@ def layernorm(iters):
 
 
 def unary(op, n, iters):
-    """torch.<op>(x) of n float32 in [0.5, 1.5)."""
-    f = getattr(torch, op)
+    """torch.<op>(x) (or torch.nn.functional.<op>) of n float32 in [0.5, 1.5)."""
+    f = getattr(torch, op, None) or getattr(F, op)
     x = torch.rand(n) + 0.5
     return timed(lambda: f(x), iters, 3)
 

@@ -31,8 +31,8 @@ template <typename T> using wrap_t = typename Wrap<T>::type;
 
 // Note [Float exponentials in double]
 // e^x, tanh and sigmoid of a float32 are computed in double by one branch-free
-// polynomial (exp_split), and log by another (log_double), which the CPU loops
-// vectorise: libm's expf, logf and tanhf are
+// polynomial (exp_split), and log by another (log_double; expm1, log1p and softplus
+// from the two), which the CPU loops vectorise: libm's expf, logf and tanhf are
 // calls (tanhf and the expm1f it calls took about 90 instructions an element here, a
 // tenth of a recorded 16-element op). Double's 29 spare bits make the float result the
 // correctly rounded one except when the exact value lies within about 2^-45 (relative)
@@ -88,26 +88,10 @@ DL_HD double expm1_double(double y) {
   return (s.scale - 1.0) + s.scale * s.q;
 }
 
-// log y of a float's value y, the same way (Note [Float exponentials in double]): y = 2^e m
-// with m in [sqrt(1/2), sqrt(2)), e and m read from y's bits (e's field turned into a
-// double by adding it to 2^52's bits: no integer conversion, which AVX-512F lacks for
-// 64-bit lanes); log m = 2 atanh(s), s = (m - 1) / (m + 1) (m - 1 exact), |s| <= 0.172, by
-// its series to s^23 (remainder below 2^-56); e ln2 in two parts as above. Zero, negative
-// values, infinity and NaN are selected at the end. Over 20 million random floats every
-// result equalled libm's double log rounded once, where libm's logf differed in 3,841.
-DL_HD double log_double(double y) {
-  uint64_t bits;
-  std::memcpy(&bits, &y, sizeof bits);
-  uint64_t eb = (bits >> 52 & 0x7ffu) | 0x4330000000000000ull;
-  double e;
-  std::memcpy(&e, &eb, sizeof e);
-  e = e - (0x1p52 + 1023.0);
-  uint64_t mb = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
-  double m;
-  std::memcpy(&m, &mb, sizeof m);
-  const bool high = m > 1.4142135623730951;
-  m = high ? m * 0.5 : m;
-  e = high ? e + 1.0 : e;
+// log(2^e m) for m in [sqrt(1/2), sqrt(2)] and an integer e (as a double): log m = 2
+// atanh(s), s = (m - 1) / (m + 1) (m - 1 exact), |s| <= 0.172, by its series to s^23
+// (remainder below 2^-56); e ln2 in two parts, as in exp_split.
+DL_HD double log_reduced(double m, double e) {
   const double s = (m - 1.0) / (m + 1.0), z = s * s, t = 2.0 * s;
   double p = 1.0 / 23;
   p = p * z + 1.0 / 21;
@@ -120,11 +104,47 @@ DL_HD double log_double(double y) {
   p = p * z + 1.0 / 7;
   p = p * z + 1.0 / 5;
   p = p * z + 1.0 / 3;
-  double r = e * 6.93147180369123816490e-01 + (e * 1.90821492927058770002e-10 + (t + t * (z * p)));
+  return e * 6.93147180369123816490e-01 + (e * 1.90821492927058770002e-10 + (t + t * (z * p)));
+}
+
+// log y of a float's value y, the same way (Note [Float exponentials in double]): y = 2^e m
+// with m in [sqrt(1/2), sqrt(2)), e and m read from y's bits (e's field turned into a
+// double by adding it to 2^52's bits: no integer conversion, which AVX-512F lacks for
+// 64-bit lanes). Zero, negative values, infinity and NaN are selected at the end. Over
+// 20 million random floats every result equalled libm's double log rounded once, where
+// libm's logf differed in 3,841.
+DL_HD double log_double(double y) {
+  uint64_t bits;
+  std::memcpy(&bits, &y, sizeof bits);
+  uint64_t eb = (bits >> 52 & 0x7ffu) | 0x4330000000000000ull;
+  double e;
+  std::memcpy(&e, &eb, sizeof e);
+  e = e - (0x1p52 + 1023.0);
+  uint64_t mb = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
+  double m;
+  std::memcpy(&m, &mb, sizeof m);
+  const bool high = m > 1.4142135623730951;
+  double r = log_reduced(high ? m * 0.5 : m, high ? e + 1.0 : e);
   const double inf = std::numeric_limits<double>::infinity();
   r = y == inf ? inf : r;
   r = y == 0.0 ? -inf : r;
   return y < 0.0 || y != y ? std::numeric_limits<double>::quiet_NaN() : r;
+}
+
+// log(1 + y) for a float's value y: below 2^-29 in size, y - y^2/2 (the next term is under
+// 2^-58 of it); else log of 1 + y, which is exact in double.
+DL_HD double log1p_double(double y) {
+  return std::fabs(y) < 0x1p-29 ? y - 0.5 * y * y : log_double(1.0 + y);
+}
+
+// log(1 + d) for a double d in (0, 1] (softplus's e^-|x|): u = 1 + d is in (1, 2], so
+// there is no exponent to read; u's rounding is undone by d / (u - 1) (u - 1 exact:
+// Goldberg's way), and below 2^-29, d - d^2/2.
+DL_HD double log1p_unit_double(double d) {
+  const double u = 1.0 + d;
+  const bool high = u > 1.4142135623730951;
+  const double r = log_reduced(high ? u * 0.5 : u, high ? 1.0 : 0.0) * (d / (u - 1.0));
+  return d < 0x1p-29 ? d - 0.5 * d * d : r;
 }
 
 // ---- unary ----
@@ -144,8 +164,16 @@ struct ExpFn { template <typename T> DL_HD T operator()(T x) const {
 struct LogFn { template <typename T> DL_HD T operator()(T x) const {
   if constexpr (std::is_same_v<T, float>) return float(log_double(double(x)));  // Note [Float exponentials in double]
   else return std::log(x); } };
-struct Log1pFn { template <typename T> DL_HD T operator()(T x) const { return std::log1p(x); } };
-struct Expm1Fn { template <typename T> DL_HD T operator()(T x) const { return std::expm1(x); } };
+struct Log1pFn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (std::is_same_v<T, float>) return float(log1p_double(double(x)));  // Note [Float exponentials in double]
+  else return std::log1p(x); } };
+struct Expm1Fn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (std::is_same_v<T, float>) {   // Note [Float exponentials in double]; -0 keeps its sign
+    const double y = double(x);
+    return float(y == 0.0 ? y : expm1_double(y));
+  } else {
+    return std::expm1(x);
+  } } };
 struct SqrtFn { template <typename T> DL_HD T operator()(T x) const { return std::sqrt(x); } };
 struct RsqrtFn { template <typename T> DL_HD T operator()(T x) const { return T(1) / std::sqrt(x); } };
 struct SinFn { template <typename T> DL_HD T operator()(T x) const { return std::sin(x); } };
@@ -173,7 +201,12 @@ struct ReluFn { template <typename T> DL_HD T operator()(T x) const {
   return x > T(0) ? x : T(0); } };
 struct SoftplusFn { template <typename T> DL_HD T operator()(T x) const {
   // log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
-  return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::fabs(x))); } };
+  if constexpr (std::is_same_v<T, float>) {   // Note [Float exponentials in double]
+    const double y = double(x);
+    return float((y > 0.0 ? y : 0.0) + log1p_unit_double(exp_double(-std::fabs(y))));
+  } else {
+    return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::fabs(x)));
+  } } };
 struct ErfFn { template <typename T> DL_HD T operator()(T x) const { return std::erf(x); } };
 // GELU as PyTorch's default (approximate='none'): x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2.
 struct GeluFn {

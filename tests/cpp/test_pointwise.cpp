@@ -193,11 +193,11 @@ TEST_CASE("dense operands, small and large, compute the general loops' bits", "[
   }
 }
 
-// Note [Float exponentials in double] in tensor/functors.h: float32 exp, tanh, sigmoid and
-// log through the tensor ops (the vectorised loops, small and large) against libm in
+// Note [Float exponentials in double] in tensor/functors.h: float32 exp, tanh, sigmoid,
+// log, log1p, expm1 and softplus through the tensor ops (the vectorised loops, small and large) against libm in
 // double, rounded once to float: the correctly rounded result for all but near-midpoint
 // values.
-TEST_CASE("float32 exp, tanh, sigmoid and log are correctly rounded", "[pointwise]") {
+TEST_CASE("float32 exp, tanh, sigmoid, log, log1p, expm1 and softplus are correctly rounded", "[pointwise]") {
   std::vector<double> xs;
   for (double v = -110; v <= 110; v += 0.0137) xs.push_back(v);
   for (double v = 1e-9; v < 20; v *= 1.013) {   // tiny to large magnitudes, both signs
@@ -205,7 +205,8 @@ TEST_CASE("float32 exp, tanh, sigmoid and log are correctly rounded", "[pointwis
     xs.push_back(-v);
   }
   const double inf = std::numeric_limits<double>::infinity();
-  const double special[] = {0.0, -0.0, 1e-45, -1e-45, 1e-38, 88.72, 88.73, -87.33, -103.9, -104.0,
+  const double special[] = {0.0, -0.0, 1e-45, -1e-45, 1e-38, 88.72, 88.73, -87.33, -103.9, -104.0, -0.99999994,
+                            1e-20, -1e-20, 3e-9, -3e-9, 2e-5, -2e-5, 20.0, -20.0, 40.0, -40.0,
                             9.01, -9.01, 0.5493, inf, -inf, std::nan(""), 1.0, -1.0, 0.99999994, 1.0000001,
                             3.4028235e38, 1.1754942e-38, 0.70710677, 0.70710683, 1.4142135, 1.4142137};
   for (double v : special) xs.push_back(v);
@@ -223,6 +224,9 @@ TEST_CASE("float32 exp, tanh, sigmoid and log are correctly rounded", "[pointwis
       {Op::Tanh, [](double v) { return std::tanh(v); }},
       {Op::Sigmoid, [](double v) { return 1 / (1 + std::exp(-v)); }},
       {Op::Log, [](double v) { return std::log(v); }},
+      {Op::Log1p, [](double v) { return std::log1p(v); }},
+      {Op::Expm1, [](double v) { return std::expm1(v); }},
+      {Op::Softplus, [](double v) { return (v > 0 ? v : 0) + std::log1p(std::exp(-std::fabs(v))); }},
   };
   for (const Case& c : cases) {
     INFO(op_name(c.op));
