@@ -54,9 +54,13 @@ constexpr stbi_io_callbacks kReader = {read_bytes, skip_bytes, at_end};
 // The fewest bytes a file can hold w x h pixels in, for the formats whose size follows
 // from the header: a PNM (P5, P6) and an uncompressed TGA (types 2, 3) or BMP (BI_RGB,
 // BI_BITFIELDS) hold every pixel's bytes; a run-length TGA (types 10, 11) at least a
-// packet (a byte and a pixel) per 128 pixels. 0 for the others, whose compressed data
-// stb checks as it reads (PNG, GIF, JPEG). (A 29-byte RLE TGA announcing 13578 x 13107
-// pixels decoded, from zeros, to 712 MB in 5 s.)
+// packet (a byte and a pixel) per 128 pixels; a JPEG at least a bit per 8 x 8 block
+// of its first component (the Huffman code of a block's DC difference, in sequential and
+// progressive files alike: a 24-byte file of a frame header and nothing after it,
+// announcing 16133 x 12032 pixels, decoded to 1.1 GB in 3 s; fuzz_image found it). 0 for
+// PNG (Note [PNG data that inflates past its image] checks its stream) and GIF, whose
+// compressed data can hold more. (A 29-byte RLE TGA announcing 13578 x 13107 pixels
+// decoded, from zeros, to 712 MB in 5 s.)
 int64_t least_bytes(const uint8_t* data, size_t n, int64_t w, int64_t h, int64_t c) {
   auto le = [&](size_t at, int k) {
     uint64_t v = 0;
@@ -75,6 +79,7 @@ int64_t least_bytes(const uint8_t* data, size_t n, int64_t w, int64_t h, int64_t
     if (compression == 1 || compression == 2 || compression >= 4) return 0;
     return le(10, 4) + (w * bits + 31) / 32 * 4 * h;
   }
+  if (n >= 2 && data[0] == 0xFF && data[1] == 0xD8) return ((w + 7) / 8) * ((h + 7) / 8) / 8;   // JPEG
   if (n >= 3 && data[1] == 0) {   // (a header cut short counts: stb reads zeros past the end)
     const int64_t pixel = (le(16, 1) + 7) / 8, start = 18 + data[0];
     if (data[2] == 2 || data[2] == 3) return start + w * h * pixel;

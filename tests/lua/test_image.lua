@@ -175,6 +175,12 @@ H.test("a PNG's image data is checked against its header before stb reads it", f
   local bomb = f:read("*a"):sub(2)   -- (the fuzz target's first byte picks the channels)
   f:close()
   H.raises(function() return dl.image.decode(bomb) end, "an image data chunk announces 2108555286 bytes, and 35 follow")
+  -- A JPEG frame header announcing 16133 x 12032 pixels and no data after it (found by
+  -- fuzz_image: stb made 1.1 GB of it): at least a bit per 8 x 8 block is 379,196 bytes
+  local jpeg = "\255\216\255\192\0\17\8\47\0\63\5\3\5\34\0\2\17\1\3\17\1\255\196"
+  H.raises(function() return dl.image.decode(jpeg) end, "which take at least 379196 bytes, and the file has 23")
+  -- a real JPEG still decodes
+  H.eq(dl.image.decode(dl.image.encode(pattern(3, 16, 16), "jpeg")).shape, { 3, 16, 16 })
   -- the runtime stays usable
   H.eq(dl.image.decode(png(5, 3, 0, 0, "\120\1" .. stored(flat, true))).shape, { 1, 3, 5 })
 end)
