@@ -93,17 +93,10 @@ DL_HD double expm1_double(double y) {
 // (remainder below 2^-56); e ln2 in two parts, as in exp_split.
 DL_HD double log_reduced(double m, double e) {
   const double s = (m - 1.0) / (m + 1.0), z = s * s, t = 2.0 * s;
+  constexpr double kInverseOdd[] = {1.0 / 21, 1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13,
+                                    1.0 / 11, 1.0 / 9,  1.0 / 7,  1.0 / 5,  1.0 / 3};
   double p = 1.0 / 23;
-  p = p * z + 1.0 / 21;
-  p = p * z + 1.0 / 19;
-  p = p * z + 1.0 / 17;
-  p = p * z + 1.0 / 15;
-  p = p * z + 1.0 / 13;
-  p = p * z + 1.0 / 11;
-  p = p * z + 1.0 / 9;
-  p = p * z + 1.0 / 7;
-  p = p * z + 1.0 / 5;
-  p = p * z + 1.0 / 3;
+  for (double c : kInverseOdd) p = p * z + c;   // (unrolled: the same operations, in order)
   return e * 6.93147180369123816490e-01 + (e * 1.90821492927058770002e-10 + (t + t * (z * p)));
 }
 
