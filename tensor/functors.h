@@ -49,14 +49,16 @@ template <typename T> using wrap_t = typename Wrap<T>::type;
 struct ExpSplit {
   double scale, q;
 };
+constexpr double kLn2Hi = 6.93147180369123816490e-01;   // ln2's first 32 bits: k times it is exact
+constexpr double kLn2Lo = 1.90821492927058770002e-10;   // the rest of ln2
 DL_HD ExpSplit exp_split(double y) {
   y = y < -700.0 ? -700.0 : y;
   y = y > 700.0 ? 700.0 : y;
   constexpr double kShift = 0x1.8p52;   // adding it rounds to an integer, kept in the low bits
   const double n = y * 1.4426950408889634 + kShift;
   const double k = n - kShift;
-  double r = y - k * 6.93147180369123816490e-01;   // ln2's first 32 bits: exact product
-  r = r - k * 1.90821492927058770002e-10;
+  double r = y - k * kLn2Hi;
+  r = r - k * kLn2Lo;
   double p = 1.0 / 6227020800.0;
   p = p * r + 1.0 / 479001600.0;
   p = p * r + 1.0 / 39916800.0;
@@ -88,20 +90,24 @@ DL_HD double expm1_double(double y) {
   return (s.scale - 1.0) + s.scale * s.q;
 }
 
-// log(2^e m) for m in [sqrt(1/2), sqrt(2)] and an integer e (as a double): log m = 2
-// atanh(s), s = (m - 1) / (m + 1) (m - 1 exact), |s| <= 0.172, by its series to s^23
-// (remainder below 2^-56); e ln2 in two parts, as in exp_split.
+// log(2^e m) for m in [1, 2] and an integer e (as a double): m over sqrt(2) is halved
+// (and e raised), then log m = 2 atanh(s), s = (m - 1) / (m + 1) (m - 1 exact), |s| <=
+// 0.172, by its series to s^23 (remainder below 2^-56); e ln2 in two parts, as in
+// exp_split.
 DL_HD double log_reduced(double m, double e) {
+  const bool high = m > 1.4142135623730951;
+  m = high ? m * 0.5 : m;
+  e = high ? e + 1.0 : e;
   const double s = (m - 1.0) / (m + 1.0), z = s * s, t = 2.0 * s;
   constexpr double kInverseOdd[] = {1.0 / 21, 1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13,
                                     1.0 / 11, 1.0 / 9,  1.0 / 7,  1.0 / 5,  1.0 / 3};
   double p = 1.0 / 23;
   for (double c : kInverseOdd) p = p * z + c;   // (unrolled: the same operations, in order)
-  return e * 6.93147180369123816490e-01 + (e * 1.90821492927058770002e-10 + (t + t * (z * p)));
+  return e * kLn2Hi + (e * kLn2Lo + (t + t * (z * p)));
 }
 
 // log y of a float's value y, the same way (Note [Float exponentials in double]): y = 2^e m
-// with m in [sqrt(1/2), sqrt(2)), e and m read from y's bits (e's field turned into a
+// with m in [1, 2), e and m read from y's bits (e's field turned into a
 // double by adding it to 2^52's bits: no integer conversion, which AVX-512F lacks for
 // 64-bit lanes). Zero, negative values, infinity and NaN are selected at the end. Over
 // 20 million random floats every result equalled libm's double log rounded once, where
@@ -116,8 +122,7 @@ DL_HD double log_double(double y) {
   uint64_t mb = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
   double m;
   std::memcpy(&m, &mb, sizeof m);
-  const bool high = m > 1.4142135623730951;
-  double r = log_reduced(high ? m * 0.5 : m, high ? e + 1.0 : e);
+  double r = log_reduced(m, e);
   const double inf = std::numeric_limits<double>::infinity();
   r = y == inf ? inf : r;
   r = y == 0.0 ? -inf : r;
@@ -135,8 +140,7 @@ DL_HD double log1p_double(double y) {
 // Goldberg's way), and below 2^-29, d - d^2/2.
 DL_HD double log1p_unit_double(double d) {
   const double u = 1.0 + d;
-  const bool high = u > 1.4142135623730951;
-  const double r = log_reduced(high ? u * 0.5 : u, high ? 1.0 : 0.0) * (d / (u - 1.0));
+  const double r = log_reduced(u, 0.0) * (d / (u - 1.0));
   return d < 0x1p-29 ? d - 0.5 * d * d : r;
 }
 
