@@ -1,4 +1,4 @@
-// Files written so that a crash never leaves a torn one, and small POSIX helpers.
+// Files written so that a crash never leaves a torn one, and small POSIX and byte helpers.
 //
 //   dl::io::AtomicFile f("ckpt/model-3.safetensors", "save");
 //   f.write(header.data(), header.size());
@@ -64,5 +64,10 @@ bool is_terminal(int fd) noexcept;
 int terminal_columns(int fd) noexcept;   // 0 when unknown
 double monotonic_seconds() noexcept;
 double wall_seconds() noexcept;           // since the Unix epoch
+
+// The big-endian 32-bit number at p (IDX headers and elements, PNG chunk lengths).
+inline uint32_t be32(const unsigned char* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
+}
 
 }  // namespace dl::io

@@ -8,6 +8,8 @@
 #include <climits>
 #include <cstring>
 
+#include "io/file.h"
+
 namespace dl::io {
 
 namespace {
@@ -51,10 +53,6 @@ size_t gz_read(gzFile f, void* dst, size_t n, const std::string& where) {
     got += size_t(r);
   }
   return got;
-}
-
-uint32_t be32(const unsigned char* p) {
-  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
 }
 
 }  // namespace

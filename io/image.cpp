@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "io/file.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
@@ -115,15 +116,13 @@ int64_t png_raw_bytes(int64_t w, int64_t h, int64_t bits, bool interlaced) {
   return total;
 }
 
-// Refuses a PNG whose image data inflates past its image, is not deflate data, or stops
-// before its stream's end (Note [PNG data that inflates past its image]). A file whose
-// chunks it cannot follow to an image header is left to stb, which says what is wrong.
-void check_png_stream(const uint8_t* data, size_t n, const char* op, const std::string& name) {
+// Refuses a PNG of w x h pixels (as stb read its header) whose image data inflates past
+// its image, is not deflate data, or stops before its stream's end (Note [PNG data that
+// inflates past its image]). A file whose chunks it cannot follow to an image header is
+// left to stb, which says what is wrong.
+void check_png_stream(const uint8_t* data, size_t n, int64_t w, int64_t h, const char* op, const std::string& name) {
   static const uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (n < 8 || std::memcmp(data, kSignature, 8) != 0) return;
-  auto be32 = [&](size_t at) {
-    return uint32_t(data[at]) << 24 | uint32_t(data[at + 1]) << 16 | uint32_t(data[at + 2]) << 8 | data[at + 3];
-  };
   int64_t bound = -1;
   bool raw_stream = false;   // Apple's CgBI PNGs hold raw deflate data, with no zlib header
   z_stream z{};
@@ -135,16 +134,15 @@ void check_png_stream(const uint8_t* data, size_t n, const char* op, const std::
   int rc = Z_OK;
   bool any_data = false;
   for (size_t at = 8; at + 8 <= n && rc != Z_STREAM_END;) {
-    const size_t len = be32(at);
+    const size_t len = be32(data + at);
     const uint8_t* type = data + at + 4;
     const size_t body = at + 8, avail = std::min<size_t>(len, n - body);
     if (std::memcmp(type, "CgBI", 4) == 0) raw_stream = true;
     if (std::memcmp(type, "IHDR", 4) == 0 && avail >= 13) {
       static constexpr int kChannels[7] = {1, 0, 3, 1, 2, 0, 4};   // by colour type
-      const int64_t w = be32(body), h = be32(body + 4);
       const int depth = data[body + 8], colour = data[body + 9];
-      // (a second header, a size or a colour type stb refuses: left to it)
-      if (bound >= 0 || w > kMaxImageSide || h > kMaxImageSide || colour > 6 || kChannels[colour] == 0) return;
+      // (a second header, or a colour type stb refuses: left to it)
+      if (bound >= 0 || colour > 6 || kChannels[colour] == 0) return;
       bound = png_raw_bytes(w, h, int64_t(depth) * kChannels[colour], data[body + 12] != 0);
       bound += bound / 4;
     } else if (std::memcmp(type, "IDAT", 4) == 0) {
@@ -217,7 +215,7 @@ Tensor decode_image(const uint8_t* data, size_t n, int channels, const std::stri
   const int64_t least = least_bytes(data, n, w, h, c);
   DL_CHECK(int64_t(n) >= least, op, ": ", name, ": the file is truncated (its header announces ", w, " x ", h,
            " pixels, which take at least ", least, " bytes, and the file has ", n, ")");
-  check_png_stream(data, n, op, name);
+  check_png_stream(data, n, w, h, op, name);
   const int want = channels ? channels : c;
   // The result first: a tensor memory limit refuses the image before stb allocates its own copy.
   Tensor out = empty(Shape{want, h, w}, DType::UInt8, Device{}, op);
