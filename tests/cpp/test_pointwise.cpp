@@ -194,9 +194,9 @@ TEST_CASE("dense operands, small and large, compute the general loops' bits", "[
 }
 
 // Note [Float exponentials in double] in tensor/functors.h: float32 exp, tanh, sigmoid,
-// log, log1p, expm1 and softplus through the tensor ops (the vectorised loops, small and large) against libm in
-// double, rounded once to float: the correctly rounded result for all but near-midpoint
-// values.
+// log, log1p, expm1 and softplus through the tensor ops (the vectorised loops, small and
+// large) against libm in double, rounded once to float: the correctly rounded result for
+// all but near-midpoint values.
 TEST_CASE("float32 exp, tanh, sigmoid, log, log1p, expm1 and softplus are correctly rounded", "[pointwise]") {
   std::vector<double> xs;
   for (double v = -110; v <= 110; v += 0.0137) xs.push_back(v);

@@ -10,6 +10,10 @@ local function pattern(c, h, w)
   return (dl.arange(0, c * h * w):view(c, h, w) * 37):remainder(256):to("uint8")
 end
 
+-- v as 4 bytes, big-endian (PNG's lengths and sizes)
+local function be32(v) return string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
+                                          math.floor(v / 256) % 256, v % 256) end
+
 H.test("PNG round trips bit for bit, 1 to 4 channels", function()
   for c = 1, 4 do
     local img = pattern(c, 5, 7)
@@ -68,8 +72,6 @@ H.test("bad files and arguments are named", function()
   H.raises(function() return dl.image.decode("not an image") end, "not an image stb can read")
   H.raises(function() return dl.image.load(stem .. "_missing.png") end, "image.load: cannot open")
   -- a PNG header that claims 20000 x 15000 pixels: refused before anything is allocated
-  local function be32(v) return string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
-                                            math.floor(v / 256) % 256, v % 256) end
   local huge = "\137PNG\r\n\26\n" .. be32(13) .. "IHDR" .. be32(20000) .. be32(15000) .. "\8\2\0\0\0" .. be32(0)
   H.raises(function() return dl.image.decode(huge) end, "is larger than dlua decodes")
   H.raises(function() dl.image.save(stem .. ".gif", pattern(3, 2, 2)) end, "the extension must be .png, .jpg or .jpeg")
@@ -131,8 +133,6 @@ end)
 -- PNGs built here byte by byte, their image data in stored (uncompressed) deflate blocks,
 -- so that the stream says exactly what it holds (Note [PNG data that inflates past its
 -- image] in io/image.cpp).
-local function be32(v) return string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
-                                          math.floor(v / 256) % 256, v % 256) end
 local function le16(v) return string.char(v % 256, math.floor(v / 256) % 256) end
 local function chunk(kind, body) return be32(#body) .. kind .. body .. "\0\0\0\0" end   -- (CRCs are not read)
 local function stored(data, final)   -- one stored deflate block
