@@ -73,18 +73,15 @@ template <typename T>
 [[gnu::always_inline]] inline void ln_row_means(const T* gr, const T* in, const T* pw, T m, T inv, int64_t D, T& mg,
                                                 T& mgx) {
   double a[kLanes] = {}, c[kLanes] = {};
+  auto add = [&](int64_t j, int k) [[gnu::always_inline]] {   // element j into lane k
+    const T gw = gr[j] * pw[j];
+    a[k] += double(gw);
+    c[k] += double(gw) * double((in[j] - m) * inv);
+  };
   int64_t s = 0;
   for (; s + kLanes <= D; s += kLanes)
-    for (int k = 0; k < kLanes; ++k) {
-      const T gw = gr[s + k] * pw[s + k];
-      a[k] += double(gw);
-      c[k] += double(gw) * double((in[s + k] - m) * inv);
-    }
-  for (int k = 0; s + k < D; ++k) {
-    const T gw = gr[s + k] * pw[s + k];
-    a[k] += double(gw);
-    c[k] += double(gw) * double((in[s + k] - m) * inv);
-  }
+    for (int k = 0; k < kLanes; ++k) add(s + k, k);
+  for (int k = 0; s + k < D; ++k) add(s + k, k);
   for (int width = kLanes / 2; width > 0; width /= 2)
     for (int k = 0; k < width; ++k) {
       a[k] += a[k + width];
