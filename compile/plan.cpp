@@ -539,9 +539,36 @@ ExecStats t_stats;
 // docs/performance-compile.md). The tests run every way (set_host_groups).
 HostGroups g_host_groups = HostGroups::Auto;
 
-// (tail_code: the instruction whose values a trailing reduction folds.)
+// Note [Lowered programs kept]
+// A schedule's group lowers to a program of the same structure on every call that fits
+// the schedule: the instructions, which operands are the group's own values, and (for
+// the same operands' layouts) the inputs' periods and repeats. Only the memory and the
+// Lua numbers change. So a schedule keeps each group's program as first lowered, with
+// where each input came from, and a later call sets its addresses and numbers: each
+// operand read from outside the group is classified again (source_for), and the call
+// takes the kept program only if every input is read the same way as before, and every
+// operand that shared an input shares it again (one tensor, or one value, or one
+// layout of one memory); else the group is lowered afresh (bench/ `chainc`:
+// docs/performance-compile.md, "The compiled call's own cost").
+struct Lowered {
+  bool ready = false;
+  fused::Program p;   // its addresses and numbers are the last call's
+  int tail_code = -1;
+  // An operand from outside the group: its step, which operand (0: a, 1: b), the input.
+  struct Use {
+    uint32_t step;
+    uint8_t r;
+    int8_t input;
+  };
+  std::vector<Use> uses;
+  std::vector<uint32_t> code_step;   // per instruction, its step
+  std::vector<uint32_t> out_step;    // per output, its step
+};
+
+// (tail_code: the instruction whose values a trailing reduction folds. `kept`, when
+// given, is made the program's Lowered.)
 bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
-           const std::vector<uint8_t>& keep, fused::Program& p, int* tail_code) {
+           const std::vector<uint8_t>& keep, fused::Program& p, int* tail_code, Lowered* kept = nullptr) {
   const size_t nsteps = g.g1 - g.g0;
   const Step& first = steps[g.g0];
   p.dtype = first.dtype;
@@ -549,21 +576,28 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
   p.ncode = p.ninputs = p.noutputs = 0;
   thread_local std::vector<int> code_of;
   code_of.assign(nsteps, -1);
-  auto operand = [&](const Source& s, int8_t* to) {
+  if (kept) {
+    kept->ready = false;
+    kept->uses.clear();
+    kept->code_step.clear();
+    kept->out_step.clear();
+  }
+  auto operand = [&](const Source& s, size_t step, int r, int8_t* to) {
     if (s.kind == Source::Temp) {
       *to = int8_t(code_of[size_t(s.temp)]);
       return true;
     }
     const fused::Input in = input_of(g, s);
-    for (int k = 0; k < p.ninputs; ++k) {
-      if (p.inputs[k].data == in.data && p.inputs[k].period == in.period && p.inputs[k].repeat == in.repeat) {
-        *to = fused::input(k);
-        return true;
-      }
+    int k = 0;
+    while (k < p.ninputs && !(p.inputs[k].data == in.data && p.inputs[k].period == in.period &&
+                              p.inputs[k].repeat == in.repeat))
+      ++k;
+    if (k == p.ninputs) {
+      if (p.ninputs == fused::kMaxInputs) return false;
+      p.inputs[p.ninputs++] = in;
     }
-    if (p.ninputs == fused::kMaxInputs) return false;
-    p.inputs[p.ninputs] = in;
-    *to = fused::input(p.ninputs++);
+    *to = fused::input(k);
+    if (kept) kept->uses.push_back(Lowered::Use{uint32_t(step), uint8_t(r), int8_t(k)});
     return true;
   };
   for (size_t k = 0; k < nsteps; ++k) {
@@ -577,37 +611,90 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
               : st.kind == Kind::Binary       ? fused::Instr::Binary
               : st.scalar_first               ? fused::Instr::ScalarLeft
                                               : fused::Instr::ScalarRight;
-    if (!operand(g.src[2 * k], &in.a)) return false;
-    if (in.code == fused::Instr::Binary && !operand(g.src[2 * k + 1], &in.b)) return false;
+    if (!operand(g.src[2 * k], g.g0 + k, 0, &in.a)) return false;
+    if (in.code == fused::Instr::Binary && !operand(g.src[2 * k + 1], g.g0 + k, 1, &in.b)) return false;
     code_of[k] = p.ncode++;
+    if (kept) kept->code_step.push_back(uint32_t(g.g0 + k));
     if (keep[g.g0 + k]) {
       if (p.noutputs == fused::kMaxOutputs) return false;
       p.outputs[p.noutputs++] = fused::Output{int8_t(code_of[k]), results[g.g0 + k].raw_data()};
+      if (kept) kept->out_step.push_back(uint32_t(g.g0 + k));
     }
   }
   *tail_code = g.tail >= 0 ? code_of[size_t(g.tail_src)] : -1;
-  return g.tail < 0 || *tail_code >= 0;
+  if (g.tail >= 0 && *tail_code < 0) return false;
+  if (kept) {
+    kept->tail_code = *tail_code;
+    kept->ready = true;
+  }
+  return true;
+}
+
+// Sets a kept program's addresses and numbers for this call's steps (Note [Lowered
+// programs kept]), its kept results allocated. False: an operand is read another way
+// than when it was lowered (nothing run; the caller lowers the group afresh).
+bool relower(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
+             const std::vector<uint8_t>& keep, Lowered& l) {
+  const Step& first = steps[g.g0];
+  g.dtype = first.dtype;
+  g.numel = numel_of(first.shape);
+  g.isz = itemsize(first.dtype);
+  fused::Program& p = l.p;
+  const TensorImpl* by[fused::kMaxInputs] = {};   // the tensor each input was set from
+  for (const Lowered::Use& u : l.uses) {
+    const Step& st = steps[u.step];
+    const Operand& o = u.r == 0 ? st.a : st.b;
+    const Tensor& t = tensor_of(o, results);
+    const int k = u.input;
+    if (by[k] && by[k] == t.impl()) continue;   // (a tensor read twice: w in every x * w)
+    const fused::Input in = input_of(g, source_for(g, st, o, steps, results));
+    fused::Input& was = p.inputs[k];
+    if (in.period != was.period || in.repeat != was.repeat || (by[k] && in.data != was.data)) return false;
+    was.data = in.data;
+    by[k] = t.impl();
+  }
+  for (int c = 0; c < p.ncode; ++c) p.code[c].s = steps[l.code_step[size_t(c)]].s;
+  for (size_t k = 0; k < g.g1 - g.g0; ++k) {
+    const size_t i = g.g0 + k;
+    if (g.live[k] && keep[i]) results[i] = empty(first.shape, first.dtype, first.device, op_info(steps[i].op).lua_name);
+  }
+  for (int o = 0; o < p.noutputs; ++o) p.outputs[o].data = results[l.out_step[size_t(o)]].raw_data();
+  return true;
 }
 
 // Runs a group as one fused program, with its trailing reduction folded on the host
 // (Note [Trailing reductions in programs] in tensor/cpu/fused.cpp); one too large for a
 // program a step at a time, or (on the host, Auto) as blocks.
+void run_program(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
+                 const fused::Program& p, int tail_code) {
+  const Step& first = steps[g.g0];
+  if (g.tail < 0) {
+    kernel(first.device, &Backend::fused, "compile")(p, first.device.index);
+    return;
+  }
+  const Step& red = steps[size_t(g.tail)];
+  Tensor r = empty(red.shape, red.dtype, Device{}, op_info(red.op).lua_name);
+  fused::run_folded(p, tail_code, red.op, r.raw_data());
+  results[size_t(g.tail)] = std::move(r);
+}
+
+// (kept: the schedule's program for this group, Note [Lowered programs kept]; null
+// without a schedule that outlives the call.)
 void run_lowered(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
-                 const std::vector<uint8_t>& keep) {
+                 const std::vector<uint8_t>& keep, Lowered* kept) {
+  if (kept && kept->ready && relower(g, steps, results, keep, *kept)) {
+    run_program(g, steps, results, kept->p, kept->tail_code);
+    return;
+  }
+  g.held.clear();
   prepare(g, steps, results, keep);
   const Step& first = steps[g.g0];
   const size_t nsteps = g.g1 - g.g0;
-  thread_local fused::Program p;
+  thread_local fused::Program scratch;
+  fused::Program& p = kept ? kept->p : scratch;
   int tail_code = -1;
-  if (lower(g, steps, results, keep, p, &tail_code)) {
-    if (g.tail < 0) {
-      kernel(first.device, &Backend::fused, "compile")(p, first.device.index);
-      return;
-    }
-    const Step& red = steps[size_t(g.tail)];
-    Tensor r = empty(red.shape, red.dtype, Device{}, op_info(red.op).lua_name);
-    fused::run_folded(p, tail_code, red.op, r.raw_data());
-    results[size_t(g.tail)] = std::move(r);
+  if (lower(g, steps, results, keep, p, &tail_code, kept)) {
+    run_program(g, steps, results, p, tail_code);
     return;
   }
   ++t_stats.unlowered;
@@ -737,6 +824,9 @@ struct Schedule {
   // Per span s, the results to drop once it has run: release[release_at[s], release_at[s + 1]).
   std::vector<size_t> release;
   std::vector<uint32_t> release_at;
+  // Per span, its group's program once lowered (Note [Lowered programs kept]): kept
+  // only by a cached schedule.
+  std::vector<Lowered> lowered;
 };
 
 namespace {
@@ -823,6 +913,7 @@ void analyse(const std::vector<Step>& steps, size_t begin, size_t end, const std
     for (size_t k = begin; k < end; ++k)
       if (live[k - begin]) each_read(k, [&](size_t j) { ++readers[j]; });
   sc.spans.clear();
+  sc.lowered.clear();
   sc.release.clear();
   sc.release_at.assign(1, 0);
   for (size_t i = begin; i < end;) {
@@ -849,7 +940,9 @@ void analyse(const std::vector<Step>& steps, size_t begin, size_t end, const std
   }
 }
 
-void run_schedule(const Schedule& sc, const std::vector<Step>& steps, std::vector<Tensor>& results) {
+// (keep_programs: sc outlives the call, and keeps its groups' programs.)
+void run_schedule(Schedule& sc, const std::vector<Step>& steps, std::vector<Tensor>& results, bool keep_programs) {
+  if (keep_programs && sc.lowered.size() != sc.spans.size()) sc.lowered.resize(sc.spans.size());
   ExecStats& stats = t_stats;
   const size_t begin = sc.begin;
   for (size_t s = 0; s < sc.spans.size(); ++s) {
@@ -872,7 +965,7 @@ void run_schedule(const Schedule& sc, const std::vector<Step>& steps, std::vecto
       g.live.assign(sc.live.begin() + long(i - begin), sc.live.begin() + long(sp.g1 - begin));
       if (sp.any) {
         if (!steps[i].device.is_cpu() || g_host_groups != HostGroups::Blocks)
-          run_lowered(g, steps, results, sc.keep);
+          run_lowered(g, steps, results, sc.keep, keep_programs ? &sc.lowered[s] : nullptr);
         else
           run_group(g, steps, results, sc.keep);
         ++stats.groups;
@@ -901,7 +994,7 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
   if (!cache) {
     thread_local Schedule scratch;   // (its lists' room kept for the next call)
     analyse(steps, begin, end, want, scratch);
-    run_schedule(scratch, steps, results);
+    run_schedule(scratch, steps, results, false);
     return;
   }
   // One schedule per place a range starts (a call that flushes at four places keeps
@@ -911,11 +1004,11 @@ void execute(const std::vector<Step>& steps, size_t begin, size_t end, std::vect
   if (!sc) {
     sc = std::make_unique<Schedule>();
   } else if (fits(*sc, steps, begin, end, want)) {
-    run_schedule(*sc, steps, results);
+    run_schedule(*sc, steps, results, true);
     return;
   }
   analyse(steps, begin, end, want, *sc);
-  run_schedule(*sc, steps, results);
+  run_schedule(*sc, steps, results, true);
 }
 
 }  // namespace dl::compile

@@ -124,6 +124,36 @@ H.test("tensors of closures and globals are read live, never baked in", function
   G_COMPILE_BIAS = nil
 end)
 
+H.test("a closure's tensor laid out another way on a later call is read that way", function()
+  -- The shape (what the trace knows) stays, the layout changes: the group's program,
+  -- kept from an earlier call, is lowered again where an operand is read otherwise, or
+  -- where two operands that were one tensor are two (Note [Lowered programs kept] in
+  -- compile/plan.cpp).
+  local base = dl.randn(8, 50)
+  local w, u = base, base
+  local f = function(x) return ((x * w + 0.5):tanh() * u - x):sum(), (x * w + u):exp() end
+  local cf = dl.compile(f)
+  local x = dl.randn(8, 50)
+  local ways = {
+    function() return base, base end,                            -- dense, one tensor twice:
+    function() return base, base end,                            -- (lowered with one input)
+    function() return dl.randn(8, 50), base end,                 -- two tensors
+    function() return dl.tensor(2.5):expand(8, 50), base end,    -- one value
+    function() return dl.randn(50):expand(8, 50), base end,      -- a row, cycled
+    function() return dl.randn(8, 1):expand(8, 50), base end,    -- a value per row
+    function() return dl.randn(50, 8):t(), base end,             -- strided: read from a copy
+    function() return base, base:clone() end,                    -- equal values, two tensors
+    function() return base, base end,
+  }
+  for round = 1, 3 do
+    for i, way in ipairs(ways) do
+      w, u = way()
+      identical({ cf(x) }, { f(x) }, "round " .. round .. ", way " .. i)
+    end
+  end
+  H.eq(traces(cf), 1, dl.compile.explain(cf))
+end)
+
 H.test(":item() inside the function is read at every call", function()
   local f = function(x) local s = x:sum():item() return x * s, s end
   agree(f, { { dl.tensor({ 1, 2 }) }, { dl.tensor({ 3, 4 }) }, { dl.tensor({ -1, 0.5 }) } })
