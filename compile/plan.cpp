@@ -574,6 +574,7 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
   p.dtype = first.dtype;
   p.numel = g.numel;
   p.ncode = p.ninputs = p.noutputs = 0;
+  p.structure = kept ? fused::new_structure() : 0;
   thread_local std::vector<int> code_of;
   code_of.assign(nsteps, -1);
   if (kept) {
@@ -783,7 +784,7 @@ bool folds_into(const std::vector<Step>& steps, size_t i, size_t j) {
 // tensors (their memory, whether a bound operand is contiguous or one value) is worked
 // out as the schedule runs, every call.
 // A step's second operand's position, -1 for one that reads one.
-int32_t second_of(const Step& st) { return arity(st.kind) == 2 ? st.b.step : -1; }
+inline int32_t second_of(const Step& st) { return arity(st.kind) == 2 ? st.b.step : -1; }
 
 struct Sig {
   Kind kind;

@@ -70,6 +70,10 @@ struct Output {
 struct Program {
   DType dtype = DType::Float32;   // Float32 or Float64: every input, value and output
   int64_t numel = 0;
+  // Nonzero: every program with this id has this one's structure (all but its addresses
+  // and numbers), so a backend may keep what it works out from the structure by the id
+  // (Note [Checked programs] in tensor/cpu/fused.cpp). new_structure() gives one.
+  uint64_t structure = 0;
   int ncode = 0, ninputs = 0, noutputs = 0;
   Instr code[kMaxCode];
   Input inputs[kMaxInputs];
@@ -103,6 +107,9 @@ DL_HD void apply_binary(Op op, const T (&a)[K], const T (&b)[K], T (&r)[K]) {
 // (tensor/fold.h); its result, one element of the program's dtype, is written to out.
 // The program's outputs are written as by the backend's fused(). (tensor/cpu/fused.cpp)
 void run_folded(const Program& p, int code, Op op, void* out);
+
+// A structure id no program had before.
+uint64_t new_structure();
 
 // On the host: elements [o, o + n) of an input of a program of numel elements, as
 // read_input reads them, copied to `to` (itemsize bytes each: 4 or 8); runs of an input

@@ -3,6 +3,7 @@
 #include "tensor/fused.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -445,7 +446,9 @@ void check_and_plan(const fused::Program& p, Routes& r) {
 // new memory, so the last few structures checked on this thread are kept with their
 // routes, and a program of one of them takes its routes as they are: the check and the
 // plan were 3 to 4% of the instructions of bench/'s compiled calls (`chainc`, `replay16
-// d`; docs/performance-compile.md, "The compiled call's own cost").
+// d`; docs/performance-compile.md, "The compiled call's own cost"). A program that
+// carries a structure id (a schedule's kept program, Note [Lowered programs kept] in
+// compile/plan.cpp) is found by it, without comparing its instructions.
 struct Checked {
   bool used = false;
   fused::Program shape;   // the structure; data pointers and scalars not compared
@@ -475,8 +478,14 @@ const Routes& check(const fused::Program& p) {
   thread_local std::unique_ptr<Checked[]> kept;
   thread_local int next = 0;
   if (!kept) kept = std::make_unique<Checked[]>(kKept);
+  if (p.structure != 0)
+    for (int i = 0; i < kKept; ++i)
+      if (kept[i].used && kept[i].shape.structure == p.structure) return kept[i].routes;
   for (int i = 0; i < kKept; ++i)
-    if (kept[i].used && same_structure(kept[i].shape, p)) return kept[i].routes;
+    if (kept[i].used && same_structure(kept[i].shape, p)) {
+      kept[i].shape.structure = p.structure;   // (the same structure under the latest id)
+      return kept[i].routes;
+    }
   Checked& k = kept[next];
   k.used = false;
   check_and_plan(p, k.routes);   // (throws before the entry is marked used)
@@ -528,6 +537,11 @@ void read_block(const Input& in, int64_t numel, int64_t o, int64_t n, size_t ite
 // the program with its own lanes; a program's chunk (64 float32 or 32 float64, a
 // multiple of fold::kPiece) is added to them as soon as it is computed, so the
 // additions are reduce()'s, in its order (tensor/fold.h), whatever the threads.
+uint64_t new_structure() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 void run_folded(const Program& p, int code, Op op, void* out) {
   const cpu::Routes& r = cpu::check(p);
   DL_CHECK(code >= 0 && code < p.ncode, "fused: the folded instruction ", code, " is not one of the program's");
