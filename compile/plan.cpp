@@ -561,8 +561,8 @@ struct Lowered {
     int8_t input;
   };
   std::vector<Use> uses;
-  std::vector<uint32_t> code_step;   // per instruction, its step
-  std::vector<uint32_t> out_step;    // per output, its step
+  std::vector<std::pair<int, uint32_t>> numbers;   // a scalar instruction, and its step
+  std::vector<uint32_t> out_step;                  // per output, its step
 };
 
 // (tail_code: the instruction whose values a trailing reduction folds. `kept`, when
@@ -580,7 +580,7 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
   if (kept) {
     kept->ready = false;
     kept->uses.clear();
-    kept->code_step.clear();
+    kept->numbers.clear();
     kept->out_step.clear();
   }
   auto operand = [&](const Source& s, size_t step, int r, int8_t* to) {
@@ -615,7 +615,8 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
     if (!operand(g.src[2 * k], g.g0 + k, 0, &in.a)) return false;
     if (in.code == fused::Instr::Binary && !operand(g.src[2 * k + 1], g.g0 + k, 1, &in.b)) return false;
     code_of[k] = p.ncode++;
-    if (kept) kept->code_step.push_back(uint32_t(g.g0 + k));
+    if (kept && (in.code == fused::Instr::ScalarLeft || in.code == fused::Instr::ScalarRight))
+      kept->numbers.emplace_back(p.ncode - 1, uint32_t(g.g0 + k));
     if (keep[g.g0 + k]) {
       if (p.noutputs == fused::kMaxOutputs) return false;
       p.outputs[p.noutputs++] = fused::Output{int8_t(code_of[k]), results[g.g0 + k].raw_data()};
@@ -634,8 +635,7 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
 // Sets a kept program's addresses and numbers for this call's steps (Note [Lowered
 // programs kept]), its kept results allocated. False: an operand is read another way
 // than when it was lowered (nothing run; the caller lowers the group afresh).
-bool relower(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
-             const std::vector<uint8_t>& keep, Lowered& l) {
+bool relower(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results, Lowered& l) {
   const Step& first = steps[g.g0];
   g.dtype = first.dtype;
   g.numel = numel_of(first.shape);
@@ -654,12 +654,12 @@ bool relower(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& resu
     was.data = in.data;
     by[k] = t.impl();
   }
-  for (int c = 0; c < p.ncode; ++c) p.code[c].s = steps[l.code_step[size_t(c)]].s;
-  for (size_t k = 0; k < g.g1 - g.g0; ++k) {
-    const size_t i = g.g0 + k;
-    if (g.live[k] && keep[i]) results[i] = empty(first.shape, first.dtype, first.device, op_info(steps[i].op).lua_name);
+  for (const auto& [c, i] : l.numbers) p.code[c].s = steps[i].s;
+  for (int o = 0; o < p.noutputs; ++o) {   // (the group's kept steps, in order)
+    const uint32_t i = l.out_step[size_t(o)];
+    results[i] = empty(first.shape, first.dtype, first.device, op_info(steps[i].op).lua_name);
+    p.outputs[o].data = results[i].raw_data();
   }
-  for (int o = 0; o < p.noutputs; ++o) p.outputs[o].data = results[l.out_step[size_t(o)]].raw_data();
   return true;
 }
 
@@ -683,7 +683,7 @@ void run_program(const Group& g, const std::vector<Step>& steps, std::vector<Ten
 // without a schedule that outlives the call.)
 void run_lowered(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
                  const std::vector<uint8_t>& keep, Lowered* kept) {
-  if (kept && kept->ready && relower(g, steps, results, keep, *kept)) {
+  if (kept && kept->ready && relower(g, steps, results, *kept)) {
     run_program(g, steps, results, kept->p, kept->tail_code);
     return;
   }
