@@ -197,7 +197,17 @@ TEST_CASE("dense operands, small and large, compute the general loops' bits", "[
 // log, log1p, expm1 and softplus through the tensor ops (the vectorised loops, small and
 // large) against libm in double, rounded once to float: the correctly rounded result for
 // all but near-midpoint values.
-TEST_CASE("float32 exp, tanh, sigmoid, log, log1p, expm1 and softplus are correctly rounded", "[pointwise]") {
+namespace {
+// x Phi(x) and its derivative Phi(x) + x phi(x) in double, Phi from erfc where it is
+// small (no cancellation), for the float results of gelu and gelu_backward.
+double normal_cdf(double v) {
+  return v < 0 ? 0.5 * std::erfc(-v / std::sqrt(2.0)) : 1 - 0.5 * std::erfc(v / std::sqrt(2.0));
+}
+double gelu_ref(double v) { return v * normal_cdf(v); }
+double gelu_grad_ref(double v) { return normal_cdf(v) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI); }
+}  // namespace
+
+TEST_CASE("float32 exp, tanh, sigmoid, log, log1p, expm1, softplus, erf and gelu are correctly rounded", "[pointwise]") {
   std::vector<double> xs;
   for (double v = -110; v <= 110; v += 0.0137) xs.push_back(v);
   for (double v = 1e-9; v < 20; v *= 1.013) {   // tiny to large magnitudes, both signs
@@ -227,6 +237,8 @@ TEST_CASE("float32 exp, tanh, sigmoid, log, log1p, expm1 and softplus are correc
       {Op::Log1p, [](double v) { return std::log1p(v); }},
       {Op::Expm1, [](double v) { return std::expm1(v); }},
       {Op::Softplus, [](double v) { return (v > 0 ? v : 0) + std::log1p(std::exp(-std::fabs(v))); }},
+      {Op::Erf, [](double v) { return std::erf(v); }},
+      {Op::Gelu, gelu_ref},
   };
   for (const Case& c : cases) {
     INFO(op_name(c.op));
@@ -246,5 +258,37 @@ TEST_CASE("float32 exp, tanh, sigmoid, log, log1p, expm1 and softplus are correc
       }
       CHECK(wrong <= in.numel() / 100000);
     }
+  }
+}
+
+TEST_CASE("float32 gelu's gradient is correctly rounded, and gelu keeps its far tail", "[pointwise]") {
+  // Note [erf in double] in tensor/functors.h.
+  std::vector<double> xs, gs;
+  for (double v = -16; v <= 16; v += 0.00731) {
+    xs.push_back(v);
+    gs.push_back(0.75 - 0.0625 * std::fmod(std::fabs(v), 7.0));
+  }
+  const int64_t n = int64_t(xs.size());
+  Tensor x = from_values(xs.data(), n, Shape{n}, DType::Float32);
+  Tensor g = from_values(gs.data(), n, Shape{n}, DType::Float32);
+  Tensor d = binary(Op::GeluBackward, g, x);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float xf = x.data<float>()[i], gf = g.data<float>()[i];
+    const float want = float(double(gf) * gelu_grad_ref(double(xf))), got = d.data<float>()[i];
+    if (got != want) {
+      ++wrong;
+      INFO("x = " << xf << ": got " << got << ", want " << want);
+      CHECK(std::fabs(double(got) - want) <= std::fabs(std::nextafter(want, 0.0f) - want));
+    }
+  }
+  CHECK(wrong <= n / 100000);
+  // Where x (1 + erf(x / sqrt 2)) / 2 in float cancels to 0, the value is still there.
+  const double far[] = {-6.0, -10.0, -14.0};
+  Tensor t = unary(Op::Gelu, from_values(far, 3, Shape{3}, DType::Float32));
+  for (int i = 0; i < 3; ++i) {
+    INFO("gelu(" << far[i] << ")");
+    CHECK(t.data<float>()[i] == float(gelu_ref(far[i])));
+    CHECK(t.data<float>()[i] < 0.0f);
   }
 }
