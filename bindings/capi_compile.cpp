@@ -128,15 +128,20 @@ bool records_operands(const compile::Step& st) {
 struct Logged {
   Tensor a, b;
 };
+bool logs(const compile::Call& c, const compile::Step& st) {
+  return compile::scope_recording(c) && records_operands(st);
+}
 Logged to_log(const compile::Call& c, const compile::Step& st) {
-  if (!compile::scope_recording(c) || !records_operands(st)) return {};
+  if (!logs(c, st)) return {};
   return {st.a.input, st.b.input};
 }
-
-// After the call kept a step as its last: logs v and writes the step's proxy into *out.
-void promised(compile::Call& c, const Logged& v, dl_tensor* out) {
-  for (const Tensor* t : {&v.a, &v.b})
+void log_operands(const Tensor& a, const Tensor& b) {
+  for (const Tensor* t : {&a, &b})
     if (t->defined()) dl::ag::note_variable_use(*t);
+}
+
+// After the call kept a step as its last: writes the step's proxy into *out.
+void promised(compile::Call& c, dl_tensor* out) {
   ProxyRef p;
   p.pos = uint32_t(c.steps.size() - 1);
   p.serial = c.serial;
@@ -151,7 +156,8 @@ int promise(compile::Call& c, compile::Step&& st, const compile::OperandKey& ka,
   const Logged v = to_log(c, st);
   const int r = compile::defer(c, std::move(st), ka, kb);
   if (r == 0) return -2;
-  promised(c, v, out);
+  log_operands(v.a, v.b);
+  promised(c, out);
   return r == 2 ? 3 : 2;
 }
 
@@ -235,10 +241,13 @@ int replay(compile::Call& c, const compile::TraceOp& t, compile::Kind kind, Op o
   st.s = s;
   st.scalar_first = first != 0;
   st.device = st.a.step >= 0 ? c.steps[size_t(st.a.step)].device : st.a.input.device();
-  const Logged v = to_log(c, st);
+  // (Logged from the step itself, not from copies: a scope that logs is Symbolic, where
+  // matched_step runs nothing, so the step is still the call's last.)
+  const bool log = logs(c, st);
   undo.armed = false;
   compile::matched_step(c, t);
-  promised(c, v, out);
+  if (log) log_operands(c.steps.back().a.input, c.steps.back().b.input);
+  promised(c, out);
   return 2;
 }
 
