@@ -164,9 +164,8 @@ DL_HD double log1p_unit_double(double d) {
 // argument, and erfc keeps its relative accuracy in the tail: gelu(-6) is -5.9e-9,
 // where the float formula x (1 + erf(x / sqrt 2)) / 2 cancels to 0. The loop computes
 // every part for every element and is bound by their count, not their latency (Estrin's
-// scheme and fused multiply-adds did not change its time): e^(-z^2), the division and
-// the two polynomials take about a third each. bench/ `gelu1e6`: 3.0 ms before, 1.8
-// after (PyTorch's float polynomial: 0.33).
+// scheme and fused multiply-adds did not change its time); bench/ `gelu1e6` times it
+// (docs/performance.md, "Pointwise functions on large tensors").
 
 // erf(z) / z for w = z^2 in [0, 1.5625], the polynomial in u by Estrin's scheme (pairs
 // a0 + a1 u, those paired with u^2, then with u^4, ...), as tools/fit_erf.py checks it.
