@@ -35,6 +35,7 @@
 // they are not one runs the backward with autograd.
 #include "compile/grad.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "autograd/autograd.h"
@@ -322,7 +323,13 @@ bool BackwardCapture::find(const Tensor& t, Ref* r) {
       same.push_back(k.ref);
   if (same.empty()) return false;
   *r = same[0];
-  if (same.size() > 1) plan_.same.push_back(same);
+  // (Each read of an alias finds the same set: a chain's ten reads of w's saved alias
+  // made ten copies of one list of ten, checked on every call.)
+  auto equal = [](const Ref& x, const Ref& y) { return x.to == y.to && x.k == y.k && x.i == y.i; };
+  auto known = [&](const std::vector<Ref>& g) {
+    return g.size() == same.size() && std::equal(g.begin(), g.end(), same.begin(), equal);
+  };
+  if (same.size() > 1 && std::none_of(plan_.same.begin(), plan_.same.end(), known)) plan_.same.push_back(same);
   return true;
 }
 

@@ -420,6 +420,23 @@ H.test("a compiled gradient leaves its plan where eager's path differs, and stay
   end
 end)
 
+H.test("a compiled gradient whose two closure tensors were one tensor, then are two, is eager's", function()
+  -- The recorded backward pass reads one saved alias for both (Note [Compiled
+  -- gradients] in compile/grad.cpp: a plan names the tensors it saw as one), so a call
+  -- where they are two must not replay it.
+  local w = dl.randn(40)
+  local u = w
+  local f = function(x) return ((x * w):tanh() * u + x * u):sum() end
+  local g = dl.compile(dl.grad(f))
+  local x = dl.randn(40)
+  for round = 1, 2 do
+    for i, pick in ipairs({ w, w, w, dl.randn(40), dl.randn(40), w, w }) do
+      u = pick
+      identical(g(x), dl.grad(f)(x), "round " .. round .. ", call " .. i)
+    end
+  end
+end)
+
 H.test("compiled gradients: nested, value_and_grad, kept values, errors", function()
   local f = function(x) return (dl.sin(x) * x):sum() end
   local x = dl.randn(25, { dtype = "float64" })
