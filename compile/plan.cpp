@@ -826,8 +826,9 @@ struct Schedule {
   std::vector<size_t> release;
   std::vector<uint32_t> release_at;
   // Per span, its group's program once lowered (Note [Lowered programs kept]): kept
-  // only by a cached schedule.
-  std::vector<Lowered> lowered;
+  // only by a cached schedule, and made only for a span that is a group (a program is
+  // about 1.4 KB).
+  std::vector<std::unique_ptr<Lowered>> lowered;
 };
 
 namespace {
@@ -965,10 +966,12 @@ void run_schedule(Schedule& sc, const std::vector<Step>& steps, std::vector<Tens
       g.held.clear();
       g.live.assign(sc.live.begin() + long(i - begin), sc.live.begin() + long(sp.g1 - begin));
       if (sp.any) {
-        if (!steps[i].device.is_cpu() || g_host_groups != HostGroups::Blocks)
-          run_lowered(g, steps, results, sc.keep, keep_programs ? &sc.lowered[s] : nullptr);
-        else
+        if (!steps[i].device.is_cpu() || g_host_groups != HostGroups::Blocks) {
+          if (keep_programs && !sc.lowered[s]) sc.lowered[s] = std::make_unique<Lowered>();
+          run_lowered(g, steps, results, sc.keep, keep_programs ? sc.lowered[s].get() : nullptr);
+        } else {
           run_group(g, steps, results, sc.keep);
+        }
         ++stats.groups;
       }
       for (size_t k = i; k < sp.g1; ++k) {
