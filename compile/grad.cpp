@@ -325,10 +325,7 @@ bool BackwardCapture::find(const Tensor& t, Ref* r) {
   *r = same[0];
   // (Each read of an alias finds the same set: a chain's ten reads of w's saved alias
   // made ten copies of one list of ten, checked on every call.)
-  auto equal = [](const Ref& x, const Ref& y) { return x.to == y.to && x.k == y.k && x.i == y.i; };
-  auto known = [&](const std::vector<Ref>& g) {
-    return g.size() == same.size() && std::equal(g.begin(), g.end(), same.begin(), equal);
-  };
+  auto known = [&](const std::vector<Ref>& g) { return same_refs(g, same); };
   if (same.size() > 1 && std::none_of(plan_.same.begin(), plan_.same.end(), known)) plan_.same.push_back(same);
   return true;
 }
