@@ -167,6 +167,8 @@ DL_HD double log1p_unit_double(double d) {
 // scheme and fused multiply-adds did not change its time); bench/ `gelu1e6` times it
 // (docs/performance.md, "Pointwise functions on large tensors").
 
+constexpr double kErfSplit = 1.25;   // erf(z) = z P(z^2) below it, e^(-z^2) Q(t) from it
+
 // erf(z) / z for w = z^2 in [0, 1.5625], the polynomial in u by Estrin's scheme (pairs
 // a0 + a1 u, those paired with u^2, then with u^4, ...), as tools/fit_erf.py checks it.
 DL_HD_INLINED double erf_small_double(double w) {
@@ -191,7 +193,7 @@ DL_HD_INLINED double erfc_scaled_double(double z) {
       7.409856948922634e-07, 3.7817585676876876e-07, -1.5398119989910103e-07, 1.123253208192791e-08,
       1.049701405603518e-08, -4.521513351192864e-09, 4.073349439557247e-10, 3.5152192429309216e-10,
       -1.1800840787593462e-10};
-  z = z < 1.25 ? 1.25 : z;
+  z = z < kErfSplit ? kErfSplit : z;
   z = z > 10.5 ? 10.5 : z;
   const double u = (1.0 / (1.0 + z) - 0.2657004830917874) * 5.594594594594595;
   const double u2 = u * u, u4 = u2 * u2, u8 = u4 * u4, u16 = u8 * u8;
@@ -201,29 +203,37 @@ DL_HD_INLINED double erfc_scaled_double(double z) {
   return ((c0 + c1 * u4) + (c2 + c3 * u4) * u8) + a[16] * u16;
 }
 
+// Both sides of the split for z = |x| or |x| / sqrt 2 and w = z^2 (exact from a float's
+// x): erf(z) as the small side computes it, erfc(z) as the far side does, and e^(-w), 0
+// past double's range. Every element computes both; the caller selects.
+struct ErfSides {
+  double erf, erfc, gauss;
+};
+DL_HD_INLINED ErfSides erf_sides(double z, double w) {
+  const double g = w < 700.0 ? exp_double(-w) : 0.0;
+  return ErfSides{z * erf_small_double(w), g * erfc_scaled_double(z), g};
+}
+
 // erf(x) for a float's value x.
 DL_HD_INLINED double erf_double(double x) {
-  const double z = std::fabs(x), w = x * x;
-  const double g = w < 700.0 ? exp_double(-w) : 0.0;
-  const double r = z < 1.25 ? z * erf_small_double(w) : 1.0 - g * erfc_scaled_double(z);
-  return std::copysign(r, x);
+  const double z = std::fabs(x);
+  const ErfSides e = erf_sides(z, x * x);
+  return std::copysign(z < kErfSplit ? e.erf : 1.0 - e.erfc, x);
 }
 
 // Phi(x), the normal CDF, and e^(-x^2 / 2), for a float's value x. Past double's range
-// of e^(-x^2 / 2) both are 0 (so -inf Phi(-inf) is NaN, as eager's x * 0 was).
+// of e^(-x^2 / 2) both are 0 (so -inf Phi(-inf) is NaN, as eager's x * 0 was). (Halving
+// is exact here: no value near the subnormals.)
 struct NormalCdf {
   double cdf, gauss;
 };
 DL_HD_INLINED NormalCdf normal_cdf_double(double x) {
-  const double w = 0.5 * x * x;   // z^2, z = |x| / sqrt 2
   const double z = std::fabs(x) * 0.70710678118654752440;
-  const double g = w < 700.0 ? exp_double(-w) : 0.0;
-  const double half_erf = 0.5 * z * erf_small_double(w);
-  const double half_erfc = 0.5 * g * erfc_scaled_double(z);
+  const ErfSides e = erf_sides(z, 0.5 * x * x);
   const bool neg = x < 0.0;
-  const double near = neg ? 0.5 - half_erf : 0.5 + half_erf;
-  const double far = neg ? half_erfc : 1.0 - half_erfc;
-  return NormalCdf{z < 1.25 ? near : far, g};
+  const double near = neg ? 0.5 - 0.5 * e.erf : 0.5 + 0.5 * e.erf;
+  const double far = neg ? 0.5 * e.erfc : 1.0 - 0.5 * e.erfc;
+  return NormalCdf{z < kErfSplit ? near : far, e.gauss};
 }
 
 // ---- unary ----
