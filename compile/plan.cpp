@@ -467,19 +467,30 @@ void run_chunks(const Group& g, const std::vector<Step>& steps, std::vector<Tens
   results[size_t(g.tail)] = std::move(r);
 }
 
-// A group's dtype and size, its kept results allocated, its operands' sources.
-void prepare(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
-             const std::vector<uint8_t>& keep) {
+// A group's dtype and size, from its first step (its steps share them).
+void size_group(Group& g, const std::vector<Step>& steps) {
   const Step& first = steps[g.g0];
   g.dtype = first.dtype;
   g.numel = numel_of(first.shape);
   g.isz = itemsize(first.dtype);
+}
+
+// The memory step i of group g writes its result to.
+Tensor group_result(const Group& g, const std::vector<Step>& steps, size_t i) {
+  const Step& first = steps[g.g0];
+  return empty(first.shape, first.dtype, first.device, op_info(steps[i].op).lua_name);
+}
+
+// A group's dtype and size, its kept results allocated, its operands' sources.
+void prepare(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results,
+             const std::vector<uint8_t>& keep) {
+  size_group(g, steps);
   const size_t nsteps = g.g1 - g.g0;
   g.src.resize(2 * nsteps);
   for (size_t k = 0; k < nsteps; ++k) {
     const size_t i = g.g0 + k;
     if (!g.live[k]) continue;
-    if (keep[i]) results[i] = empty(first.shape, first.dtype, first.device, op_info(steps[i].op).lua_name);
+    if (keep[i]) results[i] = group_result(g, steps, i);
     g.src[2 * k] = source_for(g, steps[i], steps[i].a, steps, results);
     if (arity(steps[i]) == 2) g.src[2 * k + 1] = source_for(g, steps[i], steps[i].b, steps, results);
   }
@@ -636,10 +647,7 @@ bool lower(const Group& g, const std::vector<Step>& steps, std::vector<Tensor>& 
 // programs kept]), its kept results allocated. False: an operand is read another way
 // than when it was lowered (nothing run; the caller lowers the group afresh).
 bool relower(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& results, Lowered& l) {
-  const Step& first = steps[g.g0];
-  g.dtype = first.dtype;
-  g.numel = numel_of(first.shape);
-  g.isz = itemsize(first.dtype);
+  size_group(g, steps);
   fused::Program& p = l.p;
   const TensorImpl* by[fused::kMaxInputs] = {};   // the tensor each input was set from
   for (const Lowered::Use& u : l.uses) {
@@ -657,7 +665,7 @@ bool relower(Group& g, const std::vector<Step>& steps, std::vector<Tensor>& resu
   for (const auto& [c, i] : l.numbers) p.code[c].s = steps[i].s;
   for (int o = 0; o < p.noutputs; ++o) {   // (the group's kept steps, in order)
     const uint32_t i = l.out_step[size_t(o)];
-    results[i] = empty(first.shape, first.dtype, first.device, op_info(steps[i].op).lua_name);
+    results[i] = group_result(g, steps, i);
     p.outputs[o].data = results[i].raw_data();
   }
   return true;
