@@ -358,8 +358,8 @@ do
        ours = ours("half " .. hiters), refs = { torch("half " .. hiters, 1), torch("half " .. hiters, 2) } }
   -- Pointwise functions on 1e6 float32 (4 MB in, 4 out: in the last-level cache), each
   -- as the engine computes it (Note [Float exponentials in double] in tensor/functors.h:
-  -- exp, log, log1p, tanh, sigmoid and softplus correctly rounded from double; gelu's erf
-  -- libm's) against PyTorch's (Sleef's vectorised functions within an ulp).
+  -- exp, log, log1p, tanh, sigmoid and softplus correctly rounded from double; gelu too,
+  -- Note [erf in double]) against PyTorch's (Sleef's vectorised functions within an ulp).
   local un, uiters = 1e6, quick and 3 or 300
   for _, op in ipairs({ "sqrt", "exp", "log", "log1p", "tanh", "sigmoid", "softplus", "gelu" }) do
     local args = ("%s %d %d"):format(op, un, uiters)
