@@ -21,9 +21,10 @@ namespace dl::cpu {
 namespace {
 
 // Note [Fused programs in registers]
-// A program runs a chunk of elements at a time (256 bytes of each value: 64 float32 or
-// 32 float64) through all its instructions, the chunk of the value just computed held
-// in vector registers (Note [Vectors of the machine's width]): most programs are
+// A program runs a chunk of elements at a time (Note [Vectors of the machine's width]:
+// with AVX-512, 512 bytes of each value, 128 float32 or 64 float64) through all its
+// instructions, the chunk of the value just computed held in vector registers: most
+// programs are
 // chains, where each instruction reads the one before it, so that value never goes to
 // memory. A value that a later instruction reads out of turn is also stored to a slot
 // on the stack; an input is read in place when the chunk is whole and the input dense,
@@ -36,89 +37,66 @@ namespace {
 // stored its block to the first-level cache and read it back; as a program, only the
 // values read out of turn are: bench/'s `pw8c` and `pw8bw` measure the difference and
 // the distance to the same loop written in C (docs/performance-compile.md).
-constexpr int kChunkBytes = 256;
+constexpr int kMaxChunkBytes = 512;
 constexpr int kAlign = 64;   // of the buffers: a cache line, and an AVX-512 vector
 
+// The vectors of VB bytes in a chunk.
+template <int VB>
+constexpr int kChunkVectors = (VB == 64 ? kMaxChunkBytes : 256) / VB;
+
+// The elements of the largest chunk, of any build: the buffers' size, and the unit in
+// which a range is split between threads.
 template <typename T>
 struct Chunk {
-  static constexpr int kElements = kChunkBytes / int(sizeof(T));
+  static constexpr int kElements = kMaxChunkBytes / int(sizeof(T));
 };
 
 // Note [Vectors of the machine's width]
 // The chunk is held as vectors of the widest registers the machine has (Note [Builds
-// for each vector width] in loops.h): four of 64 bytes with AVX-512, eight of 32 with
-// AVX2, sixteen of 16 otherwise (the baseline's 16 registers cannot hold that and an
-// operand: it spills, on machines older than AVX2). With four 64-byte vectors on every
-// machine, the interpreter ran at 2.5 ns an element for the eight ops of bench/'s
-// `pw8c` on an AMD EPYC without AVX-512, slower than eager's eight passes over memory;
-// 0.8 ns with eight 32-byte ones (docs/performance-compile.md). The vectors and
-// their loads are tensor/cpu/vec.h's.
-
-// How an instruction's operand is read: the value in registers (the instruction just
-// before), a slot, an input in place, one value, or a gathered input buffer.
-enum class From : uint8_t { Registers, Slot, Dense, One, Gathered };
-
-struct Route {
-  From from = From::Registers;
-  int8_t index = 0;   // Slot: the instruction; inputs: the input
-};
-
-struct Routes {
-  Route a[fused::kMaxCode], b[fused::kMaxCode];
-  bool slot[fused::kMaxCode];                // its value is stored for a later instruction
-  int8_t outputs[fused::kMaxCode][fused::kMaxOutputs];
-  int8_t noutputs[fused::kMaxCode];
-  bool one[fused::kMaxInputs], dense[fused::kMaxInputs];
-};
-
-void plan_routes(const fused::Program& p, Routes& r) {
-  for (int k = 0; k < p.ninputs; ++k) {
-    const fused::Input& in = p.inputs[k];
-    r.one[k] = in.repeat == 1 && in.period == 1;
-    r.dense[k] = in.repeat == 1 && in.period == p.numel;
-  }
-  for (int c = 0; c < p.ncode; ++c) r.slot[c] = false, r.noutputs[c] = 0;
-  auto route = [&](int c, int8_t ref) {
-    Route x;
-    if (ref >= 0) {
-      x.index = ref;
-      if (ref == c - 1) {
-        x.from = From::Registers;
-      } else {
-        x.from = From::Slot;
-        r.slot[ref] = true;
-      }
-      return x;
-    }
-    x.index = int8_t(-1 - ref);
-    x.from = r.one[x.index] ? From::One : r.dense[x.index] ? From::Dense : From::Gathered;
-    return x;
-  };
-  for (int c = 0; c < p.ncode; ++c) {
-    const fused::Instr& in = p.code[c];
-    r.a[c] = route(c, in.a);
-    if (in.code == fused::Instr::Binary) r.b[c] = route(c, in.b);
-  }
-  for (int o = 0; o < p.noutputs; ++o) {
-    const int c = p.outputs[o].code;
-    r.outputs[c][r.noutputs[c]++] = int8_t(o);
-  }
-}
+// for each vector width] in loops.h): eight of 64 bytes with AVX-512, whose 32
+// registers hold them and an instruction's operands, eight of 32 with AVX2, sixteen of
+// 16 otherwise (the baseline's 16 registers cannot hold that and an operand: it spills,
+// on machines older than AVX2). Four 64-byte vectors on every machine ran the eight
+// ops of bench/'s `pw8c` slower than eager's eight passes over memory on an AMD EPYC
+// without AVX-512; eight 32-byte ones there, and eight 64-byte ones instead of four
+// with AVX-512, spread each instruction's decoding over twice the elements
+// (docs/performance-compile.md, "Fused programs"). The vectors and their loads are
+// tensor/cpu/vec.h's.
 
 // How each op runs on the chunk, in three tiers:
 // - in registers: the arithmetic ops apply their functor to whole vectors (GCC's vector
-//   types have +, -, * and /, each lane rounded as the scalar op rounds);
-// - inline over the chunk in the first-level cache: the chunk is stored, a loop applies
-//   the functor element by element (vector code, as a one-op loop's), and the chunk is
-//   loaded back: cheap ops with selects, whose lane-by-lane form in registers GCC either
-//   made scalar code of or paid for by keeping the whole chunk on the stack;
+//   types have +, -, * and /, each lane rounded as the scalar op rounds), and the ops
+//   with one select their vector form below;
+// - over the chunk in the first-level cache: the chunk is stored, a loop applies the
+//   functor element by element (vector code, as a one-op loop's), and the chunk is
+//   loaded back: maximum and minimum, whose two selects GCC made scalar code of in
+//   registers, in every way of writing them tried (the NaN test and the comparison as
+//   two ?:, as one with the masks combined, as bitwise picks);
 // - out of line, through dl::small's one-op loops (built for AVX-512 as these are):
 //   every other op, whose own arithmetic costs more than the call.
-#define DL_FUSED_VECTOR_BINARY(X) X(Add, AddFn) X(Sub, SubFn) X(Mul, MulFn) X(Div, DivFn)
-#define DL_FUSED_CACHED_UNARY(X) X(Neg, NegFn) X(Abs, AbsFn) X(Relu, ReluFn)
-#define DL_FUSED_CACHED_BINARY(X)                                                     \
-  X(Maximum, MaximumFn) X(Minimum, MinimumFn) X(ReluBackward, ReluBackwardFn)          \
-  X(TanhBackward, TanhBackwardFn) X(SigmoidBackward, SigmoidBackwardFn)
+#define DL_FUSED_VECTOR_UNARY(X) X(Neg, VecNeg) X(Abs, VecAbs) X(Relu, VecRelu)
+#define DL_FUSED_VECTOR_BINARY(X)                                                      \
+  X(Add, fn::AddFn) X(Sub, fn::SubFn) X(Mul, fn::MulFn) X(Div, fn::DivFn)              \
+  X(ReluBackward, VecReluBackward) X(TanhBackward, VecTanhBackward)                    \
+  X(SigmoidBackward, VecSigmoidBackward)
+#define DL_FUSED_CACHED_BINARY(X) X(Maximum, fn::MaximumFn) X(Minimum, fn::MinimumFn)
+
+// The functors of tensor/functors.h with one select, written for whole vectors: GCC's
+// vector ?: picks lane by lane, so each lane is the scalar functor's choice (NaN and
+// -0 included; tests/cpp/test_fused.cpp feeds both).
+struct VecNeg { template <typename V> V operator()(V x) const { return -x; } };
+struct VecAbs { template <typename V> V operator()(V x) const { return x < V{} ? -x : x; } };
+// x <= 0 is false for NaN, which relu passes through.
+struct VecRelu { template <typename V> V operator()(V x) const { return x <= V{} ? V{} : x; } };
+struct VecReluBackward { template <typename V> V operator()(V g, V x) const { return x <= V{} ? V{} : g; } };
+struct VecTanhBackward { template <typename V> V operator()(V g, V y) const { return g * ((V{} + 1) - y * y); } };
+struct VecSigmoidBackward { template <typename V> V operator()(V g, V y) const { return g * (y * ((V{} + 1) - y)); } };
+
+// r[i] = f(a[i], b[i]) over a chunk's elements in memory.
+template <int W, typename T, typename F>
+[[gnu::always_inline]] inline void cached(T* r, const T* a, const T* b, F f) {
+  for (int i = 0; i < W; ++i) r[i] = T(f(a[i], b[i]));
+}
 
 // Which operands of an instruction are the chunk in registers (R), which are read from
 // memory (M), and which are one value (B, broadcast: read once, not per vector): a
@@ -132,39 +110,38 @@ template <typename T>
   else small::block_binary(op, dt, r, a, 1, b, 1, n);
 }
 
-// r[i] = f(a[i]) or f(a[i], b[i]) over a chunk's elements in memory.
-template <int W, typename T, typename F>
-[[gnu::always_inline]] inline void cached(T* r, const T* a, F f) {
-  for (int i = 0; i < W; ++i) r[i] = T(f(a[i]));
-}
-template <int W, typename T, typename F>
-[[gnu::always_inline]] inline void cached(T* r, const T* a, const T* b, F f) {
-  for (int i = 0; i < W; ++i) r[i] = T(f(a[i], b[i]));
-}
-
-// acc = f(a, b) on whole vectors, a and b each the chunk in registers or memory. The
-// chunk in registers is an array of N vectors that each step assigns whole, in
+// acc = f(a) or f(a, b) on whole vectors, a and b each the chunk in registers (R), in
+// memory (M) or one value (B), as the template argument says. The chunk in registers is an array of N vectors that each step assigns whole, in
 // a loop: in that form GCC keeps it in registers. (Lane by lane, or with its address
 // passed anywhere, it kept the array on the stack; as named members with the steps
 // written out, it made scalar code of selects.)
-template <typename T, int N, typename V, typename F>
-[[gnu::always_inline]] inline void step2(V (&acc)[N], Pair pair, const T* a, const T* b, F f) {
+template <Pair P, typename T, int N, typename V, typename F>
+[[gnu::always_inline]] inline void step1(V (&acc)[N], const T* a, F f) {
   constexpr int VB = sizeof(V), L = VB / int(sizeof(T));
-  switch (pair) {
-    case RR: for (int j = 0; j < N; ++j) acc[j] = f(acc[j], acc[j]); break;
-    case RM: for (int j = 0; j < N; ++j) acc[j] = f(acc[j], load<VB>(b + j * L)); break;
-    case MR: for (int j = 0; j < N; ++j) acc[j] = f(load<VB>(a + j * L), acc[j]); break;
-    case MM: for (int j = 0; j < N; ++j) acc[j] = f(load<VB>(a + j * L), load<VB>(b + j * L)); break;
-    case RB: {
-      const V y = load<VB>(b);
-      for (int j = 0; j < N; ++j) acc[j] = f(acc[j], y);
-      break;
-    }
-    case BR: {
-      const V x = load<VB>(a);
-      for (int j = 0; j < N; ++j) acc[j] = f(x, acc[j]);
-      break;
-    }
+  if constexpr (P == RR) {
+    for (int j = 0; j < N; ++j) acc[j] = f(acc[j]);
+  } else {
+    static_assert(P == MM);
+    for (int j = 0; j < N; ++j) acc[j] = f(load<VB>(a + j * L));
+  }
+}
+template <Pair P, typename T, int N, typename V, typename F>
+[[gnu::always_inline]] inline void step2(V (&acc)[N], const T* a, const T* b, F f) {
+  constexpr int VB = sizeof(V), L = VB / int(sizeof(T));
+  if constexpr (P == RR) {
+    for (int j = 0; j < N; ++j) acc[j] = f(acc[j], acc[j]);
+  } else if constexpr (P == RM) {
+    for (int j = 0; j < N; ++j) acc[j] = f(acc[j], load<VB>(b + j * L));
+  } else if constexpr (P == MR) {
+    for (int j = 0; j < N; ++j) acc[j] = f(load<VB>(a + j * L), acc[j]);
+  } else if constexpr (P == MM) {
+    for (int j = 0; j < N; ++j) acc[j] = f(load<VB>(a + j * L), load<VB>(b + j * L));
+  } else if constexpr (P == RB) {
+    const V y = load<VB>(b);
+    for (int j = 0; j < N; ++j) acc[j] = f(acc[j], y);
+  } else {
+    const V x = load<VB>(a);
+    for (int j = 0; j < N; ++j) acc[j] = f(x, acc[j]);
   }
 }
 
@@ -205,6 +182,115 @@ struct Scratch {
   alignas(kAlign) T values[kFoldValues];              // the folded instruction's, in order
 };
 
+// The first tier's ops numbered, in the order of the two lists: an instruction in the
+// tier takes the case number * 6 + its Pair (a unary one RR or MM), so that one jump
+// picks the op and where its operands are.
+enum VectorOp : int {
+#define DL_ENUM(Name, Fn) kVector##Name,
+  DL_FUSED_VECTOR_UNARY(DL_ENUM) DL_FUSED_VECTOR_BINARY(DL_ENUM)
+#undef DL_ENUM
+  kVectorOps
+};
+constexpr int kPairs = 6;
+// The cached tier's ops: case kCached + their number.
+enum CachedOp : int {
+#define DL_ENUM(Name, Fn) kCached##Name,
+  DL_FUSED_CACHED_BINARY(DL_ENUM)
+#undef DL_ENUM
+};
+constexpr int kCached = kVectorOps * kPairs;
+
+// The case an instruction of op takes, its operands where `pair` says: a vector op's,
+// a cached op's, or -1: out of line.
+int case_of(Op op, bool unary, Pair pair) {
+#define DL_CASE(Name, Fn) \
+  case Op::Name: return kVector##Name * kPairs + int(pair);
+  if (unary) {
+    switch (op) {
+      DL_FUSED_VECTOR_UNARY(DL_CASE)
+      default: return -1;
+    }
+  }
+  switch (op) {
+    DL_FUSED_VECTOR_BINARY(DL_CASE)
+#undef DL_CASE
+#define DL_CASE(Name, Fn) \
+    case Op::Name: return kCached + kCached##Name;
+    DL_FUSED_CACHED_BINARY(DL_CASE)
+#undef DL_CASE
+    default: return -1;
+  }
+}
+
+// How an instruction's operand is read: the value in registers (the instruction just
+// before), a slot, an input in place, one value, a gathered input buffer, or the chunk
+// of copies of a scalar instruction's number; None: a unary instruction's b.
+enum class From : uint8_t { Registers, Slot, Dense, One, Gathered, Number, None };
+
+struct Route {
+  From from = From::None;
+  int8_t index = 0;   // Slot, Number: the instruction; inputs: the input
+};
+
+// What an instruction does after its arithmetic, as bits.
+enum After : uint8_t { kToSlot = 1, kToFold = 2, kToOutput = 4 };
+
+// What a program's structure decides, planned once for it (Note [Checked programs]).
+struct Routes {
+  Route a[fused::kMaxCode], b[fused::kMaxCode];   // a scalar instruction's number as its operand
+  int kase[fused::kMaxCode];                      // case_of's
+  uint8_t after[fused::kMaxCode];                 // kToSlot and kToOutput
+  int8_t outputs[fused::kMaxCode][fused::kMaxOutputs];
+  int8_t noutputs[fused::kMaxCode];
+  bool one[fused::kMaxInputs], dense[fused::kMaxInputs];
+};
+
+void plan_routes(const fused::Program& p, Routes& r) {
+  for (int k = 0; k < p.ninputs; ++k) {
+    const fused::Input& in = p.inputs[k];
+    r.one[k] = in.repeat == 1 && in.period == 1;
+    r.dense[k] = in.repeat == 1 && in.period == p.numel;
+  }
+  for (int c = 0; c < p.ncode; ++c) r.after[c] = 0, r.noutputs[c] = 0;
+  auto route = [&](int c, int8_t ref) {
+    Route x;
+    if (ref >= 0) {
+      x.index = ref;
+      if (ref == c - 1) {
+        x.from = From::Registers;
+      } else {
+        x.from = From::Slot;
+        r.after[ref] |= kToSlot;
+      }
+      return x;
+    }
+    x.index = int8_t(-1 - ref);
+    x.from = r.one[x.index] ? From::One : r.dense[x.index] ? From::Dense : From::Gathered;
+    return x;
+  };
+  for (int c = 0; c < p.ncode; ++c) {
+    const fused::Instr& in = p.code[c];
+    const bool unary = in.code == fused::Instr::Unary;
+    Route a = route(c, in.a), b;
+    if (in.code == fused::Instr::Binary) {
+      b = route(c, in.b);
+    } else if (!unary) {
+      b = Route{From::Number, int8_t(c)};
+      if (in.code == fused::Instr::ScalarLeft) std::swap(a, b);
+    }
+    r.a[c] = a, r.b[c] = b;
+    const bool ra = a.from == From::Registers, rb = b.from == From::Registers;
+    auto one = [](const Route& x) { return x.from == From::One || x.from == From::Number; };
+    const Pair pair = unary ? (ra ? RR : MM) : ra ? (rb ? RR : one(b) ? RB : RM) : rb ? (one(a) ? BR : MR) : MM;
+    r.kase[c] = case_of(in.op, unary, pair);
+  }
+  for (int o = 0; o < p.noutputs; ++o) {
+    const int c = p.outputs[o].code;
+    r.outputs[c][r.noutputs[c]++] = int8_t(o);
+    r.after[c] |= kToOutput;
+  }
+}
+
 // Elements [begin, end) of every output (and of the fold, if any), N vectors of VB bytes
 // at a time (a chunk, or 64 bytes for a program shorter than a chunk: Note [Short
 // programs]); begin a multiple of the chunk's size. An operand of one value, or a
@@ -225,107 +311,123 @@ template <typename T, int VB, int N>
   for (int c = 0; c < p.ncode; ++c)
     if (p.code[c].code == fused::Instr::ScalarLeft || p.code[c].code == fused::Instr::ScalarRight)
       std::fill_n(numbers[c], W, fn::convert<T>(p.code[c].s));
-  // Per instruction, decided once: where its operands in memory are (a dense input's
-  // chunk moves with the chunk; the rest stay), which are the chunk in registers, and
-  // the case to take.
+  // Per instruction, decided once for the whole chunks and again for the short last
+  // one: where its operands in memory are (a dense input's chunk at data + o, its
+  // `moves` all ones; anything else at a fixed place, `moves` zero), and the case to
+  // take. The outputs likewise: at data + o, or a short last chunk's buffer.
   // (No member initializers: the array is left as it is and each instruction's entry
   // is zeroed as it is decoded, not all kMaxCode of them for every run.)
   struct Decoded {
     const T* a;
     const T* b;
-    const T* a_dense;   // a dense input's data: its chunk at + o
-    const T* b_dense;
+    int64_t a_moves, b_moves;
+    int kase;        // case_of's
+    uint8_t after;   // After's bits
     bool ra, rb, unary;
-    bool a_one, b_one;   // one value: a chunk of its copies
-    Pair pair;
-    int key;
   };
   Decoded d[fused::kMaxCode];
-  auto memory = [&](const Route& from, const T** fixed, const T** dense) {
+  T* out_at[fused::kMaxOutputs];
+  int64_t out_moves[fused::kMaxOutputs];
+  int ngather = 0;
+  int8_t gather[fused::kMaxInputs];   // the inputs read_block copies for each chunk
+  auto memory = [&](const Route& from, bool whole, const T** at, int64_t* moves) {
     switch (from.from) {
-      case From::Slot: *fixed = slots[from.index]; break;
-      case From::Dense: *dense = static_cast<const T*>(p.inputs[from.index].data); [[fallthrough]];
-      default: *fixed = gathered[from.index]; break;   // One, Gathered, a dense input's short chunk
+      case From::Registers:
+      case From::None: break;
+      case From::Slot: *at = slots[from.index]; break;
+      case From::Number: *at = numbers[from.index]; break;
+      case From::Dense:
+        if (whole) {
+          *at = static_cast<const T*>(p.inputs[from.index].data), *moves = -1;
+          break;
+        }
+        [[fallthrough]];
+      default: *at = gathered[from.index]; break;   // One, Gathered, a dense input's short chunk
     }
   };
-  for (int c = 0; c < p.ncode; ++c) {
-    const fused::Instr& in = p.code[c];
-    Decoded& x = d[c];
-    x = Decoded{};
-    x.unary = in.code == fused::Instr::Unary;
-    x.ra = r.a[c].from == From::Registers;
-    if (!x.ra) memory(r.a[c], &x.a, &x.a_dense);
-    x.a_one = r.a[c].from == From::One;
-    if (in.code == fused::Instr::Binary) {
+  auto decode = [&](bool whole) {
+    for (int c = 0; c < p.ncode; ++c) {
+      Decoded& x = d[c];
+      x = Decoded{};
+      memory(r.a[c], whole, &x.a, &x.a_moves);
+      memory(r.b[c], whole, &x.b, &x.b_moves);
+      x.kase = r.kase[c];
+      x.after = uint8_t(r.after[c] | (c == folding.code ? kToFold : 0));
+      x.ra = r.a[c].from == From::Registers;
       x.rb = r.b[c].from == From::Registers;
-      if (!x.rb) memory(r.b[c], &x.b, &x.b_dense);
-      x.b_one = r.b[c].from == From::One;
-    } else if (!x.unary) {
-      x.b = numbers[c];
-      x.b_one = true;
-      if (in.code == fused::Instr::ScalarLeft)
-        std::swap(x.a, x.b), std::swap(x.ra, x.rb), std::swap(x.a_dense, x.b_dense), std::swap(x.a_one, x.b_one);
+      x.unary = p.code[c].code == fused::Instr::Unary;
     }
-    x.pair = x.ra ? (x.rb ? RR : x.b_one ? RB : RM) : x.rb ? (x.a_one ? BR : MR) : MM;
-    x.key = x.unary ? int(in.op) : -1 - int(in.op);
-  }
+    for (int k = 0; k < p.noutputs; ++k) {
+      out_at[k] = whole ? static_cast<T*>(p.outputs[k].data) : tails[k];
+      out_moves[k] = whole ? -1 : 0;
+    }
+    ngather = 0;
+    for (int k = 0; k < p.ninputs; ++k)
+      if (!r.one[k] && (!r.dense[k] || !whole)) gather[ngather++] = int8_t(k);
+  };
+  const int64_t whole_end = begin + (end - begin) / W * W;
+  decode(true);
   for (int64_t o = begin; o < end; o += W) {
+    if (o == whole_end) decode(false);
     const int64_t n = std::min<int64_t>(W, end - o);
-    const bool whole = n == W;
     // An op out of line computes the short last chunk's elements only, to a whole
     // vector: the lanes after them are never stored.
-    const int64_t lanes = whole ? W : (n + L - 1) / L * L;
-    for (int k = 0; k < p.ninputs; ++k)
-      if (!r.one[k] && (!r.dense[k] || !whole)) fused::read_block(p.inputs[k], p.numel, o, n, sizeof(T), gathered[k]);
+    const int64_t lanes = n == W ? W : (n + L - 1) / L * L;
+    for (int g = 0; g < ngather; ++g)
+      fused::read_block(p.inputs[gather[g]], p.numel, o, n, sizeof(T), gathered[gather[g]]);
     V acc[N] = {};
     for (int c = 0; c < p.ncode; ++c) {
       const Decoded& x = d[c];
-      const T* a = x.a_dense && whole ? x.a_dense + o : x.a;
-      const T* b = x.b_dense && whole ? x.b_dense + o : x.b;
-      const bool unary = x.unary, ra = x.ra, rb = x.rb;
-      const Pair pair = x.pair;
-      // The arithmetic ops in registers; the others on copies in memory.
-      bool done = true;
-      switch (x.key) {
-#define DL_CASE(Name, Fn) \
-        case -1 - int(Op::Name): step2<T, N>(acc, pair, a, b, fn::Fn{}); break;
+      const T* a = x.a + (o & x.a_moves);
+      const T* b = x.b + (o & x.b_moves);
+      // The ops of the other tiers read the chunk from memory and write it there.
+      auto through_memory = [&](auto&& f) {
+        alignas(kAlign) T xa[W], xb[W], xr[W];
+        if (x.ra) store_all(xa, acc), a = xa;
+        if (x.rb) store_all(xb, acc), b = xb;
+        f(xr, a, b);
+        load_all(acc, xr);
+      };
+      switch (x.kase) {
+#define DL_CASE(Name, Fn)                                                      \
+        case kVector##Name * kPairs + RR: step1<RR, T, N>(acc, a, Fn{}); break; \
+        case kVector##Name * kPairs + MM: step1<MM, T, N>(acc, a, Fn{}); break;
+        DL_FUSED_VECTOR_UNARY(DL_CASE)
+#undef DL_CASE
+#define DL_PAIR(Name, Fn, P) \
+        case kVector##Name * kPairs + P: step2<P, T, N>(acc, a, b, Fn{}); break;
+#define DL_CASE(Name, Fn)                                                                  \
+        DL_PAIR(Name, Fn, RR) DL_PAIR(Name, Fn, RM) DL_PAIR(Name, Fn, MR) DL_PAIR(Name, Fn, MM) \
+        DL_PAIR(Name, Fn, RB) DL_PAIR(Name, Fn, BR)
         DL_FUSED_VECTOR_BINARY(DL_CASE)
 #undef DL_CASE
-        default: done = false;
+#undef DL_PAIR
+#define DL_CASE(Name, Fn)                                                                              \
+        case kCached + kCached##Name:                                                                 \
+          through_memory([&](T* xr, const T* xa, const T* xb) { cached<W>(xr, xa, xb, Fn{}); }); \
+          break;
+        DL_FUSED_CACHED_BINARY(DL_CASE)
+#undef DL_CASE
+        default:
+          through_memory([&](T* xr, const T* xa, const T* xb) {
+            out_of_line<T>(p.code[c].op, x.unary, xr, xa, xb, lanes);
+          });
       }
-      if (!done) {
-        alignas(kAlign) T xa[W], xb[W], xr[W];
-        if (ra) store_all(xa, acc);
-        if (rb) store_all(xb, acc);
-        if (ra) a = xa;
-        if (rb) b = xb;
-        switch (x.key) {
-#define DL_CASE(Name, Fn) \
-          case int(Op::Name): cached<W>(xr, a, fn::Fn{}); break;
-          DL_FUSED_CACHED_UNARY(DL_CASE)
-#undef DL_CASE
-#define DL_CASE(Name, Fn) \
-          case -1 - int(Op::Name): cached<W>(xr, a, b, fn::Fn{}); break;
-          DL_FUSED_CACHED_BINARY(DL_CASE)
-#undef DL_CASE
-          default: out_of_line<T>(p.code[c].op, unary, xr, a, b, lanes);
+      if (x.after) {
+        if (x.after & kToSlot) store_all(slots[c], acc);
+        if (x.after & kToFold) {
+          store_all(values + nvalues, acc);
+          nvalues += n;
         }
-        load_all(acc, xr);
-      }
-      if (r.slot[c]) store_all(slots[c], acc);
-      if (c == folding.code) {
-        store_all(values + nvalues, acc);
-        nvalues += n;
-      }
-      // (The short last chunk goes to a buffer first, copied out after the chunk: no
-      // call while the chunk is in registers, which a call would clobber.)
-      for (int k = 0; k < r.noutputs[c]; ++k) {
-        const int out = r.outputs[c][k];
-        T* to = whole ? static_cast<T*>(p.outputs[out].data) + o : tails[out];
-        store_all(to, acc);
+        // (The short last chunk goes to a buffer first, copied out after the chunk: no
+        // call while the chunk is in registers, which a call would clobber.)
+        for (int k = 0; k < r.noutputs[c]; ++k) {
+          const int out = r.outputs[c][k];
+          store_all(out_at[out] + (o & out_moves[out]), acc);
+        }
       }
     }
-    if (!whole)
+    if (n < W)
       for (int k = 0; k < p.noutputs; ++k)
         std::memcpy(static_cast<T*>(p.outputs[k].data) + o, tails[k], size_t(n) * sizeof(T));
     if (nvalues == kFoldValues || (nvalues > 0 && o + W >= end)) {
@@ -337,15 +439,16 @@ template <typename T, int VB, int N>
 
 // Note [Short programs]
 // A program of fewer elements than a chunk (a small model's, or a scalar's gradient)
-// runs 64 bytes at a time: a whole chunk would compute every instruction on four times
+// runs 64 bytes at a time: a whole chunk would compute every instruction on up to eight times
 // the elements there are. bench/'s `chainc` (the compiled gradient of a 16-element
 // chain: two programs a call) measures it (docs/performance-compile.md, "The compiled call's
 // own cost").
 template <typename T, int VB>
 [[gnu::always_inline]] inline void run_width(const fused::Program& p, const Routes& r, int64_t begin, int64_t end,
                                              const Folding& folding, Scratch<T>& scratch) {
-  if (p.numel < Chunk<T>::kElements) run_body<T, VB, 64 / VB>(p, r, begin, end, folding, scratch);
-  else run_body<T, VB, kChunkBytes / VB>(p, r, begin, end, folding, scratch);
+  constexpr int kVectors = kChunkVectors<VB>;
+  if (p.numel < kVectors * Vec<T, VB>::kLanes) run_body<T, VB, 64 / VB>(p, r, begin, end, folding, scratch);
+  else run_body<T, VB, kVectors>(p, r, begin, end, folding, scratch);
 }
 
 // One build per vector width (Note [Builds for each vector width] in loops.h).

@@ -7,6 +7,7 @@
 // a device. Each build of the host's runner this CPU can run (its vector widths) is
 // checked in turn.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -57,10 +58,11 @@ void check_random_programs(DType dt, uint32_t seed) {
   std::normal_distribution<double> normal(0.0, 2.0);
   int64_t checked = 0;
   for (int trial = 0; trial < 120; ++trial) {
-    // Sizes around a chunk (64 float32, 32 float64), under and over the split between
-    // threads (65,536), and with a short last chunk.
-    const int64_t sizes[] = {1, 5, 31, 32, 33, 63, 64, 65, 200, 1000, 4099, 70001};
-    const int64_t numel = sizes[pick(12)];
+    // Sizes around a chunk (128 float32 or 64 float64 with AVX-512, half that with
+    // narrower vectors), under and over the split between threads (65,536), and with a
+    // short last chunk.
+    const int64_t sizes[] = {1, 5, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 1000, 4099, 70001};
+    const int64_t numel = sizes[pick(15)];
     const int64_t cols = std::max<int64_t>(1, numel / (1 + pick(7)));   // a bias's period
     fused::Program p{};
     p.dtype = dt;
@@ -80,7 +82,10 @@ void check_random_programs(DType dt, uint32_t seed) {
           count = in.period;
       }
       std::vector<T> v(static_cast<size_t>(count));
-      for (T& x : v) x = T(pick(20) == 0 ? 0.0 : normal(rng));
+      // Now and then a zero of either sign, an infinity or a NaN: the ops with selects
+      // must pick as the one-op kernels do.
+      const double special[] = {0.0, -0.0, 1.0 / 0.0, -1.0 / 0.0, std::nan("")};
+      for (T& x : v) x = T(pick(16) == 0 ? special[pick(5)] : normal(rng));
       inputs.push_back(std::move(v));
       in.data = inputs.back().data();
       p.inputs[k] = in;
@@ -159,6 +164,18 @@ TEST_CASE("fused programs: every op of the table through the host runner equals 
     for (DType dt : {DType::Float32, DType::Float64}) {
       const Shape s{67};
       Tensor x = randn(s, dt), y = randn(s, dt);
+      // Zeros of either sign, infinities and NaNs, against each other and against numbers.
+      const double special[] = {0.0, -0.0, 1.0 / 0.0, -1.0 / 0.0, std::nan("")};
+      for (int i = 0; i < 10; ++i) {
+        const double xv = special[i % 5], yv = i < 5 ? special[(i + 1) % 5] : 0.75;
+        if (dt == DType::Float32) {
+          static_cast<float*>(x.raw_data())[i] = float(xv), static_cast<float*>(y.raw_data())[i] = float(yv);
+          static_cast<float*>(x.raw_data())[40 + i] = -0.5f, static_cast<float*>(y.raw_data())[40 + i] = float(xv);
+        } else {
+          static_cast<double*>(x.raw_data())[i] = xv, static_cast<double*>(y.raw_data())[i] = yv;
+          static_cast<double*>(x.raw_data())[40 + i] = -0.5, static_cast<double*>(y.raw_data())[40 + i] = xv;
+        }
+      }
       for (OpFamily family : {OpFamily::Unary, OpFamily::Binary}) {
         for (Op op : ops_of(family)) {
           Tensor out = empty(s, dt, Device{}, "test");
