@@ -789,8 +789,10 @@ int dl_compile_settle(struct dl_tensor* x) {
   compile::Call* c = compile::current();
   if (!c || !own_proxy(*c, x, &r))
     return 2;
-  Tensor t = std::move(c->results[r.pos]);
-  c->results[r.pos] = Tensor();
+  // (Copied, not moved out: two proxies may name one result, as the gradients of x + y
+  // with respect to x and to y are one tensor, and each gets it, as eagerly. The call's
+  // own reference goes at its end.)
+  Tensor t = c->results[r.pos];
   if (!t.defined()) {
     ProxyRef e;
     e.tag = dl::bind::kExpiredTag;

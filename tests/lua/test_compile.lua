@@ -437,6 +437,26 @@ H.test("a compiled gradient whose two closure tensors were one tensor, then are 
   end
 end)
 
+H.test("a compiled gradient that is one tensor for two inputs is returned for both, as eagerly", function()
+  -- x + y passes its gradient on to x and to y as one tensor: two results of the call
+  -- that are one step of its plan (each proxy of that step settles to the tensor).
+  local f = function(x, y) local r = x + y return (r * r):sum() end
+  local g = dl.grad(f, { 1, 2 })
+  local cg = dl.compile(g)
+  local cv = dl.compile(dl.value_and_grad(f, { 1, 2 }))
+  for call = 1, 3 do
+    local x, y = dl.randn(5, 4), dl.randn(5, 4)
+    local a, b = g(x, y)
+    local ca, cb = cg(x, y)
+    identical({ ca, cb }, { a, b }, "call " .. call)
+    identical({ select(2, cv(x, y)) }, { a, b }, "value_and_grad, call " .. call)
+    -- One tensor on both sides: an update of one shows in the other.
+    a:add_(1)
+    ca:add_(1)
+    identical(cb, b, "after an update, call " .. call)
+  end
+end)
+
 H.test("compiled gradients: nested, value_and_grad, kept values, errors", function()
   local f = function(x) return (dl.sin(x) * x):sum() end
   local x = dl.randn(25, { dtype = "float64" })
