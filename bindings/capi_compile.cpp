@@ -351,7 +351,8 @@ Tensor resolve_proxy(const ProxyRef& r, const char* op) {
     compile::Trace& t = *fn->traces[r.serial - 1];
     if (r.pos < t.kept.size()) {
       t.kept[r.pos] = 1;
-      what = op_name(t.ops[r.pos].op);
+      // (A marker's place holds a step of the recorded backward pass.)
+      what = t.ops[r.pos].kind == compile::Kind::Marker ? "a step of a backward pass" : op_name(t.ops[r.pos].op);
       where = line_of(*fn, t, r.pos);
     }
     ++fn->expired_reads;
