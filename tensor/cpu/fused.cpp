@@ -24,9 +24,8 @@ namespace {
 // A program runs a chunk of elements at a time (Note [Vectors of the machine's width]:
 // with AVX-512, 512 bytes of each value, 128 float32 or 64 float64) through all its
 // instructions, the chunk of the value just computed held in vector registers: most
-// programs are
-// chains, where each instruction reads the one before it, so that value never goes to
-// memory. A value that a later instruction reads out of turn is also stored to a slot
+// programs are chains, where each instruction reads the one before it, so that value
+// never goes to memory. A value that a later instruction reads out of turn is also stored to a slot
 // on the stack; an input is read in place when the chunk is whole and the input dense,
 // from a chunk of copies when it is one value, and otherwise gathered into a buffer
 // first (cycled, repeated per row, or the last, short chunk). Each element is still the
@@ -111,10 +110,11 @@ template <typename T>
 }
 
 // acc = f(a) or f(a, b) on whole vectors, a and b each the chunk in registers (R), in
-// memory (M) or one value (B), as the template argument says. The chunk in registers is an array of N vectors that each step assigns whole, in
-// a loop: in that form GCC keeps it in registers. (Lane by lane, or with its address
-// passed anywhere, it kept the array on the stack; as named members with the steps
-// written out, it made scalar code of selects.)
+// memory (M) or one value (B), as the template argument says. The chunk in registers is
+// an array of N vectors that each step assigns whole, in a loop: in that form GCC keeps
+// it in registers. (Lane by lane, or with its address passed anywhere, it kept the
+// array on the stack; as named members with the steps written out, it made scalar code
+// of selects.)
 template <Pair P, typename T, int N, typename V, typename F>
 [[gnu::always_inline]] inline void step1(V (&acc)[N], const T* a, F f) {
   constexpr int VB = sizeof(V), L = VB / int(sizeof(T));
