@@ -475,6 +475,12 @@ const char* dl_compile_report(uint64_t f);          /* what dl.compile.explain s
    through it (its proxies become errors when read); the runtime calls it after a failed
    call, the Lua side before a call finds one it did not start. */
 void dl_compile_abandon(void);
+/* Sets the thread's compiled call aside (its pending steps run first) so that ops run
+   eagerly until dl_compile_resume, as dl.vmap's inside a compiled function (Note
+   [Suspended calls] in compile/trace.h): 1 if one was set aside, 0 if none is in
+   progress, -1 on error (a pending step's). */
+int dl_compile_suspend(void);
+void dl_compile_resume(void);                       /* takes the call set aside up again */
 /* ---- dl.export (bindings/capi_export.cpp; the Lua side is scripts/dlua/export.lua) ---- */
 /* A capture of the ops this thread runs (Note [Strict capture] in export/capture.cpp):
    begin with the inputs, run the function, name its results, end. Captures are kept,

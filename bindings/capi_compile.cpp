@@ -334,6 +334,12 @@ namespace dl::bind {
 
 Tensor resolve_proxy(const ProxyRef& r, const char* op) {
   compile::Call* c = compile::current();
+  if (r.tag == kProxyTag && !c) {
+    // A proxy of a call set aside (Note [Suspended calls]): its steps have all run.
+    compile::Call* s = compile::suspended();
+    if (s && s->serial == r.serial && r.pos < s->steps.size() && s->results[r.pos].defined())
+      return s->results[r.pos];
+  }
   if (r.tag == kProxyTag) {
     DL_CHECK(c && c->serial == r.serial && r.pos < c->steps.size(), op,
              ": a tensor promised by a compiled call (dl.compile) that has ended; it was copied "
@@ -840,7 +846,20 @@ const char* dl_compile_end(void) {
   return warning.empty() ? nullptr : warning.c_str();
 }
 
+int dl_compile_suspend(void) {
+  dl::MessageBase base(1);
+  try {
+    return compile::suspend() ? 1 : 0;
+  } catch (...) {
+    dl::bind::capture_exception();
+    return -1;
+  }
+}
+
+void dl_compile_resume(void) { compile::resume(compile::suspended()); }
+
 void dl_compile_abandon(void) {
+  if (!compile::current()) compile::resume(compile::suspended());   // one set aside is ended too
   compile::Call* c = compile::current();
   if (!c) return;
   // Autograd's scope, if the call had opened one, is the bindings' to close: the Lua

@@ -296,6 +296,27 @@ Call& begin_call(std::shared_ptr<Function> fn) {
   return *c;
 }
 
+namespace {
+thread_local Call* t_suspended = nullptr;
+}
+
+Call* suspend() {
+  Call* c = current();
+  if (!c) return nullptr;
+  sync();
+  t_call = nullptr;
+  t_suspended = c;
+  return c;
+}
+
+void resume(Call* c) noexcept {
+  if (!c) return;
+  t_suspended = nullptr;
+  t_call = c;
+}
+
+Call* suspended() noexcept { return t_suspended; }
+
 void end_call() noexcept {
   Call* c = t_call;
   t_call = nullptr;

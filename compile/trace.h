@@ -165,6 +165,22 @@ Call& begin_call(std::shared_ptr<Function> fn);
 // Ends it, dropping everything it held.
 void end_call() noexcept;
 
+// Note [Suspended calls]
+// dl.vmap captures its function as dl.export does, which a compiled call's deferral
+// would get in the way of; inside a compiled function it runs eagerly instead, as part
+// of the call. suspend() runs the call's pending steps (every result written, as for a
+// value that leaves for Lua) and sets the call aside: current() is null until resume(),
+// so that every op in between runs eagerly, on the results of the call's steps so far
+// (a proxy of the suspended call reads its step's result: suspended()). The ops in
+// between are not steps of the call, on any call: its traces see their results as
+// tensors from outside, as they see a Variable's.
+// The thread's call set aside, or null if there is none (nothing to set aside).
+Call* suspend();
+// Takes up c (suspend's) again.
+void resume(Call* c) noexcept;
+// The call set aside on this thread, or null.
+Call* suspended() noexcept;
+
 // Matches `step`, whose operands are `a` and `b` (b unused for one-operand kinds),
 // against the call's trace. 1: matched and deferred; 2: deferred and recorded (a new
 // trace, or the call's trace grows); 0: not deferred (an op the executor does not take,

@@ -82,7 +82,7 @@ local function capture(f, examples, n, ids, m)
   return require("dlua.export").run_captured("vmap", f, examples, n)
 end
 
-local function batched_call(f, in_dims, out_dims, ...)
+local function batched(f, in_dims, out_dims, ...)
   local args = pack(...)
   local n = args.n
   local batch, examples, inputs, flags = nil, {}, {}, {}
@@ -155,6 +155,18 @@ local function batched_call(f, in_dims, out_dims, ...)
     results[j] = moved(y, 1, dim_in("out_dims[" .. j .. "]", od, #y.shape))
   end
   return unpack(results, 1, got)
+end
+
+-- Inside a compiled function the call is set aside while the batch runs (Note
+-- [Suspended calls] in compile/trace.h): the mapped function is captured and run as
+-- outside, on the values the call has computed so far.
+local function batched_call(f, in_dims, out_dims, ...)
+  if C.dl_compile_active() == 0 then return batched(f, in_dims, out_dims, ...) end
+  if C.dl_compile_suspend() < 0 then raise_last() end
+  local r = pack(pcall(batched, f, in_dims, out_dims, ...))
+  C.dl_compile_resume()
+  if not r[1] then error(r[2], 0) end
+  return unpack(r, 2, r.n)
 end
 
 -- dl.vmap(f [, {in_dims = 1, out_dims = 1}]): a function of batches.

@@ -437,6 +437,33 @@ H.test("a compiled gradient whose two closure tensors were one tensor, then are 
   end
 end)
 
+H.test("dl.vmap inside a compiled function runs as eagerly, on the call's deferred results", function()
+  -- The call is set aside while the batch runs (Note [Suspended calls] in
+  -- compile/trace.h): vmap's capture sees no deferral, and reads the proxies of the
+  -- call's steps as their results.
+  local w = dl.randn(20, 5)
+  local loss = function(w, x) return (dl.tanh(x:matmul(w)) ^ 2):sum() end
+  local f = function(xs, w)
+    local h = xs * 2 + 1                                 -- deferred: a proxy
+    local s = h:mean(1) * 3                              -- read by the mapped function
+    local per = dl.vmap(dl.grad(loss), { in_dims = { false, 1 } })(w, h)
+    local shifted = dl.vmap(function(x) return x * s + 1 end)(h)
+    return (w - per:mean(1) * 0.1) * 2, shifted:sum(2) + 1   -- deferred again
+  end
+  local cf = dl.compile(f)
+  for call = 1, 3 do
+    local xs = dl.randn(16, 20)
+    identical({ cf(xs, w) }, { f(xs, w) }, "call " .. call)
+  end
+  -- An error inside the mapped function is eager's, and the function runs again after it.
+  local bad = dl.compile(function(xs) return dl.vmap(function(x) return x:matmul(dl.ones(3, 3)) end)(xs * 2) end)
+  H.raises(function() bad(dl.randn(16, 20)) end, "matmul: shapes (20,) and (3, 3) cannot be multiplied")
+  for call = 1, 2 do
+    local xs = dl.randn(16, 20)
+    identical(cf(xs, w), f(xs, w), "after the error, call " .. call)
+  end
+end)
+
 H.test("a compiled gradient that is one tensor for two inputs is returned for both, as eagerly", function()
   -- x + y passes its gradient on to x and to y as one tensor: two results of the call
   -- that are one step of its plan (each proxy of that step settles to the tensor).
