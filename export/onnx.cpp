@@ -272,10 +272,25 @@ class Lowering {
   }
   // Binary ops: two inputs, or one and a number (ints {scalar_first, kind}, nums {v}).
   void binary(const json& n, const std::string& type, bool compare) {
-    const int o = out_value(n, 0);
-    std::string dt = dtype(o);
+    std::string dt, a, b;
+    operands(n, type, compare, dt, a, b);
+    if (type == "NotEqual") {
+      const std::string e = fresh();
+      node("Equal", {a, b}, {e});
+      node("Not", {e}, {out_name(n, 0)});
+      return;
+    }
+    if (type == "And" || type == "Or") {
+      a = cast(a, dt, "bool");
+      b = cast(b, dt, "bool");
+    }
+    node(type, {a, b}, {out_name(n, 0)});
+  }
+  // A binary op's operands a and b, as the dtype dt it computes in.
+  void operands(const json& n, const std::string& type, bool compare, std::string& dt, std::string& a,
+                std::string& b) {
+    dt = dtype(out_value(n, 0));
     const auto& in = n.at("in");
-    std::string a, b;
     if (in.size() == 2) {
       if (compare) dt = rank_of(dtype(in_value(n, 0))) >= rank_of(dtype(in_value(n, 1))) ? dtype(in_value(n, 0))
                                                                                           : dtype(in_value(n, 1));
@@ -290,17 +305,46 @@ class Lowering {
       b = scalar(dt, s);
       if (konst(iv.at(0), type)) std::swap(a, b);
     }
-    if (type == "NotEqual") {
-      const std::string e = fresh();
-      node("Equal", {a, b}, {e});
-      node("Not", {e}, {out_name(n, 0)});
+  }
+  // atan2 and remainder, which ONNX has no operator for, from operators it has.
+  void atan2_or_remainder(const json& n, const std::string& op) {
+    std::string dt, a, b;
+    operands(n, op, false, dt, a, b);
+    const std::string out = out_name(n, 0);
+    auto apply = [&](const char* type, const std::vector<std::string>& in) {
+      const std::string r = fresh();
+      node(type, in, {r});
+      return r;
+    };
+    if (op == "remainder") {
+      // Python's and dlua's: the remainder takes the divisor's sign. ONNX's Mod does so
+      // for integers; for floats with fmod = 1 it is C's fmod (the dividend's sign,
+      // exact), moved by the divisor where the two signs differ, as tensor/functors.h's
+      // ModFn computes it.
+      const bool floats = rank_of(dt) >= 4;
+      const std::string r = floats ? fresh() : out;
+      attr_i(node("Mod", {a, b}, {r}), "fmod", floats ? 1 : 0);
+      if (!floats) return;
+      const std::string zero = scalar(dt, 0);
+      const std::string nonzero = apply("Not", {apply("Equal", {r, zero})});
+      const std::string signs = apply("Xor", {apply("Less", {r, zero}), apply("Less", {b, zero})});
+      node("Where", {apply("And", {nonzero, signs}), apply("Add", {r, b}), r}, {out});
       return;
     }
-    if (type == "And" || type == "Or") {
-      a = cast(a, dt, "bool");
-      b = cast(b, dt, "bool");
-    }
-    node(type, {a, b}, {out_name(n, 0)});
+    // atan2(a, b): atan(a / b), turned by pi towards a's side where b is on the negative
+    // side; at a = b = 0, a or that turn. The sides count signed zeros, as C's atan2
+    // does (x < 0, or 1 / x < 0 for -0). (Both infinite, atan(a / b) is NaN where
+    // atan2 gives an odd multiple of pi / 4.)
+    const std::string zero = scalar(dt, 0);
+    auto negative = [&](const std::string& x) {
+      return apply("Or", {apply("Less", {x, zero}), apply("Less", {apply("Reciprocal", {x}), zero})});
+    };
+    const std::string t = apply("Atan", {apply("Div", {a, b})});
+    const std::string turn = apply("Where", {negative(a), scalar(dt, -M_PI), scalar(dt, M_PI)});
+    const std::string b_negative = negative(b);
+    const std::string moved = apply("Where", {b_negative, apply("Add", {t, turn}), t});
+    const std::string origin = apply("And", {apply("Equal", {a, zero}), apply("Equal", {b, zero})});
+    node("Where", {origin, apply("Where", {b_negative, turn, a}), moved}, {out});
   }
   // Reductions: ints {keepdim, dims...}, nums {correction, p}.
   void reduce(const json& n, const std::string& type) {
@@ -340,6 +384,7 @@ class Lowering {
     if (auto it = binaries.find(op); it != binaries.end()) return binary(n, it->second, false);
     if (auto it = compares.find(op); it != compares.end()) return binary(n, it->second, true);
     if (auto it = reductions.find(op); it != reductions.end()) return reduce(n, it->second);
+    if (op == "atan2" || op == "remainder") return atan2_or_remainder(n, op);
     const int x = n.at("in").empty() ? -1 : in_value(n, 0);
     const auto iv = ints(n);
     const std::string out = n.at("out").empty() ? std::string() : out_name(n, 0);

@@ -52,6 +52,17 @@ end
 save("many", many, { dl.randn(2, 6), dl.randn(2, 6) }, { dl.randn(4, 6), dl.randn(4, 6) },
      { dynamic = { [1] = { 1, "n" }, [2] = { 1, "n" } } })
 
+-- atan2 and the remainder, which ONNX has no operator for (lowered from Atan, Mod and
+-- Where): every quadrant, a zero divisor's row, both signs of divisor, and integers.
+local function quadrants(x, y)
+  local i = (x * 7):to("int64")
+  return dl.atan2(x, y), dl.atan2(x * 0, y * 0) + dl.atan2(x, y * 0), x % 0.75, (x * 3) % y, 2.5 % y,
+         i % 4, i % -3
+end
+local qx = dl.tensor({ { 1, -1, 1, -1, 0, 2.5 }, { 0.5, -0.25, -3, 4, -0.5, 0 } })
+local qy = dl.tensor({ { 1, 1, -1, -1, 2, -0.5 }, { -2, 0.75, 0.5, -1.5, -0.25, 3 } })
+save("quadrants", quadrants, { qx, qy }, { qx * 1.5, qy })
+
 -- A two-layer LSTM (the gates' fused op lowered to Split, Sigmoid, Tanh, Mul and Add), a
 -- free batch size.
 local lstm = nn.LSTM(5, 7, { num_layers = 2, batch_first = true })
