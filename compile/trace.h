@@ -174,7 +174,9 @@ void end_call() noexcept;
 // (a proxy of the suspended call reads its step's result: suspended()). The ops in
 // between are not steps of the call, on any call: its traces see their results as
 // tensors from outside, as they see a Variable's.
-// The thread's call set aside, or null if there is none (nothing to set aside).
+
+// Runs the thread's call's pending steps and sets the call aside; null if no call is in
+// progress (nothing to set aside).
 Call* suspend();
 // Takes up c (suspend's) again.
 void resume(Call* c) noexcept;
