@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -156,6 +157,35 @@ template <typename T, int N, typename V>
   constexpr int VB = sizeof(V);
   for (int j = 0; j < N; ++j) acc[j] = load<VB>(at + j * (VB / int(sizeof(T))));
 }
+
+// Note [Results past the caches]
+// An output of kStreamBytes or more is written with non-temporal stores, which go to
+// memory without first reading each line into the caches: a result that large does not
+// stay in them for the op that reads it next anyway. On the Intel Xeon of
+// docs/performance-compile.md ("Fused programs"), bench/'s `pw8_fn` on 1e7 float32 (40
+// MB out) took 0.91 of the time with them, and followed by a sum of its result 0.86; on
+// 6e6 (24 MB) both were 4-7% slower with them, and even at 8e6 (32 MB). Only whole
+// chunks of outputs aligned to a vector are streamed; each range ends with a fence, so
+// that the stores are seen before the region's threads join.
+constexpr int64_t kStreamBytes = int64_t(32) << 20;
+#if defined(__x86_64__)
+constexpr bool kCanStream = true;
+template <typename T, int N, typename V>
+[[gnu::always_inline]] inline void stream_all(T* at, const V (&acc)[N]) {
+  constexpr int VB = sizeof(V), L = VB / int(sizeof(T));
+  for (int j = 0; j < N; ++j) {
+    V* to = reinterpret_cast<V*>(at + j * L);
+    if constexpr (VB == 16) asm volatile("movntps %1, %0" : "=m"(*to) : "x"(acc[j]));
+    else asm volatile("vmovntps %1, %0" : "=m"(*to) : "v"(acc[j]));
+  }
+}
+inline void stream_fence() { asm volatile("sfence" ::: "memory"); }
+#else
+constexpr bool kCanStream = false;
+template <typename T, int N, typename V>
+[[gnu::always_inline]] inline void stream_all(T* at, const V (&acc)[N]) { store_all(at, acc); }
+inline void stream_fence() {}
+#endif
 
 // A trailing reduction's part of a range: instruction `code`'s values added to a fold
 // chunk's lanes as they are computed (tensor/fold.h), kFoldValues at a time (a call
@@ -328,6 +358,8 @@ template <typename T, int VB, int N>
   Decoded d[fused::kMaxCode];
   T* out_at[fused::kMaxOutputs];
   int64_t out_moves[fused::kMaxOutputs];
+  bool out_streams[fused::kMaxOutputs];   // Note [Results past the caches]
+  bool streamed = false;
   int ngather = 0;
   int8_t gather[fused::kMaxInputs];   // the inputs read_block copies for each chunk
   auto memory = [&](const Route& from, bool whole, const T** at, int64_t* moves) {
@@ -360,6 +392,9 @@ template <typename T, int VB, int N>
     for (int k = 0; k < p.noutputs; ++k) {
       out_at[k] = whole ? static_cast<T*>(p.outputs[k].data) : tails[k];
       out_moves[k] = whole ? -1 : 0;
+      out_streams[k] = kCanStream && whole && p.numel * int64_t(sizeof(T)) >= kStreamBytes &&
+                       reinterpret_cast<uintptr_t>(out_at[k]) % sizeof(V) == 0;
+      streamed = streamed || out_streams[k];
     }
     ngather = 0;
     for (int k = 0; k < p.ninputs; ++k)
@@ -423,7 +458,8 @@ template <typename T, int VB, int N>
         // call while the chunk is in registers, which a call would clobber.)
         for (int k = 0; k < r.noutputs[c]; ++k) {
           const int out = r.outputs[c][k];
-          store_all(out_at[out] + (o & out_moves[out]), acc);
+          if (out_streams[out]) stream_all(out_at[out] + o, acc);
+          else store_all(out_at[out] + (o & out_moves[out]), acc);
         }
       }
     }
@@ -435,6 +471,7 @@ template <typename T, int VB, int N>
       nvalues = 0;
     }
   }
+  if (streamed) stream_fence();
 }
 
 // Note [Short programs]

@@ -203,6 +203,42 @@ TEST_CASE("fused programs: every op of the table through the host runner equals 
   });
 }
 
+TEST_CASE("fused programs: outputs past the caches (32 MB and more) have the same bits", "[fused]") {
+  // Written with non-temporal stores (Note [Results past the caches] in
+  // tensor/cpu/fused.cpp): engine tensors, aligned as the allocator aligns them, and a
+  // short last chunk; against the device kernel's interpreter.
+  each_build([] {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      const int64_t n = (int64_t(33) << 20) / int64_t(itemsize(dt)) + 77;
+      Tensor x = randn(Shape{n}, dt);
+      Tensor out1 = empty(Shape{n}, dt, Device{}, "test"), out2 = empty(Shape{n}, dt, Device{}, "test");
+      Tensor dev1 = empty(Shape{n}, dt, Device{}, "test"), dev2 = empty(Shape{n}, dt, Device{}, "test");
+      fused::Program p{};
+      p.dtype = dt;
+      p.numel = n;
+      p.inputs[0] = fused::Input{x.raw_data(), n, 1};
+      p.ninputs = 1;
+      p.code[0] = fused::Instr::scalar(Op::Mul, fused::input(0), 1.5, false);
+      p.code[1] = fused::Instr::unary(Op::Tanh, 0);
+      p.code[2] = fused::Instr::binary(Op::Sub, 1, fused::input(0));
+      p.ncode = 3;
+      p.noutputs = 2;
+      fused::Program on_device = p;
+      p.outputs[0] = fused::Output{0, out1.raw_data()};
+      p.outputs[1] = fused::Output{2, out2.raw_data()};
+      on_device.outputs[0] = fused::Output{0, dev1.raw_data()};
+      on_device.outputs[1] = fused::Output{2, dev2.raw_data()};
+      backend_for(Device{}, "test").fused(p, 0);
+      if (dt == DType::Float32) run_as_the_device<float>(on_device, 1);
+      else run_as_the_device<double>(on_device, 1);
+      INFO(dtype_name(dt) << ", " << n << " elements");
+      const size_t bytes = size_t(n) * size_t(itemsize(dt));
+      CHECK(std::memcmp(out1.raw_data(), dev1.raw_data(), bytes) == 0);
+      CHECK(std::memcmp(out2.raw_data(), dev2.raw_data(), bytes) == 0);
+    }
+  });
+}
+
 TEST_CASE("fused programs: a folded instruction's reduction has reduce()'s bits", "[fused]") {
   // x * 1.5, tanh of it, minus x (three instructions), every one folded in turn, at sizes
   // around the fold's pieces (32), the runner's batches of values (2,048) and the fold's
