@@ -149,6 +149,20 @@ void each_build(F&& check) {
   cpu::limit_vector_bytes(0);
 }
 
+// x * 1.5, tanh of it, minus x: three instructions over x's n elements (outputs unset).
+fused::Program three_instructions(const Tensor& x) {
+  fused::Program p{};
+  p.dtype = x.dtype();
+  p.numel = x.numel();
+  p.inputs[0] = fused::Input{x.raw_data(), x.numel(), 1};
+  p.ninputs = 1;
+  p.code[0] = fused::Instr::scalar(Op::Mul, fused::input(0), 1.5, false);
+  p.code[1] = fused::Instr::unary(Op::Tanh, 0);
+  p.code[2] = fused::Instr::binary(Op::Sub, 1, fused::input(0));
+  p.ncode = 3;
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("fused programs: the host runner and the device kernel's interpreter agree bit for bit", "[fused]") {
@@ -213,15 +227,7 @@ TEST_CASE("fused programs: outputs past the caches (32 MB and more) have the sam
       Tensor x = randn(Shape{n}, dt);
       Tensor out1 = empty(Shape{n}, dt, Device{}, "test"), out2 = empty(Shape{n}, dt, Device{}, "test");
       Tensor dev1 = empty(Shape{n}, dt, Device{}, "test"), dev2 = empty(Shape{n}, dt, Device{}, "test");
-      fused::Program p{};
-      p.dtype = dt;
-      p.numel = n;
-      p.inputs[0] = fused::Input{x.raw_data(), n, 1};
-      p.ninputs = 1;
-      p.code[0] = fused::Instr::scalar(Op::Mul, fused::input(0), 1.5, false);
-      p.code[1] = fused::Instr::unary(Op::Tanh, 0);
-      p.code[2] = fused::Instr::binary(Op::Sub, 1, fused::input(0));
-      p.ncode = 3;
+      fused::Program p = three_instructions(x);
       p.noutputs = 2;
       fused::Program on_device = p;
       p.outputs[0] = fused::Output{0, out1.raw_data()};
@@ -251,15 +257,7 @@ TEST_CASE("fused programs: a folded instruction's reduction has reduce()'s bits"
         if (n == 2049) x = unary(Op::Log, x);   // NaNs, which win amax and amin
         Tensor values[3] = {empty(Shape{n}, dt, Device{}, "test"), empty(Shape{n}, dt, Device{}, "test"),
                             empty(Shape{n}, dt, Device{}, "test")};
-        fused::Program p{};
-        p.dtype = dt;
-        p.numel = n;
-        p.inputs[0] = fused::Input{x.raw_data(), n, 1};
-        p.ninputs = 1;
-        p.code[0] = fused::Instr::scalar(Op::Mul, fused::input(0), 1.5, false);
-        p.code[1] = fused::Instr::unary(Op::Tanh, 0);
-        p.code[2] = fused::Instr::binary(Op::Sub, 1, fused::input(0));
-        p.ncode = 3;
+        fused::Program p = three_instructions(x);
         for (int c = 0; c < 3; ++c) p.outputs[c] = fused::Output{int8_t(c), values[c].raw_data()};
         p.noutputs = 3;
         for (Op op : {Op::Sum, Op::Mean, Op::Amax, Op::Amin}) {
