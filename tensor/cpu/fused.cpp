@@ -161,12 +161,12 @@ template <typename T, int N, typename V>
 // Note [Results past the caches]
 // An output of kStreamBytes or more is written with non-temporal stores, which go to
 // memory without first reading each line into the caches: a result that large does not
-// stay in them for the op that reads it next anyway. On the Intel Xeon of
-// docs/performance-compile.md ("Fused programs"), bench/'s `pw8_fn` on 1e7 float32 (40
-// MB out) took 0.91 of the time with them, and followed by a sum of its result 0.86; on
-// 6e6 (24 MB) both were 4-7% slower with them, and even at 8e6 (32 MB). Only whole
-// chunks of outputs aligned to a vector are streamed; each range ends with a fence, so
-// that the stores are seen before the region's threads join.
+// stay in them for the op that reads it next anyway. Smaller results were written
+// faster through the caches, and results of eager ops too, which the next op reads at
+// once (bench/'s `pw8bw`; docs/performance-compile.md, "Fused programs", has the sizes
+// measured and the eager trial). Only whole chunks of outputs aligned to a vector are
+// streamed; each range ends with a fence, so that the stores are seen before the
+// region's threads join.
 constexpr int64_t kStreamBytes = int64_t(32) << 20;
 #if defined(__x86_64__)
 constexpr bool kCanStream = true;
