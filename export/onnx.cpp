@@ -332,19 +332,24 @@ class Lowering {
       return;
     }
     // atan2(a, b): atan(a / b), turned by pi towards a's side where b is on the negative
-    // side; at a = b = 0, a or that turn. The sides count signed zeros, as C's atan2
-    // does (x < 0, or 1 / x < 0 for -0). (Both infinite, atan(a / b) is NaN where
-    // atan2 gives an odd multiple of pi / 4.)
+    // side. Where a / b is NaN, from the sides alone: both zero, a or that turn; both
+    // infinite, pi / 4 or 3 pi / 4 on a's side. The sides count signed zeros, as C's
+    // atan2 does (x < 0, or 1 / x < 0 for -0).
     const std::string zero = scalar(dt, 0);
     auto negative = [&](const std::string& x) {
       return apply("Or", {apply("Less", {x, zero}), apply("Less", {apply("Reciprocal", {x}), zero})});
     };
+    const std::string a_negative = negative(a), b_negative = negative(b);
+    auto on_a_side = [&](const std::string& m) { return apply("Where", {a_negative, apply("Neg", {m}), m}); };
     const std::string t = apply("Atan", {apply("Div", {a, b})});
-    const std::string turn = apply("Where", {negative(a), scalar(dt, -M_PI), scalar(dt, M_PI)});
-    const std::string b_negative = negative(b);
+    const std::string turn = on_a_side(scalar(dt, M_PI));
     const std::string moved = apply("Where", {b_negative, apply("Add", {t, turn}), t});
+    const std::string corner =
+        on_a_side(apply("Where", {b_negative, scalar(dt, 3 * M_PI / 4), scalar(dt, M_PI / 4)}));
+    const std::string infinite = apply("And", {apply("IsInf", {a}), apply("IsInf", {b})});
     const std::string origin = apply("And", {apply("Equal", {a, zero}), apply("Equal", {b, zero})});
-    node("Where", {origin, apply("Where", {b_negative, turn, a}), moved}, {out});
+    const std::string corners = apply("Where", {infinite, corner, moved});
+    node("Where", {origin, apply("Where", {b_negative, turn, a}), corners}, {out});
   }
   // Reductions: ints {keepdim, dims...}, nums {correction, p}.
   void reduce(const json& n, const std::string& type) {

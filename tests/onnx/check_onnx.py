@@ -231,7 +231,7 @@ OPS = {
     "Atan": lambda n, i: [np.arctan(i[0])],
     # fmod = 1: C's fmod (the dividend's sign); 0: the divisor's, as Python's %
     "Mod": lambda n, i: [np.fmod(i[0], i[1]) if attrs(n).get("fmod", 0) else np.mod(i[0], i[1])],
-    "Xor": lambda n, i: [np.logical_xor(i[0], i[1])],
+    "Xor": lambda n, i: [np.logical_xor(i[0], i[1])], "IsInf": lambda n, i: [np.isinf(i[0])],
     "Identity": lambda n, i: [i[0]], "Reciprocal": lambda n, i: [1 / i[0]],
     "Add": lambda n, i: [i[0] + i[1]], "Sub": lambda n, i: [i[0] - i[1]], "Mul": lambda n, i: [i[0] * i[1]],
     "Div": lambda n, i: [i[0] / i[1]] if i[0].dtype.kind == "f" else [np.trunc(i[0] / i[1]).astype(i[0].dtype)],

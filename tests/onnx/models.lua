@@ -62,6 +62,13 @@ end
 local qx = dl.tensor({ { 1, -1, 1, -1, 0, 2.5 }, { 0.5, -0.25, -3, 4, -0.5, 0 } })
 local qy = dl.tensor({ { 1, 1, -1, -1, 2, -0.5 }, { -2, 0.75, 0.5, -1.5, -0.25, 3 } })
 save("quadrants", quadrants, { qx, qy }, { qx * 1.5, qy })
+-- atan2 at the infinities and the zeros of both signs, every pairing.
+local specials = { math.huge, -math.huge, 0, -0.0, 1.5, -2 }
+local ia, ib = {}, {}
+for _, u in ipairs(specials) do
+  for _, v in ipairs(specials) do ia[#ia + 1], ib[#ib + 1] = u, v end
+end
+save("atan2_corners", function(x, y) return dl.atan2(x, y) end, { dl.tensor(ia), dl.tensor(ib) }, { dl.tensor(ia), dl.tensor(ib) })
 
 -- A two-layer LSTM (the gates' fused op lowered to Split, Sigmoid, Tanh, Mul and Add), a
 -- free batch size.
