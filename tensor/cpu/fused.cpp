@@ -26,17 +26,18 @@ namespace {
 // with AVX-512, 512 bytes of each value, 128 float32 or 64 float64) through all its
 // instructions, the chunk of the value just computed held in vector registers: most
 // programs are chains, where each instruction reads the one before it, so that value
-// never goes to memory. A value that a later instruction reads out of turn is also stored to a slot
-// on the stack; an input is read in place when the chunk is whole and the input dense,
-// from a chunk of copies when it is one value, and otherwise gathered into a buffer
-// first (cycled, repeated per row, or the last, short chunk). Each element is still the
-// functor's value in the program's dtype (the tiers below; no fused multiply-adds,
-// tensor/CMakeLists.txt), so the results are eager's bits (tests/cpp/test_fused.cpp
-// checks every op against the device kernel's interpreter and against eager). Run op by
-// op over blocks of 2,048 elements (compile/plan.cpp's block executor), every step
-// stored its block to the first-level cache and read it back; as a program, only the
-// values read out of turn are: bench/'s `pw8c` and `pw8bw` measure the difference and
-// the distance to the same loop written in C (docs/performance-compile.md).
+// never goes to memory. A value that a later instruction reads out of turn is also
+// stored to a slot on the stack; an input is read in place when the chunk is whole and
+// the input dense, from a chunk of copies when it is one value, and otherwise gathered
+// into a buffer first (cycled, repeated per row, or the last, short chunk). Each
+// element is still the functor's value in the program's dtype (the tiers below; no
+// fused multiply-adds, tensor/CMakeLists.txt), so the results are eager's bits
+// (tests/cpp/test_fused.cpp checks every op against the device kernel's interpreter and
+// against eager). Run op by op over blocks of 2,048 elements (compile/plan.cpp's block
+// executor), every step stored its block to the first-level cache and read it back; as
+// a program, only the values read out of turn are: bench/'s `pw8c` and `pw8bw` measure
+// the difference and the distance to the same loop written in C
+// (docs/performance-compile.md).
 constexpr int kMaxChunkBytes = 512;
 constexpr int kAlign = 64;   // of the buffers: a cache line, and an AVX-512 vector
 
@@ -353,7 +354,6 @@ template <typename T, int VB, int N>
     int64_t a_moves, b_moves;
     int kase;        // case_of's
     uint8_t after;   // After's bits
-    bool ra, rb, unary;
   };
   Decoded d[fused::kMaxCode];
   T* out_at[fused::kMaxOutputs];
@@ -385,9 +385,6 @@ template <typename T, int VB, int N>
       memory(r.b[c], whole, &x.b, &x.b_moves);
       x.kase = r.kase[c];
       x.after = uint8_t(r.after[c] | (c == folding.code ? kToFold : 0));
-      x.ra = r.a[c].from == From::Registers;
-      x.rb = r.b[c].from == From::Registers;
-      x.unary = p.code[c].code == fused::Instr::Unary;
     }
     for (int k = 0; k < p.noutputs; ++k) {
       out_at[k] = whole ? static_cast<T*>(p.outputs[k].data) : tails[k];
@@ -418,8 +415,8 @@ template <typename T, int VB, int N>
       // The ops of the other tiers read the chunk from memory and write it there.
       auto through_memory = [&](auto&& f) {
         alignas(kAlign) T xa[W], xb[W], xr[W];
-        if (x.ra) store_all(xa, acc), a = xa;
-        if (x.rb) store_all(xb, acc), b = xb;
+        if (r.a[c].from == From::Registers) store_all(xa, acc), a = xa;
+        if (r.b[c].from == From::Registers) store_all(xb, acc), b = xb;
         f(xr, a, b);
         load_all(acc, xr);
       };
@@ -445,7 +442,7 @@ template <typename T, int VB, int N>
 #undef DL_CASE
         default:
           through_memory([&](T* xr, const T* xa, const T* xb) {
-            out_of_line<T>(p.code[c].op, x.unary, xr, xa, xb, lanes);
+            out_of_line<T>(p.code[c].op, p.code[c].code == fused::Instr::Unary, xr, xa, xb, lanes);
           });
       }
       if (x.after) {
