@@ -306,35 +306,36 @@ class Lowering {
       if (konst(iv.at(0), type)) std::swap(a, b);
     }
   }
-  // atan2 and remainder, which ONNX has no operator for, from operators it has.
-  void atan2_or_remainder(const json& n, const std::string& op) {
+  // A node of one fresh output, its name.
+  std::string apply(const char* type, const std::vector<std::string>& in) {
+    const std::string r = fresh();
+    node(type, in, {r});
+    return r;
+  }
+  // The remainder, Python's and dlua's: it takes the divisor's sign. ONNX's Mod does so
+  // for integers; for floats with fmod = 1 it is C's fmod (the dividend's sign, exact),
+  // moved by the divisor where the two signs differ, as tensor/functors.h's ModFn
+  // computes it.
+  void remainder(const json& n) {
     std::string dt, a, b;
-    operands(n, op, false, dt, a, b);
+    operands(n, "remainder", false, dt, a, b);
     const std::string out = out_name(n, 0);
-    auto apply = [&](const char* type, const std::vector<std::string>& in) {
-      const std::string r = fresh();
-      node(type, in, {r});
-      return r;
-    };
-    if (op == "remainder") {
-      // Python's and dlua's: the remainder takes the divisor's sign. ONNX's Mod does so
-      // for integers; for floats with fmod = 1 it is C's fmod (the dividend's sign,
-      // exact), moved by the divisor where the two signs differ, as tensor/functors.h's
-      // ModFn computes it.
-      const bool floats = rank_of(dt) >= 4;
-      const std::string r = floats ? fresh() : out;
-      attr_i(node("Mod", {a, b}, {r}), "fmod", floats ? 1 : 0);
-      if (!floats) return;
-      const std::string zero = scalar(dt, 0);
-      const std::string nonzero = apply("Not", {apply("Equal", {r, zero})});
-      const std::string signs = apply("Xor", {apply("Less", {r, zero}), apply("Less", {b, zero})});
-      node("Where", {apply("And", {nonzero, signs}), apply("Add", {r, b}), r}, {out});
-      return;
-    }
-    // atan2(a, b): atan(a / b), turned by pi towards a's side where b is on the negative
-    // side. Where a / b is NaN, from the sides alone: both zero, a or that turn; both
-    // infinite, pi / 4 or 3 pi / 4 on a's side. The sides count signed zeros, as C's
-    // atan2 does (x < 0, or 1 / x < 0 for -0).
+    const bool floats = rank_of(dt) >= 4;
+    const std::string r = floats ? fresh() : out;
+    attr_i(node("Mod", {a, b}, {r}), "fmod", floats ? 1 : 0);
+    if (!floats) return;
+    const std::string zero = scalar(dt, 0);
+    const std::string nonzero = apply("Not", {apply("Equal", {r, zero})});
+    const std::string signs = apply("Xor", {apply("Less", {r, zero}), apply("Less", {b, zero})});
+    node("Where", {apply("And", {nonzero, signs}), apply("Add", {r, b}), r}, {out});
+  }
+  // atan2(a, b), which ONNX has no operator for: atan(a / b), turned by pi towards a's
+  // side where b is on the negative side. Where a / b is NaN, from the sides alone: both
+  // zero, a or that turn; both infinite, pi / 4 or 3 pi / 4 on a's side. The sides count
+  // signed zeros, as C's atan2 does (x < 0, or 1 / x < 0 for -0).
+  void atan2(const json& n) {
+    std::string dt, a, b;
+    operands(n, "atan2", false, dt, a, b);
     const std::string zero = scalar(dt, 0);
     auto negative = [&](const std::string& x) {
       return apply("Or", {apply("Less", {x, zero}), apply("Less", {apply("Reciprocal", {x}), zero})});
@@ -349,7 +350,7 @@ class Lowering {
     const std::string infinite = apply("And", {apply("IsInf", {a}), apply("IsInf", {b})});
     const std::string origin = apply("And", {apply("Equal", {a, zero}), apply("Equal", {b, zero})});
     const std::string corners = apply("Where", {infinite, corner, moved});
-    node("Where", {origin, apply("Where", {b_negative, turn, a}), corners}, {out});
+    node("Where", {origin, apply("Where", {b_negative, turn, a}), corners}, {out_name(n, 0)});
   }
   // Reductions: ints {keepdim, dims...}, nums {correction, p}.
   void reduce(const json& n, const std::string& type) {
@@ -389,7 +390,8 @@ class Lowering {
     if (auto it = binaries.find(op); it != binaries.end()) return binary(n, it->second, false);
     if (auto it = compares.find(op); it != compares.end()) return binary(n, it->second, true);
     if (auto it = reductions.find(op); it != reductions.end()) return reduce(n, it->second);
-    if (op == "atan2" || op == "remainder") return atan2_or_remainder(n, op);
+    if (op == "remainder") return remainder(n);
+    if (op == "atan2") return atan2(n);
     const int x = n.at("in").empty() ? -1 : in_value(n, 0);
     const auto iv = ints(n);
     const std::string out = n.at("out").empty() ? std::string() : out_name(n, 0);
