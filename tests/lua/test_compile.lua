@@ -3,6 +3,7 @@
 -- the traces, fusion and unwritten results show in explain.
 local H = require("harness")
 local dl = require("dlua")
+local generate = require("programs")
 
 local entries = pairs   -- a loop over it is not specialised, as one over `pairs` is
 
@@ -1100,17 +1101,7 @@ end)
 -- Random programs: chains of 5-40 ops with branches on values, views, products and
 -- reductions, generated as Lua source, run eagerly and compiled over many inputs.
 H.test("random differential programs: compiled equals eager, always", function()
-  local rng = 12345
-  local function rand(n)   -- deterministic, independent of dl's stream
-    rng = (rng * 1103515245 + 12345) % 2147483648
-    return math.floor(rng / 65536) % n + 1   -- the high bits: an LCG's low bits repeat
-  end
-  local unary = { "dl.tanh(%s)", "dl.sigmoid(%s)", "dl.abs(%s)", "(-%s)", "dl.relu(%s)", "dl.sin(%s)",
-                  "dl.exp(%s * 0.1)", "dl.sqrt(dl.abs(%s) + 1)", "dl.log1p(dl.abs(%s))", "dl.floor(%s)" }
-  local binary = { "(%s + %s)", "(%s - %s)", "(%s * %s)", "(%s / (dl.abs(%s) + 1))", "dl.maximum(%s, %s)",
-                   "dl.minimum(%s, %s)", "dl.atan2(%s, %s)" }
-  local scalar = { "(%s * %g)", "(%s + %g)", "(%s - %g)", "(%s ^ 2)", "(%s %% 1.5)", "(%s / %g)",
-                   "(0.5 - %s * %g)" }
+  local rand = generate.stream(12345)
   local mismatches, programs, calls, compiled, implicit_compiled = 0, 0, 0, 0, 0
   local wa, wb = dl.Variable(dl.randn(4), "wa"), dl.Variable(dl.randn(4), "wb")
   for p = 1, 80 do
@@ -1145,9 +1136,9 @@ H.test("random differential programs: compiled equals eager, always", function()
       elseif r == 25 then e = string.format("dl.log_softmax(%s * 0.5, 1)", pick())
       elseif r == 26 then e = string.format("(%s:t():reshape(4, -1):t() + %s)", pick(), pick())
       elseif r == 27 then e = string.format("(%s:unsqueeze(1):squeeze(1) - %s:reshape(-1):view(-1, 4))", pick(), pick())
-      elseif r <= 7 then e = string.format(unary[rand(#unary)], pick())
-      elseif r <= 12 then e = string.format(binary[rand(#binary)], pick(), pick())
-      elseif r <= 15 then e = string.format(scalar[rand(#scalar)], pick(), (rand(9) - 5) / 4 + 0.1)
+      elseif r <= 7 then e = generate.pointwise("unary", rand, pick)
+      elseif r <= 12 then e = generate.pointwise("binary", rand, pick)
+      elseif r <= 15 then e = generate.pointwise("scalar", rand, pick)
       elseif r == 16 then e = string.format("(%s * k)", pick())
       elseif r == 17 then e = string.format("(%s:sum(2, true) + %s)", pick(), pick())
       elseif r == 18 then e = string.format("(%s:t():contiguous():t() * 0.5)", pick())

@@ -3,6 +3,7 @@
 -- graph cannot hold is an error that names the line, never a frozen value.
 local H = require("harness")
 local dl = require("dlua")
+local generate = require("programs")
 local nn = dl.nn
 
 local tmp = os.tmpname()
@@ -381,26 +382,16 @@ H.test("random programs round-trip bit for bit, at sizes other than the exported
   -- Generated chains of pointwise ops (numbers first and last), reductions with kept
   -- dims, views, products, softmaxes and a loss on integer labels, float32 and float64,
   -- exported at 5 rows and run at 5, 1, 33 and 70.
-  local rng = 2024
-  local function rand(n)   -- deterministic, independent of dl's stream
-    rng = (rng * 1103515245 + 12345) % 2147483648
-    return math.floor(rng / 65536) % n + 1
-  end
-  local unary = { "dl.tanh(%s)", "dl.sigmoid(%s)", "dl.abs(%s)", "(-%s)", "dl.relu(%s)", "dl.sin(%s)",
-                  "dl.exp(%s * 0.1)", "dl.sqrt(dl.abs(%s) + 1)", "dl.log1p(dl.abs(%s))", "dl.floor(%s)",
-                  "dl.gelu(%s)", "dl.erf(%s)", "dl.softplus(%s)", "dl.clamp(%s, -0.5, 0.7)" }
-  local binary = { "(%s + %s)", "(%s - %s)", "(%s * %s)", "(%s / (dl.abs(%s) + 1))", "dl.maximum(%s, %s)",
-                   "dl.minimum(%s, %s)", "dl.atan2(%s, %s)", "dl.where(%s:gt(0), %s, 0.5)" }
-  local scalar = { "(%s * %g)", "(%s + %g)", "(%s - %g)", "(%s ^ 2)", "(%s %% 1.5)", "(%s / %g)", "(0.5 - %s * %g)" }
+  local rand = generate.stream(2024)
   local rows = { [1] = { 1, "n" }, [2] = { 1, "n" }, [3] = { 1, "n" } }
   for prog = 1, 30 do
     local lines, vars = { "return function(x, y, lab)" }, { "x", "y" }
     local function pick() return vars[rand(#vars)] end
     for i = 1, 3 + rand(20) do
       local r, e = rand(22), nil
-      if r <= 6 then e = string.format(unary[rand(#unary)], pick())
-      elseif r <= 11 then e = string.format(binary[rand(#binary)], pick(), pick())
-      elseif r <= 14 then e = string.format(scalar[rand(#scalar)], pick(), (rand(9) - 5) / 4 + 0.1)
+      if r <= 6 then e = generate.pointwise("unary", rand, pick)
+      elseif r <= 11 then e = generate.pointwise("binary", rand, pick)
+      elseif r <= 14 then e = generate.pointwise("scalar", rand, pick)
       elseif r == 15 then e = string.format("(%s:sum(2, true) + %s)", pick(), pick())
       elseif r == 16 then e = string.format("(%s:t():contiguous():t() * 0.5)", pick())
       elseif r == 17 then e = string.format("(%s:matmul(%s:t()):sum() * 0.01 + %s)", pick(), pick(), pick())
