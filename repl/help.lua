@@ -50,7 +50,7 @@ return {
   ["dl.squeeze"] = { "x:squeeze([d])", "Size-1 dims removed (only d if given)." },
   ["dl.unsqueeze"] = { "x:unsqueeze(d)", "A size-1 dim inserted at d." },
   ["Tensor:flatten"] = { "x:flatten()", "x as 1-D." },
-  ["dl.select"] = { "x:select(d, i)", "Index i along dim d, dropping the dim (a view); x[i] is x:select(1, i)." },
+  ["dl.select"] = { "x:select(d, i)", "Index i along dim d, dropping the dim (a view); x[i] is x:select(1, i), x[{i, {a, b}, {}}] subscripts several dims." },
   ["dl.narrow"] = { "x:narrow(d, start, len)", "len entries from start along dim d (a view)." },
   ["dl.slice"] = { "x:slice(d, start, stop [, step])", "start..stop (inclusive) by step along dim d (a view)." },
   ["dl.cat"] = { "dl.cat({t1, t2, ...}, d)", "Tensors joined along dim d." },

@@ -1173,6 +1173,7 @@ local function index(x, k)
   local p = props[k]
   if p ~= nil then return p(x) end
   if istype(Tensor, k) then return require("dlua.sorting").index(x, k) end   -- x[mask], x[idx]
+  if type(k) == "table" then return require("dlua.subscript").get(x, k) end   -- x[{{}, 2}]
   return raise("tensor: no method or property '" .. tostring(k) .. "'")
 end
 
@@ -1198,6 +1199,7 @@ local function newindex(x, k, v)
   local s = setters[k]
   if s ~= nil then return s(x, v) end
   if istype(Tensor, k) then return require("dlua.sorting").newindex(x, k, v) end   -- x[mask] = v
+  if type(k) == "table" then return require("dlua.subscript").set(x, k, v) end   -- x[{{}, 2}] = v
   return raise("tensor: cannot set field '" .. tostring(k) .. "'")
 end
 

@@ -203,6 +203,98 @@ H.test("where and masked_fill", function()
   H.raises(function() return dl.where(pos, x, dl.zeros(3)) end, "where: shapes")
 end)
 
+H.test("x[{...}] subscripts several dims at once: elements, views, ranges, steps", function()
+  local m = dl.arange(1, 13):reshape(3, 4)            -- {{1..4}, {5..8}, {9..12}}
+  H.eq(m[{2, 3}], 7)
+  H.eq(m[{-1, -1}], 12)
+  H.eq(type(m[{1, 1}]), "number")
+  H.values(m[{{}, 2}], { 2, 6, 10 })                  -- a column, the dim dropped
+  H.values(m[{2}], { 5, 6, 7, 8 })                    -- fewer entries: the rest whole
+  H.values(m[{{2, 3}}], { { 5, 6, 7, 8 }, { 9, 10, 11, 12 } })   -- last bound inclusive
+  H.values(m[{{2}}], { { 5, 6, 7, 8 } })              -- {i}: the dim kept
+  H.values(m[{{1, -1, 2}, {-2, -1}}], { { 3, 4 }, { 11, 12 } })
+  H.values(m[{{}, {1, 4, 3}}], { { 1, 4 }, { 5, 8 }, { 9, 12 } })
+  H.eq(m[{{3, 2}}]:size(1), 0)                        -- an empty range, as slice
+  H.ok(rawequal(m[{}], m))
+  H.ok(dl.equal(m[{{}, 2}], m:select(2, 2)))
+  H.ok(dl.equal(m[{{2, 3}, {2, 4, 2}}], m:slice(1, 2, 3):slice(2, 2, 4, 2)))
+  local col = m[{{}, 3}]                              -- a view: writes reach m
+  col[1] = 30
+  H.eq(m[{1, 3}], 30)
+  local cube = dl.arange(24):reshape(2, 3, 4)
+  H.values(cube[{2, {}, -1}], { 15, 19, 23 })
+  H.eq(cube[{2, 3, 4}], 23)
+end)
+
+H.test("x[{...}] takes one index tensor along a dim (a copy, as index_select)", function()
+  local m = dl.arange(1, 13):reshape(3, 4)
+  local i64 = function(t) return dl.tensor(t, { dtype = "int64" }) end
+  H.values(m[{{}, i64({ 4, 1 })}], { { 4, 1 }, { 8, 5 }, { 12, 9 } })
+  H.values(m[{{}, dl.tensor({ true, false, false, true })}], { { 1, 4 }, { 5, 8 }, { 9, 12 } })
+  H.values(m[{i64({ 3 }), {2, 3}}], { { 10, 11 } })
+  local picked = m[{{}, i64({ { 1, 2 }, { 3, 4 } })}]   -- the index's dims in place of dim 2
+  H.eq(table.concat(picked.shape, ","), "3,2,2")
+  H.values(picked[3], { { 9, 10 }, { 11, 12 } })
+  picked[{1, 1, 1}] = 0                               -- a copy: m unchanged
+  H.eq(m[{1, 1}], 1)
+end)
+
+H.test("x[{...}] = v fills or copies into the subscript, in place", function()
+  local m = dl.zeros(3, 4)
+  m[{{}, 2}] = 5
+  m[{1, 1}] = -1
+  m[{{2, 3}, {3, 4}}] = dl.tensor({ 7, 8 })           -- broadcast over the rows
+  m[{3, 4}] = true
+  m[{{1}, {3, 4}}] = dl.tensor({ { 1, 2 } })
+  H.values(m, { { -1, 5, 1, 2 }, { 0, 5, 7, 8 }, { 0, 5, 7, 1 } })
+  m[{}] = 0
+  H.values(m:sum(), 0)
+end)
+
+H.test("x[{...}] carries the gradient, and compiles as eagerly", function()
+  local x = dl.arange(12):reshape(3, 4):float()
+  local g = dl.grad(function(x)
+    return (x[{{}, 2}] * 3):sum() + x[{1, 1}] * 2 + x[{{2, 3}, {1, 4, 3}}]:sum()
+  end)(x)
+  H.values(g, { { 2, 3, 0, 0 }, { 1, 3, 0, 1 }, { 1, 3, 0, 1 } })
+  local y = dl.randn(64, 80)
+  local function f(x)
+    local z = x * 2 + 1
+    local r = z[{{2, 40, 3}, 2}] + z[{1, {2, 14}}]
+    z[{{}, 5}] = 0
+    return r, z[{{5, 9}, {}}]:sum(), z[{3, 5}]
+  end
+  for _, opts in ipairs({ {}, { defer_small = true } }) do
+    local cf = dl.compile(f, opts)
+    for _ = 1, 3 do
+      local a, b, c = cf(y)
+      local ea, eb, ec = f(y)
+      H.ok(dl.equal(a, ea) and dl.equal(b, eb) and c == ec)
+    end
+  end
+end)
+
+H.test("a bad subscript table names the entry and what was wrong", function()
+  local m = dl.zeros(3, 4)
+  H.raises(function() return m[{1, 2, 3}] end, "index: 3 entries for a tensor of 2 dims (shape (3, 4))")
+  H.raises(function() return m[{5}] end, "index: entry 1: index 5 out of range for dimension 1 of size 3")
+  H.raises(function() return m[{{}, 0}] end, "index: entry 2: index 0 out of range for dimension 2 of size 4")
+  H.raises(function() return m[{1.5}] end, "index: entry 1 must be an integer, got 1.5")
+  H.raises(function() return m[{{1, 2, 3, 4}}] end, "index: entry 1 must be {}, {i}, {first, last} or {first, last, step}")
+  H.raises(function() return m[{{1, 2, 0}}] end, "index: entry 1's step must be a positive integer, got 0")
+  H.raises(function() return m[{{1, nil, 2}}] end, "index: entry 1 has a step but no last bound")
+  H.raises(function() return m[{"a"}] end, "index: entry 1 must be an integer, a range table or an index tensor, got a string")
+  H.raises(function() return m[{[2] = 1}] end, "index: a subscript table is a list of entries, one per dim; it has the key 2")
+  H.raises(function() return m[{{}, dl.tensor({ 1.0 })}] end, "index: entry 2 must be an integer or bool tensor, got float32")
+  H.raises(function() return m[{{}, dl.tensor({ true })}] end, "index: entry 2 is a bool mask of shape (1,) for dim 2 of size 4")
+  local i1 = dl.tensor({ 1 }, { dtype = "int64" })
+  H.raises(function() return m[{i1, i1}] end, "index: at most one tensor entry in a subscript table")
+  H.raises(function() m[{{}, i1}] = 1 end, "index: entry 2 is a tensor; an assignment takes numbers and ranges only")
+  H.raises(function() m[{1}] = "x" end, "index: expected a number, a boolean or a tensor to assign, got string")
+  H.raises(function() return m[true] end, "tensor: no method or property 'true'")
+  H.values(m:sum(), 0)                                -- and m is as it was
+end)
+
 H.test("an empty view whose offset is past any memory still reads and computes", function()
   -- Strides of 2^62 and 2^31 (a (0, 2^31, 2^31) tensor), narrowed at the ends of both
   -- large dims: its offset, 2^62 + 2^31 elements, is more bytes than int64 holds. Found
