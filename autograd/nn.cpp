@@ -92,13 +92,16 @@ Tensor conv2d_input_grad(const Tensor& g, const Tensor& w, const Shape& input_sh
   store(n->attrs, o);
   return finish(n, y);
 }
+// (Also conv_transpose2d's node, with its bias as a third input.)
 template <> Grads derivative<Op::Conv2dInputGrad>(Node& n, const TensorList& grads) {
   const Conv2dOpts o = conv_opts(n.attrs);
   Tensor g = n.unpack(0), w = n.unpack(1);
   const Tensor& gg = grads[0];
-  Grads out(2);
+  Grads out(n.inputs.size());
   if (n.next[0].valid()) out[0] = ag::conv2d(gg, w, Tensor(), o);
   if (n.next[1].valid()) out[1] = ag::conv2d_weight_grad(gg, g, w.shape(), o);
+  if (n.inputs.size() == 3 && n.next[2].valid())
+    out[2] = ag::reduce(Op::Sum, gg, non_channel_dims(gg.dim(), gg.dim() - 3), false);
   return out;
 }
 
@@ -121,16 +124,19 @@ template <> Grads derivative<Op::Conv2dWeightGrad>(Node& n, const TensorList& gr
   return out;
 }
 
+// The engine's conv_transpose2d runs the forward (one op for an observer: dl.compile and
+// dl.export see conv_transpose2d itself); its node is conv2d_input_grad's, whose
+// gradients for x and w are those of the same computation, with the bias's added.
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOpts& o,
                         const int64_t output_padding[2]) {
-  const Shape s = conv_transpose2d_shape(x, w, o, output_padding);
-  const int64_t c = s[s.size() - 3];
-  if (bias.defined())
-    DL_CHECK(bias.dim() == 1 && bias.size(0) == c, "conv_transpose2d: expected a bias of shape (", c,
-             ",) for a weight of shape ", w.shape(), ", got ", bias.shape());
-  Tensor y = ag::conv2d_input_grad(x, w, s, o);
-  if (!bias.defined()) return y;
-  return y + ag::view(bias, Shape{c, 1, 1});
+  Tensor y = dl::conv_transpose2d(x, w, bias, o, output_padding);
+  Ref<Node> n = bias.defined() ? maybe_node(Op::Conv2dInputGrad, {&x, &w, &bias})
+                               : maybe_node(Op::Conv2dInputGrad, {&x, &w});
+  if (!n) return y;
+  n->save(x);
+  n->save(w);
+  store(n->attrs, o);
+  return finish(n, y);
 }
 
 // ---- pooling -----------------------------------------------------------------------------------

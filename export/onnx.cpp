@@ -528,15 +528,19 @@ class Lowering {
     } else if (op == "gather") {
       attr_i(node("GatherElements", {names_.at(size_t(x)), in_as(n, 1, "int64")}, {out}), "axis",
              axis(iv.at(0), rank, op));
-    } else if (op == "conv2d") {
-      // x, weight, bias (optional); ints {stride h, w, padding h, w, dilation h, w, groups}
+    } else if (op == "conv2d" || op == "conv_transpose2d") {
+      // x, weight (conv_transpose2d's (in, out / groups, kH, kW) is ONNX's layout too), bias
+      // (optional); ints {stride h, w, padding h, w, dilation h, w, groups} and, for
+      // conv_transpose2d, {output padding h, w}
       std::vector<std::string> ins = {names_.at(size_t(x)), names_.at(size_t(in_value(n, 1)))};
       if (in_value(n, 2) >= 0) ins.push_back(names_.at(size_t(in_value(n, 2))));
-      auto* c = node("Conv", ins, {out});
+      const bool transposed = op == "conv_transpose2d";
+      auto* c = node(transposed ? "ConvTranspose" : "Conv", ins, {out});
       attr_ints(c, "strides", {konst(iv[0], op), konst(iv[1], op)});
       attr_ints(c, "pads", {konst(iv[2], op), konst(iv[3], op), konst(iv[2], op), konst(iv[3], op)});
       attr_ints(c, "dilations", {konst(iv[4], op), konst(iv[5], op)});
       attr_i(c, "group", konst(iv[6], op));
+      if (transposed) attr_ints(c, "output_padding", {konst(iv[7], op), konst(iv[8], op)});
     } else if (op == "max_pool2d" || op == "avg_pool2d") {
       // ints {kernel h, w, stride h, w, padding h, w, ceil_mode, count_include_pad, with indices}
       if (op == "max_pool2d" && out_value(n, 1) >= 0) failf("max_pool2d: its indices have no ONNX lowering here");

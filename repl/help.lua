@@ -179,6 +179,7 @@ return {
   ["dl.nn.MultiheadAttention"] = { "dl.nn.MultiheadAttention(embed_dim, num_heads [, {batch_first, dropout}])", "out, weights = mha(q, k, v [, {attn_mask, key_padding_mask}])." },
   ["dl.nn.TransformerEncoderLayer"] = { "dl.nn.TransformerEncoderLayer(d_model, nhead [, opts])", "Self-attention and feed-forward blocks with residuals and LayerNorm." },
   ["dl.nn.functional.scaled_dot_product_attention"] = { "F.scaled_dot_product_attention(q, k, v [, {mask, causal, scale}])", "softmax(q k^T / sqrt(E) + mask) v, and the weights." },
+  ["dl.nn.ConvTranspose2d"] = { "dl.nn.ConvTranspose2d(in, out, k [, {stride, padding, output_padding, dilation, groups, bias}])", "Transposed 2-D convolution (upsampling; conv2d's gradient for its input); also ConvTranspose1d, F.conv_transpose2d/1d." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },
   ["dl.nn.LayerNorm"] = { "dl.nn.LayerNorm(normalized_shape [, {eps, elementwise_affine}])", "Normalises each row over the last dims, then scales and shifts." },

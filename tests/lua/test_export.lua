@@ -70,6 +70,17 @@ H.test("a conv net with batch norm, pooling and dropout (evaluation mode) round-
              { { dl.randn(2, 1, 12, 12) }, { dl.randn(7, 1, 12, 12) } })
 end)
 
+H.test("a decoder of transposed convolutions round-trips (conv_transpose2d and 1d)", function()
+  dl.manual_seed(6)
+  local up = nn.Sequential(
+    nn.ConvTranspose2d(4, 6, 3, { stride = 2, padding = 1, output_padding = 1 }), nn.ReLU(),
+    nn.ConvTranspose2d(6, 2, { 2, 3 }, { stride = { 1, 2 }, dilation = { 2, 1 }, groups = 2, bias = false }))
+  round_trip("decoder", function(x) return up(x) end, { dl.randn(2, 4, 5, 5) },
+             { dynamic = { [1] = { 1, "batch" } }, names = up }, { { dl.randn(2, 4, 5, 5) }, { dl.randn(3, 4, 5, 5) } })
+  local up1 = nn.ConvTranspose1d(3, 4, 3, { stride = 2 })
+  round_trip("decoder1d", function(x) return up1(x) end, { dl.randn(2, 3, 6) }, {}, { { dl.randn(2, 3, 6) } })
+end)
+
 H.test("sequence models: embedding, layer norm, attention, an LSTM", function()
   dl.manual_seed(7)
   local emb, ln = nn.Embedding(20, 8), nn.LayerNorm(8)

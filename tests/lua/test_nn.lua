@@ -322,6 +322,44 @@ H.test("Conv2d forward and gradients match PyTorch", function()
   H.shape(nn.Conv2d(3, 8, 3)(dl.randn(3, 9, 9)), { 8, 7, 7 })
 end)
 
+H.test("ConvTranspose2d, ConvTranspose1d and their gradients match PyTorch", function()
+  local r = R.layers.conv_transpose
+  local conv = nn.ConvTranspose2d(4, 2, 3, { stride = 2, padding = 1, output_padding = 1 })
+  H.shape(conv.weight, { 4, 2, 3, 3 })                -- (in, out / groups, kH, kW), as PyTorch
+  set(conv.weight, r.weight); set(conv.bias, r.bias)
+  local x = dl.tensor(r.x)
+  close(conv(x), r.y, 1e-5)
+  local gx, gw, gb = dl.grad(function(xx, ww, bb)
+    local y = nn.functional.conv_transpose2d(xx, ww, bb, conv._opts)
+    return y:sum() + (y * y):sum() * 0.5
+  end, { 1, 2, 3 })(x, conv.weight, conv.bias)
+  close(gx, r.gx, 1e-5)
+  close(gw, r.gw, 1e-5)
+  close(gb, r.gb, 1e-5)
+  local g = R.layers.conv_transpose_groups
+  local c2 = nn.ConvTranspose2d(4, 6, { 2, 3 }, { stride = { 1, 2 }, padding = { 0, 1 }, dilation = { 2, 1 },
+                                                  groups = 2, bias = false })
+  set(c2.weight, g.weight)
+  close(c2(dl.tensor(g.x)), g.y, 1e-5)                -- one image, (C, H, W)
+  local o = R.layers.conv_transpose1d
+  local c1 = nn.ConvTranspose1d(3, 2, 4, { stride = 3, padding = 1, output_padding = 2 })
+  set(c1.weight, o.weight); set(c1.bias, o.bias)
+  close(c1(dl.tensor(o.x)), o.y, 1e-5)
+  H.eq(tostring(conv), "ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), "
+                       .. "output_padding=(1, 1), bias=true)")
+  -- the gradient of conv2d for its input is the transposed convolution with the same weight
+  local w, ximg = dl.randn(4, 2, 3, 3), dl.randn(1, 4, 5, 5)
+  local up = nn.functional.conv_transpose2d(ximg, w, { stride = 2, padding = 1 })
+  local back = dl.grad(function(z) return (nn.functional.conv2d(z, w, { stride = 2, padding = 1 }) * ximg):sum() end)(
+    dl.zeros(up.shape))
+  H.near(back:totable(), up:totable(), 1e-5)
+  -- first and second order by finite differences, in float64, bias included
+  local f64 = { dtype = "float64" }
+  H.ok(dl.gradcheck(function(xx, ww, bb)
+    return (nn.functional.conv_transpose2d(xx, ww, bb, { stride = 2, padding = 1, output_padding = 1 }) ^ 2):sum()
+  end, { dl.randn(1, 2, 3, 3, f64), dl.randn(2, 3, 2, 2, f64), dl.randn(3, f64) }))
+end)
+
 H.test("pools and Flatten match PyTorch", function()
   local r = R.layers.pool
   local x = dl.tensor(r.x)
@@ -483,6 +521,19 @@ H.test("errors in building modules", function()
   H.raises(function() nn.Linear(-1, 3) end, "Linear: in_features must be an integer >= 0, got -1")
   H.raises(function() nn.Linear(2, 3, { bias = false, biass = 1 }) end, "Linear: unknown option 'biass'")
   H.raises(function() nn.Conv2d(3, 8, 3, { groups = 2 }) end, "Conv2d: in_channels (3) and out_channels (8) must be divisible by groups (2)")
+  H.raises(function() nn.ConvTranspose2d(4, 2, 3)(dl.zeros(1, 3, 5, 5)) end,
+           "ConvTranspose2d: expected input (N, 4, H, W) or (4, H, W), got shape (1, 3, 5, 5)")
+  H.raises(function() nn.ConvTranspose1d(4, 2, 3)(dl.zeros(4)) end,
+           "ConvTranspose1d: expected input (N, 4, L) or (4, L), got shape (4,)")
+  H.raises(function() nn.ConvTranspose2d(4, 3, 3, { groups = 2 }) end,
+           "ConvTranspose2d: in_channels (4) and out_channels (3) must be divisible by groups (2)")
+  H.raises(function() nn.ConvTranspose2d(4, 2, 3, { stride = 2, output_padding = 2 })(dl.zeros(1, 4, 3, 3)) end,
+           "conv_transpose2d: output_padding must be non-negative and smaller than the stride")
+  H.raises(function() nn.ConvTranspose2d(4, 2, 3, { kernel = 2 }) end, "ConvTranspose2d: unknown option 'kernel'")
+  H.raises(function() nn.functional.conv_transpose2d(dl.zeros(1, 4, 3, 3), dl.zeros(4, 2, 3, 3), { groups = 1.5 }) end,
+           "conv_transpose2d: groups must be a positive integer, got 1.5")
+  H.raises(function() nn.functional.conv2d(dl.zeros(1, 4, 3, 3), dl.zeros(2, 4, 3, 3), { groups = 0 }) end,
+           "conv2d: groups must be a positive integer, got 0")
   H.raises(function() nn.Conv2d(3, 8, { 3 }) end, "Conv2d: kernel size must be a number or a pair {h, w}")
   H.raises(function() nn.Conv2d(3, 8, 4, { padding = "same" })(dl.zeros(1, 3, 8, 8)) end,
            "conv2d: padding \"same\" needs an odd (dilated) kernel size, got 4x4")

@@ -110,6 +110,32 @@ def conv(node, ins):
     return [y.astype(x.dtype)]
 
 
+def conv_transpose(node, ins):
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    a = attrs(node)
+    sh, sw = a.get("strides", [1, 1])
+    ph, pw = (a["pads"][0], a["pads"][1]) if "pads" in a else (0, 0)
+    dh, dw = a.get("dilations", [1, 1])
+    oh, ow = a.get("output_padding", [0, 0])
+    g = a.get("group", 1)
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    fh, fw = (h - 1) * sh + dh * (kh - 1) + 1 + oh, (wd - 1) * sw + dw * (kw - 1) + 1 + ow
+    full = np.zeros((n, og * g, fh, fw), dtype=np.float64)
+    cg = c // g
+    for gi in range(g):
+        xs, ws = x[:, gi * cg:(gi + 1) * cg], w[gi * cg:(gi + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                full[:, gi * og:(gi + 1) * og, i * dh:i * dh + sh * (h - 1) + 1:sh, j * dw:j * dw + sw * (wd - 1) + 1:sw] += \
+                    np.einsum("nchw,co->nohw", xs, ws[:, :, i, j])
+    y = full[:, :, ph:fh - ph, pw:fw - pw]
+    if b is not None:
+        y = y + b.reshape(1, -1, 1, 1)
+    return [y.astype(x.dtype)]
+
+
 def pool(kind):
     def run(node, ins):
         x = ins[0]
@@ -257,7 +283,7 @@ OPS = {
     "GatherElements": gather_elements,
     "Concat": lambda n, i: [np.concatenate(i, axis=attrs(n)["axis"])],
     "Shape": lambda n, i: [np.array(i[0].shape, dtype=np.int64)],
-    "Conv": conv, "MaxPool": pool("max"), "AveragePool": pool("avg"), "BatchNormalization": batch_norm,
+    "Conv": conv, "ConvTranspose": conv_transpose, "MaxPool": pool("max"), "AveragePool": pool("avg"), "BatchNormalization": batch_norm,
     "LayerNormalization": layer_norm,
 }
 

@@ -34,6 +34,15 @@ cnn:eval()
 save("cnn", function(x) return cnn(x) end, { dl.randn(2, 1, 28, 28) }, { dl.randn(3, 1, 28, 28) },
      { dynamic = { [1] = { 1, "batch" } } })
 
+-- A decoder: transposed convolutions up from a small image (stride, padding, output
+-- padding, dilation, groups, with and without a bias).
+local decoder = nn.Sequential{
+  nn.ConvTranspose2d(4, 6, 3, { stride = 2, padding = 1, output_padding = 1 }), nn.ReLU(),
+  nn.ConvTranspose2d(6, 4, { 2, 3 }, { stride = { 1, 2 }, dilation = { 2, 1 }, groups = 2, bias = false }),
+}
+save("decoder", function(x) return decoder(x) end, { dl.randn(1, 4, 5, 5) }, { dl.randn(3, 4, 5, 5) },
+     { dynamic = { [1] = { 1, "batch" } } })
+
 -- Many lowerings at once: pointwise ops with numbers first and last, compares, casts,
 -- reductions, views with a free size, cat, narrow, select, gather, cumsum, argmax,
 -- where, clamp, layer_norm, log_softmax, gelu.

@@ -185,6 +185,23 @@ def gen_layers():
     y = emb(idx)
     (gw,) = torch.autograd.grad((y * y).sum(), [emb.weight])
     out["embedding"] = {"weight": emb.weight, "idx": idx + 1, "padding_idx": 2, "y": y, "gw": gw}
+
+    # Drawn from a stream of their own, so that the cases above and below keep their inputs.
+    with torch.random.fork_rng():
+        torch.manual_seed(20261130)
+        conv = nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1)
+        x = rnd(2, 4, 3, 3).requires_grad_()
+        y = conv(x)
+        gx, gw, gb = torch.autograd.grad(y.sum() + (y * y).sum() * 0.5, [x, conv.weight, conv.bias])
+        out["conv_transpose"] = {"weight": conv.weight, "bias": conv.bias, "x": x, "y": y, "gx": gx, "gw": gw,
+                                 "gb": gb}
+        conv = nn.ConvTranspose2d(4, 6, (2, 3), stride=(1, 2), padding=(0, 1), dilation=(2, 1), groups=2,
+                                  bias=False)
+        x = rnd(4, 3, 4)
+        out["conv_transpose_groups"] = {"weight": conv.weight, "x": x, "y": conv(x)}
+        conv = nn.ConvTranspose1d(3, 2, 4, stride=3, padding=1, output_padding=2)
+        x = rnd(2, 3, 5)
+        out["conv_transpose1d"] = {"weight": conv.weight, "bias": conv.bias, "x": x, "y": conv(x)}
     return out
 
 

@@ -44,6 +44,15 @@ local function pair(op, what, v, min)
 end
 F.pair = pair
 
+-- A convolution's groups: a positive integer (1 when absent).
+local function groups_arg(op, groups)
+  if groups == nil then return 1 end
+  if type(groups) ~= "number" or groups ~= floor(groups) or groups < 1 then
+    raise(op .. ": groups must be a positive integer, got " .. tostring(groups))
+  end
+  return groups
+end
+
 -- ---- convolution and pooling ------------------------------------------------------------------
 
 local CONV_OPTS = { stride = true, padding = true, dilation = true, groups = true }
@@ -72,7 +81,7 @@ function F.conv2d(x, w, b, opts)
   opts = options("conv2d", opts, CONV_OPTS)
   local sh, sw = pair("conv2d", "stride", opts.stride or 1, 1)
   local dh, dw = pair("conv2d", "dilation", opts.dilation or 1, 1)
-  local groups = opts.groups or 1
+  local groups = groups_arg("conv2d", opts.groups)
   local ws = w.shape
   local ph, pw = conv_padding("conv2d", opts.padding, ws[3] or 1, ws[4] or 1, dh, dw, sh, sw)
   local bid = b and hid(b) or 0
@@ -112,6 +121,56 @@ function F.conv1d(x, w, b, opts)
                dilation = { 1, single("conv1d", "dilation", opts.dilation or 1, 1) },
                padding = type(p) == "string" and p or { 0, p }, groups = opts.groups }
   local y = F.conv2d(x:unsqueeze(x:dim()), w:unsqueeze(3), b, o2)
+  return y:squeeze(y:dim() - 1)
+end
+
+local CONVT_OPTS = { stride = true, padding = true, output_padding = true, dilation = true, groups = true }
+
+-- conv_transpose2d(x, weight [, bias] [, {stride, padding, output_padding, dilation,
+-- groups}]): PyTorch's F.conv_transpose2d, the gradient of conv2d for its input (each
+-- input pixel spreads the kernel over the output). x (N, C, H, W) or (C, H, W), weight
+-- (C, O / groups, kH, kW); the output is (H - 1) stride - 2 padding + dilation (kH - 1) +
+-- output_padding + 1 high (and as wide), output_padding smaller than the stride.
+function F.conv_transpose2d(x, w, b, opts)
+  local op = "conv_transpose2d"
+  if type(b) == "table" and not is_tensor(b) then b, opts = nil, b end
+  check_tensor(op, x)
+  check_tensor(op, w)
+  if b ~= nil then check_tensor(op, b) end
+  opts = options(op, opts, CONVT_OPTS)
+  local sh, sw = pair(op, "stride", opts.stride or 1, 1)
+  local ph, pw = pair(op, "padding", opts.padding or 0, 0)
+  local oh, ow = pair(op, "output_padding", opts.output_padding or 0, 0)
+  local dh, dw = pair(op, "dilation", opts.dilation or 1, 1)
+  local groups = groups_arg(op, opts.groups)
+  local bid = b and hid(b) or 0
+  local id = C.dl_conv_transpose2d(hid(x), hid(w), bid, sh, sw, ph, pw, oh, ow, dh, dw, groups)
+  if id == 0 and retry() then id = C.dl_conv_transpose2d(hid(x), hid(w), bid, sh, sw, ph, pw, oh, ow, dh, dw, groups) end
+  return wrap(id)
+end
+
+-- conv_transpose1d(x (N, C, L) or (C, L), w (C, O / groups, K) [, b (O)] [, {stride,
+-- padding, output_padding, dilation, groups}]): conv_transpose2d on a height of 1.
+function F.conv_transpose1d(x, w, b, opts)
+  local op = "conv_transpose1d"
+  if type(b) == "table" and not is_tensor(b) then b, opts = nil, b end
+  check_tensor(op, x)
+  check_tensor(op, w)
+  opts = options(op, opts, CONVT_OPTS)
+  if (x:dim() ~= 3 and x:dim() ~= 2) or w:dim() ~= 3 then
+    raise(op .. ": expected input (N, C, L) or (C, L) and weight (C, O/groups, K), got shapes "
+          .. shape_str(x.shape) .. " and " .. shape_str(w.shape))
+  end
+  local function one(what, default, min)
+    local v = opts[what]
+    if v == nil then return default end
+    if type(v) == "string" then raise(op .. ": " .. what .. " must be a number, got string") end
+    return single(op, what, v, min)
+  end
+  local o2 = { stride = { 1, one("stride", 1, 1) }, padding = { 0, one("padding", 0, 0) },
+               output_padding = { 0, one("output_padding", 0, 0) }, dilation = { 1, one("dilation", 1, 1) },
+               groups = opts.groups }
+  local y = F.conv_transpose2d(x:unsqueeze(x:dim()), w:unsqueeze(3), b, o2)
   return y:squeeze(y:dim() - 1)
 end
 

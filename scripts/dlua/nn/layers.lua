@@ -229,6 +229,69 @@ function Conv2d:extra_repr()
              "groups", self.groups ~= 1 and self.groups or nil, "bias", self.bias ~= nil)
 end
 
+-- ConvTranspose2d(in_channels, out_channels, k [, {stride, padding, output_padding,
+-- dilation, groups, bias}]) and ConvTranspose1d (k a number): F.conv_transpose2d / 1d
+-- with a weight (in, out / groups, kH, kW) or (in, out / groups, k), initialised as
+-- PyTorch's (its fan-in is the weight's second dim times the kernel's size: out / groups
+-- k). Input (N, C, H, W) or (C, H, W); (N, C, L) or (C, L).
+local CONVT_OPTS = { stride = true, padding = true, output_padding = true, dilation = true, groups = true,
+                     bias = true }
+local function conv_transpose_init(self, name, dims, in_channels, out_channels, k, opts)
+  opts = options(name, opts, CONVT_OPTS)
+  local groups = conv_groups(name, in_channels, out_channels, opts.groups)
+  local function sizes(what, v, min)
+    if dims == 1 then return { int_arg(name, v, what, min) } end
+    return { F.pair(name, what, v, min) }
+  end
+  self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+  self.kernel_size = sizes("kernel size", k, 1)
+  self.stride = sizes("stride", opts.stride or 1, 1)
+  self.padding = sizes("padding", opts.padding or 0, 0)
+  self.output_padding = sizes("output_padding", opts.output_padding or 0, 0)
+  self.dilation = sizes("dilation", opts.dilation or 1, 1)
+  local unpacked = function(t) return dims == 1 and t[1] or t end
+  self._opts = { stride = unpacked(self.stride), padding = unpacked(self.padding),
+                 output_padding = unpacked(self.output_padding), dilation = unpacked(self.dilation), groups = groups }
+  local shape, fan_in = { in_channels, out_channels / groups }, out_channels / groups
+  for _, kk in ipairs(self.kernel_size) do
+    shape[#shape + 1] = kk
+    fan_in = fan_in * kk
+  end
+  local bound = 1 / sqrt(fan_in)
+  self.weight = param(uniform(shape, bound), "weight")
+  if opts.bias ~= false then self.bias = param(uniform({ out_channels }, bound), "bias") end
+end
+local function conv_transpose_repr(self)
+  local function shown(t, default)
+    for _, v in ipairs(t) do if v ~= default then return t end end
+    return nil
+  end
+  return fmt("", self.in_channels, "", self.out_channels, "kernel_size", self.kernel_size, "stride", self.stride,
+             "padding", shown(self.padding, 0), "output_padding", shown(self.output_padding, 0),
+             "dilation", shown(self.dilation, 1), "groups", self.groups ~= 1 and self.groups or nil,
+             "bias", self.bias ~= nil)
+end
+
+for dims, what in ipairs({ "L", "H, W" }) do
+  local name = "ConvTranspose" .. dims .. "d"
+  local Layer = Module:extend(name)
+  L[name] = Layer
+  local conv = dims == 1 and F.conv_transpose1d or F.conv_transpose2d
+  function Layer:init(in_channels, out_channels, k, opts)
+    conv_transpose_init(self, name, dims, in_channels, out_channels, k, opts)
+  end
+  function Layer:forward(x)
+    check_tensor(name, x)
+    local n = x:dim()
+    if (n ~= dims + 2 and n ~= dims + 1) or x:size(n - dims) ~= self.in_channels then
+      raise(name .. ": expected input (N, " .. self.in_channels .. ", " .. what .. ") or (" .. self.in_channels
+            .. ", " .. what .. "), got shape " .. shape_str(x))
+    end
+    return conv(x, self.weight, self.bias, self._opts)
+  end
+  Layer.extra_repr = conv_transpose_repr
+end
+
 local POOL_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true }
 
 local function pool_init(self, name, k, opts)
