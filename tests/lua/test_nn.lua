@@ -360,6 +360,43 @@ H.test("ConvTranspose2d, ConvTranspose1d and their gradients match PyTorch", fun
   end, { dl.randn(1, 2, 3, 3, f64), dl.randn(2, 3, 2, 2, f64), dl.randn(3, f64) }))
 end)
 
+H.test("the activations of dlua.nn.activations match PyTorch, gradients at their corners included", function()
+  local r = R.layers.activations
+  local F = nn.functional
+  local x, g = dl.tensor(r.x), dl.tensor(r.g)
+  local fns = {
+    elu = function(v) return F.elu(v, 0.7) end, selu = F.selu, celu = function(v) return F.celu(v, 1.5) end,
+    hardtanh = function(v) return F.hardtanh(v, -2, 3) end, relu6 = F.relu6, hardsigmoid = F.hardsigmoid,
+    hardswish = F.hardswish, mish = F.mish, softsign = F.softsign,
+  }
+  for name, fn in pairs(fns) do
+    close(fn(x), r.acts[name].y, 1e-6, name)
+    close(dl.grad(function(v) return (fn(v) * g):sum() end)(x), r.acts[name].gx, 1e-6, name .. "'s gradient")
+  end
+  local p = r.prelu
+  local layer = nn.PReLU(3)
+  H.values(layer.weight, { 0.25, 0.25, 0.25 })
+  set(layer.weight, p.weight)
+  close(layer(dl.tensor(p.x)), p.y)
+  local gx, gw = dl.grad(function(v, w) return (F.prelu(v, w) * dl.tensor(p.g)):sum() end, { 1, 2 })(
+    dl.tensor(p.x), layer.weight)
+  close(gx, p.gx)
+  close(gw, p.gw, 1e-5)
+  -- the layers, and their forms in a model
+  local net = nn.Sequential{ nn.Linear(4, 4), nn.ELU(0.7), nn.SELU(), nn.CELU(1.5), nn.Hardtanh(-2, 3), nn.ReLU6(),
+                             nn.Hardsigmoid(), nn.Hardswish(), nn.Mish(), nn.Softsign(), nn.PReLU() }
+  H.shape(net(dl.randn(2, 4)), { 2, 4 })
+  H.eq(#net:parameters(), 3)
+  H.eq(tostring(nn.Hardtanh(-2, 3)), "Hardtanh(min_val=-2, max_val=3)")
+  H.eq(tostring(nn.ELU()), "ELU(alpha=1)")
+  H.ok(dl.gradcheck(function(v) return F.selu(v):pow(2):sum() + F.mish(v):sum() end, { dl.randn(5, { dtype = "float64" }) }))
+  H.raises(function() F.elu(dl.tensor({ 1, 2 }, { dtype = "int64" })) end, "elu: expected a floating-point tensor, got int64")
+  H.raises(function() F.hardtanh(x, 2, 1) end, "hardtanh: min_val (2) is greater than max_val (1)")
+  H.raises(function() F.prelu(dl.randn(2, 4), dl.ones(3)) end, "prelu: a weight of 3 values needs 3 channels (dim 2), got input of shape (2, 4)")
+  H.raises(function() nn.PReLU(0) end, "PReLU: num_parameters must be a positive integer, got 0")
+  H.raises(function() F.celu(x, 0) end, "celu: alpha must not be 0")
+end)
+
 H.test("pools and Flatten match PyTorch", function()
   local r = R.layers.pool
   local x = dl.tensor(r.x)

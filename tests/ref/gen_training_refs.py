@@ -202,6 +202,29 @@ def gen_layers():
         conv = nn.ConvTranspose1d(3, 2, 4, stride=3, padding=1, output_padding=2)
         x = rnd(2, 3, 5)
         out["conv_transpose1d"] = {"weight": conv.weight, "bias": conv.bias, "x": x, "y": conv(x)}
+
+        # The activations of dlua.nn.activations, through their corners (0, the clamps'
+        # bounds), on either side of them and far out; gradients of sum(y g).
+        x = torch.cat([torch.tensor([-30.0, -4, -3, -1, -0.5, 0, 0.5, 1, 3, 6, 7, 30]), rnd(20) * 3])
+        g = rnd(x.numel())
+        acts = {}
+        for name, fn in (("elu", lambda v: F.elu(v, 0.7)), ("selu", F.selu), ("celu", lambda v: F.celu(v, 1.5)),
+                         ("hardtanh", lambda v: F.hardtanh(v, -2.0, 3.0)), ("relu6", F.relu6),
+                         ("hardsigmoid", F.hardsigmoid), ("hardswish", F.hardswish), ("mish", F.mish),
+                         ("softsign", F.softsign)):
+            v = x.clone().requires_grad_()
+            y = fn(v)
+            (gx,) = torch.autograd.grad((y * g).sum(), [v])
+            acts[name] = {"y": y, "gx": gx}
+        xp = rnd(2, 3, 4)
+        xp[0, 0, 0] = 0.0
+        w = torch.tensor([0.25, -0.1, 0.6]).requires_grad_()
+        v = xp.clone().requires_grad_()
+        y = F.prelu(v, w)
+        gp = rnd(2, 3, 4)
+        gx, gw = torch.autograd.grad((y * gp).sum(), [v, w])
+        out["activations"] = {"x": x, "g": g, "acts": acts, "prelu": {"x": xp, "weight": w, "g": gp, "y": y,
+                                                                          "gx": gx, "gw": gw}}
     return out
 
 

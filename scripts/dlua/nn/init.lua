@@ -32,15 +32,27 @@ register(require("dlua.nn.recurrent"))
 nn.functional = F
 
 -- Loaded when first used (Note [Modules loaded on first use] in core.lua): the attention
--- layers and functions, dl.nn.init, dl.nn.utils.
+-- layers and functions, the activations of dlua.nn.activations, dl.nn.init, dl.nn.utils.
 local function attention() register(require("dlua.nn.attention")) end
-core.on_first_index(nn, {
+local function activations()
+  local A = require("dlua.nn.activations")
+  register(A.layers)
+  for name, fn in pairs(A.functional) do F[name] = fn end
+end
+local loads = {
   MultiheadAttention = attention,
   TransformerEncoderLayer = attention,
   init = function() nn.init = require("dlua.nn.initializers") end,
   utils = function() nn.utils = require("dlua.nn.utils") end,
-})
+}
+for _, name in ipairs({ "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign",
+                        "PReLU" }) do
+  loads[name] = activations
+end
+core.on_first_index(nn, loads)
 core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
+core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign",
+                       "prelu" }, activations)
 
 nn.cross_entropy = F.cross_entropy
 nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits

@@ -490,12 +490,15 @@ end
 
 -- ---- activations -------------------------------------------------------------------------------
 
-local function activation(name, fn)
+-- A layer without parameters that applies fn, as into[name] (L when absent).
+local function activation(name, fn, into)
   local cls = Module:extend(name)
   function cls:forward(x) return fn(x) end
-  L[name] = cls
+  local target = into or L
+  target[name] = cls
   return cls
 end
+L.activation = activation
 activation("ReLU", dl.relu)
 activation("Tanh", dl.tanh)
 activation("Sigmoid", dl.sigmoid)

@@ -1,0 +1,169 @@
+-- dlua.nn.activations: the rest of PyTorch's pointwise activations, as functions of
+-- dl.nn.functional and as layers of dl.nn (loaded when one is first used):
+--
+--   F.elu(x [, alpha = 1])        nn.ELU([alpha])          x > 0 and x or alpha (e^x - 1)
+--   F.selu(x)                     nn.SELU()                1.0507 elu(x, 1.67326)
+--   F.celu(x [, alpha = 1])       nn.CELU([alpha])         max(0, x) + min(0, alpha (e^(x/alpha) - 1))
+--   F.hardtanh(x [, lo, hi])      nn.Hardtanh([lo, hi])    x clamped to [lo, hi] = [-1, 1]
+--   F.relu6(x)                    nn.ReLU6()               x clamped to [0, 6]
+--   F.hardsigmoid(x)              nn.Hardsigmoid()         relu6(x + 3) / 6
+--   F.hardswish(x)                nn.Hardswish()           x relu6(x + 3) / 6
+--   F.mish(x)                     nn.Mish()                x tanh(softplus(x))
+--   F.softsign(x)                 nn.Softsign()            x / (1 + |x|)
+--   F.prelu(x, weight)            nn.PReLU([n = 1, init = 0.25])   max(0, x) + weight min(0, x)
+--
+-- Each is made of the engine's differentiable ops, so gradients (to any order), dl.compile,
+-- dl.vmap and dl.export follow, with PyTorch's gradients at the corners: elu, selu, celu
+-- and prelu take the x <= 0 side's at 0, hardtanh, relu6 and hardsigmoid pass none at
+-- their bounds, and hardswish's is x / 3 + 1/2 at -3 and 1 at 3. The exponential side reads x clamped to at most 0: e^x where x is large
+-- would make its (unused) gradient 0 inf = NaN.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+local Module = require("dlua.nn.module")
+core.own_source()
+
+local raise, bad_arg = core.raise, core.bad_arg
+local is_tensor, shape_str = T.is_tensor, T.shape_str
+local dl = T.dl
+local type, tostring = type, tostring
+
+local F, L = {}, {}
+
+local function check(op, x)
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+  if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
+end
+local function number(op, what, v, default)
+  if v == nil then return default end
+  if type(v) ~= "number" then raise(op .. ": " .. what .. " must be a number, got " .. core.typename(v)) end
+  return v
+end
+
+-- x > 0 and x or scale alpha (e^(x / scale) - 1), scale 1 but for celu.
+local function elu(x, alpha, scale)
+  local below = x:clamp(nil, 0)
+  if scale ~= 1 then below = below / scale end
+  return dl.where(x:gt(0), x, below:expm1() * alpha)
+end
+
+function F.elu(x, alpha)
+  check("elu", x)
+  return elu(x, number("elu", "alpha", alpha, 1), 1)
+end
+
+local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+function F.selu(x)
+  check("selu", x)
+  return elu(x, SELU_ALPHA, 1) * SELU_SCALE
+end
+
+function F.celu(x, alpha)
+  check("celu", x)
+  alpha = number("celu", "alpha", alpha, 1)
+  if alpha == 0 then raise("celu: alpha must not be 0") end
+  return elu(x, alpha, alpha)
+end
+
+-- x clamped to [lo, hi], with a gradient only strictly inside.
+local function hard_clamp(x, lo, hi)
+  return dl.where(x:gt(lo):logical_and(x:lt(hi)), x, x:clamp(lo, hi):detach())
+end
+
+function F.hardtanh(x, lo, hi)
+  check("hardtanh", x)
+  lo, hi = number("hardtanh", "min_val", lo, -1), number("hardtanh", "max_val", hi, 1)
+  if lo > hi then raise("hardtanh: min_val (" .. lo .. ") is greater than max_val (" .. hi .. ")") end
+  return hard_clamp(x, lo, hi)
+end
+
+function F.relu6(x)
+  check("relu6", x)
+  return hard_clamp(x, 0, 6)
+end
+
+function F.hardsigmoid(x)
+  check("hardsigmoid", x)
+  return hard_clamp(x + 3, 0, 6) / 6
+end
+
+function F.hardswish(x)
+  check("hardswish", x)
+  local shifted = x + 3
+  return x * dl.where(x:ge(-3):logical_and(x:lt(3)), shifted, shifted:clamp(0, 6):detach()) / 6
+end
+
+function F.mish(x)
+  check("mish", x)
+  return x * dl.softplus(x):tanh()
+end
+
+function F.softsign(x)
+  check("softsign", x)
+  return x / (x:abs() + 1)
+end
+
+-- weight: one value, or one per channel (dim 2 of x; x's only dim when it has one).
+function F.prelu(x, weight)
+  check("prelu", x)
+  if not is_tensor(weight) then bad_arg("prelu", "a weight tensor", weight) end
+  local n = weight:numel()
+  if weight:dim() > 1 then raise("prelu: expected a weight of one dim, got shape " .. shape_str(weight)) end
+  if n ~= 1 then
+    local c = x:dim() >= 2 and x:size(2) or (x:dim() == 1 and 1 or 0)
+    if n ~= c then
+      raise("prelu: a weight of " .. n .. " values needs " .. n .. " channels (dim 2), got input of shape "
+            .. shape_str(x))
+    end
+    local shape = { n }
+    for _ = 3, x:dim() do shape[#shape + 1] = 1 end
+    weight = weight:view(shape)
+  elseif weight:dim() == 1 then
+    weight = weight:view({})
+  end
+  return dl.where(x:gt(0), x, x * weight)
+end
+
+-- ---- the layers -----------------------------------------------------------------------------
+
+local fmt = Module.format_args
+
+local activation = require("dlua.nn.layers").activation
+activation("SELU", F.selu, L)
+activation("ReLU6", F.relu6, L)
+activation("Hardsigmoid", F.hardsigmoid, L)
+activation("Hardswish", F.hardswish, L)
+activation("Mish", F.mish, L)
+activation("Softsign", F.softsign, L)
+
+for name, fn in pairs({ ELU = F.elu, CELU = F.celu }) do
+  local cls = Module:extend(name)
+  function cls:init(alpha) self.alpha = number(name, "alpha", alpha, 1) end
+  function cls:forward(x) return fn(x, self.alpha) end
+  function cls:extra_repr() return fmt("alpha", self.alpha) end
+  L[name] = cls
+end
+
+local Hardtanh = Module:extend("Hardtanh")
+L.Hardtanh = Hardtanh
+function Hardtanh:init(lo, hi)
+  self.min_val, self.max_val = number("Hardtanh", "min_val", lo, -1), number("Hardtanh", "max_val", hi, 1)
+  if self.min_val > self.max_val then
+    raise("Hardtanh: min_val (" .. self.min_val .. ") is greater than max_val (" .. self.max_val .. ")")
+  end
+end
+function Hardtanh:forward(x) return F.hardtanh(x, self.min_val, self.max_val) end
+function Hardtanh:extra_repr() return fmt("min_val", self.min_val, "max_val", self.max_val) end
+
+-- PReLU([num_parameters = 1, init = 0.25]): a learned slope for x < 0, one or one per channel.
+local PReLU = Module:extend("PReLU")
+L.PReLU = PReLU
+function PReLU:init(n, init)
+  n = number("PReLU", "num_parameters", n, 1)
+  if n < 1 or n ~= math.floor(n) then raise("PReLU: num_parameters must be a positive integer, got " .. tostring(n)) end
+  self.num_parameters = n
+  self.weight = dl.Variable(dl.full({ n }, number("PReLU", "init", init, 0.25)), "weight")
+end
+function PReLU:forward(x) return F.prelu(x, self.weight) end
+function PReLU:extra_repr() return fmt("num_parameters", self.num_parameters) end
+
+return { functional = F, layers = L }
