@@ -182,6 +182,8 @@ return {
   ["dl.nn.ConvTranspose2d"] = { "dl.nn.ConvTranspose2d(in, out, k [, {stride, padding, output_padding, dilation, groups, bias}])", "Transposed 2-D convolution (upsampling; conv2d's gradient for its input); also ConvTranspose1d, F.conv_transpose2d/1d." },
   ["dl.nn.ELU"] = { "dl.nn.ELU([alpha]), SELU(), CELU([alpha]), Hardtanh([lo, hi]), ReLU6(), Hardsigmoid(), Hardswish(), Mish(), Softsign()", "Activations as PyTorch's (also F.elu, F.selu ... in dl.nn.functional)." },
   ["dl.nn.PReLU"] = { "dl.nn.PReLU([num_parameters = 1, init = 0.25])", "max(0, x) + a min(0, x) with a learned a, one or one per channel (F.prelu(x, a))." },
+  ["dl.nn.Upsample"] = { "dl.nn.Upsample({size = | scale_factor =, mode = \"nearest\", align_corners =})", "Resizes (N, C, L) or (N, C, H, W) input as F.interpolate: nearest, nearest-exact, linear, bilinear." },
+  ["dl.nn.AdaptiveAvgPool2d"] = { "dl.nn.AdaptiveAvgPool2d({h, w} | n)", "Averages into an output of the given size, whatever the input's (also 1d, F.adaptive_avg_pool2d)." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },
   ["dl.nn.LayerNorm"] = { "dl.nn.LayerNorm(normalized_shape [, {eps, elementwise_affine}])", "Normalises each row over the last dims, then scales and shifts." },

@@ -397,6 +397,44 @@ H.test("the activations of dlua.nn.activations match PyTorch, gradients at their
   H.raises(function() F.celu(x, 0) end, "celu: alpha must not be 0")
 end)
 
+H.test("interpolate, Upsample and the adaptive average pools match PyTorch, gradients included", function()
+  local r = R.layers.resample
+  local F = nn.functional
+  local x4, x3 = dl.tensor(r.x4), dl.tensor(r.x3)
+  for i, c in ipairs(r.interpolate) do
+    local x = c.dims == 2 and x4 or x3
+    local what = ("interpolate case %d (%s)"):format(i, c.opts.mode or "nearest")
+    close(F.interpolate(x, c.opts), c.y, 1e-5, what)
+    close(dl.grad(function(v) return (F.interpolate(v, c.opts) * dl.tensor(c.g)):sum() end)(x), c.gx, 1e-5, what)
+  end
+  for i, c in ipairs(r.adaptive) do
+    local x = c.dims == 2 and x4 or x3
+    local fn = c.dims == 2 and F.adaptive_avg_pool2d or F.adaptive_avg_pool1d
+    close(fn(x, c.size), c.y, 1e-5, "adaptive pool " .. i)
+    close(dl.grad(function(v) return (fn(v, c.size) * dl.tensor(c.g)):sum() end)(x), c.gx, 1e-5, "adaptive pool " .. i)
+  end
+  local up = nn.Upsample({ scale_factor = 2, mode = "bilinear" })
+  H.shape(up(x4), { 2, 3, 10, 14 })
+  H.eq(tostring(up), "Upsample(scale_factor=2, mode=\"bilinear\")")
+  H.shape(nn.AdaptiveAvgPool2d({ 1, 1 })(x4), { 2, 3, 1, 1 })
+  H.shape(nn.AdaptiveAvgPool1d(2)(x3[1]), { 3, 2 })
+  H.ok(dl.allclose(nn.AdaptiveAvgPool2d(1)(x4):flatten(2), nn.GlobalAvgPool2d()(x4), 1e-6, 1e-6))
+  H.ok(dl.equal(F.interpolate(x4:double(), { size = { 5, 7 }, mode = "bilinear" }), x4:double()))
+  H.raises(function() F.interpolate(x4, { size = 3, scale_factor = 2 }) end, "interpolate: give one of size and scale_factor")
+  H.raises(function() F.interpolate(x4, { size = 3, mode = "bicubic" }) end,
+           "interpolate: mode must be nearest, nearest-exact, linear or bilinear, got bicubic")
+  H.raises(function() F.interpolate(x3, { size = 3, mode = "bilinear" }) end,
+           "interpolate: mode bilinear takes (N, C, H, W) input, got shape (2, 3, 7)")
+  H.raises(function() F.interpolate(x4, { size = { 3 } }) end, "interpolate: size must be a number or a list of 2, got table")
+  H.raises(function() F.interpolate(x4, { scale_factor = 0 }) end, "interpolate: scale_factor must be positive numbers, got 0")
+  H.raises(function() F.interpolate(x4, { size = 3, align_corners = true }) end,
+           "interpolate: align_corners is only for the linear modes")
+  H.raises(function() F.interpolate(x4:long(), { size = 3 }) end, "interpolate: expected a floating-point tensor, got int64")
+  H.raises(function() F.adaptive_avg_pool2d(x3[1][1], 2) end,
+           "adaptive_avg_pool2d: expected input (N, C, H, W) or (C, H, W), got shape (7,)")
+  H.raises(function() F.adaptive_avg_pool2d(x4, 0) end, "adaptive_avg_pool2d: output size must be integers >= 1, got 0")
+end)
+
 H.test("pools and Flatten match PyTorch", function()
   local r = R.layers.pool
   local x = dl.tensor(r.x)

@@ -43,6 +43,12 @@ local decoder = nn.Sequential{
 save("decoder", function(x) return decoder(x) end, { dl.randn(1, 4, 5, 5) }, { dl.randn(3, 4, 5, 5) },
      { dynamic = { [1] = { 1, "batch" } } })
 
+-- Resizing: bilinear and nearest upsampling, an adaptive average pool (Gather, MatMul).
+local resize = nn.Sequential{
+  nn.Upsample({ scale_factor = 2, mode = "bilinear" }), nn.Upsample({ size = { 13, 9 } }), nn.AdaptiveAvgPool2d({ 3, 2 }),
+}
+save("resize", function(x) return resize(x) end, { dl.randn(2, 3, 5, 7) }, { dl.randn(2, 3, 5, 7) })
+
 -- Many lowerings at once: pointwise ops with numbers first and last, compares, casts,
 -- reductions, views with a free size, cat, narrow, select, gather, cumsum, argmax,
 -- where, clamp, layer_norm, log_softmax, gelu.

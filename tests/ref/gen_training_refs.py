@@ -225,6 +225,37 @@ def gen_layers():
         gx, gw = torch.autograd.grad((y * gp).sum(), [v, w])
         out["activations"] = {"x": x, "g": g, "acts": acts, "prelu": {"x": xp, "weight": w, "g": gp, "y": y,
                                                                           "gx": gx, "gw": gw}}
+
+        # Resizing (dlua.nn.resample): each case as {opts, y, gx} for x4 (2-D) or x3 (1-D);
+        # gradients of sum(y g) with g of y's shape, drawn here.
+        x4, x3 = rnd(2, 3, 5, 7), rnd(2, 3, 7)
+        cases = []
+        for dims, kw in ((2, {"size": (8, 10)}), (2, {"scale_factor": 1.7}), (2, {"size": (3, 4)}),
+                         (2, {"size": (8, 10), "mode": "nearest-exact"}),
+                         (2, {"size": (3, 4), "mode": "nearest-exact"}),
+                         (2, {"size": (8, 10), "mode": "bilinear", "align_corners": False}),
+                         (2, {"size": (8, 10), "mode": "bilinear", "align_corners": True}),
+                         (2, {"scale_factor": 0.6, "mode": "bilinear", "align_corners": False}),
+                         (2, {"scale_factor": 2.5, "mode": "bilinear", "align_corners": False}),
+                         (2, {"size": (1, 3), "mode": "bilinear", "align_corners": True}),
+                         (1, {"size": 12, "mode": "linear", "align_corners": False}),
+                         (1, {"scale_factor": 2.5, "mode": "linear", "align_corners": True}),
+                         (1, {"scale_factor": 3})):
+            v = (x4 if dims == 2 else x3).clone().requires_grad_()
+            y = F.interpolate(v, **kw)
+            gy = rnd(*y.shape)
+            (gx,) = torch.autograd.grad((y * gy).sum(), [v])
+            opts = {k: (list(val) if isinstance(val, tuple) else val) for k, val in kw.items()}
+            cases.append({"dims": dims, "opts": opts, "y": y, "g": gy, "gx": gx})
+        pools = []
+        for dims, size in ((2, (3, 2)), (2, (1, 1)), (2, 4), (2, (5, 7)), (1, 3), (1, 7)):
+            v = (x4 if dims == 2 else x3).clone().requires_grad_()
+            y = F.adaptive_avg_pool2d(v, size) if dims == 2 else F.adaptive_avg_pool1d(v, size)
+            gy = rnd(*y.shape)
+            (gx,) = torch.autograd.grad((y * gy).sum(), [v])
+            pools.append({"dims": dims, "size": list(size) if isinstance(size, tuple) else size, "y": y, "g": gy,
+                          "gx": gx})
+        out["resample"] = {"x4": x4, "x3": x3, "interpolate": cases, "adaptive": pools}
     return out
 
 

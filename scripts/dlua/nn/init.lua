@@ -32,13 +32,18 @@ register(require("dlua.nn.recurrent"))
 nn.functional = F
 
 -- Loaded when first used (Note [Modules loaded on first use] in core.lua): the attention
--- layers and functions, the activations of dlua.nn.activations, dl.nn.init, dl.nn.utils.
+-- layers and functions, the activations of dlua.nn.activations, the resizing of
+-- dlua.nn.resample, dl.nn.init, dl.nn.utils.
 local function attention() register(require("dlua.nn.attention")) end
-local function activations()
-  local A = require("dlua.nn.activations")
-  register(A.layers)
-  for name, fn in pairs(A.functional) do F[name] = fn end
+-- A module of layers and functions ({layers =, functional =}), its names in nn and F.
+local function merge(module)
+  return function()
+    local A = require(module)
+    register(A.layers)
+    for name, fn in pairs(A.functional) do F[name] = fn end
+  end
 end
+local activations, resample = merge("dlua.nn.activations"), merge("dlua.nn.resample")
 local loads = {
   MultiheadAttention = attention,
   TransformerEncoderLayer = attention,
@@ -49,10 +54,12 @@ for _, name in ipairs({ "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid
                         "PReLU" }) do
   loads[name] = activations
 end
+for _, name in ipairs({ "Upsample", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d" }) do loads[name] = resample end
 core.on_first_index(nn, loads)
 core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
 core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign",
                        "prelu" }, activations)
+core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d" }, resample)
 
 nn.cross_entropy = F.cross_entropy
 nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits

@@ -1,0 +1,219 @@
+-- dlua.nn.resample: resizing images and sequences, as PyTorch's (loaded when first used):
+--
+--   F.interpolate(x, {size = {h, w} | scale_factor = s, mode = "nearest", align_corners = false})
+--   nn.Upsample({size =, scale_factor =, mode =, align_corners =})
+--   F.adaptive_avg_pool2d(x, {h, w} | n), nn.AdaptiveAvgPool2d(...); F.adaptive_avg_pool1d(x, n)
+--
+-- x is (N, C, L) or (N, C, H, W). Modes: "nearest" (PyTorch's legacy nearest: source
+-- floor(dst scale)), "nearest-exact" (floor((dst + 1/2) scale)), "linear" (3-D) and
+-- "bilinear" (4-D), with align_corners. Each output index and weight is computed as
+-- PyTorch's kernels compute it, in float for float32 and half tensors and in double for
+-- float64 (scale = 1 / scale_factor when one is given, in / out otherwise), so the sources
+-- picked are the same. The resizing itself is made of index_select, products and sums (and
+-- an adaptive pool of products with averaging matrices), so gradients, dl.compile,
+-- dl.vmap and dl.export follow.
+local ffi = require("ffi")
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+local Module = require("dlua.nn.module")
+core.own_source()
+
+local raise, bad_arg, options, typename = core.raise, core.bad_arg, core.options, core.typename
+local is_tensor, shape_str = T.is_tensor, T.shape_str
+local dl = T.dl
+local type, tostring, floor, ceil, min = type, tostring, math.floor, math.ceil, math.min
+local fmt = Module.format_args
+
+local F, L = {}, {}
+
+-- Rounding to float32, for the index arithmetic of float tensors.
+local f32cell = ffi.new("float[1]")
+local function f32(v)
+  f32cell[0] = v
+  return f32cell[0]
+end
+local function exact(v) return v end
+
+-- The source position of output index dst along a dim of `n_in` -> `n_out` (PyTorch's
+-- area_pixel_compute_source_index and nearest_idx), `r` rounding to the compute type.
+local function scale_of(r, n_in, n_out, factor, align_corners)
+  if align_corners then return n_out > 1 and r(r(n_in - 1) / r(n_out - 1)) or 0 end
+  if factor then return r(1 / factor) end
+  return r(r(n_in) / r(n_out))
+end
+
+-- (index tensors, weight tensors) along one dim for mode `mode`: out[i] = sum over k of
+-- x[idx[k][i]] w[k][i] (one term for the nearest modes).
+local function plan(mode, r, n_in, n_out, factor, align_corners, dtype)
+  local i0, i1, w0, w1 = {}, {}, {}, {}
+  if mode == "nearest" or mode == "nearest-exact" then
+    local s = scale_of(r, n_in, n_out, factor, false)
+    for d = 0, n_out - 1 do
+      local src
+      if n_out == n_in then src = d
+      elseif mode == "nearest" and n_out == 2 * n_in then src = floor(d / 2)
+      elseif mode == "nearest" then src = min(floor(r(d * s)), n_in - 1)
+      else src = min(floor(r(r(d + 0.5) * s)), n_in - 1) end
+      i0[d + 1] = src + 1
+    end
+    return { dl.tensor(i0, { dtype = "int64" }) }, nil
+  end
+  local s = scale_of(r, n_in, n_out, factor, align_corners)
+  for d = 0, n_out - 1 do
+    local src = align_corners and r(s * d) or r(r(s * r(d + 0.5)) - 0.5)
+    if src < 0 then src = 0 end
+    local lo = floor(src)
+    local hi = lo < n_in - 1 and lo + 1 or lo
+    local l1 = r(src - lo)
+    i0[d + 1], i1[d + 1], w0[d + 1], w1[d + 1] = lo + 1, hi + 1, r(1 - l1), l1
+  end
+  return { dl.tensor(i0, { dtype = "int64" }), dl.tensor(i1, { dtype = "int64" }) },
+         { dl.tensor(w0, { dtype = dtype }), dl.tensor(w1, { dtype = dtype }) }
+end
+
+-- x resized along dim d (of x:dim() dims) by a plan.
+local function along(x, d, idx, w)
+  if not w then return x:index_select(d, idx[1]) end
+  local shape = { idx[1]:numel() }
+  for _ = d + 1, x:dim() do shape[#shape + 1] = 1 end
+  return x:index_select(d, idx[1]) * w[1]:view(shape) + x:index_select(d, idx[2]) * w[2]:view(shape)
+end
+
+local MODES = { nearest = 0, ["nearest-exact"] = 0, linear = 1, bilinear = 2 }
+
+-- Sizes per spatial dim (a number or a list), each an integer >= 1.
+local function per_dim(op, what, v, n, integer)
+  local out = {}
+  if type(v) == "number" then
+    for i = 1, n do out[i] = v end
+  elseif type(v) == "table" and #v == n then
+    for i = 1, n do out[i] = v[i] end
+  else
+    raise(op .. ": " .. what .. " must be a number or a list of " .. n .. ", got " .. typename(v))
+  end
+  for i = 1, n do
+    local e = out[i]
+    if type(e) ~= "number" or e <= 0 or (integer and e ~= floor(e)) then
+      raise(op .. ": " .. what .. " must be " .. (integer and "integers >= 1" or "positive numbers") .. ", got "
+            .. tostring(e))
+    end
+  end
+  return out
+end
+
+local INTERPOLATE_OPTS = { size = true, scale_factor = true, mode = true, align_corners = true }
+
+function F.interpolate(x, opts)
+  local op = "interpolate"
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+  opts = options(op, opts, INTERPOLATE_OPTS)
+  local mode = opts.mode or "nearest"
+  if MODES[mode] == nil then
+    raise(op .. ": mode must be nearest, nearest-exact, linear or bilinear, got " .. tostring(mode))
+  end
+  local nd = x:dim()
+  if nd ~= 3 and nd ~= 4 then raise(op .. ": expected input (N, C, L) or (N, C, H, W), got shape " .. shape_str(x)) end
+  local spatial = nd - 2
+  if MODES[mode] > 0 and MODES[mode] ~= spatial then
+    raise(op .. ": mode " .. mode .. " takes " .. (mode == "linear" and "(N, C, L)" or "(N, C, H, W)")
+          .. " input, got shape " .. shape_str(x))
+  end
+  if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
+  local align = opts.align_corners
+  if align ~= nil and MODES[mode] == 0 then raise(op .. ": align_corners is only for the linear modes") end
+  if (opts.size == nil) == (opts.scale_factor == nil) then raise(op .. ": give one of size and scale_factor") end
+  local sizes, factors = {}, nil
+  if opts.size ~= nil then
+    sizes = per_dim(op, "size", opts.size, spatial, true)
+  else
+    factors = per_dim(op, "scale_factor", opts.scale_factor, spatial, false)
+    for i = 1, spatial do sizes[i] = floor(x:size(2 + i) * factors[i]) end
+  end
+  local r = x.dtype == "float64" and exact or f32
+  local y = x
+  for i = spatial, 1, -1 do
+    local d = 2 + i
+    local idx, w = plan(mode, r, x:size(d), sizes[i], factors and factors[i], align and true or false, x.dtype)
+    y = along(y, d, idx, w)
+  end
+  return y
+end
+
+-- The averaging matrix (n_out, n_in) of an adaptive pool: row i averages the inputs from
+-- floor(i n_in / n_out) to ceil((i + 1) n_in / n_out), exclusive.
+local function averaging(n_in, n_out, dtype)
+  local rows = {}
+  for i = 0, n_out - 1 do
+    local lo, hi = floor(i * n_in / n_out), ceil((i + 1) * n_in / n_out)
+    local row = {}
+    for j = 0, n_in - 1 do row[j + 1] = (j >= lo and j < hi) and 1 / (hi - lo) or 0 end
+    rows[i + 1] = row
+  end
+  return dl.tensor(rows, { dtype = dtype })
+end
+
+local function adaptive(op, x, size, spatial)
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+  if x:dim() ~= spatial + 1 and x:dim() ~= spatial + 2 then
+    raise(op .. ": expected input " .. (spatial == 2 and "(N, C, H, W) or (C, H, W)" or "(N, C, L) or (C, L)")
+          .. ", got shape " .. shape_str(x))
+  end
+  if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
+  local list = {}
+  if type(size) == "table" then
+    for i = 1, spatial do list[i] = size[i] == nil and x:size(x:dim() - spatial + i) or size[i] end
+  else
+    list = per_dim(op, "output size", size, spatial, true)
+  end
+  list = per_dim(op, "output size", list, spatial, true)
+  local y = x
+  for i = 1, spatial do
+    local d = x:dim() - spatial + i
+    local n_in = x:size(d)
+    if n_in == 0 then raise(op .. ": input of shape " .. shape_str(x) .. " is empty along dim " .. d) end
+    if list[i] ~= n_in then
+      local P = averaging(n_in, list[i], x.dtype)
+      y = y:transpose(d, y:dim()):matmul(P:t()):transpose(d, y:dim())
+    end
+  end
+  return y
+end
+
+function F.adaptive_avg_pool2d(x, size) return adaptive("adaptive_avg_pool2d", x, size, 2) end
+function F.adaptive_avg_pool1d(x, size) return adaptive("adaptive_avg_pool1d", x, size, 1) end
+
+-- ---- the layers -----------------------------------------------------------------------------
+
+local Upsample = Module:extend("Upsample")
+L.Upsample = Upsample
+function Upsample:init(opts)
+  opts = options("Upsample", opts, INTERPOLATE_OPTS)
+  self.size, self.scale_factor, self.mode, self.align_corners = opts.size, opts.scale_factor, opts.mode or "nearest",
+    opts.align_corners
+  if MODES[self.mode] == nil then
+    raise("Upsample: mode must be nearest, nearest-exact, linear or bilinear, got " .. tostring(self.mode))
+  end
+  if (self.size == nil) == (self.scale_factor == nil) then raise("Upsample: give one of size and scale_factor") end
+end
+function Upsample:forward(x)
+  return F.interpolate(x, { size = self.size, scale_factor = self.scale_factor, mode = self.mode,
+                            align_corners = self.align_corners })
+end
+function Upsample:extra_repr()
+  return fmt("size", self.size, "scale_factor", self.scale_factor, "mode", self.mode, "align_corners",
+             self.align_corners)
+end
+
+for spatial, name in ipairs({ "AdaptiveAvgPool1d", "AdaptiveAvgPool2d" }) do
+  local cls = Module:extend(name)
+  local fn = spatial == 1 and F.adaptive_avg_pool1d or F.adaptive_avg_pool2d
+  function cls:init(size)
+    if size == nil then raise(name .. ": expected an output size") end
+    self.output_size = size
+  end
+  function cls:forward(x) return fn(x, self.output_size) end
+  function cls:extra_repr() return fmt("output_size", self.output_size) end
+  L[name] = cls
+end
+
+return { functional = F, layers = L }
