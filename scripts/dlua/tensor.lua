@@ -995,12 +995,26 @@ end
 -- operands'), adapting to the other operand as a Lua number does in arithmetic: whole
 -- numbers are int64 (a lower-priority 0-dim operand, so an int32 or float tensor keeps
 -- its dtype), others the default float.
-local function scalar_tensor(op, v, device)
+-- The ranges of the integer dtypes a number beside a tensor of them keeps.
+local INT_RANGE = { uint8 = { 0, 255 }, int32 = { -2 ^ 31, 2 ^ 31 - 1 }, int64 = { -9.2e18, 9.2e18 } }
+
+-- A 0-dim tensor of the number v. Beside a tensor (`beside`), v takes its dtype where
+-- that holds v, as PyTorch's wrapped numbers do: 0.1 beside float64 stays 0.1, not
+-- float32's 0.1 promoted; 3 beside int32 stays int32. Otherwise an integral v is int64,
+-- any other the default float dtype.
+local function scalar_tensor(op, v, device, beside)
   local code
   if type(v) == "boolean" then
     v, code = v and 1 or 0, BOOL
   elseif type(v) == "number" then
-    code = (v == floor(v) and v > -9.2e18 and v < 9.2e18) and INT64 or C.dl_default_dtype()
+    local integral = v == floor(v) and v > -9.2e18 and v < 9.2e18
+    local dt = beside and dtype_of(beside)
+    local range = dt and INT_RANGE[dtype_names[dt]]
+    if dt and (FLOATS[dt] or (range and integral and v >= range[1] and v <= range[2])) then
+      code = dt
+    else
+      code = integral and INT64 or C.dl_default_dtype()
+    end
   else
     return bad_arg(op, "a tensor or a number", v)
   end
@@ -1010,8 +1024,8 @@ end
 function dl.where(cond, a, b)
   check_tensor("where", cond)
   local device = (istype(Tensor, a) and a or istype(Tensor, b) and b or cond).device
-  if not istype(Tensor, a) then a = scalar_tensor("where", a, device) end
-  if not istype(Tensor, b) then b = scalar_tensor("where", b, device) end
+  if not istype(Tensor, a) then a = scalar_tensor("where", a, device, istype(Tensor, b) and b or nil) end
+  if not istype(Tensor, b) then b = scalar_tensor("where", b, device, istype(Tensor, a) and a or nil) end
   local id = C.dl_where(hid(cond), hid(a), hid(b))
   if id == 0 and retry() then id = C.dl_where(hid(cond), hid(a), hid(b)) end
   return wrap(id)
@@ -1109,7 +1123,7 @@ methods.equal = dl.equal
 
 function dl.allclose(a, b, rtol, atol)
   check_tensor("allclose", a)
-  if not istype(Tensor, b) then b = scalar_tensor("allclose", b, a.device) end
+  if not istype(Tensor, b) then b = scalar_tensor("allclose", b, a.device, a) end
   rtol = rtol == nil and 1e-5 or rtol
   atol = atol == nil and 1e-8 or atol
   if type(rtol) ~= "number" then bad_arg("allclose", "a number for rtol", rtol) end
