@@ -7,6 +7,7 @@
 --   x:triu(k), x:tril(k) -- the upper / lower triangle of the last two dims
 --   x:repeat_interleave(2, 1)  -- each row twice, in place: rows 1, 1, 2, 2, ...
 --   x:split(2, 1), x:chunk(3, 1), x:unbind(1)  -- lists of views along dim 1
+--   x:diagonal(k, d1, d2), dl.diag(v or m, k), m:trace(), dl.outer(a, b)
 --
 -- Each is made of the engine's differentiable views and ops (expand and reshape, narrow
 -- and cat, index_select, where), so gradients of any order come with it.
@@ -185,6 +186,76 @@ end
 function methods.triu(x, k) return triangle("triu", x, k, true) end
 function methods.tril(x, k) return triangle("tril", x, k, false) end
 dl.triu, dl.tril = methods.triu, methods.tril
+
+-- x:diagonal([offset = 0, dim1 = 1, dim2 = 2]): the elements (i, i + offset) of dims dim1
+-- and dim2, as the last dim of the result (the other dims first, in order), as PyTorch's.
+-- A strided slice of the two dims flattened together (a view where x's layout allows).
+function methods.diagonal(x, offset, d1, d2)
+  local op = "diagonal"
+  check(op, x)
+  offset = offset or 0
+  if type(offset) ~= "number" or offset ~= floor(offset) then
+    raise(op .. ": the offset must be an integer, got " .. tostring(offset))
+  end
+  if x:dim() < 2 then raise(op .. ": expected a tensor of 2 or more dims, got shape " .. T.shape_str(x.shape)) end
+  d1, d2 = dim_of(op, x, d1 or 1), dim_of(op, x, d2 or 2)
+  if d1 == d2 then raise(op .. ": dim1 and dim2 must differ, got both " .. d1) end
+  local order = {}
+  for d = 1, x:dim() do if d ~= d1 and d ~= d2 then order[#order + 1] = d end end
+  order[#order + 1], order[#order + 2] = d1, d2
+  local m = x:permute(order)
+  local rows, cols = x:size(d1), x:size(d2)
+  local len, first
+  if offset >= 0 then len, first = math.max(0, math.min(rows, cols - offset)), offset
+  else len, first = math.max(0, math.min(rows + offset, cols)), -offset * cols end
+  local lead = m.shape
+  lead[#lead], lead[#lead - 1] = nil, nil
+  local flat_shape = { unpack(lead) }
+  flat_shape[#flat_shape + 1] = rows * cols
+  local flat = m:reshape(flat_shape)
+  if len == 0 then return flat:narrow(#flat_shape, 1, 0) end
+  return flat:slice(#flat_shape, first + 1, first + (len - 1) * (cols + 1) + 1, cols + 1)
+end
+dl.diagonal = methods.diagonal
+
+-- dl.diag(v [, k]): a 1-D v on the k-th diagonal of a square matrix (zeros elsewhere);
+-- dl.diag(m [, k]): the k-th diagonal of a matrix, as a 1-D tensor (a view).
+function methods.diag(x, k)
+  local op = "diag"
+  check(op, x)
+  k = k or 0
+  if type(k) ~= "number" or k ~= floor(k) then raise(op .. ": the diagonal must be an integer, got " .. tostring(k)) end
+  if x:dim() == 2 then return methods.diagonal(x, k) end
+  if x:dim() ~= 1 then raise(op .. ": expected a 1-D or 2-D tensor, got shape " .. T.shape_str(x.shape)) end
+  local n = x:size(1)
+  local size = n + math.abs(k)
+  local pad = dl.zeros(math.abs(k), { dtype = x.dtype, device = x.device })
+  -- Row i holds x[i] where k >= 0, column j holds x[j] where k < 0.
+  local along = k >= 0 and dl.cat({ x, pad }, 1):unsqueeze(2) or dl.cat({ x, pad }, 1):unsqueeze(1)
+  local i = dl.arange(1, size + 1, { dtype = "int64", device = x.device }):reshape(size, 1)
+  local j = dl.arange(1, size + 1, { dtype = "int64", device = x.device }):reshape(1, size)
+  return dl.where((j - i):eq(k), along, dl.zeros({}, { dtype = x.dtype, device = x.device }))
+end
+dl.diag = methods.diag
+
+-- The sum of a matrix's main diagonal.
+function methods.trace(x)
+  check("trace", x)
+  if x:dim() ~= 2 then raise("trace: expected a 2-D tensor, got shape " .. T.shape_str(x.shape)) end
+  return methods.diagonal(x):sum()
+end
+dl.trace = methods.trace
+
+-- dl.outer(a, b): a[i] b[j] for 1-D a and b.
+function dl.outer(a, b)
+  check("outer", a)
+  check("outer", b)
+  if a:dim() ~= 1 or b:dim() ~= 1 then
+    raise("outer: expected two 1-D tensors, got shapes " .. T.shape_str(a.shape) .. " and " .. T.shape_str(b.shape))
+  end
+  return a:unsqueeze(2) * b:unsqueeze(1)
+end
+methods.outer = dl.outer
 
 -- ---- pieces along a dim: lists of views ----------------------------------------------------
 -- As PyTorch's (dim 1 by default). Each piece is a narrow or select view of x, so a

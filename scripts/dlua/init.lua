@@ -40,14 +40,21 @@ end
 -- Loaded when first used (Note [Modules loaded on first use] in core.lua): dl.vjp,
 -- dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint (transforms on dl.grad's engine),
 -- dl.einsum, tile, roll, flip, triu, tril, repeat_interleave, split, chunk, unbind,
--- dl.cond / dl.while_loop, and dl.vmap.
+-- diagonal, diag, trace, outer, the NaN and infinity tests, dl.bernoulli and
+-- dl.multinomial, dl.cond / dl.while_loop, and dl.vmap.
 local function loader(module) return function() require(module) end end
-local ARRANGE = { "tile", "roll", "flip", "triu", "tril", "repeat_interleave", "split", "chunk", "unbind" }
+local ARRANGE = { "tile", "roll", "flip", "triu", "tril", "repeat_interleave", "split", "chunk", "unbind", "diagonal",
+                  "diag", "trace", "outer" }
+local NONFINITE = { "isnan", "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num" }
 core.on_first_use(dl, { "vjp", "jvp", "jacobian", "hessian", "checkpoint" }, loader("dlua.transforms"))
 core.on_first_use(dl, { "einsum" }, loader("dlua.einsum"))
 core.on_first_use(dl, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
+core.on_first_use(dl, NONFINITE, loader("dlua.nonfinite"))
+core.on_first_use(T.methods, NONFINITE, loader("dlua.nonfinite"))
+core.on_first_use(dl, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
+core.on_first_use(T.methods, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
 core.on_first_use(dl, { "vmap" }, loader("dlua.vmap"))
 local SORTING = { "sort", "argsort", "topk", "kthvalue", "nonzero", "argwhere", "count_nonzero", "masked_select",

@@ -557,4 +557,85 @@ H.test("gelu: one fused op, its values and first and second derivatives (exact e
   H.values(F.gelu(dl.tensor({ 1, -1 })), { 0.8413447460685429, -0.15865525393145707 }, { dtype = "float32", tol = 1e-7 })
 end)
 
+H.test("diagonal, diag, trace and outer as PyTorch's, with gradients", function()
+  local m = dl.arange(1, 13):reshape(3, 4):float()
+  H.values(m:diagonal(), { 1, 6, 11 })
+  H.values(m:diagonal(1), { 2, 7, 12 })
+  H.values(m:diagonal(-1), { 5, 10 })
+  H.eq(m:diagonal(4):numel(), 0)
+  H.values(dl.diag(m), { 1, 6, 11 })
+  H.values(m:trace(), 18)
+  H.values(dl.diag(dl.tensor({ 1, 2, 3 })), { { 1, 0, 0 }, { 0, 2, 0 }, { 0, 0, 3 } })
+  H.values(dl.diag(dl.tensor({ 1, 2 }), 1), { { 0, 1, 0 }, { 0, 0, 2 }, { 0, 0, 0 } })
+  H.values(dl.diag(dl.tensor({ 1, 2 }), -2), { { 0, 0, 0, 0 }, { 0, 0, 0, 0 }, { 1, 0, 0, 0 }, { 0, 2, 0, 0 } })
+  local b = dl.arange(24):reshape(2, 3, 4)
+  H.values(b:diagonal(0, 2, 3), { { 0, 5, 10 }, { 12, 17, 22 } })   -- torch.diagonal(b, 0, 1, 2)
+  H.values(b:diagonal(1, 1, 3), { { 1, 14 }, { 5, 18 }, { 9, 22 } })  -- torch.diagonal(b, 1, 0, 2)
+  H.values(dl.outer(dl.tensor({ 1, 2 }), dl.tensor({ 3, 4, 5 })), { { 3, 4, 5 }, { 6, 8, 10 } })
+  H.values(dl.grad(function(x) return x:trace() * 2 + x:diagonal(1):sum() end)(dl.zeros(3, 3)),
+           { { 2, 1, 0 }, { 0, 2, 1 }, { 0, 0, 2 } })
+  H.values(dl.grad(function(v) return (dl.diag(v, 1) * dl.arange(16):reshape(4, 4)):sum() end)(dl.zeros(3)), { 1, 6, 11 })
+  H.ok(dl.gradcheck(function(a, c) return dl.outer(a, c):pow(2):sum() end, { t64({ 1, -2 }), t64({ 0.5, 3, -1 }) }))
+  H.raises(function() return m:diagonal(0, 1, 1) end, "diagonal: dim1 and dim2 must differ, got both 1")
+  H.raises(function() return dl.diag(dl.zeros(2, 2, 2)) end, "diag: expected a 1-D or 2-D tensor, got shape (2, 2, 2)")
+  H.raises(function() return dl.zeros(3):trace() end, "trace: expected a 2-D tensor, got shape (3,)")
+  H.raises(function() return dl.outer(m, m) end, "outer: expected two 1-D tensors, got shapes (3, 4) and (3, 4)")
+end)
+
+H.test("isnan, isinf, isfinite and nan_to_num as PyTorch's; integers hold neither", function()
+  local inf = math.huge
+  local x = dl.tensor({ 1, 0 / 0, inf, -inf, -2, 0 })
+  H.values(x:isnan(), { false, true, false, false, false, false })
+  H.values(x:isinf(), { false, false, true, true, false, false })
+  H.values(x:isposinf(), { false, false, true, false, false, false })
+  H.values(dl.isneginf(x), { false, false, false, true, false, false })
+  H.values(x:isfinite(), { true, false, false, false, true, true })
+  H.values(x:nan_to_num(), { 1, 0, 3.4028234663852886e38, -3.4028234663852886e38, -2, 0 })
+  H.values(x:double():nan_to_num(), { 1, 0, 1.7976931348623157e308, -1.7976931348623157e308, -2, 0 })
+  H.values(dl.nan_to_num(x, -1, 9, -9), { 1, -1, 9, -9, -2, 0 })
+  H.values(x:half():nan_to_num():float(), { 1, 0, 65504, -65504, -2, 0 })
+  local i = dl.tensor({ 1, 2 }, { dtype = "int64" })
+  H.values(i:isnan(), { false, false })
+  H.values(i:isfinite(), { true, true })
+  H.values(i:nan_to_num(), { 1, 2 })
+  H.values(dl.grad(function(v) return (v:nan_to_num() * 3):sum() end)(x), { 3, 0, 0, 0, 3, 3 })
+  H.raises(function() return x:nan_to_num("a") end, "nan_to_num: nan must be a number, got string")
+  H.raises(function() return dl.isnan(3) end, "isnan: expected a tensor, got number")
+end)
+
+H.test("bernoulli and multinomial draw in proportion, repeatably, and check their weights", function()
+  dl.manual_seed(11)
+  local p = dl.tensor({ 0.1, 0, 0.6, 0.3 })
+  local n = 20000
+  local s = dl.multinomial(p, n, { replacement = true })
+  H.eq(s.dtype, "int64")
+  local counts = { 0, 0, 0, 0 }
+  for _, c in ipairs(s:totable()) do counts[c] = counts[c] + 1 end
+  H.eq(counts[2], 0)                                    -- a zero weight is never drawn
+  for k, want in ipairs({ 0.1, 0, 0.6, 0.3 }) do H.near(counts[k] / n, want, 0.015) end
+  local first = { 0, 0, 0, 0 }
+  for _ = 1, 2000 do
+    local t = dl.multinomial(p * 10, 3):totable()           -- weights need not sum to 1
+    first[t[1]] = first[t[1]] + 1
+    H.ok(t[1] ~= t[2] and t[2] ~= t[3] and t[1] ~= t[3] and t[1] ~= 2 and t[2] ~= 2 and t[3] ~= 2)
+  end
+  for k, want in ipairs({ 0.1, 0, 0.6, 0.3 }) do H.near(first[k] / 2000, want, 0.04) end
+  local rows = dl.multinomial(dl.tensor({ { 0, 0, 1 }, { 1, 0, 0 } }), 4, { replacement = true })
+  H.values(rows, { { 3, 3, 3, 3 }, { 1, 1, 1, 1 } })
+  dl.manual_seed(5)
+  local a = dl.multinomial(p, 5, { replacement = true })
+  dl.manual_seed(5)
+  H.ok(dl.equal(a, dl.multinomial(p, 5, { replacement = true })))
+  local b = dl.bernoulli(dl.full({ 20000 }, 0.3))
+  H.eq(b.dtype, "float32")
+  H.near(b:mean():item(), 0.3, 0.015)
+  H.values(dl.bernoulli(dl.tensor({ 0, 1, 1, 0 })), { 0, 1, 1, 0 })
+  H.raises(function() dl.multinomial(p, 4) end, "multinomial: a row has fewer than 4 categories of nonzero probability")
+  H.raises(function() dl.multinomial(p, 5) end, "multinomial: cannot draw 5 samples from 4 categories without replacement")
+  H.raises(function() dl.multinomial(dl.tensor({ 0, 0 }), 1) end, "multinomial: a row of probabilities sums to 0")
+  H.raises(function() dl.multinomial(dl.tensor({ -1, 2 }), 1) end, "multinomial: probabilities must not be negative")
+  H.raises(function() dl.multinomial(p, 0) end, "multinomial: the number of samples must be an integer >= 1, got 0")
+  H.raises(function() dl.bernoulli(dl.tensor({ 1.5 })) end, "bernoulli: probabilities must lie in [0, 1]")
+end)
+
 H.run()

@@ -435,6 +435,41 @@ H.test("interpolate, Upsample and the adaptive average pools match PyTorch, grad
   H.raises(function() F.adaptive_avg_pool2d(x4, 0) end, "adaptive_avg_pool2d: output size must be integers >= 1, got 0")
 end)
 
+H.test("l1_loss, binary_cross_entropy, normalize and cosine_similarity match PyTorch, with gradients", function()
+  local r = R.layers.extra_losses
+  local F = nn.functional
+  local a, b, p, t, w = dl.tensor(r.a), dl.tensor(r.b), dl.tensor(r.p), dl.tensor(r.t), dl.tensor(r.w)
+  local cases = {
+    l1 = { function(x, y) return nn.l1_loss(x, y) end, { a, b } },
+    l1_sum = { function(x, y) return F.l1_loss(x, y, { reduction = "sum" }) end, { a, b } },
+    bce = { function(q) return nn.binary_cross_entropy(q, t) end, { p } },
+    bce_weighted = { function(q) return F.binary_cross_entropy(q, t, { weight = w, reduction = "sum" }) end, { p } },
+    normalize = { function(x) return (F.normalize(x) * b):sum() end, { a } },
+    normalize_p1_dim1 = { function(x) return (F.normalize(x, { p = 1, dim = 1 }) * b):sum() end, { a } },
+    cosine = { function(x, y) return (F.cosine_similarity(x, y) * dl.arange(4)):sum() end, { a, b } },
+    cosine_dim1 = { function(x, y) return F.cosine_similarity(x, y, { dim = 1 }):sum() end, { a, b } },
+  }
+  for name, c in pairs(cases) do
+    local fn, args = c[1], c[2]
+    local nums = {}
+    for i = 1, #args do nums[i] = i end
+    local got = { dl.value_and_grad(fn, nums)(unpack(args)) }
+    H.near(got[1]:item(), r[name].y, 2e-6, name)
+    for i = 1, #args do
+      local g, want = got[1 + i]:totable(), r[name].grads[i]
+      if name:find("^bce") then
+        -- where p is 0 or 1 the log is clamped at -100 and passes no gradient; PyTorch's
+        -- formula divides by max(p (1 - p), 1e-12) there instead
+        g[1][1], g[1][2], g[2][3], want[1][1], want[1][2], want[2][3] = 0, 0, 0, 0, 0, 0
+      end
+      H.near(g, want, 2e-6, name .. " gradient " .. i)
+    end
+  end
+  H.raises(function() nn.binary_cross_entropy(a, t) end, "binary_cross_entropy: probs must lie in [0, 1] (on logits, use bce_with_logits)")
+  H.raises(function() nn.l1_loss(a, t:narrow(1, 1, 2)) end, "l1_loss: input and target")
+  H.raises(function() F.normalize(a, { axis = 1 }) end, "normalize: unknown option 'axis'")
+end)
+
 H.test("pools and Flatten match PyTorch", function()
   local r = R.layers.pool
   local x = dl.tensor(r.x)

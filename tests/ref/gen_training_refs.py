@@ -256,6 +256,29 @@ def gen_layers():
             pools.append({"dims": dims, "size": list(size) if isinstance(size, tuple) else size, "y": y, "g": gy,
                           "gx": gx})
         out["resample"] = {"x4": x4, "x3": x3, "interpolate": cases, "adaptive": pools}
+
+        # l1_loss, binary_cross_entropy (probabilities at 0 and 1: the logs clamped at
+        # -100), normalize and cosine_similarity (a zero row: the eps), with gradients.
+        a, b = rnd(4, 5), rnd(4, 5)
+        a[3] = 0.0
+        p = torch.sigmoid(rnd(4, 5))
+        p[0, 0], p[0, 1], p[1, 2] = 0.0, 1.0, 1.0
+        t = (rnd(4, 5) > 0).float()
+        w = rnd(4, 5).abs()
+        va, vb, vp = a.clone().requires_grad_(), b.clone().requires_grad_(), p.clone().requires_grad_()
+        res = {"a": a, "b": b, "p": p, "t": t, "w": w}
+        for name, fn, args in (("l1", lambda: F.l1_loss(va, vb), (va, vb)),
+                               ("l1_sum", lambda: F.l1_loss(va, vb, reduction="sum"), (va, vb)),
+                               ("bce", lambda: F.binary_cross_entropy(vp, t), (vp,)),
+                               ("bce_weighted", lambda: F.binary_cross_entropy(vp, t, weight=w, reduction="sum"), (vp,)),
+                               ("normalize", lambda: (F.normalize(va) * vb).sum(), (va,)),
+                               ("normalize_p1_dim1", lambda: (F.normalize(va, p=1.0, dim=0) * vb).sum(), (va,)),
+                               ("cosine", lambda: (F.cosine_similarity(va, vb) * torch.arange(4.0)).sum(), (va, vb)),
+                               ("cosine_dim1", lambda: F.cosine_similarity(va, vb, dim=0).sum(), (va, vb))):
+            y = fn()
+            grads = torch.autograd.grad(y, list(args), allow_unused=True)
+            res[name] = {"y": y, "grads": [g for g in grads]}
+        out["extra_losses"] = res
     return out
 
 

@@ -533,13 +533,19 @@ function F.nll_loss(log_probs, labels, opts)
   return reduce(loss, r)
 end
 
+-- The reduction of a loss of two tensors of one shape (`names` says which, in errors),
+-- after checking them.
+local function paired(op, a, b, opts, names)
+  check_tensor(op, a)
+  check_tensor(op, b)
+  same_shape(op, a, b, names or "input and target")
+  return reduction_of(op, opts)
+end
+
 -- The checked operands of an elementwise loss of input and target: its reduction,
 -- the option `key` (a number >= 0, default 1) and |input - target|.
 local function distance_loss(op, input, target, opts, key)
-  check_tensor(op, input)
-  check_tensor(op, target)
-  same_shape(op, input, target, "input and target")
-  return reduction_of(op, opts), number_option(op, opts, key, 1, 0), (input - target):abs()
+  return paired(op, input, target, opts), number_option(op, opts, key, 1, 0), (input - target):abs()
 end
 
 -- smooth_l1_loss(input, target [, {reduction, beta = 1}]): 0.5 d^2 / beta where
@@ -564,10 +570,7 @@ end
 -- divides the sum by the batch size (the KL divergence); "mean" by the element count.
 function F.kl_div(input, target, opts)
   local op = "kl_div"
-  check_tensor(op, input)
-  check_tensor(op, target)
-  same_shape(op, input, target, "input and target")
-  local r = reduction_of(op, opts)
+  local r = paired(op, input, target, opts)
   local lt = type(opts) == "table" and opts.log_target or false
   local loss
   if lt then
@@ -599,6 +602,54 @@ function F.cosine_embedding_loss(x1, x2, y, opts)
   local yy = y:to(x1.dtype)
   local loss = dl.where(yy:gt(0), 1 - cos, 0) + dl.where(yy:lt(0), (cos - margin):clamp(0), 0)
   return reduce(loss, r)
+end
+
+-- l1_loss(input, target [, {reduction}]): |input - target|.
+function F.l1_loss(input, target, opts)
+  return reduce((input - target):abs(), paired("l1_loss", input, target, opts))
+end
+
+-- binary_cross_entropy(probs, targets [, {reduction, weight}]): -(y log p + (1 - y)
+-- log(1 - p)) with each log at least -100, as PyTorch's; probs must lie in [0, 1]. (On
+-- logits, bce_with_logits is the stable form.)
+function F.binary_cross_entropy(probs, targets, opts)
+  local op = "binary_cross_entropy"
+  local r = paired(op, probs, targets, opts, "probs and targets")
+  if probs:numel() > 0 and (probs:min():item() < 0 or probs:max():item() > 1) then
+    raise(op .. ": probs must lie in [0, 1] (on logits, use bce_with_logits)")
+  end
+  local loss = -(targets * probs:log():clamp(-100) + (1 - targets) * (1 - probs):log():clamp(-100))
+  local w = type(opts) == "table" and opts.weight or nil
+  if w ~= nil then
+    check_tensor(op, w)
+    loss = loss * w
+  end
+  return reduce(loss, r)
+end
+
+-- normalize(x [, {p = 2, dim = 2, eps = 1e-12}]): x divided by its p-norm along dim (at
+-- least eps), as PyTorch's F.normalize.
+function F.normalize(x, opts)
+  local op = "normalize"
+  check_tensor(op, x)
+  opts = options(op, opts, { p = true, dim = true, eps = true })
+  local dim = opts.dim or (x:dim() >= 2 and 2 or 1)
+  local norm = dl.linalg.vector_norm(x, opts.p or 2, dim, true)
+  return x / norm:clamp(number_option(op, opts, "eps", 1e-12, 0))
+end
+
+-- cosine_similarity(a, b [, {dim = 2, eps = 1e-8}]): the cosine of the angle between a and
+-- b along dim (broadcast), each norm at least eps.
+function F.cosine_similarity(a, b, opts)
+  local op = "cosine_similarity"
+  check_tensor(op, a)
+  check_tensor(op, b)
+  opts = options(op, opts, { dim = true, eps = true })
+  local dim = opts.dim or (math.max(a:dim(), b:dim()) >= 2 and 2 or 1)
+  local eps = number_option(op, opts, "eps", 1e-8, 0)
+  local na = dl.linalg.vector_norm(a, 2, dim, true):clamp(eps)
+  local nb = dl.linalg.vector_norm(b, 2, dim, true):clamp(eps)
+  return ((a / na) * (b / nb)):sum(dim)
 end
 
 -- The per-class probabilities of one-hot rows: labels (N) 1-based -> (N, C) float.

@@ -73,5 +73,6 @@ nn.smooth_l1_loss = F.smooth_l1_loss
 nn.huber_loss = F.huber_loss
 nn.kl_div = F.kl_div
 nn.cosine_embedding_loss = F.cosine_embedding_loss
+nn.l1_loss, nn.binary_cross_entropy = F.l1_loss, F.binary_cross_entropy
 
 return nn

@@ -1,0 +1,72 @@
+-- dlua.sampling: drawing from distributions given as tensors, as PyTorch's (functions of
+-- dl and methods, loaded when first used); they draw from the engine's generator, so
+-- dl.manual_seed(n) repeats them:
+--
+--   dl.bernoulli(p)                -- 1 with probability p, else 0 (p's dtype and shape)
+--   dl.multinomial(probs, n [, {replacement = false}])
+--                                  -- n category numbers (1-based, int64) per row of
+--                                  -- probs (1-D or 2-D, weights that need not sum to 1)
+--
+-- With replacement, each draw finds a uniform number's place in the running sums of the
+-- row (searchsorted); without, the n largest of log p - log(-log u) are taken (the Gumbel
+-- top-k, which draws in the same proportions as one category after another).
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local raise, bad_arg, options = core.raise, core.bad_arg, core.options
+local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
+local type, tostring, floor = type, tostring, math.floor
+
+local function check(op, p)
+  if not is_tensor(p) then bad_arg(op, "a tensor of probabilities", p) end
+  if not p:is_floating_point() then raise(op .. ": expected floating-point probabilities, got " .. p.dtype) end
+end
+
+function dl.bernoulli(p)
+  check("bernoulli", p)
+  if p:numel() > 0 and (p:min():item() < 0 or p:max():item() > 1) then
+    raise("bernoulli: probabilities must lie in [0, 1]")
+  end
+  return dl.rand_like(p):lt(p):to(p.dtype)
+end
+methods.bernoulli = dl.bernoulli
+
+function dl.multinomial(probs, n, opts)
+  local op = "multinomial"
+  check(op, probs)
+  opts = options(op, opts, { replacement = true })
+  if type(n) ~= "number" or n ~= floor(n) or n < 1 then
+    raise(op .. ": the number of samples must be an integer >= 1, got " .. tostring(n))
+  end
+  local nd = probs:dim()
+  if nd ~= 1 and nd ~= 2 then raise(op .. ": expected probabilities of 1 or 2 dims, got shape " .. T.shape_str(probs.shape)) end
+  local p = nd == 1 and probs:unsqueeze(1) or probs
+  local rows, cats = p:size(1), p:size(2)
+  if cats == 0 then raise(op .. ": there are no categories to draw from") end
+  if p:numel() > 0 and p:min():item() < 0 then raise(op .. ": probabilities must not be negative") end
+  local nonzero = p:gt(0):sum(2)
+  if rows > 0 and nonzero:min():item() == 0 then raise(op .. ": a row of probabilities sums to 0") end
+  local out
+  p = dl.no_grad(function() return p:double() end)
+  if opts.replacement then
+    local cdf = p:cumsum(2)
+    local u = dl.rand(rows, n, { dtype = "float64", device = p.device }) * cdf:narrow(2, cats, 1)
+    out = dl.searchsorted(cdf, u, { right = true }):clamp(nil, cats)
+  else
+    if n > cats then
+      raise(op .. ": cannot draw " .. n .. " samples from " .. cats .. " categories without replacement")
+    end
+    if nonzero:min():item() < n then
+      raise(op .. ": a row has fewer than " .. n .. " categories of nonzero probability to draw without replacement")
+    end
+    local u = dl.rand(rows, cats, { dtype = "float64", device = p.device }):clamp(1e-300)
+    local _, idx = (p:log() - (-u:log()):log()):topk(n, 2)
+    out = idx
+  end
+  out = out:long()
+  return nd == 1 and out:squeeze(1) or out
+end
+methods.multinomial = dl.multinomial
+
+return {}
