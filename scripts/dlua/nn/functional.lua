@@ -606,7 +606,8 @@ end
 
 -- l1_loss(input, target [, {reduction}]): |input - target|.
 function F.l1_loss(input, target, opts)
-  return reduce((input - target):abs(), paired("l1_loss", input, target, opts))
+  local r = paired("l1_loss", input, target, opts)
+  return reduce((input - target):abs(), r)
 end
 
 -- binary_cross_entropy(probs, targets [, {reduction, weight}]): -(y log p + (1 - y)
