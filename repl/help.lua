@@ -191,6 +191,7 @@ return {
   ["dl.nn.binary_cross_entropy"] = { "dl.nn.binary_cross_entropy(probs, targets [, {reduction, weight}])", "-(y log p + (1 - y) log(1 - p)), logs at least -100; on logits use bce_with_logits." },
   ["dl.nn.functional.normalize"] = { "F.normalize(x [, {p = 2, dim = 2, eps}])", "x over its p-norm along dim." },
   ["dl.nn.functional.cosine_similarity"] = { "F.cosine_similarity(a, b [, {dim = 2, eps}])", "The cosine of the angle between a and b along dim." },
+  ["Tensor:requires_grad_"] = { "v:requires_grad_([flag = true]), net:requires_grad_(flag)", "false freezes a Variable (a module's parameters): implicit gradients and minimize leave it out; v.trainable, net:trainable_parameters()." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },
   ["dl.nn.LayerNorm"] = { "dl.nn.LayerNorm(normalized_shape [, {eps, elementwise_affine}])", "Normalises each row over the last dims, then scales and shifts." },

@@ -463,6 +463,26 @@ end
 props.name = function(x) return names[x] end
 props.is_variable = is_variable
 
+-- Variables frozen by v:requires_grad_(false) (or a module's net:requires_grad_(false)),
+-- by tensor key. Implicit gradients (implicit_grad, implicit_value_and_grad, opt:minimize
+-- without a list or with a module, dl.dist's) leave them out, as TensorFlow leaves out
+-- variables that are not trainable: a frozen backbone gets no gradient and no update,
+-- and its backward is not computed. A gradient asked for by name (dl.grad's arguments,
+-- GradientTape.gradient's sources, minimize's explicit list) is still given.
+local frozen = {}
+
+function methods.requires_grad_(x, flag)
+  if flag == nil then flag = true end
+  if type(flag) ~= "boolean" then raise("requires_grad_: expected a boolean, got " .. type(flag)) end
+  if not is_variable(x) then
+    raise("requires_grad_: only a Variable (a parameter) can be frozen or unfrozen; dl.grad differentiates "
+          .. "with respect to its arguments")
+  end
+  frozen[key_of(x)] = (not flag) or nil
+  return x
+end
+props.trainable = function(x) return is_variable(x) and not frozen[key_of(x)] end
+
 local function as_value(op, v, like)
   if type(v) == "number" then return v end
   if is_tensor(v) then return v end
@@ -506,9 +526,10 @@ local function implicit(op, f, with_value)
       for i = 1, C.dl_varlog_count() do
         local id = C.dl_varlog_get(i)
         if id == 0 then ok, r = false, ffi_string(C.dl_last_error()) break end
-        local v = variables[C.dl_tensor_key(id)]
+        local key = C.dl_tensor_key(id)
+        local v = variables[key]
         if v then C.dl_release_id(id) else v = wrap(id) end
-        used[i] = v
+        if not frozen[key] then used[#used + 1] = v end
       end
     end
     C.dl_varlog_pop()

@@ -215,7 +215,7 @@ function Optimizer:minimize(loss_fn, variables)
     self:apply_gradients(gv)
     return loss
   end
-  if Module.is_module(variables) then variables = variables:parameters() end
+  if Module.is_module(variables) then variables = variables:trainable_parameters() end
   if type(variables) ~= "table" then bad_arg("minimize", "a list of variables", variables) end
   local tape = dl.GradientTape()
   local loss = tape:record(loss_fn)

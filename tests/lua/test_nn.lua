@@ -470,6 +470,43 @@ H.test("l1_loss, binary_cross_entropy, normalize and cosine_similarity match PyT
   H.raises(function() F.normalize(a, { axis = 1 }) end, "normalize: unknown option 'axis'")
 end)
 
+H.test("frozen parameters get no implicit gradient and no update; unfreezing brings them back", function()
+  dl.manual_seed(3)
+  local net = nn.Sequential{ nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2) }
+  H.ok(rawequal(net[1]:requires_grad_(false), net[1]))
+  H.eq(net[1].weight.trainable, false)
+  H.eq(net[3].bias.trainable, true)
+  H.eq(#net:parameters(), 4)
+  H.eq(#net:trainable_parameters(), 2)
+  H.ok(rawequal(net:trainable_parameters()[1], net[3].weight))
+  local x, y = dl.randn(16, 4), dl.randn(16, 2)
+  local loss = function() return nn.mse_loss(net(x), y) end
+  local before1, before3 = net[1].weight:clone(), net[3].weight:clone()
+  local _, gv = dl.implicit_value_and_grad(loss)()
+  H.eq(#gv, 2)
+  H.ok(rawequal(gv[1][2], net[3].weight) or rawequal(gv[2][2], net[3].weight))
+  local opt = dl.optim.Adam{ lr = 0.05 }
+  opt:apply_gradients(gv)
+  opt:minimize(loss)                                   -- implicit
+  opt:minimize(loss, net)                              -- a module: its trainable parameters
+  local step = dl.compile(function() return opt:minimize(loss) end)
+  for _ = 1, 3 do step() end
+  H.ok(dl.equal(net[1].weight, before1))
+  H.ok(not dl.equal(net[3].weight, before3))
+  -- asked for by name, a frozen variable's gradient is still given (as TensorFlow's tape)
+  local tape = dl.GradientTape()
+  local l = tape:record(loss)
+  H.ok(tape:gradient(l, net[1].weight):abs():sum():item() > 0)
+  H.ok(net:state_dict()["1.weight"] ~= nil)
+  net:requires_grad_()
+  H.eq(#net:trainable_parameters(), 4)
+  opt:minimize(loss)
+  H.ok(not dl.equal(net[1].weight, before1))
+  H.raises(function() dl.randn(2):requires_grad_(false) end,
+           "requires_grad_: only a Variable (a parameter) can be frozen or unfrozen")
+  H.raises(function() net[1].weight:requires_grad_("no") end, "requires_grad_: expected a boolean, got string")
+end)
+
 H.test("pools and Flatten match PyTorch", function()
   local r = R.layers.pool
   local x = dl.tensor(r.x)

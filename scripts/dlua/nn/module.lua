@@ -309,6 +309,24 @@ function Module:children()
 end
 
 -- fn(module) for every module below this one, children first (as PyTorch's apply).
+-- Freezes (false) or unfreezes (true, the default) every parameter, as PyTorch's
+-- requires_grad_: implicit gradients and opt:minimize(f, net) leave frozen ones out
+-- (scripts/dlua/autograd.lua). Returns the module.
+function Module:requires_grad_(flag)
+  if flag == nil then flag = true end
+  for _, p in ipairs(self:parameters()) do p:requires_grad_(flag) end
+  return self
+end
+
+-- The parameters not frozen, in parameters() order (Keras's trainable_variables).
+function Module:trainable_parameters()
+  local out = {}
+  for _, p in ipairs(self:parameters()) do
+    if p.trainable then out[#out + 1] = p end
+  end
+  return out
+end
+
 function Module:apply(fn)
   local mods = self:modules()
   for i = #mods, 1, -1 do fn(mods[i]) end
