@@ -173,6 +173,47 @@ return function(H)
     return finish(new(C.dl_linspace, v[1], v[2], v[3], code or default_dtype(), dev), opts)
   end
 
+  -- dl.logspace(a, b, n [, base = 10] [, opts]): base^linspace(a, b, n).
+  function dl.logspace(...)
+    local v, opts = numbers_then_opts("logspace", 3, 4, ...)
+    local base = v[4] or 10
+    local code, dev = parse_opts("logspace", opts)
+    int_arg("logspace", v[3], "number of points")
+    local dt = code or default_dtype()
+    -- (the exponents in double, as PyTorch computes them, then the powers in the dtype)
+    local e = new(C.dl_linspace, v[1], v[2], v[3], core.dtype_codes.float64, dev)
+    return finish(to_dtype(dl.pow(base, e), dt), opts)
+  end
+
+  -- dl.meshgrid(x1, x2, ... [, {indexing = "ij"}]): for 1-D tensors of sizes n1, n2 ...,
+  -- as many tensors of shape (n1, n2, ...), the k-th varying along dim k ("xy": the first
+  -- two dims swapped, as numpy's default), returned as values.
+  function dl.meshgrid(...)
+    local n = select("#", ...)
+    local opts = n > 0 and type(select(n, ...)) == "table" and not istype(Tensor, select(n, ...)) and select(n, ...) or nil
+    if opts then n = n - 1 end
+    local list = {}
+    for i = 1, n do
+      local t = select(i, ...)
+      check_tensor("meshgrid", t)
+      if t:dim() ~= 1 then raise("meshgrid: expected 1-D tensors, got shape " .. shape_str(t.shape) .. " for tensor " .. i) end
+      list[i] = t
+    end
+    if n == 0 then raise("meshgrid: expected at least one tensor") end
+    local indexing = opts and opts.indexing or "ij"
+    if indexing ~= "ij" and indexing ~= "xy" then raise("meshgrid: indexing must be \"ij\" or \"xy\", got " .. tostring(indexing)) end
+    local shape = {}
+    for i = 1, n do shape[i] = list[i]:size(1) end
+    local out = {}
+    for i = 1, n do
+      local view = {}
+      for k = 1, n do view[k] = k == i and shape[i] or 1 end
+      out[i] = list[i]:view(view):expand(shape)
+      if indexing == "xy" and n >= 2 then out[i] = out[i]:transpose(1, 2) end
+    end
+    return unpack(out, 1, n)
+  end
+
   function dl.eye(...)
     local v, opts = numbers_then_opts("eye", 1, 2, ...)
     local n = int_arg("eye", v[1], "size")

@@ -41,7 +41,8 @@ end
 -- dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint (transforms on dl.grad's engine),
 -- dl.einsum, tile, roll, flip, triu, tril, repeat_interleave, split, chunk, unbind,
 -- diagonal, diag, trace, outer, the NaN and infinity tests, dl.bernoulli and
--- dl.multinomial, dl.cond / dl.while_loop, and dl.vmap.
+-- dl.multinomial, PyTorch's other spellings (clamp_min, movedim, new_zeros ...),
+-- dl.cond / dl.while_loop, and dl.vmap.
 local function loader(module) return function() require(module) end end
 local ARRANGE = { "tile", "roll", "flip", "triu", "tril", "repeat_interleave", "split", "chunk", "unbind", "diagonal",
                   "diag", "trace", "outer" }
@@ -53,12 +54,16 @@ core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 core.on_first_use(dl, NONFINITE, loader("dlua.nonfinite"))
 core.on_first_use(T.methods, NONFINITE, loader("dlua.nonfinite"))
+local ALIASES = { "clamp_min", "clamp_max", "swapaxes", "swapdims", "movedim", "type_as", "new_zeros", "new_ones",
+                  "new_full", "new_tensor" }
+core.on_first_use(T.methods, ALIASES, loader("dlua.aliases"))
+core.on_first_use(dl, { "movedim", "swapaxes", "swapdims" }, loader("dlua.aliases"))
 core.on_first_use(dl, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(T.methods, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
 core.on_first_use(dl, { "vmap" }, loader("dlua.vmap"))
-local SORTING = { "sort", "argsort", "topk", "kthvalue", "nonzero", "argwhere", "count_nonzero", "masked_select",
-                  "unique" }
+local SORTING = { "sort", "argsort", "topk", "kthvalue", "median", "nonzero", "argwhere", "count_nonzero",
+                  "masked_select", "unique" }
 core.on_first_use(dl, SORTING, loader("dlua.sorting"))
 core.on_first_use(T.methods, SORTING, loader("dlua.sorting"))
 core.on_first_use(dl, { "searchsorted" }, loader("dlua.sorting"))

@@ -213,6 +213,33 @@ function M.newindex(x, key, v)
   x:copy_(dl.where(mask, placed, x))
 end
 
+-- x:median(): the lower median of all elements (a 0-dim tensor); x:median(dim [,
+-- keepdim]): along dim, values and indices, as PyTorch's (the lower of the two middle
+-- values for an even count; NaN where the slice holds one).
+function methods.median(x, dim, keepdim)
+  check("median", x)
+  if dim == nil then
+    local flat = x:reshape(-1)
+    local n = flat:numel()
+    if n == 0 then raise("median: the tensor is empty") end
+    local v = methods.kthvalue(flat, floor((n + 1) / 2), 1)
+    if x:is_floating_point() and flat:ne(flat):any() then return dl.tensor(0 / 0, { dtype = x.dtype }) end
+    return v
+  end
+  dim = int_arg("median", dim, "dimension")
+  local n = size_along("median", x, dim)
+  if n == 0 then raise("median: dimension " .. dim .. " is empty") end
+  local v, i = methods.kthvalue(x, floor((n + 1) / 2), dim, keepdim)
+  if x:is_floating_point() then
+    local nan = x:ne(x)
+    local has = nan:any(dim, keepdim and true or false)
+    v = dl.where(has, 0 / 0, v)
+    i = dl.where(has, nan:long():argmax(dim, keepdim and true or false), i)   -- the first NaN's
+  end
+  return v, i
+end
+dl.median = methods.median
+
 -- dl.unique(x [, {sorted = true, return_inverse = false, return_counts = false}]): the
 -- distinct values of x (flattened) in ascending order; with return_inverse, for each
 -- element of x the 1-based index of its value among them (x's shape); with

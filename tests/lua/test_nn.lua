@@ -507,6 +507,41 @@ H.test("frozen parameters get no implicit gradient and no update; unfreezing bri
   H.raises(function() net[1].weight:requires_grad_("no") end, "requires_grad_: expected a boolean, got string")
 end)
 
+H.test("max_pool1d, avg_pool1d, their layers, Unflatten and median match PyTorch", function()
+  local r = R.layers.pool1d_median
+  local F = nn.functional
+  local x = dl.tensor(r.x)
+  for i, c in ipairs(r.pools) do
+    local fn = c.kind == "max" and F.max_pool1d or F.avg_pool1d
+    local what = "pool case " .. i
+    close(fn(x, c.k, c.opts), c.y, 1e-6, what)
+    close(dl.grad(function(v) return (fn(v, c.k, c.opts) * dl.tensor(c.g)):sum() end)(x), c.gx, 1e-6, what)
+    if c.kind == "max" then
+      local o = {}
+      for k, v in pairs(c.opts) do o[k] = v end
+      o.return_indices = true
+      local _, idx = fn(x, c.k, o)
+      H.values(idx, c.idx)
+    end
+  end
+  close(nn.MaxPool1d(2)(x), r.pools[1].y)
+  H.eq(tostring(nn.AvgPool1d(3, { stride = 2 })), "AvgPool1d(kernel_size=3, stride=2, padding=0)")
+  H.shape(nn.Unflatten(3, { 3, 3 })(x), { 2, 3, 3, 3 })
+  H.shape(nn.Unflatten(-1, { 1, 9 })(x[1]), { 3, 1, 9 })
+  local m, m2 = dl.tensor(r.m), dl.tensor(r.m2)
+  local v, i = m:median(2)
+  close(v, r.values)
+  H.values(i, r.indices)                                 -- a NaN row gives the NaN and its index
+  close(m2:median(), r.all)
+  local v1, i1 = dl.median(m2, 1)
+  close(v1, r.dim1)
+  H.values(i1, r.dim1_idx)
+  H.shape(m2:median(2, true), { 4, 1 })
+  H.raises(function() F.max_pool1d(x[1][1], 2) end, "max_pool1d: expected input (N, C, L) or (C, L), got shape (9,)")
+  H.raises(function() nn.Unflatten(2, { 2, 2 })(x) end, "reshape")
+  H.raises(function() dl.zeros(0):median() end, "median: the tensor is empty")
+end)
+
 H.test("pools and Flatten match PyTorch", function()
   local r = R.layers.pool
   local x = dl.tensor(r.x)

@@ -279,6 +279,29 @@ def gen_layers():
             grads = torch.autograd.grad(y, list(args), allow_unused=True)
             res[name] = {"y": y, "grads": [g for g in grads]}
         out["extra_losses"] = res
+
+        # The 1-d pools (values, indices, gradients) and median (no ties in the indices).
+        x = rnd(2, 3, 9)
+        g = {}
+        pools = []
+        for kind, k, kw in (("max", 2, {}), ("max", 3, {"stride": 2, "padding": 1, "ceil_mode": True}),
+                            ("avg", 3, {"stride": 1, "padding": 1}),
+                            ("avg", 4, {"stride": 2, "padding": 2, "count_include_pad": False, "ceil_mode": True})):
+            v = x.clone().requires_grad_()
+            if kind == "max":
+                y, idx = F.max_pool1d(v, k, return_indices=True, **kw)
+            else:
+                y, idx = F.avg_pool1d(v, k, **kw), None
+            gy = rnd(*y.shape)
+            (gx,) = torch.autograd.grad((y * gy).sum(), [v])
+            pools.append({"kind": kind, "k": k, "opts": kw, "y": y, "g": gy, "gx": gx,
+                          "idx": (idx + 1) if idx is not None else "none"})
+        m = rnd(3, 6)
+        m[1, 2] = float("nan")
+        mv, mi = m.median(1)
+        m2 = rnd(4, 5)
+        out["pool1d_median"] = {"x": x, "pools": pools, "m": m, "values": mv, "indices": mi + 1,
+                                "m2": m2, "all": m2.median(), "dim1": m2.median(0)[0], "dim1_idx": m2.median(0)[1] + 1}
     return out
 
 

@@ -265,6 +265,29 @@ function F.avg_pool2d(x, k, opts)
   return wrap(id)
 end
 
+-- max_pool1d / avg_pool1d(x (N, C, L) or (C, L), k [, {stride, padding, ceil_mode,
+-- count_include_pad, return_indices}]): the 2-D pools over a height of 1 (indices are
+-- then positions along L).
+local function pool1d(op, pool2d)
+  return function(x, k, opts)
+    check_tensor(op, x)
+    if x:dim() ~= 2 and x:dim() ~= 3 then
+      raise(op .. ": expected input (N, C, L) or (C, L), got shape " .. shape_str(x.shape))
+    end
+    opts = options(op, opts, POOL_OPTS)
+    local o2 = {}
+    for key, v in pairs(opts) do o2[key] = v end
+    local kk = single(op, "kernel size", k, 1)
+    o2.stride = { 1, single(op, "stride", opts.stride or kk, 1) }
+    o2.padding = { 0, single(op, "padding", opts.padding or 0, 0) }
+    local y, i = pool2d(x:unsqueeze(x:dim()), { 1, kk }, o2)
+    if i then return y:squeeze(y:dim() - 1), i:squeeze(i:dim() - 1) end
+    return y:squeeze(y:dim() - 1)
+  end
+end
+F.max_pool1d = pool1d("max_pool1d", F.max_pool2d)
+F.avg_pool1d = pool1d("avg_pool1d", F.avg_pool2d)
+
 -- The mean over H and W: (N, C, H, W) -> (N, C) (or (N, C, 1, 1) with keepdim).
 function F.global_avg_pool2d(x, keepdim)
   check_tensor("global_avg_pool2d", x)

@@ -322,6 +322,24 @@ function AvgPool2d:init(k, opts) pool_init(self, "AvgPool2d", k, opts) end
 function AvgPool2d:forward(x) return F.avg_pool2d(x, self.kernel_size, self._opts) end
 AvgPool2d.extra_repr = pool_repr
 
+-- MaxPool1d(k [, {stride = k, padding, ceil_mode}]) and AvgPool1d (count_include_pad too).
+for _, name in ipairs({ "MaxPool1d", "AvgPool1d" }) do
+  local cls = Module:extend(name)
+  local fn = name == "MaxPool1d" and F.max_pool1d or F.avg_pool1d
+  function cls:init(k, opts)
+    opts = options(name, opts, POOL_OPTS)
+    self.kernel_size = int_arg(name, k, "kernel size")
+    self.stride = int_arg(name, opts.stride or k, "stride")
+    self.padding = int_arg(name, opts.padding or 0, "padding", 0)
+    self.ceil_mode = opts.ceil_mode and true or false
+    self._opts = { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
+                   count_include_pad = opts.count_include_pad }
+  end
+  function cls:forward(x) return fn(x, self.kernel_size, self._opts) end
+  cls.extra_repr = pool_repr
+  L[name] = cls
+end
+
 local GlobalAvgPool2d = Module:extend("GlobalAvgPool2d")
 L.GlobalAvgPool2d = GlobalAvgPool2d
 function GlobalAvgPool2d:init(opts)
@@ -341,6 +359,27 @@ function Flatten:forward(x)
   return x:flatten(self.start_dim, self.end_dim)
 end
 function Flatten:extra_repr() return fmt("start_dim", self.start_dim, "end_dim", self.end_dim) end
+
+-- Unflatten(dim, sizes): dim split into sizes (their product its size), as PyTorch's.
+local Unflatten = Module:extend("Unflatten")
+L.Unflatten = Unflatten
+function Unflatten:init(dim, sizes)
+  int_arg("Unflatten", math.abs(dim or 0), "dim")
+  if type(sizes) ~= "table" or #sizes == 0 then bad_arg("Unflatten", "a list of sizes", sizes) end
+  self.dim, self.unflattened_size = dim, sizes
+end
+function Unflatten:forward(x)
+  check_tensor("Unflatten", x)
+  local n = x:dim()
+  local d = self.dim < 0 and n + self.dim + 1 or self.dim
+  if d < 1 or d > n then raise("Unflatten: dim " .. self.dim .. " is out of range for input of shape " .. shape_str(x)) end
+  local shape = {}
+  for k = 1, d - 1 do shape[#shape + 1] = x:size(k) end
+  for _, s in ipairs(self.unflattened_size) do shape[#shape + 1] = s end
+  for k = d + 1, n do shape[#shape + 1] = x:size(k) end
+  return x:reshape(shape)
+end
+function Unflatten:extra_repr() return fmt("dim", self.dim, "unflattened_size", self.unflattened_size) end
 
 -- ---- dropout, normalisation, embedding ---------------------------------------------------------
 
