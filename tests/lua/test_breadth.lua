@@ -304,7 +304,9 @@ local function load_params(net, params)
   for key, v in pairs(params) do
     local obj = net
     local names = {}
-    for part in (key .. "__"):gmatch("(.-)__") do names[#names + 1] = part end
+    for part in (key .. "__"):gmatch("(.-)__") do
+      names[#names + 1] = part:match("^%d+$") and tonumber(part) + 1 or part   -- layers.0 is layers[1]
+    end
     for i = 1, #names - 1 do obj = obj[names[i]] end
     local t = obj[names[#names]]
     assert(dl.is_tensor(t), key)
@@ -368,6 +370,76 @@ H.test("MultiheadAttention and TransformerEncoderLayer as PyTorch's", function()
   local x2 = x:clone()
   x2:narrow(2, 3, 2):copy_(dl.randn(1, 2, 8))
   H.near(enc(x2, { is_causal = true }):narrow(2, 1, 2):totable(), a:narrow(2, 1, 2):totable(), 1e-6)
+end)
+
+H.test("TransformerDecoderLayer, the stacks and Transformer as PyTorch's, with gradients", function()
+  local function count(t) local n = 0 for _ in pairs(t) do n = n + 1 end return n end
+  local mask = nn.Transformer.generate_square_subsequent_mask(4, { dtype = "float64" })
+  H.values(mask, { { 0, -math.huge, -math.huge, -math.huge }, { 0, 0, -math.huge, -math.huge },
+                   { 0, 0, 0, -math.huge }, { 0, 0, 0, 0 } })
+  for name, kw in pairs({ decoder_post = {}, decoder_pre_gelu = { norm_first = true, activation = "gelu" } }) do
+    local c = R.transformer[name]
+    local o = { dim_feedforward = 16, dropout = 0, batch_first = true }
+    for k, v in pairs(kw) do o[k] = v end
+    local dec = nn.TransformerDecoderLayer(8, 2, o):to("float64")
+    dec:eval()
+    H.eq(#dec:parameters(), count(c.params), name .. ": PyTorch's parameters")
+    load_params(dec, c.params)
+    local opts = { tgt_mask = mask, memory_key_padding_mask = dl.tensor(c.pad, { dtype = "bool" }) }
+    local tgt, mem, cc = t64(c.tgt), t64(c.mem), t64(c.c)
+    H.near(dec(tgt, mem, opts):totable(), c.y, 1e-12, name)
+    local gt, gm = dl.grad(function(a, b) return (dec(a, b, opts) * cc):sum() end, { 1, 2 })(tgt, mem)
+    H.near(gt:totable(), c.gt, 1e-10, name .. " target gradient")
+    H.near(gm:totable(), c.gm, 1e-10, name .. " memory gradient")
+  end
+  local c = R.transformer.transformer
+  local t = nn.Transformer(8, 2, { num_encoder_layers = 2, num_decoder_layers = 2, dim_feedforward = 16, dropout = 0,
+                                   batch_first = true }):to("float64")
+  t:eval()
+  local names = {}
+  for i, p in ipairs(t:named_parameters()) do names[i] = p[1] end
+  local want = {}
+  for i, n in ipairs(c.names) do   -- PyTorch's names, its lists counted from 1
+    want[i] = n:gsub("%.(%d+)%.", function(d) return "." .. (tonumber(d) + 1) .. "." end)
+  end
+  H.eq(table.concat(names, " "), table.concat(want, " "))
+  load_params(t, c.params)
+  local pad = dl.tensor(c.pad, { dtype = "bool" })
+  local opts = { tgt_mask = mask, src_key_padding_mask = pad, memory_key_padding_mask = pad }
+  local src, tgt, cc = t64(c.src), t64(c.tgt), t64(c.c)
+  H.near(t(src, tgt, opts):totable(), c.y, 1e-12, "transformer")
+  local gs, gt = dl.grad(function(a, b) return (t(a, b, opts) * cc):sum() end, { 1, 2 })(src, tgt)
+  H.near(gs:totable(), c.gs, 1e-10, "transformer source gradient")
+  H.near(gt:totable(), c.gt, 1e-10, "transformer target gradient")
+  -- the stacks hold copies of the layer they are given
+  local layer = nn.TransformerEncoderLayer(8, 2, { dim_feedforward = 16, batch_first = true })
+  local enc = nn.TransformerEncoder(layer, 3, { norm = nn.LayerNorm(8) })
+  H.eq(#enc.layers, 3)
+  H.ok(not rawequal(enc.layers[1].linear1.weight, layer.linear1.weight))
+  H.ok(dl.equal(enc.layers[2].linear1.weight, layer.linear1.weight))
+  H.shape(enc(dl.randn(2, 5, 8), { is_causal = true }), { 2, 5, 8 })
+  H.raises(function() nn.TransformerEncoder({}, 2) end, "TransformerEncoder: expected a layer (a module), got table")
+  H.raises(function() nn.TransformerDecoderLayer(8, 2, { activation = "tanh" }) end,
+           "TransformerDecoderLayer: activation must be relu or gelu, got tanh")
+end)
+
+H.test("Module:clone copies deeply: fresh Variables, buffers, sharing and frozen state kept", function()
+  local lin = nn.Linear(3, 3)
+  local net = nn.Sequential{ lin, nn.BatchNorm1d(3), nn.ReLU(), lin }
+  net[2]:requires_grad_(false)
+  local c = net:clone()
+  H.eq(tostring(c), tostring(net))
+  H.ok(not rawequal(c[1].weight, net[1].weight) and dl.equal(c[1].weight, net[1].weight))
+  H.ok(rawequal(c[1], c[4]))                         -- shared in the original, shared in the copy
+  H.eq(c[2].weight.trainable, false)
+  H.eq(c[1].weight.name, "weight")
+  local x = dl.randn(5, 3)
+  net:eval(); c:eval()
+  H.ok(dl.equal(c(x), net(x)))
+  dl.no_grad(function() c[1].weight:fill_(0) end)
+  H.ok(net[1].weight:abs():sum():item() > 0)
+  c[2].running_mean:fill_(7)
+  H.values(net[2].running_mean, { 0, 0, 0 })
 end)
 
 H.test("conv1d and pad (every mode) as PyTorch's, with gradients", function()

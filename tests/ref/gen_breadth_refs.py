@@ -276,6 +276,39 @@ def gen_attention():
     return out
 
 
+def gen_transformer():
+    """nn.TransformerDecoderLayer (post- and pre-norm, gelu) with a causal target mask and a
+    memory padding mask, and a two-layer nn.Transformer with masks, in eval mode: outputs
+    and gradients of sum(out * c) for the target and the memory (source)."""
+    out = {}
+    with torch.random.fork_rng():
+        torch.manual_seed(20261130)
+        causal = torch.nn.Transformer.generate_square_subsequent_mask(4).double()
+        pad = torch.tensor([[False, False, False, True, True], [False, False, False, False, False]])
+        for name, kw in (("decoder_post", {}), ("decoder_pre_gelu", {"norm_first": True, "activation": "gelu"})):
+            dec = torch.nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, **kw).double()
+            dec.eval()
+            tgt, mem = rnd(2, 4, 8), rnd(2, 5, 8)
+            tr, mr = tgt.clone().requires_grad_(), mem.clone().requires_grad_()
+            y = dec(tr, mr, tgt_mask=causal, memory_key_padding_mask=pad)
+            c = rnd(*y.shape)
+            gt, gm = torch.autograd.grad((y * c).sum(), [tr, mr])
+            out[name] = {"params": {k.replace(".", "__"): v for k, v in dec.named_parameters()}, "tgt": tgt, "mem": mem,
+                         "pad": pad, "y": y, "c": c, "gt": gt, "gm": gm}
+        t = torch.nn.Transformer(8, 2, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=16, dropout=0.0,
+                                 batch_first=True).double()
+        t.eval()
+        src, tgt = rnd(2, 5, 8), rnd(2, 4, 8)
+        sr, tr = src.clone().requires_grad_(), tgt.clone().requires_grad_()
+        y = t(sr, tr, tgt_mask=causal, src_key_padding_mask=pad, memory_key_padding_mask=pad)
+        c = rnd(*y.shape)
+        gs, gt = torch.autograd.grad((y * c).sum(), [sr, tr])
+        out["transformer"] = {"params": {k.replace(".", "__"): v for k, v in t.named_parameters()}, "src": src,
+                              "tgt": tgt, "pad": pad, "y": y, "c": c, "gs": gs, "gt": gt,
+                              "names": [k for k, _ in t.named_parameters()]}
+    return out
+
+
 def gen_conv1d_pad():
     """conv1d with stride, padding, dilation and groups; F.pad in every mode (4-D input,
     the last two dims padded, a negative count in constant mode): outputs and gradients
@@ -414,7 +447,7 @@ def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
             "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
-            "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange()}
+            "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

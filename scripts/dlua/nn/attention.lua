@@ -1,6 +1,7 @@
--- dlua.nn.attention: scaled dot-product attention, nn.MultiheadAttention and
--- nn.TransformerEncoderLayer, as PyTorch's (the same shapes, masks, parameter names
--- and initialisation, so that a state dict moves between the two).
+-- dlua.nn.attention: scaled dot-product attention, nn.MultiheadAttention, the
+-- transformer layers (TransformerEncoderLayer, TransformerDecoderLayer), their stacks and
+-- nn.Transformer, as PyTorch's (the same shapes, masks, parameter names and
+-- initialisation, so that a state dict moves between the two).
 --
 --   local y = F.scaled_dot_product_attention(q, k, v, {causal = true})
 --   local mha = dl.nn.MultiheadAttention(64, 4, {batch_first = true})
@@ -198,8 +199,9 @@ local Encoder = Module:extend("TransformerEncoderLayer")
 A.TransformerEncoderLayer = Encoder
 local ENCODER = { dim_feedforward = true, dropout = true, activation = true, layer_norm_eps = true,
                   batch_first = true, norm_first = true }
-function Encoder:init(d_model, nhead, opts)
-  local name = "TransformerEncoderLayer"
+-- The members of an encoder layer, and with `cross` a decoder layer's (attention over
+-- the memory, a third norm and dropout), in PyTorch's order.
+local function layer_init(self, name, d_model, nhead, opts, cross)
   opts = options(name, opts, ENCODER)
   local ff = opts.dim_feedforward or 2048
   local p = opts.dropout == nil and 0.1 or opts.dropout
@@ -208,14 +210,21 @@ function Encoder:init(d_model, nhead, opts)
   self.activation = act
   self.norm_first = opts.norm_first == true
   self.self_attn = MHA(d_model, nhead, { batch_first = opts.batch_first, dropout = p })
+  if cross then self.multihead_attn = MHA(d_model, nhead, { batch_first = opts.batch_first, dropout = p }) end
   self.linear1 = L.Linear(d_model, ff)
   self.dropout = L.Dropout(p)
   self.linear2 = L.Linear(ff, d_model)
   local eps = opts.layer_norm_eps or 1e-5
   self.norm1 = L.LayerNorm(d_model, { eps = eps })
   self.norm2 = L.LayerNorm(d_model, { eps = eps })
+  if cross then self.norm3 = L.LayerNorm(d_model, { eps = eps }) end
   self.dropout1 = L.Dropout(p)
   self.dropout2 = L.Dropout(p)
+  if cross then self.dropout3 = L.Dropout(p) end
+end
+
+function Encoder:init(d_model, nhead, opts)
+  layer_init(self, "TransformerEncoderLayer", d_model, nhead, opts, false)
 end
 
 function Encoder:_sa(x, opts)
@@ -244,6 +253,131 @@ function Encoder:forward(src, opts)
   end
   x = self.norm1(x + self:_sa(x, opts))
   return self.norm2(x + self:_ff(x))
+end
+
+-- ---- TransformerDecoderLayer, the stacks, Transformer ----------------------------------------
+
+-- TransformerDecoderLayer(d_model, nhead [, opts as the encoder layer's]): self-attention,
+-- attention over the encoder's output (memory) and a feed-forward block, each with a
+-- residual connection and a LayerNorm. forward(tgt, memory [, {tgt_mask, memory_mask,
+-- tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal}]).
+local Decoder = Encoder:extend("TransformerDecoderLayer")   -- (its self-attention is the encoder's)
+A.TransformerDecoderLayer = Decoder
+function Decoder:init(d_model, nhead, opts)
+  layer_init(self, "TransformerDecoderLayer", d_model, nhead, opts, true)
+end
+
+local DECODER_FORWARD = { tgt_mask = true, memory_mask = true, tgt_key_padding_mask = true,
+                          memory_key_padding_mask = true, tgt_is_causal = true, memory_is_causal = true }
+
+function Decoder:_mha(x, memory, opts)
+  local y = self.multihead_attn(x, memory, memory, { attn_mask = opts.memory_mask,
+                                                     key_padding_mask = opts.memory_key_padding_mask,
+                                                     need_weights = false })
+  return self.dropout2(y)
+end
+
+function Decoder:_ff(x)
+  local h = self.linear1(x)
+  h = self.activation == "gelu" and F.gelu(h) or dl.relu(h)
+  return self.dropout3(self.linear2(self.dropout(h)))
+end
+
+function Decoder:forward(tgt, memory, opts)
+  opts = options("TransformerDecoderLayer", opts, DECODER_FORWARD)
+  check_tensor("TransformerDecoderLayer", memory)
+  local sa = { src_mask = opts.tgt_mask, src_key_padding_mask = opts.tgt_key_padding_mask,
+               is_causal = opts.tgt_is_causal }
+  local x = tgt
+  if self.norm_first then
+    x = x + self:_sa(self.norm1(x), sa)
+    x = x + self:_mha(self.norm2(x), memory, opts)
+    return x + self:_ff(self.norm3(x))
+  end
+  x = self.norm1(x + self:_sa(x, sa))
+  x = self.norm2(x + self:_mha(x, memory, opts))
+  return self.norm3(x + self:_ff(x))
+end
+
+-- TransformerEncoder(layer, num_layers [, {norm}]) and TransformerDecoder: num_layers
+-- copies of the layer (deep copies, as PyTorch's, the layer itself unused) applied in
+-- turn, then the optional norm.
+local function stack_init(self, name, layer, num_layers, opts)
+  opts = options(name, opts, { norm = true, enable_nested_tensor = true })
+  if not Module.is_module(layer) then bad_arg(name, "a layer (a module)", layer) end
+  int_arg(name, num_layers, "num_layers")
+  if opts.norm ~= nil and not Module.is_module(opts.norm) then bad_arg(name, "a norm module", opts.norm) end
+  local layers = {}
+  for i = 1, num_layers do layers[i] = layer:clone() end
+  self.layers = layers   -- (before the norm: PyTorch's order of parameters)
+  self.norm = opts.norm
+  self.num_layers = num_layers
+end
+
+-- x through every layer (each called with x and the rest), then the norm.
+local function stack_run(self, x, ...)
+  for _, layer in ipairs(self.layers) do x = layer(x, ...) end
+  if self.norm then x = self.norm(x) end
+  return x
+end
+
+local EncoderStack = Module:extend("TransformerEncoder")
+A.TransformerEncoder = EncoderStack
+function EncoderStack:init(layer, num_layers, opts) stack_init(self, "TransformerEncoder", layer, num_layers, opts) end
+function EncoderStack:forward(src, opts)
+  opts = options("TransformerEncoder", opts, { mask = true, src_key_padding_mask = true, is_causal = true })
+  return stack_run(self, src, { src_mask = opts.mask, src_key_padding_mask = opts.src_key_padding_mask,
+                                is_causal = opts.is_causal })
+end
+
+local DecoderStack = Module:extend("TransformerDecoder")
+A.TransformerDecoder = DecoderStack
+function DecoderStack:init(layer, num_layers, opts) stack_init(self, "TransformerDecoder", layer, num_layers, opts) end
+function DecoderStack:forward(tgt, memory, opts)
+  return stack_run(self, tgt, memory, options("TransformerDecoder", opts, DECODER_FORWARD))
+end
+
+-- Transformer(d_model = 512, nhead = 8 [, {num_encoder_layers = 6, num_decoder_layers = 6,
+-- dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first}]):
+-- PyTorch's encoder-decoder, each stack ending in a LayerNorm, every matrix parameter
+-- initialised xavier_uniform_ as PyTorch's. forward(src, tgt [, {src_mask, tgt_mask,
+-- memory_mask, src_key_padding_mask, tgt_key_padding_mask, memory_key_padding_mask}]).
+local Transformer = Module:extend("Transformer")
+A.Transformer = Transformer
+function Transformer:init(d_model, nhead, opts)
+  local name = "Transformer"
+  opts = options(name, opts, { num_encoder_layers = true, num_decoder_layers = true, dim_feedforward = true,
+                               dropout = true, activation = true, layer_norm_eps = true, batch_first = true,
+                               norm_first = true })
+  d_model, nhead = d_model or 512, nhead or 8
+  local layer_opts = { dim_feedforward = opts.dim_feedforward, dropout = opts.dropout, activation = opts.activation,
+                       layer_norm_eps = opts.layer_norm_eps, batch_first = opts.batch_first,
+                       norm_first = opts.norm_first }
+  local eps = opts.layer_norm_eps or 1e-5
+  self.encoder = EncoderStack(Encoder(d_model, nhead, layer_opts), opts.num_encoder_layers or 6,
+                              { norm = L.LayerNorm(d_model, { eps = eps }) })
+  self.decoder = DecoderStack(Decoder(d_model, nhead, layer_opts), opts.num_decoder_layers or 6,
+                              { norm = L.LayerNorm(d_model, { eps = eps }) })
+  self.d_model, self.nhead, self.batch_first = d_model, nhead, opts.batch_first == true
+  for _, p in ipairs(self:parameters()) do
+    if p:dim() > 1 then dl.no_grad(function() init.xavier_uniform_(p) end) end
+  end
+end
+function Transformer:forward(src, tgt, opts)
+  opts = options("Transformer", opts, { src_mask = true, tgt_mask = true, memory_mask = true, src_key_padding_mask = true,
+                                        tgt_key_padding_mask = true, memory_key_padding_mask = true })
+  local memory = self.encoder(src, { mask = opts.src_mask, src_key_padding_mask = opts.src_key_padding_mask })
+  return self.decoder(tgt, memory, { tgt_mask = opts.tgt_mask, memory_mask = opts.memory_mask,
+                                     tgt_key_padding_mask = opts.tgt_key_padding_mask,
+                                     memory_key_padding_mask = opts.memory_key_padding_mask })
+end
+
+-- The (n, n) additive mask that keeps each position from attending to later ones: 0 on
+-- and below the diagonal, -inf above (PyTorch's generate_square_subsequent_mask).
+function Transformer.generate_square_subsequent_mask(n, opts)
+  int_arg("generate_square_subsequent_mask", n, "size")
+  local o = opts or {}
+  return causal_mask(n, n, o.dtype or "float32", o.device or "cpu")
 end
 
 return A

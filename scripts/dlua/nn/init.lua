@@ -47,6 +47,10 @@ local activations, resample = merge("dlua.nn.activations"), merge("dlua.nn.resam
 local loads = {
   MultiheadAttention = attention,
   TransformerEncoderLayer = attention,
+  TransformerDecoderLayer = attention,
+  TransformerEncoder = attention,
+  TransformerDecoder = attention,
+  Transformer = attention,
   init = function() nn.init = require("dlua.nn.initializers") end,
   utils = function() nn.utils = require("dlua.nn.utils") end,
 }

@@ -309,6 +309,53 @@ function Module:children()
 end
 
 -- fn(module) for every module below this one, children first (as PyTorch's apply).
+-- A deep copy, as PyTorch's copy.deepcopy of a module: the same class and fields, fresh
+-- Variables holding copies of the values (names and frozen state kept), buffers and
+-- plain tensors copied, sub-modules and plain tables copied in turn; what is reachable
+-- twice is copied once and shared in the copy as in the original. Functions and tables
+-- with metatables of their own are shared.
+function Module:clone()
+  local seen = {}
+  local function copy(v)
+    if v == nil or (type(v) ~= "table" and not is_tensor(v)) then return v end
+    if seen[v] ~= nil then return seen[v] end
+    local c
+    if is_module(v) then
+      c = setmetatable({}, getmetatable(v))
+      seen[v] = c
+      for k, x in pairs(v) do   -- the internal tables, and Sequential's steps
+        if k ~= "_members" and k ~= "_kinds" and k ~= "_order" and k ~= "_fields" then rawset(c, k, copy(x)) end
+      end
+      local members, kinds, order = {}, {}, {}
+      for i, k in ipairs(rawget(v, "_order")) do
+        order[i], kinds[k], members[k] = k, rawget(v, "_kinds")[k], copy(rawget(v, "_members")[k])
+      end
+      local fields = {}
+      for k, x in pairs(rawget(v, "_fields")) do fields[k] = copy(x) end
+      rawset(c, "_members", members)
+      rawset(c, "_kinds", kinds)
+      rawset(c, "_order", order)
+      rawset(c, "_fields", fields)
+    elseif is_variable(v) then
+      c = dl.Variable(v, v.name)
+      c:requires_grad_(v.trainable)
+      seen[v] = c
+    elseif is_tensor(v) then
+      c = v:clone()
+      seen[v] = c
+    elseif getmetatable(v) == nil then
+      c = {}
+      seen[v] = c
+      for k, x in pairs(v) do c[copy(k)] = copy(x) end
+    else
+      c = v
+      seen[v] = c
+    end
+    return c
+  end
+  return copy(self)
+end
+
 -- Freezes (false) or unfreezes (true, the default) every parameter, as PyTorch's
 -- requires_grad_: implicit gradients and opt:minimize(f, net) leave frozen ones out
 -- (scripts/dlua/autograd.lua). Returns the module.
