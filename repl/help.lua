@@ -58,6 +58,7 @@ return {
   ["dl.diagonal"] = { "x:diagonal([offset, dim1, dim2])", "The elements (i, i + offset) of two dims, as the last dim; also dl.diag(v or m, k), m:trace(), dl.outer(a, b)." },
   ["dl.isnan"] = { "x:isnan(), x:isinf(), x:isposinf(), x:isneginf(), x:isfinite()", "Bool tensors marking NaN and infinities; x:nan_to_num([nan, posinf, neginf]) replaces them." },
   ["dl.multinomial"] = { "dl.multinomial(probs, n [, {replacement = false}])", "n 1-based categories drawn per row of weights; dl.bernoulli(p) draws 0 or 1." },
+  ["dl.index_add"] = { "x:index_add(dim, idx, src [, alpha]), index_copy(dim, idx, src), index_fill(dim, idx, v), scatter(dim, idx, src or v)", "Writes at indices along dim (each also in place: index_add_ ...)." },
   ["dl.index_select"] = { "x:index_select(d, idx)", "The entries at the 1-based indices idx along dim d." },
   ["dl.gather"] = { "x:gather(d, idx)", "out[i][j] = x[i][idx[i][j]] along dim d (1-based)." },
   ["dl.where"] = { "dl.where(cond, a, b)", "a where cond is true, else b (broadcasting)." },

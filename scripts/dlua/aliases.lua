@@ -7,6 +7,7 @@
 --   x:type_as(y)                            x:to(y.dtype)
 --   x:new_zeros(shape), x:new_ones(shape), x:new_full(shape, v), x:new_tensor(data)
 --                                           x's dtype and device
+--   x:uniform_([a, b]), x:normal_([mean, std])   dl.nn.init.uniform_(x, a, b), normal_
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
@@ -75,5 +76,8 @@ function methods.new_zeros(x, shape) check("new_zeros", x) return dl.zeros(shape
 function methods.new_ones(x, shape) check("new_ones", x) return dl.ones(shape, like(x)) end
 function methods.new_full(x, shape, v) check("new_full", x) return dl.full(shape, v, like(x)) end
 function methods.new_tensor(x, data) check("new_tensor", x) return dl.tensor(data, like(x)) end
+
+function methods.uniform_(x, a, b) check("uniform_", x) return dl.nn.init.uniform_(x, a, b) end
+function methods.normal_(x, mean, std) check("normal_", x) return dl.nn.init.normal_(x, mean, std) end
 
 return {}

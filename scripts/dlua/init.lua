@@ -41,7 +41,8 @@ end
 -- dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint (transforms on dl.grad's engine),
 -- dl.einsum, tile, roll, flip, triu, tril, repeat_interleave, split, chunk, unbind,
 -- diagonal, diag, trace, outer, the NaN and infinity tests, dl.bernoulli and
--- dl.multinomial, PyTorch's other spellings (clamp_min, movedim, new_zeros ...),
+-- dl.multinomial, index_add / index_copy / index_fill / scatter, PyTorch's other
+-- spellings (clamp_min, movedim, new_zeros ...),
 -- dl.cond / dl.while_loop, and dl.vmap.
 local function loader(module) return function() require(module) end end
 local ARRANGE = { "tile", "roll", "flip", "triu", "tril", "repeat_interleave", "split", "chunk", "unbind", "diagonal",
@@ -55,9 +56,13 @@ core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 core.on_first_use(dl, NONFINITE, loader("dlua.nonfinite"))
 core.on_first_use(T.methods, NONFINITE, loader("dlua.nonfinite"))
 local ALIASES = { "clamp_min", "clamp_max", "swapaxes", "swapdims", "movedim", "type_as", "new_zeros", "new_ones",
-                  "new_full", "new_tensor" }
+                  "new_full", "new_tensor", "uniform_", "normal_" }
 core.on_first_use(T.methods, ALIASES, loader("dlua.aliases"))
 core.on_first_use(dl, { "movedim", "swapaxes", "swapdims" }, loader("dlua.aliases"))
+local INDEXED = { "index_add", "index_copy", "index_fill", "scatter" }
+core.on_first_use(dl, INDEXED, loader("dlua.indexed"))
+core.on_first_use(T.methods, { "index_add", "index_copy", "index_fill", "scatter", "index_add_", "index_copy_",
+                               "index_fill_", "scatter_" }, loader("dlua.indexed"))
 core.on_first_use(dl, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(T.methods, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))

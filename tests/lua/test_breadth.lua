@@ -442,6 +442,47 @@ H.test("Module:clone copies deeply: fresh Variables, buffers, sharing and frozen
   H.values(net[2].running_mean, { 0, 0, 0 })
 end)
 
+H.test("index_add, index_copy, index_fill and scatter as PyTorch's, with gradients for x and the source", function()
+  for i, c in ipairs(R.indexed) do
+    local what = ("%s case %d"):format(c.name, i)
+    local x, cc = t64(c.x), t64(c.c)
+    local idx = dl.tensor(c.idx, { dtype = "int64" })
+    local function f(xx, src)
+      if c.name == "index_add" then return xx:index_add(c.dim, idx, src, c.extra ~= "none" and c.extra or nil) end
+      if c.name == "index_copy" then return xx:index_copy(c.dim, idx, src) end
+      if c.name == "index_fill" then return xx:index_fill(c.dim, idx, c.extra) end
+      return xx:scatter(c.dim, idx, src or c.extra)
+    end
+    if c.src ~= "none" then
+      local src = t64(c.src)
+      H.near(f(x, src):totable(), c.y, 1e-12, what)
+      local gx, gs = dl.grad(function(a, b) return (f(a, b) * cc):sum() end, { 1, 2 })(x, src)
+      H.near(gx:totable(), c.gx, 1e-12, what .. " x gradient")
+      H.near(gs:totable(), c.gsrc, 1e-12, what .. " source gradient")
+    else
+      H.near(f(x):totable(), c.y, 1e-12, what)
+      H.near(dl.grad(function(a) return (f(a) * cc):sum() end)(x):totable(), c.gx, 1e-12, what .. " x gradient")
+    end
+  end
+  local z = dl.zeros(2, 3)
+  H.ok(rawequal(z:index_fill_(2, { 3 }, 1), z))
+  H.values(z, { { 0, 0, 1 }, { 0, 0, 1 } })
+  z:index_add_(1, { 2 }, dl.ones(1, 3))
+  z:scatter_(2, dl.tensor({ { 1 }, { 1 } }, { dtype = "int64" }), 4)
+  H.values(z, { { 4, 0, 1 }, { 4, 1, 2 } })
+  H.values(dl.index_copy(dl.zeros(3), 1, { 3 }, dl.tensor({ 5 })), { 0, 0, 5 })
+  H.raises(function() z:index_add(1, { 1 }, dl.ones(2, 3)) end,
+           "index_add: expected a source of shape (2, 3) with 1 along dim 1, got (2, 3)")
+  H.raises(function() z:index_fill(3, { 1 }, 0) end, "index_fill: dimension 3 is out of range for a tensor of 2 dims")
+  H.raises(function() z:index_copy(1, dl.tensor({ 1.5 }), dl.ones(1, 3)) end,
+           "index_copy: expected an integer index tensor, got float32")
+  H.raises(function() z:scatter(1, dl.tensor({ 1 }, { dtype = "int64" }), 0) end, "scatter: expected an index of 2 dims")
+  H.raises(function() dl.zeros(2, { dtype = "int64" }):index_add_(1, { 1 }, dl.ones(1)) end,
+           "index_add: expected a source of dtype int64 (x's), got float32")
+  H.raises(function() dl.zeros(2, { dtype = "int64" }):index_fill_(1, { 1 }, 0.5) end,
+           "index_fill_: result dtype float32 cannot be stored in the in-place target of dtype int64")
+end)
+
 H.test("conv1d and pad (every mode) as PyTorch's, with gradients", function()
   local c = R.conv1d_pad.conv1d
   local o = { stride = 2, padding = 1, dilation = 2, groups = 2 }
@@ -724,6 +765,13 @@ H.test("PyTorch's other spellings: clamp_min/max, movedim, swapaxes, type_as, ne
   H.values(d:new_ones(2), { 1, 1 })
   H.values(d:new_full({ 2 }, 7), { 7, 7 })
   H.eq(d:new_tensor({ 0.1 })[1], 0.1)
+  dl.manual_seed(2)
+  local w = dl.empty(200, 50)
+  H.ok(rawequal(w:normal_(1, 0.02), w))
+  H.near(w:mean():item(), 1, 0.005)
+  H.near(w:std():item(), 0.02, 0.002)
+  w:uniform_(-3, -2)
+  H.ok(w:min():item() >= -3 and w:max():item() < -2)
   H.raises(function() x:movedim({ 1, 1 }, { 2, 3 }) end, "movedim: dimension 1 repeats in source")
   H.raises(function() x:movedim(1, { 2, 3 }) end, "movedim: 1 source dims for 2 destinations")
   H.raises(function() x:movedim(4, 1) end, "movedim: dimension 4 is out of range for a tensor of 3 dims")

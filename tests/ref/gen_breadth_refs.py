@@ -309,6 +309,43 @@ def gen_transformer():
     return out
 
 
+def gen_indexed():
+    """index_add (repeated indices, alpha), index_copy, index_fill and scatter (a source,
+    a value) along both dims of a matrix: outputs and gradients of
+    sum(y * c) for x and the source. Indices 1-based in the refs."""
+    out = []
+    with torch.random.fork_rng():
+        torch.manual_seed(20261201)
+        x = rnd(4, 5)
+        for name, dim, idx, src_shape, extra in (
+                ("index_add", 0, [1, 3, 1], (3, 5), {"alpha": 2.0}), ("index_add", 1, [4, 0], (4, 2), {}),
+                ("index_copy", 0, [2, 0], (2, 5), {}), ("index_copy", 1, [1, 3, 4], (4, 3), {}),
+                ("index_fill", 1, [0, 2], None, {"value": -1.5}),
+                ("scatter", 0, [[0, 1, 2, 3, 0], [3, 2, 1, 0, 1]], (2, 5), {}),
+                ("scatter", 1, [[4, 0], [1, 2], [3, 1], [0, 4]], (4, 2), {}),
+                ("scatter", 1, [[0], [1], [2], [3]], None, {"value": 7.0})):
+            xr = x.clone().requires_grad_()
+            i = torch.tensor(idx)
+            src = rnd(*src_shape).requires_grad_() if src_shape else None
+            if name == "index_add":
+                y = xr.index_add(dim, i, src, alpha=extra.get("alpha", 1))
+            elif name == "index_copy":
+                y = xr.index_copy(dim, i, src)
+            elif name == "index_fill":
+                y = xr.index_fill(dim, i, extra["value"])
+            elif src is not None:
+                y = xr.scatter(dim, i, src)
+            else:
+                y = xr.scatter(dim, i, extra["value"])
+            c = rnd(*y.shape)
+            inputs = [xr] + ([src] if src is not None else [])
+            grads = torch.autograd.grad((y * c).sum(), inputs)
+            out.append({"name": name, "dim": dim + 1, "idx": (i + 1).tolist(), "x": x,
+                        "src": src if src is not None else "none", "extra": extra.get("alpha", extra.get("value", "none")),
+                        "y": y, "c": c, "gx": grads[0], "gsrc": grads[1] if len(grads) > 1 else "none"})
+    return out
+
+
 def gen_conv1d_pad():
     """conv1d with stride, padding, dilation and groups; F.pad in every mode (4-D input,
     the last two dims padded, a negative count in constant mode): outputs and gradients
@@ -447,7 +484,8 @@ def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
             "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
-            "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer()}
+            "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer(),
+            "indexed": gen_indexed()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

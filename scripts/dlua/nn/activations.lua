@@ -13,10 +13,11 @@
 --   F.prelu(x, weight)            nn.PReLU([n = 1, init = 0.25])   max(0, x) + weight min(0, x)
 --
 -- Each is made of the engine's differentiable ops, so gradients (to any order), dl.compile,
--- dl.vmap and dl.export follow, with PyTorch's gradients at the corners: elu, selu, celu
--- and prelu take the x <= 0 side's at 0, hardtanh, relu6 and hardsigmoid pass none at
--- their bounds, and hardswish's is x / 3 + 1/2 at -3 and 1 at 3. The exponential side reads x clamped to at most 0: e^x where x is large
--- would make its (unused) gradient 0 inf = NaN.
+-- dl.vmap and dl.export follow, with PyTorch 1.13's gradients at the corners: elu, selu,
+-- celu and prelu take the x <= 0 side's at 0, hardtanh, relu6 and hardsigmoid pass none
+-- at their bounds, and hardswish's is x / 3 + 1/2 at -3 and 1 at 3. The exponential side
+-- reads x clamped to at most 0: e^x where x is large would make its (unused) gradient
+-- 0 inf = NaN.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 local Module = require("dlua.nn.module")
@@ -39,7 +40,7 @@ local function number(op, what, v, default)
   return v
 end
 
--- x > 0 and x or scale alpha (e^(x / scale) - 1), scale 1 but for celu.
+-- x where x > 0, else alpha (e^(x / scale) - 1): scale is alpha for celu, 1 otherwise.
 local function elu(x, alpha, scale)
   local below = x:clamp(nil, 0)
   if scale ~= 1 then below = below / scale end
