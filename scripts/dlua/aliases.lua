@@ -36,10 +36,7 @@ function methods.movedim(x, from, to)
     if type(l) ~= "table" then bad_arg(op, what .. " (a dim or a list of dims)", v) end
     local out, seen = {}, {}
     for i, d in ipairs(l) do
-      if type(d) ~= "number" or d ~= floor(d) or d == 0 or d > n or d < -n then
-        raise(op .. ": dimension " .. tostring(d) .. " is out of range for a tensor of " .. n .. " dims")
-      end
-      d = d < 0 and n + d + 1 or d
+      d = core.positive_dim(op, d, n)
       if seen[d] then raise(op .. ": dimension " .. d .. " repeats in " .. what) end
       seen[d], out[i] = true, d
     end

@@ -25,13 +25,7 @@ local function check(op, x)
 end
 
 -- A dim argument (1-based, negative from the end) as a positive dim of x.
-local function dim_of(op, x, d)
-  local n = x:dim()
-  if type(d) ~= "number" or d ~= floor(d) or d == 0 or d > n or d < -n then
-    raise(op .. ": dimension " .. tostring(d) .. " is out of range for a tensor of " .. n .. " dims")
-  end
-  return d < 0 and n + d + 1 or d
-end
+local function dim_of(op, x, d) return core.positive_dim(op, d, x:dim()) end
 
 local function int_list(op, v, what)
   local list = type(v) == "number" and { v } or v

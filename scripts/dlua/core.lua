@@ -31,6 +31,7 @@ local searchpath = package and package.searchpath
 local cpath = package and package.cpath
 local ssub, smatch, concat = string.sub, string.match, table.concat
 local ipairs, pairs, io_open = ipairs, pairs, io and io.open
+local floor = math.floor
 
 local M = {}
 M.ffi = ffi
@@ -225,6 +226,15 @@ function M.on_first_index(tbl, loads)
     load()
     return rawget(t, k)
   end })
+end
+
+-- A dim argument d (1-based, negative from the end) of a tensor of n dims, as a positive
+-- dim; an error naming op otherwise.
+function M.positive_dim(op, d, n)
+  if type(d) ~= "number" or d ~= floor(d) or d == 0 or d > n or d < -n then
+    raise(op .. ": dimension " .. tostring(d) .. " is out of range for a tensor of " .. n .. " dims")
+  end
+  return d < 0 and n + d + 1 or d
 end
 
 function M.options(op, opts, allowed)

@@ -23,13 +23,7 @@ local function check(op, x)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end
 end
 
-local function dim_of(op, x, d)
-  local n = x:dim()
-  if type(d) ~= "number" or d ~= floor(d) or d == 0 or d > n or d < -n then
-    raise(op .. ": dimension " .. tostring(d) .. " is out of range for a tensor of " .. n .. " dims")
-  end
-  return d < 0 and n + d + 1 or d
-end
+local function dim_of(op, x, d) return core.positive_dim(op, d, x:dim()) end
 
 -- A 1-D integer index tensor (a Lua list becomes one).
 local function index_list(op, idx)
@@ -70,11 +64,16 @@ local function slices(x, d, idx)
   return hit:gt(0):view(view)
 end
 
+-- x checked, and its dim and index list for op.
+local function operands(op, x, dim, idx)
+  check(op, x)
+  return dim_of(op, x, dim), index_list(op, idx)
+end
+
 function methods.index_add(x, dim, idx, src, alpha)
   local op = "index_add"
-  check(op, x)
-  local d = dim_of(op, x, dim)
-  idx = index_list(op, idx)
+  local d
+  d, idx = operands(op, x, dim, idx)
   check_src(op, x, d, idx, src)
   if src.dtype ~= x.dtype then raise(op .. ": expected a source of dtype " .. x.dtype .. " (x's), got " .. src.dtype) end
   if alpha ~= nil and alpha ~= 1 then src = src * alpha end
@@ -83,9 +82,8 @@ end
 
 function methods.index_copy(x, dim, idx, src)
   local op = "index_copy"
-  check(op, x)
-  local d = dim_of(op, x, dim)
-  idx = index_list(op, idx)
+  local d
+  d, idx = operands(op, x, dim, idx)
   check_src(op, x, d, idx, src)
   local placed = dl.zeros_like(x):scatter_add(d, along(idx, d, x:dim(), src.shape), src:to(x.dtype))
   return dl.where(slices(x, d, idx), placed, x)
@@ -93,9 +91,8 @@ end
 
 function methods.index_fill(x, dim, idx, v)
   local op = "index_fill"
-  check(op, x)
-  local d = dim_of(op, x, dim)
-  idx = index_list(op, idx)
+  local d
+  d, idx = operands(op, x, dim, idx)
   if type(v) ~= "number" and type(v) ~= "boolean" and not (is_tensor(v) and v:numel() == 1) then
     bad_arg(op, "a number or a one-element tensor", v)
   end
