@@ -251,6 +251,56 @@ function dl.outer(a, b)
 end
 methods.outer = dl.outer
 
+-- x:fliplr(), x:flipud(): dims 2 and 1 reversed; x:rot90([k = 1, dims = {1, 2}]): turned
+-- by k quarter turns from the first of dims toward the second, as PyTorch's.
+function methods.fliplr(x)
+  check("fliplr", x)
+  if x:dim() < 2 then raise("fliplr: expected a tensor of 2 or more dims, got shape " .. T.shape_str(x.shape)) end
+  return methods.flip(x, { 2 })
+end
+function methods.flipud(x)
+  check("flipud", x)
+  if x:dim() < 1 then raise("flipud: expected a tensor of 1 or more dims, got shape ()") end
+  return methods.flip(x, { 1 })
+end
+function methods.rot90(x, k, dims)
+  local op = "rot90"
+  check(op, x)
+  k = k or 1
+  if type(k) ~= "number" or k ~= floor(k) then raise(op .. ": k must be an integer, got " .. tostring(k)) end
+  dims = dims or { 1, 2 }
+  if type(dims) ~= "table" or #dims ~= 2 then bad_arg(op, "two dims", dims) end
+  local a, b = dim_of(op, x, dims[1]), dim_of(op, x, dims[2])
+  if a == b then raise(op .. ": the two dims must differ, got " .. a .. " twice") end
+  k = k % 4
+  if k == 1 then return methods.flip(x, { b }):transpose(a, b) end
+  if k == 2 then return methods.flip(x, { a, b }) end
+  if k == 3 then return methods.flip(x, { a }):transpose(a, b) end
+  return x:clone()
+end
+dl.fliplr, dl.flipud, dl.rot90 = methods.fliplr, methods.flipud, methods.rot90
+
+-- dl.tril_indices(rows, cols [, offset = 0]) and triu_indices: the (row, column) pairs of
+-- the lower / upper triangle, row by row, as a (2, count) int64 tensor (1-based).
+local function triangle_indices(op, rows, cols, offset, upper)
+  for _, v in ipairs({ rows, cols, offset or 0 }) do
+    if type(v) ~= "number" or v ~= floor(v) then raise(op .. ": expected integers, got " .. tostring(v)) end
+  end
+  if rows < 0 or cols < 0 then raise(op .. ": the sizes must be >= 0, got " .. rows .. " and " .. cols) end
+  offset = offset or 0
+  local r, c = {}, {}
+  for i = 1, rows do
+    for j = 1, cols do
+      local d = j - i
+      if (upper and d >= offset) or (not upper and d <= offset) then r[#r + 1], c[#c + 1] = i, j end
+    end
+  end
+  if #r == 0 then return dl.zeros(2, 0, { dtype = "int64" }) end
+  return dl.tensor({ r, c }, { dtype = "int64" })
+end
+function dl.tril_indices(rows, cols, offset) return triangle_indices("tril_indices", rows, cols, offset, false) end
+function dl.triu_indices(rows, cols, offset) return triangle_indices("triu_indices", rows, cols, offset, true) end
+
 -- ---- pieces along a dim: lists of views ----------------------------------------------------
 -- As PyTorch's (dim 1 by default). Each piece is a narrow or select view of x, so a
 -- recurrence over x:unbind(1) costs no copy, and its backward adds each piece's gradient

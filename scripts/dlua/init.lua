@@ -41,16 +41,19 @@ end
 -- dl.jvp, dl.jacobian, dl.hessian, dl.checkpoint (transforms on dl.grad's engine),
 -- dl.einsum, tile, roll, flip, triu, tril, repeat_interleave, split, chunk, unbind,
 -- diagonal, diag, trace, outer, the NaN and infinity tests, dl.bernoulli and
--- dl.multinomial, index_add / index_copy / index_fill / scatter, PyTorch's other
--- spellings (clamp_min, movedim, new_zeros ...),
+-- dl.multinomial / dl.normal, index_add / index_copy / index_fill / scatter, the composed
+-- pointwise functions (lerp, hypot, fmod ...) and statistics (nansum, var_mean, bincount,
+-- histc ...), cross and cdist (dl.linalg's), PyTorch's other spellings (clamp_min,
+-- movedim, new_zeros ...),
 -- dl.cond / dl.while_loop, and dl.vmap.
 local function loader(module) return function() require(module) end end
 local ARRANGE = { "tile", "roll", "flip", "triu", "tril", "repeat_interleave", "split", "chunk", "unbind", "diagonal",
-                  "diag", "trace", "outer" }
+                  "diag", "trace", "outer", "fliplr", "flipud", "rot90" }
 local NONFINITE = { "isnan", "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num" }
 core.on_first_use(dl, { "vjp", "jvp", "jacobian", "hessian", "checkpoint" }, loader("dlua.transforms"))
 core.on_first_use(dl, { "einsum" }, loader("dlua.einsum"))
 core.on_first_use(dl, ARRANGE, loader("dlua.arrange"))
+core.on_first_use(dl, { "tril_indices", "triu_indices" }, loader("dlua.arrange"))
 core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 core.on_first_use(dl, NONFINITE, loader("dlua.nonfinite"))
@@ -63,7 +66,16 @@ local INDEXED = { "index_add", "index_copy", "index_fill", "scatter" }
 core.on_first_use(dl, INDEXED, loader("dlua.indexed"))
 core.on_first_use(T.methods, { "index_add", "index_copy", "index_fill", "scatter", "index_add_", "index_copy_",
                                "index_fill_", "scatter_" }, loader("dlua.indexed"))
-core.on_first_use(dl, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
+core.on_first_use(dl, { "bernoulli", "multinomial", "normal" }, loader("dlua.sampling"))
+local POINTWISE = { "lerp", "hypot", "logaddexp", "trunc", "frac", "fmod", "reciprocal", "square", "isclose",
+                    "logical_xor" }
+core.on_first_use(dl, POINTWISE, loader("dlua.pointwise"))
+core.on_first_use(T.methods, POINTWISE, loader("dlua.pointwise"))
+core.on_first_use(T.methods, { "lerp_" }, loader("dlua.pointwise"))
+core.on_first_use(dl, { "nansum", "nanmean", "var_mean", "std_mean", "aminmax", "bincount", "histc" },
+                  loader("dlua.statistics"))
+core.on_first_use(T.methods, { "nansum", "nanmean", "aminmax" }, loader("dlua.statistics"))
+core.on_first_use(dl, { "cross", "cdist" }, loader("dlua.linalg"))
 core.on_first_use(T.methods, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
 core.on_first_use(dl, { "vmap" }, loader("dlua.vmap"))
@@ -71,7 +83,7 @@ local SORTING = { "sort", "argsort", "topk", "kthvalue", "median", "nonzero", "a
                   "masked_select", "unique" }
 core.on_first_use(dl, SORTING, loader("dlua.sorting"))
 core.on_first_use(T.methods, SORTING, loader("dlua.sorting"))
-core.on_first_use(dl, { "searchsorted" }, loader("dlua.sorting"))
+core.on_first_use(dl, { "searchsorted", "bucketize" }, loader("dlua.sorting"))
 
 -- dl.linalg: decompositions, solves, norms (torch.linalg's names). Its module loads when
 -- the table is first read.

@@ -315,4 +315,44 @@ function L.cond(a)
   return s:amax(-1) / s:amin(-1)
 end
 
+-- cross(a, b [, dim = -1]): the cross product of 3-vectors along dim (broadcast), as
+-- torch.linalg.cross; also dl.cross.
+function L.cross(a, b, dim)
+  local op = "cross"
+  check(op, a)
+  check(op, b)
+  dim = dim or -1
+  local n = math.max(a:dim(), b:dim())
+  local d = core.positive_dim(op, dim, n)
+  local function at(x, i)   -- component i along d (x broadcast to n dims first)
+    local view = x.shape
+    for _ = #view + 1, n do table.insert(view, 1, 1) end
+    return x:reshape(view):narrow(d, i, 1)
+  end
+  local la, lb = a:size(dim), b:size(dim)
+  if la ~= 3 or lb ~= 3 then
+    raise(op .. ": expected vectors of 3 along dim " .. tostring(dim) .. ", got shapes " .. shape_str(a.shape)
+          .. " and " .. shape_str(b.shape))
+  end
+  local a1, a2, a3, b1, b2, b3 = at(a, 1), at(a, 2), at(a, 3), at(b, 1), at(b, 2), at(b, 3)
+  return dl.cat({ a2 * b3 - a3 * b2, a3 * b1 - a1 * b3, a1 * b2 - a2 * b1 }, d)
+end
+dl.cross = L.cross
+
+-- cdist(a, b [, p = 2]): the p-norm distance between every row of a (..., P, M) and
+-- every row of b (..., R, M), (..., P, R); computed from the differences, not from the
+-- products (PyTorch's exact form, without its cancellation for close rows).
+function L.cdist(a, b, p)
+  local op = "cdist"
+  check(op, a)
+  check(op, b)
+  if a:dim() < 2 or b:dim() < 2 or a:size(-1) ~= b:size(-1) then
+    raise(op .. ": expected (..., P, M) and (..., R, M), got shapes " .. shape_str(a.shape) .. " and "
+          .. shape_str(b.shape))
+  end
+  local diff = a:unsqueeze(-2) - b:unsqueeze(-3)
+  return L.vector_norm(diff, p or 2, -1)
+end
+dl.cdist = L.cdist
+
 return L

@@ -69,4 +69,20 @@ function dl.multinomial(probs, n, opts)
 end
 methods.multinomial = dl.multinomial
 
+-- dl.normal(mean, std [, shape]): draws of N(mean, std^2), mean and std tensors
+-- (broadcast) or numbers (then shape gives the size), as torch.normal.
+function dl.normal(mean, std, shape)
+  local op = "normal"
+  local like = is_tensor(mean) and mean or is_tensor(std) and std or nil
+  if like == nil then
+    if type(mean) ~= "number" or type(std) ~= "number" then bad_arg(op, "tensors or numbers for mean and std", mean) end
+    if shape == nil then raise(op .. ": give a shape when mean and std are numbers") end
+    return dl.randn(shape) * std + mean
+  end
+  if type(std) == "number" and std < 0 then raise(op .. ": std must be >= 0, got " .. std) end
+  if is_tensor(std) and std:numel() > 0 and std:min():item() < 0 then raise(op .. ": std must be >= 0") end
+  local shape_of = is_tensor(mean) and is_tensor(std) and (mean + std) or like
+  return dl.randn(shape_of.shape, { dtype = like.dtype, device = like.device }) * std + mean
+end
+
 return {}

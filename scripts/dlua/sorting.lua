@@ -240,6 +240,19 @@ function methods.median(x, dim, keepdim)
 end
 dl.median = methods.median
 
+-- dl.bucketize(x, boundaries [, {right = false}]): for each element the 1-based bucket
+-- of the sorted 1-D boundaries it falls in (boundaries[i - 1] < v <= boundaries[i]; with
+-- right, boundaries[i - 1] <= v < boundaries[i]), as torch.bucketize: searchsorted with
+-- the arguments the other way round.
+function dl.bucketize(x, boundaries, opts)
+  check("bucketize", x)
+  check("bucketize", boundaries)
+  if boundaries:dim() ~= 1 then
+    raise("bucketize: expected 1-D boundaries, got shape " .. shape_str(boundaries.shape))
+  end
+  return dl.searchsorted(boundaries, x, opts)
+end
+
 -- dl.unique(x [, {sorted = true, return_inverse = false, return_counts = false}]): the
 -- distinct values of x (flattened) in ascending order; with return_inverse, for each
 -- element of x the 1-based index of its value among them (x's shape); with

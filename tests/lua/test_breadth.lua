@@ -483,6 +483,82 @@ H.test("index_add, index_copy, index_fill and scatter as PyTorch's, with gradien
            "index_fill_: result dtype float32 cannot be stored in the in-place target of dtype int64")
 end)
 
+H.test("lerp, hypot, logaddexp, fmod, frac, square, reciprocal, cross and cdist as PyTorch's, with gradients", function()
+  local fns = {
+    lerp_scalar = function(x, y) return dl.lerp(x, y, 0.75) end,
+    hypot = dl.hypot, hypot_big = dl.hypot, logaddexp = dl.logaddexp, logaddexp_big = dl.logaddexp,
+    fmod = dl.fmod, fmod_neg = dl.fmod,
+    frac = function(x, y) return x:frac() * y end,
+    square_reciprocal = function(x, y) return x:square() + y:reciprocal() end,
+    cross = function(x, y) return dl.cross(x:narrow(2, 1, 3), y:narrow(2, 2, 3)) end,
+    cdist = function(x, y) return dl.cdist(x, y:narrow(1, 1, 2)) end,
+    cdist_p1 = function(x, y) return dl.linalg.cdist(x, y, 1) end,
+  }
+  for name, c in pairs(R.composed.functions) do
+    local fn = fns[name]
+    if name == "lerp_tensor" then
+      local wt = t64(R.composed.weight)
+      fn = function(x, y) return x:lerp(y, wt) end
+    end
+    local a, b, cc = t64(c.args[1]), t64(c.args[2]), t64(c.c)
+    H.near(fn(a, b):totable(), c.y, 1e-12, name)
+    local ga, gb = dl.grad(function(x, y) return (fn(x, y) * cc):sum() end, { 1, 2 })(a, b)
+    H.near(ga:totable(), c.grads[1], 1e-10, name .. " gradient 1")
+    H.near(gb:totable(), c.grads[2], 1e-10, name .. " gradient 2")
+  end
+  local z = dl.tensor({ 1, 2 }, { dtype = "float64" })
+  H.ok(rawequal(z:lerp_(dl.tensor({ 3, 6 }, { dtype = "float64" }), 0.5), z))
+  H.values(z, { 2, 4 })
+  H.values(dl.tensor({ -1.5, 1.5, -0.0 }):trunc(), { -1, 1, 0 })
+  H.values(dl.logical_xor(dl.tensor({ true, false }), dl.tensor({ true, true })), { false, true })
+  H.raises(function() dl.cross(dl.ones(2), dl.ones(2)) end, "cross: expected vectors of 3 along dim -1")
+  H.raises(function() dl.cdist(dl.ones(2, 3), dl.ones(2, 2)) end, "cdist: expected (..., P, M) and (..., R, M)")
+end)
+
+H.test("nansum, nanmean, var_mean, std_mean, aminmax, isclose, histc, bincount, bucketize, rot90 as PyTorch's", function()
+  local s = R.composed.statistics
+  local x, a = t64(s.x), t64(s.a)
+  H.near(x:nansum():item(), s.nansum, 1e-12)
+  H.near(x:nansum(2):totable(), s.nansum1, 1e-12)
+  H.near(x:nanmean():item(), s.nanmean, 1e-12)
+  H.near(dl.nanmean(x, 1):totable(), s.nanmean0, 1e-12)
+  local v, m = dl.var_mean(a, 2)
+  H.near(v:totable(), s.var1, 1e-12)
+  H.near(m:totable(), s.mean1, 1e-12)
+  local sv, sm = dl.std_mean(a, 1, { unbiased = false, keepdim = true })
+  H.near(sv:totable(), s.std0, 1e-12)
+  H.near(sm:totable(), s.mean0, 1e-12)
+  local lo, hi = a:aminmax(2)
+  H.values(lo, s.amin1)
+  H.values(hi, s.amax1)
+  H.values(dl.isclose(a, a + t64({ 1e-6, 1e-3, 0, 2e-5 })):long(), s.isclose)
+  H.values(dl.histc(t64(s.hist_x), 7), s.histc)
+  H.values(dl.histc(t64(s.hist_x), 5, -1, 2), s.histc_range)
+  local bx = dl.tensor(s.bins_x, { dtype = "int64" }) + 1   -- dlua counts values from 1
+  H.values(dl.bincount(bx, 10), s.bincount)
+  H.near(dl.bincount(bx, t64({ 0.5, 1, 2, 3, 4, 5 })):totable(), s.bincount_w, 1e-12)
+  local bk = R.composed.bucketize
+  H.values(dl.bucketize(t64(bk.x), t64(bk.bounds)), bk.left)
+  H.values(dl.bucketize(t64(bk.x), t64(bk.bounds), { right = true }), bk.right)
+  local r = R.composed.rot90
+  local t = t64(r.x)
+  H.values(t:rot90(), r.k1)
+  H.values(dl.rot90(t, 2, { 2, 3 }), r.k2)
+  H.values(t:rot90(3, { 1, 3 }), r.k3)
+  H.values(t:rot90(-1), r.km1)
+  H.values(dl.tril_indices(3, 3), { { 1, 2, 2, 3, 3, 3 }, { 1, 1, 2, 1, 2, 3 } })
+  H.values(dl.triu_indices(2, 3, 1), { { 1, 1, 2 }, { 2, 3, 3 } })
+  H.values(t64({ { 1, 2 } }):fliplr(), { { 2, 1 } })
+  dl.manual_seed(4)
+  local n = dl.normal(dl.full({ 20000 }, 3), 0.5)
+  H.near(n:mean():item(), 3, 0.02)
+  H.near(n:std():item(), 0.5, 0.02)
+  H.raises(function() dl.bincount(dl.tensor({ 0 }, { dtype = "int64" })) end, "bincount: values must be 1 or more")
+  H.raises(function() dl.histc(dl.ones(2), 3, 2, 1) end, "histc: max (1) is below min (2)")
+  H.raises(function() dl.normal(0, 1) end, "normal: give a shape when mean and std are numbers")
+  H.raises(function() t:rot90(1, { 1, 1 }) end, "rot90: the two dims must differ, got 1 twice")
+end)
+
 H.test("conv1d and pad (every mode) as PyTorch's, with gradients", function()
   local c = R.conv1d_pad.conv1d
   local o = { stride = 2, padding = 1, dilation = 2, groups = 2 }

@@ -346,6 +346,60 @@ def gen_indexed():
     return out
 
 
+def gen_composed():
+    """The composed functions (dlua.pointwise, dlua.statistics, cross, cdist, rot90,
+    bucketize): values, and gradients of sum(y * c) where they have them. Indices and
+    counts 1-based in the refs."""
+    out = {}
+    with torch.random.fork_rng():
+        torch.manual_seed(20261202)
+        a, b = rnd(3, 4) * 3, rnd(3, 4) * 3
+        w = torch.rand(3, 4) * 1.5 - 0.25
+        big = torch.tensor([[700.0, -700.0, 0.0, 1e-300], [1e300, 3.0, -2.0, 5.0]], dtype=torch.float64)
+        cases = {}
+        for name, fn, args in (("lerp_scalar", lambda x, y: torch.lerp(x, y, 0.75), (a, b)),
+                               ("lerp_tensor", lambda x, y: torch.lerp(x, y, w.double()), (a, b)),
+                               ("hypot", torch.hypot, (a, b)),
+                               ("hypot_big", torch.hypot, (big, big.flip(1))),
+                               ("logaddexp", torch.logaddexp, (a, b)),
+                               ("logaddexp_big", torch.logaddexp, (big, big.flip(1))),
+                               ("fmod", torch.fmod, (a, b.abs() + 0.5)),
+                               ("fmod_neg", torch.fmod, (a, -(b.abs() + 0.5))),
+                               ("frac", lambda x, y: torch.frac(x) * y, (a, b)),
+                               ("square_reciprocal", lambda x, y: x.square() + y.reciprocal(), (a, b)),
+                               ("cross", lambda x, y: torch.linalg.cross(x[:, :3], y[:, 1:]), (a, b)),
+                               ("cdist", lambda x, y: torch.cdist(x, y), (a, b[:2])),
+                               ("cdist_p1", lambda x, y: torch.cdist(x, y, p=1.0), (a, b))):
+            xs = [t.clone().requires_grad_() for t in args]
+            y = fn(*xs)
+            c = rnd(*y.shape).double()
+            grads = torch.autograd.grad((y * c).sum(), xs)
+            cases[name] = {"args": list(args), "y": y, "c": c, "grads": list(grads)}
+        out["functions"] = cases
+        out["weight"] = w.double()
+        x = rnd(4, 6)
+        x[1, 2], x[3, 0] = float("nan"), float("nan")
+        v, m = torch.var_mean(a, 1)
+        sv, sm = torch.std_mean(a, 0, unbiased=False, keepdim=True)
+        out["statistics"] = {
+            "x": x, "nansum": x.nansum(), "nansum1": x.nansum(1), "nanmean": x.nanmean(), "nanmean0": x.nanmean(0),
+            "a": a, "var1": v, "mean1": m, "std0": sv, "mean0": sm, "amin1": a.amin(1), "amax1": a.amax(1),
+            "isclose": torch.isclose(a, a + torch.tensor([1e-6, 1e-3, 0.0, 2e-5])),
+            "hist_x": a.reshape(-1), "histc": torch.histc(a, bins=7), "histc_range": torch.histc(a, bins=5, min=-1, max=2),
+            "bins_x": (torch.tensor([1, 4, 4, 0, 2, 7])).tolist(),
+            "bincount": torch.bincount(torch.tensor([1, 4, 4, 0, 2, 7]), minlength=10),
+            "bincount_w": torch.bincount(torch.tensor([1, 4, 4, 0, 2, 7]), weights=torch.tensor([.5, 1, 2, 3, 4, 5])),
+        }
+        bounds = torch.tensor([-1.0, 0.0, 0.5, 2.0])
+        vals = torch.tensor([[-3.0, -1.0, 0.2], [0.5, 2.0, 9.0]])
+        out["bucketize"] = {"bounds": bounds, "x": vals, "left": torch.bucketize(vals, bounds) + 1,
+                            "right": torch.bucketize(vals, bounds, right=True) + 1}
+        r = rnd(2, 3, 4)
+        out["rot90"] = {"x": r, "k1": torch.rot90(r), "k2": torch.rot90(r, 2, (1, 2)), "k3": torch.rot90(r, 3, (0, 2)),
+                        "km1": torch.rot90(r, -1)}
+    return out
+
+
 def gen_conv1d_pad():
     """conv1d with stride, padding, dilation and groups; F.pad in every mode (4-D input,
     the last two dims padded, a negative count in constant mode): outputs and gradients
@@ -485,7 +539,7 @@ def main():
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
             "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
             "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer(),
-            "indexed": gen_indexed()}
+            "indexed": gen_indexed(), "composed": gen_composed()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
