@@ -16,9 +16,7 @@ local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
 local type, tostring, ipairs, floor = type, tostring, ipairs, math.floor
 
-local function check(op, x)
-  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
-end
+local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 
 function methods.clamp_min(x, lo) check("clamp_min", x) return x:clamp(lo, nil) end
 function methods.clamp_max(x, hi) check("clamp_max", x) return x:clamp(nil, hi) end

@@ -20,9 +20,7 @@ local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
 local type, tostring, ipairs, select, floor = type, tostring, ipairs, select, math.floor
 local unpack = unpack or table.unpack
 
-local function check(op, x)
-  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
-end
+local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 
 -- A dim argument (1-based, negative from the end) as a positive dim of x.
 local function dim_of(op, x, d) return core.positive_dim(op, d, x:dim()) end

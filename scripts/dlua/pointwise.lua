@@ -21,9 +21,7 @@ local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
 local type = type
 
-local function check(op, x)
-  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
-end
+local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 local function operand(op, v)
   if type(v) ~= "number" and not is_tensor(v) then bad_arg(op, "a tensor or a number", v) end
   return v

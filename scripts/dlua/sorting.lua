@@ -25,9 +25,7 @@ local type, tostring, floor = type, tostring, math.floor
 local M = {}
 local handles2 = T.handles2   -- fresh per call: Note [Values C writes back]
 
-local function check(op, x)
-  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
-end
+local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 local function int_arg(op, v, what)
   if type(v) ~= "number" or v ~= floor(v) then bad_arg(op, "an integer " .. what, v) end
   return v

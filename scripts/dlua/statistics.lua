@@ -17,9 +17,7 @@ local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, shape_str, methods, dl = T.is_tensor, T.shape_str, T.methods, T.dl
 local type, tostring, floor = type, tostring, math.floor
 
-local function check(op, x)
-  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
-end
+local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 
 -- x with NaN replaced by 0, and (for the mean) the count of the others.
 local function without_nan(x)

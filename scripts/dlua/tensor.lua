@@ -183,6 +183,7 @@ M.is_tensor = is_tensor
 local function check_tensor(op, x)
   if not istype(Tensor, x) then bad_arg(op, "a tensor", x) end
 end
+M.check_tensor = check_tensor
 
 local function int_arg(op, v, what)
   if type(v) ~= "number" then bad_arg(op, "an integer " .. what, v) end
