@@ -23,9 +23,9 @@ local check = T.check_tensor   -- (op, x): an error naming op unless x is a tens
 
 local function dim_of(op, x, d) return core.positive_dim(op, d, x:dim()) end
 
--- A 1-D integer index tensor (a Lua list becomes one).
-local function index_list(op, idx)
-  if type(idx) == "table" and not is_tensor(idx) then idx = dl.tensor(idx, { dtype = "int64" }) end
+-- A 1-D integer index tensor (a Lua list becomes one, on x's device).
+local function index_list(op, idx, x)
+  if type(idx) == "table" and not is_tensor(idx) then idx = dl.tensor(idx, { dtype = "int64", device = x.device }) end
   check(op, idx)
   if idx:is_floating_point() or idx.dtype == "bool" then
     raise(op .. ": expected an integer index tensor, got " .. idx.dtype)
@@ -65,7 +65,7 @@ end
 -- x checked, and its dim and index list for op.
 local function operands(op, x, dim, idx)
   check(op, x)
-  return dim_of(op, x, dim), index_list(op, idx)
+  return dim_of(op, x, dim), index_list(op, idx, x)
 end
 
 function methods.index_add(x, dim, idx, src, alpha)

@@ -44,7 +44,7 @@ end
 
 -- (index tensors, weight tensors) along one dim for mode `mode`: out[i] = sum over k of
 -- x[idx[k][i]] w[k][i] (one term for the nearest modes).
-local function plan(mode, r, n_in, n_out, factor, align_corners, dtype)
+local function plan(mode, r, n_in, n_out, factor, align_corners, dtype, device)
   local i0, i1, w0, w1 = {}, {}, {}, {}
   if mode == "nearest" or mode == "nearest-exact" then
     local s = scale_of(r, n_in, n_out, factor, false)
@@ -56,7 +56,7 @@ local function plan(mode, r, n_in, n_out, factor, align_corners, dtype)
       else src = min(floor(r(r(d + 0.5) * s)), n_in - 1) end
       i0[d + 1] = src + 1
     end
-    return { dl.tensor(i0, { dtype = "int64" }) }, nil
+    return { dl.tensor(i0, { dtype = "int64", device = device }) }, nil
   end
   local s = scale_of(r, n_in, n_out, factor, align_corners)
   for d = 0, n_out - 1 do
@@ -67,8 +67,8 @@ local function plan(mode, r, n_in, n_out, factor, align_corners, dtype)
     local l1 = r(src - lo)
     i0[d + 1], i1[d + 1], w0[d + 1], w1[d + 1] = lo + 1, hi + 1, r(1 - l1), l1
   end
-  return { dl.tensor(i0, { dtype = "int64" }), dl.tensor(i1, { dtype = "int64" }) },
-         { dl.tensor(w0, { dtype = dtype }), dl.tensor(w1, { dtype = dtype }) }
+  local ints, reals = { dtype = "int64", device = device }, { dtype = dtype, device = device }
+  return { dl.tensor(i0, ints), dl.tensor(i1, ints) }, { dl.tensor(w0, reals), dl.tensor(w1, reals) }
 end
 
 -- x resized along dim d (of x:dim() dims) by a plan.
@@ -133,7 +133,8 @@ function F.interpolate(x, opts)
   local y = x
   for i = spatial, 1, -1 do
     local d = 2 + i
-    local idx, w = plan(mode, r, x:size(d), sizes[i], factors and factors[i], align and true or false, x.dtype)
+    local idx, w = plan(mode, r, x:size(d), sizes[i], factors and factors[i], align and true or false, x.dtype,
+                        x.device)
     y = along(y, d, idx, w)
   end
   return y
@@ -141,7 +142,7 @@ end
 
 -- The averaging matrix (n_out, n_in) of an adaptive pool: row i averages the inputs from
 -- floor(i n_in / n_out) to ceil((i + 1) n_in / n_out), exclusive.
-local function averaging(n_in, n_out, dtype)
+local function averaging(n_in, n_out, dtype, device)
   local rows = {}
   for i = 0, n_out - 1 do
     local lo, hi = floor(i * n_in / n_out), ceil((i + 1) * n_in / n_out)
@@ -149,7 +150,7 @@ local function averaging(n_in, n_out, dtype)
     for j = 0, n_in - 1 do row[j + 1] = (j >= lo and j < hi) and 1 / (hi - lo) or 0 end
     rows[i + 1] = row
   end
-  return dl.tensor(rows, { dtype = dtype })
+  return dl.tensor(rows, { dtype = dtype, device = device })
 end
 
 local function adaptive(op, x, size, spatial)
@@ -172,7 +173,7 @@ local function adaptive(op, x, size, spatial)
     local n_in = x:size(d)
     if n_in == 0 then raise(op .. ": input of shape " .. shape_str(x) .. " is empty along dim " .. d) end
     if list[i] ~= n_in then
-      local P = averaging(n_in, list[i], x.dtype)
+      local P = averaging(n_in, list[i], x.dtype, x.device)
       y = y:transpose(d, y:dim()):matmul(P:t()):transpose(d, y:dim())
     end
   end

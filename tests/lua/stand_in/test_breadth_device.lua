@@ -1,0 +1,67 @@
+-- The composed functions and layers (subscripts, interpolate and the adaptive pools,
+-- transposed convolutions, the activations, index_add and its kin, sampling, the
+-- statistics, the transformers ...) on a CUDA device, run on the stand-in plugin
+-- (tests/gpu/fake_plugin.cpp: the CPU's kernels as the device "cuda"): each keeps its
+-- result on the device of its operands (the index and weight tensors they make
+-- included) and gives the CPU's values.
+local H = require("harness")
+local dl = require("dlua")
+local nn, F = dl.nn, dl.nn.functional
+
+local function on(t) return t:cuda() end
+local i64 = function(v) return dl.tensor(v, { dtype = "int64" }) end
+
+-- Each case: a function of a device argument ("cuda" or "cpu") that makes its inputs on
+-- that device and returns its result.
+local CASES = {
+  interpolate = function(d) return F.interpolate(dl.arange(70):reshape(1, 2, 5, 7):float():to(d), { scale_factor = 2, mode = "bilinear" }) end,
+  interpolate_nearest = function(d) return F.interpolate(dl.arange(35):reshape(1, 1, 5, 7):float():to(d), { size = { 3, 4 } }) end,
+  adaptive_pool = function(d) return F.adaptive_avg_pool2d(dl.arange(35):reshape(1, 1, 5, 7):float():to(d), { 2, 3 }) end,
+  conv_transpose = function(d)
+    return F.conv_transpose2d(dl.arange(18):reshape(1, 2, 3, 3):float():to(d), dl.ones(2, 3, 2, 2):to(d), { stride = 2 })
+  end,
+  elu = function(d) return F.elu(dl.linspace(-3, 3, 7):to(d)) end,
+  hardswish = function(d) return F.hardswish(dl.linspace(-4, 4, 9):to(d)) end,
+  prelu = function(d) return F.prelu(dl.linspace(-3, 3, 6):reshape(1, 2, 3):to(d), dl.tensor({ 0.1, 0.2 }):to(d)) end,
+  subscript = function(d) return dl.arange(24):reshape(2, 3, 4):to(d)[{ {}, 2, { 1, 3 } }] end,
+  subscript_index = function(d) return dl.arange(12):reshape(3, 4):to(d)[{ {}, i64({ 1, 4 }):to(d) }] end,
+  diag = function(d) return dl.diag(dl.tensor({ 1, 2, 3 }):to(d), 1) end,
+  nan_to_num = function(d) return dl.tensor({ 1, 0 / 0, math.huge }):to(d):nan_to_num() end,
+  index_add = function(d) return dl.zeros(3, 2):to(d):index_add(1, { 1, 3, 1 }, dl.ones(3, 2):to(d)) end,
+  index_fill = function(d) return dl.zeros(3, 2):to(d):index_fill(2, { 2 }, 4) end,
+  scatter = function(d) return dl.zeros(2, 3):to(d):scatter(2, i64({ { 3 }, { 1 } }):to(d), 5) end,
+  median = function(d) return (dl.tensor({ { 3, 1, 2 }, { 0, 5, 4 } }):to(d):median(2)) end,
+  max_pool1d = function(d) return F.max_pool1d(dl.arange(16):reshape(1, 2, 8):float():to(d), 3, { stride = 2 }) end,
+  fmod = function(d) return dl.fmod(dl.linspace(-5, 5, 11):to(d), 3) end,
+  bincount = function(d) return dl.bincount(i64({ 1, 3, 3 }):to(d)) end,
+  histc = function(d) return dl.histc(dl.linspace(0, 1, 9):to(d), 4) end,
+  cdist = function(d) return dl.cdist(dl.arange(6):reshape(3, 2):float():to(d), dl.ones(2, 2):to(d)) end,
+  cross = function(d) return dl.cross(dl.tensor({ 1, 2, 3 }):to(d), dl.tensor({ 0, 1, 0 }):to(d)) end,
+  cosine = function(d) return F.cosine_similarity(dl.arange(6):reshape(2, 3):float():to(d), dl.ones(2, 3):to(d)) end,
+  rot90 = function(d) return dl.arange(6):reshape(2, 3):to(d):rot90() end,
+}
+
+H.test("each function's result is on its operands' device, with the CPU's values", function()
+  for name, f in pairs(CASES) do
+    local got, want = f("cuda"), f("cpu")
+    H.eq(got.device, "cuda:0", name .. " device")
+    H.ok(dl.equal(got:cpu(), want), name .. " values")
+  end
+end)
+
+H.test("layers and random draws on the device: transformers, PReLU, a clone, multinomial", function()
+  dl.manual_seed(1)
+  local t = nn.Transformer(8, 2, { num_encoder_layers = 1, num_decoder_layers = 1, dim_feedforward = 16,
+                                   batch_first = true }):cuda()
+  H.eq(t(on(dl.randn(2, 5, 8)), on(dl.randn(2, 3, 8))).device, "cuda:0")
+  H.eq(nn.PReLU(3):cuda():clone().weight.device, "cuda:0")
+  H.eq(nn.Upsample({ size = { 4, 4 } })(on(dl.randn(1, 1, 2, 2))).device, "cuda:0")
+  local draws = dl.multinomial(on(dl.tensor({ 0.2, 0, 0.8 })), 50, { replacement = true })
+  H.eq(draws.device, "cuda:0")
+  H.ok(not draws:eq(2):any())
+  H.eq(dl.multinomial(on(dl.tensor({ 1, 1, 1 })), 3).device, "cuda:0")
+  H.eq(dl.bernoulli(on(dl.full({ 4 }, 0.5))).device, "cuda:0")
+  H.eq(dl.normal(on(dl.zeros(3)), 1).device, "cuda:0")
+end)
+
+H.run()
