@@ -769,11 +769,16 @@ function Schedule:load_state_dict(sd)
   self.optimizer.lr = self:_lr_at(self.last_epoch)
 end
 
+-- Checks opt; returns the lr a schedule starts from: the optimizer's lr when its first
+-- schedule was made (PyTorch's initial_lr), so that a second schedule (SequentialLR's
+-- parts) starts from the same lr as the first, whatever the first set since.
 local function schedule_opt(name, opt)
   if type(opt) ~= "table" or getmetatable(opt) == nil or type(opt.apply_gradients) ~= "function" then
     bad_arg(name, "an optimizer", opt)
   end
   if type(opt.lr) ~= "number" then raise(name .. ": the optimizer's lr must be a number, got " .. typename(opt.lr)) end
+  if opt.initial_lr == nil then opt.initial_lr = opt.lr end
+  return opt.initial_lr
 end
 
 -- lr = base gamma^floor(epoch / step_size).
@@ -782,13 +787,13 @@ local StepLR = schedule("StepLR", function(self, e)
 end)
 
 function optim.StepLR(opt, step_size, gamma)
-  schedule_opt("StepLR", opt)
+  local base = schedule_opt("StepLR", opt)
   if type(step_size) ~= "number" or step_size < 1 or step_size ~= floor(step_size) then
     raise("StepLR: step_size must be an integer >= 1, got " .. tostring(step_size))
   end
   gamma = gamma == nil and 0.1 or gamma
   if type(gamma) ~= "number" then bad_arg("StepLR", "a number for gamma", gamma) end
-  return setmetatable({ optimizer = opt, step_size = step_size, gamma = gamma, base_lr = opt.lr,
+  return setmetatable({ optimizer = opt, step_size = step_size, gamma = gamma, base_lr = base,
                         last_epoch = 0 }, StepLR)
 end
 
@@ -798,14 +803,134 @@ local Cosine = schedule("CosineAnnealingLR", function(self, e)
 end)
 
 function optim.CosineAnnealingLR(opt, T_max, eta_min)
-  schedule_opt("CosineAnnealingLR", opt)
+  local base = schedule_opt("CosineAnnealingLR", opt)
   if type(T_max) ~= "number" or T_max <= 0 then
     raise("CosineAnnealingLR: T_max must be a number > 0, got " .. tostring(T_max))
   end
   eta_min = eta_min == nil and 0 or eta_min
   if type(eta_min) ~= "number" then bad_arg("CosineAnnealingLR", "a number for eta_min", eta_min) end
-  return setmetatable({ optimizer = opt, T_max = T_max, eta_min = eta_min, base_lr = opt.lr,
+  return setmetatable({ optimizer = opt, T_max = T_max, eta_min = eta_min, base_lr = base,
                         last_epoch = 0 }, Cosine)
+end
+
+-- A number option of a schedule, checked: ok(v) says whether it may be v.
+local function schedule_number(name, what, v, default, ok, needs)
+  if v == nil then v = default end
+  if type(v) ~= "number" or not ok(v) then
+    raise(name .. ": " .. what .. " must be " .. needs .. ", got " .. tostring(v))
+  end
+  return v
+end
+local function positive(v) return v > 0 end
+local function whole(v) return v >= 1 and v == floor(v) end
+
+-- lr = base gamma^epoch.
+local Exponential = schedule("ExponentialLR", function(self, e) return self.base_lr * self.gamma ^ e end)
+function optim.ExponentialLR(opt, gamma)
+  local base = schedule_opt("ExponentialLR", opt)
+  gamma = schedule_number("ExponentialLR", "gamma", gamma, nil, positive, "a number > 0")
+  return setmetatable({ optimizer = opt, gamma = gamma, base_lr = base, last_epoch = 0 }, Exponential)
+end
+
+-- lr = base gamma^(the number of milestones reached), milestones increasing epochs.
+local MultiStep = schedule("MultiStepLR", function(self, e)
+  local n = 0
+  for _, m in ipairs(self.milestones) do if e >= m then n = n + 1 end end
+  return self.base_lr * self.gamma ^ n
+end)
+function optim.MultiStepLR(opt, milestones, gamma)
+  local base = schedule_opt("MultiStepLR", opt)
+  if type(milestones) ~= "table" or #milestones == 0 then bad_arg("MultiStepLR", "a list of milestones", milestones) end
+  for i, m in ipairs(milestones) do
+    if type(m) ~= "number" or m ~= floor(m) or m < 1 or (i > 1 and m <= milestones[i - 1]) then
+      raise("MultiStepLR: milestones must be increasing integers >= 1, got " .. tostring(m) .. " at " .. i)
+    end
+  end
+  gamma = schedule_number("MultiStepLR", "gamma", gamma, 0.1, positive, "a number > 0")
+  return setmetatable({ optimizer = opt, milestones = milestones, gamma = gamma, base_lr = base, last_epoch = 0 },
+                      MultiStep)
+end
+
+-- lr = base f(epoch), f a Lua function of the epoch (0 when made).
+local Lambda = schedule("LambdaLR", function(self, e)
+  local f = self.lr_lambda(e)
+  if type(f) ~= "number" then raise("LambdaLR: the function returned " .. typename(f) .. ", expected a number") end
+  return self.base_lr * f
+end)
+function optim.LambdaLR(opt, lr_lambda)
+  local base = schedule_opt("LambdaLR", opt)
+  if type(lr_lambda) ~= "function" then bad_arg("LambdaLR", "a function of the epoch", lr_lambda) end
+  local s = setmetatable({ optimizer = opt, lr_lambda = lr_lambda, base_lr = base, last_epoch = 0 }, Lambda)
+  opt.lr = s:_lr_at(0)
+  return s
+end
+
+-- LinearLR(opt [, start_factor = 1/3, end_factor = 1, total_iters = 5]): the factor moves
+-- linearly from start to end over total_iters epochs, then stays (a warm-up); made,
+-- it sets lr to base start_factor, as PyTorch's.
+local Linear = schedule("LinearLR", function(self, e)
+  local t = math.min(e, self.total_iters) / self.total_iters
+  return self.base_lr * (self.start_factor + (self.end_factor - self.start_factor) * t)
+end)
+function optim.LinearLR(opt, start_factor, end_factor, total_iters)
+  local name = "LinearLR"
+  local base = schedule_opt(name, opt)
+  start_factor = schedule_number(name, "start_factor", start_factor, 1 / 3, function(v) return v > 0 and v <= 1 end,
+                                 "in (0, 1]")
+  end_factor = schedule_number(name, "end_factor", end_factor, 1, function(v) return v >= 0 and v <= 1 end, "in [0, 1]")
+  total_iters = schedule_number(name, "total_iters", total_iters, 5, whole, "an integer >= 1")
+  local s = setmetatable({ optimizer = opt, start_factor = start_factor, end_factor = end_factor,
+                           total_iters = total_iters, base_lr = base, last_epoch = 0 }, Linear)
+  opt.lr = s:_lr_at(0)
+  return s
+end
+
+-- CosineAnnealingWarmRestarts(opt, T_0 [, T_mult = 1, eta_min = 0]): cosine annealing that
+-- restarts at base lr every T_0 epochs, each period T_mult times the last (SGDR).
+local Restarts = schedule("CosineAnnealingWarmRestarts", function(self, e)
+  local T0, mult = self.T_0, self.T_mult
+  local t_cur, t_i = e % T0, T0
+  if mult > 1 and e >= T0 then
+    local n = floor(math.log(e / T0 * (mult - 1) + 1) / math.log(mult))
+    t_cur, t_i = e - T0 * (mult ^ n - 1) / (mult - 1), T0 * mult ^ n
+  end
+  return self.eta_min + (self.base_lr - self.eta_min) * (1 + cos(pi * t_cur / t_i)) / 2
+end)
+function optim.CosineAnnealingWarmRestarts(opt, T_0, T_mult, eta_min)
+  local name = "CosineAnnealingWarmRestarts"
+  local base = schedule_opt(name, opt)
+  T_0 = schedule_number(name, "T_0", T_0, nil, whole, "an integer >= 1")
+  T_mult = schedule_number(name, "T_mult", T_mult, 1, whole, "an integer >= 1")
+  eta_min = schedule_number(name, "eta_min", eta_min, 0, function() return true end, "a number")
+  return setmetatable({ optimizer = opt, T_0 = T_0, T_mult = T_mult, eta_min = eta_min, base_lr = base,
+                        last_epoch = 0 }, Restarts)
+end
+
+-- SequentialLR(opt, {s1, s2, ...}, {m1, m2, ...}): schedule s1 until epoch m1, then s2
+-- counted from 0 again, and so on (a warm-up then a decay), as PyTorch's; the schedules
+-- must drive opt.
+local Sequential = schedule("SequentialLR", function(self, e)
+  local k, start = 1, 0
+  for i, m in ipairs(self.milestones) do
+    if e >= m then k, start = i + 1, m end
+  end
+  return self.schedulers[k]:_lr_at(e - start)
+end)
+function optim.SequentialLR(opt, schedulers, milestones)
+  local name = "SequentialLR"
+  local base = schedule_opt(name, opt)
+  if type(schedulers) ~= "table" or #schedulers == 0 then bad_arg(name, "a list of schedules", schedulers) end
+  if type(milestones) ~= "table" or #milestones ~= #schedulers - 1 then
+    raise(name .. ": expected " .. (#schedulers - 1) .. " milestones for " .. #schedulers .. " schedules")
+  end
+  for i, sc in ipairs(schedulers) do
+    if type(sc) ~= "table" or type(sc._lr_at) ~= "function" then bad_arg(name, "a schedule at " .. i, sc) end
+    if sc.optimizer ~= opt then raise(name .. ": schedule " .. i .. " drives another optimizer") end
+  end
+  local s = setmetatable({ optimizer = opt, schedulers = schedulers, milestones = milestones, base_lr = base,
+                           last_epoch = 0 }, Sequential)
+  opt.lr = s:_lr_at(0)
+  return s
 end
 
 -- OneCycleLR(opt, max_lr, total_steps [, opts]): Smith's one-cycle policy, as PyTorch's,
@@ -893,7 +1018,7 @@ end)
 
 function optim.WarmupCosineLR(opt, warmup_steps, total_steps, eta_min)
   local name = "WarmupCosineLR"
-  schedule_opt(name, opt)
+  local base = schedule_opt(name, opt)
   if type(warmup_steps) ~= "number" or warmup_steps < 0 or warmup_steps ~= floor(warmup_steps) then
     raise(name .. ": warmup_steps must be an integer >= 0, got " .. tostring(warmup_steps))
   end
@@ -903,7 +1028,7 @@ function optim.WarmupCosineLR(opt, warmup_steps, total_steps, eta_min)
   eta_min = eta_min == nil and 0 or eta_min
   if type(eta_min) ~= "number" then bad_arg(name, "a number for eta_min", eta_min) end
   local self = setmetatable({ optimizer = opt, warmup = warmup_steps, total = total_steps, eta_min = eta_min,
-                              base_lr = opt.lr, last_epoch = 0 }, WarmupCosine)
+                              base_lr = base, last_epoch = 0 }, WarmupCosine)
   opt.lr = self:_lr_at(0)
   return self
 end

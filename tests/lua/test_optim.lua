@@ -189,6 +189,37 @@ H.test("StepLR and CosineAnnealingLR follow PyTorch", function()
   H.near(opt3.lr, opt2.lr, 1e-15)
 end)
 
+H.test("ExponentialLR, MultiStepLR, LambdaLR, LinearLR, warm restarts and SequentialLR follow PyTorch", function()
+  local O = dl.optim
+  local makers = {
+    exponential = function(o) return O.ExponentialLR(o, 0.9) end,
+    multistep = function(o) return O.MultiStepLR(o, { 2, 5, 6 }, 0.5) end,
+    lambda = function(o) return O.LambdaLR(o, function(e) return 1 / (1 + e) end) end,
+    linear = function(o) return O.LinearLR(o, 0.25, 1, 4) end,
+    restarts = function(o) return O.CosineAnnealingWarmRestarts(o, 3, 1, 0.01) end,
+    restarts_mult = function(o) return O.CosineAnnealingWarmRestarts(o, 2, 2) end,
+    sequential = function(o)
+      return O.SequentialLR(o, { O.LinearLR(o, 0.1, 1, 3), O.CosineAnnealingLR(o, 6) }, { 3 })
+    end,
+  }
+  for name, make in pairs(makers) do
+    local opt = O.SGD{ lr = 0.1 }
+    local s = make(opt)
+    for i, want in ipairs(R.schedules[name]) do
+      s:step()
+      H.near(opt.lr, want, 1e-12, name .. " epoch " .. i)
+    end
+  end
+  local opt = O.SGD{ lr = 0.1 }
+  H.raises(function() O.MultiStepLR(opt, { 3, 2 }) end, "MultiStepLR: milestones must be increasing integers >= 1, got 2 at 2")
+  H.raises(function() O.ExponentialLR(opt) end, "ExponentialLR: gamma must be a number > 0, got nil")
+  H.raises(function() O.LinearLR(opt, 0) end, "LinearLR: start_factor must be in (0, 1], got 0")
+  H.raises(function() O.SequentialLR(opt, { O.StepLR(opt, 2) }, { 3 }) end, "SequentialLR: expected 0 milestones for 1 schedules")
+  H.raises(function() O.SequentialLR(opt, { O.StepLR(O.SGD{ lr = 1 }, 2), O.StepLR(opt, 2) }, { 3 }) end,
+           "SequentialLR: schedule 1 drives another optimizer")
+  H.raises(function() O.LambdaLR(opt, function() return "x" end):step() end, "LambdaLR: the function returned string")
+end)
+
 H.test("lr as a function of the step", function()
   local w = dl.Variable(dl.zeros(1))
   local seen = {}

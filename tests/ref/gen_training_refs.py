@@ -120,6 +120,16 @@ def gen_schedules():
     return {
         "step": lrs(lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5), 7),
         "cosine": lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5, eta_min=0.001), 12),
+        "exponential": lrs(lambda o: torch.optim.lr_scheduler.ExponentialLR(o, gamma=0.9), 8),
+        "multistep": lrs(lambda o: torch.optim.lr_scheduler.MultiStepLR(o, milestones=[2, 5, 6], gamma=0.5), 9),
+        "lambda": lrs(lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda e: 1 / (1 + e)), 6),
+        "linear": lrs(lambda o: torch.optim.lr_scheduler.LinearLR(o, start_factor=0.25, end_factor=1.0,
+                                                                  total_iters=4), 7),
+        "restarts": lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=3, eta_min=0.01), 10),
+        "restarts_mult": lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=2), 16),
+        "sequential": lrs(lambda o: torch.optim.lr_scheduler.SequentialLR(
+            o, [torch.optim.lr_scheduler.LinearLR(o, start_factor=0.1, total_iters=3),
+                torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=6)], milestones=[3]), 10),
     }
 
 
