@@ -204,6 +204,7 @@ return {
   ["Tensor:movedim"] = { "x:movedim(from, to), x:swapaxes(a, b), x:clamp_min(v), x:type_as(y), x:new_zeros(shape) ...", "PyTorch's spellings of permute, transpose, clamp, to and zeros." },
   ["dl.nn.Transformer"] = { "dl.nn.Transformer(d_model, nhead [, {num_encoder_layers, num_decoder_layers, dim_feedforward, dropout, batch_first, norm_first}])", "PyTorch's encoder-decoder: t(src, tgt [, masks]); also TransformerDecoderLayer, TransformerEncoder/Decoder(layer, n, {norm})." },
   ["dl.nn.Module:clone"] = { "net:clone()", "A deep copy of a module with fresh parameters (copy.deepcopy)." },
+  ["dl.optim.NAdam"] = { "dl.optim.Adadelta{lr, rho, eps}, Adamax{lr, betas, eps}, NAdam{lr, betas, momentum_decay}, RAdam{lr, betas}", "PyTorch's optimizers of those names (weight_decay too)." },
   ["dl.optim.SequentialLR"] = { "dl.optim.SequentialLR(opt, {s1, s2, ...}, {m1, ...})", "Schedule s1 until epoch m1, then s2 from 0; also MultiStepLR, ExponentialLR, LambdaLR, LinearLR, CosineAnnealingWarmRestarts." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },

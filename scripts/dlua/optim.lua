@@ -19,6 +19,7 @@
 -- moments, per-variable step counts). load_state_dict() before the variables have been
 -- seen keeps the state and gives it to each variable when it first comes (a checkpoint
 -- restored into a fresh program, before the first step), after checking its shape.
+local ffi = require("ffi")
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 local hid = T.hid
@@ -450,6 +451,104 @@ class("Adagrad", { lr = 1e-2, lr_decay = 0, weight_decay = 0, initial_accumulato
     local tmp = scratch(st, "_t", p)
     sum:add_(tmp:copy_(g):mul_(g))
     p:add_(tmp:copy_(g):div_(sum:sqrt():add_(self.eps)):mul_(-clr))
+  end)
+
+-- Adam's moments m and v of st (made on the first step), updated by g: m = b1 m + (1 - b1)
+-- g, v = b2 v + (1 - b2) g^2; returns them and the step count t.
+local function moments(self, st, p, g)
+  local m, v = st.exp_avg, st.exp_avg_sq
+  if m == nil then
+    m, v = dl.zeros_like(p), dl.zeros_like(p)
+    st.exp_avg, st.exp_avg_sq, st.step = m, v, 0
+  end
+  st.step = st.step + 1
+  local b1, b2 = self.betas[1], self.betas[2]
+  local tmp = scratch(st, "_t", p)
+  m:mul_(b1):add_(tmp:copy_(g):mul_(1 - b1))
+  v:mul_(b2):add_(tmp:copy_(g):mul_(1 - b2):mul_(g))
+  return m, v, st.step, tmp
+end
+
+-- Adadelta: s = rho s + (1 - rho) g^2; d = sqrt(u + eps) / sqrt(s + eps) g;
+-- u = rho u + (1 - rho) d^2; p = p - lr d (weight decay added to g).
+class("Adadelta", { lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0 },
+  nonneg_check({ "rho", "eps", "weight_decay" }),
+  function(self, p, g, st, lr)
+    g = decayed(st, p, g, self.weight_decay, true)
+    local sq, acc = st.square_avg, st.acc_delta
+    if sq == nil then
+      sq, acc = dl.zeros_like(p), dl.zeros_like(p)
+      st.square_avg, st.acc_delta, st.step = sq, acc, 0
+    end
+    st.step = st.step + 1
+    local rho, eps = self.rho, self.eps
+    local tmp = scratch(st, "_t", p)
+    sq:mul_(rho):add_(tmp:copy_(g):mul_(1 - rho):mul_(g))
+    local delta = (acc + eps):sqrt():div_((sq + eps):sqrt()):mul_(g)
+    acc:mul_(rho):add_(tmp:copy_(delta):mul_(1 - rho):mul_(delta))
+    p:add_(delta:mul_(-lr))
+  end)
+
+-- Adamax: m = b1 m + (1 - b1) g; u = max(b2 u, |g| + eps); p = p - lr / (1 - b1^t) m / u.
+class("Adamax", { lr = 2e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0 }, adam_check,
+  function(self, p, g, st, lr)
+    g = decayed(st, p, g, self.weight_decay, true)
+    local m, u = st.exp_avg, st.exp_inf
+    if m == nil then
+      m, u = dl.zeros_like(p), dl.zeros_like(p)
+      st.exp_avg, st.exp_inf, st.step = m, u, 0
+    end
+    st.step = st.step + 1
+    local b1, b2 = self.betas[1], self.betas[2]
+    local tmp = scratch(st, "_t", p)
+    m:mul_(b1):add_(tmp:copy_(g):mul_(1 - b1))
+    u:copy_(dl.maximum(u:mul_(b2), tmp:copy_(g):abs_():add_(self.eps)))
+    p:add_(tmp:copy_(m):div_(u):mul_(-lr / (1 - b1 ^ st.step)))
+  end)
+
+-- NAdam (Dozat): Adam with Nesterov momentum, its momentum mu_t = b1 (1 - 0.96^(t
+-- momentum_decay) / 2) and their running product (kept in float32, as PyTorch's state
+-- tensor). PyTorch 1.13's update, whose product for the next step multiplies mu_t twice
+-- (mu_product mu_t mu_{t+1}; later versions drop one).
+local f32cell = ffi.new("float[1]")
+local function f32(v)
+  f32cell[0] = v
+  return f32cell[0]
+end
+class("NAdam", { lr = 2e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0, momentum_decay = 4e-3 },
+  adam_check,
+  function(self, p, g, st, lr)
+    g = decayed(st, p, g, self.weight_decay, true)
+    local m, v, t = moments(self, st, p, g)
+    local b1, b2, md = self.betas[1], self.betas[2], self.momentum_decay
+    local mu = b1 * (1 - 0.5 * 0.96 ^ (t * md))
+    local mu_next = b1 * (1 - 0.5 * 0.96 ^ ((t + 1) * md))
+    local prod = f32((st.mu_product or 1) * mu)
+    st.mu_product = prod
+    local prod_next = f32(f32(prod * mu) * mu_next)
+    local denom = (v / (1 - b2 ^ t)):sqrt():add_(self.eps)
+    p:add_(g / denom * (-lr * (1 - mu) / (1 - prod)))
+    p:add_(m / denom * (-lr * mu_next / (1 - prod_next)))
+  end)
+
+-- RAdam (Liu et al.): Adam whose adaptive step is rectified by the variance of its
+-- estimate, and plain momentum while that variance is undefined (rho_t <= 5).
+class("RAdam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0 }, adam_check,
+  function(self, p, g, st, lr)
+    g = decayed(st, p, g, self.weight_decay, true)
+    local m, v, t = moments(self, st, p, g)
+    local b1, b2 = self.betas[1], self.betas[2]
+    local bc1, bc2 = 1 - b1 ^ t, 1 - b2 ^ t
+    local rho_inf = 2 / (1 - b2) - 1
+    local rho_t = rho_inf - 2 * t * b2 ^ t / bc2
+    local avg = m / bc1
+    if rho_t > 5 then
+      local rect = sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+      local adaptive = v:sqrt():add_(self.eps):reciprocal():mul_(sqrt(bc2))
+      p:add_(avg * lr * adaptive * rect * -1)
+    else
+      p:add_(avg * (-lr))
+    end
   end)
 
 -- ---- L-BFGS ---------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ local function run_case(c, apply)
 end
 
 local NAMES = { "sgd", "sgd_momentum", "sgd_nesterov_wd", "sgd_dampening", "adam", "adam_wd_amsgrad",
-                "adamw", "adamw_default", "rmsprop", "rmsprop_centered_momentum" }
+                "adamw", "adamw_default", "rmsprop", "rmsprop_centered_momentum", "adadelta", "adadelta_wd",
+                "adamax", "adamax_wd", "nadam", "nadam_wd", "radam", "radam_short" }
 
 for _, name in ipairs(NAMES) do
   H.test(name .. " matches PyTorch step by step (apply_gradients)", function()

@@ -97,6 +97,25 @@ def gen_optim():
     classes = {"sgd": "SGD", "sgd_momentum": "SGD", "sgd_nesterov_wd": "SGD", "sgd_dampening": "SGD",
                "adam": "Adam", "adam_wd_amsgrad": "Adam", "adamw": "AdamW", "adamw_default": "AdamW",
                "rmsprop": "RMSprop", "rmsprop_centered_momentum": "RMSprop"}
+    # Drawn from a stream of their own, so that the cases above keep their inputs.
+    with torch.random.fork_rng():
+        torch.manual_seed(20261203)
+        for key, cls, kwargs, lua_opts in (
+                ("adadelta", torch.optim.Adadelta, {"lr": 0.5}, "{lr = 0.5}"),
+                ("adadelta_wd", torch.optim.Adadelta, {"lr": 1.0, "rho": 0.8, "eps": 1e-4, "weight_decay": 0.1},
+                 "{lr = 1.0, rho = 0.8, eps = 1e-4, weight_decay = 0.1}"),
+                ("adamax", torch.optim.Adamax, {"lr": 0.01}, "{lr = 0.01}"),
+                ("adamax_wd", torch.optim.Adamax, {"lr": 0.02, "betas": (0.8, 0.9), "weight_decay": 0.1},
+                 "{lr = 0.02, betas = {0.8, 0.9}, weight_decay = 0.1}"),
+                ("nadam", torch.optim.NAdam, {"lr": 0.01}, "{lr = 0.01}"),
+                ("nadam_wd", torch.optim.NAdam, {"lr": 0.02, "weight_decay": 0.1, "momentum_decay": 0.01},
+                 "{lr = 0.02, weight_decay = 0.1, momentum_decay = 0.01}"),
+                ("radam", torch.optim.RAdam, {"lr": 0.01}, "{lr = 0.01}"),
+                ("radam_short", torch.optim.RAdam, {"lr": 0.01, "betas": (0.9, 0.8), "weight_decay": 0.1},
+                 "{lr = 0.01, betas = {0.9, 0.8}, weight_decay = 0.1}")):
+            cases[key] = opt_case(cls, kwargs, steps=8, lua_opts=lua_opts)
+            classes[key] = {"adadelta": "Adadelta", "adamax": "Adamax", "nadam": "NAdam",
+                            "radam": "RAdam"}[key.split("_")[0]]
     out = {}
     for k, c in cases.items():
         opts = c.pop("opts")
