@@ -542,6 +542,77 @@ H.test("max_pool1d, avg_pool1d, their layers, Unflatten and median match PyTorch
   H.raises(function() dl.zeros(0):median() end, "median: the tensor is empty")
 end)
 
+H.test("InstanceNorm2d, adaptive max pools, pixel shuffles and the ranking losses match PyTorch", function()
+  local r = R.layers.spatial
+  local F = nn.functional
+  local x = dl.tensor(r.instance.x)
+  local inorm = nn.InstanceNorm2d(3, { affine = true, track_running_stats = true })
+  set(inorm.weight, r.instance.weight); set(inorm.bias, r.instance.bias)
+  close(inorm(x), r.instance.y, 1e-5)
+  close(inorm.running_mean, r.instance.running_mean, 1e-6)
+  close(inorm.running_var, r.instance.running_var, 1e-6)
+  inorm:eval()
+  close(inorm(x), r.instance.y_eval, 1e-5)
+  inorm:train()
+  close(dl.grad(function(v) return (inorm(v) * dl.tensor(r.instance.c)):sum() end)(x), r.instance.gx, 1e-5)
+  local fns = {
+    amax2d = function(v) return F.adaptive_max_pool2d(v, { 2, 3 }) end,
+    amax2d_4 = function(v) return nn.AdaptiveMaxPool2d(4)(v) end,
+    amax1d = function(v) return F.adaptive_max_pool1d(v:reshape(2, 3, 35), 6) end,
+    shuffle = function(v) return nn.PixelShuffle(2)(v:narrow(3, 1, 4):reshape(2, 12, 1, 7)) end,
+    unshuffle = function(v) return F.pixel_unshuffle(v:narrow(3, 1, 4):narrow(4, 1, 6), 2) end,
+  }
+  for name, fn in pairs(fns) do
+    close(fn(x), r[name].y, 1e-6, name)
+    close(dl.grad(function(v) return (fn(v) * dl.tensor(r[name].c)):sum() end)(x), r[name].gx, 1e-6, name)
+  end
+  local losses = {
+    triplet = function(a, p, n) return nn.triplet_margin_loss(a, p, n, { margin = 0.5 }) end,
+    triplet_swap_p1 = function(a, p, n) return F.triplet_margin_loss(a, p, n, { p = 1, swap = true }) end,
+    pairwise = function(a, p, n) return (F.pairwise_distance(a, p) * n:select(2, 1)):sum() end,
+    ranking = function(a, b) return nn.margin_ranking_loss(a, b, dl.tensor(r.ranking.target), { margin = 0.3 }) end,
+  }
+  for name, fn in pairs(losses) do
+    local c = r[name]
+    local args = { dl.tensor(c.args[1]), dl.tensor(c.args[2]), dl.tensor(c.args[3]) }
+    local got = { dl.value_and_grad(function(a, b) return fn(a, b, args[3]) end, { 1, 2 })(args[1], args[2]) }
+    H.near(got[1]:item(), c.y, 2e-6, name)
+    close(got[2], c.grads[1], 2e-6, name)
+    close(got[3], c.grads[2], 2e-6, name)
+  end
+  -- channel dropout: whole channels, the others scaled by 1 / (1 - p); nothing in eval
+  dl.manual_seed(3)
+  local d = nn.Dropout2d(0.5)
+  local y = d(dl.ones(8, 16, 3, 3))
+  local per_channel = y:sum({ 3, 4 })
+  H.ok(per_channel:eq(0):logical_or(per_channel:eq(18)):all())
+  H.near(per_channel:eq(0):float():mean():item(), 0.5, 0.15)
+  d:eval()
+  H.ok(dl.equal(d(x), x))
+  H.shape(nn.Dropout1d(0.2)(dl.ones(4, 5)), { 4, 5 })
+  H.raises(function() nn.InstanceNorm2d(3)(dl.zeros(2, 4, 5, 5)) end,
+           "InstanceNorm2d: expected input (N, 3, ...) of 4 dims or (3, ...) of 3, got shape (2, 4, 5, 5)")
+  H.raises(function() F.pixel_shuffle(dl.zeros(1, 3, 2, 2), 2) end, "pixel_shuffle: expected input (..., C r^2, H, W) with r = 2")
+  H.raises(function() F.adaptive_max_pool2d(dl.zeros(3), 2) end, "adaptive_max_pool2d: expected input of 4 dims")
+end)
+
+H.test("ModuleList and ModuleDict track their modules as PyTorch's", function()
+  local list = nn.ModuleList{ nn.Linear(2, 3), nn.ReLU() }
+  list:append(nn.Linear(3, 1))
+  H.eq(#list, 3)
+  local x = dl.randn(4, 2)
+  for _, m in ipairs(list) do x = m(x) end
+  H.shape(x, { 4, 1 })
+  H.eq(#list:parameters(), 4)
+  H.ok(list:state_dict()["3.bias"] ~= nil)
+  H.raises(function() list(x) end, "ModuleList: it has no forward")
+  local dict = nn.ModuleDict{ enc = nn.Linear(2, 3), dec = nn.Linear(3, 2) }
+  H.shape(dict.dec(dict.enc(dl.randn(1, 2))), { 1, 2 })
+  H.eq(dict:items()[1][1], "dec")
+  H.ok(dict:state_dict()["enc.weight"] ~= nil)
+  H.raises(function() nn.ModuleDict{ a = 3 } end, "ModuleDict: a is a number, expected a module")
+end)
+
 H.test("pools and Flatten match PyTorch", function()
   local r = R.layers.pool
   local x = dl.tensor(r.x)

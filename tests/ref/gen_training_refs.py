@@ -331,6 +331,45 @@ def gen_layers():
         m2 = rnd(4, 5)
         out["pool1d_median"] = {"x": x, "pools": pools, "m": m, "values": mv, "indices": mi + 1,
                                 "m2": m2, "all": m2.median(), "dim1": m2.median(0)[0], "dim1_idx": m2.median(0)[1] + 1}
+
+        # dlua.nn.spatial and the ranking losses: values and gradients of sum(y c).
+        sp = {}
+        x = rnd(2, 3, 5, 7)
+        inorm = nn.InstanceNorm2d(3, affine=True, track_running_stats=True)
+        with torch.no_grad():
+            inorm.weight.copy_(rnd(3))
+            inorm.bias.copy_(rnd(3))
+        xr = x.clone().requires_grad_()
+        y = inorm(xr)
+        c = rnd(*y.shape)
+        (gx,) = torch.autograd.grad((y * c).sum(), [xr])
+        inorm.eval()
+        sp["instance"] = {"x": x, "weight": inorm.weight, "bias": inorm.bias, "y": y, "c": c, "gx": gx,
+                          "running_mean": inorm.running_mean, "running_var": inorm.running_var,
+                          "y_eval": inorm(x)}
+        for name, fn in (("amax2d", lambda v: F.adaptive_max_pool2d(v, (2, 3))),
+                         ("amax2d_4", lambda v: F.adaptive_max_pool2d(v, 4)),
+                         ("amax1d", lambda v: F.adaptive_max_pool1d(v.reshape(2, 3, 35), 6)),
+                         ("shuffle", lambda v: F.pixel_shuffle(v[:, :, :4, :].reshape(2, 12, 1, 7), 2)),
+                         ("unshuffle", lambda v: F.pixel_unshuffle(v[:, :, :4, :6], 2))):
+            xr = x.clone().requires_grad_()
+            y = fn(xr)
+            c = rnd(*y.shape)
+            (gx,) = torch.autograd.grad((y * c).sum(), [xr])
+            sp[name] = {"y": y, "c": c, "gx": gx}
+        a, p_, n_ = rnd(4, 5), rnd(4, 5), rnd(4, 5)
+        x1, x2, yy = rnd(6), rnd(6), torch.tensor([1.0, -1, 1, -1, 1, 1])
+        for name, fn, args in (("triplet", lambda u, v, w: F.triplet_margin_loss(u, v, w, margin=0.5), (a, p_, n_)),
+                               ("triplet_swap_p1", lambda u, v, w: F.triplet_margin_loss(u, v, w, p=1.0, swap=True),
+                                (a, p_, n_)),
+                               ("pairwise", lambda u, v, w: (F.pairwise_distance(u, v) * w[:, 0]).sum(), (a, p_, n_)),
+                               ("ranking", lambda u, v, w: F.margin_ranking_loss(u, v, yy, margin=0.3), (x1, x2, x2))):
+            vs = [t.clone().requires_grad_() for t in args]
+            y = fn(*vs)
+            grads = torch.autograd.grad(y, vs[:2])
+            sp[name] = {"args": list(args), "y": y, "grads": list(grads)}
+        sp["ranking"]["target"] = yy
+        out["spatial"] = sp
     return out
 
 

@@ -419,7 +419,7 @@ local REDUCTIONS = { none = 0, mean = 1, sum = 2 }
 -- Every loss's options (each loss reads its own): the reduction, and the few that
 -- PyTorch's losses take.
 local LOSS_OPTIONS = { reduction = true, ignore_index = true, pos_weight = true, weight = true, beta = true,
-                       delta = true, margin = true, log_target = true }
+                       delta = true, margin = true, log_target = true, p = true, eps = true, swap = true }
 
 local function reduction_of(op, opts)
   local r = "mean"
@@ -674,6 +674,41 @@ function F.cosine_similarity(a, b, opts)
   local na = dl.linalg.vector_norm(a, 2, dim, true):clamp(eps)
   local nb = dl.linalg.vector_norm(b, 2, dim, true):clamp(eps)
   return ((a / na) * (b / nb)):sum(dim)
+end
+
+-- pairwise_distance(a, b [, {p = 2, eps = 1e-6, keepdim}]): the p-norm of a - b + eps over
+-- the last dim (broadcast), as PyTorch's.
+function F.pairwise_distance(a, b, opts)
+  local op = "pairwise_distance"
+  check_tensor(op, a)
+  check_tensor(op, b)
+  opts = options(op, opts, { p = true, eps = true, keepdim = true })
+  local eps = number_option(op, opts, "eps", 1e-6, 0)
+  return dl.linalg.vector_norm(a - b + eps, opts.p or 2, -1, opts.keepdim and true or false)
+end
+
+-- margin_ranking_loss(x1, x2, y [, {reduction, margin = 0}]): max(0, -y (x1 - x2) + margin),
+-- y 1 where x1 should rank higher, -1 where x2 should.
+function F.margin_ranking_loss(x1, x2, y, opts)
+  local op = "margin_ranking_loss"
+  local r = paired(op, x1, x2, opts, "x1 and x2")
+  check_tensor(op, y)
+  local margin = number_option(op, opts, "margin", 0)
+  return reduce((-y * (x1 - x2) + margin):clamp(0), r)
+end
+
+-- triplet_margin_loss(anchor, positive, negative [, {reduction, margin = 1, p = 2, eps =
+-- 1e-6, swap = false}]): max(d(a, p) - d(a, n) + margin, 0) with d pairwise_distance; with
+-- swap, d(a, n) is the smaller of it and d(p, n).
+function F.triplet_margin_loss(anchor, positive, negative, opts)
+  local op = "triplet_margin_loss"
+  local r = paired(op, anchor, positive, opts, "anchor and positive")
+  check_tensor(op, negative)
+  local margin = number_option(op, opts, "margin", 1)
+  local dist = { p = type(opts) == "table" and opts.p or 2, eps = number_option(op, opts, "eps", 1e-6, 0) }
+  local dp, dn = F.pairwise_distance(anchor, positive, dist), F.pairwise_distance(anchor, negative, dist)
+  if type(opts) == "table" and opts.swap then dn = dl.minimum(dn, F.pairwise_distance(positive, negative, dist)) end
+  return reduce((dp - dn + margin):clamp(0), r)
 end
 
 -- The per-class probabilities of one-hot rows: labels (N) 1-based -> (N, C) float.

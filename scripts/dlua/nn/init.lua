@@ -33,7 +33,8 @@ nn.functional = F
 
 -- Loaded when first used (Note [Modules loaded on first use] in core.lua): the attention
 -- layers and functions, the activations of dlua.nn.activations, the resizing of
--- dlua.nn.resample, dl.nn.init, dl.nn.utils.
+-- dlua.nn.resample, the channel and position layers of dlua.nn.spatial, dl.nn.init,
+-- dl.nn.utils.
 local function attention() register(require("dlua.nn.attention")) end
 -- A module of layers and functions ({layers =, functional =}), its names in nn and F.
 local function merge(module)
@@ -43,7 +44,8 @@ local function merge(module)
     for name, fn in pairs(A.functional) do F[name] = fn end
   end
 end
-local activations, resample = merge("dlua.nn.activations"), merge("dlua.nn.resample")
+local activations, resample, spatial = merge("dlua.nn.activations"), merge("dlua.nn.resample"),
+  merge("dlua.nn.spatial")
 local loads = {
   MultiheadAttention = attention,
   TransformerEncoderLayer = attention,
@@ -59,11 +61,17 @@ for _, name in ipairs({ "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid
   loads[name] = activations
 end
 for _, name in ipairs({ "Upsample", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d" }) do loads[name] = resample end
+for _, name in ipairs({ "Dropout1d", "Dropout2d", "InstanceNorm1d", "InstanceNorm2d", "AdaptiveMaxPool1d",
+                        "AdaptiveMaxPool2d", "PixelShuffle", "PixelUnshuffle" }) do
+  loads[name] = spatial
+end
 core.on_first_index(nn, loads)
 core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
 core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign",
                        "prelu" }, activations)
 core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d" }, resample)
+core.on_first_use(F, { "dropout1d", "dropout2d", "instance_norm", "adaptive_max_pool1d", "adaptive_max_pool2d",
+                       "pixel_shuffle", "pixel_unshuffle" }, spatial)
 
 nn.cross_entropy = F.cross_entropy
 nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits
@@ -78,5 +86,6 @@ nn.huber_loss = F.huber_loss
 nn.kl_div = F.kl_div
 nn.cosine_embedding_loss = F.cosine_embedding_loss
 nn.l1_loss, nn.binary_cross_entropy = F.l1_loss, F.binary_cross_entropy
+nn.margin_ranking_loss, nn.triplet_margin_loss = F.margin_ranking_loss, F.triplet_margin_loss
 
 return nn

@@ -615,4 +615,49 @@ function Sequential:named_children()
   return out
 end
 
+-- A layer of one argument, an output size (a number or a list), that applies fn(x, size),
+-- as into[name]: the adaptive pools.
+function L.sized_layer(name, fn, into)
+  local cls = Module:extend(name)
+  function cls:init(size)
+    if size == nil then raise(name .. ": expected an output size") end
+    self.output_size = size
+  end
+  function cls:forward(x) return fn(x, self.output_size) end
+  function cls:extra_repr() return fmt("output_size", self.output_size) end
+  into[name] = cls
+  return cls
+end
+
+-- ModuleList{m1, m2, ...}: an ordered list of modules, tracked as Sequential's steps
+-- (list[i], #list, ipairs(list), list:add(m); names "1.weight" ...), without a forward of
+-- its own, as PyTorch's. ModuleDict{name = m, ...}: modules by name (dict.name, and
+-- dict:items() in name order).
+local ModuleList = Sequential:extend("ModuleList")
+L.ModuleList = ModuleList
+function ModuleList:forward()
+  raise("ModuleList: it has no forward; call its modules (for _, m in ipairs(list) do x = m(x) end)")
+end
+ModuleList.append = Sequential.add
+
+local ModuleDict = Module:extend("ModuleDict")
+L.ModuleDict = ModuleDict
+function ModuleDict:init(entries)
+  if entries ~= nil and type(entries) ~= "table" then bad_arg("ModuleDict", "a table of modules by name", entries) end
+  local keys = {}
+  for k in pairs(entries or {}) do
+    if type(k) ~= "string" then raise("ModuleDict: keys must be strings, got " .. typename(k)) end
+    keys[#keys + 1] = k
+  end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    if not Module.is_module(entries[k]) then raise("ModuleDict: " .. k .. " is a " .. typename(entries[k]) .. ", expected a module") end
+    self[k] = entries[k]
+  end
+end
+function ModuleDict:forward()
+  raise("ModuleDict: it has no forward; call its modules by name")
+end
+function ModuleDict:items() return self:named_children() end
+
 return L

@@ -205,16 +205,8 @@ function Upsample:extra_repr()
              self.align_corners)
 end
 
-for spatial, name in ipairs({ "AdaptiveAvgPool1d", "AdaptiveAvgPool2d" }) do
-  local cls = Module:extend(name)
-  local fn = spatial == 1 and F.adaptive_avg_pool1d or F.adaptive_avg_pool2d
-  function cls:init(size)
-    if size == nil then raise(name .. ": expected an output size") end
-    self.output_size = size
-  end
-  function cls:forward(x) return fn(x, self.output_size) end
-  function cls:extra_repr() return fmt("output_size", self.output_size) end
-  L[name] = cls
-end
+local sized_layer = require("dlua.nn.layers").sized_layer
+sized_layer("AdaptiveAvgPool1d", F.adaptive_avg_pool1d, L)
+sized_layer("AdaptiveAvgPool2d", F.adaptive_avg_pool2d, L)
 
 return { functional = F, layers = L }

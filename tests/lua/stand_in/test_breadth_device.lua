@@ -39,6 +39,13 @@ local CASES = {
   cross = function(d) return dl.cross(dl.tensor({ 1, 2, 3 }):to(d), dl.tensor({ 0, 1, 0 }):to(d)) end,
   cosine = function(d) return F.cosine_similarity(dl.arange(6):reshape(2, 3):float():to(d), dl.ones(2, 3):to(d)) end,
   rot90 = function(d) return dl.arange(6):reshape(2, 3):to(d):rot90() end,
+  adaptive_max = function(d) return F.adaptive_max_pool2d(dl.arange(35):reshape(1, 1, 5, 7):float():to(d), { 2, 3 }) end,
+  instance_norm = function(d) return F.instance_norm(dl.arange(24):reshape(1, 2, 3, 4):float():to(d)) end,
+  pixel_shuffle = function(d) return F.pixel_shuffle(dl.arange(16):reshape(1, 4, 2, 2):to(d), 2) end,
+  triplet = function(d)
+    local a = dl.arange(6):reshape(2, 3):float():to(d)
+    return dl.nn.triplet_margin_loss(a, a * 2, a * -1)
+  end,
 }
 
 H.test("each function's result is on its operands' device, with the CPU's values", function()
@@ -62,6 +69,10 @@ H.test("layers and random draws on the device: transformers, PReLU, a clone, mul
   H.eq(dl.multinomial(on(dl.tensor({ 1, 1, 1 })), 3).device, "cuda:0")
   H.eq(dl.bernoulli(on(dl.full({ 4 }, 0.5))).device, "cuda:0")
   H.eq(dl.normal(on(dl.zeros(3)), 1).device, "cuda:0")
+  H.eq(nn.Dropout2d(0.5)(on(dl.ones(2, 3, 4, 4))).device, "cuda:0")
+  local inorm = nn.InstanceNorm2d(2, { track_running_stats = true }):cuda()
+  inorm(on(dl.randn(2, 2, 3, 3)))
+  H.eq(inorm.running_mean.device, "cuda:0")
 end)
 
 H.run()
