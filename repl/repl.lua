@@ -299,6 +299,9 @@ local function build_docs()
     for _, sub in ipairs({ "nn", "optim", "data", "metrics", "summary", "cuda", "compile", "linalg", "image" }) do
       if type(rawget(dl, sub)) == "table" then index(dl[sub], "dl." .. sub .. ".") end
     end
+    if type(rawget(dl, "nn")) == "table" and type(dl.nn.functional) == "table" then
+      index(dl.nn.functional, "dl.nn.functional.")
+    end
   end
   index(methods, "Tensor:")
 end
@@ -325,6 +328,20 @@ function M.help(...)
     return
   end
   local v = ...
+  if type(v) == "function" and by_fn[v] == nil then
+    -- a function whose module loads on first use: its stub stands for it until then
+    local ok, core = pcall(require, "dlua.core")
+    local real = ok and core.resolve_stub and core.resolve_stub(v)
+    if real then
+      build_docs()
+      v = real
+    end
+  end
+  if type(v) == "table" and type(rawget(v, "__name")) == "string" and rawget(v, "_imt") then
+    local name = rawget(v, "__name")   -- a module class of dl.nn
+    local d = docs["dl.nn." .. name]
+    if d then write(entry_text(name, d), "\n") return end
+  end
   if type(v) == "function" then
     local d = by_fn[v]
     if d then write(entry_text(nil, d), "\n") else write("no documentation for ", fn_name(v), "\n") end

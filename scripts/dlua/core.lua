@@ -201,6 +201,10 @@ end
 -- tensor property after the methods, costs one more table probe and no call); the stub
 -- runs load(), which defines the real function in tbl itself, and calls it. Names that
 -- are tables (the attention classes) use on_first_index instead, a function __index.
+-- The stubs, each with its table and name (weak: a stub goes with its table), for
+-- M.resolve_stub.
+local stub_of = setmetatable({}, { __mode = "k" })
+
 function M.on_first_use(tbl, names, load)
   local mt = getmetatable(tbl)
   if mt == nil then
@@ -210,11 +214,22 @@ function M.on_first_use(tbl, names, load)
   if mt.__index == nil then mt.__index = {} end
   local stubs = mt.__index
   for _, name in ipairs(names) do
-    stubs[name] = function(...)
+    local stub = function(...)
       load()
       return rawget(tbl, name)(...)
     end
+    stubs[name] = stub
+    stub_of[stub] = { tbl = tbl, name = name, load = load }
   end
+end
+
+-- The function a stub of on_first_use stands for (its module loaded), or nil when f is no
+-- stub: for tools that look functions up by identity (the REPL's help).
+function M.resolve_stub(f)
+  local s = stub_of[f]
+  if s == nil then return nil end
+  s.load()
+  return rawget(s.tbl, s.name)
 end
 
 -- tbl[name], for each name of `loads`, made by loads[name]() when first read (values of

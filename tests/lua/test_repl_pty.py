@@ -159,6 +159,14 @@ with tempfile.TemporaryDirectory() as home:
     check("help(dl.linalg.qr) shows its doc", r.expect(r"dl\.linalg\.qr\(A.*Q, R with A = Q R") is not None, r.out[r.mark:])
     r.send("help('grad')\n")
     check("help('grad') finds a Lua-level function", r.expect(r"dl\.grad\(f") is not None, r.out[r.mark:])
+    r.send("help(dl.einsum)\n")
+    check("help of a function whose module loads on first use", r.expect(r"dl\.einsum\(spec") is not None,
+          r.out[r.mark:])
+    r.send("help(dl.nn.functional.interpolate)\n")
+    check("help of a dl.nn.functional function", r.expect(r"F\.interpolate\(x") is not None, r.out[r.mark:])
+    r.send("? dl.nn.Linear\n")
+    check("? on a layer class shows the layer's doc", r.expect(r"dl\.nn\.Linear\(in, out\)") is not None,
+          r.out[r.mark:])
 
     r.send("half typed\x03")
     check("Ctrl-C at the prompt drops the line", r.expect(r"\^C\n> ") is not None, r.out[r.mark:])
