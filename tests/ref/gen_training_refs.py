@@ -370,6 +370,22 @@ def gen_layers():
             sp[name] = {"args": list(args), "y": y, "grads": list(grads)}
         sp["ranking"]["target"] = yy
         out["spatial"] = sp
+
+    # Resizing where PyTorch's kernels take shortcuts of their own (found by comparing
+    # random cases): nearest with a scale factor keeps its scale when the size is kept or
+    # doubled; the linear modes leave a dim whose size is kept as it is.
+    with torch.random.fork_rng():
+        torch.manual_seed(20261204)
+        edges = []
+        for shape, kw in (((1, 2, 5), {"scale_factor": 1.09}), ((1, 2, 3), {"scale_factor": 2.01}),
+                          ((1, 2, 4, 5), {"scale_factor": 1.1, "mode": "nearest-exact"}),
+                          ((1, 2, 4), {"scale_factor": 1.24, "mode": "linear"}),
+                          ((1, 2, 6, 3), {"scale_factor": 1.24, "mode": "bilinear"}),
+                          ((1, 2, 2, 3), {"scale_factor": (2.0, 1.24), "mode": "bilinear", "align_corners": True})):
+            x = rnd(*shape)
+            opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
+            edges.append({"x": x, "opts": opts, "y": F.interpolate(x, **kw)})
+        out["resample_edges"] = edges
     return out
 
 

@@ -9,7 +9,8 @@
 -- "bilinear" (4-D), with align_corners. Each output index and weight is computed as
 -- PyTorch's kernels compute it, in float for float32 and half tensors and in double for
 -- float64 (scale = 1 / scale_factor when one is given, in / out otherwise), so the sources
--- picked are the same. The resizing itself is made of index_select, products and sums (and
+-- picked are the same: a scale_factor of 1.09 on 5 elements picks 0, 0, 1, 2, 3, as
+-- PyTorch's, and the linear modes leave a dim whose size is kept as it is. The resizing itself is made of index_select, products and sums (and
 -- an adaptive pool of products with averaging matrices), so gradients, dl.compile,
 -- dl.vmap and dl.export follow.
 local ffi = require("ffi")
@@ -50,9 +51,7 @@ local function plan(mode, r, n_in, n_out, factor, align_corners, dtype, device)
     local s = scale_of(r, n_in, n_out, factor, false)
     for d = 0, n_out - 1 do
       local src
-      if n_out == n_in then src = d
-      elseif mode == "nearest" and n_out == 2 * n_in then src = floor(d / 2)
-      elseif mode == "nearest" then src = min(floor(r(d * s)), n_in - 1)
+      if mode == "nearest" then src = min(floor(r(d * s)), n_in - 1)
       else src = min(floor(r(r(d + 0.5) * s)), n_in - 1) end
       i0[d + 1] = src + 1
     end
@@ -133,10 +132,14 @@ function F.interpolate(x, opts)
   local y = x
   for i = spatial, 1, -1 do
     local d = 2 + i
-    local idx, w = plan(mode, r, x:size(d), sizes[i], factors and factors[i], align and true or false, x.dtype,
-                        x.device)
-    y = along(y, d, idx, w)
+    -- (PyTorch's linear kernels leave a dim whose size is kept as it is, whatever the scale)
+    if MODES[mode] == 0 or sizes[i] ~= x:size(d) then
+      local idx, w = plan(mode, r, x:size(d), sizes[i], factors and factors[i], align and true or false, x.dtype,
+                          x.device)
+      y = along(y, d, idx, w)
+    end
   end
+  if rawequal(y, x) then return x:clone() end   -- (a result of its own, as PyTorch's)
   return y
 end
 
