@@ -8,6 +8,7 @@
 --   x:repeat_interleave(2, 1)  -- each row twice, in place: rows 1, 1, 2, 2, ...
 --   x:split(2, 1), x:chunk(3, 1), x:unbind(1)  -- lists of views along dim 1
 --   x:diagonal(k, d1, d2), dl.diag(v or m, k), m:trace(), dl.outer(a, b)
+--   x:unfold(dim, size, step)  -- sliding windows as a new last dim
 --
 -- Each is made of the engine's differentiable views and ops (expand and reshape, narrow
 -- and cat, index_select, where), so gradients of any order come with it.
@@ -277,6 +278,34 @@ function methods.rot90(x, k, dims)
   return x:clone()
 end
 dl.fliplr, dl.flipud, dl.rot90 = methods.fliplr, methods.flipud, methods.rot90
+
+-- x:unfold(dim, size, step): the windows of `size` elements every `step` along dim, as a
+-- new last dim (dim becomes the window count), as PyTorch's Tensor.unfold (a copy here,
+-- not a view: the windows overlap).
+function methods.unfold(x, dim, size, step)
+  local op = "unfold"
+  check(op, x)
+  local d = x:dim() == 0 and 1 or dim_of(op, x, dim)
+  for _, v in ipairs({ size, step }) do
+    if type(v) ~= "number" or v ~= floor(v) or v < 1 then raise(op .. ": size and step must be integers >= 1") end
+  end
+  local n = x:dim() == 0 and 1 or x:size(d)
+  if size > n then raise(op .. ": a window of " .. size .. " is longer than dim " .. d .. " (" .. n .. ")") end
+  local count = floor((n - size) / step) + 1
+  local idx = {}
+  for w = 0, count - 1 do
+    for j = 1, size do idx[#idx + 1] = w * step + j end
+  end
+  local picked = x:index_select(d, dl.tensor(idx, { dtype = "int64", device = x.device }))
+  local shape = x.shape
+  shape[d] = count
+  table.insert(shape, d + 1, size)
+  local y = picked:reshape(shape)
+  local order = {}
+  for k = 1, #shape do if k ~= d + 1 then order[#order + 1] = k end end
+  order[#order + 1] = d + 1
+  return y:permute(order)
+end
 
 -- dl.tril_indices(rows, cols [, offset = 0]) and triu_indices: the (row, column) pairs of
 -- the lower / upper triangle, row by row, as a (2, count) int64 tensor (1-based).

@@ -48,7 +48,7 @@ end
 -- dl.cond / dl.while_loop, and dl.vmap.
 local function loader(module) return function() require(module) end end
 local ARRANGE = { "tile", "roll", "flip", "triu", "tril", "repeat_interleave", "split", "chunk", "unbind", "diagonal",
-                  "diag", "trace", "outer", "fliplr", "flipud", "rot90" }
+                  "diag", "trace", "outer", "fliplr", "flipud", "rot90", "unfold" }
 local NONFINITE = { "isnan", "isinf", "isposinf", "isneginf", "isfinite", "nan_to_num" }
 core.on_first_use(dl, { "vjp", "jvp", "jacobian", "hessian", "checkpoint" }, loader("dlua.transforms"))
 core.on_first_use(dl, { "einsum" }, loader("dlua.einsum"))

@@ -191,6 +191,23 @@ H.test("clip_grad_norm_ scales the gradients in place and returns the norm befor
   end
 end)
 
+H.test("clip_grad_value_, parameters_to_vector and vector_to_parameters", function()
+  local g = { { dl.tensor({ -5, 0.2, 3 }), "a" }, dl.tensor({ { 2, -0.5 } }) }
+  nn.utils.clip_grad_value_(g, 1)
+  H.values(g[1][1], { -1, 0.2, 1 }, { dtype = "float32", tol = 1e-7 })
+  H.values(g[2], { { 1, -0.5 } })
+  local net = nn.Sequential{ nn.Linear(3, 2), nn.Linear(2, 1) }
+  local v = nn.utils.parameters_to_vector(net)
+  H.eq(v:numel(), 3 * 2 + 2 + 2 + 1)
+  H.ok(dl.equal(v:narrow(1, 1, 6), net[1].weight:reshape(-1)))
+  nn.utils.vector_to_parameters(dl.arange(11):float(), net)
+  H.values(net[2].bias, { 10 })
+  H.values(net[1].weight, { { 0, 1, 2 }, { 3, 4, 5 } })
+  H.raises(function() nn.utils.vector_to_parameters(dl.ones(3), net) end,
+           "vector_to_parameters: the vector has 3 elements for parameters of 11")
+  H.raises(function() nn.utils.clip_grad_value_(g, -1) end, "clip_grad_value_: clip_value must be a number >= 0, got -1")
+end)
+
 H.test("RNN, LSTM and GRU layers: outputs, final states and gradients as PyTorch's", function()
   local made = {
     lstm_2layer_bi_batch_first = function() return nn.LSTM(3, 5, { num_layers = 2, bidirectional = true, batch_first = true }) end,

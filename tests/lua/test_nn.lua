@@ -599,6 +599,28 @@ H.test("InstanceNorm2d, adaptive max pools, pixel shuffles and the ranking losse
   H.raises(function() F.adaptive_max_pool2d(dl.zeros(3), 2) end, "adaptive_max_pool2d: expected input of 4 dims")
 end)
 
+H.test("Tensor unfold, F.unfold and F.fold match PyTorch, with gradients", function()
+  local r = R.layers.folds
+  local F = nn.functional
+  local x = dl.tensor(r.x)
+  local fns = {
+    tensor_unfold = function(v) return v:unfold(4, 3, 2) end,
+    tensor_unfold_dim1 = function(v) return v:unfold(2, 2, 1) end,
+    unfold = function(v) return F.unfold(v, 2) end,
+    unfold_geometry = function(v) return F.unfold(v, { 2, 3 }, { dilation = { 2, 1 }, padding = { 1, 2 }, stride = { 2, 3 } }) end,
+    fold = function(v) return F.fold(F.unfold(v, 3, { padding = 1 }), { 5, 6 }, 3, { padding = 1 }) end,
+    fold_geometry = function(v) return F.fold(v:reshape(2, 10, 9), { 5, 7 }, { 1, 2 }, { dilation = { 1, 2 }, stride = 2 }) end,
+  }
+  for _, c in ipairs(r.cases) do
+    local fn = fns[c.name]
+    close(fn(x), c.y, 1e-6, c.name)
+    close(dl.grad(function(v) return (fn(v) * dl.tensor(c.c)):sum() end)(x), c.gx, 1e-6, c.name .. " gradient")
+  end
+  H.raises(function() x:unfold(4, 9, 1) end, "unfold: a window of 9 is longer than dim 4 (6)")
+  H.raises(function() F.unfold(x[1], 2) end, "unfold: expected input (N, C, H, W), got shape (3, 5, 6)")
+  H.raises(function() F.fold(dl.zeros(1, 4, 5), { 3, 3 }, 2) end, "fold: expected (N, C 4, 4) for an output of 3x3")
+end)
+
 H.test("ModuleList and ModuleDict track their modules as PyTorch's", function()
   local list = nn.ModuleList{ nn.Linear(2, 3), nn.ReLU() }
   list:append(nn.Linear(3, 1))

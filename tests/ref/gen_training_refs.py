@@ -386,6 +386,25 @@ def gen_layers():
             opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
             edges.append({"x": x, "opts": opts, "y": F.interpolate(x, **kw)})
         out["resample_edges"] = edges
+
+    # Tensor.unfold, F.unfold and F.fold: values and gradients of sum(y c).
+    with torch.random.fork_rng():
+        torch.manual_seed(20261205)
+        x = rnd(2, 3, 5, 6)
+        folds = []
+        for name, fn in (("tensor_unfold", lambda v: v.unfold(3, 3, 2)),
+                         ("tensor_unfold_dim1", lambda v: v.unfold(1, 2, 1)),
+                         ("unfold", lambda v: F.unfold(v, 2)),
+                         ("unfold_geometry", lambda v: F.unfold(v, (2, 3), dilation=(2, 1), padding=(1, 2), stride=(2, 3))),
+                         ("fold", lambda v: F.fold(F.unfold(v, 3, padding=1), (5, 6), 3, padding=1)),
+                         ("fold_geometry", lambda v: F.fold(v.reshape(2, 10, 9), (5, 7), (1, 2), dilation=(1, 2),
+                                                            stride=(2, 2)))):
+            xr = x.clone().requires_grad_()
+            y = fn(xr)
+            c = rnd(*y.shape)
+            (gx,) = torch.autograd.grad((y * c).sum(), [xr])
+            folds.append({"name": name, "y": y, "c": c, "gx": gx})
+        out["folds"] = {"x": x, "cases": folds}
     return out
 
 

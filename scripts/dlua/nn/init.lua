@@ -71,7 +71,7 @@ core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid"
                        "prelu" }, activations)
 core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d" }, resample)
 core.on_first_use(F, { "dropout1d", "dropout2d", "instance_norm", "adaptive_max_pool1d", "adaptive_max_pool2d",
-                       "pixel_shuffle", "pixel_unshuffle" }, spatial)
+                       "pixel_shuffle", "pixel_unshuffle", "unfold", "fold" }, spatial)
 
 nn.cross_entropy = F.cross_entropy
 nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits

@@ -11,9 +11,10 @@
 --        a grid of windows of the input, whatever its size
 --   F.pixel_shuffle(x, r), nn.PixelShuffle(r): (N, C r^2, H, W) -> (N, C, H r, W r);
 --        F.pixel_unshuffle, nn.PixelUnshuffle the other way
+--   F.unfold(x, k [, {dilation, padding, stride}]) (im2col) and F.fold (col2im, its adjoint)
 --
 -- All are made of the engine's differentiable ops (dropout's mask, group_norm, narrow
--- and amax, views and permutes).
+-- and amax, views and permutes, index_select and scatter_add).
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 local Module = require("dlua.nn.module")
@@ -221,6 +222,84 @@ function F.pixel_unshuffle(x, r)
   end
   local c, h, w = x:size(-3), x:size(-2) / r, x:size(-1) / r
   return rearranged(x, { c, h, r, w, r }, { 1, 3, 5, 2, 4 }, { c * r * r, h, w })   -- C, r, r, H, W
+end
+
+-- ---- unfold and fold (im2col and col2im) ----------------------------------------------------
+
+local FOLD_OPTS = { dilation = true, padding = true, stride = true }
+local pair = F0.pair
+
+-- The (h, w) geometry of unfold/fold: kernel, dilation, padding, stride pairs.
+local function fold_geometry(op, k, opts)
+  opts = options(op, opts, FOLD_OPTS)
+  local kh, kw = pair(op, "kernel_size", k, 1)
+  local dh, dw = pair(op, "dilation", opts.dilation or 1, 1)
+  local ph, pw = pair(op, "padding", opts.padding or 0, 0)
+  local sh, sw = pair(op, "stride", opts.stride or 1, 1)
+  return { kh, kw }, { dh, dw }, { ph, pw }, { sh, sw }
+end
+
+-- The block counts along H and W of an H x W image, and its padded sizes.
+local function fold_sizes(H, W, k, d, p, s)
+  local Hp, Wp = H + 2 * p[1], W + 2 * p[2]
+  local oh = floor((Hp - (d[1] * (k[1] - 1) + 1)) / s[1]) + 1
+  local ow = floor((Wp - (d[2] * (k[2] - 1) + 1)) / s[2]) + 1
+  return oh, ow, Hp, Wp
+end
+
+-- The flat 1-based positions in the padded image that the columns read, kernel offset
+-- (a, b) by offset and then block (i, j) by block (PyTorch's order of rows and columns):
+-- row i s + a d, column j s + b d.
+local function positions(k, d, s, oh, ow, Wp, device)
+  local pos = {}
+  for a = 0, k[1] - 1 do
+    for b = 0, k[2] - 1 do
+      for i = 0, oh - 1 do
+        for j = 0, ow - 1 do
+          pos[#pos + 1] = (i * s[1] + a * d[1]) * Wp + (j * s[2] + b * d[2]) + 1
+        end
+      end
+    end
+  end
+  return dl.tensor(pos, { dtype = "int64", device = device })
+end
+
+-- F.unfold(x (N, C, H, W), k [, {dilation, padding, stride}]): the sliding blocks of x as
+-- columns, (N, C kh kw, L), as PyTorch's (im2col).
+function F.unfold(x, k, opts)
+  local op = "unfold"
+  check(op, x)
+  if x:dim() ~= 4 then raise(op .. ": expected input (N, C, H, W), got shape " .. shape_str(x.shape)) end
+  local kk, d, p, s = fold_geometry(op, k, opts)
+  local N, C, H, W = x:size(1), x:size(2), x:size(3), x:size(4)
+  local oh, ow, Hp, Wp = fold_sizes(H, W, kk, d, p, s)
+  if oh < 1 or ow < 1 then raise(op .. ": the blocks do not fit an input of shape " .. shape_str(x.shape)) end
+  local padded = (p[1] > 0 or p[2] > 0) and F0.pad(x, { p[2], p[2], p[1], p[1] }) or x
+  local cols = padded:reshape(N, C, Hp * Wp):index_select(3, positions(kk, d, s, oh, ow, Wp, x.device))
+  return cols:reshape(N, C * kk[1] * kk[2], oh * ow)
+end
+
+-- F.fold(cols (N, C kh kw, L), output_size, k [, opts]): the adjoint of unfold, summing
+-- each block's values into an (N, C, H, W) image where blocks overlap (col2im).
+function F.fold(cols, output_size, k, opts)
+  local op = "fold"
+  check(op, cols)
+  if cols:dim() ~= 3 then raise(op .. ": expected input (N, C kh kw, L), got shape " .. shape_str(cols.shape)) end
+  local H, W = pair(op, "output_size", output_size, 1)
+  local kk, d, p, s = fold_geometry(op, k, opts)
+  local oh, ow, Hp, Wp = fold_sizes(H, W, kk, d, p, s)
+  local N, CK, L = cols:size(1), cols:size(2), cols:size(3)
+  if CK % (kk[1] * kk[2]) ~= 0 or L ~= oh * ow then
+    raise(op .. ": expected (N, C " .. kk[1] * kk[2] .. ", " .. oh * ow .. ") for an output of " .. H .. "x" .. W
+          .. ", got shape " .. shape_str(cols.shape))
+  end
+  local C = CK / (kk[1] * kk[2])
+  local img = dl.zeros(N, C, Hp * Wp, { dtype = cols.dtype, device = cols.device })
+  local pos = positions(kk, d, s, oh, ow, Wp, cols.device)
+  local flat = cols:reshape(N, C, kk[1] * kk[2] * L)
+  img = img:scatter_add(3, pos:view(1, 1, -1):expand(N, C, pos:numel()), flat)
+  img = img:reshape(N, C, Hp, Wp)
+  return img:narrow(3, p[1] + 1, H):narrow(4, p[2] + 1, W)
 end
 
 for _, spec in ipairs({ { "PixelShuffle", F.pixel_shuffle, "upscale_factor" },

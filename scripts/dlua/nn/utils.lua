@@ -14,13 +14,10 @@ local utils = {}
 -- together (norm_type a p >= 1, or math.huge for the largest magnitude), and when it
 -- exceeds max_norm every gradient scaled in place by max_norm / (norm + 1e-6), as
 -- PyTorch's. Returns the norm before clipping, a 0-dim tensor of the gradients' dtype.
-function utils.clip_grad_norm_(grads, max_norm, norm_type)
-  local op = "clip_grad_norm_"
+-- The gradients of `grads` (tensors, or {gradient, Variable} pairs; holes skipped) as a list.
+local function gradient_list(op, grads)
   if type(grads) ~= "table" then bad_arg(op, "a list of gradients", grads) end
   if is_tensor(grads) then grads = { grads } end
-  if type(max_norm) ~= "number" or max_norm < 0 then raise(op .. ": max_norm must be a number >= 0, got " .. tostring(max_norm)) end
-  local p = norm_type == nil and 2 or norm_type
-  if type(p) ~= "number" or (p < 1 and p ~= huge) then raise(op .. ": norm_type must be >= 1 or math.huge, got " .. tostring(p)) end
   local list = {}
   for i = 1, table.maxn(grads) do
     local g = grads[i]
@@ -30,6 +27,15 @@ function utils.clip_grad_norm_(grads, max_norm, norm_type)
       list[#list + 1] = g
     end
   end
+  return list
+end
+
+function utils.clip_grad_norm_(grads, max_norm, norm_type)
+  local op = "clip_grad_norm_"
+  local list = gradient_list(op, grads)
+  if type(max_norm) ~= "number" or max_norm < 0 then raise(op .. ": max_norm must be a number >= 0, got " .. tostring(max_norm)) end
+  local p = norm_type == nil and 2 or norm_type
+  if type(p) ~= "number" or (p < 1 and p ~= huge) then raise(op .. ": norm_type must be >= 1 or math.huge, got " .. tostring(p)) end
   if #list == 0 then return dl.tensor(0) end
   return dl.no_grad(function()
     local total
@@ -52,6 +58,54 @@ function utils.clip_grad_norm_(grads, max_norm, norm_type)
       for _, g in ipairs(list) do g:mul_(coef) end
     end
     return total
+  end)
+end
+
+-- clip_grad_value_(grads, v): every gradient clamped to [-v, v] in place.
+function utils.clip_grad_value_(grads, v)
+  local op = "clip_grad_value_"
+  local list = gradient_list(op, grads)
+  if type(v) ~= "number" or v < 0 then raise(op .. ": clip_value must be a number >= 0, got " .. tostring(v)) end
+  dl.no_grad(function()
+    for _, g in ipairs(list) do g:clamp_(-v, v) end
+  end)
+end
+
+-- parameters_to_vector(params): the parameters (a list, or a module's) flattened into one
+-- 1-D tensor, in order; vector_to_parameters(vec, params) copies it back, in place.
+local function parameter_list(op, params)
+  if type(params) == "table" and type(params.parameters) == "function" and not is_tensor(params) then
+    params = params:parameters()
+  end
+  if type(params) ~= "table" then bad_arg(op, "a list of parameters or a module", params) end
+  for i, p in ipairs(params) do
+    if not is_tensor(p) then raise(op .. ": element " .. i .. " is a " .. type(p) .. ", expected a tensor") end
+  end
+  return params
+end
+
+function utils.parameters_to_vector(params)
+  local list = parameter_list("parameters_to_vector", params)
+  local flat = {}
+  for i, p in ipairs(list) do flat[i] = p:reshape(-1) end
+  return dl.cat(flat, 1)
+end
+
+function utils.vector_to_parameters(vec, params)
+  local op = "vector_to_parameters"
+  if not is_tensor(vec) or vec:dim() ~= 1 then bad_arg(op, "a 1-D tensor", vec) end
+  local list = parameter_list(op, params)
+  local total = 0
+  for _, p in ipairs(list) do total = total + p:numel() end
+  if total ~= vec:numel() then
+    raise(op .. ": the vector has " .. vec:numel() .. " elements for parameters of " .. total)
+  end
+  dl.no_grad(function()
+    local at = 1
+    for _, p in ipairs(list) do
+      p:copy_(vec:narrow(1, at, p:numel()):view(p.shape))
+      at = at + p:numel()
+    end
   end)
 end
 
