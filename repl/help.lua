@@ -222,6 +222,7 @@ return {
   ["dl.nn.functional.unfold"] = { "F.unfold(x, k [, {dilation, padding, stride}]), F.fold(cols, output_size, k [, opts])", "Sliding blocks as columns (im2col) and back, summed (col2im)." },
   ["Tensor:unfold"] = { "x:unfold(dim, size, step)", "Windows of size every step along dim, as a new last dim (a copy)." },
   ["dl.nn.utils.clip_grad_value_"] = { "dl.nn.utils.clip_grad_value_(grads, v), parameters_to_vector(params), vector_to_parameters(vec, params)", "Gradients clamped in place; parameters as one flat vector and back." },
+  ["dl.nn.functional.grid_sample"] = { "F.grid_sample(x, grid [, {mode, padding_mode, align_corners}]), F.affine_grid(theta, size [, align_corners])", "x sampled at the grid's (x, y) points in [-1, 1]; the grid of affine maps theta (N, 2, 3)." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },
   ["dl.nn.LayerNorm"] = { "dl.nn.LayerNorm(normalized_shape [, {eps, elementwise_affine}])", "Normalises each row over the last dims, then scales and shifts." },

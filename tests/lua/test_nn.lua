@@ -621,6 +621,27 @@ H.test("Tensor unfold, F.unfold and F.fold match PyTorch, with gradients", funct
   H.raises(function() F.fold(dl.zeros(1, 4, 5), { 3, 3 }, 2) end, "fold: expected (N, C 4, 4) for an output of 3x3")
 end)
 
+H.test("affine_grid and grid_sample match PyTorch: every mode, padding mode and align_corners", function()
+  local r = R.layers.grid_sample
+  local F = nn.functional
+  local f64 = { dtype = "float64" }
+  local x, theta = dl.tensor(r.x, f64), dl.tensor(r.theta, f64)
+  for _, c in ipairs(r.cases) do
+    local what = c.mode .. " " .. c.padding_mode .. (c.align_corners and " aligned" or "")
+    local opts = { mode = c.mode, padding_mode = c.padding_mode, align_corners = c.align_corners }
+    local function f(v, t) return F.grid_sample(v, F.affine_grid(t, { 2, 3, 4, 7 }, c.align_corners), opts) end
+    close(F.affine_grid(theta, { 2, 3, 4, 7 }, c.align_corners), c.grid, 1e-12, what .. " grid")
+    close(f(x, theta), c.y, 1e-12, what)
+    local gx, gt = dl.grad(function(v, t) return (f(v, t) * dl.tensor(c.c, f64)):sum() end, { 1, 2 })(x, theta)
+    close(gx, c.gx, 1e-12, what .. " x gradient")
+    close(gt, c.gtheta, 1e-10, what .. " theta gradient")
+  end
+  H.raises(function() F.grid_sample(x, dl.zeros(2, 4, 4, 3)) end, "grid_sample: expected x (N, C, H, W) and grid (N, Ho, Wo, 2)")
+  H.raises(function() F.grid_sample(x, dl.zeros(2, 4, 4, 2), { mode = "bicubic" }) end,
+           "grid_sample: mode must be bilinear or nearest, got bicubic")
+  H.raises(function() F.affine_grid(dl.zeros(2, 3, 3), { 2, 3, 4, 4 }) end, "affine_grid: expected theta of shape (2, 2, 3)")
+end)
+
 H.test("ModuleList and ModuleDict track their modules as PyTorch's", function()
   local list = nn.ModuleList{ nn.Linear(2, 3), nn.ReLU() }
   list:append(nn.Linear(3, 1))

@@ -405,6 +405,30 @@ def gen_layers():
             (gx,) = torch.autograd.grad((y * c).sum(), [xr])
             folds.append({"name": name, "y": y, "c": c, "gx": gx})
         out["folds"] = {"x": x, "cases": folds}
+
+    # affine_grid and grid_sample: a rotation and zoom that reaches outside the image, every
+    # mode, padding mode and align_corners; gradients for x and theta (through the grid).
+    with torch.random.fork_rng():
+        torch.manual_seed(20261206)
+        # (in float64, and with entries that keep the sampling points off whole pixels:
+        # the gradient for theta jumps where a point crosses a pixel, so a point within
+        # rounding of one would make the reference depend on the order of operations)
+        x = rnd(2, 3, 5, 6).double()
+        ang = 0.4
+        theta = torch.tensor([[[math.cos(ang) * 1.3, -math.sin(ang), 0.2], [math.sin(ang), math.cos(ang) * 1.3, -0.3]],
+                              [[0.713, 0.0871, -0.391], [-0.2113, 0.9037, 0.4871]]], dtype=torch.float64)
+        samples = []
+        for mode in ("bilinear", "nearest"):
+            for padding in ("zeros", "border", "reflection"):
+                for align in (False, True):
+                    xr, tr = x.clone().requires_grad_(), theta.clone().requires_grad_()
+                    g = F.affine_grid(tr, [2, 3, 4, 7], align_corners=align)
+                    y = F.grid_sample(xr, g, mode=mode, padding_mode=padding, align_corners=align)
+                    c = rnd(*y.shape).double()
+                    gx, gt = torch.autograd.grad((y * c).sum(), [xr, tr])
+                    samples.append({"mode": mode, "padding_mode": padding, "align_corners": align, "grid": g,
+                                    "y": y, "c": c, "gx": gx, "gtheta": gt})
+        out["grid_sample"] = {"x": x, "theta": theta, "cases": samples}
     return out
 
 

@@ -69,7 +69,8 @@ core.on_first_index(nn, loads)
 core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
 core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign",
                        "prelu" }, activations)
-core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d" }, resample)
+core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "affine_grid", "grid_sample" },
+                  resample)
 core.on_first_use(F, { "dropout1d", "dropout2d", "instance_norm", "adaptive_max_pool1d", "adaptive_max_pool2d",
                        "pixel_shuffle", "pixel_unshuffle", "unfold", "fold" }, spatial)
 

@@ -3,6 +3,8 @@
 --   F.interpolate(x, {size = {h, w} | scale_factor = s, mode = "nearest", align_corners = false})
 --   nn.Upsample({size =, scale_factor =, mode =, align_corners =})
 --   F.adaptive_avg_pool2d(x, {h, w} | n), nn.AdaptiveAvgPool2d(...); F.adaptive_avg_pool1d(x, n)
+--   F.affine_grid(theta, size [, align_corners]), F.grid_sample(x, grid [, {mode,
+--   padding_mode, align_corners}])   sampling at coordinates (spatial transformers)
 --
 -- x is (N, C, L) or (N, C, H, W). Modes: "nearest" (PyTorch's legacy nearest: source
 -- floor(dst scale)), "nearest-exact" (floor((dst + 1/2) scale)), "linear" (3-D) and
@@ -185,6 +187,103 @@ end
 
 function F.adaptive_avg_pool2d(x, size) return adaptive("adaptive_avg_pool2d", x, size, 2) end
 function F.adaptive_avg_pool1d(x, size) return adaptive("adaptive_avg_pool1d", x, size, 1) end
+
+-- ---- sampling at coordinates ------------------------------------------------------------------
+
+-- F.affine_grid(theta (N, 2, 3), size {N, C, H, W} [, align_corners = false]): the sampling
+-- grid (N, H, W, 2) of the affine maps theta, in [-1, 1] coordinates (x, y), as PyTorch's.
+function F.affine_grid(theta, size, align_corners)
+  local op = "affine_grid"
+  if not is_tensor(theta) then bad_arg(op, "a tensor", theta) end
+  if type(size) ~= "table" or #size ~= 4 then bad_arg(op, "a size {N, C, H, W}", size) end
+  local N, H, W = size[1], size[3], size[4]
+  if theta:dim() ~= 3 or theta:size(1) ~= N or theta:size(2) ~= 2 or theta:size(3) ~= 3 then
+    raise(op .. ": expected theta of shape (" .. N .. ", 2, 3), got " .. shape_str(theta.shape))
+  end
+  local o = { dtype = theta.dtype, device = theta.device }
+  local function axis(n)   -- the n centres in [-1, 1]
+    if n == 1 then return dl.zeros(1, o) end
+    local v = dl.linspace(-1, 1, n, o)
+    if not align_corners then v = v * ((n - 1) / n) end
+    return v
+  end
+  local xs = axis(W):view(1, W, 1):expand(H, W, 1)
+  local ys = axis(H):view(H, 1, 1):expand(H, W, 1)
+  local base = dl.cat({ xs, ys, dl.ones(H, W, 1, o) }, 3):reshape(1, H * W, 3)
+  return base:matmul(theta:transpose(2, 3)):reshape(N, H, W, 2)
+end
+
+-- Source pixel coordinates of grid values g in [-1, 1] along a dim of n pixels.
+local function unnormalized(g, n, align_corners)
+  if align_corners then return (g + 1) * ((n - 1) / 2) end
+  return ((g + 1) * n - 1) / 2
+end
+
+-- Coordinates reflected into [lo2 / 2, hi2 / 2] (PyTorch's reflect_coordinates).
+local function reflected(c, lo2, hi2)
+  if lo2 == hi2 then return c * 0 end
+  local lo, span = lo2 / 2, (hi2 - lo2) / 2
+  local a = (c - lo):abs()
+  local extra = dl.fmod(a, span)
+  local flips = (a / span):floor()
+  return dl.where(dl.fmod(flips, 2):eq(0), extra + lo, (extra * -1) + (span + lo))
+end
+
+-- The source coordinate along a dim of n pixels for a padding mode.
+local function source(g, n, align_corners, padding)
+  local c = unnormalized(g, n, align_corners)
+  if padding == "border" then return c:clamp(0, n - 1) end
+  if padding == "reflection" then
+    c = align_corners and reflected(c, 0, 2 * (n - 1)) or reflected(c, -1, 2 * n - 1)
+    return c:clamp(0, n - 1)
+  end
+  return c
+end
+
+local GRID_OPTS = { mode = true, padding_mode = true, align_corners = true }
+
+-- F.grid_sample(x (N, C, H, W), grid (N, Ho, Wo, 2) [, {mode = "bilinear" | "nearest",
+-- padding_mode = "zeros" | "border" | "reflection", align_corners = false}]): x sampled
+-- at the grid's (x, y) points in [-1, 1], as PyTorch's; differentiable for x and grid.
+function F.grid_sample(x, grid, opts)
+  local op = "grid_sample"
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+  if not is_tensor(grid) then bad_arg(op, "a grid tensor", grid) end
+  opts = options(op, opts, GRID_OPTS)
+  local mode, padding = opts.mode or "bilinear", opts.padding_mode or "zeros"
+  if mode ~= "bilinear" and mode ~= "nearest" then raise(op .. ": mode must be bilinear or nearest, got " .. tostring(mode)) end
+  if padding ~= "zeros" and padding ~= "border" and padding ~= "reflection" then
+    raise(op .. ": padding_mode must be zeros, border or reflection, got " .. tostring(padding))
+  end
+  if x:dim() ~= 4 or grid:dim() ~= 4 or grid:size(4) ~= 2 or grid:size(1) ~= x:size(1) then
+    raise(op .. ": expected x (N, C, H, W) and grid (N, Ho, Wo, 2), got shapes " .. shape_str(x.shape) .. " and "
+          .. shape_str(grid.shape))
+  end
+  local N, C, H, W = x:size(1), x:size(2), x:size(3), x:size(4)
+  local Ho, Wo = grid:size(2), grid:size(3)
+  local align = opts.align_corners == true
+  local ix = source(grid:select(4, 1):reshape(N, 1, Ho * Wo), W, align, padding)
+  local iy = source(grid:select(4, 2):reshape(N, 1, Ho * Wo), H, align, padding)
+  local flat = x:reshape(N, C, H * W)
+  -- the value at integer pixel (px, py) times w, 0 where that pixel is outside x
+  local function tap(px, py, w)
+    local inside = px:ge(0):logical_and(px:le(W - 1)):logical_and(py:ge(0)):logical_and(py:le(H - 1))
+    local at = (py:clamp(0, H - 1) * W + px:clamp(0, W - 1)):long() + 1
+    local v = flat:gather(3, at:expand(N, C, Ho * Wo))
+    return v * dl.where(inside, w, 0)
+  end
+  local y
+  if mode == "nearest" then
+    local px, py = ix:detach():round(), iy:detach():round()   -- (half to even, as nearbyint)
+    y = tap(px, py, dl.ones({}, { dtype = x.dtype, device = x.device }))
+  else
+    local x0, y0 = ix:detach():floor(), iy:detach():floor()
+    local fx, fy = ix - x0, iy - y0
+    y = tap(x0, y0, (1 - fx) * (1 - fy)) + tap(x0 + 1, y0, fx * (1 - fy)) + tap(x0, y0 + 1, (1 - fx) * fy)
+        + tap(x0 + 1, y0 + 1, fx * fy)
+  end
+  return y:reshape(N, C, Ho, Wo)
+end
 
 -- ---- the layers -----------------------------------------------------------------------------
 

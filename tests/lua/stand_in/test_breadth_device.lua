@@ -42,6 +42,12 @@ local CASES = {
   adaptive_max = function(d) return F.adaptive_max_pool2d(dl.arange(35):reshape(1, 1, 5, 7):float():to(d), { 2, 3 }) end,
   instance_norm = function(d) return F.instance_norm(dl.arange(24):reshape(1, 2, 3, 4):float():to(d)) end,
   pixel_shuffle = function(d) return F.pixel_shuffle(dl.arange(16):reshape(1, 4, 2, 2):to(d), 2) end,
+  grid_sample = function(d)
+    local theta = dl.tensor({ { { 0.9, -0.2, 0.1 }, { 0.3, 1.1, -0.2 } } }):to(d)
+    local grid = F.affine_grid(theta, { 1, 2, 3, 4 })
+    return F.grid_sample(dl.arange(24):reshape(1, 2, 3, 4):float():to(d), grid, { padding_mode = "reflection" })
+  end,
+  unfold = function(d) return F.unfold(dl.arange(32):reshape(1, 2, 4, 4):float():to(d), 2, { stride = 2 }) end,
   triplet = function(d)
     local a = dl.arange(6):reshape(2, 3):float():to(d)
     return dl.nn.triplet_margin_loss(a, a * 2, a * -1)
