@@ -642,6 +642,50 @@ H.test("affine_grid and grid_sample match PyTorch: every mode, padding mode and 
   H.raises(function() F.affine_grid(dl.zeros(2, 3, 3), { 2, 3, 4, 4 }) end, "affine_grid: expected theta of shape (2, 2, 3)")
 end)
 
+H.test("logsigmoid, softmin, glu, the shrinkages, threshold and five more losses match PyTorch", function()
+  local r = R.layers.more
+  local F = nn.functional
+  local x = dl.tensor(r.x)
+  local fns = {
+    logsigmoid = F.logsigmoid, softmin = function(v) return F.softmin(v:reshape(4, 4), 2) end,
+    glu = function(v) return nn.GLU(2)(v:reshape(4, 4)) end, softshrink = function(v) return F.softshrink(v, 0.3) end,
+    hardshrink = function(v) return nn.Hardshrink(0.3)(v) end, tanhshrink = F.tanhshrink,
+    threshold = function(v) return nn.Threshold(0.2, -5)(v) end,
+  }
+  for name, fn in pairs(fns) do
+    local c = r.acts[name]
+    close(fn(x), c.y, 1e-6, name)
+    close(dl.grad(function(v) return (fn(v) * dl.tensor(c.c)):sum() end)(x), c.g, 1e-6, name .. " gradient")
+  end
+  local inp, tgt, var = dl.tensor(r.inp), dl.tensor(r.tgt), dl.tensor(r.var)
+  local ylab, ybin, w = dl.tensor(r.ylab), dl.tensor(r.ybin), dl.tensor(r.w)
+  local losses = {
+    poisson = function(a) return nn.poisson_nll_loss(a, tgt) end,
+    poisson_full_lin = function(a) return F.poisson_nll_loss(a:abs() + 0.1, tgt, { log_input = false, full = true }) end,
+    gaussian = function(a) return nn.gaussian_nll_loss(a, tgt, var) end,
+    gaussian_full_sum = function(a) return F.gaussian_nll_loss(a, tgt, var, { full = true, reduction = "sum" }) end,
+    soft_margin = function(a) return nn.soft_margin_loss(a, ylab) end,
+    multilabel = function(a) return nn.multilabel_soft_margin_loss(a, ybin, { weight = w }) end,
+    hinge = function(a) return nn.hinge_embedding_loss(a, ylab, { margin = 0.7 }) end,
+  }
+  for name, fn in pairs(losses) do
+    local c = r.losses[name]
+    local v, g = dl.value_and_grad(fn)(inp)
+    H.near(v:item(), c.y, 1e-5, name)
+    close(g, c.g, 1e-5, name .. " gradient")
+  end
+  dl.manual_seed(2)
+  local soft = F.gumbel_softmax(dl.randn(4, 6), { tau = 0.5 })
+  H.near(soft:sum(2):totable(), { 1, 1, 1, 1 }, 1e-6)
+  local logits = dl.randn(4, 6)
+  local hard = F.gumbel_softmax(logits, { hard = true })
+  H.ok(hard:sum(2):eq(1):all() and hard:eq(0):logical_or(hard:eq(1)):all())
+  local g = dl.grad(function(l) return (F.gumbel_softmax(l, { hard = true }) * dl.arange(6)):sum() end)(logits)
+  H.ok(g:abs():sum():item() > 0)                       -- the soft sample's gradient passes
+  H.raises(function() F.glu(dl.ones(3)) end, "glu: dim 1 must have an even size, got 3")
+  H.raises(function() nn.gaussian_nll_loss(inp, tgt, -var) end, "gaussian_nll_loss: var has negative entries")
+end)
+
 H.test("ModuleList and ModuleDict track their modules as PyTorch's", function()
   local list = nn.ModuleList{ nn.Linear(2, 3), nn.ReLU() }
   list:append(nn.Linear(3, 1))

@@ -429,6 +429,41 @@ def gen_layers():
                     samples.append({"mode": mode, "padding_mode": padding, "align_corners": align, "grid": g,
                                     "y": y, "c": c, "gx": gx, "gtheta": gt})
         out["grid_sample"] = {"x": x, "theta": theta, "cases": samples}
+
+    # More activations and losses: values and gradients (of sum(y c) for the activations).
+    with torch.random.fork_rng():
+        torch.manual_seed(20261207)
+        x = torch.cat([torch.tensor([-3.0, -0.5, -0.3, 0.0, 0.3, 0.5, 2.0]), rnd(9) * 2])
+        acts = {}
+        for name, fn in (("logsigmoid", F.logsigmoid), ("softmin", lambda v: F.softmin(v.reshape(4, 4), 1)),
+                         ("glu", lambda v: F.glu(v.reshape(4, 4), 1)), ("softshrink", lambda v: F.softshrink(v, 0.3)),
+                         ("hardshrink", lambda v: F.hardshrink(v, 0.3)), ("tanhshrink", F.tanhshrink),
+                         ("threshold", lambda v: F.threshold(v, 0.2, -5.0))):
+            v = x.clone().requires_grad_()
+            y = fn(v)
+            c = rnd(*y.shape)
+            (g,) = torch.autograd.grad((y * c).sum(), [v])
+            acts[name] = {"y": y, "c": c, "g": g}
+        inp, tgt = rnd(3, 4), torch.rand(3, 4) * 3
+        var = torch.rand(3, 4) * 2
+        var[0, 0] = 1e-9
+        ylab = (rnd(3, 4) > 0).float() * 2 - 1
+        ybin = (ylab + 1) / 2
+        w = torch.rand(4)
+        losses = {}
+        for name, fn in (("poisson", lambda a: F.poisson_nll_loss(a, tgt)),
+                         ("poisson_full_lin", lambda a: F.poisson_nll_loss(a.abs() + 0.1, tgt, log_input=False, full=True)),
+                         ("gaussian", lambda a: F.gaussian_nll_loss(a, tgt, var)),
+                         ("gaussian_full_sum", lambda a: F.gaussian_nll_loss(a, tgt, var, full=True, reduction="sum")),
+                         ("soft_margin", lambda a: F.soft_margin_loss(a, ylab)),
+                         ("multilabel", lambda a: F.multilabel_soft_margin_loss(a, ybin, weight=w)),
+                         ("hinge", lambda a: F.hinge_embedding_loss(a, ylab, margin=0.7))):
+            a = inp.clone().requires_grad_()
+            y = fn(a)
+            (g,) = torch.autograd.grad(y, [a])
+            losses[name] = {"y": y, "g": g}
+        out["more"] = {"x": x, "acts": acts, "inp": inp, "tgt": tgt, "var": var, "ylab": ylab, "ybin": ybin, "w": w,
+                       "losses": losses}
     return out
 
 

@@ -11,6 +11,8 @@
 --   F.mish(x)                     nn.Mish()                x tanh(softplus(x))
 --   F.softsign(x)                 nn.Softsign()            x / (1 + |x|)
 --   F.prelu(x, weight)            nn.PReLU([n = 1, init = 0.25])   max(0, x) + weight min(0, x)
+--   F.logsigmoid, F.softmin(x, dim), F.glu(x, dim), F.softshrink, F.hardshrink, F.tanhshrink,
+--   F.threshold(x, t, v) and their layers; F.gumbel_softmax(logits [, {tau, hard, dim}])
 --
 -- Each is made of the engine's differentiable ops, so gradients (to any order), dl.compile,
 -- dl.vmap and dl.export follow, with PyTorch 1.13's gradients at the corners: elu, selu,
@@ -124,6 +126,66 @@ function F.prelu(x, weight)
   return dl.where(x:gt(0), x, x * weight)
 end
 
+-- log sigmoid(x) = -softplus(-x); softmin(x, dim) = softmax(-x, dim).
+function F.logsigmoid(x)
+  check("logsigmoid", x)
+  return -dl.softplus(-x)
+end
+function F.softmin(x, dim)
+  check("softmin", x)
+  return dl.softmax(-x, dim or -1)
+end
+
+-- glu(x [, dim = -1]): a sigmoid(b) for x's two halves a, b along dim.
+function F.glu(x, dim)
+  check("glu", x)
+  dim = core.positive_dim("glu", dim or -1, x:dim())
+  local n = x:size(dim)
+  if n % 2 ~= 0 then raise("glu: dim " .. dim .. " must have an even size, got " .. n) end
+  return x:narrow(dim, 1, n / 2) * dl.sigmoid(x:narrow(dim, n / 2 + 1, n / 2))
+end
+
+-- The shrinkages: softshrink(x, l) = x -+ l outside [-l, l], else 0; hardshrink(x, l) = x
+-- outside [-l, l], else 0; tanhshrink(x) = x - tanh(x); threshold(x, t, v) = x where
+-- x > t, else v.
+function F.softshrink(x, l)
+  check("softshrink", x)
+  l = number("softshrink", "lambd", l, 0.5)
+  if l < 0 then raise("softshrink: lambd must be >= 0, got " .. l) end
+  return dl.where(x:gt(l), x - l, dl.where(x:lt(-l), x + l, 0))
+end
+function F.hardshrink(x, l)
+  check("hardshrink", x)
+  l = number("hardshrink", "lambd", l, 0.5)
+  return dl.where(x:abs():gt(l), x, 0)
+end
+function F.tanhshrink(x)
+  check("tanhshrink", x)
+  return x - dl.tanh(x)
+end
+function F.threshold(x, t, v)
+  check("threshold", x)
+  t, v = number("threshold", "threshold", t, nil), number("threshold", "value", v, nil)
+  if t == nil or v == nil then raise("threshold: expected a threshold and a value") end
+  return dl.where(x:gt(t), x, v)
+end
+
+-- gumbel_softmax(logits [, {tau = 1, hard = false, dim = -1}]): a sample of the
+-- Gumbel-softmax (concrete) distribution; with hard, one-hot in the forward pass and the
+-- soft sample's gradient (straight-through), as PyTorch's.
+function F.gumbel_softmax(logits, opts)
+  check("gumbel_softmax", logits)
+  opts = core.options("gumbel_softmax", opts, { tau = true, hard = true, dim = true })
+  local tau = number("gumbel_softmax", "tau", opts.tau, 1)
+  local dim = opts.dim or -1
+  local u = dl.rand_like(logits):clamp(1e-20)
+  local y = dl.softmax((logits - (-u:log()):log()) / tau, dim)
+  if not opts.hard then return y end
+  local _, idx = y:max(dim, true)
+  local hard = dl.zeros_like(y):scatter_add(dim, idx, dl.ones(idx.shape, { dtype = y.dtype, device = y.device }))
+  return hard - y:detach() + y
+end
+
 -- ---- the layers -----------------------------------------------------------------------------
 
 local fmt = Module.format_args
@@ -135,6 +197,29 @@ activation("Hardsigmoid", F.hardsigmoid, L)
 activation("Hardswish", F.hardswish, L)
 activation("Mish", F.mish, L)
 activation("Softsign", F.softsign, L)
+activation("LogSigmoid", F.logsigmoid, L)
+activation("Tanhshrink", F.tanhshrink, L)
+
+-- Layers of one option each: Softmin(dim), GLU(dim), Softshrink(lambd), Hardshrink(lambd).
+for _, spec in ipairs({ { "Softmin", F.softmin, "dim", -1 }, { "GLU", F.glu, "dim", -1 },
+                        { "Softshrink", F.softshrink, "lambd", 0.5 }, { "Hardshrink", F.hardshrink, "lambd", 0.5 } }) do
+  local name, fn, key, default = spec[1], spec[2], spec[3], spec[4]
+  local cls = Module:extend(name)
+  function cls:init(v) self[key] = number(name, key, v, default) end
+  function cls:forward(x) return fn(x, self[key]) end
+  function cls:extra_repr() return fmt(key, self[key]) end
+  L[name] = cls
+end
+
+-- Threshold(threshold, value).
+local Threshold = Module:extend("Threshold")
+L.Threshold = Threshold
+function Threshold:init(t, v)
+  self.threshold, self.value = number("Threshold", "threshold", t, nil), number("Threshold", "value", v, nil)
+  if self.threshold == nil or self.value == nil then raise("Threshold: expected a threshold and a value") end
+end
+function Threshold:forward(x) return F.threshold(x, self.threshold, self.value) end
+function Threshold:extra_repr() return fmt("threshold", self.threshold, "value", self.value) end
 
 for name, fn in pairs({ ELU = F.elu, CELU = F.celu }) do
   local cls = Module:extend(name)

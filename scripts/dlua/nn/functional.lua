@@ -419,7 +419,8 @@ local REDUCTIONS = { none = 0, mean = 1, sum = 2 }
 -- Every loss's options (each loss reads its own): the reduction, and the few that
 -- PyTorch's losses take.
 local LOSS_OPTIONS = { reduction = true, ignore_index = true, pos_weight = true, weight = true, beta = true,
-                       delta = true, margin = true, log_target = true, p = true, eps = true, swap = true }
+                       delta = true, margin = true, log_target = true, p = true, eps = true, swap = true,
+                       log_input = true, full = true }
 
 local function reduction_of(op, opts)
   local r = "mean"
@@ -709,6 +710,71 @@ function F.triplet_margin_loss(anchor, positive, negative, opts)
   local dp, dn = F.pairwise_distance(anchor, positive, dist), F.pairwise_distance(anchor, negative, dist)
   if type(opts) == "table" and opts.swap then dn = dl.minimum(dn, F.pairwise_distance(positive, negative, dist)) end
   return reduce((dp - dn + margin):clamp(0), r)
+end
+
+-- poisson_nll_loss(input, target [, {reduction, log_input = true, full = false, eps =
+-- 1e-8}]): e^input - target input (log_input), else input - target log(input + eps); full
+-- adds Stirling's target log target - target + log(2 pi target) / 2 where target > 1.
+function F.poisson_nll_loss(input, target, opts)
+  local op = "poisson_nll_loss"
+  local r = paired(op, input, target, opts, "input and target")
+  local log_input = not (type(opts) == "table" and opts.log_input == false)
+  local loss
+  if log_input then loss = input:exp() - target * input
+  else loss = input - target * (input + number_option(op, opts, "eps", 1e-8, 0)):log() end
+  if type(opts) == "table" and opts.full then
+    local stirling = target * target:log() - target + (target * (2 * math.pi)):log() * 0.5
+    loss = loss + dl.where(target:gt(1), stirling, 0)
+  end
+  return reduce(loss, r)
+end
+
+-- gaussian_nll_loss(input, target, var [, {reduction, full = false, eps = 1e-6}]): (log v +
+-- (input - target)^2 / v) / 2 with v = var at least eps (the floor passes var's gradient
+-- through, as PyTorch's in-place clamp); full adds log(2 pi) / 2.
+function F.gaussian_nll_loss(input, target, var, opts)
+  local op = "gaussian_nll_loss"
+  check_tensor(op, input)
+  check_tensor(op, target)
+  check_tensor(op, var)
+  local r = reduction_of(op, opts)
+  local eps = number_option(op, opts, "eps", 1e-6, 0)
+  if var:numel() > 0 and var:min():item() < 0 then raise(op .. ": var has negative entries") end
+  local v = var + (var:clamp(eps) - var):detach()
+  local loss = (v:log() + (input - target) ^ 2 / v) * 0.5
+  if type(opts) == "table" and opts.full then loss = loss + 0.5 * math.log(2 * math.pi) end
+  return reduce(loss, r)
+end
+
+-- soft_margin_loss(input, y [, {reduction}]): log(1 + e^(-y input)), y 1 or -1.
+function F.soft_margin_loss(input, y, opts)
+  local r = paired("soft_margin_loss", input, y, opts, "input and y")
+  return reduce(dl.softplus(-(y * input)), r)
+end
+
+-- multilabel_soft_margin_loss(input (N, C), y (N, C) of 0 and 1 [, {reduction, weight}]):
+-- -(y log sigmoid(x) + (1 - y) log sigmoid(-x)), weighted per class, averaged over the
+-- classes of each row.
+function F.multilabel_soft_margin_loss(input, y, opts)
+  local op = "multilabel_soft_margin_loss"
+  local r = paired(op, input, y, opts, "input and y")
+  local loss = -(y * -dl.softplus(-input) + (1 - y) * -dl.softplus(input))
+  local w = type(opts) == "table" and opts.weight or nil
+  if w ~= nil then
+    check_tensor(op, w)
+    loss = loss * w
+  end
+  return reduce(loss:mean(-1), r)
+end
+
+-- hinge_embedding_loss(input, y [, {reduction, margin = 1}]): input where y = 1,
+-- max(0, margin - input) where y = -1.
+function F.hinge_embedding_loss(input, y, opts)
+  local op = "hinge_embedding_loss"
+  local r = paired(op, input, y, opts, "input and y")
+  local margin = number_option(op, opts, "margin", 1)
+  local loss = dl.where(y:eq(1), input, 0) + dl.where(y:eq(-1), (margin - input):clamp(0), 0)
+  return reduce(loss, r)
 end
 
 -- The per-class probabilities of one-hot rows: labels (N) 1-based -> (N, C) float.

@@ -57,7 +57,8 @@ local loads = {
   utils = function() nn.utils = require("dlua.nn.utils") end,
 }
 for _, name in ipairs({ "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign",
-                        "PReLU" }) do
+                        "PReLU", "LogSigmoid", "Tanhshrink", "Softmin", "GLU", "Softshrink", "Hardshrink",
+                        "Threshold" }) do
   loads[name] = activations
 end
 for _, name in ipairs({ "Upsample", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d" }) do loads[name] = resample end
@@ -68,7 +69,8 @@ end
 core.on_first_index(nn, loads)
 core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
 core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign",
-                       "prelu" }, activations)
+                       "prelu", "logsigmoid", "softmin", "glu", "softshrink", "hardshrink", "tanhshrink", "threshold",
+                       "gumbel_softmax" }, activations)
 core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "affine_grid", "grid_sample" },
                   resample)
 core.on_first_use(F, { "dropout1d", "dropout2d", "instance_norm", "adaptive_max_pool1d", "adaptive_max_pool2d",
@@ -88,5 +90,8 @@ nn.kl_div = F.kl_div
 nn.cosine_embedding_loss = F.cosine_embedding_loss
 nn.l1_loss, nn.binary_cross_entropy = F.l1_loss, F.binary_cross_entropy
 nn.margin_ranking_loss, nn.triplet_margin_loss = F.margin_ranking_loss, F.triplet_margin_loss
+nn.poisson_nll_loss, nn.gaussian_nll_loss = F.poisson_nll_loss, F.gaussian_nll_loss
+nn.soft_margin_loss, nn.multilabel_soft_margin_loss = F.soft_margin_loss, F.multilabel_soft_margin_loss
+nn.hinge_embedding_loss = F.hinge_embedding_loss
 
 return nn
