@@ -41,7 +41,9 @@ local ffi_new, ffi_string, ffi_cast = ffi.new, ffi.string, ffi.cast
 local io_stderr = io and io.stderr
 local dtype_codes = core.dtype_codes
 
-local dist = {}
+-- (dl.dist is the table init.lua made, filled here in place: a script may have kept it)
+local dist = rawget(dl, "dist") or {}
+setmetatable(dist, nil)
 dl.dist = dist
 
 local OPS = { sum = 0, max = 1, min = 2, prod = 3, mean = 0 }

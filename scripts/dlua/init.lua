@@ -120,7 +120,12 @@ dl.image = setmetatable({}, {
 core.on_first_use(dl.data, { "images" }, loader("dlua.image"))
 require("dlua.metrics")
 
--- dl.dist: data-parallel training over MPI (its plugin loads only under mpirun).
-require("dlua.dist")
+-- dl.dist: data-parallel training over MPI (its plugin loads only under mpirun). Its
+-- module loads when the table is first read: a script that does not use it keeps it out
+-- of the Lua heap, whose size every full collection's time follows (Note [Stepping the
+-- collector] in lifetime.lua).
+dl.dist = setmetatable({}, {
+  __index = function(self, k) require("dlua.dist"); return rawget(self, k) end,
+})
 
 return dl

@@ -3,7 +3,16 @@
 -- misuse. tests/dist/ runs the same API on 2 and 3 ranks under mpirun.
 local dl = require("dlua")
 local H = require("harness")
+-- (read before the module loads: the table kept is the one it fills)
 local dist = dl.dist
+
+H.test("dl.dist's module loads on first use, into the table a script already holds", function()
+  H.eq(package.loaded["dlua.dist"], nil)
+  H.eq(type(dist.init), "function")
+  H.ok(package.loaded["dlua.dist"] ~= nil)
+  H.ok(rawequal(dl.dist, dist))
+  H.eq(getmetatable(dist), nil)
+end)
 
 H.test("collectives before init are refused", function()
   H.ok(not dist.is_initialized())
