@@ -85,6 +85,55 @@ function data.from_tensors(...)
 end
 data.from_tensor_slices = data.from_tensors
 
+-- data.random_split(ds, sizes [, seed]): disjoint data sets of a data set of tensors
+-- (from_tensors), as PyTorch's random_split: sizes are counts summing to its length, or
+-- fractions summing to 1 (the remainder given one by one to the first parts); the rows
+-- are dealt by one permutation, from the seed (or the engine's generator), so a seed
+-- gives the same split every run. Each part holds copies of its rows.
+function data.random_split(ds, sizes, seed)
+  local op = "random_split"
+  check_ds(op, ds)
+  if ds.kind ~= "tensors" then
+    raise(op .. ": expected a data set of tensors (dl.data.from_tensors); split before shuffle, map or batch")
+  end
+  if type(sizes) ~= "table" or #sizes == 0 then bad_arg(op, "a list of sizes or fractions", sizes) end
+  local n, counts, total = ds.length, {}, 0
+  for i, v in ipairs(sizes) do
+    if type(v) ~= "number" or v < 0 then raise(op .. ": size " .. i .. " must be a number >= 0, got " .. tostring(v)) end
+    total = total + v
+  end
+  if math.abs(total - 1) < 1e-9 and n ~= 1 then   -- fractions
+    local given = 0
+    for i, v in ipairs(sizes) do counts[i] = floor(n * v); given = given + counts[i] end
+    for i = 1, n - given do counts[(i - 1) % #counts + 1] = counts[(i - 1) % #counts + 1] + 1 end
+  else
+    for i, v in ipairs(sizes) do
+      if v ~= floor(v) then raise(op .. ": sizes must be counts summing to " .. n .. " or fractions summing to 1") end
+      counts[i] = v
+    end
+    if total ~= n then raise(op .. ": the sizes sum to " .. total .. ", not to the data set's length " .. n) end
+  end
+  local perm
+  if seed ~= nil then
+    if type(seed) ~= "number" or seed ~= floor(seed) then raise(op .. ": the seed must be an integer, got " .. tostring(seed)) end
+    local state = dl.get_rng_state()   -- (the script's stream is left as it was)
+    dl.manual_seed(seed)
+    perm = dl.randperm(n)
+    dl.set_rng_state(state)
+  else
+    perm = dl.randperm(n)
+  end
+  local parts, at = {}, 1
+  for i, c in ipairs(counts) do
+    local idx = perm:narrow(1, at, c)
+    local ts = {}
+    for k, t in ipairs(ds.tensors) do ts[k] = t:index_select(1, idx:to(t.device)) end
+    parts[i] = node("tensors", nil, { tensors = ts, length = c })
+    at = at + c
+  end
+  return parts
+end
+
 -- A data set over a Lua list of elements (each a value, or a table {v1, v2, ...} with
 -- tuple = true): mostly for tests and small dynamic data.
 function data.from_list(list, opts)

@@ -249,4 +249,33 @@ H.test("read_csv and from_csv: quotes, CRLF, empty fields, strings, errors with 
   os.remove(path)
 end)
 
+H.test("random_split: disjoint parts covering every row, the same for a seed, the script's stream untouched", function()
+  local x = dl.arange(20)
+  local ds = dl.data.from_tensors(x, x * 2)
+  dl.manual_seed(9)
+  local before = dl.rand(3)
+  dl.manual_seed(9)
+  local parts = dl.data.random_split(ds, { 0.6, 0.25, 0.15 }, 42)
+  H.ok(dl.equal(dl.rand(3), before))                      -- the seed did not move the script's generator
+  H.eq(#parts, 3)
+  H.eq(parts[1]:size() + parts[2]:size() + parts[3]:size(), 20)
+  H.eq(parts[1]:size(), 12)
+  local seen = {}
+  for _, p in ipairs(parts) do
+    for a, b in p:iter() do
+      H.eq(b:item(), 2 * a:item())                         -- rows stay whole
+      H.eq(seen[a:item()], nil)
+      seen[a:item()] = true
+    end
+  end
+  local again = dl.data.random_split(ds, { 12, 5, 3 }, 42)
+  local r1, r2 = {}, {}
+  for a in parts[2]:iter() do r1[#r1 + 1] = a:item() end
+  for a in again[2]:iter() do r2[#r2 + 1] = a:item() end
+  H.eq(r1, r2)
+  H.eq(dl.data.random_split(dl.data.from_tensors(dl.arange(11)), { 0.5, 0.5 })[1]:size(), 6)
+  H.raises(function() dl.data.random_split(ds, { 5, 5 }) end, "random_split: the sizes sum to 10, not to the data set's length 20")
+  H.raises(function() dl.data.random_split(ds:batch(4), { 5 }) end, "random_split: expected a data set of tensors")
+end)
+
 H.run()
