@@ -686,6 +686,27 @@ H.test("logsigmoid, softmin, glu, the shrinkages, threshold and five more losses
   H.raises(function() nn.gaussian_nll_loss(inp, tgt, -var) end, "gaussian_nll_loss: var has negative entries")
 end)
 
+H.test("Embedding.from_pretrained (frozen by default), Module:half and bfloat16, Unfold and Fold layers", function()
+  local w = dl.randn(5, 3)
+  local e = nn.Embedding.from_pretrained(w)
+  local idx = dl.tensor({ 2, 5 }, { dtype = "int64" })
+  H.ok(dl.equal(e(idx), w:index_select(1, idx)))
+  H.eq(e.weight.trainable, false)
+  H.ok(not rawequal(e.weight, w))
+  local opt = dl.optim.SGD{ lr = 1 }
+  opt:minimize(function() return e(idx):sum() end)
+  H.ok(dl.equal(e.weight, w))                        -- frozen: not updated
+  local e2 = nn.Embedding.from_pretrained(w, { freeze = false, padding_idx = 1 })
+  H.eq(e2.weight.trainable, true)
+  H.ok(dl.equal(e2.weight[1], w[1]))                 -- the given row is kept, as PyTorch's
+  H.raises(function() nn.Embedding.from_pretrained(dl.ones(3)) end,
+           "Embedding.from_pretrained: expected weights of 2 dims (n, d), got shape (3,)")
+  H.eq(nn.Linear(2, 2):half().weight.dtype, "float16")
+  H.eq(nn.Linear(2, 2):bfloat16().bias.dtype, "bfloat16")
+  local x = dl.randn(1, 2, 4, 4)
+  H.ok(dl.equal(nn.Fold({ 4, 4 }, 2, { stride = 2 })(nn.Unfold(2, { stride = 2 })(x)), x))
+end)
+
 H.test("ModuleList and ModuleDict track their modules as PyTorch's", function()
   local list = nn.ModuleList{ nn.Linear(2, 3), nn.ReLU() }
   list:append(nn.Linear(3, 1))

@@ -63,7 +63,7 @@ for _, name in ipairs({ "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid
 end
 for _, name in ipairs({ "Upsample", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d" }) do loads[name] = resample end
 for _, name in ipairs({ "Dropout1d", "Dropout2d", "InstanceNorm1d", "InstanceNorm2d", "AdaptiveMaxPool1d",
-                        "AdaptiveMaxPool2d", "PixelShuffle", "PixelUnshuffle" }) do
+                        "AdaptiveMaxPool2d", "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold" }) do
   loads[name] = spatial
 end
 core.on_first_index(nn, loads)

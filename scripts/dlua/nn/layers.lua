@@ -527,6 +527,19 @@ function Embedding:extra_repr()
   return fmt("", self.num_embeddings, "", self.embedding_dim, "padding_idx", self.padding_idx)
 end
 
+-- nn.Embedding.from_pretrained(weights (n, d) [, {freeze = true, padding_idx}]): an
+-- Embedding holding a copy of weights, frozen unless freeze = false (PyTorch's).
+function Embedding.from_pretrained(weights, opts)
+  local name = "Embedding.from_pretrained"
+  check_tensor(name, weights)
+  if weights:dim() ~= 2 then raise(name .. ": expected weights of 2 dims (n, d), got shape " .. shape_str(weights)) end
+  opts = options(name, opts, { freeze = true, padding_idx = true })
+  local e = Embedding(weights:size(1), weights:size(2), { padding_idx = opts.padding_idx })
+  dl.no_grad(function() e.weight:copy_(weights) end)
+  if opts.freeze ~= false then e.weight:requires_grad_(false) end
+  return e
+end
+
 -- ---- activations -------------------------------------------------------------------------------
 
 -- A layer without parameters that applies fn, as into[name] (L when absent).

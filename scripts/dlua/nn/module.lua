@@ -490,6 +490,8 @@ function Module:cuda() return self:to("cuda") end
 function Module:cpu() return self:to("cpu") end
 function Module:float() return self:to("float32") end
 function Module:double() return self:to("float64") end
+function Module:half() return self:to("float16") end
+function Module:bfloat16() return self:to("bfloat16") end
 
 function Module:num_parameters()
   local n = 0

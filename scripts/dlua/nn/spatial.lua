@@ -302,6 +302,18 @@ function F.fold(cols, output_size, k, opts)
   return img:narrow(3, p[1] + 1, H):narrow(4, p[2] + 1, W)
 end
 
+-- nn.Unfold(k [, opts]) and nn.Fold(output_size, k [, opts]): F.unfold and F.fold as layers.
+local Unfold = Module:extend("Unfold")
+L.Unfold = Unfold
+function Unfold:init(k, opts) self.kernel_size, self._opts = k, opts end
+function Unfold:forward(x) return F.unfold(x, self.kernel_size, self._opts) end
+function Unfold:extra_repr() return fmt("kernel_size", self.kernel_size) end
+local Fold = Module:extend("Fold")
+L.Fold = Fold
+function Fold:init(size, k, opts) self.output_size, self.kernel_size, self._opts = size, k, opts end
+function Fold:forward(x) return F.fold(x, self.output_size, self.kernel_size, self._opts) end
+function Fold:extra_repr() return fmt("output_size", self.output_size, "kernel_size", self.kernel_size) end
+
 for _, spec in ipairs({ { "PixelShuffle", F.pixel_shuffle, "upscale_factor" },
                         { "PixelUnshuffle", F.pixel_unshuffle, "downscale_factor" } }) do
   local name, fn, what = spec[1], spec[2], spec[3]
