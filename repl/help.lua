@@ -227,6 +227,8 @@ return {
   ["dl.nn.functional.glu"] = { "F.glu(x [, dim]), logsigmoid(x), softmin(x, dim), softshrink(x, l), hardshrink(x, l), tanhshrink(x), threshold(x, t, v)", "More activations as PyTorch's (layers GLU, LogSigmoid, Softmin, ...)." },
   ["dl.nn.poisson_nll_loss"] = { "dl.nn.poisson_nll_loss(input, target [, opts]), gaussian_nll_loss(input, target, var [, opts]), soft_margin_loss, multilabel_soft_margin_loss, hinge_embedding_loss", "More losses as PyTorch's." },
   ["dl.data.random_split"] = { "dl.data.random_split(ds, sizes [, seed])", "Disjoint parts of a data set of tensors, sizes as counts or fractions (train / validation)." },
+  ["dl.nn.EmbeddingBag"] = { "dl.nn.EmbeddingBag(n, d [, {mode = \"mean\", padding_idx}]); bag(input [, {offsets, per_sample_weights}])", "Embeddings reduced per bag (sum, mean, max), as F.embedding_bag." },
+  ["dl.nn.Bilinear"] = { "dl.nn.Bilinear(in1, in2, out [, {bias}])", "y = x1 W x2 + b (F.bilinear)." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },
   ["dl.nn.LayerNorm"] = { "dl.nn.LayerNorm(normalized_shape [, {eps, elementwise_affine}])", "Normalises each row over the last dims, then scales and shifts." },

@@ -707,6 +707,43 @@ H.test("Embedding.from_pretrained (frozen by default), Module:half and bfloat16,
   H.ok(dl.equal(nn.Fold({ 4, 4 }, 2, { stride = 2 })(nn.Unfold(2, { stride = 2 })(x)), x))
 end)
 
+H.test("EmbeddingBag (every mode, offsets, weights, padding) and Bilinear match PyTorch, with gradients", function()
+  local r = R.layers.bags
+  local F = nn.functional
+  local w = dl.tensor(r.weight)
+  local i64 = function(v) return dl.tensor(v, { dtype = "int64" }) end
+  local flat, offs = i64(r.flat), i64(r.offsets)
+  local calls = {
+    mean2d = function(v) return F.embedding_bag(i64(r.input2), v) end,
+    sum_offsets = function(v) return F.embedding_bag(flat, v, { mode = "sum", offsets = offs }) end,
+    max_offsets = function(v) return F.embedding_bag(flat, v, { mode = "max", offsets = { 1, 3, 6 } }) end,
+    weighted = function(v)
+      return F.embedding_bag(flat, v, { mode = "sum", offsets = offs, per_sample_weights = dl.tensor(r.psw) })
+    end,
+    padding = function(v) return F.embedding_bag(flat, v, { padding_idx = 4, offsets = offs }) end,
+  }
+  for _, c in ipairs(r.cases) do
+    local fn = calls[c.name]
+    close(fn(w), c.y, 1e-6, c.name)
+    close(dl.grad(function(v) return (fn(v) * dl.tensor(c.c)):sum() end)(w), c.gw, 1e-6, c.name .. " gradient")
+  end
+  local bag = nn.EmbeddingBag(7, 3, { mode = "sum" })
+  set(bag.weight, r.weight)
+  close(bag(flat, { offsets = offs }), r.cases[2].y)
+  local b = r.bilinear
+  local x1, x2, bw, bb = dl.tensor(b.x1), dl.tensor(b.x2), dl.tensor(b.w), dl.tensor(b.b)
+  local lin = nn.Bilinear(3, 5, 2)
+  set(lin.weight, b.w); set(lin.bias, b.b)
+  close(lin(x1, x2), b.y, 1e-5)
+  local g = { dl.grad(function(a1, a2, ww, bb2) return (F.bilinear(a1, a2, ww, bb2) * dl.tensor(b.c)):sum() end,
+                      { 1, 2, 3, 4 })(x1, x2, bw, bb) }
+  for i = 1, 4 do close(g[i], b.grads[i], 1e-5, "bilinear gradient " .. i) end
+  H.raises(function() F.embedding_bag(flat, w) end, "embedding_bag: a 1-D input needs offsets")
+  H.raises(function() F.embedding_bag(flat, w, { offsets = { 2, 4 } }) end, "embedding_bag: the first offset must be 1")
+  H.raises(function() F.embedding_bag(flat, w, { offsets = offs, mode = "max", per_sample_weights = dl.ones(7) }) end,
+           "embedding_bag: per_sample_weights go with mode sum")
+end)
+
 H.test("ModuleList and ModuleDict track their modules as PyTorch's", function()
   local list = nn.ModuleList{ nn.Linear(2, 3), nn.ReLU() }
   list:append(nn.Linear(3, 1))

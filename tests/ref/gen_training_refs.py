@@ -462,6 +462,31 @@ def gen_layers():
             y = fn(a)
             (g,) = torch.autograd.grad(y, [a])
             losses[name] = {"y": y, "g": g}
+        # EmbeddingBag (every mode, offsets with an empty bag, per-sample weights, a padding
+        # row) and Bilinear: values and gradients for the weights.
+        wt = rnd(7, 3)
+        inp2 = torch.tensor([[0, 2, 5], [6, 6, 1]])
+        flat = torch.tensor([1, 3, 3, 0, 5, 2, 6])
+        offs = torch.tensor([0, 2, 2, 5])
+        psw = rnd(7)
+        bags = []
+        for name, kw, inp_ in (("mean2d", {"mode": "mean"}, inp2), ("sum_offsets", {"mode": "sum", "offsets": offs}, flat),
+                               ("max_offsets", {"mode": "max", "offsets": offs[[0, 1, 3]]}, flat),
+                               ("weighted", {"mode": "sum", "offsets": offs, "per_sample_weights": psw}, flat),
+                               ("padding", {"mode": "mean", "padding_idx": 3, "offsets": offs}, flat)):
+            wr = wt.clone().requires_grad_()
+            y = F.embedding_bag(inp_, wr, **kw)
+            c = rnd(*y.shape)
+            (gw,) = torch.autograd.grad((y * c).sum(), [wr])
+            bags.append({"name": name, "y": y, "c": c, "gw": gw})
+        x1, x2, bw, bb = rnd(4, 3), rnd(4, 5), rnd(2, 3, 5), rnd(2)
+        vs = [t.clone().requires_grad_() for t in (x1, x2, bw, bb)]
+        y = F.bilinear(*vs)
+        c = rnd(*y.shape)
+        bilinear = {"x1": x1, "x2": x2, "w": bw, "b": bb, "y": y, "c": c,
+                    "grads": list(torch.autograd.grad((y * c).sum(), vs))}
+        out["bags"] = {"weight": wt, "input2": inp2 + 1, "flat": flat + 1, "offsets": offs + 1, "psw": psw, "cases": bags,
+                       "bilinear": bilinear}
         out["more"] = {"x": x, "acts": acts, "inp": inp, "tgt": tgt, "var": var, "ylab": ylab, "ybin": ybin, "w": w,
                        "losses": losses}
     return out

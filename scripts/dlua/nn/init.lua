@@ -63,7 +63,8 @@ for _, name in ipairs({ "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid
 end
 for _, name in ipairs({ "Upsample", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d" }) do loads[name] = resample end
 for _, name in ipairs({ "Dropout1d", "Dropout2d", "InstanceNorm1d", "InstanceNorm2d", "AdaptiveMaxPool1d",
-                        "AdaptiveMaxPool2d", "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold" }) do
+                        "AdaptiveMaxPool2d", "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold", "EmbeddingBag",
+                        "Bilinear" }) do
   loads[name] = spatial
 end
 core.on_first_index(nn, loads)
@@ -74,7 +75,7 @@ core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid"
 core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "affine_grid", "grid_sample" },
                   resample)
 core.on_first_use(F, { "dropout1d", "dropout2d", "instance_norm", "adaptive_max_pool1d", "adaptive_max_pool2d",
-                       "pixel_shuffle", "pixel_unshuffle", "unfold", "fold" }, spatial)
+                       "pixel_shuffle", "pixel_unshuffle", "unfold", "fold", "embedding_bag", "bilinear" }, spatial)
 
 nn.cross_entropy = F.cross_entropy
 nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits

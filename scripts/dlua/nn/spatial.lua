@@ -11,7 +11,9 @@
 --        a grid of windows of the input, whatever its size
 --   F.pixel_shuffle(x, r), nn.PixelShuffle(r): (N, C r^2, H, W) -> (N, C, H r, W r);
 --        F.pixel_unshuffle, nn.PixelUnshuffle the other way
---   F.unfold(x, k [, {dilation, padding, stride}]) (im2col) and F.fold (col2im, its adjoint)
+--   F.unfold(x, k [, {dilation, padding, stride}]) (im2col) and F.fold (col2im, its adjoint),
+--        nn.Unfold, nn.Fold
+--   F.embedding_bag, nn.EmbeddingBag (sum, mean or max per bag); F.bilinear, nn.Bilinear
 --
 -- All are made of the engine's differentiable ops (dropout's mask, group_norm, narrow
 -- and amax, views and permutes, index_select and scatter_add).
@@ -313,6 +315,125 @@ L.Fold = Fold
 function Fold:init(size, k, opts) self.output_size, self.kernel_size, self._opts = size, k, opts end
 function Fold:forward(x) return F.fold(x, self.output_size, self.kernel_size, self._opts) end
 function Fold:extra_repr() return fmt("output_size", self.output_size, "kernel_size", self.kernel_size) end
+
+-- ---- EmbeddingBag, Bilinear -------------------------------------------------------------------
+
+local BAG_OPTS = { offsets = true, mode = true, per_sample_weights = true, padding_idx = true }
+
+-- F.embedding_bag(input, weight [, {offsets, mode = "mean", per_sample_weights,
+-- padding_idx}]): the rows of weight at input summed, averaged or maxed per bag, as
+-- PyTorch's: input (B, n) is B bags of n; or 1-D with offsets (1-based starts of bags).
+-- per_sample_weights scale the rows (mode "sum"); padding_idx rows are left out (an empty
+-- bag gives zeros).
+function F.embedding_bag(input, weight, opts)
+  local op = "embedding_bag"
+  check(op, input)
+  check(op, weight)
+  opts = options(op, opts, BAG_OPTS)
+  local mode = opts.mode or "mean"
+  if mode ~= "sum" and mode ~= "mean" and mode ~= "max" then
+    raise(op .. ": mode must be sum, mean or max, got " .. tostring(mode))
+  end
+  local idx, bag
+  local flat = input:reshape(-1):long()
+  local n = flat:numel()
+  local B
+  if input:dim() == 2 then
+    if opts.offsets ~= nil then raise(op .. ": offsets go with a 1-D input, got shape " .. shape_str(input.shape)) end
+    B = input:size(1)
+    bag = dl.arange(1, B + 1, { dtype = "int64", device = input.device }):view(B, 1):expand(input.shape):reshape(-1)
+  elseif input:dim() == 1 then
+    local off = opts.offsets
+    if off == nil then raise(op .. ": a 1-D input needs offsets (the start of each bag)") end
+    if type(off) == "table" and not T.is_tensor(off) then off = dl.tensor(off, { dtype = "int64", device = input.device }) end
+    check(op, off)
+    B = off:numel()
+    -- the bag of each position: how many offsets are at or before it
+    local pos = dl.arange(1, n + 1, { dtype = "int64", device = input.device })
+    bag = dl.searchsorted(off:long(), pos, { right = true }) - 1
+    if n > 0 and bag:min():item() < 1 then raise(op .. ": the first offset must be 1") end
+  else
+    raise(op .. ": expected input of 1 (with offsets) or 2 dims, got shape " .. shape_str(input.shape))
+  end
+  local rows = F0.embedding(flat, weight)
+  local keep = nil
+  if opts.padding_idx ~= nil then keep = flat:ne(opts.padding_idx) end
+  local w = opts.per_sample_weights
+  if w ~= nil then
+    if mode ~= "sum" then raise(op .. ": per_sample_weights go with mode sum") end
+    check(op, w)
+    rows = rows * w:reshape(-1, 1)
+  end
+  local D = weight:size(2)
+  if mode == "max" then
+    local parts = {}
+    for b = 1, B do
+      local m = bag:eq(b)
+      if keep then m = m:logical_and(keep) end
+      local sel = m:nonzero():view(-1)
+      parts[b] = sel:numel() > 0 and rows:index_select(1, sel):amax(1) or dl.zeros(D, { dtype = weight.dtype, device = weight.device })
+    end
+    return dl.stack(parts, 1)
+  end
+  if keep then rows = rows * keep:to(rows.dtype):view(-1, 1) end
+  local out = dl.zeros(B, D, { dtype = rows.dtype, device = rows.device }):index_add(1, bag, rows)
+  if mode == "mean" then
+    local ones = keep and keep:to(rows.dtype) or dl.ones(n, { dtype = rows.dtype, device = rows.device })
+    local count = dl.zeros(B, { dtype = rows.dtype, device = rows.device }):index_add(1, bag, ones)
+    out = out / count:clamp(1):view(B, 1)
+  end
+  return out
+end
+
+-- nn.EmbeddingBag(n, d [, {mode = "mean", padding_idx}]): an embedding table (N(0, 1)),
+-- forward(input [, {offsets, per_sample_weights}]).
+local EmbeddingBag = Module:extend("EmbeddingBag")
+L.EmbeddingBag = EmbeddingBag
+function EmbeddingBag:init(n, d, opts)
+  opts = options("EmbeddingBag", opts, { mode = true, padding_idx = true })
+  self.num_embeddings, self.embedding_dim = int_arg("EmbeddingBag", n, "num_embeddings"),
+    int_arg("EmbeddingBag", d, "embedding_dim")
+  self.mode, self.padding_idx = opts.mode or "mean", opts.padding_idx
+  self.weight = dl.Variable(dl.randn(n, d), "weight")
+end
+function EmbeddingBag:forward(input, opts)
+  opts = options("EmbeddingBag", opts, { offsets = true, per_sample_weights = true })
+  return F.embedding_bag(input, self.weight, { offsets = opts.offsets, per_sample_weights = opts.per_sample_weights,
+                                               mode = self.mode, padding_idx = self.padding_idx })
+end
+function EmbeddingBag:extra_repr() return fmt("", self.num_embeddings, "", self.embedding_dim, "mode", self.mode) end
+
+-- F.bilinear(x1, x2, weight (out, in1, in2) [, bias]): y_o = x1 W_o x2 + b_o;
+-- nn.Bilinear(in1, in2, out [, {bias = true}]) with PyTorch's initialisation.
+function F.bilinear(x1, x2, w, b)
+  local op = "bilinear"
+  check(op, x1)
+  check(op, x2)
+  check(op, w)
+  if w:dim() ~= 3 or x1:size(-1) ~= w:size(2) or x2:size(-1) ~= w:size(3) then
+    raise(op .. ": expected x1 (..., " .. (w:dim() == 3 and w:size(2) or "in1") .. "), x2 (..., in2) and a weight (out, in1, in2), got "
+          .. shape_str(x1.shape) .. ", " .. shape_str(x2.shape) .. " and " .. shape_str(w.shape))
+  end
+  local y = dl.einsum("...i,oij,...j->...o", x1, w, x2)
+  if b ~= nil then y = y + b end
+  return y
+end
+
+local Bilinear = Module:extend("Bilinear")
+L.Bilinear = Bilinear
+function Bilinear:init(in1, in2, out, opts)
+  opts = options("Bilinear", opts, { bias = true })
+  self.in1_features, self.in2_features, self.out_features = int_arg("Bilinear", in1, "in1_features"),
+    int_arg("Bilinear", in2, "in2_features"), int_arg("Bilinear", out, "out_features")
+  local bound = 1 / math.sqrt(in1)
+  self.weight = dl.Variable((dl.rand(out, in1, in2) * 2 - 1) * bound, "weight")
+  if opts.bias ~= false then self.bias = dl.Variable((dl.rand(out) * 2 - 1) * bound, "bias") end
+end
+function Bilinear:forward(x1, x2) return F.bilinear(x1, x2, self.weight, self.bias) end
+function Bilinear:extra_repr()
+  return fmt("in1_features", self.in1_features, "in2_features", self.in2_features, "out_features", self.out_features,
+             "bias", self.bias ~= nil)
+end
 
 for _, spec in ipairs({ { "PixelShuffle", F.pixel_shuffle, "upscale_factor" },
                         { "PixelUnshuffle", F.pixel_unshuffle, "downscale_factor" } }) do
