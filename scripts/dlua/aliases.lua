@@ -13,8 +13,8 @@ local T = require("dlua.tensor")
 core.own_source()
 
 local raise, bad_arg = core.raise, core.bad_arg
-local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
-local type, tostring, ipairs, floor = type, tostring, ipairs, math.floor
+local methods, dl = T.methods, T.dl
+local type, ipairs = type, ipairs
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 

@@ -17,7 +17,7 @@ core.own_source()
 
 local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, shape_str, methods, dl = T.is_tensor, T.shape_str, T.methods, T.dl
-local type, tostring, floor = type, tostring, math.floor
+local type = type
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 

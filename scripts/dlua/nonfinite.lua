@@ -12,7 +12,7 @@ core.own_source()
 
 local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
-local type, tostring, huge = type, tostring, math.huge
+local type, huge = type, math.huge
 
 local function check(op, x)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end

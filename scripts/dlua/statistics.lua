@@ -13,8 +13,8 @@ local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
 
-local raise, bad_arg = core.raise, core.bad_arg
-local is_tensor, shape_str, methods, dl = T.is_tensor, T.shape_str, T.methods, T.dl
+local raise = core.raise
+local shape_str, methods, dl = T.shape_str, T.methods, T.dl
 local type, tostring, floor = type, tostring, math.floor
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor

@@ -23,7 +23,7 @@ local Module = require("dlua.nn.module")
 local F0 = require("dlua.nn.functional")
 core.own_source()
 
-local raise, bad_arg, options = core.raise, core.bad_arg, core.options
+local raise, options = core.raise, core.options
 local shape_str = T.shape_str
 local check = T.check_tensor
 local dl = T.dl
