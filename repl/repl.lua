@@ -186,6 +186,10 @@ local function collect_keys(t, out, seen, only_functions)
       if is_ident(k) and (not only_functions or type(v) == "function") then out[k] = true end
     end
     local mt = getmetatable(t)
+    local lazy = type(mt) == "table" and rawget(mt, "__lazy")   -- names that load on first use
+    if type(lazy) == "table" and not only_functions then
+      for k in pairs(lazy) do if is_ident(k) then out[k] = true end end
+    end
     t = type(mt) == "table" and rawget(mt, "__index") or nil
     guard = guard + 1
   end

@@ -234,8 +234,10 @@ end
 
 -- tbl[name], for each name of `loads`, made by loads[name]() when first read (values of
 -- any kind).
+-- (The metatable's __lazy lists the names, for tools that list a table's keys without
+-- loading anything: the REPL's completion.)
 function M.on_first_index(tbl, loads)
-  setmetatable(tbl, { __index = function(t, k)
+  setmetatable(tbl, { __lazy = loads, __index = function(t, k)
     local load = loads[k]
     if load == nil then return nil end
     load()

@@ -121,6 +121,12 @@ with tempfile.TemporaryDirectory() as home:
     r.send("\x03")
     r.expect(r"> $")
 
+    r.send("dl.nn.Transformer\t\t")
+    check("TAB lists names that load on first use (dl.nn's transformer classes)",
+          r.expect(r"dl\.nn\.TransformerDecoder.*dl\.nn\.TransformerEncoderLayer") is not None, r.out[r.mark:])
+    r.send("\x03")
+    r.expect(r"> $")
+
     r.send("for i = 1, 3 do\n")
     check("an incomplete statement continues on a '>>' line", r.expect(r">> $") is not None, r.out[r.mark:])
     r.send("io.write(i, ' ')\n")
