@@ -43,7 +43,8 @@ end
 -- diagonal, diag, trace, outer, the NaN and infinity tests, dl.bernoulli and
 -- dl.multinomial / dl.normal, index_add / index_copy / index_fill / scatter, the composed
 -- pointwise functions (lerp, hypot, fmod ...) and statistics (nansum, var_mean, bincount,
--- histc ...), cross and cdist (dl.linalg's), PyTorch's other spellings (clamp_min,
+-- histc ...), cross and cdist (dl.linalg's), tensordot, kron and the combinations,
+-- PyTorch's other spellings (clamp_min,
 -- movedim, new_zeros ...),
 -- dl.cond / dl.while_loop, and dl.vmap.
 local function loader(module) return function() require(module) end end
@@ -67,6 +68,7 @@ core.on_first_use(dl, INDEXED, loader("dlua.indexed"))
 core.on_first_use(T.methods, { "index_add", "index_copy", "index_fill", "scatter", "index_add_", "index_copy_",
                                "index_fill_", "scatter_" }, loader("dlua.indexed"))
 core.on_first_use(dl, { "bernoulli", "multinomial", "normal" }, loader("dlua.sampling"))
+core.on_first_use(dl, { "tensordot", "kron", "block_diag", "cartesian_prod", "combinations" }, loader("dlua.products"))
 local POINTWISE = { "lerp", "hypot", "logaddexp", "trunc", "frac", "fmod", "reciprocal", "square", "isclose",
                     "logical_xor" }
 core.on_first_use(dl, POINTWISE, loader("dlua.pointwise"))

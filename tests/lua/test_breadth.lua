@@ -576,6 +576,33 @@ H.test("nansum, nanmean, var_mean, std_mean, aminmax, isclose, histc, bincount, 
   H.raises(function() t:rot90(1, { 1, 1 }) end, "rot90: the two dims must differ, got 1 twice")
 end)
 
+H.test("tensordot, kron, block_diag, cartesian_prod and combinations as PyTorch's, with gradients", function()
+  local r = R.products
+  local a, b = t64(r.a), t64(r.b)
+  local fns = {
+    tensordot1 = function(x, y) return dl.tensordot(x, y, 1) end,
+    tensordot_lists = function(x, y) return dl.tensordot(x, y, { { 2, 3 }, { 2, 1 } }) end,
+    kron = function(x, y) return dl.kron(x[1], y:select(3, 1)) end,
+    kron_ranks = function(x, y) return dl.kron(x, y[1][1]) end,
+    block_diag = function(x, y) return dl.block_diag(x[1], y[1]:narrow(1, 1, 2), x[{ 2, 1, 1 }] * dl.ones({}, f64)) end,
+  }
+  for name, fn in pairs(fns) do
+    local c = r.cases[name]
+    H.near(fn(a, b):totable(), c.y, 1e-12, name)
+    local ga, gb = dl.grad(function(x, y) return (fn(x, y) * t64(c.c)):sum() end, { 1, 2 })(a, b)
+    H.near(ga:totable(), c.grads[1], 1e-12, name .. " gradient 1")
+    H.near(gb:totable(), c.grads[2], 1e-12, name .. " gradient 2")
+  end
+  local t = dl.tensor({ 1, 2, 3, 4 })
+  H.values(dl.cartesian_prod(t:narrow(1, 1, 2), t:narrow(1, 2, 3), t:narrow(1, 3, 2)), r.cartesian)
+  H.values(dl.combinations(t), r.comb2)
+  H.values(dl.combinations(t, 3), r.comb3)
+  H.values(dl.combinations(t:narrow(1, 1, 3), 2, true), r.comb_rep)
+  H.raises(function() dl.tensordot(a, b, { { 1 }, { 1 } }) end, "tensordot: dim 1 of a (2) and dim 1 of b (4) differ")
+  H.raises(function() dl.block_diag(dl.zeros(2, 2, 2)) end, "block_diag: expected tensors of at most 2 dims")
+  H.raises(function() dl.combinations(dl.zeros(2, 2)) end, "combinations: expected a 1-D tensor")
+end)
+
 H.test("conv1d and pad (every mode) as PyTorch's, with gradients", function()
   local c = R.conv1d_pad.conv1d
   local o = { stride = 2, padding = 1, dilation = 2, groups = 2 }

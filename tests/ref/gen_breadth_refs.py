@@ -400,6 +400,31 @@ def gen_composed():
     return out
 
 
+def gen_products():
+    """tensordot, kron, block_diag (values and gradients of sum(y * c)), cartesian_prod and
+    combinations."""
+    out = {}
+    with torch.random.fork_rng():
+        torch.manual_seed(20261208)
+        a, b = rnd(2, 3, 4), rnd(4, 3, 5)
+        cases = {}
+        for name, fn, args in (("tensordot1", lambda x, y: torch.tensordot(x, y, 1), (a, b)),
+                               ("tensordot_lists", lambda x, y: torch.tensordot(x, y, ([1, 2], [1, 0])), (a, b)),
+                               ("kron", lambda x, y: torch.kron(x[0], y[:, :, 0]), (a, b)),
+                               ("kron_ranks", lambda x, y: torch.kron(x, y[0, 0]), (a, b)),
+                               ("block_diag", lambda x, y: torch.block_diag(x[0], y[0, :2], x[1, 0, 0]), (a, b))):
+            xs = [t.clone().requires_grad_() for t in args]
+            y = fn(*xs)
+            c = rnd(*y.shape)
+            cases[name] = {"y": y, "c": c, "grads": list(torch.autograd.grad((y * c).sum(), xs))}
+        t = torch.tensor([1.0, 2.0, 3.0, 4.0])
+        out = {"a": a, "b": b, "cases": cases,
+               "cartesian": torch.cartesian_prod(t[:2], t[1:], t[2:]),
+               "comb2": torch.combinations(t), "comb3": torch.combinations(t, 3),
+               "comb_rep": torch.combinations(t[:3], 2, with_replacement=True)}
+    return out
+
+
 def gen_conv1d_pad():
     """conv1d with stride, padding, dilation and groups; F.pad in every mode (4-D input,
     the last two dims padded, a negative count in constant mode): outputs and gradients
@@ -539,7 +564,7 @@ def main():
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
             "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
             "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer(),
-            "indexed": gen_indexed(), "composed": gen_composed()}
+            "indexed": gen_indexed(), "composed": gen_composed(), "products": gen_products()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
