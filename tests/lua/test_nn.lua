@@ -744,6 +744,19 @@ H.test("EmbeddingBag (every mode, offsets, weights, padding) and Bilinear match 
            "embedding_bag: per_sample_weights go with mode sum")
 end)
 
+H.test("cross_entropy with label_smoothing matches PyTorch (ignore_index, sum)", function()
+  local r = R.layers.smoothing
+  local logits, labels = dl.tensor(r.logits), dl.tensor(r.labels, { dtype = "int64" })
+  for name, opts in pairs({ mean = {}, ignore = { ignore_index = 2 }, sum = { reduction = "sum" } }) do
+    opts.label_smoothing = 0.15
+    local v, g = dl.value_and_grad(function(l) return nn.cross_entropy(l, labels, opts) end)(logits)
+    H.near(v:item(), r.cases[name].y, 2e-6, name)
+    close(g, r.cases[name].g, 2e-6, name .. " gradient")
+  end
+  H.raises(function() nn.cross_entropy(logits, labels, { label_smoothing = 2 }) end,
+           "cross_entropy: label_smoothing must be in [0, 1], got 2")
+end)
+
 H.test("ModuleList and ModuleDict track their modules as PyTorch's", function()
   local list = nn.ModuleList{ nn.Linear(2, 3), nn.ReLU() }
   list:append(nn.Linear(3, 1))

@@ -485,6 +485,14 @@ def gen_layers():
         c = rnd(*y.shape)
         bilinear = {"x1": x1, "x2": x2, "w": bw, "b": bb, "y": y, "c": c,
                     "grads": list(torch.autograd.grad((y * c).sum(), vs))}
+        logits, labels = rnd(5, 4), torch.tensor([0, 3, 1, 1, 2])
+        smooth = {}
+        for name, kw in (("mean", {}), ("ignore", {"ignore_index": 1}), ("sum", {"reduction": "sum"})):
+            lr = logits.clone().requires_grad_()
+            y = F.cross_entropy(lr, labels, label_smoothing=0.15, **kw)
+            (g,) = torch.autograd.grad(y, [lr])
+            smooth[name] = {"y": y, "g": g}
+        out["smoothing"] = {"logits": logits, "labels": labels + 1, "cases": smooth}
         out["bags"] = {"weight": wt, "input2": inp2 + 1, "flat": flat + 1, "offsets": offs + 1, "psw": psw, "cases": bags,
                        "bilinear": bilinear}
         out["more"] = {"x": x, "acts": acts, "inp": inp, "tgt": tgt, "var": var, "ylab": ylab, "ybin": ybin, "w": w,

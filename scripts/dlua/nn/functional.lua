@@ -420,7 +420,7 @@ local REDUCTIONS = { none = 0, mean = 1, sum = 2 }
 -- PyTorch's losses take.
 local LOSS_OPTIONS = { reduction = true, ignore_index = true, pos_weight = true, weight = true, beta = true,
                        delta = true, margin = true, log_target = true, p = true, eps = true, swap = true,
-                       log_input = true, full = true }
+                       log_input = true, full = true, label_smoothing = true }
 
 local function reduction_of(op, opts)
   local r = "mean"
@@ -469,10 +469,40 @@ local function same_shape(op, a, b, what)
   end
 end
 
--- cross_entropy(logits (N, C), labels (N) int64 1-based [, {reduction, ignore_index}]).
+-- cross_entropy with label smoothing e (in [0, 1]): composed from log_softmax and
+-- nll_loss, so its gradient is theirs.
+local function smoothed_cross_entropy(logits, labels, opts, eps)
+  local op = "cross_entropy"
+  if type(eps) ~= "number" or eps < 0 or eps > 1 then
+    raise(op .. ": label_smoothing must be in [0, 1], got " .. tostring(eps))
+  end
+  if logits:dim() ~= 2 then raise(op .. ": label_smoothing takes logits (N, C), got shape " .. shape_str(logits.shape)) end
+  local r = reduction_of(op, opts)
+  local ign = opts.ignore_index
+  local logp = dl.log_softmax(logits, 2)
+  local nll = F.nll_loss(logp, labels, { reduction = "none", ignore_index = ign })
+  local smooth = -logp:mean(2)
+  local keep = nil
+  if ign ~= nil then
+    keep = labels:ne(ign)
+    smooth = dl.where(keep, smooth, 0)
+  end
+  local loss = nll * (1 - eps) + smooth * eps
+  if r == "mean" then
+    if keep then return loss:sum() / keep:sum():to(loss.dtype) end
+    return loss:mean()
+  end
+  return reduce(loss, r)
+end
+
+-- cross_entropy(logits (N, C), labels (N) int64 1-based [, {reduction, ignore_index,
+-- label_smoothing}]). With label_smoothing e, PyTorch's mixture: (1 - e) the
+-- cross-entropy plus e the mean over classes of -log softmax (ignored labels left out).
 function F.cross_entropy(logits, labels, opts)
   check_tensor("cross_entropy", logits)
   check_tensor("cross_entropy", labels)
+  local eps = type(opts) == "table" and opts.label_smoothing or 0
+  if eps ~= 0 then return smoothed_cross_entropy(logits, labels, opts, eps) end
   local r = REDUCTIONS[reduction_of("cross_entropy", opts)]
   local ign = type(opts) == "table" and opts.ignore_index or nil
   local out = result()
