@@ -62,10 +62,15 @@ local function slices(x, d, idx)
   return hit:gt(0):view(view)
 end
 
--- x checked, and its dim and index list for op.
+-- x checked, and its dim and index list for op (each index within the dim's size).
 local function operands(op, x, dim, idx)
   check(op, x)
-  return dim_of(op, x, dim), index_list(op, idx, x)
+  local d = dim_of(op, x, dim)
+  idx = index_list(op, idx, x)
+  if idx:numel() > 0 and (idx:min():item() < 1 or idx:max():item() > x:size(d)) then
+    raise(op .. ": an index is out of range for dimension " .. d .. " of size " .. x:size(d) .. " (indices are 1-based)")
+  end
+  return d, idx
 end
 
 function methods.index_add(x, dim, idx, src, alpha)

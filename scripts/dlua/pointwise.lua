@@ -31,6 +31,8 @@ function dl.lerp(a, b, w)
   check("lerp", a)
   operand("lerp", b)
   operand("lerp", w)
+  T.check_broadcast("lerp", a, b)
+  T.check_broadcast("lerp", a, w)
   local d = b - a
   if type(w) == "number" then
     if w < 0.5 then return a + d * w end
@@ -44,6 +46,7 @@ function methods.lerp_(a, b, w) return a:copy_(dl.lerp(a, b, w)) end
 function dl.hypot(a, b)
   check("hypot", a)
   operand("hypot", b)
+  T.check_broadcast("hypot", a, b)
   local x, y = dl.abs(a), is_tensor(b) and dl.abs(b) or math.abs(b)
   local hi, lo = dl.maximum(x, y), dl.minimum(x, y)
   local r = lo / hi
@@ -55,6 +58,7 @@ methods.hypot = dl.hypot
 function dl.logaddexp(a, b)
   check("logaddexp", a)
   operand("logaddexp", b)
+  T.check_broadcast("logaddexp", a, b)
   local hi, lo = dl.maximum(a, b), dl.minimum(a, b)
   -- (equal infinities: hi itself, where hi - lo would be NaN)
   return dl.where(hi:eq(lo), hi + math.log(2), hi + (lo - hi):exp():log1p())
@@ -77,6 +81,7 @@ dl.frac = methods.frac
 function dl.fmod(a, b)
   check("fmod", a)
   operand("fmod", b)
+  T.check_broadcast("fmod", a, b)
   local r = a % b
   local fix = r:ne(0):logical_and((r:lt(0)):ne(a:lt(0)))
   return dl.where(fix, r - b, r)
@@ -90,6 +95,7 @@ dl.reciprocal, dl.square = methods.reciprocal, methods.square
 function dl.isclose(a, b, rtol, atol, equal_nan)
   check("isclose", a)
   operand("isclose", b)
+  T.check_broadcast("isclose", a, b)
   rtol, atol = rtol or 1e-5, atol or 1e-8
   if type(rtol) ~= "number" or type(atol) ~= "number" then raise("isclose: rtol and atol must be numbers") end
   local close = dl.abs(a - b):le(dl.abs(b) * rtol + atol):logical_or(a:eq(b))

@@ -185,6 +185,7 @@ local function check_tensor(op, x)
 end
 M.check_tensor = check_tensor
 
+
 local function int_arg(op, v, what)
   if type(v) ~= "number" then bad_arg(op, "an integer " .. what, v) end
   if v ~= floor(v) or v > 9007199254740992 or v < -9007199254740992 then
@@ -253,6 +254,19 @@ local function shape_str(s)
   return "(" .. concat(parts, ", ") .. ")"
 end
 M.shape_str = shape_str
+
+-- For functions made of several ops: an error naming op unless the shapes of a and b
+-- (tensors or numbers) broadcast together, as the elementwise ops would raise it.
+function M.check_broadcast(op, a, b)
+  if not istype(Tensor, a) or not istype(Tensor, b) then return end
+  local sa, sb = a.shape, b.shape
+  for i = 1, math.min(#sa, #sb) do
+    local x, y = sa[#sa - i + 1], sb[#sb - i + 1]
+    if x ~= y and x ~= 1 and y ~= 1 then
+      raise(op .. ": shapes " .. shape_str(sa) .. " and " .. shape_str(sb) .. " cannot be broadcast")
+    end
+  end
+end
 
 local function dtype_of(x)
   local d = C.dl_dtype(x)

@@ -300,6 +300,51 @@ end)
 
 -- Dims and list positions in messages count from 1, as the script wrote them (the
 -- engine counts from 0; Note [Positions in messages] in tensor/error.h).
+H.test("the functions and layers made in Lua of several ops name themselves, at the script's line", function()
+  local nn = dl.nn
+  local x4 = dl.randn(1, 2, 3, 4)
+  local CASES = {
+  { "interpolate", function() local _ = F.interpolate(x4, {size = "a"}) end },
+  { "interpolate", function() local _ = F.interpolate(x4, {scale_factor = {1, "b"}}) end },
+  { "interpolate", function() local _ = F.interpolate("x", {size = 2}) end },
+  { "multinomial", function() local _ = dl.multinomial(dl.ones(3), 1.5) end },
+  { "multinomial", function() local _ = dl.multinomial(dl.ones(2, 2, 2), 1) end },
+  { "histc", function() local _ = dl.histc(dl.ones(3), "a") end },
+  { "grid_sample", function() local _ = F.grid_sample(x4, dl.zeros(2, 2, 2, 2)) end },
+  { "grid_sample", function() local _ = F.grid_sample(x4, dl.zeros(1, 2, 2, 2), {padding_mode = "wrap"}) end },
+  { "affine_grid", function() local _ = F.affine_grid(dl.zeros(1, 2, 3), {1, 2}) end },
+  { "index_add", function() local _ = dl.zeros(3):index_add(1, {5}, dl.ones(1)) end },
+  { "index_fill", function() local _ = dl.zeros(3):index_fill(1, "a", 1) end },
+  { "scatter", function() local _ = dl.zeros(2, 2):scatter(1, dl.tensor({{1.5, 1}}), 1) end },
+  { "conv_transpose2d", function() local _ = F.conv_transpose2d(x4, dl.zeros(3, 2, 2, 2)) end },
+  { "pixel_shuffle", function() local _ = F.pixel_shuffle(x4, 0) end },
+  { "unfold", function() local _ = F.unfold(x4, 5) end },
+  { "fold", function() local _ = F.fold(dl.zeros(1, 4, 3), {0, 2}, 2) end },
+  { "embedding_bag", function() local _ = F.embedding_bag(dl.tensor({{1, 9}}, {dtype = "int64"}), dl.zeros(3, 2)) end },
+  { "bilinear", function() local _ = F.bilinear(dl.ones(2, 3), dl.ones(2, 4), dl.ones(2, 3, 5)) end },
+  { "median", function() local _ = dl.ones(2, 3):median(3) end },
+  { "tensordot", function() local _ = dl.tensordot(dl.ones(2), dl.ones(2), "x") end },
+  { "kron", function() local _ = dl.kron("a", dl.ones(2)) end },
+  { "lerp", function() local _ = dl.lerp(dl.ones(2), dl.ones(3), 0.5) end },
+  { "fmod", function() local _ = dl.fmod(dl.ones(2), "z") end },
+  { "bincount", function() local _ = dl.bincount(dl.ones(3)) end },
+  { "cross", function() local _ = dl.cross(dl.ones(3), dl.ones(3), 2) end },
+  { "diag", function() local _ = dl.diag(dl.ones(2, 2), 1.5) end },
+  { "rot90", function() local _ = dl.ones(2, 2):rot90(1, {1, 5}) end },
+  { "instance_norm", function() local _ = F.instance_norm(dl.ones(2, 3)) end },
+  { "adaptive_avg_pool2d", function() local _ = F.adaptive_avg_pool2d(x4, {0, 2}) end },
+  { "random_split", function() local _ = dl.data.random_split(dl.data.from_tensors(dl.ones(4)), {0.5, "x"}) end },
+  { "SequentialLR", function() local o = dl.optim.SGD{lr = 1} local _ = dl.optim.SequentialLR(o, {}, {}) end },
+  { "index", function() local _ = x4[{{1, 2, 3, 4, 5}}] end },
+  { "cosine_similarity", function() local _ = F.cosine_similarity(dl.ones(2, 3), dl.ones(2, 4)) end },
+  { "triplet_margin_loss", function() local _ = nn.triplet_margin_loss(dl.ones(2, 3), dl.ones(2, 4), dl.ones(2, 3)) end },
+  { "gumbel_softmax", function() local _ = F.gumbel_softmax(dl.ones(2), {tau = "t"}) end },
+  { "Transformer", function() local _ = nn.Transformer(8, 3) end },
+  }
+  for _, c in ipairs(CASES) do audit(c[1], c[2], { c[1] }) end
+  H.eq(dl.ones(2):sum():item(), 2)
+end)
+
 H.test("positions in messages count from 1, as in the script", function()
   local i64 = function(t) return dl.tensor(t, { dtype = "int64" }) end
   local cases = {

@@ -203,6 +203,9 @@ local ENCODER = { dim_feedforward = true, dropout = true, activation = true, lay
 -- the memory, a third norm and dropout), in PyTorch's order.
 local function layer_init(self, name, d_model, nhead, opts, cross)
   opts = options(name, opts, ENCODER)
+  if type(d_model) == "number" and type(nhead) == "number" and nhead > 0 and d_model % nhead ~= 0 then
+    raise(name .. ": d_model (" .. d_model .. ") must be a multiple of nhead (" .. nhead .. ")")
+  end
   local ff = opts.dim_feedforward or 2048
   local p = opts.dropout == nil and 0.1 or opts.dropout
   local act = opts.activation or "relu"
@@ -350,6 +353,9 @@ function Transformer:init(d_model, nhead, opts)
                                dropout = true, activation = true, layer_norm_eps = true, batch_first = true,
                                norm_first = true })
   d_model, nhead = d_model or 512, nhead or 8
+  if type(d_model) == "number" and type(nhead) == "number" and nhead > 0 and d_model % nhead ~= 0 then
+    raise(name .. ": d_model (" .. d_model .. ") must be a multiple of nhead (" .. nhead .. ")")
+  end
   local layer_opts = { dim_feedforward = opts.dim_feedforward, dropout = opts.dropout, activation = opts.activation,
                        layer_norm_eps = opts.layer_norm_eps, batch_first = opts.batch_first,
                        norm_first = opts.norm_first }

@@ -355,6 +355,9 @@ function F.embedding_bag(input, weight, opts)
   else
     raise(op .. ": expected input of 1 (with offsets) or 2 dims, got shape " .. shape_str(input.shape))
   end
+  if n > 0 and (flat:min():item() < 1 or flat:max():item() > weight:size(1)) then
+    raise(op .. ": an index is out of range for the " .. weight:size(1) .. " embeddings (indices are 1-based)")
+  end
   local rows = F0.embedding(flat, weight)
   local keep = nil
   if opts.padding_idx ~= nil then keep = flat:ne(opts.padding_idx) end
