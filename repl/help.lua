@@ -64,6 +64,7 @@ return {
   ["dl.nanmean"] = { "x:nansum(), x:nanmean(), dl.var_mean(x, dim), dl.std_mean(...), x:aminmax(), dl.bincount(x), dl.histc(x, bins), dl.bucketize(x, b)", "Summaries as PyTorch's (bincount counts values from 1)." },
   ["dl.rot90"] = { "x:rot90([k, dims]), x:fliplr(), x:flipud(), dl.tril_indices(n, m [, k]), dl.triu_indices", "Quarter turns and flips; the (row, column) pairs of a triangle." },
   ["dl.tensordot"] = { "dl.tensordot(a, b, dims), dl.kron(a, b), dl.block_diag(...), dl.cartesian_prod(...), dl.combinations(t [, r, with_replacement])", "Products and combinations of whole tensors, as PyTorch's." },
+  ["dl.set_printoptions"] = { "dl.set_printoptions{precision, threshold, edgeitems, linewidth, sci_mode | profile}", "How tensors print, as PyTorch's; dl.get_printoptions()." },
   ["dl.index_select"] = { "x:index_select(d, idx)", "The entries at the 1-based indices idx along dim d." },
   ["dl.gather"] = { "x:gather(d, idx)", "out[i][j] = x[i][idx[i][j]] along dim d (1-based)." },
   ["dl.where"] = { "dl.where(cond, a, b)", "a where cond is true, else b (broadcasting)." },

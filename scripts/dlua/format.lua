@@ -22,7 +22,7 @@ local mmax, mmin, abs = math.max, math.min, math.abs
 local tostring, ipairs = tostring, ipairs
 local sbyte = string.byte
 
-local PRECISION, THRESHOLD, EDGE, LINEWIDTH = 4, 1000, 3, 80
+local PRECISION, THRESHOLD, EDGE, LINEWIDTH, SCI_MODE = 4, 1000, 3, 80, nil
 local FIXED, SCI = "%." .. PRECISION .. "f", "%." .. PRECISION .. "e"
 local BOOL = core.dtype_codes.bool
 local FLOATS = { [core.dtype_codes.float32] = true, [core.dtype_codes.float64] = true,
@@ -56,7 +56,10 @@ local function float_formatter(vals, n)
     end
   end
   if count > 0 then
-    if hi / lo > 1000 or hi > 1e8 or (not int_mode and lo < 1e-4) then
+    if SCI_MODE ~= nil then
+      sci_mode = SCI_MODE
+      if sci_mode then int_mode = false end
+    elseif hi / lo > 1000 or hi > 1e8 or (not int_mode and lo < 1e-4) then
       sci_mode = true
     end
     for i = 1, n do
@@ -218,6 +221,50 @@ local function format_tensor(x)
   local suffixes = { "shape=" .. T.shape_str(sizes), "dtype=" .. core.dtype_names[dtype] }
   if device ~= "cpu" then suffixes[#suffixes + 1] = "device=" .. device end
   return add_suffixes(prefix .. s, suffixes, indent)
+end
+
+-- dl.set_printoptions{precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80,
+-- sci_mode = nil} (or {profile = "default" | "short" | "full"}), as PyTorch's: the digits
+-- after the point, the element count above which a tensor is summarised, the entries kept
+-- at each end of a summarised dim, the line width, and scientific notation forced on
+-- (true), off (false) or chosen per tensor (nil). Options not given keep their values.
+-- dl.get_printoptions() returns them.
+local PROFILES = {
+  default = { precision = 4, threshold = 1000, edgeitems = 3, linewidth = 80 },
+  short = { precision = 2, threshold = 1000, edgeitems = 2, linewidth = 80 },
+  full = { precision = 4, threshold = huge, edgeitems = 3, linewidth = 80 },
+}
+local PRINT_OPTIONS = { precision = true, threshold = true, edgeitems = true, linewidth = true, sci_mode = true,
+                        profile = true }
+function T.dl.set_printoptions(opts)
+  local op = "set_printoptions"
+  opts = core.options(op, opts, PRINT_OPTIONS)
+  if opts.profile ~= nil then
+    local p = PROFILES[opts.profile]
+    if not p then core.raise(op .. ": profile must be default, short or full, got " .. tostring(opts.profile)) end
+    PRECISION, THRESHOLD, EDGE, LINEWIDTH, SCI_MODE = p.precision, p.threshold, p.edgeitems, p.linewidth, nil
+  end
+  local function whole(key, min)
+    local v = opts[key]
+    if v == nil then return nil end
+    if type(v) ~= "number" or (v ~= floor(v) and v ~= huge) or v < min then
+      core.raise(op .. ": " .. key .. " must be an integer >= " .. min .. ", got " .. tostring(v))
+    end
+    return v
+  end
+  PRECISION = whole("precision", 0) or PRECISION
+  THRESHOLD = whole("threshold", 0) or THRESHOLD
+  EDGE = whole("edgeitems", 1) or EDGE
+  LINEWIDTH = whole("linewidth", 1) or LINEWIDTH
+  if opts.sci_mode ~= nil then
+    if type(opts.sci_mode) ~= "boolean" then core.raise(op .. ": sci_mode must be a boolean") end
+    SCI_MODE = opts.sci_mode
+  end
+  FIXED, SCI = "%." .. PRECISION .. "f", "%." .. PRECISION .. "e"
+end
+
+function T.dl.get_printoptions()
+  return { precision = PRECISION, threshold = THRESHOLD, edgeitems = EDGE, linewidth = LINEWIDTH, sci_mode = SCI_MODE }
 end
 
 T.tostring = format_tensor
