@@ -231,6 +231,7 @@ return {
   ["dl.data.random_split"] = { "dl.data.random_split(ds, sizes [, seed])", "Disjoint parts of a data set of tensors, sizes as counts or fractions (train / validation)." },
   ["dl.nn.EmbeddingBag"] = { "dl.nn.EmbeddingBag(n, d [, {mode = \"mean\", padding_idx}]); bag(input [, {offsets, per_sample_weights}])", "Embeddings reduced per bag (sum, mean, max), as F.embedding_bag." },
   ["dl.nn.Bilinear"] = { "dl.nn.Bilinear(in1, in2, out [, {bias}])", "y = x1 W x2 + b (F.bilinear)." },
+  ["dl.nn.ctc_loss"] = { "dl.nn.ctc_loss(log_probs (T, N, C), targets (N, S), input_lengths, target_lengths [, {blank = 1, reduction, zero_infinity}])", "The CTC loss, as PyTorch's (classes and blank 1-based)." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },
   ["dl.nn.LayerNorm"] = { "dl.nn.LayerNorm(normalized_shape [, {eps, elementwise_affine}])", "Normalises each row over the last dims, then scales and shifts." },

@@ -757,6 +757,38 @@ H.test("cross_entropy with label_smoothing matches PyTorch (ignore_index, sum)",
            "cross_entropy: label_smoothing must be in [0, 1], got 2")
 end)
 
+H.test("ctc_loss matches PyTorch: lengths, repeats, an empty target, an impossible alignment, the blank", function()
+  local r = R.layers.ctc
+  local f64 = { dtype = "float64" }
+  local logits = dl.tensor(r.logits, f64)
+  local in_len, tg_len = dl.tensor(r.in_len, { dtype = "int64" }), dl.tensor(r.tg_len, { dtype = "int64" })
+  for i, c in ipairs(r.cases) do
+    local what = ("ctc case %d (%s)"):format(i, c.reduction)
+    local opts = { blank = c.blank, reduction = c.reduction, zero_infinity = c.zero_infinity }
+    local tg = dl.tensor(c.targets, { dtype = "int64" })
+    local function loss(l) return nn.ctc_loss(l:log_softmax(3), tg, in_len, tg_len, opts) end
+    local got = loss(logits)
+    if c.reduction == "none" then
+      local t, want = got:totable(), c.loss
+      for k = 1, #want do
+        if want[k] == math.huge then H.eq(t[k], math.huge, what) else H.near(t[k], want[k], 1e-10, what) end
+      end
+    else
+      H.near(got:item(), c.loss, 1e-10, what)
+    end
+    if c.g ~= "none" then
+      local g = dl.grad(function(l) return loss(l):sum() end)(logits)
+      H.near(g:totable(), c.g, 1e-10, what .. " gradient")
+    end
+  end
+  H.raises(function() nn.ctc_loss(logits, dl.ones(3, 2, { dtype = "int64" }), { 1, 1, 1, 1 }, { 1, 1, 1, 1 }) end,
+           "ctc_loss: expected targets (N, S) with N = 4")
+  H.raises(function() nn.ctc_loss(logits, dl.ones(4, 2, { dtype = "int64" }), { 9, 1, 1, 1 }, { 1, 1, 1, 1 }) end,
+           "ctc_loss: lengths must lie in 0..7 (inputs) and 0..2 (targets)")
+  H.raises(function() nn.ctc_loss(logits, dl.ones(4, 2, { dtype = "int64" }), { 1, 1, 1, 1 }, { 1, 1, 1, 1 }, { blank = 9 }) end,
+           "ctc_loss: blank must be a class number from 1 to 5, got 9")
+end)
+
 H.test("ModuleList and ModuleDict track their modules as PyTorch's", function()
   local list = nn.ModuleList{ nn.Linear(2, 3), nn.ReLU() }
   list:append(nn.Linear(3, 1))

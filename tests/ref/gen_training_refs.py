@@ -493,6 +493,29 @@ def gen_layers():
             (g,) = torch.autograd.grad(y, [lr])
             smooth[name] = {"y": y, "g": g}
         out["smoothing"] = {"logits": logits, "labels": labels + 1, "cases": smooth}
+
+    # ctc_loss: variable input and target lengths, repeated labels (a blank between
+    # them), an empty target, an impossible alignment (zero_infinity), blank not 0;
+    # losses and gradients for the logits through log_softmax. In float64.
+    with torch.random.fork_rng():
+        torch.manual_seed(20261209)
+        Tn, N, C = 7, 4, 5
+        logits = rnd(Tn, N, C).double()
+        targets = torch.tensor([[1, 2, 2, 3], [4, 4, 1, 0], [2, 0, 0, 0], [1, 2, 3, 4]])
+        in_len, tg_len = torch.tensor([7, 6, 5, 3]), torch.tensor([4, 2, 0, 4])
+        ctc = []
+        for blank, reduction, zero_inf in ((0, "none", False), (0, "mean", True), (0, "sum", True), (4, "none", True)):
+            tg = targets.clone()
+            if blank == 4:
+                tg = torch.where(tg == 4, torch.zeros_like(tg), tg)   # no target may be the blank
+            lr = logits.clone().requires_grad_()
+            lp = lr.log_softmax(2)
+            loss = F.ctc_loss(lp, tg, in_len, tg_len, blank=blank, reduction=reduction, zero_infinity=zero_inf)
+            g = torch.autograd.grad(loss.sum() if reduction == "none" and not zero_inf else
+                                    (loss if reduction != "none" else loss.sum()), [lr])[0] if zero_inf else None
+            ctc.append({"blank": blank + 1, "reduction": reduction, "zero_infinity": zero_inf, "targets": tg + 1,
+                        "loss": loss, "g": g if g is not None else "none"})
+        out["ctc"] = {"logits": logits, "in_len": in_len, "tg_len": tg_len, "cases": ctc}
         out["bags"] = {"weight": wt, "input2": inp2 + 1, "flat": flat + 1, "offsets": offs + 1, "psw": psw, "cases": bags,
                        "bilinear": bilinear}
         out["more"] = {"x": x, "acts": acts, "inp": inp, "tgt": tgt, "var": var, "ylab": ylab, "ybin": ybin, "w": w,

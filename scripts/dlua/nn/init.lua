@@ -46,6 +46,7 @@ local function merge(module)
 end
 local activations, resample, spatial = merge("dlua.nn.activations"), merge("dlua.nn.resample"),
   merge("dlua.nn.spatial")
+local ctc = merge("dlua.nn.ctc")
 local loads = {
   MultiheadAttention = attention,
   TransformerEncoderLayer = attention,
@@ -62,6 +63,7 @@ for _, name in ipairs({ "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid
   loads[name] = activations
 end
 for _, name in ipairs({ "Upsample", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d" }) do loads[name] = resample end
+loads.ctc_loss = function() ctc(); nn.ctc_loss = F.ctc_loss end
 for _, name in ipairs({ "Dropout1d", "Dropout2d", "InstanceNorm1d", "InstanceNorm2d", "AdaptiveMaxPool1d",
                         "AdaptiveMaxPool2d", "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold", "EmbeddingBag",
                         "Bilinear" }) do
@@ -74,6 +76,7 @@ core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid"
                        "gumbel_softmax" }, activations)
 core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "affine_grid", "grid_sample" },
                   resample)
+core.on_first_use(F, { "ctc_loss" }, ctc)
 core.on_first_use(F, { "dropout1d", "dropout2d", "instance_norm", "adaptive_max_pool1d", "adaptive_max_pool2d",
                        "pixel_shuffle", "pixel_unshuffle", "unfold", "fold", "embedding_bag", "bilinear" }, spatial)
 

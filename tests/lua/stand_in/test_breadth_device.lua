@@ -48,6 +48,10 @@ local CASES = {
     return F.grid_sample(dl.arange(24):reshape(1, 2, 3, 4):float():to(d), grid, { padding_mode = "reflection" })
   end,
   unfold = function(d) return F.unfold(dl.arange(32):reshape(1, 2, 4, 4):float():to(d), 2, { stride = 2 }) end,
+  ctc = function(d)
+    local lp = dl.linspace(-2, 2, 5 * 2 * 4):reshape(5, 2, 4):to(d):log_softmax(3)
+    return dl.nn.ctc_loss(lp, i64({ { 2, 3 }, { 4, 4 } }):to(d), { 5, 4 }, { 2, 1 }, { reduction = "none" })
+  end,
   triplet = function(d)
     local a = dl.arange(6):reshape(2, 3):float():to(d)
     return dl.nn.triplet_margin_loss(a, a * 2, a * -1)
