@@ -42,7 +42,9 @@ end
 
 -- Entry i's integer e, checked against size (that of x's dim i), as a positive index.
 local function position(i, e, size)
-  if e ~= floor(e) then raise(format("index: entry %d must be an integer, got %s", i, tostring(e))) end
+  if e ~= floor(e) or e == math.huge or e == -math.huge then
+    raise(format("index: entry %d must be an integer, got %s", i, tostring(e)))
+  end
   if e == 0 or e > size or e < -size then
     raise(format("index: entry %d: index %d out of range for dimension %d of size %d", i, e, i, size))
   end
@@ -65,7 +67,7 @@ local function range(v, d, i, e)
     if step ~= nil then raise(format("index: entry %d has a step but no last bound", i)) end
     return v:narrow(d, position(i, a, v:size(d)), 1)   -- {i}: the dim kept
   end
-  if a ~= floor(a) or b ~= floor(b) then
+  if a ~= floor(a) or b ~= floor(b) or a == math.huge or a == -math.huge or b == math.huge or b == -math.huge then
     raise(format("index: entry %d's bounds must be integers, got %s and %s", i, tostring(a), tostring(b)))
   end
   if step ~= nil and (step ~= floor(step) or step < 1) then
