@@ -292,11 +292,9 @@ function methods.unfold(x, dim, size, step)
   local n = x:dim() == 0 and 1 or x:size(d)
   if size > n then raise(op .. ": a window of " .. size .. " is longer than dim " .. d .. " (" .. n .. ")") end
   local count = floor((n - size) / step) + 1
-  local idx = {}
-  for w = 0, count - 1 do
-    for j = 1, size do idx[#idx + 1] = w * step + j end
-  end
-  local picked = x:index_select(d, dl.tensor(idx, { dtype = "int64", device = x.device }))
+  local o = { dtype = "int64", device = x.device }
+  local idx = dl.arange(count, o):view(count, 1) * step + dl.arange(1, size + 1, o):view(1, size)
+  local picked = x:index_select(d, idx:reshape(-1))
   local shape = x.shape
   shape[d] = count
   table.insert(shape, d + 1, size)
@@ -315,15 +313,11 @@ local function triangle_indices(op, rows, cols, offset, upper)
   end
   if rows < 0 or cols < 0 then raise(op .. ": the sizes must be >= 0, got " .. rows .. " and " .. cols) end
   offset = offset or 0
-  local r, c = {}, {}
-  for i = 1, rows do
-    for j = 1, cols do
-      local d = j - i
-      if (upper and d >= offset) or (not upper and d <= offset) then r[#r + 1], c[#c + 1] = i, j end
-    end
-  end
-  if #r == 0 then return dl.zeros(2, 0, { dtype = "int64" }) end
-  return dl.tensor({ r, c }, { dtype = "int64" })
+  if rows == 0 or cols == 0 then return dl.zeros(2, 0, { dtype = "int64" }) end
+  local o = { dtype = "int64" }
+  local d = dl.arange(1, cols + 1, o):view(1, cols) - dl.arange(1, rows + 1, o):view(rows, 1)
+  local keep = upper and d:ge(offset) or d:le(offset)
+  return keep:nonzero():t():contiguous()   -- (row by row, as nonzero lists them)
 end
 function dl.tril_indices(rows, cols, offset) return triangle_indices("tril_indices", rows, cols, offset, false) end
 function dl.triu_indices(rows, cols, offset) return triangle_indices("triu_indices", rows, cols, offset, true) end

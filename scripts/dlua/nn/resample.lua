@@ -94,7 +94,7 @@ local function per_dim(op, what, v, n, integer)
   end
   for i = 1, n do
     local e = out[i]
-    if type(e) ~= "number" or e <= 0 or (integer and e ~= floor(e)) then
+    if type(e) ~= "number" or e <= 0 or e == math.huge or (integer and e ~= floor(e)) then
       raise(op .. ": " .. what .. " must be " .. (integer and "integers >= 1" or "positive numbers") .. ", got "
             .. tostring(e))
     end
@@ -130,6 +130,11 @@ function F.interpolate(x, opts)
     factors = per_dim(op, "scale_factor", opts.scale_factor, spatial, false)
     for i = 1, spatial do sizes[i] = floor(x:size(2 + i) * factors[i]) end
   end
+  for i = 1, spatial do   -- (the index lists are Lua tables: a size is kept reasonable)
+    if sizes[i] < 1 or sizes[i] > 2 ^ 24 then
+      raise(op .. ": the output size " .. sizes[i] .. " of dim " .. (2 + i) .. " must lie in 1.." .. 2 ^ 24)
+    end
+  end
   local r = x.dtype == "float64" and exact or f32
   local y = x
   for i = spatial, 1, -1 do
@@ -148,14 +153,13 @@ end
 -- The averaging matrix (n_out, n_in) of an adaptive pool: row i averages the inputs from
 -- floor(i n_in / n_out) to ceil((i + 1) n_in / n_out), exclusive.
 local function averaging(n_in, n_out, dtype, device)
-  local rows = {}
-  for i = 0, n_out - 1 do
-    local lo, hi = floor(i * n_in / n_out), ceil((i + 1) * n_in / n_out)
-    local row = {}
-    for j = 0, n_in - 1 do row[j + 1] = (j >= lo and j < hi) and 1 / (hi - lo) or 0 end
-    rows[i + 1] = row
-  end
-  return dl.tensor(rows, { dtype = dtype, device = device })
+  local lo, hi = {}, {}
+  for i = 0, n_out - 1 do lo[i + 1], hi[i + 1] = floor(i * n_in / n_out), ceil((i + 1) * n_in / n_out) end
+  local o = { dtype = dtype, device = device }
+  local starts, ends = dl.tensor(lo, o):view(n_out, 1), dl.tensor(hi, o):view(n_out, 1)
+  local j = dl.arange(n_in, o):view(1, n_in)
+  local inside = j:ge(starts):logical_and(j:lt(ends))
+  return dl.where(inside, 1 / (ends - starts), 0)
 end
 
 local function adaptive(op, x, size, spatial)

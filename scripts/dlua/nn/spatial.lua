@@ -253,17 +253,12 @@ end
 -- (a, b) by offset and then block (i, j) by block (PyTorch's order of rows and columns):
 -- row i s + a d, column j s + b d.
 local function positions(k, d, s, oh, ow, Wp, device)
-  local pos = {}
-  for a = 0, k[1] - 1 do
-    for b = 0, k[2] - 1 do
-      for i = 0, oh - 1 do
-        for j = 0, ow - 1 do
-          pos[#pos + 1] = (i * s[1] + a * d[1]) * Wp + (j * s[2] + b * d[2]) + 1
-        end
-      end
-    end
-  end
-  return dl.tensor(pos, { dtype = "int64", device = device })
+  local o = { dtype = "int64", device = device }
+  local a = dl.arange(k[1], o):view(k[1], 1, 1, 1) * (d[1] * Wp)
+  local b = dl.arange(k[2], o):view(1, k[2], 1, 1) * d[2]
+  local i = dl.arange(oh, o):view(1, 1, oh, 1) * (s[1] * Wp)
+  local j = dl.arange(ow, o):view(1, 1, 1, ow) * s[2]
+  return (a + b + i + j + 1):reshape(-1)
 end
 
 -- F.unfold(x (N, C, H, W), k [, {dilation, padding, stride}]): the sliding blocks of x as
