@@ -187,7 +187,7 @@ function methods.diagonal(x, offset, d1, d2)
   local op = "diagonal"
   check(op, x)
   offset = offset or 0
-  if type(offset) ~= "number" or offset ~= floor(offset) then
+  if not core.integer(offset) then
     raise(op .. ": the offset must be an integer, got " .. tostring(offset))
   end
   if x:dim() < 2 then raise(op .. ": expected a tensor of 2 or more dims, got shape " .. T.shape_str(x.shape)) end
@@ -217,7 +217,7 @@ function methods.diag(x, k)
   local op = "diag"
   check(op, x)
   k = k or 0
-  if type(k) ~= "number" or k ~= floor(k) then raise(op .. ": the diagonal must be an integer, got " .. tostring(k)) end
+  if not core.integer(k) then raise(op .. ": the diagonal must be an integer, got " .. tostring(k)) end
   if x:dim() == 2 then return methods.diagonal(x, k) end
   if x:dim() ~= 1 then raise(op .. ": expected a 1-D or 2-D tensor, got shape " .. T.shape_str(x.shape)) end
   local n = x:size(1)
@@ -266,7 +266,7 @@ function methods.rot90(x, k, dims)
   local op = "rot90"
   check(op, x)
   k = k or 1
-  if type(k) ~= "number" or k ~= floor(k) then raise(op .. ": k must be an integer, got " .. tostring(k)) end
+  if not core.integer(k) then raise(op .. ": k must be an integer, got " .. tostring(k)) end
   dims = dims or { 1, 2 }
   if type(dims) ~= "table" or #dims ~= 2 then bad_arg(op, "two dims", dims) end
   local a, b = dim_of(op, x, dims[1]), dim_of(op, x, dims[2])
@@ -287,7 +287,7 @@ function methods.unfold(x, dim, size, step)
   check(op, x)
   local d = x:dim() == 0 and 1 or dim_of(op, x, dim)
   for _, v in ipairs({ size, step }) do
-    if type(v) ~= "number" or v ~= floor(v) or v < 1 then raise(op .. ": size and step must be integers >= 1") end
+    if not core.integer(v) or v < 1 then raise(op .. ": size and step must be integers >= 1") end
   end
   local n = x:dim() == 0 and 1 or x:size(d)
   if size > n then raise(op .. ": a window of " .. size .. " is longer than dim " .. d .. " (" .. n .. ")") end
@@ -309,7 +309,7 @@ end
 -- the lower / upper triangle, row by row, as a (2, count) int64 tensor (1-based).
 local function triangle_indices(op, rows, cols, offset, upper)
   for _, v in ipairs({ rows, cols, offset or 0 }) do
-    if type(v) ~= "number" or v ~= floor(v) then raise(op .. ": expected integers, got " .. tostring(v)) end
+    if not core.integer(v) then raise(op .. ": expected integers, got " .. tostring(v)) end
   end
   if rows < 0 or cols < 0 then raise(op .. ": the sizes must be >= 0, got " .. rows .. " and " .. cols) end
   offset = offset or 0

@@ -245,6 +245,12 @@ function M.on_first_index(tbl, loads)
   end })
 end
 
+-- Whether v is a number that is a whole number of double's exact range (not an
+-- infinity, which floor leaves as it is).
+function M.integer(v)
+  return type(v) == "number" and v == floor(v) and v < 2 ^ 53 and v > -2 ^ 53
+end
+
 -- A dim argument d (1-based, negative from the end) of a tensor of n dims, as a positive
 -- dim; an error naming op otherwise.
 function M.positive_dim(op, d, n)

@@ -31,7 +31,7 @@ function dl.tensordot(a, b, dims)
   check(op, b)
   local da, db = {}, {}
   if type(dims) == "number" then
-    if dims ~= floor(dims) or dims < 0 or dims > a:dim() or dims > b:dim() then
+    if not core.integer(dims) or dims < 0 or dims > a:dim() or dims > b:dim() then
       raise(op .. ": dims must be a count of at most " .. math.min(a:dim(), b:dim()) .. ", got " .. dims)
     end
     for i = 1, dims do da[i], db[i] = a:dim() - dims + i, i end
@@ -124,7 +124,7 @@ function dl.combinations(t, r, with_replacement)
   check(op, t)
   if t:dim() ~= 1 then raise(op .. ": expected a 1-D tensor, got shape " .. shape_str(t.shape)) end
   r = r or 2
-  if type(r) ~= "number" or r ~= floor(r) or r < 0 then raise(op .. ": r must be an integer >= 0, got " .. tostring(r)) end
+  if not core.integer(r) or r < 0 then raise(op .. ": r must be an integer >= 0, got " .. tostring(r)) end
   local n = t:numel()
   local rows = {}
   local pick = {}

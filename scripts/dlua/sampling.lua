@@ -36,7 +36,7 @@ function dl.multinomial(probs, n, opts)
   local op = "multinomial"
   check(op, probs)
   opts = options(op, opts, { replacement = true })
-  if type(n) ~= "number" or n ~= floor(n) or n < 1 then
+  if not core.integer(n) or n < 1 then
     raise(op .. ": the number of samples must be an integer >= 1, got " .. tostring(n))
   end
   local nd = probs:dim()

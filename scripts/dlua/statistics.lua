@@ -70,7 +70,7 @@ function dl.bincount(x, weights, minlength)
     raise(op .. ": expected a 1-D tensor of integers, got " .. x.dtype .. " of shape " .. shape_str(x.shape))
   end
   minlength = minlength or 0
-  if type(minlength) ~= "number" or minlength ~= floor(minlength) or minlength < 0 then
+  if not core.integer(minlength) or minlength < 0 then
     raise(op .. ": minlength must be an integer >= 0, got " .. tostring(minlength))
   end
   local n = minlength
@@ -96,7 +96,7 @@ function dl.histc(x, bins, lo, hi)
   check(op, x)
   if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
   bins = bins or 100
-  if type(bins) ~= "number" or bins ~= floor(bins) or bins < 1 then
+  if not core.integer(bins) or bins < 1 then
     raise(op .. ": bins must be an integer >= 1, got " .. tostring(bins))
   end
   lo, hi = lo or 0, hi or 0

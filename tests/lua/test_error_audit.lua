@@ -342,6 +342,18 @@ H.test("the functions and layers made in Lua of several ops name themselves, at 
   { "Transformer", function() local _ = nn.Transformer(8, 3) end },
   }
   for _, c in ipairs(CASES) do audit(c[1], c[2], { c[1] }) end
+  -- an infinite size or count is refused, not looped over
+  local huge = math.huge
+  for _, c in ipairs({
+    { "adaptive_max_pool2d", function() local _ = F.adaptive_max_pool2d(x4, huge) end },
+    { "interpolate", function() local _ = F.interpolate(x4, { size = huge }) end },
+    { "histc", function() local _ = dl.histc(dl.ones(2), huge) end },
+    { "combinations", function() local _ = dl.combinations(dl.ones(3), huge) end },
+    { "unfold", function() local _ = dl.ones(4):unfold(1, huge, 1) end },
+    { "index", function() local _ = x4[{ huge }] end },
+  }) do
+    audit(c[1], c[2], { c[1] })
+  end
   H.eq(dl.ones(2):sum():item(), 2)
 end)
 

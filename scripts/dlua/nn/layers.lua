@@ -28,7 +28,7 @@ local L = {}
 -- ---- helpers ----------------------------------------------------------------------------------
 
 local function int_arg(op, v, what, min)
-  if type(v) ~= "number" or v ~= floor(v) or v < (min or 1) then
+  if not core.integer(v) or v < (min or 1) then
     raise(op .. ": " .. what .. " must be an integer >= " .. (min or 1) .. ", got " .. tostring(v))
   end
   return v
