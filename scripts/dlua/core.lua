@@ -193,16 +193,18 @@ end
 -- that `allowed` (a set: {name = true, ...}) does not hold.
 -- Note [Modules loaded on first use]
 -- The transforms (dl.jacobian ...), einsum, the rearranging ops (x:tile ...), the CSV
--- reader, the attention layers and dl.nn.init / dl.nn.utils load when a script first
--- reaches one of their names, not when dlua loads: loading every module's chunk is most
--- of a state's start-up (bench/, `startup`), which a host that makes a state per task
--- would pay every time. on_first_use(tbl, names, load) puts a stub for each name in a table
+-- reader, the attention layers, dl.nn.init / dl.nn.utils, dl.dist and most of the
+-- functions composed in Lua (subscripts, the activations and resampling layers, the
+-- statistics ...) load when a script first reaches one of their names, not when dlua
+-- loads: loading every module's chunk is most of a state's start-up (bench/, `startup`),
+-- which a host that makes a state per task would pay every time, and every chunk loaded
+-- stays in the Lua heap, which each full collection marks (Note [Stepping the collector]
+-- in lifetime.lua). on_first_use(tbl, names, load) puts a stub for each name in a table
 -- behind tbl (its metatable's __index: a table, so a lookup that misses, such as a
 -- tensor property after the methods, costs one more table probe and no call); the stub
 -- runs load(), which defines the real function in tbl itself, and calls it. Names that
 -- are tables (the attention classes) use on_first_index instead, a function __index.
--- The stubs, each with its table and name (weak: a stub goes with its table), for
--- M.resolve_stub.
+-- Tools that look functions up by identity resolve a stub with M.resolve_stub.
 local stub_of = setmetatable({}, { __mode = "k" })
 
 function M.on_first_use(tbl, names, load)
