@@ -424,18 +424,64 @@ H.test("interpolate, Upsample and the adaptive average pools match PyTorch, grad
   H.ok(dl.allclose(nn.AdaptiveAvgPool2d(1)(x4):flatten(2), nn.GlobalAvgPool2d()(x4), 1e-6, 1e-6))
   H.ok(dl.equal(F.interpolate(x4:double(), { size = { 5, 7 }, mode = "bilinear" }), x4:double()))
   H.raises(function() F.interpolate(x4, { size = 3, scale_factor = 2 }) end, "interpolate: give one of size and scale_factor")
-  H.raises(function() F.interpolate(x4, { size = 3, mode = "bicubic" }) end,
-           "interpolate: mode must be nearest, nearest-exact, linear or bilinear, got bicubic")
+  H.raises(function() F.interpolate(x4, { size = 3, mode = "cubic" }) end,
+           "interpolate: mode must be nearest, nearest-exact, linear, bilinear, bicubic or area, got cubic")
+  H.raises(function() F.interpolate(x3, { size = 3, mode = "bicubic" }) end,
+           "interpolate: mode bicubic takes (N, C, H, W) input, got shape (2, 3, 7)")
   H.raises(function() F.interpolate(x3, { size = 3, mode = "bilinear" }) end,
            "interpolate: mode bilinear takes (N, C, H, W) input, got shape (2, 3, 7)")
   H.raises(function() F.interpolate(x4, { size = { 3 } }) end, "interpolate: size must be a number or a list of 2, got table")
   H.raises(function() F.interpolate(x4, { scale_factor = 0 }) end, "interpolate: scale_factor must be positive numbers, got 0")
   H.raises(function() F.interpolate(x4, { size = 3, align_corners = true }) end,
-           "interpolate: align_corners is only for the linear modes")
+           "interpolate: align_corners is only for the linear and bicubic modes")
+  H.raises(function() F.interpolate(x4, { size = 3, mode = "area", align_corners = false }) end,
+           "interpolate: align_corners is only for the linear and bicubic modes")
   H.raises(function() F.interpolate(x4:long(), { size = 3 }) end, "interpolate: expected a floating-point tensor, got int64")
   H.raises(function() F.adaptive_avg_pool2d(x3[1][1], 2) end,
            "adaptive_avg_pool2d: expected input (N, C, H, W) or (C, H, W), got shape (7,)")
   H.raises(function() F.adaptive_avg_pool2d(x4, 0) end, "adaptive_avg_pool2d: output size must be integers >= 1, got 0")
+end)
+
+H.test("interpolate's bicubic and area modes match PyTorch, float32 and float64, gradients included", function()
+  local r = R.layers.resize_more
+  local F = nn.functional
+  for i, c in ipairs(r.cases) do
+    local x = dl.tensor(r.x4, { dtype = c.dtype })
+    if c.dims == 1 then x = x:select(3, 1) end
+    local what = ("case %d (%s, %s)"):format(i, c.opts.mode, c.dtype)
+    local tol = c.dtype == "float64" and 1e-12 or 1e-5
+    close(F.interpolate(x, c.opts), c.y, tol, what)
+    local g = dl.tensor(c.g, { dtype = c.dtype })
+    close(dl.grad(function(v) return (F.interpolate(v, c.opts) * g):sum() end)(x), c.gx, tol, what)
+  end
+  -- an unchanged size is the input itself (the taps' weights are exactly 0, 1, 0, 0)
+  local x = dl.tensor(r.x4)
+  H.ok(dl.equal(F.interpolate(x, { size = { 5, 7 }, mode = "bicubic" }), x))
+  H.eq(tostring(nn.Upsample({ scale_factor = 2, mode = "bicubic", align_corners = true })),
+       "Upsample(scale_factor=2, mode=\"bicubic\", align_corners=true)")
+end)
+
+H.test("a transposed convolution's output_padding may reach past the stride, below the dilation, as PyTorch's", function()
+  local F = nn.functional
+  local f64 = { dtype = "float64" }
+  for i, c in ipairs(R.layers.resize_more.convs) do
+    local what = "case " .. i
+    local make = c.dims == 2 and nn.ConvTranspose2d or nn.ConvTranspose1d
+    local conv = make(c.cin, c.cout, c.k, c.opts):double()
+    conv.weight:assign(dl.tensor(c.weight, f64)); conv.bias:assign(dl.tensor(c.bias, f64))
+    local x, g = dl.tensor(c.x, f64), dl.tensor(c.g, f64)
+    close(conv(x), c.y, 1e-12, what)
+    local fn = c.dims == 2 and F.conv_transpose2d or F.conv_transpose1d
+    local gx, gw, gb = dl.grad(function(xx, ww, bb) return (fn(xx, ww, bb, c.opts) * g):sum() end, { 1, 2, 3 })(
+      x, conv.weight, conv.bias)
+    close(gx, c.gx, 1e-12, what); close(gw, c.gw, 1e-12, what); close(gb, c.gb, 1e-12, what)
+  end
+  local x, w = dl.randn(1, 2, 3, 3), dl.randn(2, 2, 2, 2)
+  H.raises(function() F.conv_transpose2d(x, w, { stride = 2, dilation = 2, output_padding = 2 }) end,
+           "conv_transpose2d: output_padding must be smaller than the stride or the dilation, got output_padding (2, 2), "
+           .. "stride (2, 2) and dilation (2, 2)")
+  H.raises(function() F.conv_transpose2d(x, w, dl.zeros(3), { dilation = 2, output_padding = 1 }) end,
+           "conv_transpose2d: expected a bias of shape (2,) for a weight of shape (2, 2, 2, 2), got (3,)")
 end)
 
 H.test("l1_loss, binary_cross_entropy, normalize and cosine_similarity match PyTorch, with gradients", function()
@@ -974,7 +1020,8 @@ H.test("errors in building modules", function()
   H.raises(function() nn.ConvTranspose2d(4, 3, 3, { groups = 2 }) end,
            "ConvTranspose2d: in_channels (4) and out_channels (3) must be divisible by groups (2)")
   H.raises(function() nn.ConvTranspose2d(4, 2, 3, { stride = 2, output_padding = 2 })(dl.zeros(1, 4, 3, 3)) end,
-           "conv_transpose2d: output_padding must be non-negative and smaller than the stride")
+           "conv_transpose2d: output_padding must be smaller than the stride or the dilation, got output_padding "
+           .. "(2, 2), stride (2, 2) and dilation (1, 1)")
   H.raises(function() nn.ConvTranspose2d(4, 2, 3, { kernel = 2 }) end, "ConvTranspose2d: unknown option 'kernel'")
   H.raises(function() nn.functional.conv_transpose2d(dl.zeros(1, 4, 3, 3), dl.zeros(4, 2, 3, 3), { groups = 1.5 }) end,
            "conv_transpose2d: groups must be a positive integer, got 1.5")

@@ -39,13 +39,16 @@ save("cnn", function(x) return cnn(x) end, { dl.randn(2, 1, 28, 28) }, { dl.rand
 local decoder = nn.Sequential{
   nn.ConvTranspose2d(4, 6, 3, { stride = 2, padding = 1, output_padding = 1 }), nn.ReLU(),
   nn.ConvTranspose2d(6, 4, { 2, 3 }, { stride = { 1, 2 }, dilation = { 2, 1 }, groups = 2, bias = false }),
+  nn.ConvTranspose2d(4, 2, 2, { padding = 1, output_padding = 1, dilation = 2 }),   -- (cropped and padded)
 }
 save("decoder", function(x) return decoder(x) end, { dl.randn(1, 4, 5, 5) }, { dl.randn(3, 4, 5, 5) },
      { dynamic = { [1] = { 1, "batch" } } })
 
--- Resizing: bilinear and nearest upsampling, an adaptive average pool (Gather, MatMul).
+-- Resizing: bilinear, nearest and bicubic upsampling, an adaptive average pool (Gather,
+-- MatMul).
 local resize = nn.Sequential{
-  nn.Upsample({ scale_factor = 2, mode = "bilinear" }), nn.Upsample({ size = { 13, 9 } }), nn.AdaptiveAvgPool2d({ 3, 2 }),
+  nn.Upsample({ scale_factor = 2, mode = "bilinear" }), nn.Upsample({ size = { 13, 9 } }),
+  nn.Upsample({ size = { 15, 11 }, mode = "bicubic", align_corners = true }), nn.AdaptiveAvgPool2d({ 3, 2 }),
 }
 save("resize", function(x) return resize(x) end, { dl.randn(2, 3, 5, 7) }, { dl.randn(2, 3, 5, 7) })
 

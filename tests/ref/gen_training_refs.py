@@ -520,6 +520,48 @@ def gen_layers():
                        "bilinear": bilinear}
         out["more"] = {"x": x, "acts": acts, "inp": inp, "tgt": tgt, "var": var, "ylab": ylab, "ybin": ybin, "w": w,
                        "losses": losses}
+
+    # interpolate's bicubic and area modes (values and gradients of sum(y g), float32 and
+    # float64), and transposed convolutions whose output_padding is past the stride (below
+    # the dilation, as PyTorch allows), bias and all three gradients included.
+    with torch.random.fork_rng():
+        torch.manual_seed(20261210)
+        x4 = rnd(2, 3, 5, 7)
+        resize = []
+        for dims, dt, kw in ((2, torch.float32, {"size": (8, 10), "mode": "bicubic"}),
+                             (2, torch.float64, {"size": (8, 10), "mode": "bicubic", "align_corners": True}),
+                             (2, torch.float64, {"size": (3, 4), "mode": "bicubic"}),
+                             (2, torch.float32, {"scale_factor": 0.6, "mode": "bicubic"}),
+                             (2, torch.float64, {"scale_factor": (1.1, 2.5), "mode": "bicubic"}),
+                             (2, torch.float32, {"size": (1, 3), "mode": "bicubic", "align_corners": True}),
+                             (2, torch.float64, {"size": (3, 4), "mode": "area"}),
+                             (2, torch.float32, {"scale_factor": 0.5, "mode": "area"}),
+                             (2, torch.float64, {"size": (9, 4), "mode": "area"}),
+                             (1, torch.float64, {"scale_factor": 0.4, "mode": "area"})):
+            v = (x4 if dims == 2 else x4[:, :, 0]).to(dt).clone().requires_grad_()
+            y = F.interpolate(v, **kw)
+            gy = rnd(*y.shape).to(dt)
+            (gx,) = torch.autograd.grad((y * gy).sum(), [v])
+            opts = {k: (list(val) if isinstance(val, tuple) else val) for k, val in kw.items()}
+            resize.append({"dims": dims, "dtype": str(dt).split(".")[1], "opts": opts, "y": y, "g": gy, "gx": gx})
+        convs = []
+        for cls, cin, cout, k, kw, shape in (
+                (nn.ConvTranspose2d, 3, 2, 3, {"stride": (1, 2), "padding": (1, 2), "output_padding": (2, 1),
+                                               "dilation": (3, 2)}, (2, 3, 4, 3)),
+                (nn.ConvTranspose2d, 4, 4, 2, {"stride": 1, "padding": 0, "output_padding": 1, "dilation": 2,
+                                               "groups": 2}, (1, 4, 3, 3)),
+                (nn.ConvTranspose1d, 2, 3, 3, {"stride": 1, "padding": 2, "output_padding": 1, "dilation": 2},
+                 (2, 2, 5))):
+            conv = cls(cin, cout, k, **kw).double()
+            v = rnd(*shape).double().requires_grad_()
+            y = conv(v)
+            gy = rnd(*y.shape).double()
+            gx, gw, gb = torch.autograd.grad((y * gy).sum(), [v, conv.weight, conv.bias])
+            opts = {key: (list(val) if isinstance(val, tuple) else val) for key, val in kw.items()}
+            convs.append({"dims": 2 if cls is nn.ConvTranspose2d else 1, "k": k, "cin": cin, "cout": cout, "opts": opts,
+                          "weight": conv.weight, "bias": conv.bias, "x": v, "y": y, "g": gy, "gx": gx, "gw": gw,
+                          "gb": gb})
+        out["resize_more"] = {"x4": x4, "cases": resize, "convs": convs}
     return out
 
 

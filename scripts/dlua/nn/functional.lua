@@ -130,7 +130,10 @@ local CONVT_OPTS = { stride = true, padding = true, output_padding = true, dilat
 -- groups}]): PyTorch's F.conv_transpose2d, the gradient of conv2d for its input (each
 -- input pixel spreads the kernel over the output). x (N, C, H, W) or (C, H, W), weight
 -- (C, O / groups, kH, kW); the output is (H - 1) stride - 2 padding + dilation (kH - 1) +
--- output_padding + 1 high (and as wide), output_padding smaller than the stride.
+-- output_padding + 1 high (and as wide), output_padding smaller than the stride or the
+-- dilation. (The engine's op takes it below the stride, where the output is conv2d's
+-- input gradient for a conv2d of that output; past the stride, the unpadded output is
+-- cropped and padded with zeros to the same rows, and the bias added.)
 function F.conv_transpose2d(x, w, b, opts)
   local op = "conv_transpose2d"
   if type(b) == "table" and not is_tensor(b) then b, opts = nil, b end
@@ -143,6 +146,21 @@ function F.conv_transpose2d(x, w, b, opts)
   local oh, ow = pair(op, "output_padding", opts.output_padding or 0, 0)
   local dh, dw = pair(op, "dilation", opts.dilation or 1, 1)
   local groups = groups_arg(op, opts.groups)
+  if oh >= sh or ow >= sw then
+    if oh >= math.max(sh, dh) or ow >= math.max(sw, dw) then
+      raise(("%s: output_padding must be smaller than the stride or the dilation, got output_padding (%d, %d), "
+             .. "stride (%d, %d) and dilation (%d, %d)"):format(op, oh, ow, sh, sw, dh, dw))
+    end
+    local y = F.conv_transpose2d(x, w, nil, { stride = { sh, sw }, dilation = { dh, dw }, groups = groups })
+    y = F.pad(y, { -pw, ow - pw, -ph, oh - ph })
+    if b == nil then return y end
+    local o = y:size(y:dim() - 2)
+    if b:dim() ~= 1 or b:numel() ~= o then
+      raise(op .. ": expected a bias of shape (" .. o .. ",) for a weight of shape " .. shape_str(w.shape) .. ", got "
+            .. shape_str(b.shape))
+    end
+    return y + b:view(o, 1, 1)
+  end
   local bid = b and hid(b) or 0
   local id = C.dl_conv_transpose2d(hid(x), hid(w), bid, sh, sw, ph, pw, oh, ow, dh, dw, groups)
   if id == 0 and retry() then id = C.dl_conv_transpose2d(hid(x), hid(w), bid, sh, sw, ph, pw, oh, ow, dh, dw, groups) end

@@ -7,14 +7,16 @@
 --   padding_mode, align_corners}])   sampling at coordinates (spatial transformers)
 --
 -- x is (N, C, L) or (N, C, H, W). Modes: "nearest" (PyTorch's legacy nearest: source
--- floor(dst scale)), "nearest-exact" (floor((dst + 1/2) scale)), "linear" (3-D) and
--- "bilinear" (4-D), with align_corners. Each output index and weight is computed as
--- PyTorch's kernels compute it, in float for float32 and half tensors and in double for
--- float64 (scale = 1 / scale_factor when one is given, in / out otherwise), so the sources
--- picked are the same: a scale_factor of 1.09 on 5 elements picks 0, 0, 1, 2, 3, as
--- PyTorch's, and the linear modes leave a dim whose size is kept as it is. The resizing itself is made of index_select, products and sums (and
--- an adaptive pool of products with averaging matrices), so gradients, dl.compile,
--- dl.vmap and dl.export follow.
+-- floor(dst scale)), "nearest-exact" (floor((dst + 1/2) scale)), "linear" (3-D),
+-- "bilinear" and "bicubic" (4-D; Keys' cubic, A = -0.75, the edge repeated), each with
+-- align_corners, and "area" (the adaptive average pool to the output size). Each output
+-- index and weight is computed as PyTorch's kernels compute it, in float for float32 and
+-- half tensors and in double for float64 (scale = 1 / scale_factor when one is given,
+-- in / out otherwise), so the sources picked are the same: a scale_factor of 1.09 on 5
+-- elements picks 0, 0, 1, 2, 3, as PyTorch's, and the linear modes (not bicubic) leave a
+-- dim whose size is kept as it is. The resizing itself is made of index_select, products
+-- and sums (and an adaptive pool of products with averaging matrices), so gradients,
+-- dl.compile, dl.vmap and dl.export follow.
 local ffi = require("ffi")
 local core = require("dlua.core")
 local T = require("dlua.tensor")
@@ -45,6 +47,36 @@ local function scale_of(r, n_in, n_out, factor, align_corners)
   return r(r(n_in) / r(n_out))
 end
 
+-- Keys' cubic convolution weights of the four taps around a source position t past its
+-- floor (PyTorch's get_cubic_upsample_coefficients, A = -0.75), each step rounded by r.
+local CUBIC_A = -0.75
+local function near_weight(r, x)   -- |x| <= 1
+  return r(r(r(r(r((CUBIC_A + 2) * x) - (CUBIC_A + 3)) * x) * x) + 1)
+end
+local function far_weight(r, x)    -- 1 <= |x| <= 2
+  return r(r(r(r(r(r(CUBIC_A * x) - 5 * CUBIC_A) * x) + 8 * CUBIC_A) * x) - 4 * CUBIC_A)
+end
+
+-- The bicubic plan: four taps from floor(src) - 1 to floor(src) + 2, each clamped into the
+-- input (its edge repeated); the source is not clamped at 0 as the linear modes' is.
+local function cubic_plan(r, n_in, n_out, s, align_corners, dtype, device)
+  local idx, w = { {}, {}, {}, {} }, { {}, {}, {}, {} }
+  for d = 0, n_out - 1 do
+    local src = align_corners and r(s * d) or r(r(s * r(d + 0.5)) - 0.5)
+    local lo = min(floor(src), n_in - 1)
+    local t = min(math.max(r(src - lo), 0), 1)
+    local t2 = r(1 - t)
+    local ws = { far_weight(r, r(t + 1)), near_weight(r, t), near_weight(r, t2), far_weight(r, r(t2 + 1)) }
+    for k = 1, 4 do
+      idx[k][d + 1] = math.max(0, min(lo + k - 2, n_in - 1)) + 1
+      w[k][d + 1] = ws[k]
+    end
+  end
+  local ints, reals = { dtype = "int64", device = device }, { dtype = dtype, device = device }
+  for k = 1, 4 do idx[k], w[k] = dl.tensor(idx[k], ints), dl.tensor(w[k], reals) end
+  return idx, w
+end
+
 -- (index tensors, weight tensors) along one dim for mode `mode`: out[i] = sum over k of
 -- x[idx[k][i]] w[k][i] (one term for the nearest modes).
 local function plan(mode, r, n_in, n_out, factor, align_corners, dtype, device)
@@ -60,6 +92,7 @@ local function plan(mode, r, n_in, n_out, factor, align_corners, dtype, device)
     return { dl.tensor(i0, { dtype = "int64", device = device }) }, nil
   end
   local s = scale_of(r, n_in, n_out, factor, align_corners)
+  if mode == "bicubic" then return cubic_plan(r, n_in, n_out, s, align_corners, dtype, device) end
   for d = 0, n_out - 1 do
     local src = align_corners and r(s * d) or r(r(s * r(d + 0.5)) - 0.5)
     if src < 0 then src = 0 end
@@ -77,10 +110,16 @@ local function along(x, d, idx, w)
   if not w then return x:index_select(d, idx[1]) end
   local shape = { idx[1]:numel() }
   for _ = d + 1, x:dim() do shape[#shape + 1] = 1 end
-  return x:index_select(d, idx[1]) * w[1]:view(shape) + x:index_select(d, idx[2]) * w[2]:view(shape)
+  local y = x:index_select(d, idx[1]) * w[1]:view(shape)
+  for k = 2, #idx do y = y + x:index_select(d, idx[k]) * w[k]:view(shape) end
+  return y
 end
 
-local MODES = { nearest = 0, ["nearest-exact"] = 0, linear = 1, bilinear = 2 }
+-- Each mode's spatial dims (0: any), and whether align_corners applies.
+local MODES = { nearest = 0, ["nearest-exact"] = 0, area = 0, linear = 1, bilinear = 2, bicubic = 2 }
+local LINEAR = { linear = true, bilinear = true }
+local ALIGNED = { linear = true, bilinear = true, bicubic = true }
+local MODE_NAMES = "nearest, nearest-exact, linear, bilinear, bicubic or area"
 
 -- Sizes per spatial dim (a number or a list), each an integer >= 1.
 local function per_dim(op, what, v, n, integer)
@@ -109,9 +148,7 @@ function F.interpolate(x, opts)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end
   opts = options(op, opts, INTERPOLATE_OPTS)
   local mode = opts.mode or "nearest"
-  if MODES[mode] == nil then
-    raise(op .. ": mode must be nearest, nearest-exact, linear or bilinear, got " .. tostring(mode))
-  end
+  if MODES[mode] == nil then raise(op .. ": mode must be " .. MODE_NAMES .. ", got " .. tostring(mode)) end
   local nd = x:dim()
   if nd ~= 3 and nd ~= 4 then raise(op .. ": expected input (N, C, L) or (N, C, H, W), got shape " .. shape_str(x)) end
   local spatial = nd - 2
@@ -121,7 +158,7 @@ function F.interpolate(x, opts)
   end
   if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
   local align = opts.align_corners
-  if align ~= nil and MODES[mode] == 0 then raise(op .. ": align_corners is only for the linear modes") end
+  if align ~= nil and not ALIGNED[mode] then raise(op .. ": align_corners is only for the linear and bicubic modes") end
   if (opts.size == nil) == (opts.scale_factor == nil) then raise(op .. ": give one of size and scale_factor") end
   local sizes, factors = {}, nil
   if opts.size ~= nil then
@@ -135,12 +172,16 @@ function F.interpolate(x, opts)
       raise(op .. ": the output size " .. sizes[i] .. " of dim " .. (2 + i) .. " must lie in 1.." .. 2 ^ 24)
     end
   end
+  -- "area" is the adaptive average pool to the output size (PyTorch's, whatever the scale)
+  if mode == "area" then
+    return spatial == 2 and F.adaptive_avg_pool2d(x, sizes) or F.adaptive_avg_pool1d(x, sizes[1])
+  end
   local r = x.dtype == "float64" and exact or f32
   local y = x
   for i = spatial, 1, -1 do
     local d = 2 + i
     -- (PyTorch's linear kernels leave a dim whose size is kept as it is, whatever the scale)
-    if MODES[mode] == 0 or sizes[i] ~= x:size(d) then
+    if not LINEAR[mode] or sizes[i] ~= x:size(d) then
       local idx, w = plan(mode, r, x:size(d), sizes[i], factors and factors[i], align and true or false, x.dtype,
                           x.device)
       y = along(y, d, idx, w)
@@ -297,9 +338,7 @@ function Upsample:init(opts)
   opts = options("Upsample", opts, INTERPOLATE_OPTS)
   self.size, self.scale_factor, self.mode, self.align_corners = opts.size, opts.scale_factor, opts.mode or "nearest",
     opts.align_corners
-  if MODES[self.mode] == nil then
-    raise("Upsample: mode must be nearest, nearest-exact, linear or bilinear, got " .. tostring(self.mode))
-  end
+  if MODES[self.mode] == nil then raise("Upsample: mode must be " .. MODE_NAMES .. ", got " .. tostring(self.mode)) end
   if (self.size == nil) == (self.scale_factor == nil) then raise("Upsample: give one of size and scale_factor") end
 end
 function Upsample:forward(x)

@@ -17,8 +17,15 @@ local CASES = {
   interpolate = function(d) return F.interpolate(dl.arange(70):reshape(1, 2, 5, 7):float():to(d), { scale_factor = 2, mode = "bilinear" }) end,
   interpolate_nearest = function(d) return F.interpolate(dl.arange(35):reshape(1, 1, 5, 7):float():to(d), { size = { 3, 4 } }) end,
   adaptive_pool = function(d) return F.adaptive_avg_pool2d(dl.arange(35):reshape(1, 1, 5, 7):float():to(d), { 2, 3 }) end,
+  interpolate_bicubic = function(d)
+    return F.interpolate(dl.arange(35):reshape(1, 1, 5, 7):float():to(d), { size = { 8, 4 }, mode = "bicubic" })
+  end,
   conv_transpose = function(d)
     return F.conv_transpose2d(dl.arange(18):reshape(1, 2, 3, 3):float():to(d), dl.ones(2, 3, 2, 2):to(d), { stride = 2 })
+  end,
+  conv_transpose_cropped = function(d)   -- output_padding past the stride
+    return F.conv_transpose2d(dl.arange(18):reshape(1, 2, 3, 3):float():to(d), dl.ones(2, 3, 2, 2):to(d),
+                              dl.ones(3):to(d), { padding = 1, dilation = 2, output_padding = 1 })
   end,
   elu = function(d) return F.elu(dl.linspace(-3, 3, 7):to(d)) end,
   hardswish = function(d) return F.hardswish(dl.linspace(-4, 4, 9):to(d)) end,
