@@ -224,7 +224,7 @@ return {
   ["dl.nn.functional.unfold"] = { "F.unfold(x, k [, {dilation, padding, stride}]), F.fold(cols, output_size, k [, opts])", "Sliding blocks as columns (im2col) and back, summed (col2im)." },
   ["Tensor:unfold"] = { "x:unfold(dim, size, step)", "Windows of size every step along dim, as a new last dim (a copy)." },
   ["dl.nn.utils.clip_grad_value_"] = { "dl.nn.utils.clip_grad_value_(grads, v), parameters_to_vector(params), vector_to_parameters(vec, params)", "Gradients clamped in place; parameters as one flat vector and back." },
-  ["dl.nn.functional.grid_sample"] = { "F.grid_sample(x, grid [, {mode, padding_mode, align_corners}]), F.affine_grid(theta, size [, align_corners])", "x sampled at the grid's (x, y) points in [-1, 1]; the grid of affine maps theta (N, 2, 3)." },
+  ["dl.nn.functional.grid_sample"] = { "F.grid_sample(x, grid [, {mode, padding_mode, align_corners}]), F.affine_grid(theta, size [, align_corners])", "x sampled at the grid's (x, y) points in [-1, 1] (bilinear, nearest, bicubic); the grid of affine maps theta (N, 2, 3)." },
   ["dl.nn.functional.gumbel_softmax"] = { "F.gumbel_softmax(logits [, {tau = 1, hard = false, dim = -1}])", "A Gumbel-softmax sample; hard: one-hot forward, the soft sample's gradient." },
   ["dl.nn.functional.glu"] = { "F.glu(x [, dim]), logsigmoid(x), softmin(x, dim), softshrink(x, l), hardshrink(x, l), tanhshrink(x), threshold(x, t, v)", "More activations as PyTorch's (layers GLU, LogSigmoid, Softmin, ...)." },
   ["dl.nn.poisson_nll_loss"] = { "dl.nn.poisson_nll_loss(input, target [, opts]), gaussian_nll_loss(input, target, var [, opts]), soft_margin_loss, multilabel_soft_margin_loss, hinge_embedding_loss", "More losses as PyTorch's." },

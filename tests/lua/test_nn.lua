@@ -667,12 +667,14 @@ H.test("Tensor unfold, F.unfold and F.fold match PyTorch, with gradients", funct
   H.raises(function() F.fold(dl.zeros(1, 4, 5), { 3, 3 }, 2) end, "fold: expected (N, C 4, 4) for an output of 3x3")
 end)
 
-H.test("affine_grid and grid_sample match PyTorch: every mode, padding mode and align_corners", function()
+H.test("affine_grid and grid_sample match PyTorch: every mode (bicubic too), padding mode and align_corners", function()
   local r = R.layers.grid_sample
   local F = nn.functional
   local f64 = { dtype = "float64" }
   local x, theta = dl.tensor(r.x, f64), dl.tensor(r.theta, f64)
-  for _, c in ipairs(r.cases) do
+  local cases = { unpack(r.cases) }
+  for _, c in ipairs(R.layers.resize_more.grid_bicubic) do cases[#cases + 1] = c end
+  for _, c in ipairs(cases) do
     local what = c.mode .. " " .. c.padding_mode .. (c.align_corners and " aligned" or "")
     local opts = { mode = c.mode, padding_mode = c.padding_mode, align_corners = c.align_corners }
     local function f(v, t) return F.grid_sample(v, F.affine_grid(t, { 2, 3, 4, 7 }, c.align_corners), opts) end
@@ -683,8 +685,8 @@ H.test("affine_grid and grid_sample match PyTorch: every mode, padding mode and 
     close(gt, c.gtheta, 1e-10, what .. " theta gradient")
   end
   H.raises(function() F.grid_sample(x, dl.zeros(2, 4, 4, 3)) end, "grid_sample: expected x (N, C, H, W) and grid (N, Ho, Wo, 2)")
-  H.raises(function() F.grid_sample(x, dl.zeros(2, 4, 4, 2), { mode = "bicubic" }) end,
-           "grid_sample: mode must be bilinear or nearest, got bicubic")
+  H.raises(function() F.grid_sample(x, dl.zeros(2, 4, 4, 2), { mode = "cubic" }) end,
+           "grid_sample: mode must be bilinear, nearest or bicubic, got cubic")
   H.raises(function() F.affine_grid(dl.zeros(2, 3, 3), { 2, 3, 4, 4 }) end, "affine_grid: expected theta of shape (2, 2, 3)")
 end)
 

@@ -561,7 +561,20 @@ def gen_layers():
             convs.append({"dims": 2 if cls is nn.ConvTranspose2d else 1, "k": k, "cin": cin, "cout": cout, "opts": opts,
                           "weight": conv.weight, "bias": conv.bias, "x": v, "y": y, "g": gy, "gx": gx, "gw": gw,
                           "gb": gb})
-        out["resize_more"] = {"x4": x4, "cases": resize, "convs": convs}
+        # grid_sample's bicubic mode (the grid_sample cases' image and maps), every padding
+        # mode and align_corners, gradients for x and theta
+        gs = out["grid_sample"]
+        cubic = []
+        for padding in ("zeros", "border", "reflection"):
+            for align in (False, True):
+                xr, tr = gs["x"].clone().requires_grad_(), gs["theta"].clone().requires_grad_()
+                g = F.affine_grid(tr, [2, 3, 4, 7], align_corners=align)
+                y = F.grid_sample(xr, g, mode="bicubic", padding_mode=padding, align_corners=align)
+                c = rnd(*y.shape).double()
+                gx, gt = torch.autograd.grad((y * c).sum(), [xr, tr])
+                cubic.append({"mode": "bicubic", "padding_mode": padding, "align_corners": align, "grid": g, "y": y,
+                              "c": c, "gx": gx, "gtheta": gt})
+        out["resize_more"] = {"x4": x4, "cases": resize, "convs": convs, "grid_bicubic": cubic}
     return out
 
 

@@ -57,6 +57,13 @@ local function far_weight(r, x)    -- 1 <= |x| <= 2
   return r(r(r(r(r(r(CUBIC_A * x) - 5 * CUBIC_A) * x) + 8 * CUBIC_A) * x) - 4 * CUBIC_A)
 end
 
+-- The four taps' weights for distances t (a number or a tensor) past the floor.
+local function cubic_weights(t, r)
+  r = r or exact
+  local t2 = r(1 - t)
+  return { far_weight(r, r(t + 1)), near_weight(r, t), near_weight(r, t2), far_weight(r, r(t2 + 1)) }
+end
+
 -- The bicubic plan: four taps from floor(src) - 1 to floor(src) + 2, each clamped into the
 -- input (its edge repeated); the source is not clamped at 0 as the linear modes' is.
 local function cubic_plan(r, n_in, n_out, s, align_corners, dtype, device)
@@ -64,9 +71,7 @@ local function cubic_plan(r, n_in, n_out, s, align_corners, dtype, device)
   for d = 0, n_out - 1 do
     local src = align_corners and r(s * d) or r(r(s * r(d + 0.5)) - 0.5)
     local lo = min(floor(src), n_in - 1)
-    local t = min(math.max(r(src - lo), 0), 1)
-    local t2 = r(1 - t)
-    local ws = { far_weight(r, r(t + 1)), near_weight(r, t), near_weight(r, t2), far_weight(r, r(t2 + 1)) }
+    local ws = cubic_weights(min(math.max(r(src - lo), 0), 1), r)
     for k = 1, 4 do
       idx[k][d + 1] = math.max(0, min(lo + k - 2, n_in - 1)) + 1
       w[k][d + 1] = ws[k]
@@ -274,9 +279,9 @@ local function reflected(c, lo2, hi2)
   return dl.where(dl.fmod(flips, 2):eq(0), extra + lo, (extra * -1) + (span + lo))
 end
 
--- The source coordinate along a dim of n pixels for a padding mode.
-local function source(g, n, align_corners, padding)
-  local c = unnormalized(g, n, align_corners)
+-- A pixel coordinate c along a dim of n pixels moved in by a padding mode (PyTorch's
+-- compute_coordinates): clipped to the edge ("border"), reflected, or kept ("zeros").
+local function padded(c, n, align_corners, padding)
   if padding == "border" then return c:clamp(0, n - 1) end
   if padding == "reflection" then
     c = align_corners and reflected(c, 0, 2 * (n - 1)) or reflected(c, -1, 2 * n - 1)
@@ -287,16 +292,19 @@ end
 
 local GRID_OPTS = { mode = true, padding_mode = true, align_corners = true }
 
--- F.grid_sample(x (N, C, H, W), grid (N, Ho, Wo, 2) [, {mode = "bilinear" | "nearest",
--- padding_mode = "zeros" | "border" | "reflection", align_corners = false}]): x sampled
--- at the grid's (x, y) points in [-1, 1], as PyTorch's; differentiable for x and grid.
+-- F.grid_sample(x (N, C, H, W), grid (N, Ho, Wo, 2) [, {mode = "bilinear" | "nearest" |
+-- "bicubic", padding_mode = "zeros" | "border" | "reflection", align_corners = false}]): x
+-- sampled at the grid's (x, y) points in [-1, 1], as PyTorch's; differentiable for x and
+-- grid.
 function F.grid_sample(x, grid, opts)
   local op = "grid_sample"
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end
   if not is_tensor(grid) then bad_arg(op, "a grid tensor", grid) end
   opts = options(op, opts, GRID_OPTS)
   local mode, padding = opts.mode or "bilinear", opts.padding_mode or "zeros"
-  if mode ~= "bilinear" and mode ~= "nearest" then raise(op .. ": mode must be bilinear or nearest, got " .. tostring(mode)) end
+  if mode ~= "bilinear" and mode ~= "nearest" and mode ~= "bicubic" then
+    raise(op .. ": mode must be bilinear, nearest or bicubic, got " .. tostring(mode))
+  end
   if padding ~= "zeros" and padding ~= "border" and padding ~= "reflection" then
     raise(op .. ": padding_mode must be zeros, border or reflection, got " .. tostring(padding))
   end
@@ -307,8 +315,9 @@ function F.grid_sample(x, grid, opts)
   local N, C, H, W = x:size(1), x:size(2), x:size(3), x:size(4)
   local Ho, Wo = grid:size(2), grid:size(3)
   local align = opts.align_corners == true
-  local ix = source(grid:select(4, 1):reshape(N, 1, Ho * Wo), W, align, padding)
-  local iy = source(grid:select(4, 2):reshape(N, 1, Ho * Wo), H, align, padding)
+  -- the sampling points in pixels, before the padding mode moves them
+  local ux = unnormalized(grid:select(4, 1):reshape(N, 1, Ho * Wo), W, align)
+  local uy = unnormalized(grid:select(4, 2):reshape(N, 1, Ho * Wo), H, align)
   local flat = x:reshape(N, C, H * W)
   -- the value at integer pixel (px, py) times w, 0 where that pixel is outside x
   local function tap(px, py, w)
@@ -318,10 +327,24 @@ function F.grid_sample(x, grid, opts)
     return v * dl.where(inside, w, 0)
   end
   local y
-  if mode == "nearest" then
+  if mode == "bicubic" then
+    -- sixteen taps around the point, each moved in by the padding mode on its own (the
+    -- point itself is not), weighted by the cubic convolution of its distance
+    local x0, y0 = ux:detach():floor(), uy:detach():floor()
+    local wx, wy = cubic_weights(ux - x0), cubic_weights(uy - y0)
+    for j = 1, 4 do
+      local py = padded(y0 + (j - 2), H, align, padding)
+      for i = 1, 4 do
+        local t = tap(padded(x0 + (i - 2), W, align, padding), py, wx[i] * wy[j])
+        y = y and y + t or t
+      end
+    end
+  elseif mode == "nearest" then
+    local ix, iy = padded(ux, W, align, padding), padded(uy, H, align, padding)
     local px, py = ix:detach():round(), iy:detach():round()   -- (half to even, as nearbyint)
     y = tap(px, py, dl.ones({}, { dtype = x.dtype, device = x.device }))
   else
+    local ix, iy = padded(ux, W, align, padding), padded(uy, H, align, padding)
     local x0, y0 = ix:detach():floor(), iy:detach():floor()
     local fx, fy = ix - x0, iy - y0
     y = tap(x0, y0, (1 - fx) * (1 - fy)) + tap(x0 + 1, y0, fx * (1 - fy)) + tap(x0, y0 + 1, (1 - fx) * fy)
