@@ -461,6 +461,73 @@ H.test("interpolate's bicubic and area modes match PyTorch, float32 and float64,
        "Upsample(scale_factor=2, mode=\"bicubic\", align_corners=true)")
 end)
 
+H.test("the loss modules match PyTorch's, class weights, ignore_index and label smoothing included", function()
+  local r = R.layers.criteria
+  local f64 = { dtype = "float64" }
+  local logits, labels, w = dl.tensor(r.logits, f64), dl.tensor(r.labels, { dtype = "int64" }), dl.tensor(r.weight, f64)
+  for i, c in ipairs(r.ce) do
+    local opts = {}
+    for k, v in pairs(c.opts) do opts[k] = v end
+    if c.weighted then opts.weight = w end
+    local crit = nn.CrossEntropyLoss(opts)
+    local what = "cross_entropy case " .. i
+    close(crit(logits, labels), c.loss, 1e-12, what)
+    close(dl.grad(function(v) return crit(v, labels):sum() end)(logits), c.g, 1e-12, what)
+    close(nn.functional.cross_entropy(logits, labels, opts), c.loss, 1e-12, what)
+  end
+  local b = r.bce
+  local bce = nn.BCEWithLogitsLoss({ weight = dl.tensor(b.weight, f64), pos_weight = dl.tensor(b.pos_weight, f64) })
+  local x, t = dl.tensor(b.x, f64), dl.tensor(b.t, f64)
+  close(bce(x, t), b.loss, 1e-12)
+  close(dl.grad(function(v) return bce(v, t) end)(x), b.g, 1e-12)
+  -- a tensor option is a buffer: in the state dict, and moved by :to()
+  local crit = nn.CrossEntropyLoss({ weight = w, ignore_index = 2 })
+  H.ok(crit:state_dict().weight ~= nil)
+  H.eq(crit:to("float32").weight.dtype, "float32")
+  H.eq(tostring(crit), "CrossEntropyLoss(ignore_index=2)")
+  H.eq(tostring(nn.MSELoss({ reduction = "sum" })), "MSELoss(reduction=\"sum\")")
+  -- every loss module is its function with the module's options
+  local a, c2, y = dl.randn(4, 3), dl.randn(4, 3), dl.tensor({ 1, -1, 1, -1 })
+  H.ok(dl.equal(nn.SmoothL1Loss({ beta = 0.5 })(a, c2), nn.functional.smooth_l1_loss(a, c2, { beta = 0.5 })))
+  H.ok(dl.equal(nn.HuberLoss({ delta = 2, reduction = "none" })(a, c2),
+                nn.functional.huber_loss(a, c2, { delta = 2, reduction = "none" })))
+  H.ok(dl.equal(nn.CosineEmbeddingLoss({ margin = 0.2 })(a, c2, y), nn.functional.cosine_embedding_loss(a, c2, y, { margin = 0.2 })))
+  H.ok(dl.equal(nn.GaussianNLLLoss()(a, c2, a:abs()), nn.functional.gaussian_nll_loss(a, c2, a:abs())))
+  H.ok(dl.equal(nn.TripletMarginLoss({ swap = true })(a, c2, -a), nn.functional.triplet_margin_loss(a, c2, -a, { swap = true })))
+  H.ok(dl.equal(nn.L1Loss()(a, c2), nn.functional.l1_loss(a, c2)))
+  -- an option the loss does not take is an error, not dropped
+  H.raises(function() nn.MSELoss({ weight = w }) end, "MSELoss: unknown option 'weight'")
+  H.raises(function() nn.functional.mse_loss(a, c2, { weight = w }) end, "mse_loss: unknown option 'weight'")
+  H.raises(function() nn.functional.l1_loss(a, c2, { margin = 1 }) end, "l1_loss: unknown option 'margin'")
+  H.raises(function() nn.CrossEntropyLoss({ reduction = "avg" }) end,
+           "CrossEntropyLoss: reduction must be mean, sum or none, got avg")
+  H.raises(function() nn.NLLLoss({ weight = { 1, 2 } }) end, "NLLLoss: expected weight as a tensor")
+  H.raises(function() nn.functional.cross_entropy(dl.randn(2, 3, 4), dl.ones(2, 4):long(), { weight = dl.ones(3) }) end,
+           "cross_entropy: weight takes logits (N, C), got shape (2, 3, 4)")
+end)
+
+H.test("padding layers, ChannelShuffle and Softmax2d match PyTorch's", function()
+  local r = R.layers.criteria
+  local img, seq = dl.tensor(r.img), dl.tensor(r.seq)
+  local pads = {
+    zero = nn.ZeroPad2d({ 1, 2, -1, 1 })(img), const2 = nn.ConstantPad2d(2, 3.5)(img),
+    const1 = nn.ConstantPad1d({ 0, 3 }, -1)(seq), reflect2 = nn.ReflectionPad2d({ 1, 2, 3, 0 })(img),
+    reflect1 = nn.ReflectionPad1d(2)(seq), replicate2 = nn.ReplicationPad2d({ 2, 0, 1, 3 })(img),
+    replicate1 = nn.ReplicationPad1d({ 3, 1 })(seq),
+  }
+  for name, y in pairs(pads) do close(y, r.pads[name], 0, name) end
+  local chan = dl.tensor(r.chan)
+  close(nn.ChannelShuffle(3)(chan), r.shuffle, 0)
+  close(nn.Softmax2d()(chan), r.softmax2d, 1e-6)
+  H.eq(tostring(nn.ConstantPad2d(1, 0.5)), "ConstantPad2d(padding=(1, 1, 1, 1), value=0.5)")
+  H.raises(function() nn.ZeroPad2d({ 1, 2 }) end, "ZeroPad2d: padding must be a number or a list of 4, got table")
+  H.raises(function() nn.ConstantPad1d(1) end, "ConstantPad1d: expected a fill value (a number)")
+  H.raises(function() nn.ReflectionPad2d(1)(dl.ones(3, 3)) end,
+           "ReflectionPad2d: expected an input of at least 3 dims, got shape (3, 3)")
+  H.raises(function() nn.ChannelShuffle(4)(chan) end,
+           "ChannelShuffle: expected (N, C, ...) with C divisible by 4, got shape (2, 6, 2, 2)")
+end)
+
 H.test("a transposed convolution's output_padding may reach past the stride, below the dilation, as PyTorch's", function()
   local F = nn.functional
   local f64 = { dtype = "float64" }

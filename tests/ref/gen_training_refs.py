@@ -575,6 +575,38 @@ def gen_layers():
                 cubic.append({"mode": "bicubic", "padding_mode": padding, "align_corners": align, "grid": g, "y": y,
                               "c": c, "gx": gx, "gtheta": gt})
         out["resize_more"] = {"x4": x4, "cases": resize, "convs": convs, "grid_bicubic": cubic}
+
+    # The loss modules' weights (cross_entropy's class weights with ignore_index and label
+    # smoothing, bce_with_logits' weight beside pos_weight), the padding layers,
+    # ChannelShuffle and Softmax2d. Losses and gradients in float64.
+    with torch.random.fork_rng():
+        torch.manual_seed(20261211)
+        logits, labels = rnd(6, 4).double(), torch.tensor([0, 3, 1, 1, 2, 3])
+        w = (torch.rand(4) + 0.2).double()
+        ce = []
+        for kw in ({"weight": w}, {"weight": w, "ignore_index": 1, "reduction": "sum"},
+                   {"weight": w, "ignore_index": 3, "label_smoothing": 0.2},
+                   {"ignore_index": 1, "label_smoothing": 0.3}, {"weight": w, "label_smoothing": 0.1, "reduction": "none"}):
+            v = logits.clone().requires_grad_()
+            loss = nn.CrossEntropyLoss(**kw)(v, labels)
+            (g,) = torch.autograd.grad(loss.sum(), [v])
+            opts = {k: (val + 1 if k == "ignore_index" else val) for k, val in kw.items() if k != "weight"}
+            ce.append({"opts": opts, "weighted": "weight" in kw, "loss": loss, "g": g})
+        x, t = rnd(5, 3).double(), (torch.rand(5, 3) > 0.5).double()
+        bw, pw = (torch.rand(3) + 0.5).double(), (torch.rand(3) + 0.5).double()
+        v = x.clone().requires_grad_()
+        loss = nn.BCEWithLogitsLoss(weight=bw, pos_weight=pw)(v, t)
+        (gb,) = torch.autograd.grad(loss, [v])
+        img, seq = rnd(2, 3, 4, 5), rnd(2, 3, 6)
+        pads = {"zero": nn.ZeroPad2d((1, 2, -1, 1))(img), "const2": nn.ConstantPad2d(2, 3.5)(img),
+                "const1": nn.ConstantPad1d((0, 3), -1.0)(seq), "reflect2": nn.ReflectionPad2d((1, 2, 3, 0))(img),
+                "reflect1": nn.ReflectionPad1d(2)(seq), "replicate2": nn.ReplicationPad2d((2, 0, 1, 3))(img),
+                "replicate1": nn.ReplicationPad1d((3, 1))(seq)}
+        chan = rnd(2, 6, 2, 2)
+        out["criteria"] = {"logits": logits, "labels": labels + 1, "weight": w, "ce": ce,
+                           "bce": {"x": x, "t": t, "weight": bw, "pos_weight": pw, "loss": loss, "g": gb},
+                           "img": img, "seq": seq, "pads": pads, "chan": chan,
+                           "shuffle": nn.ChannelShuffle(3)(chan), "softmax2d": nn.Softmax2d()(chan)}
     return out
 
 

@@ -436,19 +436,31 @@ function F.silu(x) return x * dl.sigmoid(x) end
 local REDUCTIONS = { none = 0, mean = 1, sum = 2 }
 -- Every loss's options (each loss reads its own): the reduction, and the few that
 -- PyTorch's losses take.
-local LOSS_OPTIONS = { reduction = true, ignore_index = true, pos_weight = true, weight = true, beta = true,
-                       delta = true, margin = true, log_target = true, p = true, eps = true, swap = true,
-                       log_input = true, full = true, label_smoothing = true }
+-- Each loss's options besides reduction (an option another loss takes is still unknown
+-- here: a weight given to a loss without weights must not be dropped in silence).
+local LOSS_OPTIONS = {}
+for op, names in pairs({
+  cross_entropy = { "ignore_index", "weight", "label_smoothing" }, nll_loss = { "ignore_index", "weight" },
+  softmax_cross_entropy_with_logits = {}, mse_loss = {}, l1_loss = {}, soft_margin_loss = {},
+  bce_with_logits = { "pos_weight", "weight" }, binary_cross_entropy = { "weight" },
+  multilabel_soft_margin_loss = { "weight" }, smooth_l1_loss = { "beta" }, huber_loss = { "delta" },
+  kl_div = { "log_target" }, cosine_embedding_loss = { "margin" }, margin_ranking_loss = { "margin" },
+  hinge_embedding_loss = { "margin" }, triplet_margin_loss = { "margin", "p", "eps", "swap" },
+  poisson_nll_loss = { "log_input", "full", "eps" }, gaussian_nll_loss = { "full", "eps" },
+}) do
+  local set = { reduction = true }
+  for _, name in ipairs(names) do set[name] = true end
+  LOSS_OPTIONS[op] = set
+end
 
 local function reduction_of(op, opts)
   local r = "mean"
   if opts ~= nil then
     if type(opts) == "string" then r = opts
     elseif type(opts) == "table" then
+      local known = LOSS_OPTIONS[op]
       for k in pairs(opts) do
-        if not LOSS_OPTIONS[k] then
-          raise(op .. ": unknown option '" .. tostring(k) .. "'")
-        end
+        if not known[k] then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
       end
       r = opts.reduction or "mean"
     else
@@ -487,40 +499,54 @@ local function same_shape(op, a, b, what)
   end
 end
 
--- cross_entropy with label smoothing e (in [0, 1]): composed from log_softmax and
--- nll_loss, so its gradient is theirs.
-local function smoothed_cross_entropy(logits, labels, opts, eps)
+-- cross_entropy with class weights or label smoothing e (in [0, 1]), PyTorch's: composed
+-- from log_softmax and nll_loss, so its gradient is theirs. Smoothing mixes (1 - e) the
+-- loss with e / C times the sum over classes of -w_c log softmax_c (w = 1 without
+-- weights), 0 for an ignored label; its mean divides by the weights of the labels kept
+-- (without weights, by their count), as nll_loss's.
+local function composed_cross_entropy(logits, labels, opts, eps)
   local op = "cross_entropy"
   if type(eps) ~= "number" or eps < 0 or eps > 1 then
     raise(op .. ": label_smoothing must be in [0, 1], got " .. tostring(eps))
   end
-  if logits:dim() ~= 2 then raise(op .. ": label_smoothing takes logits (N, C), got shape " .. shape_str(logits.shape)) end
+  if logits:dim() ~= 2 then
+    raise(op .. ": " .. (eps ~= 0 and "label_smoothing" or "weight") .. " takes logits (N, C), got shape "
+          .. shape_str(logits.shape))
+  end
   local r = reduction_of(op, opts)
-  local ign = opts.ignore_index
+  local ign, w = opts.ignore_index, opts.weight
   local logp = dl.log_softmax(logits, 2)
-  local nll = F.nll_loss(logp, labels, { reduction = "none", ignore_index = ign })
-  local smooth = -logp:mean(2)
-  local keep = nil
-  if ign ~= nil then
-    keep = labels:ne(ign)
-    smooth = dl.where(keep, smooth, 0)
-  end
-  local loss = nll * (1 - eps) + smooth * eps
+  local nll = F.nll_loss(logp, labels, { reduction = r, ignore_index = ign, weight = w })
+  if eps == 0 then return nll end
+  local smooth = -(w ~= nil and logp * w:to(logp.dtype) or logp):sum(2)
+  local keep = ign ~= nil and labels:ne(ign) or nil
+  if keep then smooth = dl.where(keep, smooth, 0) end
   if r == "mean" then
-    if keep then return loss:sum() / keep:sum():to(loss.dtype) end
-    return loss:mean()
+    if w ~= nil then
+      local kept = labels:long()
+      if keep then kept = kept:masked_select(keep) end
+      smooth = smooth:sum() / w:to(logp.dtype):gather(1, kept):sum()
+    elseif keep then
+      smooth = smooth:sum() / keep:sum():to(logp.dtype)
+    else
+      smooth = smooth:mean()
+    end
+  else
+    smooth = reduce(smooth, r)
   end
-  return reduce(loss, r)
+  return nll * (1 - eps) + smooth * (eps / logits:size(2))
 end
 
 -- cross_entropy(logits (N, C), labels (N) int64 1-based [, {reduction, ignore_index,
--- label_smoothing}]). With label_smoothing e, PyTorch's mixture: (1 - e) the
--- cross-entropy plus e the mean over classes of -log softmax (ignored labels left out).
+-- weight, label_smoothing}]). weight (C) weighs each class, the mean dividing by the
+-- weights of the labels kept, as nll_loss; label_smoothing as composed_cross_entropy.
 function F.cross_entropy(logits, labels, opts)
   check_tensor("cross_entropy", logits)
   check_tensor("cross_entropy", labels)
   local eps = type(opts) == "table" and opts.label_smoothing or 0
-  if eps ~= 0 then return smoothed_cross_entropy(logits, labels, opts, eps) end
+  if eps ~= 0 or (type(opts) == "table" and opts.weight ~= nil) then
+    return composed_cross_entropy(logits, labels, opts, eps)
+  end
   local r = REDUCTIONS[reduction_of("cross_entropy", opts)]
   local ign = type(opts) == "table" and opts.ignore_index or nil
   local out = result()
@@ -551,7 +577,9 @@ end
 
 -- Binary cross-entropy on logits, stable for any logit: softplus(x) - x y, whose
 -- gradient sigmoid(x) - y is exact everywhere. With pos_weight (PyTorch's), the
--- positive term is weighted: (1 - y) x + (1 + (pw - 1) y) softplus(-x).
+-- positive term is weighted: (1 - y) x + (1 + (pw - 1) y) softplus(-x). A weight (a
+-- tensor that broadcasts, or a number) scales each element's loss. Also
+-- F.binary_cross_entropy_with_logits, PyTorch's name.
 function F.bce_with_logits(logits, targets, opts)
   check_tensor("bce_with_logits", logits)
   check_tensor("bce_with_logits", targets)
@@ -564,8 +592,14 @@ function F.bce_with_logits(logits, targets, opts)
   else
     loss = (1 - targets) * logits + (targets * (pw - 1) + 1) * dl.softplus(-logits)
   end
+  local w = type(opts) == "table" and opts.weight or nil
+  if w ~= nil then
+    if not is_tensor(w) and type(w) ~= "number" then bad_arg("bce_with_logits", "a weight tensor", w) end
+    loss = loss * w
+  end
   return reduce(loss, r)
 end
+F.binary_cross_entropy_with_logits = F.bce_with_logits
 
 -- nll_loss(log_probs (N, C), labels (N) int64 1-based [, {reduction, ignore_index,
 -- weight}]): -log_probs[i, labels[i]], weighted by weight[labels[i]] (a (C) tensor);

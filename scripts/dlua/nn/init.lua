@@ -33,8 +33,8 @@ nn.functional = F
 
 -- Loaded when first used (Note [Modules loaded on first use] in core.lua): the attention
 -- layers and functions, the activations of dlua.nn.activations, the resizing of
--- dlua.nn.resample, the channel and position layers of dlua.nn.spatial, dl.nn.init,
--- dl.nn.utils.
+-- dlua.nn.resample, the channel and position layers of dlua.nn.spatial, the loss modules
+-- and padding layers of dlua.nn.criteria, dl.nn.init, dl.nn.utils.
 local function attention() register(require("dlua.nn.attention")) end
 -- A module of layers and functions ({layers =, functional =}), its names in nn and F.
 local function merge(module)
@@ -46,7 +46,7 @@ local function merge(module)
 end
 local activations, resample, spatial = merge("dlua.nn.activations"), merge("dlua.nn.resample"),
   merge("dlua.nn.spatial")
-local ctc = merge("dlua.nn.ctc")
+local ctc, criteria = merge("dlua.nn.ctc"), merge("dlua.nn.criteria")
 local loads = {
   MultiheadAttention = attention,
   TransformerEncoderLayer = attention,
@@ -69,6 +69,14 @@ for _, name in ipairs({ "Dropout1d", "Dropout2d", "InstanceNorm1d", "InstanceNor
                         "Bilinear" }) do
   loads[name] = spatial
 end
+for _, name in ipairs({ "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
+                        "BCELoss", "BCEWithLogitsLoss", "SoftMarginLoss", "MultiLabelSoftMarginLoss", "PoissonNLLLoss",
+                        "GaussianNLLLoss", "MarginRankingLoss", "CosineEmbeddingLoss", "HingeEmbeddingLoss",
+                        "TripletMarginLoss", "CTCLoss", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d",
+                        "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d",
+                        "CosineSimilarity", "PairwiseDistance", "Softmax2d", "ChannelShuffle" }) do
+  loads[name] = criteria
+end
 core.on_first_index(nn, loads)
 core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
 core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign",
@@ -83,7 +91,7 @@ core.on_first_use(F, { "dropout1d", "dropout2d", "instance_norm", "adaptive_max_
 nn.cross_entropy = F.cross_entropy
 nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits
 nn.mse_loss = F.mse_loss
-nn.bce_with_logits = F.bce_with_logits
+nn.bce_with_logits, nn.binary_cross_entropy_with_logits = F.bce_with_logits, F.bce_with_logits
 nn.one_hot = F.one_hot
 nn.layer_norm, nn.group_norm = F.layer_norm, F.group_norm
 T.dl.layer_norm = F.layer_norm
