@@ -445,7 +445,10 @@ local function unary_inplace_fn(op, name)
   end
 end
 
-local REDUCE_OPTS = { correction = true, unbiased = true, p = true }
+-- The options each reduction takes (var and std their correction, norm its p; the rest
+-- none: an option given to a reduction that has no use for it is an error, not dropped).
+local VARIANCE_OPTS, NORM_OPTS, NO_OPTS = { correction = true, unbiased = true }, { p = true }, {}
+local REDUCE_OPTS = { var = VARIANCE_OPTS, std = VARIANCE_OPTS, norm = NORM_OPTS }
 
 -- (x [, dim | {dims}] [, keepdim] [, opts]): fills dims_buf; returns ndims, keepdim, opts.
 local function reduce_args(name, x, a, b, c)
@@ -477,8 +480,9 @@ local function reduce_args(name, x, a, b, c)
   end
   if opts ~= nil then
     if type(opts) ~= "table" then bad_arg(name, "an options table", opts) end
+    local known = REDUCE_OPTS[name] or NO_OPTS
     for k in pairs(opts) do
-      if not REDUCE_OPTS[k] then raise(name .. ": unknown option '" .. tostring(k) .. "'") end
+      if not known[k] then raise(name .. ": unknown option '" .. tostring(k) .. "'") end
     end
   end
   return nd, keepdim, opts

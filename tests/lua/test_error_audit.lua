@@ -102,6 +102,9 @@ H.test("reductions: dims out of range, bad dims, bad options", function()
       audit(name .. " dim 1.5", function() return f(f23, 1.5) end, { name .. ":", "1.5" })
       audit(name .. " repeated dims", function() return f(f23, { 1, 1 }) end, { name .. ":", "1" })
       audit(name .. " unknown option", function() return f(f23, 1, { bogus = 1 }) end, { name .. ":", "bogus" })
+      -- another reduction's option is as unknown (var's correction given to sum)
+      local other = (name == "var" or name == "std") and "p" or "correction"
+      audit(name .. " another's option", function() return f(f23, 1, { [other] = 0 }) end, { name .. ":", other })
       audit(name .. " non-tensor", function() return f("x") end, { name .. ":", "string" })
       n = n + 1
     end
@@ -340,6 +343,14 @@ H.test("the functions and layers made in Lua of several ops name themselves, at 
   { "triplet_margin_loss", function() local _ = nn.triplet_margin_loss(dl.ones(2, 3), dl.ones(2, 4), dl.ones(2, 3)) end },
   { "gumbel_softmax", function() local _ = F.gumbel_softmax(dl.ones(2), {tau = "t"}) end },
   { "Transformer", function() local _ = nn.Transformer(8, 3) end },
+  -- an option of another function of the family is an error, not dropped
+  { "max_pool2d", function() local _ = F.max_pool2d(x4, 2, {count_include_pad = false}) end },
+  { "avg_pool1d", function() local _ = F.avg_pool1d(dl.ones(1, 2, 4), 2, {return_indices = true}) end },
+  { "MaxPool2d", function() local _ = nn.MaxPool2d(2, {count_include_pad = true}) end },
+  { "mse_loss", function() local _ = nn.mse_loss(dl.ones(2), dl.ones(2), {weight = dl.ones(2)}) end },
+  { "huber_loss", function() local _ = nn.huber_loss(dl.ones(2), dl.ones(2), {beta = 1}) end },
+  { "CrossEntropyLoss", function() local _ = nn.CrossEntropyLoss({margin = 1}) end },
+  { "ZeroPad2d", function() local _ = nn.ZeroPad2d(1.5) end },
   }
   for _, c in ipairs(CASES) do audit(c[1], c[2], { c[1] }) end
   -- an infinite size or count is refused, not looped over

@@ -90,8 +90,10 @@ function F.conv2d(x, w, b, opts)
   return wrap(id)
 end
 
-local POOL_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true,
-                    return_indices = true }
+-- (each pool its own options: count_include_pad given to a max pool is an error, not
+-- dropped)
+local MAX_POOL_OPTS = { stride = true, padding = true, ceil_mode = true, return_indices = true }
+local AVG_POOL_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true }
 -- The maxima without their indices (the engine makes those only for a gradient).
 local has_values_only = pcall(function() return C.dl_max_pool2d_values end)
 
@@ -250,7 +252,7 @@ end
 
 function F.max_pool2d(x, k, opts)
   check_tensor("max_pool2d", x)
-  opts = options("max_pool2d", opts, POOL_OPTS)
+  opts = options("max_pool2d", opts, MAX_POOL_OPTS)
   local kh, kw = pair("max_pool2d", "kernel size", k, 1)
   local sh, sw = pair("max_pool2d", "stride", opts.stride or 0, 0)
   local ph, pw = pair("max_pool2d", "padding", opts.padding or 0, 0)
@@ -272,7 +274,7 @@ end
 
 function F.avg_pool2d(x, k, opts)
   check_tensor("avg_pool2d", x)
-  opts = options("avg_pool2d", opts, POOL_OPTS)
+  opts = options("avg_pool2d", opts, AVG_POOL_OPTS)
   local kh, kw = pair("avg_pool2d", "kernel size", k, 1)
   local sh, sw = pair("avg_pool2d", "stride", opts.stride or 0, 0)
   local ph, pw = pair("avg_pool2d", "padding", opts.padding or 0, 0)
@@ -284,15 +286,15 @@ function F.avg_pool2d(x, k, opts)
 end
 
 -- max_pool1d / avg_pool1d(x (N, C, L) or (C, L), k [, {stride, padding, ceil_mode,
--- count_include_pad, return_indices}]): the 2-D pools over a height of 1 (indices are
--- then positions along L).
-local function pool1d(op, pool2d)
+-- return_indices (max) or count_include_pad (avg)}]): the 2-D pools over a height of 1
+-- (indices are then positions along L).
+local function pool1d(op, pool2d, allowed)
   return function(x, k, opts)
     check_tensor(op, x)
     if x:dim() ~= 2 and x:dim() ~= 3 then
       raise(op .. ": expected input (N, C, L) or (C, L), got shape " .. shape_str(x.shape))
     end
-    opts = options(op, opts, POOL_OPTS)
+    opts = options(op, opts, allowed)
     local o2 = {}
     for key, v in pairs(opts) do o2[key] = v end
     local kk = single(op, "kernel size", k, 1)
@@ -303,8 +305,8 @@ local function pool1d(op, pool2d)
     return y:squeeze(y:dim() - 1)
   end
 end
-F.max_pool1d = pool1d("max_pool1d", F.max_pool2d)
-F.avg_pool1d = pool1d("avg_pool1d", F.avg_pool2d)
+F.max_pool1d = pool1d("max_pool1d", F.max_pool2d, MAX_POOL_OPTS)
+F.avg_pool1d = pool1d("avg_pool1d", F.avg_pool2d, AVG_POOL_OPTS)
 
 -- The mean over H and W: (N, C, H, W) -> (N, C) (or (N, C, 1, 1) with keepdim).
 function F.global_avg_pool2d(x, keepdim)

@@ -292,10 +292,15 @@ for dims, what in ipairs({ "L", "H, W" }) do
   Layer.extra_repr = conv_transpose_repr
 end
 
-local POOL_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true }
+-- A pooling layer's options: count_include_pad for the average pools only.
+local function pool_options(name)
+  local o = { stride = true, padding = true, ceil_mode = true }
+  if name:find("^Avg") then o.count_include_pad = true end
+  return o
+end
 
 local function pool_init(self, name, k, opts)
-  opts = options(name, opts, POOL_OPTS)
+  opts = options(name, opts, pool_options(name))
   local kh, kw = F.pair(name, "kernel size", k, 1)
   self.kernel_size = { kh, kw }
   self.stride = { F.pair(name, "stride", opts.stride or { kh, kw }, 1) }
@@ -327,7 +332,7 @@ for _, name in ipairs({ "MaxPool1d", "AvgPool1d" }) do
   local cls = Module:extend(name)
   local fn = name == "MaxPool1d" and F.max_pool1d or F.avg_pool1d
   function cls:init(k, opts)
-    opts = options(name, opts, POOL_OPTS)
+    opts = options(name, opts, pool_options(name))
     self.kernel_size = int_arg(name, k, "kernel size")
     self.stride = int_arg(name, opts.stride or k, "stride")
     self.padding = int_arg(name, opts.padding or 0, "padding", 0)
