@@ -68,15 +68,30 @@ core.on_first_use(dl, INDEXED, loader("dlua.indexed"))
 core.on_first_use(T.methods, { "index_add", "index_copy", "index_fill", "scatter", "index_add_", "index_copy_",
                                "index_fill_", "scatter_" }, loader("dlua.indexed"))
 core.on_first_use(dl, { "bernoulli", "multinomial", "normal" }, loader("dlua.sampling"))
-core.on_first_use(dl, { "tensordot", "kron", "block_diag", "cartesian_prod", "combinations" }, loader("dlua.products"))
+core.on_first_use(dl, { "tensordot", "kron", "block_diag", "cartesian_prod", "combinations", "mv", "vdot", "addmm",
+                        "addmv", "baddbmm", "addbmm" }, loader("dlua.products"))
+core.on_first_use(T.methods, { "mv", "vdot", "addmm", "addmv", "baddbmm", "addbmm" }, loader("dlua.products"))
+local SCANS = { "cummax", "cummin", "logcumsumexp", "diff" }
+core.on_first_use(dl, SCANS, loader("dlua.scans"))
+core.on_first_use(T.methods, SCANS, loader("dlua.scans"))
+core.on_first_use(dl, { "trapezoid", "cumulative_trapezoid" }, loader("dlua.scans"))
+local SHAPING = { "broadcast_to", "take_along_dim", "tensor_split", "atleast_1d", "atleast_2d", "atleast_3d",
+                  "diag_embed", "diagflat", "unflatten" }
+core.on_first_use(dl, SHAPING, loader("dlua.shaping"))
+core.on_first_use(T.methods, SHAPING, loader("dlua.shaping"))
+core.on_first_use(dl, { "broadcast_shapes", "broadcast_tensors" }, loader("dlua.shaping"))
+core.on_first_use(dl, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
+core.on_first_use(T.methods, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
 local POINTWISE = { "lerp", "hypot", "logaddexp", "trunc", "frac", "fmod", "reciprocal", "square", "isclose",
-                    "logical_xor" }
+                    "logical_xor", "floor_divide", "true_divide", "xlogy", "logit", "sinc", "deg2rad", "rad2deg", "sgn",
+                    "signbit", "copysign", "heaviside", "float_power" }
 core.on_first_use(dl, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, { "lerp_" }, loader("dlua.pointwise"))
-core.on_first_use(dl, { "nansum", "nanmean", "var_mean", "std_mean", "aminmax", "bincount", "histc" },
+core.on_first_use(dl, { "nansum", "nanmean", "var_mean", "std_mean", "aminmax", "bincount", "histc", "cov", "corrcoef",
+                        "quantile", "nanquantile" }, loader("dlua.statistics"))
+core.on_first_use(T.methods, { "nansum", "nanmean", "aminmax", "cov", "corrcoef", "quantile", "nanquantile" },
                   loader("dlua.statistics"))
-core.on_first_use(T.methods, { "nansum", "nanmean", "aminmax" }, loader("dlua.statistics"))
 core.on_first_use(dl, { "cross", "cdist" }, loader("dlua.linalg"))
 core.on_first_use(T.methods, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))

@@ -355,4 +355,116 @@ function L.cdist(a, b, p)
 end
 dl.cdist = L.cdist
 
+-- A square matrix or a batch of them, checked.
+local function check_square(op, a)
+  check_matrix(op, a)
+  if a:size(-1) ~= a:size(-2) then
+    raise("linalg." .. op .. ": expected square matrices, got shape " .. shape_str(a.shape))
+  end
+end
+
+-- matrix_power(A, n): A multiplied n times by repeated squaring (identity for n = 0,
+-- A's inverse's power for n < 0).
+function L.matrix_power(a, n)
+  local op = "matrix_power"
+  check_square(op, a)
+  if not core.integer(n) then raise("linalg." .. op .. ": n must be an integer, got " .. tostring(n)) end
+  if n < 0 then a, n = L.inv(a), -n end
+  if n == 0 then return eye_like(a:size(-1), a):expand(a.shape):clone() end
+  local result, base = nil, a
+  while n > 0 do
+    if n % 2 == 1 then result = result and result:matmul(base) or base end
+    n = math.floor(n / 2)
+    if n > 0 then base = base:matmul(base) end
+  end
+  return result
+end
+T.methods.matrix_power = L.matrix_power
+dl.matrix_power = L.matrix_power
+
+-- Note [The matrix exponential]
+-- matrix_exp(A) by scaling and squaring (Higham, "The scaling and squaring method for
+-- the matrix exponential revisited", 2005): A / 2^s has a 1-norm of at most theta_13, where
+-- the [13/13] Pade approximant r(X) = q(X)^-1 p(X) is exact to double precision; then r
+-- is squared s times. s comes from the largest 1-norm of the batch (more squarings than
+-- a matrix needs cost a little accuracy, none of its correctness). Made of matmul and
+-- solve, so its gradient is the composition's (the derivative of the approximant, equal
+-- to exp's to the same precision).
+local PADE13 = { 64764752532480000, 32382376266240000, 7771770303897600, 1187353796428800, 129060195264000,
+                 10559470521600, 670442572800, 33522128640, 1323241920, 40840800, 960960, 16380, 182, 1 }
+local THETA13 = 5.371920351148152
+
+function L.matrix_exp(a)
+  local op = "matrix_exp"
+  check_square(op, a)
+  if not a:is_floating_point() then a = a:to(dl.get_default_dtype()) end
+  local n = a:size(-1)
+  if a:numel() == 0 then return a:clone() end
+  local norm = a:detach():abs():sum(-2):amax():item()   -- the largest 1-norm (max column sum)
+  local s = 0
+  if norm > THETA13 then s = math.ceil(math.log(norm / THETA13) / math.log(2)) end
+  if norm ~= norm or norm == math_huge then s = 0 end   -- (NaN or infinity: propagated as they are)
+  local x = s > 0 and a * (0.5 ^ s) or a
+  local b = PADE13
+  local I = eye_like(n, x)
+  local x2 = x:matmul(x)
+  local x4 = x2:matmul(x2)
+  local x6 = x4:matmul(x2)
+  local u = x:matmul(x6:matmul(x6 * b[14] + x4 * b[12] + x2 * b[10]) + x6 * b[8] + x4 * b[6] + x2 * b[4] + I * b[2])
+  local v = x6:matmul(x6 * b[13] + x4 * b[11] + x2 * b[9]) + x6 * b[7] + x4 * b[5] + x2 * b[3] + I * b[1]
+  local r = L.solve(v - u, v + u)
+  for _ = 1, s do r = r:matmul(r) end
+  return r
+end
+T.methods.matrix_exp = L.matrix_exp
+dl.matrix_exp = L.matrix_exp
+
+-- multi_dot({A, B, C, ...}): the product of the list in the cheapest order (first and last
+-- may be vectors, as PyTorch's), by the classic dynamic program over the chain.
+function L.multi_dot(list)
+  local op = "multi_dot"
+  if type(list) ~= "table" or is_tensor(list) or #list < 2 then bad_arg("linalg." .. op, "a list of 2 or more tensors", list) end
+  local ts, k = {}, #list
+  for i, t in ipairs(list) do
+    check(op, t)
+    local ok = t:dim() == 2 or ((i == 1 or i == k) and t:dim() == 1)
+    if not ok then
+      raise("linalg." .. op .. ": tensor " .. i .. " must be a matrix" .. ((i == 1 or i == k) and " or a vector" or "")
+            .. ", got shape " .. shape_str(t.shape))
+    end
+    ts[i] = t
+  end
+  local first_vec, last_vec = ts[1]:dim() == 1, ts[k]:dim() == 1
+  if first_vec then ts[1] = ts[1]:unsqueeze(1) end
+  if last_vec then ts[k] = ts[k]:unsqueeze(2) end
+  local dims = { ts[1]:size(1) }
+  for i = 1, k do
+    if i > 1 and ts[i]:size(1) ~= ts[i - 1]:size(2) then
+      raise("linalg." .. op .. ": tensors " .. (i - 1) .. " and " .. i .. " do not chain (shapes "
+            .. shape_str(ts[i - 1].shape) .. " and " .. shape_str(ts[i].shape) .. ")")
+    end
+    dims[i + 1] = ts[i]:size(2)
+  end
+  local cost, split = {}, {}
+  for i = 1, k do cost[i], split[i] = { [i] = 0 }, {} end
+  for len = 2, k do
+    for i = 1, k - len + 1 do
+      local j = i + len - 1
+      for m = i, j - 1 do
+        local c = cost[i][m] + cost[m + 1][j] + dims[i] * dims[m + 1] * dims[j + 1]
+        if cost[i][j] == nil or c < cost[i][j] then cost[i][j], split[i][j] = c, m end
+      end
+    end
+  end
+  local function product(i, j)
+    if i == j then return ts[i] end
+    local m = split[i][j]
+    return product(i, m):matmul(product(m + 1, j))
+  end
+  local y = product(1, k)
+  if first_vec then y = y:squeeze(1) end
+  if last_vec then y = y:squeeze(-1) end
+  return y
+end
+
 return L

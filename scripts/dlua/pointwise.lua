@@ -10,9 +10,16 @@
 --   x:reciprocal(), x:square()
 --   dl.isclose(a, b [, rtol = 1e-5, atol = 1e-8, equal_nan = false])   elementwise allclose
 --   dl.logical_xor(a, b)
+--   dl.div(a, b, {rounding_mode = "floor" | "trunc"}), dl.floor_divide(a, b) (floor),
+--   dl.true_divide; dl.add(a, b, {alpha = k}), dl.sub(a, b, {alpha = k}): a +- k b
+--   dl.xlogy(x, y)          x log y, 0 where x is 0 (y not NaN)
+--   dl.logit(x [, eps])     log(x / (1 - x)), x first clamped to [eps, 1 - eps]
+--   dl.sinc(x)              sin(pi x) / (pi x), 1 at 0
+--   dl.deg2rad, dl.rad2deg, dl.sgn (sign), dl.signbit, dl.copysign(a, b) (|a| with b's
+--   sign bit, -0 included), dl.heaviside(x, values), dl.float_power(a, b) (in float64)
 --
 -- Gradients are the compositions': PyTorch's where it defines one (trunc and frac as
--- floor's, 0 and 1; fmod's 1 for a).
+-- floor's, 0 and 1; fmod's 1 for a; a rounded division's 0).
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
@@ -114,4 +121,162 @@ function dl.logical_xor(a, b)
 end
 methods.logical_xor = dl.logical_xor
 
-return {}
+-- ---- divisions, and alpha ------------------------------------------------------------------
+
+local function either_tensor(op, a, b)
+  operand(op, a)
+  operand(op, b)
+  if not is_tensor(a) and not is_tensor(b) then raise(op .. ": expected a tensor, got two numbers") end
+  if is_tensor(a) and is_tensor(b) then T.check_broadcast(op, a, b) end
+end
+
+-- a and b as tensors: a number takes the other's dtype where that holds it.
+local function both(op, a, b)
+  if is_tensor(a) and is_tensor(b) then return a, b end
+  if is_tensor(a) then return a, T.scalar_tensor(op, b, a.device, a) end
+  return T.scalar_tensor(op, a, b.device, b), b
+end
+
+-- r (computed from a and b detached) joined to a and b with a gradient of 0, as PyTorch's
+-- rounded divisions have (differentiating the composition would give NaN where b is 0).
+local function zero_gradient(r, a, b)
+  local yes = dl.ones({}, { dtype = "bool", device = r.device })
+  return dl.where(yes, dl.where(yes, r, a), b)
+end
+
+-- a / b rounded toward -infinity, as PyTorch's div_floor: from the exact remainder
+-- (fmod), so that 1 // 0.1 is 9 (a / b rounds to 10); integers stay integers.
+local function floor_div(op, a, b)
+  local A, B = both(op, a, b)
+  if not A:is_floating_point() and not B:is_floating_point() then
+    if B:eq(0):any() then raise(op .. ": integer division by zero") end
+    local m = A - A % B   -- a multiple of b, so the quotient below is exact in float64
+    return (m:to("float64") / B):round():to(m.dtype)
+  end
+  local a0, b0 = A:detach(), B:detach()
+  local mod = dl.fmod(a0, b0)
+  local div = (a0 - mod) / b0
+  div = dl.where(mod:ne(0):logical_and(mod:lt(0):ne(b0:lt(0))), div - 1, div)
+  local fl = div:floor()
+  fl = dl.where((div - fl):gt(0.5), fl + 1, fl)
+  local q = a0 / b0
+  fl = dl.where(div:eq(0), dl.copysign(dl.zeros_like(q), q), fl)
+  return zero_gradient(dl.where(b0:eq(0), q, fl), A, B)
+end
+
+local function trunc_div(op, a, b)
+  local A, B = both(op, a, b)
+  if A:is_floating_point() or B:is_floating_point() then
+    return zero_gradient(methods.trunc(A:detach() / B:detach()), A, B)
+  end
+  local f = floor_div(op, A, B)
+  -- trunc is one more than floor where the division is not exact and the signs differ
+  local up = (A - f * B):ne(0):logical_and(A:lt(0):ne(B:lt(0)))
+  return dl.where(up, f + 1, f)
+end
+
+local DIV_OPTS, ALPHA_OPTS = { rounding_mode = true }, { alpha = true }
+
+-- div, add and sub given an options table (PyTorch's rounding_mode and alpha).
+local function with_options(name, a, b, opts)
+  if type(opts) ~= "table" then
+    raise(name .. ": expected an options table as the third argument, got " .. core.typename(opts))
+  end
+  either_tensor(name, a, b)
+  if name == "div" then
+    opts = core.options(name, opts, DIV_OPTS)
+    local mode = opts.rounding_mode
+    if mode == nil then return a / b end
+    if mode == "floor" then return floor_div(name, a, b) end
+    if mode == "trunc" then return trunc_div(name, a, b) end
+    raise(name .. ": rounding_mode must be floor or trunc, got " .. tostring(mode))
+  end
+  opts = core.options(name, opts, ALPHA_OPTS)
+  local alpha = opts.alpha or 1
+  if type(alpha) ~= "number" then bad_arg(name, "a number for alpha", alpha) end
+  if name == "add" then return a + b * alpha end
+  return a - b * alpha
+end
+
+function dl.floor_divide(a, b)
+  either_tensor("floor_divide", a, b)
+  return floor_div("floor_divide", a, b)
+end
+function dl.true_divide(a, b)
+  either_tensor("true_divide", a, b)
+  return a / b
+end
+methods.floor_divide, methods.true_divide = dl.floor_divide, dl.true_divide
+
+-- ---- more elementwise functions ----------------------------------------------------------------
+
+function dl.xlogy(x, y)
+  either_tensor("xlogy", x, y)
+  local X, Y = both("xlogy", x, y)
+  if not X:is_floating_point() and not Y:is_floating_point() then X = X:to(dl.get_default_dtype()) end
+  local zero = X:eq(0):logical_and(Y:eq(Y))
+  -- where x is 0: 0, with PyTorch's gradient log y for x (y > 0 and finite; else 0, not
+  -- NaN: each log reads a safe y where its branch is not taken)
+  local good = Y:gt(0):logical_and(Y:lt(math.huge))
+  local at_zero = X * dl.where(good, Y, 1):log()
+  return dl.where(zero, at_zero, X * dl.where(zero, 1, Y):log())
+end
+methods.xlogy = dl.xlogy
+
+function dl.logit(x, eps)
+  check("logit", x)
+  if eps ~= nil and (type(eps) ~= "number" or eps < 0 or eps > 0.5) then
+    raise("logit: eps must be a number in [0, 0.5], got " .. tostring(eps))
+  end
+  local z = eps and x:clamp(eps, 1 - eps) or x
+  return (z / (1 - z)):log()
+end
+methods.logit = dl.logit
+
+function dl.sinc(x)
+  check("sinc", x)
+  local zero = x:eq(0)
+  local px = dl.where(zero, 1, x * math.pi)
+  return dl.where(zero, 1, px:sin() / px)
+end
+methods.sinc = dl.sinc
+
+function dl.deg2rad(x) check("deg2rad", x) return x * (math.pi / 180) end
+function dl.rad2deg(x) check("rad2deg", x) return x * (180 / math.pi) end
+function dl.sgn(x) check("sgn", x) return x:sign() end
+methods.deg2rad, methods.rad2deg, methods.sgn = dl.deg2rad, dl.rad2deg, dl.sgn
+
+-- The sign bit: true for negative numbers and -0 (1 / -0 is -infinity), and for NaN
+-- with its sign bit set (told apart by a copy through float64 bits where the dtype
+-- allows; else NaN reads false).
+function dl.signbit(x)
+  check("signbit", x)
+  if not x:is_floating_point() then return x:lt(0) end
+  return x:lt(0):logical_or(x:eq(0):logical_and((1 / x):lt(0)))
+end
+methods.signbit = dl.signbit
+
+function dl.copysign(a, b)
+  either_tensor("copysign", a, b)
+  local A, B = both("copysign", a, b)
+  if not A:is_floating_point() then A = A:to(B:is_floating_point() and B.dtype or dl.get_default_dtype()) end
+  local mag = A:abs()
+  return dl.where(dl.signbit(B), -mag, mag)
+end
+methods.copysign = dl.copysign
+
+function dl.heaviside(x, values)
+  check("heaviside", x)
+  operand("heaviside", values)
+  return dl.where(x:eq(0), values, dl.where(x:gt(0), 1, 0)):to(x.dtype)
+end
+methods.heaviside = dl.heaviside
+
+function dl.float_power(a, b)
+  either_tensor("float_power", a, b)
+  local function wide(v) return is_tensor(v) and v:to("float64") or v end
+  return dl.pow(wide(a), wide(b))
+end
+methods.float_power = dl.float_power
+
+return { with_options = with_options }

@@ -7,6 +7,9 @@
 --   dl.block_diag(t1, t2, ...)      matrices along the diagonal of a larger one
 --   dl.cartesian_prod(t1, t2, ...)  every combination of the 1-D tensors' elements, a row each
 --   dl.combinations(t [, r = 2 [, with_replacement]])   the r-element combinations, as rows
+--   dl.mv(A, v), dl.vdot(a, b)
+--   dl.addmm(input, m1, m2 [, {beta = 1, alpha = 1}]), addmv, baddbmm, addbmm   BLAS's
+--                                   beta input + alpha product (input unread where beta = 0)
 --
 -- Made of permute, reshape, matmul, mul, cat, meshgrid and index_select: differentiable.
 local core = require("dlua.core")
@@ -143,5 +146,67 @@ function dl.combinations(t, r, with_replacement)
   local idx = dl.tensor(rows, { dtype = "int64", device = t.device })
   return t:index_select(1, idx:reshape(-1)):reshape(#rows, r)
 end
+
+-- ---- BLAS's forms ------------------------------------------------------------------------------
+
+-- mv(A, v): A (n, m) times v (m).
+function dl.mv(a, v)
+  local op = "mv"
+  check(op, a)
+  check(op, v)
+  if a:dim() ~= 2 or v:dim() ~= 1 then
+    raise(op .. ": expected a matrix and a vector, got shapes " .. shape_str(a.shape) .. " and " .. shape_str(v.shape))
+  end
+  return a:matmul(v)
+end
+
+-- vdot(a, b): the dot product of two vectors of one length (real: no conjugate).
+function dl.vdot(a, b)
+  local op = "vdot"
+  check(op, a)
+  check(op, b)
+  if a:dim() ~= 1 or b:dim() ~= 1 or a:size(1) ~= b:size(1) then
+    raise(op .. ": expected two vectors of one length, got shapes " .. shape_str(a.shape) .. " and " .. shape_str(b.shape))
+  end
+  return (a * b):sum()
+end
+
+local SCALE_OPTS = { beta = true, alpha = true }
+
+-- beta input + alpha product, for the add* forms; input is not read where beta is 0 (its
+-- NaN does not reach the result), as PyTorch's.
+local function scaled_sum(op, input, product, opts)
+  opts = core.options(op, opts, SCALE_OPTS)
+  local beta, alpha = opts.beta or 1, opts.alpha or 1
+  if type(beta) ~= "number" or type(alpha) ~= "number" then raise(op .. ": beta and alpha must be numbers") end
+  T.check_broadcast(op, input, product)
+  local p = alpha == 1 and product or product * alpha
+  if beta == 0 then return p end
+  return (beta == 1 and input or input * beta) + p
+end
+
+-- The shapes of a product's operands, checked.
+local function operands(op, a, b, da, db)
+  check(op, a)
+  check(op, b)
+  if a:dim() ~= da or b:dim() ~= db then
+    raise(op .. ": expected operands of " .. da .. " and " .. db .. " dims, got shapes " .. shape_str(a.shape)
+          .. " and " .. shape_str(b.shape))
+  end
+end
+
+-- The add* forms: their operands' dims and the product (addbmm sums the batch's).
+local function product(a, b) return a:matmul(b) end
+for name, form in pairs({
+  addmm = { 2, 2, product }, addmv = { 2, 1, product }, baddbmm = { 3, 3, product },
+  addbmm = { 3, 3, function(a, b) return a:matmul(b):sum(1) end },
+}) do
+  dl[name] = function(input, a, b, opts)
+    check(name, input)
+    operands(name, a, b, form[1], form[2])
+    return scaled_sum(name, input, form[3](a, b), opts)
+  end
+end
+for _, name in ipairs({ "mv", "vdot", "addmm", "addmv", "baddbmm", "addbmm" }) do T.methods[name] = dl[name] end
 
 return {}

@@ -6,6 +6,9 @@
 --   x:aminmax([dim [, keepdim]])                  the smallest and largest values
 --   dl.bincount(x [, weights [, minlength]])      counts (or weight sums) of 1..max(x)
 --   dl.histc(x [, bins = 100, min, max])          a histogram of bins equal widths
+--   dl.cov(x [, {correction, fweights, aweights}]), dl.corrcoef(x)   rows are variables
+--   dl.quantile(x, q [, dim [, keepdim [, interpolation = "linear"]]]), dl.nanquantile
+--                                                 q a number or a vector in [0, 1]
 --
 -- dlua's counts are 1-based as its indices: bincount's slot i counts the value i (values
 -- from 1; PyTorch counts 0..max).
@@ -15,7 +18,7 @@ core.own_source()
 
 local raise = core.raise
 local shape_str, methods, dl = T.shape_str, T.methods, T.dl
-local type, tostring, floor = type, tostring, math.floor
+local type, tostring, ipairs, floor = type, tostring, ipairs, math.floor
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 
@@ -111,5 +114,139 @@ function dl.histc(x, bins, lo, hi)
     :scatter_add(1, dl.where(inside, b, bins + 1), dl.ones(flat:numel(), { dtype = x.dtype, device = x.device }))
   return counts:narrow(1, 1, bins)
 end
+
+-- ---- covariance and quantiles ---------------------------------------------------------------
+
+local COV_OPTS = { correction = true, fweights = true, aweights = true }
+
+-- cov(x [, {correction = 1, fweights, aweights}]): rows of x are variables, columns
+-- observations (a vector: one variable); PyTorch's weighted form.
+function dl.cov(x, opts)
+  local op = "cov"
+  check(op, x)
+  opts = core.options(op, opts, COV_OPTS)
+  if x:dim() > 2 then raise(op .. ": expected a vector or a matrix, got shape " .. shape_str(x.shape)) end
+  local m = x:dim() < 2 and x:reshape(1, -1) or x
+  if not m:is_floating_point() then m = m:to(dl.get_default_dtype()) end
+  local n = m:size(2)
+  local corr = opts.correction == nil and 1 or opts.correction
+  if type(corr) ~= "number" then raise(op .. ": correction must be a number, got " .. tostring(corr)) end
+  local w = nil
+  for _, key in ipairs({ "fweights", "aweights" }) do
+    local v = opts[key]
+    if v ~= nil then
+      check(op, v)
+      if v:dim() ~= 1 or v:size(1) ~= n then
+        raise(op .. ": " .. key .. " must be a vector of " .. n .. " (one per observation), got shape "
+              .. shape_str(v.shape))
+      end
+      if key == "fweights" and v:is_floating_point() then raise(op .. ": fweights must be integers") end
+      if v:lt(0):any() then raise(op .. ": " .. key .. " must not be negative") end
+      v = v:to(m.dtype)
+      w = w and w * v or v
+    end
+  end
+  local wsum = w and w:sum() or n
+  local avg = w and (m * w):sum(2, true) / wsum or m:mean(2, true)
+  local norm
+  if opts.aweights ~= nil then
+    norm = wsum - (w * opts.aweights:to(m.dtype)):sum() * corr / wsum
+  else
+    norm = wsum - corr
+  end
+  local xm = m - avg
+  local c = (w and xm * w or xm):matmul(xm:t())
+  if type(norm) == "number" then
+    c = c / math.max(norm, 0)
+  else
+    c = c / norm:clamp(0)
+  end
+  if x:dim() < 2 or m:size(1) == 1 then return c:reshape({}) end
+  return c
+end
+
+function dl.corrcoef(x)
+  local op = "corrcoef"
+  check(op, x)
+  local c = dl.cov(x)
+  if c:dim() == 0 then return c / c end
+  local sd = c:diagonal():sqrt()
+  return (c / sd:unsqueeze(2) / sd:unsqueeze(1)):clamp(-1, 1)
+end
+
+local QUANTILE_MODES = { linear = true, lower = true, higher = true, midpoint = true, nearest = true }
+
+-- The q-th quantiles of x along dim (all of x without one), interpolated between the
+-- sorted values as PyTorch's; `skip_nan`: nanquantile, over each slice's values that are
+-- not NaN (else a slice with a NaN has NaN quantiles).
+local function quantile(op, x, q, dim, keepdim, interpolation, skip_nan)
+  check(op, x)
+  if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
+  interpolation = interpolation or "linear"
+  if not QUANTILE_MODES[interpolation] then
+    raise(op .. ": interpolation must be linear, lower, higher, midpoint or nearest, got " .. tostring(interpolation))
+  end
+  local qs, scalar_q = q, type(q) == "number"
+  if scalar_q then
+    qs = dl.tensor({ q }, { dtype = x.dtype, device = x.device })
+  elseif T.is_tensor(q) and q:dim() <= 1 then
+    scalar_q = q:dim() == 0
+    qs = q:reshape(-1):to(x.dtype)
+  else
+    core.bad_arg(op, "a number or a 0-dim or 1-dim tensor of quantiles", q)
+  end
+  if qs:numel() > 0 and (qs:lt(0):any() or qs:gt(1):any()) then raise(op .. ": q must lie in [0, 1]") end
+  local v, d
+  if dim == nil then
+    v, d = x:reshape(-1), 1
+  else
+    d = core.positive_dim(op, dim, x:dim())
+    v = x
+  end
+  local n = v:size(d)
+  if n == 0 then raise(op .. ": cannot take quantiles of an empty dim") end
+  v = v:movedim(d, -1)                            -- (..., n)
+  local sorted = v:sort(-1)                       -- NaN last
+  local nan = sorted:ne(sorted)
+  -- ranks (..., #q): q (count - 1), 0-based, count the values of a slice that count
+  local count = skip_nan and nan:logical_not():sum(-1, true):to(x.dtype) or nil
+  local ranks = count and (count - 1):clamp(0) * qs or qs * (n - 1)
+  if interpolation == "lower" then ranks = ranks:floor()
+  elseif interpolation == "higher" then ranks = ranks:ceil()
+  elseif interpolation == "nearest" then ranks = ranks:round() end
+  if not skip_nan then   -- a slice with a NaN: its last (NaN) value
+    ranks = dl.where(nan:any(-1, true), n - 1, ranks)
+  else                   -- a slice of NaN only: NaN (its last value)
+    ranks = dl.where(count:eq(0), n - 1, ranks)
+  end
+  local below = ranks:floor():long()
+  local y = sorted:gather(-1, below + 1)
+  if interpolation == "linear" or interpolation == "midpoint" then
+    local above = ranks:ceil():long()
+    local w = interpolation == "midpoint" and 0.5 or (ranks - below:to(x.dtype))
+    y = dl.lerp(y, sorted:gather(-1, above + 1), w)
+  end
+  -- (..., #q) -> (#q, ...) with dim kept as 1 or dropped
+  y = y:movedim(-1, 1)
+  if keepdim then
+    if dim == nil then
+      local shape = { qs:numel() }
+      for i = 1, x:dim() do shape[i + 1] = 1 end
+      y = y:reshape(shape)
+    else
+      y = y:unsqueeze(d + 1)
+    end
+  end
+  if scalar_q then y = y:squeeze(1) end
+  return y
+end
+
+function dl.quantile(x, q, dim, keepdim, interpolation)
+  return quantile("quantile", x, q, dim, keepdim, interpolation, false)
+end
+function dl.nanquantile(x, q, dim, keepdim, interpolation)
+  return quantile("nanquantile", x, q, dim, keepdim, interpolation, true)
+end
+methods.quantile, methods.nanquantile, methods.cov, methods.corrcoef = dl.quantile, dl.nanquantile, dl.cov, dl.corrcoef
 
 return {}

@@ -375,8 +375,22 @@ end
 -- a (op) b for the binary and comparison families: tensor and tensor, tensor and number,
 -- number and tensor (the engine's scalar_first), through `entry` and `entry_scalar` (the
 -- family's two C entry points). Comparisons also take booleans, as 1 and 0.
+-- A third argument: div's rounding_mode and add's and sub's alpha (dlua.pointwise), an
+-- error for every other op (never dropped).
+local function third_argument(name, a, b, c)
+  if name ~= "div" and name ~= "add" and name ~= "sub" then
+    raise(name .. ": expected two operands, got a third (" .. typename(c) .. ")")
+  end
+  local v = require("dlua.pointwise").with_options(name, a, b, c)
+  return v
+end
+
 local function pointwise2_fn(op, name, entry, entry_scalar, bools)
-  return function(a, b)
+  return function(a, b, c)
+    if c ~= nil then
+      local v = third_argument(name, a, b, c)
+      return v
+    end
     if bools then
       if type(b) == "boolean" then b = b and 1 or 0 end
       if type(a) == "boolean" then a = a and 1 or 0 end
@@ -1039,6 +1053,8 @@ local function scalar_tensor(op, v, device, beside)
   end
   return new(C.dl_full, shape_buf, 0, v, code, device ~= "cpu" and device or nil)
 end
+
+M.scalar_tensor = scalar_tensor
 
 function dl.where(cond, a, b)
   check_tensor("where", cond)

@@ -911,4 +911,102 @@ H.test("PyTorch's other spellings: clamp_min/max, movedim, swapaxes, type_as, ne
   H.eq(dl.logspace(-1, 1, 3, { dtype = "float64" })[1], 0.1)
 end)
 
+H.test("divisions with rounding, alpha, xlogy ... scans, shaping, BLAS forms, matrix_exp, cov, quantile as PyTorch's", function()
+  local i64 = { dtype = "int64" }
+  local grid_x = t64({ 0.0, 0.3, 1.1, 1.5, 2.9 })
+  local idx = dl.tensor({ { 3, 1 }, { 2, 2 }, { 4, 3 } }, i64)
+  local function q(v) return t64(v) end
+  local FN = {
+    div_floor = function(x, y) return dl.div(x, y, { rounding_mode = "floor" }) end,
+    div_trunc = function(x, y) return x:div(y, { rounding_mode = "trunc" }) end,
+    div_floor_small = function(x) return dl.floor_divide(x, 0.1) end,
+    add_alpha = function(x, y) return dl.add(x, y, { alpha = -2.5 }) end,
+    sub_alpha = function(x, y) return x:sub(y, { alpha = 0.5 }) end,
+    xlogy = dl.xlogy, logit = dl.logit, logit_eps = function(x) return x:logit(0.2) end, sinc = dl.sinc,
+    deg2rad = dl.deg2rad, copysign = dl.copysign, float_power = function(x) return dl.float_power(x, 2.5) end,
+    cummax = function(x) return dl.cummax(x, 2) end, cummin = function(x) return x:cummin(2) end,
+    cummax_dim1 = function(x) return dl.cummax(x, 1) end,
+    logcumsumexp = function(x) return dl.logcumsumexp(x, 2) end,
+    diff = function(x) return dl.diff(x, 2, 2) end,
+    diff_prepend = function(x, y) return x:diff(1, 1, y:narrow(1, 1, 1), y) end,
+    trapezoid_x = function(y) return dl.trapezoid(y, grid_x) end,
+    trapezoid_dx = function(y) return dl.trapezoid(y, { dx = 0.25 }, 1) end,
+    cumulative_trapezoid = function(y) return dl.cumulative_trapezoid(y, grid_x) end,
+    take_along_dim = function(x) return dl.take_along_dim(x, idx, 2) end,
+    take_along_flat = function(x) return x:take_along_dim(dl.tensor({ 12, 1, 6 }, i64)) end,
+    diag_embed = function(x) return dl.diag_embed(x, 1) end,
+    diag_embed_dims = function(x) return dl.diag_embed(x, -2, 1, 3) end,
+    diagflat = function(x) return dl.diagflat(x:narrow(1, 1, 2):narrow(2, 1, 2), -1) end,
+    broadcast_to = function(x) return dl.broadcast_to(x:narrow(2, 1, 1), { 2, 3, 5 }) end,
+    mv = function(x, y) return dl.mv(x, y[1]) end,
+    vdot = function(x, y) return dl.vdot(x[1], y[2]) end,
+    addmm = function(x, y) return dl.addmm(x:narrow(2, 1, 3), x, y:t(), { beta = 0.5, alpha = -2 }) end,
+    addmv = function(x, y) return x[1]:narrow(1, 1, 3):addmv(x, y[2], { beta = 2 }) end,
+    baddbmm = function(x, y) return dl.baddbmm(x, y, x:transpose(2, 3), { alpha = 0.3 }) end,
+    addbmm = function(x, y) return dl.addbmm(x[1], y, x, { beta = 0 }) end,
+    matrix_power = function(x) return dl.linalg.matrix_power(x, 5) end,
+    matrix_power_neg = function(x) return (x + dl.eye(3, f64) * 3):matrix_power(-2) end,
+    matrix_exp = dl.linalg.matrix_exp, matrix_exp_big = dl.matrix_exp,
+    multi_dot = function(x, y) return dl.linalg.multi_dot({ x[1], y:t(), x, y[2] }) end,
+    cov = dl.cov,
+    cov_weights = function(x)
+      return dl.cov(x, { correction = 0, fweights = dl.tensor({ 1, 3, 2, 1 }, i64), aweights = q({ 0.5, 1, 2, 0.1 }) })
+    end,
+    corrcoef = dl.corrcoef,
+    quantile = function(x) return dl.quantile(x, q({ 0.1, 0.5, 0.95 }), 2) end,
+    quantile_all = function(x) return x:quantile(0.3) end,
+    quantile_lower = function(x) return dl.quantile(x, 0.4, 1, true, "lower") end,
+    quantile_midpoint = function(x) return dl.quantile(x, 0.4, 2, false, "midpoint") end,
+    quantile_nearest = function(x) return dl.quantile(x, q({ 0.5, 0.75 }), 2, false, "nearest") end,
+    quantile_nan = function(x) return dl.quantile(x, 0.5, 2) end,
+    nanquantile = function(x) return dl.nanquantile(x, q({ 0.2, 0.9 }), 2) end,
+  }
+  local seen = 0
+  for _, c in ipairs(R.more_functions) do
+    local fn = H.ok(FN[c.name], "no function for case " .. c.name) and FN[c.name]
+    local args = {}
+    for i, v in ipairs(c.args) do args[i] = t64(v) end
+    local ys = { fn(unpack(args)) }
+    for i, want in ipairs(c.ys) do
+      H.near(ys[i]:totable(), want, 1e-10, c.name .. " output " .. i)
+    end
+    if #c.grads > 0 then
+      local cc = t64(c.c)
+      local nums = {}
+      for i = 1, #args do nums[i] = i end
+      local grads = { dl.grad(function(...) return (fn(...) * cc):nan_to_num():sum() end, nums)(unpack(args)) }
+      for i, want in ipairs(c.grads) do H.near(grads[i]:totable(), want, 1e-9, c.name .. " gradient " .. i) end
+    end
+    seen = seen + 1
+  end
+  H.eq(seen, 48)
+  -- integers stay integers; integer division by zero is an error, as PyTorch's
+  local n = dl.tensor({ -7, 7, 6 }, i64)
+  H.values(dl.div(n, 2, { rounding_mode = "floor" }), { -4, 3, 3 })
+  H.values(dl.div(n, -2, { rounding_mode = "trunc" }), { 3, -3, -3 })
+  H.eq(dl.floor_divide(n, 2).dtype, "int64")
+  H.raises(function() dl.floor_divide(n, 0) end, "floor_divide: integer division by zero")
+  H.raises(function() dl.div(n, 2, { rounding_mode = "round" }) end, "div: rounding_mode must be floor or trunc, got round")
+  H.raises(function() dl.mul(n, 2, { alpha = 2 }) end, "mul: expected two operands, got a third (table)")
+  H.raises(function() dl.add(n, 2, { beta = 2 }) end, "add: unknown option 'beta'")
+  H.values(dl.signbit(dl.tensor({ -0.0, 0, -1, 2 })), { true, false, true, false })
+  H.values(dl.heaviside(dl.tensor({ -1, 0, 2 }), 0.5), { 0, 0.5, 1 })
+  local parts = dl.tensor_split(dl.arange(1, 8), { 2, 5, 3 })
+  H.eq(#parts, 4)
+  H.values(parts[2], { 3, 4, 5 }); H.eq(parts[3]:numel(), 0); H.values(parts[4], { 4, 5, 6, 7 })
+  local a, b = dl.broadcast_tensors(dl.ones(3, 1), dl.ones(1, 4))
+  H.shape(a, { 3, 4 }); H.shape(b, { 3, 4 })
+  H.eq(table.concat(dl.broadcast_shapes({ 2, 1 }, { 5, 1, 3 }), ","), "5,2,3")
+  H.shape(dl.atleast_3d(dl.ones(4)), { 1, 4, 1 }); H.shape(dl.atleast_2d(dl.tensor(3)), { 1, 1 })
+  H.shape(dl.ones(2, 12):unflatten(2, { 3, -1 }), { 2, 3, 4 })
+  H.raises(function() dl.broadcast_to(dl.ones(3, 2), { 3, 4 }) end, "broadcast_to: cannot broadcast shape (3, 2) to (3, 4)")
+  H.raises(function() dl.quantile(dl.ones(3), 1.5) end, "quantile: q must lie in [0, 1]")
+  H.raises(function() dl.linalg.matrix_exp(dl.ones(2, 3)) end, "linalg.matrix_exp: expected square matrices, got shape (2, 3)")
+  H.raises(function() dl.linalg.multi_dot({ dl.ones(2, 3), dl.ones(2, 3) }) end, "linalg.multi_dot: tensors 1 and 2 do not chain")
+  -- exp of a rotation generator is the rotation, and d/dt exp(tA) = A exp(tA)
+  local A = t64({ { 0, -1 }, { 1, 0 } })
+  H.near(dl.linalg.matrix_exp(A * 0.3):totable(), { { math.cos(0.3), -math.sin(0.3) }, { math.sin(0.3), math.cos(0.3) } },
+         1e-14)
+end)
+
 H.run()

@@ -559,12 +559,99 @@ def gen_arrange():
     return out
 
 
+def gen_more_functions():
+    """The third round of functions (dlua.pointwise's divisions and xlogy ..., dlua.scans,
+    dlua.shaping, the BLAS forms, matrix_power, matrix_exp, multi_dot, cov, corrcoef,
+    quantile): each case {name, args, ys, c, grads}; ys every output, grads those of
+    sum(ys[1] * c) for the float arguments (an integer argument is marked {int = ...}, its
+    values 1-based where they are indices)."""
+    out = []
+    with torch.random.fork_rng():
+        torch.manual_seed(20261212)
+        a, b = rnd(3, 4) * 3, rnd(3, 4) * 3
+        b[0, 0], a[1, 1], a[2, 3] = 0.0, 0.0, -0.0
+        pos = torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05
+        ties = torch.tensor([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 0.0], [2.0, float("nan"), 1.0, 4.0, float("nan"), 0.0, 7.0]],
+                            dtype=torch.float64)
+        sq = rnd(2, 3, 3) * 0.7
+        big = rnd(3, 3) * 4
+        grid_x = torch.tensor([0.0, 0.3, 1.1, 1.5, 2.9], dtype=torch.float64)
+        yv = rnd(2, 5)
+        idx = torch.tensor([[2, 0], [1, 1], [3, 2]])
+        cases = (
+            ("div_floor", lambda x, y: torch.div(x, y, rounding_mode="floor"), (a, b)),
+            ("div_trunc", lambda x, y: torch.div(x, y, rounding_mode="trunc"), (a, b)),
+            ("div_floor_small", lambda x: torch.div(x, 0.1, rounding_mode="floor"), (torch.tensor([1.0, -1.0, 0.3, 7.0], dtype=torch.float64),)),
+            ("add_alpha", lambda x, y: torch.add(x, y, alpha=-2.5), (a, b)),
+            ("sub_alpha", lambda x, y: torch.sub(x, y, alpha=0.5), (a, b)),
+            ("xlogy", torch.xlogy, (a, pos)),
+            ("logit", lambda x: torch.logit(x), (pos,)),
+            ("logit_eps", lambda x: torch.logit(x, eps=0.2), (pos,)),
+            ("sinc", torch.sinc, (a,)),
+            ("deg2rad", torch.deg2rad, (a,)),
+            ("copysign", torch.copysign, (a, b)),
+            ("float_power", lambda x: torch.float_power(x, 2.5), (pos,)),
+            ("cummax", lambda x: torch.cummax(x, 1), (ties,)),
+            ("cummin", lambda x: torch.cummin(x, 1), (ties,)),
+            ("cummax_dim1", lambda x: torch.cummax(x, 0), (a,)),
+            ("logcumsumexp", lambda x: torch.logcumsumexp(x, 1), (a * 100,)),
+            ("diff", lambda x: torch.diff(x, n=2, dim=1), (a,)),
+            ("diff_prepend", lambda x, y: torch.diff(x, dim=0, prepend=y[:1], append=y), (a, b)),
+            ("trapezoid_x", lambda y: torch.trapezoid(y, grid_x), (yv,)),
+            ("trapezoid_dx", lambda y: torch.trapezoid(y, dx=0.25, dim=0), (yv,)),
+            ("cumulative_trapezoid", lambda y: torch.cumulative_trapezoid(y, grid_x), (yv,)),
+            ("take_along_dim", lambda x: torch.take_along_dim(x, idx, 1), (a,)),
+            ("take_along_flat", lambda x: torch.take_along_dim(x, torch.tensor([11, 0, 5])), (a,)),
+            ("diag_embed", lambda x: torch.diag_embed(x, 1), (a,)),
+            ("diag_embed_dims", lambda x: torch.diag_embed(x, -2, 0, 2), (a,)),
+            ("diagflat", lambda x: torch.diagflat(x[:2, :2], -1), (a,)),
+            ("broadcast_to", lambda x: torch.broadcast_to(x[:, :1], (2, 3, 5)), (a,)),
+            ("mv", lambda x, y: torch.mv(x, y[0]), (a, b)),
+            ("vdot", lambda x, y: torch.vdot(x[0], y[1]), (a, b)),
+            ("addmm", lambda x, y: torch.addmm(x[:, :3], x, y.T, beta=0.5, alpha=-2), (a, b)),
+            ("addmv", lambda x, y: torch.addmv(x[0, :3], x, y[1], beta=2), (a, b)),
+            ("baddbmm", lambda x, y: torch.baddbmm(x, y, x.transpose(1, 2), alpha=0.3), (sq, sq * 2)),
+            ("addbmm", lambda x, y: torch.addbmm(x[0], y, x, beta=0), (sq, sq * 2)),
+            ("matrix_power", lambda x: torch.linalg.matrix_power(x, 5), (sq,)),
+            ("matrix_power_neg", lambda x: torch.linalg.matrix_power(x + 3 * torch.eye(3, dtype=x.dtype), -2), (sq,)),
+            ("matrix_exp", torch.linalg.matrix_exp, (sq,)),
+            ("matrix_exp_big", torch.linalg.matrix_exp, (big,)),
+            ("multi_dot", lambda x, y: torch.linalg.multi_dot([x[0], y.T, x, y[1]]), (a, b)),
+            ("cov", lambda x: torch.cov(x), (a,)),
+            ("cov_weights", lambda x: torch.cov(x, correction=0, fweights=torch.tensor([1, 3, 2, 1]),
+                                                aweights=torch.tensor([0.5, 1.0, 2.0, 0.1], dtype=torch.float64)), (a,)),
+            ("corrcoef", torch.corrcoef, (a,)),
+            ("quantile", lambda x: torch.quantile(x, torch.tensor([0.1, 0.5, 0.95], dtype=x.dtype), dim=1), (a,)),
+            ("quantile_all", lambda x: torch.quantile(x, 0.3), (a,)),
+            ("quantile_lower", lambda x: torch.quantile(x, 0.4, dim=0, keepdim=True, interpolation="lower"), (a,)),
+            ("quantile_midpoint", lambda x: torch.quantile(x, 0.4, dim=1, interpolation="midpoint"), (a,)),
+            ("quantile_nearest", lambda x: torch.quantile(x, torch.tensor([0.5, 0.75], dtype=x.dtype), dim=1,
+                                                          interpolation="nearest"), (a,)),
+            ("quantile_nan", lambda x: torch.quantile(x, 0.5, dim=1), (ties,)),
+            ("nanquantile", lambda x: torch.nanquantile(x, torch.tensor([0.2, 0.9], dtype=x.dtype), dim=1), (ties,)),
+        )
+        for name, fn, args in cases:
+            xs = [t.clone().requires_grad_() if t.is_floating_point() else t for t in args]
+            ys = fn(*xs)
+            ys = list(ys) if isinstance(ys, tuple) else [ys]
+            c = torch.randn(ys[0].shape, dtype=torch.float64)
+            grads = []
+            diff = [t for t in xs if t.requires_grad]
+            if ys[0].requires_grad and diff:
+                grads = [g if g is not None else torch.zeros_like(t) for g, t in
+                         zip(torch.autograd.grad((ys[0] * c).nan_to_num().sum(), diff, allow_unused=True), diff)]
+            outs = [(y + 1 if not y.is_floating_point() else y) for y in ys]   # indices 1-based
+            out.append({"name": name, "args": list(args), "ys": outs, "c": c, "grads": grads})
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
             "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
             "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer(),
-            "indexed": gen_indexed(), "composed": gen_composed(), "products": gen_products()}
+            "indexed": gen_indexed(), "composed": gen_composed(), "products": gen_products(),
+            "more_functions": gen_more_functions()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -63,6 +63,15 @@ local CASES = {
     local a = dl.arange(6):reshape(2, 3):float():to(d)
     return dl.nn.triplet_margin_loss(a, a * 2, a * -1)
   end,
+  cummax = function(d) return (dl.cummax(dl.tensor({ { 1, 3, 2 }, { 4, 0, 5 } }):to(d), 2)) end,
+  cummin_index = function(d) return select(2, dl.cummin(dl.tensor({ 3, 1, 2, 1 }):to(d), 1)) end,
+  logcumsumexp = function(d) return dl.logcumsumexp(dl.linspace(-2, 2, 6):to(d), 1) end,
+  quantile = function(d) return dl.quantile(dl.arange(10):reshape(2, 5):float():to(d), 0.3, 2) end,
+  diag_embed = function(d) return dl.diag_embed(dl.arange(4):reshape(2, 2):to(d), 1) end,
+  take_along_dim = function(d) return dl.take_along_dim(dl.arange(6):reshape(2, 3):to(d), i64({ { 3 }, { 1 } }):to(d), 2) end,
+  floor_divide = function(d) return dl.div(dl.linspace(-3, 3, 7):to(d), 2, { rounding_mode = "floor" }) end,
+  matrix_exp = function(d) return dl.linalg.matrix_exp(dl.tensor({ { 0, 1 }, { 0, 0 } }):to(d)) end,
+  cov = function(d) return dl.cov(dl.tensor({ { 1, 2, 4 }, { 0, 1, 1 } }):to(d)) end,
 }
 
 H.test("each function's result is on its operands' device, with the CPU's values", function()

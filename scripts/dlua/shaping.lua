@@ -1,0 +1,247 @@
+-- dlua.shaping: broadcasting, splitting and placing along diagonals, as PyTorch's
+-- (functions of dl and methods, loaded when first used; dims 1-based):
+--
+--   dl.broadcast_shapes(s1, s2, ...)    the shape the shapes broadcast to
+--   dl.broadcast_to(x, shape)           x expanded to shape (-1 keeps a dim)
+--   dl.broadcast_tensors(t1, t2, ...)   the tensors expanded to their common shape
+--   dl.take_along_dim(x, idx [, dim])   gather with idx broadcast against x off dim (on
+--                                       the flattened x without dim); idx 1-based
+--   dl.tensor_split(x, n | {i1, i2, ...} [, dim = 1])   n parts (the first size % n one
+--                                       longer), or parts split where i1, i2 ... elements
+--                                       of dim have passed (PyTorch's boundaries)
+--   dl.atleast_1d(x), atleast_2d, atleast_3d   (PyTorch's placement of the new dims)
+--   dl.diag_embed(x [, offset = 0 [, dim1 = -2 [, dim2 = -1]]])   each last-dim vector
+--                                       on a diagonal of a new square pair of dims
+--   dl.diagflat(x [, offset])           x flattened onto a diagonal
+--   x:unflatten(dim, sizes)             dim split into sizes (one may be -1)
+--
+-- Made of expand, gather, narrow, index_add and reshape: differentiable.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local raise, bad_arg = core.raise, core.bad_arg
+local is_tensor, methods, dl, shape_str = T.is_tensor, T.methods, T.dl, T.shape_str
+local check = T.check_tensor
+local type, tostring, ipairs, select, floor = type, tostring, ipairs, select, math.floor
+
+local function shape_list(op, s)
+  if is_tensor(s) then return s.shape end
+  if type(s) ~= "table" then bad_arg(op, "a shape (a list of sizes)", s) end
+  for _, n in ipairs(s) do
+    if not core.integer(n) then raise(op .. ": a shape's sizes must be integers, got " .. tostring(n)) end
+  end
+  return s
+end
+
+-- The broadcast of a list of shapes (lists of sizes), or an error naming op.
+local function broadcast(op, shapes)
+  local nd = 0
+  for _, s in ipairs(shapes) do nd = math.max(nd, #s) end
+  local out = {}
+  for i = 1, nd do
+    local size = 1
+    for _, s in ipairs(shapes) do
+      local n = s[#s - nd + i] or 1
+      if n ~= 1 then
+        if size ~= 1 and size ~= n then
+          local parts = {}
+          for j, t in ipairs(shapes) do parts[j] = shape_str(t) end
+          raise(op .. ": shapes " .. table.concat(parts, ", ") .. " do not broadcast (dim " .. i .. ")")
+        end
+        size = n
+      end
+    end
+    out[i] = size
+  end
+  return out
+end
+
+function dl.broadcast_shapes(...)
+  local shapes = {}
+  for i = 1, select("#", ...) do shapes[i] = shape_list("broadcast_shapes", (select(i, ...))) end
+  return broadcast("broadcast_shapes", shapes)
+end
+
+function dl.broadcast_to(x, shape)
+  local op = "broadcast_to"
+  check(op, x)
+  shape = shape_list(op, shape)
+  if #shape < x:dim() then
+    raise(op .. ": cannot broadcast shape " .. shape_str(x.shape) .. " to fewer dims " .. shape_str(shape))
+  end
+  local want, lead = {}, #shape - x:dim()
+  for i, n in ipairs(shape) do
+    local have = i > lead and x:size(i - lead) or 1
+    want[i] = n == -1 and have or n
+    if n == -1 and i <= lead then raise(op .. ": -1 cannot size a new dim (dim " .. i .. ")") end
+    if have ~= 1 and have ~= want[i] then
+      raise(op .. ": cannot broadcast shape " .. shape_str(x.shape) .. " to " .. shape_str(shape))
+    end
+  end
+  return x:expand(want)
+end
+methods.broadcast_to = dl.broadcast_to
+
+function dl.broadcast_tensors(...)
+  local ts, shapes = { ... }, {}
+  for i = 1, select("#", ...) do
+    check("broadcast_tensors", ts[i])
+    shapes[i] = ts[i].shape
+  end
+  local shape = broadcast("broadcast_tensors", shapes)
+  local out = {}
+  for i, t in ipairs(ts) do out[i] = t:expand(shape) end
+  return unpack(out)
+end
+
+function dl.take_along_dim(x, idx, dim)
+  local op = "take_along_dim"
+  check(op, x)
+  check(op, idx)
+  if idx.dtype ~= "int64" and idx.dtype ~= "int32" then raise(op .. ": expected int64 indices, got " .. idx.dtype) end
+  if dim == nil then return x:reshape(-1):gather(1, idx:reshape(-1):long()) end
+  local d = core.positive_dim(op, dim, x:dim())
+  if idx:dim() ~= x:dim() then
+    raise(op .. ": indices of " .. idx:dim() .. " dims for an input of " .. x:dim() .. " (shapes "
+          .. shape_str(idx.shape) .. " and " .. shape_str(x.shape) .. ")")
+  end
+  local xs, is = x.shape, idx.shape
+  local n = xs[d]
+  xs[d], is[d] = 1, 1
+  local common = broadcast(op, { xs, is })
+  local xe, ie = {}, {}
+  for i, size in ipairs(common) do xe[i], ie[i] = size, size end
+  xe[d], ie[d] = n, idx:size(d)
+  return x:expand(xe):gather(d, idx:long():expand(ie))
+end
+methods.take_along_dim = dl.take_along_dim
+
+function dl.tensor_split(x, parts, dim)
+  local op = "tensor_split"
+  check(op, x)
+  if x:dim() == 0 then raise(op .. ": expected a tensor of at least 1 dim, got a 0-dim one") end
+  local d = core.positive_dim(op, dim == nil and 1 or dim, x:dim())
+  local n = x:size(d)
+  local bounds = {}
+  if type(parts) == "number" then
+    if not core.integer(parts) or parts < 1 then raise(op .. ": sections must be an integer >= 1, got " .. tostring(parts)) end
+    local base, extra = floor(n / parts), n % parts
+    local at = 0
+    for i = 1, parts - 1 do
+      at = at + base + (i <= extra and 1 or 0)
+      bounds[i] = at
+    end
+  elseif type(parts) == "table" and not is_tensor(parts) then
+    for i, b in ipairs(parts) do
+      if not core.integer(b) then raise(op .. ": split points must be integers, got " .. tostring(b)) end
+      bounds[i] = b
+    end
+  else
+    bad_arg(op, "a number of sections or a list of split points", parts)
+  end
+  local out, prev = {}, 0
+  bounds[#bounds + 1] = n
+  for i, b in ipairs(bounds) do   -- part i is x[prev:b] as a Python slice
+    if b < 0 then b = math.max(0, n + b) end   -- (a negative point counts from the end)
+    b = math.min(b, n)
+    out[i] = x:narrow(d, prev + 1, math.max(b, prev) - prev)
+    prev = b
+  end
+  return out
+end
+methods.tensor_split = dl.tensor_split
+
+function dl.atleast_1d(x)
+  check("atleast_1d", x)
+  return x:dim() == 0 and x:reshape(1) or x
+end
+function dl.atleast_2d(x)
+  check("atleast_2d", x)
+  if x:dim() == 0 then return x:reshape(1, 1) end
+  if x:dim() == 1 then return x:unsqueeze(1) end
+  return x
+end
+function dl.atleast_3d(x)
+  check("atleast_3d", x)
+  if x:dim() == 0 then return x:reshape(1, 1, 1) end
+  if x:dim() == 1 then return x:reshape(1, x:size(1), 1) end
+  if x:dim() == 2 then return x:unsqueeze(3) end
+  return x
+end
+methods.atleast_1d, methods.atleast_2d, methods.atleast_3d = dl.atleast_1d, dl.atleast_2d, dl.atleast_3d
+
+function dl.diag_embed(x, offset, dim1, dim2)
+  local op = "diag_embed"
+  check(op, x)
+  offset = offset or 0
+  if not core.integer(offset) then raise(op .. ": offset must be an integer, got " .. tostring(offset)) end
+  if x:dim() == 0 then raise(op .. ": expected a tensor of at least 1 dim, got a 0-dim one") end
+  local nd = x:dim() + 1
+  local d1 = core.positive_dim(op, dim1 == nil and -2 or dim1, nd)
+  local d2 = core.positive_dim(op, dim2 == nil and -1 or dim2, nd)
+  if d1 == d2 then raise(op .. ": dim1 and dim2 must differ, got " .. d1 .. " twice") end
+  local n = x:size(x:dim())
+  local m = n + math.abs(offset)
+  -- element i of the last dim goes to (i + max(0, -offset), i + max(0, offset)) of m x m
+  local r0, c0 = math.max(0, -offset), math.max(0, offset)
+  local flat = dl.arange(n, { dtype = "int64", device = x.device }) * (m + 1) + (r0 * m + c0 + 1)
+  local shape = x.shape
+  shape[#shape] = m * m
+  local y = dl.zeros(shape, { dtype = x.dtype, device = x.device }):index_add(x:dim(), flat, x)
+  shape[#shape] = m
+  shape[#shape + 1] = m
+  y = y:reshape(shape)   -- (..., m, m): the pair as dims nd - 1 and nd
+  if d1 == nd - 1 and d2 == nd then return y end
+  -- move the pair to (d1, d2)
+  local order, rest = {}, {}
+  for i = 1, nd - 2 do rest[#rest + 1] = i end
+  local k = 1
+  for i = 1, nd do
+    if i == d1 then order[i] = nd - 1
+    elseif i == d2 then order[i] = nd
+    else order[i] = rest[k]; k = k + 1 end
+  end
+  return y:permute(order)
+end
+methods.diag_embed = dl.diag_embed
+
+function dl.diagflat(x, offset)
+  check("diagflat", x)
+  return dl.diag_embed(x:reshape(-1), offset)
+end
+methods.diagflat = dl.diagflat
+
+function methods.unflatten(x, dim, sizes)
+  local op = "unflatten"
+  check(op, x)
+  local d = core.positive_dim(op, dim, x:dim())
+  if type(sizes) ~= "table" or #sizes == 0 then bad_arg(op, "a list of sizes", sizes) end
+  local shape = {}
+  for i = 1, d - 1 do shape[#shape + 1] = x:size(i) end
+  local known, free = 1, nil
+  for i, n in ipairs(sizes) do
+    if not core.integer(n) or (n < 0 and n ~= -1) then raise(op .. ": sizes must be integers >= 0 or -1, got " .. tostring(n)) end
+    if n == -1 then
+      if free then raise(op .. ": only one size may be -1") end
+      free = i
+    else
+      known = known * n
+    end
+    shape[#shape + 1] = n
+  end
+  local len = x:size(d)
+  if free then
+    if known == 0 or len % known ~= 0 then
+      raise(op .. ": sizes " .. shape_str(sizes) .. " do not divide dim " .. d .. " of size " .. len)
+    end
+    shape[d - 1 + free] = len / known
+  elseif known ~= len then
+    raise(op .. ": sizes " .. shape_str(sizes) .. " do not make dim " .. d .. " of size " .. len)
+  end
+  for i = d + 1, x:dim() do shape[#shape + 1] = x:size(i) end
+  return x:reshape(shape)
+end
+dl.unflatten = methods.unflatten
+
+return {}
