@@ -657,6 +657,19 @@ function dist.barrier()
   if t0 then record("dist.barrier", n, t0) end
 end
 
+-- dist.barrier_async(): a handle whose :wait() returns (nothing) once every rank has
+-- reached its own barrier_async; :is_done() asks without waiting (MPI_Ibarrier).
+function dist.barrier_async()
+  local op = "dist.barrier_async"
+  local s = started(op)
+  if not s.lib or s.size == 1 then return finished(nil) end
+  announce(op)
+  local n, site = next_seq(), site_for(false)
+  local id = s.lib.dld_barrier(1, op, n, site)
+  if id < 0 then lib_error(op) end
+  return started_work({ op = op, id = id, seq = n, site = site })
+end
+
 -- ---- gradients ---------------------------------------------------------------------------------
 
 -- t as memory a collective may write in place: contiguous, and a copy when its memory

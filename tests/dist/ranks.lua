@@ -31,6 +31,13 @@ H.test("collectives", function()
   H.values(w2:wait(), { 1, 10 })
   H.values(w1:wait(), { sum, 10 * sum })
   H.values(w1:wait(), { sum, 10 * sum })   -- a second wait returns the result again
+  -- an allgather and a barrier in flight together, waited for in the other order
+  local wg, wb = dist.allgather_async(dl.full({ 1, 2 }, r)), dist.barrier_async()
+  H.eq(wb:wait(), nil)
+  local gathered = wg:wait()
+  H.shape(gathered, { n, 2 })
+  H.eq(gathered[n][1], n - 1)
+  H.ok(wb:is_done() and wg:is_done())
   dist.barrier()
   local y = x:clone()
   H.ok(rawequal(dist.allreduce_(y, { op = "mean" }), y))
