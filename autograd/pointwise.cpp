@@ -13,7 +13,7 @@ using namespace math;
 namespace {
 constexpr bool uses_output(Op op) {
   return op == Op::Exp || op == Op::Expm1 || op == Op::Sqrt || op == Op::Rsqrt || op == Op::Tan ||
-         op == Op::Tanh || op == Op::Sigmoid;
+         op == Op::Tanh || op == Op::Sigmoid || op == Op::Erfinv;
 }
 }  // namespace
 
@@ -53,6 +53,9 @@ DL_UNARY_GRAD(Relu, x, ag::binary(Op::ReluBackward, gy, x))
 DL_UNARY_GRAD(Softplus, x, gy * sigmoid(x))
 DL_UNARY_GRAD(Erf, x, gy * exp(-(x * x)) * (2.0 / std::sqrt(M_PI)))
 DL_UNARY_GRAD(Gelu, x, ag::binary(Op::GeluBackward, gy, x))
+DL_UNARY_GRAD(Erfinv, y, gy * exp(y * y) * (std::sqrt(M_PI) / 2.0))
+DL_UNARY_GRAD(Lgamma, x, gy * ag::unary(Op::Digamma, x))
+DL_UNARY_GRAD(Digamma, x, gy * ag::binary(Op::Polygamma, ones(Shape{}, x.dtype(), x.device()), x))
 #undef DL_UNARY_GRAD
 
 // ---- binary: one row per op --------------------------------------------------------------
@@ -77,6 +80,8 @@ DL_UNARY_GRAD(Gelu, x, ag::binary(Op::GeluBackward, gy, x))
   X(Maximum, kInputs, g * share(Op::Gt, a, b, g), g * share(Op::Lt, a, b, g))                        \
   X(Minimum, kInputs, g * share(Op::Lt, a, b, g), g * share(Op::Gt, a, b, g))                        \
   X(Atan2, kInputs, g * b / (a * a + b * b), -(g * a / (a * a + b * b)))                             \
+  /* n is a whole number: no gradient */                                                           \
+  X(Polygamma, kInputs, Tensor(), g * ag::binary(Op::Polygamma, a + 1.0, b))                        \
   /* the gradients of unary ops (ops.def): linear in a, the incoming gradient */                    \
   X(TanhBackward, kInputs, ag::binary(Op::TanhBackward, g, b), g * a * b * -2.0)                     \
   X(SigmoidBackward, kInputs, ag::binary(Op::SigmoidBackward, g, b), g * a * (1.0 - b * 2.0))        \

@@ -11,6 +11,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "tensor/special.h"
+
 #ifdef __CUDACC__
 #define DL_HD __host__ __device__ __forceinline__
 #define DL_HD_INLINED DL_HD
@@ -300,6 +302,11 @@ struct ErfFn { template <typename T> DL_HD_INLINED T operator()(T x) const {
   if constexpr (std::is_same_v<T, float>) return float(erf_double(double(x)));  // Note [erf in double]
   else return std::erf(x); } };
 // GELU as PyTorch's default (approximate='none'): x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2.
+// The gamma family and erfinv (tensor/special.h: Note [The gamma family], Note [erfinv]),
+// in double, float32 rounded once.
+struct LgammaFn { template <typename T> DL_HD T operator()(T x) const { return T(special::lgamma(double(x))); } };
+struct DigammaFn { template <typename T> DL_HD T operator()(T x) const { return T(special::digamma(double(x))); } };
+struct ErfinvFn { template <typename T> DL_HD T operator()(T x) const { return T(special::erfinv(double(x))); } };
 struct GeluFn {
   template <typename T> DL_HD_INLINED T operator()(T x) const {
     if constexpr (std::is_same_v<T, float>) {   // Note [erf in double]
@@ -359,6 +366,9 @@ struct MaximumFn { template <typename T> DL_HD T operator()(T a, T b) const {
 struct MinimumFn { template <typename T> DL_HD T operator()(T a, T b) const {
   if constexpr (kIsFloat<T>) { if (a != a) return a; if (b != b) return b; }
   return a < b ? a : b; } };
+// polygamma(n, x): n (a whole number) first, as PyTorch's torch.polygamma(n, x).
+struct PolygammaFn { template <typename T> DL_HD T operator()(T n, T x) const {
+  return T(special::polygamma(double(n), double(x))); } };
 struct Atan2Fn { template <typename T> DL_HD T operator()(T a, T b) const { return std::atan2(a, b); } };
 // Derivatives in one pass (ops.def): the same arithmetic, in the same order, as the
 // formulas of recorded ops they replace, so gradients keep their bits.

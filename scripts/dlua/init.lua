@@ -84,7 +84,7 @@ core.on_first_use(dl, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
 core.on_first_use(T.methods, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
 local POINTWISE = { "lerp", "hypot", "logaddexp", "trunc", "frac", "fmod", "reciprocal", "square", "isclose",
                     "logical_xor", "floor_divide", "true_divide", "xlogy", "logit", "sinc", "deg2rad", "rad2deg", "sgn",
-                    "signbit", "copysign", "heaviside", "float_power" }
+                    "signbit", "copysign", "heaviside", "float_power", "mvlgamma" }
 core.on_first_use(dl, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, { "lerp_" }, loader("dlua.pointwise"))

@@ -17,6 +17,7 @@
 --   dl.sinc(x)              sin(pi x) / (pi x), 1 at 0
 --   dl.deg2rad, dl.rad2deg, dl.sgn (sign), dl.signbit, dl.copysign(a, b) (|a| with b's
 --   sign bit, -0 included), dl.heaviside(x, values), dl.float_power(a, b) (in float64)
+--   dl.mvlgamma(x, p)       the multivariate log-gamma (of the engine's lgamma)
 --
 -- Gradients are the compositions': PyTorch's where it defines one (trunc and frac as
 -- floor's, 0 and 1; fmod's 1 for a; a rounded division's 0).
@@ -278,5 +279,19 @@ function dl.float_power(a, b)
   return dl.pow(wide(a), wide(b))
 end
 methods.float_power = dl.float_power
+
+-- mvlgamma(x, p): the log of the multivariate gamma function of dimension p, sum over i <
+-- p of lgamma(x - i/2) plus p (p - 1) / 4 log pi; every x must exceed (p - 1) / 2.
+function dl.mvlgamma(x, p)
+  check("mvlgamma", x)
+  if not core.integer(p) or p < 1 then raise("mvlgamma: p must be an integer >= 1, got " .. tostring(p)) end
+  if x:numel() > 0 and x:le((p - 1) / 2):any() then
+    raise("mvlgamma: all elements must be greater than (p - 1) / 2 = " .. (p - 1) / 2)
+  end
+  local y = x:lgamma()
+  for i = 1, p - 1 do y = y + (x - i / 2):lgamma() end
+  return y + p * (p - 1) / 4 * math.log(math.pi)
+end
+methods.mvlgamma = dl.mvlgamma
 
 return { with_options = with_options }

@@ -543,6 +543,25 @@ for _, op in ipairs(core.op_list) do
   end
 end
 
+-- dl.polygamma(n, x) takes n first, as PyTorch's (the op's first operand): a whole
+-- number, or a tensor of them (elementwise; each rounded to the nearest whole number,
+-- NaN below 0); x:polygamma(n) is its method.
+do
+  local polygamma = F.polygamma
+  local function checked(n, x)
+    if type(n) == "number" and (n ~= floor(n) or n < 0) then
+      raise("polygamma: n must be a whole number >= 0, got " .. tostring(n))
+    end
+    local v = polygamma(n, x)
+    return v
+  end
+  dl.polygamma = checked   -- (T.F keeps the op itself, as for every op of the table)
+  methods.polygamma = function(x, n)
+    local v = checked(n, x)
+    return v
+  end
+end
+
 local add, sub, mul, div, remainder, pow = F.add, F.sub, F.mul, F.div, F.remainder, F.pow
 local neg = F.neg
 local eq, ne, lt, le, gt, ge = F.eq, F.ne, F.lt, F.le, F.gt, F.ge

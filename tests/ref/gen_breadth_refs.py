@@ -645,13 +645,48 @@ def gen_more_functions():
     return out
 
 
+def gen_special():
+    """lgamma, digamma, polygamma (n = 1, 2, 3), erfinv and mvlgamma in float64 over
+    positive, negative and large arguments (erfinv up to 1 - 1e-15), with gradients of
+    sum(y * c)."""
+    out = []
+    with torch.random.fork_rng():
+        torch.manual_seed(20261213)
+        x = torch.cat([torch.rand(8, dtype=torch.float64) * 6 + 0.05,
+                       torch.tensor([-0.5, -1.3, -2.7, -7.25, 1e-3, 25.0, 1e3, 1e7], dtype=torch.float64)])
+        u = torch.cat([torch.rand(8, dtype=torch.float64) * 1.8 - 0.9,
+                       torch.tensor([0.0, -0.0, 0.999, -0.9999, 1 - 1e-12, -(1 - 1e-15), 1e-300, 0.5],
+                                    dtype=torch.float64)])
+        m = torch.rand(6, dtype=torch.float64) * 4 + 1.6
+        cases = (("lgamma", torch.lgamma, x), ("digamma", torch.digamma, x),
+                 ("polygamma1", lambda v: torch.polygamma(1, v), x), ("polygamma2", lambda v: torch.polygamma(2, v), x),
+                 ("polygamma3", lambda v: torch.polygamma(3, v), x), ("erfinv", torch.erfinv, u),
+                 ("mvlgamma3", lambda v: torch.mvlgamma(v, 3), m))
+        for name, fn, arg in cases:
+            v = arg.clone().requires_grad_()
+            y = fn(v)
+            c = rnd(*y.shape)
+            (g,) = torch.autograd.grad((y * c).sum(), [v])
+            case = {"name": name, "x": arg, "y": y, "c": c, "g": g}
+            if name in ("erfinv", "polygamma1"):
+                # PyTorch's erfinv loses digits as |y| nears 1 (5e-5 relative at 1 - 1e-15)
+                # and its trigamma (polygamma(1, x)) is good to about 1e-10: mpmath's values
+                # at 40 digits beside them
+                import mpmath
+                mpmath.mp.dps = 40
+                f = mpmath.erfinv if name == "erfinv" else (lambda t: mpmath.polygamma(1, t))
+                case["exact"] = [float(f(mpmath.mpf(float(t)))) if abs(float(t)) != 0 else float(t) for t in arg]
+            out.append(case)
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
             "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
             "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer(),
             "indexed": gen_indexed(), "composed": gen_composed(), "products": gen_products(),
-            "more_functions": gen_more_functions()}
+            "more_functions": gen_more_functions(), "special": gen_special()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
