@@ -134,6 +134,8 @@ H.test("reading a value into Lua is an error at its line", function()
   local line = H.line() - 3
   local msg = H.raises(function() dl.export(f, { dl.randn(3) }, { path = p }) end, "export: item reads a tensor's value into Lua")
   H.at(msg, line)
+  -- the message says what to write instead
+  H.ok(msg:find("dl.where", 1, true) and msg:find("dl.cond", 1, true) and msg:find("dl.while_loop", 1, true), msg)
   H.raises(function() dl.export(function(x) return x[1] > 0 and x or -x end, { dl.randn(3) }, { path = p }) end,
            "export: x[i] of a 1-D tensor reads a tensor's value")
   H.raises(function() dl.export(function(x) return tostring(x) and x end, { dl.randn(3) }, { path = p }) end,
@@ -276,6 +278,20 @@ H.test("dl.while_loop and dl.cond run eagerly, under dl.grad too", function()
   H.near(g:item(), 8 * 1.1 ^ 7, 1e-9)
   H.eq(dl.cond(true, function() return 1 end, function() return 2 end), 1)
   H.eq(dl.cond(dl.tensor({ 0 }), function() return 1 end, function() return 2 end), 2)
+  -- under dl.grad only the branch taken is differentiated: d/dx of x^3 or of sin x
+  local function piecewise(x)
+    return dl.cond(x:gt(0), function(a) return a ^ 3 end, function(a) return a:sin() end, x):sum()
+  end
+  H.near(dl.grad(piecewise)(dl.tensor({ 1.5 }, "float64")):item(), 3 * 1.5 ^ 2, 1e-12)
+  H.near(dl.grad(piecewise)(dl.tensor({ -0.5 }, "float64")):item(), math.cos(-0.5), 1e-12)
+  H.near(dl.grad(dl.grad(piecewise))(dl.tensor({ 1.5 }, "float64")):item(), 6 * 1.5, 1e-12)   -- second order
+  -- and exported, the gradient of the same function takes the branch the input asks for
+  local gp = path("cond-grad")
+  dl.export(dl.grad(piecewise), { dl.tensor({ 1.0 }, "float64") }, { path = gp })
+  local loaded = dl.export.load(gp)
+  H.near(loaded(dl.tensor({ 2.0 }, "float64")):item(), 12, 1e-12)
+  H.near(loaded(dl.tensor({ -1.0 }, "float64")):item(), math.cos(-1), 1e-12)
+  os.remove(gp)
   H.raises(function() dl.cond(dl.ones(2), function() end, function() end) end, "cond: expected a one-element tensor")
   H.raises(function() dl.while_loop(function(i) return i:lt(2) end, function(i) return dl.zeros(2) end, { dl.zeros(1) }) end,
            "the body changed state 1")
