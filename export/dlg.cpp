@@ -140,6 +140,10 @@ int dlg_run(const dlg_model* m, const dlg_tensor* inputs, int n_in, dlg_tensor* 
   if ((n_in > 0 && !inputs) || (n_out > 0 && !outputs) || n_in < 0 || n_out < 0)
     return set(err, DLG_ERR_ARG, "dlg_run: missing input or output array"), DLG_ERR_ARG;
   return guard(err, DLG_ERR_RUN, [&] {
+    // Positions in messages count from 1, as in the script the graph came from, whose
+    // index inputs are 1-based (Note [Positions in messages] in tensor/error.h): an index
+    // 9 a host passes is "index 9", not the engine's 8.
+    const dl::MessageBase base(1);
     const dl::graph::Model& model = *m->model;
     DL_CHECK_KIND(Type, n_out == dlg_num_outputs(m), "dlg_run: the graph has ", dlg_num_outputs(m),
                   " outputs, room was given for ", n_out);
