@@ -112,8 +112,10 @@ function methods.scatter(x, dim, idx, src)
     raise(op .. ": expected an index of " .. x:dim() .. " dims, got shape " .. shape_str(idx.shape))
   end
   local shape = idx.shape
+  local hits = dl.zeros(x.shape, { device = x.device }):scatter_add(d, idx, dl.ones(shape, { device = x.device }))
   if type(src) == "number" or type(src) == "boolean" then
-    src = dl.full(shape, type(src) == "boolean" and (src and 1 or 0) or src, { dtype = x.dtype, device = x.device })
+    -- (a value written twice is still the value)
+    return dl.where(hits:gt(0), type(src) == "boolean" and (src and 1 or 0) or src, x)
   else
     check(op, src)
     for k = 1, idx:dim() do   -- (only the part of src that idx covers is read)
@@ -124,8 +126,21 @@ function methods.scatter(x, dim, idx, src)
       src = src:narrow(k, 1, shape[k])
     end
   end
-  local hits = dl.zeros(x.shape, { device = x.device }):scatter_add(d, idx, dl.ones(shape, { device = x.device }))
-  local placed = dl.zeros_like(x):scatter_add(d, idx, src:to(x.dtype))
+  src = src:to(x.dtype)
+  if hits:numel() > 0 and hits:amax():item() > 1 then
+    -- Several writes to one place: the last along dim d stands, as PyTorch's loop leaves
+    -- it (summing them gave 2 v for a value written twice). A stable sort of the index
+    -- puts each place's writes together in order; the last of each run is kept.
+    local n = idx:size(d)
+    local sorted, perm = idx:sort(d)
+    local last = sorted:narrow(d, 1, n - 1):ne(sorted:narrow(d, 2, n - 1))
+    local tail = last.shape
+    tail[d] = 1
+    last = dl.cat({ last, dl.ones(tail, { dtype = "bool", device = x.device }) }, d):to("int64")
+    local keep = dl.zeros(shape, { dtype = "int64", device = x.device }):scatter_add(d, perm, last)   -- (perm: no repeats)
+    src = dl.where(keep:gt(0), src, 0)
+  end
+  local placed = dl.zeros_like(x):scatter_add(d, idx, src)
   return dl.where(hits:gt(0), placed, x)
 end
 

@@ -498,6 +498,12 @@ H.test("index_add, index_copy, index_fill and scatter as PyTorch's, with gradien
            "index_add: expected a source of dtype int64 (x's), got float32")
   H.raises(function() dl.zeros(2, { dtype = "int64" }):index_fill_(1, { 1 }, 0.5) end,
            "index_fill_: result dtype float32 cannot be stored in the in-place target of dtype int64")
+  -- a place written twice holds one write: a value stays the value, and of a source's
+  -- values the last along the dim stands, as PyTorch's (summing them gave 2 and 8)
+  local i2 = dl.tensor({ { 1, 1 }, { 3, 2 } }, { dtype = "int64" })
+  H.values(dl.zeros(2, 4):scatter(2, i2, 1), { { 1, 0, 0, 0 }, { 0, 1, 1, 0 } })
+  H.values(dl.zeros(2, 4):scatter(2, i2, dl.tensor({ { 5, 6 }, { 7, 8 } })), { { 6, 0, 0, 0 }, { 0, 8, 7, 0 } })
+  H.values(dl.zeros(5):scatter(1, dl.tensor({ 2, 2, 4 }, { dtype = "int64" }), dl.tensor({ 1, 7, 3 })), { 0, 7, 0, 3, 0 })
 end)
 
 H.test("lerp, hypot, logaddexp, fmod, frac, square, reciprocal, cross and cdist as PyTorch's, with gradients", function()

@@ -506,6 +506,73 @@ H.test("the loss modules match PyTorch's, class weights, ignore_index and label 
            "cross_entropy: weight takes logits (N, C), got shape (2, 3, 4)")
 end)
 
+H.test("margin losses, pdist, rrelu, local response norm, power-average pools and unpooling match PyTorch", function()
+  local r = R.layers.criteria_more
+  local F = nn.functional
+  local f64 = { dtype = "float64" }
+  local i64 = { dtype = "int64" }
+  local y, w, ml_y = dl.tensor(r.y, i64), dl.tensor(r.w, f64), dl.tensor(r.ml_y, i64)
+  local p, n = dl.tensor(r.p, f64), dl.tensor(r.n, f64)
+  local cosine = function(s, t) return 1 - F.cosine_similarity(s, t) end
+  local fns = {
+    multi_margin = function(v) return F.multi_margin_loss(v, y) end,
+    multi_margin_p2 = function(v)
+      return nn.MultiMarginLoss({ p = 2, margin = 0.7, weight = w, reduction = "none" })(v, y)
+    end,
+    multilabel_margin = function(v) return nn.MultiLabelMarginLoss({ reduction = "sum" })(v, ml_y) end,
+    triplet_distance = function(v) return F.triplet_margin_with_distance_loss(v, p, n, { margin = 0.5, swap = true }) end,
+    triplet_cosine = function(v)
+      return nn.TripletMarginWithDistanceLoss({ distance_function = cosine, reduction = "none" })(v, p, n)
+    end,
+    pdist = F.pdist, pdist_p1 = function(v) return F.pdist(v, 1) end,
+    rrelu_eval = function(v) return F.rrelu(v, 0.1, 0.3, false) end,
+    lrn = function(v) return nn.LocalResponseNorm(3, 0.01, 0.8, 1.5)(v) end,
+    lrn_seq = function(v) return F.local_response_norm(v, 2) end,
+    lp_pool2d = function(v) return nn.LPPool2d(2, 2)(v:abs()) end,
+    lp_pool2d_p3 = function(v) return F.lp_pool2d(v:abs() + 0.1, 3, { 2, 3 }, 1, true) end,
+    lp_pool1d = function(v) return nn.LPPool1d(1.5, 3, 2)(v:abs()) end,
+  }
+  local seen = 0
+  for name, c in pairs(r.cases) do
+    local fn = fns[name]
+    H.ok(fn ~= nil, "no function for " .. name)
+    local x, cc = dl.tensor(c.x, f64), dl.tensor(c.c, f64)
+    close(fn(x), c.y, 1e-12, name)
+    close(dl.grad(function(v) return (fn(v) * cc):sum() end)(x), c.g, 1e-10, name .. " gradient")
+    seen = seen + 1
+  end
+  H.eq(seen, 13)
+  -- unpooling puts max_pool2d's maxima back at their 1-based positions
+  local u = r.unpool
+  local pooled, idx = dl.tensor(u.pooled, f64), dl.tensor(u.idx, i64)
+  close(F.max_unpool2d(pooled, idx, 2, { output_size = { 4, 5 } }), u.y, 0)
+  local cc = dl.tensor(u.c, f64)
+  close(dl.grad(function(v) return (nn.MaxUnpool2d(2)(v, idx, { 4, 5 }) * cc):sum() end)(pooled), u.g, 0)
+  local img = dl.tensor(r.img, f64)
+  local v2, i2 = F.max_pool2d(img, 2, { return_indices = true })
+  H.ok(dl.equal(i2, idx) and dl.equal(v2, pooled), "max_pool2d's indices are the ones unpooled")
+  local u1 = r.unpool1
+  close(F.max_unpool1d(dl.tensor(u1.pooled, f64), dl.tensor(u1.idx, i64), 3, { stride = 2, padding = 1, output_size = { 8 } }),
+        u1.y, 0)
+  -- alpha dropout keeps SELU's statistics: mean 0 and variance 1 in, about the same out
+  dl.manual_seed(3)
+  local z = dl.randn(200000, f64)
+  local d = F.alpha_dropout(z, 0.2, true)
+  H.near(d:mean():item(), 0, 0.01)
+  H.near(d:var():item(), 1, 0.02)
+  H.ok(dl.equal(F.alpha_dropout(z, 0.2, false), z))
+  local ch = F.feature_alpha_dropout(dl.ones(4, 6, 3), 0.5, true)
+  H.ok(dl.equal(ch:amax(3), ch:amin(3)), "feature_alpha_dropout drops whole channels")
+  H.eq(tostring(nn.UpsamplingBilinear2d({ scale_factor = 2 })),
+       "UpsamplingBilinear2d(scale_factor=2, mode=\"bilinear\", align_corners=true)")
+  H.raises(function() F.multi_margin_loss(dl.ones(2, 3), dl.tensor({ 1, 4 }, i64)) end,
+           "multi_margin_loss: targets must be class numbers from 1 to 3")
+  H.raises(function() F.multilabel_margin_loss(dl.ones(2, 3), dl.ones(2, 2):long()) end,
+           "multilabel_margin_loss: expected input (N, C) and target of its shape")
+  H.raises(function() F.max_unpool2d(pooled, idx * 100, 2) end, "max_unpool2d: indices must lie in 1..16")
+  H.raises(function() F.lp_pool2d(img, 0, 2) end, "lp_pool2d: norm_type must be a non-zero number, got 0")
+end)
+
 H.test("padding layers, ChannelShuffle and Softmax2d match PyTorch's", function()
   local r = R.layers.criteria
   local img, seq = dl.tensor(r.img), dl.tensor(r.seq)

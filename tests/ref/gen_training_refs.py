@@ -603,10 +603,62 @@ def gen_layers():
                 "reflect1": nn.ReflectionPad1d(2)(seq), "replicate2": nn.ReplicationPad2d((2, 0, 1, 3))(img),
                 "replicate1": nn.ReplicationPad1d((3, 1))(seq)}
         chan = rnd(2, 6, 2, 2)
+        out["criteria_more"] = gen_margins_and_pools()
         out["criteria"] = {"logits": logits, "labels": labels + 1, "weight": w, "ce": ce,
                            "bce": {"x": x, "t": t, "weight": bw, "pos_weight": pw, "loss": loss, "g": gb},
                            "img": img, "seq": seq, "pads": pads, "chan": chan,
                            "shuffle": nn.ChannelShuffle(3)(chan), "softmax2d": nn.Softmax2d()(chan)}
+    return out
+
+
+def gen_margins_and_pools():
+    """multi_margin_loss, multilabel_margin_loss, triplet_margin_with_distance_loss, pdist,
+    rrelu (eval), local_response_norm, lp_pool2d/1d, max_unpool2d/1d: values and gradients of
+    sum(y c) in float64 (indices and classes 1-based)."""
+    out = {}
+    with torch.random.fork_rng():
+        torch.manual_seed(20261214)
+        x = rnd(4, 5).double()
+        y = torch.tensor([0, 3, 4, 1])
+        w = (torch.rand(5) + 0.5).double()
+        ml_y = torch.tensor([[3, 0, -1, 1, 2], [4, 4, 1, -1, -1], [-1, 2, 0, 0, 0], [0, 1, 2, 3, 4]])
+        a, p, n = rnd(3, 4).double(), rnd(3, 4).double(), rnd(3, 4).double()
+        pd = rnd(4, 3).double()
+        pd[2] = pd[0]    # a zero distance
+        img, seq = rnd(2, 6, 4, 5).double(), rnd(2, 3, 8).double()
+        cases = (
+            ("multi_margin", lambda v: F.multi_margin_loss(v, y), x),
+            ("multi_margin_p2", lambda v: F.multi_margin_loss(v, y, p=2, margin=0.7, weight=w, reduction="none"), x),
+            ("multilabel_margin", lambda v: F.multilabel_margin_loss(v, ml_y, reduction="sum"), x),
+            ("triplet_distance", lambda v: F.triplet_margin_with_distance_loss(v, p, n, margin=0.5, swap=True), a),
+            ("triplet_cosine", lambda v: F.triplet_margin_with_distance_loss(
+                v, p, n, distance_function=lambda s, t: 1 - F.cosine_similarity(s, t), reduction="none"), a),
+            ("pdist", lambda v: F.pdist(v), pd),
+            ("pdist_p1", lambda v: F.pdist(v, 1.0), pd),
+            ("rrelu_eval", lambda v: F.rrelu(v, 0.1, 0.3, training=False), x),
+            ("lrn", lambda v: F.local_response_norm(v, 3, alpha=0.01, beta=0.8, k=1.5), img),
+            ("lrn_seq", lambda v: F.local_response_norm(v, 2), seq),
+            ("lp_pool2d", lambda v: F.lp_pool2d(v.abs(), 2, 2), img),
+            ("lp_pool2d_p3", lambda v: F.lp_pool2d(v.abs() + 0.1, 3, (2, 3), stride=1, ceil_mode=True), img),
+            ("lp_pool1d", lambda v: F.lp_pool1d(v.abs(), 1.5, 3, stride=2), seq),
+        )
+        res = {}
+        for name, fn, arg in cases:
+            v = arg.clone().requires_grad_()
+            out_y = fn(v)
+            c = rnd(*out_y.shape).double() if out_y.dim() > 0 else torch.tensor(1.0, dtype=torch.float64)
+            (g,) = torch.autograd.grad((out_y * c).sum(), [v])
+            res[name] = {"x": arg, "y": out_y, "c": c, "g": g}
+        pooled, idx = F.max_pool2d(img, 2, return_indices=True)
+        v = pooled.clone().requires_grad_()
+        un = F.max_unpool2d(v, idx, 2, output_size=(4, 5))
+        c = rnd(*un.shape).double()
+        (g,) = torch.autograd.grad((un * c).sum(), [v])
+        pooled1, idx1 = F.max_pool1d(seq, 3, stride=2, padding=1, return_indices=True)
+        un1 = F.max_unpool1d(pooled1, idx1, 3, stride=2, padding=1, output_size=[8])
+        out = {"x": x, "y": y + 1, "w": w, "ml_y": ml_y + 1, "p": p, "n": n, "img": img, "seq": seq, "cases": res,
+               "unpool": {"pooled": pooled, "idx": idx + 1, "y": un, "c": c, "g": g},
+               "unpool1": {"pooled": pooled1, "idx": idx1 + 1, "y": un1}}
     return out
 
 

@@ -170,6 +170,21 @@ function F.threshold(x, t, v)
   return dl.where(x:gt(t), x, v)
 end
 
+-- rrelu(x [, lower = 1/8, upper = 1/3, training = false]): leaky ReLU with a random slope
+-- per element, uniform in [lower, upper], while training; the mean slope otherwise.
+function F.rrelu(x, lower, upper, training)
+  check("rrelu", x)
+  lower, upper = number("rrelu", "lower", lower, 1 / 8), number("rrelu", "upper", upper, 1 / 3)
+  if lower > upper then raise("rrelu: lower (" .. lower .. ") must not exceed upper (" .. upper .. ")") end
+  local slope
+  if training then
+    slope = dl.rand(x.shape, { dtype = x.dtype, device = x.device }) * (upper - lower) + lower
+  else
+    slope = (lower + upper) / 2
+  end
+  return dl.where(x:ge(0), x, x * slope)
+end
+
 -- gumbel_softmax(logits [, {tau = 1, hard = false, dim = -1}]): a sample of the
 -- Gumbel-softmax (concrete) distribution; with hard, one-hot in the forward pass and the
 -- soft sample's gradient (straight-through), as PyTorch's.
@@ -210,6 +225,15 @@ for _, spec in ipairs({ { "Softmin", F.softmin, "dim", -1 }, { "GLU", F.glu, "di
   function cls:extra_repr() return fmt(key, self[key]) end
   L[name] = cls
 end
+
+-- RReLU(lower, upper): F.rrelu, random slopes in training mode.
+local RReLU = Module:extend("RReLU")
+L.RReLU = RReLU
+function RReLU:init(lower, upper)
+  self.lower, self.upper = number("RReLU", "lower", lower, 1 / 8), number("RReLU", "upper", upper, 1 / 3)
+end
+function RReLU:forward(x) return F.rrelu(x, self.lower, self.upper, self.training) end
+function RReLU:extra_repr() return fmt("lower", self.lower, "upper", self.upper) end
 
 -- Threshold(threshold, value).
 local Threshold = Module:extend("Threshold")

@@ -8,7 +8,10 @@
 --     BCELoss, BCEWithLogitsLoss, SoftMarginLoss, MultiLabelSoftMarginLoss,
 --     PoissonNLLLoss, GaussianNLLLoss (input, target, var), MarginRankingLoss and
 --     CosineEmbeddingLoss (x1, x2, y), HingeEmbeddingLoss, TripletMarginLoss (anchor,
---     positive, negative), CTCLoss (log_probs, targets, input_lengths, target_lengths)
+--     positive, negative), CTCLoss (log_probs, targets, input_lengths, target_lengths),
+--     MultiMarginLoss, MultiLabelMarginLoss, TripletMarginWithDistanceLoss
+--   their new functions: F.multi_margin_loss, F.multilabel_margin_loss,
+--     F.triplet_margin_with_distance_loss, and F.pdist
 --   padding: ZeroPad2d, ConstantPad1d/2d, ReflectionPad1d/2d, ReplicationPad1d/2d
 --   CosineSimilarity, PairwiseDistance, Softmax2d, ChannelShuffle
 --
@@ -30,6 +33,106 @@ local fmt = Module.format_args
 local L = {}
 
 -- ---- losses ----------------------------------------------------------------------------------
+
+local FN = {}   -- the functions of this module (dl.nn.functional's)
+
+local function reduced(op, loss, r)
+  r = r or "mean"
+  if r == "mean" then return loss:mean() end
+  if r == "sum" then return loss:sum() end
+  if r == "none" then return loss end
+  raise(op .. ": reduction must be mean, sum or none, got " .. tostring(r))
+end
+
+-- multi_margin_loss(x (N, C) or (C), y (N) of 1-based classes [, {p = 1, margin = 1, weight,
+-- reduction}]): the sum over j ~= y of max(0, margin - x_y + x_j)^p (weighted by
+-- weight[y]) over C, as PyTorch's multi-class hinge loss.
+function FN.multi_margin_loss(x, y, opts)
+  local op = "multi_margin_loss"
+  opts = options(op, opts, { p = true, margin = true, weight = true, reduction = true })
+  if not is_tensor(x) or not is_tensor(y) then bad_arg(op, "tensors (input and target)", is_tensor(x) and y or x) end
+  local X = x:dim() == 1 and x:unsqueeze(1) or x
+  local Y = y:dim() == 0 and y:reshape(1) or y
+  if X:dim() ~= 2 or Y:dim() ~= 1 or Y:size(1) ~= X:size(1) then
+    raise(op .. ": expected input (N, C) and target (N), got shapes " .. shape_str(x.shape) .. " and " .. shape_str(y.shape))
+  end
+  local p, margin = opts.p or 1, opts.margin or 1
+  if p ~= 1 and p ~= 2 then raise(op .. ": p must be 1 or 2, got " .. tostring(p)) end
+  local C = X:size(2)
+  local idx = Y:long():unsqueeze(2)
+  if idx:numel() > 0 and (idx:min():item() < 1 or idx:max():item() > C) then
+    raise(op .. ": targets must be class numbers from 1 to " .. C)
+  end
+  local xy = X:gather(2, idx)                               -- (N, 1)
+  local h = (X - xy + margin):clamp(0)
+  if p == 2 then h = h * h end
+  if opts.weight ~= nil then h = h * opts.weight:to(X.dtype):gather(1, Y:long()):unsqueeze(2) end
+  -- (the target's own term, max(0, margin)^p, is left out)
+  local own = dl.zeros(X.shape, { dtype = "bool", device = X.device }):scatter(2, idx, true)
+  local loss = dl.where(own, 0, h):sum(2) / C
+  if x:dim() == 1 then loss = loss:reshape({}) end
+  return reduced(op, loss, opts.reduction)
+end
+
+-- multilabel_margin_loss(x (N, C) or (C), y of x's shape [, {reduction}]): y lists each
+-- row's 1-based target classes, ended by the first 0 (PyTorch's -1); the sum over targets j
+-- and non-targets k of max(0, 1 - (x_j - x_k)), over C.
+function FN.multilabel_margin_loss(x, y, opts)
+  local op = "multilabel_margin_loss"
+  opts = options(op, opts, { reduction = true })
+  if not is_tensor(x) or not is_tensor(y) then bad_arg(op, "tensors (input and target)", is_tensor(x) and y or x) end
+  local X = x:dim() == 1 and x:unsqueeze(1) or x
+  local Y = y:dim() == 1 and y:unsqueeze(1) or y
+  if X:dim() ~= 2 or Y.shape[1] ~= X.shape[1] or Y.shape[2] ~= X.shape[2] then
+    raise(op .. ": expected input (N, C) and target of its shape, got shapes " .. shape_str(x.shape) .. " and "
+          .. shape_str(y.shape))
+  end
+  local C = X:size(2)
+  local Yl = Y:long()
+  if Yl:numel() > 0 and (Yl:min():item() < 0 or Yl:max():item() > C) then
+    raise(op .. ": targets must be class numbers from 1 to " .. C .. ", or 0 to end a row's list")
+  end
+  -- the targets before a row's first 0, counted per class (a repeat counts again, as PyTorch's)
+  local valid = Yl:ne(0):to(X.dtype):cumprod(2)
+  local counts = dl.zeros(X.shape, { dtype = X.dtype, device = X.device }):scatter_add(2, Yl:clamp(1), valid)
+  local is_target = counts:gt(0):to(X.dtype)
+  local margins = (1 - X:unsqueeze(3) + X:unsqueeze(2)):clamp(0)   -- (N, j, k)
+  local loss = (margins * counts:unsqueeze(3) * (1 - is_target):unsqueeze(2)):sum({ 2, 3 }) / C
+  if x:dim() == 1 then loss = loss:reshape({}) end
+  return reduced(op, loss, opts.reduction)
+end
+
+-- triplet_margin_with_distance_loss(anchor, positive, negative [, {distance_function,
+-- margin = 1, swap = false, reduction}]): max(d(a, p) - d(a, n) + margin, 0), d the
+-- function given (pairwise_distance by default).
+function FN.triplet_margin_with_distance_loss(a, pos, neg, opts)
+  local op = "triplet_margin_with_distance_loss"
+  opts = options(op, opts, { distance_function = true, margin = true, swap = true, reduction = true })
+  for _, t in ipairs({ a, pos, neg }) do if not is_tensor(t) then bad_arg(op, "tensors", t) end end
+  local d = opts.distance_function or F.pairwise_distance
+  if type(d) ~= "function" then bad_arg(op, "a distance function", d) end
+  local margin = opts.margin or 1
+  if type(margin) ~= "number" or margin <= 0 then raise(op .. ": margin must be a number > 0, got " .. tostring(margin)) end
+  local dp, dn = d(a, pos), d(a, neg)
+  if opts.swap then dn = dl.minimum(dn, d(pos, neg)) end
+  return reduced(op, (dp - dn + margin):clamp(0), opts.reduction)
+end
+
+-- pdist(x (N, M) [, p = 2]): the p-norm distances between x's rows, the pairs i < j in
+-- order (the upper triangle of cdist(x, x), flattened); a distance of 0 has gradient 0.
+function FN.pdist(x, p)
+  local op = "pdist"
+  if not is_tensor(x) then bad_arg(op, "a tensor", x) end
+  if x:dim() ~= 2 then raise(op .. ": expected a matrix (N, M), got shape " .. shape_str(x.shape)) end
+  p = p or 2
+  local n = x:size(1)
+  if n < 2 then return dl.zeros(0, { dtype = x.dtype, device = x.device }) end
+  local ij = dl.triu_indices(n, n, 1)
+  local diff = x:index_select(1, ij[1]:to(x.device)) - x:index_select(1, ij[2]:to(x.device))
+  local zero = diff:abs():amax(2):eq(0):unsqueeze(2)
+  local safe = dl.where(zero, 1, diff)   -- (a zero row's norm has no gradient: 0, not NaN)
+  return dl.where(zero:squeeze(2), 0, dl.linalg.vector_norm(safe, p, 2))
+end
 
 -- A loss module `name` over F[fn] with `arity` tensor arguments and the options `keys`
 -- (reduction always); those in `tensors` must be tensors (numbers too where the function
@@ -67,7 +170,7 @@ local function criterion(name, fn, arity, keys, tensors)
     end
     return o
   end
-  local f = F[fn]
+  local f = FN[fn] or F[fn]
   if arity == 2 then
     function cls:forward(a, b) return f(a, b, call_opts(self)) end
   elseif arity == 3 then
@@ -79,7 +182,7 @@ local function criterion(name, fn, arity, keys, tensors)
     local args = {}
     for _, k in ipairs(keys) do
       local v = self._opts[k]
-      if v ~= nil then args[#args + 1] = k; args[#args + 1] = v end
+      if v ~= nil and type(v) ~= "function" then args[#args + 1] = k; args[#args + 1] = v end
     end
     if self._opts.reduction then args[#args + 1] = "reduction"; args[#args + 1] = self._opts.reduction end
     return fmt(unpack(args))
@@ -107,6 +210,10 @@ criterion("CosineEmbeddingLoss", "cosine_embedding_loss", 3, { "margin" })
 criterion("HingeEmbeddingLoss", "hinge_embedding_loss", 2, { "margin" })
 criterion("TripletMarginLoss", "triplet_margin_loss", 3, { "margin", "p", "eps", "swap" })
 criterion("CTCLoss", "ctc_loss", 4, { "blank", "zero_infinity" })
+criterion("MultiMarginLoss", "multi_margin_loss", 2, { "p", "margin", "weight" }, { weight = true })
+criterion("MultiLabelMarginLoss", "multilabel_margin_loss", 2, {})
+criterion("TripletMarginWithDistanceLoss", "triplet_margin_with_distance_loss", 3,
+          { "distance_function", "margin", "swap" })
 
 -- ---- padding -----------------------------------------------------------------------------------
 
@@ -212,4 +319,4 @@ function ChannelShuffle:forward(x)
 end
 function ChannelShuffle:extra_repr() return fmt("groups", self.groups) end
 
-return { functional = {}, layers = L }
+return { functional = FN, layers = L }

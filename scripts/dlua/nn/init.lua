@@ -59,14 +59,18 @@ local loads = {
 }
 for _, name in ipairs({ "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign",
                         "PReLU", "LogSigmoid", "Tanhshrink", "Softmin", "GLU", "Softshrink", "Hardshrink",
-                        "Threshold" }) do
+                        "Threshold", "RReLU" }) do
   loads[name] = activations
 end
-for _, name in ipairs({ "Upsample", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d" }) do loads[name] = resample end
+for _, name in ipairs({ "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "AdaptiveAvgPool1d",
+                        "AdaptiveAvgPool2d" }) do
+  loads[name] = resample
+end
 loads.ctc_loss = function() ctc(); nn.ctc_loss = F.ctc_loss end
 for _, name in ipairs({ "Dropout1d", "Dropout2d", "InstanceNorm1d", "InstanceNorm2d", "AdaptiveMaxPool1d",
                         "AdaptiveMaxPool2d", "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold", "EmbeddingBag",
-                        "Bilinear" }) do
+                        "Bilinear", "AlphaDropout", "FeatureAlphaDropout", "LocalResponseNorm", "LPPool1d",
+                        "LPPool2d", "MaxUnpool1d", "MaxUnpool2d" }) do
   loads[name] = spatial
 end
 for _, name in ipairs({ "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
@@ -74,19 +78,24 @@ for _, name in ipairs({ "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "Smo
                         "GaussianNLLLoss", "MarginRankingLoss", "CosineEmbeddingLoss", "HingeEmbeddingLoss",
                         "TripletMarginLoss", "CTCLoss", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d",
                         "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d",
-                        "CosineSimilarity", "PairwiseDistance", "Softmax2d", "ChannelShuffle" }) do
+                        "CosineSimilarity", "PairwiseDistance", "Softmax2d", "ChannelShuffle", "MultiMarginLoss",
+                        "MultiLabelMarginLoss", "TripletMarginWithDistanceLoss" }) do
   loads[name] = criteria
 end
 core.on_first_index(nn, loads)
 core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
 core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign",
                        "prelu", "logsigmoid", "softmin", "glu", "softshrink", "hardshrink", "tanhshrink", "threshold",
-                       "gumbel_softmax" }, activations)
+                       "gumbel_softmax", "rrelu" }, activations)
 core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "affine_grid", "grid_sample" },
                   resample)
 core.on_first_use(F, { "ctc_loss" }, ctc)
 core.on_first_use(F, { "dropout1d", "dropout2d", "instance_norm", "adaptive_max_pool1d", "adaptive_max_pool2d",
-                       "pixel_shuffle", "pixel_unshuffle", "unfold", "fold", "embedding_bag", "bilinear" }, spatial)
+                       "pixel_shuffle", "pixel_unshuffle", "unfold", "fold", "embedding_bag", "bilinear",
+                       "alpha_dropout", "feature_alpha_dropout", "local_response_norm", "lp_pool1d", "lp_pool2d",
+                       "max_unpool1d", "max_unpool2d" }, spatial)
+core.on_first_use(F, { "multi_margin_loss", "multilabel_margin_loss", "triplet_margin_with_distance_loss", "pdist" },
+                  criteria)
 
 nn.cross_entropy = F.cross_entropy
 nn.softmax_cross_entropy_with_logits = F.softmax_cross_entropy_with_logits

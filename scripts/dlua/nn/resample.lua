@@ -373,6 +373,18 @@ function Upsample:extra_repr()
              self.align_corners)
 end
 
+-- UpsamplingNearest2d and UpsamplingBilinear2d({size = | scale_factor =}): PyTorch's older
+-- names, Upsample in nearest mode and in bilinear mode with align_corners.
+for name, mode in pairs({ UpsamplingNearest2d = "nearest", UpsamplingBilinear2d = "bilinear" }) do
+  local cls = Upsample:extend(name)
+  function cls:init(opts)
+    opts = options(name, opts, { size = true, scale_factor = true })
+    Upsample.init(self, { size = opts.size, scale_factor = opts.scale_factor, mode = mode,
+                          align_corners = mode == "bilinear" or nil })
+  end
+  L[name] = cls
+end
+
 local sized_layer = require("dlua.nn.layers").sized_layer
 sized_layer("AdaptiveAvgPool1d", F.adaptive_avg_pool1d, L)
 sized_layer("AdaptiveAvgPool2d", F.adaptive_avg_pool2d, L)

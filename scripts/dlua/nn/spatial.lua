@@ -14,6 +14,10 @@
 --   F.unfold(x, k [, {dilation, padding, stride}]) (im2col) and F.fold (col2im, its adjoint),
 --        nn.Unfold, nn.Fold
 --   F.embedding_bag, nn.EmbeddingBag (sum, mean or max per bag); F.bilinear, nn.Bilinear
+--   F.alpha_dropout, F.feature_alpha_dropout, nn.AlphaDropout, nn.FeatureAlphaDropout (SELU's
+--        statistics kept); F.local_response_norm, nn.LocalResponseNorm
+--   F.lp_pool2d/1d, nn.LPPool2d/1d (power-average pooling); F.max_unpool2d/1d,
+--        nn.MaxUnpool2d/1d (max_pool's return_indices put back)
 --
 -- All are made of the engine's differentiable ops (dropout's mask, group_norm, narrow
 -- and amax, views and permutes, index_select and scatter_add).
@@ -61,7 +65,34 @@ end
 F.dropout2d = channel_dropout("dropout2d", 2)
 F.dropout1d = channel_dropout("dropout1d", 1)
 
-for _, spec in ipairs({ { "Dropout2d", F.dropout2d }, { "Dropout1d", F.dropout1d } }) do
+-- alpha_dropout(x, p, training): dropout that keeps SELU's zero mean and unit variance
+-- (PyTorch's): a dropped element becomes -alpha' (SELU's negative saturation), then all are
+-- scaled by a and shifted by b so that mean and variance stay. feature_alpha_dropout
+-- drops whole channels.
+local ALPHA_PRIME = 1.7580993408473766   -- SELU's scale times its alpha
+local function alpha_dropout(op, spatial)
+  return function(x, p, training)
+    check(op, x)
+    p = p == nil and 0.5 or p
+    if type(p) ~= "number" or p < 0 or p > 1 then raise(op .. ": p must be between 0 and 1, got " .. tostring(p)) end
+    if training == false or p == 0 then return x end
+    if p == 1 then return x * 0 end
+    local shape = x.shape
+    if spatial then
+      if x:dim() < 2 then raise(op .. ": expected input (N, C, ...), got shape " .. shape_str(x.shape)) end
+      for d = 3, #shape do shape[d] = 1 end
+    end
+    local keep = dl.rand(shape, { dtype = x.dtype, device = x.device }):ge(p):to(x.dtype)
+    local a = 1 / math.sqrt((ALPHA_PRIME * ALPHA_PRIME * p + 1) * (1 - p))
+    local b = (keep - 1) * (ALPHA_PRIME * a) + ALPHA_PRIME * a * p
+    return x * (keep * a) + b
+  end
+end
+F.alpha_dropout = alpha_dropout("alpha_dropout", false)
+F.feature_alpha_dropout = alpha_dropout("feature_alpha_dropout", true)
+
+for _, spec in ipairs({ { "Dropout2d", F.dropout2d }, { "Dropout1d", F.dropout1d },
+                        { "AlphaDropout", F.alpha_dropout }, { "FeatureAlphaDropout", F.feature_alpha_dropout } }) do
   local name, fn = spec[1], spec[2]
   local cls = Module:extend(name)
   function cls:init(p)
@@ -72,6 +103,36 @@ for _, spec in ipairs({ { "Dropout2d", F.dropout2d }, { "Dropout1d", F.dropout1d
   function cls:forward(x) return fn(x, self.p, self.training) end
   function cls:extra_repr() return fmt("p", self.p) end
   L[name] = cls
+end
+
+-- local_response_norm(x (N, C, ...), size [, alpha = 1e-4, beta = 0.75, k = 1]): x divided
+-- by (k + alpha / size times the sum of x^2 over `size` neighbouring channels)^beta, the
+-- window from size // 2 before to (size - 1) // 2 after, zeros past the ends (AlexNet's).
+function F.local_response_norm(x, size, alpha, beta, k)
+  local op = "local_response_norm"
+  check(op, x)
+  if x:dim() < 3 then raise(op .. ": expected input (N, C, ...) of 3 or more dims, got shape " .. shape_str(x.shape)) end
+  size = int_arg(op, size, "size")
+  alpha, beta, k = alpha or 1e-4, beta or 0.75, k or 1
+  local C = x:size(2)
+  local pads = {}   -- (F.pad's counts run from the last dim: zeros for the positions)
+  for _ = 3, x:dim() do pads[#pads + 1] = 0; pads[#pads + 1] = 0 end
+  pads[#pads + 1], pads[#pads + 2] = floor(size / 2), floor((size - 1) / 2)
+  local sq = F0.pad(x * x, pads)
+  local sum = sq:narrow(2, 1, C)
+  for j = 2, size do sum = sum + sq:narrow(2, j, C) end
+  return x / (sum * (alpha / size) + k) ^ beta
+end
+
+local LocalResponseNorm = Module:extend("LocalResponseNorm")
+L.LocalResponseNorm = LocalResponseNorm
+function LocalResponseNorm:init(size, alpha, beta, k)
+  self.size = int_arg("LocalResponseNorm", size, "size")
+  self.alpha, self.beta, self.k = alpha or 1e-4, beta or 0.75, k or 1
+end
+function LocalResponseNorm:forward(x) return F.local_response_norm(x, self.size, self.alpha, self.beta, self.k) end
+function LocalResponseNorm:extra_repr()
+  return fmt("", self.size, "alpha", self.alpha, "beta", self.beta, "k", self.k)
 end
 
 -- ---- instance norm --------------------------------------------------------------------------
@@ -187,6 +248,113 @@ F.adaptive_max_pool1d = adaptive_max("adaptive_max_pool1d", 1)
 local layers = require("dlua.nn.layers")
 layers.sized_layer("AdaptiveMaxPool1d", F.adaptive_max_pool1d, L)
 layers.sized_layer("AdaptiveMaxPool2d", F.adaptive_max_pool2d, L)
+
+-- ---- power-average and unpooling --------------------------------------------------------------
+
+-- lp_pool2d(x, p, k [, stride = k, ceil_mode]): (sum of x^p over each window)^(1/p), as
+-- PyTorch's (an average pool of x^p times the window's size; a negative sum gives 0).
+-- lp_pool1d over (N, C, L).
+local function lp_pool(op, pool, area)
+  return function(x, p, k, stride, ceil_mode)
+    check(op, x)
+    if type(p) ~= "number" or p == 0 then raise(op .. ": norm_type must be a non-zero number, got " .. tostring(p)) end
+    local y = pool(x ^ p, k, { stride = stride, ceil_mode = ceil_mode })
+    return (y:sign() * y:abs():relu() * area(op, k)) ^ (1 / p)
+  end
+end
+local function window_area(op, k)
+  local kh, kw = F0.pair(op, "kernel size", k, 1)
+  return kh * kw
+end
+local function window_length(op, k) return int_arg(op, k, "kernel size") end
+F.lp_pool2d = lp_pool("lp_pool2d", F0.avg_pool2d, window_area)
+F.lp_pool1d = lp_pool("lp_pool1d", F0.avg_pool1d, window_length)
+
+-- max_unpool2d(x, indices, k [, {stride = k, padding = 0, output_size}]): each value put back
+-- at its 1-based position within its (H, W) plane (max_pool2d's return_indices), zeros
+-- elsewhere; the output (H - 1) stride - 2 padding + k high (and as wide), or
+-- output_size. max_unpool1d over (N, C, L).
+local UNPOOL_OPTS = { stride = true, padding = true, output_size = true }
+local function max_unpool(op, spatial)
+  return function(x, indices, k, opts)
+    local nd = dims_checked(op, x, spatial)
+    check(op, indices)
+    opts = core.options(op, opts, UNPOOL_OPTS)
+    if indices.dtype ~= "int64" or #indices.shape ~= nd then
+      raise(op .. ": expected int64 indices of the input's shape " .. shape_str(x.shape) .. ", got " .. indices.dtype
+            .. " " .. shape_str(indices.shape))
+    end
+    local ks, ss, ps = {}, {}, {}
+    if spatial == 2 then
+      ks[1], ks[2] = F0.pair(op, "kernel size", k, 1)
+      ss[1], ss[2] = F0.pair(op, "stride", opts.stride or { ks[1], ks[2] }, 1)
+      ps[1], ps[2] = F0.pair(op, "padding", opts.padding or 0, 0)
+    else
+      ks[1] = int_arg(op, k, "kernel size")
+      ss[1] = int_arg(op, opts.stride or ks[1], "stride")
+      ps[1] = int_arg(op, opts.padding or 0, "padding", 0)
+    end
+    local out = {}
+    for i = 1, spatial do
+      out[i] = (x:size(nd - spatial + i) - 1) * ss[i] - 2 * ps[i] + ks[i]
+    end
+    if opts.output_size ~= nil then
+      local want = opts.output_size
+      if type(want) ~= "table" or #want < spatial then core.bad_arg(op, "an output_size of " .. spatial .. " sizes", want) end
+      for i = 1, spatial do out[i] = int_arg(op, want[#want - spatial + i], "output size") end
+    end
+    local plane = 1
+    for i = 1, spatial do plane = plane * out[i] end
+    local lead = {}
+    for d = 1, nd - spatial do lead[d] = x:size(d) end
+    local flat_shape = { unpack(lead) }
+    flat_shape[#flat_shape + 1] = -1
+    local idx = indices:reshape(flat_shape)
+    if idx:numel() > 0 and (idx:min():item() < 1 or idx:max():item() > plane) then
+      raise(op .. ": indices must lie in 1.." .. plane .. " (the output plane), got "
+            .. idx:min():item() .. ".." .. idx:max():item())
+    end
+    local zeros_shape = { unpack(lead) }
+    zeros_shape[#zeros_shape + 1] = plane
+    local y = dl.zeros(zeros_shape, { dtype = x.dtype, device = x.device }):scatter(#zeros_shape, idx, x:reshape(flat_shape))
+    local shape = { unpack(lead) }
+    for i = 1, spatial do shape[#shape + 1] = out[i] end
+    return y:reshape(shape)
+  end
+end
+F.max_unpool2d = max_unpool("max_unpool2d", 2)
+F.max_unpool1d = max_unpool("max_unpool1d", 1)
+
+for _, spec in ipairs({ { "LPPool2d", F.lp_pool2d }, { "LPPool1d", F.lp_pool1d } }) do
+  local name, fn = spec[1], spec[2]
+  local cls = Module:extend(name)
+  function cls:init(p, k, stride, ceil_mode)
+    self.norm_type, self.kernel_size, self.stride, self.ceil_mode = p, k, stride, ceil_mode and true or nil
+    if type(p) ~= "number" or p == 0 then raise(name .. ": norm_type must be a non-zero number, got " .. tostring(p)) end
+  end
+  function cls:forward(x) return fn(x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode) end
+  function cls:extra_repr()
+    return fmt("norm_type", self.norm_type, "kernel_size", self.kernel_size, "stride", self.stride, "ceil_mode",
+               self.ceil_mode)
+  end
+  L[name] = cls
+end
+for _, spec in ipairs({ { "MaxUnpool2d", F.max_unpool2d }, { "MaxUnpool1d", F.max_unpool1d } }) do
+  local name, fn = spec[1], spec[2]
+  local cls = Module:extend(name)
+  function cls:init(k, opts)
+    self.kernel_size = k
+    self._opts = core.options(name, opts, { stride = true, padding = true })
+  end
+  function cls:forward(x, indices, output_size)
+    local o = { stride = self._opts.stride, padding = self._opts.padding, output_size = output_size }
+    return fn(x, indices, self.kernel_size, o)
+  end
+  function cls:extra_repr()
+    return fmt("kernel_size", self.kernel_size, "stride", self._opts.stride, "padding", self._opts.padding)
+  end
+  L[name] = cls
+end
 
 -- ---- pixel shuffle --------------------------------------------------------------------------
 
