@@ -562,11 +562,16 @@ end
 local tape_holder = ffi.typeof("struct { double serial; }")
 local function free_held(h) C.dl_arena_free(h.serial) end
 
+local TAPE_OPTS = { persistent = true, watch_accessed_variables = true }
+
+-- GradientTape([{persistent = false, watch_accessed_variables = true}]): with
+-- watch_accessed_variables = false, as TensorFlow's, only what tape:watch named has a
+-- gradient; a Variable source not watched gets nil.
 function dl.GradientTape(opts)
-  if opts ~= nil and type(opts) ~= "table" then
-    raise("GradientTape: options must be a table, got " .. type(opts))
-  end
-  return setmetatable({ persistent = opts and opts.persistent or false, used = false, held = {} }, Tape)
+  opts = core.options("GradientTape", opts, TAPE_OPTS)
+  local tape = { persistent = opts.persistent or false, used = false, held = {} }
+  if opts.watch_accessed_variables == false then tape.watched = setmetatable({}, { __mode = "k" }) end
+  return setmetatable(tape, Tape)
 end
 
 function Tape:watch(x)
@@ -576,6 +581,7 @@ function Tape:watch(x)
   end
   if not is_tensor(x) then raise("GradientTape.watch: expected a tensor, got " .. type(x)) end
   if C.dl_watch_inplace(hid(x)) ~= 0 then raise_last() end
+  if self.watched then self.watched[x] = true end
 end
 
 function Tape:record(f, ...)
@@ -623,6 +629,11 @@ function Tape:gradient(target, sources, output_gradients)
     seeds = is_tensor(output_gradients) and { output_gradients } or output_gradients
   end
   local g = backward("GradientTape.gradient", targets, seeds, flat, self.persistent)
+  if self.watched then   -- watch_accessed_variables = false: Variables not watched get nil
+    for i, src in ipairs(flat) do
+      if is_variable(src) and not self.watched[src] then g[i] = nil end
+    end
+  end
   if not self.persistent then
     for i = #self.held, 1, -1 do
       local h = self.held[i]
@@ -677,7 +688,7 @@ end
 -- Finite differences in float64, first and (unless opts.second_order == false) second
 -- order. Returns true, or raises an error naming the input and element that differ.
 function dl.gradcheck(f, inputs, opts)
-  opts = opts or {}
+  opts = core.options("gradcheck", opts, { eps = true, atol = true, rtol = true, second_order = true })
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
   if type(f) ~= "function" then raise("gradcheck: expected a function, got " .. type(f)) end
   if is_tensor(inputs) or type(inputs) == "number" then inputs = { inputs } end

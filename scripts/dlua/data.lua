@@ -138,7 +138,8 @@ end
 -- tuple = true): mostly for tests and small dynamic data.
 function data.from_list(list, opts)
   if type(list) ~= "table" then bad_arg("from_list", "a list", list) end
-  return node("list", nil, { list = list, tuple = opts and opts.tuple or false, length = #list })
+  opts = core.options("from_list", opts, { tuple = true })
+  return node("list", nil, { list = list, tuple = opts.tuple or false, length = #list })
 end
 
 -- ---- transformations -----------------------------------------------------------------------------

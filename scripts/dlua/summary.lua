@@ -59,8 +59,8 @@ end
 
 function summary.writer(logdir, opts)
   IO.path_arg("summary.writer", logdir)
-  if opts ~= nil and type(opts) ~= "table" then bad_arg("summary.writer", "an options table", opts) end
-  local suffix = opts and opts.filename_suffix or ""
+  opts = core.options("summary.writer", opts, { filename_suffix = true })
+  local suffix = opts.filename_suffix or ""
   if type(suffix) ~= "string" then bad_arg("summary.writer", "a string filename_suffix", suffix) end
   local id = C.dl_summary_open(logdir, suffix)
   if id == 0 then raise_last() end
@@ -92,7 +92,8 @@ function Writer:histogram(tag, values, step, opts)
   tag_arg("histogram", tag)
   if type(values) == "table" then values = dl.tensor(values) end
   if not is_tensor(values) then bad_arg("histogram", "a tensor or a table of numbers", values) end
-  local buckets = opts and opts.buckets or 30
+  opts = core.options("histogram", opts, { buckets = true })
+  local buckets = opts.buckets or 30
   if type(buckets) ~= "number" or buckets ~= floor(buckets) or buckets < 1 or buckets > 10000 then
     raise("histogram: buckets must be an integer in 1..10000, got " .. tostring(buckets))
   end

@@ -208,6 +208,20 @@ H.test("GradientTape: variables are watched automatically; nested tapes", functi
   end)
   H.values(inner_grad, 27)
   H.values(outer:gradient(y, v), 18)     -- 6 v
+  -- watch_accessed_variables = false (TensorFlow's): only what was watched has a gradient
+  local x = dl.tensor(2.0)
+  local tape = dl.GradientTape({ watch_accessed_variables = false })
+  tape:watch(x)
+  local r = tape:record(function() return x * x * v end)
+  local g = tape:gradient(r, { x = x, v = v })
+  H.values(g.x, 12)                      -- 2 x v
+  H.eq(g.v, nil)
+  local t2 = dl.GradientTape({ watch_accessed_variables = false })
+  t2:watch(v)
+  H.values(t2:gradient(t2:record(function() return v * v end), v), 6)
+  H.raises(function() dl.GradientTape({ persistant = true }) end, "GradientTape: unknown option 'persistant'")
+  H.raises(function() dl.gradcheck(function(t) return t:sum() end, { dl.ones(2) }, { tol = 1 }) end,
+           "gradcheck: unknown option 'tol'")
 end)
 
 H.test("stop_gradient, detach and no_grad", function()

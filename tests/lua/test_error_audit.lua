@@ -351,6 +351,8 @@ H.test("the functions and layers made in Lua of several ops name themselves, at 
   { "huber_loss", function() local _ = nn.huber_loss(dl.ones(2), dl.ones(2), {beta = 1}) end },
   { "CrossEntropyLoss", function() local _ = nn.CrossEntropyLoss({margin = 1}) end },
   { "ZeroPad2d", function() local _ = nn.ZeroPad2d(1.5) end },
+  { "from_list", function() local _ = dl.data.from_list({ 1 }, { tupl = true }) end },
+  { "summary.writer", function() local _ = dl.summary.writer(os.tmpname() .. ".d", { suffix = "x" }) end },
   }
   for _, c in ipairs(CASES) do audit(c[1], c[2], { c[1] }) end
   -- an infinite size or count is refused, not looped over
