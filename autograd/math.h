@@ -25,6 +25,9 @@ inline Tensor log(const Tensor& x) { return ag::unary(Op::Log, x); }
 inline Tensor sqrt(const Tensor& x) { return ag::unary(Op::Sqrt, x); }
 inline Tensor sin(const Tensor& x) { return ag::unary(Op::Sin, x); }
 inline Tensor cos(const Tensor& x) { return ag::unary(Op::Cos, x); }
+inline Tensor sinh(const Tensor& x) { return ag::unary(Op::Sinh, x); }
+inline Tensor cosh(const Tensor& x) { return ag::unary(Op::Cosh, x); }
+inline Tensor rsqrt(const Tensor& x) { return ag::unary(Op::Rsqrt, x); }
 inline Tensor sign(const Tensor& x) { return ag::unary(Op::Sign, x); }
 inline Tensor abs(const Tensor& x) { return ag::unary(Op::Abs, x); }
 inline Tensor sigmoid(const Tensor& x) { return ag::unary(Op::Sigmoid, x); }

@@ -13,7 +13,7 @@ using namespace math;
 namespace {
 constexpr bool uses_output(Op op) {
   return op == Op::Exp || op == Op::Expm1 || op == Op::Sqrt || op == Op::Rsqrt || op == Op::Tan ||
-         op == Op::Tanh || op == Op::Sigmoid || op == Op::Erfinv;
+         op == Op::Tanh || op == Op::Sigmoid || op == Op::Erfinv || op == Op::Exp2;
 }
 }  // namespace
 
@@ -45,6 +45,18 @@ DL_UNARY_GRAD(Rsqrt, y, gy * (y * y * y) * -0.5)
 DL_UNARY_GRAD(Sin, x, gy * cos(x))
 DL_UNARY_GRAD(Cos, x, -(gy * sin(x)))
 DL_UNARY_GRAD(Tan, y, gy * (y * y + 1.0))
+DL_UNARY_GRAD(Asin, x, gy * rsqrt(1.0 - x * x))
+DL_UNARY_GRAD(Acos, x, -(gy * rsqrt(1.0 - x * x)))
+DL_UNARY_GRAD(Atan, x, gy / (x * x + 1.0))
+DL_UNARY_GRAD(Sinh, x, gy * cosh(x))
+DL_UNARY_GRAD(Cosh, x, gy * sinh(x))
+DL_UNARY_GRAD(Asinh, x, gy * rsqrt(x * x + 1.0))
+DL_UNARY_GRAD(Acosh, x, gy * rsqrt(x * x - 1.0))
+DL_UNARY_GRAD(Atanh, x, gy / (1.0 - x * x))
+DL_UNARY_GRAD(Exp2, y, gy * y * M_LN2)
+DL_UNARY_GRAD(Log2, x, gy / (x * M_LN2))
+DL_UNARY_GRAD(Log10, x, gy / (x * M_LN10))
+DL_UNARY_GRAD(Erfc, x, gy * exp(-(x * x)) * (-2.0 / std::sqrt(M_PI)))
 // One pass each instead of two or three recorded ops (ops.def, "Derivatives of unary
 // ops"); themselves differentiable, so higher orders still work.
 DL_UNARY_GRAD(Tanh, y, ag::binary(Op::TanhBackward, gy, y))

@@ -376,7 +376,9 @@ class Lowering {
         {"neg", "Neg"}, {"abs", "Abs"}, {"exp", "Exp"}, {"log", "Log"}, {"sqrt", "Sqrt"}, {"sin", "Sin"},
         {"cos", "Cos"}, {"tan", "Tan"}, {"tanh", "Tanh"}, {"sigmoid", "Sigmoid"}, {"relu", "Relu"},
         {"softplus", "Softplus"}, {"erf", "Erf"}, {"floor", "Floor"}, {"ceil", "Ceil"}, {"round", "Round"},
-        {"sign", "Sign"}, {"logical_not", "Not"}, {"contiguous", "Identity"}, {"clone", "Identity"}};
+        {"sign", "Sign"}, {"logical_not", "Not"}, {"contiguous", "Identity"}, {"clone", "Identity"},
+        {"asin", "Asin"}, {"acos", "Acos"}, {"atan", "Atan"}, {"sinh", "Sinh"}, {"cosh", "Cosh"},
+        {"asinh", "Asinh"}, {"acosh", "Acosh"}, {"atanh", "Atanh"}};
     static const std::map<std::string, std::string> binaries = {
         {"add", "Add"}, {"sub", "Sub"}, {"mul", "Mul"}, {"div", "Div"}, {"pow", "Pow"}, {"maximum", "Max"},
         {"minimum", "Min"}};
@@ -404,9 +406,19 @@ class Lowering {
       node("Add", {e, scalar(dt, 1)}, {p});
       node("Mul", {a, p}, {h});
       node("Mul", {h, scalar(dt, 0.5)}, {out});
-    } else if (op == "rsqrt" || op == "log1p" || op == "expm1") {
+    } else if (op == "rsqrt" || op == "log1p" || op == "expm1" || op == "log2" || op == "log10" || op == "exp2" ||
+               op == "erfc") {
       const std::string dt = dtype(out_value(n, 0)), a = in_as(n, 0, dt), t = fresh();
-      if (op == "rsqrt") {
+      if (op == "log2" || op == "log10") {   // ln x / ln b
+        node("Log", {a}, {t});
+        node("Mul", {t, scalar(dt, op == "log2" ? 1.44269504088896340736 : 0.43429448190325182765)}, {out});
+      } else if (op == "exp2") {              // e^(x ln 2)
+        node("Mul", {a, scalar(dt, 0.69314718055994530942)}, {t});
+        node("Exp", {t}, {out});
+      } else if (op == "erfc") {              // 1 - erf(x)
+        node("Erf", {a}, {t});
+        node("Sub", {scalar(dt, 1), t}, {out});
+      } else if (op == "rsqrt") {
         node("Sqrt", {a}, {t});
         node("Reciprocal", {t}, {out});
       } else if (op == "log1p") {

@@ -268,6 +268,8 @@ return {
   ["dl.nn.LocalResponseNorm"] = { "dl.nn.LocalResponseNorm(size [, alpha, beta, k]); F.local_response_norm", "x over (k + alpha/size sum of x^2 over neighbouring channels)^beta." },
   ["dl.nn.AlphaDropout"] = { "dl.nn.AlphaDropout(p); FeatureAlphaDropout(p); F.alpha_dropout(x, p, training)", "Dropout that keeps SELU's mean and variance." },
   ["dl.nn.RReLU"] = { "dl.nn.RReLU([lower, upper]); F.rrelu(x [, lower, upper, training])", "Leaky ReLU with random slopes while training, their mean otherwise." },
+  ["dl.addcmul"] = { "dl.addcmul(t, a, b [, {value = 1}]); dl.addcdiv; x:addcmul_(a, b)", "t + value a b (a / b): PyTorch's forms, for optimizer updates." },
+  ["dl.inner"] = { "dl.inner(a, b); dl.ger(a, b); a:dist(b [, p])", "Sum over both last dims' product; the outer product; the p-norm of a - b." },
   ["dl.nn.cross_entropy"] = { "dl.nn.cross_entropy(logits, labels [, {reduction, weight, ignore_index, label_smoothing}])", "Cross-entropy with 1-based class labels (mean by default); weight (C) weighs the classes." },
   ["dl.nn.CrossEntropyLoss"] = { "dl.nn.CrossEntropyLoss([{weight, ignore_index, label_smoothing, reduction}])", "The loss modules: CrossEntropyLoss, NLLLoss, MSELoss, L1Loss, SmoothL1Loss, HuberLoss, KLDivLoss, BCELoss, BCEWithLogitsLoss, CTCLoss ... each its function with these options; loss = criterion(input, target)." },
   ["dl.nn.ZeroPad2d"] = { "dl.nn.ZeroPad2d(padding), ConstantPad1d/2d(padding, value), ReflectionPad1d/2d, ReplicationPad1d/2d", "Padding layers over F.pad; padding a number or {left, right[, top, bottom]}." },

@@ -270,6 +270,18 @@ struct RsqrtFn { template <typename T> DL_HD T operator()(T x) const { return T(
 struct SinFn { template <typename T> DL_HD T operator()(T x) const { return std::sin(x); } };
 struct CosFn { template <typename T> DL_HD T operator()(T x) const { return std::cos(x); } };
 struct TanFn { template <typename T> DL_HD T operator()(T x) const { return std::tan(x); } };
+struct AsinFn { template <typename T> DL_HD T operator()(T x) const { return std::asin(x); } };
+struct AcosFn { template <typename T> DL_HD T operator()(T x) const { return std::acos(x); } };
+struct AtanFn { template <typename T> DL_HD T operator()(T x) const { return std::atan(x); } };
+struct SinhFn { template <typename T> DL_HD T operator()(T x) const { return std::sinh(x); } };
+struct CoshFn { template <typename T> DL_HD T operator()(T x) const { return std::cosh(x); } };
+struct AsinhFn { template <typename T> DL_HD T operator()(T x) const { return std::asinh(x); } };
+struct AcoshFn { template <typename T> DL_HD T operator()(T x) const { return std::acosh(x); } };
+struct AtanhFn { template <typename T> DL_HD T operator()(T x) const { return std::atanh(x); } };
+struct Exp2Fn { template <typename T> DL_HD T operator()(T x) const { return std::exp2(x); } };
+struct Log2Fn { template <typename T> DL_HD T operator()(T x) const { return std::log2(x); } };
+struct Log10Fn { template <typename T> DL_HD T operator()(T x) const { return std::log10(x); } };
+struct ErfcFn { template <typename T> DL_HD T operator()(T x) const { return std::erfc(x); } };
 struct TanhFn { template <typename T> DL_HD T operator()(T x) const {
   if constexpr (std::is_same_v<T, float>) {   // Note [Float exponentials in double]
     // tanh |x| = -m / (2 + m), m = e^(-2|x|) - 1

@@ -8,13 +8,21 @@
 --   x:new_zeros(shape), x:new_ones(shape), x:new_full(shape, v), x:new_tensor(data)
 --                                           x's dtype and device
 --   x:uniform_([a, b]), x:normal_([mean, std])   dl.nn.init.uniform_(x, a, b), normal_
+--   x:clip(lo, hi), x:clip_(lo, hi)        x:clamp, x:clamp_
+--   x:absolute(), x:negative(), x:positive()   abs, neg, x itself
+--   x:ravel(), x:msort(), x:tolist(), x:ndimension(), x:new_empty(shape)
+--   dl.ger(a, b) and dl.inner(a, b)         outer, and the sum over both last dims' product
+--   a:dist(b [, p = 2])                     the p-norm of a - b (a method: dl.dist is dl.dist)
+--   dl.addcmul(t, a, b [, {value = 1}]), dl.addcdiv: t + value a b, t + value a / b (and _)
+--   x:det(), x:inverse(), x:pinverse(), x:slogdet(), x:logdet(), x:cholesky(), x:qr(), x:svd()
+--                                           dl.linalg's functions
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
 
 local raise, bad_arg = core.raise, core.bad_arg
 local methods, dl = T.methods, T.dl
-local type, ipairs = type, ipairs
+local type, ipairs, pairs = type, ipairs, pairs
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 
@@ -74,5 +82,66 @@ function methods.new_tensor(x, data) check("new_tensor", x) return dl.tensor(dat
 
 function methods.uniform_(x, a, b) check("uniform_", x) return dl.nn.init.uniform_(x, a, b) end
 function methods.normal_(x, mean, std) check("normal_", x) return dl.nn.init.normal_(x, mean, std) end
+
+function methods.clip(x, lo, hi) check("clip", x) return x:clamp(lo, hi) end
+function methods.clip_(x, lo, hi) check("clip_", x) return x:clamp_(lo, hi) end
+function methods.absolute(x) check("absolute", x) return x:abs() end
+function methods.negative(x) check("negative", x) return x:neg() end
+function methods.positive(x) check("positive", x) return x end
+function methods.ravel(x) check("ravel", x) return x:reshape(-1) end
+function methods.msort(x) check("msort", x) return (x:sort(1)) end
+function methods.tolist(x) check("tolist", x) return x:totable() end
+function methods.ndimension(x) check("ndimension", x) return x:dim() end
+function methods.new_empty(x, shape) check("new_empty", x) return dl.empty(shape, like(x)) end
+dl.clip, dl.absolute, dl.negative, dl.positive, dl.ravel, dl.msort =
+  methods.clip, methods.absolute, methods.negative, methods.positive, methods.ravel, methods.msort
+
+function dl.ger(a, b) return dl.outer(a, b) end
+function dl.inner(a, b)
+  check("inner", a)
+  check("inner", b)
+  if a:dim() == 0 or b:dim() == 0 then return a * b end
+  if a:size(-1) ~= b:size(-1) then
+    raise("inner: the last dims differ: " .. T.shape_str(a.shape) .. " and " .. T.shape_str(b.shape))
+  end
+  return dl.tensordot(a, b, { { a:dim() }, { b:dim() } })
+end
+-- (a method only: dl.dist is the distributed module)
+function methods.dist(a, b, p)
+  check("dist", a)
+  T.check_broadcast("dist", a, b)
+  return dl.linalg.vector_norm(a - b, p or 2)
+end
+methods.ger, methods.inner = dl.ger, dl.inner
+
+-- t + value a b, t + value a / b (PyTorch's addcmul and addcdiv; optimizers' updates).
+local VALUE_OPTS = { value = true }
+local function addc(op, combine)
+  return function(t, a, b, opts)
+    check(op, t)
+    opts = core.options(op, opts, VALUE_OPTS)
+    local value = opts.value or 1
+    if type(value) ~= "number" then bad_arg(op, "a number for value", value) end
+    T.check_broadcast(op, a, b)
+    local term = combine(a, b)
+    return t + (value == 1 and term or term * value)
+  end
+end
+dl.addcmul = addc("addcmul", function(a, b) return a * b end)
+dl.addcdiv = addc("addcdiv", function(a, b) return a / b end)
+methods.addcmul, methods.addcdiv = dl.addcmul, dl.addcdiv
+function methods.addcmul_(t, a, b, opts) return t:copy_(dl.addcmul(t, a, b, opts)) end
+function methods.addcdiv_(t, a, b, opts) return t:copy_(dl.addcdiv(t, a, b, opts)) end
+
+-- dl.linalg's functions as methods, PyTorch's names (inverse for inv).
+for name, fn in pairs({ det = "det", inverse = "inv", pinverse = "pinv", slogdet = "slogdet", cholesky = "cholesky",
+                        qr = "qr", svd = "svd" }) do
+  methods[name] = function(x, ...) return dl.linalg[fn](x, ...) end
+end
+function methods.logdet(x)
+  local sign, logabs = dl.linalg.slogdet(x)
+  return dl.where(sign:lt(0), 0 / 0, dl.where(sign:eq(0), -math.huge, logabs))
+end
+dl.logdet = methods.logdet
 
 return {}

@@ -60,9 +60,12 @@ core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 core.on_first_use(dl, NONFINITE, loader("dlua.nonfinite"))
 core.on_first_use(T.methods, NONFINITE, loader("dlua.nonfinite"))
 local ALIASES = { "clamp_min", "clamp_max", "swapaxes", "swapdims", "movedim", "type_as", "new_zeros", "new_ones",
-                  "new_full", "new_tensor", "uniform_", "normal_" }
+                  "new_full", "new_tensor", "uniform_", "normal_", "clip", "clip_", "absolute", "negative", "positive",
+                  "ravel", "msort", "tolist", "ndimension", "new_empty", "ger", "inner", "dist", "addcmul", "addcdiv",
+                  "addcmul_", "addcdiv_", "det", "inverse", "pinverse", "slogdet", "logdet", "cholesky", "qr", "svd" }
 core.on_first_use(T.methods, ALIASES, loader("dlua.aliases"))
-core.on_first_use(dl, { "movedim", "swapaxes", "swapdims" }, loader("dlua.aliases"))
+core.on_first_use(dl, { "movedim", "swapaxes", "swapdims", "clip", "absolute", "negative", "positive", "ravel", "msort",
+                        "ger", "inner", "addcmul", "addcdiv", "logdet" }, loader("dlua.aliases"))
 local INDEXED = { "index_add", "index_copy", "index_fill", "scatter" }
 core.on_first_use(dl, INDEXED, loader("dlua.indexed"))
 core.on_first_use(T.methods, { "index_add", "index_copy", "index_fill", "scatter", "index_add_", "index_copy_",

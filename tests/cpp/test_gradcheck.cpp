@@ -41,10 +41,12 @@ Tensor transposed(int64_t r, int64_t c, uint64_t seed, bool positive = false) {
 // (the gamma family on (0.3, 1.3), away from its poles; polygamma's n, rounded, 0 or 1)
 bool needs_positive(Op op) {
   return op == Op::Log || op == Op::Sqrt || op == Op::Rsqrt || op == Op::Pow || op == Op::Log1p ||
-         op == Op::Lgamma || op == Op::Digamma || op == Op::Polygamma;
+         op == Op::Lgamma || op == Op::Digamma || op == Op::Polygamma || op == Op::Log2 || op == Op::Log10;
 }
 // Ops defined on (-1, 1) only: their inputs scaled into it.
-bool needs_unit(Op op) { return op == Op::Erfinv; }
+bool needs_unit(Op op) { return op == Op::Erfinv || op == Op::Asin || op == Op::Acos || op == Op::Atanh; }
+// acosh, from 1: its inputs moved to (1.3, 2.3).
+bool needs_above_one(Op op) { return op == Op::Acosh; }
 
 double* element(const Tensor& t, int64_t linear) {
   int64_t off = 0, rem = linear;
@@ -134,6 +136,12 @@ void gradcheck(const Case& c) {
 std::vector<Case> unary_cases(Op op) {
   bool pos = needs_positive(op);
   auto f = [op](const TensorList& x) { return ag::unary(op, x[0]); };
+  if (needs_above_one(op)) {
+    auto above = [](Tensor t) { return binary(Op::Add, t, Scalar(1.0)); };
+    return {{"contiguous", f, {above(values(Shape{2, 3}, 1, true))}},
+            {"transposed", f, {transpose(above(values(Shape{2, 3}, 2, true)), 0, 1)}},
+            {"0-dim", f, {above(values(Shape{}, 3, true))}}};
+  }
   if (needs_unit(op)) {
     auto unit = [](Tensor t) { return binary(Op::Mul, t, Scalar(0.7)); };
     return {{"contiguous", f, {unit(values(Shape{2, 3}, 1))}},

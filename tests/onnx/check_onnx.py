@@ -248,6 +248,10 @@ def cumsum(node, ins):
 OPS = {
     "Neg": lambda n, i: [-i[0]], "Abs": lambda n, i: [np.abs(i[0])], "Exp": lambda n, i: [np.exp(i[0])],
     "Log": lambda n, i: [np.log(i[0])], "Sqrt": lambda n, i: [np.sqrt(i[0])], "Sin": lambda n, i: [np.sin(i[0])],
+    "Asin": lambda n, i: [np.arcsin(i[0])], "Acos": lambda n, i: [np.arccos(i[0])],
+    "Atan": lambda n, i: [np.arctan(i[0])], "Sinh": lambda n, i: [np.sinh(i[0])], "Cosh": lambda n, i: [np.cosh(i[0])],
+    "Asinh": lambda n, i: [np.arcsinh(i[0])], "Acosh": lambda n, i: [np.arccosh(i[0])],
+    "Atanh": lambda n, i: [np.arctanh(i[0])],
     "Cos": lambda n, i: [np.cos(i[0])], "Tan": lambda n, i: [np.tan(i[0])], "Tanh": lambda n, i: [np.tanh(i[0])],
     "Sigmoid": lambda n, i: [1 / (1 + np.exp(-i[0]))], "Relu": lambda n, i: [np.maximum(i[0], 0)],
     "Softplus": lambda n, i: [np.log1p(np.exp(i[0]))],

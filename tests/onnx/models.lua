@@ -44,6 +44,14 @@ local decoder = nn.Sequential{
 save("decoder", function(x) return decoder(x) end, { dl.randn(1, 4, 5, 5) }, { dl.randn(3, 4, 5, 5) },
      { dynamic = { [1] = { 1, "batch" } } })
 
+-- The inverse and hyperbolic functions, the other bases' exponentials and logarithms, erfc
+-- (inputs in every function's domain: x in (-1, 1)).
+save("trig", function(x)
+  local a = x:asin() + x:acos() + x:atan() + x:atanh() + (x * 3):sinh() + x:cosh() + (x * 5):asinh()
+  local b = (x:abs() + 1):acosh() + x:exp2() + (x:abs() + 0.1):log2() + (x:abs() + 0.1):log10() + (x * 2):erfc()
+  return a * b
+end, { dl.rand(4, 3) * 1.8 - 0.9 }, { dl.rand(2, 3) * 1.8 - 0.9 })
+
 -- Resizing: bilinear, nearest and bicubic upsampling, an adaptive average pool (Gather,
 -- MatMul).
 local resize = nn.Sequential{

@@ -680,13 +680,37 @@ def gen_special():
     return out
 
 
+def gen_elementwise_math():
+    """asin, acos, atan, sinh, cosh, asinh, acosh, atanh, exp2, log2, log10 and erfc in float64
+    on their domains (edges and far values included), with gradients of sum(y * c)."""
+    out = []
+    with torch.random.fork_rng():
+        torch.manual_seed(20261215)
+        unit = torch.cat([torch.rand(6, dtype=torch.float64) * 1.98 - 0.99,
+                          torch.tensor([0.0, -0.0, 0.5, -0.999999], dtype=torch.float64)])
+        real = torch.cat([rnd(6) * 4, torch.tensor([0.0, 1e-8, -30.0, 700.0], dtype=torch.float64)])
+        above = torch.cat([torch.rand(6, dtype=torch.float64) * 5 + 1.001, torch.tensor([1.5, 1e6], dtype=torch.float64)])
+        pos = torch.cat([torch.rand(6, dtype=torch.float64) * 50 + 1e-3, torch.tensor([1.0, 2.0, 1e-300, 1e300], dtype=torch.float64)])
+        for name, fn, arg in (("asin", torch.asin, unit), ("acos", torch.acos, unit), ("atan", torch.atan, real),
+                              ("sinh", torch.sinh, real[:-1]), ("cosh", torch.cosh, real[:-1]), ("asinh", torch.asinh, real),
+                              ("acosh", torch.acosh, above), ("atanh", torch.atanh, unit), ("exp2", torch.exp2, real[:-1]),
+                              ("log2", torch.log2, pos), ("log10", torch.log10, pos), ("erfc", torch.erfc, real)):
+            v = arg.clone().requires_grad_()
+            y = fn(v)
+            c = rnd(*y.shape)
+            (g,) = torch.autograd.grad((y * c).sum(), [v])
+            out.append({"name": name, "x": arg, "y": y, "c": c, "g": g})
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
             "conv1d_pad": gen_conv1d_pad(), "einsum": gen_einsum(),
             "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer(),
             "indexed": gen_indexed(), "composed": gen_composed(), "products": gen_products(),
-            "more_functions": gen_more_functions(), "special": gen_special()}
+            "more_functions": gen_more_functions(), "special": gen_special(),
+            "elementwise_math": gen_elementwise_math()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
