@@ -106,9 +106,10 @@ DL_SPECIAL double polygamma(double n, double x) {
   const double k = std::nearbyint(n);
   if (!(k >= 0)) return std::numeric_limits<double>::quiet_NaN();
   if (k == 0) return digamma(x);
+  // (in double throughout: n! is infinite past 170, and n may exceed int's range)
   double factorial = 1;
-  for (int i = 2; i <= int(k); ++i) factorial *= i;
-  const double sign = int(k) % 2 == 1 ? 1.0 : -1.0;
+  for (double i = 2; i <= k && factorial < std::numeric_limits<double>::infinity(); ++i) factorial *= i;
+  const double sign = std::fmod(k, 2.0) == 1 ? 1.0 : -1.0;
   return sign * factorial * hurwitz_zeta(k + 1, x);
 }
 

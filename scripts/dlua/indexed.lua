@@ -114,8 +114,10 @@ function methods.scatter(x, dim, idx, src)
   local shape = idx.shape
   local hits = dl.zeros(x.shape, { device = x.device }):scatter_add(d, idx, dl.ones(shape, { device = x.device }))
   if type(src) == "number" or type(src) == "boolean" then
-    -- (a value written twice is still the value)
-    return dl.where(hits:gt(0), type(src) == "boolean" and (src and 1 or 0) or src, x)
+    -- (a value written twice is still the value; in x's dtype, as PyTorch's value=, made
+    -- so before the selection, which would otherwise promote x's untouched elements)
+    local v = dl.full({}, type(src) == "boolean" and (src and 1 or 0) or src, { dtype = x.dtype, device = x.device })
+    return dl.where(hits:gt(0), v, x)
   else
     check(op, src)
     for k = 1, idx:dim() do   -- (only the part of src that idx covers is read)

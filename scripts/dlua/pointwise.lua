@@ -92,7 +92,13 @@ function dl.fmod(a, b)
   T.check_broadcast("fmod", a, b)
   local r = a % b
   local fix = r:ne(0):logical_and((r:lt(0)):ne(a:lt(0)))
-  return dl.where(fix, r - b, r)
+  r = dl.where(fix, r - b, r)
+  -- a finite a over an infinite b is a itself (C's fmod; r - b was inf - inf)
+  local b_inf = is_tensor(b) and b:abs():eq(math.huge) or (b == math.huge or b == -math.huge)
+  if b_inf == false then return r end
+  local keep = a:abs():lt(math.huge)
+  if b_inf ~= true then keep = keep:logical_and(b_inf) end
+  return dl.where(keep, a, r)
 end
 methods.fmod = dl.fmod
 
@@ -226,10 +232,10 @@ methods.xlogy = dl.xlogy
 
 function dl.logit(x, eps)
   check("logit", x)
-  if eps ~= nil and (type(eps) ~= "number" or eps < 0 or eps > 0.5) then
-    raise("logit: eps must be a number in [0, 0.5], got " .. tostring(eps))
+  if eps ~= nil and (type(eps) ~= "number" or eps > 0.5) then
+    raise("logit: eps must be a number of at most 0.5, got " .. tostring(eps))
   end
-  local z = eps and x:clamp(eps, 1 - eps) or x
+  local z = (eps and eps >= 0) and x:clamp(eps, 1 - eps) or x   -- (a negative eps clamps nothing, as PyTorch's)
   return (z / (1 - z)):log()
 end
 methods.logit = dl.logit

@@ -179,7 +179,17 @@ local function scaled_sum(op, input, product, opts)
   opts = core.options(op, opts, SCALE_OPTS)
   local beta, alpha = opts.beta or 1, opts.alpha or 1
   if type(beta) ~= "number" or type(alpha) ~= "number" then raise(op .. ": beta and alpha must be numbers") end
-  T.check_broadcast(op, input, product)
+  -- input broadcasts to the product's shape (never beyond it)
+  local ps, is = product.shape, input.shape
+  local fits = #is <= #ps
+  for i = 1, #is do
+    local n, m = is[#is - i + 1], ps[#ps - i + 1]
+    fits = fits and (n == 1 or n == m)
+  end
+  if not fits then
+    raise(op .. ": input of shape " .. shape_str(input.shape) .. " does not broadcast to the product's "
+          .. shape_str(product.shape))
+  end
   local p = alpha == 1 and product or product * alpha
   if beta == 0 then return p end
   return (beta == 1 and input or input * beta) + p

@@ -75,11 +75,15 @@ function dl.logcumsumexp(x, dim)
   local n, y, k = x:size(d), x, 1
   while k < n do
     local prev = shifted(y, d, k, -huge)
-    local hi, lo = dl.maximum(y, prev), dl.minimum(y, prev)
-    -- (lo = -inf adds nothing, and its gradient is 0: exp(-inf - hi) would be NaN when
-    -- hi is -inf too)
-    local gap = dl.where(lo:eq(-huge), -huge, lo - hi)
-    y = dl.where(lo:eq(-huge), hi, hi + gap:exp():log1p())
+    -- (a tie goes to the element itself, not half to the shifted one: the first
+    -- elements' -inf fill must take no gradient)
+    local own = y:ge(prev)
+    local hi, lo = dl.where(own, y, prev), dl.where(own, prev, y)
+    -- hi alone where lo adds nothing (-inf) or where both are +inf: lo - hi would be NaN
+    -- there (PyTorch's _log_add_exp_helper)
+    local alone = lo:eq(-huge):logical_or(lo:eq(huge))
+    local gap = dl.where(alone, -huge, lo - hi)
+    y = dl.where(alone, hi, hi + gap:exp():log1p())
     k = k * 2
   end
   return y
@@ -124,7 +128,7 @@ local function trapezoids(op, y, spacing, dim)
   if opts.x ~= nil and opts.dx ~= nil then raise(op .. ": give x or dx, not both") end
   local d = core.positive_dim(op, dim == nil and -1 or dim, y:dim())
   local n = y:size(d)
-  if n == 0 then raise(op .. ": dim " .. d .. " is empty") end
+  if n == 0 then return y, d end   -- (no trapezoids: a sum of 0, an empty running sum)
   local mid = (y:narrow(d, 2, n - 1) + y:narrow(d, 1, n - 1)) * 0.5
   if opts.x == nil then
     local dx = opts.dx == nil and 1 or opts.dx

@@ -195,7 +195,9 @@ local function quantile(op, x, q, dim, keepdim, interpolation, skip_nan)
   else
     core.bad_arg(op, "a number or a 0-dim or 1-dim tensor of quantiles", q)
   end
-  if qs:numel() > 0 and (qs:lt(0):any() or qs:gt(1):any()) then raise(op .. ": q must lie in [0, 1]") end
+  if qs:numel() > 0 and (qs:lt(0):any() or qs:gt(1):any() or qs:ne(qs):any()) then
+    raise(op .. ": q must lie in [0, 1]")
+  end
   local v, d
   if dim == nil then
     v, d = x:reshape(-1), 1

@@ -549,7 +549,7 @@ end
 do
   local polygamma = F.polygamma
   local function checked(n, x)
-    if type(n) == "number" and (n ~= floor(n) or n < 0) then
+    if type(n) == "number" and (n ~= floor(n) or n < 0 or n == math.huge) then
       raise("polygamma: n must be a whole number >= 0, got " .. tostring(n))
     end
     local v = polygamma(n, x)

@@ -504,6 +504,8 @@ H.test("index_add, index_copy, index_fill and scatter as PyTorch's, with gradien
   H.values(dl.zeros(2, 4):scatter(2, i2, 1), { { 1, 0, 0, 0 }, { 0, 1, 1, 0 } })
   H.values(dl.zeros(2, 4):scatter(2, i2, dl.tensor({ { 5, 6 }, { 7, 8 } })), { { 6, 0, 0, 0 }, { 0, 8, 7, 0 } })
   H.values(dl.zeros(5):scatter(1, dl.tensor({ 2, 2, 4 }, { dtype = "int64" }), dl.tensor({ 1, 7, 3 })), { 0, 7, 0, 3, 0 })
+  H.values(dl.zeros(3, { dtype = "int64" }):scatter(1, dl.tensor({ 2 }, { dtype = "int64" }), 2.5), { 0, 2, 0 },
+           { dtype = "int64" })   -- (a value in x's dtype, as PyTorch's)
 end)
 
 H.test("lerp, hypot, logaddexp, fmod, frac, square, reciprocal, cross and cdist as PyTorch's, with gradients", function()
@@ -1109,6 +1111,30 @@ H.test("PyTorch's other spellings: clip, inner, dist, addcmul, addcdiv, logdet a
   H.values(t, { 3, 3 })
   H.raises(function() dl.addcmul(a, a, b, { val = 1 }) end, "addcmul: unknown option 'val'")
   H.raises(function() dl.inner(a, dl.ones(2)) end, "inner: the last dims differ")
+end)
+
+H.test("edges of the third round's functions, as PyTorch's: infinities, empty dims, dtypes kept, shapes checked", function()
+  local inf = math.huge
+  H.values(dl.logcumsumexp(dl.tensor({ inf, inf, 1 }), 1), { inf, inf, inf })
+  local g = dl.grad(function(x) return dl.logcumsumexp(x, 1)[1] end)(dl.tensor({ -inf, 1 }))
+  H.values(g, { 1, 0 })                      -- (a tie with the -inf fill gave it half)
+  H.values(dl.floor_divide(dl.tensor({ 1, -1, 5, -5 }), inf), { 0, -1, 0, -1 })
+  H.values(dl.fmod(dl.tensor({ -1, 2 }), inf), { -1, 2 })
+  H.eq(dl.trapezoid(dl.zeros(0)):item(), 0)
+  H.eq(dl.cumulative_trapezoid(dl.zeros(0)):numel(), 0)
+  H.near(dl.logit(dl.tensor({ 0.3 }), -1):item(), -0.8473, 1e-4)   -- a negative eps clamps nothing
+  H.raises(function() dl.quantile(dl.ones(3), 0 / 0) end, "quantile: q must lie in [0, 1]")
+  H.raises(function() dl.polygamma(math.huge, dl.ones(1)) end, "polygamma: n must be a whole number >= 0, got inf")
+  H.ok(dl.polygamma(dl.tensor({ 3e9 }), dl.tensor({ 1.5 })):numel() == 1)   -- (no overflow of an int)
+  H.raises(function() dl.addmm(dl.ones(5, 2, 4), dl.ones(2, 3), dl.ones(3, 4)) end,
+           "addmm: input of shape (5, 2, 4) does not broadcast to the product's (2, 4)")
+  -- scatter of a value keeps x's dtype, and x's other elements as they were
+  local i = dl.tensor({ { 2 } }, { dtype = "int64" })
+  H.eq(dl.zeros(1, 3, { dtype = "bool" }):scatter(2, i, true).dtype, "bool")
+  local big = dl.full({ 1, 3 }, 16777217, { dtype = "int64" }):scatter(2, i, 2.5)
+  H.eq(big.dtype, "int64")
+  H.eq(big[1][1], 16777217)
+  H.eq(big[1][2], 2)
 end)
 
 H.run()

@@ -571,6 +571,9 @@ H.test("margin losses, pdist, rrelu, local response norm, power-average pools an
            "multilabel_margin_loss: expected input (N, C) and target of its shape")
   H.raises(function() F.max_unpool2d(pooled, idx * 100, 2) end, "max_unpool2d: indices must lie in 1..16")
   H.raises(function() F.lp_pool2d(img, 0, 2) end, "lp_pool2d: norm_type must be a non-zero number, got 0")
+  H.raises(function() F.max_unpool2d(pooled, idx:narrow(4, 1, 1), 2) end,
+           "max_unpool2d: expected int64 indices of the input's shape (2, 6, 2, 2)")
+  H.ok(dl.equal(F.alpha_dropout(z, 0.2), z), "the F form does not drop unless training is given, as PyTorch's")
 end)
 
 H.test("padding layers, ChannelShuffle and Softmax2d match PyTorch's", function()

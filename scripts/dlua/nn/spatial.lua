@@ -75,7 +75,7 @@ local function alpha_dropout(op, spatial)
     check(op, x)
     p = p == nil and 0.5 or p
     if type(p) ~= "number" or p < 0 or p > 1 then raise(op .. ": p must be between 0 and 1, got " .. tostring(p)) end
-    if training == false or p == 0 then return x end
+    if not training or p == 0 then return x end   -- (training false unless given, as PyTorch's F form)
     if p == 1 then return x * 0 end
     local shape = x.shape
     if spatial then
@@ -280,7 +280,9 @@ local function max_unpool(op, spatial)
     local nd = dims_checked(op, x, spatial)
     check(op, indices)
     opts = core.options(op, opts, UNPOOL_OPTS)
-    if indices.dtype ~= "int64" or #indices.shape ~= nd then
+    local same = indices.dtype == "int64" and #indices.shape == nd
+    for i = 1, nd do same = same and indices:size(i) == x:size(i) end
+    if not same then
       raise(op .. ": expected int64 indices of the input's shape " .. shape_str(x.shape) .. ", got " .. indices.dtype
             .. " " .. shape_str(indices.shape))
     end
