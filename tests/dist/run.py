@@ -166,9 +166,24 @@ def main():
         with tempfile.TemporaryDirectory(prefix="dlua_dist_example_") as tmp:
             script = os.path.join(ROOT, "scripts", "examples", "fashion_mnist_ddp.lua")
             rc, out, took = mpirun(dlua, 2, script, 600, env, ["--quick", "--logdir", tmp])
-        if rc != 0 or "test accuracy" not in out or "largest difference 0" not in out:
-            fail(f"the example on 2 ranks: exit {rc}", out)
+            if rc != 0 or "test accuracy" not in out or "largest difference 0" not in out:
+                fail(f"the example on 2 ranks: exit {rc}", out)
+            # One process on the 2 ranks' batch (2 x 64) sees the same images at every
+            # step (dist.shard interleaves one shuffle), so it must train to the same loss
+            # and accuracy, up to the order of the gradient's sums.
+            one = subprocess.run([dlua, script, "--quick", "--batch", "128", "--logdir", tmp + "/one"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600,
+                                 env=env, stdin=subprocess.DEVNULL)
+            out1 = one.stdout.decode(errors="replace")
+            if one.returncode != 0:
+                fail(f"the example on 1 process: exit {one.returncode}", out1)
+        pattern = r"epoch 1: loss ([0-9.]+), test accuracy ([0-9.]+)%"
+        (loss2, acc2), (loss1, acc1) = (map(float, re.search(pattern, o).groups()) for o in (out, out1))
+        if abs(loss2 - loss1) > 2e-3 or abs(acc2 - acc1) > 0.25:
+            fail(f"2 ranks trained to loss {loss2}, accuracy {acc2}%; 1 process to {loss1}, {acc1}%",
+                 out + out1)
         print(out)
+        print(f"1 process on the same batches: loss {loss1}, accuracy {acc1}%")
         return
     patterns, deadline = EXPECT[case]
     with tempfile.TemporaryDirectory(prefix=f"dlua_dist_{case}_") as tmp:

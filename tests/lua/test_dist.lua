@@ -31,6 +31,15 @@ H.test("init alone: size 1, no MPI", function()
   H.ok(dist.is_main())
   H.eq(dist.backend(), "none")
   H.raises(function() dist.init() end, "dist.init: dl.dist is already initialised (rank 0 of 1)")
+  -- Alone, neither the plugin nor Open MPI is mapped into the process.
+  local maps = io.open("/proc/self/maps")
+  if maps then
+    local text = maps:read("*a")
+    maps:close()
+    H.ok(text:find("libdlua_dist", 1, true) == nil, "libdlua_dist.so is mapped at size 1")
+    H.ok(text:find("libmpi", 1, true) == nil, "libmpi is mapped at size 1")
+    H.ok(text:find("libopen-pal", 1, true) == nil, "Open MPI's libopen-pal is mapped at size 1")
+  end
 end)
 
 H.test("collectives of one rank", function()
