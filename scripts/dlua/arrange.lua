@@ -9,6 +9,7 @@
 --   x:split(2, 1), x:chunk(3, 1), x:unbind(1)  -- lists of views along dim 1
 --   x:diagonal(k, d1, d2), dl.diag(v or m, k), m:trace(), dl.outer(a, b)
 --   x:unfold(dim, size, step)  -- sliding windows as a new last dim
+--   dl.vander(x [, N [, increasing]])  -- the Vandermonde matrix of a vector's powers
 --
 -- Each is made of the engine's differentiable views and ops (expand and reshape, narrow
 -- and cat, index_select, where), so gradients of any order come with it.
@@ -391,5 +392,25 @@ function methods.unbind(x, dim)
   return out
 end
 dl.unbind = methods.unbind
+
+
+-- dl.vander(x [, N = #x [, increasing = false]]): the n x N matrix of the powers of the
+-- 1-D x, x^(N-1) ... x^0 in each row (x^0 ... x^(N-1) with increasing), as torch.vander:
+-- a running product, so that its gradient at x = 0 is exact.
+function dl.vander(x, N, increasing)
+  local op = "vander"
+  check(op, x)
+  if x:dim() ~= 1 then raise(op .. ": expected a 1-D tensor, got " .. x:dim() .. " dims") end
+  local n = x:size(1)
+  if N == nil then N = n end
+  if type(N) ~= "number" or N ~= floor(N) or N < 0 then bad_arg(op, "N (an integer >= 0)", N) end
+  if increasing ~= nil and type(increasing) ~= "boolean" then bad_arg(op, "increasing (a boolean)", increasing) end
+  if x.dtype == "bool" then x = x:to("int64") end
+  if N == 0 then return dl.zeros({ n, 0 }, { dtype = x.dtype, device = x.device }) end
+  local ones = dl.ones({ n, 1 }, { dtype = x.dtype, device = x.device })
+  local powers = N == 1 and ones or dl.cat({ ones, x:view(n, 1):expand(n, N - 1) }, 2):cumprod(2)
+  if increasing then return powers end
+  return powers:flip({ 2 })
+end
 
 return dl

@@ -6,18 +6,29 @@
 --   x:index_fill(dim, idx, v)             x with the slices at idx filled with v
 --   x:scatter(dim, idx, src or v)         x with src[i][j] put at (idx[i][j], j) (dim 1;
 --                                         likewise for others), scatter_add without the sum
+--   x:scatter_reduce(dim, idx, src, reduce [, {include_self = true}])   src's values
+--                                         combined into x at those places by sum, prod,
+--                                         mean, amax or amin
+--   x:index_put(indices, values [, accumulate])   x[i1, i2, ...] = values for a list of
+--                                         index tensors (or bool masks) over x's leading dims
+--   x:put(idx, src [, accumulate])        the same for flat (row-major) indices
+--   x:masked_scatter(mask, src)           src's leading values placed where mask is true
+--   dl.take(x, idx)                       x's elements at flat indices, in idx's shape
 --
--- each also in place (x:index_add_ ...). They are made of scatter_add and where, so
--- gradients (for x and src) follow. Where an index repeats, index_add adds every slice
--- (as PyTorch's); index_copy and scatter add the values that land together, where
--- PyTorch keeps one of them (which one unspecified): give those distinct indices.
+-- each writer also in place (x:index_add_ ...). They are made of scatter_add and where,
+-- so gradients (for x and src) follow. Where an index repeats, index_add, scatter_add
+-- and an accumulating index_put or put add every value (as PyTorch's); scatter, index_put
+-- and put keep the last write along the dim (PyTorch's CPU loop), and index_copy adds
+-- the values that land together, where PyTorch keeps one of them (which one
+-- unspecified): give those distinct indices. Indices are 1-based; take, put and
+-- index_put also take negative ones (-1 the last).
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
 
 local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, shape_str, methods, dl = T.is_tensor, T.shape_str, T.methods, T.dl
-local type = type
+local type, unpack, pcall = type, unpack, pcall
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 
@@ -103,6 +114,31 @@ function methods.index_fill(x, dim, idx, v)
   return dl.where(slices(x, d, idx), v, x)
 end
 
+-- The part of src that idx covers (only that part is read).
+local function covered(op, idx, src)
+  check(op, src)
+  if src:dim() ~= idx:dim() then
+    raise(op .. ": expected a source of " .. idx:dim() .. " dims (the index's), got shape " .. shape_str(src.shape))
+  end
+  for k = 1, idx:dim() do
+    if src:size(k) < idx:size(k) then
+      raise(op .. ": the source of shape " .. shape_str(src.shape) .. " is smaller than the index of shape "
+            .. shape_str(idx.shape))
+    end
+    src = src:narrow(k, 1, idx:size(k))
+  end
+  return src
+end
+
+-- For each write of idx (scattering along dim d), its rank among the writes to the
+-- same place: 1 for the first along d, 2 for the second ... (int64, idx's shape): a
+-- stable sort puts each place's writes together, in order.
+local function write_ranks(idx, d)
+  local sorted, perm = idx:sort(d)
+  return dl.zeros(idx.shape, { dtype = "int64", device = idx.device })
+    :scatter_add(d, perm, require("dlua.sorting").run_offsets(sorted, d) + 1)
+end
+
 function methods.scatter(x, dim, idx, src)
   local op = "scatter"
   check(op, x)
@@ -118,36 +154,216 @@ function methods.scatter(x, dim, idx, src)
     -- so before the selection, which would otherwise promote x's untouched elements)
     local v = dl.full({}, type(src) == "boolean" and (src and 1 or 0) or src, { dtype = x.dtype, device = x.device })
     return dl.where(hits:gt(0), v, x)
-  else
-    check(op, src)
-    for k = 1, idx:dim() do   -- (only the part of src that idx covers is read)
-      if src:size(k) < shape[k] then
-        raise(op .. ": the source of shape " .. shape_str(src.shape) .. " is smaller than the index of shape "
-              .. shape_str(shape))
-      end
-      src = src:narrow(k, 1, shape[k])
-    end
   end
-  src = src:to(x.dtype)
+  src = covered(op, idx, src):to(x.dtype)
   if hits:numel() > 0 and hits:amax():item() > 1 then
     -- Several writes to one place: the last along dim d stands, as PyTorch's loop leaves
-    -- it (summing them gave 2 v for a value written twice). A stable sort of the index
-    -- puts each place's writes together in order; the last of each run is kept.
-    local n = idx:size(d)
-    local sorted, perm = idx:sort(d)
-    local last = sorted:narrow(d, 1, n - 1):ne(sorted:narrow(d, 2, n - 1))
-    local tail = last.shape
-    tail[d] = 1
-    last = dl.cat({ last, dl.ones(tail, { dtype = "bool", device = x.device }) }, d):to("int64")
-    local keep = dl.zeros(shape, { dtype = "int64", device = x.device }):scatter_add(d, perm, last)   -- (perm: no repeats)
-    src = dl.where(keep:gt(0), src, 0)
+    -- it (summing them gave 2 v for a value written twice), and every write of a place
+    -- gets that place's gradient, as PyTorch's (src's gradient is the result's gathered).
+    local last = write_ranks(idx, d):eq(hits:gather(d, idx):to("int64"))
+    local hit = hits:gt(0)
+    return dl.custom_gradient(function(a, b)
+      return dl.where(hit, dl.zeros_like(a):scatter_add(d, idx, dl.where(last, b, 0)), a),
+             function(g) return { dl.where(hit, 0, g), g:gather(d, idx) } end
+    end)(x, src)
   end
   local placed = dl.zeros_like(x):scatter_add(d, idx, src)
   return dl.where(hits:gt(0), placed, x)
 end
 
+-- amax and amin of scatter_reduce: the writes combined round by round (round k takes
+-- every place's k-th write, at most one per place), in PyTorch's order.
+local function scatter_extreme(x, d, idx, src, reduce, include_self)
+  local ranks = write_ranks(idx, d)
+  local rounds = ranks:amax():item()
+  local pick = reduce == "amax" and dl.maximum or reduce == "amin" and dl.minimum or dl.mul
+  local result = x
+  for k = 1, rounds do
+    local mine = ranks:eq(k)
+    local placed = dl.zeros_like(x):scatter_add(d, idx, dl.where(mine, src, 0))
+    local hit = dl.zeros(x.shape, { device = x.device }):scatter_add(d, idx, mine:to("float32")):gt(0)
+    result = dl.where(hit, (k == 1 and not include_self) and placed or pick(result, placed), result)
+  end
+  return result
+end
+
+local REDUCE = { sum = true, prod = true, mean = true, amax = true, amin = true }
+
+-- x:scatter_reduce(dim, idx, src, reduce [, {include_self = true}]): as PyTorch's. The
+-- places idx names (as scatter's) get x's value (unless include_self is false) combined
+-- with every src value written there; the others keep x's. mean divides by the number
+-- of values combined (floor division for integers). Gradients as PyTorch's: prod's by
+-- the product rule (zeros included), amax's and amin's shared evenly among the values
+-- equal to the result.
+function methods.scatter_reduce(x, dim, idx, src, reduce, opts)
+  local op = "scatter_reduce"
+  check(op, x)
+  local d = dim_of(op, x, dim)
+  check(op, idx)
+  if idx:is_floating_point() or idx.dtype == "bool" then
+    raise(op .. ": expected an integer index tensor, got " .. idx.dtype)
+  end
+  if idx:dim() ~= x:dim() then
+    raise(op .. ": expected an index of " .. x:dim() .. " dims, got shape " .. shape_str(idx.shape))
+  end
+  for k = 1, x:dim() do
+    if k ~= d and idx:size(k) > x:size(k) then
+      raise(op .. ": the index of shape " .. shape_str(idx.shape) .. " is larger than the input of shape "
+            .. shape_str(x.shape) .. " in dim " .. k)
+    end
+  end
+  src = covered(op, idx, src)
+  if src.dtype ~= x.dtype then raise(op .. ": expected a source of dtype " .. x.dtype .. " (x's), got " .. src.dtype) end
+  if not REDUCE[reduce] then
+    raise(op .. ": reduce must be sum, prod, mean, amax or amin, got " .. tostring(reduce))
+  end
+  opts = core.options(op, opts, { include_self = true })
+  local include_self = opts.include_self
+  if include_self == nil then include_self = true end
+  if type(include_self) ~= "boolean" then bad_arg(op, "include_self (a boolean)", include_self) end
+  if idx:numel() == 0 then return x * 1 end
+  local counts = dl.zeros(x.shape, { device = x.device }):scatter_add(d, idx, dl.ones(idx.shape, { device = x.device }))
+  local hit = counts:gt(0)
+  if reduce == "sum" or reduce == "mean" then
+    local total = (include_self and x or dl.zeros_like(x)):scatter_add(d, idx, src)
+    if reduce == "sum" then return include_self and total or dl.where(hit, total, x) end
+    local n = (include_self and counts + 1 or counts:clamp_min(1)):to(x.dtype)
+    return dl.where(hit, x:is_floating_point() and total / n or dl.floor_divide(total, n), x)
+  end
+  if reduce == "prod" or not x:is_floating_point() then return scatter_extreme(x, d, idx, src, reduce, include_self) end
+  return dl.custom_gradient(function(a, b)
+    local r = dl.stop_gradient(scatter_extreme(a, d, idx, b, reduce, include_self))
+    return r, function(g)
+      local at = r:gather(d, idx)
+      local a_is = a:eq(r)
+      if not include_self then a_is = a_is:logical_and(hit:logical_not()) end
+      local b_is = b:eq(at)
+      local share = g / a_is:to(g.dtype):scatter_add(d, idx, b_is:to(g.dtype))
+      return { dl.where(a_is, share, 0), dl.where(b_is, share:gather(d, idx), 0) }
+    end
+  end)(x, src)
+end
+
+-- Integer index tensors (or bool masks) over x's leading dims, checked, broadcast
+-- together and made 1-based and positive; a Lua list of numbers is one index.
+local function leading_indices(op, x, indices)
+  if is_tensor(indices) or type(indices) ~= "table" then bad_arg(op, "a list of index tensors", indices) end
+  local list = {}
+  for i, idx in ipairs(indices) do
+    if type(idx) == "table" and not is_tensor(idx) then idx = dl.tensor(idx, { dtype = "int64", device = x.device }) end
+    if not is_tensor(idx) then bad_arg(op, "index " .. i .. " as a tensor", idx) end
+    if idx.dtype == "bool" then   -- a mask over the next dims: its positions, one index per dim
+      local at = #list
+      for k = 1, idx:dim() do
+        if at + k > x:dim() or idx:size(k) ~= x:size(at + k) then
+          raise(op .. ": the mask " .. i .. " of shape " .. shape_str(idx.shape) .. " does not match the input's "
+                .. shape_str(x.shape) .. " from dim " .. at + 1)
+        end
+      end
+      local pos = idx:nonzero()
+      for k = 1, idx:dim() do list[#list + 1] = pos:select(2, k) end
+    elseif idx:is_floating_point() then
+      raise(op .. ": expected integer index tensors or bool masks, got " .. idx.dtype .. " for index " .. i)
+    else
+      list[#list + 1] = idx
+    end
+  end
+  if #list == 0 then raise(op .. ": expected at least one index") end
+  if #list > x:dim() then
+    raise(op .. ": too many indices (" .. #list .. ") for a tensor of " .. x:dim() .. " dims")
+  end
+  if #list > 1 then list = { dl.broadcast_tensors(unpack(list)) } end
+  for k, idx in ipairs(list) do
+    local n = x:size(k)
+    if idx:numel() > 0 and (idx:min():item() < -n or idx:max():item() > n or idx:eq(0):any()) then
+      raise(op .. ": an index is out of range for dimension " .. k .. " of size " .. n
+            .. " (indices are 1-based, or from -" .. n .. " counting from the end)")
+    end
+    list[k] = dl.where(idx:lt(0), idx + (n + 1), idx):to("int64")
+  end
+  return list
+end
+
+-- x:index_put(indices, values [, accumulate = false]): PyTorch's index_put_, out of place.
+function methods.index_put(x, indices, values, accumulate)
+  local op = "index_put"
+  check(op, x)
+  local list = leading_indices(op, x, indices)
+  if accumulate ~= nil and type(accumulate) ~= "boolean" then bad_arg(op, "accumulate (a boolean)", accumulate) end
+  -- the places as 1-based rows of x with its indexed dims flattened into one
+  local row, rest = list[1] - 1, {}
+  for k = 2, #list do row = row * x:size(k) + (list[k] - 1) end
+  row = row + 1
+  local n, width = row:numel(), 1
+  for k = #list + 1, x:dim() do rest[#rest + 1] = x:size(k); width = width * x:size(k) end
+  local want = row.shape
+  for _, m in ipairs(rest) do want[#want + 1] = m end
+  if type(values) == "number" or type(values) == "boolean" then
+    values = dl.full({}, type(values) == "boolean" and (values and 1 or 0) or values, { dtype = x.dtype, device = x.device })
+  end
+  check(op, values)
+  local ok, spread = pcall(values.expand, values, want)
+  if not ok then
+    raise(op .. ": values of shape " .. shape_str(values.shape) .. " do not broadcast to the indexed shape "
+          .. shape_str(want))
+  end
+  spread = spread:to(x.dtype):reshape({ n, width })
+  local rows = x:reshape({ -1, width })
+  local placed
+  if accumulate then
+    placed = rows:index_add(1, row:reshape(-1), spread)
+  else
+    placed = methods.scatter(rows, 1, row:reshape({ n, 1 }):expand({ n, width }), spread)
+  end
+  return placed:view(x.shape)
+end
+
+-- x:put(idx, src [, accumulate = false]): src's elements at the flat (row-major) indices idx.
+function methods.put(x, idx, src, accumulate)
+  local op = "put"
+  check(op, x)
+  check(op, idx)
+  check(op, src)
+  if idx:numel() ~= src:numel() then
+    raise(op .. ": expected a source of " .. idx:numel() .. " elements (the index's), got " .. src:numel())
+  end
+  return methods.index_put(x:reshape(-1), { idx:reshape(-1) }, src:reshape(-1), accumulate):view(x.shape)
+end
+
+-- dl.take(x, idx): x's elements at the flat (row-major) indices idx, in idx's shape.
+function dl.take(x, idx)
+  local op = "take"
+  check(op, x)
+  local list = leading_indices(op, x:reshape(-1), { idx })
+  return x:reshape(-1):index_select(1, list[1]:reshape(-1)):view(list[1].shape)
+end
+methods.take = dl.take
+
+-- x:masked_scatter(mask, src): x with the elements where mask (broadcast to x's shape)
+-- is true replaced by src's first elements, in row-major order.
+function methods.masked_scatter(x, mask, src)
+  local op = "masked_scatter"
+  check(op, x)
+  check(op, mask)
+  check(op, src)
+  if mask.dtype ~= "bool" then raise(op .. ": expected a bool mask, got " .. mask.dtype) end
+  local ok, m = pcall(mask.expand, mask, x.shape)
+  if not ok then
+    raise(op .. ": the mask of shape " .. shape_str(mask.shape) .. " does not broadcast to the input's " .. shape_str(x.shape))
+  end
+  local pos = m:reshape(-1):nonzero():view(-1)
+  local count = pos:numel()
+  if src:numel() < count then
+    raise(op .. ": the mask selects " .. count .. " elements, but the source has only " .. src:numel())
+  end
+  local values = src:reshape(-1):narrow(1, 1, count):to(x.dtype)
+  local placed = dl.zeros(x:numel(), { dtype = x.dtype, device = x.device }):scatter_add(1, pos, values):view(x.shape)
+  return dl.where(m, placed, x)
+end
+
 -- The in-place forms: the result copied into x (recorded for gradients as a copy).
-for _, name in ipairs({ "index_add", "index_copy", "index_fill", "scatter" }) do
+for _, name in ipairs({ "index_add", "index_copy", "index_fill", "scatter", "scatter_reduce", "index_put", "put",
+                        "masked_scatter" }) do
   local f = methods[name]
   methods[name .. "_"] = function(x, ...)
     local y = f(x, ...)

@@ -54,7 +54,7 @@ local NONFINITE = { "isnan", "isinf", "isposinf", "isneginf", "isfinite", "nan_t
 core.on_first_use(dl, { "vjp", "jvp", "jacobian", "hessian", "checkpoint" }, loader("dlua.transforms"))
 core.on_first_use(dl, { "einsum" }, loader("dlua.einsum"))
 core.on_first_use(dl, ARRANGE, loader("dlua.arrange"))
-core.on_first_use(dl, { "tril_indices", "triu_indices" }, loader("dlua.arrange"))
+core.on_first_use(dl, { "tril_indices", "triu_indices", "vander" }, loader("dlua.arrange"))
 core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 core.on_first_use(dl, NONFINITE, loader("dlua.nonfinite"))
@@ -66,10 +66,12 @@ local ALIASES = { "clamp_min", "clamp_max", "swapaxes", "swapdims", "movedim", "
 core.on_first_use(T.methods, ALIASES, loader("dlua.aliases"))
 core.on_first_use(dl, { "movedim", "swapaxes", "swapdims", "clip", "absolute", "negative", "positive", "ravel", "msort",
                         "ger", "inner", "addcmul", "addcdiv", "logdet" }, loader("dlua.aliases"))
-local INDEXED = { "index_add", "index_copy", "index_fill", "scatter" }
+local INDEXED = { "index_add", "index_copy", "index_fill", "scatter", "scatter_reduce", "index_put", "put",
+                  "masked_scatter", "take" }
 core.on_first_use(dl, INDEXED, loader("dlua.indexed"))
-core.on_first_use(T.methods, { "index_add", "index_copy", "index_fill", "scatter", "index_add_", "index_copy_",
-                               "index_fill_", "scatter_" }, loader("dlua.indexed"))
+core.on_first_use(T.methods, INDEXED, loader("dlua.indexed"))
+core.on_first_use(T.methods, { "index_add_", "index_copy_", "index_fill_", "scatter_", "scatter_reduce_", "index_put_",
+                               "put_", "masked_scatter_" }, loader("dlua.indexed"))
 core.on_first_use(dl, { "bernoulli", "multinomial", "normal" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "tensordot", "kron", "block_diag", "cartesian_prod", "combinations", "mv", "vdot", "addmm",
                         "addmv", "baddbmm", "addbmm" }, loader("dlua.products"))
@@ -92,15 +94,15 @@ core.on_first_use(dl, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, { "lerp_" }, loader("dlua.pointwise"))
 core.on_first_use(dl, { "nansum", "nanmean", "var_mean", "std_mean", "aminmax", "bincount", "histc", "cov", "corrcoef",
-                        "quantile", "nanquantile" }, loader("dlua.statistics"))
-core.on_first_use(T.methods, { "nansum", "nanmean", "aminmax", "cov", "corrcoef", "quantile", "nanquantile" },
+                        "quantile", "nanquantile", "renorm" }, loader("dlua.statistics"))
+core.on_first_use(T.methods, { "nansum", "nanmean", "aminmax", "cov", "corrcoef", "quantile", "nanquantile", "renorm" },
                   loader("dlua.statistics"))
 core.on_first_use(dl, { "cross", "cdist" }, loader("dlua.linalg"))
 core.on_first_use(T.methods, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
 core.on_first_use(dl, { "vmap" }, loader("dlua.vmap"))
 local SORTING = { "sort", "argsort", "topk", "kthvalue", "median", "nonzero", "argwhere", "count_nonzero",
-                  "masked_select", "unique" }
+                  "masked_select", "unique", "mode" }
 core.on_first_use(dl, SORTING, loader("dlua.sorting"))
 core.on_first_use(T.methods, SORTING, loader("dlua.sorting"))
 core.on_first_use(dl, { "searchsorted", "bucketize" }, loader("dlua.sorting"))

@@ -3,7 +3,7 @@
 --
 --   local v, i = x:sort(dim, descending)   -- stable; NaN sorts as the largest value
 --   x:argsort(dim, descending), x:topk(k, dim, largest, sorted), x:kthvalue(k, dim, keepdim)
---   dl.unique(x, {return_inverse = true, return_counts = true})
+--   dl.unique(x, {return_inverse = true, return_counts = true}), x:mode(dim, keepdim)
 --   dl.searchsorted(sorted, values, {right = false})   -- insertion points in [1, n + 1]
 --   x:nonzero(), dl.argwhere(x), x:count_nonzero(dim)
 --   x[mask], dl.masked_select(x, mask), x[mask] = v    -- mask a bool tensor
@@ -237,6 +237,42 @@ function methods.median(x, dim, keepdim)
   return v, i
 end
 dl.median = methods.median
+
+-- For a tensor sorted along dim d, each element's place in its run of equal values: 0
+-- for a run's first, 1 for the next ... (int64, its shape). Each NaN is a run of its own.
+function M.run_offsets(sorted, d)
+  local n = sorted:size(d)
+  local view = {}
+  for k = 1, sorted:dim() do view[k] = k == d and n or 1 end
+  local pos = dl.arange(1, n + 1, { dtype = "int64", device = sorted.device }):view(view):expand(sorted.shape)
+  local head = sorted.shape
+  head[d] = 1
+  local starts = dl.cat({ dl.ones(head, { dtype = "bool", device = sorted.device }),
+                          sorted:narrow(d, 2, n - 1):ne(sorted:narrow(d, 1, n - 1)) }, d)
+  return pos - dl.cummax(dl.where(starts, pos, 0), d)
+end
+
+-- x:mode([dim = -1 [, keepdim]]): along dim, the value that occurs most often (the
+-- smallest of those that tie) and the index of its last occurrence, as PyTorch's; each
+-- NaN counts as a value of its own. The values carry x's gradient.
+function methods.mode(x, dim, keepdim)
+  check("mode", x)
+  dim = int_arg("mode", dim == nil and -1 or dim, "dimension")
+  local n = size_along("mode", x, dim)
+  if n == 0 then raise("mode: dimension " .. dim .. " is empty") end
+  keepdim = bool_arg("mode", keepdim, "keepdim", false)
+  if x:dim() == 0 then return x * 1, dl.tensor(1, { dtype = "int64", device = x.device }) end
+  local d = core.positive_dim("mode", dim, x:dim())
+  -- sorted (stably), each value's run counted up as it goes: the smallest value whose
+  -- run reaches the largest count ends first, at its last occurrence in x
+  local sorted, perm = x:sort(d)
+  local count = M.run_offsets(dl.stop_gradient(sorted), d)
+  local at = count:eq(count:amax(d, true)):to("int64"):argmax(d, true)
+  local v, i = sorted:gather(d, at), perm:gather(d, at)
+  if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
+  return v, i
+end
+dl.mode = methods.mode
 
 -- dl.bucketize(x, boundaries [, {right = false}]): for each element the 1-based bucket
 -- of the sorted 1-D boundaries it falls in (boundaries[i - 1] < v <= boundaries[i]; with

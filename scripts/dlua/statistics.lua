@@ -9,6 +9,8 @@
 --   dl.cov(x [, {correction, fweights, aweights}]), dl.corrcoef(x)   rows are variables
 --   dl.quantile(x, q [, dim [, keepdim [, interpolation = "linear"]]]), dl.nanquantile
 --                                                 q a number or a vector in [0, 1]
+--   x:renorm(p, dim, maxnorm)                     each slice along dim with a p-norm over
+--                                                 maxnorm scaled down to it
 --
 -- dlua's counts are 1-based as its indices: bincount's slot i counts the value i (values
 -- from 1; PyTorch counts 0..max).
@@ -250,5 +252,26 @@ function dl.nanquantile(x, q, dim, keepdim, interpolation)
   return quantile("nanquantile", x, q, dim, keepdim, interpolation, true)
 end
 methods.quantile, methods.nanquantile, methods.cov, methods.corrcoef = dl.quantile, dl.nanquantile, dl.cov, dl.corrcoef
+
+
+-- x:renorm(p, dim, maxnorm): as PyTorch's: each slice x[..., i, ...] along dim whose
+-- p-norm (over the slice's elements) exceeds maxnorm is scaled by maxnorm / (norm + 1e-7);
+-- the others are kept. The scale is differentiated through, as PyTorch's.
+function methods.renorm(x, p, dim, maxnorm)
+  local op = "renorm"
+  check(op, x)
+  if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
+  if type(p) ~= "number" or not (p > 0) then raise(op .. ": p must be a number > 0, got " .. tostring(p)) end
+  if type(maxnorm) ~= "number" or not (maxnorm >= 0) then
+    raise(op .. ": maxnorm must be a number >= 0, got " .. tostring(maxnorm))
+  end
+  if x:dim() == 0 then raise(op .. ": expected a tensor of at least 1 dim, got a 0-dim one") end
+  local d = core.positive_dim(op, dim, x:dim())
+  local others = {}
+  for k = 1, x:dim() do if k ~= d then others[#others + 1] = k end end
+  local norm = #others == 0 and x:abs() or x:norm(others, true, { p = p })
+  return x * dl.where(norm:gt(maxnorm), maxnorm / (norm + 1e-7), 1)
+end
+dl.renorm = methods.renorm
 
 return {}

@@ -1137,4 +1137,95 @@ H.test("edges of the third round's functions, as PyTorch's: infinities, empty di
   H.eq(big[1][2], 2)
 end)
 
+H.test("scatter_reduce, index_put, put, take, masked_scatter, mode, renorm and vander match PyTorch float64", function()
+  local i64 = { dtype = "int64" }
+  local ix = dl.tensor({ { 1, 3, 1, 4, 1 }, { 2, 2, 2, 2, 3 }, { 4, 3, 4, 1, 4 } }, i64)
+  local ix_dim1 = dl.tensor({ { 1, 3, 1, 1 }, { 2, 2, 2, 2 }, { 1, 3, 1, 1 } }, i64)   -- ((ix - 1) % 3) + 1, 4 columns
+  local L = function(t) return dl.tensor(t, i64) end
+  local FN = {
+    scatter_reduce_dim1 = function(t, u) return t:scatter_reduce(1, ix_dim1, u, "amax") end,
+    index_put = function(t, u) return t:index_put({ L({ 1, 3, -1 }), L({ 2, 2, 1 }) }, u[1]) end,
+    index_put_acc = function(t, u) return t:index_put({ L({ 1, 3, 1, 1 }) }, u, true) end,
+    index_put_mask = function(t, u) return dl.index_put(t, { dl.tensor({ true, false, true, false }) }, u[2]) end,
+    put = function(t, u) return t:put(L({ { 12, 1 }, { -1, 5 } }), u:narrow(1, 1, 2):narrow(2, 1, 2)) end,
+    put_acc = function(t, u) return t:put(L({ 6, 6, 1 }), u[1], true) end,
+    take = function(t) return dl.take(t, L({ { 12, 1, 6 }, { -2, 4, 4 } })) end,
+    masked_scatter = function(t, u) return t:masked_scatter(dl.tensor({ true, false, true }), u) end,
+    mode = function(t) return t:mode(2) end,
+    mode_dim1_keep = function(t) return dl.mode(t, 1, true) end,
+    renorm = function(t) return t:renorm(2, 1, 1.0) end,
+    renorm_p1 = function(t) return dl.renorm(t, 1, 2, 1.5) end,
+    renorm_p3 = function(t) return t:renorm(3, 1, 0.8) end,
+    vander = dl.vander,
+    vander_increasing = function(t) return dl.vander(t, 5, true) end,
+  }
+  for _, reduce in ipairs({ "sum", "prod", "mean", "amax", "amin" }) do
+    FN["scatter_reduce_" .. reduce] = function(t, u) return t:scatter_reduce(2, ix, u, reduce) end
+    FN["scatter_reduce_" .. reduce .. "_noself"] = function(t, u)
+      return dl.scatter_reduce(t, 2, ix, u, reduce, { include_self = false })
+    end
+  end
+  local seen = 0
+  for _, c in ipairs(R.fourth_round) do
+    local fn = H.ok(FN[c.name], "no function for case " .. c.name) and FN[c.name]
+    local args = {}
+    for i, v in ipairs(c.args) do args[i] = t64(v) end
+    local ys = { fn(unpack(args)) }
+    for i, want in ipairs(c.ys) do H.near(ys[i]:totable(), want, 1e-12, c.name .. " output " .. i) end
+    local cc = t64(c.c)
+    local nums = {}
+    for i = 1, #args do nums[i] = i end
+    local grads = { dl.grad(function(...) return (fn(...) * cc):sum() end, nums)(unpack(args)) }
+    for i, want in ipairs(c.grads) do H.near(grads[i]:totable(), want, 1e-10, c.name .. " gradient " .. i) end
+    seen = seen + 1
+  end
+  H.eq(seen, 25)
+  -- integers: scatter_reduce's mean divides rounding down, as PyTorch's; amax exact in int64
+  local n = dl.tensor({ -7, 8, 9, 10 }, i64)
+  H.values(n:scatter_reduce(1, L({ 1, 1, 2 }), L({ 1, 2, 4 }), "mean"), { -2, 6, 9, 10 }, { dtype = "int64" })
+  local big = dl.full({ 2 }, 2 ^ 53, i64) + L({ 3, 1 })   -- (2^53 + 3 and 2^53 + 1: no float64 holds them)
+  local r = dl.tensor({ 0, 0 }, i64):scatter_reduce(1, L({ 2, 2 }), big, "amax", { include_self = false })
+  H.eq((r:narrow(1, 2, 1) - 2 ^ 53):item(), 3)
+  -- the in-place forms write into x
+  local x = dl.zeros(2, 3)
+  H.ok(rawequal(x:index_put_({ L({ 2 }), L({ 3 }) }, 5), x))
+  H.eq(x[2][3], 5)
+  x:put_(L({ 1 }), dl.tensor({ 4 }))
+  x:masked_scatter_(dl.tensor({ { false, true, false } }), dl.tensor({ 7, 8 }))
+  H.values(x, { { 4, 7, 0 }, { 0, 8, 5 } })
+  x:scatter_reduce_(2, L({ { 1, 1 } }), dl.tensor({ { 2, 3 } }), "prod")
+  H.values(x, { { 24, 7, 0 }, { 0, 8, 5 } })
+  -- the gradient of a tied amax is shared, also with x itself
+  local g = dl.grad(function(t, u) return t:scatter_reduce(1, L({ 1, 1, 1 }), u, "amax"):sum() end, { 1, 2 })
+  local gx, gu = g(dl.tensor({ 2, 1 }), dl.tensor({ 2, 2, 0 }))
+  H.near(gx:totable(), { 1 / 3, 1 }, 1e-7)
+  H.near(gu:totable(), { 1 / 3, 1 / 3, 0 }, 1e-7)
+  -- errors name the op and what is wrong
+  local m = dl.zeros(3, 4)
+  H.raises(function() m:scatter_reduce(2, L({ { 1 } }), dl.ones(1, 1), "median") end,
+           "scatter_reduce: reduce must be sum, prod, mean, amax or amin, got median")
+  H.raises(function() m:scatter_reduce(2, L({ { 1 } }), dl.ones(1, 1), "sum", { include_self = 1 }) end,
+           "scatter_reduce: expected include_self (a boolean)")
+  H.raises(function() m:scatter_reduce(2, L({ { 1 } }), dl.ones(1, 1, f64), "sum") end,
+           "scatter_reduce: expected a source of dtype float32 (x's), got float64")
+  H.raises(function() m:scatter_reduce(2, L({ { 5 } }), dl.ones(1, 1), "amax") end, "scatter_add")
+  H.raises(function() m:index_put({ L({ 4 }) }, 1) end,
+           "index_put: an index is out of range for dimension 1 of size 3 (indices are 1-based, or from -3")
+  H.raises(function() m:index_put({ L({ 1 }), L({ 1 }), L({ 1 }) }, 1) end, "index_put: too many indices (3) for a tensor of 2 dims")
+  H.raises(function() m:index_put({ dl.tensor({ 1.5 }) }, 1) end, "index_put: expected integer index tensors or bool masks, got float32")
+  H.raises(function() m:index_put({ L({ 1, 2 }) }, dl.ones(3)) end,
+           "index_put: values of shape (3,) do not broadcast to the indexed shape (2, 4)")
+  H.raises(function() m:index_put({ dl.tensor({ true, false }) }, 1) end,
+           "index_put: the mask 1 of shape (2,) does not match the input's (3, 4) from dim 1")
+  H.raises(function() m:put(L({ 1, 2 }), dl.ones(3)) end, "put: expected a source of 2 elements (the index's), got 3")
+  H.raises(function() dl.take(m, L({ 13 })) end, "take: an index is out of range for dimension 1 of size 12")
+  H.raises(function() m:masked_scatter(dl.ones(4, { dtype = "bool" }), dl.ones(3)) end,
+           "masked_scatter: the mask selects 12 elements, but the source has only 3")
+  H.raises(function() m:masked_scatter(dl.ones(4), dl.ones(12)) end, "masked_scatter: expected a bool mask, got float32")
+  H.raises(function() m:mode(3) end, "mode: dimension 3 out of range")
+  H.raises(function() m:renorm(0, 1, 1) end, "renorm: p must be a number > 0, got 0")
+  H.raises(function() dl.vander(m) end, "vander: expected a 1-D tensor, got 2 dims")
+  H.shape(dl.vander(dl.ones(3), 0), { 3, 0 })
+end)
+
 H.run()

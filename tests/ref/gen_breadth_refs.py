@@ -703,6 +703,65 @@ def gen_elementwise_math():
     return out
 
 
+def gen_fourth_round():
+    """scatter_reduce (every reduction, with and without x's values), index_put, put,
+    take, masked_scatter, mode, renorm and vander, in float64 with repeated indices and
+    tied values: each case {name, args, ys, c, grads} as in gen_more_functions (the index
+    tensors are constants written out again in tests/lua/test_breadth.lua, 1-based)."""
+    out = []
+    with torch.random.fork_rng():
+        torch.manual_seed(20261216)
+        ix = torch.tensor([[0, 2, 0, 3, 0], [1, 1, 1, 1, 2], [3, 2, 3, 0, 3]])
+        x = torch.randint(-3, 4, (3, 4)).double()
+        src = torch.randint(-3, 4, (3, 5)).double()     # small integers: values tie
+        pr = rnd(3, 5)
+        pr[0, 0], pr[0, 2], pr[2, 1] = 0.0, 0.0, 0.0      # two zeros at one place, one alone
+        a = rnd(4, 3)
+        ties = torch.tensor([[1.0, 3.0, 3.0, 2.0, 1.0, 5.0], [2.0, 2.0, 7.0, 7.0, 0.0, 0.0], [4.0, -1.0, 4.0, -1.0, 4.0, 6.0]],
+                            dtype=torch.float64)
+        v = torch.tensor([0.0, 1.5, -2.0, 0.5], dtype=torch.float64)
+        def powers(t, n):
+            return torch.cat([torch.ones(len(t), 1, dtype=t.dtype), t.unsqueeze(1).expand(len(t), n - 1)], 1).cumprod(1)
+
+        cases = []
+        for reduce in ("sum", "prod", "mean", "amax", "amin"):
+            for inc in (True, False):
+                tag = "scatter_reduce_" + reduce + ("" if inc else "_noself")
+                base = pr if reduce == "prod" else src
+                cases.append((tag, lambda t, u, r=reduce, i=inc: t.scatter_reduce(1, ix, u, r, include_self=i), (x, base)))
+        cases.append(("scatter_reduce_dim1", lambda t, u: t.scatter_reduce(0, ix[:, :4] % 3, u[:, :4], "amax"), (x, src)))
+        cases += [
+            ("index_put", lambda t, u: t.index_put((torch.tensor([0, 2, -1]), torch.tensor([1, 1, 0])), u[0]), (a, a)),
+            ("index_put_acc", lambda t, u: t.index_put((torch.tensor([0, 2, 0, 0]),), u, accumulate=True), (a, a)),
+            ("index_put_mask", lambda t, u: t.index_put((torch.tensor([True, False, True, False]),), u[1]), (a, a)),
+            ("put", lambda t, u: t.put(torch.tensor([[11, 0], [-1, 4]]), u[:2, :2]), (a, a)),
+            ("put_acc", lambda t, u: t.put(torch.tensor([5, 5, 0]), u[0], accumulate=True), (a, a)),
+            ("take", lambda t: torch.take(t, torch.tensor([[11, 0, 5], [-2, 3, 3]])), (a,)),
+            ("masked_scatter", lambda t, u: t.masked_scatter(torch.tensor([True, False, True]), u), (a, a * 2)),
+            ("mode", lambda t: torch.mode(t, 1), (ties,)),
+            ("mode_dim1_keep", lambda t: torch.mode(t, 0, keepdim=True), (ties,)),
+            ("renorm", lambda t: torch.renorm(t, 2, 0, 1.0), (a,)),
+            ("renorm_p1", lambda t: torch.renorm(t, 1, 1, 1.5), (a,)),
+            ("renorm_p3", lambda t: torch.renorm(t, 3, 0, 0.8), (a,)),
+            ("vander", lambda t: powers(t, 4).flip(1), (v,)),
+            ("vander_increasing", lambda t: powers(t, 5), (v,)),
+        ]
+        # torch.vander's backward fails in 1.13 (its cumprod works in place): the cases
+        # run its own formula, checked here to give torch.vander's values
+        assert torch.equal(powers(v, 4).flip(1), torch.vander(v))
+        assert torch.equal(powers(v, 5), torch.vander(v, N=5, increasing=True))
+        for name, fn, args in cases:
+            xs = [t.clone().requires_grad_() for t in args]
+            ys = fn(*xs)
+            ys = list(ys) if isinstance(ys, tuple) else [ys]
+            c = torch.randn(ys[0].shape, dtype=torch.float64)
+            grads = [g if g is not None else torch.zeros_like(t) for g, t in
+                     zip(torch.autograd.grad((ys[0] * c).sum(), xs, allow_unused=True), xs)]
+            outs = [(y + 1 if not y.is_floating_point() else y) for y in ys]   # indices 1-based
+            out.append({"name": name, "args": list(args), "ys": outs, "c": c, "grads": grads})
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -710,7 +769,7 @@ def main():
             "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer(),
             "indexed": gen_indexed(), "composed": gen_composed(), "products": gen_products(),
             "more_functions": gen_more_functions(), "special": gen_special(),
-            "elementwise_math": gen_elementwise_math()}
+            "elementwise_math": gen_elementwise_math(), "fourth_round": gen_fourth_round()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -72,6 +72,18 @@ local CASES = {
   floor_divide = function(d) return dl.div(dl.linspace(-3, 3, 7):to(d), 2, { rounding_mode = "floor" }) end,
   matrix_exp = function(d) return dl.linalg.matrix_exp(dl.tensor({ { 0, 1 }, { 0, 0 } }):to(d)) end,
   cov = function(d) return dl.cov(dl.tensor({ { 1, 2, 4 }, { 0, 1, 1 } }):to(d)) end,
+  scatter_reduce = function(d)
+    return dl.zeros(2, 3):to(d):scatter_reduce(2, i64({ { 1, 1, 3 }, { 2, 2, 2 } }):to(d), dl.arange(6):reshape(2, 3):float():to(d), "amax")
+  end,
+  scatter_reduce_prod = function(d)
+    return dl.ones(3):to(d):scatter_reduce(1, i64({ 3, 3, 1 }):to(d), dl.tensor({ 2, 5, 7 }):to(d), "prod", { include_self = false })
+  end,
+  scatter_twice = function(d) return dl.zeros(3):to(d):scatter(1, i64({ 2, 2 }):to(d), dl.tensor({ 4, 9 }):to(d)) end,
+  index_put = function(d) return dl.zeros(2, 3):to(d):index_put({ i64({ 1, -1 }):to(d), { 3, 1 } }, 7) end,
+  take = function(d) return dl.take(dl.arange(6):reshape(2, 3):to(d), { 6, -6 }) end,
+  masked_scatter = function(d) return dl.zeros(2, 2):to(d):masked_scatter(dl.tensor({ true, false }):to(d), dl.arange(4):float():to(d)) end,
+  mode = function(d) return (dl.tensor({ 2, 1, 2, 1, 3 }):to(d):mode()) end,
+  vander = function(d) return dl.vander(dl.tensor({ 2, 0 }):to(d), 3) end,
 }
 
 H.test("each function's result is on its operands' device, with the CPU's values", function()
