@@ -53,13 +53,6 @@ struct CompareDoubleOp {
   }
 };
 
-template <typename T>
-constexpr bool accepts(unsigned flags) {
-  if ((flags & kFloatOnly) && !std::is_floating_point_v<T>) return false;
-  if ((flags & kNoBool) && std::is_same_v<T, bool>) return false;
-  return true;
-}
-
 template <typename Out, typename T, typename Fn>
 void run_binary(const Tensor& out, const Tensor& a, const Tensor* b, T s, int mode, Fn f,
                 const char* name) {
@@ -80,7 +73,7 @@ void binary(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
 #define DL_BINARY(Name, lua, Fn, flags)                                             \
     case Op::Name:                                                                  \
       DL_DISPATCH_ALL(a.dtype(), lua, {                                             \
-        if constexpr (accepts<scalar_t>(flags))                                     \
+        if constexpr (op_accepts<scalar_t>(flags))                                  \
           run_binary<scalar_t, scalar_t>(out, a, &b, scalar_t{}, kTensor, fn::Fn{}, lua); \
         else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(a.dtype())); \
       });                                                                           \
@@ -102,7 +95,7 @@ void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool fir
 #define DL_BINARY(Name, lua, Fn, flags)                                             \
     case Op::Name:                                                                  \
       DL_DISPATCH_ALL(a.dtype(), lua, {                                             \
-        if constexpr (accepts<scalar_t>(flags))                                     \
+        if constexpr (op_accepts<scalar_t>(flags))                                  \
           run_binary<scalar_t, scalar_t>(out, a, nullptr, fn::convert<scalar_t>(s), mode, fn::Fn{}, lua); \
         else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(a.dtype())); \
       });                                                                           \

@@ -49,13 +49,6 @@ struct FillOp {
   __device__ void operator()(char* const (&p)[1], int64_t) const { store<T>(p[0], v); }
 };
 
-template <typename T>
-constexpr bool accepts(unsigned flags) {
-  if ((flags & kFloatOnly) && !std::is_floating_point_v<T>) return false;
-  if ((flags & kNoBool) && std::is_same_v<T, bool>) return false;
-  return true;
-}
-
 template <typename T, typename Fn>
 void run_unary(const Tensor& out, const Tensor& x, Fn f, const char* name) {
   const DeviceContext& c = activate(out, name);
@@ -75,7 +68,7 @@ void unary(Op op, const Tensor& out, const Tensor& x) {
 #define DL_UNARY(Name, lua, Fn, flags)                                              \
     case Op::Name:                                                                  \
       DL_DISPATCH_NUMERIC(x.dtype(), lua, {                                         \
-        if constexpr (accepts<scalar_t>(flags)) run_unary<scalar_t>(out, x, fn::Fn{}, lua); \
+        if constexpr (op_accepts<scalar_t>(flags)) run_unary<scalar_t>(out, x, fn::Fn{}, lua); \
         else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(x.dtype())); \
       });                                                                           \
       return;

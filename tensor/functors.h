@@ -335,6 +335,9 @@ struct CeilFn { template <typename T> DL_HD T operator()(T x) const {
 struct RoundFn { template <typename T> DL_HD T operator()(T x) const {
   if constexpr (kIsFloat<T>) return std::nearbyint(x); else return x; } };  // half to even
 struct NotFn { template <typename T> DL_HD bool operator()(T x) const { return !(x != T(0)); } };
+// ~x of an integer (bool's is logical_not's: tensor/pointwise.cpp). Note [Bits of integers]
+struct BitwiseNotFn { template <typename T> DL_HD T operator()(T x) const {
+  if constexpr (kIsFloat<T> || std::is_same_v<T, bool>) return T(0); else return T(~x); } };
 
 // ---- binary ----
 struct AddFn { template <typename T> DL_HD T operator()(T a, T b) const {
@@ -382,6 +385,55 @@ struct MinimumFn { template <typename T> DL_HD T operator()(T a, T b) const {
 struct PolygammaFn { template <typename T> DL_HD T operator()(T n, T x) const {
   return T(special::polygamma(double(n), double(x))); } };
 struct Atan2Fn { template <typename T> DL_HD T operator()(T a, T b) const { return std::atan2(a, b); } };
+
+// Note [Bits of integers]
+// The bitwise ops and gcd/lcm take integers and bool (kIntOnly: the front end refuses
+// floats; the float branches are never run). Signed values are two's complement, as
+// PyTorch's. A shift by a negative amount or by the width or more is 0 to the left and
+// the sign's fill to the right (PyTorch 2's rule; 1.13 left it to the machine, where
+// x86 took the amount modulo the width). gcd is never negative and gcd(0, 0) = 0; lcm
+// is |a / gcd * b|, 0 where either is 0; both in unsigned arithmetic, so that the
+// smallest int64 (which has no positive) gives itself, as PyTorch's.
+template <typename T> DL_HD bool negative(T a) {
+  if constexpr (std::is_signed_v<T>) return a < T(0); else return false;
+}
+template <typename T> DL_HD auto magnitude(T a) {
+  using U = std::make_unsigned_t<T>;
+  return negative(a) ? U(U(0) - U(a)) : U(a);
+}
+template <typename T> DL_HD auto unsigned_gcd(T a, T b) {
+  auto x = magnitude(a), y = magnitude(b);
+  while (y != 0) { auto r = decltype(x)(x % y); x = y; y = r; }
+  return x;
+}
+struct BitwiseAndFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T>) return T(0); else return T(a & b); } };
+struct BitwiseOrFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T>) return T(0); else return T(a | b); } };
+struct BitwiseXorFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T>) return T(0); else return T(a ^ b); } };
+struct LeftShiftFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T> || std::is_same_v<T, bool>) return T(0);
+  else {
+    using U = std::make_unsigned_t<T>;
+    if (negative(b) || b >= T(8 * sizeof(T))) return T(0);
+    return T(U(U(a) << unsigned(b)));
+  } } };
+struct RightShiftFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T> || std::is_same_v<T, bool>) return T(0);
+  else {
+    if (negative(b) || b >= T(8 * sizeof(T))) return negative(a) ? T(-1) : T(0);
+    return T(a >> unsigned(b));   // arithmetic for signed types (C++20's rule, and every compiler's)
+  } } };
+struct GcdFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T> || std::is_same_v<T, bool>) return T(0); else return T(unsigned_gcd(a, b)); } };
+struct LcmFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T> || std::is_same_v<T, bool>) return T(0);
+  else {
+    const auto g = unsigned_gcd(a, b);
+    if (g == 0) return T(0);
+    return T(decltype(g)(magnitude(a) / g * magnitude(b)));
+  } } };
 // Derivatives in one pass (ops.def): the same arithmetic, in the same order, as the
 // formulas of recorded ops they replace, so gradients keep their bits.
 struct TanhBackwardFn { template <typename T> DL_HD T operator()(T g, T y) const { return g * (T(1) - y * y); } };

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,7 +31,19 @@ enum OpFlags : unsigned {
   kFloatOnly = 1u << 1,
   kNoBool = 1u << 2,
   kIntExact = 1u << 3,
+  kIntOnly = 1u << 4,
 };
+
+// Which dtypes a pointwise functor is instantiated for, by its row's flags: float-only
+// ops for float and double, int-only ops for the integers and bool, no-bool ops for
+// everything but bool (the front end has already refused the rest with its message).
+template <typename T>
+constexpr bool op_accepts(unsigned flags) {
+  if ((flags & kFloatOnly) && !std::is_floating_point_v<T>) return false;
+  if ((flags & kIntOnly) && std::is_floating_point_v<T>) return false;
+  if ((flags & kNoBool) && std::is_same_v<T, bool>) return false;
+  return true;
+}
 enum class OpFamily : uint8_t { Unary, Binary, Compare, Reduce, Other };
 
 struct OpInfo {

@@ -69,6 +69,8 @@ DType compute_dtype(Op op, DType t) {
   unsigned f = op_info(op).flags;
   DL_CHECK_KIND(Type, !(t == DType::Bool && (f & kNoBool)), op_name(op),
                 ": not supported for bool tensors");
+  DL_CHECK_KIND(Type, !((f & kIntOnly) && is_floating(t)), op_name(op),
+                ": expected integer or bool tensors, got ", dtype_name(t));
   if ((f & kFloatOnly) && !is_floating(t)) return default_float();
   return compute_type(t);
 }
@@ -117,6 +119,7 @@ Tensor unary_impl(Op op, const Tensor& x) {
     if (small::unary(op, x.dtype(), out.raw_data(), x.raw_data(), x.numel())) return out;
   }
   DType in = x.dtype();
+  if (op == Op::Bitwise_not && in == DType::Bool) return unary_impl(Op::Logical_not, x);
   if (op == Op::Logical_not) {
     Tensor out = empty(x.shape(), DType::Bool, x.device(), info.lua_name);
     backend_for(x.device(), info.lua_name).unary(op, out, x);
@@ -124,6 +127,8 @@ Tensor unary_impl(Op op, const Tensor& x) {
   }
   if (in == DType::Bool && !(info.flags & kFloatOnly))
     fail(ErrorKind::Type, info.lua_name, ": not supported for bool tensors");
+  if ((info.flags & kIntOnly) && is_floating(in))
+    fail(ErrorKind::Type, info.lua_name, ": expected integer or bool tensors, got ", dtype_name(in));
   DType ct = compute_dtype(op, in);
   Tensor xin = to_dtype(x, ct);
   Tensor out = empty(x.shape(), ct, x.device(), info.lua_name);

@@ -284,7 +284,7 @@ for i = 0, C.dl_op_count() - 1 do
   M.ops[name] = op
   M.op_list[#M.op_list + 1] = op
 end
-M.FLAG_DIFF, M.FLAG_FLOAT_ONLY, M.FLAG_NO_BOOL, M.FLAG_INT_EXACT = 1, 2, 4, 8
+M.FLAG_DIFF, M.FLAG_FLOAT_ONLY, M.FLAG_NO_BOOL, M.FLAG_INT_EXACT, M.FLAG_INT_ONLY = 1, 2, 4, 8, 16
 
 -- dtypes: code -> name, name (and alias) -> code.
 M.dtype_names = {}

@@ -102,15 +102,6 @@ void run_binary_scalar(const Tensor& out, const Tensor& a, T s, bool first, F f)
     elementwise<Out, T, 2>({&out, &a}, [f, s](T x) { return Out(f(x, s)); });
 }
 
-// Which dtypes a functor is instantiated for: float-only ops for float and double,
-// no-bool ops for everything but bool (the front end has already refused the rest).
-template <typename T>
-constexpr bool accepts(unsigned flags) {
-  if ((flags & kFloatOnly) && !std::is_floating_point_v<T>) return false;
-  if ((flags & kNoBool) && std::is_same_v<T, bool>) return false;
-  return true;
-}
-
 }  // namespace
 
 void unary(Op op, const Tensor& out, const Tensor& x) {
@@ -131,7 +122,7 @@ void unary(Op op, const Tensor& out, const Tensor& x) {
 #define DL_UNARY(Name, lua, Fn, flags)                                              \
     case Op::Name:                                                                  \
       DL_DISPATCH_NUMERIC(x.dtype(), lua, {                                         \
-        if constexpr (accepts<scalar_t>(flags)) run_unary<scalar_t>(out, x, fn::Fn{}); \
+        if constexpr (op_accepts<scalar_t>(flags)) run_unary<scalar_t>(out, x, fn::Fn{}); \
         else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(x.dtype())); \
       });                                                                           \
       return;
@@ -157,7 +148,7 @@ void binary(Op op, const Tensor& out, const Tensor& a, const Tensor& b) {
 #define DL_BINARY(Name, lua, Fn, flags)                                             \
     case Op::Name:                                                                  \
       DL_DISPATCH_ALL(a.dtype(), lua, {                                             \
-        if constexpr (accepts<scalar_t>(flags)) run_binary<scalar_t, scalar_t>(out, a, b, fn::Fn{}); \
+        if constexpr (op_accepts<scalar_t>(flags)) run_binary<scalar_t, scalar_t>(out, a, b, fn::Fn{}); \
         else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(a.dtype())); \
       });                                                                           \
       return;
@@ -186,7 +177,7 @@ void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool fir
 #define DL_BINARY(Name, lua, Fn, flags)                                             \
     case Op::Name:                                                                  \
       DL_DISPATCH_ALL(a.dtype(), lua, {                                             \
-        if constexpr (accepts<scalar_t>(flags))                                     \
+        if constexpr (op_accepts<scalar_t>(flags))                                  \
           run_binary_scalar<scalar_t, scalar_t>(out, a, fn::convert<scalar_t>(s), first, fn::Fn{}); \
         else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(a.dtype())); \
       });                                                                           \

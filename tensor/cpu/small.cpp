@@ -73,6 +73,7 @@ namespace {
   switch (op) {
 #define DL_UNARY(Name, lua, Fn, flags)                                                 \
     case Op::Name:                                                                     \
+      if constexpr (((flags) & kIntOnly) != 0) return false;                           \
       if (op == Op::Logical_not) {                                                     \
         if (dt == DType::Float32) loop1<bool, float>(out, x, n, fn::Fn{});             \
         else loop1<bool, double>(out, x, n, fn::Fn{});                                 \
@@ -92,6 +93,7 @@ namespace {
   switch (op) {
 #define DL_BINARY(Name, lua, Fn, flags)                                                \
     case Op::Name:                                                                     \
+      if constexpr (((flags) & kIntOnly) != 0) return false;                           \
       if (dt == DType::Float32) loop2<float, float>(out, a, a_step, b, b_step, n, fn::Fn{}); \
       else loop2<double, double>(out, a, a_step, b, b_step, n, fn::Fn{});              \
       return true;

@@ -26,7 +26,8 @@ std::vector<Op> ops_of(OpFamily family) {
   std::vector<Op> ops;
   for (int i = 0; i < kNumOps; ++i) {
     const OpInfo& info = op_info(Op(i));
-    if (info.family == family && info.op != Op::Logical_not) ops.push_back(info.op);
+    // (fused programs compute in float: not logical_not's bool, nor the int-only ops)
+    if (info.family == family && info.op != Op::Logical_not && !(info.flags & kIntOnly)) ops.push_back(info.op);
   }
   return ops;
 }

@@ -1228,4 +1228,58 @@ H.test("scatter_reduce, index_put, put, take, masked_scatter, mode, renorm and v
   H.shape(dl.vander(dl.ones(3), 0), { 3, 0 })
 end)
 
+H.test("bitwise ops, shifts, gcd and lcm on int64, int32, uint8 and bool match PyTorch", function()
+  local seen = 0
+  for _, c in ipairs(R.bits) do
+    local opts = { dtype = c.dtype }
+    local a = dl.tensor(c.a, opts)
+    local y
+    if c.b == nil then
+      y = dl[c.name](a)
+    elseif type(c.b) == "number" then
+      y = a[c.name](a, c.b)
+    else
+      y = dl[c.name](a, dl.tensor(c.b, opts))
+    end
+    H.eq(y.dtype, c.dtype, c.name .. " " .. c.dtype)
+    if c.dtype == "bool" then   -- (the refs hold bools as 1 and 0)
+      H.values(y:long(), c.y, { dtype = "int64", tol = 0 })
+    else
+      H.values(y, c.y, { dtype = c.dtype, tol = 0 })
+    end
+    seen = seen + 1
+  end
+  H.eq(seen, 40)
+  local i64 = { dtype = "int64" }
+  local L = function(t, dt) return dl.tensor(t, dt or i64) end
+  -- a number first, and in place
+  H.values(dl.bitwise_or(6, L({ 5, 3 })), { 7, 7 }, { dtype = "int64" })
+  local x = L({ 12, 10 })
+  H.ok(rawequal(x:bitwise_xor_(6), x))
+  H.values(x, { 10, 12 }, { dtype = "int64" })
+  -- shifts past the width: 0 to the left, the sign's fill to the right (Note [Bits of integers])
+  H.values(dl.bitwise_left_shift(L({ 5, 5, -8 }), L({ 64, -1, 60 })), { 0, 0, -2 ^ 63 }, { dtype = "int64" })
+  H.values(dl.bitwise_right_shift(L({ 5, -5, -5 }), L({ 64, 70, -1 })), { 0, -1, -1 }, { dtype = "int64" })
+  H.values(L({ 200, 5 }, { dtype = "uint8" }):bitwise_left_shift(L({ 1, 8 }, { dtype = "uint8" })), { 144, 0 },
+           { dtype = "uint8" })
+  -- gcd and lcm at the edges: zeros, signs, and the smallest int64 (its own gcd with 0)
+  H.values(dl.gcd(L({ 0, -12, 7, 0 }), L({ 0, 18, -21, 5 })), { 0, 6, 7, 5 }, { dtype = "int64" })
+  H.values(dl.lcm(L({ 0, -12, 7, 4 }), L({ 0, 18, -21, 6 })), { 0, 36, 21, 12 }, { dtype = "int64" })
+  local smallest = dl.full({ 1 }, -2 ^ 63, i64)
+  H.ok(dl.equal(dl.gcd(smallest, L({ 0 })), smallest))
+  -- promotion as PyTorch's: uint8 with bool stays uint8, int32 with int64 is int64
+  H.eq(dl.bitwise_and(L({ 5 }, { dtype = "uint8" }), dl.tensor({ true })).dtype, "uint8")
+  H.eq(dl.bitwise_and(L({ 5 }, { dtype = "int32" }), L({ 3 })).dtype, "int64")
+  -- floats are refused, naming the op; bool where it has no meaning
+  H.raises(function() dl.bitwise_and(dl.ones(2), L({ 1, 1 })) end, "bitwise_and: expected integer or bool tensors, got float32")
+  H.raises(function() L({ 1 }):bitwise_or(0.5) end, "bitwise_or: expected integer or bool tensors, got float32")
+  H.raises(function() dl.bitwise_not(dl.ones(2, f64)) end, "bitwise_not: expected integer or bool tensors, got float64")
+  H.raises(function() dl.gcd(dl.tensor({ true }), dl.tensor({ true })) end, "gcd: not supported for bool tensors")
+  H.raises(function() dl.bitwise_left_shift(dl.tensor({ true }), dl.tensor({ true })) end,
+           "bitwise_left_shift: not supported for bool tensors")
+  -- a mask combined the PyTorch way
+  local v = dl.arange(1, 9, i64)
+  H.values(v[dl.bitwise_and(v:gt(2), dl.bitwise_not(v:gt(6)))], { 3, 4, 5, 6 }, { dtype = "int64" })
+end)
+
 H.run()

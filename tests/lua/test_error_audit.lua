@@ -27,7 +27,7 @@ local function audit(label, fn, parts)
   return msg
 end
 
-local FLAG_NO_BOOL = 4
+local FLAG_NO_BOOL, FLAG_INT_ONLY = 4, 16
 local function has(flags, bit) return math.floor(flags / bit) % 2 == 1 end
 
 local f23, f45 = dl.ones(2, 3), dl.ones(4, 5)
@@ -43,6 +43,9 @@ H.test("unary ops: a non-tensor argument, and bool where refused", function()
       local f = dl[op.name]
       audit(op.name .. "(string)", function() return f("x") end, { op.name .. ":", "string" })
       audit(op.name .. "(nil)", function() return f(nil) end, { op.name .. ":", "nil" })
+      if has(op.flags, FLAG_INT_ONLY) then
+        audit(op.name .. "(float)", function() return f(f23) end, { op.name .. ":", "integer", "float32" })
+      end
       if has(op.flags, FLAG_NO_BOOL) then
         audit(op.name .. "(bool)", function() return f(bools) end, { op.name, "bool" })
         audit(op.name .. "_(bool)", function() return bools[op.name .. "_"](bools) end, { op.name, "bool" })
@@ -69,7 +72,12 @@ H.test("binary ops: shapes that do not broadcast, bad operands, in-place dtype a
       audit(name .. "_ broadcast into a smaller tensor", function() return dl.ones(3)[name .. "_"](dl.ones(3), f23) end,
         { name, "(3,)", "(2, 3)" })
       audit(name .. "_ shapes", function() return inplace(dl.ones(2, 3), f45) end, { name, "(2, 3)", "(4, 5)" })
-      if name ~= "div" and name ~= "atan2" and name ~= "pow" then
+      if has(op.flags, FLAG_INT_ONLY) then
+        -- (the bitwise ops, gcd and lcm: a float operand is refused before any other check)
+        audit(name .. " float", function() return f(f23, f23) end, { name .. ":", "integer", "float32" })
+        audit(name .. "_ float into int", function() return dl.tensor({ 1, 2 }, { dtype = "int32" })[name .. "_"](
+          dl.tensor({ 1, 2 }, { dtype = "int32" }), dl.tensor({ 0.5, 1.5 })) end, { name .. ":", "integer", "float32" })
+      elseif name ~= "div" and name ~= "atan2" and name ~= "pow" then
         audit(name .. "_ float into int", function() return dl.tensor({ 1, 2 }, { dtype = "int32" })[name .. "_"](
           dl.tensor({ 1, 2 }, { dtype = "int32" }), dl.tensor({ 0.5, 1.5 })) end, { name .. "_", "int32", "float32" })
       end

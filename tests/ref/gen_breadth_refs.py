@@ -762,6 +762,45 @@ def gen_fourth_round():
     return out
 
 
+def gen_bits():
+    """The bitwise ops, the shifts (amounts within the width), gcd and lcm on int64, int32,
+    uint8 and bool, tensor with tensor (broadcast) and with a number on either side:
+    each case {name, dtype, a, b, y} (b a number where the case has one; values within
+    2^40, so that Lua's numbers hold them)."""
+    out = []
+    with torch.random.fork_rng():
+        torch.manual_seed(20261217)
+        for dt, lo, hi in ((torch.int64, -2 ** 40, 2 ** 40), (torch.int32, -2 ** 31, 2 ** 31 - 1), (torch.uint8, 0, 256)):
+            a = torch.randint(lo, hi, (3, 4), dtype=dt)
+            b = torch.randint(lo, hi, (4,), dtype=dt)
+            small = torch.randint(-60, 61, (3, 4), dtype=dt) if dt != torch.uint8 else torch.randint(0, 200, (3, 4), dtype=dt)
+            width = 8 * a.element_size()
+            amount = torch.randint(0, width, (3, 4), dtype=dt)
+            name = str(dt).replace("torch.", "")
+            for op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+                f = getattr(torch, op)
+                out.append({"name": op, "dtype": name, "a": a, "b": b, "y": f(a, b)})
+                out.append({"name": op, "dtype": name, "a": a, "b": 77, "y": f(a, 77)})
+            out.append({"name": "bitwise_not", "dtype": name, "a": a, "y": torch.bitwise_not(a)})
+            out.append({"name": "bitwise_left_shift", "dtype": name, "a": small, "b": amount % 20,
+                        "y": torch.bitwise_left_shift(small, amount % 20)})
+            out.append({"name": "bitwise_right_shift", "dtype": name, "a": a, "b": amount,
+                        "y": torch.bitwise_right_shift(a, amount)})
+            out.append({"name": "bitwise_right_shift", "dtype": name, "a": a, "b": 3, "y": torch.bitwise_right_shift(a, 3)})
+            g = torch.randint(1, 30, (3, 4), dtype=dt) * torch.randint(0, 12, (3, 4), dtype=dt)
+            h = torch.randint(1, 30, (3, 4), dtype=dt) * torch.randint(0, 12, (3, 4), dtype=dt)
+            if dt != torch.uint8:
+                g, h = g * (torch.randint(0, 2, (3, 4), dtype=dt) * 2 - 1), -h   # signs mixed
+            out.append({"name": "gcd", "dtype": name, "a": g, "b": h, "y": torch.gcd(g, h)})
+            out.append({"name": "lcm", "dtype": name, "a": g, "b": h, "y": torch.lcm(g, h)})
+        t = torch.tensor([[True, False, True], [False, False, True]])
+        u = torch.tensor([True, False, False])
+        for op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+            out.append({"name": op, "dtype": "bool", "a": t, "b": u, "y": getattr(torch, op)(t, u)})
+        out.append({"name": "bitwise_not", "dtype": "bool", "a": t, "y": torch.bitwise_not(t)})
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -769,7 +808,8 @@ def main():
             "cumsum": gen_cumsum(), "lbfgs": gen_lbfgs(), "arrange": gen_arrange(), "transformer": gen_transformer(),
             "indexed": gen_indexed(), "composed": gen_composed(), "products": gen_products(),
             "more_functions": gen_more_functions(), "special": gen_special(),
-            "elementwise_math": gen_elementwise_math(), "fourth_round": gen_fourth_round()}
+            "elementwise_math": gen_elementwise_math(), "fourth_round": gen_fourth_round(),
+            "bits": gen_bits()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
