@@ -148,6 +148,33 @@ function H.line()
   return debug.getinfo(2, "l").currentline
 end
 
+-- Runs cases made from PyTorch's results (tests/ref/gen_breadth_refs.py): each {name,
+-- args, ys, c, grads}: fns[name] of the float64 args must give every y (to tol, 1e-12 by
+-- default) and the gradients of sum(ys[1] * c) (to grad_tol, 1e-10). Returns the count.
+function H.ref_cases(cases, fns, tol, grad_tol)
+  local dl = require("dlua")
+  local unpack = unpack or table.unpack
+  local f64 = { dtype = "float64" }
+  local n = 0
+  for _, c in ipairs(cases) do
+    local fn = fns[c.name]
+    H.ok(fn, "no function for case " .. c.name)
+    local args = {}
+    for i, v in ipairs(c.args) do args[i] = dl.tensor(v, f64) end
+    local ys = { fn(unpack(args)) }
+    for i, want in ipairs(c.ys) do H.near(ys[i]:totable(), want, tol or 1e-12, c.name .. " output " .. i) end
+    if #c.grads > 0 then
+      local cc = dl.tensor(c.c, f64)
+      local nums = {}
+      for i = 1, #args do nums[i] = i end
+      local grads = { dl.grad(function(...) return (fn(...) * cc):sum() end, nums)(unpack(args)) }
+      for i, want in ipairs(c.grads) do H.near(grads[i]:totable(), want, grad_tol or 1e-10, c.name .. " gradient " .. i) end
+    end
+    n = n + 1
+  end
+  return n
+end
+
 function H.run()
   local passed, failed = 0, 0
   local names = {}

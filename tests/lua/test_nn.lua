@@ -425,7 +425,7 @@ H.test("interpolate, Upsample and the adaptive average pools match PyTorch, grad
   H.ok(dl.equal(F.interpolate(x4:double(), { size = { 5, 7 }, mode = "bilinear" }), x4:double()))
   H.raises(function() F.interpolate(x4, { size = 3, scale_factor = 2 }) end, "interpolate: give one of size and scale_factor")
   H.raises(function() F.interpolate(x4, { size = 3, mode = "cubic" }) end,
-           "interpolate: mode must be nearest, nearest-exact, linear, bilinear, bicubic or area, got cubic")
+           "interpolate: mode must be nearest, nearest-exact, linear, bilinear, bicubic, trilinear or area, got cubic")
   H.raises(function() F.interpolate(x3, { size = 3, mode = "bicubic" }) end,
            "interpolate: mode bicubic takes (N, C, H, W) input, got shape (2, 3, 7)")
   H.raises(function() F.interpolate(x3, { size = 3, mode = "bilinear" }) end,

@@ -801,6 +801,48 @@ def gen_bits():
     return out
 
 
+def gen_volumetric():
+    """3-D convolution, pools, adaptive pools, interpolation (trilinear, nearest, area),
+    batch and instance normalisation over (N, C, D, H, W) in float64: each case {name,
+    args, ys, c, grads} as in gen_more_functions (max_pool3d's indices 1-based)."""
+    out = []
+    with torch.random.fork_rng():
+        torch.manual_seed(20261218)
+        x = rnd(2, 4, 5, 6, 7)
+        w = rnd(6, 2, 3, 2, 3) * 0.3
+        b = rnd(6)
+        w1 = rnd(3, 4, 2, 3, 1) * 0.3
+        cases = (
+            ("conv3d", lambda t, u, v: F.conv3d(t, u, v, stride=(2, 1, 2), padding=(1, 0, 1), dilation=(1, 2, 1),
+                                                 groups=2), (x, w, b)),
+            ("conv3d_plain", lambda t, u: F.conv3d(t, u), (x, w1)),
+            ("conv3d_same", lambda t, u: F.conv3d(t, u, padding="same"), (x, rnd(2, 4, 3, 3, 1))),
+            ("max_pool3d", lambda t: F.max_pool3d(t, 2, return_indices=True), (x,)),
+            ("max_pool3d_pad", lambda t: F.max_pool3d(t, (3, 2, 3), stride=2, padding=(1, 1, 0), ceil_mode=True,
+                                                      return_indices=True), (x,)),
+            ("avg_pool3d", lambda t: F.avg_pool3d(t, (3, 2, 2), stride=2, padding=1), (x,)),
+            ("avg_pool3d_exclude", lambda t: F.avg_pool3d(t, 3, stride=2, padding=1, ceil_mode=True,
+                                                          count_include_pad=False), (x,)),
+            ("adaptive_avg_pool3d", lambda t: F.adaptive_avg_pool3d(t, (2, 4, 3)), (x,)),
+            ("adaptive_max_pool3d", lambda t: F.adaptive_max_pool3d(t, (3, 2, 5)), (x,)),
+            ("trilinear", lambda t: F.interpolate(t, scale_factor=(2, 1.5, 0.5), mode="trilinear"), (x,)),
+            ("trilinear_aligned", lambda t: F.interpolate(t, size=(3, 9, 4), mode="trilinear", align_corners=True), (x,)),
+            ("nearest3d", lambda t: F.interpolate(t, size=(7, 4, 9)), (x,)),
+            ("area3d", lambda t: F.interpolate(t, size=(2, 3, 5), mode="area"), (x,)),
+            ("batch_norm3d", lambda t: F.batch_norm(t, None, None, training=True), (x,)),
+            ("instance_norm3d", lambda t: F.instance_norm(t), (x,)),
+        )
+        for name, fn, args in cases:
+            xs = [t.clone().requires_grad_() for t in args]
+            ys = fn(*xs)
+            ys = list(ys) if isinstance(ys, tuple) else [ys]
+            c = torch.randn(ys[0].shape, dtype=torch.float64)
+            grads = list(torch.autograd.grad((ys[0] * c).sum(), xs))
+            outs = [(y + 1 if not y.is_floating_point() else y) for y in ys]   # indices 1-based
+            out.append({"name": name, "args": list(args), "ys": outs, "c": c, "grads": grads})
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -809,7 +851,7 @@ def main():
             "indexed": gen_indexed(), "composed": gen_composed(), "products": gen_products(),
             "more_functions": gen_more_functions(), "special": gen_special(),
             "elementwise_math": gen_elementwise_math(), "fourth_round": gen_fourth_round(),
-            "bits": gen_bits()}
+            "bits": gen_bits(), "volumetric": gen_volumetric()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -33,8 +33,9 @@ nn.functional = F
 
 -- Loaded when first used (Note [Modules loaded on first use] in core.lua): the attention
 -- layers and functions, the activations of dlua.nn.activations, the resizing of
--- dlua.nn.resample, the channel and position layers of dlua.nn.spatial, the loss modules
--- and padding layers of dlua.nn.criteria, dl.nn.init, dl.nn.utils.
+-- dlua.nn.resample, the channel and position layers of dlua.nn.spatial, the 3-D
+-- convolution and pools of dlua.nn.volumetric, the loss modules and padding layers of
+-- dlua.nn.criteria, dl.nn.init, dl.nn.utils.
 local function attention() register(require("dlua.nn.attention")) end
 -- A module of layers and functions ({layers =, functional =}), its names in nn and F.
 local function merge(module)
@@ -47,6 +48,7 @@ end
 local activations, resample, spatial = merge("dlua.nn.activations"), merge("dlua.nn.resample"),
   merge("dlua.nn.spatial")
 local ctc, criteria = merge("dlua.nn.ctc"), merge("dlua.nn.criteria")
+local volumetric = merge("dlua.nn.volumetric")
 local loads = {
   MultiheadAttention = attention,
   TransformerEncoderLayer = attention,
@@ -63,13 +65,13 @@ for _, name in ipairs({ "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid
   loads[name] = activations
 end
 for _, name in ipairs({ "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "AdaptiveAvgPool1d",
-                        "AdaptiveAvgPool2d" }) do
+                        "AdaptiveAvgPool2d", "AdaptiveAvgPool3d" }) do
   loads[name] = resample
 end
 loads.ctc_loss = function() ctc(); nn.ctc_loss = F.ctc_loss end
-for _, name in ipairs({ "Dropout1d", "Dropout2d", "InstanceNorm1d", "InstanceNorm2d", "AdaptiveMaxPool1d",
-                        "AdaptiveMaxPool2d", "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold", "EmbeddingBag",
-                        "Bilinear", "AlphaDropout", "FeatureAlphaDropout", "LocalResponseNorm", "LPPool1d",
+for _, name in ipairs({ "Dropout1d", "Dropout2d", "Dropout3d", "InstanceNorm1d", "InstanceNorm2d",
+                        "InstanceNorm3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+                        "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold", "EmbeddingBag", "Bilinear", "AlphaDropout", "FeatureAlphaDropout", "LocalResponseNorm", "LPPool1d",
                         "LPPool2d", "MaxUnpool1d", "MaxUnpool2d" }) do
   loads[name] = spatial
 end
@@ -82,15 +84,18 @@ for _, name in ipairs({ "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "Smo
                         "MultiLabelMarginLoss", "TripletMarginWithDistanceLoss" }) do
   loads[name] = criteria
 end
+for _, name in ipairs({ "Conv3d", "MaxPool3d", "AvgPool3d" }) do loads[name] = volumetric end
 core.on_first_index(nn, loads)
+core.on_first_use(F, { "conv3d", "max_pool3d", "avg_pool3d" }, volumetric)
 core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
 core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign",
                        "prelu", "logsigmoid", "softmin", "glu", "softshrink", "hardshrink", "tanhshrink", "threshold",
                        "gumbel_softmax", "rrelu" }, activations)
-core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "affine_grid", "grid_sample" },
-                  resample)
+core.on_first_use(F, { "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+                       "affine_grid", "grid_sample" }, resample)
 core.on_first_use(F, { "ctc_loss" }, ctc)
-core.on_first_use(F, { "dropout1d", "dropout2d", "instance_norm", "adaptive_max_pool1d", "adaptive_max_pool2d",
+core.on_first_use(F, { "dropout1d", "dropout2d", "dropout3d", "instance_norm", "adaptive_max_pool1d",
+                       "adaptive_max_pool2d", "adaptive_max_pool3d",
                        "pixel_shuffle", "pixel_unshuffle", "unfold", "fold", "embedding_bag", "bilinear",
                        "alpha_dropout", "feature_alpha_dropout", "local_response_norm", "lp_pool1d", "lp_pool2d",
                        "max_unpool1d", "max_unpool2d" }, spatial)

@@ -162,6 +162,8 @@ local function conv_groups(name, in_channels, out_channels, groups)
   return groups
 end
 
+L.conv_groups = conv_groups
+
 local Conv2d = Module:extend("Conv2d")
 L.Conv2d = Conv2d
 
@@ -431,7 +433,8 @@ function BatchNorm:forward(x)
   local dims = self._dims
   local rank_ok = n >= 2 and (dims == nil or n == dims[1] or n == dims[2])
   if not rank_ok or m.sizes[1] ~= self.num_features then
-    local want = dims == nil and "(N, C, ...)" or (dims[1] == 4 and "(N, C, H, W)" or "(N, C) or (N, C, L)")
+    local want = dims == nil and "(N, C, ...)" or dims[1] == 5 and "(N, C, D, H, W)"
+                 or (dims[1] == 4 and "(N, C, H, W)" or "(N, C) or (N, C, L)")
     raise(self.__name .. ": expected input " .. want .. " with C = " .. self.num_features
           .. ", got shape " .. shape_str(x))
   end
@@ -503,6 +506,9 @@ L.BatchNorm1d = BatchNorm1d
 local BatchNorm2d = BatchNorm:extend("BatchNorm2d")
 BatchNorm2d._dims = { 4, 4 }
 L.BatchNorm2d = BatchNorm2d
+local BatchNorm3d = BatchNorm:extend("BatchNorm3d")
+BatchNorm3d._dims = { 5, 5 }
+L.BatchNorm3d = BatchNorm3d
 
 -- Embedding(n, d [, {padding_idx}]): rows of an (n, d) table at 1-based indices; the
 -- padding row (1-based) starts at zero and gets no gradient.

@@ -2,13 +2,15 @@
 --
 --   F.interpolate(x, {size = {h, w} | scale_factor = s, mode = "nearest", align_corners = false})
 --   nn.Upsample({size =, scale_factor =, mode =, align_corners =})
---   F.adaptive_avg_pool2d(x, {h, w} | n), nn.AdaptiveAvgPool2d(...); F.adaptive_avg_pool1d(x, n)
+--   F.adaptive_avg_pool2d(x, {h, w} | n), nn.AdaptiveAvgPool2d(...); F.adaptive_avg_pool1d(x, n);
+--   F.adaptive_avg_pool3d(x, {d, h, w} | n), nn.AdaptiveAvgPool3d(...)
 --   F.affine_grid(theta, size [, align_corners]), F.grid_sample(x, grid [, {mode,
 --   padding_mode, align_corners}])   sampling at coordinates (spatial transformers)
 --
--- x is (N, C, L) or (N, C, H, W). Modes: "nearest" (PyTorch's legacy nearest: source
--- floor(dst scale)), "nearest-exact" (floor((dst + 1/2) scale)), "linear" (3-D),
--- "bilinear" and "bicubic" (4-D; Keys' cubic, A = -0.75, the edge repeated), each with
+-- x is (N, C, L), (N, C, H, W) or (N, C, D, H, W). Modes: "nearest" (PyTorch's legacy
+-- nearest: source floor(dst scale)), "nearest-exact" (floor((dst + 1/2) scale)),
+-- "linear" (3-D), "bilinear" and "bicubic" (4-D; Keys' cubic, A = -0.75, the edge
+-- repeated), "trilinear" (5-D; each dim in turn, as separable as PyTorch's), each with
 -- align_corners, and "area" (the adaptive average pool to the output size). Each output
 -- index and weight is computed as PyTorch's kernels compute it, in float for float32 and
 -- half tensors and in double for float64 (scale = 1 / scale_factor when one is given,
@@ -121,10 +123,11 @@ local function along(x, d, idx, w)
 end
 
 -- Each mode's spatial dims (0: any), and whether align_corners applies.
-local MODES = { nearest = 0, ["nearest-exact"] = 0, area = 0, linear = 1, bilinear = 2, bicubic = 2 }
-local LINEAR = { linear = true, bilinear = true }
-local ALIGNED = { linear = true, bilinear = true, bicubic = true }
-local MODE_NAMES = "nearest, nearest-exact, linear, bilinear, bicubic or area"
+local MODES = { nearest = 0, ["nearest-exact"] = 0, area = 0, linear = 1, bilinear = 2, bicubic = 2, trilinear = 3 }
+local LINEAR = { linear = true, bilinear = true, trilinear = true }
+local ALIGNED = { linear = true, bilinear = true, bicubic = true, trilinear = true }
+local MODE_NAMES = "nearest, nearest-exact, linear, bilinear, bicubic, trilinear or area"
+local SHAPES = { "(N, C, L)", "(N, C, H, W)", "(N, C, D, H, W)" }
 
 -- Sizes per spatial dim (a number or a list), each an integer >= 1.
 local function per_dim(op, what, v, n, integer)
@@ -146,6 +149,8 @@ local function per_dim(op, what, v, n, integer)
   return out
 end
 
+local adaptive   -- (op, x, size, spatial): the adaptive average pool, below
+
 local INTERPOLATE_OPTS = { size = true, scale_factor = true, mode = true, align_corners = true }
 
 function F.interpolate(x, opts)
@@ -155,11 +160,12 @@ function F.interpolate(x, opts)
   local mode = opts.mode or "nearest"
   if MODES[mode] == nil then raise(op .. ": mode must be " .. MODE_NAMES .. ", got " .. tostring(mode)) end
   local nd = x:dim()
-  if nd ~= 3 and nd ~= 4 then raise(op .. ": expected input (N, C, L) or (N, C, H, W), got shape " .. shape_str(x)) end
+  if nd < 3 or nd > 5 then
+    raise(op .. ": expected input (N, C, L), (N, C, H, W) or (N, C, D, H, W), got shape " .. shape_str(x))
+  end
   local spatial = nd - 2
   if MODES[mode] > 0 and MODES[mode] ~= spatial then
-    raise(op .. ": mode " .. mode .. " takes " .. (mode == "linear" and "(N, C, L)" or "(N, C, H, W)")
-          .. " input, got shape " .. shape_str(x))
+    raise(op .. ": mode " .. mode .. " takes " .. SHAPES[MODES[mode]] .. " input, got shape " .. shape_str(x))
   end
   if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
   local align = opts.align_corners
@@ -178,9 +184,7 @@ function F.interpolate(x, opts)
     end
   end
   -- "area" is the adaptive average pool to the output size (PyTorch's, whatever the scale)
-  if mode == "area" then
-    return spatial == 2 and F.adaptive_avg_pool2d(x, sizes) or F.adaptive_avg_pool1d(x, sizes[1])
-  end
+  if mode == "area" then return adaptive("interpolate", x, sizes, spatial) end
   local r = x.dtype == "float64" and exact or f32
   local y = x
   for i = spatial, 1, -1 do
@@ -208,10 +212,10 @@ local function averaging(n_in, n_out, dtype, device)
   return dl.where(inside, 1 / (ends - starts), 0)
 end
 
-local function adaptive(op, x, size, spatial)
+function adaptive(op, x, size, spatial)
   if not is_tensor(x) then bad_arg(op, "a tensor", x) end
   if x:dim() ~= spatial + 1 and x:dim() ~= spatial + 2 then
-    raise(op .. ": expected input " .. (spatial == 2 and "(N, C, H, W) or (C, H, W)" or "(N, C, L) or (C, L)")
+    raise(op .. ": expected input " .. SHAPES[spatial] .. " or " .. SHAPES[spatial]:gsub("N, ", "")
           .. ", got shape " .. shape_str(x))
   end
   if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
@@ -235,6 +239,7 @@ local function adaptive(op, x, size, spatial)
   return y
 end
 
+function F.adaptive_avg_pool3d(x, size) return adaptive("adaptive_avg_pool3d", x, size, 3) end
 function F.adaptive_avg_pool2d(x, size) return adaptive("adaptive_avg_pool2d", x, size, 2) end
 function F.adaptive_avg_pool1d(x, size) return adaptive("adaptive_avg_pool1d", x, size, 1) end
 
@@ -388,5 +393,6 @@ end
 local sized_layer = require("dlua.nn.layers").sized_layer
 sized_layer("AdaptiveAvgPool1d", F.adaptive_avg_pool1d, L)
 sized_layer("AdaptiveAvgPool2d", F.adaptive_avg_pool2d, L)
+sized_layer("AdaptiveAvgPool3d", F.adaptive_avg_pool3d, L)
 
 return { functional = F, layers = L }

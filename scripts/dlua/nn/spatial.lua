@@ -1,13 +1,13 @@
 -- dlua.nn.spatial: layers over the channels and positions of images and sequences, as
 -- PyTorch's (functions of dl.nn.functional and layers of dl.nn, loaded when first used):
 --
---   F.dropout2d(x, p, training), nn.Dropout2d(p); F.dropout1d, nn.Dropout1d
+--   F.dropout2d(x, p, training), nn.Dropout2d(p); F.dropout1d, nn.Dropout1d; 3d
 --        whole channels zeroed with probability p (the rest scaled by 1 / (1 - p))
 --   F.instance_norm(x [, {running_mean, running_var, weight, bias, use_input_stats,
 --        momentum, eps}]), nn.InstanceNorm2d(C [, {eps, momentum, affine,
---        track_running_stats}]), nn.InstanceNorm1d: each (sample, channel) normalised
+--        track_running_stats}]), nn.InstanceNorm1d, 3d: each (sample, channel) normalised
 --        over its positions
---   F.adaptive_max_pool2d(x, size), nn.AdaptiveMaxPool2d(size); 1d: the maximum of each of
+--   F.adaptive_max_pool2d(x, size), nn.AdaptiveMaxPool2d(size); 1d, 3d: the maximum of each of
 --        a grid of windows of the input, whatever its size
 --   F.pixel_shuffle(x, r), nn.PixelShuffle(r): (N, C r^2, H, W) -> (N, C, H r, W r);
 --        F.pixel_unshuffle, nn.PixelUnshuffle the other way
@@ -62,6 +62,7 @@ local function channel_dropout(op, spatial)
     return x * F0.dropout(dl.ones(shape, { dtype = x.dtype, device = x.device }), p, true)
   end
 end
+F.dropout3d = channel_dropout("dropout3d", 3)
 F.dropout2d = channel_dropout("dropout2d", 2)
 F.dropout1d = channel_dropout("dropout1d", 1)
 
@@ -91,7 +92,7 @@ end
 F.alpha_dropout = alpha_dropout("alpha_dropout", false)
 F.feature_alpha_dropout = alpha_dropout("feature_alpha_dropout", true)
 
-for _, spec in ipairs({ { "Dropout2d", F.dropout2d }, { "Dropout1d", F.dropout1d },
+for _, spec in ipairs({ { "Dropout3d", F.dropout3d }, { "Dropout2d", F.dropout2d }, { "Dropout1d", F.dropout1d },
                         { "AlphaDropout", F.alpha_dropout }, { "FeatureAlphaDropout", F.feature_alpha_dropout } }) do
   local name, fn = spec[1], spec[2]
   local cls = Module:extend(name)
@@ -174,7 +175,7 @@ function F.instance_norm(x, opts)
   return F0.group_norm(x, C, w, b, eps)
 end
 
-for dims, name in ipairs({ "InstanceNorm1d", "InstanceNorm2d" }) do
+for dims, name in ipairs({ "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d" }) do
   local cls = Module:extend(name)
   function cls:init(num_features, opts)
     opts = options(name, opts, { eps = true, momentum = true, affine = true, track_running_stats = true })
@@ -242,12 +243,14 @@ local function adaptive_max(op, spatial)
     return y
   end
 end
+F.adaptive_max_pool3d = adaptive_max("adaptive_max_pool3d", 3)
 F.adaptive_max_pool2d = adaptive_max("adaptive_max_pool2d", 2)
 F.adaptive_max_pool1d = adaptive_max("adaptive_max_pool1d", 1)
 
 local layers = require("dlua.nn.layers")
 layers.sized_layer("AdaptiveMaxPool1d", F.adaptive_max_pool1d, L)
 layers.sized_layer("AdaptiveMaxPool2d", F.adaptive_max_pool2d, L)
+layers.sized_layer("AdaptiveMaxPool3d", F.adaptive_max_pool3d, L)
 
 -- ---- power-average and unpooling --------------------------------------------------------------
 

@@ -84,6 +84,16 @@ local CASES = {
   masked_scatter = function(d) return dl.zeros(2, 2):to(d):masked_scatter(dl.tensor({ true, false }):to(d), dl.arange(4):float():to(d)) end,
   mode = function(d) return (dl.tensor({ 2, 1, 2, 1, 3 }):to(d):mode()) end,
   vander = function(d) return dl.vander(dl.tensor({ 2, 0 }):to(d), 3) end,
+  conv3d = function(d)
+    return F.conv3d(dl.arange(96):reshape(1, 2, 3, 4, 4):float():to(d), dl.ones(2, 1, 2, 2, 2):to(d), { groups = 2, padding = 1 })
+  end,
+  max_pool3d_indices = function(d)
+    return select(2, F.max_pool3d(dl.arange(96):reshape(1, 2, 3, 4, 4):float():to(d), 2, { return_indices = true }))
+  end,
+  avg_pool3d = function(d) return F.avg_pool3d(dl.arange(96):reshape(1, 2, 3, 4, 4):float():to(d), { 2, 3, 3 }, { padding = 1 }) end,
+  trilinear = function(d)
+    return F.interpolate(dl.arange(24):reshape(1, 1, 2, 3, 4):float():to(d), { size = { 3, 5, 2 }, mode = "trilinear" })
+  end,
 }
 
 H.test("each function's result is on its operands' device, with the CPU's values", function()
