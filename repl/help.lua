@@ -239,7 +239,7 @@ return {
   ["dl.nn.Bilinear"] = { "dl.nn.Bilinear(in1, in2, out [, {bias}])", "y = x1 W x2 + b (F.bilinear)." },
   ["dl.nn.ctc_loss"] = { "dl.nn.ctc_loss(log_probs (T, N, C), targets (N, S), input_lengths, target_lengths [, {blank = 1, reduction, zero_infinity}])", "The CTC loss, as PyTorch's (classes and blank 1-based)." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
-  ["dl.nn.Conv3d"] = { "dl.nn.Conv3d(in, out, k [, {stride, padding, dilation, groups, bias}])", "3-D convolution over (N, C, D, H, W) input (F.conv3d)." },
+  ["dl.nn.Conv3d"] = { "dl.nn.Conv3d(in, out, k [, {stride, padding, dilation, groups, bias}])", "3-D convolution over (N, C, D, H, W) input (F.conv3d); also ConvTranspose3d (F.conv_transpose3d)." },
   ["dl.nn.MaxPool3d"] = { "dl.nn.MaxPool3d(k [, {stride, padding, ceil_mode, return_indices}]), AvgPool3d(k [, {..., count_include_pad}])", "Pools over (N, C, D, H, W) input (F.max_pool3d, F.avg_pool3d); also AdaptiveAvgPool3d, AdaptiveMaxPool3d, BatchNorm3d, InstanceNorm3d, Dropout3d." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },
   ["dl.nn.LayerNorm"] = { "dl.nn.LayerNorm(normalized_shape [, {eps, elementwise_affine}])", "Normalises each row over the last dims, then scales and shifts." },

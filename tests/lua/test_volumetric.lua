@@ -5,6 +5,7 @@ local dl = require("dlua")
 local H = require("harness")
 local R = require("ref.breadth_ref")
 local F, nn = dl.nn.functional, dl.nn
+local f64 = { dtype = "float64" }
 
 H.test("conv3d, the 3-D pools and resizing, batch and instance norm match PyTorch float64, gradients included", function()
   local FN = {
@@ -13,6 +14,14 @@ H.test("conv3d, the 3-D pools and resizing, batch and instance norm match PyTorc
     end,
     conv3d_plain = F.conv3d,
     conv3d_same = function(x, w) return F.conv3d(x, w, { padding = "same" }) end,
+    conv_transpose3d = function(x, w, b)
+      return F.conv_transpose3d(x, w, b, { stride = { 2, 1, 3 }, padding = { 1, 0, 2 }, output_padding = { 1, 0, 2 },
+                                           dilation = { 1, 2, 1 }, groups = 2 })
+    end,
+    conv_transpose3d_plain = function(x, w) return F.conv_transpose3d(x, w, { stride = 2 }) end,
+    conv_transpose3d_pad = function(x, w)
+      return F.conv_transpose3d(x, w, { padding = 2, output_padding = 1, dilation = 2 })
+    end,
     max_pool3d = function(x) return F.max_pool3d(x, 2, { return_indices = true }) end,
     max_pool3d_pad = function(x)
       return F.max_pool3d(x, { 3, 2, 3 }, { stride = 2, padding = { 1, 1, 0 }, ceil_mode = true, return_indices = true })
@@ -32,7 +41,7 @@ H.test("conv3d, the 3-D pools and resizing, batch and instance norm match PyTorc
     batch_norm3d = function(x) return F.batch_norm(x, nil, nil, nil, nil, true) end,
     instance_norm3d = F.instance_norm,
   }
-  H.eq(H.ref_cases(R.volumetric, FN), 15)
+  H.eq(H.ref_cases(R.volumetric, FN), 18)
 end)
 
 H.test("the 3-D layers: shapes, unbatched input, printing, BatchNorm3d's running statistics", function()
@@ -46,6 +55,16 @@ H.test("the 3-D layers: shapes, unbatched input, printing, BatchNorm3d's running
   H.ok(dl.allclose(conv(x[1]), conv(x)[1], 1e-5, 1e-5))
   H.eq(tostring(nn.Conv3d(4, 8, { 3, 1, 1 }, { stride = 2 })),
        "Conv3d(4, 8, kernel_size=(3, 1, 1), stride=(2, 2, 2), bias=true)")
+  local up = nn.ConvTranspose3d(4, 2, { 2, 3, 3 }, { stride = 2, padding = { 0, 1, 1 }, output_padding = 1 })
+  H.shape(up(x), { 2, 2, 11, 12, 14 })
+  H.shape(up.weight, { 4, 2, 2, 3, 3 })
+  H.eq(tostring(up), "ConvTranspose3d(4, 2, kernel_size=(2, 3, 3), stride=(2, 2, 2), padding=(0, 1, 1), "
+       .. "output_padding=(1, 1, 1), bias=true)")
+  -- the transposed convolution is conv3d's adjoint: <conv3d(a, w), b> = <a, conv_transpose3d(b, w)>
+  local a, w = dl.randn(1, 2, 4, 5, 6, f64), dl.randn(3, 2, 2, 3, 2, f64)
+  local cb = dl.randn(F.conv3d(a, w, { stride = 2, padding = 1 }).shape, f64)
+  H.near((F.conv3d(a, w, { stride = 2, padding = 1 }) * cb):sum():item(),
+         (a * F.conv_transpose3d(cb, w, { stride = 2, padding = 1 })):sum():item(), 1e-10)
   H.shape(nn.MaxPool3d(2)(x), { 2, 4, 2, 3, 3 })
   H.shape(nn.AvgPool3d({ 1, 2, 2 })(x), { 2, 4, 5, 3, 3 })
   H.shape(nn.AdaptiveAvgPool3d(1)(x), { 2, 4, 1, 1, 1 })
@@ -89,6 +108,9 @@ H.test("the 3-D forms check their inputs, naming the op", function()
            "adaptive_avg_pool3d: expected input (N, C, D, H, W) or (C, D, H, W), got shape (4, 4)")
   H.raises(function() nn.BatchNorm3d(2)(dl.ones(1, 2, 4, 4)) end, "BatchNorm3d: expected input (N, C, D, H, W) with C = 2")
   H.raises(function() nn.Conv3d(3, 4, 2)(x) end, "Conv3d: expected input (N, 3, D, H, W) or (3, D, H, W)")
+  H.raises(function() F.conv_transpose3d(x, dl.ones(2, 1, 1, 1, 1), { output_padding = 1 }) end,
+           "conv_transpose3d: output_padding 1 must be smaller than the stride 1 or the dilation 1")
+  H.raises(function() F.conv_transpose3d(x, dl.ones(3, 1, 1, 1, 1)) end, "conv_transpose3d: input of shape (1, 2, 4, 4, 4)")
 end)
 
 H.run()

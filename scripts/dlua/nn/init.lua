@@ -84,9 +84,9 @@ for _, name in ipairs({ "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "Smo
                         "MultiLabelMarginLoss", "TripletMarginWithDistanceLoss" }) do
   loads[name] = criteria
 end
-for _, name in ipairs({ "Conv3d", "MaxPool3d", "AvgPool3d" }) do loads[name] = volumetric end
+for _, name in ipairs({ "Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d" }) do loads[name] = volumetric end
 core.on_first_index(nn, loads)
-core.on_first_use(F, { "conv3d", "max_pool3d", "avg_pool3d" }, volumetric)
+core.on_first_use(F, { "conv3d", "conv_transpose3d", "max_pool3d", "avg_pool3d" }, volumetric)
 core.on_first_use(F, { "scaled_dot_product_attention", "sinusoidal_positions" }, attention)
 core.on_first_use(F, { "elu", "selu", "celu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign",
                        "prelu", "logsigmoid", "softmin", "glu", "softshrink", "hardshrink", "tanhshrink", "threshold",

@@ -2,6 +2,8 @@
 -- (functions of dl.nn.functional and layers of dl.nn, loaded when first used):
 --
 --   F.conv3d(x, w [, b] [, {stride, padding, dilation, groups}]), nn.Conv3d(in, out, k [, opts])
+--   F.conv_transpose3d(x, w [, b] [, {stride, padding, output_padding, dilation, groups}]),
+--        nn.ConvTranspose3d(in, out, k [, opts])
 --   F.max_pool3d(x, k [, {stride, padding, ceil_mode, return_indices}]), nn.MaxPool3d
 --   F.avg_pool3d(x, k [, {stride, padding, ceil_mode, count_include_pad}]), nn.AvgPool3d
 --
@@ -64,24 +66,32 @@ end
 -- ---- convolution ---------------------------------------------------------------------------
 
 local CONV_OPTS = { stride = true, padding = true, dilation = true, groups = true }
+local CONVT_OPTS = { stride = true, padding = true, output_padding = true, dilation = true, groups = true }
 
--- conv3d(x (N, C, D, H, W) or (C, D, H, W), w (O, C / groups, kD, kH, kW) [, b (O)] [,
--- {stride, padding (a triple, "same" or "valid"), dilation, groups}]).
-function F.conv3d(x, w, b, opts)
-  local op = "conv3d"
+-- A 3-D convolution's operands, checked: x batched (and whether it was not), the weight
+-- (5 dims, `layout` naming them), the bias, the options, stride, dilation and groups.
+local function conv_operands(op, x, w, b, opts, allowed, layout)
   if type(b) == "table" and not T.is_tensor(b) then b, opts = nil, b end
   local unbatched
   x, unbatched = batched(op, x)
   check(op, w)
   if b ~= nil then check(op, b) end
-  opts = options(op, opts, CONV_OPTS)
-  if w:dim() ~= 5 then raise(op .. ": expected a weight (O, C/groups, kD, kH, kW), got shape " .. shape_str(w.shape)) end
-  local s = triple(op, "stride", opts.stride or 1, 1)
-  local dil = triple(op, "dilation", opts.dilation or 1, 1)
+  opts = options(op, opts, allowed)
+  if w:dim() ~= 5 then raise(op .. ": expected a weight " .. layout .. ", got shape " .. shape_str(w.shape)) end
   local groups = opts.groups or 1
   if type(groups) ~= "number" or groups ~= floor(groups) or groups < 1 then
     raise(op .. ": groups must be a positive integer, got " .. tostring(groups))
   end
+  return x, w, b, opts, unbatched, triple(op, "stride", opts.stride or 1, 1), triple(op, "dilation", opts.dilation or 1, 1),
+         groups
+end
+
+-- conv3d(x (N, C, D, H, W) or (C, D, H, W), w (O, C / groups, kD, kH, kW) [, b (O)] [,
+-- {stride, padding (a triple, "same" or "valid"), dilation, groups}]).
+function F.conv3d(x, w, b, opts)
+  local op = "conv3d"
+  local unbatched, s, dil, groups
+  x, w, b, opts, unbatched, s, dil, groups = conv_operands(op, x, w, b, opts, CONV_OPTS, "(O, C/groups, kD, kH, kW)")
   local N, C, D = x:size(1), x:size(2), x:size(3)
   local O, Cg, kd = w:size(1), w:size(2), w:size(3)
   if C ~= Cg * groups or O % groups ~= 0 then
@@ -118,6 +128,57 @@ function F.conv3d(x, w, b, opts)
   local y = F0.conv2d(cols, w2, b, { stride = { s[2], s[3] }, padding = { p[2], p[3] },
                                      dilation = { dil[2], dil[3] }, groups = groups })
   y = y:view(N, Do, O, y:size(3), y:size(4)):permute(1, 3, 2, 4, 5):contiguous()
+  return unbatched and y:squeeze(1) or y
+end
+
+-- conv_transpose3d(x (N, C, D, H, W) or (C, D, H, W), w (C, O / groups, kD, kH, kW) [, b
+-- (O)] [, {stride, padding, output_padding, dilation, groups}]): conv3d's gradient for
+-- its input, as PyTorch's F.conv_transpose3d; the output is (D - 1) stride - 2 padding +
+-- dilation (kD - 1) + output_padding + 1 deep (likewise high and wide). One
+-- conv_transpose2d spreads every input depth slice over (H, W) for all the kernel's
+-- depth taps at once (the taps in its output channels); index_add then sums each tap's
+-- slices into the output depths they reach.
+function F.conv_transpose3d(x, w, b, opts)
+  local op = "conv_transpose3d"
+  local unbatched, s, dil, groups
+  x, w, b, opts, unbatched, s, dil, groups = conv_operands(op, x, w, b, opts, CONVT_OPTS, "(C, O/groups, kD, kH, kW)")
+  local p = triple(op, "padding", opts.padding or 0, 0)
+  local op_ = triple(op, "output_padding", opts.output_padding or 0, 0)
+  for i = 1, 3 do
+    if op_[i] >= s[i] and op_[i] >= dil[i] then
+      raise(op .. ": output_padding " .. op_[i] .. " must be smaller than the stride " .. s[i] .. " or the dilation "
+            .. dil[i])
+    end
+  end
+  local N, C, D, H, W = x:size(1), x:size(2), x:size(3), x:size(4), x:size(5)
+  local Og, kd = w:size(2), w:size(3)
+  if w:size(1) ~= C or C % groups ~= 0 then
+    raise(op .. ": input of shape " .. shape_str(x.shape) .. " and weight of shape " .. shape_str(w.shape)
+          .. " do not match with groups = " .. groups .. " (the weight's dim 1 is C, divisible by groups)")
+  end
+  local O = Og * groups
+  local Dout = (D - 1) * s[1] - 2 * p[1] + dil[1] * (kd - 1) + op_[1] + 1
+  if Dout < 1 then raise(op .. ": the output's depth would be " .. Dout) end
+  local w2 = w:permute(1, 3, 2, 4, 5):reshape(C, kd * Og, w:size(4), w:size(5))
+  local planes = F0.conv_transpose2d(x:permute(1, 3, 2, 4, 5):reshape(N * D, C, H, W), w2, nil,
+    { stride = { s[2], s[3] }, padding = { p[2], p[3] }, output_padding = { op_[2], op_[3] },
+      dilation = { dil[2], dil[3] }, groups = groups })
+  local Ho, Wo = planes:size(3), planes:size(4)
+  local taps = planes:view(N, D, groups, kd, Og, Ho, Wo):permute(1, 3, 5, 4, 2, 6, 7):reshape(N, O, kd * D, Ho, Wo)
+  local at = {}
+  for k = 0, kd - 1 do
+    for t = 0, D - 1 do at[#at + 1] = t * s[1] + k * dil[1] + 1 end
+  end
+  local full = (D - 1) * s[1] + dil[1] * (kd - 1) + 1
+  local y = dl.zeros({ N, O, full, Ho, Wo }, { dtype = taps.dtype, device = taps.device })
+    :index_add(3, dl.tensor(at, { dtype = "int64", device = x.device }), taps)
+  -- the depth padding cropped, and output_padding's extra depths (zeros past the last tap)
+  local keep = math.min(Dout, full - p[1])
+  y = y:narrow(3, p[1] + 1, keep)
+  if keep < Dout then
+    y = dl.cat({ y, dl.zeros({ N, O, Dout - keep, Ho, Wo }, { dtype = y.dtype, device = y.device }) }, 3)
+  end
+  if b ~= nil then y = y + b:view(1, O, 1, 1, 1) end
   return unbatched and y:squeeze(1) or y
 end
 
@@ -225,9 +286,44 @@ function Conv3d:extra_repr()
     return nil
   end
   return fmt("", self.in_channels, "", self.out_channels, "kernel_size", self.kernel_size, "stride", self.stride,
-             "padding", shown(self.padding, 0), "dilation", shown(self.dilation, 1),
+             "padding", shown(self.padding, 0), "output_padding", shown(self.output_padding, 0),
+             "dilation", shown(self.dilation, 1),
              "groups", self.groups ~= 1 and self.groups or nil, "bias", self.bias ~= nil)
 end
+
+-- ConvTranspose3d(in_channels, out_channels, k [, {stride, padding, output_padding,
+-- dilation, groups, bias}]): weight (in, out / groups, kD, kH, kW), PyTorch's
+-- initialisation (its fan-in is out / groups kD kH kW).
+local ConvTranspose3d = Module:extend("ConvTranspose3d")
+L.ConvTranspose3d = ConvTranspose3d
+function ConvTranspose3d:init(in_channels, out_channels, k, opts)
+  local name = "ConvTranspose3d"
+  opts = options(name, opts, { stride = true, padding = true, output_padding = true, dilation = true, groups = true,
+                               bias = true })
+  local groups = layers.conv_groups(name, in_channels, out_channels, opts.groups)
+  self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+  self.kernel_size = triple(name, "kernel size", k, 1)
+  self.stride = triple(name, "stride", opts.stride or 1, 1)
+  self.padding = triple(name, "padding", opts.padding or 0, 0)
+  self.output_padding = triple(name, "output_padding", opts.output_padding or 0, 0)
+  self.dilation = triple(name, "dilation", opts.dilation or 1, 1)
+  self._opts = { stride = self.stride, padding = self.padding, output_padding = self.output_padding,
+                 dilation = self.dilation, groups = groups }
+  local kd, kh, kw = self.kernel_size[1], self.kernel_size[2], self.kernel_size[3]
+  local bound = 1 / sqrt(out_channels / groups * kd * kh * kw)
+  self.weight = dl.Variable(layers.uniform({ in_channels, out_channels / groups, kd, kh, kw }, bound), "weight")
+  if opts.bias ~= false then self.bias = dl.Variable(layers.uniform({ out_channels }, bound), "bias") end
+end
+function ConvTranspose3d:forward(x)
+  check("ConvTranspose3d", x)
+  local n = x:dim()
+  if (n ~= 5 and n ~= 4) or x:size(n - 3) ~= self.in_channels then
+    raise("ConvTranspose3d: expected input (N, " .. self.in_channels .. ", D, H, W) or (" .. self.in_channels
+          .. ", D, H, W), got shape " .. shape_str(x.shape))
+  end
+  return F.conv_transpose3d(x, self.weight, self.bias, self._opts)
+end
+ConvTranspose3d.extra_repr = Conv3d.extra_repr
 
 -- MaxPool3d(k [, {stride = k, padding, ceil_mode, return_indices}]) and AvgPool3d
 -- (count_include_pad instead of return_indices).

@@ -87,6 +87,10 @@ local CASES = {
   conv3d = function(d)
     return F.conv3d(dl.arange(96):reshape(1, 2, 3, 4, 4):float():to(d), dl.ones(2, 1, 2, 2, 2):to(d), { groups = 2, padding = 1 })
   end,
+  conv_transpose3d = function(d)
+    return F.conv_transpose3d(dl.arange(48):reshape(1, 2, 2, 3, 4):float():to(d), dl.ones(2, 1, 2, 2, 2):to(d),
+                              { stride = 2, output_padding = 1 })
+  end,
   max_pool3d_indices = function(d)
     return select(2, F.max_pool3d(dl.arange(96):reshape(1, 2, 3, 4, 4):float():to(d), 2, { return_indices = true }))
   end,
