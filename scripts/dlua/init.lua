@@ -113,6 +113,16 @@ dl.linalg = setmetatable({}, {
   __index = function(self, k) require("dlua.linalg"); return rawget(self, k) end,
 })
 
+-- dl.distributions: torch.distributions' counterparts. Its module loads when the table
+-- is first read.
+dl.distributions = setmetatable({}, {
+  __index = function(self, k)
+    setmetatable(self, nil)
+    require("dlua.distributions")
+    return rawget(self, k)
+  end,
+})
+
 -- dl.compile: deferred, traced and fused calls of a Lua function.
 require("dlua.compile")
 

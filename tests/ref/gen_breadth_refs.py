@@ -849,6 +849,89 @@ def gen_volumetric():
     return out
 
 
+def gen_distributions():
+    """torch.distributions in float64: log_prob, entropy, cdf, icdf, mean and variance of
+    Normal, Uniform, Exponential, Laplace, Bernoulli, Categorical (values 1-based in
+    dlua), MultivariateNormal (covariance, scale_tril and precision), Independent, and
+    kl_divergence of each pair: {name, args, ys, c, grads} as in gen_more_functions,
+    gradients for the parameters (and the values where continuous)."""
+    import torch.distributions as TD
+    out = []
+    with torch.random.fork_rng():
+        torch.manual_seed(20261219)
+        loc, raw = rnd(3, 4), rnd(3, 4)
+        scale = raw.exp()
+        v = rnd(3, 4) * 2
+        u = torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05
+        lo, width = rnd(4), torch.rand(4, dtype=torch.float64) + 0.5
+        inside = lo + width * torch.rand(3, 4, dtype=torch.float64)
+        rate = torch.rand(4, dtype=torch.float64) * 2 + 0.2
+        pos = torch.rand(3, 4, dtype=torch.float64) * 3
+        logits = rnd(3, 5)
+        probs = torch.rand(3, 5, dtype=torch.float64) + 0.05
+        cats = torch.tensor([0, 4, 2])
+        bits = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
+        p01 = torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05
+        k = 3
+        A = rnd(2, k, k)
+        cov = A @ A.transpose(-1, -2) + torch.eye(k, dtype=torch.float64)
+        mloc = rnd(2, k)
+        mv = rnd(4, 2, k)
+        tril = torch.linalg.cholesky(cov)
+        B = rnd(k, k)
+
+        def sym(t):   # a covariance from any square t, so that gradients stay on the manifold
+            return t @ t.transpose(-1, -2) + torch.eye(k, dtype=torch.float64)
+
+        cases = (
+            ("normal_log_prob", lambda m, s, x: TD.Normal(m, s).log_prob(x), (loc, scale, v)),
+            ("normal_entropy", lambda m, s: TD.Normal(m, s).entropy(), (loc, scale)),
+            ("normal_cdf", lambda m, s, x: TD.Normal(m, s).cdf(x), (loc, scale, v)),
+            ("normal_icdf", lambda m, s, q: TD.Normal(m, s).icdf(q), (loc, scale, u)),
+            ("uniform_log_prob", lambda a, w, x: TD.Uniform(a, a + w).log_prob(x), (lo, width, inside)),
+            ("uniform_entropy", lambda a, w: TD.Uniform(a, a + w).entropy(), (lo, width)),
+            ("uniform_cdf", lambda a, w, x: TD.Uniform(a, a + w).cdf(x), (lo, width, inside)),
+            ("uniform_moments", lambda a, w: TD.Uniform(a, a + w).variance + TD.Uniform(a, a + w).mean, (lo, width)),
+            ("exponential_log_prob", lambda r, x: TD.Exponential(r).log_prob(x), (rate, pos)),
+            ("exponential_cdf_icdf", lambda r, x, q: TD.Exponential(r).cdf(x) + TD.Exponential(r).icdf(q), (rate, pos, u)),
+            ("exponential_entropy", lambda r: TD.Exponential(r).entropy(), (rate,)),
+            ("laplace_log_prob", lambda m, s, x: TD.Laplace(m, s).log_prob(x), (loc, scale, v)),
+            ("laplace_cdf_icdf", lambda m, s, x, q: TD.Laplace(m, s).cdf(x) + TD.Laplace(m, s).icdf(q), (loc, scale, v, u)),
+            ("laplace_entropy", lambda m, s: TD.Laplace(m, s).entropy() + TD.Laplace(m, s).variance, (loc, scale)),
+            ("bernoulli_log_prob", lambda p: TD.Bernoulli(probs=p).log_prob(bits), (p01,)),
+            ("bernoulli_logits", lambda l: TD.Bernoulli(logits=l).log_prob(bits) + TD.Bernoulli(logits=l).entropy(), (loc,)),
+            ("bernoulli_entropy", lambda p: TD.Bernoulli(probs=p).entropy(), (p01,)),
+            ("categorical_log_prob", lambda l: TD.Categorical(logits=l).log_prob(cats), (logits,)),
+            ("categorical_probs", lambda p: TD.Categorical(probs=p).log_prob(cats) + TD.Categorical(probs=p).entropy(), (probs,)),
+            ("categorical_entropy", lambda l: TD.Categorical(logits=l).entropy(), (logits,)),
+            ("mvn_log_prob", lambda m, a, x: TD.MultivariateNormal(m, covariance_matrix=sym(a)).log_prob(x), (mloc, A, mv)),
+            ("mvn_scale_tril", lambda m, t, x: TD.MultivariateNormal(m, scale_tril=t).log_prob(x), (mloc, tril, mv)),
+            ("mvn_precision", lambda m, a, x: TD.MultivariateNormal(m, precision_matrix=sym(a)).log_prob(x), (mloc, A, mv)),
+            ("mvn_entropy", lambda a: TD.MultivariateNormal(torch.zeros(2, k, dtype=torch.float64),
+                                                             covariance_matrix=sym(a)).entropy(), (A,)),
+            ("independent", lambda m, s, x: TD.Independent(TD.Normal(m, s), 1).log_prob(x), (loc, scale, v)),
+            ("kl_normal", lambda m, s: TD.kl_divergence(TD.Normal(m, s), TD.Normal(m.flip(0), s * 0.5 + 0.3)), (loc, scale)),
+            ("kl_bernoulli", lambda p: TD.kl_divergence(TD.Bernoulli(probs=p), TD.Bernoulli(probs=p.flip(1))), (p01,)),
+            ("kl_categorical", lambda l: TD.kl_divergence(TD.Categorical(logits=l), TD.Categorical(logits=l.flip(0))), (logits,)),
+            ("kl_uniform", lambda a, w: TD.kl_divergence(TD.Uniform(a + 0.1 * w, a + 0.6 * w), TD.Uniform(a, a + w)), (lo, width)),
+            ("kl_exponential", lambda r: TD.kl_divergence(TD.Exponential(r), TD.Exponential(r.flip(0))), (rate,)),
+            ("kl_laplace", lambda m, s: TD.kl_divergence(TD.Laplace(m, s), TD.Laplace(m * 0.5, s.flip(1))), (loc, scale)),
+            ("kl_mvn", lambda m, a, b: TD.kl_divergence(TD.MultivariateNormal(m, covariance_matrix=sym(a)),
+                                                        TD.MultivariateNormal(m.flip(0), covariance_matrix=sym(b))),
+             (mloc, A, B)),
+            ("kl_independent", lambda m, s: TD.kl_divergence(TD.Independent(TD.Normal(m, s), 1),
+                                                             TD.Independent(TD.Normal(m * 2, s), 1)), (loc, scale)),
+        )
+        for name, fn, args in cases:
+            xs = [t.clone().requires_grad_() for t in args]
+            y = fn(*xs)
+            c = torch.randn(y.shape, dtype=torch.float64)
+            grads = [g if g is not None else torch.zeros_like(t) for g, t in
+                     zip(torch.autograd.grad((y * c).sum(), xs, allow_unused=True), xs)]
+            out.append({"name": name, "args": list(args), "ys": [y], "c": c, "grads": grads})
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -857,7 +940,8 @@ def main():
             "indexed": gen_indexed(), "composed": gen_composed(), "products": gen_products(),
             "more_functions": gen_more_functions(), "special": gen_special(),
             "elementwise_math": gen_elementwise_math(), "fourth_round": gen_fourth_round(),
-            "bits": gen_bits(), "volumetric": gen_volumetric()}
+            "bits": gen_bits(), "volumetric": gen_volumetric(),
+            "distributions": gen_distributions()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

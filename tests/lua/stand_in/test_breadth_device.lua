@@ -87,6 +87,18 @@ local CASES = {
   conv3d = function(d)
     return F.conv3d(dl.arange(96):reshape(1, 2, 3, 4, 4):float():to(d), dl.ones(2, 1, 2, 2, 2):to(d), { groups = 2, padding = 1 })
   end,
+  normal_log_prob = function(d)
+    return dl.distributions.Normal(dl.tensor({ 0, 1 }):to(d), 2):log_prob(dl.tensor({ 0.5, 3 }):to(d))
+  end,
+  categorical_entropy = function(d) return dl.distributions.Categorical({ logits = dl.tensor({ 1, 2, 3 }):to(d) }):entropy() end,
+  mvn_log_prob = function(d)
+    return dl.distributions.MultivariateNormal(dl.zeros(2):to(d), { covariance_matrix = dl.tensor({ { 2, 0.5 }, { 0.5, 1 } }):to(d) })
+      :log_prob(dl.ones(2):to(d))
+  end,
+  kl_bernoulli = function(d)
+    local B = dl.distributions.Bernoulli
+    return dl.distributions.kl_divergence(B({ probs = dl.tensor({ 0.2, 0.9 }):to(d) }), B({ logits = dl.tensor({ 0, 1 }):to(d) }))
+  end,
   conv_transpose3d = function(d)
     return F.conv_transpose3d(dl.arange(48):reshape(1, 2, 2, 3, 4):float():to(d), dl.ones(2, 1, 2, 2, 2):to(d),
                               { stride = 2, output_padding = 1 })
@@ -106,6 +118,15 @@ H.test("each function's result is on its operands' device, with the CPU's values
     H.eq(got.device, "cuda:0", name .. " device")
     H.ok(dl.equal(got:cpu(), want), name .. " values")
   end
+end)
+
+H.test("distributions draw on their parameters' device", function()
+  local D = dl.distributions
+  H.eq(D.Normal(dl.zeros(2):cuda(), 1):rsample({ 3 }).device, "cuda:0")
+  H.eq(D.Categorical({ probs = dl.ones(2, 3):cuda() }):sample({ 4 }).device, "cuda:0")
+  H.eq(D.Bernoulli({ probs = dl.tensor({ 0.5 }):cuda() }):sample().device, "cuda:0")
+  H.eq(D.MultivariateNormal(dl.zeros(2):cuda(), { scale_tril = dl.eye(2):cuda() }):sample().device, "cuda:0")
+  H.eq(D.Uniform(dl.zeros(1):cuda(), 1):sample().device, "cuda:0")
 end)
 
 H.test("layers and random draws on the device: transformers, PReLU, a clone, multinomial", function()

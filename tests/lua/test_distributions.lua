@@ -1,0 +1,185 @@
+-- dl.distributions: log_prob, entropy, cdf, icdf, moments and kl_divergence against
+-- torch.distributions in float64 (tests/ref/gen_breadth_refs.py, gen_distributions),
+-- with gradients; samples by their statistics; the reparameterised gradients; errors.
+local dl = require("dlua")
+local H = require("harness")
+local R = require("ref.breadth_ref")
+local D = dl.distributions
+
+local f64 = { dtype = "float64" }
+local i64 = { dtype = "int64" }
+
+H.test("every distribution's densities, entropies, moments and KL divergences match PyTorch float64", function()
+  local bits = dl.tensor({ { 1, 0, 1, 1 }, { 0, 0, 1, 0 }, { 1, 1, 0, 0 } }, f64)
+  local cats = dl.tensor({ 1, 5, 3 }, i64)
+  local k = 3
+  local function sym(a) return a:matmul(a:transpose(-1, -2)) + dl.eye(k, f64) end
+  local FN = {
+    normal_log_prob = function(m, s, x) return D.Normal(m, s):log_prob(x) end,
+    normal_entropy = function(m, s) return D.Normal(m, s):entropy() end,
+    normal_cdf = function(m, s, x) return D.Normal(m, s):cdf(x) end,
+    normal_icdf = function(m, s, q) return D.Normal(m, s):icdf(q) end,
+    uniform_log_prob = function(a, w, x) return D.Uniform(a, a + w):log_prob(x) end,
+    uniform_entropy = function(a, w) return D.Uniform(a, a + w):entropy() end,
+    uniform_cdf = function(a, w, x) return D.Uniform(a, a + w):cdf(x) end,
+    uniform_moments = function(a, w) local u = D.Uniform(a, a + w); return u.variance + u.mean end,
+    exponential_log_prob = function(r, x) return D.Exponential(r):log_prob(x) end,
+    exponential_cdf_icdf = function(r, x, q) return D.Exponential(r):cdf(x) + D.Exponential(r):icdf(q) end,
+    exponential_entropy = function(r) return D.Exponential(r):entropy() end,
+    laplace_log_prob = function(m, s, x) return D.Laplace(m, s):log_prob(x) end,
+    laplace_cdf_icdf = function(m, s, x, q) return D.Laplace(m, s):cdf(x) + D.Laplace(m, s):icdf(q) end,
+    laplace_entropy = function(m, s) return D.Laplace(m, s):entropy() + D.Laplace(m, s).variance end,
+    bernoulli_log_prob = function(p) return D.Bernoulli({ probs = p }):log_prob(bits) end,
+    bernoulli_logits = function(l) local b = D.Bernoulli({ logits = l }); return b:log_prob(bits) + b:entropy() end,
+    bernoulli_entropy = function(p) return D.Bernoulli({ probs = p }):entropy() end,
+    categorical_log_prob = function(l) return D.Categorical({ logits = l }):log_prob(cats) end,
+    categorical_probs = function(p) local c = D.Categorical({ probs = p }); return c:log_prob(cats) + c:entropy() end,
+    categorical_entropy = function(l) return D.Categorical({ logits = l }):entropy() end,
+    mvn_log_prob = function(m, a, x) return D.MultivariateNormal(m, { covariance_matrix = sym(a) }):log_prob(x) end,
+    mvn_entropy = function(a) return D.MultivariateNormal(dl.zeros(2, k, f64), { covariance_matrix = sym(a) }):entropy() end,
+    independent = function(m, s, x) return D.Independent(D.Normal(m, s), 1):log_prob(x) end,
+    kl_normal = function(m, s) return D.kl_divergence(D.Normal(m, s), D.Normal(m:flip({ 1 }), s * 0.5 + 0.3)) end,
+    kl_bernoulli = function(p) return D.kl_divergence(D.Bernoulli({ probs = p }), D.Bernoulli({ probs = p:flip({ 2 }) })) end,
+    kl_categorical = function(l)
+      return D.kl_divergence(D.Categorical({ logits = l }), D.Categorical({ logits = l:flip({ 1 }) }))
+    end,
+    kl_uniform = function(a, w) return D.kl_divergence(D.Uniform(a + w * 0.1, a + w * 0.6), D.Uniform(a, a + w)) end,
+    kl_exponential = function(r) return D.kl_divergence(D.Exponential(r), D.Exponential(r:flip({ 1 }))) end,
+    kl_laplace = function(m, s) return D.kl_divergence(D.Laplace(m, s), D.Laplace(m * 0.5, s:flip({ 2 }))) end,
+    kl_independent = function(m, s)
+      return D.kl_divergence(D.Independent(D.Normal(m, s), 1), D.Independent(D.Normal(m * 2, s), 1))
+    end,
+  }
+  FN.mvn_scale_tril = function(m, t, x) return D.MultivariateNormal(m, { scale_tril = t }):log_prob(x) end
+  FN.mvn_precision = function(m, a, x) return D.MultivariateNormal(m, { precision_matrix = sym(a) }):log_prob(x) end
+  FN.kl_mvn = function(m, a, b)
+    return D.kl_divergence(D.MultivariateNormal(m, { covariance_matrix = sym(a) }),
+                           D.MultivariateNormal(m:flip({ 1 }), { covariance_matrix = sym(b) }))
+  end
+  H.eq(H.ref_cases(R.distributions, FN, 1e-10, 1e-9), 33)
+  -- KL of two Gaussians in closed form, against a Monte Carlo estimate of E_p[log p - log q]
+  dl.manual_seed(7)
+  local p = D.MultivariateNormal(dl.tensor({ 0, 1, -1 }, f64), { covariance_matrix = sym(dl.randn(3, 3, f64)) })
+  local q = D.MultivariateNormal(dl.zeros(3, f64), { covariance_matrix = sym(dl.randn(3, 3, f64)) })
+  local xs = p:sample({ 200000 })
+  local mc = (p:log_prob(xs) - q:log_prob(xs)):mean():item()
+  local exact = D.kl_divergence(p, q):item()
+  H.near(mc, exact, 0.02 * math.max(1, exact))
+end)
+
+H.test("samples: shapes, devices and dtypes, statistics; rsample carries gradients", function()
+  dl.manual_seed(1)
+  local n = 40000
+  local normal = D.Normal(dl.tensor({ -1, 2 }, f64), dl.tensor({ 0.5, 3 }, f64))
+  local s = normal:sample({ n })
+  H.shape(s, { n, 2 })
+  H.eq(s.dtype, "float64")
+  H.near(s:mean(1):totable(), { -1, 2 }, 4 * 3 / math.sqrt(n))
+  H.near(s:std(1):totable(), { 0.5, 3 }, 0.05)
+  H.shape(normal:sample(), { 2 })
+  H.shape(normal:sample({ 2, 3 }), { 2, 3, 2 })
+  -- the reparameterised draw: loc + eps scale, so d/dscale of its sum is eps's sum
+  local loc, scale = dl.tensor({ 0.5 }, f64), dl.tensor({ 2 }, f64)
+  dl.manual_seed(2)
+  local draw = D.Normal(loc, scale):rsample({ 5 })
+  dl.manual_seed(2)
+  local gl, gs = dl.grad(function(m, sd) return D.Normal(m, sd):rsample({ 5 }):sum() end, { 1, 2 })(loc, scale)
+  H.near(gl:totable(), { 5 }, 1e-12)
+  H.near(gs:totable(), { ((draw - 0.5) / 2):sum():item() }, 1e-12)
+  H.ok(not D.Normal(loc, scale):sample({ 3 }):requires_grad())
+  -- uniform, exponential and laplace draws: their moments
+  local u = D.Uniform(-1, 3):sample({ n })
+  H.ok(u:min():item() >= -1 and u:max():item() < 3)
+  H.near(u:mean():item(), 1, 0.05)
+  H.near(D.Exponential(4):sample({ n }):mean():item(), 0.25, 0.01)
+  local lap = D.Laplace(1, 2):sample({ n })
+  H.near(lap:mean():item(), 1, 0.1)
+  H.near(lap:var():item(), 8, 0.5)
+  -- discrete draws: frequencies, 1-based categories
+  local cat = D.Categorical({ probs = dl.tensor({ { 0.1, 0.0, 0.9 }, { 1, 1, 2 } }) })
+  local draws = cat:sample({ 20000 })
+  H.shape(draws, { 20000, 2 })
+  H.eq(draws.dtype, "int64")
+  H.ok(not draws:select(2, 1):eq(2):any())                     -- a zero weight is never drawn
+  H.near(draws:select(2, 1):eq(3):double():mean():item(), 0.9, 0.01)
+  H.near(draws:select(2, 2):eq(3):double():mean():item(), 0.5, 0.015)
+  H.shape(D.Categorical({ logits = dl.zeros(4) }):sample(), {})
+  local bern = D.Bernoulli({ probs = dl.tensor({ 0.2, 0.7 }) }):sample({ 20000 })
+  H.near(bern:mean(1):totable(), { 0.2, 0.7 }, 0.015)
+  local mvn = D.MultivariateNormal(dl.tensor({ 1, -1 }, f64), { covariance_matrix = dl.tensor({ { 2, 0.6 }, { 0.6, 1 } }, f64) })
+  local m = mvn:sample({ n })
+  H.shape(m, { n, 2 })
+  local c = m - m:mean(1, true)
+  H.near((c:t():matmul(c) / (n - 1)):totable(), { { 2, 0.6 }, { 0.6, 1 } }, 0.08)
+  local ind = D.Independent(D.Normal(dl.zeros(3, 4), 1), 1)
+  H.eq(#ind.batch_shape, 1)
+  H.eq(ind.event_shape[1], 4)
+  H.shape(ind:log_prob(dl.zeros(3, 4)), { 3 })
+  H.eq(tostring(D.Normal(0, 1)), "Normal(loc: 0, scale: 1)")
+  H.eq(tostring(ind), "Independent(Normal(loc: (3, 4), scale: (3, 4)), 1)")
+end)
+
+H.test("a policy-gradient step and a VAE's loss train through the distributions", function()
+  dl.manual_seed(3)
+  -- REINFORCE on a two-armed bandit: the arm paying 1 ends up preferred
+  local logits = dl.Variable(dl.zeros(2))
+  local opt = dl.optim.Adam({ lr = 0.1 })
+  for _ = 1, 60 do
+    local g = dl.grad(function(l)
+      local policy = D.Categorical({ logits = l })
+      local a = policy:sample({ 16 })
+      local reward = a:eq(2):double():float()
+      return -(policy:log_prob(a) * (reward - reward:mean())):mean()
+    end)(logits)
+    opt:apply_gradients({ { g, logits } })
+  end
+  H.ok(D.Categorical({ logits = logits }).probs[2] > 0.9)
+  -- a Gaussian posterior pulled towards the prior by KL, towards the data by the likelihood
+  local mu, log_sigma = dl.Variable(dl.tensor({ 3.0 })), dl.Variable(dl.tensor({ 1.0 }))
+  local opt2 = dl.optim.Adam({ lr = 0.05 })
+  for _ = 1, 300 do
+    local gm, gs = dl.grad(function(m, ls)
+      local q = D.Normal(m, ls:exp())
+      local z = q:rsample({ 32 })
+      local nll = -D.Normal(z, 1):log_prob(dl.tensor({ 1.0 })):mean()
+      return nll + D.kl_divergence(q, D.Normal(0, 1)):sum()
+    end, { 1, 2 })(mu, log_sigma)
+    opt2:apply_gradients({ { gm, mu }, { gs, log_sigma } })
+  end
+  -- the exact posterior of z ~ N(0, 1), x | z ~ N(z, 1) at x = 1: N(1/2, 1/2)
+  H.near(mu:item(), 0.5, 0.1)
+  H.near(log_sigma:exp():item(), math.sqrt(0.5), 0.1)
+end)
+
+H.test("the distributions check their parameters and values, naming the distribution", function()
+  H.raises(function() D.Normal(0, -1) end, "Normal: scale must be positive")
+  H.raises(function() D.Normal(0) end, "Normal: expected loc and scale")
+  H.raises(function() D.Normal("a", 1) end, "Normal: expected loc (a tensor or a number), got string")
+  H.raises(function() D.Normal(dl.zeros(2), dl.ones(3)) end, "Normal: the parameters' shapes do not broadcast")
+  H.raises(function() D.Normal(0, 1, { bogus = true }) end, "Normal: unknown option 'bogus'")
+  H.ok(D.Normal(0, -1, { validate_args = false }))
+  H.raises(function() D.Uniform(1, 0) end, "Uniform: low must be below high")
+  H.raises(function() D.Uniform(0, 1):log_prob(2) end, "Uniform.log_prob: a value lies outside [low, high)")
+  H.raises(function() D.Exponential(0) end, "Exponential: rate must be positive")
+  H.raises(function() D.Bernoulli({ probs = dl.tensor({ 1.5 }) }) end, "Bernoulli: probs must lie in [0, 1]")
+  H.raises(function() D.Bernoulli({ probs = 0.5, logits = 0 }) end, "Bernoulli: give one of probs and logits")
+  H.raises(function() D.Bernoulli(0.5) end, "Bernoulli: expected {probs = p} or {logits = l}")
+  H.raises(function() D.Bernoulli({ probs = 0.5 }):log_prob(dl.tensor({ 0.5 })) end,
+           "Bernoulli.log_prob: a value is neither 0 nor 1")
+  H.raises(function() D.Categorical({ probs = dl.tensor({ 0, 0 }) }) end, "Categorical: probs must not all be zero")
+  H.raises(function() D.Categorical({ logits = dl.zeros(3) }):log_prob(dl.tensor({ 4 }, i64)) end,
+           "Categorical.log_prob: a value is not a category 1..3")
+  H.raises(function() D.Categorical({ logits = dl.tensor(1.0) }) end, "Categorical: logits must have at least one dim")
+  H.raises(function() D.MultivariateNormal(dl.zeros(2), { covariance_matrix = dl.eye(3) }) end,
+           "MultivariateNormal: expected a (..., 2, 2) matrix for loc of shape (2,), got shape (3, 3)")
+  H.raises(function() D.MultivariateNormal(dl.zeros(2), { covariance_matrix = -dl.eye(2) }) end,
+           "MultivariateNormal: the matrix is not positive definite")
+  H.raises(function() D.MultivariateNormal(dl.zeros(2), { covariance_matrix = dl.eye(2), scale_tril = dl.eye(2) }) end,
+           "MultivariateNormal: give exactly one of covariance_matrix, scale_tril and precision_matrix")
+  H.raises(function() D.Independent(D.Normal(0, 1), 1) end, "Independent: n must be an integer from 0 to 0")
+  H.raises(function() D.kl_divergence(D.Normal(0, 1), D.Laplace(0, 1)) end, "kl_divergence: no rule for Normal and Laplace")
+  H.raises(function() D.Bernoulli({ probs = 0.5 }):rsample() end, "Bernoulli.rsample: the distribution cannot be reparameterised")
+  H.raises(function() return D.Categorical({ logits = dl.zeros(2) }).mean end, "Categorical.mean: not defined")
+end)
+
+H.run()
