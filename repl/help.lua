@@ -243,6 +243,7 @@ return {
   ["dl.distributions.Normal"] = { "D.Normal(loc, scale [, {validate_args}])", "The Gaussian: rsample (reparameterised), log_prob, entropy, cdf, icdf." },
   ["dl.distributions.Categorical"] = { "D.Categorical({probs = p} or {logits = l})", "Categories 1..K over the last dim: sample, log_prob, entropy, probs, logits." },
   ["dl.distributions.kl_divergence"] = { "D.kl_divergence(p, q)", "KL(p || q) per batch element, for two distributions of one family." },
+  ["dl.nn.ParameterList"] = { "dl.nn.ParameterList{p1, p2, ...}, ParameterDict{name = p, ...}", "Variables by position or by name, tracked by the module that holds them (tensors become Variables)." },
   ["dl.nn.Conv3d"] = { "dl.nn.Conv3d(in, out, k [, {stride, padding, dilation, groups, bias}])", "3-D convolution over (N, C, D, H, W) input (F.conv3d); also ConvTranspose3d (F.conv_transpose3d)." },
   ["dl.nn.MaxPool3d"] = { "dl.nn.MaxPool3d(k [, {stride, padding, ceil_mode, return_indices}]), AvgPool3d(k [, {..., count_include_pad}])", "Pools over (N, C, D, H, W) input (F.max_pool3d, F.avg_pool3d); also AdaptiveAvgPool3d, AdaptiveMaxPool3d, BatchNorm3d, InstanceNorm3d, Dropout3d." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },

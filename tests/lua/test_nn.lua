@@ -991,6 +991,38 @@ H.test("ModuleList and ModuleDict track their modules as PyTorch's", function()
   H.raises(function() nn.ModuleDict{ a = 3 } end, "ModuleDict: a is a number, expected a module")
 end)
 
+H.test("ParameterList and ParameterDict track their Variables as PyTorch's", function()
+  local Net = nn.Module:extend("ParamNet")
+  function Net:init()
+    self.ws = nn.ParameterList({ dl.ones(2), dl.Variable(dl.zeros(3)) })
+    self.d = nn.ParameterDict({ scale = dl.tensor({ 2.0 }), bias = dl.zeros(1) })
+  end
+  function Net:forward(x) return x * self.ws[1]:sum() * self.d.scale + self.d.bias + self.ws[2]:sum() end
+  local net = Net()
+  net.ws:append(dl.ones(4))
+  H.eq(#net.ws, 3)
+  local names = {}
+  for _, item in ipairs(net:named_parameters()) do names[#names + 1] = item[1] end
+  H.eq(table.concat(names, " "), "ws.1 ws.2 ws.3 d.bias d.scale")
+  H.ok(dl.is_variable(net.ws[1]) and dl.is_variable(net.d.scale))
+  -- gradients reach them, an optimizer moves them, and the state dict round-trips
+  local tape = dl.GradientTape()
+  local y = tape:record(function() return net(dl.ones(1)):sum() end)
+  H.near(tape:gradient(y, net.ws[1]):totable(), { 2, 2 }, 1e-6)   -- d/d ws[1] = x * scale
+  dl.optim.SGD({ lr = 0.5 }):minimize(function() return net(dl.ones(1)):sum() end, net:parameters())
+  H.near(net.d.scale:totable(), { 1 }, 1e-6)                       -- 2 - 0.5 * sum(ws[1]) = 1
+  local copy = Net()
+  copy.ws:append(dl.zeros(4))
+  copy:load_state_dict(net:state_dict())
+  H.ok(dl.equal(copy.d.scale, net.d.scale) and dl.equal(copy.ws[3], net.ws[3]))
+  H.eq(net.d:items()[1][1], "bias")
+  H.eq(tostring(nn.ParameterDict({ w = dl.ones(2) })), "ParameterDict((w): Variable float32 (2,))")
+  H.raises(function() net.ws(dl.ones(1)) end, "ParameterList: it has no forward")
+  H.raises(function() nn.ParameterList({ 3 }) end, "ParameterList: 1 is a number, expected a tensor or a Variable")
+  H.raises(function() nn.ParameterDict({ w = "x" }) end, "ParameterDict: w is a string, expected a tensor or a Variable")
+  H.raises(function() nn.ParameterDict({ dl.ones(1) }) end, "ParameterDict: keys must be strings, got number")
+end)
+
 H.test("pools and Flatten match PyTorch", function()
   local r = R.layers.pool
   local x = dl.tensor(r.x)

@@ -666,15 +666,22 @@ ModuleList.append = Sequential.add
 
 local ModuleDict = Module:extend("ModuleDict")
 L.ModuleDict = ModuleDict
-function ModuleDict:init(entries)
-  if entries ~= nil and type(entries) ~= "table" then bad_arg("ModuleDict", "a table of modules by name", entries) end
+-- The keys of a container's table of entries by name, checked and in name order.
+local function names_of(name, entries, what)
+  if entries ~= nil and (type(entries) ~= "table" or dl.is_tensor(entries)) then
+    bad_arg(name, "a table of " .. what .. " by name", entries)
+  end
   local keys = {}
   for k in pairs(entries or {}) do
-    if type(k) ~= "string" then raise("ModuleDict: keys must be strings, got " .. typename(k)) end
+    if type(k) ~= "string" then raise(name .. ": keys must be strings, got " .. typename(k)) end
     keys[#keys + 1] = k
   end
   table.sort(keys)
-  for _, k in ipairs(keys) do
+  return keys
+end
+
+function ModuleDict:init(entries)
+  for _, k in ipairs(names_of("ModuleDict", entries, "modules")) do
     if not Module.is_module(entries[k]) then raise("ModuleDict: " .. k .. " is a " .. typename(entries[k]) .. ", expected a module") end
     self[k] = entries[k]
   end
@@ -683,5 +690,57 @@ function ModuleDict:forward()
   raise("ModuleDict: it has no forward; call its modules by name")
 end
 function ModuleDict:items() return self:named_children() end
+
+-- A parameter for a container: a Variable as it is, a tensor made one (as PyTorch's
+-- containers wrap tensors in Parameters).
+local function as_parameter(name, key, v)
+  if dl.is_tensor(v) then return dl.is_variable(v) and v or param(v, tostring(key)) end
+  raise(name .. ": " .. tostring(key) .. " is a " .. typename(v) .. ", expected a tensor or a Variable")
+end
+
+-- ParameterList{p1, p2, ...}: Variables by position (tensors become Variables): list[i],
+-- #list, ipairs(list), list:append(p); their names "1", "2" ... in parameters() and the
+-- state dict. ParameterDict{name = p, ...}: Variables by name (dict.name, dict:items() in
+-- name order). Neither has a forward, as PyTorch's.
+local ParameterList = Module:extend("ParameterList")
+L.ParameterList = ParameterList
+function ParameterList:init(list)
+  if list ~= nil and (type(list) ~= "table" or dl.is_tensor(list)) then
+    bad_arg("ParameterList", "a list of tensors", list)
+  end
+  rawset(self, "_raw_list", true)
+  for i, v in ipairs(list or {}) do rawset(self, i, as_parameter("ParameterList", i, v)) end
+end
+function ParameterList:append(v)
+  rawset(self, #self + 1, as_parameter("ParameterList", #self + 1, v))
+  return self
+end
+function ParameterList:_walk_members(prefix, visit, seen, table_walk)
+  local list = {}
+  for i = 1, #self do list[i] = self[i] end
+  table_walk(list, prefix)
+  Module._walk_members(self, prefix, visit, seen, table_walk)
+end
+function ParameterList:forward() raise("ParameterList: it has no forward; use its Variables") end
+-- "(name): Variable dtype (shape), ..." of a parameter container's named Variables.
+local function variables_repr(self)
+  local parts = {}
+  for _, item in ipairs(self:named_parameters()) do
+    parts[#parts + 1] = "(" .. item[1] .. "): Variable " .. item[2].dtype .. " " .. T.shape_str(item[2].shape)
+  end
+  return table.concat(parts, ", ")
+end
+ParameterList.extra_repr = variables_repr
+
+local ParameterDict = Module:extend("ParameterDict")
+L.ParameterDict = ParameterDict
+function ParameterDict:init(entries)
+  for _, k in ipairs(names_of("ParameterDict", entries, "tensors")) do
+    self[k] = as_parameter("ParameterDict", k, entries[k])
+  end
+end
+function ParameterDict:forward() raise("ParameterDict: it has no forward; use its Variables by name") end
+function ParameterDict:items() return self:named_parameters() end
+ParameterDict.extra_repr = variables_repr
 
 return L
