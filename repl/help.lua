@@ -239,7 +239,7 @@ return {
   ["dl.nn.Bilinear"] = { "dl.nn.Bilinear(in1, in2, out [, {bias}])", "y = x1 W x2 + b (F.bilinear)." },
   ["dl.nn.ctc_loss"] = { "dl.nn.ctc_loss(log_probs (T, N, C), targets (N, S), input_lengths, target_lengths [, {blank = 1, reduction, zero_infinity}])", "The CTC loss, as PyTorch's (classes and blank 1-based)." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
-  ["dl.distributions"] = { "D = dl.distributions: Normal, Uniform, Exponential, Laplace, Bernoulli, Categorical, MultivariateNormal, Independent; D.kl_divergence(p, q)", "torch.distributions' families: sample, rsample, log_prob, entropy, cdf, icdf, mean, variance." },
+  ["dl.distributions"] = { "D = dl.distributions: Normal, Uniform, Exponential, Laplace, LogNormal, HalfNormal, Gumbel, Cauchy, StudentT, Gamma, Chi2, Beta, Dirichlet, Poisson, Bernoulli, Geometric, Categorical, OneHotCategorical, MultivariateNormal, Independent; D.kl_divergence(p, q)", "torch.distributions' families: sample, rsample, log_prob, entropy, cdf, icdf, mean, variance." },
   ["dl.distributions.Normal"] = { "D.Normal(loc, scale [, {validate_args}])", "The Gaussian: rsample (reparameterised), log_prob, entropy, cdf, icdf." },
   ["dl.distributions.Categorical"] = { "D.Categorical({probs = p} or {logits = l})", "Categories 1..K over the last dim: sample, log_prob, entropy, probs, logits." },
   ["dl.distributions.kl_divergence"] = { "D.kl_divergence(p, q)", "KL(p || q) per batch element, for two distributions of one family." },

@@ -7,10 +7,11 @@
 --   local loss = -(pi:log_prob(a) * advantage):sum()
 --   D.kl_divergence(D.Normal(mu, sigma), D.Normal(0, 1))
 --
--- Normal, Uniform, Exponential, Laplace, Bernoulli({probs =} or {logits =}),
+-- Normal, Uniform, Exponential, Laplace, LogNormal, HalfNormal, Gumbel, Cauchy, StudentT,
+-- Gamma, Chi2, Beta, Dirichlet, Bernoulli({probs =} or {logits =}), Geometric,
 -- Categorical({probs =} or {logits =}; categories 1..K, as dlua's indices),
--- MultivariateNormal(loc, {covariance_matrix =, scale_tril = or precision_matrix =}) and
--- Independent(base, n). Each has batch_shape and event_shape, sample([shape]) (no
+-- OneHotCategorical, Poisson, MultivariateNormal(loc, {covariance_matrix =, scale_tril =
+-- or precision_matrix =}) and Independent(base, n). Each has batch_shape and event_shape, sample([shape]) (no
 -- gradient), rsample([shape]) where the distribution can be reparameterised, log_prob,
 -- entropy, and mean, variance and stddev; the continuous ones on a line also cdf and
 -- icdf. Samples come from the generator dl.manual_seed seeds, on the parameters' device
@@ -365,17 +366,21 @@ function Categorical:_get_logits()
   local p = self._probs:clamp(eps_of(self._probs), 1 - eps_of(self._probs))
   return p:log()
 end
-function Categorical:sample(shape)
+-- Categories (1-based, int64) of `shape` .. batch draws from the rows of probs (batch .. K).
+local function categorical_draws(probs, batch, shape)
   return dl.no_grad(function()
-    local out = self:_extended(shape)
-    local rows = self.probs:reshape(-1, self._num_events)
+    local out = concat(shape or {}, batch)
+    local rows = probs:reshape(-1, probs:size(-1))
     local per_row = 1
-    for i = 1, #out - #self.batch_shape do per_row = per_row * out[i] end
+    for i = 1, #out - #batch do per_row = per_row * out[i] end
     -- (n draws per row of the batch, then the sample dims moved in front)
     local draws = dl.multinomial(rows, math.max(per_row, 1), { replacement = true })
-    draws = draws:t():reshape(concat({ per_row }, self.batch_shape))
-    return draws:reshape(out)
+    return draws:t():reshape(concat({ per_row }, batch)):reshape(out)
   end)
+end
+function Categorical:sample(shape)
+  self:_extended(shape)   -- (checks the shape)
+  return categorical_draws(self.probs, self.batch_shape, shape)
 end
 function Categorical:log_prob(v)
   v = self:_value("log_prob", v)
@@ -502,6 +507,397 @@ function Independent:log_prob(v) return sum_last(self.base_dist:log_prob(v), sel
 function Independent:entropy() return sum_last(self.base_dist:entropy(), self.reinterpreted_batch_ndims) end
 with_properties(Independent)
 
+-- ---- more continuous families -------------------------------------------------------------
+
+local EULER = 0.57721566490153286061
+
+-- The smallest positive normal number of t's dtype (draws kept off 0, as PyTorch's).
+local function tiny_of(t) return t.dtype == "float64" and 2.2250738585072014e-308 or 1.1754943508222875e-38 end
+
+-- Gamma(alpha, 1) draws of alpha's shape (alpha > 0): Marsaglia and Tsang's method, all
+-- elements at once, the rejected drawn again until none is left; alpha < 1 through
+-- alpha + 1 and a uniform's 1/alpha-th power.
+local function standard_gamma(alpha)
+  local o = { dtype = alpha.dtype, device = alpha.device }
+  local shape = alpha.shape
+  local small = alpha:lt(1)
+  local a = dl.where(small, alpha + 1, alpha)
+  local d = a - 1 / 3
+  local c = (d * 9):rsqrt()
+  local out = dl.zeros(shape, o)
+  local todo = dl.ones(shape, { dtype = "bool", device = alpha.device })
+  while todo:any() do
+    local x = dl.randn(shape, o)
+    local v = (c * x + 1):pow(3)
+    local u = dl.rand(shape, o)
+    local ok = v:gt(0):logical_and(u:log():lt(x * x * 0.5 + d - d * v + d * v:clamp_min(tiny_of(v)):log()))
+    local take = ok:logical_and(todo)
+    out = dl.where(take, d * v, out)
+    todo = todo:logical_and(ok:logical_not())
+  end
+  local boost = dl.rand(shape, o):pow(alpha:reciprocal())
+  return dl.where(small, out * boost, out):clamp_min(tiny_of(out))
+end
+
+-- Gamma(concentration, rate): shape concentration (> 0), rate (> 0); its draws have no
+-- gradient (rsample is PyTorch's implicit reparameterisation, which dlua lacks).
+local Gamma = class("Gamma")
+Gamma._params = { "concentration", "rate" }
+Gamma.new = constructor(Gamma, { "concentration", "rate" },
+  function(a, r) return a:gt(0):logical_and(r:gt(0)), "concentration and rate must be positive" end)
+function Gamma:_get_mean() return self.concentration / self.rate end
+function Gamma:_get_variance() return self.concentration / self.rate:pow(2) end
+function Gamma:sample(shape)
+  return dl.no_grad(function()
+    return standard_gamma(self.concentration:expand(self:_extended(shape))) / self.rate
+  end)
+end
+function Gamma:log_prob(v)
+  v = self:_value("log_prob", v)
+  if self._validate then require_all("Gamma.log_prob", v:gt(0), "a value is not positive") end
+  local a, r = self.concentration, self.rate
+  return dl.xlogy(a, r) + dl.xlogy(a - 1, v) - r * v - a:lgamma()
+end
+function Gamma:entropy()
+  local a = self.concentration
+  return a - self.rate:log() + a:lgamma() + (1 - a) * a:digamma()
+end
+with_properties(Gamma)
+
+-- Chi2(df): Gamma(df / 2, 1 / 2).
+local Chi2 = class("Chi2", Gamma)
+Chi2._params = { "df" }
+function Chi2.new(df, opts)
+  local args = opts == nil and { df } or { df, opts }
+  local validate, n = take_options("Chi2", args, #args)
+  if n ~= 1 then raise("Chi2: expected df") end
+  local p = parameters("Chi2", { "df" }, args)
+  if validate then require_all("Chi2", p[1]:gt(0), "df must be positive") end
+  return setmetatable({ df = p[1], concentration = p[1] * 0.5, rate = dl.full_like(p[1], 0.5),
+                        batch_shape = p[1].shape, event_shape = {}, _like = p[1], _validate = validate }, Chi2)
+end
+with_properties(Chi2)
+
+-- Beta(concentration1, concentration0): on (0, 1), from two gamma draws x / (x + y).
+local Beta = class("Beta")
+Beta._params = { "concentration1", "concentration0" }
+Beta.new = constructor(Beta, { "concentration1", "concentration0" },
+  function(a, b) return a:gt(0):logical_and(b:gt(0)), "the concentrations must be positive" end)
+function Beta:_get_mean() return self.concentration1 / (self.concentration1 + self.concentration0) end
+function Beta:_get_variance()
+  local a, b = self.concentration1, self.concentration0
+  local t = a + b
+  return a * b / (t * t * (t + 1))
+end
+function Beta:sample(shape)
+  return dl.no_grad(function()
+    local out = self:_extended(shape)
+    local x = standard_gamma(self.concentration1:expand(out))
+    local y = standard_gamma(self.concentration0:expand(out))
+    return x / (x + y)
+  end)
+end
+local function log_beta(a, b) return a:lgamma() + b:lgamma() - (a + b):lgamma() end
+function Beta:log_prob(v)
+  v = self:_value("log_prob", v)
+  if self._validate then require_all("Beta.log_prob", v:gt(0):logical_and(v:lt(1)), "a value lies outside (0, 1)") end
+  local a, b = self.concentration1, self.concentration0
+  return dl.xlogy(a - 1, v) + dl.xlogy(b - 1, 1 - v) - log_beta(a, b)
+end
+function Beta:entropy()
+  local a, b = self.concentration1, self.concentration0
+  local t = a + b
+  return log_beta(a, b) - (a - 1) * a:digamma() - (b - 1) * b:digamma() + (t - 2) * t:digamma()
+end
+with_properties(Beta)
+
+-- Dirichlet(concentration (..., K)): points of the simplex, from K gamma draws normalised.
+local Dirichlet = class("Dirichlet")
+Dirichlet._params = { "concentration" }
+function Dirichlet.new(...)
+  local args = { ... }
+  local validate, n = take_options("Dirichlet", args, select("#", ...))
+  if n ~= 1 then raise("Dirichlet: expected a concentration") end
+  local c = parameters("Dirichlet", { "concentration" }, args)[1]
+  if c:dim() < 1 then raise("Dirichlet: concentration must have at least one dim (the categories)") end
+  if validate then require_all("Dirichlet", c:gt(0), "concentration must be positive") end
+  local batch = c.shape
+  local k = batch[#batch]
+  batch[#batch] = nil
+  return setmetatable({ concentration = c, batch_shape = batch, event_shape = { k }, _like = c, _validate = validate },
+                      Dirichlet)
+end
+function Dirichlet:_get_mean() return self.concentration / self.concentration:sum(-1, true) end
+function Dirichlet:_get_variance()
+  local c = self.concentration
+  local t = c:sum(-1, true)
+  return c * (t - c) / (t * t * (t + 1))
+end
+function Dirichlet:sample(shape)
+  return dl.no_grad(function()
+    local g = standard_gamma(self.concentration:expand(self:_extended(shape)))
+    return g / g:sum(-1, true)
+  end)
+end
+function Dirichlet:log_prob(v)
+  v = self:_value("log_prob", v)
+  if self._validate then
+    require_all("Dirichlet.log_prob", v:gt(0):logical_and((v:sum(-1, true) - 1):abs():lt(1e-5 * v:size(-1))),
+                "a value is not a point of the simplex (positive, summing to 1)")
+  end
+  local c = self.concentration
+  return dl.xlogy(c - 1, v):sum(-1) + c:sum(-1):lgamma() - c:lgamma():sum(-1)
+end
+function Dirichlet:entropy()
+  local c = self.concentration
+  local k, t = c:size(-1), c:sum(-1)
+  return c:lgamma():sum(-1) - t:lgamma() - ((c - 1) * c:digamma()):sum(-1) + (t - k) * t:digamma()
+end
+with_properties(Dirichlet)
+
+-- LogNormal(loc, scale): exp of a Normal(loc, scale) draw.
+local LogNormal = class("LogNormal")
+LogNormal._params = { "loc", "scale" }
+LogNormal.new = constructor(LogNormal, { "loc", "scale" },
+  function(_, scale) return scale:gt(0), "scale must be positive" end)
+function LogNormal:_get_mean() return (self.loc + self.scale:pow(2) * 0.5):exp() end
+function LogNormal:_get_variance()
+  local s2 = self.scale:pow(2)
+  return s2:expm1() * (self.loc * 2 + s2):exp()
+end
+function LogNormal:rsample(shape) return Normal.rsample(self, shape):exp() end
+function LogNormal:log_prob(v)
+  v = self:_value("log_prob", v)
+  if self._validate then require_all("LogNormal.log_prob", v:gt(0), "a value is not positive") end
+  local lv = v:log()
+  return Normal.log_prob(self, lv) - lv
+end
+function LogNormal:entropy() return Normal.entropy(self) + self.loc end
+with_properties(LogNormal)
+
+-- HalfNormal(scale): |x| of a Normal(0, scale) draw.
+local HalfNormal = class("HalfNormal")
+HalfNormal._params = { "scale" }
+HalfNormal.new = constructor(HalfNormal, { "scale" }, function(scale) return scale:gt(0), "scale must be positive" end)
+function HalfNormal:_get_mean() return self.scale * math.sqrt(2 / pi) end
+function HalfNormal:_get_variance() return self.scale:pow(2) * (1 - 2 / pi) end
+function HalfNormal:rsample(shape)
+  return (dl.randn(self:_extended(shape), { dtype = self.scale.dtype, device = self.scale.device }) * self.scale):abs()
+end
+function HalfNormal:log_prob(v)
+  v = self:_value("log_prob", v)
+  if self._validate then require_all("HalfNormal.log_prob", v:ge(0), "a value is negative") end
+  local z = v / self.scale
+  return z * z * -0.5 - self.scale:log() - LOG_SQRT_2PI + log(2)
+end
+function HalfNormal:entropy() return (self.scale:pow(2) * (pi / 2)):log() * 0.5 + 0.5 end
+function HalfNormal:cdf(v) return (self:_value("cdf", v) / (self.scale * math.sqrt(2))):erf() end
+function HalfNormal:icdf(q) return dl.erfinv(self:_value("icdf", q)) * self.scale * math.sqrt(2) end
+with_properties(HalfNormal)
+
+-- Gumbel(loc, scale): the law of a maximum; loc - scale log(-log u).
+local Gumbel = class("Gumbel")
+Gumbel._params = { "loc", "scale" }
+Gumbel.new = constructor(Gumbel, { "loc", "scale" }, function(_, scale) return scale:gt(0), "scale must be positive" end)
+function Gumbel:_get_mean() return self.loc + self.scale * EULER end
+function Gumbel:_get_variance() return self.scale:pow(2) * (pi * pi / 6) end
+function Gumbel:rsample(shape)
+  local u = dl.rand(self:_extended(shape), { dtype = self.loc.dtype, device = self.loc.device })
+  local t = tiny_of(u)
+  return self.loc - self.scale * (-(u:clamp(t, 1 - eps_of(u)):log())):log()
+end
+function Gumbel:log_prob(v)
+  local z = (self:_value("log_prob", v) - self.loc) / self.scale
+  return -(z + (-z):exp()) - self.scale:log()
+end
+function Gumbel:entropy() return self.scale:log() + (1 + EULER) end
+function Gumbel:cdf(v) return (-(-(self:_value("cdf", v) - self.loc) / self.scale):exp()):exp() end
+function Gumbel:icdf(q) return self.loc - self.scale * (-(self:_value("icdf", q):log())):log() end
+with_properties(Gumbel)
+
+-- Cauchy(loc, scale): heavy tails; no mean or variance (NaN and infinity, as PyTorch's).
+local Cauchy = class("Cauchy")
+Cauchy._params = { "loc", "scale" }
+Cauchy.new = constructor(Cauchy, { "loc", "scale" }, function(_, scale) return scale:gt(0), "scale must be positive" end)
+function Cauchy:_get_mean() return dl.full_like(self.loc, 0 / 0) end
+function Cauchy:_get_variance() return dl.full_like(self.loc, math.huge) end
+function Cauchy:rsample(shape)
+  local u = dl.rand(self:_extended(shape), { dtype = self.loc.dtype, device = self.loc.device })
+  return self.loc + self.scale * ((u - 0.5) * pi):tan()
+end
+function Cauchy:log_prob(v)
+  local z = (self:_value("log_prob", v) - self.loc) / self.scale
+  return -(z * z):log1p() - self.scale:log() - log(pi)
+end
+function Cauchy:entropy() return (self.scale * (4 * pi)):log() end
+function Cauchy:cdf(v) return ((self:_value("cdf", v) - self.loc) / self.scale):atan() / pi + 0.5 end
+function Cauchy:icdf(q) return self.loc + self.scale * ((self:_value("icdf", q) - 0.5) * pi):tan() end
+with_properties(Cauchy)
+
+-- StudentT(df, loc = 0, scale = 1): a Normal over the square root of an independent
+-- Chi2(df) / df.
+local StudentT = class("StudentT")
+StudentT._params = { "df", "loc", "scale" }
+function StudentT.new(...)
+  local args = { ... }
+  local validate, n = take_options("StudentT", args, select("#", ...))
+  if n < 1 or n > 3 then raise("StudentT: expected df [, loc [, scale]]") end
+  local p = parameters("StudentT", { "df", "loc", "scale" }, { args[1], args[2] or 0, args[3] or 1 })
+  if validate then require_all("StudentT", p[1]:gt(0):logical_and(p[3]:gt(0)), "df and scale must be positive") end
+  return setmetatable({ df = p[1], loc = p[2], scale = p[3], batch_shape = p[1].shape, event_shape = {}, _like = p[1],
+                        _validate = validate }, StudentT)
+end
+function StudentT:_get_mean() return dl.where(self.df:gt(1), self.loc, 0 / 0) end
+function StudentT:_get_variance()
+  local df = self.df
+  local v = self.scale:pow(2) * df / (df - 2)
+  return dl.where(df:gt(2), v, dl.where(df:gt(1), math.huge, 0 / 0))
+end
+function StudentT:sample(shape)
+  return dl.no_grad(function()
+    local out = self:_extended(shape)
+    local z = dl.randn(out, { dtype = self.df.dtype, device = self.df.device })
+    local chi2 = standard_gamma((self.df * 0.5):expand(out)) * 2
+    return self.loc + self.scale * z * (self.df / chi2):sqrt()
+  end)
+end
+function StudentT:log_prob(v)
+  local df = self.df
+  local y = (self:_value("log_prob", v) - self.loc) / self.scale
+  local Z = self.scale:log() + df:log() * 0.5 + log(pi) * 0.5 + (df * 0.5):lgamma() - ((df + 1) * 0.5):lgamma()
+  return -((df + 1) * 0.5) * (y * y / df):log1p() - Z
+end
+function StudentT:entropy()
+  local df = self.df
+  local half, half1 = df * 0.5, (df + 1) * 0.5
+  local lbeta = half:lgamma() + 0.5 * log(pi) - half1:lgamma()
+  return self.scale:log() + half1 * (half1:digamma() - half:digamma()) + df:log() * 0.5 + lbeta
+end
+with_properties(StudentT)
+
+-- ---- more discrete families ---------------------------------------------------------------
+
+-- Poisson(rate): counts 0, 1, 2 ... of mean rate (>= 0). Draws: the product of uniforms
+-- below e^-rate where rate < 10; Hormann's transformed rejection (PTRS) above.
+local Poisson = class("Poisson")
+Poisson._params = { "rate" }
+Poisson.new = constructor(Poisson, { "rate" }, function(rate) return rate:ge(0), "rate must not be negative" end)
+function Poisson:_get_mean() return self.rate end
+function Poisson:_get_variance() return self.rate end
+local function poisson_draws(lam)
+  local o = { dtype = lam.dtype, device = lam.device }
+  local shape = lam.shape
+  local small = lam:lt(10)
+  -- small rates: count the uniforms whose running product stays above e^-rate
+  local limit = (-lam):exp()
+  local prod, k = dl.ones(shape, o), dl.zeros(shape, o)
+  local live = small
+  while live:any() do
+    prod = prod * dl.rand(shape, o)
+    local more = prod:gt(limit):logical_and(live)
+    k = k + more:to(lam.dtype)
+    live = more
+  end
+  -- large rates: PTRS (as numpy's)
+  local big = small:logical_not()
+  if big:any() then
+    local l = dl.where(big, lam, 10)
+    local slam, loglam = l:sqrt(), l:log()
+    local b = slam * 2.53 + 0.931
+    local a = b * 0.02483 - 0.059
+    local invalpha = 1.1239 + 1.1328 / (b - 3.4)
+    local vr = 0.9277 - 3.6224 / (b - 2)
+    local out = dl.zeros(shape, o)
+    local todo = big
+    while todo:any() do
+      local u = dl.rand(shape, o) - 0.5
+      local v = dl.rand(shape, o)
+      local us = 0.5 - u:abs()
+      local kk = ((a * 2 / us + b) * u + l + 0.43):floor()
+      local quick = us:ge(0.07):logical_and(v:le(vr))
+      local bad = kk:lt(0):logical_or(us:lt(0.013):logical_and(v:gt(us)))
+      local slow = (v:log() + invalpha:log() - (a / (us * us) + b):log())
+        :le(-l + kk * loglam - (kk + 1):lgamma())
+      local ok = quick:logical_or(bad:logical_not():logical_and(slow)):logical_and(todo)
+      out = dl.where(ok, kk, out)
+      todo = todo:logical_and(ok:logical_not())
+    end
+    k = dl.where(big, out, k)
+  end
+  return k
+end
+function Poisson:sample(shape)
+  return dl.no_grad(function() return poisson_draws(self.rate:expand(self:_extended(shape)):contiguous()) end)
+end
+function Poisson:log_prob(v)
+  v = self:_value("log_prob", v)
+  if not v:is_floating_point() then v = v:to(self.rate.dtype) end
+  if self._validate then
+    require_all("Poisson.log_prob", v:ge(0):logical_and(v:eq(v:floor())), "a value is not a count 0, 1, 2 ...")
+  end
+  return dl.xlogy(v, self.rate) - self.rate - (v + 1):lgamma()
+end
+with_properties(Poisson)
+
+-- Geometric({probs = p} or {logits = l}): the failures before the first success, 0, 1 ...
+local Geometric = class("Geometric")
+function Geometric.new(...)
+  local self = Bernoulli.new(...)
+  local p = self.probs
+  if self._validate then require_all("Geometric", p:gt(0), "probs must be positive") end
+  return setmetatable(self, Geometric)
+end
+Geometric._get_probs, Geometric._get_logits = Bernoulli._get_probs, Bernoulli._get_logits
+function Geometric:_get_mean() return 1 / self.probs - 1 end
+function Geometric:_get_variance() return (1 / self.probs - 1) / self.probs end
+function Geometric:sample(shape)
+  return dl.no_grad(function()
+    local p = self.probs:expand(self:_extended(shape))
+    local u = dl.rand(p.shape, { dtype = p.dtype, device = p.device }):clamp_min(tiny_of(p))
+    return (u:log() / (-p):log1p()):floor()
+  end)
+end
+function Geometric:log_prob(v)
+  v = self:_value("log_prob", v)
+  if not v:is_floating_point() then v = v:to(self.probs.dtype) end
+  if self._validate then
+    require_all("Geometric.log_prob", v:ge(0):logical_and(v:eq(v:floor())), "a value is not a count 0, 1, 2 ...")
+  end
+  local p = self.probs
+  return dl.where(v:eq(0), 0, v * (-p):log1p()) + p:log()
+end
+function Geometric:entropy()
+  return dl.nn.bce_with_logits(self.logits, self.probs, { reduction = "none" }) / self.probs
+end
+with_properties(Geometric)
+
+-- OneHotCategorical({probs =} or {logits =}): Categorical's draws as one-hot vectors
+-- (event_shape {K}); log_prob of one-hot values.
+local OneHotCategorical = class("OneHotCategorical")
+function OneHotCategorical.new(...)
+  local self = Categorical.new(...)
+  self.event_shape = { self._num_events }
+  return setmetatable(self, OneHotCategorical)
+end
+OneHotCategorical._get_probs, OneHotCategorical._get_logits = Categorical._get_probs, Categorical._get_logits
+function OneHotCategorical:_get_mean() return self.probs end
+function OneHotCategorical:_get_variance() return self.probs * (1 - self.probs) end
+function OneHotCategorical:sample(shape)
+  self:_extended(shape)
+  local draws = categorical_draws(self.probs, self.batch_shape, shape)
+  return dl.nn.one_hot(draws, self._num_events):to(self.probs.dtype)
+end
+function OneHotCategorical:log_prob(v)
+  v = self:_value("log_prob", v)
+  if self._validate then
+    local bits = v:eq(0):logical_or(v:eq(1))
+    require_all("OneHotCategorical.log_prob", bits:logical_and(v:sum(-1, true):eq(1)), "a value is not a one-hot vector")
+  end
+  return (v * self.logits):sum(-1)
+end
+OneHotCategorical.entropy = Categorical.entropy
+with_properties(OneHotCategorical)
+
 -- ---- KL divergence ---------------------------------------------------------------------------
 
 local KL = {}   -- KL[p's class][q's class] = function(p, q)
@@ -560,6 +956,38 @@ rule(Independent, Independent, function(p, q)
   end
   return sum_last(D.kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
 end)
+
+rule(Gamma, Gamma, function(p, q)
+  local a1, r1, a2, r2 = p.concentration, p.rate, q.concentration, q.rate
+  return a2 * (r1 / r2):log() + a2:lgamma() - a1:lgamma() + (a1 - a2) * a1:digamma() + (r2 - r1) * (a1 / r1)
+end)
+rule(Beta, Beta, function(p, q)
+  local a1, b1, a2, b2 = p.concentration1, p.concentration0, q.concentration1, q.concentration0
+  local t1 = a1 + b1
+  return log_beta(a2, b2) - log_beta(a1, b1) + (a1 - a2) * a1:digamma() + (b1 - b2) * b1:digamma()
+         + (a2 - a1 + b2 - b1) * t1:digamma()
+end)
+rule(Dirichlet, Dirichlet, function(p, q)
+  local c1, c2 = p.concentration, q.concentration
+  local s1 = c1:sum(-1)
+  return s1:lgamma() - c2:sum(-1):lgamma() - (c1:lgamma() - c2:lgamma()):sum(-1)
+         + ((c1 - c2) * (c1:digamma() - s1:unsqueeze(-1):digamma())):sum(-1)
+end)
+rule(Poisson, Poisson, function(p, q)
+  return dl.xlogy(p.rate, p.rate / q.rate) - p.rate + q.rate
+end)
+rule(Gumbel, Gumbel, function(p, q)
+  local ct1 = p.scale / q.scale
+  local ct2 = q.loc / q.scale
+  local ct3 = p.loc / q.scale
+  return -ct1:log() - ct2 + ct3 + ct1 * EULER + (ct2 - ct3 + (ct1 + 1):lgamma()):exp() - (1 + EULER)
+end)
+rule(LogNormal, LogNormal, KL[Normal][Normal])
+rule(HalfNormal, HalfNormal, function(p, q)
+  local ratio = (p.scale / q.scale):pow(2)
+  return (ratio - 1 - ratio:log()) * 0.5
+end)
+rule(OneHotCategorical, OneHotCategorical, KL[Categorical][Categorical])
 
 -- kl_divergence(p, q): KL(p || q) per batch element, for the pairs of the rules above.
 function D.kl_divergence(p, q)

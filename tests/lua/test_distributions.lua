@@ -67,6 +67,55 @@ H.test("every distribution's densities, entropies, moments and KL divergences ma
   H.near(mc, exact, 0.02 * math.max(1, exact))
 end)
 
+H.test("the gamma family, heavy tails, counts and one-hot draws match PyTorch float64", function()
+  local onehot = dl.nn.one_hot(dl.tensor({ 3, 1, 5 }, i64), 5):double()
+  local function add(...)
+    local t = { ... }
+    local y = t[1]
+    for i = 2, #t do y = y + t[i] end
+    return y
+  end
+  local FN = {
+    gamma_log_prob = function(a, r, x) return D.Gamma(a, r):log_prob(x) end,
+    gamma_entropy = function(a, r) local g = D.Gamma(a, r); return g:entropy() + g.variance end,
+    chi2_log_prob = function(d, x) local c = D.Chi2(d); return c:log_prob(x) + c:entropy() end,
+    beta_log_prob = function(a, b, x) return D.Beta(a, b):log_prob(x) end,
+    beta_entropy = function(a, b) local d = D.Beta(a, b); return add(d:entropy(), d.variance, d.mean) end,
+    dirichlet_log_prob = function(c, x) return D.Dirichlet(c):log_prob(x) end,
+    dirichlet_entropy = function(c) local d = D.Dirichlet(c); return d:entropy() + d.variance:sum(-1) end,
+    lognormal = function(m, s, x) local d = D.LogNormal(m, s); return add(d:log_prob(x), d:entropy(), d.mean) end,
+    halfnormal = function(s, x, q)
+      local d = D.HalfNormal(s)
+      return add(d:log_prob(x), d:entropy(), d:cdf(x), d:icdf(q))
+    end,
+    gumbel = function(m, s, x) local d = D.Gumbel(m, s); return add(d:log_prob(x), d:entropy(), d.mean, d:cdf(x)) end,
+    cauchy = function(m, s, x, q) local d = D.Cauchy(m, s); return add(d:log_prob(x), d:entropy(), d:cdf(x), d:icdf(q)) end,
+    student_t = function(df, m, s, x) local d = D.StudentT(df, m, s); return d:log_prob(x) + d:entropy() end,
+    one_hot_categorical = function(l)
+      local d = D.OneHotCategorical({ logits = l })
+      return d:log_prob(onehot) + d:entropy()
+    end,
+    kl_gamma = function(a, r) return D.kl_divergence(D.Gamma(a, r), D.Gamma(r, a)) end,
+    kl_beta = function(a, b) return D.kl_divergence(D.Beta(a, b), D.Beta(b, a + 1)) end,
+    kl_dirichlet = function(c) return D.kl_divergence(D.Dirichlet(c), D.Dirichlet(c:flip({ 1 }))) end,
+    kl_poisson = function(r, q) return D.kl_divergence(D.Poisson(r), D.Poisson(q)) end,
+    kl_gumbel = function(m, s) return D.kl_divergence(D.Gumbel(m, s), D.Gumbel(m * 0.5, s:flip({ 2 }))) end,
+    kl_lognormal = function(m, s) return D.kl_divergence(D.LogNormal(m, s), D.LogNormal(m:flip({ 1 }), s)) end,
+    kl_halfnormal = function(s) return D.kl_divergence(D.HalfNormal(s), D.HalfNormal(s:flip({ 2 }))) end,
+  }
+  -- the count cases score fixed counts the generator drew: its inputs hold them
+  local counts
+  for _, c in ipairs(R.distributions2) do
+    if c.counts then counts = dl.tensor(c.counts, f64) end
+  end
+  FN.poisson = function(r) return D.Poisson(r):log_prob(counts) end
+  FN.geometric = function(p)
+    local d = D.Geometric({ probs = p })
+    return add(d:log_prob(counts), d:entropy(), d.mean)
+  end
+  H.eq(H.ref_cases(R.distributions2, FN, 1e-10, 1e-9), 22)
+end)
+
 H.test("samples: shapes, devices and dtypes, statistics; rsample carries gradients", function()
   dl.manual_seed(1)
   local n = 40000
@@ -111,6 +160,30 @@ H.test("samples: shapes, devices and dtypes, statistics; rsample carries gradien
   H.shape(m, { n, 2 })
   local c = m - m:mean(1, true)
   H.near((c:t():matmul(c) / (n - 1)):totable(), { { 2, 0.6 }, { 0.6, 1 } }, 0.08)
+  -- the families drawn by rejection or from gamma draws: their first two moments
+  local function moments(d, mean, var, tol)
+    local x = d:sample({ n }):double()
+    H.near(x:mean():item(), mean, tol * math.sqrt(var / n) * 5 + 1e-12, d.__name .. " mean")
+    H.near(x:var():item(), var, tol * var * 0.06, d.__name .. " variance")
+  end
+  moments(D.Gamma(2.5, 2), 1.25, 0.625, 1)
+  moments(D.Gamma(0.3, 1), 0.3, 0.3, 1)                              -- (alpha < 1: the boost)
+  moments(D.Chi2(3), 3, 6, 1)
+  moments(D.Beta(2, 5), 2 / 7, 10 / 392, 1)
+  moments(D.Poisson(3.5), 3.5, 3.5, 1)
+  moments(D.Poisson(120), 120, 120, 1)                               -- (PTRS)
+  moments(D.Geometric({ probs = 0.3 }), 0.7 / 0.3, 0.7 / 0.09, 1)
+  moments(D.LogNormal(0, 0.5), math.exp(0.125), (math.exp(0.25) - 1) * math.exp(0.25), 1)
+  moments(D.HalfNormal(2), 2 * math.sqrt(2 / math.pi), 4 * (1 - 2 / math.pi), 1)
+  moments(D.Gumbel(1, 2), 1 + 2 * 0.57721566490153, 4 * math.pi ^ 2 / 6, 1)
+  moments(D.StudentT(6), 0, 1.5, 2)
+  local dir = D.Dirichlet(dl.tensor({ 1, 2, 3 }, f64)):sample({ n })
+  H.near(dir:mean(1):totable(), { 1 / 6, 2 / 6, 3 / 6 }, 0.01)
+  H.near(dir:sum(2):totable()[1], 1, 1e-12)
+  local hot = D.OneHotCategorical({ probs = dl.tensor({ 0.2, 0.8 }) }):sample({ n })
+  H.shape(hot, { n, 2 })
+  H.near(hot:mean(1):totable(), { 0.2, 0.8 }, 0.015)
+  H.ok(D.Poisson(dl.tensor({ 0.0 })):sample({ 10 }):eq(0):all())
   local ind = D.Independent(D.Normal(dl.zeros(3, 4), 1), 1)
   H.eq(#ind.batch_shape, 1)
   H.eq(ind.event_shape[1], 4)
@@ -179,6 +252,16 @@ H.test("the distributions check their parameters and values, naming the distribu
   H.raises(function() D.Independent(D.Normal(0, 1), 1) end, "Independent: n must be an integer from 0 to 0")
   H.raises(function() D.kl_divergence(D.Normal(0, 1), D.Laplace(0, 1)) end, "kl_divergence: no rule for Normal and Laplace")
   H.raises(function() D.Bernoulli({ probs = 0.5 }):rsample() end, "Bernoulli.rsample: the distribution cannot be reparameterised")
+  H.raises(function() D.Gamma(1, 1):rsample() end, "Gamma.rsample: the distribution cannot be reparameterised")
+  H.raises(function() D.Gamma(0, 1) end, "Gamma: concentration and rate must be positive")
+  H.raises(function() D.Beta(1, 1):log_prob(1) end, "Beta.log_prob: a value lies outside (0, 1)")
+  H.raises(function() D.Dirichlet(dl.ones(3)):log_prob(dl.ones(3)) end, "Dirichlet.log_prob: a value is not a point of the simplex")
+  H.raises(function() D.Poisson(1):log_prob(0.5) end, "Poisson.log_prob: a value is not a count 0, 1, 2 ...")
+  H.raises(function() D.Poisson(-1) end, "Poisson: rate must not be negative")
+  H.raises(function() D.StudentT(1, 0, 1, 2) end, "StudentT: expected df [, loc [, scale]]")
+  H.raises(function() D.OneHotCategorical({ logits = dl.zeros(3) }):log_prob(dl.tensor({ 1, 1, 0 })) end,
+           "OneHotCategorical.log_prob: a value is not a one-hot vector")
+  H.raises(function() D.kl_divergence(D.Gamma(1, 1), D.Beta(1, 1)) end, "kl_divergence: no rule for Gamma and Beta")
   H.raises(function() return D.Categorical({ logits = dl.zeros(2) }).mean end, "Categorical.mean: not defined")
 end)
 

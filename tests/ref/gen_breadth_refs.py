@@ -849,6 +849,22 @@ def gen_volumetric():
     return out
 
 
+def one_output_cases(cases, extra=lambda name: {}):
+    """Cases (name, fn, args) of one output: {name, args, ys, c, grads} with the gradients
+    of sum(y * c) for every argument (c drawn here, in order), plus extra(name)'s fields."""
+    out = []
+    for name, fn, args in cases:
+        xs = [t.clone().requires_grad_() for t in args]
+        y = fn(*xs)
+        c = torch.randn(y.shape, dtype=torch.float64)
+        grads = [g if g is not None else torch.zeros_like(t) for g, t in
+                 zip(torch.autograd.grad((y * c).sum(), xs, allow_unused=True), xs)]
+        case = {"name": name, "args": list(args), "ys": [y], "c": c, "grads": grads}
+        case.update(extra(name))
+        out.append(case)
+    return out
+
+
 def gen_distributions():
     """torch.distributions in float64: log_prob, entropy, cdf, icdf, mean and variance of
     Normal, Uniform, Exponential, Laplace, Bernoulli, Categorical (values 1-based in
@@ -856,7 +872,6 @@ def gen_distributions():
     kl_divergence of each pair: {name, args, ys, c, grads} as in gen_more_functions,
     gradients for the parameters (and the values where continuous)."""
     import torch.distributions as TD
-    out = []
     with torch.random.fork_rng():
         torch.manual_seed(20261219)
         loc, raw = rnd(3, 4), rnd(3, 4)
@@ -922,13 +937,62 @@ def gen_distributions():
             ("kl_independent", lambda m, s: TD.kl_divergence(TD.Independent(TD.Normal(m, s), 1),
                                                              TD.Independent(TD.Normal(m * 2, s), 1)), (loc, scale)),
         )
-        for name, fn, args in cases:
-            xs = [t.clone().requires_grad_() for t in args]
-            y = fn(*xs)
-            c = torch.randn(y.shape, dtype=torch.float64)
-            grads = [g if g is not None else torch.zeros_like(t) for g, t in
-                     zip(torch.autograd.grad((y * c).sum(), xs, allow_unused=True), xs)]
-            out.append({"name": name, "args": list(args), "ys": [y], "c": c, "grads": grads})
+        out = one_output_cases(cases)
+    return out
+
+
+def gen_distributions2():
+    """The second round of torch.distributions, float64: Gamma, Chi2, Beta, Dirichlet,
+    LogNormal, HalfNormal, Gumbel, Cauchy, StudentT, Poisson, Geometric and
+    OneHotCategorical (log_prob, entropy, moments, cdf/icdf where they have them) and
+    their KL divergences; cases as gen_distributions'."""
+    import torch.distributions as TD
+    with torch.random.fork_rng():
+        torch.manual_seed(20261220)
+        pos1, pos2 = torch.rand(3, 4, dtype=torch.float64) * 3 + 0.2, torch.rand(3, 4, dtype=torch.float64) * 3 + 0.2
+        x = torch.rand(3, 4, dtype=torch.float64) * 4 + 0.05
+        unit = torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05
+        conc = torch.rand(3, 5, dtype=torch.float64) * 3 + 0.3
+        simplex = torch.rand(3, 5, dtype=torch.float64) + 0.05
+        simplex = simplex / simplex.sum(-1, keepdim=True)
+        loc, scale = rnd(3, 4), torch.rand(3, 4, dtype=torch.float64) + 0.3
+        v = rnd(3, 4) * 2
+        counts = torch.randint(0, 9, (3, 4)).double()
+        p01 = torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05
+        logits = rnd(3, 5)
+        onehot = torch.nn.functional.one_hot(torch.tensor([2, 0, 4]), 5).double()
+        cases = (
+            ("gamma_log_prob", lambda a, r, t: TD.Gamma(a, r).log_prob(t), (pos1, pos2, x)),
+            ("gamma_entropy", lambda a, r: TD.Gamma(a, r).entropy() + TD.Gamma(a, r).variance, (pos1, pos2)),
+            ("chi2_log_prob", lambda d, t: TD.Chi2(d).log_prob(t) + TD.Chi2(d).entropy(), (pos1, x)),
+            ("beta_log_prob", lambda a, b, t: TD.Beta(a, b).log_prob(t), (pos1, pos2, unit)),
+            ("beta_entropy", lambda a, b: TD.Beta(a, b).entropy() + TD.Beta(a, b).variance + TD.Beta(a, b).mean, (pos1, pos2)),
+            ("dirichlet_log_prob", lambda c, t: TD.Dirichlet(c).log_prob(t), (conc, simplex)),
+            ("dirichlet_entropy", lambda c: TD.Dirichlet(c).entropy() + TD.Dirichlet(c).variance.sum(-1), (conc,)),
+            ("lognormal", lambda m, s, t: TD.LogNormal(m, s).log_prob(t) + TD.LogNormal(m, s).entropy()
+             + TD.LogNormal(m, s).mean, (loc, scale, x)),
+            ("halfnormal", lambda s, t, q: TD.HalfNormal(s).log_prob(t) + TD.HalfNormal(s).entropy()
+             + TD.HalfNormal(s).cdf(t) + TD.HalfNormal(s).icdf(q), (scale, x, unit)),
+            ("gumbel", lambda m, s, t: TD.Gumbel(m, s).log_prob(t) + TD.Gumbel(m, s).entropy() + TD.Gumbel(m, s).mean
+             + torch.exp(-torch.exp(-(t - m) / s)), (loc, scale, v)),   # (1.13's Gumbel.cdf checks its base's support)
+            ("cauchy", lambda m, s, t, q: TD.Cauchy(m, s).log_prob(t) + TD.Cauchy(m, s).entropy() + TD.Cauchy(m, s).cdf(t)
+             + TD.Cauchy(m, s).icdf(q), (loc, scale, v, unit)),
+            ("student_t", lambda d, m, s, t: TD.StudentT(d, m, s).log_prob(t) + TD.StudentT(d, m, s).entropy(),
+             (pos1 + 2, loc, scale, v)),
+            ("poisson", lambda r: TD.Poisson(r).log_prob(counts), (pos1,)),
+            ("geometric", lambda p: TD.Geometric(probs=p).log_prob(counts) + TD.Geometric(probs=p).entropy()
+             + TD.Geometric(probs=p).mean, (p01,)),
+            ("one_hot_categorical", lambda l: TD.OneHotCategorical(logits=l).log_prob(onehot)
+             + TD.OneHotCategorical(logits=l).entropy(), (logits,)),
+            ("kl_gamma", lambda a, r: TD.kl_divergence(TD.Gamma(a, r), TD.Gamma(r, a)), (pos1, pos2)),
+            ("kl_beta", lambda a, b: TD.kl_divergence(TD.Beta(a, b), TD.Beta(b, a + 1)), (pos1, pos2)),
+            ("kl_dirichlet", lambda c: TD.kl_divergence(TD.Dirichlet(c), TD.Dirichlet(c.flip(0))), (conc,)),
+            ("kl_poisson", lambda r, q: TD.kl_divergence(TD.Poisson(r), TD.Poisson(q)), (pos1, pos2)),
+            ("kl_gumbel", lambda m, s: TD.kl_divergence(TD.Gumbel(m, s), TD.Gumbel(m * 0.5, s.flip(1))), (loc, scale)),
+            ("kl_lognormal", lambda m, s: TD.kl_divergence(TD.LogNormal(m, s), TD.LogNormal(m.flip(0), s)), (loc, scale)),
+            ("kl_halfnormal", lambda s: TD.kl_divergence(TD.HalfNormal(s), TD.HalfNormal(s.flip(1))), (scale,)),
+        )
+        out = one_output_cases(cases, lambda name: {"counts": counts} if name in ("poisson", "geometric") else {})
     return out
 
 
@@ -941,7 +1005,7 @@ def main():
             "more_functions": gen_more_functions(), "special": gen_special(),
             "elementwise_math": gen_elementwise_math(), "fourth_round": gen_fourth_round(),
             "bits": gen_bits(), "volumetric": gen_volumetric(),
-            "distributions": gen_distributions()}
+            "distributions": gen_distributions(), "distributions2": gen_distributions2()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
