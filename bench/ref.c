@@ -20,6 +20,9 @@
  *                                                   784-256-10 (forward and backward) alone
  *   cnnpeak <images>          -> "ok <seconds>"   one epoch of the conv net's convolution
  *                                                   FLOPs at this machine's sgemm rate
+ *   mlpinfer <iters>          -> "ok <seconds per call>"   the MLP 784-256-10's inference on
+ *                                                   one image as a C program would write it:
+ *                                                   two cblas_sgemv, the biases and the ReLU
  *   quit
  * Buffers are allocated and touched once per command, outside the timed loop: this is
  * the best case (no allocation, no page faults) that the engine is measured against.
@@ -136,6 +139,30 @@ static double run_mlpgemm(long images, long batch) {
   return t;
 }
 
+/* The floor of bench/run.lua's "runinfer": a batch-1 inference of the MLP, the weights
+ * (out, in) as Linear keeps them, y = W2 relu(W1 x + b1) + b2. */
+static double run_mlpinfer(long iters) {
+  const int ni = 784, nh = 256, no = 10;
+  float *x = fresh(ni, 0), *w1 = fresh((size_t)nh * ni, 0.01f), *b1 = fresh(nh, 0.1f), *h = fresh(nh, 0);
+  float *w2 = fresh((size_t)no * nh, 0.01f), *b2 = fresh(no, 0.1f), *y = fresh(no, 0);
+  if (!x || !w1 || !b1 || !h || !w2 || !b2 || !y) return -1;
+  double t0 = 0;
+  for (int pass = 0; pass < 2; ++pass) {   /* pass 0 warms up */
+    if (pass == 1) t0 = now();
+    for (long it = 0; it < (pass == 0 ? 64 : iters); ++it) {
+      memcpy(h, b1, nh * sizeof(float));
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, nh, ni, 1.0f, w1, ni, x, 1, 1.0f, h, 1);
+      for (int i = 0; i < nh; ++i) h[i] = h[i] > 0 ? h[i] : 0;
+      memcpy(y, b2, no * sizeof(float));
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, no, nh, 1.0f, w2, nh, h, 1, 1.0f, y, 1);
+    }
+  }
+  double t = (now() - t0) / (double)iters;
+  g_sink = y[1];
+  free(x), free(w1), free(b1), free(h), free(w2), free(b2), free(y);
+  return t;
+}
+
 /* The floor of a conv net epoch (bench/cases.lua's "cnn": Conv2d(1, 16, 3), Conv2d(16,
  * 16, 3) on 28 x 28 images, global average pooling, Linear(16, 10)): its multiply-adds
  * at the rate cblas_sgemm reaches on 1024 x 1024 here, the machine's best case. Per
@@ -240,6 +267,7 @@ int main(void) {
       else if (strcmp(cmd, "sgesv") == 0) t = batch > 0 ? run_sgesv(n, iters, batch) : -1;
       else if (strcmp(cmd, "mlpgemm") == 0) t = got >= 3 ? run_mlpgemm(n, iters) : -1;
       else if (strcmp(cmd, "cnnpeak") == 0) t = run_cnnpeak(n);
+      else if (strcmp(cmd, "mlpinfer") == 0) t = run_mlpinfer(n);
       else {
         printf("err unknown command %s\n", cmd);
         continue;

@@ -502,6 +502,13 @@ do
        show = per(US), target = 0.5, pinned = true, export_model = true,
        ours = { label = "C host", kind = "dlg", cmd = ("infer %s %d"):format(tmpdir .. "/mlp.dlg", k) },
        refs = { { label = "dlua eager", kind = "dlua", cmd = "mlpinfer " .. k }, torch("mlpinfer " .. k, 1) } }
+  -- The limit: the same inference written in C on the same OpenBLAS (two sgemv, the
+  -- biases and the ReLU); its weights (800 KB) are read once a call, so this is close to
+  -- the machine's bandwidth from L2.
+  row{ id = "runfloor", label = "MLP 784-256-10 inference, batch 1: C host (libdlua_run) against its products in C",
+       unit = "us/call", show = per(US), target = 1.15, pinned = true, export_model = true,
+       ours = { label = "C host", kind = "dlg", cmd = ("infer %s %d"):format(tmpdir .. "/mlp.dlg", k) },
+       refs = { cref("OpenBLAS sgemv x 2 in C", ("mlpinfer %d"):format(k)) } }
   local k_ours, k_theirs = quick and 2 or 10, quick and 1 or 2
   local torch_start = { label = "python3 -c 'import torch'", run = startup({ opts.python, "-c", "import torch" }, k_theirs) }
   row{ id = "runstart", label = "process start to first MLP inference: C host vs `import torch` alone", unit = "ms",
