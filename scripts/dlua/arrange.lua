@@ -405,7 +405,7 @@ function dl.vander(x, N, increasing)
   if N == nil then N = n end
   if type(N) ~= "number" or N ~= floor(N) or N < 0 then bad_arg(op, "N (an integer >= 0)", N) end
   if increasing ~= nil and type(increasing) ~= "boolean" then bad_arg(op, "increasing (a boolean)", increasing) end
-  if x.dtype == "bool" then x = x:to("int64") end
+  if not x:is_floating_point() then x = x:to("int64") end   -- (integers as int64, as PyTorch's)
   if N == 0 then return dl.zeros({ n, 0 }, { dtype = x.dtype, device = x.device }) end
   local ones = dl.ones({ n, 1 }, { dtype = x.dtype, device = x.device })
   local powers = N == 1 and ones or dl.cat({ ones, x:view(n, 1):expand(n, N - 1) }, 2):cumprod(2)

@@ -159,8 +159,8 @@ local function with_properties(cls)
 end
 
 -- The constructor of a family whose parameters (`names`) are tensors or numbers; when
--- validation is on, check(params...) gives a bool tensor that must hold everywhere and
--- what it means.
+-- validation is on, check(params...) gives bool tensors that must hold everywhere, each
+-- followed by what it means.
 local function constructor(cls, names, check)
   return function(...)
     local op, args = cls.__name, { ... }
@@ -168,8 +168,8 @@ local function constructor(cls, names, check)
     if n ~= #names then raise(op .. ": expected " .. table.concat(names, " and ")) end
     local p = parameters(op, names, args)
     if validate then
-      local holds, what = check(unpack(p))
-      require_all(op, holds, what)
+      local checks = { check(unpack(p)) }
+      for i = 1, #checks, 2 do require_all(op, checks[i], checks[i + 1]) end
     end
     local self = { batch_shape = p[1].shape, event_shape = {}, _like = p[1], _validate = validate }
     for i, k in ipairs(names) do self[k] = p[i] end
@@ -182,8 +182,9 @@ end
 -- Normal(loc, scale): the Gaussian of mean loc and standard deviation scale (> 0).
 local Normal = class("Normal")
 Normal._params = { "loc", "scale" }
-Normal.new = constructor(Normal, { "loc", "scale" },
-  function(_, scale) return scale:gt(0), "scale must be positive" end)
+-- (a location must be a number: NaN is refused, as PyTorch's Real constraint)
+local function located(loc, scale) return loc:eq(loc), "loc must not be NaN", scale:gt(0), "scale must be positive" end
+Normal.new = constructor(Normal, { "loc", "scale" }, located)
 function Normal:_get_mean() return self.loc end
 function Normal:_get_variance() return self.scale * self.scale end
 function Normal:_get_stddev() return self.scale end
@@ -220,8 +221,10 @@ function Uniform:rsample(shape)
 end
 function Uniform:log_prob(v)
   v = self:_value("log_prob", v)
-  local inside = self.low:le(v):logical_and(self.high:gt(v))
-  if self._validate then require_all("Uniform.log_prob", inside, "a value lies outside [low, high)") end
+  if self._validate then
+    require_all("Uniform.log_prob", self.low:le(v):logical_and(self.high:ge(v)), "a value lies outside [low, high]")
+  end
+  local inside = self.low:le(v):logical_and(self.high:gt(v))   -- (high itself: -inf, as PyTorch's)
   return inside:to(self.low.dtype):log() - (self.high - self.low):log()
 end
 function Uniform:entropy() return (self.high - self.low):log() end
@@ -259,8 +262,7 @@ with_properties(Exponential)
 -- Laplace(loc, scale): the double exponential about loc.
 local Laplace = class("Laplace")
 Laplace._params = { "loc", "scale" }
-Laplace.new = constructor(Laplace, { "loc", "scale" },
-  function(_, scale) return scale:gt(0), "scale must be positive" end)
+Laplace.new = constructor(Laplace, { "loc", "scale" }, located)
 function Laplace:_get_mean() return self.loc end
 function Laplace:_get_variance() return self.scale * self.scale * 2 end
 function Laplace:rsample(shape)
@@ -299,7 +301,9 @@ local function probs_or_logits(op, args, n)
   end
   if (spec.probs == nil) == (spec.logits == nil) then raise(op .. ": give one of probs and logits") end
   local which = spec.probs ~= nil and "probs" or "logits"
-  return which, parameters(op, { which }, { spec[which] })[1], validate
+  local t = parameters(op, { which }, { spec[which] })[1]
+  if validate and which == "logits" then require_all(op, t:eq(t):logical_or(t:eq(-math.huge)), "logits must not be NaN") end
+  return which, t, validate
 end
 
 -- The float epsilon of a dtype (PyTorch's clamp_probs: probabilities kept off 0 and 1).
@@ -430,6 +434,14 @@ function MultivariateNormal.new(loc, spec, ...)
     raise(op .. ": expected a (..., " .. k .. ", " .. k .. ") matrix for loc of shape " .. shape_str(loc.shape)
           .. ", got shape " .. shape_str(m.shape))
   end
+  if spec.validate_args ~= false then
+    if spec.scale_tril then
+      require_all(op, m:tril():eq(m), "scale_tril must be lower triangular")
+    else
+      require_all(op, (m - m:transpose(-1, -2)):abs():le(m:abs():amax({ -2, -1 }, true) * 1e-6),
+                  (spec.covariance_matrix and "covariance_matrix" or "precision_matrix") .. " must be symmetric")
+    end
+  end
   local L
   local ok, err = pcall(function()
     if spec.scale_tril then L = m:tril()
@@ -514,29 +526,40 @@ local EULER = 0.57721566490153286061
 -- The smallest positive normal number of t's dtype (draws kept off 0, as PyTorch's).
 local function tiny_of(t) return t.dtype == "float64" and 2.2250738585072014e-308 or 1.1754943508222875e-38 end
 
--- Gamma(alpha, 1) draws of alpha's shape (alpha > 0): Marsaglia and Tsang's method, all
--- elements at once, the rejected drawn again until none is left; alpha < 1 through
--- alpha + 1 and a uniform's 1/alpha-th power.
-local function standard_gamma(alpha)
+-- The logarithms of Gamma(alpha, 1) draws of alpha's shape (alpha > 0): Marsaglia and
+-- Tsang's method, all elements at once, the rejected drawn again until none is left;
+-- alpha < 1 through alpha + 1 and a uniform's 1/alpha-th power, added as a logarithm (a
+-- draw of Gamma(0.01) is often below float32's smallest number, and a ratio of two such
+-- draws, as Beta's, must not become 0/0 or 1). An infinite alpha gives infinity, a NaN
+-- alpha NaN, as PyTorch's; neither is drawn.
+local MAX_ROUNDS = 1000   -- (each round accepts at least 95% of what is left)
+local function standard_gamma_log(alpha)
   local o = { dtype = alpha.dtype, device = alpha.device }
   local shape = alpha.shape
-  local small = alpha:lt(1)
-  local a = dl.where(small, alpha + 1, alpha)
+  local finite = alpha:lt(math.huge)   -- (false for NaN too)
+  local safe = dl.where(finite, alpha, 1)
+  local small = safe:lt(1)
+  local a = dl.where(small, safe + 1, safe)
   local d = a - 1 / 3
   local c = (d * 9):rsqrt()
   local out = dl.zeros(shape, o)
-  local todo = dl.ones(shape, { dtype = "bool", device = alpha.device })
+  local todo = finite
+  local rounds = 0
   while todo:any() do
+    rounds = rounds + 1
+    if rounds > MAX_ROUNDS then raise("Gamma: the sampler did not converge (alpha " .. tostring(alpha) .. ")") end
     local x = dl.randn(shape, o)
     local v = (c * x + 1):pow(3)
     local u = dl.rand(shape, o)
-    local ok = v:gt(0):logical_and(u:log():lt(x * x * 0.5 + d - d * v + d * v:clamp_min(tiny_of(v)):log()))
+    local lv = v:clamp_min(tiny_of(v)):log()
+    local ok = v:gt(0):logical_and(u:log():lt(x * x * 0.5 + d - d * v + d * lv))
     local take = ok:logical_and(todo)
-    out = dl.where(take, d * v, out)
+    out = dl.where(take, d:log() + lv, out)
     todo = todo:logical_and(ok:logical_not())
   end
-  local boost = dl.rand(shape, o):pow(alpha:reciprocal())
-  return dl.where(small, out * boost, out):clamp_min(tiny_of(out))
+  local boost = dl.rand(shape, o):clamp_min(tiny_of(out)):log() / safe
+  out = dl.where(small, out + boost, out)
+  return dl.where(finite, out, alpha)   -- (inf stays inf: log(inf); NaN stays NaN)
 end
 
 -- Note [Gamma draws' gradients]
@@ -544,49 +567,61 @@ end
 -- it stays: dx/dalpha = -(dP/dalpha)(alpha, x) / p(x; alpha), P the regularised lower
 -- incomplete gamma and p the density (implicit reparameterisation, as PyTorch's
 -- rsample; its derivative is an approximation of this, good to about 1e-3). From P's
--- series e^-x sum_n x^(alpha + n) / Gamma(alpha + n + 1):
---   dx/dalpha = sum_n r_n (psi(alpha + n + 1) - log x),   r_n = prod_{j <= n} x / (alpha + j)
--- summed in float64 until the terms are negligible (about x + a few sqrt(x) of them).
--- From alpha = 1000, Wilson and Hilferty's normal cube root x = alpha (1 - 1/(9 alpha) +
--- z / (3 sqrt(alpha)))^3, z fixed, is within 1e-4 and costs one step.
-local function gamma_draw_slope(alpha, x)
-  local a, xx = alpha:to("float64"), x:to("float64")
-  local big = a:ge(1000)
+-- series e^-x sum_n x^(alpha + n) / Gamma(alpha + n + 1), for log x:
+--   dlog(x)/dalpha = sum_n q_n (psi(alpha + n + 1) - log x),
+--   q_0 = 1 / alpha,  q_n = q_(n-1) x / (alpha + n)
+-- summed in float64 until the terms are negligible (about x + a few sqrt(x) of them);
+-- it holds where x itself is below the dtype's range. From alpha = 1000, Wilson and
+-- Hilferty's normal cube root x = alpha (1 - 1/(9 alpha) + z / (3 sqrt(alpha)))^3, z
+-- fixed, is within 1e-6 and costs one step.
+local function gamma_log_slope(alpha, logx)
+  local a, lx = alpha:to("float64"), logx:to("float64")
+  local big = a:ge(1000):logical_or(a:ne(a)):logical_or(lx:ge(math.huge))
   local sa = dl.where(big, 1, a)
-  local sx = dl.where(big, 1, xx)
-  local lx = sx:log()
-  local r = sx / sa
-  local psi = sa:digamma() + sa:reciprocal()   -- psi(alpha + 1)
-  local sum = r * (psi - lx)
+  local slx = dl.where(big, 0, lx)
+  local sx = slx:exp()
+  local q = sa:reciprocal()
+  local psi = sa:digamma() + q   -- psi(alpha + 1)
+  local sum = q * (psi - slx)
   local n = 0
   while true do
     n = n + 1
     local j = sa + n
-    r = r * sx / j
+    q = q * sx / j
     psi = psi + j:reciprocal()
-    sum = sum + r * (psi - lx)
-    if n % 8 == 0 and r:le(sum:abs() * 1e-17 + 1e-300):logical_and(sx:lt(j)):all() then break end
+    sum = sum + q * (psi - slx)
+    if n % 8 == 0 and q:le(sum:abs() * 1e-17 + 1e-300):logical_and(sx:lt(j)):all() then break end
   end
   if big:any() then
-    local t = (xx / a):pow(1 / 3)
+    local x = lx:exp()
+    local t = (x / a):pow(1 / 3)
     local root = a:sqrt()
     local z = (t - 1 + (a * 9):reciprocal()) * root * 3
-    local wh = t:pow(3) + t * t * ((a * 3):reciprocal() - z / (root * 2))
-    sum = dl.where(big, wh, sum)
+    sum = dl.where(big, (t:pow(3) + t * t * ((a * 3):reciprocal() - z / (root * 2))) / x, sum)
   end
-  return sum:to(x.dtype)
+  return sum:to(logx.dtype)
 end
 
--- (for tests, as torch._standard_gamma_grad: the slope at given alpha and draws x)
-D._standard_gamma_grad = gamma_draw_slope
+-- (for tests, as torch._standard_gamma_grad: dx/dalpha at given alpha and draws x)
+function D._standard_gamma_grad(alpha, x) return gamma_log_slope(alpha, x:log()) * x end
 
--- Gamma(alpha, 1) draws with the gradient of Note [Gamma draws' gradients] for alpha.
-local function gamma_rsample(alpha)
+-- The logarithms of Gamma(alpha, 1) draws, with the gradient of Note [Gamma draws'
+-- gradients] for alpha.
+local function gamma_rsample_log(alpha)
   return dl.custom_gradient(function(a)
     local plain = dl.stop_gradient(a)
-    local x = standard_gamma(plain)
-    return x, function(g) return g * gamma_draw_slope(plain, x) end
+    local lx = standard_gamma_log(plain)
+    return lx, function(g) return g * gamma_log_slope(plain, lx) end
   end)(alpha)
+end
+
+-- x's values kept within [lo, hi] without touching its gradient (PyTorch clamps its
+-- draws in place, outside the graph).
+local function kept_within(x, lo, hi)
+  local carried = x - dl.stop_gradient(x)   -- (0, with x's gradient)
+  local y = dl.where(x:lt(lo), carried + lo, x)
+  if hi then y = dl.where(x:gt(hi), carried + hi, y) end
+  return y
 end
 
 -- Gamma(concentration, rate): shape concentration (> 0), rate (> 0); rsample carries
@@ -598,7 +633,8 @@ Gamma.new = constructor(Gamma, { "concentration", "rate" },
 function Gamma:_get_mean() return self.concentration / self.rate end
 function Gamma:_get_variance() return self.concentration / self.rate:pow(2) end
 function Gamma:rsample(shape)
-  return gamma_rsample(self.concentration:expand(self:_extended(shape))) / self.rate
+  local x = gamma_rsample_log(self.concentration:expand(self:_extended(shape))):exp() / self.rate
+  return kept_within(x, tiny_of(x))
 end
 function Gamma:log_prob(v)
   v = self:_value("log_prob", v)
@@ -639,9 +675,10 @@ function Beta:_get_variance()
 end
 function Beta:rsample(shape)
   local out = self:_extended(shape)
-  local x = gamma_rsample(self.concentration1:expand(out))
-  local y = gamma_rsample(self.concentration0:expand(out))
-  return x / (x + y)
+  local x = gamma_rsample_log(self.concentration1:expand(out))
+  local y = gamma_rsample_log(self.concentration0:expand(out))
+  local b = (x - y):sigmoid()
+  return kept_within(b, tiny_of(b), 1 - eps_of(b))
 end
 local function log_beta(a, b) return a:lgamma() + b:lgamma() - (a + b):lgamma() end
 function Beta:log_prob(v)
@@ -680,14 +717,14 @@ function Dirichlet:_get_variance()
   return c * (t - c) / (t * t * (t + 1))
 end
 function Dirichlet:rsample(shape)
-  local g = gamma_rsample(self.concentration:expand(self:_extended(shape)))
-  return g / g:sum(-1, true)
+  local g = gamma_rsample_log(self.concentration:expand(self:_extended(shape))):softmax(-1)
+  return kept_within(g, tiny_of(g), 1 - eps_of(g))
 end
 function Dirichlet:log_prob(v)
   v = self:_value("log_prob", v)
   if self._validate then
-    require_all("Dirichlet.log_prob", v:gt(0):logical_and((v:sum(-1, true) - 1):abs():lt(1e-5 * v:size(-1))),
-                "a value is not a point of the simplex (positive, summing to 1)")
+    require_all("Dirichlet.log_prob", v:ge(0):logical_and((v:sum(-1, true) - 1):abs():lt(1e-5 * v:size(-1))),
+                "a value is not a point of the simplex (non-negative, summing to 1)")
   end
   local c = self.concentration
   return dl.xlogy(c - 1, v):sum(-1) + c:sum(-1):lgamma() - c:lgamma():sum(-1)
@@ -702,8 +739,7 @@ with_properties(Dirichlet)
 -- LogNormal(loc, scale): exp of a Normal(loc, scale) draw.
 local LogNormal = class("LogNormal")
 LogNormal._params = { "loc", "scale" }
-LogNormal.new = constructor(LogNormal, { "loc", "scale" },
-  function(_, scale) return scale:gt(0), "scale must be positive" end)
+LogNormal.new = constructor(LogNormal, { "loc", "scale" }, located)
 function LogNormal:_get_mean() return (self.loc + self.scale:pow(2) * 0.5):exp() end
 function LogNormal:_get_variance()
   local s2 = self.scale:pow(2)
@@ -742,7 +778,7 @@ with_properties(HalfNormal)
 -- Gumbel(loc, scale): the law of a maximum; loc - scale log(-log u).
 local Gumbel = class("Gumbel")
 Gumbel._params = { "loc", "scale" }
-Gumbel.new = constructor(Gumbel, { "loc", "scale" }, function(_, scale) return scale:gt(0), "scale must be positive" end)
+Gumbel.new = constructor(Gumbel, { "loc", "scale" }, located)
 function Gumbel:_get_mean() return self.loc + self.scale * EULER end
 function Gumbel:_get_variance() return self.scale:pow(2) * (pi * pi / 6) end
 function Gumbel:rsample(shape)
@@ -762,7 +798,7 @@ with_properties(Gumbel)
 -- Cauchy(loc, scale): heavy tails; no mean or variance (NaN and infinity, as PyTorch's).
 local Cauchy = class("Cauchy")
 Cauchy._params = { "loc", "scale" }
-Cauchy.new = constructor(Cauchy, { "loc", "scale" }, function(_, scale) return scale:gt(0), "scale must be positive" end)
+Cauchy.new = constructor(Cauchy, { "loc", "scale" }, located)
 function Cauchy:_get_mean() return dl.full_like(self.loc, 0 / 0) end
 function Cauchy:_get_variance() return dl.full_like(self.loc, math.huge) end
 function Cauchy:rsample(shape)
@@ -800,7 +836,7 @@ end
 function StudentT:rsample(shape)
   local out = self:_extended(shape)
   local z = dl.randn(out, { dtype = self.df.dtype, device = self.df.device })
-  local chi2 = gamma_rsample((self.df * 0.5):expand(out)) * 2
+  local chi2 = gamma_rsample_log((self.df * 0.5):expand(out)):exp() * 2
   return self.loc + self.scale * z * (self.df / chi2):sqrt()
 end
 function StudentT:log_prob(v)
@@ -869,6 +905,7 @@ local function poisson_draws(lam)
   return k
 end
 function Poisson:sample(shape)
+  require_all("Poisson.sample", self.rate:lt(math.huge), "the rate must be finite (not infinity or NaN)")
   return dl.no_grad(function() return poisson_draws(self.rate:expand(self:_extended(shape)):contiguous()) end)
 end
 function Poisson:log_prob(v)
@@ -935,7 +972,7 @@ function OneHotCategorical:log_prob(v)
     local bits = v:eq(0):logical_or(v:eq(1))
     require_all("OneHotCategorical.log_prob", bits:logical_and(v:sum(-1, true):eq(1)), "a value is not a one-hot vector")
   end
-  return (v * self.logits):sum(-1)
+  return dl.where(v:eq(0), 0, v * self.logits):sum(-1)   -- (a -inf logit where v is 0 counts 0)
 end
 OneHotCategorical.entropy = Categorical.entropy
 with_properties(OneHotCategorical)
@@ -1030,11 +1067,29 @@ rule(HalfNormal, HalfNormal, function(p, q)
   return (ratio - 1 - ratio:log()) * 0.5
 end)
 rule(OneHotCategorical, OneHotCategorical, KL[Categorical][Categorical])
+rule(Geometric, Geometric, function(p, q)
+  return -p:entropy() - (-q.probs):log1p() / p.probs - q.logits
+end)
 
 -- kl_divergence(p, q): KL(p || q) per batch element, for the pairs of the rules above.
+-- (a family's rules hold for the families made from it: Chi2's are Gamma's)
+local function parent_of(cls) return getmetatable(cls) and getmetatable(cls).__index ~= Distribution
+                                      and getmetatable(cls).__index or nil end
+local function rule_for(P, Q)
+  local p = P
+  while p do
+    local q = Q
+    while q do
+      if KL[p] and KL[p][q] then return KL[p][q] end
+      q = parent_of(q)
+    end
+    p = parent_of(p)
+  end
+end
+
 function D.kl_divergence(p, q)
   local P, Q = getmetatable(p), getmetatable(q)
-  local f = P and KL[P] and KL[P][Q]
+  local f = P and Q and rule_for(P, Q)
   if not f then
     raise("kl_divergence: no rule for " .. tostring(P and P.__name or type(p)) .. " and "
           .. tostring(Q and Q.__name or type(q)) .. " (known: pairs of one kind)")

@@ -302,6 +302,9 @@ function methods.index_put(x, indices, values, accumulate)
     values = dl.full({}, type(values) == "boolean" and (values and 1 or 0) or values, { dtype = x.dtype, device = x.device })
   end
   check(op, values)
+  if values.dtype ~= x.dtype then
+    raise(op .. ": expected values of dtype " .. x.dtype .. " (the input's), got " .. values.dtype)
+  end
   local ok, spread = pcall(values.expand, values, want)
   if not ok then
     raise(op .. ": values of shape " .. shape_str(values.shape) .. " do not broadcast to the indexed shape "
@@ -327,6 +330,7 @@ function methods.put(x, idx, src, accumulate)
   if idx:numel() ~= src:numel() then
     raise(op .. ": expected a source of " .. idx:numel() .. " elements (the index's), got " .. src:numel())
   end
+  if src.dtype ~= x.dtype then raise(op .. ": expected a source of dtype " .. x.dtype .. " (the input's), got " .. src.dtype) end
   return methods.index_put(x:reshape(-1), { idx:reshape(-1) }, src:reshape(-1), accumulate):view(x.shape)
 end
 
@@ -356,7 +360,8 @@ function methods.masked_scatter(x, mask, src)
   if src:numel() < count then
     raise(op .. ": the mask selects " .. count .. " elements, but the source has only " .. src:numel())
   end
-  local values = src:reshape(-1):narrow(1, 1, count):to(x.dtype)
+  if src.dtype ~= x.dtype then raise(op .. ": expected a source of dtype " .. x.dtype .. " (the input's), got " .. src.dtype) end
+  local values = src:reshape(-1):narrow(1, 1, count)
   local placed = dl.zeros(x:numel(), { dtype = x.dtype, device = x.device }):scatter_add(1, pos, values):view(x.shape)
   return dl.where(m, placed, x)
 end

@@ -265,11 +265,11 @@ function methods.renorm(x, p, dim, maxnorm)
   if type(maxnorm) ~= "number" or not (maxnorm >= 0) then
     raise(op .. ": maxnorm must be a number >= 0, got " .. tostring(maxnorm))
   end
-  if x:dim() == 0 then raise(op .. ": expected a tensor of at least 1 dim, got a 0-dim one") end
+  if x:dim() < 2 then raise(op .. ": expected a tensor of at least 2 dims, got " .. x:dim()) end
   local d = core.positive_dim(op, dim, x:dim())
   local others = {}
   for k = 1, x:dim() do if k ~= d then others[#others + 1] = k end end
-  local norm = #others == 0 and x:abs() or x:norm(others, true, { p = p })
+  local norm = x:norm(others, true, { p = p })
   return x * dl.where(norm:gt(maxnorm), maxnorm / (norm + 1e-7), 1)
 end
 dl.renorm = methods.renorm

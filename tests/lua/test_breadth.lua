@@ -1211,6 +1211,13 @@ H.test("scatter_reduce, index_put, put, take, masked_scatter, mode, renorm and v
   H.raises(function() m:mode(3) end, "mode: dimension 3 out of range")
   H.raises(function() m:renorm(0, 1, 1) end, "renorm: p must be a number > 0, got 0")
   H.raises(function() dl.vander(m) end, "vander: expected a 1-D tensor, got 2 dims")
+  H.raises(function() m:put(L({ 1 }), L({ 7 })) end, "put: expected a source of dtype float32 (the input's), got int64")
+  H.raises(function() m:index_put({ L({ 1 }) }, dl.ones(4, f64)) end,
+           "index_put: expected values of dtype float32 (the input's), got float64")
+  H.raises(function() m:masked_scatter(dl.ones(4, { dtype = "bool" }), dl.arange(1, 13, { dtype = "int64" })) end,
+           "masked_scatter: expected a source of dtype float32 (the input's), got int64")
+  H.raises(function() dl.tensor({ 1, -5, 3 }):renorm(2, 1, 2) end, "renorm: expected a tensor of at least 2 dims, got 1")
+  H.eq(dl.vander(dl.tensor({ 2, 3 }, { dtype = "int32" })).dtype, "int64")
   H.shape(dl.vander(dl.ones(3), 0), { 3, 0 })
 end)
 

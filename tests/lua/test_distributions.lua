@@ -114,6 +114,13 @@ H.test("the gamma family, heavy tails, counts and one-hot draws match PyTorch fl
     return add(d:log_prob(counts), d:entropy(), d.mean)
   end
   H.eq(H.ref_cases(R.distributions2, FN, 1e-10, 1e-9), 22)
+  -- a family made from another has its rules (Chi2 is a Gamma); PyTorch 1.13's values
+  H.near(D.kl_divergence(D.Chi2(dl.tensor(3, f64)), D.Chi2(dl.tensor(4, f64))):item(), 0.10253725064595712, 1e-12)
+  H.near(D.kl_divergence(D.Geometric({ probs = dl.tensor(0.3, f64) }), D.Geometric({ probs = dl.tensor(0.6, f64) })):item(),
+         0.6126229912893745, 1e-12)
+  -- a category of probability 0 scores 0 where the one-hot value is 0
+  H.near(D.OneHotCategorical({ logits = dl.tensor({ 0, 0, -math.huge }, f64) }):log_prob(dl.tensor({ 1, 0, 0 }, f64)):item(),
+         -0.6931471805599453, 1e-12)
 end)
 
 H.test("gamma draws carry their implicit gradient: exact against mpmath, and in expectation", function()
@@ -261,7 +268,15 @@ H.test("the distributions check their parameters and values, naming the distribu
   H.raises(function() D.Normal(0, 1, { bogus = true }) end, "Normal: unknown option 'bogus'")
   H.ok(D.Normal(0, -1, { validate_args = false }))
   H.raises(function() D.Uniform(1, 0) end, "Uniform: low must be below high")
-  H.raises(function() D.Uniform(0, 1):log_prob(2) end, "Uniform.log_prob: a value lies outside [low, high)")
+  H.raises(function() D.Uniform(0, 1):log_prob(2) end, "Uniform.log_prob: a value lies outside [low, high]")
+  H.eq(D.Uniform(0, 1):log_prob(1):item(), -math.huge)                -- (high itself, as PyTorch's)
+  H.raises(function() D.Normal(0 / 0, 1) end, "Normal: loc must not be NaN")
+  H.raises(function() D.Bernoulli({ logits = dl.tensor({ 0 / 0 }) }) end, "Bernoulli: logits must not be NaN")
+  H.raises(function() D.MultivariateNormal(dl.zeros(2), { scale_tril = dl.tensor({ { 1, 5 }, { 0, 1 } }) }) end,
+           "MultivariateNormal: scale_tril must be lower triangular")
+  H.raises(function() D.MultivariateNormal(dl.zeros(2), { covariance_matrix = dl.tensor({ { 2, 1 }, { 0, 2 } }) }) end,
+           "MultivariateNormal: covariance_matrix must be symmetric")
+  H.raises(function() D.Poisson(dl.tensor({ math.huge })):sample() end, "Poisson.sample: the rate must be finite")
   H.raises(function() D.Exponential(0) end, "Exponential: rate must be positive")
   H.raises(function() D.Bernoulli({ probs = dl.tensor({ 1.5 }) }) end, "Bernoulli: probs must lie in [0, 1]")
   H.raises(function() D.Bernoulli({ probs = 0.5, logits = 0 }) end, "Bernoulli: give one of probs and logits")

@@ -69,6 +69,10 @@ H.test("the 3-D layers: shapes, unbatched input, printing, BatchNorm3d's running
   H.shape(nn.AvgPool3d({ 1, 2, 2 })(x), { 2, 4, 5, 3, 3 })
   H.shape(nn.AdaptiveAvgPool3d(1)(x), { 2, 4, 1, 1, 1 })
   H.shape(nn.AdaptiveMaxPool3d({ 2, 3, 4 })(x), { 2, 4, 2, 3, 4 })
+  -- a tie's gradient goes to one element, as PyTorch's
+  local g = dl.grad(function(t) return F.adaptive_max_pool3d(t, 1):sum() end)(dl.zeros(1, 1, 2, 2, 2))
+  H.eq(g:sum():item(), 1)
+  H.eq(g:max():item(), 1)
   local v, i = F.max_pool3d(x[1], 2, { return_indices = true })   -- unbatched, 1-based flat positions
   H.shape(i, { 4, 2, 3, 3 })
   H.ok(dl.equal(x[1]:reshape(4, -1):gather(2, i:reshape(4, -1)), v:reshape(4, -1)))

@@ -71,8 +71,9 @@ end
 loads.ctc_loss = function() ctc(); nn.ctc_loss = F.ctc_loss end
 for _, name in ipairs({ "Dropout1d", "Dropout2d", "Dropout3d", "InstanceNorm1d", "InstanceNorm2d",
                         "InstanceNorm3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
-                        "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold", "EmbeddingBag", "Bilinear", "AlphaDropout", "FeatureAlphaDropout", "LocalResponseNorm", "LPPool1d",
-                        "LPPool2d", "MaxUnpool1d", "MaxUnpool2d" }) do
+                        "PixelShuffle", "PixelUnshuffle", "Unfold", "Fold", "EmbeddingBag", "Bilinear",
+                        "AlphaDropout", "FeatureAlphaDropout", "LocalResponseNorm", "LPPool1d", "LPPool2d",
+                        "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d" }) do
   loads[name] = spatial
 end
 for _, name in ipairs({ "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss",
@@ -98,7 +99,7 @@ core.on_first_use(F, { "dropout1d", "dropout2d", "dropout3d", "instance_norm", "
                        "adaptive_max_pool2d", "adaptive_max_pool3d",
                        "pixel_shuffle", "pixel_unshuffle", "unfold", "fold", "embedding_bag", "bilinear",
                        "alpha_dropout", "feature_alpha_dropout", "local_response_norm", "lp_pool1d", "lp_pool2d",
-                       "max_unpool1d", "max_unpool2d" }, spatial)
+                       "lp_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d" }, spatial)
 core.on_first_use(F, { "multi_margin_loss", "multilabel_margin_loss", "triplet_margin_with_distance_loss", "pdist" },
                   criteria)
 

@@ -699,7 +699,7 @@ local function as_parameter(name, key, v)
 end
 
 -- ParameterList{p1, p2, ...}: Variables by position (tensors become Variables): list[i],
--- #list, ipairs(list), list:append(p); their names "1", "2" ... in parameters() and the
+-- #list, ipairs(list), list:append(p), list[i] = t; their names "1", "2" ... in parameters() and the
 -- state dict. ParameterDict{name = p, ...}: Variables by name (dict.name, dict:items() in
 -- name order). Neither has a forward, as PyTorch's.
 local ParameterList = Module:extend("ParameterList")
@@ -715,9 +715,27 @@ function ParameterList:append(v)
   rawset(self, #self + 1, as_parameter("ParameterList", #self + 1, v))
   return self
 end
+-- list[#list + 1] = t: a Variable, as append's. (Replacing an entry, list[i] = t, sets
+-- the field itself; it becomes a Variable when the parameters are next gathered.)
+function ParameterList:_assign(k, v)
+  if type(k) ~= "number" then return v end
+  if k ~= math.floor(k) or k < 1 or k > #self + 1 then
+    raise("ParameterList: index " .. tostring(k) .. " is out of range 1.." .. (#self + 1))
+  end
+  return as_parameter("ParameterList", k, v)
+end
 function ParameterList:_walk_members(prefix, visit, seen, table_walk)
   local list = {}
-  for i = 1, #self do list[i] = self[i] end
+  for i = 1, #self do
+    -- (an entry replaced in place, list[i] = t, is a plain field: made a Variable here,
+    -- when the parameters are gathered)
+    local v = rawget(self, i)
+    if not dl.is_variable(v) then
+      v = as_parameter("ParameterList", i, v)
+      rawset(self, i, v)
+    end
+    list[i] = v
+  end
   table_walk(list, prefix)
   Module._walk_members(self, prefix, visit, seen, table_walk)
 end
@@ -740,6 +758,15 @@ function ParameterDict:init(entries)
   end
 end
 function ParameterDict:forward() raise("ParameterDict: it has no forward; use its Variables by name") end
+-- dict.name = t: a Variable, unless the name is one of the container's own.
+function ParameterDict:_assign(k, v)
+  if type(k) ~= "string" or not T.is_tensor(v) then return v end
+  local members = rawget(self, "_members")
+  if members[k] == nil and (ParameterDict[k] ~= nil or rawget(self, "_fields")[k] ~= nil) then
+    raise("ParameterDict: '" .. k .. "' names the container's own method or field; choose another name")
+  end
+  return as_parameter("ParameterDict", k, v)
+end
 function ParameterDict:items() return self:named_parameters() end
 ParameterDict.extra_repr = variables_repr
 

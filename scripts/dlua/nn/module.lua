@@ -106,7 +106,12 @@ local function instance_mt(cls)
       if v ~= nil then return v end
       return cls[k]
     end,
-    __newindex = newindex,
+    -- (a class may check or convert what is assigned first: cls._assign(self, k, v))
+    __newindex = function(self, k, v)
+      local assign = cls._assign
+      if assign then v = assign(self, k, v) end
+      newindex(self, k, v)
+    end,
     __call = function(self, ...) return self:forward(...) end,
     __tostring = function(self) return self:__repr() end,
   }

@@ -16,8 +16,8 @@
 --   F.embedding_bag, nn.EmbeddingBag (sum, mean or max per bag); F.bilinear, nn.Bilinear
 --   F.alpha_dropout, F.feature_alpha_dropout, nn.AlphaDropout, nn.FeatureAlphaDropout (SELU's
 --        statistics kept); F.local_response_norm, nn.LocalResponseNorm
---   F.lp_pool2d/1d, nn.LPPool2d/1d (power-average pooling); F.max_unpool2d/1d,
---        nn.MaxUnpool2d/1d (max_pool's return_indices put back)
+--   F.lp_pool3d/2d/1d, nn.LPPool3d/2d/1d (power-average pooling); F.max_unpool3d/2d/1d,
+--        nn.MaxUnpool3d/2d/1d (max_pool's return_indices put back)
 --
 -- All are made of the engine's differentiable ops (dropout's mask, group_norm, narrow
 -- and amax, views and permutes, index_select and scatter_add).
@@ -223,7 +223,7 @@ local function windows_max(x, d, m)
   local parts = {}
   for i = 0, m - 1 do
     local lo, hi = floor(i * n / m), ceil((i + 1) * n / m)
-    parts[i + 1] = x:narrow(d, lo + 1, hi - lo):amax(d, true)
+    parts[i + 1] = (x:narrow(d, lo + 1, hi - lo):max(d, true))   -- (a tie's gradient to one element, as PyTorch's)
   end
   return dl.cat(parts, d)
 end
@@ -265,13 +265,31 @@ local function lp_pool(op, pool, area)
     return (y:sign() * y:abs():relu() * area(op, k)) ^ (1 / p)
   end
 end
-local function window_area(op, k)
-  local kh, kw = F0.pair(op, "kernel size", k, 1)
-  return kh * kw
+-- `spatial` sizes (integers >= min) from a number or a list of that many.
+local function sizes_of(op, what, v, spatial, min)
+  if type(v) == "number" then
+    local out = {}
+    for i = 1, spatial do out[i] = int_arg(op, v, what, min) end
+    return out
+  end
+  if type(v) ~= "table" or #v ~= spatial then
+    raise(op .. ": " .. what .. " must be a number or a list of " .. spatial .. ", got " .. core.typename(v))
+  end
+  local out = {}
+  for i = 1, spatial do out[i] = int_arg(op, v[i], what, min) end
+  return out
 end
-local function window_length(op, k) return int_arg(op, k, "kernel size") end
-F.lp_pool2d = lp_pool("lp_pool2d", F0.avg_pool2d, window_area)
-F.lp_pool1d = lp_pool("lp_pool1d", F0.avg_pool1d, window_length)
+local function window_size(spatial)
+  return function(op, k)
+    local n = 1
+    for _, e in ipairs(sizes_of(op, "kernel size", k, spatial, 1)) do n = n * e end
+    return n
+  end
+end
+local function avg_pool3d(...) return require("dlua.nn.volumetric").functional.avg_pool3d(...) end
+F.lp_pool3d = lp_pool("lp_pool3d", avg_pool3d, window_size(3))
+F.lp_pool2d = lp_pool("lp_pool2d", F0.avg_pool2d, window_size(2))
+F.lp_pool1d = lp_pool("lp_pool1d", F0.avg_pool1d, window_size(1))
 
 -- max_unpool2d(x, indices, k [, {stride = k, padding = 0, output_size}]): each value put back
 -- at its 1-based position within its (H, W) plane (max_pool2d's return_indices), zeros
@@ -289,16 +307,9 @@ local function max_unpool(op, spatial)
       raise(op .. ": expected int64 indices of the input's shape " .. shape_str(x.shape) .. ", got " .. indices.dtype
             .. " " .. shape_str(indices.shape))
     end
-    local ks, ss, ps = {}, {}, {}
-    if spatial == 2 then
-      ks[1], ks[2] = F0.pair(op, "kernel size", k, 1)
-      ss[1], ss[2] = F0.pair(op, "stride", opts.stride or { ks[1], ks[2] }, 1)
-      ps[1], ps[2] = F0.pair(op, "padding", opts.padding or 0, 0)
-    else
-      ks[1] = int_arg(op, k, "kernel size")
-      ss[1] = int_arg(op, opts.stride or ks[1], "stride")
-      ps[1] = int_arg(op, opts.padding or 0, "padding", 0)
-    end
+    local ks = sizes_of(op, "kernel size", k, spatial, 1)
+    local ss = sizes_of(op, "stride", opts.stride or ks, spatial, 1)
+    local ps = sizes_of(op, "padding", opts.padding or 0, spatial, 0)
     local out = {}
     for i = 1, spatial do
       out[i] = (x:size(nd - spatial + i) - 1) * ss[i] - 2 * ps[i] + ks[i]
@@ -327,10 +338,11 @@ local function max_unpool(op, spatial)
     return y:reshape(shape)
   end
 end
+F.max_unpool3d = max_unpool("max_unpool3d", 3)
 F.max_unpool2d = max_unpool("max_unpool2d", 2)
 F.max_unpool1d = max_unpool("max_unpool1d", 1)
 
-for _, spec in ipairs({ { "LPPool2d", F.lp_pool2d }, { "LPPool1d", F.lp_pool1d } }) do
+for _, spec in ipairs({ { "LPPool3d", F.lp_pool3d }, { "LPPool2d", F.lp_pool2d }, { "LPPool1d", F.lp_pool1d } }) do
   local name, fn = spec[1], spec[2]
   local cls = Module:extend(name)
   function cls:init(p, k, stride, ceil_mode)
@@ -344,7 +356,8 @@ for _, spec in ipairs({ { "LPPool2d", F.lp_pool2d }, { "LPPool1d", F.lp_pool1d }
   end
   L[name] = cls
 end
-for _, spec in ipairs({ { "MaxUnpool2d", F.max_unpool2d }, { "MaxUnpool1d", F.max_unpool1d } }) do
+for _, spec in ipairs({ { "MaxUnpool3d", F.max_unpool3d }, { "MaxUnpool2d", F.max_unpool2d },
+                        { "MaxUnpool1d", F.max_unpool1d } }) do
   local name, fn = spec[1], spec[2]
   local cls = Module:extend(name)
   function cls:init(k, opts)
