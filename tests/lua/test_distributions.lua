@@ -220,6 +220,17 @@ H.test("samples: shapes, devices and dtypes, statistics; rsample carries gradien
   H.shape(hot, { n, 2 })
   H.near(hot:mean(1):totable(), { 0.2, 0.8 }, 0.015)
   H.ok(D.Poisson(dl.tensor({ 0.0 })):sample({ 10 }):eq(0):all())
+  -- infinite and NaN concentrations are not drawn (the sampler would never accept them)
+  H.eq(D.Gamma(math.huge, 1):sample():item(), math.huge)
+  local nan = D.Gamma(0 / 0, 1, { validate_args = false }):sample():item()
+  H.ok(nan ~= nan)
+  -- tiny concentrations drawn in log space: Beta(0.01, 0.01) piles up near 0 and 1, not at
+  -- 0.5 (two underflowed draws) nor at exactly 1, in float32 too
+  local b = D.Beta(dl.full({ 100000 }, 0.01), dl.full({ 100000 }, 0.01)):sample()
+  H.ok(b:gt(0.4):logical_and(b:lt(0.6)):sum():item() < 1000)
+  H.eq(b:eq(1):sum():item(), 0)
+  local g = D.Gamma(dl.full({ 1000 }, 0.01), 1e30)
+  H.ok(g:log_prob(g:sample()):isfinite():all())
   local ind = D.Independent(D.Normal(dl.zeros(3, 4), 1), 1)
   H.eq(#ind.batch_shape, 1)
   H.eq(ind.event_shape[1], 4)
