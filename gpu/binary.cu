@@ -96,7 +96,7 @@ void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool fir
     case Op::Name:                                                                  \
       DL_DISPATCH_ALL(a.dtype(), lua, {                                             \
         if constexpr (op_accepts<scalar_t>(flags))                                  \
-          run_binary<scalar_t, scalar_t>(out, a, nullptr, fn::convert<scalar_t>(s), mode, fn::Fn{}, lua); \
+          run_binary<scalar_t, scalar_t>(out, a, nullptr, fn::scalar_operand<scalar_t>(s), mode, fn::Fn{}, lua); \
         else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(a.dtype())); \
       });                                                                           \
       return;

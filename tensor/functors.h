@@ -505,4 +505,16 @@ DL_HD To convert(From v) {
   } else return To(v);
 }
 
+// A number beside an integer tensor in arithmetic, as PyTorch's: a whole number wraps to
+// the tensor's width (two's complement: uint8 + 256 adds 0, uint8 + (-1) subtracts 1,
+// int32 & 0xFFFFFFFF keeps every bit); other numbers convert as convert's.
+template <typename T>
+DL_HD T scalar_operand(double s) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (s >= -9223372036854775808.0 && s < 9223372036854775808.0 && s == double(int64_t(s)))
+      return T(static_cast<std::make_unsigned_t<T>>(uint64_t(int64_t(s))));
+  }
+  return convert<T>(s);
+}
+
 }  // namespace dl::fn

@@ -178,7 +178,7 @@ void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool fir
     case Op::Name:                                                                  \
       DL_DISPATCH_ALL(a.dtype(), lua, {                                             \
         if constexpr (op_accepts<scalar_t>(flags))                                  \
-          run_binary_scalar<scalar_t, scalar_t>(out, a, fn::convert<scalar_t>(s), first, fn::Fn{}); \
+          run_binary_scalar<scalar_t, scalar_t>(out, a, fn::scalar_operand<scalar_t>(s), first, fn::Fn{}); \
         else fail(ErrorKind::Type, lua, ": not implemented for ", dtype_name(a.dtype())); \
       });                                                                           \
       return;

@@ -1260,6 +1260,14 @@ H.test("bitwise ops, shifts, gcd and lcm on int64, int32, uint8 and bool match P
   H.values(dl.lcm(L({ 0, -12, 7, 4 }), L({ 0, 18, -21, 6 })), { 0, 36, 21, 12 }, { dtype = "int64" })
   local smallest = dl.full({ 1 }, -2 ^ 63, i64)
   H.ok(dl.equal(dl.gcd(smallest, L({ 0 })), smallest))
+  -- a whole number beside an integer tensor wraps to its width, as PyTorch's (it saturated:
+  -- uint8 + (-1) added 0)
+  local u = L({ 200, 3, 255 }, { dtype = "uint8" })
+  H.values(u + (-1), { 199, 2, 254 }, { dtype = "uint8" })
+  H.values(u + 256, { 200, 3, 255 }, { dtype = "uint8" })
+  H.values(dl.bitwise_and(u, -1), { 200, 3, 255 }, { dtype = "uint8" })
+  H.values(dl.bitwise_xor(u, 257), { 201, 2, 254 }, { dtype = "uint8" })
+  H.values(dl.bitwise_and(L({ -5, 7 }, { dtype = "int32" }), 4294967295), { -5, 7 }, { dtype = "int32" })
   -- promotion as PyTorch's: uint8 with bool stays uint8, int32 with int64 is int64
   H.eq(dl.bitwise_and(L({ 5 }, { dtype = "uint8" }), dl.tensor({ true })).dtype, "uint8")
   H.eq(dl.bitwise_and(L({ 5 }, { dtype = "int32" }), L({ 3 })).dtype, "int64")
