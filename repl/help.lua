@@ -244,6 +244,7 @@ return {
   ["dl.distributions.Categorical"] = { "D.Categorical({probs = p} or {logits = l})", "Categories 1..K over the last dim: sample, log_prob, entropy, probs, logits." },
   ["dl.distributions.kl_divergence"] = { "D.kl_divergence(p, q)", "KL(p || q) per batch element, for two distributions of one family." },
   ["dl.nn.ParameterList"] = { "dl.nn.ParameterList{p1, p2, ...}, ParameterDict{name = p, ...}", "Variables by position or by name, tracked by the module that holds them (tensors become Variables)." },
+  ["dl.nn.utils.rnn"] = { "dl.nn.utils.rnn: pad_sequence(list), pack_padded_sequence(x, lengths [, opts]), pack_sequence(list), pad_packed_sequence(packed [, opts])", "Batches of sequences of different lengths; RNN, LSTM and GRU take a PackedSequence." },
   ["dl.nn.Conv3d"] = { "dl.nn.Conv3d(in, out, k [, {stride, padding, dilation, groups, bias}])", "3-D convolution over (N, C, D, H, W) input (F.conv3d); also ConvTranspose3d (F.conv_transpose3d)." },
   ["dl.nn.MaxPool3d"] = { "dl.nn.MaxPool3d(k [, {stride, padding, ceil_mode, return_indices}]), AvgPool3d(k [, {..., count_include_pad}])", "Pools over (N, C, D, H, W) input (F.max_pool3d, F.avg_pool3d); also AdaptiveAvgPool3d, AdaptiveMaxPool3d, BatchNorm3d, InstanceNorm3d, Dropout3d." },
   ["dl.nn.functional.pad"] = { "F.pad(x, {before, after, ...} [, {mode, value}])", "Pads (or crops) the last dims: constant, reflect, replicate, circular." },

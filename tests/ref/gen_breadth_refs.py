@@ -1016,6 +1016,43 @@ def gen_gamma_slopes():
     return out
 
 
+def gen_packed():
+    """Sequence layers on packed batches of different lengths (torch.nn.utils.rnn): the
+    padded output (pad_packed_sequence, batch first), the final states, the packed data
+    and batch sizes, and the gradients of sum(out^2) + sum(h_n) (+ sum(c_n)) for the padded
+    input and one weight."""
+    from torch.nn.utils import rnn
+    out = {}
+    with torch.random.fork_rng():
+        torch.manual_seed(20261222)
+        cases = (("lstm_bi_2layer_unsorted", torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True), [5, 2, 4, 5],
+                  False, "weight_hh_l0_reverse"),
+                 ("gru_sorted_batch_first", torch.nn.GRU(3, 5, batch_first=True), [6, 4, 1], True, "weight_ih_l0"),
+                 ("rnn_tanh_bi", torch.nn.RNN(3, 4, bidirectional=True), [3, 1, 2], False, "bias_ih_l0_reverse"))
+        for name, mod, lengths, sorted_, wname in cases:
+            mod = mod.double()
+            n, steps = len(lengths), max(lengths)
+            x = rnd(n, steps, 3) if mod.batch_first else rnd(steps, n, 3)
+            xr = x.clone().requires_grad_()
+            packed = rnn.pack_padded_sequence(xr, lengths, batch_first=mod.batch_first, enforce_sorted=sorted_)
+            if isinstance(mod, torch.nn.LSTM):
+                y, (hn, cn) = mod(packed)
+            else:
+                y, hn = mod(packed)
+                cn = None
+            padded, lens = rnn.pad_packed_sequence(y, batch_first=True)
+            total = (padded * padded).sum() + hn.sum() + (cn.sum() if cn is not None else 0)
+            w = dict(mod.named_parameters())[wname]
+            gx, gw = torch.autograd.grad(total, [xr, w])
+            case = {"params": {k: v for k, v in mod.named_parameters()}, "x": x, "lengths": lengths,
+                    "sorted": sorted_, "y": padded, "hn": hn, "data": packed.data, "batch_sizes": packed.batch_sizes,
+                    "gx": gx, "wname": wname, "gw": gw}
+            if cn is not None:
+                case["cn"] = cn
+            out[name] = case
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -1026,7 +1063,7 @@ def main():
             "elementwise_math": gen_elementwise_math(), "fourth_round": gen_fourth_round(),
             "bits": gen_bits(), "volumetric": gen_volumetric(),
             "distributions": gen_distributions(), "distributions2": gen_distributions2(),
-            "gamma_slopes": gen_gamma_slopes()}
+            "gamma_slopes": gen_gamma_slopes(), "packed": gen_packed()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -199,17 +199,30 @@ local function state_or_zeros(name, what, s, shape, x)
   return s
 end
 
--- Runs the layers: x (L, N, in) or batch-first, or unbatched (L, in); h0 (and c0) of
+-- Runs the layers: x (L, N, in) or batch-first, or unbatched (L, in), or a
+-- PackedSequence; h0 (and c0) of
 -- shape (num_layers x directions, N, hidden), zeros when nil. Returns the last
 -- layer's outputs at every step (both directions side by side), and the final states.
 local function run(self, name, x, h0, c0)
+  -- A PackedSequence (dlua.nn.packing): run padded, each sequence held at its last step
+  -- past its length, and the output packed back.
+  local packing = package.loaded["dlua.nn.packing"]
+  local packed = packing and packing.is_packed(x) and x or nil
+  local lengths
+  if packed then x, lengths = packing.unpacked(packed) end
   check_tensor(name, x)
   local unbatched = x:dim() == 2
   if x:dim() ~= 3 and not unbatched then
     raise(name .. ": expected input of 3 dims (or 2, unbatched), got shape " .. shape_str(x.shape))
   end
   if unbatched then x = x:unsqueeze(2)
-  elseif self.batch_first then x = x:transpose(1, 2) end
+  elseif self.batch_first and not packed then x = x:transpose(1, 2) end
+  local running   -- running[t]: (N, 1) true where step t is within the sequence
+  if lengths then
+    running = {}
+    local lens = dl.tensor(lengths, { dtype = "int64", device = x.device }):view(-1, 1)
+    for t = 1, x:size(1) do running[t] = lens:ge(t) end
+  end
   if x:size(3) ~= self.input_size then
     raise(name .. ": expected input of size " .. self.input_size .. " in its last dim, got shape " .. shape_str(x.shape))
   end
@@ -242,13 +255,19 @@ local function run(self, name, x, h0, c0)
       for s = 1, steps do
         local t = d == 1 and s or steps - s + 1
         local gi = gis[t]
+        local h1, c1
         if lstm then
-          h, c = lstm_step(gi, h, c, w_hh, b_hh)
+          h1, c1 = lstm_step(gi, h, c, w_hh, b_hh)
         elseif name == "GRU" then
-          h = gru_step(gi, h, w_hh, b_hh, H)
+          h1 = gru_step(gi, h, w_hh, b_hh, H)
         else
-          h = rnn_step(gi, h, w_hh, b_hh, relu)
+          h1 = rnn_step(gi, h, w_hh, b_hh, relu)
         end
+        if running then   -- (past a sequence's end its state stays)
+          h1 = dl.where(running[t], h1, h)
+          if lstm then c1 = dl.where(running[t], c1, c) end
+        end
+        h, c = h1, c1
         hs[t] = h
       end
       outs[d] = dl.stack(hs, 1)
@@ -259,6 +278,7 @@ local function run(self, name, x, h0, c0)
   end
   local out, h_n = input, dl.stack(hn, 1)
   local c_n = lstm and dl.stack(cn, 1) or nil
+  if packed then return packing.packed_like(out, packed), h_n, c_n end
   if unbatched then
     out, h_n = out:squeeze(2), h_n:squeeze(2)
     if c_n then c_n = c_n:squeeze(2) end

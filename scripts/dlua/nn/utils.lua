@@ -109,4 +109,7 @@ function utils.vector_to_parameters(vec, params)
   end)
 end
 
+-- utils.rnn: torch.nn.utils.rnn's padding and packing of sequences (dlua.nn.packing).
+utils.rnn = require("dlua.nn.packing")
+
 return utils
