@@ -102,7 +102,7 @@ void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool fir
       return;
 #define DL_COMPARE(Name, lua, Fn)                                                   \
     case Op::Name:                                                                  \
-      if (is_floating(a.dtype()) || s == std::floor(s)) {                           \
+      if (is_floating(a.dtype()) || holds_whole(a.dtype(), s)) {                           \
         DL_DISPATCH_ALL(a.dtype(), lua,                                             \
           run_binary<bool, scalar_t>(out, a, nullptr, fn::convert<scalar_t>(s), mode, fn::Fn{}, lua)); \
       } else {                                                                      \

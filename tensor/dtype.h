@@ -1,5 +1,6 @@
 // Element types, their names, and PyTorch's type promotion.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -57,6 +58,20 @@ template <> struct dtype_of<int32_t> { static constexpr DType value = DType::Int
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
 template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
 template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
+
+// Whether v is a whole number that dtype t holds exactly. A comparison of an integer
+// tensor with one compares in t; with any other number (0.5, 256 beside uint8) it compares
+// in double, so that the answer is the mathematical one.
+inline bool holds_whole(DType t, double v) {
+  if (!(v == std::floor(v))) return false;
+  switch (t) {
+    case DType::Bool: return v == 0 || v == 1;
+    case DType::UInt8: return v >= 0 && v <= 255;
+    case DType::Int32: return v >= -2147483648.0 && v <= 2147483647.0;
+    case DType::Int64: return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+    default: return true;
+  }
+}
 
 }  // namespace dl
 

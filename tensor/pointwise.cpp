@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tensor/backend.h"
+#include "tensor/functors.h"
 #include "tensor/observe.h"
 #include "tensor/small.h"
 #include "tensor/small_sizes.h"
@@ -30,8 +31,8 @@ const OpInfo& op_info(Op op) { return kOpInfo[static_cast<int>(op)]; }
 Scalar Scalar::from_lua(double x) {
   Scalar s;
   s.v = x;
-  s.kind = (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9.2e18) ? ScalarKind::Int
-                                                                           : ScalarKind::Float;
+  s.kind = (x == std::floor(x) && x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? ScalarKind::Int
+                                                                                            : ScalarKind::Float;
   return s;
 }
 
@@ -81,6 +82,24 @@ Tensor to_dtype(const Tensor& x, DType t) { return x.dtype() == t ? x : cast(x, 
 // (Note [Half-precision storage] in tensor/half.h).
 Tensor stored(const Tensor& out, DType storage) {
   return is_half(storage) && out.dtype() != storage ? cast(out, storage) : out;
+}
+
+// A whole number beside an integer tensor is taken modulo its width (fn::scalar_operand):
+// 256 beside uint8 divides by 0.
+bool wraps_to_zero(DType t, double v) {
+  switch (t) {
+    case DType::UInt8: return fn::scalar_operand<uint8_t>(v) == 0;
+    case DType::Int32: return fn::scalar_operand<int32_t>(v) == 0;
+    case DType::Int64: return fn::scalar_operand<int64_t>(v) == 0;
+    default: return v == 0;
+  }
+}
+
+// An integer tensor to a number's power, as PyTorch's: not a negative one, and not one the
+// dtype cannot hold (a wrapped exponent would be nonsense).
+void check_int_exponent(DType t, double v) {
+  DL_CHECK(!(v < 0), "pow: integers to negative integer powers are not allowed (got ", v, ")");
+  DL_CHECK(holds_whole(t, v), "pow: the exponent ", v, " does not fit the tensor's dtype ", dtype_name(t));
 }
 
 void check_int_divisor(Op op, const Tensor& b) {
@@ -181,7 +200,8 @@ Tensor binary_scalar_impl(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   const DType rt = result_type(a, s);
   DType ct = compute_dtype(op, rt);
   if (op == Op::Mod && !scalar_first && !is_floating(ct))
-    DL_CHECK(s.v != 0, info.lua_name, ": integer division by zero");
+    DL_CHECK(!wraps_to_zero(ct, s.v), info.lua_name, ": integer division by zero");
+  if (op == Op::Pow && !scalar_first && !is_floating(ct)) check_int_exponent(ct, s.v);
   if (op == Op::Mod && scalar_first && !is_floating(ct)) check_int_divisor(op, a);
   Tensor out = empty(a.shape(), ct, a.device(), info.lua_name);
   backend_for(a.device(), info.lua_name).binary_scalar(op, out, to_dtype(a, ct), s.v, scalar_first);
@@ -223,7 +243,8 @@ void binary_(Op op, Tensor& a, Scalar s) {
   DL_CHECK_KIND(Type, compute_type(a.dtype()) == ct && (rt == a.dtype() || !is_half(a.dtype())),
                 info.lua_name, "_: result dtype ", dtype_name(is_half(rt) ? rt : ct),
                 " cannot be stored in the in-place target of dtype ", dtype_name(a.dtype()));
-  if (op == Op::Mod && !is_floating(ct)) DL_CHECK(s.v != 0, info.lua_name, ": integer division by zero");
+  if (op == Op::Mod && !is_floating(ct)) DL_CHECK(!wraps_to_zero(ct, s.v), info.lua_name, ": integer division by zero");
+  if (op == Op::Pow && !is_floating(ct)) check_int_exponent(ct, s.v);
   if (is_half(a.dtype())) {
     backend_for(a.device(), info.lua_name).copy(a, binary_scalar_impl(op, a, s, false));
   } else {

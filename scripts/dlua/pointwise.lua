@@ -85,10 +85,22 @@ function methods.frac(x)
 end
 dl.frac = methods.frac
 
+-- A whole number beside an integer tensor, as the engine's arithmetic takes it: modulo
+-- the dtype's width (256 beside uint8 is 0).
+local WIDTH = { uint8 = 2 ^ 8, int32 = 2 ^ 32 }
+local function wrapped(v, like)
+  local w = type(v) == "number" and v == math.floor(v) and is_tensor(like) and WIDTH[like.dtype]
+  if not w then return v end
+  v = v % w
+  if like.dtype == "int32" and v >= 2 ^ 31 then v = v - w end
+  return v
+end
+
 -- a - trunc(a / b) b, exactly: the floor remainder (exact), less b where the signs differ.
 function dl.fmod(a, b)
   check("fmod", a)
   operand("fmod", b)
+  if type(b) == "number" and not a:is_floating_point() and wrapped(b, a) == 0 then raise("fmod: integer division by zero") end
   T.check_broadcast("fmod", a, b)
   local r = a % b
   local fix = r:ne(0):logical_and((r:lt(0)):ne(a:lt(0)))
@@ -154,6 +166,7 @@ end
 -- a / b rounded toward -infinity, as PyTorch's div_floor: from the exact remainder
 -- (fmod), so that 1 // 0.1 is 9 (a / b rounds to 10); integers stay integers.
 local function floor_div(op, a, b)
+  a, b = wrapped(a, b), wrapped(b, a)
   local A, B = both(op, a, b)
   if not A:is_floating_point() and not B:is_floating_point() then
     if B:eq(0):any() then raise(op .. ": integer division by zero") end

@@ -184,10 +184,10 @@ void binary_scalar(Op op, const Tensor& out, const Tensor& a, double s, bool fir
       return;
 #define DL_COMPARE(Name, lua, Fn)                                                   \
     case Op::Name:                                                                  \
-      if (is_floating(a.dtype()) || s == std::floor(s)) {                           \
+      if (is_floating(a.dtype()) || holds_whole(a.dtype(), s)) {                    \
         DL_DISPATCH_ALL(a.dtype(), lua,                                             \
           run_binary_scalar<bool, scalar_t>(out, a, fn::convert<scalar_t>(s), first, fn::Fn{})); \
-      } else {  /* int tensor against a fractional number: compare in double */     \
+      } else {  /* int tensor against a number it does not hold: compare in double */ \
         DL_DISPATCH_ALL(a.dtype(), lua,                                             \
           elementwise<bool, scalar_t, 2>({&out, &a}, [s, first](scalar_t x) {       \
             return first ? fn::Fn{}(s, double(x)) : fn::Fn{}(double(x), s); }));     \

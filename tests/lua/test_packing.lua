@@ -80,6 +80,11 @@ H.test("packing checks its inputs, naming the function", function()
   H.raises(function() rnn.pad_sequence({ dl.zeros(2, 3), dl.zeros(2, 4) }) end,
            "pad_sequence: sequence 2 of float32 (2, 4) does not match sequence 1's float32 (2, 3) past its length")
   H.raises(function() rnn.pad_sequence({}) end, "pad_sequence: expected a non-empty list of tensors")
+  H.raises(function() rnn.pack_sequence(nil) end, "pack_sequence: expected a non-empty list of tensors")
+  H.raises(function() rnn.pack_padded_sequence(dl.ones(3, 0, 2), {}) end, "pack_padded_sequence: cannot pack an empty batch")
+  H.raises(function() rnn.pad_sequence({ dl.tensor(1) }) end, "pad_sequence: expected sequences of at least 1 dim")
+  H.raises(function() nn.RNN(2, 4)(rnn.pack_sequence({ dl.ones(3), dl.ones(2) })) end,
+           "RNN: expected a PackedSequence of (steps, input_size) data, got shape (5,)")
 end)
 
 H.run()

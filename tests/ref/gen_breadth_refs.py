@@ -1053,6 +1053,54 @@ def gen_packed():
     return out
 
 
+def gen_distributions3():
+    """Distributions made of others, and counts: TransformedDistribution through exp,
+    affine, sigmoid, tanh and power transforms (log_prob, cdf, icdf), MixtureSameFamily
+    (log_prob, mean, variance; scalar and vector components), Binomial and Multinomial;
+    cases as gen_distributions', gradients for every argument."""
+    import torch.distributions as TD
+    from torch.distributions import transforms as TT
+    with torch.random.fork_rng():
+        torch.manual_seed(20261223)
+        loc, scale = rnd(3, 4), torch.rand(3, 4, dtype=torch.float64) + 0.3
+        inside = torch.rand(3, 4, dtype=torch.float64) * 1.8 - 0.4          # within (-0.5, 1.5)
+        pos = torch.rand(3, 4, dtype=torch.float64) * 3 + 0.1
+        unit = torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05
+        wlogits, mus, sigmas = rnd(3, 5), rnd(3, 5), torch.rand(3, 5, dtype=torch.float64) + 0.2
+        v3 = rnd(3)
+        mv_mus, mv_sig = rnd(3, 5, 2), torch.rand(3, 5, 2, dtype=torch.float64) + 0.3
+        v32 = rnd(3, 2)
+        p01 = torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05
+        k = torch.tensor([[0.0, 3.0, 7.0, 10.0], [5.0, 2.0, 1.0, 9.0], [4.0, 6.0, 0.0, 8.0]], dtype=torch.float64)
+        mlogits = rnd(3, 4)
+        counts = torch.tensor([[2.0, 0.0, 5.0, 3.0], [1.0, 1.0, 1.0, 7.0], [0.0, 0.0, 0.0, 10.0]], dtype=torch.float64)
+        cases = (
+            ("tanh_affine", lambda m, s, y: TD.TransformedDistribution(TD.Normal(m, s), [TT.TanhTransform(),
+             TT.AffineTransform(0.5, 2.0)]).log_prob(y), (loc, scale, inside)),
+            ("exp", lambda m, s, y: TD.TransformedDistribution(TD.Normal(m, s), TT.ExpTransform()).log_prob(y),
+             (loc, scale, pos)),
+            ("sigmoid", lambda m, s, y: TD.TransformedDistribution(TD.Normal(m, s), [TT.SigmoidTransform()]).log_prob(y),
+             (loc, scale, unit)),
+            ("power", lambda r, y: TD.TransformedDistribution(TD.Exponential(r), [TT.PowerTransform(0.5)]).log_prob(y),
+             (pos, pos.flip(0))),
+            ("transformed_cdf", lambda m, s, y, q: TD.TransformedDistribution(TD.Normal(m, s), [TT.ExpTransform(),
+             TT.AffineTransform(1.0, 3.0)]).cdf(y) + TD.TransformedDistribution(TD.Normal(m, s), [TT.ExpTransform(),
+             TT.AffineTransform(1.0, 3.0)]).icdf(q), (loc, scale, pos + 1.0, unit)),
+            ("mixture", lambda w, m, s, x: TD.MixtureSameFamily(TD.Categorical(logits=w), TD.Normal(m, s)).log_prob(x),
+             (wlogits, mus, sigmas, v3)),
+            ("mixture_moments", lambda w, m, s: TD.MixtureSameFamily(TD.Categorical(logits=w), TD.Normal(m, s)).mean
+             + TD.MixtureSameFamily(TD.Categorical(logits=w), TD.Normal(m, s)).variance, (wlogits, mus, sigmas)),
+            ("mixture_vector", lambda w, m, s, x: TD.MixtureSameFamily(TD.Categorical(logits=w),
+             TD.Independent(TD.Normal(m, s), 1)).log_prob(x), (wlogits, mv_mus, mv_sig, v32)),
+            ("binomial", lambda p: TD.Binomial(10, probs=p).log_prob(k) + TD.Binomial(10, probs=p).entropy()
+             + TD.Binomial(10, probs=p).variance, (p01,)),
+            ("binomial_logits", lambda l: TD.Binomial(10, logits=l).log_prob(k), (loc,)),
+            ("multinomial", lambda l: TD.Multinomial(10, logits=l).log_prob(counts), (mlogits,)),
+        )
+        out = one_output_cases(cases)
+    return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -1063,7 +1111,8 @@ def main():
             "elementwise_math": gen_elementwise_math(), "fourth_round": gen_fourth_round(),
             "bits": gen_bits(), "volumetric": gen_volumetric(),
             "distributions": gen_distributions(), "distributions2": gen_distributions2(),
-            "gamma_slopes": gen_gamma_slopes(), "packed": gen_packed()}
+            "gamma_slopes": gen_gamma_slopes(), "packed": gen_packed(),
+            "distributions3": gen_distributions3()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

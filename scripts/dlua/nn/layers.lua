@@ -737,6 +737,9 @@ function ParameterList:_walk_members(prefix, visit, seen, table_walk)
     list[i] = v
   end
   table_walk(list, prefix)
+  for i = 1, #list do   -- (a walk that replaces entries, as to() does, writes into the copy)
+    if not rawequal(rawget(self, i), list[i]) then rawset(self, i, list[i]) end
+  end
   Module._walk_members(self, prefix, visit, seen, table_walk)
 end
 function ParameterList:forward() raise("ParameterList: it has no forward; use its Variables") end
@@ -760,7 +763,7 @@ end
 function ParameterDict:forward() raise("ParameterDict: it has no forward; use its Variables by name") end
 -- dict.name = t: a Variable, unless the name is one of the container's own.
 function ParameterDict:_assign(k, v)
-  if type(k) ~= "string" or not T.is_tensor(v) then return v end
+  if type(k) ~= "string" or not T.is_tensor(v) or rawget(self, "_kinds")[k] == "buffer" then return v end
   local members = rawget(self, "_members")
   if members[k] == nil and (ParameterDict[k] ~= nil or rawget(self, "_fields")[k] ~= nil) then
     raise("ParameterDict: '" .. k .. "' names the container's own method or field; choose another name")

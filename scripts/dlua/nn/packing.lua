@@ -98,6 +98,7 @@ function M.pack_padded_sequence(input, lengths, opts)
   if input:dim() < 2 then raise(op .. ": expected input (T, N, *), got shape " .. shape_str(input.shape)) end
   if opts.batch_first then input = input:transpose(1, 2) end
   local steps, N = input:size(1), input:size(2)
+  if N == 0 or steps == 0 then raise(op .. ": cannot pack an empty batch (input of shape " .. shape_str(input.shape) .. ")") end
   local list = length_list(op, lengths, N)
   for i, v in ipairs(list) do
     if v > steps then raise(op .. ": length " .. i .. " is " .. v .. ", longer than the input's " .. steps .. " steps") end
@@ -159,6 +160,7 @@ function M.pad_sequence(sequences, opts)
   opts = options(op, opts, { batch_first = true, padding_value = true })
   local first = sequences[1]
   T.check_tensor(op, first)
+  if first:dim() == 0 then raise(op .. ": expected sequences of at least 1 dim (their steps), got a 0-dim tensor") end
   local longest = 0
   for i, s in ipairs(sequences) do
     T.check_tensor(op, s)
@@ -185,6 +187,9 @@ end
 
 -- pack_sequence(sequences [, {enforce_sorted = true}]): pad_sequence, then packed.
 function M.pack_sequence(sequences, opts)
+  if type(sequences) ~= "table" or is_tensor(sequences) or #sequences == 0 then
+    bad_arg("pack_sequence", "a non-empty list of tensors", sequences)
+  end
   opts = options("pack_sequence", opts, { enforce_sorted = true })
   local lengths = {}
   for i, s in ipairs(sequences) do

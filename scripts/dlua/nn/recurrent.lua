@@ -209,7 +209,12 @@ local function run(self, name, x, h0, c0)
   local packing = package.loaded["dlua.nn.packing"]
   local packed = packing and packing.is_packed(x) and x or nil
   local lengths
-  if packed then x, lengths = packing.unpacked(packed) end
+  if packed then
+    if packed.data:dim() ~= 2 then
+      raise(name .. ": expected a PackedSequence of (steps, input_size) data, got shape " .. shape_str(packed.data.shape))
+    end
+    x, lengths = packing.unpacked(packed)
+  end
   check_tensor(name, x)
   local unbatched = x:dim() == 2
   if x:dim() ~= 3 and not unbatched then

@@ -1,0 +1,196 @@
+-- dlua.distributions.base: what every distribution of dlua.distributions shares: the
+-- Distribution class and the classes' constructor, parameters as broadcast tensors,
+-- support checks, fields computed when read (mean, variance ...), the small constants
+-- of the dtypes, and the table of KL divergence rules each family adds to.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+core.own_source()
+
+local raise, bad_arg = core.raise, core.bad_arg
+local is_tensor, shape_str, dl = T.is_tensor, T.shape_str, T.dl
+local type, ipairs, setmetatable, getmetatable, tostring = type, ipairs, setmetatable, getmetatable, tostring
+local unpack, log, pi = unpack or table.unpack, math.log, math.pi
+
+local D = dl.distributions   -- (filled here: the table a script may already hold)
+local LOG_SQRT_2PI = 0.5 * log(2 * pi)
+
+-- ---- the common part ------------------------------------------------------------------------
+
+local Distribution = {}
+Distribution.__index = Distribution
+D.Distribution = Distribution
+
+-- A class: Name(...) makes an instance through its new; instances print as PyTorch's.
+local function class(name, parent)
+  local cls = { __name = name }
+  cls.__index = cls
+  cls.__tostring = function(self) return self:__repr() end
+  setmetatable(cls, { __index = parent or Distribution, __call = function(c, ...) return c.new(...) end })
+  D[name] = cls
+  return cls
+end
+
+function Distribution:__repr()
+  local parts = {}
+  for _, k in ipairs(self._params) do
+    local v = self[k]
+    parts[#parts + 1] = k .. ": " .. (is_tensor(v) and (v:numel() == 1 and tostring(v:item()) or shape_str(v.shape))
+                                      or tostring(v))
+  end
+  return self.__name .. "(" .. table.concat(parts, ", ") .. ")"
+end
+
+-- The trailing options table (validate_args), if the last argument is one.
+local function take_options(op, args, n)
+  local last = args[n]
+  if type(last) == "table" and not is_tensor(last) and getmetatable(last) == nil then
+    for k in pairs(last) do
+      if k ~= "validate_args" then raise(op .. ": unknown option '" .. tostring(k) .. "'") end
+    end
+    return last.validate_args ~= false, n - 1
+  end
+  return true, n
+end
+
+-- The parameters as tensors of one floating dtype and device, broadcast together: a
+-- number takes the dtype and device of the tensors beside it.
+local function parameters(op, names, values)
+  local like
+  for i = 1, #names do
+    local v = values[i]
+    if is_tensor(v) then
+      like = like or v
+    elseif type(v) ~= "number" then
+      bad_arg(op, names[i] .. " (a tensor or a number)", v)
+    end
+  end
+  local out = {}
+  for i = 1, #names do
+    local v = values[i]
+    if type(v) == "number" then
+      v = dl.tensor(v, like and { dtype = like:is_floating_point() and like.dtype or nil, device = like.device } or nil)
+    elseif not v:is_floating_point() then
+      v = v:to(dl.get_default_dtype())
+    end
+    out[i] = v
+  end
+  if #out > 1 then
+    local ok, err = pcall(function() out = { dl.broadcast_tensors(unpack(out)) } end)
+    if not ok then raise(op .. ": the parameters' shapes do not broadcast (" .. tostring(err):gsub("^.-: ", "") .. ")") end
+  end
+  return out
+end
+
+-- Raises "op: what" unless every element of the bool tensor holds.
+local function require_all(op, holds, what)
+  if not holds:all() then raise(op .. ": " .. what) end
+end
+
+local function concat(...)
+  local out = {}
+  for _, list in ipairs({ ... }) do
+    for _, v in ipairs(list) do out[#out + 1] = v end
+  end
+  return out
+end
+
+-- The shape of `shape` draws: shape .. batch_shape .. event_shape.
+function Distribution:_extended(shape)
+  if shape ~= nil and (type(shape) ~= "table" or is_tensor(shape)) then
+    if type(shape) == "number" then shape = { shape } else bad_arg(self.__name .. ".sample", "a shape (a list)", shape) end
+  end
+  return concat(shape or {}, self.batch_shape, self.event_shape)
+end
+
+function Distribution:rsample()
+  raise(self.__name .. ".rsample: the distribution cannot be reparameterised (use sample)")
+end
+
+-- A draw without gradient: rsample's value, unrecorded.
+function Distribution:sample(shape)
+  return dl.no_grad(function() return self:rsample(shape) end)
+end
+
+-- value checked as log_prob's argument: a tensor (a number becomes one of the
+-- parameters' dtype), within the support when validation is on.
+function Distribution:_value(op, v)
+  if type(v) == "number" then v = dl.tensor(v, { dtype = self._like.dtype, device = self._like.device }) end
+  if not is_tensor(v) then bad_arg(self.__name .. "." .. op, "a tensor", v) end
+  return v
+end
+
+local function unsupported(name, what)
+  return function() raise(name .. "." .. what .. ": not defined for this distribution") end
+end
+Distribution.entropy = function(self) unsupported(self.__name, "entropy")() end
+Distribution.cdf = function(self) unsupported(self.__name, "cdf")() end
+Distribution.icdf = function(self) unsupported(self.__name, "icdf")() end
+
+-- The properties read as fields (d.mean, d.variance, d.stddev), computed when read.
+local PROPERTIES = { mean = true, variance = true, stddev = true, probs = true, logits = true,
+                     covariance_matrix = true }
+local function with_properties(cls)
+  cls.__index = function(self, k)
+    if PROPERTIES[k] then
+      local raw = rawget(self, "_" .. k)
+      if raw ~= nil then return raw end
+      local f = cls["_get_" .. k] or (k == "stddev" and function(s) return s.variance:sqrt() end)
+      if f then return f(self) end
+      raise(cls.__name .. "." .. k .. ": not defined for this distribution")
+    end
+    return cls[k]
+  end
+end
+
+-- The constructor of a family whose parameters (`names`) are tensors or numbers; when
+-- validation is on, check(params...) gives bool tensors that must hold everywhere, each
+-- followed by what it means.
+local function constructor(cls, names, check)
+  return function(...)
+    local op, args = cls.__name, { ... }
+    local validate, n = take_options(op, args, select("#", ...))
+    if n ~= #names then raise(op .. ": expected " .. table.concat(names, " and ")) end
+    local p = parameters(op, names, args)
+    if validate then
+      local checks = { check(unpack(p)) }
+      for i = 1, #checks, 2 do require_all(op, checks[i], checks[i + 1]) end
+    end
+    local self = { batch_shape = p[1].shape, event_shape = {}, _like = p[1], _validate = validate }
+    for i, k in ipairs(names) do self[k] = p[i] end
+    return setmetatable(self, cls)
+  end
+end
+
+-- ---- shared by several families -------------------------------------------------------------
+
+local B = {}
+
+B.EULER = 0.57721566490153286061
+
+-- The float epsilon of a dtype (PyTorch's clamp_probs: probabilities kept off 0 and 1),
+-- and the smallest positive normal number (draws kept off 0).
+function B.eps_of(t) return t.dtype == "float64" and 2.220446049250313e-16 or 1.1920928955078125e-07 end
+function B.tiny_of(t) return t.dtype == "float64" and 2.2250738585072014e-308 or 1.1754943508222875e-38 end
+
+-- (a location must be a number: NaN is refused, as PyTorch's Real constraint)
+function B.located(loc, scale) return loc:eq(loc), "loc must not be NaN", scale:gt(0), "scale must be positive" end
+
+function B.log_beta(a, b) return a:lgamma() + b:lgamma() - (a + b):lgamma() end
+function B.half_log_det(L) return L:diagonal(0, -2, -1):log():sum(-1) end
+function B.sum_last(t, n)
+  for _ = 1, n do t = t:sum(-1) end
+  return t
+end
+
+-- KL[p's class][q's class] = function(p, q): the rules of kl_divergence.
+B.KL = {}
+function B.rule(P, Q, f)
+  B.KL[P] = B.KL[P] or {}
+  B.KL[P][Q] = f
+end
+
+B.D, B.Distribution, B.class, B.constructor, B.parameters = D, Distribution, class, constructor, parameters
+B.take_options, B.require_all, B.concat, B.with_properties = take_options, require_all, concat, with_properties
+B.LOG_SQRT_2PI = LOG_SQRT_2PI
+
+return B

@@ -1,0 +1,37 @@
+-- dlua.distributions: probability distributions, as torch.distributions (dl.distributions,
+-- loaded when first read):
+--
+--   local D = dl.distributions
+--   local pi = D.Normal(mu, sigma)              -- parameters: tensors or numbers, broadcast
+--   local a = pi:rsample()                      -- differentiable in mu and sigma
+--   local loss = -(pi:log_prob(a) * advantage):sum()
+--   D.kl_divergence(D.Normal(mu, sigma), D.Normal(0, 1))
+--
+-- Normal, Uniform, Exponential, Laplace, LogNormal, HalfNormal, Gumbel, Cauchy, StudentT,
+-- Gamma, Chi2, Beta, Dirichlet, Bernoulli({probs =} or {logits =}), Geometric,
+-- Categorical({probs =} or {logits =}; categories 1..K, as dlua's indices),
+-- OneHotCategorical, Poisson, Binomial(n, {probs =}), Multinomial(n, {probs =}),
+-- MultivariateNormal(loc, {covariance_matrix =, scale_tril = or precision_matrix =}),
+-- Independent(base, n), TransformedDistribution(base, transforms) (their transforms in
+-- dl.distributions.transforms) and MixtureSameFamily(mixture, components). Each has
+-- batch_shape and event_shape, sample([shape]) (no gradient), rsample([shape]) where the
+-- distribution can be reparameterised, log_prob, entropy, and mean, variance and stddev;
+-- the continuous ones on a line also cdf and icdf. Samples come from the generator
+-- dl.manual_seed seeds, on the parameters' device and in their dtype. As PyTorch's
+-- (validate_args on by default), parameters and the values given to log_prob are checked
+-- against their support; {validate_args = false} as a last argument skips those checks
+-- (each costs a reduction).
+--
+-- The families live by kind in dlua/distributions/: line.lua (Normal ... Cauchy),
+-- discrete.lua, multivariate.lua, gamma.lua (Gamma, Chi2, Beta, Dirichlet, StudentT),
+-- transformed.lua (TransformedDistribution and the transforms, MixtureSameFamily) and
+-- kl.lua; base.lua holds what they share.
+local B = require("dlua.distributions.base")
+require("dlua.distributions.line")
+require("dlua.distributions.discrete")
+require("dlua.distributions.multivariate")
+require("dlua.distributions.gamma")
+require("dlua.distributions.transformed")
+require("dlua.distributions.kl")
+
+return B.D
