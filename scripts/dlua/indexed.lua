@@ -17,10 +17,9 @@
 --
 -- each writer also in place (x:index_add_ ...). They are made of scatter_add and where,
 -- so gradients (for x and src) follow. Where an index repeats, index_add, scatter_add
--- and an accumulating index_put or put add every value (as PyTorch's); scatter, index_put
--- and put keep the last write along the dim (PyTorch's CPU loop), and index_copy adds
--- the values that land together, where PyTorch keeps one of them (which one
--- unspecified): give those distinct indices. Indices are 1-based; take, put and
+-- and an accumulating index_put or put add every value (as PyTorch's); scatter,
+-- index_copy, index_put and put keep the last write along the dim (PyTorch's CPU loop)
+-- and give every write the place's gradient. Indices are 1-based; take, put and
 -- index_put also take negative ones (-1 the last).
 local core = require("dlua.core")
 local T = require("dlua.tensor")
@@ -99,8 +98,8 @@ function methods.index_copy(x, dim, idx, src)
   local d
   d, idx = operands(op, x, dim, idx)
   check_src(op, x, d, idx, src)
-  local placed = dl.zeros_like(x):scatter_add(d, along(idx, d, x:dim(), src.shape), src:to(x.dtype))
-  return dl.where(slices(x, d, idx), placed, x)
+  -- (scatter's: of slices copied to one place the last stands, and each gets its gradient)
+  return methods.scatter(x, d, along(idx, d, x:dim(), src.shape), src:to(x.dtype))
 end
 
 function methods.index_fill(x, dim, idx, v)

@@ -1212,6 +1212,11 @@ H.test("scatter_reduce, index_put, put, take, masked_scatter, mode, renorm and v
   H.raises(function() m:renorm(0, 1, 1) end, "renorm: p must be a number > 0, got 0")
   H.raises(function() dl.vander(m) end, "vander: expected a 1-D tensor, got 2 dims")
   H.raises(function() m:put(L({ 1 }), L({ 7 })) end, "put: expected a source of dtype float32 (the input's), got int64")
+  -- index_copy to a row named twice keeps the last slice, and each slice gets the gradient (PyTorch's)
+  local src = dl.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } }, f64)
+  H.values(dl.zeros(3, 2, f64):index_copy(1, { 1, 3, 1 }, src), { { 5, 6 }, { 0, 0 }, { 3, 4 } })
+  H.values(dl.grad(function(s_) return dl.zeros(3, 2, f64):index_copy(1, { 1, 3, 1 }, s_):sum() end)(src),
+           { { 1, 1 }, { 1, 1 }, { 1, 1 } })
   H.raises(function() m:index_put({ L({ 1 }) }, dl.ones(4, f64)) end,
            "index_put: expected values of dtype float32 (the input's), got float64")
   H.raises(function() m:masked_scatter(dl.ones(4, { dtype = "bool" }), dl.arange(1, 13, { dtype = "int64" })) end,
