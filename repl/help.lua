@@ -239,6 +239,7 @@ return {
   ["dl.nn.Bilinear"] = { "dl.nn.Bilinear(in1, in2, out [, {bias}])", "y = x1 W x2 + b (F.bilinear)." },
   ["dl.nn.ctc_loss"] = { "dl.nn.ctc_loss(log_probs (T, N, C), targets (N, S), input_lengths, target_lengths [, {blank = 1, reduction, zero_infinity}])", "The CTC loss, as PyTorch's (classes and blank 1-based)." },
   ["dl.nn.Conv1d"] = { "dl.nn.Conv1d(in, out, k [, {stride, padding, dilation, groups}])", "1-D convolution over (N, C, L) input." },
+  ["dl.special"] = { "dl.special: ndtr, log_ndtr, ndtri, erfcx, entr, xlog1py; expit, gammaln, psi, multigammaln ...", "torch.special's functions, exact in the tails (log_ndtr at -40, ndtri at 1e-300)." },
   ["dl.distributions"] = { "D = dl.distributions: Normal, Uniform, Exponential, Laplace, LogNormal, HalfNormal, Gumbel, Cauchy, StudentT, Gamma, Chi2, Beta, Dirichlet, Poisson, Bernoulli, Geometric, Categorical, OneHotCategorical, Binomial, Multinomial, MultivariateNormal, Independent, TransformedDistribution, MixtureSameFamily; D.transforms; D.kl_divergence(p, q)", "torch.distributions' families: sample, rsample, log_prob, entropy, cdf, icdf, mean, variance." },
   ["dl.distributions.Normal"] = { "D.Normal(loc, scale [, {validate_args}])", "The Gaussian: rsample (reparameterised), log_prob, entropy, cdf, icdf." },
   ["dl.distributions.Categorical"] = { "D.Categorical({probs = p} or {logits = l})", "Categories 1..K over the last dim: sample, log_prob, entropy, probs, logits." },

@@ -113,15 +113,19 @@ dl.linalg = setmetatable({}, {
   __index = function(self, k) require("dlua.linalg"); return rawget(self, k) end,
 })
 
--- dl.distributions: torch.distributions' counterparts. Its module loads when the table
--- is first read.
-dl.distributions = setmetatable({}, {
-  __index = function(self, k)
-    setmetatable(self, nil)
-    require("dlua.distributions")
-    return rawget(self, k)
-  end,
-})
+-- A table whose module loads (and fills it) when the table is first read.
+local function loaded_on_first_read(module)
+  return setmetatable({}, {
+    __index = function(self, k)
+      setmetatable(self, nil)
+      require(module)
+      return rawget(self, k)
+    end,
+  })
+end
+-- dl.special: torch.special's functions; dl.distributions: torch.distributions'.
+dl.special = loaded_on_first_read("dlua.special")
+dl.distributions = loaded_on_first_read("dlua.distributions")
 
 -- dl.compile: deferred, traced and fused calls of a Lua function.
 require("dlua.compile")

@@ -1101,6 +1101,25 @@ def gen_distributions3():
     return out
 
 
+def gen_special_functions():
+    """torch.special's ndtr, log_ndtr (far into the left tail), ndtri (down to 1e-300),
+    erfcx (large and negative arguments), entr and xlog1py in float64, with gradients of
+    sum(y * c)."""
+    import torch.special as TS
+    with torch.random.fork_rng():
+        torch.manual_seed(20261224)
+        x = torch.tensor([-60.0, -38.0, -31.0, -29.0, -10.0, -3.0, -0.5, 0.0, 0.7, 2.0, 9.0, 40.0], dtype=torch.float64)
+        p = torch.tensor([1e-300, 1e-100, 1e-20, 1e-8, 9e-4, 1e-3, 0.02, 0.3, 0.5, 0.77, 0.999, 1 - 1e-9],
+                         dtype=torch.float64)
+        z = torch.tensor([-3.0, -0.4, 0.0, 0.3, 1.0, 5.0, 24.0, 26.0, 100.0, 1e4], dtype=torch.float64)
+        e = torch.tensor([0.0, 1e-10, 0.3, 1.0, 2.5], dtype=torch.float64)
+        u = torch.tensor([0.0, 0.5, -2.0, 3.0, 0.0], dtype=torch.float64)
+        w = torch.tensor([-0.5, 1.0, 0.0, 7.0, -0.9], dtype=torch.float64)
+        cases = (("ndtr", TS.ndtr, (x,)), ("log_ndtr", TS.log_ndtr, (x,)), ("ndtri", TS.ndtri, (p,)),
+                 ("erfcx", TS.erfcx, (z,)), ("entr", TS.entr, (e,)), ("xlog1py", TS.xlog1py, (u, w)))
+        return one_output_cases(cases)
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -1112,7 +1131,7 @@ def main():
             "bits": gen_bits(), "volumetric": gen_volumetric(),
             "distributions": gen_distributions(), "distributions2": gen_distributions2(),
             "gamma_slopes": gen_gamma_slopes(), "packed": gen_packed(),
-            "distributions3": gen_distributions3()}
+            "distributions3": gen_distributions3(), "special_functions": gen_special_functions()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}
