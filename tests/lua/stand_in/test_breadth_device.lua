@@ -99,6 +99,21 @@ local CASES = {
     local B = dl.distributions.Bernoulli
     return dl.distributions.kl_divergence(B({ probs = dl.tensor({ 0.2, 0.9 }):to(d) }), B({ logits = dl.tensor({ 0, 1 }):to(d) }))
   end,
+  log_ndtr = function(d) return dl.special.log_ndtr(dl.tensor({ -40, 0, 3 }):to(d)) end,
+  ndtri = function(d) return dl.special.ndtri(dl.tensor({ 1e-30, 0.5, 0.9 }):to(d)) end,
+  mixture_log_prob = function(d)
+    local D = dl.distributions
+    return D.MixtureSameFamily(D.Categorical({ logits = dl.tensor({ 0, 1 }):to(d) }), D.Normal(dl.tensor({ -1, 2 }):to(d), 1))
+      :log_prob(dl.tensor({ 0.5, -3 }):to(d):view(2, 1))
+  end,
+  binomial_log_prob = function(d)
+    return dl.distributions.Binomial(5, { probs = dl.tensor({ 0.3, 0.6 }):to(d) }):log_prob(dl.tensor({ 2, 5 }):to(d))
+  end,
+  squashed_log_prob = function(d)
+    local D = dl.distributions
+    return D.TransformedDistribution(D.Normal(dl.zeros(2):to(d), 1), { D.transforms.TanhTransform() })
+      :log_prob(dl.tensor({ 0.3, -0.9 }):to(d))
+  end,
   conv_transpose3d = function(d)
     return F.conv_transpose3d(dl.arange(48):reshape(1, 2, 2, 3, 4):float():to(d), dl.ones(2, 1, 2, 2, 2):to(d),
                               { stride = 2, output_padding = 1 })
@@ -127,6 +142,11 @@ H.test("distributions draw on their parameters' device", function()
   H.eq(D.Bernoulli({ probs = dl.tensor({ 0.5 }):cuda() }):sample().device, "cuda:0")
   H.eq(D.MultivariateNormal(dl.zeros(2):cuda(), { scale_tril = dl.eye(2):cuda() }):sample().device, "cuda:0")
   H.eq(D.Uniform(dl.zeros(1):cuda(), 1):sample().device, "cuda:0")
+  H.eq(D.Gamma(dl.ones(3):cuda(), 2):rsample().device, "cuda:0")
+  H.eq(D.Dirichlet(dl.ones(3):cuda()):sample().device, "cuda:0")
+  H.eq(D.Poisson(dl.tensor({ 2, 30 }):cuda()):sample().device, "cuda:0")
+  H.eq(D.Binomial(4, { probs = dl.tensor({ 0.5 }):cuda() }):sample().device, "cuda:0")
+  H.eq(D.Multinomial(4, { probs = dl.ones(3):cuda() }):sample().device, "cuda:0")
 end)
 
 H.test("layers and random draws on the device: transformers, PReLU, a clone, multinomial", function()
