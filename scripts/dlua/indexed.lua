@@ -170,9 +170,9 @@ function methods.scatter(x, dim, idx, src)
   return dl.where(hits:gt(0), placed, x)
 end
 
--- amax and amin of scatter_reduce: the writes combined round by round (round k takes
+-- prod, amax and amin of scatter_reduce: the writes combined round by round (round k takes
 -- every place's k-th write, at most one per place), in PyTorch's order.
-local function scatter_extreme(x, d, idx, src, reduce, include_self)
+local function scatter_rounds(x, d, idx, src, reduce, include_self)
   local ranks = write_ranks(idx, d)
   local rounds = ranks:amax():item()
   local pick = reduce == "amax" and dl.maximum or reduce == "amin" and dl.minimum or dl.mul
@@ -229,9 +229,9 @@ function methods.scatter_reduce(x, dim, idx, src, reduce, opts)
     local n = (include_self and counts + 1 or counts:clamp_min(1)):to(x.dtype)
     return dl.where(hit, x:is_floating_point() and total / n or dl.floor_divide(total, n), x)
   end
-  if reduce == "prod" or not x:is_floating_point() then return scatter_extreme(x, d, idx, src, reduce, include_self) end
+  if reduce == "prod" or not x:is_floating_point() then return scatter_rounds(x, d, idx, src, reduce, include_self) end
   return dl.custom_gradient(function(a, b)
-    local r = dl.stop_gradient(scatter_extreme(a, d, idx, b, reduce, include_self))
+    local r = dl.stop_gradient(scatter_rounds(a, d, idx, b, reduce, include_self))
     return r, function(g)
       local at = r:gather(d, idx)
       local a_is = a:eq(r)

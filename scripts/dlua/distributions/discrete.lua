@@ -33,18 +33,24 @@ local function probs_or_logits(op, args, n)
 end
 
 -- Bernoulli({probs = p} or {logits = l}): 1 with probability p.
-local Bernoulli = class("Bernoulli")
-function Bernoulli.new(...)
-  local which, t, validate = probs_or_logits("Bernoulli", { ... }, select("#", ...))
-  local self = setmetatable({ batch_shape = t.shape, event_shape = {}, _like = t, _validate = validate,
-                              _params = { which } }, Bernoulli)
+-- self with success probabilities t given as `which` ("probs", checked to lie in [0, 1]
+-- when validating, or "logits"), for Bernoulli's family.
+local function with_probs(op, self, which, t, validate)
   if which == "probs" then
-    if validate then require_all("Bernoulli", t:ge(0):logical_and(t:le(1)), "probs must lie in [0, 1]") end
+    if validate then require_all(op, t:ge(0):logical_and(t:le(1)), "probs must lie in [0, 1]") end
     self._probs = t
   else
     self._logits = t
   end
   return self
+end
+
+local Bernoulli = class("Bernoulli")
+function Bernoulli.new(...)
+  local which, t, validate = probs_or_logits("Bernoulli", { ... }, select("#", ...))
+  return with_probs("Bernoulli", setmetatable({ batch_shape = t.shape, event_shape = {}, _like = t,
+                                                _validate = validate, _params = { which } }, Bernoulli),
+                    which, t, validate)
 end
 function Bernoulli:_get_probs() return self._logits:sigmoid() end
 function Bernoulli:_get_logits()
@@ -271,15 +277,9 @@ function Binomial.new(total_count, ...)
   local which, t, validate = probs_or_logits("Binomial", { ... }, select("#", ...))
   local n = total_count_of("Binomial", total_count, t)
   local nb, tb = dl.broadcast_tensors(n, t)
-  local self = setmetatable({ total_count = nb, batch_shape = tb.shape, event_shape = {}, _like = tb,
-                              _validate = validate, _params = { "total_count", which } }, Binomial)
-  if which == "probs" then
-    if validate then require_all("Binomial", tb:ge(0):logical_and(tb:le(1)), "probs must lie in [0, 1]") end
-    self._probs = tb
-  else
-    self._logits = tb
-  end
-  return self
+  return with_probs("Binomial", setmetatable({ total_count = nb, batch_shape = tb.shape, event_shape = {}, _like = tb,
+                                               _validate = validate, _params = { "total_count", which } }, Binomial),
+                    which, tb, validate)
 end
 Binomial._get_probs, Binomial._get_logits = Bernoulli._get_probs, Bernoulli._get_logits
 function Binomial:_get_mean() return self.total_count * self.probs end
