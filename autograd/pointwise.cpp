@@ -26,6 +26,16 @@ Tensor unary(Op op, const Tensor& x) {
   return finish(n, y);
 }
 
+namespace {
+// v / x, with its limit `at_zero` where x is 0; the division sees 1 there, so that neither
+// branch's gradient is NaN at 0.
+Tensor over_x(const Tensor& v, const Tensor& x, double at_zero) {
+  const Tensor zero = ag::compare(Op::Eq, x, Scalar(0.0));
+  const Tensor safe = ag::where(zero, ones(Shape{}, x.dtype(), x.device()), x);
+  return ag::where(zero, full(Shape{}, Scalar(at_zero), x.dtype(), x.device()), v / safe);
+}
+}  // namespace
+
 #define DL_UNARY_GRAD(Name, var, expr)                                         \
   template <> Grads derivative<Op::Name>(Node & n, const TensorList& g) { \
     static_assert(uses_output(Op::Name) == (#var[0] == 'y'));                  \
@@ -68,6 +78,25 @@ DL_UNARY_GRAD(Gelu, x, ag::binary(Op::GeluBackward, gy, x))
 DL_UNARY_GRAD(Erfinv, y, gy * exp(y * y) * (std::sqrt(M_PI) / 2.0))
 DL_UNARY_GRAD(Lgamma, x, gy * ag::unary(Op::Digamma, x))
 DL_UNARY_GRAD(Digamma, x, gy * ag::binary(Op::Polygamma, ones(Shape{}, x.dtype(), x.device()), x))
+// The Bessel functions (tensor/bessel.h): J_0' = -J_1, J_1' = J_0 - J_1 / x, the same for Y;
+// I_0' = I_1, I_1' = I_0 - I_1 / x; K_0' = -K_1, K_1' = -K_0 - K_1 / x; the scaled forms by
+// the product rule. J_1 / x and I_1 / x tend to 1/2 at 0 (over_x).
+DL_UNARY_GRAD(I0, x, gy * ag::unary(Op::I1, x))
+DL_UNARY_GRAD(I0e, x, gy * (ag::unary(Op::I1e, x) - sign(x) * ag::unary(Op::I0e, x)))
+DL_UNARY_GRAD(I1, x, gy * (ag::unary(Op::I0, x) - over_x(ag::unary(Op::I1, x), x, 0.5)))
+DL_UNARY_GRAD(I1e, x, gy * (ag::unary(Op::I0e, x) - over_x(ag::unary(Op::I1e, x), x, 0.5) -
+                           sign(x) * ag::unary(Op::I1e, x)))
+DL_UNARY_GRAD(BesselJ0, x, -(gy * ag::unary(Op::BesselJ1, x)))
+DL_UNARY_GRAD(BesselJ1, x, gy * (ag::unary(Op::BesselJ0, x) - over_x(ag::unary(Op::BesselJ1, x), x, 0.5)))
+DL_UNARY_GRAD(BesselY0, x, -(gy * ag::unary(Op::BesselY1, x)))
+DL_UNARY_GRAD(BesselY1, x, gy * (ag::unary(Op::BesselY0, x) - ag::unary(Op::BesselY1, x) / x))
+DL_UNARY_GRAD(BesselK0, x, -(gy * ag::unary(Op::BesselK1, x)))
+DL_UNARY_GRAD(BesselK1, x, -(gy * (ag::unary(Op::BesselK0, x) + ag::unary(Op::BesselK1, x) / x)))
+DL_UNARY_GRAD(BesselK0e, x, gy * (ag::unary(Op::BesselK0e, x) - ag::unary(Op::BesselK1e, x)))
+DL_UNARY_GRAD(BesselK1e, x, gy * (ag::unary(Op::BesselK1e, x) * (1.0 - 1.0 / x) - ag::unary(Op::BesselK0e, x)))
+// (cos x - sin(x) / x) / x, 0 at 0 (where, as PyTorch's sinc, the second derivative is
+// taken as 0 rather than -1/3)
+DL_UNARY_GRAD(SphericalJ0, x, gy * over_x(cos(x) - ag::unary(Op::SphericalJ0, x), x, 0.0))
 #undef DL_UNARY_GRAD
 
 // ---- binary: one row per op --------------------------------------------------------------
@@ -94,6 +123,8 @@ DL_UNARY_GRAD(Digamma, x, gy * ag::binary(Op::Polygamma, ones(Shape{}, x.dtype()
   X(Atan2, kInputs, g * b / (a * a + b * b), -(g * a / (a * a + b * b)))                             \
   /* n is a whole number: no gradient */                                                           \
   X(Polygamma, kInputs, Tensor(), g * ag::binary(Op::Polygamma, a + 1.0, b))                        \
+  /* zeta(x, q): d/dq = -x zeta(x + 1, q); d/dx has no closed form here */                         \
+  X(Zeta, kInputs, no_derivative("zeta", "x (its first operand)"), -(g * a * ag::binary(Op::Zeta, a + 1.0, b))) \
   /* the gradients of unary ops (ops.def): linear in a, the incoming gradient */                    \
   X(TanhBackward, kInputs, ag::binary(Op::TanhBackward, g, b), g * a * b * -2.0)                     \
   X(SigmoidBackward, kInputs, ag::binary(Op::SigmoidBackward, g, b), g * a * (1.0 - b * 2.0))        \
@@ -104,6 +135,12 @@ DL_UNARY_GRAD(Digamma, x, gy * ag::binary(Op::Polygamma, ones(Shape{}, x.dtype()
 namespace {
 
 enum Saves { kNothing, kInputs, kOutput };   // kOutput: the inputs and the output
+
+// For an input whose derivative is not implemented: asking for it is an error, never a
+// gradient of 0.
+Tensor no_derivative(const char* op, const char* input) {
+  fail(ErrorKind::NotImplemented, op, ": the derivative with respect to ", input, " is not implemented");
+}
 
 // The 1 where cmp(a, b) holds, 1/2 where a == b (max and min split a tie).
 Tensor share(Op cmp, const Tensor& a, const Tensor& b, const Tensor& like) {

@@ -11,6 +11,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "tensor/bessel.h"
 #include "tensor/special.h"
 
 #ifdef __CUDACC__
@@ -319,6 +320,23 @@ struct ErfFn { template <typename T> DL_HD_INLINED T operator()(T x) const {
 struct LgammaFn { template <typename T> DL_HD T operator()(T x) const { return T(special::lgamma(double(x))); } };
 struct DigammaFn { template <typename T> DL_HD T operator()(T x) const { return T(special::digamma(double(x))); } };
 struct ErfinvFn { template <typename T> DL_HD T operator()(T x) const { return T(special::erfinv(double(x))); } };
+// Bessel functions of orders 0 and 1 (tensor/bessel.h: Note [Bessel functions]), in double.
+#define DL_BESSEL_FN(Name, expr) \
+  struct Name { template <typename T> DL_HD T operator()(T v) const { const double x = double(v); return T(expr); } };
+DL_BESSEL_FN(I0Fn, special::bessel_i0(x))
+DL_BESSEL_FN(I0eFn, special::bessel_i0e(x))
+DL_BESSEL_FN(I1Fn, special::bessel_i1(x))
+DL_BESSEL_FN(I1eFn, special::bessel_i1e(x))
+DL_BESSEL_FN(BesselJ0Fn, special::bessel_j(0, x))
+DL_BESSEL_FN(BesselJ1Fn, special::bessel_j(1, x))
+DL_BESSEL_FN(BesselY0Fn, special::bessel_y(0, x))
+DL_BESSEL_FN(BesselY1Fn, special::bessel_y(1, x))
+DL_BESSEL_FN(BesselK0Fn, special::bessel_k(0, x))
+DL_BESSEL_FN(BesselK1Fn, special::bessel_k(1, x))
+DL_BESSEL_FN(BesselK0eFn, special::bessel_k_scaled(0, x))
+DL_BESSEL_FN(BesselK1eFn, special::bessel_k_scaled(1, x))
+DL_BESSEL_FN(SphericalJ0Fn, special::spherical_bessel_j0(x))
+#undef DL_BESSEL_FN
 struct GeluFn {
   template <typename T> DL_HD_INLINED T operator()(T x) const {
     if constexpr (std::is_same_v<T, float>) {   // Note [erf in double]
@@ -384,6 +402,9 @@ struct MinimumFn { template <typename T> DL_HD T operator()(T a, T b) const {
 // polygamma(n, x): n (a whole number) first, as PyTorch's torch.polygamma(n, x).
 struct PolygammaFn { template <typename T> DL_HD T operator()(T n, T x) const {
   return T(special::polygamma(double(n), double(x))); } };
+// zeta(x, q): Hurwitz's, sum over k >= 0 of (q + k)^-x, x first as PyTorch's.
+struct ZetaFn { template <typename T> DL_HD T operator()(T x, T q) const {
+  return T(special::zeta(double(x), double(q))); } };
 struct Atan2Fn { template <typename T> DL_HD T operator()(T a, T b) const { return std::atan2(a, b); } };
 
 // Note [Bits of integers]

@@ -101,6 +101,18 @@ DL_SPECIAL double hurwitz_zeta(double s, double q) {
   return sum + tail;
 }
 
+// zeta(x, q) as PyTorch's (Cephes'): infinite at x = 1 and at q a whole number <= 0, NaN
+// for x < 1 and for q < 0 with x not whole (q^-x is not real); 0 at q = infinity.
+DL_SPECIAL double zeta(double x, double q) {
+  if (x != x || q != q) return x + q;
+  if (x == 1) return std::numeric_limits<double>::infinity();
+  if (x < 1) return std::numeric_limits<double>::quiet_NaN();
+  if (q == std::numeric_limits<double>::infinity()) return 0;
+  if (x == std::numeric_limits<double>::infinity()) return q > 1 ? 0 : q == 1 ? 1 : std::numeric_limits<double>::infinity();
+  if (q <= 0 && q != std::floor(q) && x != std::floor(x)) return std::numeric_limits<double>::quiet_NaN();
+  return hurwitz_zeta(x, q);
+}
+
 // The n-th derivative of digamma; n a whole number (NaN below 0).
 DL_SPECIAL double polygamma(double n, double x) {
   const double k = std::nearbyint(n);

@@ -7,6 +7,17 @@
 --   dl.special.entr(x)       -x log x (0 at 0, -inf below)
 --   dl.special.xlog1py(x, y) x log1p(y), 0 where x is 0
 --
+-- the engine's Bessel functions of orders 0 and 1 and Hurwitz's zeta (tensor/bessel.h,
+-- Note [Bessel functions]; also dl.i0, x:bessel_j0() ...), with derivatives (zeta's in q):
+--
+--   i0 i0e i1 i1e                 I_0, I_1, and e^-|x| times them
+--   bessel_j0 bessel_j1           J_0, J_1
+--   bessel_y0 bessel_y1           Y_0, Y_1 (x > 0)
+--   modified_bessel_i0 .._i1      I_0, I_1 (i0 and i1 by torch.special's other names)
+--   modified_bessel_k0 .._k1      K_0, K_1 (x > 0); scaled_modified_bessel_k0/k1: e^x K
+--   spherical_bessel_j0           sin(x) / x
+--   zeta(x, q)                    sum over k >= 0 of (q + k)^-x, x > 1
+--
 -- and torch.special's other names for dlua's functions: expit, logit, gammaln, psi,
 -- digamma, polygamma, multigammaln, erf, erfc, erfinv, exp2, expm1, log1p, sinc, round,
 -- xlogy, logsumexp, softmax, log_softmax. Gradients are exact everywhere (the tails'
@@ -130,5 +141,12 @@ S.exp2, S.expm1, S.log1p, S.round = dl.exp2, dl.expm1, dl.log1p, dl.round
 S.sinc = function(...) return dl.sinc(...) end
 S.xlogy = function(...) return dl.xlogy(...) end
 S.logsumexp, S.softmax, S.log_softmax = dl.logsumexp, dl.softmax, dl.log_softmax
+
+for _, name in ipairs({ "i0", "i0e", "i1", "i1e", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
+                        "modified_bessel_k0", "modified_bessel_k1", "scaled_modified_bessel_k0",
+                        "scaled_modified_bessel_k1", "spherical_bessel_j0", "zeta" }) do
+  S[name] = dl[name]
+end
+S.modified_bessel_i0, S.modified_bessel_i1 = dl.i0, dl.i1
 
 return S

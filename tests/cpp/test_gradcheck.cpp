@@ -41,7 +41,9 @@ Tensor transposed(int64_t r, int64_t c, uint64_t seed, bool positive = false) {
 // (the gamma family on (0.3, 1.3), away from its poles; polygamma's n, rounded, 0 or 1)
 bool needs_positive(Op op) {
   return op == Op::Log || op == Op::Sqrt || op == Op::Rsqrt || op == Op::Pow || op == Op::Log1p ||
-         op == Op::Lgamma || op == Op::Digamma || op == Op::Polygamma || op == Op::Log2 || op == Op::Log10;
+         op == Op::Lgamma || op == Op::Digamma || op == Op::Polygamma || op == Op::Log2 || op == Op::Log10 ||
+         op == Op::BesselY0 || op == Op::BesselY1 || op == Op::BesselK0 || op == Op::BesselK1 ||
+         op == Op::BesselK0e || op == Op::BesselK1e;
 }
 // Ops defined on (-1, 1) only: their inputs scaled into it.
 bool needs_unit(Op op) { return op == Op::Erfinv || op == Op::Asin || op == Op::Acos || op == Op::Atanh; }
@@ -153,7 +155,19 @@ std::vector<Case> unary_cases(Op op) {
           {"0-dim", f, {values(Shape{}, 3, pos)}}};
 }
 
+// zeta(x, q) on x in (1.3, 2.3); differentiable in q only.
+std::vector<Case> zeta_cases() {
+  Tensor x = binary(Op::Add, values(Shape{2, 3}, 11, true), Scalar(1.0));
+  auto f = [x](const TensorList& q) { return ag::binary(Op::Zeta, x, q[0]); };
+  auto sf = [](const TensorList& q) { return ag::binary(Op::Zeta, q[0], Scalar(2.5), true); };
+  return {{"q", f, {values(Shape{2, 3}, 12, true)}},
+          {"q broadcast", f, {values(Shape{3}, 13, true)}},
+          {"q non-contiguous", f, {transposed(2, 3, 14, true)}},
+          {"number x", sf, {values(Shape{2, 2}, 15, true)}}};
+}
+
 std::vector<Case> binary_cases(Op op) {
+  if (op == Op::Zeta) return zeta_cases();
   bool pos = needs_positive(op);
   auto f = [op](const TensorList& x) { return ag::binary(op, x[0], x[1]); };
   auto fs = [op](const TensorList& x) { return ag::binary(op, x[0], Scalar(1.7)); };
@@ -534,4 +548,13 @@ TEST_CASE("every differentiable op passes first- and second-order gradient check
       for (const Case& c : cases) gradcheck(c);
     }
   }
+}
+
+TEST_CASE("an input whose derivative is not implemented raises instead of getting 0", "[gradcheck]") {
+  ag::GradScope scope;
+  Tensor x = ag::watch(full(Shape{2}, Scalar(2.0), DType::Float64));
+  Tensor q = full(Shape{2}, Scalar(1.5), DType::Float64);
+  Tensor y = ag::reduce(Op::Sum, ag::binary(Op::Zeta, x, q), {}, false);
+  REQUIRE_THROWS_WITH(ag::grad({y}, {}, {x}, false),
+                      Catch::Contains("zeta: the derivative with respect to x (its first operand) is not implemented"));
 }

@@ -22,4 +22,55 @@ H.test("ndtr, log_ndtr, ndtri, erfcx, entr and xlog1py match PyTorch float64, ta
   H.raises(function() S.ndtr("x") end, "special.ndtr: expected a tensor")
 end)
 
+H.test("the Bessel functions and zeta match PyTorch float64 (J and Y: mpmath) across their expansions, gradients included", function()
+  local FN = {}
+  for _, c in ipairs(R.bessel) do
+    if c.name == "zeta" then
+      local x = dl.tensor(c.x, { dtype = "float64" })
+      FN.zeta = function(q) return S.zeta(x, q) end
+    else
+      FN[c.name] = S[c.name]
+    end
+  end
+  H.eq(H.ref_cases(R.bessel, FN, 1e-13, 1e-11), 14)
+  local inf, nan = math.huge, 0 / 0
+  local f64 = { dtype = "float64" }
+  -- limits, signs and domains (the mathematical limits at infinity, where PyTorch 1.13 has NaN)
+  local x = dl.tensor({ -inf, -2, -0.0, 0, inf, nan }, f64)
+  H.values(S.i0(x), { inf, 2.2795853023360673, 1, 1, inf, nan })
+  H.values(S.i1(x), { -inf, -1.5906368546373291, 0, 0, inf, nan }, { tol = 1e-15 })
+  H.values(S.i0e(x), { 0, 0.30850832255367105, 1, 1, 0, nan }, { tol = 1e-15 })
+  H.values(S.bessel_j0(x), { 0, 0.22389077914123567, 1, 1, 0, nan }, { tol = 1e-15 })
+  H.values(S.bessel_j1(x), { 0, -0.57672480775687339, 0, 0, 0, nan }, { tol = 1e-15 })
+  H.values(S.bessel_y0(x), { nan, nan, -inf, -inf, 0, nan })
+  H.values(S.modified_bessel_k1(x), { nan, nan, inf, inf, 0, nan })
+  H.values(S.scaled_modified_bessel_k0(x), { nan, nan, inf, inf, 0, nan })
+  H.values(S.spherical_bessel_j0(x), { 0, 0.45464871341284085, 1, 1, 0, nan }, { tol = 1e-15 })
+  -- I_0 is finite up to its own overflow although e^x is not (709.8): I_0(712) = 2.5e307
+  H.near(S.i0(dl.tensor({ 712 }, f64)):item() / 2.4684110577627523e307, 1, 1e-13)
+  H.eq(S.modified_bessel_i0, S.i0)
+  -- zeta's edges: 1 and below, poles at whole q <= 0, negative q for whole x only
+  H.values(S.zeta(dl.tensor({ 1, 0.5, 2, 2.5, 3 }, f64), dl.tensor({ 1, 1, -2, -0.5, -1.5 }, f64)),
+           { inf, nan, inf, nan, 0.11810202582086413 }, { tol = 1e-14 })
+  H.near(S.zeta(2, dl.tensor({ 1.0 }, f64)):item(), math.pi ^ 2 / 6, 1e-15)
+  -- derivatives at 0, where J_1 / x and I_1 / x tend to 1/2, and to the second order
+  local z = dl.tensor({ 0 }, f64)
+  local d = function(f) return dl.grad(function(t) return f(t):sum() end)(z):item() end
+  H.eq(d(S.bessel_j1), 0.5)
+  H.eq(d(S.i1), 0.5)
+  H.eq(d(S.i1e), 0.5)
+  H.eq(d(S.spherical_bessel_j0), 0)
+  local t = dl.tensor({ 1.7 }, f64)
+  local dd = dl.grad(dl.grad(function(v) return S.bessel_j0(v):sum() end))(t):item()
+  H.near(dd, -S.bessel_j0(t):item() + S.bessel_j1(t):item() / 1.7, 1e-14)   -- J_0'' = -J_0 + J_1 / x
+  -- float32 and integers: computed in double, rounded once; integers made the default float
+  H.near(S.bessel_y1(dl.tensor({ 3.5 })):item(), 0.41018841788751, 1e-7)
+  H.eq(S.i0(dl.tensor({ 1, 2 })).dtype, "float32")
+  -- zeta has no derivative in x: asking for one is an error, and the runtime goes on
+  H.raises(function() dl.grad(function(v) return S.zeta(v, 2):sum() end)(dl.tensor({ 3.0 }, f64)) end,
+           "zeta: the derivative with respect to x (its first operand) is not implemented")
+  H.near(dl.grad(function(q) return S.zeta(3, q):sum() end)(dl.tensor({ 2.0 }, f64)):item(),
+         -3 * S.zeta(4, dl.tensor({ 2.0 }, f64)):item(), 1e-15)
+end)
+
 H.run()

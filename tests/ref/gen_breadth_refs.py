@@ -1120,6 +1120,66 @@ def gen_special_functions():
         return one_output_cases(cases)
 
 
+def gen_bessel():
+    """torch.special's Bessel functions of orders 0 and 1 and Hurwitz's zeta in float64,
+    across the places where dlua's expansions change (Note [Bessel functions]: 1, 2, 20,
+    25), with gradients of sum(y * c). PyTorch 1.13 differentiates only i0, i0e, i1, i1e
+    and zeta's q; for the others the reference gradient is the textbook derivative made of
+    the reference's own functions (J_0' = -J_1, K_1' = -K_0 - K_1 / x, ...). PyTorch 1.13's
+    J_0, J_1, Y_0 and Y_1 are off by up to 2e-6 of their size beyond x = 5 (its rational
+    fits there), so theirs come from mpmath at 30 digits (Debian's python3-mpmath, which
+    PyTorch's sympy brings)."""
+    import mpmath
+    import torch.special as TS
+    mpmath.mp.dps = 30
+
+    def mp(f):   # an mpmath function of one argument, elementwise over a float64 tensor
+        return lambda x: torch.tensor([float(f(mpmath.mpf(v))) for v in x.tolist()], dtype=torch.float64)
+
+    def with_derivative(f, df):
+        class Fn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return f(x)
+
+            @staticmethod
+            def backward(ctx, g):
+                x, = ctx.saved_tensors
+                return g * df(x)
+        return Fn.apply
+
+    j0, j1 = mp(lambda v: mpmath.besselj(0, v)), mp(lambda v: mpmath.besselj(1, v))
+    y0, y1 = mp(lambda v: mpmath.bessely(0, v)), mp(lambda v: mpmath.bessely(1, v))
+    k0, k1, k0e, k1e = (TS.modified_bessel_k0, TS.modified_bessel_k1, TS.scaled_modified_bessel_k0,
+                        TS.scaled_modified_bessel_k1)
+    with torch.random.fork_rng():
+        torch.manual_seed(20261130)
+        both = torch.tensor([-30.0, -21.0, -5.5, -1.0, -1e-3, 1e-3, 0.3, 1.0, 1.9, 2.1, 4.0, 8.65, 15.0, 19.9,
+                             20.1, 24.9, 25.1, 60.0, 300.0, 700.0], dtype=torch.float64)
+        pos = torch.tensor([1e-6, 1e-3, 0.3, 0.9, 1.0, 1.1, 1.9, 2.1, 3.8317, 8.65, 15.0, 19.9, 20.1, 24.9, 25.1,
+                            60.0, 300.0], dtype=torch.float64)
+        wave = pos[pos < 300]   # (J and Y beside their zeros and far out)
+        cases = (("i0", torch.special.i0, (both[both.abs() < 700],)), ("i0e", TS.i0e, (both,)),
+                 ("i1", TS.i1, (both[both.abs() < 700],)), ("i1e", TS.i1e, (both,)),
+                 ("bessel_j0", with_derivative(j0, lambda x: -j1(x)), (torch.cat([-wave, wave]),)),
+                 ("bessel_j1", with_derivative(j1, lambda x: j0(x) - j1(x) / x), (torch.cat([-wave, wave]),)),
+                 ("bessel_y0", with_derivative(y0, lambda x: -y1(x)), (wave,)),
+                 ("bessel_y1", with_derivative(y1, lambda x: y0(x) - y1(x) / x), (wave,)),
+                 ("modified_bessel_k0", with_derivative(k0, lambda x: -k1(x)), (pos,)),
+                 ("modified_bessel_k1", with_derivative(k1, lambda x: -k0(x) - k1(x) / x), (pos,)),
+                 ("scaled_modified_bessel_k0", with_derivative(k0e, lambda x: k0e(x) - k1e(x)), (pos,)),
+                 ("scaled_modified_bessel_k1", with_derivative(k1e, lambda x: k1e(x) * (1 - 1 / x) - k0e(x)), (pos,)),
+                 ("spherical_bessel_j0", with_derivative(TS.spherical_bessel_j0,
+                                                         lambda x: (x.cos() - x.sin() / x) / x), (both,)))
+        out = one_output_cases(cases)
+        # zeta(x, q), differentiable in q only: x rides along as a field
+        x = torch.tensor([[1.5], [2.0], [3.7], [10.0]], dtype=torch.float64)
+        q = torch.tensor([0.3, 1.0, 2.5, 9.5, 40.0], dtype=torch.float64)
+        out += one_output_cases((("zeta", lambda q: TS.zeta(x, q), (q,)),), lambda name: {"x": x})
+        return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -1131,7 +1191,8 @@ def main():
             "bits": gen_bits(), "volumetric": gen_volumetric(),
             "distributions": gen_distributions(), "distributions2": gen_distributions2(),
             "gamma_slopes": gen_gamma_slopes(), "packed": gen_packed(),
-            "distributions3": gen_distributions3(), "special_functions": gen_special_functions()}
+            "distributions3": gen_distributions3(), "special_functions": gen_special_functions(),
+            "bessel": gen_bessel()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -101,6 +101,15 @@ local CASES = {
   end,
   log_ndtr = function(d) return dl.special.log_ndtr(dl.tensor({ -40, 0, 3 }):to(d)) end,
   ndtri = function(d) return dl.special.ndtri(dl.tensor({ 1e-30, 0.5, 0.9 }):to(d)) end,
+  bessel = function(d)
+    local S, x = dl.special, dl.tensor({ 0.5, 3, 22, 40 }):to(d)
+    return dl.stack({ S.i0(x), S.i0e(x), S.i1(x), S.i1e(x), S.bessel_j0(x), S.bessel_j1(x), S.bessel_y0(x),
+                      S.bessel_y1(x), S.modified_bessel_k0(x), S.modified_bessel_k1(x), S.scaled_modified_bessel_k0(x),
+                      S.scaled_modified_bessel_k1(x), S.spherical_bessel_j0(x), S.zeta(x + 1.5, x) })
+  end,
+  bessel_grad = function(d)
+    return dl.grad(function(t) return (dl.special.bessel_y1(t) * dl.special.i1e(t)):sum() end)(dl.tensor({ 0.5, 3, 30 }):to(d))
+  end,
   mixture_log_prob = function(d)
     local D = dl.distributions
     return D.MixtureSameFamily(D.Categorical({ logits = dl.tensor({ 0, 1 }):to(d) }), D.Normal(dl.tensor({ -1, 2 }):to(d), 1))
