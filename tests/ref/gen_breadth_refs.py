@@ -1180,6 +1180,21 @@ def gen_bessel():
         return out
 
 
+def gen_von_mises():
+    """VonMises(loc, concentration) in float64: log_prob at angles around the circle for
+    small, moderate and large concentrations, with gradients in loc, concentration and
+    the value, and the circular variance (with its gradient)."""
+    from torch.distributions import VonMises
+    with torch.random.fork_rng():
+        torch.manual_seed(20261131)
+        loc = torch.tensor([[0.3], [-2.0], [3.0]], dtype=torch.float64)
+        k = torch.tensor([1e-3, 0.7, 4.0, 60.0, 900.0], dtype=torch.float64)
+        v = torch.tensor([[-3.1], [0.1], [2.5], [0.31], [-2.9]], dtype=torch.float64).view(5, 1, 1)
+        cases = (("log_prob", lambda m, c, x: VonMises(m, c).log_prob(x), (loc, k, v)),
+                 ("variance", lambda c: VonMises(torch.zeros(()), c).variance, (k,)))
+        return one_output_cases(cases)
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -1192,7 +1207,7 @@ def main():
             "distributions": gen_distributions(), "distributions2": gen_distributions2(),
             "gamma_slopes": gen_gamma_slopes(), "packed": gen_packed(),
             "distributions3": gen_distributions3(), "special_functions": gen_special_functions(),
-            "bessel": gen_bessel()}
+            "bessel": gen_bessel(), "von_mises": gen_von_mises()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -126,8 +126,8 @@ Distribution.entropy = function(self) unsupported(self.__name, "entropy")() end
 Distribution.cdf = function(self) unsupported(self.__name, "cdf")() end
 Distribution.icdf = function(self) unsupported(self.__name, "icdf")() end
 
--- The properties read as fields (d.mean, d.variance, d.stddev), computed when read.
-local PROPERTIES = { mean = true, variance = true, stddev = true, probs = true, logits = true,
+-- The properties read as fields (d.mean, d.mode, d.variance, d.stddev), computed when read.
+local PROPERTIES = { mean = true, mode = true, variance = true, stddev = true, probs = true, logits = true,
                      covariance_matrix = true }
 local function with_properties(cls)
   cls.__index = function(self, k)

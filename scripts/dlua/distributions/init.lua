@@ -7,7 +7,7 @@
 --   local loss = -(pi:log_prob(a) * advantage):sum()
 --   D.kl_divergence(D.Normal(mu, sigma), D.Normal(0, 1))
 --
--- Normal, Uniform, Exponential, Laplace, LogNormal, HalfNormal, Gumbel, Cauchy, StudentT,
+-- Normal, Uniform, Exponential, Laplace, LogNormal, HalfNormal, Gumbel, Cauchy, VonMises, StudentT,
 -- Gamma, Chi2, Beta, Dirichlet, Bernoulli({probs =} or {logits =}), Geometric,
 -- Categorical({probs =} or {logits =}; categories 1..K, as dlua's indices),
 -- OneHotCategorical, Poisson, Binomial(n, {probs =}), Multinomial(n, {probs =}),
@@ -22,7 +22,7 @@
 -- against their support; {validate_args = false} as a last argument skips those checks
 -- (each costs a reduction).
 --
--- The families live by kind in dlua/distributions/: line.lua (Normal ... Cauchy),
+-- The families live by kind in dlua/distributions/: line.lua (Normal ... Cauchy, VonMises),
 -- discrete.lua, multivariate.lua, gamma.lua (Gamma, Chi2, Beta, Dirichlet, StudentT),
 -- transformed.lua (TransformedDistribution and the transforms, MixtureSameFamily) and
 -- kl.lua; base.lua holds what they share.

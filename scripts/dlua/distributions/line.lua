@@ -1,6 +1,6 @@
 -- dlua.distributions.line: the continuous families on a line: Normal, Uniform,
 -- Exponential, Laplace, LogNormal, HalfNormal, Gumbel and Cauchy (reparameterised draws,
--- log_prob, entropy, cdf and icdf).
+-- log_prob, entropy, cdf and icdf), and VonMises on the circle.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 local B = require("dlua.distributions.base")
@@ -199,3 +199,59 @@ function Cauchy:entropy() return (self.scale * (4 * pi)):log() end
 function Cauchy:cdf(v) return ((self:_value("cdf", v) - self.loc) / self.scale):atan() / pi + 0.5 end
 function Cauchy:icdf(q) return self.loc + self.scale * ((self:_value("icdf", q) - 0.5) * pi):tan() end
 with_properties(Cauchy)
+
+-- ---- on the circle ------------------------------------------------------------------------
+
+-- VonMises(loc, concentration): angles in [-pi, pi) with density e^(k cos(x - loc)) /
+-- (2 pi I_0(k)), k > 0; log I_0(k) is log(i0e(k)) + k, finite for any k. Draws by Best and
+-- Fisher's rejection from a wrapped Cauchy (as PyTorch's and numpy's), not reparameterised;
+-- below k = 1e-5 the envelope's r = 1/k + k (its expansion: the exact form cancels), above
+-- 1e6 the normal of variance 1/k that the density tends to.
+local VonMises = class("VonMises")
+VonMises._params = { "loc", "concentration" }
+VonMises.new = constructor(VonMises, { "loc", "concentration" },
+  function(_, k) return k:gt(0), "concentration must be positive" end)
+function VonMises:_get_mean() return self.loc end
+function VonMises:_get_mode() return self.loc end
+function VonMises:_get_variance()   -- the circular variance 1 - I_1(k) / I_0(k)
+  return 1 - dl.i1e(self.concentration) / dl.i0e(self.concentration)
+end
+function VonMises:log_prob(v)
+  local k = self.concentration
+  return k * ((self:_value("log_prob", v) - self.loc):cos() - 1) - log(2 * pi) - dl.i0e(k):log()
+end
+function VonMises:entropy()   -- log(2 pi I_0(k)) - k I_1(k) / I_0(k)
+  local k = self.concentration
+  local i0e = dl.i0e(k)
+  return dl.log(i0e) + log(2 * pi) + k * (1 - dl.i1e(k) / i0e)
+end
+local function von_mises_draws(loc, k)
+  local o = { dtype = k.dtype, device = k.device }
+  local shape = k.shape
+  local tiny = k:lt(1e-5)
+  local kk = dl.where(tiny, 1, k)
+  local tau = (kk * kk * 4 + 1):sqrt() + 1
+  local rho = (tau - (tau * 2):sqrt()) / (kk * 2)
+  local r = dl.where(tiny, 1 / dl.where(tiny, k, 1) + k, (rho * rho + 1) / (rho * 2))
+  local w = dl.zeros(shape, o)
+  local todo = k:le(1e6)
+  while todo:any() do
+    local z = (dl.rand(shape, o) * pi):cos()
+    local f = (r * z + 1) / (r + z)
+    local c = k * (r - f)
+    local u = dl.rand(shape, o)
+    local ok = (c * (2 - c) - u):gt(0):logical_or(((c / u):log() + 1 - c):ge(0)):logical_and(todo)
+    w = dl.where(ok, f, w)
+    todo = todo:logical_and(ok:logical_not())
+  end
+  local angle = w:clamp(-1, 1):acos() * (dl.rand(shape, o):lt(0.5):to(k.dtype) * 2 - 1)
+  angle = dl.where(k:gt(1e6), dl.randn(shape, o) / dl.where(k:gt(1e6), k, 1):sqrt(), angle)
+  return dl.remainder(angle + loc + pi, 2 * pi) - pi
+end
+function VonMises:sample(shape)
+  local ext = self:_extended(shape)
+  return dl.no_grad(function()
+    return von_mises_draws(self.loc:expand(ext):contiguous(), self.concentration:expand(ext):contiguous())
+  end)
+end
+with_properties(VonMises)

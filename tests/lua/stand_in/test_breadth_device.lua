@@ -107,6 +107,9 @@ local CASES = {
                       S.bessel_y1(x), S.modified_bessel_k0(x), S.modified_bessel_k1(x), S.scaled_modified_bessel_k0(x),
                       S.scaled_modified_bessel_k1(x), S.spherical_bessel_j0(x), S.zeta(x + 1.5, x) })
   end,
+  von_mises_log_prob = function(d)
+    return dl.distributions.VonMises(dl.tensor({ 0.5, -2 }):to(d), 3):log_prob(dl.tensor({ 0.3, 3 }):to(d))
+  end,
   bessel_grad = function(d)
     return dl.grad(function(t) return (dl.special.bessel_y1(t) * dl.special.i1e(t)):sum() end)(dl.tensor({ 0.5, 3, 30 }):to(d))
   end,
@@ -151,6 +154,7 @@ H.test("distributions draw on their parameters' device", function()
   H.eq(D.Bernoulli({ probs = dl.tensor({ 0.5 }):cuda() }):sample().device, "cuda:0")
   H.eq(D.MultivariateNormal(dl.zeros(2):cuda(), { scale_tril = dl.eye(2):cuda() }):sample().device, "cuda:0")
   H.eq(D.Uniform(dl.zeros(1):cuda(), 1):sample().device, "cuda:0")
+  H.eq(D.VonMises(dl.zeros(2):cuda(), dl.tensor({ 1e-7, 3 }):cuda()):sample({ 4 }).device, "cuda:0")
   H.eq(D.Gamma(dl.ones(3):cuda(), 2):rsample().device, "cuda:0")
   H.eq(D.Dirichlet(dl.ones(3):cuda()):sample().device, "cuda:0")
   H.eq(D.Poisson(dl.tensor({ 2, 30 }):cuda()):sample().device, "cuda:0")
