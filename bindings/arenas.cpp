@@ -363,6 +363,11 @@ uint64_t handle_new(Tensor t) {
   return id;
 }
 
+void handle_set(uint64_t id, Tensor t, const char* op) {
+  handle_replace(id, std::move(t), op);
+  note(id, *handle_find(id));
+}
+
 void handles_new(std::initializer_list<Tensor> ts, uint64_t* out) {
   int k = 0;
   try {

@@ -42,6 +42,9 @@ ArenaRef arena_keep(Tensor t);
 // history was made under, if any: once that arena is discarded, the history is dropped
 // if the handle still holds it, so that the value is a constant, as an inline one is.
 uint64_t handle_new(Tensor t);
+// handle_replace, noted as handle_new notes a new handle (the tensor's history may be
+// newer than the old one's).
+void handle_set(uint64_t id, Tensor t, const char* op);
 // Handles for each tensor of `ts` in out[0], out[1] ..., all or none: when one fails, the
 // ones already made are released (and zeroed) before the error goes on.
 void handles_new(std::initializer_list<Tensor> ts, uint64_t* out);

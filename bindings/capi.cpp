@@ -1129,6 +1129,13 @@ int dl_copy_(uint64_t dst, uint64_t src) {
   });
 }
 
+int dl_set_(uint64_t x, uint64_t source) {
+  return guard_status([&] {
+    Tensor s = get(source, "set_");
+    dl::bind::handle_set(x, s, "set_");
+  });
+}
+
 int dl_fill_(uint64_t x, double value) {
   return guard_status([&] {
     Tensor t = get(x, "fill_");

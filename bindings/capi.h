@@ -268,6 +268,7 @@ uint64_t dl_index_select(uint64_t x, int dim, uint64_t index);
 uint64_t dl_gather(uint64_t x, int dim, uint64_t index);
 uint64_t dl_scatter_add(uint64_t x, int dim, uint64_t index, uint64_t src);
 int dl_copy_(uint64_t dst, uint64_t src);
+int dl_set_(uint64_t x, uint64_t source);   /* x becomes source (its storage, view and history), in place */
 int dl_fill_(uint64_t x, double value);
 /* ---- autograd (bindings/capi_autograd.cpp; the Lua side is scripts/dlua/autograd.lua) ---- */
 /* A gradient scope; each opens an arena for the small values recorded in it (Note

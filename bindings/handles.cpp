@@ -93,6 +93,20 @@ const Tensor& handle_get(uint64_t id, const char* op) {
   return *t;
 }
 
+void handle_replace(uint64_t id, Tensor t, const char* op) {
+  DL_ASSERT(t.defined());
+  Slot* s = slot_of(id);
+  Tensor old;
+  {
+    std::lock_guard<std::mutex> g(table().mu);
+    if (!s || s->gen != uint32_t(id >> 32) || !s->tensor.defined())
+      fail(ErrorKind::Value, op, ": invalid tensor (released, or not a dlua tensor)");
+    old = std::move(s->tensor);
+    s->tensor = std::move(t);
+  }
+  // `old` is released here, outside the lock.
+}
+
 void handle_release(uint64_t id) noexcept {
   Slot* s = slot_of(id);
   if (!s) return;

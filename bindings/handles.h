@@ -28,6 +28,9 @@ const Tensor& handle_get(uint64_t id, const char* op);
 bool handle_valid(uint64_t id) noexcept;
 // The tensor behind `id`, or null when the id is not live.
 const Tensor* handle_find(uint64_t id) noexcept;
+// `id` names `t` from now on (x:set_(v), x:t_() ...): every Lua value of the id sees the
+// new tensor; the old one is released. Throws as handle_get when the id is not live.
+void handle_replace(uint64_t id, Tensor t, const char* op);
 // Releasing a stale or unknown id does nothing.
 void handle_release(uint64_t id) noexcept;
 int64_t handle_count() noexcept;

@@ -76,6 +76,8 @@ return {
   ["dl.masked_fill"] = { "x:masked_fill(mask, value)", "x with value where mask is true." },
   ["Tensor:fill_"] = { "x:fill_(v)", "Sets every element to v, in place." },
   ["Tensor:zero_"] = { "x:zero_()", "Sets every element to 0, in place." },
+  ["Tensor:t_"] = { "x:t_(), x:transpose_(a, b), x:squeeze_([d]), x:unsqueeze_(d)", "x itself becomes the view (every reference sees it; differentiable)." },
+  ["Tensor:resize_"] = { "x:resize_(sizes), x:resize_as_(y), x:set_(y)", "x takes new sizes (elements in order, new ones 0), or y's storage and view, in place." },
   ["Tensor:add_"] = { "x:add_(y)", "x = x + y, in place." },
   ["dl.copy_"] = { "x:copy_(src)", "Copies src into x (broadcasting), in place." },
   -- arithmetic and reductions with a Lua-level signature

@@ -85,6 +85,8 @@ local SHAPING = { "broadcast_to", "take_along_dim", "tensor_split", "atleast_1d"
 core.on_first_use(dl, SHAPING, loader("dlua.shaping"))
 core.on_first_use(T.methods, SHAPING, loader("dlua.shaping"))
 core.on_first_use(dl, { "broadcast_shapes", "broadcast_tensors" }, loader("dlua.shaping"))
+core.on_first_use(T.methods, { "t_", "transpose_", "swapaxes_", "swapdims_", "squeeze_", "unsqueeze_", "set_", "resize_",
+                               "resize_as_" }, loader("dlua.shaping"))
 core.on_first_use(dl, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
 core.on_first_use(T.methods, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
 local POINTWISE = { "lerp", "hypot", "logaddexp", "trunc", "frac", "fmod", "reciprocal", "square", "isclose",

@@ -16,6 +16,10 @@
 --   x:unflatten(dim, sizes)             dim split into sizes (one may be -1)
 --
 -- Made of expand, gather, narrow, index_add and reshape: differentiable.
+--
+-- And the view changes in place, PyTorch's: x:t_(), x:transpose_(a, b) (swapaxes_,
+-- swapdims_), x:squeeze_([dim]), x:unsqueeze_(dim), x:resize_(sizes), x:resize_as_(y) and
+-- x:set_(y). Note [Views changed in place].
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
@@ -243,5 +247,85 @@ function methods.unflatten(x, dim, sizes)
   return x:reshape(shape)
 end
 dl.unflatten = methods.unflatten
+
+-- Note [Views changed in place]
+-- x:t_() makes x itself its transpose: the handle x's value names is rebound to the
+-- view (dl_set_, bindings/handles.h's handle_replace), so every Lua value of x, in any
+-- table or closure, sees it, as every Python name of a PyTorch tensor does. The view
+-- keeps x's storage and, inside a gradient, its history (the view's own derivative
+-- follows), so x:t_() on a recorded value is differentiable. As PyTorch's for a leaf
+-- that requires a gradient, a trainable Variable refuses: its optimizer's state and its
+-- gradient have its shape (a frozen one may change). resize_ keeps the elements in x's order: shrinking a contiguous x
+-- is a view of its start (the storage shared, as PyTorch's); growing copies into new
+-- storage whose new elements are 0 (PyTorch's are uninitialised), and refuses a value
+-- with a gradient history (as PyTorch's "cannot resize variables that require grad").
+local C = core.C
+local function rebind(op, x, v)
+  if x.trainable then
+    raise(op .. ": a Variable that requires a gradient cannot change its view in place (its optimizer "
+          .. "state and gradient have its shape); use the result of " .. op:sub(1, -2) .. " instead")
+  end
+  if C.dl_set_(T.hid(x), T.hid(v)) ~= 0 then core.raise_last() end
+  return x
+end
+
+function methods.t_(x)
+  check("t_", x)
+  return rebind("t_", x, x:t())
+end
+function methods.transpose_(x, a, b)
+  check("transpose_", x)
+  return rebind("transpose_", x, x:transpose(a, b))
+end
+methods.swapaxes_, methods.swapdims_ = methods.transpose_, methods.transpose_
+function methods.squeeze_(x, d)
+  check("squeeze_", x)
+  return rebind("squeeze_", x, x:squeeze(d))
+end
+function methods.unsqueeze_(x, d)
+  check("unsqueeze_", x)
+  return rebind("unsqueeze_", x, x:unsqueeze(d))
+end
+
+-- x:set_(y): x becomes y's view of y's storage (y's dtype, device, shape and strides);
+-- a write through either shows in both.
+function methods.set_(x, y)
+  check("set_", x)
+  check("set_", y)
+  return rebind("set_", x, y)
+end
+
+local function numel_of(sizes)
+  local n = 1
+  for _, s in ipairs(sizes) do n = n * s end
+  return n
+end
+function methods.resize_(x, ...)
+  check("resize_", x)
+  local first = ...
+  local sizes = type(first) == "table" and shape_list("resize_", first) or { ... }
+  for _, s in ipairs(sizes) do
+    if not core.integer(s) or s < 0 then
+      raise("resize_: sizes must be whole numbers >= 0, got " .. shape_str(sizes))
+    end
+  end
+  local n, have = numel_of(sizes), x:numel()
+  local v
+  if n <= have and x:is_contiguous() then
+    v = x:reshape(-1):narrow(1, 1, n):view(sizes)
+  else
+    if x:requires_grad() then
+      raise("resize_: x has a gradient history; a resize that copies cannot be differentiated")
+    end
+    v = dl.zeros(sizes, { dtype = x.dtype, device = x.device })
+    local k = math.min(n, have)
+    if k > 0 then v:view(-1):narrow(1, 1, k):copy_(x:reshape(-1):narrow(1, 1, k)) end
+  end
+  return rebind("resize_", x, v)
+end
+function methods.resize_as_(x, y)
+  check("resize_as_", y)
+  return methods.resize_(x, y.shape)
+end
 
 return {}

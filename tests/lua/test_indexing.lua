@@ -319,4 +319,77 @@ H.test("an empty view whose offset is past any memory still reads and computes",
   H.eq(tostring(z:contiguous()), "tensor([], shape=(0, 0, 0), dtype=float32)")
 end)
 
+H.test("views changed in place: t_, transpose_, squeeze_, unsqueeze_, set_, resize_ (every reference sees them)", function()
+  local x = dl.arange(6):view(2, 3)
+  local alias, held = x, { x }
+  local flat = x:view(-1)
+  H.ok(rawequal(x:t_(), x))
+  H.shape(alias, { 3, 2 })
+  H.shape(held[1], { 3, 2 })
+  H.values(x, { { 0, 3 }, { 1, 4 }, { 2, 5 } })
+  flat[2] = 10                                   -- the storage is still shared
+  H.eq(x[2][1], 10)
+  x:unsqueeze_(1)
+  H.shape(x, { 1, 3, 2 })
+  x:transpose_(-1, -2):swapaxes_(1, 2)
+  H.shape(x, { 2, 1, 3 })
+  x:squeeze_(2)
+  H.shape(x, { 2, 3 })
+  x:unsqueeze_(-1):unsqueeze_(1):squeeze_()
+  H.shape(x, { 2, 3 })
+  -- a small value held inline becomes a handle first, then changes
+  local s = dl.tensor({ 1, 2 })
+  local s2 = s
+  s:unsqueeze_(2)
+  H.shape(s2, { 2, 1 })
+  -- set_: x takes y's storage, dtype and view
+  local y = dl.zeros(4, { dtype = "float64" })
+  local z = dl.ones(2)
+  z:set_(y)
+  H.eq(z.dtype, "float64")
+  y:fill_(7)
+  H.values(z, { 7, 7, 7, 7 })
+  -- resize_: shrinking a contiguous tensor is a view of its start; growing keeps the
+  -- elements in order and fills with 0
+  local r = dl.arange(6, { dtype = "float64" })
+  local orig = r:view(-1)
+  r:resize_(2, 2)
+  H.values(r, { { 0, 1 }, { 2, 3 } })
+  r[1][1] = 9
+  H.eq(orig[1], 9)
+  r:resize_({ 3, 2 })
+  H.values(r, { { 9, 1 }, { 2, 3 }, { 0, 0 } })
+  r:resize_as_(dl.zeros(1, 2))
+  H.values(r, { { 9, 1 } })
+  r:resize_(0)
+  H.eq(r:numel(), 0)
+  -- inside a gradient: the view's derivative follows, to the second order
+  local w = dl.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } }, { dtype = "float64" })
+  local f = function(a)
+    local b = a * a
+    b:t_()
+    return (b * w):sum()
+  end
+  local a = dl.tensor({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = "float64" })
+  H.values(dl.grad(f)(a), (a * w:t() * 2):totable())
+  H.values(dl.grad(function(v) return dl.grad(f)(v):sum() end)(a), (w:t() * 2):totable())
+  -- a trainable Variable refuses (its optimizer state has its shape); a frozen one may change
+  local p = dl.Variable(dl.ones(2, 3))
+  H.raises(function() p:t_() end, "t_: a Variable that requires a gradient cannot change its view in place")
+  H.shape(p, { 2, 3 })
+  p:requires_grad_(false)
+  p:t_()
+  H.shape(p, { 3, 2 })
+  -- a resize that copies cannot be differentiated
+  H.raises(function() dl.grad(function(v) local u = v * 1; u:resize_(9); return u:sum() end)(dl.ones(2)) end,
+           "resize_: x has a gradient history")
+  H.raises(function() dl.ones(2):resize_(-1) end, "resize_: sizes must be whole numbers >= 0")
+  H.raises(function() dl.ones(2):set_(3) end, "set_: expected a tensor")
+  H.raises(function() dl.ones(2, 2, 2):t_() end, "t: ")
+  -- compiled: the same as eager, call after call
+  local c = dl.compile(function(v) local u = v + 1; u:t_(); u:unsqueeze_(1); return u * 2 end)
+  local v = dl.rand(2, 3)
+  for _ = 1, 3 do H.ok(dl.equal(c(v), (v + 1):t():unsqueeze(1) * 2)) end
+end)
+
 H.run()
