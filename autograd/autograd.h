@@ -9,9 +9,11 @@
 // Recording happens only inside a GradScope (dl.grad, GradientTape.record ...) and
 // only for ops with an input that requires a gradient: when no gradient is being
 // taken nothing is recorded and these functions cost one branch over tensor/ops.h.
-// The derivative formulas (autograd/derivatives*.cpp) are written with these same
-// functions, so gradients of gradients need no special case (docs/design.md, "Derivatives are
-// recorded ops").
+// The derivative formulas (the derivative<Op::...> specialisations of
+// autograd/pointwise.cpp, whose DL_UNARY_GRAD and DL_BINARY_DERIVATIVES rows hold the
+// unary and binary ops', and of autograd/inplace.cpp, linalg.cpp, nn.cpp, reduce.cpp and
+// shape.cpp) are written with these same functions, so gradients of gradients need no
+// special case (docs/design.md, "Derivatives are recorded ops").
 #pragma once
 #include <cstdint>
 #include <optional>

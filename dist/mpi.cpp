@@ -735,9 +735,8 @@ int dld_allreduce_many(const void* const* src, void* const* dst, const int64_t* 
   const std::vector<Bucket> plan = plan_buckets(counts, dtypes.data(), n, bucket_bytes, first_bytes);
   // The largest bucket first (the order is the same on every rank, and changes no
   // value): two ranks sharing two cores synced the MLP's four gradients (an 800 KB
-  // weight's and a bucket of 11 KB) in 201-205 us with the weight's reduced first,
-  // 215-223 with the bucket first (bench/dist.lua `grads`; docs/performance.md,
-  // "dl.dist").
+  // weight's and a bucket of 11 KB) faster with the weight's reduced first than with
+  // the bucket first (bench/dist.lua `grads`; docs/performance.md, "dl.dist").
   std::vector<size_t> order(plan.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return plan[x].count > plan[y].count; });

@@ -97,8 +97,8 @@ __device__ __forceinline__ void store(char* p, T v) { *reinterpret_cast<T*>(p) =
 // f(x) or f(x, y) -> T over operands that all have dtype T (the output first). When every
 // operand is dense and 16-byte aligned, a thread reads and writes 16 bytes of each at a
 // time (4 floats, 2 doubles): with 4-byte loads a streaming op kept too few bytes in
-// flight and ran at about half the device's bandwidth (a 16M-float chain on an H200,
-// bench/gpu.lua). Anything else takes the general loop above.
+// flight and ran well below the device's bandwidth (bench/gpu.lua's 16M-float chain;
+// docs/performance.md, "On a GPU"). Anything else takes the general loop above.
 
 template <typename T>
 struct alignas(16) Vec16 {

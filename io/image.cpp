@@ -58,10 +58,11 @@ constexpr stbi_io_callbacks kReader = {read_bytes, skip_bytes, at_end};
 // packet (a byte and a pixel) per 128 pixels; a JPEG at least a bit per 8 x 8 block
 // of its first component (the Huffman code of a block's DC difference, in sequential and
 // progressive files alike: a 24-byte file of a frame header and nothing after it,
-// announcing 16133 x 12032 pixels, decoded to 1.1 GB in 3 s; fuzz_image found it). 0 for
+// announcing 16133 x 12032 pixels, decoded to 1.1 GB; fuzz_image found it). 0 for
 // PNG (Note [PNG data that inflates past its image] checks its stream) and GIF, whose
 // compressed data can hold more. (A 29-byte RLE TGA announcing 13578 x 13107 pixels
-// decoded, from zeros, to 712 MB in 5 s.)
+// decoded, from zeros, to 712 MB. The times: docs/performance.md, "Measurements behind
+// the code".)
 int64_t least_bytes(const uint8_t* data, size_t n, int64_t w, int64_t h, int64_t c) {
   auto le = [&](size_t at, int k) {
     uint64_t v = 0;
@@ -101,8 +102,8 @@ int64_t least_bytes(const uint8_t* data, size_t n, int64_t w, int64_t h, int64_t
 // reads it: no checksum), into a scratch buffer, counting: a stream that gives more than
 // its image's filtered rows (a filter byte and the packed pixels of each row, for every
 // pass of an interlaced image) and a quarter more, that ends before its end, or that is
-// not valid deflate data is refused. stb then inflates it once more: a 512 x 512 RGB PNG
-// decoded in 1.00-1.05 times the time it took without the check.
+// not valid deflate data is refused. stb then inflates it once more, which adds little
+// to a PNG's decoding (docs/performance.md, "Measurements behind the code").
 
 // The bytes of a PNG's filtered rows: for each pass (7 with Adam7 interlacing), rows of
 // a filter byte and the pass's pixels at `bits` bits each.

@@ -30,16 +30,17 @@ constexpr int64_t kMaxCached = int64_t(1) << 30;  // keep at most 1 GiB of free 
 // the run. The volume matters when single tensors are larger than the collector's
 // budget: every op is then a cycle of its own, and a cycle alone would give back the
 // blocks a loop is about to reuse (c = a + b over 10^7 floats paged in 80 MB afresh
-// every 30 iterations, at several microseconds a page on a virtual machine). Nor does a
-// bin give back the blocks that its recent demand needs: a loop of 4 MB products with a
-// 16 MB collector budget made 4 results in one cycle and 5 in the next, so a block idle
-// in one cycle was wanted again in the next; trimmed, it came back as fresh memory and
-// its product took half as long again. So a bin keeps at least as many blocks as it
-// handed out in any of the last kDemandCycles cycles. Not just the last two: a training
-// step can span several cycles and want its largest blocks in only one of them (the
-// LSTM row of bench/, four cycles a call: the sequence's projections at the start and
-// their gradients at the end; with two cycles of memory every call paged them in
-// afresh, about 1,100 page faults and 5% of its time).
+// every 30 iterations, a page fault for each 4 KB page: docs/performance.md,
+// "Measurements behind the code"). Nor does a bin give back the blocks that its recent
+// demand needs: a loop of 4 MB products with a 16 MB collector budget made 4 results in
+// one cycle and 5 in the next, so a block idle in one cycle was wanted again in the
+// next; trimmed, it came back as fresh memory and its product took markedly longer (the
+// same section). So a bin keeps at least as many blocks as it handed out in any of the
+// last kDemandCycles cycles. Not just the last two: a training step can span several
+// cycles and want its largest blocks in only one of them (the LSTM row of bench/, four
+// cycles a call: the sequence's projections at the start and their gradients at the
+// end; with two cycles of memory every call paged them in afresh, about 1,100 page
+// faults and 5% of its time).
 constexpr size_t kLargeBlock = size_t(1) << 20;
 constexpr uint64_t kIdleFactor = 4;
 
@@ -72,7 +73,7 @@ size_t bin_size(int b) {
 // /sys/kernel/mm/transparent_hugepage/enabled is "madvise" or "always"). First touch of
 // fresh memory is what a large block costs beyond its copy or product: on virtual
 // machines a 4 KB page fault is slow enough that a large product whose result lands in
-// a fresh block can take twice as long (docs/performance.md, "Measurements behind the
+// a fresh block can take much longer (docs/performance.md, "Measurements behind the
 // code"; bench/, `matmul1024`). Huge pages also spare the TLB misses of long streaming loops. What a block
 // costs in memory does not change much: blocks this large are written whole.
 // Not under AddressSanitizer, whose redzones around the system allocator's blocks catch

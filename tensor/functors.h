@@ -158,16 +158,17 @@ DL_HD double log1p_unit_double(double d) {
 // erf(z) = z P(z^2); from there to 10.5, erfc(z) = e^(-z^2) Q(t), t = 1 / (1 + z)
 // (erfc(10.5) is about 1e-49, far under float's least value). In t, e^(z^2) erfc(z) is
 // smooth enough for one polynomial over the whole range; in z it took four, picked by
-// selects, and the loop ran three times slower. The polynomials are least-squares fits
-// in the Chebyshev basis against 40-digit erf and erfc, within 3.8e-15 relative
-// (tools/fit_erf.py prints them, and measures that), so the float result is the
-// correctly rounded one except within about 2^-47 of a midpoint: over 5 million floats,
-// none differed from libm's double erf and erfc rounded once, where libm's erff
-// differed in 27,661. z^2 is exact (x has 24 bits), so e^(-z^2) loses nothing to its
-// argument, and erfc keeps its relative accuracy in the tail: gelu(-6) is -5.9e-9,
-// where the float formula x (1 + erf(x / sqrt 2)) / 2 cancels to 0. The loop computes
-// every part for every element and is bound by their count, not their latency (Estrin's
-// scheme and fused multiply-adds did not change its time); bench/ `gelu1e6` times it
+// selects, and the loop ran several times slower (docs/performance.md, "Measurements
+// behind the code"). The polynomials are least-squares fits in the Chebyshev basis
+// against 40-digit erf and erfc, within 3.8e-15 relative (tools/fit_erf.py prints them,
+// and measures that), so the float result is the correctly rounded one except within
+// about 2^-47 of a midpoint: over 5 million floats, none differed from libm's double
+// erf and erfc rounded once, where libm's erff differed in 27,661. z^2 is exact (x has
+// 24 bits), so e^(-z^2) loses nothing to its argument, and erfc keeps its relative
+// accuracy in the tail: gelu(-6) is -5.9e-9, where the float formula
+// x (1 + erf(x / sqrt 2)) / 2 cancels to 0. The loop computes every part for every
+// element and is bound by their count, not their latency (Estrin's scheme and fused
+// multiply-adds did not change its time); bench/ `gelu1e6` times it
 // (docs/performance.md, "Pointwise functions on large tensors").
 
 constexpr double kErfSplit = 1.25;   // erf(z) = z P(z^2) below it, e^(-z^2) Q(t) from it

@@ -127,8 +127,8 @@ DL_HD T read_input(const Program& p, int k, int64_t i) {
 // Elements i0, i0 + stride, ..., i0 + (K - 1) * stride of every output, those below numel
 // (i0 must be). Each instruction is decoded once for the K elements, so a device thread
 // pays the interpreter's switch once for K and has K loads in flight (one element a
-// thread ran a 16M-float program at a sixth of an H200's bandwidth). `v` holds K values
-// per instruction.
+// thread ran a 16M-float program far below the device's bandwidth: docs/performance.md,
+// "On a GPU"). `v` holds K values per instruction.
 template <typename T, int K>
 DL_HD void run_elements(const Program& p, int64_t i0, int64_t stride) {
   int64_t at[K];

@@ -235,7 +235,8 @@ function dist.init(opts)
   -- Gradients are reduced during the backward pass by default where each rank has a
   -- core for its communication thread beyond its compute threads: where it has none,
   -- the thread's polling takes the core from the backward pass (on 2 cores and 2 ranks
-  -- of one thread, the MLP epoch took 1.07x as long with overlap; docs/performance.md).
+  -- of one thread, the MLP epoch took longer with overlap than without;
+  -- docs/performance.md, "dl.dist").
   st.overlap = online_cores() >= st.local_size * (dl.get_num_threads() + 1)
   return dist
 end

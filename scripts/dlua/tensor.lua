@@ -60,8 +60,9 @@ local total, mark, budget, collect, own, retry = L.total, L.mark, L.budget, L.co
 -- straight to the caller's frame, which such a trace cannot follow ("leaving loop in
 -- root trace", "NYI: return to lower frame"); after a few of those aborts LuaJIT
 -- blacklists the function, and from then on every trace that would inline it aborts
--- too: `a + b` in a loop ran 6x slower for the rest of the process after some calls
--- of dl.grad (tests/lua/test_jit.lua).
+-- too: `a + b` in a loop ran several times slower for the rest of the process after
+-- some calls of dl.grad (tests/lua/test_jit.lua; docs/performance.md, "Measurements
+-- behind the code").
 
 -- The one place a tensor is made from a handle id (0: the call failed): inline when the
 -- engine finds it small and unaliased, else the handle. `deliver` leaves the collector
@@ -144,12 +145,12 @@ M.new = new
 -- new(f, ...), the collector stepped before f allocates, as result() does for the ops:
 -- a loop's previous result (`h = x:half()`) is freed first and its block reused.
 -- Stepped after (wrap), each call held a block more, and took a fresh one whenever the
--- cache had given its blocks back: 20 MB of fresh memory cost 35 to 70 ms on a virtual
--- machine (page faults), against 2 ms for a conversion. Only for calls whose tensor
--- operands are the caller's live values: an id taken from a temporary, as in
--- fresh(f, hid(a * b)), is released by the collection before f reads it. Nor for calls
--- that read a shared buffer filled before (the creation functions' shape_buf): a
--- finalizer run by the collection may make a tensor and refill it.
+-- cache had given its blocks back: paging in fresh memory cost many times the
+-- conversion itself (docs/performance.md, "Half precision: conversions"). Only for
+-- calls whose tensor operands are the caller's live values: an id taken from a
+-- temporary, as in fresh(f, hid(a * b)), is released by the collection before f reads
+-- it. Nor for calls that read a shared buffer filled before (the creation functions'
+-- shape_buf): a finalizer run by the collection may make a tensor and refill it.
 local function fresh(f, ...)
   if total[0] - mark[0] > budget[0] then collect() end
   local id = f(...)

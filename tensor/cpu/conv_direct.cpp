@@ -56,13 +56,13 @@ template <int W>
 using VecOf = typename Vec<float, 4 * W>::V;
 
 // Note [Vectors in registers]
-// The kernels below keep every vector in a register only when each is a value: a
-// vector read through std::memcpy into an array, or a broadcast written `V{} + w`, was
-// compiled (GCC 12, AVX2) as 16-byte copies through the stack and a scalar addition
-// (+0 turns -0 into +0, so it cannot be folded), with the accumulators spilled: the
-// forward ran at 11 GFLOP/s on one core (bench/ `cnn`; docs/performance.md,
-// "Measurements behind the code"). Loads are typed vector loads (vec.h); broadcasts
-// add -0 (in `tile`).
+// The kernels below keep every vector in a register only when each is a value: a vector
+// read through std::memcpy into an array, or a broadcast written `V{} + w`, was
+// compiled (GCC 12, AVX2) as 16-byte copies through the stack and a scalar addition (+0
+// turns -0 into +0, so it cannot be folded), with the accumulators spilled: the forward
+// ran at a fraction of the rate it has with them in registers (bench/ `cnn`;
+// docs/performance.md, "Measurements behind the code"). Loads are typed vector loads
+// (vec.h); broadcasts add -0 (in `tile`).
 
 // v, loaded once: GCC folded a vector's load into each multiply-add that reads it
 // (OB loads of the same address in wtile), which made the weight gradient's loop

@@ -57,9 +57,9 @@ struct Chunk {
 // for each vector width] in loops.h): eight of 64 bytes with AVX-512, whose 32
 // registers hold them and an instruction's operands, eight of 32 with AVX2, sixteen of
 // 16 otherwise (the baseline's 16 registers cannot hold that and an operand: it spills,
-// on machines older than AVX2). Four 64-byte vectors on every machine ran the eight
-// ops of bench/'s `pw8c` slower than eager's eight passes over memory on an AMD EPYC
-// without AVX-512; eight 32-byte ones there, and eight 64-byte ones instead of four
+// on machines older than AVX2). Four 64-byte vectors on every machine ran the eight ops
+// of bench/'s `pw8c` slower than eager's eight passes over memory on a machine with
+// AVX2 and no AVX-512; eight 32-byte ones there, and eight 64-byte ones instead of four
 // with AVX-512, spread each instruction's decoding over twice the elements
 // (docs/performance-compile.md, "Fused programs"). The vectors and their loads are
 // tensor/cpu/vec.h's.

@@ -11,7 +11,8 @@ namespace dl::cpu {
 
 // Independent accumulators of a row fold. 32 keeps the lane loop a real loop for GCC's
 // loop vectoriser; with 8 or 16 it is unrolled and left to the SLP vectoriser, which
-// gives up on the selects of amax/amin (measured: 8x slower).
+// gives up on the selects of amax/amin (measured several times slower:
+// docs/performance.md, "Measurements behind the code").
 constexpr int kLanes = 32;
 
 // kLanes accumulators, fed element i of a run into lane i % kLanes (a run's remainder

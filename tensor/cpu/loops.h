@@ -6,8 +6,9 @@
 // arithmetic, which the compiler vectorises. Above kParallelGrain elements the loop is
 // split across OpenMP threads; below it no thread is touched. The grain is large (1 MB
 // of float32) because a parallel region costs far more than the loop it splits when the
-// cores are shared: with other processes running, a 200,000-element update took ten
-// times longer on two OpenMP threads than on one.
+// cores are shared: with other processes running, a 200,000-element update took many
+// times longer on two OpenMP threads than on one (docs/performance.md, "Measurements
+// behind the code").
 #pragma once
 #include <array>
 #include <atomic>
@@ -239,14 +240,14 @@ void serial_parts(int64_t n, int parts, Run&& run) {
 // started it spent more of that time waiting for the others than in its own parts
 // (run_part above times those). The second condition is what tells contention from a
 // region that is slow on every thread: the first products into fresh result memory
-// take page faults on both threads (4 times the best time, for the first dozens of
-// 256 x 784 products of a process), and by the first condition alone turned splitting
-// off for a second at the start of a run, or half the runs of a 0.2 s benchmark sample
-// (docs/performance.md, "Small products of matrices"). A thread preempted while it
-// runs its own part is not seen as waiting, so contention is seen in about half the
-// regions it slows: still within a few regions. On a quiet machine the throttle costs
-// two clock reads a region; under contention, a few slow regions a second. (Races
-// between threads only blur the record.)
+// take page faults on both threads (several times the best time, for the first dozens
+// of 256 x 784 products of a process), and by the first condition alone turned
+// splitting off for a second at the start of a run, or half the runs of a 0.2 s
+// benchmark sample (docs/performance.md, "Small products of matrices"). A thread
+// preempted while it runs its own part is not seen as waiting, so contention is seen in
+// about half the regions it slows: still within a few regions. On a quiet machine the
+// throttle costs two clock reads a region; under contention, a few slow regions a
+// second. (Races between threads only blur the record.)
 class RegionThrottle {
  public:
   static constexpr double kSlowFactor = 3.0;
@@ -326,8 +327,9 @@ template <typename Out, typename In, int N, typename F>
 void elementwise(const std::array<const Tensor*, N>& ts, F f) {
   static_assert(N >= 1 && N <= 4);
   // Dense bool inputs are read as bytes and converted: GCC's vectoriser has no vector
-  // type for a bool load and left such loops scalar, eight times slower. (Casts from bool convert in the same expression as the
-  // load: tensor/cpu/pointwise.cpp's copy.)
+  // type for a bool load and left such loops scalar, several times slower
+  // (docs/performance.md, "Measurements behind the code"). (Casts from bool convert in
+  // the same expression as the load: tensor/cpu/pointwise.cpp's copy.)
   using Load = std::conditional_t<std::is_same_v<In, bool>, uint8_t, In>;
   StridedOperands<N> g = make_operands<N>(ts);
   if (g.numel == 0) return;
@@ -368,7 +370,8 @@ void elementwise(const std::array<const Tensor*, N>& ts, F f) {
         // Dense runs, with either value operand possibly one broadcast number (as
         // masked_fill's, and so ReLU's gradient, is): loops the compiler vectorises. The
         // condition is read as bytes: GCC's vectoriser has no vector type for a bool
-        // load, and left these loops scalar (masked_fill took 3 times an add's time).
+        // load, and left these loops scalar (masked_fill took several times an add's
+        // time: docs/performance.md, "Measurements behind the code").
         const uint8_t* c = reinterpret_cast<const uint8_t*>(p[1]);
         const In* a = reinterpret_cast<const In*>(p[2]);
         const In* b2 = reinterpret_cast<const In*>(p[3]);

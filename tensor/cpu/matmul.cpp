@@ -116,7 +116,7 @@ void batch_offsets(const Batches& g, std::vector<int64_t>& oa, std::vector<int64
 // Note [BLAS threads]
 // OpenBLAS splits a product over its own threads from about 64^3 multiply-adds up. On
 // two cores shared with other processes, a split product of a small model's layer sizes
-// keeps waiting for a helper thread that has been preempted: the MLP's steps took ten
+// keeps waiting for a helper thread that has been preempted: the MLP's steps took many
 // times longer split than on one thread while other processes ran (bench/, `mlp`;
 // docs/performance.md, "Measurements behind the code"). So OpenBLAS runs a product on
 // one thread, except one of kSplitFlops or more that the engine cannot split between
@@ -264,7 +264,7 @@ CBLAS_TRANSPOSE op(const MatLayout& l) { return l.trans ? CblasTrans : CblasNoTr
 // OpenMP threads (rows for rows_dot, columns for rows_axpy), which changes no sum.
 // The price, measured with bench/ (`gemv`; docs/performance.md, "Measurements behind
 // the code"): on one core the loop is as fast as OpenBLAS's sgemv with AVX-512, and
-// takes 1.1-1.2x its time with AVX2 (no fused multiply-adds here); OpenBLAS runs that
+// takes a little longer with AVX2 (no fused multiply-adds here); OpenBLAS runs that
 // size on two threads where it may, faster, and splitting the loop between OpenMP
 // threads made it slower on these shared cores, so it stays on one. A program saves
 // the time of loading OpenBLAS instead.

@@ -23,9 +23,9 @@
 // Note [Choosing OpenBLAS's core]
 // Debian's OpenBLAS is built with DYNAMIC_ARCH: when it loads, it reads the CPU's
 // family and model and picks one of its kernel sets. A CPU newer than the library (an
-// AMD EPYC under some hypervisors, for one) gets the generic Prescott set, which uses
-// SSE3 only: GEMM runs 5 to 25 times slower than with the AVX2 or AVX-512 sets the CPU
-// can run (bench/ref.c `sgemm`, docs/performance.md "OpenBLAS's kernels").
+// AMD server CPU under some hypervisors, for one) gets the generic Prescott set, which
+// uses SSE3 only: GEMM runs several times slower than with the AVX2 or AVX-512 sets the
+// CPU can run (bench/ref.c `sgemm`; docs/performance.md, "OpenBLAS's kernels").
 //
 // So when the engine loads OpenBLAS, it looks at the core OpenBLAS picked. When that is
 // one of the pre-AVX sets (the fallbacks) while the CPU and the OS support AVX or more

@@ -50,8 +50,8 @@ bool small_dense(const Tensor& out) {
 // dl::small's block loops instead (tensor/small.h: built for AVX2 and AVX-512 as well,
 // picked at load time) over each thread's range: the same functor in the same dtype, so
 // the same bits (test_pointwise compares dense operands with strided views of the same
-// values). In cache the width shows: an in-place multiply of 8,192 float32 took 0.99 us
-// in the SSE2 loop and 0.67-0.73 in the AVX2 one; into fresh memory the stores set the
+// values). In cache the width shows: an in-place multiply of 8,192 float32 ran clearly
+// faster in the AVX2 loop than in the SSE2 one; into fresh memory the stores set the
 // pace either way (docs/performance.md, "Measurements behind the code"). A one-element
 // operand is read before the threads start, as the general loops read it before their
 // loop, in case out is the buffer it lies in.
@@ -266,7 +266,8 @@ void copy(const Tensor& out, const Tensor& src) {
   }
   if (src.dtype() == DType::Bool) {
     // Read as bytes and compared with 0 in the same expression: a loop through a bool
-    // value stayed scalar (a mask's cast to float took three times a float copy's time).
+    // value stayed scalar, several times slower than a float copy (docs/performance.md,
+    // "Measurements behind the code").
     DL_DISPATCH_STORAGE(out.dtype(), "copy_",
         elementwise<scalar_t, uint8_t, 2>({&out, &src}, [](uint8_t v) { return convert_element<scalar_t>(uint8_t(v != 0)); }));
     return;

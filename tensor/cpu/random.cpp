@@ -59,10 +59,11 @@ DL_TARGET_CLONES void philox_blocks_vectorised(const fn::Philox& ph, uint64_t ct
 // moving the halves of the 64-bit products between lanes (perf of bench/'s `chartf`:
 // philox_blocks 11% of a step, most of it shuffles); written with the instructions
 // that take them apart in place (vpmuludq on the even lanes and on the odd ones shifted
-// down, then two blends), eight blocks a vector, the same words: 7.1-8.0 against
-// 4.3-4.6 ns a block (a C++ loop of 200,000 calls of 64 blocks on an AMD EPYC). Used
-// where the machine's vectors are AVX2's (Note [Builds for each vector width] in
-// loops.h); with AVX-512 the vectoriser's own build stays, not measured against these.
+// down, then two blends), eight blocks a vector, the same words in clearly less time
+// a block (a C++ loop of calls of 64 blocks; docs/performance.md, "Measurements behind
+// the code"). Used where the machine's vectors are AVX2's (Note [Builds for each
+// vector width] in loops.h); with AVX-512 the vectoriser's own build stays, not
+// measured against these.
 #ifdef DL_WIDTH_BUILDS
 // The high and low 32 bits of a[l] * m for the eight lanes.
 DL_TARGET_AVX2 inline void mul_halves(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {

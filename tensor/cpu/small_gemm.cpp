@@ -186,7 +186,7 @@ template <int L, int B, typename V>
 // place, the last rows (k mod L) element by element. width is L or 2L, and at most L past
 // cols. (Element by element throughout, the copy was a fifth of a 64 x 784 by 784 x 256
 // product's time; a last block of fewer columns element by element made a 64 x 256 by
-// 256 x 10 one take 14% longer: docs/performance.md, "Small products of matrices".)
+// 256 x 10 one take longer: docs/performance.md, "Small products of matrices".)
 template <typename T, int VB>
 [[gnu::always_inline]] inline void pack_transposed(const T* b, int64_t bjs, int64_t k, int cols, int width, T* copy) {
   constexpr int L = Vec<T, VB>::kLanes;
@@ -220,10 +220,10 @@ template <typename T, int VB, int R, int RN>
   // results in batches (Note [Stepping the collector] in scripts/dlua/lifetime.lua), so
   // the block a result takes was last written many megabytes ago, and a tile's stores
   // wait for its lines. A result larger than the first-level cache has the next tile's
-  // lines asked for while a tile computes: 256 x 256 x 256 took about 4% less time (one
-  // thread, a C++ program cycling 256 results), 64 x 256 by 256 x 10 about 6% less; a 64 x
-  // 64 one, whose 16 KB stay in the second-level cache, about 5% more, and has none
-  // (docs/performance.md, "Small products of matrices").
+  // lines asked for while a tile computes: 256 x 256 x 256 and 64 x 256 by 256 x 10
+  // took less time (one thread, a C++ program cycling 256 results); a 64 x 64 one, whose
+  // 16 KB stay in the second-level cache, more, and has none (docs/performance.md,
+  // "Small products of matrices").
   const bool ahead = m * n * int64_t(sizeof(T)) > kAheadBytes;
   int64_t j = 0;
   if (bjs == 1)

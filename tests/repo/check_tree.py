@@ -6,6 +6,11 @@
                                  its colon)
   check_tree.py ROOT lengths     source files stay under 1,500 lines (generated reference
                                  data excepted)
+  check_tree.py ROOT timings     no comment in the sources (tensor/, autograd/, bindings/,
+                                 dist/, gpu/, scripts/, io/, vm/, export/, compile/,
+                                 repl/, tools/) names a machine or gives a measured time
+                                 or rate: those go to docs/performance.md, and the comment
+                                 cites the section (bench/, tests/ and docs/ are not read)
 
 Exit status 1 with one line per finding."""
 import os
@@ -21,13 +26,28 @@ MAX_LINES = 1500
 GENERATED = re.compile(r"^tests/(cpp|lua)/ref/|^tests/fuzz/")
 
 
-def files(root):
+# The sources whose comments `timings` reads: the engine, its bindings and libraries, the
+# programs and tools; not bench/ (where timings belong), tests/ or docs/.
+TIMED_DIRS = ("tensor/", "autograd/", "bindings/", "dist/", "gpu/", "scripts/", "io/", "vm/", "export/",
+              "compile/", "repl/", "tools/")
+TIMED_EXT = (".h", ".hpp", ".c", ".cpp", ".cu", ".cuh", ".lua", ".py")
+# A machine named in a comment: what was measured on it belongs in docs/performance.md.
+MACHINE = re.compile(r"\b(?:EPYC|Xeon|H100|H200|A100)\b")
+# A measured time or rate: a number (or a range, "201-205", "35 to 70") and a unit of
+# time or throughput. Not a period the code keeps: "every 20 ms", "a 50 ms timeout".
+MEASURED = re.compile(r"(?<!every )\b\d[\d.,]*(?:\s?(?:-|to)\s?\d[\d.,]*)?\s?(?:ns|us|\u00b5s|ms|[KMGT]B/s|[GT]FLOP/s)"
+                      r"(?![\w/])(?!\s+(?:timeout|deadline|limit|period|interval)\b)")
+# A measured speed ratio written in digits: "8x slower", "1.07x as long", "5 to 25 times slower".
+RATIO = re.compile(r"\b\d[\d.]*(?:\s?(?:-|to)\s?\d[\d.]*)?(?:x| times) (?:faster|slower|longer|as long|its time)\b")
+
+
+def files(root, ext=SOURCE):
     try:
         out = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, text=True, check=True).stdout
         names = out.split("\n")
     except (OSError, subprocess.CalledProcessError):
         names = [os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs]
-    return [n for n in names if n.endswith(SOURCE) and not n.startswith("build")]
+    return [n for n in names if n.endswith(ext) and not n.startswith("build")]
 
 
 def headings(path):
@@ -74,9 +94,93 @@ def lengths(root):
     return bad
 
 
+def comments(name, text):
+    """The comments of a C, C++, CUDA, Lua or Python file as (offset, text), string and
+    character literals skipped."""
+    lua, py = name.endswith(".lua"), name.endswith(".py")
+    line = "--" if lua else "#" if py else "//"
+    long_open = re.compile(r"\[(=*)\[")
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith(line, i):
+            m = long_open.match(text, i + 2) if lua else None
+            if m:   # --[[ ... ]] or --[==[ ... ]==]
+                end = text.find("]" + m.group(1) + "]", m.end())
+                end = n if end < 0 else end
+                out.append((m.end(), text[m.end():end]))
+                i = end + len(m.group(0))
+                continue
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            out.append((i + len(line), text[i + len(line):end]))
+            i = end
+        elif not lua and not py and text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end
+            out.append((i + 2, text[i + 2:end]))
+            i = end + 2
+        elif lua and long_open.match(text, i):   # a long string [[ ... ]]
+            m = long_open.match(text, i)
+            end = text.find("]" + m.group(1) + "]", m.end())
+            i = n if end < 0 else end + len(m.group(0))
+        elif py and text.startswith(('"""', "'''"), i):
+            end = text.find(text[i:i + 3], i + 3)
+            i = n if end < 0 else end + 3
+        elif c == '"' and not lua and not py and i > 0 and text[i - 1] == "R":   # R"delim( ... )delim"
+            open_at = text.find("(", i)
+            end = text.find(")" + text[i + 1:open_at] + '"', open_at)
+            i = n if end < 0 else end + len(text[i + 1:open_at]) + 2
+        elif c == "'" and not lua and not py and i > 0 and text[i - 1].isdigit():   # 1'000
+            i += 1
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        else:
+            i += 1
+    return out
+
+
+def timings(root):
+    bad = []
+    for name in files(root, TIMED_EXT):
+        if not name.startswith(TIMED_DIRS):
+            continue
+        with open(os.path.join(root, name), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        # Each comment line with its line number; a run of comments on consecutive lines
+        # is read as one text, so "201-205" and "us" on two lines still meet.
+        runs = []
+        for at, body in comments(name, text):
+            first = text.count("\n", 0, at) + 1
+            for k, part in enumerate(body.split("\n")):
+                part = re.sub(r"^\s*\*(?!/)", "", part).strip()
+                if runs and runs[-1][-1][0] == first + k - 1:
+                    runs[-1].append((first + k, part))
+                else:
+                    runs.append([(first + k, part)])
+        for run in runs:
+            flat, starts = "", []
+            for line, part in run:
+                starts.append((len(flat), line))
+                flat += part + " "
+            for pattern in (MACHINE, MEASURED, RATIO):
+                for m in pattern.finditer(flat):
+                    line = max(l for off, l in starts if off <= m.start())
+                    bad.append(f"{name}:{line}: a comment gives a measurement ({m.group(0)!r}): move it to "
+                               f"docs/performance.md and cite the section there")
+    return bad
+
+
 def main():
     root, what = sys.argv[1], sys.argv[2]
-    bad = citations(root) if what == "citations" else lengths(root)
+    checks = {"citations": citations, "lengths": lengths, "timings": timings}
+    if what not in checks:
+        print(f"unknown check {what!r}: one of {', '.join(checks)}")
+        return 2
+    bad = checks[what](root)
     for b in bad:
         print(b)
     print(f"{what}: {len(bad)} finding(s)")
