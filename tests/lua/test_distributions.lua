@@ -417,4 +417,82 @@ H.test("VonMises: log_prob and variance match PyTorch float64; draws on the circ
   end
 end)
 
+H.test("Weibull, Pareto, HalfCauchy, Kumaraswamy, FisherSnedecor, NegativeBinomial and the relaxed families match PyTorch float64", function()
+  local counts
+  for _, c in ipairs(R.distributions4) do counts = dl.tensor(c.counts, f64) end
+  local ERC = D.ExpRelaxedCategorical
+  local FN = {
+    weibull = function(s, k, v) return D.Weibull(s, k):log_prob(v) end,
+    weibull_moments = function(s, k) local d = D.Weibull(s, k); return d.mean + d.variance end,
+    weibull_entropy = function(s, k) return D.Weibull(s, k):entropy() end,
+    weibull_cdf = function(s, k, v, q) local d = D.Weibull(s, k); return d:cdf(v) + d:icdf(q) end,
+    pareto = function(s, a, v) return D.Pareto(s, a):log_prob(v) end,
+    pareto_moments = function(s, a) local d = D.Pareto(s, a + 2); return d.mean + d.variance end,
+    pareto_entropy = function(s, a) return D.Pareto(s, a):entropy() end,
+    pareto_cdf = function(s, a, v, q) local d = D.Pareto(s, a); return d:cdf(v) + d:icdf(q) end,
+    half_cauchy = function(s, v) return D.HalfCauchy(s):log_prob(v) end,
+    half_cauchy_more = function(s, v, q) local d = D.HalfCauchy(s); return d:entropy() + d:cdf(v) + d:icdf(q) end,
+    kumaraswamy = function(a, b, v) return D.Kumaraswamy(a, b):log_prob(v) end,
+    kumaraswamy_moments = function(a, b) local d = D.Kumaraswamy(a, b); return d.mean + d.variance + d:entropy() end,
+    fisher_snedecor = function(a, b, v) return D.FisherSnedecor(a, b):log_prob(v) end,
+    fisher_snedecor_moments = function(a, b) local d = D.FisherSnedecor(a, b + 4); return d.mean + d.variance end,
+    negative_binomial = function(r, p) return D.NegativeBinomial(r, { probs = p }):log_prob(counts) end,
+    negative_binomial_logits = function(r, l) return D.NegativeBinomial(r, { logits = l }):log_prob(counts) end,
+    negative_binomial_moments = function(r, l) local d = D.NegativeBinomial(r, { logits = l }); return d.mean + d.variance end,
+    logit_relaxed_bernoulli = function(t, l, v) return D.LogitRelaxedBernoulli(t, { logits = l }):log_prob(v) end,
+    relaxed_bernoulli = function(t, p, v) return D.RelaxedBernoulli(t, { probs = p }):log_prob(v) end,
+    exp_relaxed_categorical = function(t, l, v) return ERC(t, { logits = l }):log_prob(v:log()) end,
+    relaxed_one_hot = function(t, l, v) return D.RelaxedOneHotCategorical(t, { logits = l }):log_prob(v) end,
+  }
+  H.eq(H.ref_cases(R.distributions4, FN, 1e-11, 1e-9), 21)
+  -- supports and limits
+  H.eq(D.HalfCauchy(1):log_prob(-0.5):item(), -math.huge)
+  H.eq(D.Pareto(1, 0.5).mean:item(), math.huge)
+  H.ok(D.FisherSnedecor(3, 2).mean:item() ~= D.FisherSnedecor(3, 2).mean:item())   -- NaN for df2 <= 2
+  H.raises(function() D.Pareto(2, 1):log_prob(1) end, "Pareto.log_prob: a value lies below scale")
+  H.raises(function() D.Weibull(1, -1) end, "Weibull: concentration must be positive")
+  H.raises(function() D.NegativeBinomial(2, { probs = 1 }) end, "NegativeBinomial: probs must lie in [0, 1)")
+  H.raises(function() D.RelaxedBernoulli(0, { probs = 0.5 }) end, "RelaxedBernoulli: temperature must be positive")
+  H.raises(function() D.NegativeBinomial(2, { probs = 0.3 }):log_prob(1.5) end, "a value is not a count")
+  -- draws: moments and supports; reparameterised where PyTorch's are
+  dl.manual_seed(11)
+  local n = 40000
+  local function sample_mean(d, tol)
+    local x = d:sample({ n })
+    H.near(x:mean(1):totable(), d.mean:totable(), tol)
+    return x
+  end
+  sample_mean(D.Weibull(dl.tensor({ 1, 2 }, f64), dl.tensor({ 1.5, 3 }, f64)), 0.03)
+  H.ok(sample_mean(D.Pareto(dl.tensor({ 1, 2 }, f64), dl.tensor({ 4, 6 }, f64)), 0.03):min():item() >= 1)
+  local k = sample_mean(D.Kumaraswamy(dl.tensor({ 2, 0.5 }, f64), dl.tensor({ 3, 0.7 }, f64)), 0.01)
+  H.ok(k:min():item() > 0 and k:max():item() < 1)
+  sample_mean(D.FisherSnedecor(dl.tensor({ 5 }, f64), dl.tensor({ 12 }, f64)), 0.03)
+  local nb = sample_mean(D.NegativeBinomial(dl.tensor({ 2.5, 7 }, f64), { probs = dl.tensor({ 0.3, 0.6 }, f64) }), 0.1)
+  H.ok(dl.equal(nb, nb:floor()))
+  H.near(D.HalfCauchy(2):sample({ n }):median():item(), 2, 0.1)   -- (the median of |Cauchy(0, s)| is s)
+  local g = dl.grad(function(s, c) return D.Weibull(s, c):rsample({ 8 }):sum() end, { 1, 2 })(dl.tensor(1.5, f64), dl.tensor(2.0, f64))
+  H.ok(g:item() > 0)
+  -- Gumbel-softmax: draws on the simplex, sharper as the temperature falls, with gradients
+  local logits = dl.tensor({ 1, 0, -1 }, f64)
+  local soft = D.RelaxedOneHotCategorical(5, { logits = logits }):rsample({ 2000 })
+  local sharp = D.RelaxedOneHotCategorical(0.05, { logits = logits }):rsample({ 2000 })
+  H.near(soft:sum(-1):totable(), dl.ones(2000):totable(), 1e-12)
+  H.ok(sharp:max(-1):mean():item() > 0.95 and soft:max(-1):mean():item() < 0.6)
+  -- the argmax of a relaxed draw is a Categorical draw: frequencies are the softmax
+  local freq = dl.nn.functional.one_hot(sharp:argmax(-1), 3):to("float64"):mean(1)
+  H.near(freq:totable(), logits:softmax(1):totable(), 0.03)
+  local gl = dl.grad(function(l) return (D.RelaxedOneHotCategorical(0.5, { logits = l }):rsample({ 4 }) * dl.tensor({ 1, 2, 3 }, f64)):sum() end)(logits)
+  H.ok(gl:abs():sum():item() > 0)
+  local rb = D.RelaxedBernoulli(0.3, { probs = dl.tensor({ 0.2, 0.9 }, f64) }):rsample({ n })
+  H.near(rb:gt(0.5):to("float64"):mean(1):totable(), { 0.2, 0.9 }, 0.02)
+  -- straight-through: one-hot values, the gradient of the probabilities
+  local st = D.OneHotCategoricalStraightThrough({ logits = logits })
+  local draw = st:rsample({ 5 })
+  H.ok(dl.equal(draw:sum(-1), dl.ones(5, { dtype = "float64" })))
+  local gs = dl.grad(function(l) return (D.OneHotCategoricalStraightThrough({ logits = l }):rsample() * dl.tensor({ 1, 2, 3 }, f64)):sum() end)(logits)
+  local p = logits:softmax(1)
+  local want = p * (dl.tensor({ 1, 2, 3 }, f64) - (p * dl.tensor({ 1, 2, 3 }, f64)):sum())
+  H.near(gs:totable(), want:totable(), 1e-12)
+end)
+
 H.run()

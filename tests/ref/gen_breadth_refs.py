@@ -1195,6 +1195,58 @@ def gen_von_mises():
         return one_output_cases(cases)
 
 
+def gen_distributions4():
+    """The rarer families of torch.distributions in float64: Weibull, Pareto, HalfCauchy,
+    Kumaraswamy, FisherSnedecor, NegativeBinomial and the relaxed (Gumbel-softmax) ones:
+    log_prob, moments, entropy, cdf and icdf with gradients of sum(y * c) in every
+    parameter and the value."""
+    import torch.distributions as TD
+    from torch.distributions.relaxed_categorical import ExpRelaxedCategorical
+    from torch.distributions.relaxed_bernoulli import LogitRelaxedBernoulli
+    with torch.random.fork_rng():
+        torch.manual_seed(20261201)
+        a = torch.tensor([0.7, 1.5, 3.0], dtype=torch.float64)          # positive parameters
+        b = torch.tensor([[0.4], [2.5]], dtype=torch.float64)
+        x = torch.tensor([[[0.3], [1.7]]], dtype=torch.float64).view(2, 1, 1) + torch.zeros(2, 2, 3, dtype=torch.float64)
+        u = torch.tensor([0.05, 0.5, 0.93], dtype=torch.float64)
+        big = torch.tensor([[3.5], [6.0]], dtype=torch.float64)         # Pareto's x above its scale
+        frac = torch.tensor([[0.2], [0.85]], dtype=torch.float64)       # in (0, 1)
+        counts = torch.tensor([0.0, 3.0, 11.0], dtype=torch.float64).view(3, 1, 1)
+        logits = torch.tensor([[0.3, -1.2, 2.0], [1.0, 0.0, -0.5]], dtype=torch.float64)
+        simplex = torch.softmax(torch.tensor([[0.1, 1.0, -0.4], [2.0, -1.0, 0.3]], dtype=torch.float64), -1)
+        t = torch.tensor([[0.5], [2.0]], dtype=torch.float64)
+        t0 = torch.tensor(0.7, dtype=torch.float64)                     # (a categorical's temperature is one number)
+        cases = (
+            ("weibull", lambda s, k, v: TD.Weibull(s, k).log_prob(v), (b, a, x)),
+            ("weibull_moments", lambda s, k: TD.Weibull(s, k).mean + TD.Weibull(s, k).variance, (b, a)),
+            ("weibull_entropy", lambda s, k: TD.Weibull(s, k).entropy(), (b, a)),
+            ("weibull_cdf", lambda s, k, v, q: TD.Weibull(s, k).cdf(v) + TD.Weibull(s, k).icdf(q), (b, a, frac, u)),
+            ("pareto", lambda s, al, v: TD.Pareto(s, al).log_prob(v), (b, a, big)),
+            ("pareto_moments", lambda s, al: TD.Pareto(s, al + 2).mean + TD.Pareto(s, al + 2).variance, (b, a)),
+            ("pareto_entropy", lambda s, al: TD.Pareto(s, al).entropy(), (b, a)),
+            ("pareto_cdf", lambda s, al, v, q: TD.Pareto(s, al).cdf(v) + TD.Pareto(s, al).icdf(q), (b, a, big, u)),
+            ("half_cauchy", lambda s, v: TD.HalfCauchy(s).log_prob(v), (a, x)),
+            ("half_cauchy_more", lambda s, v, q: TD.HalfCauchy(s).entropy() + TD.HalfCauchy(s).cdf(v)
+             + TD.HalfCauchy(s).icdf(q), (a, x, u)),
+            ("kumaraswamy", lambda c1, c0, v: TD.Kumaraswamy(c1, c0).log_prob(v), (a, b, frac)),
+            ("kumaraswamy_moments", lambda c1, c0: TD.Kumaraswamy(c1, c0).mean + TD.Kumaraswamy(c1, c0).variance
+             + TD.Kumaraswamy(c1, c0).entropy(), (a, b)),
+            ("fisher_snedecor", lambda d1, d2, v: TD.FisherSnedecor(d1, d2).log_prob(v), (a, b, x)),
+            ("fisher_snedecor_moments", lambda d1, d2: TD.FisherSnedecor(d1, d2 + 4).mean
+             + TD.FisherSnedecor(d1, d2 + 4).variance, (a, b)),
+            ("negative_binomial", lambda r, p: TD.NegativeBinomial(r, probs=p).log_prob(counts), (a, frac)),
+            ("negative_binomial_logits", lambda r, l: TD.NegativeBinomial(r, logits=l).log_prob(counts), (a, b)),
+            ("negative_binomial_moments", lambda r, l: TD.NegativeBinomial(r, logits=l).mean
+             + TD.NegativeBinomial(r, logits=l).variance, (a, b)),
+            ("logit_relaxed_bernoulli", lambda tt, l, v: LogitRelaxedBernoulli(tt, logits=l).log_prob(v), (t, a, x)),
+            ("relaxed_bernoulli", lambda tt, p, v: TD.RelaxedBernoulli(tt, probs=p).log_prob(v), (t, u, frac)),
+            ("exp_relaxed_categorical", lambda tt, l, v: ExpRelaxedCategorical(tt, logits=l).log_prob(v.log()),
+             (t0, logits, simplex)),
+            ("relaxed_one_hot", lambda tt, l, v: TD.RelaxedOneHotCategorical(tt, logits=l).log_prob(v),
+             (t0, logits, simplex)))
+        return one_output_cases(cases, lambda name: {"counts": counts})
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -1207,7 +1259,8 @@ def main():
             "distributions": gen_distributions(), "distributions2": gen_distributions2(),
             "gamma_slopes": gen_gamma_slopes(), "packed": gen_packed(),
             "distributions3": gen_distributions3(), "special_functions": gen_special_functions(),
-            "bessel": gen_bessel(), "von_mises": gen_von_mises()}
+            "bessel": gen_bessel(), "von_mises": gen_von_mises(),
+            "distributions4": gen_distributions4()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

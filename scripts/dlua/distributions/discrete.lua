@@ -45,6 +45,8 @@ local function with_probs(op, self, which, t, validate)
   return self
 end
 
+B.probs_or_logits, B.with_probs = probs_or_logits, with_probs   -- (for derived.lua's families)
+
 local Bernoulli = class("Bernoulli")
 function Bernoulli.new(...)
   local which, t, validate = probs_or_logits("Bernoulli", { ... }, select("#", ...))

@@ -13,7 +13,12 @@
 -- OneHotCategorical, Poisson, Binomial(n, {probs =}), Multinomial(n, {probs =}),
 -- MultivariateNormal(loc, {covariance_matrix =, scale_tril = or precision_matrix =}),
 -- Independent(base, n), TransformedDistribution(base, transforms) (their transforms in
--- dl.distributions.transforms) and MixtureSameFamily(mixture, components). Each has
+-- dl.distributions.transforms) and MixtureSameFamily(mixture, components); Weibull(scale,
+-- concentration), Pareto(scale, alpha), HalfCauchy(scale), Kumaraswamy(c1, c0),
+-- FisherSnedecor(df1, df2), NegativeBinomial(total_count, {probs =} or {logits =}), and the
+-- relaxed families LogitRelaxedBernoulli, RelaxedBernoulli, RelaxedOneHotCategorical
+-- (temperature, {probs =} or {logits =}; Gumbel-softmax) and
+-- OneHotCategoricalStraightThrough. Each has
 -- batch_shape and event_shape, sample([shape]) (no gradient), rsample([shape]) where the
 -- distribution can be reparameterised, log_prob, entropy, and mean, variance and stddev;
 -- the continuous ones on a line also cdf and icdf. Samples come from the generator
@@ -24,14 +29,16 @@
 --
 -- The families live by kind in dlua/distributions/: line.lua (Normal ... Cauchy, VonMises),
 -- discrete.lua, multivariate.lua, gamma.lua (Gamma, Chi2, Beta, Dirichlet, StudentT),
--- transformed.lua (TransformedDistribution and the transforms, MixtureSameFamily) and
--- kl.lua; base.lua holds what they share.
+-- transformed.lua (TransformedDistribution and the transforms, MixtureSameFamily),
+-- derived.lua (the families made of others' draws, and the relaxed ones) and kl.lua;
+-- base.lua holds what they share.
 local B = require("dlua.distributions.base")
 require("dlua.distributions.line")
 require("dlua.distributions.discrete")
 require("dlua.distributions.multivariate")
 require("dlua.distributions.gamma")
 require("dlua.distributions.transformed")
+require("dlua.distributions.derived")
 require("dlua.distributions.kl")
 
 return B.D

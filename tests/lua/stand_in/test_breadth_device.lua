@@ -107,6 +107,12 @@ local CASES = {
                       S.bessel_y1(x), S.modified_bessel_k0(x), S.modified_bessel_k1(x), S.scaled_modified_bessel_k0(x),
                       S.scaled_modified_bessel_k1(x), S.spherical_bessel_j0(x), S.zeta(x + 1.5, x) })
   end,
+  rarer_log_probs = function(d)
+    local D, x = dl.distributions, dl.tensor({ 0.3, 0.8 }):to(d)
+    return D.Weibull(dl.tensor({ 1, 2 }):to(d), 1.5):log_prob(x) + D.Kumaraswamy(2, dl.tensor({ 3, 1 }):to(d)):log_prob(x)
+      + D.RelaxedBernoulli(0.5, { probs = dl.tensor({ 0.2, 0.7 }):to(d) }):log_prob(x)
+      + D.NegativeBinomial(dl.tensor({ 2, 5 }):to(d), { logits = 0.3 }):log_prob(dl.tensor({ 1, 4 }):to(d))
+  end,
   von_mises_log_prob = function(d)
     return dl.distributions.VonMises(dl.tensor({ 0.5, -2 }):to(d), 3):log_prob(dl.tensor({ 0.3, 3 }):to(d))
   end,
@@ -155,6 +161,10 @@ H.test("distributions draw on their parameters' device", function()
   H.eq(D.MultivariateNormal(dl.zeros(2):cuda(), { scale_tril = dl.eye(2):cuda() }):sample().device, "cuda:0")
   H.eq(D.Uniform(dl.zeros(1):cuda(), 1):sample().device, "cuda:0")
   H.eq(D.VonMises(dl.zeros(2):cuda(), dl.tensor({ 1e-7, 3 }):cuda()):sample({ 4 }).device, "cuda:0")
+  H.eq(D.Weibull(dl.ones(2):cuda(), 1.5):rsample().device, "cuda:0")
+  H.eq(D.NegativeBinomial(dl.ones(2):cuda(), { probs = 0.3 }):sample().device, "cuda:0")
+  H.eq(D.RelaxedOneHotCategorical(0.5, { logits = dl.zeros(3):cuda() }):rsample().device, "cuda:0")
+  H.eq(D.FisherSnedecor(dl.ones(1):cuda() * 3, 5):rsample().device, "cuda:0")
   H.eq(D.Gamma(dl.ones(3):cuda(), 2):rsample().device, "cuda:0")
   H.eq(D.Dirichlet(dl.ones(3):cuda()):sample().device, "cuda:0")
   H.eq(D.Poisson(dl.tensor({ 2, 30 }):cuda()):sample().device, "cuda:0")

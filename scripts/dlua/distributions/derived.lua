@@ -1,0 +1,319 @@
+-- dlua.distributions.derived: families made of others' draws, with closed forms for
+-- their densities and moments: Weibull, Pareto, HalfCauchy, Kumaraswamy (from uniform
+-- and exponential draws), FisherSnedecor and NegativeBinomial (from gamma draws), and the
+-- relaxed (Gumbel-softmax, "concrete") families LogitRelaxedBernoulli, RelaxedBernoulli,
+-- RelaxedOneHotCategorical and OneHotCategoricalStraightThrough. Formulas and support as
+-- PyTorch's torch.distributions.
+local core = require("dlua.core")
+local T = require("dlua.tensor")
+local B = require("dlua.distributions.base")
+core.own_source()
+
+local raise = core.raise
+local dl = T.dl
+local type, setmetatable, select = type, setmetatable, select
+local log, pi = math.log, math.pi
+local D, class, constructor, with_properties = B.D, B.class, B.constructor, B.with_properties
+local require_all, parameters, eps_of, tiny_of = B.require_all, B.parameters, B.eps_of, B.tiny_of
+local EULER = B.EULER
+
+local function positive(what) return function(t) return t:gt(0), what .. " must be positive" end end
+local function both_positive(a, b)
+  return function(x, y) return x:gt(0), a .. " must be positive", y:gt(0), b .. " must be positive" end
+end
+-- Uniform draws of `self`'s extended shape in (0, 1), kept off both ends.
+local function uniform(self, shape, like)
+  local u = dl.rand(self:_extended(shape), { dtype = like.dtype, device = like.device })
+  local e = eps_of(u)
+  return u:clamp(e, 1 - e)
+end
+
+-- ---- from uniform and exponential draws ---------------------------------------------------
+
+-- Weibull(scale, concentration): density (k / s) (x / s)^(k - 1) e^-(x / s)^k on x >= 0.
+local Weibull = class("Weibull")
+Weibull._params = { "scale", "concentration" }
+Weibull.new = constructor(Weibull, { "scale", "concentration" }, both_positive("scale", "concentration"))
+function Weibull:_get_mean() return self.scale * (1 / self.concentration + 1):lgamma():exp() end
+function Weibull:_get_variance()
+  local k = self.concentration
+  return self.scale:pow(2) * ((2 / k + 1):lgamma():exp() - (1 / k + 1):lgamma():exp():pow(2))
+end
+function Weibull:rsample(shape)   -- s (-log(1 - u))^(1 / k)
+  local u = uniform(self, shape, self.scale)
+  return self.scale * (-(-u):log1p()):pow(1 / self.concentration)
+end
+function Weibull:log_prob(v)
+  local s, k = self.scale, self.concentration
+  local z = self:_value("log_prob", v) / s
+  return (k / s):log() + (k - 1) * z:log() - z:pow(k)
+end
+function Weibull:entropy()
+  local k = self.concentration
+  return (1 - 1 / k) * EULER + (self.scale / k):log() + 1
+end
+function Weibull:cdf(v) return -(-(self:_value("cdf", v) / self.scale):pow(self.concentration)):expm1() end
+function Weibull:icdf(q)
+  return self.scale * (-(-self:_value("icdf", q)):log1p()):pow(1 / self.concentration)
+end
+with_properties(Weibull)
+
+-- Pareto(scale, alpha): density alpha scale^alpha / x^(alpha + 1) on x >= scale; the mean
+-- is infinite for alpha <= 1, the variance for alpha <= 2.
+local Pareto = class("Pareto")
+Pareto._params = { "scale", "alpha" }
+Pareto.new = constructor(Pareto, { "scale", "alpha" }, both_positive("scale", "alpha"))
+function Pareto:_get_mean()
+  local a = self.alpha:clamp(1)
+  return a * self.scale / (a - 1)
+end
+function Pareto:_get_variance()
+  local a = self.alpha:clamp(2)
+  return self.scale:pow(2) * a / ((a - 1):pow(2) * (a - 2))
+end
+function Pareto:rsample(shape) return self.scale * (-(-uniform(self, shape, self.scale)):log1p() / self.alpha):exp() end
+function Pareto:log_prob(v)
+  v = self:_value("log_prob", v)
+  if self._validate then require_all("Pareto.log_prob", v:ge(self.scale), "a value lies below scale") end
+  return self.alpha:log() + self.alpha * self.scale:log() - (self.alpha + 1) * v:log()
+end
+function Pareto:entropy() return (self.scale / self.alpha):log() + 1 / self.alpha + 1 end
+function Pareto:cdf(v) return 1 - (self.scale / self:_value("cdf", v)):pow(self.alpha) end
+function Pareto:icdf(q) return self.scale * (-(-self:_value("icdf", q)):log1p() / self.alpha):exp() end
+with_properties(Pareto)
+
+-- HalfCauchy(scale): |x| of a Cauchy(0, scale); density 2 / (pi scale (1 + (x/scale)^2))
+-- on x >= 0 (log_prob -infinity below); mean and variance infinite.
+local HalfCauchy = class("HalfCauchy")
+HalfCauchy._params = { "scale" }
+HalfCauchy.new = constructor(HalfCauchy, { "scale" }, positive("scale"))
+function HalfCauchy:_get_mean() return dl.full_like(self.scale, math.huge) end
+function HalfCauchy:_get_variance() return dl.full_like(self.scale, math.huge) end
+function HalfCauchy:rsample(shape) return self.scale * (uniform(self, shape, self.scale) * (pi / 2)):tan() end
+function HalfCauchy:log_prob(v)
+  v = self:_value("log_prob", v)
+  local lp = -(v / self.scale):pow(2):log1p() - self.scale:log() + log(2 / pi)
+  return dl.where(v:ge(0), lp, -math.huge)
+end
+function HalfCauchy:entropy() return (self.scale * (2 * pi)):log() end
+function HalfCauchy:cdf(v) return (self:_value("cdf", v) / self.scale):atan() * (2 / pi) end
+function HalfCauchy:icdf(q) return self.scale * (self:_value("icdf", q) * (pi / 2)):tan() end
+with_properties(HalfCauchy)
+
+-- Kumaraswamy(concentration1 a, concentration0 b): density a b x^(a-1) (1 - x^a)^(b-1) on
+-- (0, 1); moments E x^n = b B(1 + n/a, b).
+local Kumaraswamy = class("Kumaraswamy")
+Kumaraswamy._params = { "concentration1", "concentration0" }
+Kumaraswamy.new = constructor(Kumaraswamy, { "concentration1", "concentration0" },
+                              both_positive("concentration1", "concentration0"))
+local function kumaraswamy_moment(a, b, n)
+  return b * ((n / a + 1):lgamma() + b:lgamma() - (n / a + 1 + b):lgamma()):exp()
+end
+function Kumaraswamy:_get_mean() return kumaraswamy_moment(self.concentration1, self.concentration0, 1) end
+function Kumaraswamy:_get_variance()
+  local a, b = self.concentration1, self.concentration0
+  return kumaraswamy_moment(a, b, 2) - kumaraswamy_moment(a, b, 1):pow(2)
+end
+function Kumaraswamy:rsample(shape)   -- (1 - u^(1/b))^(1/a)
+  local u = uniform(self, shape, self.concentration1)
+  local x = (-(u:log() / self.concentration0):expm1()):pow(1 / self.concentration1)
+  local e = eps_of(x)
+  return x:clamp(e, 1 - e)
+end
+function Kumaraswamy:log_prob(v)
+  local a, b = self.concentration1, self.concentration0
+  v = self:_value("log_prob", v)
+  return a:log() + b:log() + (a - 1) * v:log() + (b - 1) * (-v:pow(a)):log1p()
+end
+function Kumaraswamy:entropy()
+  local a, b = self.concentration1, self.concentration0
+  return (1 - 1 / b) + (1 - 1 / a) * ((b + 1):digamma() + EULER) - a:log() - b:log()
+end
+with_properties(Kumaraswamy)
+
+-- ---- from gamma draws -------------------------------------------------------------------------
+
+-- FisherSnedecor(df1, df2): the ratio of two chi-squares over their degrees of freedom;
+-- the mean is NaN for df2 <= 2, the variance for df2 <= 4 (as PyTorch's).
+local FisherSnedecor = class("FisherSnedecor")
+FisherSnedecor._params = { "df1", "df2" }
+FisherSnedecor.new = constructor(FisherSnedecor, { "df1", "df2" }, both_positive("df1", "df2"))
+function FisherSnedecor:_get_mean()
+  local d2 = dl.where(self.df2:gt(2), self.df2, 0 / 0)
+  return d2 / (d2 - 2)
+end
+function FisherSnedecor:_get_variance()
+  local d1, d2 = self.df1, dl.where(self.df2:gt(4), self.df2, 0 / 0)
+  return d2:pow(2) * 2 * (d1 + d2 - 2) / (d1 * (d2 - 2):pow(2) * (d2 - 4))
+end
+function FisherSnedecor:rsample(shape)
+  local ext = self:_extended(shape)
+  local x1 = D.Gamma(self.df1 * 0.5, self.df1):rsample(shape)
+  local x2 = D.Gamma(self.df2 * 0.5, self.df2):rsample(shape)
+  local tiny = tiny_of(x1)
+  return (x1:expand(ext) / x2:expand(ext):clamp(tiny)):clamp(tiny)
+end
+function FisherSnedecor:log_prob(v)
+  v = self:_value("log_prob", v)
+  local h1, h2, ratio = self.df1 * 0.5, self.df2 * 0.5, self.df1 / self.df2
+  return (h1 + h2):lgamma() - h1:lgamma() - h2:lgamma() + h1 * ratio:log() + (h1 - 1) * v:log()
+         - (h1 + h2) * (ratio * v):log1p()
+end
+with_properties(FisherSnedecor)
+
+-- NegativeBinomial(total_count, {probs =} or {logits =}): the successes (probability p
+-- each) before total_count failures, 0, 1, 2 ...; total_count > 0 need not be whole.
+-- Draws: Poisson(Gamma(total_count, rate (1 - p) / p)).
+local NegativeBinomial = class("NegativeBinomial")
+function NegativeBinomial.new(total_count, ...)
+  local op = "NegativeBinomial"
+  local which, t, validate = B.probs_or_logits(op, { ... }, select("#", ...))
+  if which == "probs" and validate then require_all(op, t:lt(1), "probs must lie in [0, 1)") end
+  local r = parameters(op, { "total_count" }, { total_count })[1]
+  -- (a number takes the device of the tensor beside it)
+  if type(total_count) == "number" then r = r:to(t.device) elseif type((...)[which]) == "number" then t = t:to(r.device) end
+  if validate then require_all(op, r:gt(0), "total_count must be positive") end
+  local rb, tb = dl.broadcast_tensors(r:to(t.dtype), t)
+  return B.with_probs(op, setmetatable({ total_count = rb, batch_shape = tb.shape, event_shape = {}, _like = tb,
+                                         _validate = validate, _params = { "total_count", which } }, NegativeBinomial),
+                      which, tb, validate)
+end
+NegativeBinomial._get_probs, NegativeBinomial._get_logits = D.Bernoulli._get_probs, D.Bernoulli._get_logits
+function NegativeBinomial:_get_mean() return self.total_count * self.logits:exp() end
+function NegativeBinomial:_get_variance() return self.mean / dl.sigmoid(-self.logits) end
+function NegativeBinomial:sample(shape)
+  return dl.no_grad(function()
+    local rate = D.Gamma(self.total_count, (-self.logits):exp()):sample(shape)
+    return D.Poisson(rate, { validate_args = false }):sample()
+  end)
+end
+function NegativeBinomial:log_prob(v)
+  v = self:_value("log_prob", v)
+  if not v:is_floating_point() then v = v:to(self._like.dtype) end
+  if self._validate then
+    require_all("NegativeBinomial.log_prob", v:ge(0):logical_and(v:eq(v:floor())), "a value is not a count 0, 1, 2 ...")
+  end
+  local r, l = self.total_count, self.logits
+  local norm = (r + v):lgamma() - (v + 1):lgamma() - r:lgamma()
+  norm = dl.where((r + v):eq(0), 0, norm)
+  return -(r * dl.softplus(l)) - v * dl.softplus(-l) + norm   -- r log(1 - p) + v log p
+end
+with_properties(NegativeBinomial)
+
+-- ---- relaxed (Gumbel-softmax) families ------------------------------------------------------
+
+-- The temperature and a Bernoulli or Categorical of the {probs =} or {logits =} options.
+local function temperature_of(op, temperature, like, validate)
+  if type(temperature) == "number" then temperature = dl.tensor(temperature, { dtype = like.dtype, device = like.device }) end
+  local t = parameters(op, { "temperature" }, { temperature })[1]
+  if validate then require_all(op, t:gt(0), "temperature must be positive") end
+  return t:to(like.dtype)
+end
+
+-- LogitRelaxedBernoulli(temperature, {probs =} or {logits =}): the logit of a relaxed
+-- Bernoulli draw, (logits + log u - log(1 - u)) / temperature.
+local LogitRelaxedBernoulli = class("LogitRelaxedBernoulli")
+local function logit_relaxed(op, temperature, ...)
+  local which, p, validate = B.probs_or_logits(op, { ... }, select("#", ...))
+  local trial = B.with_probs(op, setmetatable({}, D.Bernoulli), which, p, validate)
+  local tb, lb = dl.broadcast_tensors(temperature_of(op, temperature, p, validate), trial.logits)
+  return setmetatable({ temperature = tb, _logits = lb, batch_shape = lb.shape, event_shape = {}, _like = lb,
+                        _validate = validate, _params = { "temperature", "logits" } }, LogitRelaxedBernoulli)
+end
+function LogitRelaxedBernoulli.new(...) return logit_relaxed("LogitRelaxedBernoulli", ...) end
+function LogitRelaxedBernoulli:_get_probs() return self._logits:sigmoid() end
+function LogitRelaxedBernoulli:_get_logits() return self._logits end
+function LogitRelaxedBernoulli:rsample(shape)
+  local u = uniform(self, shape, self._logits)
+  return (self._logits + u:log() - (-u):log1p()) / self.temperature
+end
+function LogitRelaxedBernoulli:log_prob(v)
+  local diff = self._logits - self:_value("log_prob", v) * self.temperature
+  return self.temperature:log() + diff - diff:exp():log1p() * 2
+end
+with_properties(LogitRelaxedBernoulli)
+
+-- RelaxedBernoulli(temperature, {probs =} or {logits =}): the sigmoid of
+-- LogitRelaxedBernoulli's draw, in (0, 1).
+local RelaxedBernoulli = class("RelaxedBernoulli", D.TransformedDistribution)
+function RelaxedBernoulli.new(temperature, ...)
+  local base = logit_relaxed("RelaxedBernoulli", temperature, ...)
+  local self = D.TransformedDistribution.new(base, D.transforms.SigmoidTransform())
+  self.temperature = base.temperature
+  return setmetatable(self, RelaxedBernoulli)
+end
+function RelaxedBernoulli:__repr() return "RelaxedBernoulli(temperature: " .. tostring(self.temperature) .. ")" end
+function RelaxedBernoulli:_get_probs() return self.base_dist.probs end
+function RelaxedBernoulli:_get_logits() return self.base_dist.logits end
+function RelaxedBernoulli:rsample(shape)
+  local y = D.TransformedDistribution.rsample(self, shape)
+  local e = eps_of(y)
+  return y:clamp(e, 1 - e)
+end
+with_properties(RelaxedBernoulli)
+
+-- ExpRelaxedCategorical(temperature, {probs =} or {logits =}): the log of a relaxed
+-- one-hot draw, log softmax((logits + Gumbel noise) / temperature) (event_shape {K}).
+local ExpRelaxed = class("ExpRelaxedCategorical")
+local function exp_relaxed(op, temperature, ...)
+  local cat = D.Categorical(...)
+  return setmetatable({ temperature = temperature_of(op, temperature, cat._like, cat._validate), _categorical = cat,
+                        batch_shape = cat.batch_shape, event_shape = { cat._num_events }, _like = cat._like,
+                        _validate = cat._validate, _params = { "temperature" } }, ExpRelaxed)
+end
+function ExpRelaxed.new(...) return exp_relaxed("ExpRelaxedCategorical", ...) end
+function ExpRelaxed:_get_probs() return self._categorical.probs end
+function ExpRelaxed:_get_logits() return self._categorical.logits end
+-- the temperature with a trailing dim of 1, against (..., K)
+local function per_event(self) return self.temperature:unsqueeze(-1) end
+function ExpRelaxed:rsample(shape)
+  local logits = self._categorical.logits
+  local u = uniform(self, shape, logits)
+  local scores = (logits - (-u:log()):log()) / per_event(self)
+  return scores - scores:logsumexp(-1, true)
+end
+function ExpRelaxed:log_prob(v)
+  local k = self._categorical._num_events
+  local t = self.temperature
+  local score = self._categorical.logits - self:_value("log_prob", v) * per_event(self)
+  score = (score - score:logsumexp(-1, true)):sum(-1)
+  -- log Gamma(K) + (K - 1) log temperature
+  local lg = 0
+  for i = 2, k - 1 do lg = lg + log(i) end
+  return score + t:log() * (k - 1) + lg
+end
+with_properties(ExpRelaxed)
+
+-- RelaxedOneHotCategorical(temperature, {probs =} or {logits =}): the Gumbel-softmax
+-- draw, softmax((logits + Gumbel noise) / temperature), on the simplex.
+local RelaxedOneHot = class("RelaxedOneHotCategorical", D.TransformedDistribution)
+function RelaxedOneHot.new(temperature, ...)
+  local base = exp_relaxed("RelaxedOneHotCategorical", temperature, ...)
+  local self = D.TransformedDistribution.new(base, D.transforms.ExpTransform())
+  self.temperature = base.temperature
+  return setmetatable(self, RelaxedOneHot)
+end
+function RelaxedOneHot:__repr() return "RelaxedOneHotCategorical(temperature: " .. tostring(self.temperature) .. ")" end
+function RelaxedOneHot:_get_probs() return self.base_dist.probs end
+function RelaxedOneHot:_get_logits() return self.base_dist.logits end
+function RelaxedOneHot:rsample(shape)
+  local y = D.TransformedDistribution.rsample(self, shape)
+  local e = eps_of(y)
+  return y:clamp(e, 1 - e)
+end
+with_properties(RelaxedOneHot)
+
+-- OneHotCategoricalStraightThrough: OneHotCategorical whose rsample is the one-hot draw
+-- with the gradient of its probabilities (draw + probs - stop_gradient(probs)).
+local StraightThrough = class("OneHotCategoricalStraightThrough", D.OneHotCategorical)
+function StraightThrough.new(...)
+  return setmetatable(D.OneHotCategorical.new(...), StraightThrough)
+end
+function StraightThrough:rsample(shape)
+  local draw = self:sample(shape)
+  local p = self.probs
+  return draw + (p - dl.stop_gradient(p))
+end
+with_properties(StraightThrough)
+
+return D
