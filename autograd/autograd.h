@@ -118,6 +118,7 @@ Tensor softmax(const Tensor& x, int dim);
 Tensor log_softmax(const Tensor& x, int dim);
 Tensor cumsum(const Tensor& x, int dim, bool reverse = false);
 Tensor cumprod(const Tensor& x, int dim, bool reverse = false);
+Tensor fft_c2c(const Tensor& x, bool inverse);
 std::pair<Tensor, Tensor> sort(const Tensor& x, int dim, bool descending);
 Tensor view(const Tensor& x, const Shape& shape);
 Tensor reshape(const Tensor& x, const Shape& shape);

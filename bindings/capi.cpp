@@ -872,6 +872,10 @@ uint64_t dl_cumsum(uint64_t x, int dim) {
   });
 }
 
+uint64_t dl_fft_c2c(uint64_t x, int inverse) {
+  return guard_handle([&] { return ag::fft_c2c(get(x, "fft"), inverse != 0); });
+}
+
 // Sorting and selection: sort's indices, nonzero's positions and searchsorted's insertion
 // points (in [1, n + 1]) are 1-based, as Lua counts.
 int dl_sort(uint64_t x, int dim, int descending, uint64_t* out2) {

@@ -215,6 +215,7 @@ uint64_t dl_argmax(uint64_t x, int dim, int keepdim);               /* dim 0: fl
 uint64_t dl_argmin(uint64_t x, int dim, int keepdim);
 uint64_t dl_cumsum(uint64_t x, int dim);    /* dim 1-based (negative from the end) */
 uint64_t dl_cumprod(uint64_t x, int dim);
+uint64_t dl_fft_c2c(uint64_t x, int inverse);   /* x (..., n, 2) pairs, along dim -2, unnormalised */
 int dl_sort(uint64_t x, int dim, int descending, uint64_t* out2);   /* values, 1-based indices */
 uint64_t dl_nonzero(uint64_t x);            /* (count, ndim) 1-based positions */
 uint64_t dl_searchsorted(uint64_t seq, uint64_t values, int right);   /* in [1, n + 1] */

@@ -135,6 +135,8 @@ const std::vector<OpRow>& rows() {
       // ints {dim, reverse}
       ROW("cumsum", 1, 1, 1, 2, 2, 0, out = {cumsum(arg(a, 0), dim_arg(a.ints[0]), a.ints[1] != 0)}),
       ROW("cumprod", 1, 1, 1, 2, 2, 0, out = {cumprod(arg(a, 0), dim_arg(a.ints[0]), a.ints[1] != 0)}),
+      // ints {inverse}
+      ROW("fft_c2c", 1, 1, 1, 1, 1, 0, out = {fft_c2c(arg(a, 0), a.ints[0] != 0)}),
       // ints {dim, keepdim}: values and indices
       ROW("max_dim", 1, 1, 2, 2, 2, 0, auto p = max_dim(arg(a, 0), dim_arg(a.ints[0]), a.ints[1] != 0);
           out = {p.first, p.second}),

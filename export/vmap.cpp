@@ -341,6 +341,7 @@ constexpr NamedRule kRules[] = {
     {"linalg_solve", solve_rule},
     {"solve_triangular", solve_rule},
     {"cholesky", as_is},
+    {"fft_c2c", as_is},
     {"qr", as_is},
     {"eigh", as_is},
     {"svd", as_is},

@@ -155,6 +155,11 @@ Tensor cumsum(const Tensor& x, int dim, bool reverse = false);
 // Running products along dim (from the end with `reverse`); integer and bool x give int64.
 Tensor cumprod(const Tensor& x, int dim, bool reverse = false);
 
+// The discrete Fourier transform of x (..., n, 2), complex values as (real, imaginary)
+// pairs, along dim -2, unnormalised; the sign of the exponent + when `inverse`
+// (tensor/spectral.cpp; Note [Complex values as pairs] in tensor/fft.h).
+Tensor fft_c2c(const Tensor& x, bool inverse);
+
 // ---- sorting and selection (tensor/sorting.cpp; CPU: tensor/cpu/sorting.cpp) -------
 // Values and int64 indices (0-based) of x sorted along dim; stable, NaN the largest.
 std::pair<Tensor, Tensor> sort(const Tensor& x, int dim, bool descending);

@@ -128,6 +128,8 @@ end
 -- dl.special: torch.special's functions; dl.distributions: torch.distributions'.
 dl.special = loaded_on_first_read("dlua.special")
 dl.distributions = loaded_on_first_read("dlua.distributions")
+-- dl.fft: torch.fft's transforms, complex values as (real, imaginary) pairs.
+dl.fft = loaded_on_first_read("dlua.fft")
 
 -- dl.compile: deferred, traced and fused calls of a Lua function.
 require("dlua.compile")

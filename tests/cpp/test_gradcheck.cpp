@@ -511,6 +511,13 @@ std::vector<Case> other_cases(Op op) {
               {"embedding padding_idx", [i, keep](const TensorList& x) {
                  return ag::binary(Op::Mul, ag::embedding(x[0], i, -4), keep); }, {values(Shape{5, 3}, 82)}}};
     }
+    case Op::FftC2c: {
+      auto f = [](const TensorList& x) { return ag::fft_c2c(x[0], false); };
+      auto inv = [](const TensorList& x) { return ag::fft_c2c(x[0], true); };
+      return {{"fft, n = 8", f, {values(Shape{2, 8, 2}, 87)}},
+              {"fft, n = 5 (Bluestein)", f, {values(Shape{5, 2}, 88)}},
+              {"inverse, n = 6, non-contiguous", inv, {transpose(values(Shape{6, 3, 2}, 89), 0, 1)}}};
+    }
     case Op::CrossEntropy: {
       Tensor t = idx({2, 0, 3, 1}, Shape{4});
       return {{"cross_entropy mean", [t](const TensorList& x) { return ag::cross_entropy(x[0], t, Reduction::Mean, std::nullopt); },

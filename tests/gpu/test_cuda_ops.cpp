@@ -355,6 +355,14 @@ std::map<Op, Check> other_checks() {
                         folds(7));
     });
   };
+  // (the CPU's radix-2 and Bluestein against the device's direct sums)
+  m[Op::FftC2c] = [&] {
+    for (DType dt : {DType::Float32, DType::Float64})
+      for (int64_t n : {1, 5, 8, 64, 100})
+        for (bool inverse : {false, true})
+          compare_op("fft_c2c " + std::string(dtype_name(dt)) + " n " + std::to_string(n) + (inverse ? " inverse" : ""),
+                     {sample({3, n, 2}, dt)}, [&](const auto& x) { return fft_c2c(x[0], inverse); }, folds(double(n) * 4));
+  };
   m[Op::Where] = [&] {
     each_dtype([](DType dt) {
       compare_op(std::string("where ") + std::string(dtype_name(dt)),

@@ -175,6 +175,12 @@ local OTHER = {
     { "dim out of range", function() return dl.cumsum(f23, 3) end, { "cumsum", "dimension 3" } },
     { "no dim", function() return dl.cumsum(f23) end, { "cumsum", "dim" } },
   },
+  fft_c2c = {
+    { "not pairs", function() return dl.fft.fft(f23:view(3, 2, 1)) end, { "fft.fft", "pairs in a last dim of 2" } },
+    { "dim out of range", function() return dl.fft.ifft(f23:view(3, 2), nil, 2) end, { "fft.ifft", "dim 2" } },
+    { "length 0", function() return dl.fft.fft(dl.zeros(0, 2)) end, { "fft", "length 0" } },
+    { "bad norm", function() return dl.fft.rfft(f23, { norm = "none" }) end, { "fft.rfft", "norm" } },
+  },
   log_softmax = { { "dim out of range", function() return dl.log_softmax(f23, 3) end,
                     { "log_softmax", "dimension 3" } } },
   where = {

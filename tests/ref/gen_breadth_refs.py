@@ -1247,6 +1247,60 @@ def gen_distributions4():
         return one_output_cases(cases, lambda name: {"counts": counts})
 
 
+def gen_fft():
+    """torch.fft in float64, complex values as view_as_real pairs in and out: the one-dim,
+    two-dim and n-dim transforms with n/s padding and cutting, dims and the three norms,
+    with gradients of sum(y * c) in the pairs (PyTorch's complex gradient is the pair of
+    the partial derivatives in the real and imaginary parts, which is what the pairs get)."""
+    import torch.fft as TF
+    vc = torch.view_as_complex
+
+    def vr(t):
+        return torch.view_as_real(t.resolve_conj())
+
+    def cx(f):   # a function of complex tensors, over pairs
+        return lambda *a: vr(f(*[vc(t) for t in a]))
+
+    with torch.random.fork_rng():
+        torch.manual_seed(20261202)
+        z = torch.randn(3, 8, 2, dtype=torch.float64)
+        z5 = torch.randn(5, 4, 2, dtype=torch.float64)
+        x = torch.randn(2, 9, dtype=torch.float64)
+        h = torch.randn(2, 5, 2, dtype=torch.float64)
+        z3 = torch.randn(2, 4, 6, 2, dtype=torch.float64)
+        x3 = torch.randn(3, 4, 6, dtype=torch.float64)
+        h3 = torch.randn(3, 4, 4, 2, dtype=torch.float64)
+        cases = (
+            ("fft", cx(lambda t: TF.fft(t)), (z,)),
+            ("fft_pad_ortho", cx(lambda t: TF.fft(t, n=10, norm="ortho")), (z,)),
+            ("fft_cut_dim1", cx(lambda t: TF.fft(t, n=3, dim=0)), (z5,)),
+            ("ifft", cx(lambda t: TF.ifft(t)), (z,)),
+            ("ifft_forward", cx(lambda t: TF.ifft(t, n=7, norm="forward")), (z5,)),
+            ("rfft", lambda t: vr(TF.rfft(t)), (x,)),
+            ("rfft_pad_ortho", lambda t: vr(TF.rfft(t, n=12, norm="ortho")), (x,)),
+            ("rfft_dim1", lambda t: vr(TF.rfft(t, dim=0)), (x,)),
+            ("irfft", lambda t: TF.irfft(vc(t)), (h,)),
+            ("irfft_odd", lambda t: TF.irfft(vc(t), n=9), (h,)),
+            ("irfft_forward", lambda t: TF.irfft(vc(t), n=6, norm="forward"), (h,)),
+            ("hfft", lambda t: TF.hfft(vc(t)), (h,)),
+            ("ihfft", lambda t: vr(TF.ihfft(t, n=7)), (x,)),
+            ("fft2", cx(lambda t: TF.fft2(t)), (z3,)),
+            ("ifft2_s", cx(lambda t: TF.ifft2(t, s=(3, 8), norm="ortho")), (z3,)),
+            ("fftn_dims", cx(lambda t: TF.fftn(t, dim=(0, 2))), (z3,)),
+            ("fftn_all", cx(lambda t: TF.fftn(t)), (z3,)),
+            ("rfft2", lambda t: vr(TF.rfft2(t)), (x3,)),
+            ("rfftn_s", lambda t: vr(TF.rfftn(t, s=(5, 4, 7))), (x3,)),
+            ("irfft2", lambda t: TF.irfft2(vc(t)), (h3,)),
+            ("irfftn_s", lambda t: TF.irfftn(vc(t), s=(3, 5, 7), norm="ortho"), (h3,)),
+            ("fftshift", lambda t: TF.fftshift(t), (x3,)),
+            ("ifftshift_dim", lambda t: TF.ifftshift(t, dim=(1, 2)), (x3,)))
+        out = one_output_cases(cases)
+        out.append({"name": "freqs", "args": [], "ys": [TF.fftfreq(8, dtype=torch.float64),
+                    TF.fftfreq(7, 0.5, dtype=torch.float64), TF.rfftfreq(9, 0.1, dtype=torch.float64)],
+                    "c": torch.zeros(0), "grads": []})
+        return out
+
+
 def main():
     refs = {"losses": gen_losses(), "adagrad": gen_adagrad(), "schedules": gen_schedules(), "clip": gen_clip(),
             "recurrent": gen_recurrent(), "norms": gen_norms(), "attention": gen_attention(),
@@ -1260,7 +1314,7 @@ def main():
             "gamma_slopes": gen_gamma_slopes(), "packed": gen_packed(),
             "distributions3": gen_distributions3(), "special_functions": gen_special_functions(),
             "bessel": gen_bessel(), "von_mises": gen_von_mises(),
-            "distributions4": gen_distributions4()}
+            "distributions4": gen_distributions4(), "fft": gen_fft()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

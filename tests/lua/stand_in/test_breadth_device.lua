@@ -116,6 +116,13 @@ local CASES = {
   von_mises_log_prob = function(d)
     return dl.distributions.VonMises(dl.tensor({ 0.5, -2 }):to(d), 3):log_prob(dl.tensor({ 0.3, 3 }):to(d))
   end,
+  fft = function(d)
+    local x = dl.tensor({ { 1, 2, 0.5, -1, 3 }, { 0, 1, 0, 0, 2 } }):to(d)
+    return dl.fft.irfft(dl.fft.mul(dl.fft.rfft(x, 8), dl.fft.rfft(x:flip({ 2 }), 8)), 8) + dl.fft.fftfreq(8):to(d)
+  end,
+  fft_grad = function(d)
+    return dl.grad(function(z) return dl.fft.abs(dl.fft.fft2(z)):sum() end)(dl.arange(12):float():view(2, 3, 2):to(d))
+  end,
   bessel_grad = function(d)
     return dl.grad(function(t) return (dl.special.bessel_y1(t) * dl.special.i1e(t)):sum() end)(dl.tensor({ 0.5, 3, 30 }):to(d))
   end,
