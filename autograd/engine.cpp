@@ -512,7 +512,9 @@ void GraphTask::add_grad(Info* inf, uint32_t nr, const Tensor& g) {
 // tensors of the whole sequence's size: memory traffic that grows with T^2. The LSTM
 // row of bench/ spent most of its time there.
 // So when the backward records nothing (no create_graph: then the embedding must be a
-// recorded op, and is), the engine adds such a gradient into the part of the input's
+// recorded op, and is) and no observer replays what it sees (a capture by dl.vmap,
+// dl.export or dl.compile takes embed() as one op, but could not replay a write into a
+// buffer it never saw made), the engine adds such a gradient into the part of the input's
 // gradient buffer that the view covers: the buffer is made once, zeros (or a copy of
 // what arrived first, when anything else may hold that tensor), and each step's
 // gradient goes into its region. Every element receives the same additions in the same
@@ -593,7 +595,7 @@ bool GraphTask::run() {
       scratch_.clear();
       return false;
     }
-    if (!create_graph_ && add_region(inf, at)) continue;
+    if (!create_graph_ && !observing() && add_region(inf, at)) continue;
     Grads grads = n->backward(*n, gather_grads(inf));
     scratch_.clear();
     finish_node(at, grads);

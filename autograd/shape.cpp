@@ -7,6 +7,7 @@
 #include "autograd/math.h"
 #include "autograd/record.h"
 #include "autograd/views.h"
+#include "tensor/observe.h"
 
 namespace dl::ag {
 
@@ -15,7 +16,9 @@ using namespace math;
 // ---- strided views of a contiguous layout, and their adjoint ---------------------------
 
 Geometry geometry_in(const Shape& base_shape, const std::function<Tensor(const Tensor&)>& view_op) {
-  // The view op only computes metadata: run it on a storage-less contiguous tensor.
+  // The view op only computes metadata: run it on a storage-less contiguous tensor, not
+  // reported to an observer (a capture would take the probe for a value and read it).
+  Unobserved quiet;
   auto st = Storage::borrow(nullptr, 0, Device{});
   Tensor probe(make_ref<TensorImpl>(st, base_shape, contiguous_strides(base_shape), 0, DType::Float32));
   Tensor v = view_op(probe);
@@ -35,7 +38,7 @@ void store(Attrs& a, const Geometry& geo) {
 
 Tensor strided_view(const Tensor& t, const Geometry& geo) {
   Tensor c = ag::contiguous(t);
-  Tensor y = make_view(dl::contiguous(c), geo.sizes, geo.strides, c.offset() + geo.offset);
+  Tensor y = dl::strided_view(c, geo.sizes, geo.strides, geo.offset);
   Ref<Node> n = maybe_node("strided_view", strided_view_backward, {&c});
   if (!n) return y;
   store(n->attrs, geo);
@@ -43,9 +46,7 @@ Tensor strided_view(const Tensor& t, const Geometry& geo) {
 }
 
 Tensor embed(const Tensor& g, const Shape& base_shape, const Geometry& geo) {
-  Tensor z = zeros(base_shape, g.dtype(), g.device());
-  Tensor region = make_view(z, geo.sizes, geo.strides, geo.offset);
-  dl::copy_(region, g);
+  Tensor z = dl::embed(g, base_shape, geo.sizes, geo.strides, geo.offset);
   Ref<Node> n = maybe_node("embed", embed_backward, {&g});
   if (!n) return z;
   store(n->attrs, geo);

@@ -135,6 +135,21 @@ const std::vector<OpRow>& rows() {
       // ints {dim, reverse}
       ROW("cumsum", 1, 1, 1, 2, 2, 0, out = {cumsum(arg(a, 0), dim_arg(a.ints[0]), a.ints[1] != 0)}),
       ROW("cumprod", 1, 1, 1, 2, 2, 0, out = {cumprod(arg(a, 0), dim_arg(a.ints[0]), a.ints[1] != 0)}),
+      // ints {base rank b, region rank k, base shape (b), sizes (k), strides (k), offset}
+      ROW("embed", 1, 1, 1, 3, -1, 0, {
+        const int64_t b = a.ints[0], k = a.ints[1];
+        expect(r, b >= 0 && k >= 0 && b <= kMaxDims && k <= kMaxDims && a.nints == 3 + b + 2 * k,
+               "expected ints {base rank, region rank, base shape, sizes, strides, offset}");
+        out = {embed(arg(a, 0), shape_arg(r, a.ints + 2, int(b)), shape_arg(r, a.ints + 2 + b, int(k)),
+                     shape_arg(r, a.ints + 2 + b + k, int(k)), a.ints[2 + b + 2 * k])};
+      }),
+      // ints {region rank k, sizes (k), strides (k), offset}
+      ROW("strided_view", 1, 1, 1, 2, -1, 0, {
+        const int64_t k = a.ints[0];
+        expect(r, k >= 0 && k <= kMaxDims && a.nints == 2 + 2 * k, "expected ints {region rank, sizes, strides, offset}");
+        out = {strided_view(arg(a, 0), shape_arg(r, a.ints + 1, int(k)), shape_arg(r, a.ints + 1 + k, int(k)),
+                            a.ints[1 + 2 * k])};
+      }),
       // ints {inverse}
       ROW("fft_c2c", 1, 1, 1, 1, 1, 0, out = {fft_c2c(arg(a, 0), a.ints[0] != 0)}),
       // ints {dim, keepdim}: values and indices

@@ -118,6 +118,41 @@ bool dim_arg(const Call& c, std::vector<Tensor>& out) {
   return true;
 }
 
+// embed's ints {b, k, base (b), sizes (k), strides (k), offset}: the batch is one more
+// dim of both the base and the region, whose stride is the base's size.
+bool embed_rule(const Call& c, std::vector<Tensor>& out) {
+  const std::vector<int64_t>& v = c.ints;
+  if (v.size() < 3) return false;
+  const int64_t b = v[0], k = v[1];
+  if (b < 0 || k < 0 || int64_t(v.size()) != 3 + b + 2 * k) return false;
+  int64_t numel = 1;
+  for (int64_t i = 0; i < b; ++i) numel *= v[size_t(2 + i)];
+  std::vector<int64_t> is = {b + 1, k + 1, c.batch};
+  is.insert(is.end(), v.begin() + 2, v.begin() + 2 + b);
+  is.push_back(c.batch);
+  is.insert(is.end(), v.begin() + 2 + b, v.begin() + 2 + b + k);
+  is.push_back(numel);
+  is.insert(is.end(), v.begin() + 2 + b + k, v.begin() + 2 + b + 2 * k);
+  is.push_back(v.back());
+  c.run(c.tensors(), is, out);
+  return true;
+}
+
+// strided_view's ints {k, sizes (k), strides (k), offset}, of each example's contiguous
+// elements: the batch is one more dim, whose stride is an example's size.
+bool strided_view_rule(const Call& c, std::vector<Tensor>& out) {
+  const std::vector<int64_t>& v = c.ints;
+  if (v.empty() || int64_t(v.size()) != 2 + 2 * v[0] || !c.batched(0)) return false;
+  const int64_t k = v[0], each = c.batch > 0 ? c.t(0).numel() / c.batch : 0;
+  std::vector<int64_t> is = {k + 1, c.batch};
+  is.insert(is.end(), v.begin() + 1, v.begin() + 1 + k);
+  is.push_back(each);
+  is.insert(is.end(), v.begin() + 1 + k, v.begin() + 1 + 2 * k);
+  is.push_back(v.back());
+  c.run(c.tensors(), is, out);
+  return true;
+}
+
 // ints {keepdim, dims...}; no dims: all of them.
 bool reduction(const Call& c, std::vector<Tensor>& out) {
   const int64_t r = logical_rank(c.in[0]);
@@ -342,6 +377,8 @@ constexpr NamedRule kRules[] = {
     {"solve_triangular", solve_rule},
     {"cholesky", as_is},
     {"fft_c2c", as_is},
+    {"embed", embed_rule},
+    {"strided_view", strided_view_rule},
     {"qr", as_is},
     {"eigh", as_is},
     {"svd", as_is},

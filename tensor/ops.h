@@ -182,6 +182,13 @@ Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length);
 // Elements start, start+step, ... < stop along dim (0-based, stop exclusive, step > 0).
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t stop, int64_t step);
 Tensor select(const Tensor& x, int dim, int64_t index);
+// Zeros of base_shape with g written into the strided region (sizes, strides, offset) of
+// that contiguous layout: the adjoint of taking such a view (the gradient of narrow,
+// slice, select). One op for an observer (a capture replays it; its write is inside).
+Tensor embed(const Tensor& g, const Shape& base_shape, const Shape& sizes, const Shape& strides, int64_t offset);
+// embed's adjoint: the view (sizes, strides, offset) of t's elements in t's contiguous
+// layout (a copy first when t is not contiguous).
+Tensor strided_view(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset);
 Tensor expand(const Tensor& x, const Shape& shape);  // -1 keeps a dim
 Tensor squeeze(const Tensor& x, std::optional<int> dim);
 Tensor unsqueeze(const Tensor& x, int dim);

@@ -363,4 +363,71 @@ Tensor flatten(const Tensor& x, int start_dim, int end_dim) {
   return reshape(x, sizes);
 }
 
+// ---- strided views of a contiguous layout, and their adjoint (embed) ------------------------
+
+// Checks that the region (sizes, strides, offset) lies in a contiguous layout of `numel`
+// elements (an empty region anywhere); true when it is empty.
+static bool check_region(const char* op, int64_t numel, const Shape& sizes, const Shape& strides, int64_t offset) {
+  DL_CHECK(strides.size() == sizes.size(), op, ": ", sizes.size(), " sizes but ", strides.size(), " strides");
+  bool empty = false, overflow = false;
+  int64_t last = offset;
+  for (int d = 0; d < sizes.size(); ++d) {
+    DL_CHECK(sizes[d] >= 0 && strides[d] >= 0, op, ": a negative size or stride in the region");
+    if (sizes[d] == 0) empty = true;
+    int64_t step;
+    overflow |= __builtin_mul_overflow(sizes[d] > 0 ? sizes[d] - 1 : 0, strides[d], &step);
+    overflow |= __builtin_add_overflow(last, step, &last);
+  }
+  DL_CHECK(empty || (!overflow && offset >= 0 && last < numel), op, ": the region (offset ", offset,
+           ") lies outside the ", numel, " elements it is taken of");
+  return empty;
+}
+
+static Tensor strided_view_impl(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset) {
+  check_region("strided_view", t.numel(), sizes, strides, offset);
+  Tensor c = contiguous(t);
+  return make_view(c, sizes, strides, c.offset() + offset);
+}
+
+Tensor strided_view(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset) {
+  return observed_other("strided_view", [&] { return strided_view_impl(t, sizes, strides, offset); },
+                        [&](Observed& o, const Tensor&) {
+                          o.ins = {&t};
+                          o.ints = {int64_t(sizes.size())};
+                          o.ints.insert(o.ints.end(), sizes.begin(), sizes.end());
+                          o.ints.insert(o.ints.end(), strides.begin(), strides.end());
+                          o.ints.push_back(offset);
+                        });
+}
+
+static Tensor embed_impl(const Tensor& g, const Shape& base, const Shape& sizes, const Shape& strides, int64_t offset) {
+  const char* op = "embed";
+  DL_CHECK(g.shape() == sizes, op, ": the values have shape ", g.shape(), ", the region ", sizes);
+  int64_t numel = 1;
+  for (int64_t s : base) {
+    DL_CHECK(s >= 0, op, ": a negative size in the base shape ", base);
+    numel = s == 0 || numel == 0 ? 0 : numel * s;
+    DL_CHECK(numel <= (int64_t(1) << 48), op, ": the base shape ", base, " is too large");
+  }
+  const bool empty = check_region(op, numel, sizes, strides, offset);
+  Tensor z = zeros(base, g.dtype(), g.device());
+  if (!empty) {
+    Tensor region = make_view(z, sizes, strides, offset);
+    copy_(region, g);
+  }
+  return z;
+}
+
+Tensor embed(const Tensor& g, const Shape& base, const Shape& sizes, const Shape& strides, int64_t offset) {
+  return observed_other("embed", [&] { return embed_impl(g, base, sizes, strides, offset); },
+                        [&](Observed& o, const Tensor&) {
+                          o.ins = {&g};
+                          o.ints = {int64_t(base.size()), int64_t(sizes.size())};
+                          o.ints.insert(o.ints.end(), base.begin(), base.end());
+                          o.ints.insert(o.ints.end(), sizes.begin(), sizes.end());
+                          o.ints.insert(o.ints.end(), strides.begin(), strides.end());
+                          o.ints.push_back(offset);
+                        });
+}
+
 }  // namespace dl

@@ -301,3 +301,28 @@ TEST_CASE("views of size-1 dims with huge strides neither overflow nor misplace 
   int64_t at[] = {0, 5};
   CHECK(select(slice(v, 0, 0, 1, kBig), 0, 0).value_at(at + 1) == 5);
 }
+
+TEST_CASE("embed and strided_view: a region's adjoint pair, and regions outside refused", "[view]") {
+  Tensor x = x234();
+  // the region of X[:, 1, ::2] in X's contiguous layout
+  const Shape sizes{2, 2}, strides{12, 2};
+  Tensor v = strided_view(x, sizes, strides, 4);
+  Tensor want = slice(select(x, 1, 1), 1, 0, 4, 2);
+  REQUIRE(v.shape() == want.shape());
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) REQUIRE(select(select(v, 0, i), 0, j).item() == select(select(want, 0, i), 0, j).item());
+  Tensor z = embed(v, x.shape(), sizes, strides, 4);
+  REQUIRE(z.shape() == x.shape());
+  double total = 0, expect = 0;
+  for (int64_t i = 0; i < z.numel(); ++i) total += double(contiguous(z).data<float>()[i]);
+  for (int64_t i = 0; i < v.numel(); ++i) expect += double(contiguous(v).data<float>()[i]);
+  REQUIRE(total == expect);
+  // a region past the end, a negative stride or offset, mismatched values: errors
+  REQUIRE_THROWS_WITH(strided_view(x, Shape{2, 3}, Shape{12, 4}, 20), Catch::Contains("strided_view: the region"));
+  REQUIRE_THROWS_WITH(embed(v, x.shape(), sizes, Shape{12, -2}, 4), Catch::Contains("embed: a negative size or stride"));
+  REQUIRE_THROWS_WITH(embed(v, x.shape(), sizes, strides, -1), Catch::Contains("embed: the region"));
+  REQUIRE_THROWS_WITH(embed(v, x.shape(), Shape{2, 3}, Shape{12, 2, 1}, 0), Catch::Contains("embed: the values have shape"));
+  REQUIRE_THROWS_WITH(embed(v, x.shape(), sizes, Shape{int64_t(1) << 62, 2}, 0), Catch::Contains("embed: the region"));
+  // an empty region anywhere
+  REQUIRE(embed(zeros(Shape{0, 2}, DType::Float32), x.shape(), Shape{0, 2}, strides, 1000).numel() == x.numel());
+}

@@ -173,6 +173,23 @@ H.test("per-example gradients: dl.vmap(dl.grad(loss)) equals a gradient per exam
   H.ok((grads[1]:mean(1) - gb):abs():max():item() < 1e-12, "the mean of the per-example gradients")
 end)
 
+H.test("per-example gradients through narrow, select, slices and transforms (embed's rule)", function()
+  -- (their gradients put each example's into zeros: one op of the capture, batched by its
+  -- rule; the engine's in-place region adds are for unobserved backward passes only)
+  local w = randn(4)
+  local function loss(x)
+    local head = x:narrow(1, 2, 4)
+    local first = x:select(1, 1)
+    local odd = x[{ { 1, 9, 2 } }]
+    return (head * w):sum() * first + odd:pow(2):sum()
+  end
+  local g = check("narrow, select, slice", dl.grad(loss), { randn(5, 10) })
+  H.shape(g[1], { 5, 10 })
+  check("second order through narrow", dl.grad(function(x) return dl.grad(loss)(x):pow(2):sum() end), { randn(3, 10) })
+  check("transforms", dl.grad(function(x) return dl.fft.abs(dl.fft.rfft(x, 16)):sum() end), { randn(4, 12) })
+  check("complex pairs", function(z) return dl.fft.ifft(dl.fft.fft(z, 12)) end, { randn(3, 10, 2) })
+end)
+
 H.test("in_dims and out_dims: any dim, negative dims, shared results broadcast", function()
   local x = randn(3, 7, 2)   -- examples along dim 2
   check("in_dims 2", function(a) return a * 2 end, { x }, { in_dims = 2 })
