@@ -495,4 +495,41 @@ H.test("Weibull, Pareto, HalfCauchy, Kumaraswamy, FisherSnedecor, NegativeBinomi
   H.near(gs:totable(), want:totable(), 1e-12)
 end)
 
+H.test("ContinuousBernoulli (inside and outside its unstable region) and LowRankMultivariateNormal match PyTorch float64", function()
+  local CB, LR = D.ContinuousBernoulli, D.LowRankMultivariateNormal
+  local FN = {
+    cb = function(p, v) return CB({ probs = p }):log_prob(v) end,
+    cb_logits = function(l, v) return CB({ logits = l }):log_prob(v) end,
+    cb_moments = function(p) local d = CB({ probs = p }); return d.mean + d.variance + d:entropy() end,
+    cb_logits_moments = function(l) local d = CB({ logits = l }); return d.mean + d.variance end,
+    cb_cdf = function(p, v, q) local d = CB({ probs = p }); return d:cdf(v) + d:icdf(q) end,
+    low_rank = function(m, w, d, x) return LR(m, w, d):log_prob(x) end,
+    low_rank_more = function(m, w, d)
+      local dist = LR(m, w, d)
+      return dist:entropy():sum() + dist.variance:sum() + dist.covariance_matrix:sum()
+    end,
+  }
+  H.eq(H.ref_cases(R.distributions5, FN, 1e-10, 1e-8), 7)
+  -- the low-rank Gaussian is the full one of its covariance
+  dl.manual_seed(8)
+  local loc, w, d = dl.randn(3, f64), dl.randn(3, 2, f64), dl.rand(3, f64) + 0.2
+  local low = LR(loc, w, d)
+  local full = D.MultivariateNormal(loc, { covariance_matrix = low.covariance_matrix })
+  local x = dl.randn(6, 3, f64)
+  H.near(low:log_prob(x):totable(), full:log_prob(x):totable(), 1e-12)
+  H.near(low:entropy():item(), full:entropy():item(), 1e-12)
+  local draws = low:rsample({ 40000 })
+  H.near(draws:mean(1):totable(), loc:totable(), 0.05)
+  H.near(draws:var(1):totable(), low.variance:totable(), 0.1)
+  H.raises(function() LR(loc, dl.randn(4, 2), d) end, "LowRankMultivariateNormal: cov_factor must be (..., 3, rank)")
+  H.raises(function() LR(loc, w, -d) end, "LowRankMultivariateNormal: cov_diag must be positive")
+  -- continuous Bernoulli draws lie in [0, 1] with its mean; reparameterised
+  local cb = CB({ probs = dl.tensor({ 0.1, 0.5, 0.8 }, f64) })
+  local s = cb:rsample({ 40000 })
+  H.ok(s:min():item() >= 0 and s:max():item() <= 1)
+  H.near(s:mean(1):totable(), cb.mean:totable(), 0.01)
+  H.ok(dl.grad(function(p) return CB({ probs = p }):rsample({ 5 }):sum() end)(dl.tensor({ 0.3 }, f64)):abs():item() > 0)
+  H.raises(function() CB({ probs = 0.3 }):log_prob(1.5) end, "ContinuousBernoulli.log_prob: a value lies outside [0, 1]")
+end)
+
 H.run()

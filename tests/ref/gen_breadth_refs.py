@@ -1247,6 +1247,35 @@ def gen_distributions4():
         return one_output_cases(cases, lambda name: {"counts": counts})
 
 
+def gen_distributions5():
+    """ContinuousBernoulli (probabilities on both sides of and inside its unstable region
+    around 1/2, and logits) and LowRankMultivariateNormal (batched, broadcast factors) in
+    float64: log_prob, moments, entropy, cdf and icdf, with gradients of sum(y * c)."""
+    import torch.distributions as TD
+    with torch.random.fork_rng():
+        torch.manual_seed(20261203)
+        p = torch.tensor([0.05, 0.3, 0.4995, 0.5004, 0.87], dtype=torch.float64)
+        v = torch.tensor([[0.0], [0.25], [0.9], [1.0]], dtype=torch.float64)
+        q = torch.tensor([[0.1], [0.6], [0.35], [0.95]], dtype=torch.float64)
+        logits = torch.tensor([-3.0, -0.2, 0.0, 1e-5, 2.5], dtype=torch.float64)
+        loc = torch.randn(2, 1, 4, dtype=torch.float64)
+        w = torch.randn(3, 4, 2, dtype=torch.float64)
+        d = torch.rand(4, dtype=torch.float64) + 0.5
+        x = torch.randn(5, 2, 3, 4, dtype=torch.float64)
+        cb = TD.ContinuousBernoulli
+        lr = TD.LowRankMultivariateNormal
+        cases = (
+            ("cb", lambda pp, vv: cb(probs=pp).log_prob(vv), (p, v)),
+            ("cb_logits", lambda ll, vv: cb(logits=ll).log_prob(vv), (logits, v)),
+            ("cb_moments", lambda pp: cb(probs=pp).mean + cb(probs=pp).variance + cb(probs=pp).entropy(), (p,)),
+            ("cb_logits_moments", lambda ll: cb(logits=ll).mean + cb(logits=ll).variance, (logits,)),
+            ("cb_cdf", lambda pp, vv, qq: cb(probs=pp).cdf(vv) + cb(probs=pp).icdf(qq), (p, v, q)),
+            ("low_rank", lambda m, f, dd, xx: lr(m, f, dd).log_prob(xx), (loc, w, d, x)),
+            ("low_rank_more", lambda m, f, dd: lr(m, f, dd).entropy().sum() + lr(m, f, dd).variance.sum()
+             + lr(m, f, dd).covariance_matrix.sum(), (loc, w, d)))
+        return one_output_cases(cases)
+
+
 def gen_fft():
     """torch.fft in float64, complex values as view_as_real pairs in and out: the one-dim,
     two-dim and n-dim transforms with n/s padding and cutting, dims and the three norms,
@@ -1314,7 +1343,8 @@ def main():
             "gamma_slopes": gen_gamma_slopes(), "packed": gen_packed(),
             "distributions3": gen_distributions3(), "special_functions": gen_special_functions(),
             "bessel": gen_bessel(), "von_mises": gen_von_mises(),
-            "distributions4": gen_distributions4(), "fft": gen_fft()}
+            "distributions4": gen_distributions4(), "fft": gen_fft(),
+            "distributions5": gen_distributions5()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

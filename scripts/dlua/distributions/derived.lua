@@ -200,6 +200,79 @@ function NegativeBinomial:log_prob(v)
 end
 with_properties(NegativeBinomial)
 
+-- ContinuousBernoulli({probs =} or {logits =}): density C(p) p^x (1 - p)^(1 - x) on [0, 1]
+-- (Loaiza-Ganem and Cunningham, 2019), C(p) = 2 atanh(1 - 2p) / (1 - 2p). Near p = 1/2,
+-- where that form is 0 / 0, PyTorch's Taylor expansions in (p - 1/2) for p in (0.499,
+-- 0.501) (the probabilities are first kept off 0 and 1).
+local ContinuousBernoulli = class("ContinuousBernoulli")
+local CB_LOW, CB_HIGH = 0.499, 0.501
+function ContinuousBernoulli.new(...)
+  local op = "ContinuousBernoulli"
+  local which, t, validate = B.probs_or_logits(op, { ... }, select("#", ...))
+  local self = B.with_probs(op, setmetatable({ batch_shape = t.shape, event_shape = {}, _like = t, _validate = validate,
+                                               _params = { which } }, ContinuousBernoulli), which, t, validate)
+  if which == "probs" then self._probs = t:clamp(eps_of(t), 1 - eps_of(t)) end
+  return self
+end
+ContinuousBernoulli._get_probs, ContinuousBernoulli._get_logits = D.Bernoulli._get_probs, D.Bernoulli._get_logits
+-- whether p is outside the unstable region, and p with the region's values moved off it
+local function cb_cut(self)
+  local p = self.probs
+  local outside = p:le(CB_LOW):logical_or(p:ge(CB_HIGH))
+  return outside, dl.where(outside, p, CB_LOW), p
+end
+local function cb_log_norm(self)
+  local outside, cut, p = cb_cut(self)
+  local below = dl.where(cut:le(0.5), cut, 0)
+  local above = dl.where(cut:ge(0.5), cut, 1)
+  local exact = ((-cut):log1p() - cut:log()):abs():log()
+    - dl.where(cut:le(0.5), (below * -2):log1p(), (above * 2 - 1):log())
+  local x = (p - 0.5):pow(2)
+  return dl.where(outside, exact, (x * (104 / 45) + 4 / 3) * x + log(2))
+end
+function ContinuousBernoulli:_get_mean()
+  local outside, cut, p = cb_cut(self)
+  local exact = cut / (cut * 2 - 1) + 1 / ((-cut):log1p() - cut:log())
+  local x = p - 0.5
+  return dl.where(outside, exact, (x:pow(2) * (16 / 45) + 1 / 3) * x + 0.5)
+end
+function ContinuousBernoulli:_get_variance()
+  local outside, cut, p = cb_cut(self)
+  local exact = cut * (cut - 1) / (1 - cut * 2):pow(2) + 1 / ((-cut):log1p() - cut:log()):pow(2)
+  local x = (p - 0.5):pow(2)
+  return dl.where(outside, exact, 1 / 12 - (1 / 15 - x * (128 / 945)) * x)
+end
+function ContinuousBernoulli:log_prob(v)
+  v = self:_value("log_prob", v)
+  if self._validate then
+    require_all("ContinuousBernoulli.log_prob", v:ge(0):logical_and(v:le(1)), "a value lies outside [0, 1]")
+  end
+  local l = self.logits
+  -- -binary_cross_entropy_with_logits(l, v) = v l - softplus(l)
+  return v * l - dl.softplus(l) + cb_log_norm(self)
+end
+function ContinuousBernoulli:cdf(v)
+  v = self:_value("cdf", v)
+  local outside, cut = cb_cut(self)
+  local c = (cut:pow(v) * (1 - cut):pow(1 - v) + cut - 1) / (cut * 2 - 1)
+  return dl.where(v:le(0), 0, dl.where(v:ge(1), 1, dl.where(outside, c, v)))
+end
+function ContinuousBernoulli:icdf(q)
+  q = self:_value("icdf", q)
+  local outside, cut = cb_cut(self)
+  local x = ((-cut + q * (cut * 2 - 1)):log1p() - (-cut):log1p()) / (cut:log() - (-cut):log1p())
+  return dl.where(outside, x, q)
+end
+function ContinuousBernoulli:rsample(shape)
+  return self:icdf(uniform(self, shape, self.probs))
+end
+function ContinuousBernoulli:entropy()
+  local p = self.probs
+  local l0, l1 = (-p):log1p(), p:log()
+  return self.mean * (l0 - l1) - cb_log_norm(self) - l0
+end
+with_properties(ContinuousBernoulli)
+
 -- ---- relaxed (Gumbel-softmax) families ------------------------------------------------------
 
 -- The temperature and a Bernoulli or Categorical of the {probs =} or {logits =} options.

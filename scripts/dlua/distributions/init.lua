@@ -15,7 +15,9 @@
 -- Independent(base, n), TransformedDistribution(base, transforms) (their transforms in
 -- dl.distributions.transforms) and MixtureSameFamily(mixture, components); Weibull(scale,
 -- concentration), Pareto(scale, alpha), HalfCauchy(scale), Kumaraswamy(c1, c0),
--- FisherSnedecor(df1, df2), NegativeBinomial(total_count, {probs =} or {logits =}), and the
+-- FisherSnedecor(df1, df2), NegativeBinomial(total_count, {probs =} or {logits =}),
+-- ContinuousBernoulli({probs =} or {logits =}), LowRankMultivariateNormal(loc, cov_factor,
+-- cov_diag), and the
 -- relaxed families LogitRelaxedBernoulli, RelaxedBernoulli, RelaxedOneHotCategorical
 -- (temperature, {probs =} or {logits =}; Gumbel-softmax) and
 -- OneHotCategoricalStraightThrough. Each has

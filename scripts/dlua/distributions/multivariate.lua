@@ -90,6 +90,81 @@ function MultivariateNormal:entropy()
 end
 with_properties(MultivariateNormal)
 
+-- LowRankMultivariateNormal(loc, cov_factor W (..., n, r), cov_diag D (..., n)): the
+-- Gaussian of covariance W W^T + diag(D), r << n, without forming it: through the
+-- capacitance C = I + W^T D^-1 W (r x r), log det = log det C + sum log D and the
+-- Mahalanobis term by Woodbury; draws loc + W e_r + sqrt(D) e_n.
+local LowRank = class("LowRankMultivariateNormal")
+LowRank._params = { "loc" }
+function LowRank.new(loc, cov_factor, cov_diag, ...)
+  local op = "LowRankMultivariateNormal"
+  local validate, n_args = B.take_options(op, { cov_factor, cov_diag, ... }, 2 + select("#", ...))
+  if n_args ~= 2 then raise(op .. ": expected loc, cov_factor and cov_diag") end
+  -- (each alone: their shapes are not broadcast against each other)
+  loc = parameters(op, { "loc" }, { loc })[1]
+  cov_factor = parameters(op, { "cov_factor" }, { cov_factor })[1]:to(loc.dtype)
+  cov_diag = parameters(op, { "cov_diag" }, { cov_diag })[1]:to(loc.dtype)
+  if loc:dim() < 1 then raise(op .. ": loc must have at least one dim (the event)") end
+  local n = loc:size(-1)
+  if cov_factor:dim() < 2 or cov_factor:size(-2) ~= n then
+    raise(op .. ": cov_factor must be (..., " .. n .. ", rank) for loc of shape " .. shape_str(loc.shape)
+          .. ", got shape " .. shape_str(cov_factor.shape))
+  end
+  if cov_diag:dim() < 1 or cov_diag:size(-1) ~= n then
+    raise(op .. ": cov_diag must be (..., " .. n .. ") for loc of shape " .. shape_str(loc.shape)
+          .. ", got shape " .. shape_str(cov_diag.shape))
+  end
+  if validate then require_all(op, cov_diag:gt(0), "cov_diag must be positive") end
+  local r = cov_factor:size(-1)
+  local lb, wb, db = loc.shape, cov_factor.shape, cov_diag.shape
+  lb[#lb], db[#db], wb[#wb], wb[#wb - 1] = nil, nil, nil, nil
+  local batch = dl.broadcast_shapes(lb, wb, db)
+  local self = setmetatable({ loc = loc:expand(concat(batch, { n })), cov_factor = cov_factor:expand(concat(batch, { n, r })),
+                              cov_diag = cov_diag:expand(concat(batch, { n })), batch_shape = batch, event_shape = { n },
+                              _like = loc, _validate = validate }, LowRank)
+  -- the capacitance's Cholesky factor, once
+  local wt_dinv = self.cov_factor:transpose(-1, -2) / self.cov_diag:unsqueeze(-2)
+  local cap = wt_dinv:matmul(self.cov_factor) + dl.eye(r, { dtype = loc.dtype, device = loc.device })
+  self._cap_tril = dl.linalg.cholesky(cap)
+  return self
+end
+function LowRank:_get_mean() return self.loc end
+function LowRank:_get_variance() return self.cov_factor:pow(2):sum(-1) + self.cov_diag end
+function LowRank:_get_covariance_matrix()
+  return self.cov_factor:matmul(self.cov_factor:transpose(-1, -2)) + dl.diag_embed(self.cov_diag)
+end
+function LowRank:rsample(shape)
+  local o = { dtype = self.loc.dtype, device = self.loc.device }
+  local ext = self:_extended(shape)
+  local er = concat(ext, {})
+  er[#er] = self.cov_factor:size(-1)   -- (a draw of rank r for each of n)
+  local w = dl.randn(er, o)
+  local e = dl.randn(ext, o)
+  return self.loc + self.cov_factor:matmul(w:unsqueeze(-1)):squeeze(-1) + self.cov_diag:sqrt() * e
+end
+-- log det (W W^T + D) = 2 sum log diag(chol(C)) + sum log D
+local function low_rank_log_det(self) return half_log_det(self._cap_tril) * 2 + self.cov_diag:log():sum(-1) end
+function LowRank:log_prob(v)
+  v = self:_value("log_prob", v)
+  local diff = v - self.loc
+  local n = self.event_shape[1]
+  -- x^T S^-1 x = x^T D^-1 x - |L^-1 W^T D^-1 x|^2, L the capacitance's factor
+  local dinv_x = diff / self.cov_diag
+  local wt = self.cov_factor:transpose(-1, -2)
+  local u = wt:matmul(dinv_x:unsqueeze(-1))
+  local batch = u.shape
+  batch[#batch], batch[#batch - 1] = nil, nil
+  local r = self.cov_factor:size(-1)
+  local z = dl.linalg.solve_triangular(self._cap_tril:expand(concat(batch, { r, r })), u, { upper = false }):squeeze(-1)
+  local m = (diff * dinv_x):sum(-1) - (z * z):sum(-1)
+  return m * -0.5 - low_rank_log_det(self) * 0.5 - n * LOG_SQRT_2PI
+end
+function LowRank:entropy()
+  local n = self.event_shape[1]
+  return low_rank_log_det(self) * 0.5 + n * (0.5 + LOG_SQRT_2PI)
+end
+with_properties(LowRank)
+
 -- Independent(base, n): base's last n batch dims taken as one event (log_prob and entropy
 -- summed over them), as a diagonal Gaussian over pixels is Independent(Normal(mu, sigma), 3).
 local Independent = class("Independent")
