@@ -485,6 +485,16 @@ class Lowering {
     } else if (op == "softmax" || op == "log_softmax") {
       attr_i(node(op == "softmax" ? "Softmax" : "LogSoftmax", {names_.at(size_t(x))}, {out}), "axis",
              axis(iv.at(0), rank, op));
+    } else if (op == "fft_c2c") {
+      // ONNX's DFT takes the same (real, imaginary) pairs in a last dim of 2; its inverse
+      // divides by n, which dlua's unnormalised transform does not
+      const int64_t len = konst(shape(x).at(rank - 2), op);
+      const bool inverse = konst(iv.at(0), op) != 0;
+      const std::string dt = dtype(out_value(n, 0)), t = inverse ? fresh() : out;
+      auto* d = node("DFT", {in_as(n, 0, dt)}, {t});
+      attr_i(d, "axis", int64_t(rank) - 2);
+      attr_i(d, "inverse", inverse);
+      if (inverse) node("Mul", {t, scalar(dt, double(len))}, {out});
     } else if (op == "cumsum") {
       attr_i(node("CumSum", {in_as(n, 0, dtype(out_value(n, 0))), ints_constant({axis(iv.at(0), rank, op)})}, {out}),
              "reverse", konst(iv.at(1), op));

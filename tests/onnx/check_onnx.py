@@ -245,6 +245,14 @@ def cumsum(node, ins):
     return [np.cumsum(x, axis=ax)]
 
 
+def dft(node, ins):
+    a = attrs(node)
+    ax = a.get("axis", 1)
+    x = ins[0][..., 0] + 1j * ins[0][..., 1]
+    y = np.fft.ifft(x, axis=ax) if a.get("inverse", 0) else np.fft.fft(x, axis=ax)   # ONNX's inverse divides by n
+    return [np.stack([y.real, y.imag], -1).astype(ins[0].dtype)]
+
+
 OPS = {
     "Neg": lambda n, i: [-i[0]], "Abs": lambda n, i: [np.abs(i[0])], "Exp": lambda n, i: [np.exp(i[0])],
     "Log": lambda n, i: [np.log(i[0])], "Sqrt": lambda n, i: [np.sqrt(i[0])], "Sin": lambda n, i: [np.sin(i[0])],
@@ -282,7 +290,7 @@ OPS = {
     "ConstantOfShape": const_of_shape, "Where": lambda n, i: [np.where(i[0], i[1], i[2])], "Clip": clip,
     "Softmax": lambda n, i: [softmax(i[0], attrs(n).get("axis", -1))],
     "LogSoftmax": lambda n, i: [np.log(softmax(i[0], attrs(n).get("axis", -1)))],
-    "CumSum": cumsum, "Split": split, "ArgMax": arg(np.argmax), "ArgMin": arg(np.argmin), "Slice": slice_op,
+    "CumSum": cumsum, "DFT": dft, "Split": split, "ArgMax": arg(np.argmax), "ArgMin": arg(np.argmin), "Slice": slice_op,
     "Gather": lambda n, i: [np.take(i[0], i[1], axis=attrs(n).get("axis", 0))],
     "GatherElements": gather_elements,
     "Concat": lambda n, i: [np.concatenate(i, axis=attrs(n)["axis"])],

@@ -102,3 +102,12 @@ local lstm = nn.LSTM(5, 7, { num_layers = 2, batch_first = true })
 lstm:eval()
 save("lstm", function(x) local y, h, c = lstm(x); return y, h, c end, { dl.randn(2, 4, 5) }, { dl.randn(3, 4, 5) },
      { dynamic = { [1] = { 1, "batch" } } })
+
+-- Fourier transforms (ONNX's DFT over the same pairs): a power spectrum, a convolution by
+-- transforms, and an inverse of another length, with a free batch size.
+save("spectra", function(x, k)
+  local F = dl.fft
+  local spectrum = F.abs(F.rfft(x, 16)):pow(2)
+  local smooth = F.irfft(F.mul(F.rfft(x, 16), F.rfft(k, 16)), 16)
+  return spectrum, smooth, F.ifft(F.fft(F.complex(x), 12), 7)
+end, { dl.randn(2, 10), dl.randn(3) }, { dl.randn(4, 10), dl.randn(3) }, { dynamic = { [1] = { 1, "batch" } } })
