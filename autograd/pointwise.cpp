@@ -1,5 +1,7 @@
 // The pointwise family, recorded: forwards and derivatives side by side.
 #include <cmath>
+#include <initializer_list>
+#include <iterator>
 
 #include "autograd/math.h"
 #include "autograd/record.h"
@@ -27,13 +29,24 @@ Tensor unary(Op op, const Tensor& x) {
 }
 
 namespace {
-// v / x, with its limit `at_zero` where x is 0; the division sees 1 there, so that neither
-// branch's gradient is NaN at 0.
-Tensor over_x(const Tensor& v, const Tensor& x, double at_zero) {
-  const Tensor zero = ag::compare(Op::Eq, x, Scalar(0.0));
-  const Tensor safe = ag::where(zero, ones(Shape{}, x.dtype(), x.device()), x);
-  return ag::where(zero, full(Shape{}, Scalar(at_zero), x.dtype(), x.device()), v / safe);
+// sum of c[k] x^k (Horner's rule), recorded.
+Tensor polynomial(const Tensor& x, std::initializer_list<double> c) {
+  const double* k = std::data(c) + c.size();
+  Tensor acc = full(Shape{}, Scalar(*--k), x.dtype(), x.device());
+  while (k != std::data(c)) acc = acc * x + *--k;
+  return acc;
 }
+// v / x where |x| >= 1e-3, and below, `near`: the Taylor polynomial of v / x there (its
+// next term under 1e-20), so that every order of derivative is right near 0 (the quotient
+// cancels there); the division sees 1 in that branch, so neither branch's gradient is NaN.
+Tensor over_x(const Tensor& v, const Tensor& x, const Tensor& near) {
+  const Tensor small = ag::compare(Op::Lt, abs(x), Scalar(1e-3));
+  const Tensor safe = ag::where(small, ones(Shape{}, x.dtype(), x.device()), x);
+  return ag::where(small, near, v / safe);
+}
+// J_1(x) / x and I_1(x) / x near 0: 1/2 -+ x^2/16 + x^4/384 -+ x^6/18432.
+Tensor j1_over_x_near(const Tensor& x) { return polynomial(x * x, {0.5, -1.0 / 16, 1.0 / 384, -1.0 / 18432}); }
+Tensor i1_over_x_near(const Tensor& x) { return polynomial(x * x, {0.5, 1.0 / 16, 1.0 / 384, 1.0 / 18432}); }
 }  // namespace
 
 #define DL_UNARY_GRAD(Name, var, expr)                                         \
@@ -80,23 +93,23 @@ DL_UNARY_GRAD(Lgamma, x, gy * ag::unary(Op::Digamma, x))
 DL_UNARY_GRAD(Digamma, x, gy * ag::binary(Op::Polygamma, ones(Shape{}, x.dtype(), x.device()), x))
 // The Bessel functions (tensor/bessel.h): J_0' = -J_1, J_1' = J_0 - J_1 / x, the same for Y;
 // I_0' = I_1, I_1' = I_0 - I_1 / x; K_0' = -K_1, K_1' = -K_0 - K_1 / x; the scaled forms by
-// the product rule. J_1 / x and I_1 / x tend to 1/2 at 0 (over_x).
+// the product rule. J_1 / x and I_1 / x (1/2 at 0) by their series near 0 (over_x).
 DL_UNARY_GRAD(I0, x, gy * ag::unary(Op::I1, x))
 DL_UNARY_GRAD(I0e, x, gy * (ag::unary(Op::I1e, x) - sign(x) * ag::unary(Op::I0e, x)))
-DL_UNARY_GRAD(I1, x, gy * (ag::unary(Op::I0, x) - over_x(ag::unary(Op::I1, x), x, 0.5)))
-DL_UNARY_GRAD(I1e, x, gy * (ag::unary(Op::I0e, x) - over_x(ag::unary(Op::I1e, x), x, 0.5) -
+DL_UNARY_GRAD(I1, x, gy * (ag::unary(Op::I0, x) - over_x(ag::unary(Op::I1, x), x, i1_over_x_near(x))))
+DL_UNARY_GRAD(I1e, x, gy * (ag::unary(Op::I0e, x) - over_x(ag::unary(Op::I1e, x), x, exp(-abs(x)) * i1_over_x_near(x)) -
                            sign(x) * ag::unary(Op::I1e, x)))
 DL_UNARY_GRAD(BesselJ0, x, -(gy * ag::unary(Op::BesselJ1, x)))
-DL_UNARY_GRAD(BesselJ1, x, gy * (ag::unary(Op::BesselJ0, x) - over_x(ag::unary(Op::BesselJ1, x), x, 0.5)))
+DL_UNARY_GRAD(BesselJ1, x, gy * (ag::unary(Op::BesselJ0, x) - over_x(ag::unary(Op::BesselJ1, x), x, j1_over_x_near(x))))
 DL_UNARY_GRAD(BesselY0, x, -(gy * ag::unary(Op::BesselY1, x)))
 DL_UNARY_GRAD(BesselY1, x, gy * (ag::unary(Op::BesselY0, x) - ag::unary(Op::BesselY1, x) / x))
 DL_UNARY_GRAD(BesselK0, x, -(gy * ag::unary(Op::BesselK1, x)))
 DL_UNARY_GRAD(BesselK1, x, -(gy * (ag::unary(Op::BesselK0, x) + ag::unary(Op::BesselK1, x) / x)))
 DL_UNARY_GRAD(BesselK0e, x, gy * (ag::unary(Op::BesselK0e, x) - ag::unary(Op::BesselK1e, x)))
 DL_UNARY_GRAD(BesselK1e, x, gy * (ag::unary(Op::BesselK1e, x) * (1.0 - 1.0 / x) - ag::unary(Op::BesselK0e, x)))
-// (cos x - sin(x) / x) / x, 0 at 0 (where, as PyTorch's sinc, the second derivative is
-// taken as 0 rather than -1/3)
-DL_UNARY_GRAD(SphericalJ0, x, gy * over_x(cos(x) - ag::unary(Op::SphericalJ0, x), x, 0.0))
+// (cos x - sin(x) / x) / x, near 0 its series -x/3 + x^3/30 - x^5/840 + x^7/45360
+DL_UNARY_GRAD(SphericalJ0, x, gy * over_x(cos(x) - ag::unary(Op::SphericalJ0, x), x,
+                                          x * polynomial(x * x, {-1.0 / 3, 1.0 / 30, -1.0 / 840, 1.0 / 45360})))
 #undef DL_UNARY_GRAD
 
 // ---- binary: one row per op --------------------------------------------------------------

@@ -29,7 +29,9 @@ bool handle_valid(uint64_t id) noexcept;
 // The tensor behind `id`, or null when the id is not live.
 const Tensor* handle_find(uint64_t id) noexcept;
 // `id` names `t` from now on (x:set_(v), x:t_() ...): every Lua value of the id sees the
-// new tensor; the old one is released. Throws as handle_get when the id is not live.
+// new tensor; the old one is released. Throws as handle_get when the id is not live. (A
+// handle's tensor may thus change; a reference from handle_get or handle_find is good
+// until the id's own thread next calls in here, by the one-thread-per-handle rule above.)
 void handle_replace(uint64_t id, Tensor t, const char* op);
 // Releasing a stale or unknown id does nothing.
 void handle_release(uint64_t id) noexcept;

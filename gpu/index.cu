@@ -87,12 +87,6 @@ struct ScatterAddOp {
   }
 };
 
-#define DL_DISPATCH_INDEX(dt, ...)                                      \
-  do {                                                                  \
-    if ((dt) == DType::Int64) { using index_t = int64_t; __VA_ARGS__; } \
-    else { using index_t = int32_t; __VA_ARGS__; }                      \
-  } while (0)
-
 [[noreturn]] void out_of_range(const char* op, int64_t index, int dim, int64_t size) {
   fail(ErrorKind::Index, op, ": index ", pos(index), " is out of range for dimension ", pos(dim), " of size ",
        size);
@@ -164,6 +158,5 @@ void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& 
   if (bad >= 0) out_of_range(op, index_value_at(index, bad, op), dim, size);
 }
 
-#undef DL_DISPATCH_INDEX
 
 }  // namespace dl::gpu

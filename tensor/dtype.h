@@ -108,6 +108,13 @@ inline bool holds_whole(DType t, double v) {
     }                                                                              \
   } while (0)
 
+// An index tensor's dtype (the front ends allow int64 and int32 only) as index_t.
+#define DL_DISPATCH_INDEX(dt, ...)                                      \
+  do {                                                                  \
+    if ((dt) == ::dl::DType::Int64) { using index_t = int64_t; __VA_ARGS__; } \
+    else { using index_t = int32_t; __VA_ARGS__; }                      \
+  } while (0)
+
 // The integer dtypes and bool (an integer tensor against a fractional number, say).
 #define DL_DISPATCH_INTEGRAL_OR_BOOL(dt, opname, ...)                                     \
   do {                                                                                    \

@@ -11,9 +11,13 @@
 //                   psi(1 - x) - pi / tan(pi x), the tangent taken of x's fractional part
 //                   (exact) rather than of pi x. psi(+-0) = -+infinity and psi at a negative
 //                   integer is NaN, as PyTorch's and SciPy's.
-//   polygamma(n, x) the n-th derivative of psi; for n >= 1 (-1)^(n+1) n! zeta(n + 1, x),
-//                   Hurwitz's zeta by its sum to x + k >= 9 and the Euler-Maclaurin tail
-//                   with twelve Bernoulli terms (relative error below 1e-16 for these s).
+//   polygamma(n, x) the n-th derivative of psi; for n >= 1 (-1)^(n+1) n! zeta(n + 1, x).
+//   zeta(s, q)      Hurwitz's: its terms summed directly up to q + k >= max(9, s) (or
+//                   until the rest is below 1e-17 of the sum), then the Euler-Maclaurin
+//                   tail, whose terms shrink by about ((s + 2j) / (2 pi a))^2, with up to
+//                   twelve Bernoulli terms (relative error below 1e-16). For q < 0 and a
+//                   whole s, the terms down to q + k < 1 fold into two more zetas of
+//                   positive argument (below), so that no loop runs |q| times.
 // Each is checked against PyTorch float64 in tests/lua/test_breadth.lua, and to second
 // order by the gradient check (lgamma' = digamma, digamma' = polygamma(1, x),
 // polygamma(n, x)' = polygamma(n + 1, x)).
@@ -71,34 +75,53 @@ DL_SPECIAL double digamma(double x) {
   return acc + std::log(x) - 0.5 / x - series;
 }
 
-// Hurwitz's zeta(s, q) = sum over k >= 0 of (q + k)^-s, for s > 1.
-DL_SPECIAL double hurwitz_zeta(double s, double q) {
+// Hurwitz's zeta(s, q) = sum over k >= 0 of (q + k)^-s, for s > 1 and q > 0.
+DL_SPECIAL double hurwitz_zeta_positive(double s, double q) {
   // B_2j / (2j)!, j = 1..12
   constexpr double kB[12] = {
       8.3333333333333333333e-02,  -1.3888888888888888889e-03, 3.3068783068783068783e-05,
       -8.2671957671957671958e-07, 2.0876756987868098979e-08,  -5.2841901386874931848e-10,
       1.3382536530684678833e-11,  -3.3896802963225828668e-13, 8.5860620562778445641e-15,
       -2.1748686985580618730e-16, 5.5090028283602295152e-18,  -1.3954464685812523341e-19};
-  if (q <= 0 && q == std::floor(q)) return std::numeric_limits<double>::infinity();
   double sum = 0;
   double a = q;
-  while (a < 9) {
-    sum += std::pow(a, -s);
+  while (a < 9 || a < s) {
+    const double term = std::pow(a, -s);
+    sum += term;
     a += 1;
+    // what is left is below (a - 1)^-s (1 + a / (s - 1)): negligible once that is
+    if (a >= 9 && term * (1 + a / (s - 1)) <= 1e-17 * sum) return sum;
   }
   // Euler-Maclaurin: a^(1-s) / (s - 1) + a^-s / 2 + sum B_2j / (2j)! s (s+1) .. (s+2j-2) a^(-s-2j+1)
   const double as = std::pow(a, -s);
   double tail = a * as / (s - 1) + 0.5 * as;
   double rising = s;          // s (s + 1) ... (s + 2j - 2)
   double power = as / a;      // a^(-s - 2j + 1)
+  double previous = std::numeric_limits<double>::infinity();
   for (int j = 0; j < 12; ++j) {
     const double term = kB[j] * rising * power;
+    if (!(std::fabs(term) < previous)) break;   // (the asymptotic series turns)
     tail += term;
     if (std::fabs(term) < 1e-17 * std::fabs(sum + tail)) break;
+    previous = std::fabs(term);
     rising *= (s + 2 * j + 1) * (s + 2 * j + 2);
     power /= a * a;
   }
   return sum + tail;
+}
+
+// zeta(s, q) for any q (s > 1): a whole q <= 0 is a pole. For q < 0, q = f - N with f in
+// (0, 1) and a whole s, the terms (f - j)^-s, j = 1..N, are (-1)^s (j - f)^-s: so zeta(s,
+// q) = zeta(s, f) + (-1)^s (zeta(s, 1 - f) - zeta(s, N + 1 - f)). A fractional s there
+// has no real value (NaN).
+DL_SPECIAL double hurwitz_zeta(double s, double q) {
+  if (q <= 0 && q == std::floor(q)) return std::numeric_limits<double>::infinity();
+  if (q > 0) return hurwitz_zeta_positive(s, q);
+  if (s != std::floor(s)) return std::numeric_limits<double>::quiet_NaN();
+  const double n = -std::floor(q), f = q + n;
+  const double sign = std::fmod(s, 2.0) == 0 ? 1.0 : -1.0;
+  return hurwitz_zeta_positive(s, f) +
+         sign * (hurwitz_zeta_positive(s, 1 - f) - hurwitz_zeta_positive(s, n + 1 - f));
 }
 
 // zeta(x, q) as PyTorch's (Cephes'): infinite at x = 1 and at q a whole number <= 0, NaN

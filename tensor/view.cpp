@@ -369,17 +369,22 @@ Tensor flatten(const Tensor& x, int start_dim, int end_dim) {
 // elements (an empty region anywhere); true when it is empty.
 static bool check_region(const char* op, int64_t numel, const Shape& sizes, const Shape& strides, int64_t offset) {
   DL_CHECK(strides.size() == sizes.size(), op, ": ", sizes.size(), " sizes but ", strides.size(), " strides");
-  bool empty = false, overflow = false;
+  bool empty = false, overflow = false, overlap = false;
   int64_t last = offset;
+  DL_CHECK(offset >= 0 && offset <= numel, op, ": the region's offset ", offset, " lies outside the ", numel,
+           " elements it is taken of");
   for (int d = 0; d < sizes.size(); ++d) {
     DL_CHECK(sizes[d] >= 0 && strides[d] >= 0, op, ": a negative size or stride in the region");
+    overlap |= strides[d] == 0 && sizes[d] > 1;
     if (sizes[d] == 0) empty = true;
     int64_t step;
     overflow |= __builtin_mul_overflow(sizes[d] > 0 ? sizes[d] - 1 : 0, strides[d], &step);
     overflow |= __builtin_add_overflow(last, step, &last);
   }
-  DL_CHECK(empty || (!overflow && offset >= 0 && last < numel), op, ": the region (offset ", offset,
+  DL_CHECK(empty || (!overflow && last < numel), op, ": the region (offset ", offset,
            ") lies outside the ", numel, " elements it is taken of");
+  // (a view of a layout never meets an element twice: embed's writes could not agree)
+  DL_CHECK(empty || !overlap, op, ": a region that meets an element twice (a stride of 0)");
   return empty;
 }
 
@@ -403,13 +408,7 @@ Tensor strided_view(const Tensor& t, const Shape& sizes, const Shape& strides, i
 static Tensor embed_impl(const Tensor& g, const Shape& base, const Shape& sizes, const Shape& strides, int64_t offset) {
   const char* op = "embed";
   DL_CHECK(g.shape() == sizes, op, ": the values have shape ", g.shape(), ", the region ", sizes);
-  int64_t numel = 1;
-  for (int64_t s : base) {
-    DL_CHECK(s >= 0, op, ": a negative size in the base shape ", base);
-    numel = s == 0 || numel == 0 ? 0 : numel * s;
-    DL_CHECK(numel <= (int64_t(1) << 48), op, ": the base shape ", base, " is too large");
-  }
-  const bool empty = check_region(op, numel, sizes, strides, offset);
+  const bool empty = check_region(op, checked_numel(base, op), sizes, strides, offset);
   Tensor z = zeros(base, g.dtype(), g.device());
   if (!empty) {
     Tensor region = make_view(z, sizes, strides, offset);

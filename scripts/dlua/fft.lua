@@ -12,7 +12,8 @@
 --   dl.fft.fft2, ifft2, rfft2, irfft2(z [, s, dims, norm])       over the last two dims
 --   dl.fft.fftn, ifftn, rfftn, irfftn(z [, s, dims, norm])       over dims (default all)
 --   dl.fft.fftfreq(n [, d, opts]), rfftfreq   the bins' frequencies
---   dl.fft.fftshift(x [, dims]), ifftshift    zero frequency moved to the middle and back
+--   dl.fft.fftshift(x [, dims] [, {pairs = true}]), ifftshift   zero frequency to the
+--                                             middle and back (pairs: the pair dim stays)
 --   dl.fft.complex(re [, im]), real, imag, abs, angle, conj, mul    the pair layout
 --
 -- A trailing table may give the options by name: dl.fft.rfft(x, {n = 64, norm = "ortho"}).
@@ -112,7 +113,15 @@ end
 function F.complex(re, im)
   check("fft.complex", re)
   re = floating(re)
-  if im == nil then im = dl.zeros_like(re) else check("fft.complex", im) end
+  if im == nil then
+    im = dl.zeros_like(re)
+  else
+    check("fft.complex", im)
+    if not dl.equal(dl.tensor(re.shape), dl.tensor(im.shape)) then
+      raise("fft.complex: the real parts have shape " .. shape_str(re.shape) .. ", the imaginary "
+            .. shape_str(im.shape))
+    end
+  end
   return dl.stack({ re, im:to(re.dtype) }, -1)
 end
 function F.real(z) return pairs_of("fft.real", z):select(-1, 1) end
@@ -121,16 +130,21 @@ function F.conj(z)
   z = pairs_of("fft.conj", z)
   return dl.stack({ z:select(-1, 1), -z:select(-1, 2) }, -1)
 end
--- |z|, with the gradient 0 at 0 (as PyTorch's abs of a complex 0)
+-- z with (1, 0) in place of (0, 0), and where it was (0, 0): so that |z| and its angle
+-- have the gradient 0 there (as PyTorch's of a complex 0), not NaN
+local function off_zero(z)
+  local re, im = z:select(-1, 1), z:select(-1, 2)
+  local zero = re:eq(0):logical_and(im:eq(0))
+  return dl.where(zero, 1, re), im, zero
+end
+-- |z| without overflow or underflow of its squares
 function F.abs(z)
-  z = pairs_of("fft.abs", z)
-  local r2 = z:pow(2):sum(-1)
-  local zero = r2:eq(0)
-  return dl.where(zero, 0, dl.where(zero, 1, r2):sqrt())
+  local re, im, zero = off_zero(pairs_of("fft.abs", z))
+  return dl.where(zero, 0, dl.hypot(re, im))
 end
 function F.angle(z)
-  z = pairs_of("fft.angle", z)
-  return dl.atan2(z:select(-1, 2), z:select(-1, 1))
+  local re, im, zero = off_zero(pairs_of("fft.angle", z))
+  return dl.where(zero, 0, dl.atan2(im, re))
 end
 -- a b, broadcasting
 function F.mul(a, b)
@@ -172,10 +186,13 @@ local function one_dim_args(op, x, a, b, c, complex, default)
   local rank = complex and x:dim() - 1 or x:dim()
   if rank == 0 then raise(op .. ": expected at least 1 dim, got a 0-dim tensor") end
   local d = dim_of(op, dim or -1, rank)
-  return x, d, length_of(op, n, default(x.shape[d])), norm
+  return x, d, length_of(op, n, nil) or default(op, x.shape[d]), norm
 end
-local function same(size) return size end
-local function doubled(size) return 2 * (size - 1) end
+local function same(_, size) return size end
+local function doubled(op, size)   -- irfft's default length from m bins
+  if size < 2 then raise(op .. ": the default n = 2 (m - 1) is 0 for a dim of " .. size .. " bin; give n") end
+  return 2 * (size - 1)
+end
 
 local function one_dim(op, inverse)
   return function(z, a, b, c)
@@ -276,7 +293,7 @@ local function c2r_n(op, default)
     if #ds == 0 then raise(op .. ": no dims to transform") end
     for i = 1, #ds - 1 do z = c2c(z, ds[i], ns[i] or z.shape[ds[i]], true, norm) end
     local last = ds[#ds]
-    return c2r(z, last, ns[#ds] or 2 * (z.shape[last] - 1), norm)
+    return c2r(z, last, ns[#ds] or doubled(op, z.shape[last]), norm)
   end
 end
 F.irfft2, F.irfftn = c2r_n("fft.irfft2", 2), c2r_n("fft.irfftn", nil)
@@ -289,6 +306,9 @@ local function bins(op, n, d, opts, count)
   if not core.integer(n) or n < 1 then raise(op .. ": n must be a whole number >= 1, got " .. tostring(n)) end
   d = d or 1
   if type(d) ~= "number" or d == 0 then bad_arg(op, "a non-zero spacing d", d) end
+  if opts ~= nil and opts.dtype ~= nil and opts.dtype ~= "float32" and opts.dtype ~= "float64" then
+    raise(op .. ": dtype must be float32 or float64, got " .. tostring(opts.dtype))
+  end
   local k = dl.arange(count(n), opts)
   if not k:is_floating_point() then k = k:to(dl.get_default_dtype()) end
   return k, d * n
@@ -297,7 +317,7 @@ end
 -- The sample frequencies of an n-point transform with spacing d: 0, 1, ..., then the
 -- negative ones, over d n (PyTorch's order); rfftfreq's, the n // 2 + 1 non-negative ones.
 function F.fftfreq(n, d, opts)
-  local k, span = bins("fft.fftfreq", n, d, opts, same)
+  local k, span = bins("fft.fftfreq", n, d, opts, function(m) return m end)
   return dl.where(k:lt(floor((n - 1) / 2) + 1), k, k - n) / span
 end
 function F.rfftfreq(n, d, opts)
@@ -305,25 +325,37 @@ function F.rfftfreq(n, d, opts)
   return k / span
 end
 
--- x rolled by half of each of dims (default: every dim of x, as PyTorch's; for complex
--- pairs give the dims, which are then x's own, the pair dim last)
+-- x rolled by half of each of dims (default: every dim, as PyTorch's). With {pairs =
+-- true}, x is complex pairs: dims count the complex dims and the pair dim never moves.
+-- Without it, a last dim of 2 and no dims is an error: pairs or a real dim of 2 cannot
+-- be told apart, and shifting the pairs would swap the real and imaginary parts.
 local function shift(op, sign)
-  return function(x, dims)
+  return function(x, dims, opts)
     check(op, x)
+    if type(dims) == "table" and dims[1] == nil and opts == nil then dims, opts = nil, dims end
+    local pairs_given = false
+    if opts ~= nil then pairs_given = core.options(op, opts, { pairs = true }).pairs == true end
+    if pairs_given then x = pairs_of(op, x) end
+    local rank = pairs_given and x:dim() - 1 or x:dim()
     if type(dims) == "number" then dims = { dims } end
     if dims == nil then
+      if not pairs_given and x:dim() > 0 and x.shape[x:dim()] == 2 then
+        raise(op .. ": x's last dim is 2: give {pairs = true} for complex pairs (the pair dim is not shifted), "
+              .. "or the dims to shift")
+      end
       dims = {}
-      for i = 1, x:dim() do dims[i] = i end
+      for i = 1, rank do dims[i] = i end
     elseif type(dims) ~= "table" then
       bad_arg(op, "a dim or a list of dims", dims)
     end
-    local shifts = {}
+    local shifts, ds = {}, {}
     for i, d in ipairs(dims) do
-      local size = x.shape[dim_of(op, d, x:dim())]
+      ds[i] = dim_of(op, d, rank)
+      local size = x.shape[ds[i]]
       shifts[i] = sign > 0 and floor(size / 2) or -floor(size / 2)
     end
-    if #dims == 0 then return x end
-    return x:roll(shifts, dims)
+    if #ds == 0 then return x end
+    return x:roll(shifts, ds)
   end
 end
 F.fftshift, F.ifftshift = shift("fft.fftshift", 1), shift("fft.ifftshift", -1)

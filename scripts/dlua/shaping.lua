@@ -324,6 +324,7 @@ function methods.resize_(x, ...)
   return rebind("resize_", x, v)
 end
 function methods.resize_as_(x, y)
+  check("resize_as_", x)
   check("resize_as_", y)
   return methods.resize_(x, y.shape)
 end

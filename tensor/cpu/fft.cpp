@@ -108,9 +108,12 @@ void fft_typed(const Tensor& out, const Tensor& x, bool inverse) {
   const Plan plan(n, inverse);
   const T* xp = x.data<T>();
   T* op = out.data<T>();
-  // (Nothing inside may throw: each range's scratch is allocated before the threads.)
-  std::vector<std::vector<Complex>> scratch(size_t(max_threads()), std::vector<Complex>(size_t(plan.m)));
-  parallel_units(rows, double(rows) * double(plan.m) * 8, [&](int64_t begin, int64_t end, int thread) {
+  // (Nothing inside may throw: each thread's scratch is allocated before, and one only
+  // where the rows run on one thread, as a single long transform does.)
+  const double work = double(rows) * double(plan.m) * 8;
+  const bool threaded = rows >= 2 && work >= double(kParallelGrain);
+  std::vector<std::vector<Complex>> scratch(size_t(threaded ? max_threads() : 1), std::vector<Complex>(size_t(plan.m)));
+  parallel_units(rows, threaded ? work : 0, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t r = begin; r < end; ++r) plan.run(xp + r * 2 * n, op + r * 2 * n, scratch[size_t(thread)]);
   });
 }

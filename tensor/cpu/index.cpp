@@ -161,12 +161,6 @@ void scatter_add_impl(const Tensor& out, int dim, const Tensor& index, const Ten
   bad.throw_if_any("scatter_add", dim, size);
 }
 
-#define DL_DISPATCH_INDEX(dt, ...)                                 \
-  do {                                                             \
-    if ((dt) == DType::Int64) { using index_t = int64_t; __VA_ARGS__; } \
-    else { using index_t = int32_t; __VA_ARGS__; }                 \
-  } while (0)
-
 // Indices of a 1-D (or 0-dim) index tensor as int64, all checked against `size`.
 template <typename I>
 std::vector<int64_t> checked_indices(const Tensor& index, int64_t size, int dim, const char* op) {
@@ -269,6 +263,5 @@ void scatter_add(const Tensor& out, int dim, const Tensor& index, const Tensor& 
       DL_DISPATCH_INDEX(index.dtype(), (scatter_add_impl<scalar_t, index_t>(out, dim, index, src))));
 }
 
-#undef DL_DISPATCH_INDEX
 
 }  // namespace dl::cpu

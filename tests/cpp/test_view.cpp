@@ -323,6 +323,12 @@ TEST_CASE("embed and strided_view: a region's adjoint pair, and regions outside 
   REQUIRE_THROWS_WITH(embed(v, x.shape(), sizes, strides, -1), Catch::Contains("embed: the region"));
   REQUIRE_THROWS_WITH(embed(v, x.shape(), Shape{2, 3}, Shape{12, 2, 1}, 0), Catch::Contains("embed: the values have shape"));
   REQUIRE_THROWS_WITH(embed(v, x.shape(), sizes, Shape{int64_t(1) << 62, 2}, 0), Catch::Contains("embed: the region"));
-  // an empty region anywhere
-  REQUIRE(embed(zeros(Shape{0, 2}, DType::Float32), x.shape(), Shape{0, 2}, strides, 1000).numel() == x.numel());
+  // a region meeting an element twice (its writes could not agree), an offset past the end
+  REQUIRE_THROWS_WITH(embed(ones(Shape{3}, DType::Float32), x.shape(), Shape{3}, Shape{0}, 0),
+                      Catch::Contains("embed: a region that meets an element twice"));
+  REQUIRE_THROWS_WITH(strided_view(x, Shape{0, 2}, strides, int64_t(1) << 60), Catch::Contains("strided_view: the region's offset"));
+  // an empty region at the end (narrow of length 0 at the last place), and a base with a
+  // dim of 0 (its strides are 0 before it)
+  REQUIRE(embed(zeros(Shape{0, 2}, DType::Float32), x.shape(), Shape{0, 2}, strides, 24).numel() == x.numel());
+  REQUIRE(embed(zeros(Shape{2, 0}, DType::Float32), Shape{2, 0}, Shape{2, 0}, Shape{0, 1}, 0).numel() == 0);
 }

@@ -532,4 +532,26 @@ H.test("ContinuousBernoulli (inside and outside its unstable region) and LowRank
   H.raises(function() CB({ probs = 0.3 }):log_prob(1.5) end, "ContinuousBernoulli.log_prob: a value lies outside [0, 1]")
 end)
 
+H.test("edges: float32 VonMises at small concentrations, errors naming the family, dtypes, supports", function()
+  -- float32 concentrations where the envelope's r overflowed: draws, near uniform
+  dl.manual_seed(12)
+  for _, k in ipairs({ 1e-4, 3e-4, 2e-5 }) do
+    local x = D.VonMises(0, k):sample({ 2000 })
+    H.eq(x.dtype, "float32")
+    H.near(x:cos():mean():item(), 0, 0.08)
+  end
+  H.raises(function() D.RelaxedOneHotCategorical(0.5) end, "RelaxedOneHotCategorical: expected {probs = p} or {logits = l}")
+  H.raises(function() D.RelaxedOneHotCategorical(dl.ones(3), { logits = dl.zeros(2, 4) }) end,
+           "RelaxedOneHotCategorical: temperature of shape (3,) does not broadcast to the batch (2,)")
+  H.raises(function() D.LogitRelaxedBernoulli(dl.ones(3), { probs = dl.ones(2) * 0.5 }) end,
+           "LogitRelaxedBernoulli: temperature of shape (3,) and probs of shape (2,) do not broadcast")
+  H.eq(D.NegativeBinomial(dl.tensor({ 2 }, f64), { probs = dl.tensor({ 0.5 }) }).mean.dtype, "float64")
+  H.raises(function() D.Weibull(1, 2):log_prob(-1) end, "Weibull.log_prob: a value lies outside [0, infinity)")
+  H.raises(function() D.Kumaraswamy(1, 2):log_prob(1.5) end, "Kumaraswamy.log_prob: a value lies outside (0, 1)")
+  H.raises(function() D.FisherSnedecor(1, 2):log_prob(0) end, "FisherSnedecor.log_prob: a value lies outside (0, infinity)")
+  -- a large logit gap: the relaxed Bernoulli's density stays finite in float32
+  local lp = D.LogitRelaxedBernoulli(0.1, { logits = dl.tensor({ 95 }) }):log_prob(dl.tensor({ -10 }))
+  H.ok(lp:item() > -math.huge and lp:item() == lp:item())
+end)
+
 H.run()

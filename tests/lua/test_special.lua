@@ -73,4 +73,40 @@ H.test("the Bessel functions and zeta match PyTorch float64 (J and Y: mpmath) ac
          -3 * S.zeta(4, dl.tensor({ 2.0 }, f64)):item(), 1e-15)
 end)
 
+H.test("zeta far from its start: large x, q past 9, negative q folded (no loop of |q| rounds); derivatives near 0", function()
+  local f64 = { dtype = "float64" }
+  local function z(x, q) return dl.special.zeta(dl.tensor({ x }, f64), dl.tensor({ q }, f64)):item() end
+  -- against mpmath at 40 digits
+  H.near(z(50, 10) / 1.0086304954352791e-50, 1, 1e-14)
+  H.near(z(100, 10) / 1.0000725777946107e-100, 1, 1e-14)
+  H.near(z(20, 9) / 9.406868115795127e-20, 1, 1e-14)
+  H.near(z(30, 9) / 2.465177526634085e-29, 1, 1e-14)
+  H.near(z(4, -7.25) / 259.75686586723407, 1, 1e-14)
+  H.near(z(3, -2.5) / 0.0541020258208637, 1, 1e-13)
+  H.near(z(1.5, 0.3) / 8.237761671459724, 1, 1e-14)
+  -- q = 0.5 - 1e8: 2 zeta(2, 1/2) - zeta(2, 1e8 + 1/2) = pi^2 - 1e-8, at once
+  H.near(z(2, -1e8 + 0.5), math.pi ^ 2 - 1e-8, 1e-12)
+  H.ok(z(2.5, -3.5) ~= z(2.5, -3.5))   -- (a fractional x of a negative q: NaN)
+  H.near(dl.polygamma(40, dl.tensor({ 12 }, f64)):item() / -4808.71134922841, 1, 1e-13)
+  H.near(dl.polygamma(3, dl.tensor({ -2.5 }, f64)):item() / 194.74787621918762, 1, 1e-13)
+  -- derivatives near 0 of every order come from the series there: sin(x)/x's are -x/3
+  -- and -1/3, J_1''' is -3/8 and I_1''' 3/8 (at 1e-8 and at 0)
+  local S = dl.special
+  local function d(f, k, x)
+    local g = f
+    for _ = 1, k do
+      local h = g
+      g = function(t) return dl.grad(function(u) return h(u):sum() end)(t) end
+    end
+    return g(dl.tensor({ x }, f64)):item()
+  end
+  for _, x in ipairs({ 0, 1e-8, 5e-4 }) do
+    H.near(d(S.spherical_bessel_j0, 1, x), -x / 3 + x ^ 3 / 30, 1e-15)
+    H.near(d(S.spherical_bessel_j0, 2, x), -1 / 3 + x * x / 10, 1e-9)
+    H.near(d(S.bessel_j1, 3, x), -3 / 8, 1e-6)
+    H.near(d(S.i1, 3, x), 3 / 8, 1e-6)
+    H.near(d(S.bessel_j1, 1, x), 0.5, 1e-7)
+  end
+end)
+
 H.run()

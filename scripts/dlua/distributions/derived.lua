@@ -43,9 +43,17 @@ function Weibull:rsample(shape)   -- s (-log(1 - u))^(1 / k)
   local u = uniform(self, shape, self.scale)
   return self.scale * (-(-u):log1p()):pow(1 / self.concentration)
 end
+-- A value checked to lie in the support when validating (PyTorch's support checks).
+local function in_support(self, v, holds, what)
+  v = self:_value("log_prob", v)
+  if self._validate then require_all(self.__name .. ".log_prob", holds(v), "a value lies outside " .. what) end
+  return v
+end
+local function non_negative(v) return v:ge(0) end
+
 function Weibull:log_prob(v)
   local s, k = self.scale, self.concentration
-  local z = self:_value("log_prob", v) / s
+  local z = in_support(self, v, non_negative, "[0, infinity)") / s
   return (k / s):log() + (k - 1) * z:log() - z:pow(k)
 end
 function Weibull:entropy()
@@ -122,7 +130,7 @@ function Kumaraswamy:rsample(shape)   -- (1 - u^(1/b))^(1/a)
 end
 function Kumaraswamy:log_prob(v)
   local a, b = self.concentration1, self.concentration0
-  v = self:_value("log_prob", v)
+  v = in_support(self, v, function(x) return x:gt(0):logical_and(x:lt(1)) end, "(0, 1)")
   return a:log() + b:log() + (a - 1) * v:log() + (b - 1) * (-v:pow(a)):log1p()
 end
 function Kumaraswamy:entropy()
@@ -154,7 +162,7 @@ function FisherSnedecor:rsample(shape)
   return (x1:expand(ext) / x2:expand(ext):clamp(tiny)):clamp(tiny)
 end
 function FisherSnedecor:log_prob(v)
-  v = self:_value("log_prob", v)
+  v = in_support(self, v, function(x) return x:gt(0) end, "(0, infinity)")
   local h1, h2, ratio = self.df1 * 0.5, self.df2 * 0.5, self.df1 / self.df2
   return (h1 + h2):lgamma() - h1:lgamma() - h2:lgamma() + h1 * ratio:log() + (h1 - 1) * v:log()
          - (h1 + h2) * (ratio * v):log1p()
@@ -173,7 +181,9 @@ function NegativeBinomial.new(total_count, ...)
   -- (a number takes the device of the tensor beside it)
   if type(total_count) == "number" then r = r:to(t.device) elseif type((...)[which]) == "number" then t = t:to(r.device) end
   if validate then require_all(op, r:gt(0), "total_count must be positive") end
-  local rb, tb = dl.broadcast_tensors(r:to(t.dtype), t)
+  -- (the wider float dtype of the two, as PyTorch's promotion)
+  local dtype = (r.dtype == "float64" or t.dtype == "float64") and "float64" or t.dtype
+  local rb, tb = dl.broadcast_tensors(r:to(dtype), t:to(dtype))
   return B.with_probs(op, setmetatable({ total_count = rb, batch_shape = tb.shape, event_shape = {}, _like = tb,
                                          _validate = validate, _params = { "total_count", which } }, NegativeBinomial),
                       which, tb, validate)
@@ -289,7 +299,12 @@ local LogitRelaxedBernoulli = class("LogitRelaxedBernoulli")
 local function logit_relaxed(op, temperature, ...)
   local which, p, validate = B.probs_or_logits(op, { ... }, select("#", ...))
   local trial = B.with_probs(op, setmetatable({}, D.Bernoulli), which, p, validate)
-  local tb, lb = dl.broadcast_tensors(temperature_of(op, temperature, p, validate), trial.logits)
+  local t = temperature_of(op, temperature, p, validate)
+  local ok, tb, lb = pcall(dl.broadcast_tensors, t, trial.logits)
+  if not ok then
+    raise(op .. ": temperature of shape " .. T.shape_str(t.shape) .. " and " .. which .. " of shape "
+          .. T.shape_str(p.shape) .. " do not broadcast")
+  end
   return setmetatable({ temperature = tb, _logits = lb, batch_shape = lb.shape, event_shape = {}, _like = lb,
                         _validate = validate, _params = { "temperature", "logits" } }, LogitRelaxedBernoulli)
 end
@@ -302,7 +317,7 @@ function LogitRelaxedBernoulli:rsample(shape)
 end
 function LogitRelaxedBernoulli:log_prob(v)
   local diff = self._logits - self:_value("log_prob", v) * self.temperature
-  return self.temperature:log() + diff - diff:exp():log1p() * 2
+  return self.temperature:log() + diff - dl.softplus(diff) * 2
 end
 with_properties(LogitRelaxedBernoulli)
 
@@ -329,10 +344,19 @@ with_properties(RelaxedBernoulli)
 -- one-hot draw, log softmax((logits + Gumbel noise) / temperature) (event_shape {K}).
 local ExpRelaxed = class("ExpRelaxedCategorical")
 local function exp_relaxed(op, temperature, ...)
+  B.probs_or_logits(op, { ... }, select("#", ...))   -- (its errors name op, not Categorical)
   local cat = D.Categorical(...)
-  return setmetatable({ temperature = temperature_of(op, temperature, cat._like, cat._validate), _categorical = cat,
-                        batch_shape = cat.batch_shape, event_shape = { cat._num_events }, _like = cat._like,
-                        _validate = cat._validate, _params = { "temperature" } }, ExpRelaxed)
+  local t = temperature_of(op, temperature, cat._like, cat._validate)
+  local ok, shape = pcall(dl.broadcast_shapes, t.shape, cat.batch_shape)
+  local same = ok and #shape == #cat.batch_shape
+  for i = 1, same and #shape or 0 do same = same and shape[i] == cat.batch_shape[i] end
+  if not same then
+    raise(op .. ": temperature of shape " .. T.shape_str(t.shape) .. " does not broadcast to the batch "
+          .. T.shape_str(cat.batch_shape))
+  end
+  return setmetatable({ temperature = t, _categorical = cat, batch_shape = cat.batch_shape,
+                        event_shape = { cat._num_events }, _like = cat._like, _validate = cat._validate,
+                        _params = { "temperature" } }, ExpRelaxed)
 end
 function ExpRelaxed.new(...) return exp_relaxed("ExpRelaxedCategorical", ...) end
 function ExpRelaxed:_get_probs() return self._categorical.probs end

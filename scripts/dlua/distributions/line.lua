@@ -204,9 +204,11 @@ with_properties(Cauchy)
 
 -- VonMises(loc, concentration): angles in [-pi, pi) with density e^(k cos(x - loc)) /
 -- (2 pi I_0(k)), k > 0; log I_0(k) is log(i0e(k)) + k, finite for any k. Draws by Best and
--- Fisher's rejection from a wrapped Cauchy (as PyTorch's and numpy's), not reparameterised;
--- below k = 1e-5 the envelope's r = 1/k + k (its expansion: the exact form cancels), above
--- 1e6 the normal of variance 1/k that the density tends to.
+-- Fisher's rejection from a wrapped Cauchy (as PyTorch's and numpy's), not reparameterised,
+-- in float64 whatever the parameters' dtype (in float32 the envelope's r is infinite for k
+-- below about 3e-4 and no draw would be accepted); below k = 1e-5 the envelope's r = 1/k +
+-- k (its expansion: the exact form cancels), above 1e6 the normal of variance 1/k that the
+-- density tends to.
 local VonMises = class("VonMises")
 VonMises._params = { "loc", "concentration" }
 VonMises.new = constructor(VonMises, { "loc", "concentration" },
@@ -226,7 +228,9 @@ function VonMises:entropy()   -- log(2 pi I_0(k)) - k I_1(k) / I_0(k)
   return dl.log(i0e) + log(2 * pi) + k * (1 - dl.i1e(k) / i0e)
 end
 local function von_mises_draws(loc, k)
-  local o = { dtype = k.dtype, device = k.device }
+  local dtype = k.dtype
+  loc, k = loc:to("float64"), k:to("float64")
+  local o = { dtype = "float64", device = k.device }
   local shape = k.shape
   local tiny = k:lt(1e-5)
   local kk = dl.where(tiny, 1, k)
@@ -235,7 +239,10 @@ local function von_mises_draws(loc, k)
   local r = dl.where(tiny, 1 / dl.where(tiny, k, 1) + k, (rho * rho + 1) / (rho * 2))
   local w = dl.zeros(shape, o)
   local todo = k:le(1e6)
+  local rounds = 0
   while todo:any() do
+    rounds = rounds + 1   -- (each round accepts with probability above 0.65)
+    if rounds > 1000 then core.raise("VonMises.sample: the rejection sampler accepted no draw in 1000 rounds") end
     local z = (dl.rand(shape, o) * pi):cos()
     local f = (r * z + 1) / (r + z)
     local c = k * (r - f)
@@ -246,7 +253,7 @@ local function von_mises_draws(loc, k)
   end
   local angle = w:clamp(-1, 1):acos() * (dl.rand(shape, o):lt(0.5):to(k.dtype) * 2 - 1)
   angle = dl.where(k:gt(1e6), dl.randn(shape, o) / dl.where(k:gt(1e6), k, 1):sqrt(), angle)
-  return dl.remainder(angle + loc + pi, 2 * pi) - pi
+  return (dl.remainder(angle + loc + pi, 2 * pi) - pi):to(dtype)
 end
 function VonMises:sample(shape)
   local ext = self:_extended(shape)
