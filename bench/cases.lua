@@ -212,6 +212,18 @@ function M.layernorm(iters)
   return timed_after(20, g, iters, x, w, b)
 end
 
+-- dl.fft.rfft then irfft of (64, n) float32 (a power of two, or not: Bluestein's):
+-- seconds per round trip.
+function M.fft(n, iters)
+  n = tonumber(n)
+  dl.manual_seed(1)
+  local x = dl.randn(64, n)
+  local F = dl.fft
+  local function trip() return F.irfft(F.rfft(x), n) end
+  assert(dl.allclose(trip(), x, 1e-3, 1e-3))
+  return timed_after(20, trip, iters)
+end
+
 -- One optimizer step on a (256, 784) float32 weight (the MLP's first layer) and a fixed
 -- gradient, through apply_gradients: SGD with momentum, or Adam. Seconds per step.
 local function optstep(make, iters)
@@ -535,7 +547,7 @@ end
 -- bench/run.lua's protocol (as bench/torch_ref.py and bench/ref.c speak it): one command
 -- a line on stdin, one answer a line on stdout ("ok <seconds>" or "err <message>").
 --   add16 <iters> | chain <iters> | d2 <iters> | layernorm <iters> | lstm <iters> | sdpa <iters>
---   | pergrad <iters> | chartf <iters> | sgdstep <iters> | adamstep <iters>
+--   | pergrad <iters> | chartf <iters> | sgdstep <iters> | adamstep <iters> | fft <n> <iters>
 --   | matmul <n> <iters> [<cols> <k> <ops>] | gemv <m> <iters> <k> | solve <n> <iters> <batch> | add <n> <iters>
 --   | sum <n> <iters> | unary <op> <n> <iters> | half <iters> | mlp <epochs or images> [c] | cnn <epochs or images> [c]
 --   | pw8 <n> <iters> [c] | chainfwd <n> <iters> [c] | replay16 <iters> [c|d] | chainc <iters> | mlpstep <iters> [c]
@@ -546,7 +558,7 @@ function M.worker(input, output)
     add16 = M.add16, chain = M.chain, d2 = M.d2, matmul = M.matmul, gemv = M.gemv, add = M.add, sum = M.sum, half = M.half,
     unary = function(op, n, iters) return M.unary(op, tonumber(n), tonumber(iters)) end,
     layernorm = M.layernorm, lstm = M.lstm, sdpa = M.sdpa, solve = M.solve, pergrad = M.pergrad,
-    chartf = M.chartf, sgdstep = M.sgdstep, adamstep = M.adamstep,
+    chartf = M.chartf, sgdstep = M.sgdstep, adamstep = M.adamstep, fft = M.fft,
     pw8 = function(n, iters, c) return M.pw8(n, iters, c == "c") end,
     chainfwd = function(n, iters, c) return M.chainfwd(n, iters, c == "c") end,
     replay16 = function(iters, c) return M.replay16(iters, (c == "c" or c == "d") and c or nil) end,

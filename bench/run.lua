@@ -281,6 +281,12 @@ do
   row{ id = "layernorm", label = "layer_norm forward + backward, (64, 512) float32", unit = "us/call",
        show = per(US), target = 0.8, ours = ours("layernorm " .. n), refs = { torch("layernorm " .. n, 1) },
        pinned = true }
+  n = quick and 5 or 500
+  for _, len in ipairs({ 1024, 1000 }) do
+    row{ id = "fft" .. len, label = "dl.fft rfft + irfft, (64, " .. len .. ") float32" .. (len == 1024 and "" or " (Bluestein)"),
+         unit = "us/call", show = per(US), ours = ours("fft " .. len .. " " .. n),
+         refs = { torch("fft " .. len .. " " .. n, 1) } }
+  end
   n = quick and 20 or 3000
   for _, o in ipairs({ { "sgdstep", "SGD step with momentum" }, { "adamstep", "Adam step" } }) do
     row{ id = o[1], label = o[2] .. ", (256, 784) float32 weight", unit = "us/step",

@@ -6,6 +6,7 @@ alternates it with its own measurement in the same run):
   add16 <iters> <threads>     -> "ok <seconds per op>"    c = a + b, 16 float32, no grad
   chain <iters> <threads>     -> "ok <seconds per op>"    the op chain recorded, then backward
   d2 <iters> <threads>        -> "ok <seconds per call>"  d2/dx2 of x^3 at a scalar
+  fft <n> <iters> <threads> -> "ok <seconds per call>"  rfft then irfft of (64, n) float32
   layernorm <iters> <threads> -> "ok <seconds per call>"  layer_norm forward + backward, (64, 512)
   sgdstep <iters> <threads>   -> "ok <seconds per step>"  SGD with momentum on a (256, 784) weight
   adamstep <iters> <threads>  -> "ok <seconds per step>"  Adam on a (256, 784) weight
@@ -152,6 +153,16 @@ def layernorm(iters):
         y = F.layer_norm(x, (512,), w, b)
         return torch.autograd.grad((y * c).sum(), [x, w, b])
     return timed(step, iters, 20)
+
+
+def fft(n, iters):
+    """torch.fft.rfft then irfft of (64, n) float32: a round trip."""
+    torch.manual_seed(1)
+    x = torch.randn(64, n)
+
+    def trip():
+        return torch.fft.irfft(torch.fft.rfft(x), n)
+    return timed(trip, iters, 20)
 
 
 def unary(op, n, iters):
@@ -413,6 +424,9 @@ def worker():
                 if parts[0] == "unary":
                     set_threads(int(parts[4]))
                     t = unary(parts[1], int(parts[2]), int(parts[3]))
+                elif parts[0] == "fft":   # fft <n> <iters> <threads>
+                    set_threads(int(parts[3]))
+                    t = fft(int(parts[1]), int(parts[2]))
                 else:
                     t = run(parts[0], int(parts[1]), int(parts[2]))
                 out.write("ok %.9g\n" % t)
