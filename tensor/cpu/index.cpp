@@ -194,8 +194,10 @@ void cat(const Tensor& out, const TensorList& xs, int dim) {
   char* base = static_cast<char*>(out.raw_data());
   int64_t at = 0;  // where along dim the next input goes
   for (const Tensor& x : xs) {
-    if (x.dtype() == out.dtype() && x.is_contiguous()) {
-      const int64_t row = x.size(dim) * inner;
+    // A row a memcpy each while rows are long; short ones (a stack along the last dim
+    // copies one element a row) through the strided copy kernel, as one loop.
+    const int64_t row = x.size(dim) * inner;
+    if (x.dtype() == out.dtype() && x.is_contiguous() && row * int64_t(isz) >= 256) {
       const char* src = static_cast<const char*>(x.raw_data());
       parallel_for(outer, outer * row, [&](int64_t b, int64_t e) {
         for (int64_t o = b; o < e; ++o)
