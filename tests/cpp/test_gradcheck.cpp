@@ -515,7 +515,8 @@ std::vector<Case> other_cases(Op op) {
       auto f = [](const TensorList& x) { return ag::fft_c2c(x[0], false); };
       auto inv = [](const TensorList& x) { return ag::fft_c2c(x[0], true); };
       return {{"fft, n = 8", f, {values(Shape{2, 8, 2}, 87)}},
-              {"fft, n = 5 (Bluestein)", f, {values(Shape{5, 2}, 88)}},
+              {"fft, n = 5 (radix 5)", f, {values(Shape{5, 2}, 88)}},
+              {"fft, n = 37 (Bluestein)", f, {values(Shape{37, 2}, 90)}},
               {"inverse, n = 6, non-contiguous", inv, {transpose(values(Shape{6, 3, 2}, 89), 0, 1)}}};
     }
     case Op::CrossEntropy: {
