@@ -554,4 +554,26 @@ H.test("edges: float32 VonMises at small concentrations, errors naming the famil
   H.ok(lp:item() > -math.huge and lp:item() == lp:item())
 end)
 
+H.test("LogisticNormal: log_prob on the simplex matches PyTorch float64; draws on the simplex, reparameterised", function()
+  local FN = { logistic_normal = function(m, s, y) return D.LogisticNormal(m, s):log_prob(y) end }
+  H.eq(H.ref_cases(R.logistic_normal, FN, 1e-11, 1e-9), 1)
+  local d = D.LogisticNormal(dl.tensor({ 0.3, -1, 0.5 }, f64), dl.tensor({ 1, 0.5, 2 }, f64))
+  H.eq(#d.batch_shape, 0)
+  H.eq(d.event_shape[1], 4)
+  dl.manual_seed(13)
+  local y = d:rsample({ 1000 })
+  H.shape(y, { 1000, 4 })
+  H.ok(y:min():item() > 0)
+  H.near(y:sum(-1):totable(), dl.ones(1000):totable(), 1e-12)
+  -- the first stick is sigmoid(x_1 - log K): its logit plus log K is Normal(0.3, 1)
+  local x1 = dl.logit(y:select(2, 1)) + math.log(3)
+  H.near(x1:mean():item(), 0.3, 0.1)
+  H.near(x1:std():item(), 1, 0.07)
+  local g = dl.grad(function(m) return D.LogisticNormal(m, 1):rsample({ 3 }):select(-1, 1):sum() end)(dl.zeros(3, f64))
+  H.ok(g:abs():sum():item() > 0)
+  H.raises(function() d:log_prob(dl.tensor({ 0.5, 0.5, 0.5, -0.5 }, f64)) end,
+           "LogisticNormal.log_prob: a value is not on the simplex")
+  H.raises(function() D.LogisticNormal(0, 1) end, "LogisticNormal: loc and scale must have a last dim")
+end)
+
 H.run()

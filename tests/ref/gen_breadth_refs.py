@@ -1276,6 +1276,19 @@ def gen_distributions5():
         return one_output_cases(cases)
 
 
+def gen_logistic_normal():
+    """LogisticNormal(loc, scale) in float64: log_prob of points on the simplex (a batch,
+    broadcast parameters), with gradients of sum(y * c) in loc, scale and the value."""
+    import torch.distributions as TD
+    with torch.random.fork_rng():
+        torch.manual_seed(20261204)
+        loc = torch.randn(2, 1, 3, dtype=torch.float64)
+        scale = torch.rand(3, dtype=torch.float64) + 0.4
+        y = torch.softmax(torch.randn(4, 2, 5, 4, dtype=torch.float64), -1)
+        return one_output_cases((("logistic_normal", lambda m, s, v: TD.LogisticNormal(m, s).log_prob(v),
+                                  (loc, scale, y)),))
+
+
 def gen_fft():
     """torch.fft in float64, complex values as view_as_real pairs in and out: the one-dim,
     two-dim and n-dim transforms with n/s padding and cutting, dims and the three norms,
@@ -1344,7 +1357,7 @@ def main():
             "distributions3": gen_distributions3(), "special_functions": gen_special_functions(),
             "bessel": gen_bessel(), "von_mises": gen_von_mises(),
             "distributions4": gen_distributions4(), "fft": gen_fft(),
-            "distributions5": gen_distributions5()}
+            "distributions5": gen_distributions5(), "logistic_normal": gen_logistic_normal()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

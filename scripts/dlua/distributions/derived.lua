@@ -2,7 +2,8 @@
 -- their densities and moments: Weibull, Pareto, HalfCauchy, Kumaraswamy (from uniform
 -- and exponential draws), FisherSnedecor and NegativeBinomial (from gamma draws), and the
 -- relaxed (Gumbel-softmax, "concrete") families LogitRelaxedBernoulli, RelaxedBernoulli,
--- RelaxedOneHotCategorical and OneHotCategoricalStraightThrough. Formulas and support as
+-- RelaxedOneHotCategorical and OneHotCategoricalStraightThrough, and LogisticNormal on the
+-- simplex. Formulas and support as
 -- PyTorch's torch.distributions.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
@@ -412,5 +413,54 @@ function StraightThrough:rsample(shape)
   return draw + (p - dl.stop_gradient(p))
 end
 with_properties(StraightThrough)
+
+-- ---- on the simplex ---------------------------------------------------------------------------
+
+-- LogisticNormal(loc, scale): a Normal's draw x (K values) taken to the simplex of K + 1 by
+-- stick breaking, PyTorch's StickBreakingTransform: z_i = sigmoid(x_i - log(K + 1 - i)),
+-- y_i = z_i prod_{j < i} (1 - z_j), the last y what is left; event_shape {K + 1}.
+local LogisticNormal = class("LogisticNormal")
+LogisticNormal._params = { "loc", "scale" }
+function LogisticNormal.new(...)
+  local base = D.Normal(...)
+  if #base.batch_shape == 0 then raise("LogisticNormal: loc and scale must have a last dim (K, the simplex's K + 1)") end
+  local batch = {}
+  for i = 1, #base.batch_shape - 1 do batch[i] = base.batch_shape[i] end
+  local k = base.batch_shape[#base.batch_shape]
+  return setmetatable({ loc = base.loc, scale = base.scale, base_dist = base, batch_shape = batch,
+                        event_shape = { k + 1 }, _like = base._like, _validate = base._validate }, LogisticNormal)
+end
+-- log(K + 1 - i) for i = 1..K, as x's dtype and device
+local function stick_offsets(x)
+  local k = x.shape[x:dim()]
+  return (dl.arange(k, 0, -1, { dtype = x.dtype, device = x.device })):log()
+end
+local function stick_break(x)
+  local e = eps_of(x)
+  local z = (x - stick_offsets(x)):sigmoid():clamp(tiny_of(x), 1 - e)
+  local left = (1 - z):cumprod(-1)
+  local ones = dl.ones_like(z:narrow(-1, 1, 1))
+  return dl.cat({ z, ones }, -1) * dl.cat({ ones, left }, -1)
+end
+function LogisticNormal:rsample(shape)
+  return stick_break(self.base_dist:rsample(shape))
+end
+function LogisticNormal:log_prob(y)
+  y = self:_value("log_prob", y)
+  if self._validate then   -- (PyTorch's simplex constraint)
+    require_all("LogisticNormal.log_prob", y:ge(0):all(-1):logical_and((y:sum(-1) - 1):abs():lt(1e-6)),
+                "a value is not on the simplex (non-negative, summing to 1)")
+  end
+  local k = y.shape[y:dim()] - 1
+  local crop = y:narrow(-1, 1, k)
+  local left = (1 - crop:cumsum(-1)):clamp(tiny_of(y))
+  local offsets = stick_offsets(crop)
+  local x = crop:log() - left:log() + offsets
+  -- log |det J| of the stick breaking at x
+  local shifted = x - offsets
+  local ladj = (-shifted - dl.softplus(-shifted) + crop:log()):sum(-1)   -- (log sigmoid = -softplus(-x))
+  return self.base_dist:log_prob(x):sum(-1) - ladj
+end
+with_properties(LogisticNormal)
 
 return D
