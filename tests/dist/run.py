@@ -1,7 +1,8 @@
 """dl.dist under mpirun: the multi-rank checks (tests/dist/ranks.lua on 2 and 3 ranks) and
 the failure modes, each with a deadline (docs/distributed.md, "When something goes wrong").
 
-    run.py DLUA CASE      CASE: ranks2, ranks3, ranks2_tcp, timeline, stall, stall_plain, mismatch, order, error, exit, kill, example
+    run.py DLUA CASE      CASE: ranks2, ranks3, ranks2_tcp, timeline, stall, stall_plain, mismatch, order, dtype, shape,
+                          error, exit, kill, example
 
 Exits 0 when the case behaved, 1 with the output when not. Where mpirun is absent the
 case prints why and exits 0 (ctest shows the message; SKIP_RETURN_CODE is not used so that a
@@ -54,6 +55,17 @@ dl.dist.init({ timeout = 30 })
 local t = dl.ones(3)
 if dl.dist.rank() == 0 then dl.dist.allreduce(t) else dl.dist.broadcast(t, 0) end
 """,
+    # With DLUA_DIST_DEBUG=1, one collective of tensors of different dtypes.
+    "dtype": """
+dl.dist.init({ timeout = 30 })
+local t = dl.dist.rank() == 0 and dl.ones(3) or dl.ones(3, { dtype = "float64" })
+dl.dist.allreduce(t)
+""",
+    # allgather's parts may differ in their first dim only; always checked.
+    "shape": """
+dl.dist.init({ timeout = 30 })
+dl.dist.allgather(dl.ones(3, dl.dist.rank() == 0 and 2 or 4))
+""",
     # An uncaught error on rank 1 while rank 0 waits in a collective.
     "error": """
 dl.dist.init({ timeout = 60 })
@@ -88,6 +100,10 @@ EXPECT = {
                   r"rank 1 has 'gradient 1' float32 \(3,\)"], 5),
     "order": ([r"the ranks' collectives differ \(DLUA_DIST_DEBUG\): .*rank 0 has collective 1: "
                r"dist\.allreduce float32 \(3,\), rank 1 has collective 1: dist\.broadcast float32 \(3,\) root 0"], 5),
+    "dtype": ([r"the ranks' collectives differ \(DLUA_DIST_DEBUG\): .*rank 0 has collective 1: "
+               r"dist\.allreduce float32 \(3,\), rank 1 has collective 1: dist\.allreduce float64 \(3,\)"], 5),
+    "shape": ([r"dist\.allgather: the tensors must agree in dtype and in every dim after the first: .*"
+               r"rank 0 has float32 \(\*,2\), rank 1 has float32 \(\*,4\)"], 5),
     "error": ([r"dlua: rank 1 of 2: .*boom on rank 1", r"rank 1 of 2 ends the job \(MPI_Abort\)"], 5),
     "exit": ([r"rank 1 of 2 exits with 3"], 5),
     "kill": ([], 10),
@@ -191,7 +207,7 @@ def main():
         with open(script, "w") as f:
             f.write(CASES[case].lstrip("\n"))
         # mpirun itself may take a second or two to start and to tear down the job.
-        case_env = dict(env, DLUA_DIST_DEBUG="1") if case == "order" else env
+        case_env = dict(env, DLUA_DIST_DEBUG="1") if case in ("order", "dtype") else env
         rc, out, took = mpirun(dlua, 2, script, deadline + 30, case_env)
         if rc == 0:
             fail(f"{case}: the job exited 0", out)

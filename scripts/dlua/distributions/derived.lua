@@ -3,8 +3,7 @@
 -- and exponential draws), FisherSnedecor and NegativeBinomial (from gamma draws), and the
 -- relaxed (Gumbel-softmax, "concrete") families LogitRelaxedBernoulli, RelaxedBernoulli,
 -- RelaxedOneHotCategorical and OneHotCategoricalStraightThrough, and LogisticNormal on the
--- simplex. Formulas and support as
--- PyTorch's torch.distributions.
+-- simplex. Formulas and support as PyTorch's torch.distributions.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 local B = require("dlua.distributions.base")
