@@ -47,11 +47,21 @@ struct Mixed {
     }
     const int p = radices[level];
     const int64_t m = len / p, scale = n / len;
-    for (int r = 0; r < p; ++r) run(in + r * stride, stride * p, out + r * m, m, level + 1);
+    // (the last stage's sub-transforms are single values: read in place, no calls)
+    if (m > 1)
+      for (int r = 0; r < p; ++r) run(in + r * stride, stride * p, out + r * m, m, level + 1);
     Complex t[kMaxRadix + 1], y[kMaxRadix + 1];
     for (int64_t k = 0; k < m; ++k) {
-      t[0] = out[k];
-      for (int r = 1; r < p; ++r) t[r] = fft::mul(out[r * m + k], tw[size_t(r * k * scale)]);
+      if (m == 1) {
+        for (int r = 0; r < p; ++r) t[r] = in[r * stride];
+      } else {
+        t[0] = out[k];
+        if (k == 0) {
+          for (int r = 1; r < p; ++r) t[r] = out[r * m];   // (twiddles of 1)
+        } else {
+          for (int r = 1; r < p; ++r) t[r] = fft::mul(out[r * m + k], tw[size_t(r * k * scale)]);
+        }
+      }
       if (p == 2) {
         y[0] = {t[0].re + t[1].re, t[0].im + t[1].im};
         y[1] = {t[0].re - t[1].re, t[0].im - t[1].im};
