@@ -118,6 +118,17 @@ bool dim_arg(const Call& c, std::vector<Tensor>& out) {
   return true;
 }
 
+// Appends the region {sizes (k), strides (k), offset} at v[at..] with the batch in front,
+// one more dim of `each` elements a step: {k + 1 sizes, k + 1 strides, offset}.
+void batched_region(std::vector<int64_t>& is, const std::vector<int64_t>& v, size_t at, int64_t k, int64_t batch,
+                    int64_t each) {
+  is.push_back(batch);
+  is.insert(is.end(), v.begin() + at, v.begin() + at + k);
+  is.push_back(each);
+  is.insert(is.end(), v.begin() + at + k, v.begin() + at + 2 * k);
+  is.push_back(v[at + 2 * k]);
+}
+
 // embed's ints {b, k, base (b), sizes (k), strides (k), offset}: the batch is one more
 // dim of both the base and the region, whose stride is the base's size.
 bool embed_rule(const Call& c, std::vector<Tensor>& out) {
@@ -129,11 +140,7 @@ bool embed_rule(const Call& c, std::vector<Tensor>& out) {
   for (int64_t i = 0; i < b; ++i) numel *= v[size_t(2 + i)];
   std::vector<int64_t> is = {b + 1, k + 1, c.batch};
   is.insert(is.end(), v.begin() + 2, v.begin() + 2 + b);
-  is.push_back(c.batch);
-  is.insert(is.end(), v.begin() + 2 + b, v.begin() + 2 + b + k);
-  is.push_back(numel);
-  is.insert(is.end(), v.begin() + 2 + b + k, v.begin() + 2 + b + 2 * k);
-  is.push_back(v.back());
+  batched_region(is, v, size_t(2 + b), k, c.batch, numel);
   c.run(c.tensors(), is, out);
   return true;
 }
@@ -144,11 +151,8 @@ bool strided_view_rule(const Call& c, std::vector<Tensor>& out) {
   const std::vector<int64_t>& v = c.ints;
   if (v.empty() || int64_t(v.size()) != 2 + 2 * v[0] || !c.batched(0)) return false;
   const int64_t k = v[0], each = c.batch > 0 ? c.t(0).numel() / c.batch : 0;
-  std::vector<int64_t> is = {k + 1, c.batch};
-  is.insert(is.end(), v.begin() + 1, v.begin() + 1 + k);
-  is.push_back(each);
-  is.insert(is.end(), v.begin() + 1 + k, v.begin() + 1 + 2 * k);
-  is.push_back(v.back());
+  std::vector<int64_t> is = {k + 1};
+  batched_region(is, v, 1, k, c.batch, each);
   c.run(c.tensors(), is, out);
   return true;
 }

@@ -309,9 +309,7 @@ local function bins(op, n, d, opts, count)
   if opts ~= nil and opts.dtype ~= nil and opts.dtype ~= "float32" and opts.dtype ~= "float64" then
     raise(op .. ": dtype must be float32 or float64, got " .. tostring(opts.dtype))
   end
-  local k = dl.arange(count(n), opts)
-  if not k:is_floating_point() then k = k:to(dl.get_default_dtype()) end
-  return k, d * n
+  return floating(dl.arange(count(n), opts)), d * n
 end
 
 -- The sample frequencies of an n-point transform with spacing d: 0, 1, ..., then the

@@ -119,6 +119,21 @@ function Distribution:_value(op, v)
   return v
 end
 
+-- log_prob's value, checked to lie in the support when validating: holds(v) gives a bool
+-- tensor, `message` what fails ("Name.log_prob: message").
+function Distribution:_checked_value(v, holds, message)
+  v = self:_value("log_prob", v)
+  if self._validate then require_all(self.__name .. ".log_prob", holds(v), message) end
+  return v
+end
+-- log_prob's value as a count 0, 1, 2 ..., a float of the parameters' dtype.
+local function whole_non_negative(v) return v:ge(0):logical_and(v:eq(v:floor())) end
+function Distribution:_count_value(v)
+  v = self:_value("log_prob", v)
+  if not v:is_floating_point() then v = v:to(self._like.dtype) end
+  return self:_checked_value(v, whole_non_negative, "a value is not a count 0, 1, 2 ...")
+end
+
 local function unsupported(name, what)
   return function() raise(name .. "." .. what .. ": not defined for this distribution") end
 end

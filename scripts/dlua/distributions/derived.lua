@@ -43,17 +43,11 @@ function Weibull:rsample(shape)   -- s (-log(1 - u))^(1 / k)
   local u = uniform(self, shape, self.scale)
   return self.scale * (-(-u):log1p()):pow(1 / self.concentration)
 end
--- A value checked to lie in the support when validating (PyTorch's support checks).
-local function in_support(self, v, holds, what)
-  v = self:_value("log_prob", v)
-  if self._validate then require_all(self.__name .. ".log_prob", holds(v), "a value lies outside " .. what) end
-  return v
-end
 local function non_negative(v) return v:ge(0) end
 
 function Weibull:log_prob(v)
   local s, k = self.scale, self.concentration
-  local z = in_support(self, v, non_negative, "[0, infinity)") / s
+  local z = self:_checked_value(v, non_negative, "a value lies outside [0, infinity)") / s
   return (k / s):log() + (k - 1) * z:log() - z:pow(k)
 end
 function Weibull:entropy()
@@ -81,8 +75,7 @@ function Pareto:_get_variance()
 end
 function Pareto:rsample(shape) return self.scale * (-(-uniform(self, shape, self.scale)):log1p() / self.alpha):exp() end
 function Pareto:log_prob(v)
-  v = self:_value("log_prob", v)
-  if self._validate then require_all("Pareto.log_prob", v:ge(self.scale), "a value lies below scale") end
+  v = self:_checked_value(v, function(x) return x:ge(self.scale) end, "a value lies below scale")
   return self.alpha:log() + self.alpha * self.scale:log() - (self.alpha + 1) * v:log()
 end
 function Pareto:entropy() return (self.scale / self.alpha):log() + 1 / self.alpha + 1 end
@@ -130,7 +123,7 @@ function Kumaraswamy:rsample(shape)   -- (1 - u^(1/b))^(1/a)
 end
 function Kumaraswamy:log_prob(v)
   local a, b = self.concentration1, self.concentration0
-  v = in_support(self, v, function(x) return x:gt(0):logical_and(x:lt(1)) end, "(0, 1)")
+  v = self:_checked_value(v, function(x) return x:gt(0):logical_and(x:lt(1)) end, "a value lies outside (0, 1)")
   return a:log() + b:log() + (a - 1) * v:log() + (b - 1) * (-v:pow(a)):log1p()
 end
 function Kumaraswamy:entropy()
@@ -162,7 +155,7 @@ function FisherSnedecor:rsample(shape)
   return (x1:expand(ext) / x2:expand(ext):clamp(tiny)):clamp(tiny)
 end
 function FisherSnedecor:log_prob(v)
-  v = in_support(self, v, function(x) return x:gt(0) end, "(0, infinity)")
+  v = self:_checked_value(v, function(x) return x:gt(0) end, "a value lies outside (0, infinity)")
   local h1, h2, ratio = self.df1 * 0.5, self.df2 * 0.5, self.df1 / self.df2
   return (h1 + h2):lgamma() - h1:lgamma() - h2:lgamma() + h1 * ratio:log() + (h1 - 1) * v:log()
          - (h1 + h2) * (ratio * v):log1p()
@@ -198,11 +191,7 @@ function NegativeBinomial:sample(shape)
   end)
 end
 function NegativeBinomial:log_prob(v)
-  v = self:_value("log_prob", v)
-  if not v:is_floating_point() then v = v:to(self._like.dtype) end
-  if self._validate then
-    require_all("NegativeBinomial.log_prob", v:ge(0):logical_and(v:eq(v:floor())), "a value is not a count 0, 1, 2 ...")
-  end
+  v = self:_count_value(v)
   local r, l = self.total_count, self.logits
   local norm = (r + v):lgamma() - (v + 1):lgamma() - r:lgamma()
   norm = dl.where((r + v):eq(0), 0, norm)
@@ -253,10 +242,7 @@ function ContinuousBernoulli:_get_variance()
   return dl.where(outside, exact, 1 / 12 - (1 / 15 - x * (128 / 945)) * x)
 end
 function ContinuousBernoulli:log_prob(v)
-  v = self:_value("log_prob", v)
-  if self._validate then
-    require_all("ContinuousBernoulli.log_prob", v:ge(0):logical_and(v:le(1)), "a value lies outside [0, 1]")
-  end
+  v = self:_checked_value(v, function(x) return x:ge(0):logical_and(x:le(1)) end, "a value lies outside [0, 1]")
   local l = self.logits
   -- -binary_cross_entropy_with_logits(l, v) = v l - softplus(l)
   return v * l - dl.softplus(l) + cb_log_norm(self)
@@ -321,24 +307,31 @@ function LogitRelaxedBernoulli:log_prob(v)
 end
 with_properties(LogitRelaxedBernoulli)
 
+-- A relaxed family: the draws of its base (made by base(name, temperature, ...)) through
+-- `transform`, kept off the support's ends; probs and logits are the base's.
+local function relaxed_family(name, base, transform)
+  local cls = class(name, D.TransformedDistribution)
+  function cls.new(temperature, ...)
+    local b = base(name, temperature, ...)
+    local self = D.TransformedDistribution.new(b, transform())
+    self.temperature = b.temperature
+    return setmetatable(self, cls)
+  end
+  function cls:__repr() return name .. "(temperature: " .. tostring(self.temperature) .. ")" end
+  function cls:_get_probs() return self.base_dist.probs end
+  function cls:_get_logits() return self.base_dist.logits end
+  function cls:rsample(shape)
+    local y = D.TransformedDistribution.rsample(self, shape)
+    local e = eps_of(y)
+    return y:clamp(e, 1 - e)
+  end
+  with_properties(cls)
+  return cls
+end
+
 -- RelaxedBernoulli(temperature, {probs =} or {logits =}): the sigmoid of
 -- LogitRelaxedBernoulli's draw, in (0, 1).
-local RelaxedBernoulli = class("RelaxedBernoulli", D.TransformedDistribution)
-function RelaxedBernoulli.new(temperature, ...)
-  local base = logit_relaxed("RelaxedBernoulli", temperature, ...)
-  local self = D.TransformedDistribution.new(base, D.transforms.SigmoidTransform())
-  self.temperature = base.temperature
-  return setmetatable(self, RelaxedBernoulli)
-end
-function RelaxedBernoulli:__repr() return "RelaxedBernoulli(temperature: " .. tostring(self.temperature) .. ")" end
-function RelaxedBernoulli:_get_probs() return self.base_dist.probs end
-function RelaxedBernoulli:_get_logits() return self.base_dist.logits end
-function RelaxedBernoulli:rsample(shape)
-  local y = D.TransformedDistribution.rsample(self, shape)
-  local e = eps_of(y)
-  return y:clamp(e, 1 - e)
-end
-with_properties(RelaxedBernoulli)
+relaxed_family("RelaxedBernoulli", logit_relaxed, D.transforms.SigmoidTransform)
 
 -- ExpRelaxedCategorical(temperature, {probs =} or {logits =}): the log of a relaxed
 -- one-hot draw, log softmax((logits + Gumbel noise) / temperature) (event_shape {K}).
@@ -383,22 +376,7 @@ with_properties(ExpRelaxed)
 
 -- RelaxedOneHotCategorical(temperature, {probs =} or {logits =}): the Gumbel-softmax
 -- draw, softmax((logits + Gumbel noise) / temperature), on the simplex.
-local RelaxedOneHot = class("RelaxedOneHotCategorical", D.TransformedDistribution)
-function RelaxedOneHot.new(temperature, ...)
-  local base = exp_relaxed("RelaxedOneHotCategorical", temperature, ...)
-  local self = D.TransformedDistribution.new(base, D.transforms.ExpTransform())
-  self.temperature = base.temperature
-  return setmetatable(self, RelaxedOneHot)
-end
-function RelaxedOneHot:__repr() return "RelaxedOneHotCategorical(temperature: " .. tostring(self.temperature) .. ")" end
-function RelaxedOneHot:_get_probs() return self.base_dist.probs end
-function RelaxedOneHot:_get_logits() return self.base_dist.logits end
-function RelaxedOneHot:rsample(shape)
-  local y = D.TransformedDistribution.rsample(self, shape)
-  local e = eps_of(y)
-  return y:clamp(e, 1 - e)
-end
-with_properties(RelaxedOneHot)
+relaxed_family("RelaxedOneHotCategorical", exp_relaxed, D.transforms.ExpTransform)
 
 -- OneHotCategoricalStraightThrough: OneHotCategorical whose rsample is the one-hot draw
 -- with the gradient of its probabilities (draw + probs - stop_gradient(probs)).
@@ -445,11 +423,8 @@ function LogisticNormal:rsample(shape)
   return stick_break(self.base_dist:rsample(shape))
 end
 function LogisticNormal:log_prob(y)
-  y = self:_value("log_prob", y)
-  if self._validate then   -- (PyTorch's simplex constraint)
-    require_all("LogisticNormal.log_prob", y:ge(0):all(-1):logical_and((y:sum(-1) - 1):abs():lt(1e-6)),
-                "a value is not on the simplex (non-negative, summing to 1)")
-  end
+  y = self:_checked_value(y, function(v) return v:ge(0):all(-1):logical_and((v:sum(-1) - 1):abs():lt(1e-6)) end,
+                         "a value is not on the simplex (non-negative, summing to 1)")   -- (PyTorch's simplex constraint)
   local k = y.shape[y:dim()] - 1
   local crop = y:narrow(-1, 1, k)
   local left = (1 - crop:cumsum(-1)):clamp(tiny_of(y))

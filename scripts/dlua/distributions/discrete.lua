@@ -194,11 +194,7 @@ function Poisson:sample(shape)
   return dl.no_grad(function() return poisson_draws(self.rate:expand(self:_extended(shape)):contiguous()) end)
 end
 function Poisson:log_prob(v)
-  v = self:_value("log_prob", v)
-  if not v:is_floating_point() then v = v:to(self.rate.dtype) end
-  if self._validate then
-    require_all("Poisson.log_prob", v:ge(0):logical_and(v:eq(v:floor())), "a value is not a count 0, 1, 2 ...")
-  end
+  v = self:_count_value(v)
   return dl.xlogy(v, self.rate) - self.rate - (v + 1):lgamma()
 end
 with_properties(Poisson)
@@ -222,11 +218,7 @@ function Geometric:sample(shape)
   end)
 end
 function Geometric:log_prob(v)
-  v = self:_value("log_prob", v)
-  if not v:is_floating_point() then v = v:to(self.probs.dtype) end
-  if self._validate then
-    require_all("Geometric.log_prob", v:ge(0):logical_and(v:eq(v:floor())), "a value is not a count 0, 1, 2 ...")
-  end
+  v = self:_count_value(v)
   local p = self.probs
   return dl.where(v:eq(0), 0, v * (-p):log1p()) + p:log()
 end
