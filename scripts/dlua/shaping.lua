@@ -255,10 +255,11 @@ dl.unflatten = methods.unflatten
 -- keeps x's storage and, inside a gradient, its history (the view's own derivative
 -- follows), so x:t_() on a recorded value is differentiable. As PyTorch's for a leaf
 -- that requires a gradient, a trainable Variable refuses: its optimizer's state and its
--- gradient have its shape (a frozen one may change). resize_ keeps the elements in x's order: shrinking a contiguous x
--- is a view of its start (the storage shared, as PyTorch's); growing copies into new
--- storage whose new elements are 0 (PyTorch's are uninitialised), and refuses a value
--- with a gradient history (as PyTorch's "cannot resize variables that require grad").
+-- gradient have its shape (a frozen one may change). resize_ keeps the elements in x's
+-- order: shrinking a contiguous x is a view of its start (the storage shared, as
+-- PyTorch's); growing copies into new storage whose new elements are 0 (PyTorch's are
+-- uninitialised), and refuses a value with a gradient history (as PyTorch's "cannot
+-- resize variables that require grad").
 local C = core.C
 local function rebind(op, x, v)
   if x.trainable then
