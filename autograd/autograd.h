@@ -119,6 +119,8 @@ Tensor log_softmax(const Tensor& x, int dim);
 Tensor cumsum(const Tensor& x, int dim, bool reverse = false);
 Tensor cumprod(const Tensor& x, int dim, bool reverse = false);
 Tensor fft_c2c(const Tensor& x, bool inverse);
+Tensor fft_r2c(const Tensor& x, int64_t weight);
+Tensor fft_c2r(const Tensor& y, int64_t n, int64_t weight);
 std::pair<Tensor, Tensor> sort(const Tensor& x, int dim, bool descending);
 Tensor view(const Tensor& x, const Shape& shape);
 Tensor reshape(const Tensor& x, const Shape& shape);

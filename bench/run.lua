@@ -283,7 +283,7 @@ do
        pinned = true }
   n = quick and 5 or 500
   for _, len in ipairs({ 1024, 1000 }) do
-    row{ id = "fft" .. len, label = "dl.fft rfft + irfft, (64, " .. len .. ") float32" .. (len == 1024 and "" or " (radices 4, 2, 5)"),
+    row{ id = "fft" .. len, label = "dl.fft rfft + irfft, (64, " .. len .. ") float32" .. (len == 1024 and "" or " (radix 5 stages)"),
          unit = "us/call", show = per(US), ours = ours("fft " .. len .. " " .. n),
          refs = { torch("fft " .. len .. " " .. n, 1) } }
   end

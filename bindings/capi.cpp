@@ -875,6 +875,12 @@ uint64_t dl_cumsum(uint64_t x, int dim) {
 uint64_t dl_fft_c2c(uint64_t x, int inverse) {
   return guard_handle([&] { return ag::fft_c2c(get(x, "fft"), inverse != 0); });
 }
+uint64_t dl_fft_r2c(uint64_t x, int weight) {
+  return guard_handle([&] { return ag::fft_r2c(get(x, "rfft"), weight); });
+}
+uint64_t dl_fft_c2r(uint64_t y, int64_t n, int weight) {
+  return guard_handle([&] { return ag::fft_c2r(get(y, "irfft"), n, weight); });
+}
 
 // Sorting and selection: sort's indices, nonzero's positions and searchsorted's insertion
 // points (in [1, n + 1]) are 1-based, as Lua counts.

@@ -216,6 +216,8 @@ uint64_t dl_argmin(uint64_t x, int dim, int keepdim);
 uint64_t dl_cumsum(uint64_t x, int dim);    /* dim 1-based (negative from the end) */
 uint64_t dl_cumprod(uint64_t x, int dim);
 uint64_t dl_fft_c2c(uint64_t x, int inverse);   /* x (..., n, 2) pairs, along dim -2, unnormalised */
+uint64_t dl_fft_r2c(uint64_t x, int weight);    /* real x (..., n) -> bins (..., n/2 + 1, 2) */
+uint64_t dl_fft_c2r(uint64_t y, int64_t n, int weight);   /* bins (..., n/2 + 1, 2) -> (..., n) */
 int dl_sort(uint64_t x, int dim, int descending, uint64_t* out2);   /* values, 1-based indices */
 uint64_t dl_nonzero(uint64_t x);            /* (count, ndim) 1-based positions */
 uint64_t dl_searchsorted(uint64_t seq, uint64_t values, int right);   /* in [1, n + 1] */

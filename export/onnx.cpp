@@ -495,6 +495,44 @@ class Lowering {
       attr_i(d, "axis", int64_t(rank) - 2);
       attr_i(d, "inverse", inverse);
       if (inverse) node("Mul", {t, scalar(dt, double(len))}, {out});
+    } else if (op == "fft_r2c" || op == "fft_c2r") {
+      // DFT on a real signal (a last dim of 1) with onesided = 1 gives rfft's bins; the way
+      // back writes out the mirrored conjugates and runs the inverse DFT of the whole
+      // spectrum. The bins strictly between 0 and n/2 carry the op's weight, and bins 0
+      // and n/2 have no imaginary part (Note [A real signal's transform]).
+      const bool r2c = op == "fft_r2c";
+      const int64_t weight = konst(iv.at(r2c ? 0 : 1), op);
+      const int64_t len = r2c ? konst(shape(x).at(rank - 1), op) : konst(iv.at(0), op);
+      const int64_t bins = len / 2 + 1, ax = r2c ? int64_t(rank) - 1 : int64_t(rank) - 2;
+      const std::string dt = dtype(out_value(n, 0));
+      std::vector<double> w;   // (bins, 2): the middle bins' weight (halved the way back), the edges real
+      for (int64_t k = 0; k < bins; ++k) {
+        const bool edge = k == 0 || 2 * k == len;
+        const double v = edge ? 1.0 : r2c ? double(weight) : double(weight) / 2;
+        w.insert(w.end(), {v, edge ? 0.0 : v});
+      }
+      if (r2c) {
+        const std::string u = apply("Unsqueeze", {in_as(n, 0, dt), ints_constant({int64_t(rank)})});
+        auto* d = node("DFT", {u}, {weight == 1 ? out : fresh()});
+        attr_i(d, "axis", ax);
+        attr_i(d, "onesided", 1);
+        if (weight != 1) node("Mul", {d->output(0), constant(dt, w, {bins, 2})}, {out});
+      } else {
+        std::string full = apply("Mul", {in_as(n, 0, dt), constant(dt, w, {bins, 2})});
+        if (len - bins > 0) {   // bins len - bins .. 1, reversed and conjugated
+          const std::string mirror = apply("Slice", {full, ints_constant({len - bins}), ints_constant({0}),
+                                                     ints_constant({ax}), ints_constant({-1})});
+          const std::string f = fresh();
+          attr_i(node("Concat", {full, apply("Mul", {mirror, constant(dt, {1, -1}, {2})})}, {f}), "axis", ax);
+          full = f;
+        }
+        auto* d = node("DFT", {full}, {fresh()});
+        attr_i(d, "axis", ax);
+        attr_i(d, "inverse", 1);
+        const std::string re = fresh();
+        attr_i(node("Gather", {d->output(0), constant("int64", {0}, {})}, {re}), "axis", int64_t(rank) - 1);
+        node("Mul", {re, scalar(dt, double(len))}, {out});
+      }
     } else if (op == "cumsum") {
       attr_i(node("CumSum", {in_as(n, 0, dtype(out_value(n, 0))), ints_constant({axis(iv.at(0), rank, op)})}, {out}),
              "reverse", konst(iv.at(1), op));

@@ -152,6 +152,9 @@ const std::vector<OpRow>& rows() {
       }),
       // ints {inverse}
       ROW("fft_c2c", 1, 1, 1, 1, 1, 0, out = {fft_c2c(arg(a, 0), a.ints[0] != 0)}),
+      // ints {weight}; fft_c2r: {n, weight}
+      ROW("fft_r2c", 1, 1, 1, 1, 1, 0, out = {fft_r2c(arg(a, 0), a.ints[0])}),
+      ROW("fft_c2r", 1, 1, 1, 2, 2, 0, out = {fft_c2r(arg(a, 0), a.ints[0], a.ints[1])}),
       // ints {dim, keepdim}: values and indices
       ROW("max_dim", 1, 1, 2, 2, 2, 0, auto p = max_dim(arg(a, 0), dim_arg(a.ints[0]), a.ints[1] != 0);
           out = {p.first, p.second}),

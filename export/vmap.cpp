@@ -381,6 +381,8 @@ constexpr NamedRule kRules[] = {
     {"solve_triangular", solve_rule},
     {"cholesky", as_is},
     {"fft_c2c", as_is},
+    {"fft_r2c", as_is},
+    {"fft_c2r", as_is},
     {"embed", embed_rule},
     {"strided_view", strided_view_rule},
     {"qr", as_is},

@@ -11,7 +11,7 @@
 //
 // Note [The CPU's transform]
 // In double for every dtype. A length whose prime factors are all at most 31 runs a
-// mixed-radix Cooley-Tukey (radix 4 and 2 as butterflies, 3, 5, 7 ... as small sums); any
+// mixed-radix Cooley-Tukey (radix 2, 3, 4 and 5 as butterflies, 7, 11 ... as small sums); any
 // other length n runs Bluestein's chirp, jk = (j^2 + k^2 - (k - j)^2) / 2, as a circular
 // convolution of length m >= 2n - 1, a power of two, through three transforms of m. Twiddles come from twiddle() below with their exponent reduced
 // exactly (jk mod n, and k^2 mod 2n for the chirp), so no angle grows with n. The CUDA

@@ -159,6 +159,13 @@ Tensor cumprod(const Tensor& x, int dim, bool reverse = false);
 // pairs, along dim -2, unnormalised; the sign of the exponent + when `inverse`
 // (tensor/spectral.cpp; Note [Complex values as pairs] in tensor/fft.h).
 Tensor fft_c2c(const Tensor& x, bool inverse);
+// The forward transform of a real x (..., n) along its last dim: bins 0 .. n/2 as pairs
+// (..., n/2 + 1, 2), those strictly between times `weight` (1: rfft's; 2: the adjoint of
+// fft_c2r with 2). fft_c2r(y, n, weight): the n real values of those bins, inverse and
+// unnormalised (weight 2: irfft's, n times the inverse of fft_r2c with 1; 1: fft_r2c's
+// adjoint). Note [A real signal's transform] in tensor/cpu/fft.cpp.
+Tensor fft_r2c(const Tensor& x, int64_t weight);
+Tensor fft_c2r(const Tensor& y, int64_t n, int64_t weight);
 
 // ---- sorting and selection (tensor/sorting.cpp; CPU: tensor/cpu/sorting.cpp) -------
 // Values and int64 indices (0-based) of x sorted along dim; stable, NaN the largest.

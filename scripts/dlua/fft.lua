@@ -19,8 +19,8 @@
 -- A trailing table may give the options by name: dl.fft.rfft(x, {n = 64, norm = "ortho"}).
 -- norm as PyTorch's: "backward" (the default: the inverse divides by n), "ortho" (both by
 -- sqrt n) or "forward" (the forward divides by n). Every transform is differentiable:
--- the engine's one transform (fft_c2c) has its adjoint as derivative, the rest is
--- padding, slicing and conjugation.
+-- the engine's transforms (fft_c2c for pairs, fft_r2c and fft_c2r for real signals) have
+-- their adjoints as derivatives, the rest is padding, slicing and conjugation.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
@@ -156,25 +156,25 @@ end
 -- ---- one dim ----------------------------------------------------------------------------------
 
 
--- the transform of a real x's dim d of length n: its n // 2 + 1 non-negative bins
+-- The engine's transforms of real signals along the last dim, with x's dim d moved there
+-- and back: rfft's bins (fft_r2c, weight 1) and irfft's values (fft_c2r, weight 2: each
+-- bin strictly between 0 and n / 2 stands for itself and its mirrored conjugate; the
+-- imaginary parts of bin 0, and n / 2 for an even n, are not read, as PyTorch's).
 local function r2c(x, d, n, norm)
   x = resized(x, d, n)
-  local z = c2c(F.complex(x), d, n, false, norm)
-  return z:narrow(d, 1, floor(n / 2) + 1)
+  local last = x:dim()
+  if d ~= last then x = x:transpose(d, last) end
+  local z = T.new(C.dl_fft_r2c, T.hid(x), 1)
+  if d ~= last then z = z:transpose(d, last) end
+  return scale(z, norm, n, false)
 end
--- n real values from the non-negative bins z along d: the other bins are the conjugates
--- of these mirrored (a Hermitian spectrum), the imaginary parts of bin 0 (and n / 2 for
--- an even n) are not read, as PyTorch's
 local function c2r(z, d, n, norm)
-  local half = floor(n / 2) + 1
-  z = resized(z, d, half)
-  local full = z
-  local mirrored = n - half   -- bins half .. n - 1 mirror bins n - half .. 1
-  if mirrored > 0 then
-    local upper = F.conj(z:narrow(d, 2, mirrored)):flip({ d })
-    full = dl.cat({ z, upper }, d)
-  end
-  return c2c(full, d, n, true, norm):select(-1, 1)
+  z = resized(z, d, floor(n / 2) + 1)
+  local last = z:dim() - 1
+  if d ~= last then z = z:transpose(d, last) end
+  local x = T.new(C.dl_fft_c2r, T.hid(z), n, 2)
+  if d ~= last then x = x:transpose(d, last) end
+  return scale(x, norm, n, true)
 end
 
 -- The arguments of a one-dim transform of a real x, or of pairs z when `complex`: the

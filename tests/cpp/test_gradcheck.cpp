@@ -519,6 +519,20 @@ std::vector<Case> other_cases(Op op) {
               {"fft, n = 37 (Bluestein)", f, {values(Shape{37, 2}, 90)}},
               {"inverse, n = 6, non-contiguous", inv, {transpose(values(Shape{6, 3, 2}, 89), 0, 1)}}};
     }
+    case Op::FftR2c: {
+      auto f = [](int64_t w) { return [w](const TensorList& x) { return ag::fft_r2c(x[0], w); }; };
+      return {{"rfft, n = 8", f(1), {values(Shape{2, 8}, 91)}},
+              {"rfft, n = 7 (odd), weight 2", f(2), {values(Shape{7}, 92)}},
+              {"rfft, n = 38 (Bluestein of 19)", f(1), {values(Shape{38}, 93)}},
+              {"rfft, n = 6, non-contiguous", f(2), {transpose(values(Shape{6, 3}, 94), 0, 1)}}};
+    }
+    case Op::FftC2r: {
+      auto f = [](int64_t n, int64_t w) { return [n, w](const TensorList& x) { return ag::fft_c2r(x[0], n, w); }; };
+      return {{"irfft, n = 8", f(8, 2), {values(Shape{2, 5, 2}, 95)}},
+              {"irfft, n = 7 (odd), weight 1", f(7, 1), {values(Shape{4, 2}, 96)}},
+              {"irfft, n = 1", f(1, 2), {values(Shape{3, 1, 2}, 97)}},
+              {"irfft, n = 10, non-contiguous", f(10, 2), {transpose(values(Shape{6, 3, 2}, 98), 0, 1)}}};
+    }
     case Op::CrossEntropy: {
       Tensor t = idx({2, 0, 3, 1}, Shape{4});
       return {{"cross_entropy mean", [t](const TensorList& x) { return ag::cross_entropy(x[0], t, Reduction::Mean, std::nullopt); },

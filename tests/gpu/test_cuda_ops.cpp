@@ -363,6 +363,24 @@ std::map<Op, Check> other_checks() {
           compare_op("fft_c2c " + std::string(dtype_name(dt)) + " n " + std::to_string(n) + (inverse ? " inverse" : ""),
                      {sample({3, n, 2}, dt)}, [&](const auto& x) { return fft_c2c(x[0], inverse); }, folds(double(n) * 4));
   };
+  // (the CPU's half-length transform and its odd-length path against the direct sums)
+  m[Op::FftR2c] = [&] {
+    for (DType dt : {DType::Float32, DType::Float64})
+      for (int64_t n : {1, 2, 5, 8, 64, 100})
+        for (int64_t weight : {1, 2})
+          compare_op("fft_r2c " + std::string(dtype_name(dt)) + " n " + std::to_string(n) + " weight " +
+                         std::to_string(weight),
+                     {sample({3, n}, dt)}, [&](const auto& x) { return fft_r2c(x[0], weight); }, folds(double(n) * 4));
+  };
+  m[Op::FftC2r] = [&] {
+    for (DType dt : {DType::Float32, DType::Float64})
+      for (int64_t n : {1, 2, 5, 8, 64, 100})
+        for (int64_t weight : {1, 2})
+          compare_op("fft_c2r " + std::string(dtype_name(dt)) + " n " + std::to_string(n) + " weight " +
+                         std::to_string(weight),
+                     {sample({3, n / 2 + 1, 2}, dt)}, [&](const auto& x) { return fft_c2r(x[0], n, weight); },
+                     folds(double(n) * 4));
+  };
   m[Op::Where] = [&] {
     each_dtype([](DType dt) {
       compare_op(std::string("where ") + std::string(dtype_name(dt)),

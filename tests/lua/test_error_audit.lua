@@ -181,6 +181,14 @@ local OTHER = {
     { "length 0", function() return dl.fft.fft(dl.zeros(0, 2)) end, { "fft", "length 0" } },
     { "bad norm", function() return dl.fft.rfft(f23, { norm = "none" }) end, { "fft.rfft", "norm" } },
   },
+  fft_r2c = {
+    { "length 0", function() return dl.fft.rfft(dl.zeros(4, 0)) end, { "rfft", "length 0" } },
+    { "0 dims", function() return dl.fft.rfft(dl.tensor(1.5)) end, { "fft.rfft", "0-dim" } },
+  },
+  fft_c2r = {
+    { "not pairs", function() return dl.fft.irfft(f23) end, { "fft.irfft", "pairs in a last dim of 2" } },
+    { "n below 1", function() return dl.fft.irfft(f23:view(3, 2), 0) end, { "fft.irfft", "n must be" } },
+  },
   log_softmax = { { "dim out of range", function() return dl.log_softmax(f23, 3) end,
                     { "log_softmax", "dimension 3" } } },
   where = {

@@ -462,3 +462,16 @@ H.test("dlua-run runs a file from the shell, and says what it takes", function()
 end)
 
 H.run()
+
+H.test("Fourier transforms of real signals and their gradients round-trip, the batch dynamic", function()
+  dl.manual_seed(11)
+  local F = dl.fft
+  local k = dl.randn(5)
+  -- a smoothing by transforms (fft_r2c, fft_c2r), an odd length, and a gradient through both
+  local f = function(x)
+    local smooth = F.irfft(F.mul(F.rfft(x, 16), F.rfft(k, 16)), 16)
+    return smooth, F.rfft(x, 9, 1, "ortho"), dl.grad(function(y) return F.irfft(F.rfft(y), 7):pow(2):sum() end)(x)
+  end
+  round_trip("spectra", f, { dl.randn(3, 7) }, { dynamic = { [1] = { 1, "batch" } } },
+             { { dl.randn(3, 7) }, { dl.randn(1, 7) }, { dl.randn(6, 7) } })
+end)

@@ -248,8 +248,10 @@ def cumsum(node, ins):
 def dft(node, ins):
     a = attrs(node)
     ax = a.get("axis", 1)
-    x = ins[0][..., 0] + 1j * ins[0][..., 1]
+    x = ins[0][..., 0] + (1j * ins[0][..., 1] if ins[0].shape[-1] == 2 else 0)   # a last dim of 1: real
     y = np.fft.ifft(x, axis=ax) if a.get("inverse", 0) else np.fft.fft(x, axis=ax)   # ONNX's inverse divides by n
+    if a.get("onesided", 0):
+        y = np.take(y, np.arange(x.shape[ax] // 2 + 1), axis=ax)
     return [np.stack([y.real, y.imag], -1).astype(ins[0].dtype)]
 
 

@@ -104,10 +104,13 @@ save("lstm", function(x) local y, h, c = lstm(x); return y, h, c end, { dl.randn
      { dynamic = { [1] = { 1, "batch" } } })
 
 -- Fourier transforms (ONNX's DFT over the same pairs): a power spectrum, a convolution by
--- transforms, and an inverse of another length, with a free batch size.
+-- transforms, an inverse of another length and a gradient, with a free batch size.
 save("spectra", function(x, k)
   local F = dl.fft
   local spectrum = F.abs(F.rfft(x, 16)):pow(2)
   local smooth = F.irfft(F.mul(F.rfft(x, 16), F.rfft(k, 16)), 16)
-  return spectrum, smooth, F.ifft(F.fft(F.complex(x), 12), 7)
+  -- the gradients run both ops with their other weights (each the other's adjoint), and
+  -- an odd length
+  local grad = dl.grad(function(y) return F.irfft(F.rfft(y), 11):pow(2):sum() + F.irfft(F.rfft(y)):pow(3):sum() end)(x)
+  return spectrum, smooth, F.ifft(F.fft(F.complex(x), 12), 7), grad
 end, { dl.randn(2, 10), dl.randn(3) }, { dl.randn(4, 10), dl.randn(3) }, { dynamic = { [1] = { 1, "batch" } } })
