@@ -34,10 +34,7 @@ local F = dl.fft   -- (filled here: the table a script may already hold)
 
 local NORMS = { backward = true, ortho = true, forward = true }
 
-local function floating(x)
-  if not x:is_floating_point() then x = x:to(dl.get_default_dtype()) end
-  return x
-end
+local floating = T.floating
 
 -- z checked as complex pairs (integers made the default float dtype).
 local function pairs_of(op, z)

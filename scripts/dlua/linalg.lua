@@ -397,7 +397,7 @@ local THETA13 = 5.371920351148152
 function L.matrix_exp(a)
   local op = "matrix_exp"
   check_square(op, a)
-  if not a:is_floating_point() then a = a:to(dl.get_default_dtype()) end
+  a = T.floating(a)
   local n = a:size(-1)
   if a:numel() == 0 then return a:clone() end
   local norm = a:detach():abs():sum(-2):amax():item()   -- the largest 1-norm (max column sum)

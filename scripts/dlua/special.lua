@@ -38,8 +38,7 @@ local SQRT2, LOG_SQRT_2PI = sqrt(2), 0.5 * log(2 * pi)
 local function floating(op, x)
   if type(x) == "number" then x = dl.tensor(x) end
   check(op, x)
-  if not x:is_floating_point() then x = x:to(dl.get_default_dtype()) end
-  return x
+  return T.floating(x)
 end
 
 function S.ndtr(x)

@@ -129,7 +129,7 @@ function dl.cov(x, opts)
   opts = core.options(op, opts, COV_OPTS)
   if x:dim() > 2 then raise(op .. ": expected a vector or a matrix, got shape " .. shape_str(x.shape)) end
   local m = x:dim() < 2 and x:reshape(1, -1) or x
-  if not m:is_floating_point() then m = m:to(dl.get_default_dtype()) end
+  m = T.floating(m)
   local n = m:size(2)
   local corr = opts.correction == nil and 1 or opts.correction
   if type(corr) ~= "number" then raise(op .. ": correction must be a number, got " .. tostring(corr)) end

@@ -179,6 +179,13 @@ local function is_tensor(x)
 end
 M.is_tensor = is_tensor
 
+-- x itself when it is floating point, else x in the default dtype (an integer or bool
+-- input to a function whose values are not whole, as PyTorch's)
+function M.floating(x)
+  if not x:is_floating_point() then x = x:to(dl.get_default_dtype()) end
+  return x
+end
+
 -- ---- argument helpers --------------------------------------------------------------------
 
 local function check_tensor(op, x)
