@@ -513,10 +513,10 @@ class Lowering {
       }
       if (r2c) {
         const std::string u = apply("Unsqueeze", {in_as(n, 0, dt), ints_constant({int64_t(rank)})});
-        auto* d = node("DFT", {u}, {weight == 1 ? out : fresh()});
+        auto* d = node("DFT", {u}, {fresh()});
         attr_i(d, "axis", ax);
         attr_i(d, "onesided", 1);
-        if (weight != 1) node("Mul", {d->output(0), constant(dt, w, {bins, 2})}, {out});
+        node("Mul", {d->output(0), constant(dt, w, {bins, 2})}, {out});   // (edges exactly real, as the CPU's)
       } else {
         std::string full = apply("Mul", {in_as(n, 0, dt), constant(dt, w, {bins, 2})});
         if (len - bins > 0) {   // bins len - bins .. 1, reversed and conjugated

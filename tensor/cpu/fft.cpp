@@ -157,7 +157,7 @@ DL_FFT_INLINE void stage(const Mixed& plan, int p, const Z* src, Z* dst, int64_t
     Complex w[kRoom];
     for (int k2 = 1; k2 < p; ++k2) w[k2] = tw[j1 * k2 * l];
     for (int64_t q = 0; q < l; ++q) {
-      Z t[kRoom], y[kRoom] = {};
+      Z t[kRoom], y[kRoom] = {};   // (zeroed for GCC, which cannot see the butterfly write each)
       for (int j2 = 0; j2 < p; ++j2) t[j2] = src[(j1 + mp * j2) * l + q];
       butterfly<P>(plan, p, t, y);
       Z* o = dst + j1 * l * p + q;
@@ -197,9 +197,9 @@ DL_FFT_INLINE void mixed_transform(const Mixed& plan, const Z* in, Z* out, Z* wo
   }
 }
 
-// What one length n needs, made once per call: the mixed-radix tables of n, or, when a
-// prime factor of n is above kMaxRadix, Bluestein's chirp, the transform of its conjugate
-// kernel and the tables of the power of two m >= 2n - 1 between.
+// What one length n needs (kept between calls: plan_for below): the mixed-radix tables of
+// n, or, when a prime factor of n is above kMaxRadix, Bluestein's chirp, the transform of
+// its conjugate kernel and the tables of the power of two m >= 2n - 1 between.
 struct Plan {
   int64_t n, m;
   bool bluestein;
@@ -220,13 +220,12 @@ struct Plan {
     while (m < 2 * n - 1) m <<= 1;
     forward_m = Mixed(m, false);
     inverse_m = Mixed(m, true);
-    // chirp_k = e^(-+i pi k^2 / n); k^2 reduced mod 2n (in unsigned arithmetic: k^2 of a
-    // length near 2^32 passes int64's range)
+    // chirp_k = e^(-+i pi k^2 / n), k^2 reduced mod 2n step by step ((k + 1)^2 = k^2 + 2k +
+    // 1: no square that could pass int64's range)
     chirp.resize(size_t(n));
-    for (int64_t k = 0; k < n; ++k) {
-      const uint64_t kk = uint64_t(k) % uint64_t(2 * n);
-      const int64_t sq = int64_t((kk * kk) % uint64_t(2 * n));
+    for (int64_t k = 0, sq = 0; k < n; ++k) {
       chirp[size_t(k)] = fft::half_turns(sq, n, inverse);
+      sq = (sq + 2 * k + 1) % (2 * n);
     }
     std::vector<Complex> b(static_cast<size_t>(m), Complex{0, 0}), work(static_cast<size_t>(m));
     for (int64_t k = 0; k < n; ++k) {
@@ -264,17 +263,19 @@ DL_FFT_INLINE void transform(const Plan& plan, const Z* in, Z* out, Z* work) {
 // imaginary parts of one complex signal z_j = x_2j + i x_2j+1, and one transform Z of h
 // gives both halves: with E_k = (Z_k + conj Z_(h-k)) / 2 and O_k = (Z_k - conj Z_(h-k)) /
 // 2i (the transforms of the evens and of the odds), X_k = E_k + w^k O_k, w = e^(-2 pi i /
-// n), k = 0 .. h (Z_h meaning Z_0). The way back runs the same steps in reverse: E_k + i
-// w^-k O_k from the bins, one inverse transform of h, its real and imaginary parts the
-// evens and odds. An odd n transforms (x, 0) as complex, and back from the whole spectrum
-// with the mirrored bins written out. Each costs about half of a complex transform of n.
+// n), k = 0 .. h (Z_h meaning Z_0). The way back runs the same steps in reverse: 2 E_k +
+// 2i w^-k O_k from the bins (E and O as above, from X_k and conj X_(h-k)), one unnormalised
+// inverse transform of h, its real and imaginary parts the evens and odds. An odd n
+// transforms (x, 0) as complex, and back from the whole spectrum with the mirrored bins
+// written out. An even n costs about half of a complex transform of n, an odd one all of it.
 //
 // The bins strictly between 0 and n/2 stand for two bins of the whole spectrum, and the
-// two ops carry a weight for them (1 or 2) so that each is the other's adjoint:
-// r2c(x, w)_k = w_k X_k, and c2r(Y, n, w)_j = Re Y_0 + w sum_(0<k<n/2) Re(Y_k w^-jk) +
-// Re Y_(n/2) (-1)^j, which reads no imaginary part of bins 0 and n/2. rfft is r2c with w
-// = 1, irfft is c2r with w = 2 (n times the inverse of rfft), and the derivative of either
-// is the other op with the same weight (autograd/spectral.cpp).
+// two ops carry a weight c for them (1 or 2) so that each is the other's adjoint:
+// r2c(x, c)_k = c_k X_k (c_k = 1 at bins 0 and n/2), and c2r(Y, n, c)_j = Re Y_0 + c
+// sum_(0<k<n/2) Re(Y_k w^-jk) + Re Y_(n/2) (-1)^j, which reads no imaginary part of bins
+// 0 and n/2. rfft is r2c with c = 1, irfft is c2r with c = 2 (n times the inverse of
+// rfft), and the derivative of either is the other op with the same weight
+// (autograd/spectral.cpp).
 
 // One call's transforms: the kind, the plan of the complex transform each row runs (of n,
 // or of n/2 for a real signal of even length), and the operands.
@@ -333,8 +334,10 @@ DL_FFT_INLINE void r2c_rows(const Job& job, int64_t r0, int count, Z* s) {
   transform(*job.plan, z, y, s + 2 * len);
   const double w = double(job.weight);
   for (int64_t k = 0; k < bins; ++k) {
-    Z v = y[k];
-    if (even) {
+    Z v;
+    if (!even) {
+      v = y[k];
+    } else {
       const Z a = y[k == len ? 0 : k], b = conj(y[k == 0 ? 0 : len - k]);   // Z_k, conj Z_(h-k)
       const Z e = scaled(add(a, b), 0.5), d = turned(sub(a, b), -0.5);    // E_k, O_k = (a - b) / 2i
       v = add(e, mul(d, job.plan->real_tw[size_t(k)]));
@@ -482,11 +485,12 @@ void run_rows(const Job& job, int64_t rows) {
 }
 
 // The plan of a length, sign and kind (real: for a real signal of twice the length): made
-// once per calling thread and kept among its last
-// kKeptPlans (of lengths up to kKeptPlanLength: a plan holds about 3 n complex values),
-// as a training step calls the same transforms again.
+// once per calling thread and kept among its last kKeptPlans, of lengths up to
+// kKeptPlanLength (a plan holds n to 1.5 n complex values, Bluestein's up to about 13 n:
+// at most 8 x 13 x 2^14 x 16 bytes, 27 MB, a thread), as a training step calls the same
+// transforms again.
 constexpr size_t kKeptPlans = 8;
-constexpr int64_t kKeptPlanLength = int64_t(1) << 16;
+constexpr int64_t kKeptPlanLength = int64_t(1) << 14;
 struct KeptPlan {
   int64_t n;
   bool inverse, real;
@@ -538,6 +542,7 @@ void fft_c2r(const Tensor& out, const Tensor& y, int64_t weight) {
   DL_ASSERT(y.is_contiguous() && out.is_contiguous() && y.dim() >= 2 && (weight == 1 || weight == 2));
   if (out.numel() == 0) return;
   const int64_t n = out.size(out.dim() - 1);
+  DL_ASSERT(y.size(y.dim() - 2) == n / 2 + 1 && y.size(y.dim() - 1) == 2 && y.numel() / (2 * (n / 2 + 1)) == out.numel() / n);
   DL_DISPATCH_FLOAT(y.dtype(), "irfft", (real_rows<scalar_t>(Kind::C2R, out, y, n, weight, out.numel() / n)));
 }
 

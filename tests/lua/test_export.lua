@@ -461,8 +461,6 @@ H.test("dlua-run runs a file from the shell, and says what it takes", function()
   for _, q in ipairs({ p, input, output }) do os.remove(q) end
 end)
 
-H.run()
-
 H.test("Fourier transforms of real signals and their gradients round-trip, the batch dynamic", function()
   dl.manual_seed(11)
   local F = dl.fft
@@ -475,3 +473,5 @@ H.test("Fourier transforms of real signals and their gradients round-trip, the b
   round_trip("spectra", f, { dl.randn(3, 7) }, { dynamic = { [1] = { 1, "batch" } } },
              { { dl.randn(3, 7) }, { dl.randn(1, 7) }, { dl.randn(6, 7) } })
 end)
+
+H.run()
