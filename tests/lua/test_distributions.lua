@@ -576,4 +576,57 @@ H.test("LogisticNormal: log_prob on the simplex matches PyTorch float64; draws o
   H.raises(function() D.LogisticNormal(0, 1) end, "LogisticNormal: loc and scale must have a last dim")
 end)
 
+H.test("Wishart and LKJCholesky match PyTorch float64; their draws have the right moments and support", function()
+  local W, LKJ = D.Wishart, D.LKJCholesky
+  local FN = {
+    wishart_cov = function(d, s, v) return W(d, { covariance_matrix = s }):log_prob(v) end,
+    wishart_tril = function(d, l, v) return W(d, { scale_tril = l }):log_prob(v) end,
+    wishart_prec = function(d, q, v) return W(d, { precision_matrix = q }):log_prob(v) end,
+    wishart_more = function(d, s)
+      local w = W(d, { covariance_matrix = s })
+      local mode = w.mode
+      return w:entropy():sum() + w.mean:sum() + w.variance:sum() + dl.where(mode:isnan(), 0, mode):sum()
+    end,
+    lkj = function(e, v) return LKJ(4, e):log_prob(v) end,
+    lkj_dim2 = function(e, v) return LKJ(2, e):log_prob(v) end,
+  }
+  H.eq(H.ref_cases(R.distributions6, FN, 1e-10, 1e-8), 6)
+  -- Wishart draws: mean df S and variance df (S_ij^2 + S_ii S_jj), batched, with gradients
+  dl.manual_seed(12)
+  local S = dl.tensor({ { 2, 0.5, 0 }, { 0.5, 1, -0.3 }, { 0, -0.3, 1.5 } }, f64)
+  local w = W(dl.tensor({ 4.5, 9 }, f64), { covariance_matrix = S })
+  H.shape(w:sample(), { 2, 3, 3 })
+  local n = 20000
+  local x = w:sample({ n })
+  local z = (x:mean(1) - w.mean) / (w.variance / n):sqrt()   -- each mean's error in its standard errors
+  H.ok(z:abs():max():item() < 5, "the draws' means are df S")
+  H.near((x:var(1) / w.variance):totable(), dl.ones(2, 3, 3, { dtype = "float64" }):totable(), 0.1)
+  H.ok(dl.equal(x, x:transpose(-1, -2)), "draws are symmetric")
+  H.ok(dl.linalg.eigvalsh(x):gt(0):all(), "draws are positive definite")
+  local g = dl.grad(function(df, s) return W(df, { covariance_matrix = s }):rsample({ 4 }):sum() end, { 1, 2 })(dl.tensor(5.0, f64), S)
+  H.ok(g:item() > 0, "the draws grow with df")
+  -- LKJCholesky draws: lower triangular factors of correlation matrices (unit diagonal),
+  -- and with concentration 1 in dim 2 the correlation is uniform on (-1, 1)
+  local L = LKJ(3, dl.tensor({ 0.5, 4 }, f64)):sample({ 3000 })
+  H.shape(L, { 3000, 2, 3, 3 })
+  H.ok(dl.equal(L, L:tril()) and L:diagonal(0, -2, -1):gt(0):all())
+  local C = L:matmul(L:transpose(-1, -2))
+  H.near(C:diagonal(0, -2, -1):max():item(), 1, 1e-12)
+  H.near(C:diagonal(0, -2, -1):min():item(), 1, 1e-12)
+  -- a larger concentration draws correlations nearer 0: Var(C_12) = 1 / (2 eta + dim - 1) ... for dim 3
+  local c12 = C:select(-2, 1):select(-1, 2)
+  H.near(c12:var(1):totable(), { 1 / (2 * 0.5 + 2), 1 / (2 * 4 + 2) }, 0.03)
+  local r = LKJ(2):sample({ 20000 }):select(-2, 2):select(-1, 1)
+  H.near(r:var():item(), 1 / 3, 0.02)
+  -- errors name the family and what is wrong
+  H.raises(function() W(2, { covariance_matrix = S }) end, "Wishart: df must be greater than p - 1 = 2")
+  H.raises(function() W(4, { covariance_matrix = -S }) end, "Wishart: the matrix is not positive definite")
+  H.raises(function() W(4, { covariance_matrix = S }):log_prob(-S) end, "Wishart.log_prob: a value is not positive definite")
+  H.raises(function() W(4, { covariance_matrix = S }):log_prob(dl.eye(2)) end, "Wishart.log_prob: expected (..., 3, 3) matrices")
+  H.raises(function() LKJ(1) end, "LKJCholesky: dim must be a whole number >= 2")
+  H.raises(function() LKJ(3, 0) end, "LKJCholesky: concentration must be positive")
+  H.raises(function() LKJ(3):log_prob(dl.eye(3) * 2) end, "LKJCholesky.log_prob: a value's rows do not have length 1")
+  H.raises(function() return LKJ(3).mean end, "LKJCholesky.mean: not defined")
+end)
+
 H.run()

@@ -1289,6 +1289,37 @@ def gen_logistic_normal():
                                   (loc, scale, y)),))
 
 
+def gen_distributions6():
+    """Wishart (df and each of its three matrices, batched and broadcast) and LKJCholesky
+    (concentrations below, at and above 1) in float64: log_prob, entropy and the moments,
+    with gradients of sum(y * c) in the parameters and the values."""
+    import torch.distributions as TD
+    with torch.random.fork_rng():
+        torch.manual_seed(20261205)
+        p = 3
+        a = torch.randn(2, 1, p, p, dtype=torch.float64)
+        cov = a @ a.transpose(-1, -2) + torch.eye(p, dtype=torch.float64)
+        df = torch.tensor([3.5, 7.0], dtype=torch.float64).view(2, 1)   # (batch (2, 1))
+        b = torch.randn(4, 2, 1, p, p, dtype=torch.float64)
+        x = b @ b.transpose(-1, -2) + 0.5 * torch.eye(p, dtype=torch.float64)
+        tril = torch.linalg.cholesky(cov)
+        prec = torch.linalg.inv(cov)
+        eta = torch.tensor([0.5, 1.0, 2.5], dtype=torch.float64)
+        lkj_values = TD.LKJCholesky(4, eta).sample((5,))
+        wi = TD.Wishart
+        cases = (
+            ("wishart_cov", lambda d, s, v: wi(d, covariance_matrix=s).log_prob(v), (df, cov, x)),
+            # (tril: PyTorch's cholesky_solve gives the unread upper triangle a gradient)
+            ("wishart_tril", lambda d, l, v: wi(d, scale_tril=l.tril()).log_prob(v), (df, tril, x)),
+            ("wishart_prec", lambda d, q, v: wi(d, precision_matrix=q).log_prob(v), (df, prec, x)),
+            ("wishart_more", lambda d, s: wi(d, covariance_matrix=s).entropy().sum()
+             + wi(d, covariance_matrix=s).mean.sum() + wi(d, covariance_matrix=s).variance.sum()
+             + torch.nan_to_num(wi(d, covariance_matrix=s).mode, 0.0).sum(), (df, cov)),
+            ("lkj", lambda e, v: TD.LKJCholesky(4, e).log_prob(v), (eta, lkj_values)),
+            ("lkj_dim2", lambda e, v: TD.LKJCholesky(2, e).log_prob(v), (eta, TD.LKJCholesky(2, eta).sample((2,)))))
+        return one_output_cases(cases)
+
+
 def gen_fft():
     """torch.fft in float64, complex values as view_as_real pairs in and out: the one-dim,
     two-dim and n-dim transforms with n/s padding and cutting, dims and the three norms,
@@ -1357,7 +1388,8 @@ def main():
             "distributions3": gen_distributions3(), "special_functions": gen_special_functions(),
             "bessel": gen_bessel(), "von_mises": gen_von_mises(),
             "distributions4": gen_distributions4(), "fft": gen_fft(),
-            "distributions5": gen_distributions5(), "logistic_normal": gen_logistic_normal()}
+            "distributions5": gen_distributions5(), "logistic_normal": gen_logistic_normal(),
+            "distributions6": gen_distributions6()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -17,7 +17,8 @@
 -- concentration), Pareto(scale, alpha), HalfCauchy(scale), Kumaraswamy(c1, c0),
 -- FisherSnedecor(df1, df2), NegativeBinomial(total_count, {probs =} or {logits =}),
 -- ContinuousBernoulli({probs =} or {logits =}), LowRankMultivariateNormal(loc, cov_factor,
--- cov_diag), LogisticNormal(loc, scale), and the
+-- cov_diag), Wishart(df, {covariance_matrix =, scale_tril = or precision_matrix =}),
+-- LKJCholesky(dim [, concentration]), LogisticNormal(loc, scale), and the
 -- relaxed families LogitRelaxedBernoulli, RelaxedBernoulli, RelaxedOneHotCategorical
 -- (temperature, {probs =} or {logits =}; Gumbel-softmax) and
 -- OneHotCategoricalStraightThrough. Each has
