@@ -629,4 +629,54 @@ H.test("Wishart and LKJCholesky match PyTorch float64; their draws have the righ
   H.raises(function() return LKJ(3).mean end, "LKJCholesky.mean: not defined")
 end)
 
+H.test("transforms that change an event's size or rank match PyTorch float64; TransformedDistribution's shapes follow them", function()
+  local TT, TD = D.transforms, D.TransformedDistribution
+  local sb, lc = TT.StickBreakingTransform(), TT.LowerCholeskyTransform()
+  local function fwd_ladj(t, a)
+    local y = t(a)
+    return y:sum() + t:log_abs_det_jacobian(a, y):sum()
+  end
+  local FN = {
+    stick = function(a) return fwd_ladj(sb, a) + sb:inv(sb(a)):sum() end,
+    lower_cholesky = function(a) return lc(a):sum() + lc:inv(lc(a)):sum() end,
+    softmax_abs = function(a)
+      return (TT.SoftmaxTransform()(a) * 3):sum() + TT.SoftmaxTransform():inv(a:softmax(-1)):sum() + TT.AbsTransform()(a):sum()
+    end,
+    td_stick = function(mu, s, v) return TD(D.Normal(mu, s), { sb }):log_prob(v) end,
+    td_stick_affine = function(mu, s, v) return TD(D.Normal(mu, s), { sb, TT.AffineTransform(0, 2) }):log_prob(v) end,
+    td_independent = function(mu, s, v) return TD(D.Normal(mu, s), { TT.IndependentTransform(TT.ExpTransform(), 1) }):log_prob(v) end,
+    td_reshape = function(mu, v) return TD(D.Normal(mu, 1.5), { TT.ReshapeTransform({ 2, 3 }, { 6 }) }):log_prob(v) end,
+  }
+  H.eq(H.ref_cases(R.transforms, FN, 1e-10, 1e-8), 7)
+  -- shapes: the base's batch dims taken into the event as the transforms need
+  local base = D.Normal(dl.zeros(5, 2, 3, f64), 1)
+  local st = TD(base, { sb })
+  H.eq(st.batch_shape, { 5, 2 })
+  H.eq(st.event_shape, { 4 })
+  H.shape(st:sample({ 7 }), { 7, 5, 2, 4 })
+  H.near(st:sample():sum(-1):totable(), dl.ones(5, 2, { dtype = "float64" }):totable(), 1e-12)
+  local rs = TD(base, { TT.ReshapeTransform({ 2, 3 }, { 3, 2 }) })
+  H.eq(rs.batch_shape, { 5 })
+  H.eq(rs.event_shape, { 3, 2 })
+  H.shape(rs:rsample(), { 5, 3, 2 })
+  local comp = TT.ComposeTransform({ TT.ExpTransform(), TT.IndependentTransform(TT.AffineTransform(0, 2), 2) })
+  H.eq({ comp.domain_event_dim, comp.codomain_event_dim }, { 2, 2 })
+  -- LogisticNormal is the Normal through stick breaking
+  local m, s = dl.randn(2, 3, f64), dl.rand(3, f64) + 0.5
+  local y = dl.randn(4, 2, 4, f64):softmax(-1)
+  H.near(D.LogisticNormal(m, s):log_prob(y):totable(), TD(D.Normal(m, s), { sb }):log_prob(y):totable(), 1e-12)
+  -- what has no density through it says so; bad arguments are named
+  H.raises(function() TD(D.Normal(0, 1), { TT.AbsTransform() }):log_prob(dl.tensor(1.0)) end,
+           "AbsTransform.log_abs_det_jacobian: |x| is not one to one")
+  H.raises(function() TD(D.Normal(0, 1), { sb }) end, "TransformedDistribution: the transforms take events of 1 dims")
+  H.raises(function() TT.ReshapeTransform({ 2, 3 }, { 5 }) end, "ReshapeTransform: (2, 3) and (5,) hold different counts")
+  H.raises(function() TT.ReshapeTransform({ 2, 3 }, { 6 })(dl.zeros(3, 2)) end, "ReshapeTransform: expected a shape ending in (2, 3)")
+  H.raises(function() TT.IndependentTransform(3, 1) end, "IndependentTransform: expected a transform")
+  H.raises(function() TD(D.Normal(0, 1), { TT.AbsTransform() }):cdf(dl.tensor(0.5)) end,
+           "TransformedDistribution.cdf: the transforms' direction is not known")
+  -- (a tensor scale's signs may differ: it had been taken for increasing)
+  H.raises(function() TD(D.Normal(0, 1), { TT.AffineTransform(0, dl.tensor({ 1, -1 })) }):icdf(dl.tensor(0.5)) end,
+           "TransformedDistribution.icdf: the transforms' direction is not known")
+end)
+
 H.run()

@@ -1320,6 +1320,46 @@ def gen_distributions6():
         return one_output_cases(cases)
 
 
+def gen_transforms():
+    """Transforms that change an event's size or rank, and TransformedDistribution over
+    them, in float64: forward, inverse and log |det J| of StickBreaking, LowerCholesky,
+    Softmax and Abs (the last three have no Jacobian in PyTorch: not one to one), and
+    log_prob through StickBreaking, IndependentTransform, ReshapeTransform and a
+    composition (the base's batch dims taken into its event), with gradients of sum(y * c)
+    in the parameters and the values."""
+    import torch.distributions as TD
+    import torch.distributions.transforms as TT
+    with torch.random.fork_rng():
+        torch.manual_seed(20261206)
+        x = torch.randn(2, 4, dtype=torch.float64)
+        m = torch.randn(2, 3, 3, dtype=torch.float64)
+        loc, scale = torch.randn(2, 1, 3, dtype=torch.float64), torch.rand(3, dtype=torch.float64) + 0.5
+        simplex = torch.softmax(torch.randn(5, 2, 3, 4, dtype=torch.float64), -1)
+        rloc = torch.randn(5, 2, 3, dtype=torch.float64)
+        ry = torch.randn(5, 6, dtype=torch.float64)
+        pos = torch.rand(2, 4, dtype=torch.float64) + 0.2
+        sb, lc = TT.StickBreakingTransform(), TT.LowerCholeskyTransform()
+
+        def fwd_ladj(t, a):
+            y = t(a)
+            return y.sum() + t.log_abs_det_jacobian(a, y).sum()
+
+        cases = (
+            ("stick", lambda a: fwd_ladj(sb, a) + sb.inv(sb(a)).sum(), (x,)),
+            ("lower_cholesky", lambda a: lc(a).sum() + lc.inv(lc(a)).sum(), (m,)),
+            ("softmax_abs", lambda a: (TT.SoftmaxTransform()(a) * 3).sum() + TT.SoftmaxTransform().inv(torch.softmax(a, -1)).sum()
+             + TT.AbsTransform()(a).sum(), (x,)),
+            ("td_stick", lambda mu, s, v: TD.TransformedDistribution(TD.Normal(mu, s), [sb]).log_prob(v),
+             (loc, scale, simplex)),
+            ("td_stick_affine", lambda mu, s, v: TD.TransformedDistribution(
+                TD.Normal(mu, s), [sb, TT.AffineTransform(0.0, 2.0)]).log_prob(v), (loc, scale, 2 * simplex)),
+            ("td_independent", lambda mu, s, v: TD.TransformedDistribution(
+                TD.Normal(mu, s), [TT.IndependentTransform(TT.ExpTransform(), 1)]).log_prob(v), (loc, scale, pos[:, :3])),
+            ("td_reshape", lambda mu, v: TD.TransformedDistribution(
+                TD.Normal(mu, 1.5), [TT.ReshapeTransform((2, 3), (6,))]).log_prob(v), (rloc, ry)))
+        return one_output_cases(cases)
+
+
 def gen_fft():
     """torch.fft in float64, complex values as view_as_real pairs in and out: the one-dim,
     two-dim and n-dim transforms with n/s padding and cutting, dims and the three norms,
@@ -1389,7 +1429,7 @@ def main():
             "bessel": gen_bessel(), "von_mises": gen_von_mises(),
             "distributions4": gen_distributions4(), "fft": gen_fft(),
             "distributions5": gen_distributions5(), "logistic_normal": gen_logistic_normal(),
-            "distributions6": gen_distributions6()}
+            "distributions6": gen_distributions6(), "transforms": gen_transforms()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

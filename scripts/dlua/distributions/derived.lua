@@ -394,8 +394,7 @@ with_properties(StraightThrough)
 -- ---- on the simplex ---------------------------------------------------------------------------
 
 -- LogisticNormal(loc, scale): a Normal's draw x (K values) taken to the simplex of K + 1 by
--- stick breaking, PyTorch's StickBreakingTransform: z_i = sigmoid(x_i - log(K + 1 - i)),
--- y_i = z_i prod_{j < i} (1 - z_j), the last y what is left; event_shape {K + 1}.
+-- stick breaking (StickBreakingTransform in transformed.lua); event_shape {K + 1}.
 local LogisticNormal = class("LogisticNormal")
 LogisticNormal._params = { "loc", "scale" }
 function LogisticNormal.new(...)
@@ -407,33 +406,13 @@ function LogisticNormal.new(...)
   return setmetatable({ loc = base.loc, scale = base.scale, base_dist = base, batch_shape = batch,
                         event_shape = { k + 1 }, _like = base._like, _validate = base._validate }, LogisticNormal)
 end
--- log(K + 1 - i) for i = 1..K, as x's dtype and device
-local function stick_offsets(x)
-  local k = x.shape[x:dim()]
-  return (dl.arange(k, 0, -1, { dtype = x.dtype, device = x.device })):log()
-end
-local function stick_break(x)
-  local e = eps_of(x)
-  local z = (x - stick_offsets(x)):sigmoid():clamp(tiny_of(x), 1 - e)
-  local left = (1 - z):cumprod(-1)
-  local ones = dl.ones_like(z:narrow(-1, 1, 1))
-  return dl.cat({ z, ones }, -1) * dl.cat({ ones, left }, -1)
-end
-function LogisticNormal:rsample(shape)
-  return stick_break(self.base_dist:rsample(shape))
-end
+local stick = D.transforms.StickBreakingTransform()
+function LogisticNormal:rsample(shape) return stick(self.base_dist:rsample(shape)) end
 function LogisticNormal:log_prob(y)
   y = self:_checked_value(y, function(v) return v:ge(0):all(-1):logical_and((v:sum(-1) - 1):abs():lt(1e-6)) end,
                          "a value is not on the simplex (non-negative, summing to 1)")   -- (PyTorch's simplex constraint)
-  local k = y.shape[y:dim()] - 1
-  local crop = y:narrow(-1, 1, k)
-  local left = (1 - crop:cumsum(-1)):clamp(tiny_of(y))
-  local offsets = stick_offsets(crop)
-  local x = crop:log() - left:log() + offsets
-  -- log |det J| of the stick breaking at x
-  local shifted = x - offsets
-  local ladj = (-shifted - dl.softplus(-shifted) + crop:log()):sum(-1)   -- (log sigmoid = -softplus(-x))
-  return self.base_dist:log_prob(x):sum(-1) - ladj
+  local x = stick:inv(y)
+  return self.base_dist:log_prob(x):sum(-1) - stick:log_abs_det_jacobian(x, y)
 end
 with_properties(LogisticNormal)
 

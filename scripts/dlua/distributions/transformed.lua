@@ -6,12 +6,20 @@
 --   local mix = D.MixtureSameFamily(D.Categorical({logits = w}), D.Normal(mus, sigmas))
 --
 -- A transform t maps x to t(x), back with t:inv(y), and t:log_abs_det_jacobian(x, y) is
--- log |dy/dx| elementwise: ExpTransform, AffineTransform(loc, scale), SigmoidTransform,
--- TanhTransform, PowerTransform(exponent), and ComposeTransform({t1, t2, ...}).
+-- log |det dy/dx| over its domain's event dims (t.domain_event_dim; 0: elementwise):
+-- ExpTransform, AffineTransform(loc, scale), SigmoidTransform, TanhTransform,
+-- PowerTransform(exponent), AbsTransform, on vectors StickBreakingTransform (K values to
+-- the simplex of K + 1) and SoftmaxTransform, on matrices LowerCholeskyTransform (Abs,
+-- Softmax and LowerCholesky are not one to one: no Jacobian, as PyTorch's),
+-- IndependentTransform(t, n) (t with n more event dims), ReshapeTransform(in_shape,
+-- out_shape), and ComposeTransform({t1, t2, ...}). A transform's event dims and the
+-- shapes it maps (t:forward_shape(s), t:inverse_shape(s)) are PyTorch's.
 -- TransformedDistribution(base, t or {t1, t2, ...}) draws base's samples through them
 -- (rsample when base has it) and scores y by base's log_prob at the preimage less the
--- log-Jacobians (summed over base's event dims). MixtureSameFamily(mixture, components):
--- components' batch's last dim is the mixture's categories.
+-- log-Jacobians, each summed over the event dims beyond its own; its event shape is what
+-- the transforms make of base's (base's batch dims taken into the event as the domain
+-- needs). MixtureSameFamily(mixture, components): components' batch's last dim is the
+-- mixture's categories.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 local B = require("dlua.distributions.base")
@@ -32,7 +40,10 @@ local Transform = {}
 Transform.__index = Transform
 Transform.__call = function(self, x) return self:forward(x) end
 Transform.__tostring = function(self) return self.__name .. "()" end
-Transform.sign = 1   -- (+1: increasing, -1: decreasing)
+Transform.sign = 1   -- (+1: increasing, -1: decreasing; false: neither, or not known)
+Transform.domain_event_dim, Transform.codomain_event_dim = 0, 0
+function Transform.forward_shape(_, shape) return shape end
+function Transform.inverse_shape(_, shape) return shape end
 
 local function transform(name, fields)
   local cls = setmetatable({ __name = name }, { __index = Transform })
@@ -67,7 +78,7 @@ function Affine.new(loc, scale)
     if scale == 0 then raise("AffineTransform: scale must not be 0") end
     sign = scale > 0 and 1 or -1
   else
-    sign = nil   -- (a tensor's signs may differ: cdf needs one)
+    sign = false   -- (a tensor's signs may differ: cdf needs one)
   end
   return setmetatable({ loc = loc, scale = scale, sign = sign }, Affine)
 end
@@ -104,6 +115,126 @@ function Power.new(exponent)
 end
 Power.__tostring = function(self) return "PowerTransform(" .. self.exponent .. ")" end
 
+-- The shape of a tensor's last `n` dims (or all of them, or an error naming op).
+local function last_dims(op, x, n)
+  if x:dim() < n then raise(op .. ": expected at least " .. n .. " dims, got shape " .. T.shape_str(x.shape)) end
+  return x.shape
+end
+
+transform("AbsTransform", {
+  forward = function(_, x) return x:abs() end,
+  inv = function(_, y) return y end,
+  log_abs_det_jacobian = function()
+    raise("AbsTransform.log_abs_det_jacobian: |x| is not one to one (no density through it)")
+  end,
+  sign = false,
+})
+
+-- log(K + 1 - i) for i = 1..K, as x's dtype and device
+local function stick_offsets(x)
+  local k = x.shape[x:dim()]
+  return (dl.arange(k, 0, -1, { dtype = x.dtype, device = x.device })):log()
+end
+-- Stick breaking: z_i = sigmoid(x_i - log(K + 1 - i)), y_i = z_i prod_(j < i) (1 - z_j),
+-- the last y what is left (K values to the open simplex of K + 1).
+local StickBreaking = transform("StickBreakingTransform", {
+  domain_event_dim = 1, codomain_event_dim = 1, sign = false,
+  forward = function(_, x)
+    last_dims("StickBreakingTransform", x, 1)
+    local z = (x - stick_offsets(x)):sigmoid():clamp(B.tiny_of(x), 1 - eps_of(x))
+    local left = (1 - z):cumprod(-1)
+    local ones = dl.ones_like(z:narrow(-1, 1, 1))
+    return dl.cat({ z, ones }, -1) * dl.cat({ ones, left }, -1)
+  end,
+  inv = function(_, y)
+    local k = last_dims("StickBreakingTransform.inv", y, 1)[y:dim()] - 1
+    local crop = y:narrow(-1, 1, k)
+    local left = (1 - crop:cumsum(-1)):clamp(B.tiny_of(y))
+    return crop:log() - left:log() + stick_offsets(crop)
+  end,
+  -- log |det J| = sum_i (log sigmoid(s_i) - s_i + log y_i), s = x - offsets (1 - sigmoid(s)
+  -- = e^-s sigmoid(s))
+  log_abs_det_jacobian = function(_, x, y)
+    local s = x - stick_offsets(x)
+    return (-s - dl.softplus(-s) + y:narrow(-1, 1, x.shape[x:dim()]):log()):sum(-1)
+  end,
+})
+function StickBreaking.forward_shape(_, shape)
+  local out = concat(shape, {})
+  out[#out] = out[#out] + 1
+  return out
+end
+function StickBreaking.inverse_shape(_, shape)
+  local out = concat(shape, {})
+  out[#out] = out[#out] - 1
+  return out
+end
+
+-- softmax over the last dim; back to the logits log y (one of the many that give y: it
+-- is not one to one, so no Jacobian, as PyTorch's).
+transform("SoftmaxTransform", {
+  domain_event_dim = 1, codomain_event_dim = 1, sign = false,
+  forward = function(_, x) return x:softmax(-1) end,
+  inv = function(_, y) return y:log() end,
+  log_abs_det_jacobian = function()
+    raise("SoftmaxTransform.log_abs_det_jacobian: the softmax is not one to one (no density through it)")
+  end,
+})
+
+-- An unconstrained square matrix to a lower Cholesky factor: the strictly lower part kept,
+-- the diagonal through exp (the upper part dropped: no Jacobian, as PyTorch's).
+transform("LowerCholeskyTransform", {
+  domain_event_dim = 2, codomain_event_dim = 2, sign = false,
+  forward = function(_, x)
+    last_dims("LowerCholeskyTransform", x, 2)
+    return x:tril(-1) + dl.diag_embed(x:diagonal(0, -2, -1):exp())
+  end,
+  inv = function(_, y) return y:tril(-1) + dl.diag_embed(y:diagonal(0, -2, -1):log()) end,
+  log_abs_det_jacobian = function()
+    raise("LowerCholeskyTransform.log_abs_det_jacobian: the upper triangle is dropped (not one to one)")
+  end,
+})
+
+-- t taking n more of the right-most dims into its event: its Jacobian summed over them.
+local IndependentT = transform("IndependentTransform", {
+  forward = function(self, x) return self.base(x) end,
+  inv = function(self, y) return self.base:inv(y) end,
+  log_abs_det_jacobian = function(self, x, y) return sum_last(self.base:log_abs_det_jacobian(x, y), self.n) end,
+  forward_shape = function(self, shape) return self.base:forward_shape(shape) end,
+  inverse_shape = function(self, shape) return self.base:inverse_shape(shape) end,
+})
+IndependentT.__tostring = function(self) return "IndependentTransform(" .. tostring(self.base) .. ", " .. self.n .. ")" end
+
+-- The right-most dims of in_shape (the event) reshaped to out_shape, the same count of
+-- elements; Jacobian 0.
+local Reshape = transform("ReshapeTransform", {
+  sign = false,
+  forward = function(self, x) return x:reshape(self:forward_shape(x.shape)) end,
+  inv = function(self, y) return y:reshape(self:inverse_shape(y.shape)) end,
+  log_abs_det_jacobian = function(self, x)
+    local batch = {}
+    for i = 1, x:dim() - self.domain_event_dim do batch[i] = x.shape[i] end
+    return dl.zeros(batch, { dtype = x.dtype, device = x.device })
+  end,
+})
+-- shape with its last #from dims (which must be `from`) replaced by `to`
+local function reshaped(op, shape, from, to)
+  local nb = #shape - #from
+  local ok = nb >= 0
+  for i = 1, #from do ok = ok and shape[nb + i] == from[i] end
+  if not ok then
+    raise(op .. ": expected a shape ending in " .. T.shape_str(from) .. ", got " .. T.shape_str(shape))
+  end
+  local out = {}
+  for i = 1, nb do out[i] = shape[i] end
+  return concat(out, to)
+end
+function Reshape.forward_shape(self, shape) return reshaped("ReshapeTransform", shape, self.in_shape, self.out_shape) end
+function Reshape.inverse_shape(self, shape) return reshaped("ReshapeTransform.inv", shape, self.out_shape, self.in_shape) end
+Reshape.__tostring = function(self)
+  return "ReshapeTransform(" .. T.shape_str(self.in_shape) .. ", " .. T.shape_str(self.out_shape) .. ")"
+end
+
 local Compose = transform("ComposeTransform", {
   forward = function(self, x)
     for _, t in ipairs(self.parts) do x = t(x) end
@@ -113,15 +244,26 @@ local Compose = transform("ComposeTransform", {
     for i = #self.parts, 1, -1 do y = self.parts[i]:inv(y) end
     return y
   end,
+  -- each part's Jacobian summed over the event dims the chain has beyond the part's own
   log_abs_det_jacobian = function(self, x)
     local total
+    local event_dim = self.domain_event_dim
     for _, t in ipairs(self.parts) do
       local y = t(x)
-      local j = t:log_abs_det_jacobian(x, y)
+      local j = sum_last(t:log_abs_det_jacobian(x, y), event_dim - t.domain_event_dim)
       total = total and total + j or j
       x = y
+      event_dim = event_dim + t.codomain_event_dim - t.domain_event_dim
     end
     return total
+  end,
+  forward_shape = function(self, shape)
+    for _, t in ipairs(self.parts) do shape = t:forward_shape(shape) end
+    return shape
+  end,
+  inverse_shape = function(self, shape)
+    for i = #self.parts, 1, -1 do shape = self.parts[i]:inverse_shape(shape) end
+    return shape
   end,
 })
 
@@ -138,8 +280,43 @@ end
 function Compose.new(ts)
   local parts = transform_list("ComposeTransform", ts)
   local sign = 1
-  for _, t in ipairs(parts) do sign = t.sign and sign and sign * t.sign or nil end
-  return setmetatable({ parts = parts, sign = sign }, Compose)
+  for _, t in ipairs(parts) do sign = t.sign and sign and sign * t.sign or false end
+  -- the event dims of the chain's domain and codomain: each part's, carried through the
+  -- others (PyTorch's ComposeTransform)
+  local domain = parts[#parts].codomain_event_dim
+  for i = #parts, 1, -1 do
+    domain = math.max(domain + parts[i].domain_event_dim - parts[i].codomain_event_dim, parts[i].domain_event_dim)
+  end
+  local codomain = parts[1].domain_event_dim
+  for _, t in ipairs(parts) do
+    codomain = math.max(codomain + t.codomain_event_dim - t.domain_event_dim, t.codomain_event_dim)
+  end
+  return setmetatable({ parts = parts, sign = sign, domain_event_dim = domain, codomain_event_dim = codomain }, Compose)
+end
+
+function IndependentT.new(base, n)
+  if not is_transform(base) then bad_arg("IndependentTransform", "a transform", base) end
+  if not core.integer(n) or n < 0 then raise("IndependentTransform: n must be a whole number >= 0, got " .. tostring(n)) end
+  return setmetatable({ base = base, n = n, sign = base.sign, domain_event_dim = base.domain_event_dim + n,
+                        codomain_event_dim = base.codomain_event_dim + n }, IndependentT)
+end
+
+function Reshape.new(in_shape, out_shape)
+  local op = "ReshapeTransform"
+  local function count(s, what)
+    if type(s) ~= "table" or is_tensor(s) then bad_arg(op, what .. " (a list of sizes)", s) end
+    local n = 1
+    for _, d in ipairs(s) do
+      if not core.integer(d) or d < 0 then bad_arg(op, what .. " (sizes >= 0)", s) end
+      n = n * d
+    end
+    return n
+  end
+  if count(in_shape, "in_shape") ~= count(out_shape, "out_shape") then
+    raise(op .. ": " .. T.shape_str(in_shape) .. " and " .. T.shape_str(out_shape) .. " hold different counts of elements")
+  end
+  return setmetatable({ in_shape = concat(in_shape, {}), out_shape = concat(out_shape, {}),
+                        domain_event_dim = #in_shape, codomain_event_dim = #out_shape }, Reshape)
 end
 Compose.__tostring = function(self)
   local names = {}
@@ -154,38 +331,56 @@ function Transformed.new(base, ts)
   local op = "TransformedDistribution"
   if type(base) ~= "table" or getmetatable(base) == nil or base.log_prob == nil then bad_arg(op, "a distribution", base) end
   local chain = transforms.ComposeTransform(transform_list(op, ts))
-  return setmetatable({ base_dist = base, transforms = chain.parts, _chain = chain, batch_shape = base.batch_shape,
-                        event_shape = base.event_shape, _like = base._like, _validate = base._validate }, Transformed)
+  -- base's batch dims taken into its event as far as the transforms' domain needs; the
+  -- event is then the codomain's dims and what base's event has beyond the domain
+  local base_shape = concat(base.batch_shape, base.event_shape)
+  local base_event = #base.event_shape
+  if #base_shape < chain.domain_event_dim then
+    raise(op .. ": the transforms take events of " .. chain.domain_event_dim .. " dims, the base's draws have "
+          .. #base_shape)
+  end
+  local inner = base
+  if chain.domain_event_dim > base_event then inner = D.Independent(base, chain.domain_event_dim - base_event) end
+  local shape = chain:forward_shape(base_shape)
+  local event_dim = chain.codomain_event_dim + math.max(base_event - chain.domain_event_dim, 0)
+  local batch, event = {}, {}
+  for i = 1, #shape - event_dim do batch[i] = shape[i] end
+  for i = #shape - event_dim + 1, #shape do event[#event + 1] = shape[i] end
+  return setmetatable({ base_dist = inner, transforms = chain.parts, _chain = chain, batch_shape = batch,
+                        event_shape = event, _like = base._like, _validate = base._validate }, Transformed)
 end
 function Transformed:__repr() return "TransformedDistribution(" .. tostring(self.base_dist) .. ", " .. tostring(self._chain) .. ")" end
 function Transformed:rsample(shape) return self._chain(self.base_dist:rsample(shape)) end
 function Transformed:sample(shape)
   return dl.no_grad(function() return self._chain(self.base_dist:sample(shape)) end)
 end
+-- log p(y) = log p_base(x) - sum of the log-Jacobians, each summed over the event dims
+-- beyond its transform's own (PyTorch's)
 function Transformed:log_prob(y)
   y = self:_value("log_prob", y)
-  local n = #self.event_shape
+  local event_dim = #self.event_shape
   local lp
   for i = #self.transforms, 1, -1 do
     local t = self.transforms[i]
     local x = t:inv(y)
-    local j = sum_last(t:log_abs_det_jacobian(x, y), n)
+    event_dim = event_dim + t.domain_event_dim - t.codomain_event_dim
+    local j = sum_last(t:log_abs_det_jacobian(x, y), event_dim - t.domain_event_dim)
     lp = lp and lp - j or -j
     y = x
   end
-  return lp + self.base_dist:log_prob(y)
+  return lp + sum_last(self.base_dist:log_prob(y), event_dim - #self.base_dist.event_shape)
 end
 -- cdf and icdf through increasing (or decreasing) transforms, as PyTorch's.
 function Transformed:cdf(y)
   local sign = self._chain.sign
-  if sign == nil then raise("TransformedDistribution.cdf: the transforms' direction is not known (a tensor scale)") end
+  if not sign then raise("TransformedDistribution.cdf: the transforms' direction is not known (a tensor scale, or one not monotone)") end
   local x = self._chain:inv(self:_value("cdf", y))
   local c = self.base_dist:cdf(x)
   return sign == 1 and c or 1 - c
 end
 function Transformed:icdf(q)
   local sign = self._chain.sign
-  if sign == nil then raise("TransformedDistribution.icdf: the transforms' direction is not known (a tensor scale)") end
+  if not sign then raise("TransformedDistribution.icdf: the transforms' direction is not known (a tensor scale, or one not monotone)") end
   q = self:_value("icdf", q)
   return self._chain(self.base_dist:icdf(sign == 1 and q or 1 - q))
 end
