@@ -138,6 +138,14 @@ def main(out):
     for i in range(8):
         with open(os.path.join(breadth, "seed-random-%d" % i), "wb") as f:
             f.write(bytes(rnd.randrange(256) for _ in range(64 * (i + 1))))
+    # And the spectra target's (fuzz_spectra.cpp), from a generator of their own so that
+    # the seeds above stay as they are.
+    spectra = os.path.join(out, "spectra")
+    os.makedirs(spectra, exist_ok=True)
+    srnd = random.Random(2026113)
+    for i in range(8):
+        with open(os.path.join(spectra, "seed-random-%d" % i), "wb") as f:
+            f.write(bytes(srnd.randrange(256) for _ in range(64 * (i + 1))))
 
 
 if __name__ == "__main__":

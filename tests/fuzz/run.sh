@@ -27,7 +27,7 @@ while (($#)); do
     *) targets+=("$1"); shift ;;
   esac
 done
-((${#targets[@]})) || targets=(ops breadth safetensors idx image checkpoint)
+((${#targets[@]})) || targets=(ops breadth spectra safetensors idx image checkpoint)
 
 if ! command -v clang++ >/dev/null; then
   echo "fuzz: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2
