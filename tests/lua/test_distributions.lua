@@ -646,8 +646,21 @@ H.test("transforms that change an event's size or rank match PyTorch float64; Tr
     td_stick_affine = function(mu, s, v) return TD(D.Normal(mu, s), { sb, TT.AffineTransform(0, 2) }):log_prob(v) end,
     td_independent = function(mu, s, v) return TD(D.Normal(mu, s), { TT.IndependentTransform(TT.ExpTransform(), 1) }):log_prob(v) end,
     td_reshape = function(mu, v) return TD(D.Normal(mu, 1.5), { TT.ReshapeTransform({ 2, 3 }, { 6 }) }):log_prob(v) end,
+    corr_cholesky = function(a)
+      local cc = TT.CorrCholeskyTransform()
+      return fwd_ladj(cc, a) + cc:inv(cc(a)):sum()
+    end,
+    td_corr = function(mu, v) return TD(D.Normal(mu, 0.8), { TT.CorrCholeskyTransform() }):log_prob(v) end,
   }
-  H.eq(H.ref_cases(R.transforms, FN, 1e-10, 1e-8), 7)
+  H.eq(H.ref_cases(R.transforms, FN, 1e-10, 1e-8), 9)
+  -- CorrCholeskyTransform's factors are of correlation matrices, and inv undoes it
+  local cc = TT.CorrCholeskyTransform()
+  local v = dl.randn(5, 10, f64) * 2
+  local L = cc(v)
+  H.shape(L, { 5, 5, 5 })
+  H.near((L * L):sum(-1):totable(), dl.ones(5, 5, { dtype = "float64" }):totable(), 1e-12)
+  H.near(cc:inv(L):totable(), v:totable(), 1e-8)
+  H.raises(function() cc(dl.zeros(4)) end, "CorrCholeskyTransform: 4 values are not D (D - 1) / 2 for any D")
   -- shapes: the base's batch dims taken into the event as the transforms need
   local base = D.Normal(dl.zeros(5, 2, 3, f64), 1)
   local st = TD(base, { sb })

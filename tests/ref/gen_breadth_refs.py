@@ -1355,6 +1355,10 @@ def gen_transforms():
                 TD.Normal(mu, s), [sb, TT.AffineTransform(0.0, 2.0)]).log_prob(v), (loc, scale, 2 * simplex)),
             ("td_independent", lambda mu, s, v: TD.TransformedDistribution(
                 TD.Normal(mu, s), [TT.IndependentTransform(TT.ExpTransform(), 1)]).log_prob(v), (loc, scale, pos[:, :3])),
+            ("corr_cholesky", lambda a: fwd_ladj(TT.CorrCholeskyTransform(), a)
+             + TT.CorrCholeskyTransform().inv(TT.CorrCholeskyTransform()(a)).sum(), (torch.randn(2, 6, dtype=torch.float64),)),
+            ("td_corr", lambda mu, v: TD.TransformedDistribution(TD.Normal(mu, 0.8), [TT.CorrCholeskyTransform()]).log_prob(v),
+             (torch.randn(6, dtype=torch.float64), TD.LKJCholesky(4, torch.tensor(1.5, dtype=torch.float64)).sample((3,)))),
             ("td_reshape", lambda mu, v: TD.TransformedDistribution(
                 TD.Normal(mu, 1.5), [TT.ReshapeTransform((2, 3), (6,))]).log_prob(v), (rloc, ry)))
         return one_output_cases(cases)

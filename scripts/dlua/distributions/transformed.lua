@@ -9,7 +9,8 @@
 -- log |det dy/dx| over its domain's event dims (t.domain_event_dim; 0: elementwise):
 -- ExpTransform, AffineTransform(loc, scale), SigmoidTransform, TanhTransform,
 -- PowerTransform(exponent), AbsTransform, on vectors StickBreakingTransform (K values to
--- the simplex of K + 1) and SoftmaxTransform, on matrices LowerCholeskyTransform (Abs,
+-- the simplex of K + 1), CorrCholeskyTransform (D (D - 1) / 2 values to a correlation
+-- matrix's Cholesky factor) and SoftmaxTransform, on matrices LowerCholeskyTransform (Abs,
 -- Softmax and LowerCholesky are not one to one: no Jacobian, as PyTorch's),
 -- IndependentTransform(t, n) (t with n more event dims), ReshapeTransform(in_shape,
 -- out_shape), and ComposeTransform({t1, t2, ...}). A transform's event dims and the
@@ -194,6 +195,88 @@ transform("LowerCholeskyTransform", {
     raise("LowerCholeskyTransform.log_abs_det_jacobian: the upper triangle is dropped (not one to one)")
   end,
 })
+
+-- The positions (1-based, in a row-major flattened D x D matrix) of the strictly lower
+-- triangle, row by row: the order in which a vector of D (D - 1) / 2 values fills it.
+local function strict_lower(d)
+  local pos = {}
+  for i = 2, d do
+    for j = 1, i - 1 do pos[#pos + 1] = (i - 1) * d + j end
+  end
+  return pos
+end
+-- the D of a vector of n = D (D - 1) / 2 values, or an error naming op
+local function corr_size(op, n)
+  local d = math.floor(math.sqrt(0.25 + 2 * n) + 0.5 + 0.5)
+  if d * (d - 1) / 2 ~= n then raise(op .. ": " .. n .. " values are not D (D - 1) / 2 for any D") end
+  return d
+end
+local function long(list, like) return dl.tensor(list, { dtype = "int64", device = like.device }) end
+
+-- D (D - 1) / 2 unconstrained values to the lower Cholesky factor of a D x D correlation
+-- matrix: tanh to (-1, 1), then each row's squares broken off what is left of 1 (Stan's
+-- and PyTorch's CorrCholeskyTransform); its Jacobian is that of the values and the
+-- factor's strictly lower triangle.
+local CorrCholesky = transform("CorrCholeskyTransform", {
+  domain_event_dim = 1, codomain_event_dim = 2, sign = false,
+  forward = function(_, x)
+    local op = "CorrCholeskyTransform"
+    local n = last_dims(op, x, 1)[x:dim()]
+    local d = corr_size(op, n)
+    local e = eps_of(x)
+    local r = x:tanh():clamp(-1 + e, 1 - e)
+    -- the values into the strictly lower triangle (a gather from the values and a 0)
+    local map = {}
+    for k = 1, d * d do map[k] = n + 1 end
+    for k, p in ipairs(strict_lower(d)) do map[p] = k end
+    local zero = dl.zeros_like(r:narrow(-1, 1, 1))
+    local lower = dl.cat({ r, zero }, -1):index_select(-1, long(map, x))
+    local shape = concat(x.shape, {})
+    shape[#shape] = nil
+    lower = lower:reshape(concat(shape, { d, d }))
+    local left = (1 - lower * lower):sqrt():cumprod(-1)
+    local ones = dl.ones_like(left:narrow(-1, 1, 1))
+    local scale = dl.cat({ ones, left:narrow(-1, 1, d - 1) }, -1)
+    return (lower + dl.eye(d, { dtype = x.dtype, device = x.device })) * scale
+  end,
+  inv = function(_, y)
+    local d = last_dims("CorrCholeskyTransform.inv", y, 2)[y:dim()]
+    local left = 1 - (y * y):cumsum(-1)
+    local ones = dl.ones_like(left:narrow(-1, 1, 1))
+    local shifted = dl.cat({ ones, left:narrow(-1, 1, d - 1) }, -1)
+    local idx = long(strict_lower(d), y)
+    local flat = function(m) return m:flatten(-2, -1):index_select(-1, idx) end
+    local t = flat(y) / flat(shifted):sqrt()
+    return (t:log1p() - (-t):log1p()) / 2
+  end,
+  log_abs_det_jacobian = function(_, x, y)
+    local d = y.shape[y:dim()]
+    local left = 1 - (y * y):cumsum(-1)
+    -- the positions below the diagonal by 2 (no shift needed)
+    local pos = {}
+    for i = 3, d do
+      for j = 1, i - 2 do pos[#pos + 1] = (i - 1) * d + j end
+    end
+    local stick = 0
+    if #pos > 0 then stick = left:flatten(-2, -1):index_select(-1, long(pos, y)):log():sum(-1) * 0.5 end
+    local tanh = ((x + dl.softplus(x * -2) - math.log(2)) * -2):sum(-1)
+    return tanh + stick
+  end,
+})
+function CorrCholesky.forward_shape(_, shape)
+  local out = concat(shape, {})
+  local d = corr_size("CorrCholeskyTransform", out[#out])
+  out[#out] = d
+  out[#out + 1] = d
+  return out
+end
+function CorrCholesky.inverse_shape(_, shape)
+  local out = concat(shape, {})
+  local d = out[#out]
+  out[#out] = nil
+  out[#out] = d * (d - 1) / 2
+  return out
+end
 
 -- t taking n more of the right-most dims into its event: its Jacobian summed over them.
 local IndependentT = transform("IndependentTransform", {
