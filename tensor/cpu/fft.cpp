@@ -426,15 +426,16 @@ constexpr int64_t kPackRoomBytes = int64_t(8) << 20;
 
 // The scratch of each thread of a region, made by the thread that starts it (nothing
 // inside a parallel region may allocate or throw), in Pack<64> units (aligned for every
-// build), not zeroed. Kept by the calling thread for its next transform up to
-// kKeptScratchBytes a thread: a batch of short rows then touches no fresh pages.
-constexpr size_t kKeptScratchBytes = size_t(4) << 20;
+// build), not zeroed. Kept by the calling thread for its next transform while all its
+// parts together hold at most kKeptScratchBytes: a batch of short rows then touches no
+// fresh pages.
+constexpr size_t kKeptScratchBytes = size_t(8) << 20;
 struct Scratch {
   std::vector<std::unique_ptr<Pack<64>[]>> parts;
   size_t units = 0;   // of each part
 
   void release_if_large() {
-    if (units * sizeof(Pack<64>) > kKeptScratchBytes) {
+    if (units * sizeof(Pack<64>) * parts.size() > kKeptScratchBytes) {
       parts.clear();
       units = 0;
     }
