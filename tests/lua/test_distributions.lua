@@ -619,6 +619,9 @@ H.test("Wishart and LKJCholesky match PyTorch float64; their draws have the righ
   local r = LKJ(2):sample({ 20000 }):select(-2, 2):select(-1, 1)
   H.near(r:var():item(), 1 / 3, 0.02)
   -- errors name the family and what is wrong
+  -- a number df takes the matrix's dtype
+  H.eq(W(5, { covariance_matrix = S }).df.dtype, "float64")
+  H.eq(W(5, { covariance_matrix = S }):log_prob(S * 2).dtype, "float64")
   H.raises(function() W(2, { covariance_matrix = S }) end, "Wishart: df must be greater than p - 1 = 2")
   H.raises(function() W(4, { covariance_matrix = -S }) end, "Wishart: the matrix is not positive definite")
   H.raises(function() W(4, { covariance_matrix = S }):log_prob(-S) end, "Wishart.log_prob: a value is not positive definite")
@@ -687,9 +690,31 @@ H.test("transforms that change an event's size or rank match PyTorch float64; Tr
   H.raises(function() TT.IndependentTransform(3, 1) end, "IndependentTransform: expected a transform")
   H.raises(function() TD(D.Normal(0, 1), { TT.AbsTransform() }):cdf(dl.tensor(0.5)) end,
            "TransformedDistribution.cdf: the transforms' direction is not known")
-  -- (a tensor scale's signs may differ: it had been taken for increasing)
-  H.raises(function() TD(D.Normal(0, 1), { TT.AffineTransform(0, dl.tensor({ 1, -1 })) }):icdf(dl.tensor(0.5)) end,
-           "TransformedDistribution.icdf: the transforms' direction is not known")
+  -- a tensor scale's directions hold elementwise (it had been taken for increasing)
+  local base = D.Normal(dl.tensor(0.3, f64), 1)
+  local mixed = TD(base, { TT.AffineTransform(1, dl.tensor({ 1, -2 }, f64)) })
+  local at = dl.tensor({ -1, 0.5 }, f64)
+  H.near(mixed:cdf(at):totable(), { base:cdf(dl.tensor(-2, f64)):item(), 1 - base:cdf(dl.tensor(0.25, f64)):item() }, 1e-12)
+  H.near(mixed:icdf(mixed:cdf(at)):totable(), at:totable(), 1e-10)
+  H.near(TD(base, { TT.AffineTransform(1, dl.tensor(2.0, f64)) }):cdf(dl.tensor(2, f64)):item(), base:cdf(dl.tensor(0.5, f64)):item(), 1e-12)
+  -- tensor parameters broadcast the batch: the base draws the leading dims they add
+  local wide = TD(D.Normal(dl.tensor(0.0, f64), 1), { TT.AffineTransform(dl.tensor({ 1, 2, 3 }, f64), 2) })
+  H.eq(wide.batch_shape, { 3 })
+  H.shape(wide:rsample({ 7 }), { 7, 3 })
+  local grid = TD(D.Normal(dl.zeros(3, f64), 1), { TT.AffineTransform(dl.zeros(2, 1, f64), 2) })
+  H.eq(grid.batch_shape, { 2, 3 })
+  local draws = grid:sample({ 4000 })
+  H.shape(draws, { 4000, 2, 3 })
+  H.ok(math.abs(dl.corrcoef(draws:reshape(4000, 6):t()):select(1, 1):select(1, 4):item()) < 0.1, "the added dims draw independently")
+  H.raises(function() TD(D.Normal(dl.zeros(1), 1), { TT.AffineTransform(dl.zeros(3), 1) }):sample() end,
+           "TransformedDistribution.sample: the transforms broadcast the base's shape to (3,)")
+  -- an affine map of event_dim 1: one Jacobian per event
+  local ev = TD(D.Normal(dl.zeros(4, 3, f64), 1), { TT.AffineTransform(0, 2, 1) })
+  H.eq({ ev.batch_shape, ev.event_shape }, { { 4 }, { 3 } })
+  local y3 = dl.randn(4, 3, f64)
+  H.near(ev:log_prob(y3):totable(), (D.Normal(0, 1):log_prob(y3 / 2):sum(-1) - 3 * math.log(2)):totable(), 1e-12)
+  -- an empty list is the identity, as PyTorch's
+  H.near(TD(base, {}):log_prob(at):totable(), base:log_prob(at):totable(), 1e-15)
 end)
 
 H.run()

@@ -186,8 +186,10 @@ Wishart._params = { "df" }
 function Wishart.new(df, spec, ...)
   local op = "Wishart"
   if select("#", ...) > 0 then raise(op .. ": expected df and one options table") end
-  df = parameters(op, { "df" }, { df })[1]
   local L, validate = scale_tril_of(op, spec, nil, "df")
+  -- (a number df takes the matrix's dtype and device, as PyTorch's)
+  if type(df) == "number" then df = dl.tensor(df, { dtype = L.dtype, device = L.device }) end
+  df = parameters(op, { "df" }, { df })[1]
   L = L:to(df.dtype)
   local p = L:size(-1)
   if validate then require_all(op, df:gt(p - 1), "df must be greater than p - 1 = " .. (p - 1)) end

@@ -7,7 +7,7 @@
 --
 -- A transform t maps x to t(x), back with t:inv(y), and t:log_abs_det_jacobian(x, y) is
 -- log |det dy/dx| over its domain's event dims (t.domain_event_dim; 0: elementwise):
--- ExpTransform, AffineTransform(loc, scale), SigmoidTransform, TanhTransform,
+-- ExpTransform, AffineTransform(loc, scale [, event_dim]), SigmoidTransform, TanhTransform,
 -- PowerTransform(exponent), AbsTransform, on vectors StickBreakingTransform (K values to
 -- the simplex of K + 1), CorrCholeskyTransform (D (D - 1) / 2 values to a correlation
 -- matrix's Cholesky factor) and SoftmaxTransform, on matrices LowerCholeskyTransform (Abs,
@@ -29,6 +29,7 @@ core.own_source()
 local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, dl = T.is_tensor, T.dl
 local type, ipairs, setmetatable, getmetatable, tostring = type, ipairs, setmetatable, getmetatable, tostring
+local unpack = unpack or table.unpack
 local D, class, with_properties, concat, sum_last = B.D, B.class, B.with_properties, B.concat, B.sum_last
 local eps_of = B.eps_of
 
@@ -65,23 +66,39 @@ transform("ExpTransform", {
   log_abs_det_jacobian = function(_, x) return x end,
 })
 
+-- (a tensor loc or scale broadcasts the shape it maps, as PyTorch's; event_dim: the
+-- right-most dims taken as one event, the Jacobian summed over them)
+local function affine_shape(self, shape)
+  local parts = { shape }
+  for _, v in ipairs({ self.loc, self.scale }) do if is_tensor(v) then parts[#parts + 1] = v.shape end end
+  return #parts == 1 and shape or dl.broadcast_shapes(unpack(parts))
+end
 local Affine = transform("AffineTransform", {
   forward = function(self, x) return x * self.scale + self.loc end,
   inv = function(self, y) return (y - self.loc) / self.scale end,
-  log_abs_det_jacobian = function(self, x) return (x * 0 + self.scale):abs():log() end,
+  log_abs_det_jacobian = function(self, x)
+    return sum_last((x * 0 + self.scale):abs():log(), self.domain_event_dim)
+  end,
+  forward_shape = affine_shape,
+  inverse_shape = affine_shape,
 })
-function Affine.new(loc, scale)
+function Affine.new(loc, scale, event_dim)
   for what, v in pairs({ loc = loc, scale = scale }) do
     if type(v) ~= "number" and not is_tensor(v) then bad_arg("AffineTransform", what .. " (a number or a tensor)", v) end
   end
-  local sign = 1
+  event_dim = event_dim or 0
+  if not core.integer(event_dim) or event_dim < 0 then
+    raise("AffineTransform: event_dim must be a whole number >= 0, got " .. tostring(event_dim))
+  end
+  local sign
   if type(scale) == "number" then
     if scale == 0 then raise("AffineTransform: scale must not be 0") end
     sign = scale > 0 and 1 or -1
   else
-    sign = false   -- (a tensor's signs may differ: cdf needs one)
+    sign = scale:sign()   -- (each element's direction: cdf and icdf take them elementwise)
   end
-  return setmetatable({ loc = loc, scale = scale, sign = sign }, Affine)
+  return setmetatable({ loc = loc, scale = scale, sign = sign, domain_event_dim = event_dim,
+                        codomain_event_dim = event_dim }, Affine)
 end
 Affine.__tostring = function(self) return "AffineTransform(" .. tostring(self.loc) .. ", " .. tostring(self.scale) .. ")" end
 
@@ -329,12 +346,12 @@ local Compose = transform("ComposeTransform", {
   end,
   -- each part's Jacobian summed over the event dims the chain has beyond the part's own
   log_abs_det_jacobian = function(self, x)
-    local total
+    local total = x * 0   -- (no parts: the identity's 0)
     local event_dim = self.domain_event_dim
-    for _, t in ipairs(self.parts) do
+    for i, t in ipairs(self.parts) do
       local y = t(x)
       local j = sum_last(t:log_abs_det_jacobian(x, y), event_dim - t.domain_event_dim)
-      total = total and total + j or j
+      total = i == 1 and j or total + j
       x = y
       event_dim = event_dim + t.codomain_event_dim - t.domain_event_dim
     end
@@ -353,7 +370,7 @@ local Compose = transform("ComposeTransform", {
 -- A list of transforms (or one), checked.
 local function transform_list(op, ts)
   if is_transform(ts) then return { ts } end
-  if type(ts) ~= "table" or #ts == 0 then bad_arg(op, "a transform or a list of them", ts) end
+  if type(ts) ~= "table" or is_tensor(ts) or getmetatable(ts) ~= nil then bad_arg(op, "a transform or a list of them", ts) end
   for i, t in ipairs(ts) do
     if not is_transform(t) then bad_arg(op, "transform " .. i .. " (from dl.distributions.transforms)", t) end
   end
@@ -362,8 +379,14 @@ end
 
 function Compose.new(ts)
   local parts = transform_list("ComposeTransform", ts)
+  -- the direction: +1, -1, a tensor of them (elementwise), or false (not monotone)
   local sign = 1
-  for _, t in ipairs(parts) do sign = t.sign and sign and sign * t.sign or false end
+  for _, t in ipairs(parts) do
+    if sign ~= false then sign = t.sign ~= false and sign * t.sign or false end
+  end
+  if #parts == 0 then   -- (the identity, as PyTorch's empty ComposeTransform)
+    return setmetatable({ parts = parts, sign = 1, domain_event_dim = 0, codomain_event_dim = 0 }, Compose)
+  end
   -- the event dims of the chain's domain and codomain: each part's, carried through the
   -- others (PyTorch's ComposeTransform)
   local domain = parts[#parts].codomain_event_dim
@@ -429,13 +452,38 @@ function Transformed.new(base, ts)
   local batch, event = {}, {}
   for i = 1, #shape - event_dim do batch[i] = shape[i] end
   for i = #shape - event_dim + 1, #shape do event[#event + 1] = shape[i] end
+  -- A transform with tensor parameters may broadcast the base's batch (PyTorch expands
+  -- the base): where that only adds leading dims, the base draws them as a sample shape.
+  local expanded = chain:inverse_shape(shape)
+  local extra = {}
+  local lead = #expanded - #base_shape
+  local suffix = lead >= 0
+  for i = 1, #base_shape do suffix = suffix and expanded[lead + i] == base_shape[i] end
+  if suffix then
+    for i = 1, lead do extra[i] = expanded[i] end
+  else
+    extra = false
+  end
   return setmetatable({ base_dist = inner, transforms = chain.parts, _chain = chain, batch_shape = batch,
-                        event_shape = event, _like = base._like, _validate = base._validate }, Transformed)
+                        event_shape = event, _like = base._like, _validate = base._validate, _extra = extra,
+                        _expanded = expanded }, Transformed)
 end
 function Transformed:__repr() return "TransformedDistribution(" .. tostring(self.base_dist) .. ", " .. tostring(self._chain) .. ")" end
-function Transformed:rsample(shape) return self._chain(self.base_dist:rsample(shape)) end
+-- the base's sample shape for `shape` draws: shape and the leading batch dims the
+-- transforms add
+function Transformed:_base_shape(shape)
+  if not self._extra then
+    raise("TransformedDistribution.sample: the transforms broadcast the base's shape to "
+          .. T.shape_str(self._expanded) .. ": give the base parameters of that batch shape")
+  end
+  if shape ~= nil and (type(shape) ~= "table" or is_tensor(shape)) then
+    if type(shape) == "number" then shape = { shape } else bad_arg("TransformedDistribution.sample", "a shape (a list)", shape) end
+  end
+  return concat(shape or {}, self._extra)
+end
+function Transformed:rsample(shape) return self._chain(self.base_dist:rsample(self:_base_shape(shape))) end
 function Transformed:sample(shape)
-  return dl.no_grad(function() return self._chain(self.base_dist:sample(shape)) end)
+  return dl.no_grad(function() return self._chain(self.base_dist:sample(self:_base_shape(shape))) end)
 end
 -- log p(y) = log p_base(x) - sum of the log-Jacobians, each summed over the event dims
 -- beyond its transform's own (PyTorch's)
@@ -451,21 +499,24 @@ function Transformed:log_prob(y)
     lp = lp and lp - j or -j
     y = x
   end
-  return lp + sum_last(self.base_dist:log_prob(y), event_dim - #self.base_dist.event_shape)
+  local base = sum_last(self.base_dist:log_prob(y), event_dim - #self.base_dist.event_shape)
+  return lp and lp + base or base
 end
 -- cdf and icdf through increasing (or decreasing) transforms, as PyTorch's.
+-- A cdf value through transforms of direction `sign` (+1, -1 or a tensor of them): c, or
+-- 1 - c where a transform decreases (PyTorch's monotonize_cdf).
+local function monotonized(sign, c) return sign * (c - 0.5) + 0.5 end
 function Transformed:cdf(y)
   local sign = self._chain.sign
-  if not sign then raise("TransformedDistribution.cdf: the transforms' direction is not known (a tensor scale, or one not monotone)") end
+  if not sign then raise("TransformedDistribution.cdf: the transforms' direction is not known (one is not monotone)") end
   local x = self._chain:inv(self:_value("cdf", y))
-  local c = self.base_dist:cdf(x)
-  return sign == 1 and c or 1 - c
+  return monotonized(sign, self.base_dist:cdf(x))
 end
 function Transformed:icdf(q)
   local sign = self._chain.sign
-  if not sign then raise("TransformedDistribution.icdf: the transforms' direction is not known (a tensor scale, or one not monotone)") end
+  if not sign then raise("TransformedDistribution.icdf: the transforms' direction is not known (one is not monotone)") end
   q = self:_value("icdf", q)
-  return self._chain(self.base_dist:icdf(sign == 1 and q or 1 - q))
+  return self._chain(self.base_dist:icdf(monotonized(sign, q)))
 end
 with_properties(Transformed)
 
