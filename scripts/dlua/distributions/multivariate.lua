@@ -181,6 +181,16 @@ with_properties(LowRank)
 -- N(0, S) draws, for any real df > p - 1. Draws by Bartlett's decomposition, X = L A A^T
 -- L^T with A lower triangular, A_ii^2 ~ Chi2(df - i + 1) and N(0, 1) below the diagonal:
 -- differentiable in df and the matrix.
+-- log_prob's value as (..., p, p) matrices for an event of shape {p, p}.
+local function matrix_value(self, op, v)
+  v = self:_value("log_prob", v)
+  local p = self.event_shape[1]
+  if v:dim() < 2 or v:size(-1) ~= p or v:size(-2) ~= p then
+    raise(op .. ": expected (..., " .. p .. ", " .. p .. ") matrices, got shape " .. shape_str(v.shape))
+  end
+  return v
+end
+
 local Wishart = class("Wishart")
 Wishart._params = { "df" }
 function Wishart.new(df, spec, ...)
@@ -233,11 +243,8 @@ local LOG_2 = math.log(2)
 -- log p(X) = (df - p - 1)/2 log|X| - tr(S^-1 X)/2 - df p/2 log 2 - df/2 log|S| - mvlgamma(df/2, p)
 function Wishart:log_prob(v)
   local op = "Wishart.log_prob"
-  v = self:_value("log_prob", v)
+  v = matrix_value(self, op, v)
   local p = self.event_shape[1]
-  if v:dim() < 2 or v:size(-1) ~= p or v:size(-2) ~= p then
-    raise(op .. ": expected (..., " .. p .. ", " .. p .. ") matrices, got shape " .. shape_str(v.shape))
-  end
   if self._validate then
     require_all(op, (v - v:transpose(-1, -2)):abs():le(v:abs():amax({ -2, -1 }, true) * 1e-6), "a value is not symmetric")
     local ok = pcall(dl.linalg.cholesky, v:detach())
@@ -303,10 +310,7 @@ end
 function LKJ:log_prob(v)
   local op = "LKJCholesky.log_prob"
   local dim = self.dim
-  v = self:_value("log_prob", v)
-  if v:dim() < 2 or v:size(-1) ~= dim or v:size(-2) ~= dim then
-    raise(op .. ": expected (..., " .. dim .. ", " .. dim .. ") matrices, got shape " .. shape_str(v.shape))
-  end
+  v = matrix_value(self, op, v)
   if self._validate then
     require_all(op, v:tril():eq(v):logical_and(v:diagonal(0, -2, -1):gt(0):unsqueeze(-1)),
                 "a value is not lower triangular with a positive diagonal")

@@ -213,18 +213,24 @@ transform("LowerCholeskyTransform", {
   end,
 })
 
--- The positions (1-based, in a row-major flattened D x D matrix) of the strictly lower
--- triangle, row by row: the order in which a vector of D (D - 1) / 2 values fills it.
-local function strict_lower(d)
+-- The positions (1-based, in a row-major flattened D x D matrix) of the elements at least
+-- `below` under the diagonal, row by row; below = 1, the strictly lower triangle: the
+-- order in which a vector of D (D - 1) / 2 values fills it.
+local function strict_lower(d, below)
   local pos = {}
-  for i = 2, d do
-    for j = 1, i - 1 do pos[#pos + 1] = (i - 1) * d + j end
+  for i = 1 + below, d do
+    for j = 1, i - below do pos[#pos + 1] = (i - 1) * d + j end
   end
   return pos
 end
+-- t's last dim moved one place right, a 1 in front (its last element dropped)
+local function after_one(t)
+  local n = t.shape[t:dim()]
+  return dl.cat({ dl.ones_like(t:narrow(-1, 1, 1)), t:narrow(-1, 1, n - 1) }, -1)
+end
 -- the D of a vector of n = D (D - 1) / 2 values, or an error naming op
 local function corr_size(op, n)
-  local d = math.floor(math.sqrt(0.25 + 2 * n) + 0.5 + 0.5)
+  local d = math.floor(math.sqrt(0.25 + 2 * n) + 1)   -- round(sqrt(1/4 + 2 n) + 1/2)
   if d * (d - 1) / 2 ~= n then raise(op .. ": " .. n .. " values are not D (D - 1) / 2 for any D") end
   return d
 end
@@ -245,23 +251,19 @@ local CorrCholesky = transform("CorrCholeskyTransform", {
     -- the values into the strictly lower triangle (a gather from the values and a 0)
     local map = {}
     for k = 1, d * d do map[k] = n + 1 end
-    for k, p in ipairs(strict_lower(d)) do map[p] = k end
+    for k, p in ipairs(strict_lower(d, 1)) do map[p] = k end
     local zero = dl.zeros_like(r:narrow(-1, 1, 1))
     local lower = dl.cat({ r, zero }, -1):index_select(-1, long(map, x))
     local shape = concat(x.shape, {})
     shape[#shape] = nil
     lower = lower:reshape(concat(shape, { d, d }))
-    local left = (1 - lower * lower):sqrt():cumprod(-1)
-    local ones = dl.ones_like(left:narrow(-1, 1, 1))
-    local scale = dl.cat({ ones, left:narrow(-1, 1, d - 1) }, -1)
+    local scale = after_one((1 - lower * lower):sqrt():cumprod(-1))
     return (lower + dl.eye(d, { dtype = x.dtype, device = x.device })) * scale
   end,
   inv = function(_, y)
     local d = last_dims("CorrCholeskyTransform.inv", y, 2)[y:dim()]
-    local left = 1 - (y * y):cumsum(-1)
-    local ones = dl.ones_like(left:narrow(-1, 1, 1))
-    local shifted = dl.cat({ ones, left:narrow(-1, 1, d - 1) }, -1)
-    local idx = long(strict_lower(d), y)
+    local shifted = after_one(1 - (y * y):cumsum(-1))
+    local idx = long(strict_lower(d, 1), y)
     local flat = function(m) return m:flatten(-2, -1):index_select(-1, idx) end
     local t = flat(y) / flat(shifted):sqrt()
     return (t:log1p() - (-t):log1p()) / 2
@@ -269,11 +271,7 @@ local CorrCholesky = transform("CorrCholeskyTransform", {
   log_abs_det_jacobian = function(_, x, y)
     local d = y.shape[y:dim()]
     local left = 1 - (y * y):cumsum(-1)
-    -- the positions below the diagonal by 2 (no shift needed)
-    local pos = {}
-    for i = 3, d do
-      for j = 1, i - 2 do pos[#pos + 1] = (i - 1) * d + j end
-    end
+    local pos = strict_lower(d, 2)   -- (two below the diagonal: no shift needed)
     local stick = 0
     if #pos > 0 then stick = left:flatten(-2, -1):index_select(-1, long(pos, y)):log():sum(-1) * 0.5 end
     local tanh = ((x + dl.softplus(x * -2) - math.log(2)) * -2):sum(-1)
@@ -346,16 +344,16 @@ local Compose = transform("ComposeTransform", {
   end,
   -- each part's Jacobian summed over the event dims the chain has beyond the part's own
   log_abs_det_jacobian = function(self, x)
-    local total = x * 0   -- (no parts: the identity's 0)
+    local total
     local event_dim = self.domain_event_dim
-    for i, t in ipairs(self.parts) do
+    for _, t in ipairs(self.parts) do
       local y = t(x)
       local j = sum_last(t:log_abs_det_jacobian(x, y), event_dim - t.domain_event_dim)
-      total = i == 1 and j or total + j
+      total = total and total + j or j
       x = y
       event_dim = event_dim + t.codomain_event_dim - t.domain_event_dim
     end
-    return total
+    return total or x * 0   -- (no parts: the identity's 0)
   end,
   forward_shape = function(self, shape)
     for _, t in ipairs(self.parts) do shape = t:forward_shape(shape) end
