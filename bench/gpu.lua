@@ -78,6 +78,10 @@ case("sum_16M", 200, function() local a = big_ab() return function() return a:su
 case("sum_rows_4096x4096", 200, function() local a = big_ab() return function() return a:sum(2) end end)
 case("sum_cols_4096x4096", 200, function() local a = big_ab() return function() return a:sum(1) end end)
 case("softmax_4096x4096", 50, function() local a = big_ab() return function() return dl.softmax(a, 2) end end)
+case("rfft_irfft_4096x1024", 200, function()
+  local x = dl.randn(4096, 1024, dev)
+  return function() return dl.fft.irfft(dl.fft.rfft(x), 1024) end
+end)
 case("small_op_64x64", 5000, function()
   local s = dl.randn(64, 64, dev)
   return function() return s * 2 + 1 end

@@ -54,6 +54,8 @@ def cases():
     out["sum_rows_4096x4096"] = (lambda: a.sum(1), 200)
     out["sum_cols_4096x4096"] = (lambda: a.sum(0), 200)
     out["softmax_4096x4096"] = (lambda: torch.softmax(a, 1), 50)
+    f = torch.randn(4096, 1024, device=dev)
+    out["rfft_irfft_4096x1024"] = (lambda: torch.fft.irfft(torch.fft.rfft(f), 1024), 200)
     s = torch.randn(64, 64, device=dev)
     out["small_op_64x64"] = (lambda: s * 2 + 1, 5000)
 

@@ -1,7 +1,14 @@
-// The CUDA fft_c2c, fft_r2c and fft_c2r (tensor/kernels.def): each output of each row
-// summed directly over the row, n^2 work, with the CPU's twiddles (tensor/fft.h, Note [The
-// CPU's transform]; the weights of Note [A real signal's transform] in tensor/cpu/fft.cpp);
-// in double for both dtypes, as the CPU's.
+// The CUDA fft_c2c, fft_r2c and fft_c2r (tensor/kernels.def). Rows of up to kDirect
+// values are summed directly, one thread an output, in double for both dtypes with the
+// CPU's twiddles (tensor/fft.h); a longer row goes to cuFFT (batched plans, kept in a
+// small cache, their work area from the device's caching allocator), and a pass over the
+// bins gives the weights of Note [A real signal's transform] in tensor/cpu/fft.cpp.
+#include <cufft.h>
+
+#include <list>
+#include <type_traits>
+#include <mutex>
+
 #include "gpu/common.h"
 #include "gpu/loops.cuh"
 #include "tensor/fft.h"
@@ -73,6 +80,153 @@ c2r_rows(const T* y, T* out, int64_t rows, int64_t n, double weight) {
   }
 }
 
+// ---- cuFFT ------------------------------------------------------------------------------
+
+// Rows this short are summed directly: n^2 work is no more than a cuFFT launch costs, and
+// the sums are the CPU's to the last bits.
+constexpr int64_t kDirect = 16;
+
+[[noreturn]] void throw_cufft(cufftResult r, const char* op, const char* what) {
+  fail(r == CUFFT_ALLOC_FAILED ? ErrorKind::Memory : ErrorKind::Internal, op, ": cuFFT failed while ", what,
+       " (status ", int(r), ")");
+}
+void check_cufft(cufftResult r, const char* op, const char* what) {
+  if (r != CUFFT_SUCCESS) throw_cufft(r, op, what);
+}
+
+// A batched plan of `rows` transforms of length n, of one type, on one device: made without
+// a work area of its own (cufftSetAutoAllocation 0), so that each run takes its work area
+// from the caching allocator; the last kPlans plans made stay, the oldest destroyed once
+// its device's stream is idle.
+struct Plan {
+  int device;
+  int64_t n, rows;
+  cufftType type;
+  cufftHandle handle;
+  size_t work;
+};
+
+class Plans {
+ public:
+  // Runs `exec(handle)` on the plan, made if missing, bound to the device's stream and a
+  // work area; the lock is held while the transform is enqueued, as the plan's work area
+  // and stream are set per run.
+  template <typename Exec>
+  void run(const DeviceContext& c, int64_t n, int64_t rows, cufftType type, const char* op, Exec exec) {
+    std::lock_guard<std::mutex> g(mu_);
+    Plan& p = find(c, n, rows, type, op);
+    Scratch work(p.work ? p.work : 1, c.index, op);
+    check_cufft(cufftSetStream(p.handle, c.stream), op, "binding its plan to the device's stream");
+    check_cufft(cufftSetWorkArea(p.handle, work.as<void>()), op, "setting its plan's work area");
+    check_cufft(exec(p.handle), op, "running the transform");
+  }
+
+ private:
+  static constexpr size_t kPlans = 16;
+
+  Plan& find(const DeviceContext& c, int64_t n, int64_t rows, cufftType type, const char* op) {
+    for (auto it = plans_.begin(); it != plans_.end(); ++it)
+      if (it->device == c.index && it->n == n && it->rows == rows && it->type == type) {
+        plans_.splice(plans_.begin(), plans_, it);   // most recent first
+        return plans_.front();
+      }
+    if (plans_.size() == kPlans) {
+      const Plan& old = plans_.back();
+      check_cuda(cudaStreamSynchronize(device_stream(old.device)), op, "retiring an old transform plan");
+      cufftDestroy(old.handle);
+      plans_.pop_back();
+    }
+    Plan p{c.index, n, rows, type, 0, 0};
+    check_cufft(cufftCreate(&p.handle), op, "creating a plan");
+    long long len = n;
+    cufftResult r = cufftSetAutoAllocation(p.handle, 0);
+    if (r == CUFFT_SUCCESS)   // (no embeddings: rows one after another, as the kernels' contracts)
+      r = cufftMakePlanMany64(p.handle, 1, &len, nullptr, 1, 0, nullptr, 1, 0, type, rows, &p.work);
+    if (r != CUFFT_SUCCESS) {
+      cufftDestroy(p.handle);
+      throw_cufft(r, op, "making a plan");
+    }
+    plans_.push_front(p);
+    return plans_.front();
+  }
+
+  std::mutex mu_;
+  std::list<Plan> plans_;
+};
+
+Plans& plans() {
+  static Plans* p = new Plans;   // never destroyed: plans outlive static destruction order
+  return *p;
+}
+
+template <typename T> constexpr bool kDouble = std::is_same_v<T, double>;
+template <typename T> using Pair = std::conditional_t<kDouble<T>, cufftDoubleComplex, cufftComplex>;
+template <typename T> using Real = std::conditional_t<kDouble<T>, cufftDoubleReal, cufftReal>;
+
+// In place on rows of bins from cuFFT's R2C: the bins strictly between 0 and n/2 times
+// weight, bin 0's and n/2's imaginary parts exactly 0.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+weigh_bins(T* z, int64_t rows, int64_t n, T weight) {
+  const int64_t bins = n / 2 + 1, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < rows * bins; t += stride) {
+    const int64_t k = t % bins;
+    if (k == 0 || 2 * k == n) z[2 * t + 1] = T(0);
+    else if (weight != T(1)) z[2 * t] *= weight, z[2 * t + 1] *= weight;
+  }
+}
+
+// y's bins into `to`, ready for cuFFT's C2R (which counts the bins between twice and
+// overwrites its input): those bins times weight / 2, bin 0's and n/2's imaginary parts 0.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+halve_bins(const T* y, T* to, int64_t rows, int64_t n, T half_weight) {
+  const int64_t bins = n / 2 + 1, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < rows * bins; t += stride) {
+    const int64_t k = t % bins;
+    const bool edge = k == 0 || 2 * k == n;
+    to[2 * t] = edge ? y[2 * t] : y[2 * t] * half_weight;
+    to[2 * t + 1] = edge ? T(0) : y[2 * t + 1] * half_weight;
+  }
+}
+
+template <typename T>
+void cufft_r2c(const DeviceContext& c, const Tensor& out, const Tensor& x, int64_t rows, int64_t n, int64_t weight) {
+  auto* in = const_cast<Real<T>*>(reinterpret_cast<const Real<T>*>(x.data<T>()));
+  auto* bins = reinterpret_cast<Pair<T>*>(out.data<T>());
+  plans().run(c, n, rows, kDouble<T> ? CUFFT_D2Z : CUFFT_R2C, "rfft", [&](cufftHandle h) {
+    if constexpr (kDouble<T>) return cufftExecD2Z(h, in, bins);
+    else return cufftExecR2C(h, in, bins);
+  });
+  weigh_bins<T><<<grid_for(rows * (n / 2 + 1), c), kThreads, 0, c.stream>>>(out.data<T>(), rows, n, T(weight));
+}
+
+template <typename T>
+void cufft_c2r(const DeviceContext& c, const Tensor& out, const Tensor& y, int64_t rows, int64_t n, int64_t weight) {
+  const int64_t bins = n / 2 + 1;
+  Scratch copy(size_t(rows * bins) * 2 * sizeof(T), c.index, "irfft");
+  halve_bins<T><<<grid_for(rows * bins, c), kThreads, 0, c.stream>>>(y.data<T>(), copy.as<T>(), rows, n,
+                                                                      T(0.5 * double(weight)));
+  check_launch("irfft");
+  auto* in = copy.as<Pair<T>>();
+  auto* signal = reinterpret_cast<Real<T>*>(out.data<T>());
+  plans().run(c, n, rows, kDouble<T> ? CUFFT_Z2D : CUFFT_C2R, "irfft", [&](cufftHandle h) {
+    if constexpr (kDouble<T>) return cufftExecZ2D(h, in, signal);
+    else return cufftExecC2R(h, in, signal);
+  });
+}
+
+template <typename T>
+void cufft_c2c(const DeviceContext& c, const Tensor& out, const Tensor& x, int64_t rows, int64_t n, bool inverse) {
+  auto* in = const_cast<Pair<T>*>(reinterpret_cast<const Pair<T>*>(x.data<T>()));
+  auto* to = reinterpret_cast<Pair<T>*>(out.data<T>());
+  const int sign = inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
+  plans().run(c, n, rows, kDouble<T> ? CUFFT_Z2Z : CUFFT_C2C, "fft", [&](cufftHandle h) {
+    if constexpr (kDouble<T>) return cufftExecZ2Z(h, in, to, sign);
+    else return cufftExecC2C(h, in, to, sign);
+  });
+}
+
 }  // namespace
 
 void fft_r2c(const Tensor& out, const Tensor& x, int64_t weight) {
@@ -81,7 +235,8 @@ void fft_r2c(const Tensor& out, const Tensor& x, int64_t weight) {
   const int64_t n = x.size(x.dim() - 1), rows = x.numel() / n;
   const DeviceContext& c = activate(x, "rfft");
   DL_DISPATCH_FLOAT(x.dtype(), "rfft", {
-    r2c_rows<scalar_t><<<grid_for(rows * (n / 2 + 1), c), kThreads, 0, c.stream>>>(
+    if (n > kDirect) cufft_r2c<scalar_t>(c, out, x, rows, n, weight);
+    else r2c_rows<scalar_t><<<grid_for(rows * (n / 2 + 1), c), kThreads, 0, c.stream>>>(
         x.data<scalar_t>(), out.data<scalar_t>(), rows, n, double(weight));
   });
   check_launch("rfft");
@@ -93,8 +248,9 @@ void fft_c2r(const Tensor& out, const Tensor& y, int64_t weight) {
   const int64_t n = out.size(out.dim() - 1), rows = out.numel() / n;
   const DeviceContext& c = activate(y, "irfft");
   DL_DISPATCH_FLOAT(y.dtype(), "irfft", {
-    c2r_rows<scalar_t><<<grid_for(rows * n, c), kThreads, 0, c.stream>>>(y.data<scalar_t>(), out.data<scalar_t>(),
-                                                                         rows, n, double(weight));
+    if (n > kDirect) cufft_c2r<scalar_t>(c, out, y, rows, n, weight);
+    else c2r_rows<scalar_t><<<grid_for(rows * n, c), kThreads, 0, c.stream>>>(
+        y.data<scalar_t>(), out.data<scalar_t>(), rows, n, double(weight));
   });
   check_launch("irfft");
 }
@@ -105,8 +261,9 @@ void fft_c2c(const Tensor& out, const Tensor& x, bool inverse) {
   const int64_t n = x.size(x.dim() - 2), rows = x.numel() / (2 * n);
   const DeviceContext& c = activate(x, "fft");
   DL_DISPATCH_FLOAT(x.dtype(), "fft", {
-    dft_rows<scalar_t><<<grid_for(rows * n, c), kThreads, 0, c.stream>>>(x.data<scalar_t>(), out.data<scalar_t>(),
-                                                                          rows, n, inverse);
+    if (n > kDirect) cufft_c2c<scalar_t>(c, out, x, rows, n, inverse);
+    else dft_rows<scalar_t><<<grid_for(rows * n, c), kThreads, 0, c.stream>>>(
+        x.data<scalar_t>(), out.data<scalar_t>(), rows, n, inverse);
   });
   check_launch("fft");
 }

@@ -185,3 +185,46 @@ local pc = dl.vmap(dl.grad(ploss), { in_dims = { false, 1 } })(w, xs)
 local pg = dl.vmap(dl.grad(ploss), { in_dims = { false, 1 } })(w:cuda(), xs:cuda())
 assert(pg.device == "cuda:0" and dl.allclose(pc, pg:cpu(), 1e-12, 1e-12), "vmap differs on cuda")
 print("cuda sequence layers ok")
+-- dl.fft on cuda against the cpu: complex and real transforms along a middle dim (the
+-- device's direct sums up to 16, cuFFT past it), several dims, and gradients through
+-- rfft/irfft
+local fft = dl.fft
+for _, n in ipairs({ 15, 37, 256 }) do
+  local sig = dl.randn(3, n, 5, { dtype = "float64" })
+  local sg = sig:cuda()
+  local function same(what, a, b)
+    local d = (a - b:cpu()):abs():amax():item()
+    assert(b.device == "cuda:0" and d < 1e-9, string.format("%s n %d differs on cuda by %g", what, n, d))
+  end
+  same("fft", fft.fft(fft.complex(sig, sig * 0.5), nil, 2), fft.fft(fft.complex(sg, sg * 0.5), nil, 2))
+  same("rfft", fft.rfft(sig, nil, 2), fft.rfft(sg, nil, 2))
+  same("irfft", fft.irfft(fft.rfft(sig, nil, 2), n, 2), fft.irfft(fft.rfft(sg, nil, 2), n, 2))
+  same("rfftn", fft.rfftn(sig), fft.rfftn(sg))
+  local function spectral(v) return (fft.abs(fft.rfft(v, nil, 2)):pow(2) * 0.1):sum() + fft.irfft(fft.rfft(v:tanh(), nil, 2), n, 2):sin():sum() end
+  same("spectral gradient", dl.grad(spectral)(sig), dl.grad(spectral)(sg))
+end
+print("cuda fft ok")
+-- special functions and distributions with tensor parameters on cuda: log densities,
+-- entropies and reparameterised draws stay on the device, equal to the cpu's for one value
+local Dist = dl.distributions
+local conc, rate = dl.rand(4, 3, { dtype = "float64" }) + 0.5, dl.rand(4, 3, { dtype = "float64" }) + 0.2
+local val = dl.rand(4, 3, { dtype = "float64" }) + 0.1
+local function dens(c, r, v)
+  local g = Dist.Gamma(c, r)
+  local b = Dist.Beta(c, r + 1)
+  local s = Dist.StudentT(c + 2, r, c)
+  local mv = Dist.MultivariateNormal(r, { scale_tril = dl.diag_embed(c) + dl.tril(v:unsqueeze(-1) * v:unsqueeze(-2), -1) })
+  return g:log_prob(v):sum() + b:log_prob(v / 1.2):sum() + s:log_prob(v):sum() + g:entropy():sum() + mv:log_prob(v):sum()
+    + dl.special.digamma(c):sum() + dl.special.zeta(dl.stop_gradient(r) + 1.5, c + 0.5):sum() + dl.special.polygamma(2, c):sum()
+end
+local dcc, dcr = dl.grad(dens, { 1, 2 })(conc, rate, val)
+local dg1, dg2 = dl.grad(dens, { 1, 2 })(conc:cuda(), rate:cuda(), val:cuda())
+print("distribution gradients max diff", (dcc - dg1:cpu()):abs():amax():item(), (dcr - dg2:cpu()):abs():amax():item())
+assert(dl.allclose(dcc, dg1:cpu(), 1e-9, 1e-9) and dl.allclose(dcr, dg2:cpu(), 1e-9, 1e-9), "distribution gradients differ on cuda")
+local draw = Dist.Gamma(conc:cuda(), rate:cuda()):rsample({ 100 })
+assert(draw.device == "cuda:0" and draw.shape[1] == 100 and draw:min():item() > 0, "gamma draws on cuda")
+local dd = Dist.Dirichlet(conc:cuda()):rsample()
+assert(dd.device == "cuda:0" and dl.allclose(dd:sum(-1):cpu(), dl.ones(4, { dtype = "float64" })), "dirichlet draws on cuda")
+local bits = dl.tensor({ 12, -7, 1023 }, { dtype = "int32" })
+assert(dl.equal(bits:bitwise_xor(5):bitwise_left_shift(2), bits:cuda():bitwise_xor(5):bitwise_left_shift(2):cpu()), "bitwise ops differ on cuda")
+print("cuda special functions and distributions ok")

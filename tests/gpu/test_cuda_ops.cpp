@@ -355,18 +355,19 @@ std::map<Op, Check> other_checks() {
                         folds(7));
     });
   };
-  // (the CPU's radix-2 and Bluestein against the device's direct sums)
+  // (the CPU's radix and Bluestein transforms against the device's direct sums, up to 16,
+  // and cuFFT past it; the lengths make more plans than cuFFT's cache keeps)
   m[Op::FftC2c] = [&] {
     for (DType dt : {DType::Float32, DType::Float64})
-      for (int64_t n : {1, 5, 8, 64, 100})
+      for (int64_t n : {1, 5, 8, 16, 17, 64, 100, 1024})
         for (bool inverse : {false, true})
           compare_op("fft_c2c " + std::string(dtype_name(dt)) + " n " + std::to_string(n) + (inverse ? " inverse" : ""),
                      {sample({3, n, 2}, dt)}, [&](const auto& x) { return fft_c2c(x[0], inverse); }, folds(double(n) * 4));
   };
-  // (the CPU's half-length transform and its odd-length path against the direct sums)
+  // (the CPU's half-length transform and its odd-length path against the device's)
   m[Op::FftR2c] = [&] {
     for (DType dt : {DType::Float32, DType::Float64})
-      for (int64_t n : {1, 2, 5, 8, 64, 100})
+      for (int64_t n : {1, 2, 5, 8, 17, 64, 100, 1001, 1024})
         for (int64_t weight : {1, 2})
           compare_op("fft_r2c " + std::string(dtype_name(dt)) + " n " + std::to_string(n) + " weight " +
                          std::to_string(weight),
@@ -374,7 +375,7 @@ std::map<Op, Check> other_checks() {
   };
   m[Op::FftC2r] = [&] {
     for (DType dt : {DType::Float32, DType::Float64})
-      for (int64_t n : {1, 2, 5, 8, 64, 100})
+      for (int64_t n : {1, 2, 5, 8, 17, 64, 100, 1001, 1024})
         for (int64_t weight : {1, 2})
           compare_op("fft_c2r " + std::string(dtype_name(dt)) + " n " + std::to_string(n) + " weight " +
                          std::to_string(weight),
