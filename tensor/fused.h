@@ -82,24 +82,60 @@ struct Program {
 
 // r[j] = op(a[j]) (or op(a[j], b[j])) for the K elements: the op's case is taken once
 // for all of them.
-template <typename T, int K>
+// Note [Long ops in fused programs]
+// An interpreter's registers are those of its most demanding case: every thread of the
+// kernel is given what the longest functor in its switch needs, whatever the program
+// runs. The special functions (Bessel, gamma family, erfinv, zeta) need 34 to 60
+// registers alone, where add, tanh or sigmoid need under 30; in one switch they had
+// raised the float32 kernel from 48 registers to 80 with spills, and every program ran
+// slower for it (docs/performance.md, "On a GPU"). So the rows
+// whose functor alone needs more than 32 registers (nvcc -Xptxas -v on a one-op kernel)
+// carry kLong, and the CUDA runner has two interpreters: Ops::Short, built without the
+// kLong ops, for the programs that hold none (has_long_ops), and Ops::All for the rest.
+// Ops that cannot meet a program's dtype (the integer-only ops) are left out of both.
+enum class Ops : uint8_t { All, Short };
+
+template <Ops S>
+constexpr bool interprets(unsigned flags) { return S == Ops::All || !(flags & kLong); }
+
+// (an op outside the interpreter's set copies its operand: no program given to it holds one)
+template <typename T, int K, Ops S = Ops::All>
 DL_HD void apply_unary(Op op, const T (&a)[K], T (&r)[K]) {
   switch (op) {
-#define DL_UNARY(Name, lua, Fn, flags) \
-    case Op::Name: for (int j = 0; j < K; ++j) r[j] = T(fn::Fn{}(a[j])); return;
+#define DL_UNARY(Name, lua, Fn, flags)                                       \
+    case Op::Name:                                                          \
+      if constexpr (op_accepts<T>(flags) && interprets<S>(flags)) {         \
+        for (int j = 0; j < K; ++j) r[j] = T(fn::Fn{}(a[j]));               \
+        return;                                                             \
+      }                                                                     \
+      break;
 #include "tensor/ops.def"
-    default: for (int j = 0; j < K; ++j) r[j] = a[j]; return;
+    default: break;
   }
+  for (int j = 0; j < K; ++j) r[j] = a[j];
 }
 
-template <typename T, int K>
+template <typename T, int K, Ops S = Ops::All>
 DL_HD void apply_binary(Op op, const T (&a)[K], const T (&b)[K], T (&r)[K]) {
   switch (op) {
-#define DL_BINARY(Name, lua, Fn, flags) \
-    case Op::Name: for (int j = 0; j < K; ++j) r[j] = T(fn::Fn{}(a[j], b[j])); return;
+#define DL_BINARY(Name, lua, Fn, flags)                                      \
+    case Op::Name:                                                          \
+      if constexpr (op_accepts<T>(flags) && interprets<S>(flags)) {         \
+        for (int j = 0; j < K; ++j) r[j] = T(fn::Fn{}(a[j], b[j]));         \
+        return;                                                             \
+      }                                                                     \
+      break;
 #include "tensor/ops.def"
-    default: for (int j = 0; j < K; ++j) r[j] = a[j]; return;
+    default: break;
   }
+  for (int j = 0; j < K; ++j) r[j] = a[j];
+}
+
+// Whether a program holds an op of kLong (Note [Long ops in fused programs]).
+inline bool has_long_ops(const Program& p) {
+  for (int c = 0; c < p.ncode; ++c)
+    if (op_info(p.code[c].op).flags & kLong) return true;
+  return false;
 }
 
 // On the host: runs the program and a full reduction (op: sum, mean, amax or amin) of
@@ -129,7 +165,7 @@ DL_HD T read_input(const Program& p, int k, int64_t i) {
 // pays the interpreter's switch once for K and has K loads in flight (one element a
 // thread ran a 16M-float program far below the device's bandwidth: docs/performance.md,
 // "On a GPU"). `v` holds K values per instruction.
-template <typename T, int K>
+template <typename T, int K, Ops S = Ops::All>
 DL_HD void run_elements(const Program& p, int64_t i0, int64_t stride) {
   int64_t at[K];
   for (int j = 0; j < K; ++j) {
@@ -142,18 +178,18 @@ DL_HD void run_elements(const Program& p, int64_t i0, int64_t stride) {
     T a[K], b[K];
     for (int j = 0; j < K; ++j) a[j] = in.a >= 0 ? v[in.a][j] : read_input<T>(p, -1 - in.a, at[j]);
     switch (in.code) {
-      case Instr::Unary: apply_unary<T, K>(in.op, a, v[c]); break;
+      case Instr::Unary: apply_unary<T, K, S>(in.op, a, v[c]); break;
       case Instr::Binary:
         for (int j = 0; j < K; ++j) b[j] = in.b >= 0 ? v[in.b][j] : read_input<T>(p, -1 - in.b, at[j]);
-        apply_binary<T, K>(in.op, a, b, v[c]);
+        apply_binary<T, K, S>(in.op, a, b, v[c]);
         break;
       case Instr::ScalarRight:
         for (int j = 0; j < K; ++j) b[j] = fn::convert<T>(in.s);
-        apply_binary<T, K>(in.op, a, b, v[c]);
+        apply_binary<T, K, S>(in.op, a, b, v[c]);
         break;
       case Instr::ScalarLeft:
         for (int j = 0; j < K; ++j) b[j] = fn::convert<T>(in.s);
-        apply_binary<T, K>(in.op, b, a, v[c]);
+        apply_binary<T, K, S>(in.op, b, a, v[c]);
         break;
     }
   }

@@ -32,6 +32,7 @@ enum OpFlags : unsigned {
   kNoBool = 1u << 2,
   kIntExact = 1u << 3,
   kIntOnly = 1u << 4,
+  kLong = 1u << 5,   // Note [Long ops in fused programs] (tensor/fused.h)
 };
 
 // Which dtypes a pointwise functor is instantiated for, by its row's flags: float-only

@@ -32,12 +32,25 @@ std::vector<Op> ops_of(OpFamily family) {
   return ops;
 }
 
+// Those without kLong (Note [Long ops in fused programs] in tensor/fused.h).
+std::vector<Op> short_ops(const std::vector<Op>& ops) {
+  std::vector<Op> out;
+  for (Op op : ops)
+    if (!(op_info(op).flags & kLong)) out.push_back(op);
+  return out;
+}
+
 // What gpu/fused.cu's kernel computes, on the host: thread t of n takes elements
-// t, t + n, ... four at a time, then moves on by 4n.
+// t, t + n, ... four at a time, then moves on by 4n, with the interpreter without the
+// long ops where the program holds none.
 template <typename T>
 void run_as_the_device(const fused::Program& p, int64_t threads) {
+  const bool all = fused::has_long_ops(p);
   for (int64_t t = 0; t < threads; ++t)
-    for (int64_t i = t; i < p.numel; i += threads * 4) fused::run_elements<T, 4>(p, i, threads);
+    for (int64_t i = t; i < p.numel; i += threads * 4) {
+      if (all) fused::run_elements<T, 4>(p, i, threads);
+      else fused::run_elements<T, 4, fused::Ops::Short>(p, i, threads);
+    }
 }
 
 // Bit for bit, except that a NaN equals any NaN (its sign and payload may differ).
@@ -53,12 +66,16 @@ bool same(const T* x, const T* y, size_t n) {
 
 template <typename T>
 void check_random_programs(DType dt, uint32_t seed) {
-  const std::vector<Op> unary = ops_of(OpFamily::Unary), binary = ops_of(OpFamily::Binary);
+  const std::vector<Op> every_unary = ops_of(OpFamily::Unary), every_binary = ops_of(OpFamily::Binary);
+  const std::vector<Op> short_unary = short_ops(every_unary), short_binary = short_ops(every_binary);
   std::mt19937 rng(seed);
   auto pick = [&](int n) { return int(rng() % uint32_t(n)); };
   std::normal_distribution<double> normal(0.0, 2.0);
-  int64_t checked = 0;
+  int64_t checked = 0, short_programs = 0;
   for (int trial = 0; trial < 120; ++trial) {
+    // Every other program of the short ops only: the device's other interpreter.
+    const std::vector<Op>& unary = trial % 2 ? every_unary : short_unary;
+    const std::vector<Op>& binary = trial % 2 ? every_binary : short_binary;
     // Sizes around a chunk (128 float32 or 64 float64 with AVX-512, half that with
     // narrower vectors), under and over the split between threads (65,536), and with a
     // short last chunk.
@@ -127,6 +144,7 @@ void check_random_programs(DType dt, uint32_t seed) {
     }
     backend_for(Device{}, "test").fused(p, 0);
     run_as_the_device<T>(on_device, 1 + pick(300));
+    short_programs += !fused::has_long_ops(p);
     for (size_t o = 0; o < codes.size(); ++o) {
       INFO(dtype_name(dt) << " trial " << trial << ": " << numel << " elements, " << p.ncode
                           << " instructions, output " << o << " (instruction " << int(codes[o]) << ")");
@@ -135,6 +153,7 @@ void check_random_programs(DType dt, uint32_t seed) {
     }
   }
   CHECK(checked > 120);
+  CHECK(short_programs >= 60);
 }
 
 // Runs check() with each build of the host's runner this CPU can run (Note [Builds for
@@ -171,6 +190,25 @@ TEST_CASE("fused programs: the host runner and the device kernel's interpreter a
     check_random_programs<float>(DType::Float32, 7);
     check_random_programs<double>(DType::Float64, 8);
   });
+}
+
+TEST_CASE("fused programs: a program with a long op is told apart for the device's interpreters", "[fused]") {
+  fused::Program p{};
+  p.dtype = DType::Float32;
+  p.code[0] = fused::Instr::unary(Op::Tanh, fused::input(0));
+  p.code[1] = fused::Instr::scalar(Op::Mul, 0, 2.0, false);
+  p.ncode = 2;
+  CHECK_FALSE(fused::has_long_ops(p));
+  p.code[2] = fused::Instr::binary(Op::Zeta, 1, fused::input(0));
+  p.ncode = 3;
+  CHECK(fused::has_long_ops(p));
+  p.ncode = 2;   // (only the instructions in use count)
+  CHECK_FALSE(fused::has_long_ops(p));
+  // Only pointwise rows carry the flag: nothing else is interpreted.
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo& info = op_info(Op(i));
+    if (info.flags & kLong) CHECK((info.family == OpFamily::Unary || info.family == OpFamily::Binary));
+  }
 }
 
 TEST_CASE("fused programs: every op of the table through the host runner equals eager", "[fused]") {
