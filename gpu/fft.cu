@@ -163,16 +163,27 @@ template <typename T> constexpr bool kDouble = std::is_same_v<T, double>;
 template <typename T> using Pair = std::conditional_t<kDouble<T>, cufftDoubleComplex, cufftComplex>;
 template <typename T> using Real = std::conditional_t<kDouble<T>, cufftDoubleReal, cufftReal>;
 
-// In place on rows of bins from cuFFT's R2C: the bins strictly between 0 and n/2 times
-// weight, bin 0's and n/2's imaginary parts exactly 0.
+// In place on rows of bins from cuFFT's R2C: the bins strictly between 0 and n/2 times 2,
+// bin 0's and n/2's imaginary parts exactly 0.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-weigh_bins(T* z, int64_t rows, int64_t n, T weight) {
+double_bins(T* z, int64_t rows, int64_t n) {
   const int64_t bins = n / 2 + 1, stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < rows * bins; t += stride) {
     const int64_t k = t % bins;
     if (k == 0 || 2 * k == n) z[2 * t + 1] = T(0);
-    else if (weight != T(1)) z[2 * t] *= weight, z[2 * t + 1] *= weight;
+    else z[2 * t] *= T(2), z[2 * t + 1] *= T(2);
+  }
+}
+
+// The same for weight 1: only bin 0's and n/2's imaginary parts, a thread a row.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+real_edges(T* z, int64_t rows, int64_t n) {
+  const int64_t bins = n / 2 + 1, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += stride) {
+    z[2 * r * bins + 1] = T(0);
+    if (n % 2 == 0) z[2 * (r * bins + bins - 1) + 1] = T(0);
   }
 }
 
@@ -198,7 +209,8 @@ void cufft_r2c(const DeviceContext& c, const Tensor& out, const Tensor& x, int64
     if constexpr (kDouble<T>) return cufftExecD2Z(h, in, bins);
     else return cufftExecR2C(h, in, bins);
   });
-  weigh_bins<T><<<grid_for(rows * (n / 2 + 1), c), kThreads, 0, c.stream>>>(out.data<T>(), rows, n, T(weight));
+  if (weight == 2) double_bins<T><<<grid_for(rows * (n / 2 + 1), c), kThreads, 0, c.stream>>>(out.data<T>(), rows, n);
+  else real_edges<T><<<grid_for(rows, c), kThreads, 0, c.stream>>>(out.data<T>(), rows, n);
 }
 
 template <typename T>
