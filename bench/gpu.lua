@@ -87,24 +87,28 @@ case("small_op_64x64", 5000, function()
   return function() return s * 2 + 1 end
 end)
 
-local function train_step(net, x, y)
+local function train_step(net, x, y, compiled)
   net:to("cuda")
   local opt = dl.optim.SGD{ lr = 0.01 }
   local step = dl.implicit_value_and_grad(function() return dl.nn.cross_entropy(net(x), y) end)
-  return function()
+  local function train()
     local _, grads = step()
     opt:apply_gradients(grads)
   end
+  return compiled and dl.compile(train) or train
 end
-local function mlp(batch)
+local function mlp(batch, compiled)
   return function()
     local nn = dl.nn
     local net = nn.Sequential{ nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10) }
-    return train_step(net, dl.randn(batch, 784, dev), dl.randint(1, 11, { batch }):cuda())
+    return train_step(net, dl.randn(batch, 784, dev), dl.randint(1, 11, { batch }):cuda(), compiled)
   end
 end
 case("mlp_step_b64", 500, mlp(64))
 case("mlp_step_b4096", 200, mlp(4096))
+-- (the step compiled: one plan for forward, backward and the update; PyTorch's row is
+-- its eager step, as for the compiled chain)
+case("mlp_step_b64_compiled", 500, mlp(64, true))
 case("conv_step_b128", 200, function()
   local nn = dl.nn
   local net = nn.Sequential{

@@ -74,6 +74,8 @@ def cases():
         return train_step(net, torch.randn(batch, 784, device=dev), torch.randint(0, 10, (batch,), device=dev))
     out["mlp_step_b64"] = (mlp(64), 500)
     out["mlp_step_b4096"] = (mlp(4096), 200)
+    # (dlua's compiled step against PyTorch's eager one, as the compiled chain's row)
+    out["mlp_step_b64_compiled"] = (mlp(64), 500)
 
     conv = torch.nn.Sequential(
         torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
