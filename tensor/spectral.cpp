@@ -9,13 +9,18 @@
 namespace dl {
 
 namespace {
+// A tensor of complex values: a last dim of 2 (real, imaginary), floating point.
+void check_pairs(const char* name, const Tensor& z) {
+  if (z.dim() < 2 || z.size(z.dim() - 1) != 2)
+    fail(ErrorKind::Value, name, ": expected complex values as (real, imaginary) pairs in a last dim of 2, got shape ",
+         z.shape());
+  if (!is_floating(z.dtype()))
+    fail(ErrorKind::Type, name, ": expected a floating-point tensor of pairs, got ", dtype_name(z.dtype()));
+}
+
 Tensor fft_c2c_impl(const Tensor& x, bool inverse) {
   const char* name = "fft";
-  if (x.dim() < 2 || x.size(x.dim() - 1) != 2)
-    fail(ErrorKind::Value, name, ": expected complex values as (real, imaginary) pairs in a last dim of 2, got shape ",
-         x.shape());
-  if (!is_floating(x.dtype()))
-    fail(ErrorKind::Type, name, ": expected a floating-point tensor of pairs, got ", dtype_name(x.dtype()));
+  check_pairs(name, x);
   if (x.size(x.dim() - 2) == 0) fail(ErrorKind::Value, name, ": a transform of length 0 (the dim transformed is empty)");
   if (is_half(x.dtype())) return narrowed(fft_c2c_impl(widened(x), inverse), x.dtype());
   Tensor out = empty(x.shape(), x.dtype(), x.device(), name);
@@ -48,10 +53,7 @@ Tensor r2c_impl(const Tensor& x, int64_t weight) {
 Tensor c2r_impl(const Tensor& y, int64_t n, int64_t weight) {
   const char* name = "irfft";
   check_weight(name, weight);
-  if (y.dim() < 2 || y.size(y.dim() - 1) != 2)
-    fail(ErrorKind::Value, name, ": expected complex values as (real, imaginary) pairs in a last dim of 2, got shape ",
-         y.shape());
-  if (!is_floating(y.dtype())) fail(ErrorKind::Type, name, ": expected a floating-point tensor of pairs, got ", dtype_name(y.dtype()));
+  check_pairs(name, y);
   if (n < 1) fail(ErrorKind::Value, name, ": the signal's length must be at least 1, got ", n);
   if (y.size(y.dim() - 2) != n / 2 + 1)
     fail(ErrorKind::Value, name, ": a signal of ", n, " values has ", n / 2 + 1, " bins, got ", y.size(y.dim() - 2));

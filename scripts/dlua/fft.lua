@@ -95,13 +95,17 @@ local function scale(y, norm, n, inverse)
   return y
 end
 
+-- engine(t) with t's dim d moved to `last`, where the engine's transforms run, and the
+-- result's moved back
+local function along(t, d, last, engine)
+  if d == last then return engine(t) end
+  return engine(t:transpose(d, last)):transpose(d, last)
+end
+
 -- The transform of pairs z along its tensor dim d (not the pair dim), of length n.
 local function c2c(z, d, n, inverse, norm)
   z = resized(z, d, n)
-  local last = z:dim() - 1
-  if d ~= last then z = z:transpose(d, last) end
-  local y = T.new(C.dl_fft_c2c, T.hid(z), inverse and 1 or 0)
-  if d ~= last then y = y:transpose(d, last) end
+  local y = along(z, d, z:dim() - 1, function(v) return T.new(C.dl_fft_c2c, T.hid(v), inverse and 1 or 0) end)
   return scale(y, norm, n, inverse)
 end
 
@@ -152,25 +156,18 @@ end
 
 -- ---- one dim ----------------------------------------------------------------------------------
 
-
 -- The engine's transforms of real signals along the last dim, with x's dim d moved there
 -- and back: rfft's bins (fft_r2c, weight 1) and irfft's values (fft_c2r, weight 2: each
 -- bin strictly between 0 and n / 2 stands for itself and its mirrored conjugate; the
 -- imaginary parts of bin 0, and n / 2 for an even n, are not read, as PyTorch's).
 local function r2c(x, d, n, norm)
   x = resized(x, d, n)
-  local last = x:dim()
-  if d ~= last then x = x:transpose(d, last) end
-  local z = T.new(C.dl_fft_r2c, T.hid(x), 1)
-  if d ~= last then z = z:transpose(d, last) end
+  local z = along(x, d, x:dim(), function(v) return T.new(C.dl_fft_r2c, T.hid(v), 1) end)
   return scale(z, norm, n, false)
 end
 local function c2r(z, d, n, norm)
   z = resized(z, d, floor(n / 2) + 1)
-  local last = z:dim() - 1
-  if d ~= last then z = z:transpose(d, last) end
-  local x = T.new(C.dl_fft_c2r, T.hid(z), n, 2)
-  if d ~= last then x = x:transpose(d, last) end
+  local x = along(z, d, z:dim() - 1, function(v) return T.new(C.dl_fft_c2r, T.hid(v), n, 2) end)
   return scale(x, norm, n, true)
 end
 
