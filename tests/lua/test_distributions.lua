@@ -717,4 +717,49 @@ H.test("transforms that change an event's size or rank match PyTorch float64; Tr
   H.near(TD(base, {}):log_prob(at):totable(), base:log_prob(at):totable(), 1e-15)
 end)
 
+H.test("CatTransform, StackTransform and CumulativeDistributionTransform match PyTorch float64", function()
+  local TT, TD = D.transforms, D.TransformedDistribution
+  local exp, aff, sig, tanh = TT.ExpTransform(), TT.AffineTransform(1, 2), TT.SigmoidTransform(), TT.TanhTransform()
+  local function all_three(t, a)
+    local y = t(a)
+    return y:sum() + t:log_abs_det_jacobian(a, y):sum() + t:inv(y):sum()
+  end
+  local function ladj(t, a) return t:log_abs_det_jacobian(a, t(a)) end
+  local cat_last = TT.CatTransform({ exp, aff, sig }, -1, { 1, 2, 1 })
+  local cat_first = TT.CatTransform({ exp, tanh }, 1, { 2, 1 })
+  local ind = { TT.IndependentTransform(exp, 1), TT.IndependentTransform(TT.AffineTransform(0, 3), 1) }
+  local cat_event = TT.CatTransform(ind, -1, { 1, 3 })
+  local cat_rows = TT.CatTransform(ind, 1, { 1, 2 })
+  local stack = TT.StackTransform({ exp, TT.AffineTransform(0.5, 2), sig }, 2)
+  local function cdf(m, sd) return TT.CumulativeDistributionTransform(D.Normal(m, sd)) end
+  local FN = {
+    cat_last = function(a) return all_three(cat_last, a) end,
+    cat_last_ladj = function(a) return ladj(cat_last, a) end,
+    cat_first_ladj = function(a) return ladj(cat_first, a) + cat_first:inv(cat_first(a)) end,
+    cat_event_ladj = function(a) return ladj(cat_event, a) end,
+    cat_rows_ladj = function(a) return ladj(cat_rows, a) end,
+    stack = function(a) return stack(a) + ladj(stack, a) + stack:inv(stack(a)) end,
+    cdf = function(m, sd, a) return all_three(cdf(m, sd), a) + ladj(cdf(m, sd), a) end,
+    td_cdf = function(m, sd, v) return TD(D.Normal(0.5, 1.5), { cdf(m, sd) }):log_prob(v) end,
+  }
+  H.eq(H.ref_cases(R.transforms2, FN, 1e-10, 1e-8), 8)
+  -- event dims: the largest part's; a part that changes the event's rank is refused
+  H.eq(cat_event.domain_event_dim, 1)
+  H.eq(cat_last.domain_event_dim, 0)
+  H.eq(cdf(0, 1).sign, 1)
+  H.eq(tostring(stack), "StackTransform({ExpTransform(), AffineTransform(0.5, 2), SigmoidTransform()}, 2)")
+  -- a composition with them, and their shapes
+  local x = dl.randn(3, 4, f64)
+  local chain = TT.ComposeTransform({ cat_last, TT.AffineTransform(0, 2) })
+  H.near(chain:inv(chain(x)):totable(), x:totable(), 1e-12)
+  H.raises(function() cat_last(dl.randn(3, 5)) end, "CatTransform: expected 4 elements along dim -1, got 5")
+  H.raises(function() stack(dl.randn(4, 2)) end, "StackTransform: expected 3 slices along dim 2 (one a transform), got 2")
+  H.raises(function() TT.CatTransform({ exp }, 3)(dl.randn(2, 2)) end, "CatTransform: dim 3 is out of range for a tensor of 2 dims")
+  H.raises(function() TT.CatTransform({ exp, aff }, 1, { 1 }) end, "CatTransform: expected a length for each of the 2 transforms")
+  H.raises(function() TT.CatTransform({}) end, "CatTransform: expected at least one transform")
+  H.raises(function() TT.StackTransform({ exp, TT.ReshapeTransform({ 6 }, { 2, 3 }) }) end,
+           "StackTransform: transform 2 (ReshapeTransform(")
+  H.raises(function() TT.CumulativeDistributionTransform(3) end, "CumulativeDistributionTransform: expected a distribution")
+end)
+
 H.run()

@@ -1364,6 +1364,48 @@ def gen_transforms():
         return one_output_cases(cases)
 
 
+def gen_transforms2():
+    """Transforms of parts of a tensor and through a distribution's cdf, in float64:
+    CatTransform along a batch dim and along an event dim (its log |det J| concatenated
+    or summed), StackTransform, CumulativeDistributionTransform, and a
+    TransformedDistribution over the last, with gradients of sum(y * c)."""
+    import torch.distributions as TD
+    import torch.distributions.transforms as TT
+    with torch.random.fork_rng():
+        torch.manual_seed(20261130)
+        x = torch.randn(3, 4, dtype=torch.float64)
+        xs = torch.randn(4, 3, dtype=torch.float64)
+        mu, s = torch.randn(3, 4, dtype=torch.float64), torch.rand(3, 4, dtype=torch.float64) + 0.5
+        u = torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05
+        exp, aff, sig, tanh = TT.ExpTransform(), TT.AffineTransform(1.0, 2.0), TT.SigmoidTransform(), TT.TanhTransform()
+
+        def all_three(t, a):
+            y = t(a)
+            return y.sum() + t.log_abs_det_jacobian(a, y).sum() + t.inv(y).sum()
+
+        def ladj(t, a):
+            return t.log_abs_det_jacobian(a, t(a))
+
+        cat_last = TT.CatTransform([exp, aff, sig], dim=-1, lengths=[1, 2, 1])
+        cat_first = TT.CatTransform([exp, tanh], dim=0, lengths=[2, 1])
+        ind = [TT.IndependentTransform(exp, 1), TT.IndependentTransform(TT.AffineTransform(0.0, 3.0), 1)]
+        cat_event = TT.CatTransform(ind, dim=-1, lengths=[1, 3])
+        cat_rows = TT.CatTransform(ind, dim=0, lengths=[1, 2])
+        stack = TT.StackTransform([exp, TT.AffineTransform(0.5, 2.0), sig], dim=1)
+        cases = (
+            ("cat_last", lambda a: all_three(cat_last, a), (x,)),
+            ("cat_last_ladj", lambda a: ladj(cat_last, a), (x,)),
+            ("cat_first_ladj", lambda a: ladj(cat_first, a) + cat_first.inv(cat_first(a)), (x,)),
+            ("cat_event_ladj", lambda a: ladj(cat_event, a), (x,)),
+            ("cat_rows_ladj", lambda a: ladj(cat_rows, a), (x,)),
+            ("stack", lambda a: stack(a) + ladj(stack, a) + stack.inv(stack(a)), (xs,)),
+            ("cdf", lambda m, sd, a: all_three(TT.CumulativeDistributionTransform(TD.Normal(m, sd)), a)
+             + ladj(TT.CumulativeDistributionTransform(TD.Normal(m, sd)), a), (mu, s, x)),
+            ("td_cdf", lambda m, sd, v: TD.TransformedDistribution(
+                TD.Normal(0.5, 1.5), [TT.CumulativeDistributionTransform(TD.Normal(m, sd))]).log_prob(v), (mu, s, u)))
+        return one_output_cases(cases)
+
+
 def gen_fft():
     """torch.fft in float64, complex values as view_as_real pairs in and out: the one-dim,
     two-dim and n-dim transforms with n/s padding and cutting, dims and the three norms,
@@ -1433,7 +1475,8 @@ def main():
             "bessel": gen_bessel(), "von_mises": gen_von_mises(),
             "distributions4": gen_distributions4(), "fft": gen_fft(),
             "distributions5": gen_distributions5(), "logistic_normal": gen_logistic_normal(),
-            "distributions6": gen_distributions6(), "transforms": gen_transforms()}
+            "distributions6": gen_distributions6(), "transforms": gen_transforms(),
+            "transforms2": gen_transforms2()}
     text = lua(refs)
     import re
     text = re.sub(r'"@([^"]*)"', r"\1", text)   # Lua expressions: "@{lr = 0.1}" -> {lr = 0.1}

@@ -13,7 +13,9 @@
 -- matrix's Cholesky factor) and SoftmaxTransform, on matrices LowerCholeskyTransform (Abs,
 -- Softmax and LowerCholesky are not one to one: no Jacobian, as PyTorch's),
 -- IndependentTransform(t, n) (t with n more event dims), ReshapeTransform(in_shape,
--- out_shape), and ComposeTransform({t1, t2, ...}). A transform's event dims and the
+-- out_shape), ComposeTransform({t1, t2, ...}), on parts of a tensor CatTransform({t1,
+-- ...}, dim, lengths) and StackTransform({t1, ...}, dim), and
+-- CumulativeDistributionTransform(d) (x to d:cdf(x)). A transform's event dims and the
 -- shapes it maps (t:forward_shape(s), t:inverse_shape(s)) are PyTorch's.
 -- TransformedDistribution(base, t or {t1, t2, ...}) draws base's samples through them
 -- (rsample when base has it) and scores y by base's log_prob at the preimage less the
@@ -427,6 +429,134 @@ Compose.__tostring = function(self)
   for i, t in ipairs(self.parts) do names[i] = tostring(t) end
   return "ComposeTransform(" .. table.concat(names, ", ") .. ")"
 end
+
+-- ---- transforms of parts: CatTransform, StackTransform ------------------------------------
+
+-- A list of transforms with equal event dims in and out (PyTorch's event_dim), and the
+-- largest of them: the event dims of a transform made of their parts.
+local function part_list(op, ts)
+  ts = transform_list(op, ts)
+  if #ts == 0 then raise(op .. ": expected at least one transform") end
+  local event_dim = 0
+  for i, t in ipairs(ts) do
+    if t.domain_event_dim ~= t.codomain_event_dim then
+      raise(op .. ": transform " .. i .. " (" .. tostring(t) .. ") changes the event's rank")
+    end
+    event_dim = math.max(event_dim, t.domain_event_dim)
+  end
+  return ts, event_dim
+end
+-- dim (1-based, or negative from the end) of a tensor of `rank` dims, as a positive dim
+local function dim_in(op, dim, rank)
+  local d = dim < 0 and rank + 1 + dim or dim
+  if d < 1 or d > rank then raise(op .. ": dim " .. dim .. " is out of range for a tensor of " .. rank .. " dims") end
+  return d
+end
+
+-- parts[i] applied to the i-th run of lengths[i] elements of x along dim, the runs put
+-- back together (PyTorch's CatTransform; its log |det J| concatenated along dim where dim
+-- is a batch dim, else summed)
+local Cat = transform("CatTransform", { sign = false })
+local function cat_parts(self, op, x, apply)
+  local d = dim_in(op, self.dim, x:dim())
+  if x.shape[d] ~= self.length then
+    raise(op .. ": expected " .. self.length .. " elements along dim " .. self.dim .. ", got " .. x.shape[d])
+  end
+  local out, start = {}, 1
+  for i, t in ipairs(self.parts) do
+    out[i] = apply(t, x:narrow(d, start, self.lengths[i]), start, d)
+    start = start + self.lengths[i]
+  end
+  return out, d
+end
+function Cat.forward(self, x)
+  local out, d = cat_parts(self, "CatTransform", x, function(t, part) return t(part) end)
+  return dl.cat(out, d)
+end
+function Cat.inv(self, y)
+  local out, d = cat_parts(self, "CatTransform.inv", y, function(t, part) return t:inv(part) end)
+  return dl.cat(out, d)
+end
+function Cat.log_abs_det_jacobian(self, x, y)
+  local ladj, d = cat_parts(self, "CatTransform", x, function(t, part, start, d)
+    local j = t:log_abs_det_jacobian(part, y:narrow(d, start, part.shape[d]))
+    return sum_last(j, self.domain_event_dim - t.domain_event_dim)
+  end)
+  local from_end = d - 1 - x:dim() + self.domain_event_dim   -- (PyTorch's dim - x.dim() + event_dim)
+  if from_end < 0 then return dl.cat(ladj, from_end) end
+  local total = ladj[1]
+  for i = 2, #ladj do total = total + ladj[i] end
+  return total
+end
+function Cat.new(ts, dim, lengths)
+  local op = "CatTransform"
+  local parts, event_dim = part_list(op, ts)
+  dim = dim or 1
+  if not core.integer(dim) or dim == 0 then bad_arg(op, "dim (a whole number, not 0)", dim) end
+  if lengths == nil then
+    lengths = {}
+    for i = 1, #parts do lengths[i] = 1 end
+  elseif type(lengths) ~= "table" or #lengths ~= #parts then
+    raise(op .. ": expected a length for each of the " .. #parts .. " transforms")
+  end
+  local length = 0
+  for i, n in ipairs(lengths) do
+    if not core.integer(n) or n < 1 then bad_arg(op, "length " .. i .. " (a whole number >= 1)", n) end
+    length = length + n
+  end
+  return setmetatable({ parts = parts, dim = dim, lengths = concat(lengths, {}), length = length,
+                        domain_event_dim = event_dim, codomain_event_dim = event_dim }, Cat)
+end
+Cat.__tostring = function(self)
+  local names = {}
+  for i, t in ipairs(self.parts) do names[i] = tostring(t) end
+  return "CatTransform({" .. table.concat(names, ", ") .. "}, " .. self.dim .. ")"
+end
+
+-- parts[i] applied to x's i-th slice along dim (PyTorch's StackTransform; its log |det J|
+-- stacked along dim as well)
+local Stack = transform("StackTransform", { sign = false })
+local function stack_parts(self, op, x, apply)
+  local d = dim_in(op, self.dim, x:dim())
+  if x.shape[d] ~= #self.parts then
+    raise(op .. ": expected " .. #self.parts .. " slices along dim " .. self.dim .. " (one a transform), got " .. x.shape[d])
+  end
+  local out = {}
+  for i, t in ipairs(self.parts) do out[i] = apply(t, x:select(d, i), i, d) end
+  return dl.stack(out, d)
+end
+function Stack.forward(self, x) return stack_parts(self, "StackTransform", x, function(t, part) return t(part) end) end
+function Stack.inv(self, y) return stack_parts(self, "StackTransform.inv", y, function(t, part) return t:inv(part) end) end
+function Stack.log_abs_det_jacobian(self, x, y)
+  return stack_parts(self, "StackTransform", x, function(t, part, i, d) return t:log_abs_det_jacobian(part, y:select(d, i)) end)
+end
+function Stack.new(ts, dim)
+  local parts, event_dim = part_list("StackTransform", ts)
+  dim = dim or 1
+  if not core.integer(dim) or dim == 0 then bad_arg("StackTransform", "dim (a whole number, not 0)", dim) end
+  return setmetatable({ parts = parts, dim = dim, domain_event_dim = event_dim, codomain_event_dim = event_dim }, Stack)
+end
+Stack.__tostring = function(self)
+  local names = {}
+  for i, t in ipairs(self.parts) do names[i] = tostring(t) end
+  return "StackTransform({" .. table.concat(names, ", ") .. "}, " .. self.dim .. ")"
+end
+
+-- x to its probability under a distribution, d:cdf(x), back with d:icdf; log |det J| is
+-- d's log density (PyTorch's CumulativeDistributionTransform: a copula's marginals)
+local Cdf = transform("CumulativeDistributionTransform", {
+  forward = function(self, x) return self.distribution:cdf(x) end,
+  inv = function(self, y) return self.distribution:icdf(y) end,
+  log_abs_det_jacobian = function(self, x) return self.distribution:log_prob(x) end,
+})
+function Cdf.new(d)
+  if type(d) ~= "table" or type(d.cdf) ~= "function" or type(d.log_prob) ~= "function" then
+    bad_arg("CumulativeDistributionTransform", "a distribution", d)
+  end
+  local event_dim = #d.event_shape
+  return setmetatable({ distribution = d, domain_event_dim = event_dim, codomain_event_dim = event_dim }, Cdf)
+end
+Cdf.__tostring = function(self) return "CumulativeDistributionTransform(" .. tostring(self.distribution) .. ")" end
 
 -- ---- TransformedDistribution ----------------------------------------------------------------
 
