@@ -948,17 +948,22 @@ TEST_CASE("device memory: caching, statistics, clear out-of-memory errors", "[cu
 
 TEST_CASE("dl.compile's fused groups on CUDA equal the device's one-op kernels", "[cuda]") {
   // A group lowered to one fused program (gpu/fused.cu), and one too long for a program
-  // (run a step at a time), over every kind of operand the executor reads.
+  // (run a step at a time), over every kind of operand the executor reads; with short ops
+  // only, and with two long ones (the device's other interpreter: Note [Long ops in fused
+  // programs] in tensor/fused.h).
   using compile::Kind;
   using compile::Operand;
   using compile::Step;
   for (DType dt : {DType::Float32, DType::Float64}) {
-    for (int length : {7, 60}) {
+    for (int length : {7, 60, -7}) {
+      const bool with_long = length < 0;
+      length = std::abs(length);
       const Shape s{300, 257};
       const Tensor outside[] = {to_device(sample(s, dt), kCuda), to_device(sample({257}, dt), kCuda),
                                 to_device(sample({1}, dt), kCuda), to_device(sample({300, 1}, dt), kCuda),
                                 transpose(to_device(sample({257, 300}, dt), kCuda), 0, 1)};
-      const Op unary_ops[] = {Op::Tanh, Op::Exp, Op::Abs, Op::Sigmoid, Op::Relu, Op::Sin};
+      const Op unary_ops[] = {with_long ? Op::Softplus : Op::Tanh, Op::Exp, Op::Abs, Op::Sigmoid, Op::Relu,
+                              with_long ? Op::BesselJ0 : Op::Sin};
       const Op binary_ops[] = {Op::Add, Op::Mul, Op::Sub, Op::Maximum, Op::Div, Op::Atan2};
       std::vector<Step> steps;
       std::vector<Tensor> eager;
@@ -996,7 +1001,8 @@ TEST_CASE("dl.compile's fused groups on CUDA equal the device's one-op kernels",
       for (size_t i : {size_t(2), steps.size() - 1}) {
         REQUIRE(results[i].device() == kCuda);
         expect_same(eager[i], results[i], folds(2), "fused step " + std::to_string(i) + " of " +
-                                                         std::to_string(length) + " " + std::string(dtype_name(dt)));
+                                                         std::to_string(length) + " " + std::string(dtype_name(dt)) +
+                                                         (with_long ? " with long ops" : ""));
       }
     }
   }
