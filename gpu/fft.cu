@@ -1,13 +1,19 @@
 // The CUDA fft_c2c, fft_r2c and fft_c2r (tensor/kernels.def). Rows of up to kDirect
 // values are summed directly, one thread an output, in double for both dtypes with the
 // CPU's twiddles (tensor/fft.h); a longer row goes to cuFFT (batched plans, kept in a
-// small cache, their work area from the device's caching allocator), and a pass over the
-// bins gives the weights of Note [A real signal's transform] in tensor/cpu/fft.cpp.
+// small cache per device, their work area from the device's caching allocator), and a
+// pass over the bins gives the weights of Note [A real signal's transform] in
+// tensor/cpu/fft.cpp. cuFFT computes in the data's precision: float32 rows longer than
+// kDirect are not summed in double as the CPU's are, and agree with them to float32's
+// rounding over log n stages, not bit for bit.
 #include <cufft.h>
 
+#include <cstdint>
 #include <list>
-#include <type_traits>
 #include <mutex>
+#include <optional>
+#include <type_traits>
+#include <vector>
 
 #include "gpu/common.h"
 #include "gpu/loops.cuh"
@@ -83,7 +89,7 @@ c2r_rows(const T* y, T* out, int64_t rows, int64_t n, double weight) {
 // ---- cuFFT ------------------------------------------------------------------------------
 
 // Rows this short are summed directly: n^2 work is no more than a cuFFT launch costs, and
-// the sums are the CPU's to the last bits.
+// the sums are in double, as the CPU's.
 constexpr int64_t kDirect = 16;
 
 [[noreturn]] void throw_cufft(cufftResult r, const char* op, const char* what) {
@@ -94,12 +100,11 @@ void check_cufft(cufftResult r, const char* op, const char* what) {
   if (r != CUFFT_SUCCESS) throw_cufft(r, op, what);
 }
 
-// A batched plan of `rows` transforms of length n, of one type, on one device: made without
-// a work area of its own (cufftSetAutoAllocation 0), so that each run takes its work area
-// from the caching allocator; the last kPlans plans made stay, the oldest destroyed once
-// its device's stream is idle.
+// A batched plan of `rows` transforms of length n, of one type: made without a work area
+// of its own (cufftSetAutoAllocation 0), so that each run takes its work area from the
+// caching allocator. Each device keeps the kPlans plans it used last; an older one is
+// destroyed once the device's stream is idle.
 struct Plan {
-  int device;
   int64_t n, rows;
   cufftType type;
   cufftHandle handle;
@@ -108,9 +113,9 @@ struct Plan {
 
 class Plans {
  public:
-  // Runs `exec(handle)` on the plan, made if missing, bound to the device's stream and a
-  // work area; the lock is held while the transform is enqueued, as the plan's work area
-  // and stream are set per run.
+  // Runs `exec(handle)` on the device's plan, made if missing, bound to the device's
+  // stream and a work area; the lock is held while the transform is enqueued, as the
+  // plan's work area and stream are set per run. (The device is current: activate.)
   template <typename Exec>
   void run(const DeviceContext& c, int64_t n, int64_t rows, cufftType type, const char* op, Exec exec) {
     std::lock_guard<std::mutex> g(mu_);
@@ -125,38 +130,59 @@ class Plans {
   static constexpr size_t kPlans = 16;
 
   Plan& find(const DeviceContext& c, int64_t n, int64_t rows, cufftType type, const char* op) {
-    for (auto it = plans_.begin(); it != plans_.end(); ++it)
-      if (it->device == c.index && it->n == n && it->rows == rows && it->type == type) {
-        plans_.splice(plans_.begin(), plans_, it);   // most recent first
-        return plans_.front();
+    if (by_device_.size() <= size_t(c.index)) by_device_.resize(size_t(c.index) + 1);
+    std::list<Plan>& plans = by_device_[size_t(c.index)];
+    for (auto it = plans.begin(); it != plans.end(); ++it)
+      if (it->n == n && it->rows == rows && it->type == type) {
+        plans.splice(plans.begin(), plans, it);   // most recent first
+        return plans.front();
       }
-    if (plans_.size() == kPlans) {
-      const Plan& old = plans_.back();
-      check_cuda(cudaStreamSynchronize(device_stream(old.device)), op, "retiring an old transform plan");
-      cufftDestroy(old.handle);
-      plans_.pop_back();
+    if (plans.size() == kPlans) {
+      check_cuda(cudaStreamSynchronize(c.stream), op, "retiring an old transform plan");
+      check_cufft(cufftDestroy(plans.back().handle), op, "destroying an old plan");
+      plans.pop_back();
     }
-    Plan p{c.index, n, rows, type, 0, 0};
-    check_cufft(cufftCreate(&p.handle), op, "creating a plan");
-    long long len = n;
-    cufftResult r = cufftSetAutoAllocation(p.handle, 0);
-    if (r == CUFFT_SUCCESS)   // (no embeddings: rows one after another, as the kernels' contracts)
-      r = cufftMakePlanMany64(p.handle, 1, &len, nullptr, 1, 0, nullptr, 1, 0, type, rows, &p.work);
-    if (r != CUFFT_SUCCESS) {
-      cufftDestroy(p.handle);
-      throw_cufft(r, op, "making a plan");
+    Plan p{n, rows, type, 0, 0};
+    cufftResult r = make(p);
+    if (r == CUFFT_ALLOC_FAILED) {   // (cuFFT's own tables: give it the cached blocks, once)
+      empty_cache();
+      r = make(p);
     }
-    plans_.push_front(p);
-    return plans_.front();
+    if (r != CUFFT_SUCCESS) throw_cufft(r, op, "making a plan");
+    plans.push_front(p);
+    return plans.front();
+  }
+
+  // (no embeddings: rows one after another, as the kernels' contracts)
+  static cufftResult make(Plan& p) {
+    cufftResult r = cufftCreate(&p.handle);
+    if (r != CUFFT_SUCCESS) return r;
+    long long len = p.n;
+    r = cufftSetAutoAllocation(p.handle, 0);
+    if (r == CUFFT_SUCCESS) r = cufftMakePlanMany64(p.handle, 1, &len, nullptr, 1, 0, nullptr, 1, 0, p.type, p.rows, &p.work);
+    if (r != CUFFT_SUCCESS) cufftDestroy(p.handle);
+    return r;
   }
 
   std::mutex mu_;
-  std::list<Plan> plans_;
+  std::vector<std::list<Plan>> by_device_;
 };
 
 Plans& plans() {
   static Plans* p = new Plans;   // never destroyed: plans outlive static destruction order
   return *p;
+}
+
+// cuFFT reads a complex or real row from an address aligned to a complex value (8 bytes
+// for float32, 16 for float64); a view into a batch may start between (x:narrow(1, 2, k)
+// of rows of odd length). Such an input is read from an aligned copy.
+template <typename T>
+const T* aligned(const DeviceContext& c, const T* data, size_t count, std::optional<Scratch>& copy, const char* op) {
+  if (reinterpret_cast<uintptr_t>(data) % (2 * sizeof(T)) == 0) return data;
+  copy.emplace(count * sizeof(T), c.index, op);
+  check_cuda(cudaMemcpyAsync(copy->as<T>(), data, count * sizeof(T), cudaMemcpyDeviceToDevice, c.stream), op,
+             "copying a misaligned input");
+  return copy->as<T>();
 }
 
 template <typename T> constexpr bool kDouble = std::is_same_v<T, double>;
@@ -203,7 +229,9 @@ halve_bins(const T* y, T* to, int64_t rows, int64_t n, T half_weight) {
 
 template <typename T>
 void cufft_r2c(const DeviceContext& c, const Tensor& out, const Tensor& x, int64_t rows, int64_t n, int64_t weight) {
-  auto* in = const_cast<Real<T>*>(reinterpret_cast<const Real<T>*>(x.data<T>()));
+  std::optional<Scratch> copy;
+  const T* data = aligned(c, x.data<T>(), size_t(rows * n), copy, "rfft");
+  auto* in = const_cast<Real<T>*>(reinterpret_cast<const Real<T>*>(data));
   auto* bins = reinterpret_cast<Pair<T>*>(out.data<T>());
   plans().run(c, n, rows, kDouble<T> ? CUFFT_D2Z : CUFFT_R2C, "rfft", [&](cufftHandle h) {
     if constexpr (kDouble<T>) return cufftExecD2Z(h, in, bins);
@@ -230,7 +258,9 @@ void cufft_c2r(const DeviceContext& c, const Tensor& out, const Tensor& y, int64
 
 template <typename T>
 void cufft_c2c(const DeviceContext& c, const Tensor& out, const Tensor& x, int64_t rows, int64_t n, bool inverse) {
-  auto* in = const_cast<Pair<T>*>(reinterpret_cast<const Pair<T>*>(x.data<T>()));
+  std::optional<Scratch> copy;
+  const T* data = aligned(c, x.data<T>(), size_t(rows * n * 2), copy, "fft");
+  auto* in = const_cast<Pair<T>*>(reinterpret_cast<const Pair<T>*>(data));
   auto* to = reinterpret_cast<Pair<T>*>(out.data<T>());
   const int sign = inverse ? CUFFT_INVERSE : CUFFT_FORWARD;
   plans().run(c, n, rows, kDouble<T> ? CUFFT_Z2Z : CUFFT_C2C, "fft", [&](cufftHandle h) {

@@ -14,8 +14,9 @@
 // mixed-radix Cooley-Tukey (radix 2, 3, 4 and 5 as butterflies, 7, 11 ... as small sums); any
 // other length n runs Bluestein's chirp, jk = (j^2 + k^2 - (k - j)^2) / 2, as a circular
 // convolution of length m >= 2n - 1, a power of two, through three transforms of m. Twiddles come from twiddle() below with their exponent reduced
-// exactly (jk mod n, and k^2 mod 2n for the chirp), so no angle grows with n. The CUDA
-// kernel sums each output directly (n^2 work) with the same twiddle().
+// exactly (jk mod n, and k^2 mod 2n for the chirp), so no angle grows with n. CUDA sums
+// each output of a row of at most 16 values directly (n^2 work) with the same twiddle(),
+// and runs cuFFT for longer rows (gpu/fft.cu).
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -5,7 +5,9 @@ registers in a one-op kernel (tests/gpu/one_op_kernels.cu), and the interpreters
 without the long ops (gpu/fused.cu, fused::Ops::Short) spill nothing. An op that fails
 the first wants kLong on its row of tensor/ops.def.
 
-    check_registers.py NVCC ARCH SOURCE_ROOT
+    check_registers.py NVCC HOST_COMPILER SOURCE_ROOT     (HOST_COMPILER "-": nvcc's own)
+
+Compiled for sm_90 whatever the build's architectures: the threshold was read there.
 """
 import os
 import re
@@ -14,13 +16,16 @@ import sys
 import tempfile
 
 MAX_REGISTERS = 32
+ARCH = "90"
 
 
-def report(nvcc, arch, root, source):
+def report(nvcc, host, root, source):
     """ptxas's lines for each kernel of `source`: {mangled name: (registers, spilled bytes)}."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [nvcc, "-std=c++20", "-O3", "--expt-relaxed-constexpr", f"-arch=sm_{arch}", "-I", root,
+        cmd = [nvcc, "-std=c++20", "-O3", "--expt-relaxed-constexpr", f"-arch=sm_{ARCH}", "-I", root,
                "-Xptxas", "-v", "-c", os.path.join(root, source), "-o", os.path.join(tmp, "k.o")]
+        if host != "-":
+            cmd[1:1] = ["-ccbin", host]
         run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"check_registers: {source} did not compile:\n{run.stderr[-4000:]}")
@@ -38,19 +43,24 @@ def report(nvcc, arch, root, source):
         if m and name:
             kernels[name] = (int(m.group(1)), spills)
             name = None
+    if not kernels:
+        sys.exit(f"check_registers: no kernel in ptxas's report of {source}:\n{run.stderr[-2000:]}")
     return kernels
 
 
 def main():
-    nvcc, arch, root = sys.argv[1:4]
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    nvcc, host, root = sys.argv[1:4]
     failures = []
-    ops = report(nvcc, arch, root, "tests/gpu/one_op_kernels.cu")
+    ops = report(nvcc, host, root, "tests/gpu/one_op_kernels.cu")
     for mangled, (regs, _) in sorted(ops.items()):
-        op = re.search(r"one_op_(\w+?)EP", mangled).group(1)
+        m = re.search(r"one_op_(\w+?)EP", mangled)
+        op = m.group(1) if m else mangled
         if regs > MAX_REGISTERS:
             failures.append(f"{op} needs {regs} registers in a one-op kernel (at most {MAX_REGISTERS} "
                             f"without kLong): mark its row of tensor/ops.def kLong")
-    interpreters = report(nvcc, arch, root, "gpu/fused.cu")
+    interpreters = report(nvcc, host, root, "gpu/fused.cu")
     short = {k: v for k, v in interpreters.items() if "fused_kernel" in k and "OpsE1" in k}
     if len(short) != 2:
         failures.append(f"expected the float32 and float64 interpreters without long ops, found {sorted(short)}")
