@@ -38,4 +38,13 @@ inline Tensor pow(const Tensor& x, const Tensor& p) { return ag::binary(Op::Pow,
 // Constant (never differentiated) masks from comparisons, as the gradient's dtype.
 inline Tensor mask(const Tensor& b, const Tensor& like) { return ag::cast(b, like.dtype()); }
 
+// g where `keep` holds and 0 elsewhere, by selecting, as PyTorch's where, clamp and
+// masked_fill gradients do: g * mask(keep) would turn an infinite or NaN g where it is
+// not kept into NaN (0 times it), and a gradient that flows back through the branch of
+// a select not taken (dl.cond exported, Note [A gradient through both branches] in
+// scripts/dlua/control.lua) would be NaN wherever that branch's derivative is.
+inline Tensor kept(const Tensor& keep, const Tensor& g) {
+  return ag::where(keep, g, dl::zeros({}, g.dtype(), g.device()));
+}
+
 }  // namespace dl::ag::math

@@ -296,7 +296,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 template <> Grads derivative<Op::Where>(Node& n, const TensorList& g) {
   Tensor c = n.unpack(0);
-  return {g[0] * mask(c, g[0]), g[0] * mask(dl::unary(Op::Logical_not, c), g[0])};
+  return {kept(c, g[0]), kept(dl::unary(Op::Logical_not, c), g[0])};
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
@@ -312,7 +312,7 @@ template <> Grads derivative<Op::Clamp>(Node& n, const TensorList& g) {
   Tensor x = n.unpack(0);
   Tensor inside = ag::compare(Op::Logical_and, ag::compare(Op::Ge, x, Scalar(n.attrs.d[0])),
                           ag::compare(Op::Le, x, Scalar(n.attrs.d[1])));
-  return {g[0] * mask(inside, g[0])};
+  return {kept(inside, g[0])};
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& m, Scalar value) {
@@ -323,7 +323,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& m, Scalar value) {
   return finish(n, y);
 }
 template <> Grads derivative<Op::MaskedFill>(Node& n, const TensorList& g) {
-  return {g[0] * mask(dl::unary(Op::Logical_not, n.unpack(0)), g[0])};
+  return {kept(dl::unary(Op::Logical_not, n.unpack(0)), g[0])};
 }
 
 Tensor cast(const Tensor& x, DType dtype) {

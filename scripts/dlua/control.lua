@@ -35,6 +35,29 @@ end
 
 local function capturing() return C.dl_export_active() ~= 0 end
 
+-- Note [A gradient through both branches]
+-- Exported, dl.cond runs both branches and selects, so a gradient of it flows back through
+-- the branch not taken too, with a zero cotangent; where that branch's own derivative is
+-- not finite there (sqrt of a negative value, log of 0), 0 times it is NaN, and eagerly,
+-- with one branch run, the gradient was finite (JAX's select has the same trap). So an
+-- argument that carries a gradient enters each branch as dl.where(p, x, stop_gradient(x))
+-- (the other way round for else_fn): the same values, and the gradient the branch not
+-- taken sends back is dropped by the where before it reaches x. Tensors a branch reads
+-- from its closure rather than its arguments are not guarded: pass them as arguments.
+local function guarded(p, args, taken_when_true)
+  local out = { n = args.n }
+  for i = 1, args.n do
+    local v = args[i]
+    if is_tensor(v) and v:requires_grad() then
+      local kept = dl.stop_gradient(v)
+      out[i] = taken_when_true and dl.where(p, v, kept) or dl.where(p, kept, v)
+    else
+      out[i] = v
+    end
+  end
+  return unpack(out, 1, out.n)
+end
+
 -- dl.cond(pred, then_fn, else_fn, ...): then_fn(...) when pred holds, else else_fn(...).
 function dl.cond(pred, then_fn, else_fn, ...)
   callable("cond", then_fn, "the then branch")
@@ -45,9 +68,10 @@ function dl.cond(pred, then_fn, else_fn, ...)
   end
   -- Both branches into the graph; the predicate selects.
   if pred:numel() ~= 1 then raise("cond: expected a one-element tensor, got " .. pred:numel() .. " elements") end
-  local a, b = pack(then_fn(...)), pack(else_fn(...))
-  if a.n ~= b.n then raise("cond: the branches give " .. a.n .. " and " .. b.n .. " results") end
   local p = pred.dtype == "bool" and pred or pred:ne(0)
+  local args = pack(...)
+  local a, b = pack(then_fn(guarded(p:reshape({}), args, true))), pack(else_fn(guarded(p:reshape({}), args, false)))
+  if a.n ~= b.n then raise("cond: the branches give " .. a.n .. " and " .. b.n .. " results") end
   local out = {}
   for i = 1, a.n do
     if not (is_tensor(a[i]) and is_tensor(b[i])) then

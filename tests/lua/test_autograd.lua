@@ -302,6 +302,22 @@ H.test("relu's gradient is 0 where x <= 0 even when the incoming gradient is not
 end)
 
 
+H.test("where, clamp and masked_fill pass no gradient where they select away, even an infinite one", function()
+  -- PyTorch's where, clamp and masked_fill gradients select; a product with a 0/1 mask
+  -- would give nan where the incoming gradient is infinite
+  local w = dl.tensor({ math.huge, 2, math.huge })
+  local x = dl.tensor({ -1, 0.5, 3 })
+  local g = dl.grad(function(v) return (dl.where(v:gt(0), v, 0) * w):sum() end)(x)
+  H.eq(g:totable(), { 0, 2, math.huge })
+  g = dl.grad(function(v) return (v:clamp(0, 1) * w):sum() end)(x)
+  H.eq(g:totable(), { 0, 2, 0 })
+  g = dl.grad(function(v) return (v:masked_fill(v:lt(0), 5) * w):sum() end)(x)
+  H.eq(g:totable(), { 0, 2, math.huge })
+  -- and the gradient of a gradient through them
+  local gg = dl.grad(function(v) return dl.grad(function(u) return (dl.where(u:gt(0), u * u, -u)):sum() end)(v):sum() end)(x)
+  H.eq(gg:totable(), { 0, 2, 2 })
+end)
+
 -- Note [One tensor in, one gradient out] (scripts/dlua/autograd.lua): dl.grad(f) called
 -- with one to three arguments, the first a tensor or a number, takes a path of its own;
 -- with a table first, or four arguments, the general one. The two must agree: values,

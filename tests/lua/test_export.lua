@@ -292,6 +292,19 @@ H.test("dl.while_loop and dl.cond run eagerly, under dl.grad too", function()
   H.near(loaded(dl.tensor({ 2.0 }, "float64")):item(), 12, 1e-12)
   H.near(loaded(dl.tensor({ -1.0 }, "float64")):item(), math.cos(-1), 1e-12)
   os.remove(gp)
+  -- a branch whose derivative is not finite where it is not taken: the gradient is still
+  -- eager's (Note [A gradient through both branches] in control.lua), to the bit
+  local function root_or_neg(x)
+    return dl.cond(x:sum():gt(0), function(a) return a:sqrt() * 3 end, function(a) return -a end, x):sum()
+  end
+  dl.export(dl.grad(root_or_neg), { dl.tensor({ 1.0, 2.0 }, "float64") }, { path = gp })
+  loaded = dl.export.load(gp)
+  for _, at in ipairs({ { -1.0, -4.0 }, { 4.0, 0.25 }, { -1.0, 9.0 } }) do
+    local x = dl.tensor(at, "float64")
+    local want, got = dl.grad(root_or_neg)(x), loaded(x)
+    H.eq(got:totable(), want:totable(), "cond's exported gradient at " .. table.concat(at, ", "))
+  end
+  os.remove(gp)
   H.raises(function() dl.cond(dl.ones(2), function() end, function() end) end, "cond: expected a one-element tensor")
   H.raises(function() dl.while_loop(function(i) return i:lt(2) end, function(i) return dl.zeros(2) end, { dl.zeros(1) }) end,
            "the body changed state 1")
