@@ -104,7 +104,8 @@ EXPECT = {
                r"dist\.allreduce float32 \(3,\), rank 1 has collective 1: dist\.allreduce float64 \(3,\)"], 5),
     "shape": ([r"dist\.allgather: the tensors must agree in dtype and in every dim after the first: .*"
                r"rank 0 has float32 \(\*,2\), rank 1 has float32 \(\*,4\)"], 5),
-    "error": ([r"dlua: rank 1 of 2: .*boom on rank 1", r"rank 1 of 2 ends the job \(MPI_Abort\)"], 5),
+    "error": ([r"dlua: rank 1 of 2: \S*case\.lua:2: boom on rank 1\nstack traceback:\n(?:\t.*\n)*?\t\S*case\.lua:2: in main chunk",
+               r"rank 1 of 2 ends the job \(MPI_Abort\)"], 5),
     "exit": ([r"rank 1 of 2 exits with 3"], 5),
     "kill": ([], 10),
 }
