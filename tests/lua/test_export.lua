@@ -44,7 +44,7 @@ H.test("an MLP round-trips bit for bit, its batch dynamic", function()
   H.ok(text:find("softmax 1", 1, true), text)
 end)
 
-H.test("without dynamic dims a graph takes exactly the exported sizes", function()
+H.test("a graph takes the exported sizes: exactly without dynamic dims, one size for a symbol two inputs share", function()
   local w = dl.randn(6, 3)
   local f = function(x) return dl.tanh(x:matmul(w)) end
   local p = path("fixed")
@@ -54,6 +54,14 @@ H.test("without dynamic dims a graph takes exactly the exported sizes", function
   H.raises(function() g(dl.ones(3, 6)) end, "dlg_run: input 1 (input1) is float32 (3, 6); the graph takes float32 (2, 6)")
   H.raises(function() g(dl.ones(2, 6, "float64")) end, "the graph takes float32 (2, 6)")
   H.raises(function() g() end, "takes 1 inputs, got 0")
+  os.remove(p)
+  -- one symbol in two inputs: both take the size the first gives it
+  dl.export(function(a, b) return a + b end, { dl.zeros(2, 3), dl.zeros(2, 3) },
+            { path = p, dynamic = { [1] = { 1, "batch" }, [2] = { 1, "batch" } } })
+  g = dl.export.load(p)
+  H.shape(g(dl.ones(4, 3), dl.ones(4, 3)), { 4, 3 })
+  H.raises(function() g(dl.ones(2, 3), dl.ones(4, 3)) end,
+           "dlg_run: input 2 (input2) is float32 (4, 3); the graph takes float32 (batch, 3)")
   os.remove(p)
 end)
 
