@@ -337,18 +337,30 @@ local function site_for(always)
 end
 
 
--- With DLUA_DIST_DEBUG=1, every collective is first compared across the ranks (its
--- sequence number, kind, dtype, shape and root: one small allgather), as c10d's
--- ProcessGroupWrapper does, so that ranks that call different collectives, or the same
--- one on different tensors, get an error naming the difference instead of a hang or a
--- wrong result. Off by default: it doubles the latency of a small collective.
-local function announce(op, dtype, shape, root)
-  if not S.debug or not S.lib or S.size == 1 then return end
+-- Note [Collectives compared across the ranks]
+-- A collective is first compared across the ranks (its sequence number, kind, dtype,
+-- shape and root: one small allgather), as c10d's ProcessGroupWrapper does, so that ranks
+-- that call different collectives, or the same one on different tensors, get an error
+-- naming the difference instead of a hang or a wrong result: MPI itself notices only a
+-- count that differs (MPI_ERR_TRUNCATE, on one rank, after the other took a wrong sum),
+-- and a float32 tensor of 4 beside a float64 one of 2 not at all. The comparison doubles
+-- the latency of a small collective, so it runs for the first kComparedFirst
+-- collectives of a job, where a script's mistake in what its ranks call shows (it
+-- repeats every step), and for every collective with DLUA_DIST_DEBUG=1. Gradient
+-- reductions and broadcasts of state compare their fingerprints always.
+local kComparedFirst = 32
+-- (fingerprinted: the collective compares its own tensors' fingerprint next, with a
+-- message of its own; then only DLUA_DIST_DEBUG compares it here)
+local function announce(op, dtype, shape, root, fingerprinted)
+  if not S.lib or S.size == 1 or (not S.debug and (fingerprinted or seq >= kComparedFirst)) then return end
   local kind = op:gsub("_async$", "")
   local desc = ("collective %d: %s %s %s%s"):format(seq + 1, kind, dtype or "", shape and T.shape_str(shape) or "",
                                                     root and (" root " .. root) or "")
   local rc = S.lib.dld_check_same(desc, #desc, op, seq + 1, nil)
-  if rc == 1 then raise(op .. ": the ranks' collectives differ (DLUA_DIST_DEBUG): " .. ffi_string(S.lib.dld_error())) end
+  if rc == 1 then
+    local when = S.debug and "DLUA_DIST_DEBUG" or ("the first " .. kComparedFirst .. " collectives are compared")
+    raise(op .. ": the ranks' collectives differ (" .. when .. "): " .. ffi_string(S.lib.dld_error()))
+  end
   if rc < 0 then lib_error(op) end
 end
 
@@ -699,7 +711,7 @@ local function reduce_list(op, list, names, opts)
   for _, t in ipairs(list) do cuda = cuda + (on_cuda(op, t) and 1 or 0) end
   if cuda > 0 and cuda < #list then raise(op .. ": the gradients are on the host and on a CUDA device; reduce them apart") end
   local site = site_for(true)
-  announce(op, nil, { #list }, nil)
+  announce(op, nil, { #list }, nil, true)
   check_same(op, "the ranks' gradients differ (each rank must differentiate the same parameters)",
              describe_tensors(list, names), site)
   if cuda > 0 then   -- NCCL: each in place on the device's stream, then one wait
@@ -1017,7 +1029,7 @@ local function broadcast_in_place(op, list, names, root)
   local s = started(op)
   root = root_of(op, root, s)
   if not s.lib or s.size == 1 then return end
-  announce(op, nil, { #list }, root)
+  announce(op, nil, { #list }, root, true)
   local site = site_for(true)
   check_same(op, "the ranks' tensors differ", describe_tensors(list, names), site)
   for i, t in ipairs(list) do

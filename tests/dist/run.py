@@ -1,7 +1,8 @@
 """dl.dist under mpirun: the multi-rank checks (tests/dist/ranks.lua on 2 and 3 ranks) and
 the failure modes, each with a deadline (docs/distributed.md, "When something goes wrong").
 
-    run.py DLUA CASE      CASE: ranks2, ranks3, ranks2_tcp, timeline, stall, stall_plain, mismatch, order, dtype, shape,
+    run.py DLUA CASE      CASE: ranks2, ranks3, ranks2_tcp, timeline, stall, stall_plain, mismatch, order, dtype,
+                          dtype_late, shape,
                           error, exit, kill, example
 
 Exits 0 when the case behaved, 1 with the output when not. Where mpirun is absent the
@@ -49,15 +50,23 @@ local n = dl.dist.rank() == 0 and 4 or 3
 local g = dl.dist.grad(function(w) return (w * w):sum() end)
 g(dl.ones(n))
 """,
-    # With DLUA_DIST_DEBUG=1, ranks that call different collectives get an error naming both.
+    # Ranks that call different collectives get an error naming both (the first 32
+    # collectives are compared: Note [Collectives compared across the ranks] in dist.lua).
     "order": """
 dl.dist.init({ timeout = 30 })
 local t = dl.ones(3)
 if dl.dist.rank() == 0 then dl.dist.allreduce(t) else dl.dist.broadcast(t, 0) end
 """,
-    # With DLUA_DIST_DEBUG=1, one collective of tensors of different dtypes.
+    # One collective of tensors of different dtypes and the same bytes (MPI sees nothing).
     "dtype": """
 dl.dist.init({ timeout = 30 })
+local t = dl.dist.rank() == 0 and dl.ones(4) or dl.ones(2, { dtype = "float64" })
+dl.dist.allreduce(t)
+""",
+    # With DLUA_DIST_DEBUG=1, past the first 32 collectives too.
+    "dtype_late": """
+dl.dist.init({ timeout = 30 })
+for _ = 1, 40 do dl.dist.allreduce(dl.ones(3)) end
 local t = dl.dist.rank() == 0 and dl.ones(3) or dl.ones(3, { dtype = "float64" })
 dl.dist.allreduce(t)
 """,
@@ -98,10 +107,12 @@ EXPECT = {
                      r"rank 0 of 2 gave up after 3 s in dist\.barrier"], 3 + 5),
     "mismatch": ([r"dist\.grad: the ranks' gradients differ .*rank 0 has 'gradient 1' float32 \(4,\), "
                   r"rank 1 has 'gradient 1' float32 \(3,\)"], 5),
-    "order": ([r"the ranks' collectives differ \(DLUA_DIST_DEBUG\): .*rank 0 has collective 1: "
+    "order": ([r"the ranks' collectives differ \(the first 32 collectives are compared\): .*rank 0 has collective 1: "
                r"dist\.allreduce float32 \(3,\), rank 1 has collective 1: dist\.broadcast float32 \(3,\) root 0"], 5),
-    "dtype": ([r"the ranks' collectives differ \(DLUA_DIST_DEBUG\): .*rank 0 has collective 1: "
-               r"dist\.allreduce float32 \(3,\), rank 1 has collective 1: dist\.allreduce float64 \(3,\)"], 5),
+    "dtype": ([r"the ranks' collectives differ \(the first 32 collectives are compared\): .*rank 0 has collective 1: "
+               r"dist\.allreduce float32 \(4,\), rank 1 has collective 1: dist\.allreduce float64 \(2,\)"], 5),
+    "dtype_late": ([r"the ranks' collectives differ \(DLUA_DIST_DEBUG\): .*rank 0 has collective 41: "
+                    r"dist\.allreduce float32 \(3,\), rank 1 has collective 41: dist\.allreduce float64 \(3,\)"], 5),
     "shape": ([r"dist\.allgather: the tensors must agree in dtype and in every dim after the first: .*"
                r"rank 0 has float32 \(\*,2\), rank 1 has float32 \(\*,4\)"], 5),
     "error": ([r"dlua: rank 1 of 2: \S*case\.lua:2: boom on rank 1\nstack traceback:\n(?:\t.*\n)*?\t\S*case\.lua:2: in main chunk",
@@ -208,7 +219,7 @@ def main():
         with open(script, "w") as f:
             f.write(CASES[case].lstrip("\n"))
         # mpirun itself may take a second or two to start and to tear down the job.
-        case_env = dict(env, DLUA_DIST_DEBUG="1") if case in ("order", "dtype") else env
+        case_env = dict(env, DLUA_DIST_DEBUG="1") if case == "dtype_late" else env
         rc, out, took = mpirun(dlua, 2, script, deadline + 30, case_env)
         if rc == 0:
             fail(f"{case}: the job exited 0", out)
