@@ -2,7 +2,7 @@
 the failure modes, each with a deadline (docs/distributed.md, "When something goes wrong").
 
     run.py DLUA CASE      CASE: ranks2, ranks3, ranks2_tcp, timeline, stall, stall_plain, mismatch, order, dtype,
-                          dtype_late, shape,
+                          dtype_late, shape, thread_host,
                           error, exit, kill, example
 
 Exits 0 when the case behaved, 1 with the output when not. Where mpirun is absent the
@@ -166,6 +166,17 @@ def main():
             fail(f"ranks.lua on {np} ranks: exit {rc}, {passed} of {np} ranks passed", out)
         print(out)
         print(f"{np} ranks passed in {took:.1f} s")
+        return
+    if case == "thread_host":   # MPI started by the host without thread support: a clear error
+        host = os.path.join(os.path.dirname(os.path.abspath(dlua)), "dist_thread_host")
+        t0 = time.monotonic()
+        p = subprocess.run(["mpirun", *FLAGS, "-np", "1", host], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=120, env=env)
+        out = p.stdout.decode(errors="replace")
+        if p.returncode != 0 or "dist.init refused it, the runtime went on" not in out:
+            fail(f"thread_host: exit {p.returncode}", out)
+        print(out)
+        print(f"thread_host: refused as expected in {time.monotonic() - t0:.1f} s")
         return
     if case == "timeline":   # DLUA_DIST_TIMELINE: one Chrome trace per rank, every collective in it
         with tempfile.TemporaryDirectory(prefix="dlua_dist_timeline_") as tmp:
