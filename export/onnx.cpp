@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <cmath>
@@ -90,8 +91,10 @@ double gnum(const json& j) {
 
 class Lowering {
  public:
-  Lowering(const json& graph, onnx::GraphProto* g) : j_(graph), g_(g) {
-    for (const json& s : j_.at("symbols")) symbols_.push_back(s.get<std::string>());
+  // (prefix: the names of a loop's graphs, which ONNX keeps apart from the outer ones)
+  Lowering(const json& graph, onnx::GraphProto* g, std::string prefix = "") : j_(graph), g_(g), prefix_(std::move(prefix)) {
+    if (j_.contains("symbols"))   // (a loop's graphs have their root's: sub() copies them)
+      for (const json& s : j_.at("symbols")) symbols_.push_back(s.get<std::string>());
     for (const json& v : j_.at("values")) {
       dtypes_.push_back(v.at("dtype").get<std::string>());
       std::vector<GInt> shape;
@@ -99,7 +102,7 @@ class Lowering {
       shapes_.push_back(shape);
     }
     names_.resize(dtypes_.size());
-    for (size_t i = 0; i < names_.size(); ++i) names_[i] = "#v" + std::to_string(i);
+    for (size_t i = 0; i < names_.size(); ++i) names_[i] = prefix_ + "#v" + std::to_string(i);
   }
 
   std::vector<std::string>& names() { return names_; }
@@ -133,6 +136,23 @@ class Lowering {
     for (const json& n : j_.at("nodes")) lower(n);
   }
 
+  // A graph's inputs named as `names` (a loop's graphs: their values from outside), and
+  // its constants as the file's tensors (initializers of the outermost graph).
+  void bind(const std::vector<std::string>& names) {
+    const json& in = j_.at("inputs");
+    if (in.size() != names.size()) failf("while: a loop's graph has " + std::to_string(in.size()) + " inputs for " +
+                                         std::to_string(names.size()) + " values");
+    for (size_t k = 0; k < names.size(); ++k) names_.at(in.at(k).at("value").get<size_t>()) = names[k];
+    for (const json& c : j_.at("constants")) names_.at(c.at("value").get<size_t>()) = c.at("tensor").get<std::string>();
+  }
+  int input_value(size_t k) const { return j_.at("inputs").at(k).at("value").get<int>(); }
+  int output_value(size_t k) const { return j_.at("outputs").at(k).get<int>(); }
+  // The truth of a loop condition's one value, as the scalar bool ONNX's Loop takes.
+  std::string truth() {
+    const int v = output_value(0);
+    return apply("Reshape", {cast(names_.at(size_t(v)), dtype(v), "bool"), ints_constant({})});
+  }
+
  private:
   std::string dim_name(const GInt& d) const {
     const std::string& s = symbols_.at(size_t(d.sym));
@@ -140,13 +160,13 @@ class Lowering {
     if (d.add) r += (d.add > 0 ? "+" : "") + std::to_string(d.add);
     return r;
   }
-  std::string fresh() { return "#n" + std::to_string(counter_++); }
+  std::string fresh() { return prefix_ + "#n" + std::to_string(counter_++); }
 
   onnx::NodeProto* node(const std::string& type, const std::vector<std::string>& in,
                         const std::vector<std::string>& out) {
     onnx::NodeProto* n = g_->add_node();
     n->set_op_type(type);
-    n->set_name(type + "_" + std::to_string(counter_++));
+    n->set_name(prefix_ + type + "_" + std::to_string(counter_++));
     for (const auto& i : in) n->add_input(i);
     for (const auto& o : out) n->add_output(o);
     return n;
@@ -172,7 +192,7 @@ class Lowering {
 
   // An initializer holding `vals` as dtype dt, shape `dims`.
   std::string constant(const std::string& dt, const std::vector<double>& vals, const std::vector<int64_t>& dims) {
-    const std::string name = "#c" + std::to_string(counter_++);
+    const std::string name = prefix_ + "#c" + std::to_string(counter_++);
     TensorProto* t = g_->add_initializer();
     t->set_name(name);
     t->set_data_type(elem_type(dt));
@@ -393,6 +413,7 @@ class Lowering {
     if (auto it = compares.find(op); it != compares.end()) return binary(n, it->second, true);
     if (auto it = reductions.find(op); it != reductions.end()) return reduce(n, it->second);
     if (op == "remainder") return remainder(n);
+    if (op == "while") return loop(n);
     if (op == "atan2") return atan2(n);
     const int x = n.at("in").empty() ? -1 : in_value(n, 0);
     const auto iv = ints(n);
@@ -662,8 +683,75 @@ class Lowering {
     }
   }
 
+  // Note [Loops in ONNX]
+  // A while node (Note [Loops] in capture.cpp: inputs the state, then what its graphs
+  // read from outside; graphs the condition and the body) becomes ONNX's Loop with no
+  // trip count: the condition is lowered once here on the first state, and once more
+  // inside Loop's body on the state the body made, whose truth is the body's first
+  // output. The body's graph takes the iteration number, the condition and the state,
+  // and reads the other values from the enclosing graph by name (ONNX's outer scope);
+  // its names carry a prefix of their own, as ONNX wants no name twice.
+  // A lowering of a loop's graph into `g`, with a prefix of its own.
+  Lowering sub(const json& graph, onnx::GraphProto* g) {
+    Lowering l(graph, g, prefix_ + "L" + std::to_string(counter_++) + ".");
+    l.symbols_ = symbols_;
+    return l;
+  }
+  void loop(const json& n) {
+    const size_t state = size_t(konst(ints(n).at(0), "while"));
+    std::vector<std::string> outer;
+    for (const json& v : n.at("in")) outer.push_back(names_.at(v.get<size_t>()));
+    const json& cond = n.at("graphs").at(0);
+    const json& body = n.at("graphs").at(1);
+    Lowering first = sub(cond, g_);
+    first.bind(outer);
+    first.find_symbols();
+    first.lower_all();
+    std::vector<std::string> ins = {"", first.truth()};
+    ins.insert(ins.end(), outer.begin(), outer.begin() + std::ptrdiff_t(state));
+    std::vector<std::string> outs;
+    for (size_t k = 0; k < state; ++k) outs.push_back(out_name(n, int(k)));
+    onnx::NodeProto* l = node("Loop", ins, outs);
+    auto* a = l->add_attribute();
+    a->set_name("body");
+    a->set_type(onnx::AttributeProto::GRAPH);
+    onnx::GraphProto* bg = a->mutable_g();
+    Lowering b = sub(body, bg);
+    const std::string& bp = b.prefix_;
+    bg->set_name(bp + "body");
+    std::vector<std::string> names = outer;
+    for (size_t k = 0; k < state; ++k) names[k] = bp + "#state" + std::to_string(k);
+    b.bind(names);
+    for (const auto& [name, type] : {std::pair{bp + "#iteration", TensorProto::INT64}, {bp + "#condition", TensorProto::BOOL}}) {
+      auto* vi = bg->add_input();
+      vi->set_name(name);
+      vi->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+      vi->mutable_type()->mutable_tensor_type()->mutable_shape();
+    }
+    for (size_t k = 0; k < state; ++k) b.value_info(bg->add_input(), b.input_value(k));
+    b.find_symbols();
+    b.lower_all();
+    for (size_t k = 0; k < state; ++k) names[k] = b.names().at(size_t(b.output_value(k)));
+    Lowering again = sub(cond, bg);
+    again.bind(names);
+    again.find_symbols();
+    again.lower_all();
+    auto* c = bg->add_output();
+    c->set_name(again.truth());
+    c->mutable_type()->mutable_tensor_type()->set_elem_type(TensorProto::BOOL);
+    c->mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (size_t k = 0; k < state; ++k) {   // (through Identity: an output that is an input is a name twice)
+      const int v = b.output_value(k);
+      const std::string to = bp + "#next" + std::to_string(k);
+      b.node("Identity", {names[k]}, {to});
+      b.names().at(size_t(v)) = to;
+      b.value_info(bg->add_output(), v);
+    }
+  }
+
   const json& j_;
   onnx::GraphProto* g_;
+  std::string prefix_;
   std::vector<std::string> symbols_, dtypes_, names_;
   std::vector<std::vector<GInt>> shapes_;
   std::map<int, std::pair<int, int>> sym_at_;   // symbol -> (input value, dim)
@@ -707,16 +795,27 @@ void convert(const std::string& dlg, const std::string& out_path, int opset) {
   for (const json& c : graph.at("constants")) L.names().at(c.at("value").get<size_t>()) = c.at("tensor").get<std::string>();
   for (const json& in : graph.at("inputs")) L.names().at(in.at("value").get<size_t>()) = in.at("name").get<std::string>();
   for (const json& in : graph.at("inputs")) L.value_info(g->add_input(), in.at("value").get<int>());
-  for (const json& c : graph.at("constants")) {
-    const std::string name = c.at("tensor").get<std::string>();
-    const json& e = header.at(name);
-    TensorProto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(st_type(e.at("dtype").get<std::string>()));
-    for (const json& d : e.at("shape")) t->add_dims(d.get<int64_t>());
-    const size_t a = e.at("data_offsets").at(0).get<size_t>(), b = e.at("data_offsets").at(1).get<size_t>();
-    if (b < a || data0 + b > bytes.size()) failf(dlg + ": constant " + name + " lies outside the file");
-    t->set_raw_data(bytes.substr(data0 + a, b - a));
+  // (the constants of every graph, loops' included, as initializers of the outermost)
+  std::vector<const json*> graphs = {&graph};
+  for (size_t i = 0; i < graphs.size(); ++i)
+    for (const json& n : graphs[i]->at("nodes"))
+      if (n.contains("graphs"))
+        for (const json& sub : n.at("graphs")) graphs.push_back(&sub);
+  std::vector<std::string> added;
+  for (const json* gr : graphs) {
+    for (const json& c : gr->at("constants")) {
+      const std::string name = c.at("tensor").get<std::string>();
+      if (std::find(added.begin(), added.end(), name) != added.end()) continue;
+      added.push_back(name);
+      const json& e = header.at(name);
+      TensorProto* t = g->add_initializer();
+      t->set_name(name);
+      t->set_data_type(st_type(e.at("dtype").get<std::string>()));
+      for (const json& d : e.at("shape")) t->add_dims(d.get<int64_t>());
+      const size_t a = e.at("data_offsets").at(0).get<size_t>(), b = e.at("data_offsets").at(1).get<size_t>();
+      if (b < a || data0 + b > bytes.size()) failf(dlg + ": constant " + name + " lies outside the file");
+      t->set_raw_data(bytes.substr(data0 + a, b - a));
+    }
   }
   L.find_symbols();
   L.lower_all();

@@ -302,18 +302,43 @@ OPS = {
 }
 
 
-def evaluate(model, feeds):
-    env = dict(feeds)
-    for t in model.graph.initializer:
+def run_graph(graph, env):
+    """Runs a graph's nodes on env (its inputs, and for a subgraph the enclosing graph's
+    values, which ONNX lets it read by name); returns its outputs."""
+    env = dict(env)
+    for t in graph.initializer:
         env[t.name] = numpy_helper.to_array(t)
-    for node in model.graph.node:
-        if node.op_type not in OPS:
-            raise RuntimeError(f"the evaluator has no {node.op_type}")
+    for node in graph.node:
         ins = [env[i] if i else None for i in node.input]
-        outs = OPS[node.op_type](node, ins)
+        if node.op_type == "Loop":
+            outs = loop(node, ins, env)
+        elif node.op_type in OPS:
+            outs = OPS[node.op_type](node, ins)
+        else:
+            raise RuntimeError(f"the evaluator has no {node.op_type}")
         for name, v in zip(node.output, outs):
             env[name] = np.asarray(v)
-    return [env[o.name] for o in model.graph.output]
+    return [env[o.name] for o in graph.output]
+
+
+def loop(node, ins, env):
+    """Loop: while cond (and fewer than M turns, if given), the body maps (iteration,
+    cond, state...) to (cond, state..., scan outputs...); no scan outputs here."""
+    body = attrs(node)["body"]
+    trips, cond, state = ins[0], ins[1], list(ins[2:])
+    i = 0
+    while (cond is None or bool(cond)) and (trips is None or i < int(trips)):
+        feeds = dict(env)
+        names = [v.name for v in body.input]
+        feeds.update(zip(names, [np.array(i, dtype=np.int64), np.array(cond if cond is not None else True)] + state))
+        out = run_graph(body, feeds)
+        cond, state = out[0], out[1:1 + len(state)]
+        i += 1
+    return state
+
+
+def evaluate(model, feeds):
+    return run_graph(model.graph, feeds)
 
 
 def main():

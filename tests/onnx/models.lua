@@ -114,3 +114,24 @@ save("spectra", function(x, k)
   local grad = dl.grad(function(y) return F.irfft(F.rfft(y), 11):pow(2):sum() + F.irfft(F.rfft(y)):pow(3):sum() end)(x)
   return spectrum, smooth, F.ifft(F.fft(F.complex(x), 12), 7), grad
 end, { dl.randn(2, 10), dl.randn(3) }, { dl.randn(4, 10), dl.randn(3) }, { dynamic = { [1] = { 1, "batch" } } })
+
+-- Loops (dl.while_loop as ONNX's Loop): Newton's square root, its count of steps an input
+-- and the value read from outside the loop, and the guides' fizzbuzz (a dl.cond inside,
+-- int64 state), each run where the loop turns another number of times than exported.
+save("newton", function(x, steps)
+  local _, y = dl.while_loop(function(i, y) return i:lt(steps) end,
+                             function(i, y) return i + 1, (y + x / y) * 0.5 end, { dl.zeros(1, "int64"), x * 0 + 1 })
+  return y
+end, { dl.tensor({ 2, 9, 0.25 }), dl.tensor({ 3 }, "int64") }, { dl.tensor({ 2, 9, 0.25 }), dl.tensor({ 7 }, "int64") })
+local function fizzbuzz(n)
+  local positions = dl.arange(1, 31, 1, "int64")
+  local function step(i, codes)
+    local code = dl.cond((i % 15):eq(0), function() return dl.full({ 1 }, 3, "int64") end, function()
+      return dl.where((i % 3):eq(0), dl.full({ 1 }, 1, "int64"), dl.where((i % 5):eq(0), dl.full({ 1 }, 2, "int64"), 0 * i))
+    end)
+    return i + 1, dl.where(positions:eq(i), code, codes)
+  end
+  local _, codes = dl.while_loop(function(i) return i:le(n) end, step, { dl.ones(1, "int64"), dl.zeros(30, "int64") })
+  return codes
+end
+save("fizzbuzz", fizzbuzz, { dl.tensor({ 15 }, "int64") }, { dl.tensor({ 30 }, "int64") })
