@@ -135,3 +135,12 @@ local function fizzbuzz(n)
   return codes
 end
 save("fizzbuzz", fizzbuzz, { dl.tensor({ 15 }, "int64") }, { dl.tensor({ 30 }, "int64") })
+-- A loop in a loop's body: their names kept apart.
+save("nested_loops", function(x, n)
+  local _, acc = dl.while_loop(function(i) return i:lt(n) end, function(i, acc)
+    local _, inner = dl.while_loop(function(j) return j:lt(2) end,
+                                   function(j, a) return j + 1, a * 0.5 + x end, { dl.zeros(1, "int64"), acc })
+    return i + 1, inner
+  end, { dl.zeros(1, "int64"), x })
+  return acc
+end, { dl.tensor({ 1, -2 }), dl.tensor({ 2 }, "int64") }, { dl.tensor({ 3, 0.5 }), dl.tensor({ 4 }, "int64") })
