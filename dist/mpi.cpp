@@ -539,7 +539,9 @@ int dld_init(void) {
   if (provided < MPI_THREAD_SERIALIZED) {
     return fail(std::string("dist.init: the MPI library gives thread support ") +
                 (provided == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : "MPI_THREAD_FUNNELED") +
-                "; dl.dist needs MPI_THREAD_SERIALIZED (an Open MPI built with thread support)");
+                "; dl.dist needs MPI_THREAD_SERIALIZED" +
+                (inited ? " (the host program started MPI: it asks MPI_Init_thread for MPI_THREAD_SERIALIZED or more)"
+                        : " (an Open MPI built with thread support)"));
   }
   if (!check(MPI_Comm_dup(MPI_COMM_WORLD, &g.comm), "dist.init")) return -1;
   MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN);

@@ -122,13 +122,16 @@ class Lowering {
     }
   }
 
-  // Where each symbol can be read at run time: an input and its dim.
+  // Where each symbol can be read at run time: an input (by its name, once the names
+  // are bound) and its dim. A loop's graph starts from its enclosing graph's (sub()),
+  // whose values it may read by name.
   void find_symbols() {
     for (const json& in : j_.at("inputs")) {
       const int v = in.at("value").get<int>();
       const auto& s = shape(v);
       for (size_t d = 0; d < s.size(); ++d)
-        if (s[d].sym >= 0 && s[d].mul == 1 && s[d].add == 0 && !sym_at_.count(s[d].sym)) sym_at_[s[d].sym] = {v, int(d)};
+        if (s[d].sym >= 0 && s[d].mul == 1 && s[d].add == 0 && !sym_at_.count(s[d].sym))
+          sym_at_[s[d].sym] = {names_.at(size_t(v)), int(d)};
     }
   }
 
@@ -267,7 +270,7 @@ class Lowering {
       auto it = sym_at_.find(d.sym);
       if (it == sym_at_.end()) failf(op + ": symbol " + symbols_.at(size_t(d.sym)) + " is no input's size");
       const std::string sh = fresh(), g = fresh();
-      node("Shape", {names_.at(size_t(it->second.first))}, {sh});
+      node("Shape", {it->second.first}, {sh});
       node("Gather", {sh, ints_constant({it->second.second})}, {g});
       std::string v = g;
       if (d.mul != 1) {
@@ -695,6 +698,7 @@ class Lowering {
   Lowering sub(const json& graph, onnx::GraphProto* g) {
     Lowering l(graph, g, prefix_ + "L" + std::to_string(counter_++) + ".");
     l.symbols_ = symbols_;
+    l.sym_at_ = sym_at_;
     return l;
   }
   void loop(const json& n) {
@@ -754,7 +758,7 @@ class Lowering {
   std::string prefix_;
   std::vector<std::string> symbols_, dtypes_, names_;
   std::vector<std::vector<GInt>> shapes_;
-  std::map<int, std::pair<int, int>> sym_at_;   // symbol -> (input value, dim)
+  std::map<int, std::pair<std::string, int>> sym_at_;   // symbol -> (an input's name, dim)
   int counter_ = 0;
 };
 

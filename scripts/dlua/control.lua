@@ -42,8 +42,9 @@ local function capturing() return C.dl_export_active() ~= 0 end
 -- with one branch run, the gradient was finite (JAX's select has the same trap). So an
 -- argument that carries a gradient enters each branch as dl.where(p, x, stop_gradient(x))
 -- (the other way round for else_fn): the same values, and the gradient the branch not
--- taken sends back is dropped by the where before it reaches x. Tensors a branch reads
--- from its closure rather than its arguments are not guarded: pass them as arguments.
+-- taken sends back is dropped by the where before it reaches x. Only tensors passed as
+-- arguments themselves are guarded, not those inside a table passed, nor those a branch
+-- reads from its closure: pass them as arguments.
 local function guarded(p, args, taken_when_true)
   local out = { n = args.n }
   for i = 1, args.n do
@@ -68,9 +69,11 @@ function dl.cond(pred, then_fn, else_fn, ...)
   end
   -- Both branches into the graph; the predicate selects.
   if pred:numel() ~= 1 then raise("cond: expected a one-element tensor, got " .. pred:numel() .. " elements") end
-  local p = pred.dtype == "bool" and pred or pred:ne(0)
+  -- (as a 0-dim tensor: a one-element predicate of shape (1) must not give its shape to
+  -- what it selects, which eagerly is a branch's result as it is)
+  local p = (pred.dtype == "bool" and pred or pred:ne(0)):reshape({})
   local args = pack(...)
-  local a, b = pack(then_fn(guarded(p:reshape({}), args, true))), pack(else_fn(guarded(p:reshape({}), args, false)))
+  local a, b = pack(then_fn(guarded(p, args, true))), pack(else_fn(guarded(p, args, false)))
   if a.n ~= b.n then raise("cond: the branches give " .. a.n .. " and " .. b.n .. " results") end
   local out = {}
   for i = 1, a.n do

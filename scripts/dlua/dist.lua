@@ -238,6 +238,16 @@ function dist.init(opts)
   -- of one thread, the MLP epoch took longer with overlap than without;
   -- docs/performance.md, "dl.dist").
   st.overlap = online_cores() >= st.local_size * (dl.get_num_threads() + 1)
+  -- ... on every rank or on none: ranks on machines of other sizes would otherwise
+  -- count their collectives apart (the overlapped pass makes its own), and the first 32
+  -- are compared by their numbers (Note [Collectives compared across the ranks]).
+  if st.lib and st.size > 1 then
+    local flag = ffi_new("int64_t[1]", st.overlap and 1 or 0)
+    if st.lib.dld_allreduce(flag, 1, dtype_codes.int64, OPS.min, 0, "dist.init", 0, nil) < 0 then
+      raise(ffi_string(st.lib.dld_error()))
+    end
+    st.overlap = flag[0] ~= 0
+  end
   return dist
 end
 
@@ -347,15 +357,16 @@ end
 -- the latency of a small collective, so it runs for the first kComparedFirst
 -- collectives of a job, where a script's mistake in what its ranks call shows (it
 -- repeats every step), and for every collective with DLUA_DIST_DEBUG=1. Gradient
--- reductions and broadcasts of state compare their fingerprints always.
+-- reductions, broadcasts of state and allgather compare their tensors always. The
+-- collectives of CUDA tensors (NCCL) are not compared.
 local kComparedFirst = 32
 -- (fingerprinted: the collective compares its own tensors' fingerprint next, with a
 -- message of its own; then only DLUA_DIST_DEBUG compares it here)
-local function announce(op, dtype, shape, root, fingerprinted)
+local function announce(op, dtype, shape, root, fingerprinted, reduction)
   if not S.lib or S.size == 1 or (not S.debug and (fingerprinted or seq >= kComparedFirst)) then return end
-  local kind = op:gsub("_async$", "")
-  local desc = ("collective %d: %s %s %s%s"):format(seq + 1, kind, dtype or "", shape and T.shape_str(shape) or "",
-                                                    root and (" root " .. root) or "")
+  -- (a blocking collective and a nonblocking one do not match in MPI: _async stays)
+  local desc = ("collective %d: %s %s %s%s%s"):format(seq + 1, op, dtype or "", shape and T.shape_str(shape) or "",
+                                                      root and (" root " .. root) or "", reduction and (" " .. reduction) or "")
   local rc = S.lib.dld_check_same(desc, #desc, op, seq + 1, nil)
   if rc == 1 then
     local when = S.debug and "DLUA_DIST_DEBUG" or ("the first " .. kComparedFirst .. " collectives are compared")
@@ -445,7 +456,7 @@ local function allreduce_raw(op, t, name, async)
     NCCL().allreduce_(op, s, r, name, async)
     return async and setmetatable({ op = op, nccl = true, result = r }, Work) or r
   end
-  announce(op, dtype, r.shape, nil)
+  announce(op, dtype, r.shape, nil, false, name)
   local n, site = next_seq(), site_for(false)
   local t0 = s.timeline and clock()
   local id = s.lib.dld_allreduce(ptr(r), r:numel(), dtype_codes[dtype], code, async and 1 or 0, op, n, site)
@@ -511,7 +522,7 @@ function dist.allreduce_(t, opts)
     written(t)
     return t
   end
-  announce(op, dtype, t.shape, nil)
+  announce(op, dtype, t.shape, nil, false, name)
   local t0, n = s.timeline and clock(), next_seq()
   if s.lib.dld_allreduce(ptr(t), t:numel(), dtype_codes[dtype], code, 0, op, n, site_for(false)) < 0 then
     lib_error(op)
@@ -602,7 +613,7 @@ local function allgather_raw(op, t, async)
     return async and finished(r) or r
   end
   local shape = t.shape
-  announce(op, t.dtype, nil, nil)
+  announce(op, t.dtype, nil, nil, true)   -- (its tensors are compared next, always)
   local rest = {}
   for i = 2, #shape do rest[#rest + 1] = shape[i] end
   check_same(op, "the tensors must agree in dtype and in every dim after the first",

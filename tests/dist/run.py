@@ -108,11 +108,11 @@ EXPECT = {
     "mismatch": ([r"dist\.grad: the ranks' gradients differ .*rank 0 has 'gradient 1' float32 \(4,\), "
                   r"rank 1 has 'gradient 1' float32 \(3,\)"], 5),
     "order": ([r"the ranks' collectives differ \(the first 32 collectives are compared\): .*rank 0 has collective 1: "
-               r"dist\.allreduce float32 \(3,\), rank 1 has collective 1: dist\.broadcast float32 \(3,\) root 0"], 5),
+               r"dist\.allreduce float32 \(3,\) sum, rank 1 has collective 1: dist\.broadcast float32 \(3,\) root 0"], 5),
     "dtype": ([r"the ranks' collectives differ \(the first 32 collectives are compared\): .*rank 0 has collective 1: "
-               r"dist\.allreduce float32 \(4,\), rank 1 has collective 1: dist\.allreduce float64 \(2,\)"], 5),
+               r"dist\.allreduce float32 \(4,\) sum, rank 1 has collective 1: dist\.allreduce float64 \(2,\) sum"], 5),
     "dtype_late": ([r"the ranks' collectives differ \(DLUA_DIST_DEBUG\): .*rank 0 has collective 41: "
-                    r"dist\.allreduce float32 \(3,\), rank 1 has collective 41: dist\.allreduce float64 \(3,\)"], 5),
+                    r"dist\.allreduce float32 \(3,\) sum, rank 1 has collective 41: dist\.allreduce float64 \(3,\) sum"], 5),
     "shape": ([r"dist\.allgather: the tensors must agree in dtype and in every dim after the first: .*"
                r"rank 0 has float32 \(\*,2\), rank 1 has float32 \(\*,4\)"], 5),
     "error": ([r"dlua: rank 1 of 2: \S*case\.lua:2: boom on rank 1\nstack traceback:\n(?:\t.*\n)*?\t\S*case\.lua:2: in main chunk",

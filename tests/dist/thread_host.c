@@ -10,7 +10,8 @@ static const char* kScript =
     "local ok, err = pcall(dl.dist.init)\n"
     "assert(not ok, 'dist.init succeeded under MPI_THREAD_SINGLE')\n"
     "assert(err:find('dist.init: the MPI library gives thread support MPI_THREAD_SINGLE; dl.dist needs "
-    "MPI_THREAD_SERIALIZED', 1, true), err)\n"
+    "MPI_THREAD_SERIALIZED (the host program started MPI: it asks MPI_Init_thread for MPI_THREAD_SERIALIZED or "
+    "more)', 1, true), err)\n"
     "assert((dl.ones(2) + 1):sum():item() == 4)\n"
     "print('refused: ' .. err)\n";
 

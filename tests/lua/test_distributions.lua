@@ -746,6 +746,9 @@ H.test("CatTransform, StackTransform and CumulativeDistributionTransform match P
   -- event dims: the largest part's; a part that changes the event's rank is refused
   H.eq(cat_event.domain_event_dim, 1)
   H.eq(cat_last.domain_event_dim, 0)
+  H.eq(stack.domain_event_dim, 0)
+  H.eq(TT.StackTransform({ exp, exp }, -1).domain_event_dim, 1)   -- PyTorch's: dim -1 inside the event
+  H.eq(TT.StackTransform(ind, -1).codomain_event_dim, 1)
   H.eq(cdf(0, 1).sign, 1)
   H.eq(tostring(stack), "StackTransform({ExpTransform(), AffineTransform(0.5, 2), SigmoidTransform()}, 2)")
   -- a composition with them, and their shapes

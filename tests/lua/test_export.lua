@@ -347,6 +347,11 @@ H.test("cond under export selects between both branches", function()
     return dl.cond(x:sum():gt(0), function(a) return a * 2, a:sum() end, function(a) return -a, a:amax() end, x)
   end
   round_trip("cond", f, { dl.randn(3) }, {}, { { dl.tensor({ 1, 2, 3 }) }, { dl.tensor({ -1, -2, -3 }) } })
+  -- a predicate of shape (1) does not give its shape to 0-dim results (eagerly they are 0-dim)
+  local g = function(x)
+    return dl.cond(x:narrow(1, 1, 1):gt(0), function(a) return a:sum() end, function(a) return a:amax() end, x)
+  end
+  round_trip("cond-0dim", g, { dl.randn(3) }, {}, { { dl.tensor({ 1, 2, 3 }) }, { dl.tensor({ -1, 5, 3 }) } })
   local p = path("cond-bad")
   H.raises(function()
     dl.export(function(x) return dl.cond(x:sum():gt(0), function(a) return a end, function(a) return a, a end, x) end,

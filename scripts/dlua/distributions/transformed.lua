@@ -534,6 +534,9 @@ function Stack.new(ts, dim)
   local parts, event_dim = part_list("StackTransform", ts)
   dim = dim or 1
   if not core.integer(dim) or dim == 0 then bad_arg("StackTransform", "dim (a whole number, not 0)", dim) end
+  -- (PyTorch's stack constraint: a dim counted from the end inside the parts' events adds
+  -- itself to the event)
+  if dim < 0 and dim + event_dim < 0 then event_dim = event_dim + 1 end
   return setmetatable({ parts = parts, dim = dim, domain_event_dim = event_dim, codomain_event_dim = event_dim }, Stack)
 end
 Stack.__tostring = function(self)
