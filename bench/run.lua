@@ -515,16 +515,20 @@ do
        unit = "us/call", show = per(US), target = 1.15, pinned = true, export_model = true,
        ours = { label = "C host", kind = "dlg", cmd = ("infer %s %d"):format(tmpdir .. "/mlp.dlg", k) },
        refs = { cref("OpenBLAS sgemv x 2 in C", ("mlpinfer %d"):format(k)) } }
+  -- The issue's goal is 5 ms from process start to the first inference; `import torch`
+  -- alone, and /bin/true, stand beside it for scale.
   local k_ours, k_theirs = quick and 2 or 10, quick and 1 or 2
-  local torch_start = { label = "python3 -c 'import torch'", run = startup({ opts.python, "-c", "import torch" }, k_theirs) }
-  row{ id = "runstart", label = "process start to first MLP inference: C host vs `import torch` alone", unit = "ms",
-       show = per(MS), target = 1 / 200, slow = true, export_model = true,
+  local goal = { label = "the goal (5 ms)", run = function() return 5e-3 end }
+  local torch_start = { label = "python3 -c 'import torch'", info = true,
+                        run = startup({ opts.python, "-c", "import torch" }, k_theirs) }
+  row{ id = "runstart", label = "process start to first MLP inference: C host", unit = "ms",
+       show = per(MS), target = 1.0, slow = true, export_model = true,
        ours = { label = "C host", run = startup({ build_bin .. "/dlua_bench_dlg", "--first", tmpdir .. "/mlp.dlg" }, k_ours) },
-       refs = { torch_start, noop_start(k_ours) } }
-  row{ id = "runcli", label = "process start to first MLP inference: `dlua-run` vs `import torch` alone", unit = "ms",
-       show = per(MS), target = 1 / 200, slow = true, export_model = true,
+       refs = { goal, torch_start, noop_start(k_ours) } }
+  row{ id = "runcli", label = "process start to first MLP inference: `dlua-run`", unit = "ms",
+       show = per(MS), target = 1.0, slow = true, export_model = true,
        ours = { label = "dlua-run", run = startup({ build_bin .. "/dlua-run", tmpdir .. "/mlp.dlg", tmpdir .. "/mlp.in" }, k_ours) },
-       refs = { torch_start, noop_start(k_ours) } }
+       refs = { goal, torch_start, noop_start(k_ours) } }
 end
 
 do
