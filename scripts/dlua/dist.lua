@@ -142,6 +142,18 @@ local function write_timeline(st)
   if not ok and io_stderr then io_stderr:write("dlua: rank ", tostring(st.rank), ": ", tostring(err), "\n") end
 end
 
+-- A flag of dist.init's made the same on every rank: reduced with OPS.max (set where
+-- any rank set it) or OPS.min (set where every rank did). A failure leaves dl.dist
+-- uninitialised.
+local function agree(st, flag, op)
+  local v = ffi_new("int64_t[1]", flag and 1 or 0)
+  if st.lib.dld_allreduce(v, 1, dtype_codes.int64, op, 0, "dist.init", 0, nil) < 0 then
+    S = nil
+    raise(ffi_string(st.lib.dld_error()))
+  end
+  return v[0] ~= 0
+end
+
 -- dist.init([opts]): opts.timeout (seconds before a stalled collective ends the job;
 -- 600, or DLUA_DIST_TIMEOUT; 0: never), opts.warn (seconds before a stalled rank says
 -- where it waits; 60; 0: never), opts.threads (CPU threads of this rank: by default the
@@ -201,14 +213,7 @@ function dist.init(opts)
     end)
     -- Debug mode adds a collective before each one: every rank must be in it or none
     -- (DLUA_DIST_DEBUG may reach only some hosts: mpirun passes it on with -x).
-    if st.size > 1 then
-      local flag = ffi_new("int64_t[1]", st.debug and 1 or 0)
-      if lib.dld_allreduce(flag, 1, dtype_codes.int64, 1, 0, "dist.init", 0, nil) < 0 then
-        S = nil
-        raise(ffi_string(lib.dld_error()))
-      end
-      st.debug = flag[0] ~= 0
-    end
+    if st.size > 1 then st.debug = agree(st, st.debug, OPS.max) end
     -- os.exit with a failure code on one rank ends the job too: MPI_Finalize would wait
     -- for the other ranks, which wait for this one in their next collective.
     if os and os.exit then
@@ -241,13 +246,7 @@ function dist.init(opts)
   -- ... on every rank or on none: ranks on machines of other sizes would otherwise
   -- count their collectives apart (the overlapped pass makes its own), and the first 32
   -- are compared by their numbers (Note [Collectives compared across the ranks]).
-  if st.lib and st.size > 1 then
-    local flag = ffi_new("int64_t[1]", st.overlap and 1 or 0)
-    if st.lib.dld_allreduce(flag, 1, dtype_codes.int64, OPS.min, 0, "dist.init", 0, nil) < 0 then
-      raise(ffi_string(st.lib.dld_error()))
-    end
-    st.overlap = flag[0] ~= 0
-  end
+  if st.lib and st.size > 1 then st.overlap = agree(st, st.overlap, OPS.min) end
   return dist
 end
 

@@ -751,6 +751,8 @@ H.test("CatTransform, StackTransform and CumulativeDistributionTransform match P
   H.eq(TT.StackTransform(ind, -1).codomain_event_dim, 1)
   H.eq(cdf(0, 1).sign, 1)
   H.eq(tostring(stack), "StackTransform({ExpTransform(), AffineTransform(0.5, 2), SigmoidTransform()}, 2)")
+  H.eq(tostring(cat_first), "CatTransform({ExpTransform(), TanhTransform()}, 1)")
+  H.eq(tostring(TT.ComposeTransform({ exp, TT.AffineTransform(0.5, 2) })), "ComposeTransform(ExpTransform(), AffineTransform(0.5, 2))")
   -- a composition with them, and their shapes
   local x = dl.randn(3, 4, f64)
   local chain = TT.ComposeTransform({ cat_last, TT.AffineTransform(0, 2) })

@@ -424,11 +424,13 @@ function Reshape.new(in_shape, out_shape)
   return setmetatable({ in_shape = concat(in_shape, {}), out_shape = concat(out_shape, {}),
                         domain_event_dim = #in_shape, codomain_event_dim = #out_shape }, Reshape)
 end
-Compose.__tostring = function(self)
+-- The names of a transform's parts, comma-separated
+local function part_names(self)
   local names = {}
   for i, t in ipairs(self.parts) do names[i] = tostring(t) end
-  return "ComposeTransform(" .. table.concat(names, ", ") .. ")"
+  return table.concat(names, ", ")
 end
+Compose.__tostring = function(self) return "ComposeTransform(" .. part_names(self) .. ")" end
 
 -- ---- transforms of parts: CatTransform, StackTransform ------------------------------------
 
@@ -507,11 +509,7 @@ function Cat.new(ts, dim, lengths)
   return setmetatable({ parts = parts, dim = dim, lengths = concat(lengths, {}), length = length,
                         domain_event_dim = event_dim, codomain_event_dim = event_dim }, Cat)
 end
-Cat.__tostring = function(self)
-  local names = {}
-  for i, t in ipairs(self.parts) do names[i] = tostring(t) end
-  return "CatTransform({" .. table.concat(names, ", ") .. "}, " .. self.dim .. ")"
-end
+Cat.__tostring = function(self) return "CatTransform({" .. part_names(self) .. "}, " .. self.dim .. ")" end
 
 -- parts[i] applied to x's i-th slice along dim (PyTorch's StackTransform; its log |det J|
 -- stacked along dim as well)
@@ -539,11 +537,7 @@ function Stack.new(ts, dim)
   if dim < 0 and dim + event_dim < 0 then event_dim = event_dim + 1 end
   return setmetatable({ parts = parts, dim = dim, domain_event_dim = event_dim, codomain_event_dim = event_dim }, Stack)
 end
-Stack.__tostring = function(self)
-  local names = {}
-  for i, t in ipairs(self.parts) do names[i] = tostring(t) end
-  return "StackTransform({" .. table.concat(names, ", ") .. "}, " .. self.dim .. ")"
-end
+Stack.__tostring = function(self) return "StackTransform({" .. part_names(self) .. "}, " .. self.dim .. ")" end
 
 -- x to its probability under a distribution, d:cdf(x), back with d:icdf; log |det J| is
 -- d's log density (PyTorch's CumulativeDistributionTransform: a copula's marginals)
