@@ -6,6 +6,10 @@
                                  its colon)
   check_tree.py ROOT lengths     source files stay under 1,500 lines (generated reference
                                  data excepted)
+  check_tree.py ROOT mirrors     every recorded op declared in autograd/autograd.h (its
+                                 "the ops, recorded" section) and autograd/nn.h is
+                                 declared word for word as the engine's in tensor/*.h,
+                                 or is listed in RECORDED_FORMS with why it differs
   check_tree.py ROOT timings     no comment in the sources (tensor/, autograd/, bindings/,
                                  dist/, gpu/, scripts/, io/, vm/, export/, compile/,
                                  repl/, tools/) names a machine or gives a measured time
@@ -174,9 +178,47 @@ def timings(root):
     return bad
 
 
+# The recorded forms (namespace dl::ag) that are not the engine's declaration word for
+# word, and why. Every other one is: a change to an op's parameters is made in both.
+RECORDED_FORMS = {
+    "cast": "no `copy` flag: a recorded cast of the same dtype is x itself",
+    "to_device": "the engine's copy between devices is Tensor::to; the recorded form is an op",
+    "dropout": "returns the output alone and takes `training` (the engine's returns the mask too)",
+    "batch_norm": "returns the output alone and takes the running statistics to update",
+    "layer_norm": "returns the output alone (the engine's returns the statistics too)",
+}
+
+
+def declarations(text):
+    """Function declarations of a C++ header's text, each on one line, comments out."""
+    text = re.sub(r"/\*.*?\*/", "", re.sub(r"//[^\n]*", "", text), flags=re.S)
+    return [" ".join(m.group(0).split()) for m in re.finditer(r"[^;{}]*\([^;{}]*\)\s*;", text)]
+
+
+def mirrors(root):
+    engine = set()
+    for name in files(root, (".h",)):
+        if name.startswith("tensor/") and "/" not in name[len("tensor/"):]:
+            with open(os.path.join(root, name), encoding="utf-8") as f:
+                engine.update(declarations(f.read()))
+    bad = []
+    for name, start in (("autograd/autograd.h", "// ---- the ops, recorded"), ("autograd/nn.h", "namespace dl::ag")):
+        with open(os.path.join(root, name), encoding="utf-8") as f:
+            text = f.read()
+        if start not in text:
+            bad.append(f"{name}: the section of recorded ops (starting {start!r}) is not there")
+            continue
+        for d in declarations(text[text.index(start):]):
+            op = re.search(r"(\w+)\s*\(", d).group(1)
+            if d not in engine and op not in RECORDED_FORMS:
+                bad.append(f"{name}: `{d}` is not declared so in tensor/*.h: declare the recorded form as the "
+                           f"engine's, or list `{op}` in RECORDED_FORMS (tests/repo/check_tree.py) with why")
+    return bad
+
+
 def main():
     root, what = sys.argv[1], sys.argv[2]
-    checks = {"citations": citations, "lengths": lengths, "timings": timings}
+    checks = {"citations": citations, "lengths": lengths, "timings": timings, "mirrors": mirrors}
     if what not in checks:
         print(f"unknown check {what!r}: one of {', '.join(checks)}")
         return 2
