@@ -275,19 +275,36 @@ local function build_docs()
     end
   end
   -- Hand-written entries (the Lua-level functions) win over generated ones, keeping
-  -- the op table's "differentiable" mark.
-  for name, entry in pairs(hand) do
+  -- the op table's "differentiable" mark; a function an entry documents beside its own
+  -- (hand._also) is found under its own name too.
+  local function enter(name, d)
     local short = smatch(name, "[%.:]([%w_]+)$") or name
     local old = docs[short]
-    local d = { sig = entry[1], doc = entry[2] }
     if old and old.op and sfind(old.doc, "(differentiable)", 1, true) then
-      d.doc = d.doc .. " (differentiable)"
+      d = { sig = d.sig, doc = d.doc .. " (differentiable)" }
     end
     docs[name] = d
     if not old or old.op or short == name then docs[short] = d end
   end
+  for name, entry in pairs(hand) do
+    if name ~= "_also" then enter(name, { sig = entry[1], doc = entry[2] }) end
+  end
+  for name, target in pairs(hand._also or {}) do
+    local e = hand[target]
+    if e then enter(name, { sig = e[1], doc = e[2] }) end
+  end
   local dl = dlua()
   local methods = tensor_methods()
+  -- x:name_(...) is name's in-place form: its doc from name's.
+  for k, f in pairs(methods) do
+    local base = type(k) == "string" and type(f) == "function" and smatch(k, "^(.-[^_])_$")
+    local d = base and not docs["Tensor:" .. k] and (docs["Tensor:" .. base] or docs[base])
+    if d then
+      local args = smatch(d.sig, "%a:" .. base .. "(%b())") or "(...)"
+      enter("Tensor:" .. k, { sig = "x:" .. k .. args,
+                              doc = "In place: x becomes x:" .. base .. args .. " (returns x). " .. d.doc })
+    end
+  end
   local function index(tbl, prefix)
     for k, v in pairs(tbl) do
       if type(v) == "function" and type(k) == "string" then
@@ -407,6 +424,42 @@ function M.op_doc_coverage()
     out[#out + 1] = r
   end
   return out
+end
+
+-- For tests: the public functions help() has no doc for, by name (sorted): dl.<name>,
+-- the functions of dl's libraries (dl.nn, dl.nn.functional, dl.optim ...), dl.nn's
+-- module classes and the tensor methods. Names starting with "_" are not public.
+M.LIBRARIES = { "nn", "optim", "data", "metrics", "summary", "compile", "export", "dist", "linalg", "image",
+                "fft", "special", "distributions" }
+function M.doc_coverage()
+  if not docs then build_docs() end
+  local dl, missing, seen = dlua() or {}, {}, {}
+  local function check(name, v)
+    if type(name) ~= "string" or sfind(name, "[%.:]_") then return end
+    if type(v) == "function" then
+      local ok, core = pcall(require, "dlua.core")
+      local real = ok and core.resolve_stub and core.resolve_stub(v)
+      if real then build_docs() v = real end
+      if not by_fn[v] and not seen[name] then missing[#missing + 1] = name end
+    elseif type(v) == "table" and type(rawget(v, "__name")) == "string" and rawget(v, "_imt") then
+      if not docs["dl.nn." .. rawget(v, "__name")] then missing[#missing + 1] = name end
+    end
+    seen[name] = true
+  end
+  local function scan(tbl, prefix)
+    for k, v in pairs(tbl) do check(type(k) == "string" and prefix .. k, v) end
+  end
+  scan(dl, "dl.")
+  for _, sub in ipairs(M.LIBRARIES) do
+    local ok, t = pcall(function() return dl[sub] end)
+    if ok and type(t) == "table" then scan(t, "dl." .. sub .. ".") end
+  end
+  if type(rawget(dl, "nn")) == "table" and type(dl.nn.functional) == "table" then
+    scan(dl.nn.functional, "dl.nn.functional.")
+  end
+  scan(tensor_methods(), "Tensor:")
+  sort(missing)
+  return missing
 end
 
 function M.install(G)

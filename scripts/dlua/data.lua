@@ -223,10 +223,10 @@ end
 -- (engine jobs, through jobs.start) and returns what finish(jobs, started) turns into the
 -- element's values (through jobs.wait); fn is the two in a row. dl.data.images builds its decoding this way, and prefetch runs start
 -- ahead. (Internal.)
-function data.async_map(ds, start, finish)
+function data._async_map(ds, start, finish)
   check_ds("map", ds)
   local function fn(...)
-    local jobs = data.job_set()
+    local jobs = data._job_set()
     return finish(jobs, start(jobs, ...))
   end
   return node("map", ds, { fn = fn, start = start, finish = finish })
@@ -543,7 +543,7 @@ local function job_set()
   end
   return set
 end
-data.job_set = job_set
+data._job_set = job_set
 
 iterators.prefetch = function(ds)
   local p, depth = ds.parent, ds.depth

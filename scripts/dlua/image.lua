@@ -122,7 +122,7 @@ function dl.data.images(paths, labels, opts)
     if st[2] == nil then return img end
     return img, st[2]
   end
-  return dl.data.async_map(dl.data.from_list(items, { tuple = true }), start, done)
+  return dl.data._async_map(dl.data.from_list(items, { tuple = true }), start, done)
 end
 
 return M

@@ -196,6 +196,19 @@ with tempfile.TemporaryDirectory() as home:
            "print('coverage', #bad == 0 and 'complete' or table.concat(bad, ' '))\n")
     t = r.expect(r"coverage\t[^\n]*\n")
     check("every op of tensor/ops.def is documented", t is not None and "coverage\tcomplete" in t, t)
+    # ... and every public function of dl and its libraries, dl.nn's classes and the
+    # tensor methods (in-place forms from their ops' docs).
+    r.send("local m = require('dlua_repl').doc_coverage() "
+           "print('public', #m == 0 and 'complete' or table.concat(m, ' '))\n")
+    t = r.expect(r"public\t[^\n]*\n")
+    check("every public function has help", t is not None and "public\tcomplete" in t, t)
+    r.send("x = dl.ones(2)\n")
+    r.send("? x.atan2_\n")
+    t = r.expect(r"x:atan2_\(b\)\s+In place: x becomes x:atan2\(b\)")
+    check("an in-place method's help comes from its op's", t is not None, t)
+    r.send("? dl.optim.RAdam\n")
+    t = r.expect(r"RAdam\{lr, betas\}")
+    check("a function documented in another's entry is found", t is not None, t)
     r.send("history_check = 1\n")
     r.send("\x1b[A\x1b[A\x1b[A")
     check("the previous session's history is loaded (up arrow)", r.expect(r"history_check|coverage") is not None, r.out[r.mark:])

@@ -42,7 +42,7 @@ local function pair(op, what, v, min)
   end
   return h, w
 end
-F.pair = pair
+F._pair = pair   -- (internal: the layers read their sizes through it)
 
 -- A convolution's groups: a positive integer (1 when absent).
 local function groups_arg(op, groups)

@@ -170,12 +170,12 @@ L.Conv2d = Conv2d
 function Conv2d:init(in_channels, out_channels, k, opts)
   opts = options("Conv2d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
   local groups = conv_groups("Conv2d", in_channels, out_channels, opts.groups)
-  local kh, kw = F.pair("Conv2d", "kernel size", k, 1)
+  local kh, kw = F._pair("Conv2d", "kernel size", k, 1)
   self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, { kh, kw }
-  self.stride = { F.pair("Conv2d", "stride", opts.stride or 1, 1) }
-  self.dilation = { F.pair("Conv2d", "dilation", opts.dilation or 1, 1) }
+  self.stride = { F._pair("Conv2d", "stride", opts.stride or 1, 1) }
+  self.dilation = { F._pair("Conv2d", "dilation", opts.dilation or 1, 1) }
   local p = opts.padding or 0
-  self.padding = type(p) == "string" and p or { F.pair("Conv2d", "padding", p, 0) }
+  self.padding = type(p) == "string" and p or { F._pair("Conv2d", "padding", p, 0) }
   self.groups = groups
   self._opts = { stride = self.stride, padding = self.padding, dilation = self.dilation, groups = groups }
   local fan_in = in_channels / groups * kh * kw
@@ -243,7 +243,7 @@ local function conv_transpose_init(self, name, dims, in_channels, out_channels, 
   local groups = conv_groups(name, in_channels, out_channels, opts.groups)
   local function sizes(what, v, min)
     if dims == 1 then return { int_arg(name, v, what, min) } end
-    return { F.pair(name, what, v, min) }
+    return { F._pair(name, what, v, min) }
   end
   self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
   self.kernel_size = sizes("kernel size", k, 1)
@@ -303,10 +303,10 @@ end
 
 local function pool_init(self, name, k, opts)
   opts = options(name, opts, pool_options(name))
-  local kh, kw = F.pair(name, "kernel size", k, 1)
+  local kh, kw = F._pair(name, "kernel size", k, 1)
   self.kernel_size = { kh, kw }
-  self.stride = { F.pair(name, "stride", opts.stride or { kh, kw }, 1) }
-  self.padding = { F.pair(name, "padding", opts.padding or 0, 0) }
+  self.stride = { F._pair(name, "stride", opts.stride or { kh, kw }, 1) }
+  self.padding = { F._pair(name, "padding", opts.padding or 0, 0) }
   self.ceil_mode = opts.ceil_mode and true or false
   self._opts = { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
                  count_include_pad = opts.count_include_pad }

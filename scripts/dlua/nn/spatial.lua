@@ -415,7 +415,7 @@ end
 -- ---- unfold and fold (im2col and col2im) ----------------------------------------------------
 
 local FOLD_OPTS = { dilation = true, padding = true, stride = true }
-local pair = F0.pair
+local pair = F0._pair
 
 -- The (h, w) geometry of unfold/fold: kernel, dilation, padding, stride pairs.
 local function fold_geometry(op, k, opts)
