@@ -22,6 +22,8 @@ namespace dl::graph {
 // The metadata key of the graph's JSON in a .dlg file.
 inline constexpr const char* kGraphKey = "dlua.graph";
 
+struct OpRow;
+
 class Model {
  public:
   static std::shared_ptr<const Model> load(const std::string& path);
@@ -39,15 +41,23 @@ class Model {
   void set_loop_limit(int64_t n) const { loop_limit_.store(n < 0 ? 0 : n, std::memory_order_relaxed); }
 
  private:
+  // How a graph runs, worked out when the file is loaded (Note [The runner's plan]).
+  struct Plan {
+    std::vector<const OpRow*> rows;                  // per node: its row
+    std::vector<std::vector<int32_t>> free_after;    // per node: values no later node reads
+    std::vector<uint8_t> folded;     // per node: a view of constants, made at load
+    std::vector<uint8_t> in_place;   // per node: a binary op that may write its first input
+    std::vector<std::vector<Plan>> graphs;           // per node: its graphs' plans (loops)
+  };
   static std::shared_ptr<const Model> make(io::SafetensorsFile f, const std::string& where);
-  void plan();
-  std::vector<Tensor> run_graph(const Graph& g, std::vector<Tensor>& vals, const std::vector<int64_t>& syms,
-                                const std::vector<std::vector<int32_t>>* free_after) const;
-  std::vector<Tensor> run_loop(const Node& n, const std::vector<const Tensor*>& in,
+  Plan plan(const Graph& g, bool top);
+  std::vector<Tensor> run_graph(const Graph& g, const Plan& p, std::vector<Tensor>& vals,
+                                const std::vector<int64_t>& syms) const;
+  std::vector<Tensor> run_loop(const Node& n, const std::vector<Plan>& p, const std::vector<const Tensor*>& in,
                                const std::vector<int64_t>& syms) const;
   Graph g_;
-  std::vector<Tensor> constants_;        // by value (undefined for the others)
-  std::vector<std::vector<int32_t>> free_after_;   // per node: values no later node reads
+  std::vector<Tensor> constants_;   // by value: the file's, and views of them folded at load
+  Plan plan_;
   mutable std::atomic<int64_t> loop_limit_{0};
 };
 

@@ -133,6 +133,38 @@ H.test("several results, a result that is an argument, and a constant result", f
   round_trip("results", f, { dl.randn(3) })
 end)
 
+-- Note [The runner's plan] (export/model.cpp): views of constants made at load, a binary
+-- op writing over its first operand where nothing else holds it.
+H.test("the runner's plan: folded views of constants, results written over dying values", function()
+  dl.manual_seed(5)
+  local w, b = dl.randn(6, 4), dl.randn(6)
+  -- the product's result dies at `+ b` and at each later op: written over, bit for bit
+  round_trip("plan-chain", function(x) return ((x:matmul(w:t()) + b) * 2 - b) / 3 end, { dl.randn(3, 4) },
+             { dynamic = { [1] = { 1, "batch" } } }, { { dl.randn(3, 4) }, { dl.randn(1, 4) } })
+  -- an operand read again later, or viewed by a value that lives on, keeps its values
+  round_trip("plan-reread", function(x)
+    local y = x:matmul(w:t())
+    local z = y + 1
+    return z, y * z
+  end, { dl.randn(3, 4) })
+  round_trip("plan-viewed", function(x)
+    local y = x:matmul(w:t())
+    local v = y:view(18)
+    return y + b, v
+  end, { dl.randn(3, 4) })
+  -- an input is never written, nor a constant: a result equal to a constant's view is a
+  -- copy, so changing it changes neither the next run nor the other result
+  local x = dl.randn(2, 6)
+  local f = function(a) return a + b, w:t(), w:t() * 1 end
+  local _, g = round_trip("plan-consts", f, { x })
+  local x0 = x:clone()
+  local r1, r2 = select(1, g(x)), select(2, g(x))
+  H.ok(dl.equal(x, x0), "the input was written")
+  r2:fill_(0)
+  H.ok(dl.equal(select(2, g(x)), w:t()), "a constant's view was handed out, not a copy")
+  H.ok(dl.equal(r1, x + b))
+end)
+
 H.test("reading a value into Lua is an error at its line", function()
   local p = path("escape")
   local f = function(x)
