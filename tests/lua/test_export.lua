@@ -372,6 +372,18 @@ H.test("a loop reads the function's arguments and parameters from outside, and n
   local x = dl.randn(3, 4)
   round_trip("loops", f, { x, dl.tensor({ 3 }) }, { dynamic = { [1] = { 1, "batch" } } },
              { { x, dl.tensor({ 3 }) }, { dl.randn(5, 4), dl.tensor({ 0 }) }, { dl.randn(1, 4), dl.tensor({ 6 }) } })
+  -- an inner loop whose condition reads a value the outer body made (its bound)
+  local tri = function(n, x)
+    local _, acc = dl.while_loop(function(i) return i:lt(n) end, function(i, acc)
+      local bound = i * 2 + 1
+      local _, a = dl.while_loop(function(j) return j:lt(bound) end, function(j, a) return j + 1, a + x end,
+                                 { dl.zeros_like(i), acc })
+      return i + 1, a
+    end, { dl.zeros(1), dl.zeros(3) })
+    return acc
+  end
+  round_trip("loops-bound", tri, { dl.tensor({ 3 }), dl.ones(3) }, nil,
+             { { dl.tensor({ 3 }), dl.ones(3) }, { dl.tensor({ 5 }), dl.randn(3) }, { dl.tensor({ 0 }), dl.ones(3) } })
 end)
 
 H.test("cond under export selects between both branches", function()

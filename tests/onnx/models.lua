@@ -135,6 +135,16 @@ local function fizzbuzz(n)
   return codes
 end
 save("fizzbuzz", fizzbuzz, { dl.tensor({ 15 }, "int64") }, { dl.tensor({ 30 }, "int64") })
+-- A loop in a loop's body whose condition reads a value the outer body made.
+save("inner_bound", function(n, x)
+  local _, acc = dl.while_loop(function(i) return i:lt(n) end, function(i, acc)
+    local bound = i * 2 + 1
+    local _, a = dl.while_loop(function(j) return j:lt(bound) end, function(j, a) return j + 1, a + x end,
+                               { dl.zeros_like(i), acc })
+    return i + 1, a
+  end, { dl.zeros(1, "int64"), x * 0 })
+  return acc
+end, { dl.tensor({ 3 }, "int64"), dl.tensor({ 1, -2, 0.5 }) }, { dl.tensor({ 5 }, "int64"), dl.tensor({ 2, 1, 3 }) })
 -- A loop in a loop's body: their names kept apart.
 save("nested_loops", function(x, n)
   local _, acc = dl.while_loop(function(i) return i:lt(n) end, function(i, acc)
