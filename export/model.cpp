@@ -55,7 +55,8 @@ std::shared_ptr<const Model> Model::make(io::SafetensorsFile f, const std::strin
 // What can be decided once per file is decided when it is loaded, not on every run:
 // - each node's row (no lookup by name per node and run);
 // - views of constants (a weight's transpose, a reshape of a bias) are made once and
-//   kept with the constants: a run starts with them in place and skips their nodes;
+//   kept with the constants: a run starts with them in place and skips their nodes (a
+//   node that would copy, such as a reshape of a transpose, runs as before);
 // - each value is released after the last node that reads it (the outputs never, nor
 //   the constants);
 // - a binary pointwise op whose first operand dies at it, made by an earlier node (not
@@ -117,7 +118,9 @@ Model::Plan Model::plan(const Graph& g, bool top) {
       bool same = out.size() == 1 && out[0].defined() && out[0].dtype() == info.dtype &&
                   out[0].dim() == int(info.shape.size());
       for (int d = 0; same && d < out[0].dim(); ++d) same = out[0].size(d) == info.shape[size_t(d)].add;
-      if (!same) continue;
+      // A view only: a copy (a reshape that could not view) would be memory the model
+      // keeps, and could be handed out as a result.
+      if (!same || !out[0].same_storage(constants_[size_t(nd.in[0])])) continue;
       constants_[size_t(nd.out[0])] = out[0];
       p.folded[i] = 1;
     } catch (const Error&) {
@@ -137,7 +140,10 @@ Model::Plan Model::plan(const Graph& g, bool top) {
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.nodes[i];
     const OpRow& row = *p.rows[i];
-    if (p.folded[i] || nd.in.size() != 2 || nd.out.size() != 1 || nd.out[0] < 0 || !nd.ints.empty()) continue;
+    // (the out-of-place row refuses a node with arguments: so must this path)
+    if (p.folded[i] || nd.in.size() != 2 || nd.out.size() != 1 || nd.out[0] < 0 || !nd.ints.empty() ||
+        !nd.nums.empty())
+      continue;
     if (op_info(row.op).family != OpFamily::Binary || row.name != op_info(row.op).lua_name ||
         !exactly_rounded(row.op))
       continue;
@@ -264,6 +270,7 @@ std::vector<Tensor> Model::run_graph(const Graph& g, const Plan& p, std::vector<
         Tensor& a = vals[size_t(n.in[0])];
         binary_(row.op, a, vals[size_t(n.in[1])]);
         out.push_back(a);
+        in_place_writes_.fetch_add(1, std::memory_order_relaxed);
       } else {
         row.run(row, OpArgs{in.data(), int(in.size()), ints.data(), int(ints.size()), n.nums.data(),
                             int(n.nums.size()), Device{}}, out);

@@ -39,6 +39,9 @@ class Model {
   // At most n iterations of any one loop per run (0: no limit, the default): a host
   // that runs files it does not trust bounds their loops, which could run forever.
   void set_loop_limit(int64_t n) const { loop_limit_.store(n < 0 ? 0 : n, std::memory_order_relaxed); }
+  // How many results its runs wrote over a dying operand (Note [The runner's plan]),
+  // all threads together: for tests and tuning.
+  int64_t in_place_writes() const { return in_place_writes_.load(std::memory_order_relaxed); }
 
  private:
   // How a graph runs, worked out when the file is loaded (Note [The runner's plan]).
@@ -59,6 +62,7 @@ class Model {
   std::vector<Tensor> constants_;   // by value: the file's, and views of them folded at load
   Plan plan_;
   mutable std::atomic<int64_t> loop_limit_{0};
+  mutable std::atomic<int64_t> in_place_writes_{0};
 };
 
 // Writes a .dlg file: the constants (graph.constants' tensors, in order) as safetensors

@@ -263,6 +263,19 @@ local SIG = {
   op = "dl.%s(...)    x:%s(...)",
 }
 
+-- dl's libraries, whose functions help() knows under "dl.<library>.<name>".
+M.LIBRARIES = { "nn", "optim", "data", "metrics", "summary", "cuda", "compile", "export", "dist", "linalg", "image",
+                "fft", "special", "distributions" }
+
+-- dl[name] as a table, its module loaded (several load when first read: reading a key
+-- that is not there loads them), or nil.
+local function library(dl, name)
+  local t = rawget(dl, name)
+  if type(t) ~= "table" then return nil end
+  local _ = t.__help_probe
+  return t
+end
+
 local function build_docs()
   docs, by_fn = {}, {}
   local ok, opdocs = pcall(require, "dlua_repl.opdocs")
@@ -315,10 +328,9 @@ local function build_docs()
   end
   if dl then
     index(dl, "dl.")
-    if type(rawget(dl, "linalg")) == "table" then local _ = dl.linalg.solve end   -- these load on first use
-    if type(rawget(dl, "image")) == "table" then local _ = dl.image.load end
-    for _, sub in ipairs({ "nn", "optim", "data", "metrics", "summary", "cuda", "compile", "linalg", "image" }) do
-      if type(rawget(dl, sub)) == "table" then index(dl[sub], "dl." .. sub .. ".") end
+    for _, sub in ipairs(M.LIBRARIES) do
+      local t = library(dl, sub)
+      if t then index(t, "dl." .. sub .. ".") end
     end
     if type(rawget(dl, "nn")) == "table" and type(dl.nn.functional) == "table" then
       index(dl.nn.functional, "dl.nn.functional.")
@@ -429,11 +441,10 @@ end
 -- For tests: the public functions help() has no doc for, by name (sorted): dl.<name>,
 -- the functions of dl's libraries (dl.nn, dl.nn.functional, dl.optim ...), dl.nn's
 -- module classes and the tensor methods. Names starting with "_" are not public.
-M.LIBRARIES = { "nn", "optim", "data", "metrics", "summary", "compile", "export", "dist", "linalg", "image",
-                "fft", "special", "distributions" }
 function M.doc_coverage()
-  if not docs then build_docs() end
   local dl, missing, seen = dlua() or {}, {}, {}
+  for _, sub in ipairs(M.LIBRARIES) do library(dl, sub) end   -- loaded first: they fill each other
+  build_docs()
   local function check(name, v)
     if type(name) ~= "string" or sfind(name, "[%.:]_") then return end
     if type(v) == "function" then
@@ -451,8 +462,8 @@ function M.doc_coverage()
   end
   scan(dl, "dl.")
   for _, sub in ipairs(M.LIBRARIES) do
-    local ok, t = pcall(function() return dl[sub] end)
-    if ok and type(t) == "table" then scan(t, "dl." .. sub .. ".") end
+    local t = library(dl, sub)
+    if t then scan(t, "dl." .. sub .. ".") end
   end
   if type(rawget(dl, "nn")) == "table" and type(dl.nn.functional) == "table" then
     scan(dl.nn.functional, "dl.nn.functional.")

@@ -328,6 +328,6 @@ local E = dl.export
 E.load = load
 E.onnx = onnx
 E.to_onnx = to_onnx
-E.run_captured = run_captured   -- dl.vmap captures the same way
+E._run_captured = run_captured   -- (internal: dl.vmap captures the same way)
 setmetatable(E, { __call = function(_, f, args, opts) return export(f, args, opts) end })
 return E

@@ -79,7 +79,7 @@ end
 -- Runs f on one example under a capture: the capture's number and f's result count.
 local function capture(f, examples, n, ids, m)
   if C.dl_vmap_begin(ids, m) ~= 0 then raise_last() end
-  return require("dlua.export").run_captured("vmap", f, examples, n)
+  return require("dlua.export")._run_captured("vmap", f, examples, n)
 end
 
 local function batched(f, in_dims, out_dims, ...)

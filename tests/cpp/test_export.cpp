@@ -90,6 +90,37 @@ TEST_CASE("export: the reader refuses what a file must not hold", "[export]") {
   CHECK(verdict(R"([{"op":"add","in":[0,0],"out":[1]}])", values).empty());
 }
 
+TEST_CASE("export: the runner's plan writes a result over an operand that dies, only then", "[export]") {
+  // y = (x w^T + b) * c, and the same with the product also returned.
+  Tensor x = randn({3, 4}, DType::Float32), w = randn({6, 4}, DType::Float32);
+  Tensor b = randn({6}, DType::Float32), c = randn({3, 6}, DType::Float32);
+  for (bool keep : {false, true}) {
+    Capture cap;
+    cap.input(x, "x");
+    Tensor p, y;
+    {
+      Observing on(&cap);
+      p = matmul(x, transpose(w, 0, 1));
+      y = binary(Op::Mul, binary(Op::Add, p, b), c);
+    }
+    cap.output(y);
+    if (keep) cap.output(p);
+    REQUIRE(cap.error().empty());
+    cap.prune();
+    const std::string path = temp_path("plan");
+    save_model(path, cap.graph, cap.constants);
+    auto m = Model::load(path);
+    for (int run = 0; run < 2; ++run) {
+      std::vector<Tensor> r = m->run({x});
+      CHECK(same_bits(r.at(0), y));
+      if (keep) CHECK(same_bits(r.at(1), p));
+    }
+    // the sum over the product, the product over the sum; none where the product is kept
+    CHECK(m->in_place_writes() == (keep ? 2 : 4));
+    std::remove(path.c_str());
+  }
+}
+
 TEST_CASE("export: sizes that follow a symbol, and the runner's bound on them", "[export]") {
   // y = x + x over (n, 2): the capture's graph made symbolic by hand, as unify does.
   Capture cap;

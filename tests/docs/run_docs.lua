@@ -14,6 +14,7 @@ local ffi = require("ffi")
 ffi.cdef [[
 char* mkdtemp(char* template);
 int chdir(const char* path);
+char* getcwd(char* buf, size_t size);
 ]]
 
 local path = assert(arg[1], "usage: run_docs.lua FILE.md [--cc CC --include DIR --libdir DIR [--cflags FLAGS]]")
@@ -24,8 +25,10 @@ for i = 2, #arg, 2 do
   opt[k] = arg[i + 1]
 end
 -- (the blocks run elsewhere: paths given relative to here are made whole)
+local cwd = ffi.new("char[4096]")
+assert(ffi.C.getcwd(cwd, 4096) ~= nil, "run_docs.lua: cannot read the working directory")
 for _, k in ipairs({ "include", "libdir" }) do
-  if opt[k] and opt[k]:sub(1, 1) ~= "/" then opt[k] = (os.getenv("PWD") or ".") .. "/" .. opt[k] end
+  if opt[k] and opt[k]:sub(1, 1) ~= "/" then opt[k] = ffi.string(cwd) .. "/" .. opt[k] end
 end
 
 local f = assert(io.open(path, "rb"))
@@ -76,40 +79,49 @@ local function done(ok, msg)
 end
 assert(ffi.C.chdir(dir) == 0)
 
-local chunk, err = loadstring(table.concat(lines, "\n"), "@" .. path)
-if not chunk then done(false, err) end
-local env = setmetatable({ dl = require("dlua") }, { __index = _G })
-setfenv(chunk, env)
-local ok, e = xpcall(chunk, debug.traceback)
-if not ok then done(false, tostring(e)) end
+-- The blocks, whose failures (and any error of this script's) come back as a message.
+local function run_blocks()
+  local chunk, err = loadstring(table.concat(lines, "\n"), "@" .. path)
+  if not chunk then error(err, 0) end
+  local env = setmetatable({ dl = require("dlua") }, { __index = _G })
+  setfenv(chunk, env)
+  local ok, e = xpcall(chunk, debug.traceback)
+  if not ok then error(tostring(e), 0) end
 
--- The C blocks: written out with a #line so that the compiler names the Markdown line.
-for i, block in ipairs(c_blocks) do
-  local where = ("%s:%d"):format(path, block.line)
-  if not opt.cc then done(false, where .. ": a ```c block needs --cc, --include and --libdir") end
-  local src = ("block%d.c"):format(i)
-  local out = assert(io.open(src, "wb"))
-  out:write(('#line %d "%s"\n'):format(block.line, path), table.concat(block, "\n"), "\n")
-  out:close()
-  local code = table.concat(block, "\n")
-  local libs = {}
-  if code:find("<dlua/dlg.h>", 1, true) then libs[#libs + 1] = "-ldlua_run" end
-  if code:find("<dlua/dlua.h>", 1, true) then libs[#libs + 1] = "-ldlua" end
-  local exe = ("./block%d"):format(i)
-  local cmd = ("%s -std=c11 -Wall -Werror %s -I%s %s -o %s -L%s -Wl,-rpath,%s %s"):format(
-    quote(opt.cc), opt.cflags or "", quote(opt.include), src, exe, quote(opt.libdir), quote(opt.libdir),
-    table.concat(libs, " ") .. " -lm")
-  for _, step in ipairs({ cmd, exe }) do
-    local status = os.execute(step .. " > said.txt 2>&1")
-    local said = io.open("said.txt", "rb")
-    io.write(said:read("*a"))
-    said:close()
-    if status ~= 0 then
-      local why = status % 256 == 0 and "exited with " .. status / 256 or "failed (status " .. status .. ")"
-      done(false, ("%s: `%s` %s"):format(where, step, why))
+  -- The C blocks: written out with a #line so that the compiler names the Markdown line.
+  for i, block in ipairs(c_blocks) do
+    local where = ("%s:%d"):format(path, block.line)
+    if not (opt.cc and opt.include and opt.libdir) then
+      error(where .. ": a ```c block needs --cc, --include and --libdir", 0)
     end
+    local src = ("block%d.c"):format(i)
+    local out = assert(io.open(src, "wb"))
+    out:write(('#line %d "%s"\n'):format(block.line, path), table.concat(block, "\n"), "\n")
+    out:close()
+    local code = table.concat(block, "\n")
+    local libs = {}
+    if code:find("<dlua/dlg.h>", 1, true) then libs[#libs + 1] = "-ldlua_run" end
+    if code:find("<dlua/dlua.h>", 1, true) then libs[#libs + 1] = "-ldlua" end
+    local exe = ("./block%d"):format(i)
+    local cmd = ("%s -std=c11 -Wall -Werror %s -I%s %s -o %s -L%s -Wl,-rpath,%s %s"):format(
+      quote(opt.cc), opt.cflags or "", quote(opt.include), src, exe, quote(opt.libdir), quote(opt.libdir),
+      table.concat(libs, " ") .. " -lm")
+    for _, step in ipairs({ cmd, exe }) do
+      local status = os.execute(step .. " > said.txt 2>&1")
+      local said = io.open("said.txt", "rb")
+      if said then
+        io.write(said:read("*a"))
+        said:close()
+      end
+      if status ~= 0 then
+        local why = status % 256 == 0 and "exited with " .. status / 256 or "failed (status " .. status .. ")"
+        error(("%s: `%s` %s"):format(where, step, why), 0)
+      end
+    end
+    nblocks = nblocks + 1
   end
-  nblocks = nblocks + 1
 end
+local ok, e = pcall(run_blocks)
+if not ok then done(false, tostring(e)) end
 done(true)
 print(("%d passed, 0 failed: %s (code blocks)"):format(nblocks, path))
