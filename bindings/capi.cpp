@@ -868,7 +868,7 @@ uint64_t dl_argmin(uint64_t x, int dim, int keepdim) { return arg_index(false, x
 uint64_t dl_cumsum(uint64_t x, int dim) {
   return guard_handle([&] {
     const Tensor& t = get(x, "cumsum");
-    return ag::cumsum(t, t.dim() == 0 ? 0 : lua_dim(dim, t.dim(), "cumsum"));
+    return ag::cumsum(t, lua_dim(dim, t.dim(), "cumsum"));
   });
 }
 
@@ -888,7 +888,7 @@ int dl_sort(uint64_t x, int dim, int descending, uint64_t* out2) {
   out2[0] = out2[1] = 0;
   return guard_status([&] {
     const Tensor& t = get(x, "sort");
-    auto r = ag::sort(t, t.dim() == 0 ? 0 : lua_dim(dim, t.dim(), "sort"), descending != 0);
+    auto r = ag::sort(t, lua_dim(dim, t.dim(), "sort"), descending != 0);
     Tensor idx = plus_one(r.second);
     dl::bind::handles_new({r.first, idx}, out2);
   });
@@ -907,7 +907,7 @@ uint64_t dl_searchsorted(uint64_t seq, uint64_t values, int right) {
 uint64_t dl_cumprod(uint64_t x, int dim) {
   return guard_handle([&] {
     const Tensor& t = get(x, "cumprod");
-    return ag::cumprod(t, t.dim() == 0 ? 0 : lua_dim(dim, t.dim(), "cumprod"));
+    return ag::cumprod(t, lua_dim(dim, t.dim(), "cumprod"));
   });
 }
 

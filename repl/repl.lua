@@ -443,7 +443,19 @@ end
 -- module classes and the tensor methods. Names starting with "_" are not public.
 function M.doc_coverage()
   local dl, missing, seen = dlua() or {}, {}, {}
-  for _, sub in ipairs(M.LIBRARIES) do library(dl, sub) end   -- loaded first: they fill each other
+  -- Everything loaded first (libraries, and the modules behind functions that load on
+  -- first use), so that the answer does not depend on what ran before.
+  local ok, core = pcall(require, "dlua.core")
+  local tables = { dl, tensor_methods() }
+  for _, sub in ipairs(M.LIBRARIES) do tables[#tables + 1] = library(dl, sub) end
+  if type(rawget(dl, "nn")) == "table" then tables[#tables + 1] = dl.nn.functional end
+  for _, t in ipairs(tables) do
+    local mt = getmetatable(t)
+    local stubs = type(mt) == "table" and type(rawget(mt, "__index")) == "table" and rawget(mt, "__index")
+    for _, f in pairs(stubs or {}) do
+      if ok and core.resolve_stub then core.resolve_stub(f) end
+    end
+  end
   build_docs()
   local function check(name, v)
     if type(name) ~= "string" or sfind(name, "[%.:]_") then return end
@@ -459,6 +471,12 @@ function M.doc_coverage()
   end
   local function scan(tbl, prefix)
     for k, v in pairs(tbl) do check(type(k) == "string" and prefix .. k, v) end
+    -- and the stubs of functions whose module loads on first use (core.on_first_use)
+    local mt = getmetatable(tbl)
+    local stubs = type(mt) == "table" and type(rawget(mt, "__index")) == "table" and rawget(mt, "__index")
+    for k, v in pairs(stubs or {}) do
+      if rawget(tbl, k) == nil then check(type(k) == "string" and prefix .. k, v) end
+    end
   end
   scan(dl, "dl.")
   for _, sub in ipairs(M.LIBRARIES) do

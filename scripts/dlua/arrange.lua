@@ -39,8 +39,8 @@ end
 
 -- x:tile(reps): reps (a list, or numbers) copies along each dim; with fewer reps than
 -- dims the leading dims are copied once, with more x gains leading dims of size 1.
-function methods.tile(x, reps, ...)
-  local op = "tile"
+-- (op: the name errors give, "repeat" when called by it)
+local function tiled(op, x, reps, ...)
   check(op, x)
   if type(reps) == "number" then reps = { reps, ... } end
   reps = int_list(op, reps, "the repetitions (a list)")
@@ -62,6 +62,7 @@ function methods.tile(x, reps, ...)
   end
   return x:reshape(split):expand(grown):reshape(out)
 end
+function methods.tile(x, reps, ...) return tiled("tile", x, reps, ...) end
 dl.tile = methods.tile
 methods["repeat"] = function(x, ...)
   check("repeat", x)
@@ -69,7 +70,7 @@ methods["repeat"] = function(x, ...)
   if #reps < x:dim() then
     raise("repeat: expected at least " .. x:dim() .. " repetitions (one per dim), got " .. #reps)
   end
-  return methods.tile(x, reps)
+  return tiled("repeat", x, reps)
 end
 
 -- The 1-based positions 1 (counts[1] times), 2 (counts[2] times), ... of an int64
@@ -153,6 +154,10 @@ function methods.flip(x, dims)
   local op = "flip"
   check(op, x)
   dims = int_list(op, dims, "the dims (a list)")
+  if x:dim() == 0 then   -- (its one place: dim 1 or -1, as PyTorch's)
+    for _, d in ipairs(dims) do core.positive_dim(op, d, 1, 0) end
+    return x:clone()
+  end
   local y = x
   for _, d in ipairs(dims) do
     d = dim_of(op, y, d)
@@ -305,6 +310,7 @@ function methods.unfold(x, dim, size, step)
   order[#order + 1] = d + 1
   return y:permute(order)
 end
+dl.unfold = methods.unfold
 
 -- dl.tril_indices(rows, cols [, offset = 0]) and triu_indices: the (row, column) pairs of
 -- the lower / upper triangle, row by row, as a (2, count) int64 tensor (1-based).

@@ -255,9 +255,9 @@ end
 
 -- A dim argument d (1-based, negative from the end) of a tensor of n dims, as a positive
 -- dim; an error naming op otherwise.
-function M.positive_dim(op, d, n)
+function M.positive_dim(op, d, n, ndim)   -- (ndim: the tensor's dims named in the error, if not n)
   if type(d) ~= "number" or d ~= floor(d) or d == 0 or d > n or d < -n then
-    raise(op .. ": dimension " .. tostring(d) .. " is out of range for a tensor of " .. n .. " dims")
+    raise(op .. ": dimension " .. tostring(d) .. " is out of range for a tensor of " .. (ndim or n) .. " dims")
   end
   return d < 0 and n + d + 1 or d
 end

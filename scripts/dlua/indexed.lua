@@ -138,6 +138,10 @@ local function write_ranks(idx, d)
     :scatter_add(d, perm, require("dlua.sorting").run_offsets(sorted, d) + 1)
 end
 
+-- Where values are placed by adding them to a blank: -0, not 0, which is the sum's
+-- identity for every value (0 + -0 is +0: a -0 placed on zeros lost its sign).
+local function blank(x) return dl.full_like(x, -0.0) end
+
 function methods.scatter(x, dim, idx, src)
   local op = "scatter"
   check(op, x)
@@ -162,11 +166,11 @@ function methods.scatter(x, dim, idx, src)
     local last = write_ranks(idx, d):eq(hits:gather(d, idx):to("int64"))
     local hit = hits:gt(0)
     return dl.custom_gradient(function(a, b)
-      return dl.where(hit, dl.zeros_like(a):scatter_add(d, idx, dl.where(last, b, 0)), a),
+      return dl.where(hit, blank(a):scatter_add(d, idx, dl.where(last, b, -0.0)), a),
              function(g) return { dl.where(hit, 0, g), g:gather(d, idx) } end
     end)(x, src)
   end
-  local placed = dl.zeros_like(x):scatter_add(d, idx, src)
+  local placed = blank(x):scatter_add(d, idx, src)
   return dl.where(hits:gt(0), placed, x)
 end
 
@@ -179,7 +183,7 @@ local function scatter_rounds(x, d, idx, src, reduce, include_self)
   local result = x
   for k = 1, rounds do
     local mine = ranks:eq(k)
-    local placed = dl.zeros_like(x):scatter_add(d, idx, dl.where(mine, src, 0))
+    local placed = blank(x):scatter_add(d, idx, dl.where(mine, src, -0.0))
     local hit = dl.zeros(x.shape, { device = x.device }):scatter_add(d, idx, mine:to("float32")):gt(0)
     result = dl.where(hit, (k == 1 and not include_self) and placed or pick(result, placed), result)
   end
@@ -361,7 +365,7 @@ function methods.masked_scatter(x, mask, src)
   end
   if src.dtype ~= x.dtype then raise(op .. ": expected a source of dtype " .. x.dtype .. " (the input's), got " .. src.dtype) end
   local values = src:reshape(-1):narrow(1, 1, count)
-  local placed = dl.zeros(x:numel(), { dtype = x.dtype, device = x.device }):scatter_add(1, pos, values):view(x.shape)
+  local placed = blank(x):reshape(-1):scatter_add(1, pos, values):view(x.shape)
   return dl.where(m, placed, x)
 end
 

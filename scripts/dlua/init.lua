@@ -104,7 +104,7 @@ core.on_first_use(T.methods, { "bernoulli", "multinomial" }, loader("dlua.sampli
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
 core.on_first_use(dl, { "vmap" }, loader("dlua.vmap"))
 local SORTING = { "sort", "argsort", "topk", "kthvalue", "median", "nonzero", "argwhere", "count_nonzero",
-                  "masked_select", "unique", "mode" }
+                  "masked_select", "unique", "unique_consecutive", "mode" }
 core.on_first_use(dl, SORTING, loader("dlua.sorting"))
 core.on_first_use(T.methods, SORTING, loader("dlua.sorting"))
 core.on_first_use(dl, { "searchsorted", "bucketize" }, loader("dlua.sorting"))

@@ -41,8 +41,8 @@ end
 local function running_extreme(op, x, dim, sign)
   check(op, x)
   if x.dtype == "bool" then raise(op .. ": expected a numeric tensor, got bool") end
+  local d = core.positive_dim(op, dim, math.max(x:dim(), 1), x:dim())   -- (a 0-dim x takes 1 or -1)
   if x:dim() == 0 then return x:clone(), dl.ones({}, { dtype = "int64", device = x.device }) end
-  local d = core.positive_dim(op, dim, x:dim())
   local n = x:size(d)
   local shape = {}
   for i = 1, x:dim() do shape[i] = i == d and n or 1 end
@@ -70,8 +70,8 @@ function dl.logcumsumexp(x, dim)
   local op = "logcumsumexp"
   check(op, x)
   if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
+  local d = core.positive_dim(op, dim, math.max(x:dim(), 1), x:dim())   -- (a 0-dim x takes 1 or -1)
   if x:dim() == 0 then return x:clone() end
-  local d = core.positive_dim(op, dim, x:dim())
   local n, y, k = x:size(d), x, 1
   while k < n do
     local prev = shifted(y, d, k, -huge)

@@ -47,6 +47,9 @@ function methods.sort(x, dim, descending)
 end
 
 function methods.argsort(x, dim, descending)
+  check("argsort", x)
+  dim = int_arg("argsort", dim == nil and -1 or dim, "dimension")
+  core.positive_dim("argsort", dim, math.max(x:dim(), 1), x:dim())   -- (its own name in the error)
   local _, i = methods.sort(x, dim, descending)
   return i
 end
@@ -96,11 +99,18 @@ function methods.kthvalue(x, k, dim, keepdim)
   return v, i
 end
 
--- x:nonzero(): int64 (count, x:dim()), the 1-based positions of the non-zero elements in
--- row-major order.
-function methods.nonzero(x)
+-- x:nonzero([{as_tuple = true}]): int64 (count, x:dim()), the 1-based positions of the
+-- non-zero elements in row-major order; with as_tuple, a list of x:dim() int64 (count)
+-- tensors, one a dim (of a 0-dim x: one tensor, {1} where x is non-zero), as PyTorch's.
+function methods.nonzero(x, opts)
   check("nonzero", x)
-  return one(C.dl_nonzero, hid(x))
+  opts = options("nonzero", opts, { as_tuple = true })
+  local pos = one(C.dl_nonzero, hid(x))
+  if not opts.as_tuple then return pos end
+  if x:dim() == 0 then return { dl.ones(pos:size(1), { dtype = "int64", device = x.device }) } end
+  local list = {}
+  for d = 1, x:dim() do list[d] = pos:select(2, d):contiguous() end
+  return list
 end
 
 function methods.count_nonzero(x, dim)
@@ -116,7 +126,14 @@ end
 function M.searchsorted(seq, values, opts)
   check("searchsorted", seq)
   opts = options("searchsorted", opts, { right = true, side = true })
-  local right = opts.right == true or opts.side == "right"
+  local side = opts.side
+  if side ~= nil and side ~= "left" and side ~= "right" then
+    raise("searchsorted: side must be \"left\" or \"right\", got " .. tostring(side))
+  end
+  if side ~= nil and opts.right ~= nil and (side == "right") ~= (opts.right == true) then
+    raise("searchsorted: side = \"" .. side .. "\" and right = " .. tostring(opts.right) .. " ask for opposite sides")
+  end
+  local right = opts.right == true or side == "right"
   if type(values) == "number" then   -- a fraction against integers compares as float64
     local dt = (values == floor(values) or seq:is_floating_point()) and seq.dtype or "float64"
     values = dl.tensor(values, { dtype = dt, device = seq.device })
@@ -135,7 +152,11 @@ function M.masked_select(x, mask)
   end
   local xs, ms = x, mask
   if shape_str(x) ~= shape_str(mask) then
-    local probe = dl.where(mask, x, x)   -- the broadcast shape, and its error when there is none
+    local ok, probe = pcall(dl.where, mask, x, x)   -- the broadcast shape
+    if not ok then
+      raise("masked_select: the mask of shape " .. shape_str(mask) .. " and the input of shape " .. shape_str(x)
+            .. " do not broadcast together")
+    end
     xs, ms = x:expand_as(probe), mask:expand_as(probe)
   end
   local flat = xs:reshape(-1)
@@ -182,8 +203,10 @@ function M.index(x, key)
   return x:index_select(1, key)
 end
 
--- x[mask] = v: v a number, or a tensor with one element or one per true element of mask
--- (in row-major order). In place; recorded for gradients as a copy into x.
+-- x[mask] = v: v a number, or a tensor that broadcasts to x[mask]'s shape (count, the
+-- remaining dims...): one element, one per true element of mask (in row-major order), or
+-- one entry of the remaining dims for every selected one (PyTorch's index_put_). In
+-- place; recorded for gradients as a copy into x.
 function M.newindex(x, key, v)
   if key.dtype ~= "bool" then
     raise("index: assigning through a tensor key needs a bool mask, got " .. key.dtype)
@@ -201,14 +224,18 @@ function M.newindex(x, key, v)
     x:copy_(dl.where(mask, v:reshape({}):to(x.dtype), x))
     return
   end
-  local pos = mask:reshape(-1):nonzero():view(-1)
-  if v:numel() ~= pos:numel() then
-    raise("index: the mask selects " .. pos:numel() .. " elements, but " .. v:numel() .. " values were given (shape "
-          .. shape_str(v) .. ")")
+  local pos = key:reshape(-1):nonzero():view(-1)
+  local want, total = { pos:numel() }, pos:numel()
+  for d = k + 1, x:dim() do want[#want + 1] = x:size(d); total = total * x:size(d) end
+  -- as many values as selected elements, in the selection's order, whatever their shape
+  if v:numel() == total then v = v:reshape(want) end
+  local ok, spread = pcall(v.expand, v, want)
+  if not ok then
+    raise("index: the mask selects " .. shape_str(want) .. " elements, but the values' shape " .. shape_str(v)
+          .. " does not broadcast to it")
   end
-  local placed = dl.zeros(x:numel(), { dtype = x.dtype, device = x.device })
-    :scatter_add(1, pos, v:reshape(-1):to(x.dtype)):view(x.shape)
-  x:copy_(dl.where(mask, placed, x))
+  -- copied over the selected rows (not added to zeros, which would turn -0 into +0)
+  x:copy_(lead_flat(x, k):index_copy(1, pos, spread:to(x.dtype)):view(x.shape))
 end
 
 -- x:median(): the lower median of all elements (a 0-dim tensor); x:median(dim [,
@@ -279,12 +306,43 @@ dl.mode = methods.mode
 -- right, boundaries[i - 1] <= v < boundaries[i]), as torch.bucketize: searchsorted with
 -- the arguments the other way round.
 function dl.bucketize(x, boundaries, opts)
-  check("bucketize", x)
+  if type(x) ~= "number" then check("bucketize", x) end   -- (a number gives a 0-dim result)
   check("bucketize", boundaries)
   if boundaries:dim() ~= 1 then
     raise("bucketize: expected 1-D boundaries, got shape " .. shape_str(boundaries.shape))
   end
   return dl.searchsorted(boundaries, x, opts)
+end
+
+-- The runs of equal neighbours in the 1-D vals: where each starts (bool), then the
+-- results unique and unique_consecutive give: the run values, and as asked, each
+-- element's 1-based run (placed at `at`, or in order) and each run's length.
+local function runs(vals, opts, at, shape)
+  local n, device = vals:numel(), vals.device
+  local starts
+  if n == 0 then
+    starts = dl.zeros(0, { dtype = "bool", device = device })
+  else
+    local first = dl.ones(1, { dtype = "bool", device = device })
+    starts = n == 1 and first or dl.cat({ first, vals:narrow(1, 2, n - 1):ne(vals:narrow(1, 1, n - 1)) })
+  end
+  local results = { vals:masked_select(starts) }
+  if opts.return_inverse then
+    local group = starts:cumsum(1)   -- int64, 1-based
+    if at then group = dl.zeros(n, { dtype = "int64", device = device }):scatter_add(1, at, group) end
+    results[#results + 1] = group:view(shape)
+  end
+  if opts.return_counts then
+    if n == 0 then
+      results[#results + 1] = dl.zeros(0, { dtype = "int64", device = device })
+    else
+      local first_at = starts:nonzero():view(-1)   -- where each run starts, 1-based
+      local ends = dl.cat({ first_at:narrow(1, 2, first_at:numel() - 1),
+                            dl.tensor({ n + 1 }, { dtype = "int64", device = device }) })
+      results[#results + 1] = ends - first_at
+    end
+  end
+  return unpack(results)
 end
 
 -- dl.unique(x [, {sorted = true, return_inverse = false, return_counts = false}]): the
@@ -295,33 +353,19 @@ function M.unique(x, opts)
   check("unique", x)
   opts = options("unique", opts, { sorted = true, return_inverse = true, return_counts = true })
   local vals, idx = x:reshape(-1):sort()
-  local n = vals:numel()
-  local starts
-  if n == 0 then
-    starts = dl.zeros(0, { dtype = "bool", device = x.device })
-  else
-    local first = dl.ones(1, { dtype = "bool", device = x.device })
-    starts = n == 1 and first or dl.cat({ first, vals:narrow(1, 2, n - 1):ne(vals:narrow(1, 1, n - 1)) })
-  end
-  local u = vals:masked_select(starts)
-  local results = { u }
-  if opts.return_inverse then
-    local group = starts:cumsum(1)   -- int64, 1-based
-    local inverse = dl.zeros(n, { dtype = "int64", device = x.device }):scatter_add(1, idx, group)
-    results[#results + 1] = inverse:view(x:dim() == 0 and {} or x.shape)
-  end
-  if opts.return_counts then
-    if n == 0 then
-      results[#results + 1] = dl.zeros(0, { dtype = "int64", device = x.device })
-    else
-      local first_at = starts:nonzero():view(-1)   -- where each value's run starts, 1-based
-      local ends = dl.cat({ first_at:narrow(1, 2, first_at:numel() - 1),
-                            dl.tensor({ n + 1 }, { dtype = "int64", device = x.device }) })
-      results[#results + 1] = ends - first_at
-    end
-  end
-  return unpack(results)
+  return runs(vals, opts, idx, x:dim() == 0 and {} or x.shape)
 end
+
+-- dl.unique_consecutive(x [, {return_inverse = false, return_counts = false}]): x
+-- (flattened) with each run of equal neighbours made one element, as
+-- torch.unique_consecutive; with return_inverse, each element's 1-based run (x's shape),
+-- with return_counts, each run's length.
+function M.unique_consecutive(x, opts)
+  check("unique_consecutive", x)
+  opts = options("unique_consecutive", opts, { return_inverse = true, return_counts = true })
+  return runs(x:reshape(-1), opts, nil, x:dim() == 0 and {} or x.shape)
+end
+methods.unique_consecutive, dl.unique_consecutive = M.unique_consecutive, M.unique_consecutive
 
 dl.searchsorted, dl.masked_select, dl.unique = M.searchsorted, M.masked_select, M.unique
 methods.masked_select, methods.unique = M.masked_select, M.unique

@@ -1306,4 +1306,23 @@ H.test("bitwise ops, shifts, gcd and lcm on int64, int32, uint8 and bool match P
   H.values(v[dl.bitwise_and(v:gt(2), dl.bitwise_not(v:gt(6)))], { 3, 4, 5, 6 }, { dtype = "int64" })
 end)
 
+-- A function that loads its module on first use (core.on_first_use) is defined by that
+-- module: dl.unfold was a stub whose module defined only the method, so calling it
+-- failed with "attempt to call a nil value".
+H.test("every function that loads on first use exists once loaded", function()
+  local core, T = require("dlua.core"), require("dlua.tensor")
+  local missing = {}
+  for _, tbl in ipairs({ { dl, "dl." }, { T.methods, "x:" }, { dl.nn.functional, "F." }, { dl.data, "dl.data." } }) do
+    local mt = getmetatable(tbl[1])
+    local stubs = mt and type(rawget(mt, "__index")) == "table" and rawget(mt, "__index") or {}
+    for k, v in pairs(stubs) do
+      if type(v) == "function" and rawget(tbl[1], k) == nil and core.resolve_stub(v) == nil then
+        missing[#missing + 1] = tbl[2] .. k
+      end
+    end
+  end
+  H.eq(missing, {})
+  H.eq(dl.unfold(dl.arange(1, 6), 1, 2, 2):totable(), { { 1, 2 }, { 3, 4 } })
+end)
+
 H.run()

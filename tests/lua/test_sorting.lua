@@ -104,7 +104,7 @@ H.test("x[mask] = v and x[idx]", function()
   H.eq(x:totable(), { { -1, -1, -1 }, { 4, 8, 9 } })
   H.eq(x[dl.tensor({ 2, 1, 2 }, { dtype = "int64" })]:totable(), { { 4, 8, 9 }, { -1, -1, -1 }, { 4, 8, 9 } })
   H.raises(function() x[x:gt(0)] = dl.tensor({ 1, 2 }) end,
-           "index: the mask selects 3 elements, but 2 values were given")
+           "index: the mask selects (3,) elements, but the values' shape (2,) does not broadcast to it")
   H.raises(function() return x[dl.tensor({ 0.5 })] end, "index: expected a bool mask or an integer index tensor")
   -- a masked write is recorded: the gradient flows to the values written and around them
   local g1, g2 = dl.grad(function(a, b)
@@ -132,6 +132,54 @@ H.test("masks over leading dims, key shapes, empty inputs (PyTorch's rules)", fu
   H.eq(dl.searchsorted(dl.tensor({ 1, 2, 3 }, { dtype = "int64" }), 2.5):item(), 3)
   local u, c = dl.unique(dl.zeros(0), { return_counts = true })
   H.eq(u:numel(), 0); H.eq(c:numel(), 0)
+end)
+
+-- What a differential run against PyTorch 1.13 found (each as torch does it).
+H.test("against PyTorch: row values, signed zeros, as_tuple, sides, 0-dim dims, op names", function()
+  local y = dl.zeros(3, 2)
+  y[dl.tensor({ true, false, true })] = dl.tensor({ 1, 2 })   -- one row's values for every row picked
+  H.eq(y:totable(), { { 1, 2 }, { 0, 0 }, { 1, 2 } })
+  -- -0 written through a mask, scatter, masked_scatter and index_copy keeps its sign
+  local function signs(t) local out = {} for i, v in ipairs(t:totable()) do out[i] = 1 / v end return out end
+  local x = dl.tensor({ 1, 2, 3 })
+  x[x:gt(1)] = dl.tensor({ -0.0, -0.0 })
+  H.eq(signs(x), { 1, -math.huge, -math.huge })
+  H.eq(signs(dl.ones(2):scatter(1, dl.tensor({ 2 }, { dtype = "int64" }), dl.tensor({ -0.0 }))), { 1, -math.huge })
+  H.eq(signs(dl.ones(2):masked_scatter(dl.tensor({ true, false }), dl.tensor({ -0.0 }))), { -math.huge, 1 })
+  H.eq(signs(dl.ones(2):index_copy(1, dl.tensor({ 1 }, { dtype = "int64" }), dl.tensor({ -0.0 }))), { -math.huge, 1 })
+  -- nonzero's as_tuple: one index tensor a dim
+  local nz = dl.tensor({ { 0, 1, 0 }, { 2, 0, 3 } }):nonzero({ as_tuple = true })
+  H.eq(#nz, 2); H.eq(nz[1]:totable(), { 1, 2, 2 }); H.eq(nz[2]:totable(), { 2, 1, 3 })
+  H.eq(dl.tensor(5):nonzero({ as_tuple = true })[1]:totable(), { 1 })
+  H.raises(function() return dl.tensor({ 1 }):nonzero(true) end, "nonzero: expected an options table")
+  -- searchsorted's side
+  H.raises(function() return dl.searchsorted(dl.tensor({ 1, 2 }), dl.tensor({ 1 }), { side = "up" }) end,
+           'searchsorted: side must be "left" or "right", got up')
+  H.raises(function() return dl.searchsorted(dl.tensor({ 1, 2 }), dl.tensor({ 1 }), { side = "left", right = true }) end,
+           "ask for opposite sides")
+  H.eq(dl.bucketize(3, dl.tensor({ 1, 3, 5 })):item(), 2)
+  H.eq(dl.bucketize(3, dl.tensor({ 1, 3, 5 }), { right = true }):item(), 3)
+  -- a 0-dim tensor takes dim 1 or -1, no other
+  local s = dl.tensor(4)
+  H.eq(s:cumsum(1):item(), 4); H.eq(s:cumprod(-1):item(), 4); H.eq(s:flip({ 1 }):item(), 4)
+  H.raises(function() return s:cumsum(7) end, "cumsum: dimension 7 out of range for a tensor of 0 dimensions")
+  H.raises(function() return s:sort(-9) end, "sort: dimension -9 out of range")
+  H.raises(function() return s:argsort(3) end, "argsort: dimension 3 is out of range for a tensor of 0 dims")
+  H.raises(function() return dl.logcumsumexp(s, 3) end, "logcumsumexp: dimension 3 is out of range for a tensor of 0 dims")
+  H.raises(function() return dl.cummax(s, "x") end, "cummax: dimension x is out of range")
+  H.raises(function() return s:flip({ 2 }) end, "flip: dimension 2 is out of range for a tensor of 0 dims")
+  -- errors name the op called
+  local m = dl.ones(2, 3)
+  H.raises(function() return m:argsort(4) end, "argsort: dimension 4")
+  H.raises(function() return dl.masked_select(m, dl.tensor({ true, false })) end,
+           "masked_select: the mask of shape (2,) and the input of shape (2, 3) do not broadcast")
+  H.raises(function() return m["repeat"](m, 1.5, 2) end, "repeat: the repetitions")
+  -- unique_consecutive: runs of equal neighbours
+  local u, inv, c = dl.unique_consecutive(dl.tensor({ 1, 1, 2, 2, 3, 1, 1, 2 }), { return_inverse = true, return_counts = true })
+  H.eq(u:totable(), { 1, 2, 3, 1, 2 }); H.eq(inv:totable(), { 1, 1, 2, 2, 3, 4, 4, 5 }); H.eq(c:totable(), { 2, 2, 1, 2, 1 })
+  H.eq(dl.tensor({ { 5, 5 }, { 5, 6 } }):unique_consecutive({ return_inverse = true })
+    and select(2, dl.unique_consecutive(dl.tensor({ { 5, 5 }, { 5, 6 } }), { return_inverse = true })).shape, { 2, 2 })
+  H.eq(dl.unique_consecutive(dl.zeros(0)):numel(), 0)
 end)
 
 H.test("arguments are checked", function()
