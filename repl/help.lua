@@ -115,7 +115,7 @@ local H = {
   ["dl.argsort"] = { "x:argsort([dim [, descending]])", "The indices that sort x along dim." },
   ["dl.topk"] = { "x:topk(k [, dim = -1, largest = true])", "The k largest (or smallest) values along dim and their indices." },
   ["dl.kthvalue"] = { "x:kthvalue(k [, dim = -1, keepdim])", "The k-th smallest value along dim and its index." },
-  ["dl.unique"] = { "dl.unique(x [, {return_inverse, return_counts}]); dl.unique_consecutive(x [, opts])", "The distinct values, ascending (or each run of equal neighbours as one, in order); optionally each element's group and the counts." },
+  ["dl.unique"] = { "dl.unique(x [, {return_inverse, return_counts, dim}]); dl.unique_consecutive(x [, opts])", "The distinct values (or slices along dim), ascending (or each run of equal neighbours as one, in order); optionally each element's group and the counts." },
   ["dl.searchsorted"] = { "dl.searchsorted(sorted, values [, {right}])", "Where each value would be inserted into the ascending last dim: 1 .. n + 1." },
   ["dl.nonzero"] = { "x:nonzero()", "The positions of the non-zero elements: (count, x:dim()), row-major." },
   ["dl.masked_select"] = { "dl.masked_select(x, mask)", "The elements where the bool mask is true, as 1-D (also x[mask])." },

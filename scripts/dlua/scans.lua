@@ -40,7 +40,10 @@ end
 -- by a left value that is NaN or strictly better.
 local function running_extreme(op, x, dim, sign)
   check(op, x)
-  if x.dtype == "bool" then raise(op .. ": expected a numeric tensor, got bool") end
+  if x.dtype == "bool" then   -- (as PyTorch's: false < true)
+    local v, i = running_extreme(op, x:to("uint8"), dim, sign)
+    return v:to("bool"), i
+  end
   local d = core.positive_dim(op, dim, math.max(x:dim(), 1), x:dim())   -- (a 0-dim x takes 1 or -1)
   if x:dim() == 0 then return x:clone(), dl.ones({}, { dtype = "int64", device = x.device }) end
   local n = x:size(d)

@@ -314,19 +314,23 @@ function dl.bucketize(x, boundaries, opts)
   return dl.searchsorted(boundaries, x, opts)
 end
 
--- The runs of equal neighbours in the 1-D vals: where each starts (bool), then the
--- results unique and unique_consecutive give: the run values, and as asked, each
--- element's 1-based run (placed at `at`, or in order) and each run's length.
+-- The runs of equal neighbours along dim 1 of vals (1-D: elements; 2-D: rows, equal
+-- when every column is), and the results unique and unique_consecutive give: the run
+-- values (a row each), and as asked, each element's 1-based run (placed at `at`, or in
+-- order, then viewed as `shape`) and each run's length.
 local function runs(vals, opts, at, shape)
-  local n, device = vals:numel(), vals.device
+  local n, device = vals:size(1), vals.device
   local starts
   if n == 0 then
     starts = dl.zeros(0, { dtype = "bool", device = device })
   else
     local first = dl.ones(1, { dtype = "bool", device = device })
-    starts = n == 1 and first or dl.cat({ first, vals:narrow(1, 2, n - 1):ne(vals:narrow(1, 1, n - 1)) })
+    local differ = n > 1 and vals:narrow(1, 2, n - 1):ne(vals:narrow(1, 1, n - 1))
+    if differ and vals:dim() == 2 then differ = differ:any(2) end
+    starts = n == 1 and first or dl.cat({ first, differ })
   end
-  local results = { vals:masked_select(starts) }
+  local first_at = starts:nonzero():view(-1)   -- where each run starts, 1-based
+  local results = { vals:index_select(1, first_at) }
   if opts.return_inverse then
     local group = starts:cumsum(1)   -- int64, 1-based
     if at then group = dl.zeros(n, { dtype = "int64", device = device }):scatter_add(1, at, group) end
@@ -336,24 +340,51 @@ local function runs(vals, opts, at, shape)
     if n == 0 then
       results[#results + 1] = dl.zeros(0, { dtype = "int64", device = device })
     else
-      local first_at = starts:nonzero():view(-1)   -- where each run starts, 1-based
       local ends = dl.cat({ first_at:narrow(1, 2, first_at:numel() - 1),
                             dl.tensor({ n + 1 }, { dtype = "int64", device = device }) })
       results[#results + 1] = ends - first_at
     end
   end
-  return unpack(results)
+  return results
 end
 
--- dl.unique(x [, {sorted = true, return_inverse = false, return_counts = false}]): the
--- distinct values of x (flattened) in ascending order; with return_inverse, for each
+-- dl.unique(x [, {sorted = true, return_inverse = false, return_counts = false, dim}]):
+-- the distinct values of x (flattened) in ascending order; with return_inverse, for each
 -- element of x the 1-based index of its value among them (x's shape); with
--- return_counts, how often each occurs. Each NaN is distinct, as in PyTorch.
+-- return_counts, how often each occurs. Each NaN is distinct, as in PyTorch. With dim,
+-- the distinct slices along dim, in lexicographic order, and the inverse and counts per
+-- slice (torch.unique's dim).
 function M.unique(x, opts)
   check("unique", x)
-  opts = options("unique", opts, { sorted = true, return_inverse = true, return_counts = true })
-  local vals, idx = x:reshape(-1):sort()
-  return runs(vals, opts, idx, x:dim() == 0 and {} or x.shape)
+  opts = options("unique", opts, { sorted = true, return_inverse = true, return_counts = true, dim = true })
+  if opts.dim == nil then
+    local vals, idx = x:reshape(-1):sort()
+    return unpack(runs(vals, opts, idx, x:dim() == 0 and {} or x.shape))
+  end
+  if x:dim() == 0 then raise("unique: a 0-dim tensor has no dim to take slices along") end
+  local d = core.positive_dim("unique", opts.dim, x:dim())
+  local n = x:size(d)
+  local moved = x:transpose(d, 1)   -- (PyTorch's: a slice's elements in the transpose's order)
+  local rest = moved.shape
+  table.remove(rest, 1)
+  local width = 1
+  for _, m in ipairs(rest) do width = width * m end
+  if width == 0 and n > 0 then   -- (PyTorch's refusal: its slices would all be empty)
+    raise("unique: the slices along dim " .. opts.dim .. " of shape " .. shape_str(x) .. " are empty")
+  end
+  local rows = moved:reshape(n, width)
+  -- rows in lexicographic order: stable sorts by each column, the last first
+  local order = dl.arange(1, n + 1, { dtype = "int64", device = x.device })
+  for j = width, 1, -1 do
+    local _, o = rows:select(2, j):index_select(1, order):sort(1)
+    order = order:index_select(1, o)
+  end
+  local results = runs(rows:index_select(1, order), opts, order, { n })
+  local count = results[1]:size(1)
+  local shape = { count }
+  for _, m in ipairs(rest) do shape[#shape + 1] = m end
+  results[1] = results[1]:reshape(shape):transpose(1, d)
+  return unpack(results)
 end
 
 -- dl.unique_consecutive(x [, {return_inverse = false, return_counts = false}]): x
@@ -363,7 +394,7 @@ end
 function M.unique_consecutive(x, opts)
   check("unique_consecutive", x)
   opts = options("unique_consecutive", opts, { return_inverse = true, return_counts = true })
-  return runs(x:reshape(-1), opts, nil, x:dim() == 0 and {} or x.shape)
+  return unpack(runs(x:reshape(-1), opts, nil, x:dim() == 0 and {} or x.shape))
 end
 methods.unique_consecutive, dl.unique_consecutive = M.unique_consecutive, M.unique_consecutive
 

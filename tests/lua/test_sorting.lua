@@ -180,6 +180,23 @@ H.test("against PyTorch: row values, signed zeros, as_tuple, sides, 0-dim dims, 
   H.eq(dl.tensor({ { 5, 5 }, { 5, 6 } }):unique_consecutive({ return_inverse = true })
     and select(2, dl.unique_consecutive(dl.tensor({ { 5, 5 }, { 5, 6 } }), { return_inverse = true })).shape, { 2, 2 })
   H.eq(dl.unique_consecutive(dl.zeros(0)):numel(), 0)
+  -- unique's dim: distinct slices in lexicographic order (torch.unique(x, dim=0) and dim=1,
+  -- indices + 1)
+  local m2 = dl.tensor({ { 1, 2 }, { 3, 4 }, { 1, 2 }, { 0, 9 } })
+  local ur, ir, cr = dl.unique(m2, { dim = 1, return_inverse = true, return_counts = true })
+  H.eq(ur:totable(), { { 0, 9 }, { 1, 2 }, { 3, 4 } }); H.eq(ir:totable(), { 2, 3, 2, 1 }); H.eq(cr:totable(), { 1, 2, 1 })
+  local uc, ic, cc = dl.unique(m2, { dim = 2, return_inverse = true, return_counts = true })
+  H.eq(uc:totable(), m2:totable()); H.eq(ic:totable(), { 1, 2 }); H.eq(cc:totable(), { 1, 1 })
+  H.eq(dl.unique(dl.tensor({ { { 1, 1 }, { 2, 2 } }, { { 1, 1 }, { 2, 2 } }, { { 0, 1 }, { 2, 2 } } }), { dim = 1 }):totable(),
+       { { { 0, 1 }, { 2, 2 } }, { { 1, 1 }, { 2, 2 } } })
+  H.eq(dl.unique(dl.zeros(0, 2), { dim = 1 }).shape, { 0, 2 })
+  -- a slice's elements compare in the order of x transposed (dim with the first), as
+  -- PyTorch's: in (2, 1) order here, where (1, 2) order would put the third slice first
+  local x3 = dl.tensor({ { { 0, 1, 1 }, { 1, 1, 0 } }, { { 1, 0, 1 }, { 0, 1, 1 } } })
+  H.eq(dl.unique(x3, { dim = 3 }):totable(), x3:totable())
+  -- cummax of bools (false < true), as PyTorch's
+  local bv, bi = dl.cummax(dl.tensor({ false, true, false }), 1)
+  H.eq(bv.dtype, "bool"); H.eq(bv:totable(), { false, true, true }); H.eq(bi:totable(), { 1, 2, 2 })
 end)
 
 H.test("arguments are checked", function()
@@ -189,7 +206,8 @@ H.test("arguments are checked", function()
   H.raises(function() return x:sort(3) end, "sort: dimension 3 out of range")
   H.raises(function() return dl.masked_select(x, x) end, "masked_select: expected a bool mask, got float32")
   H.raises(function() return dl.searchsorted(dl.ones(2, 3), dl.ones(3, 1)) end, "searchsorted: the leading dims")
-  H.raises(function() return dl.unique(x, { dim = 1 }) end, "unique: unknown option 'dim'")
+  H.raises(function() return dl.unique(x, { dim = 3 }) end, "unique: dimension 3 is out of range")
+  H.raises(function() return dl.unique(dl.zeros(3, 0), { dim = 1 }) end, "unique: the slices along dim 1 of shape (3, 0) are empty")
 end)
 
 H.test("dl.export captures sort and searchsorted", function()
