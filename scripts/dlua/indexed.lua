@@ -166,7 +166,8 @@ function methods.scatter(x, dim, idx, src)
     local last = write_ranks(idx, d):eq(hits:gather(d, idx):to("int64"))
     local hit = hits:gt(0)
     return dl.custom_gradient(function(a, b)
-      return dl.where(hit, blank(a):scatter_add(d, idx, dl.where(last, b, -0.0)), a),
+      local nothing = dl.full({}, -0.0, { dtype = b.dtype, device = b.device })   -- (b's dtype kept)
+      return dl.where(hit, blank(a):scatter_add(d, idx, dl.where(last, b, nothing)), a),
              function(g) return { dl.where(hit, 0, g), g:gather(d, idx) } end
     end)(x, src)
   end
@@ -176,14 +177,22 @@ end
 
 -- prod, amax and amin of scatter_reduce: the writes combined round by round (round k takes
 -- every place's k-th write, at most one per place), in PyTorch's order.
+-- amax's and amin's combination of a place's value so far (a) and the next write (b):
+-- a NaN from either, and a kept on a tie (0 against -0), as PyTorch's loop keeps it.
+local function keep_unless(better)
+  return function(a, b) return dl.where(better(b, a):logical_or(b:ne(b)), b, a) end
+end
+local PICK = { amax = keep_unless(dl.gt), amin = keep_unless(dl.lt), prod = dl.mul }
+
 local function scatter_rounds(x, d, idx, src, reduce, include_self)
   local ranks = write_ranks(idx, d)
   local rounds = ranks:amax():item()
-  local pick = reduce == "amax" and dl.maximum or reduce == "amin" and dl.minimum or dl.mul
+  local pick = PICK[reduce]
+  local nothing = dl.full({}, -0.0, { dtype = src.dtype, device = src.device })   -- (src's dtype kept)
   local result = x
   for k = 1, rounds do
     local mine = ranks:eq(k)
-    local placed = blank(x):scatter_add(d, idx, dl.where(mine, src, -0.0))
+    local placed = blank(x):scatter_add(d, idx, dl.where(mine, src, nothing))
     local hit = dl.zeros(x.shape, { device = x.device }):scatter_add(d, idx, mine:to("float32")):gt(0)
     result = dl.where(hit, (k == 1 and not include_self) and placed or pick(result, placed), result)
   end

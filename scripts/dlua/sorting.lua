@@ -229,9 +229,10 @@ function M.newindex(x, key, v)
   for d = k + 1, x:dim() do want[#want + 1] = x:size(d); total = total * x:size(d) end
   -- as many values as selected elements, in the selection's order, whatever their shape
   if v:numel() == total then v = v:reshape(want) end
+  while v:dim() > #want and v:size(1) == 1 do v = v:squeeze(1) end   -- (leading 1s broadcast away)
   local ok, spread = pcall(v.expand, v, want)
   if not ok then
-    raise("index: the mask selects " .. shape_str(want) .. " elements, but the values' shape " .. shape_str(v)
+    raise("index: the mask's selection has shape " .. shape_str(want) .. ", and the values' shape " .. shape_str(v)
           .. " does not broadcast to it")
   end
   -- copied over the selected rows (not added to zeros, which would turn -0 into +0)

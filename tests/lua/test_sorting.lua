@@ -104,7 +104,7 @@ H.test("x[mask] = v and x[idx]", function()
   H.eq(x:totable(), { { -1, -1, -1 }, { 4, 8, 9 } })
   H.eq(x[dl.tensor({ 2, 1, 2 }, { dtype = "int64" })]:totable(), { { 4, 8, 9 }, { -1, -1, -1 }, { 4, 8, 9 } })
   H.raises(function() x[x:gt(0)] = dl.tensor({ 1, 2 }) end,
-           "index: the mask selects (3,) elements, but the values' shape (2,) does not broadcast to it")
+           "index: the mask's selection has shape (3,), and the values' shape (2,) does not broadcast to it")
   H.raises(function() return x[dl.tensor({ 0.5 })] end, "index: expected a bool mask or an integer index tensor")
   -- a masked write is recorded: the gradient flows to the values written and around them
   local g1, g2 = dl.grad(function(a, b)
@@ -139,6 +139,20 @@ H.test("against PyTorch: row values, signed zeros, as_tuple, sides, 0-dim dims, 
   local y = dl.zeros(3, 2)
   y[dl.tensor({ true, false, true })] = dl.tensor({ 1, 2 })   -- one row's values for every row picked
   H.eq(y:totable(), { { 1, 2 }, { 0, 0 }, { 1, 2 } })
+  y[dl.tensor({ false, true, false })] = dl.tensor({ { { 7, 8 } } })   -- leading 1s broadcast away
+  H.eq(y:totable(), { { 1, 2 }, { 7, 8 }, { 1, 2 } })
+  -- scatter_reduce's amax and amin keep the value so far on a tie of 0 and -0, as PyTorch's
+  local z = dl.tensor({ 5.0 }):scatter_reduce(1, dl.tensor({ 1, 1 }, { dtype = "int64" }), dl.tensor({ 0.0, -0.0 }),
+                                              "amax", { include_self = false })
+  H.eq(1 / z:item(), math.huge)
+  local zn = dl.tensor({ 5.0 }):scatter_reduce(1, dl.tensor({ 1, 1 }, { dtype = "int64" }), dl.tensor({ -0.0, 0.0 }),
+                                               "amin", { include_self = false })
+  H.eq(1 / zn:item(), -math.huge)
+  -- bool tensors: writes to one place twice, and the reductions that combine them
+  local bx = dl.tensor({ false, false })
+  local twice = dl.tensor({ 2, 2 }, { dtype = "int64" })
+  H.eq(bx:scatter(1, twice, dl.tensor({ true, false })):totable(), { false, false })
+  H.eq(bx:scatter_reduce(1, twice, dl.tensor({ true, false }), "amax"):totable(), { false, true })
   -- -0 written through a mask, scatter, masked_scatter and index_copy keeps its sign
   local function signs(t) local out = {} for i, v in ipairs(t:totable()) do out[i] = 1 / v end return out end
   local x = dl.tensor({ 1, 2, 3 })
