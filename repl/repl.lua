@@ -276,6 +276,27 @@ local function library(dl, name)
   return t
 end
 
+-- The tables whose functions are public, each with the prefix help names them by: dl,
+-- its libraries (loaded), dl.nn.functional and the tensor methods.
+local function public_tables(dl)
+  local list = { { dl, "dl." } }
+  for _, sub in ipairs(M.LIBRARIES) do
+    local t = library(dl, sub)
+    if t then list[#list + 1] = { t, "dl." .. sub .. "." } end
+  end
+  if type(rawget(dl, "nn")) == "table" and type(dl.nn.functional) == "table" then
+    list[#list + 1] = { dl.nn.functional, "dl.nn.functional." }
+  end
+  list[#list + 1] = { tensor_methods(), "Tensor:" }
+  return list
+end
+
+-- The stubs core.on_first_use put in tbl's metatable for functions not loaded yet.
+local function stubs_of(tbl)
+  local mt = getmetatable(tbl)
+  return type(mt) == "table" and type(rawget(mt, "__index")) == "table" and rawget(mt, "__index") or {}
+end
+
 local function build_docs()
   docs, by_fn = {}, {}
   local ok, opdocs = pcall(require, "dlua_repl.opdocs")
@@ -326,17 +347,7 @@ local function build_docs()
       end
     end
   end
-  if dl then
-    index(dl, "dl.")
-    for _, sub in ipairs(M.LIBRARIES) do
-      local t = library(dl, sub)
-      if t then index(t, "dl." .. sub .. ".") end
-    end
-    if type(rawget(dl, "nn")) == "table" and type(dl.nn.functional) == "table" then
-      index(dl.nn.functional, "dl.nn.functional.")
-    end
-  end
-  index(methods, "Tensor:")
+  for _, t in ipairs(dl and public_tables(dl) or { { methods, "Tensor:" } }) do index(t[1], t[2]) end
 end
 
 local GENERAL = [[
@@ -446,13 +457,9 @@ function M.doc_coverage()
   -- Everything loaded first (libraries, and the modules behind functions that load on
   -- first use), so that the answer does not depend on what ran before.
   local ok, core = pcall(require, "dlua.core")
-  local tables = { dl, tensor_methods() }
-  for _, sub in ipairs(M.LIBRARIES) do tables[#tables + 1] = library(dl, sub) end
-  if type(rawget(dl, "nn")) == "table" then tables[#tables + 1] = dl.nn.functional end
+  local tables = public_tables(dl)
   for _, t in ipairs(tables) do
-    local mt = getmetatable(t)
-    local stubs = type(mt) == "table" and type(rawget(mt, "__index")) == "table" and rawget(mt, "__index")
-    for _, f in pairs(stubs or {}) do
+    for _, f in pairs(stubs_of(t[1])) do
       if ok and core.resolve_stub then core.resolve_stub(f) end
     end
   end
@@ -469,24 +476,14 @@ function M.doc_coverage()
     end
     seen[name] = true
   end
-  local function scan(tbl, prefix)
+  for _, t in ipairs(tables) do
+    local tbl, prefix = t[1], t[2]
     for k, v in pairs(tbl) do check(type(k) == "string" and prefix .. k, v) end
-    -- and the stubs of functions whose module loads on first use (core.on_first_use)
-    local mt = getmetatable(tbl)
-    local stubs = type(mt) == "table" and type(rawget(mt, "__index")) == "table" and rawget(mt, "__index")
-    for k, v in pairs(stubs or {}) do
+    -- (a stub whose module did not define its function is reported too)
+    for k, v in pairs(stubs_of(tbl)) do
       if rawget(tbl, k) == nil then check(type(k) == "string" and prefix .. k, v) end
     end
   end
-  scan(dl, "dl.")
-  for _, sub in ipairs(M.LIBRARIES) do
-    local t = library(dl, sub)
-    if t then scan(t, "dl." .. sub .. ".") end
-  end
-  if type(rawget(dl, "nn")) == "table" and type(dl.nn.functional) == "table" then
-    scan(dl.nn.functional, "dl.nn.functional.")
-  end
-  scan(tensor_methods(), "Tensor:")
   sort(missing)
   return missing
 end

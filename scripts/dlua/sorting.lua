@@ -211,7 +211,7 @@ function M.newindex(x, key, v)
   if key.dtype ~= "bool" then
     raise("index: assigning through a tensor key needs a bool mask, got " .. key.dtype)
   end
-  local _, k = mask_positions(x, key)
+  local pos, k = mask_positions(x, key)
   local mshape = key.shape
   for _ = k + 1, x:dim() do mshape[#mshape + 1] = 1 end
   local mask = key:view(mshape):expand_as(x)
@@ -224,7 +224,6 @@ function M.newindex(x, key, v)
     x:copy_(dl.where(mask, v:reshape({}):to(x.dtype), x))
     return
   end
-  local pos = key:reshape(-1):nonzero():view(-1)
   local want, total = { pos:numel() }, pos:numel()
   for d = k + 1, x:dim() do want[#want + 1] = x:size(d); total = total * x:size(d) end
   -- as many values as selected elements, in the selection's order, whatever their shape
