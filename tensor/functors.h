@@ -394,12 +394,13 @@ struct PowFn { template <typename T> DL_HD T operator()(T a, T b) const {
     while (e) { if (e & 1) r = U(r * base); base = U(base * base); e >>= 1; }
     return T(r);
   } } };
+// NaN from either side wins; on a tie (0 and -0) the first operand, as PyTorch's.
 struct MaximumFn { template <typename T> DL_HD T operator()(T a, T b) const {
   if constexpr (kIsFloat<T>) { if (a != a) return a; if (b != b) return b; }
-  return a > b ? a : b; } };
+  return a >= b ? a : b; } };
 struct MinimumFn { template <typename T> DL_HD T operator()(T a, T b) const {
   if constexpr (kIsFloat<T>) { if (a != a) return a; if (b != b) return b; }
-  return a < b ? a : b; } };
+  return a <= b ? a : b; } };
 // polygamma(n, x): n (a whole number) first, as PyTorch's torch.polygamma(n, x).
 struct PolygammaFn { template <typename T> DL_HD T operator()(T n, T x) const {
   return T(special::polygamma(double(n), double(x))); } };

@@ -15,7 +15,7 @@ core.own_source()
 local T = require("dlua.tensor")
 
 local C = core.C
-local ffi_new = core.ffi.new
+local ffi_new, ffi_cast = core.ffi.new, core.ffi.cast
 local sfmt, srep, concat = string.format, string.rep, table.concat
 local floor, ceil, huge = math.floor, math.ceil, math.huge
 local mmax, mmin, abs = math.max, math.min, math.abs
@@ -24,7 +24,7 @@ local sbyte = string.byte
 
 local PRECISION, THRESHOLD, EDGE, LINEWIDTH, SCI_MODE = 4, 1000, 3, 80, nil
 local FIXED, SCI = "%." .. PRECISION .. "f", "%." .. PRECISION .. "e"
-local BOOL = core.dtype_codes.bool
+local BOOL, INT64 = core.dtype_codes.bool, core.dtype_codes.int64
 local FLOATS = { [core.dtype_codes.float32] = true, [core.dtype_codes.float64] = true,
                  [core.dtype_codes.float16] = true, [core.dtype_codes.bfloat16] = true }
 
@@ -89,6 +89,7 @@ local function plain_formatter(vals, n, is_bool)
   local width = 1
   local function raw(v)
     if is_bool then return v ~= 0 and "true" or "false" end
+    if type(v) == "cdata" then return (tostring(v):gsub("LL$", "")) end   -- exact_int64's
     return sfmt("%.0f", v)
   end
   for i = 1, n do
@@ -140,6 +141,20 @@ local function gather_values(x, sizes, nd, summarize)
     end
   end
   return vals, total, kept, cut
+end
+
+-- The values of an int64 tensor whose magnitudes reach 2^53, which a double does not
+-- hold exactly: each as an int64_t cdata, from x's high and low 32 bits read apart
+-- (each exact as a double); nil when every value fits a double.
+local TWO53, TWO32 = 2 ^ 53, 2 ^ 32
+local function exact_int64(x, sizes, nd, summarize)
+  if x:max():item() < TWO53 and x:min():item() > -TWO53 then return nil end
+  local hi = x:floor_divide(TWO32)
+  local his = gather_values(hi, sizes, nd, summarize)
+  local los = gather_values(x - hi * TWO32, sizes, nd, summarize)
+  local vals = {}
+  for i = 1, #his do vals[i] = ffi_cast("int64_t", his[i]) * 4294967296LL + ffi_cast("int64_t", los[i]) end
+  return vals
 end
 
 local function body(vals, kept, cut, nd, format, width, indent)
@@ -210,6 +225,7 @@ local function format_tensor(x)
   else
     if device ~= "cpu" then x = x:cpu() end
     local vals, n, kept, cut = gather_values(x, sizes, nd, numel > THRESHOLD)
+    if dtype == INT64 then vals = exact_int64(x, sizes, nd, numel > THRESHOLD) or vals end
     local format, width
     if FLOATS[dtype] then
       format, width = float_formatter(vals, n)

@@ -189,6 +189,8 @@ end
 -- along dim 1), in the key's shape.
 function M.index(x, key)
   if key.dtype == "bool" then
+    -- a 0-dim mask selects all of x (as a new leading dim of 1) or none of it
+    if key:dim() == 0 then return M.index(x:unsqueeze(1), key:reshape(1)) end
     local pos, k = mask_positions(x, key)
     return lead_flat(x, k):index_select(1, pos)
   end
@@ -211,6 +213,7 @@ function M.newindex(x, key, v)
   if key.dtype ~= "bool" then
     raise("index: assigning through a tensor key needs a bool mask, got " .. key.dtype)
   end
+  if key:dim() == 0 then return M.newindex(x:unsqueeze(1), key:reshape(1), v) end   -- (a view of x)
   local pos, k = mask_positions(x, key)
   local mshape = key.shape
   for _ = k + 1, x:dim() do mshape[#mshape + 1] = 1 end

@@ -87,4 +87,16 @@ H.test("set_printoptions: precision, sci_mode, threshold and edgeitems, profiles
   H.raises(function() dl.set_printoptions({ digits = 2 }) end, "set_printoptions: unknown option 'digits'")
 end)
 
+-- int64 values past 2^53 print exactly (a double would round them), summarised too
+H.test("int64 values past 2^53 print exactly", function()
+  local w = dl.full({ 3 }, 2 ^ 62, { dtype = "int64" }) + dl.tensor({ 1, -3, 5 }, { dtype = "int64" })
+  w[2] = -2 ^ 63
+  H.eq(tostring(w), "tensor([ 4611686018427387905, -9223372036854775808,  4611686018427387909],\n       shape=(3,), dtype=int64)")
+  local big = dl.arange(2000, { dtype = "int64" }) + (2 ^ 60 + 2 ^ 10)
+  -- (torch.arange(2000) + 2**60 + 2**10, as PyTorch prints it)
+  H.eq(tostring(big), "tensor([1152921504606848000, 1152921504606848001, 1152921504606848002,\n"
+                   .. "         ..., 1152921504606849997, 1152921504606849998,\n"
+                   .. "        1152921504606849999], shape=(2000,), dtype=int64)")
+end)
+
 H.run()

@@ -161,6 +161,22 @@ H.test("against PyTorch: row values, signed zeros, as_tuple, sides, 0-dim dims, 
   H.eq(signs(dl.ones(2):scatter(1, dl.tensor({ 2 }, { dtype = "int64" }), dl.tensor({ -0.0 }))), { 1, -math.huge })
   H.eq(signs(dl.ones(2):masked_scatter(dl.tensor({ true, false }), dl.tensor({ -0.0 }))), { -math.huge, 1 })
   H.eq(signs(dl.ones(2):index_copy(1, dl.tensor({ 1 }, { dtype = "int64" }), dl.tensor({ -0.0 }))), { -math.huge, 1 })
+  -- a 0-dim mask: all of x under a new leading dim of 1, or none of it
+  local t5 = dl.tensor(5)
+  H.eq(t5[dl.tensor(true)]:totable(), { 5 }); H.eq(t5[dl.tensor(false)].shape, { 0 })
+  local sq = dl.tensor({ { 1, 2 }, { 3, 4 } })
+  H.eq(sq[dl.tensor(true)].shape, { 1, 2, 2 }); H.eq(sq[dl.tensor(false)].shape, { 0, 2, 2 })
+  sq[dl.tensor(false)] = 0
+  H.eq(sq:totable(), { { 1, 2 }, { 3, 4 } })
+  sq[dl.tensor(true)] = dl.tensor({ 7, 8 })
+  H.eq(sq:totable(), { { 7, 8 }, { 7, 8 } })
+  t5[dl.tensor(true)] = 9
+  H.eq(t5:item(), 9)
+  -- maximum and minimum give the first operand on a tie (0 and -0), as PyTorch's
+  H.eq(1 / dl.maximum(dl.tensor(0.0), dl.tensor(-0.0)):item(), math.huge)
+  H.eq(1 / dl.maximum(dl.tensor(-0.0), dl.tensor(0.0)):item(), -math.huge)
+  H.eq(1 / dl.minimum(dl.tensor(0.0), dl.tensor(-0.0)):item(), math.huge)
+  H.eq(1 / dl.minimum(dl.tensor(-0.0), dl.tensor(0.0)):item(), -math.huge)
   -- nonzero's as_tuple: one index tensor a dim
   local nz = dl.tensor({ { 0, 1, 0 }, { 2, 0, 3 } }):nonzero({ as_tuple = true })
   H.eq(#nz, 2); H.eq(nz[1]:totable(), { 1, 2, 2 }); H.eq(nz[2]:totable(), { 2, 1, 3 })
