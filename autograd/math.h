@@ -32,6 +32,7 @@ inline Tensor sign(const Tensor& x) { return ag::unary(Op::Sign, x); }
 inline Tensor abs(const Tensor& x) { return ag::unary(Op::Abs, x); }
 inline Tensor sigmoid(const Tensor& x) { return ag::unary(Op::Sigmoid, x); }
 inline Tensor floor(const Tensor& x) { return ag::unary(Op::Floor, x); }
+inline Tensor trunc(const Tensor& x) { return sign(x) * floor(abs(x)); }
 inline Tensor pow(const Tensor& x, double p) { return ag::binary(Op::Pow, x, Scalar(p)); }
 inline Tensor pow(const Tensor& x, const Tensor& p) { return ag::binary(Op::Pow, x, p); }
 

@@ -130,6 +130,7 @@ DL_UNARY_GRAD(SphericalJ0, x, gy * over_x(cos(x) - ag::unary(Op::SphericalJ0, x)
   X(Mul, kInputs, g * b, g * a)                                                                      \
   X(Div, kInputs, g / b, -(g * a / (b * b)))                                                         \
   X(Mod, kInputs, g, -(g * floor(a / b)))                                                            \
+  X(Fmod, kInputs, g, -(g * trunc(a / b)))                                                           \
   X(Pow, kOutput, g * b * pow(a, b - 1.0), g * y * log_or_zero(a, b))                                \
   X(Maximum, kInputs, g * share(Op::Gt, a, b, g), g * share(Op::Lt, a, b, g))                        \
   X(Minimum, kInputs, g * share(Op::Lt, a, b, g), g * share(Op::Gt, a, b, g))                        \

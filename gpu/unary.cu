@@ -30,17 +30,8 @@ struct WhereOp {
 
 template <typename T>
 struct ClampOp {
-  T lo, hi;
-  __device__ void operator()(char* const (&p)[2], int64_t) const {
-    T v = load<T>(p[1]);
-    if constexpr (std::is_floating_point_v<T>) {
-      if (v != v) {
-        store<T>(p[0], v);
-        return;
-      }
-    }
-    store<T>(p[0], v < lo ? lo : (v > hi ? hi : v));
-  }
+  fn::ClampFn<T> f;
+  __device__ void operator()(char* const (&p)[2], int64_t) const { store<T>(p[0], f(load<T>(p[1]))); }
 };
 
 template <typename T>
@@ -88,7 +79,7 @@ void clamp(const Tensor& out, const Tensor& x, double lo, double hi) {
   const DeviceContext& c = activate(out, "clamp");
   DL_DISPATCH_NUMERIC(out.dtype(), "clamp", {
     // Bounds outside the dtype's range saturate instead of overflowing.
-    ClampOp<scalar_t> f{fn::convert<scalar_t>(lo), fn::convert<scalar_t>(hi)};
+    ClampOp<scalar_t> f{{fn::convert<scalar_t>(lo), fn::convert<scalar_t>(hi)}};
     launch_elementwise<2>(c, make_geom<2>({&out, &x}), f, "clamp");
   });
 }

@@ -245,10 +245,10 @@ struct NegFn { template <typename T> DL_HD T operator()(T x) const {
   if constexpr (kIsFloat<T>) return -x; else return T(wrap_t<T>(0) - wrap_t<T>(x)); } };
 struct AbsFn { template <typename T> DL_HD T operator()(T x) const {
   if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return x;
-  else if constexpr (kIsFloat<T>) return x < T(0) ? -x : x;
+  else if constexpr (kIsFloat<T>) return (x < T(0) ? -x : x) + T(0);   // (+ 0: |-0| is +0, as VecAbs's)
   else return x < T(0) ? T(wrap_t<T>(0) - wrap_t<T>(x)) : x; } };  // |INT_MIN| wraps to INT_MIN
+// -1, 0 or 1; 0 for 0, -0 and NaN, as PyTorch's.
 struct SignFn { template <typename T> DL_HD T operator()(T x) const {
-  if constexpr (kIsFloat<T>) { if (x != x) return x; }
   if constexpr (std::is_unsigned_v<T>) return T(x != T(0));
   else return T((T(0) < x) - (x < T(0))); } };
 struct ExpFn { template <typename T> DL_HD T operator()(T x) const {
@@ -366,6 +366,35 @@ struct SubFn { template <typename T> DL_HD T operator()(T a, T b) const {
 struct MulFn { template <typename T> DL_HD T operator()(T a, T b) const {
   if constexpr (std::is_same_v<T, bool>) return a && b; else return T(wrap_t<T>(a) * wrap_t<T>(b)); } };
 struct DivFn { template <typename T> DL_HD T operator()(T a, T b) const { return a / b; } };
+// C's fmod: the remainder with the sign of the dividend, a - trunc(a / b) b exactly. For
+// integers, the division by zero is reported by the caller before the kernel runs.
+struct FmodFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T>) return std::fmod(a, b);
+  else if constexpr (std::is_unsigned_v<T>) return b == T(0) ? T(0) : T(a % b);
+  else return b == T(0) || b == T(-1) ? T(0) : T(a % b); } };   // (-1: avoids INT_MIN % -1)
+// a / b rounded toward -infinity, as PyTorch's div_floor: for floats from the exact
+// remainder, so that 1 // 0.1 is 9 (a / b rounds to 10), a quotient within 1/2 of a
+// whole number rounded to it, a zero quotient keeping a / b's sign, and a / b itself
+// for b = 0; for integers exact at any size (INT_MIN // -1 wraps to INT_MIN).
+struct FloorDivideFn { template <typename T> DL_HD T operator()(T a, T b) const {
+  if constexpr (kIsFloat<T>) {
+    if (b == T(0)) return a / b;
+    const T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
+    if (div == T(0)) return std::copysign(T(0), a / b);
+    T fl = std::floor(div);
+    if (div - fl > T(0.5)) fl += T(1);
+    return fl;
+  } else if constexpr (std::is_unsigned_v<T>) {
+    return b == T(0) ? T(0) : T(a / b);
+  } else {
+    if (b == T(0)) return T(0);
+    if (b == T(-1)) return T(wrap_t<T>(0) - wrap_t<T>(a));
+    T q = T(a / b);
+    if (a % b != T(0) && ((a < T(0)) != (b < T(0)))) q = T(q - T(1));
+    return q;
+  } } };
 // Floor modulo with the sign of the divisor (Lua's % and Python's %). Integer
 // division by zero is reported by the caller before the kernel runs.
 struct ModFn { template <typename T> DL_HD T operator()(T a, T b) const {
@@ -497,6 +526,21 @@ template <> struct Bits<1> { using type = uint8_t; };
 template <> struct Bits<2> { using type = uint16_t; };
 template <> struct Bits<4> { using type = uint32_t; };
 template <> struct Bits<8> { using type = uint64_t; };
+// clamp(x, lo, hi) as PyTorch's: NaN from x or either bound wins; lo applies first, so
+// lo > hi gives hi everywhere; x on a tie with a bound (0 and -0) is kept.
+template <typename T>
+struct ClampFn {
+  T lo, hi;
+  DL_HD T operator()(T v) const {
+    if constexpr (kIsFloat<T>) {
+      if (v != v) return v;
+      if (lo != lo) return lo;
+      if (hi != hi) return hi;
+    }
+    v = v < lo ? lo : v;
+    return v > hi ? hi : v;
+  }
+};
 struct WhereFn { template <typename T> DL_HD T operator()(bool c, T a, T b) const {
 #ifdef __CUDA_ARCH__
   return c ? a : b;  // a predicated select already

@@ -102,8 +102,13 @@ void check_int_exponent(DType t, double v) {
   DL_CHECK(holds_whole(t, v), "pow: the exponent ", v, " does not fit the tensor's dtype ", dtype_name(t));
 }
 
-void check_int_divisor(Op op, const Tensor& b) {
-  if (op != Op::Mod || is_floating(b.dtype())) return;
+// The ops that divide: an integer divisor of 0 is an error where they compute in an
+// integer dtype (in a float one they give inf or NaN, as PyTorch's).
+bool divides(Op op) { return op == Op::Mod || op == Op::Fmod || op == Op::Floor_divide; }
+
+// b, a divisor of op computing in ct, holds no 0.
+void check_int_divisor(Op op, DType ct, const Tensor& b) {
+  if (!divides(op) || is_floating(ct)) return;
   Tensor zero = compare(Op::Eq, b, Scalar::integer(0));
   DL_CHECK(reduce(Op::Any, zero, {}, false).item() == 0, op_name(op),
            ": integer division by zero");
@@ -176,7 +181,7 @@ Tensor binary_impl(Op op, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(a.shape(), b.shape(), info.lua_name);
   const DType rt = result_type(a, b);
   DType ct = compute_dtype(op, rt);
-  check_int_divisor(op, b);
+  check_int_divisor(op, ct, b);
   Tensor out = empty(shape, ct, a.device(), info.lua_name);
   backend_for(a.device(), info.lua_name).binary(op, out, to_dtype(a, ct), to_dtype(b, ct));
   return stored(out, rt);
@@ -199,10 +204,10 @@ Tensor binary_scalar_impl(Op op, const Tensor& a, Scalar s, bool scalar_first) {
   }
   const DType rt = result_type(a, s);
   DType ct = compute_dtype(op, rt);
-  if (op == Op::Mod && !scalar_first && !is_floating(ct))
+  if (divides(op) && !scalar_first && !is_floating(ct))
     DL_CHECK(!wraps_to_zero(ct, s.v), info.lua_name, ": integer division by zero");
   if (op == Op::Pow && !scalar_first && !is_floating(ct)) check_int_exponent(ct, s.v);
-  if (op == Op::Mod && scalar_first && !is_floating(ct)) check_int_divisor(op, a);
+  if (scalar_first) check_int_divisor(op, ct, a);
   Tensor out = empty(a.shape(), ct, a.device(), info.lua_name);
   backend_for(a.device(), info.lua_name).binary_scalar(op, out, to_dtype(a, ct), s.v, scalar_first);
   return stored(out, rt);
@@ -226,7 +231,7 @@ void binary_(Op op, Tensor& a, const Tensor& b) {
   DL_CHECK_KIND(Type, compute_type(a.dtype()) == ct && (rt == a.dtype() || !is_half(a.dtype())),
                 info.lua_name, "_: result dtype ", dtype_name(is_half(rt) ? rt : ct),
                 " cannot be stored in the in-place target of dtype ", dtype_name(a.dtype()));
-  check_int_divisor(op, b);
+  check_int_divisor(op, ct, b);
   if (is_half(a.dtype())) {
     backend_for(a.device(), info.lua_name).copy(a, binary_impl(op, a, b));
   } else {
@@ -243,7 +248,7 @@ void binary_(Op op, Tensor& a, Scalar s) {
   DL_CHECK_KIND(Type, compute_type(a.dtype()) == ct && (rt == a.dtype() || !is_half(a.dtype())),
                 info.lua_name, "_: result dtype ", dtype_name(is_half(rt) ? rt : ct),
                 " cannot be stored in the in-place target of dtype ", dtype_name(a.dtype()));
-  if (op == Op::Mod && !is_floating(ct)) DL_CHECK(!wraps_to_zero(ct, s.v), info.lua_name, ": integer division by zero");
+  if (divides(op) && !is_floating(ct)) DL_CHECK(!wraps_to_zero(ct, s.v), info.lua_name, ": integer division by zero");
   if (op == Op::Pow && !is_floating(ct)) check_int_exponent(ct, s.v);
   if (is_half(a.dtype())) {
     backend_for(a.device(), info.lua_name).copy(a, binary_scalar_impl(op, a, s, false));

@@ -42,7 +42,7 @@ end
 -- dl.einsum, tile, roll, flip, triu, tril, repeat_interleave, split, chunk, unbind,
 -- diagonal, diag, trace, outer, the NaN and infinity tests, dl.bernoulli and
 -- dl.multinomial / dl.normal, index_add / index_copy / index_fill / scatter, the composed
--- pointwise functions (lerp, hypot, fmod ...) and statistics (nansum, var_mean, bincount,
+-- pointwise functions (lerp, hypot, logaddexp ...) and statistics (nansum, var_mean, bincount,
 -- histc ...), cross and cdist (dl.linalg's), tensordot, kron and the combinations,
 -- PyTorch's other spellings (clamp_min,
 -- movedim, new_zeros ...),
@@ -89,8 +89,8 @@ core.on_first_use(T.methods, { "t_", "transpose_", "swapaxes_", "swapdims_", "sq
                                "resize_as_" }, loader("dlua.shaping"))
 core.on_first_use(dl, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
 core.on_first_use(T.methods, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
-local POINTWISE = { "lerp", "hypot", "logaddexp", "trunc", "frac", "fmod", "reciprocal", "square", "isclose",
-                    "logical_xor", "floor_divide", "true_divide", "xlogy", "logit", "sinc", "deg2rad", "rad2deg", "sgn",
+local POINTWISE = { "lerp", "hypot", "logaddexp", "trunc", "frac", "reciprocal", "square", "isclose",
+                    "logical_xor", "true_divide", "xlogy", "logit", "sinc", "deg2rad", "rad2deg", "sgn",
                     "signbit", "copysign", "heaviside", "float_power", "mvlgamma" }
 core.on_first_use(dl, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, POINTWISE, loader("dlua.pointwise"))

@@ -6,12 +6,11 @@
 --   dl.hypot(a, b)          sqrt(a^2 + b^2) without overflow or underflow of the squares
 --   dl.logaddexp(a, b)      log(e^a + e^b), exact where the exponentials overflow
 --   x:trunc(), x:frac()     rounded toward zero, and what that drops (x - trunc(x))
---   dl.fmod(a, b)           C's remainder, the sign of a (where a % b takes b's)
 --   x:reciprocal(), x:square()
 --   dl.isclose(a, b [, rtol = 1e-5, atol = 1e-8, equal_nan = false])   elementwise allclose
 --   dl.logical_xor(a, b)
---   dl.div(a, b, {rounding_mode = "floor" | "trunc"}), dl.floor_divide(a, b) (floor),
---   dl.true_divide; dl.add(a, b, {alpha = k}), dl.sub(a, b, {alpha = k}): a +- k b
+--   dl.div(a, b, {rounding_mode = "floor" | "trunc"}), dl.true_divide;
+--   x:round(decimals) / dl.round(x, {decimals = d}) (through dl.round's second argument) dl.add(a, b, {alpha = k}), dl.sub(a, b, {alpha = k}): a +- k b
 --   dl.xlogy(x, y)          x log y, 0 where x is 0 (y not NaN)
 --   dl.logit(x [, eps])     log(x / (1 - x)), x first clamped to [eps, 1 - eps]
 --   dl.sinc(x)              sin(pi x) / (pi x), 1 at 0
@@ -20,7 +19,7 @@
 --   dl.mvlgamma(x, p)       the multivariate log-gamma (of the engine's lgamma)
 --
 -- Gradients are the compositions': PyTorch's where it defines one (trunc and frac as
--- floor's, 0 and 1; fmod's 1 for a; a rounded division's 0).
+-- floor's, 0 and 1; a rounded division's 0). (fmod and floor_divide are ops of the table.)
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
@@ -96,24 +95,6 @@ local function wrapped(v, like)
   return v
 end
 
--- a - trunc(a / b) b, exactly: the floor remainder (exact), less b where the signs differ.
-function dl.fmod(a, b)
-  check("fmod", a)
-  operand("fmod", b)
-  if type(b) == "number" and not a:is_floating_point() and wrapped(b, a) == 0 then raise("fmod: integer division by zero") end
-  T.check_broadcast("fmod", a, b)
-  local r = a % b
-  local fix = r:ne(0):logical_and((r:lt(0)):ne(a:lt(0)))
-  r = dl.where(fix, r - b, r)
-  -- a finite a over an infinite b is a itself (C's fmod; r - b was inf - inf)
-  local b_inf = is_tensor(b) and b:abs():eq(math.huge) or (b == math.huge or b == -math.huge)
-  if b_inf == false then return r end
-  local keep = a:abs():lt(math.huge)
-  if b_inf ~= true then keep = keep:logical_and(b_inf) end
-  return dl.where(keep, a, r)
-end
-methods.fmod = dl.fmod
-
 function methods.reciprocal(x) check("reciprocal", x) return 1 / x end
 function methods.square(x) check("square", x) return x * x end
 dl.reciprocal, dl.square = methods.reciprocal, methods.square
@@ -163,28 +144,21 @@ local function zero_gradient(r, a, b)
   return dl.where(yes, dl.where(yes, r, a), b)
 end
 
--- a / b rounded toward -infinity, as PyTorch's div_floor: from the exact remainder
--- (fmod), so that 1 // 0.1 is 9 (a / b rounds to 10); integers stay integers.
+-- a / b rounded toward -infinity (the engine's floor_divide: PyTorch's div_floor, exact
+-- for integers at any size), with a gradient of 0 for float operands.
+local floor_divide = T.F.floor_divide
 local function floor_div(op, a, b)
   a, b = wrapped(a, b), wrapped(b, a)
   local A, B = both(op, a, b)
   if not A:is_floating_point() and not B:is_floating_point() then
     if B:eq(0):any() then raise(op .. ": integer division by zero") end
-    local m = A - A % B   -- a multiple of b, so the quotient below is exact in float64
-    return (m:to("float64") / B):round():to(m.dtype)
+    return floor_divide(A, B)
   end
-  local a0, b0 = A:detach(), B:detach()
-  local mod = dl.fmod(a0, b0)
-  local div = (a0 - mod) / b0
-  div = dl.where(mod:ne(0):logical_and(mod:lt(0):ne(b0:lt(0))), div - 1, div)
-  local fl = div:floor()
-  fl = dl.where((div - fl):gt(0.5), fl + 1, fl)
-  local q = a0 / b0
-  fl = dl.where(div:eq(0), dl.copysign(dl.zeros_like(q), q), fl)
-  return zero_gradient(dl.where(b0:eq(0), q, fl), A, B)
+  return zero_gradient(floor_divide(A:detach(), B:detach()), A, B)
 end
 
 local function trunc_div(op, a, b)
+  a, b = wrapped(a, b), wrapped(b, a)
   local A, B = both(op, a, b)
   if A:is_floating_point() or B:is_floating_point() then
     return zero_gradient(methods.trunc(A:detach() / B:detach()), A, B)
@@ -218,15 +192,11 @@ local function with_options(name, a, b, opts)
   return a - b * alpha
 end
 
-function dl.floor_divide(a, b)
-  either_tensor("floor_divide", a, b)
-  return floor_div("floor_divide", a, b)
-end
 function dl.true_divide(a, b)
   either_tensor("true_divide", a, b)
   return a / b
 end
-methods.floor_divide, methods.true_divide = dl.floor_divide, dl.true_divide
+methods.true_divide = dl.true_divide
 
 -- ---- more elementwise functions ----------------------------------------------------------------
 
@@ -313,4 +283,20 @@ function dl.mvlgamma(x, p)
 end
 methods.mvlgamma = dl.mvlgamma
 
-return { with_options = with_options }
+-- round(x, decimals) (or {decimals = d}), as PyTorch's: x scaled by 10^d, rounded half
+-- to even and scaled back (for d < 0, divided by 10^-d first); a gradient of 0.
+local ROUND_OPTS = { decimals = true }
+local function round_decimals(x, d)
+  if type(d) == "table" then d = core.options("round", d, ROUND_OPTS).decimals or 0 end
+  if not core.integer(d) then bad_arg("round", "a whole number of decimals", d) end
+  if d == 0 then return x:round() end
+  if not x:is_floating_point() then raise("round: decimals need a floating-point tensor, got " .. x.dtype) end
+  if d > 0 then
+    local p = 10 ^ d
+    return (x * p):round() / p
+  end
+  local p = 10 ^ -d
+  return (x / p):round() * p
+end
+
+return { with_options = with_options, round_decimals = round_decimals }

@@ -370,9 +370,18 @@ end
 
 -- ---- the op families, looped from the op table ----------------------------------------------
 
+-- A second argument to an op of one operand: round's decimals (dlua.pointwise), an
+-- error for every other op (never dropped).
+local function unary_extra(name, x, extra)
+  if name ~= "round" then raise(name .. ": expected one operand, got a second (" .. typename(extra) .. ")") end
+  local v = require("dlua.pointwise").round_decimals(x, extra)
+  return v
+end
+
 local function unary_fn(op, name)
-  return function(x)
+  return function(x, extra)
     if not istype(Tensor, x) then return bad_arg(name, "a tensor", x) end
+    if extra ~= nil then return unary_extra(name, x, extra) end
     local r = result()
     local st = C.dl_unary(op, x, r)
     if st < 0 and retry() then st = C.dl_unary(op, x, r) end

@@ -86,7 +86,7 @@ struct Chunk {
 // vector ?: picks lane by lane, so each lane is the scalar functor's choice (NaN and
 // -0 included; tests/cpp/test_fused.cpp feeds both).
 struct VecNeg { template <typename V> V operator()(V x) const { return -x; } };
-struct VecAbs { template <typename V> V operator()(V x) const { return x < V{} ? -x : x; } };
+struct VecAbs { template <typename V> V operator()(V x) const { return (x < V{} ? -x : x) + V{}; } };   // (|-0| is +0)
 // x <= 0 is false for NaN, which relu passes through.
 struct VecRelu { template <typename V> V operator()(V x) const { return x <= V{} ? V{} : x; } };
 struct VecReluBackward { template <typename V> V operator()(V g, V x) const { return x <= V{} ? V{} : g; } };

@@ -208,11 +208,8 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor&
 void clamp(const Tensor& out, const Tensor& x, double lo, double hi) {
   DL_DISPATCH_NUMERIC(out.dtype(), "clamp", {
     // Bounds outside the dtype's range saturate instead of overflowing.
-    scalar_t l = fn::convert<scalar_t>(lo), h = fn::convert<scalar_t>(hi);
-    elementwise<scalar_t, scalar_t, 2>({&out, &x}, [l, h](scalar_t v) {
-      if constexpr (std::is_floating_point_v<scalar_t>) { if (v != v) return v; }
-      return v < l ? l : (v > h ? h : v);
-    });
+    const fn::ClampFn<scalar_t> f{fn::convert<scalar_t>(lo), fn::convert<scalar_t>(hi)};
+    elementwise<scalar_t, scalar_t, 2>({&out, &x}, [f](scalar_t v) { return f(v); });
   });
 }
 

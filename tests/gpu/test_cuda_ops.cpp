@@ -763,9 +763,10 @@ TEST_CASE("every unary, binary and compare op matches the CPU", "[cuda]") {
       for (DType dt : kAll) {
         if (!takes(dt, info.flags)) continue;
         const std::string name = std::string(info.lua_name) + " " + std::string(dtype_name(dt));
-        // Divisors without zeros, so that integer remainders are defined.
-        Tensor b = op == Op::Mod ? binary(Op::Add, unary(Op::Abs, sample({6, 5}, dt)), Scalar::integer(1))
-                                 : sample({6, 5}, dt);
+        // Divisors without zeros, so that integer remainders and quotients are defined.
+        const bool divides = op == Op::Mod || op == Op::Fmod || op == Op::Floor_divide;
+        Tensor b = divides ? binary(Op::Add, unary(Op::Abs, sample({6, 5}, dt)), Scalar::integer(1))
+                           : sample({6, 5}, dt);
         if (op == Op::Pow && !is_floating(dt)) b = clamp(b, 0.0, 6.0);
         auto f = [op, cmp](const std::vector<Tensor>& x) {
           return cmp ? compare(op, x[0], x[1]) : binary(op, x[0], x[1]);
@@ -773,7 +774,7 @@ TEST_CASE("every unary, binary and compare op matches the CPU", "[cuda]") {
         compare_layouts(name, {sample({6, 5}, dt), b}, f, folds(2));
         compare_op(name + " broadcast", {sample({4, 1, 5}, dt), sample({3, 1}, dt)}, f, folds(2));
         for (double s : {2.0, -3.0, 0.5}) {
-          if (op == Op::Mod && s == 0) continue;
+          if (divides && s == 0) continue;
           for (bool first : {false, true})
             compare_op(name + " scalar " + std::to_string(s) + (first ? " first" : ""), {sample({6, 5}, dt)},
                        [=](const auto& x) {

@@ -183,6 +183,50 @@ H.test("every op of the op table has its function and method", function()
   end
 end)
 
+-- What a differential run against PyTorch 1.13 found, each as torch gives it.
+H.test("against PyTorch: integer division at any size, fmod, round's decimals, sign, abs", function()
+  local int64 = { dtype = "int64" }
+  local a = dl.tensor({ 2 ^ 62, -(2 ^ 62), 2 ^ 61 }, int64) + dl.tensor({ 1, -7, 3 }, int64)
+  -- (a // 3, torch.div(a, -7, rounding_mode="trunc"), a // -7: exact past 2^53)
+  H.ok(tostring(dl.floor_divide(a, 3)):find("[ 1537228672809129301, -1537228672809129304,   768614336404564651]", 1, true))
+  local q = dl.div(a, -7, { rounding_mode = "trunc" })
+  H.ok(tostring(q):find("-658812288346769700,  658812288346769701, -329406144173384850", 1, true), tostring(q))
+  H.ok(tostring(dl.div(a, -7, { rounding_mode = "floor" })):find("-658812288346769701,  658812288346769701, -329406144173384851", 1, true))
+  H.eq(dl.floor_divide(dl.tensor({ -7, 7, -7, 7 }, int64), dl.tensor({ 2, -2, -2, 2 }, int64)):totable(), { -4, -4, 3, 3 })
+  -- fmod from C's fmod (the floor remainder less b lost a's digits), and its gradients
+  H.eq(dl.fmod(dl.tensor({ -0.1, -1, 5.5, -5.5 }), dl.tensor({ 1000, 1e8, 2, 2 })):totable(),
+       { -0.10000000149011612, -1, 1.5, -1.5 })
+  H.eq(dl.fmod(dl.tensor({ -7, 7, -7 }, int64), dl.tensor({ 2, -2, 3 }, int64)):totable(), { -1, 1, -1 })
+  local x, b = dl.tensor({ 3, 5 }, { dtype = "float64" }), dl.tensor({ 2, -3 }, { dtype = "float64" })
+  local gx, gb = dl.grad(function(xx, bb) return dl.fmod(xx * 1.5, bb):sum() end, { 1, 2 })(x, b)
+  H.eq(gx:totable(), { 1.5, 1.5 }); H.eq(gb:totable(), { -2, 2 })
+  -- float floor division from the exact remainder; by 0, a / b
+  local fd = dl.floor_divide(dl.tensor({ -1e-8, 1.0, -0.0, 5.0 }), dl.tensor({ 1000, 0.1, 3, 0 })):totable()
+  H.eq(fd, { -1, 9, 0, math.huge }); H.eq(1 / fd[3], -math.huge)
+  -- a float dividend over an integer divisor of 0 computes in float (NaN, inf); integers refuse
+  local r = (dl.tensor({ 2.5, 1 }) % dl.tensor({ 0, 2 }, int64)):totable()
+  H.ok(r[1] ~= r[1]); H.eq(r[2], 1)
+  H.eq(dl.floor_divide(2.5, dl.tensor({ 0, 2 }, int64)):totable(), { math.huge, 1 })
+  H.raises(function() return dl.floor_divide(dl.tensor({ 2 }, int64), 0) end, "floor_divide: integer division by zero")
+  H.raises(function() return dl.fmod(dl.tensor({ 2 }, { dtype = "uint8" }), 256) end, "fmod: integer division by zero")
+  H.raises(function() return dl.div(dl.tensor({ 2 }, int64), dl.tensor({ 0 }, int64), { rounding_mode = "trunc" }) end,
+           "div: integer division by zero")
+  -- trunc division by a number the dtype wraps
+  H.eq(dl.div(dl.tensor({ -7, 7 }, { dtype = "int32" }), 1e10, { rounding_mode = "trunc" }):totable(), { 0, 0 })
+  H.eq(dl.div(dl.tensor({ 1, 7, 255 }, { dtype = "uint8" }), -2, { rounding_mode = "trunc" }):totable(), { 0, 0, 1 })
+  -- round's decimals (torch.round(x, decimals=d)); another op given a second operand says so
+  H.eq(dl.round(dl.tensor({ 1.26, 1234.5, -1.55, 0.125 }), { decimals = 1 }):totable(),
+       { 1.2999999523162842, 1234.5, -1.600000023841858, 0.10000000149011612 })
+  H.eq(dl.tensor({ 1234.5, 1250, 1350 }):round(-2):totable(), { 1200, 1200, 1400 })
+  H.eq(dl.tensor({ 1.256 }):round(0):totable(), { 1 })
+  H.raises(function() return dl.tensor({ 15 }, int64):round(-1) end, "round: decimals need a floating-point tensor")
+  H.raises(function() return dl.round(dl.ones(1), { digits = 1 }) end, "round: unknown option 'digits'")
+  H.raises(function() return dl.exp(dl.ones(1), 5) end, "exp: expected one operand, got a second (number)")
+  -- sign of NaN is 0 and |-0| is +0, as PyTorch's
+  H.eq(dl.sign(dl.tensor({ 0 / 0, -2, 3 })):totable(), { 0, -1, 1 })
+  H.eq(1 / dl.abs(dl.tensor(-0.0)):item(), math.huge)
+end)
+
 H.test("clamp", function()
   local x = dl.tensor({ -2, 0.5, 3 })
   H.values(x:clamp(-1, 1), { -1, 0.5, 1 })
@@ -192,6 +236,11 @@ H.test("clamp", function()
   H.values(dl.tensor({ -5, 5 }, { dtype = "int64" }):clamp(-2, 2), { -2, 2 }, { dtype = "int64" })
   H.raises(function() return x:clamp() end, "clamp: at least one of min and max must be given")
   H.raises(function() return x:clamp("a") end, "clamp: expected a number for min, got string")
+  -- as PyTorch's: min first (min > max gives max), a NaN bound gives NaN, x kept on a tie
+  H.values(dl.tensor({ 0, 1.5, 3 }):clamp(2, 1), { 1, 1, 1 })
+  local n = dl.tensor({ 0, 1.5 }):clamp(0 / 0, 1):totable()
+  H.ok(n[1] ~= n[1] and n[2] ~= n[2])
+  H.eq(1 / dl.tensor(-0.0):clamp(0):item(), -math.huge)
 end)
 
 H.test("matmul, dot, mm, bmm", function()
