@@ -386,9 +386,15 @@ end
 
 local function adam_check(self, name)
   local b = self.betas
-  if type(b) ~= "table" or type(b[1]) ~= "number" or type(b[2]) ~= "number"
-     or b[1] < 0 or b[1] >= 1 or b[2] < 0 or b[2] >= 1 then
-    raise(name .. ": betas must be two numbers in [0, 1), got " .. typename(b))
+  if type(b) ~= "table" or getmetatable(b) ~= nil or #b ~= 2 or type(b[1]) ~= "number" or type(b[2]) ~= "number"
+     or not (b[1] >= 0 and b[1] < 1 and b[2] >= 0 and b[2] < 1) then
+    local shown = typename(b)
+    if type(b) == "table" and getmetatable(b) == nil then
+      local parts = {}
+      for i = 1, #b do parts[i] = tostring(b[i]) end
+      shown = "{" .. concat(parts, ", ") .. "}"
+    end
+    raise(name .. ": betas must be two numbers in [0, 1), got " .. shown)
   end
   if self.eps < 0 or self.weight_decay < 0 then raise(name .. ": eps and weight_decay must be >= 0") end
 end
@@ -472,7 +478,9 @@ end
 -- Adadelta: s = rho s + (1 - rho) g^2; d = sqrt(u + eps) / sqrt(s + eps) g;
 -- u = rho u + (1 - rho) d^2; p = p - lr d (weight decay added to g).
 class("Adadelta", { lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0 },
-  nonneg_check({ "rho", "eps", "weight_decay" }),
+  function(self, name)
+    if self.rho > 1 then raise(name .. ": rho must be in [0, 1], got " .. self.rho) end
+  end,
   function(self, p, g, st, lr)
     g = decayed(st, p, g, self.weight_decay, true)
     local sq, acc = st.square_avg, st.acc_delta
@@ -508,8 +516,9 @@ class("Adamax", { lr = 2e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 
 
 -- NAdam (Dozat): Adam with Nesterov momentum, its momentum mu_t = b1 (1 - 0.96^(t
 -- momentum_decay) / 2) and their running product (kept in float32, as PyTorch's state
--- tensor). PyTorch 1.13's update, whose product for the next step multiplies mu_t twice
--- (mu_product mu_t mu_{t+1}; later versions drop one).
+-- tensor, whose products round each mu to float32 first). PyTorch 1.13's update, whose
+-- product for the next step multiplies mu_t twice (mu_product mu_t mu_{t+1}; later
+-- versions drop one).
 local f32cell = ffi.new("float[1]")
 local function f32(v)
   f32cell[0] = v
@@ -523,9 +532,11 @@ class("NAdam", { lr = 2e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0
     local b1, b2, md = self.betas[1], self.betas[2], self.momentum_decay
     local mu = b1 * (1 - 0.5 * 0.96 ^ (t * md))
     local mu_next = b1 * (1 - 0.5 * 0.96 ^ ((t + 1) * md))
-    local prod = f32((st.mu_product or 1) * mu)
+    local mp = st.mu_product or 1
+    if is_tensor(mp) then mp = mp:item() end
+    local prod = f32(mp * f32(mu))
     st.mu_product = prod
-    local prod_next = f32(f32(prod * mu) * mu_next)
+    local prod_next = f32(f32(prod * f32(mu)) * f32(mu_next))
     local denom = (v / (1 - b2 ^ t)):sqrt():add_(self.eps)
     p:add_(g / denom * (-lr * (1 - mu) / (1 - prod)))
     p:add_(m / denom * (-lr * mu_next / (1 - prod_next)))
@@ -563,7 +574,8 @@ class("RAdam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0
 -- opt:minimize(loss_fn, variables) runs up to max_iter iterations of the two-loop
 -- recursion over the last history_size curvature pairs, evaluating loss_fn (and its
 -- gradient) once per iteration, and returns the first loss, as PyTorch's step(closure).
--- The history carries over to the next minimize call.
+-- The history carries over to the next minimize call. `variables` defaults to the
+-- `params` option; a module stands for its trainable parameters.
 local LBFGS = setmetatable({ __name = "LBFGS" }, { __index = Optimizer })
 LBFGS.__index = LBFGS
 local LBFGS_OPTS = { lr = true, max_iter = true, max_eval = true, tolerance_grad = true, tolerance_change = true,
@@ -581,8 +593,15 @@ function optim.LBFGS(opts)
                               tolerance_grad = number_opt(name, opts, "tolerance_grad", 1e-7, 0),
                               tolerance_change = number_opt(name, opts, "tolerance_change", 1e-9, 0),
                               history_size = number_opt(name, opts, "history_size", 100, 1),
-                              line_search_fn = opts.line_search_fn,
+                              line_search_fn = opts.line_search_fn, params = opts.params,
                               lbfgs = { n_iter = 0, func_evals = 0 } }, LBFGS)
+  local ps = opts.params
+  if ps ~= nil and not Module.is_module(ps) then
+    if type(ps) ~= "table" or is_tensor(ps) or #ps == 0 then bad_arg(name, "a list of Variables or a module for params", ps) end
+    for i, p in ipairs(ps) do
+      if not is_tensor(p) then raise(name .. ": params[" .. i .. "] is a " .. typename(p) .. ", expected a Variable") end
+    end
+  end
   self.max_eval = number_opt(name, opts, "max_eval", floor(self.max_iter * 5 / 4), 1)
   return self
 end
@@ -691,8 +710,11 @@ end
 function LBFGS:minimize(loss_fn, variables)
   local name = "LBFGS"
   if type(loss_fn) ~= "function" then bad_arg("minimize", "a loss function", loss_fn) end
-  if Module.is_module(variables) then variables = variables:parameters() end
-  if type(variables) ~= "table" or #variables == 0 then bad_arg(name .. ":minimize", "a list of variables", variables) end
+  if variables == nil then variables = self.params end
+  if Module.is_module(variables) then variables = variables:trainable_parameters() end
+  if type(variables) ~= "table" or #variables == 0 then
+    bad_arg(name .. ":minimize", "a list of variables (or params given to LBFGS)", variables)
+  end
   -- The loss and the gradient, flattened into one vector.
   local function evaluate()
     local tape = dl.GradientTape()
@@ -700,7 +722,10 @@ function LBFGS:minimize(loss_fn, variables)
     if not is_tensor(loss) then raise(name .. ": the loss function must return a tensor, got " .. typename(loss)) end
     local gs = tape:gradient(loss, variables)
     local flat = {}
-    for i, g in ipairs(gs) do flat[i] = g:reshape(-1) end
+    for i, v in ipairs(variables) do   -- (no gradient: zeros, as PyTorch's)
+      local g = gs[i]
+      flat[i] = g and g:reshape(-1) or dl.zeros(v:numel(), { dtype = v.dtype, device = v.device })
+    end
     return loss, dl.cat(flat, 1)
   end
   local function add_step(t, d)   -- variables += t d
@@ -839,33 +864,79 @@ end
 -- ---- learning-rate schedules -------------------------------------------------------------------
 
 -- A schedule changes opt.lr at each sched:step() (once per epoch, as PyTorch's), from
--- the lr the optimizer had when the schedule was made.
+-- the lr the optimizer had when its first schedule was made. Alone, it sets lr from its
+-- closed form, a function of the epoch. Schedules stepped back to back on one optimizer
+-- compose as PyTorch's: a schedule that finds lr changed since it last set it (by
+-- another schedule, ReduceLROnPlateau or a hand) follows from then on its chainable form
+-- (`_chain(lr, epoch)`, PyTorch's get_lr: the new lr from the current one), so that each
+-- scales what the others set. The two forms agree but for rounding, which the closed
+-- form does not gather over a long run. LambdaLR, CosineAnnealingWarmRestarts,
+-- OneCycleLR and WarmupCosineLR have no chainable form: they set lr from the base lr,
+-- over what the others set (PyTorch's do the same).
 local Schedule = {}
 Schedule.__index = Schedule
 
-local function schedule(name, lr_at)
+local function schedule(name, lr_at, chain)
   local cls = setmetatable({ __name = name }, { __index = Schedule })
   cls.__index = cls
-  cls._lr_at = lr_at
+  cls._lr_at, cls._chain = lr_at, chain
   return cls
 end
 
-function Schedule:step()
-  self.last_epoch = self.last_epoch + 1
-  self.optimizer.lr = self:_lr_at(self.last_epoch)
-  return self.optimizer.lr
+-- Sets opt.lr for epoch e; returns it.
+function Schedule:_apply(e)
+  local opt = self.optimizer
+  local cur = opt.lr
+  if self._chain and cur ~= self._lr then
+    if type(cur) ~= "number" then raise(self.__name .. ": the optimizer's lr must be a number, got " .. typename(cur)) end
+    self._chained = true
+  end
+  local lr
+  if self._chained then lr = self:_chain(cur, e) else lr = self:_lr_at(e) end
+  opt.lr, self._lr = lr, lr
+  return lr
 end
 
-function Schedule:get_last_lr() return self.optimizer.lr end
+-- A schedule just made takes its first step, to epoch 0, as PyTorch's (which sets lr
+-- for some: LinearLR's start factor); one made on an lr that another schedule has
+-- changed is chained from the start.
+local function made(self)
+  self._lr = self.base_lr
+  self:_apply(0)
+  return self
+end
 
-function Schedule:state_dict() return { last_epoch = self.last_epoch, base_lr = self.base_lr } end
+function Schedule:step(epoch)
+  if epoch ~= nil then
+    raise(self.__name .. ":step takes no epoch (it counts them itself), got " .. tostring(epoch))
+  end
+  self.last_epoch = self.last_epoch + 1
+  return self:_apply(self.last_epoch)
+end
 
+-- The lr this schedule set last (a later schedule may have changed opt.lr since).
+function Schedule:get_last_lr() return self._lr end
+
+function Schedule:state_dict()
+  return { last_epoch = self.last_epoch, base_lr = self.base_lr, epoch = self._epoch, lr = self._lr,
+           chained = self._chained }
+end
+
+-- A chained schedule leaves opt.lr as it is: what it set depends on the others, and the
+-- optimizer's own state dict has it (as PyTorch's).
 function Schedule:load_state_dict(sd)
-  if type(sd) ~= "table" or type(sd.last_epoch) ~= "number" or type(sd.base_lr) ~= "number" then
+  if type(sd) ~= "table" or type(sd.last_epoch) ~= "number" or type(sd.base_lr) ~= "number"
+     or (sd.epoch ~= nil and type(sd.epoch) ~= "number") then
     raise(self.__name .. ":load_state_dict: expected {last_epoch = n, base_lr = x}")
   end
-  self.last_epoch, self.base_lr = sd.last_epoch, sd.base_lr
-  self.optimizer.lr = self:_lr_at(self.last_epoch)
+  self.last_epoch, self.base_lr, self._epoch = sd.last_epoch, sd.base_lr, sd.epoch
+  self._chained = sd.chained == true or nil
+  if self._chained then
+    self._lr = type(sd.lr) == "number" and sd.lr or self.optimizer.lr
+  else
+    self._lr = self:_lr_at(sd.epoch or sd.last_epoch)
+    self.optimizer.lr = self._lr
+  end
 end
 
 -- Checks opt; returns the lr a schedule starts from: the optimizer's lr when its first
@@ -880,38 +951,6 @@ local function schedule_opt(name, opt)
   return opt.initial_lr
 end
 
--- lr = base gamma^floor(epoch / step_size).
-local StepLR = schedule("StepLR", function(self, e)
-  return self.base_lr * self.gamma ^ floor(e / self.step_size)
-end)
-
-function optim.StepLR(opt, step_size, gamma)
-  local base = schedule_opt("StepLR", opt)
-  if type(step_size) ~= "number" or step_size < 1 or step_size ~= floor(step_size) then
-    raise("StepLR: step_size must be an integer >= 1, got " .. tostring(step_size))
-  end
-  gamma = gamma == nil and 0.1 or gamma
-  if type(gamma) ~= "number" then bad_arg("StepLR", "a number for gamma", gamma) end
-  return setmetatable({ optimizer = opt, step_size = step_size, gamma = gamma, base_lr = base,
-                        last_epoch = 0 }, StepLR)
-end
-
--- lr = eta_min + (base - eta_min) (1 + cos(pi epoch / T_max)) / 2.
-local Cosine = schedule("CosineAnnealingLR", function(self, e)
-  return self.eta_min + (self.base_lr - self.eta_min) * (1 + cos(pi * e / self.T_max)) / 2
-end)
-
-function optim.CosineAnnealingLR(opt, T_max, eta_min)
-  local base = schedule_opt("CosineAnnealingLR", opt)
-  if type(T_max) ~= "number" or T_max <= 0 then
-    raise("CosineAnnealingLR: T_max must be a number > 0, got " .. tostring(T_max))
-  end
-  eta_min = eta_min == nil and 0 or eta_min
-  if type(eta_min) ~= "number" then bad_arg("CosineAnnealingLR", "a number for eta_min", eta_min) end
-  return setmetatable({ optimizer = opt, T_max = T_max, eta_min = eta_min, base_lr = base,
-                        last_epoch = 0 }, Cosine)
-end
-
 -- A number option of a schedule, checked: ok(v) says whether it may be v.
 local function schedule_number(name, what, v, default, ok, needs)
   if v == nil then v = default end
@@ -921,14 +960,69 @@ local function schedule_number(name, what, v, default, ok, needs)
   return v
 end
 local function positive(v) return v > 0 end
+local function nonneg(v) return v >= 0 end
 local function whole(v) return v >= 1 and v == floor(v) end
+local function whole0(v) return v >= 0 and v == floor(v) end
+local function any_number(v) return v == v end
+
+local function schedule_bool(name, what, v, default)
+  if v == nil then return default end
+  if type(v) ~= "boolean" then raise(name .. ": " .. what .. " must be a boolean, got " .. tostring(v)) end
+  return v
+end
+
+-- lr = base gamma^floor(epoch / step_size).
+local StepLR = schedule("StepLR", function(self, e)
+  return self.base_lr * self.gamma ^ floor(e / self.step_size)
+end, function(self, lr, e)
+  if e == 0 or e % self.step_size ~= 0 then return lr end
+  return lr * self.gamma
+end)
+
+function optim.StepLR(opt, step_size, gamma)
+  local base = schedule_opt("StepLR", opt)
+  if type(step_size) ~= "number" or step_size < 1 or step_size ~= floor(step_size) then
+    raise("StepLR: step_size must be an integer >= 1, got " .. tostring(step_size))
+  end
+  gamma = gamma == nil and 0.1 or gamma
+  if type(gamma) ~= "number" then bad_arg("StepLR", "a number for gamma", gamma) end
+  return made(setmetatable({ optimizer = opt, step_size = step_size, gamma = gamma, base_lr = base,
+                             last_epoch = 0 }, StepLR))
+end
+
+-- lr = eta_min + (base - eta_min) (1 + cos(pi epoch / T_max)) / 2; chained, PyTorch's
+-- recurrence (the ratio of two such factors, and a step up past each trough).
+local Cosine = schedule("CosineAnnealingLR", function(self, e)
+  return self.eta_min + (self.base_lr - self.eta_min) * (1 + cos(pi * e / self.T_max)) / 2
+end, function(self, lr, e)
+  local T, eta = self.T_max, self.eta_min
+  if e == 0 then return lr end
+  if (e - 1 - T) % (2 * T) == 0 then return lr + (self.base_lr - eta) * (1 - cos(pi / T)) / 2 end
+  return (1 + cos(pi * e / T)) / (1 + cos(pi * (e - 1) / T)) * (lr - eta) + eta
+end)
+
+function optim.CosineAnnealingLR(opt, T_max, eta_min)
+  local base = schedule_opt("CosineAnnealingLR", opt)
+  if type(T_max) ~= "number" or T_max <= 0 then
+    raise("CosineAnnealingLR: T_max must be a number > 0, got " .. tostring(T_max))
+  end
+  eta_min = eta_min == nil and 0 or eta_min
+  if type(eta_min) ~= "number" then bad_arg("CosineAnnealingLR", "a number for eta_min", eta_min) end
+  return made(setmetatable({ optimizer = opt, T_max = T_max, eta_min = eta_min, base_lr = base,
+                             last_epoch = 0 }, Cosine))
+end
 
 -- lr = base gamma^epoch.
-local Exponential = schedule("ExponentialLR", function(self, e) return self.base_lr * self.gamma ^ e end)
+local Exponential = schedule("ExponentialLR", function(self, e)
+  return self.base_lr * self.gamma ^ e
+end, function(self, lr, e)
+  if e == 0 then return lr end
+  return lr * self.gamma
+end)
 function optim.ExponentialLR(opt, gamma)
   local base = schedule_opt("ExponentialLR", opt)
   gamma = schedule_number("ExponentialLR", "gamma", gamma, nil, positive, "a number > 0")
-  return setmetatable({ optimizer = opt, gamma = gamma, base_lr = base, last_epoch = 0 }, Exponential)
+  return made(setmetatable({ optimizer = opt, gamma = gamma, base_lr = base, last_epoch = 0 }, Exponential))
 end
 
 -- lr = base gamma^(the number of milestones reached), milestones increasing epochs.
@@ -936,6 +1030,11 @@ local MultiStep = schedule("MultiStepLR", function(self, e)
   local n = 0
   for _, m in ipairs(self.milestones) do if e >= m then n = n + 1 end end
   return self.base_lr * self.gamma ^ n
+end, function(self, lr, e)
+  for _, m in ipairs(self.milestones) do
+    if e == m then return lr * self.gamma end
+  end
+  return lr
 end)
 function optim.MultiStepLR(opt, milestones, gamma)
   local base = schedule_opt("MultiStepLR", opt)
@@ -946,8 +1045,8 @@ function optim.MultiStepLR(opt, milestones, gamma)
     end
   end
   gamma = schedule_number("MultiStepLR", "gamma", gamma, 0.1, positive, "a number > 0")
-  return setmetatable({ optimizer = opt, milestones = milestones, gamma = gamma, base_lr = base, last_epoch = 0 },
-                      MultiStep)
+  return made(setmetatable({ optimizer = opt, milestones = milestones, gamma = gamma, base_lr = base,
+                             last_epoch = 0 }, MultiStep))
 end
 
 -- lr = base f(epoch), f a Lua function of the epoch (0 when made).
@@ -959,9 +1058,7 @@ end)
 function optim.LambdaLR(opt, lr_lambda)
   local base = schedule_opt("LambdaLR", opt)
   if type(lr_lambda) ~= "function" then bad_arg("LambdaLR", "a function of the epoch", lr_lambda) end
-  local s = setmetatable({ optimizer = opt, lr_lambda = lr_lambda, base_lr = base, last_epoch = 0 }, Lambda)
-  opt.lr = s:_lr_at(0)
-  return s
+  return made(setmetatable({ optimizer = opt, lr_lambda = lr_lambda, base_lr = base, last_epoch = 0 }, Lambda))
 end
 
 -- LinearLR(opt [, start_factor = 1/3, end_factor = 1, total_iters = 5]): the factor moves
@@ -970,6 +1067,11 @@ end
 local Linear = schedule("LinearLR", function(self, e)
   local t = math.min(e, self.total_iters) / self.total_iters
   return self.base_lr * (self.start_factor + (self.end_factor - self.start_factor) * t)
+end, function(self, lr, e)
+  local s, d = self.start_factor, self.end_factor - self.start_factor
+  if e == 0 then return lr * s end
+  if e > self.total_iters then return lr end
+  return lr * (1 + d / (self.total_iters * s + (e - 1) * d))
 end)
 function optim.LinearLR(opt, start_factor, end_factor, total_iters)
   local name = "LinearLR"
@@ -978,20 +1080,41 @@ function optim.LinearLR(opt, start_factor, end_factor, total_iters)
                                  "in (0, 1]")
   end_factor = schedule_number(name, "end_factor", end_factor, 1, function(v) return v >= 0 and v <= 1 end, "in [0, 1]")
   total_iters = schedule_number(name, "total_iters", total_iters, 5, whole, "an integer >= 1")
-  local s = setmetatable({ optimizer = opt, start_factor = start_factor, end_factor = end_factor,
-                           total_iters = total_iters, base_lr = base, last_epoch = 0 }, Linear)
-  opt.lr = s:_lr_at(0)
-  return s
+  return made(setmetatable({ optimizer = opt, start_factor = start_factor, end_factor = end_factor,
+                             total_iters = total_iters, base_lr = base, last_epoch = 0 }, Linear))
+end
+
+-- ConstantLR(opt [, factor = 1/3, total_iters = 5]): lr = base factor for total_iters
+-- epochs, then base (PyTorch's closed form, to the rounding).
+local Constant = schedule("ConstantLR", function(self, e)
+  return self.base_lr * (self.factor + (e >= self.total_iters and 1 - self.factor or 0))
+end, function(self, lr, e)
+  if e == 0 then return lr * self.factor end
+  if e ~= self.total_iters then return lr end
+  return lr * (1 / self.factor)
+end)
+function optim.ConstantLR(opt, factor, total_iters)
+  local name = "ConstantLR"
+  local base = schedule_opt(name, opt)
+  factor = schedule_number(name, "factor", factor, 1 / 3, function(v) return v > 0 and v <= 1 end, "in (0, 1]")
+  total_iters = schedule_number(name, "total_iters", total_iters, 5, whole, "an integer >= 1")
+  return made(setmetatable({ optimizer = opt, factor = factor, total_iters = total_iters, base_lr = base,
+                             last_epoch = 0 }, Constant))
 end
 
 -- CosineAnnealingWarmRestarts(opt, T_0 [, T_mult = 1, eta_min = 0]): cosine annealing that
 -- restarts at base lr every T_0 epochs, each period T_mult times the last (SGDR).
+-- sched:step(epoch) moves it to an epoch, fractional within a period (PyTorch's
+-- step(epoch + i / iters), once per batch); sched:step() moves it on by one.
+-- The periods are counted in integers: a logarithm of the epoch (PyTorch's step(epoch))
+-- can round an epoch at a restart into the period before (121 = 1 + 3 + 9 + 27 + 81).
 local Restarts = schedule("CosineAnnealingWarmRestarts", function(self, e)
   local T0, mult = self.T_0, self.T_mult
   local t_cur, t_i = e % T0, T0
-  if mult > 1 and e >= T0 then
-    local n = floor(math.log(e / T0 * (mult - 1) + 1) / math.log(mult))
-    t_cur, t_i = e - T0 * (mult ^ n - 1) / (mult - 1), T0 * mult ^ n
+  if mult > 1 then
+    local start = 0
+    while e >= start + t_i do start, t_i = start + t_i, t_i * mult end
+    t_cur = e - start
   end
   return self.eta_min + (self.base_lr - self.eta_min) * (1 + cos(pi * t_cur / t_i)) / 2
 end)
@@ -1000,20 +1123,39 @@ function optim.CosineAnnealingWarmRestarts(opt, T_0, T_mult, eta_min)
   local base = schedule_opt(name, opt)
   T_0 = schedule_number(name, "T_0", T_0, nil, whole, "an integer >= 1")
   T_mult = schedule_number(name, "T_mult", T_mult, 1, whole, "an integer >= 1")
-  eta_min = schedule_number(name, "eta_min", eta_min, 0, function() return true end, "a number")
-  return setmetatable({ optimizer = opt, T_0 = T_0, T_mult = T_mult, eta_min = eta_min, base_lr = base,
-                        last_epoch = 0 }, Restarts)
+  eta_min = schedule_number(name, "eta_min", eta_min, 0, any_number, "a number")
+  return made(setmetatable({ optimizer = opt, T_0 = T_0, T_mult = T_mult, eta_min = eta_min, base_lr = base,
+                             last_epoch = 0 }, Restarts))
+end
+
+function Restarts:step(epoch)
+  if epoch == nil then
+    epoch = (self._epoch or self.last_epoch) + 1
+  elseif type(epoch) ~= "number" or not (epoch >= 0 and epoch < 2 ^ 53) then
+    raise("CosineAnnealingWarmRestarts:step: epoch must be a finite number >= 0, got " .. tostring(epoch))
+  end
+  self._epoch, self.last_epoch = epoch, floor(epoch)
+  return self:_apply(epoch)
 end
 
 -- SequentialLR(opt, {s1, s2, ...}, {m1, m2, ...}): schedule s1 until epoch m1, then s2
 -- counted from 0 again, and so on (a warm-up then a decay), as PyTorch's; the schedules
--- must drive opt.
-local Sequential = schedule("SequentialLR", function(self, e)
+-- must drive opt. Chained, the part in force steps by its chainable form, but at a
+-- milestone, where PyTorch's step(0) takes the closed form.
+local function sequential_part(self, e)
   local k, start = 1, 0
   for i, m in ipairs(self.milestones) do
     if e >= m then k, start = i + 1, m end
   end
-  return self.schedulers[k]:_lr_at(e - start)
+  return self.schedulers[k], e - start, k > 1 and e == start
+end
+local Sequential = schedule("SequentialLR", function(self, e)
+  local sc, se = sequential_part(self, e)
+  return sc:_lr_at(se)
+end, function(self, lr, e)
+  local sc, se, at_milestone = sequential_part(self, e)
+  if at_milestone or sc._chain == nil then return sc:_lr_at(se) end
+  return sc:_chain(lr, se)
 end)
 function optim.SequentialLR(opt, schedulers, milestones)
   local name = "SequentialLR"
@@ -1026,10 +1168,9 @@ function optim.SequentialLR(opt, schedulers, milestones)
     if type(sc) ~= "table" or type(sc._lr_at) ~= "function" then bad_arg(name, "a schedule at " .. i, sc) end
     if sc.optimizer ~= opt then raise(name .. ": schedule " .. i .. " drives another optimizer") end
   end
-  local s = setmetatable({ optimizer = opt, schedulers = schedulers, milestones = milestones, base_lr = base,
-                           last_epoch = 0 }, Sequential)
-  opt.lr = s:_lr_at(0)
-  return s
+  opt.lr = base   -- what the parts set when made undone, as PyTorch's
+  return made(setmetatable({ optimizer = opt, schedulers = schedulers, milestones = milestones, base_lr = base,
+                             last_epoch = 0 }, Sequential))
 end
 
 -- OneCycleLR(opt, max_lr, total_steps [, opts]): Smith's one-cycle policy, as PyTorch's,
@@ -1046,6 +1187,10 @@ local OneCycle = schedule("OneCycleLR", function(self, e)
   local start = 0
   for i, ph in ipairs(self.phases) do
     if e <= ph.stop or i == #self.phases then
+      if ph.stop == start then   -- PyTorch divides by zero here
+        raise("OneCycleLR: phase " .. i .. " of the cycle has no steps (pct_start = " .. self.pct_start
+              .. " of total_steps = " .. self.total_steps .. "): change pct_start or total_steps")
+      end
       local pct = (e - start) / (ph.stop - start)
       self._momentum = self.anneal(ph.m0, ph.m1, pct)
       return self.anneal(ph.lr0, ph.lr1, pct)
@@ -1058,8 +1203,8 @@ local function set_momentum(opt, m)
   if type(opt.betas) == "table" then opt.betas = { m, opt.betas[2] } else opt.momentum = m end
 end
 
-function OneCycle:step()
-  local lr = Schedule.step(self)
+function OneCycle:step(epoch)
+  local lr = Schedule.step(self, epoch)
   if self.cycle_momentum then set_momentum(self.optimizer, self._momentum) end
   return lr
 end
@@ -1068,12 +1213,10 @@ function optim.OneCycleLR(opt, max_lr, total_steps, opts)
   local name = "OneCycleLR"
   schedule_opt(name, opt)
   opts = core.options(name, opts, ONE_CYCLE)
-  if type(max_lr) ~= "number" or max_lr <= 0 then raise(name .. ": max_lr must be a number > 0, got " .. tostring(max_lr)) end
-  if type(total_steps) ~= "number" or total_steps < 1 or total_steps ~= floor(total_steps) then
-    raise(name .. ": total_steps must be an integer >= 1, got " .. tostring(total_steps))
-  end
-  local pct = opts.pct_start or 0.3
-  if type(pct) ~= "number" or pct < 0 or pct > 1 then raise(name .. ": pct_start must be in [0, 1], got " .. tostring(pct)) end
+  max_lr = schedule_number(name, "max_lr", max_lr, nil, positive, "a number > 0")
+  total_steps = schedule_number(name, "total_steps", total_steps, nil, whole, "an integer >= 1")
+  local pct = schedule_number(name, "pct_start", opts.pct_start, 0.3, function(v) return v >= 0 and v <= 1 end,
+                              "in [0, 1]")
   local strategy = opts.anneal_strategy or "cos"
   local anneal
   if strategy == "cos" then
@@ -1083,15 +1226,17 @@ function optim.OneCycleLR(opt, max_lr, total_steps, opts)
   else
     raise(name .. ": anneal_strategy must be cos or linear, got " .. tostring(strategy))
   end
-  local initial = max_lr / (opts.div_factor or 25)
-  local min_lr = initial / (opts.final_div_factor or 1e4)
-  local cycle = opts.cycle_momentum ~= false
-  local m_lo, m_hi = opts.base_momentum or 0.85, opts.max_momentum or 0.95
+  local initial = max_lr / schedule_number(name, "div_factor", opts.div_factor, 25, positive, "a number > 0")
+  local min_lr = initial / schedule_number(name, "final_div_factor", opts.final_div_factor, 1e4, positive,
+                                           "a number > 0")
+  local cycle = schedule_bool(name, "cycle_momentum", opts.cycle_momentum, true)
+  local m_lo = schedule_number(name, "base_momentum", opts.base_momentum, 0.85, nonneg, "a number >= 0")
+  local m_hi = schedule_number(name, "max_momentum", opts.max_momentum, 0.95, nonneg, "a number >= 0")
   if cycle and opt.momentum == nil and type(opt.betas) ~= "table" then
     raise(name .. ": cycle_momentum needs an optimizer with momentum or betas (pass cycle_momentum = false)")
   end
   local phases
-  if opts.three_phase then
+  if schedule_bool(name, "three_phase", opts.three_phase, false) then
     phases = { { stop = pct * total_steps - 1, lr0 = initial, lr1 = max_lr, m0 = m_hi, m1 = m_lo },
                { stop = 2 * pct * total_steps - 2, lr0 = max_lr, lr1 = initial, m0 = m_lo, m1 = m_hi },
                { stop = total_steps - 1, lr0 = initial, lr1 = min_lr, m0 = m_hi, m1 = m_hi } }
@@ -1099,9 +1244,9 @@ function optim.OneCycleLR(opt, max_lr, total_steps, opts)
     phases = { { stop = pct * total_steps - 1, lr0 = initial, lr1 = max_lr, m0 = m_hi, m1 = m_lo },
                { stop = total_steps - 1, lr0 = max_lr, lr1 = min_lr, m0 = m_lo, m1 = m_hi } }
   end
-  local self = setmetatable({ optimizer = opt, total_steps = total_steps, phases = phases, anneal = anneal,
-                              cycle_momentum = cycle, base_lr = initial, last_epoch = 0 }, OneCycle)
-  opt.lr = self:_lr_at(0)
+  local self = made(setmetatable({ optimizer = opt, total_steps = total_steps, pct_start = pct, phases = phases,
+                                   anneal = anneal, cycle_momentum = cycle, base_lr = initial, last_epoch = 0 },
+                                 OneCycle))
   if cycle then set_momentum(opt, self._momentum) end
   return self
 end
@@ -1126,10 +1271,51 @@ function optim.WarmupCosineLR(opt, warmup_steps, total_steps, eta_min)
   end
   eta_min = eta_min == nil and 0 or eta_min
   if type(eta_min) ~= "number" then bad_arg(name, "a number for eta_min", eta_min) end
-  local self = setmetatable({ optimizer = opt, warmup = warmup_steps, total = total_steps, eta_min = eta_min,
-                              base_lr = base, last_epoch = 0 }, WarmupCosine)
-  opt.lr = self:_lr_at(0)
-  return self
+  return made(setmetatable({ optimizer = opt, warmup = warmup_steps, total = total_steps, eta_min = eta_min,
+                             base_lr = base, last_epoch = 0 }, WarmupCosine))
+end
+
+-- ChainedScheduler(opt, {s1, s2, ...}): one step() steps s1, s2, ... in turn (schedules
+-- of opt, which compose as above), as PyTorch's.
+local Chained = {}
+Chained.__index = Chained
+Chained.__name = "ChainedScheduler"
+
+function optim.ChainedScheduler(opt, schedulers)
+  local name = "ChainedScheduler"
+  schedule_opt(name, opt)
+  if type(schedulers) ~= "table" or getmetatable(schedulers) ~= nil or #schedulers == 0 then
+    bad_arg(name, "a list of schedules", schedulers)
+  end
+  for i, sc in ipairs(schedulers) do
+    local mt = type(sc) == "table" and getmetatable(sc)
+    if not mt or (type(sc._lr_at) ~= "function" and mt ~= Chained) then
+      bad_arg(name, "a schedule stepped without a metric at " .. i, sc)
+    end
+    if sc.optimizer ~= opt then raise(name .. ": schedule " .. i .. " drives another optimizer") end
+  end
+  return setmetatable({ optimizer = opt, schedulers = schedulers }, Chained)
+end
+
+function Chained:step(epoch)
+  if epoch ~= nil then raise("ChainedScheduler:step takes no epoch (it counts them itself), got " .. tostring(epoch)) end
+  for _, sc in ipairs(self.schedulers) do sc:step() end
+  return self.optimizer.lr
+end
+
+function Chained:get_last_lr() return self.optimizer.lr end
+
+function Chained:state_dict()
+  local parts = {}
+  for i, sc in ipairs(self.schedulers) do parts[i] = sc:state_dict() end
+  return { schedulers = parts }
+end
+
+function Chained:load_state_dict(sd)
+  if type(sd) ~= "table" or type(sd.schedulers) ~= "table" or #sd.schedulers ~= #self.schedulers then
+    raise("ChainedScheduler:load_state_dict: expected the table of state_dict() (" .. #self.schedulers .. " schedules)")
+  end
+  for i, sc in ipairs(self.schedulers) do sc:load_state_dict(sd.schedulers[i]) end
 end
 
 -- ReduceLROnPlateau(opt [, opts]): sched:step(metric) after each evaluation; when the
@@ -1149,11 +1335,13 @@ function optim.ReduceLROnPlateau(opt, opts)
   local mode, tmode = opts.mode or "min", opts.threshold_mode or "rel"
   if mode ~= "min" and mode ~= "max" then raise(name .. ": mode must be min or max, got " .. tostring(mode)) end
   if tmode ~= "rel" and tmode ~= "abs" then raise(name .. ": threshold_mode must be rel or abs, got " .. tostring(tmode)) end
-  local factor = opts.factor or 0.1
-  if type(factor) ~= "number" or factor >= 1 or factor <= 0 then raise(name .. ": factor must be in (0, 1), got " .. tostring(factor)) end
+  local factor = schedule_number(name, "factor", opts.factor, 0.1, function(v) return v > 0 and v < 1 end, "in (0, 1)")
   return setmetatable({ optimizer = opt, mode = mode, threshold_mode = tmode, factor = factor,
-                        patience = opts.patience or 10, threshold = opts.threshold or 1e-4,
-                        cooldown = opts.cooldown or 0, min_lr = opts.min_lr or 0, eps = opts.eps or 1e-8,
+                        patience = schedule_number(name, "patience", opts.patience, 10, whole0, "an integer >= 0"),
+                        threshold = schedule_number(name, "threshold", opts.threshold, 1e-4, nonneg, "a number >= 0"),
+                        cooldown = schedule_number(name, "cooldown", opts.cooldown, 0, whole0, "an integer >= 0"),
+                        min_lr = schedule_number(name, "min_lr", opts.min_lr, 0, nonneg, "a number >= 0"),
+                        eps = schedule_number(name, "eps", opts.eps, 1e-8, nonneg, "a number >= 0"),
                         best = mode == "min" and math.huge or -math.huge, num_bad_epochs = 0,
                         cooldown_counter = 0, last_epoch = 0 }, Plateau)
 end
@@ -1166,10 +1354,12 @@ function Plateau:_better(a)
   return self.threshold_mode == "rel" and a > best * (1 + th) or (self.threshold_mode == "abs" and a > best + th)
 end
 
-function Plateau:step(metric)
+-- (epoch: the epoch to count this one as, PyTorch's deprecated second argument.)
+function Plateau:step(metric, epoch)
   if is_tensor(metric) then metric = metric:item() end
   if type(metric) ~= "number" then bad_arg("ReduceLROnPlateau:step", "the metric (a number)", metric) end
-  self.last_epoch = self.last_epoch + 1
+  if epoch ~= nil and type(epoch) ~= "number" then bad_arg("ReduceLROnPlateau:step", "a number for the epoch", epoch) end
+  self.last_epoch = epoch or self.last_epoch + 1
   if self:_better(metric) then
     self.best, self.num_bad_epochs = metric, 0
   else

@@ -268,4 +268,249 @@ H.test("printing an optimizer shows its options", function()
        "SGD{dampening=0, lr=0.1, momentum=0.9, nesterov=false, weight_decay=0}")
 end)
 
+H.test("schedules stepped back to back compose as PyTorch's", function()
+  local O = dl.optim
+  -- each: the schedules, made in order and stepped in order, and {epoch, torch's lr} from
+  -- torch.optim.lr_scheduler (1.13) driving one SGD(lr = 0.1)
+  local cases = {
+    { "LinearLR(0.1, 1, 10), CosineAnnealingLR(100)",
+      function(o) return { O.LinearLR(o, 0.1, 1, 10), O.CosineAnnealingLR(o, 100) } end,
+      { { 1, 0.018995312323474452 }, { 2, 0.02797237419799581 }, { 5, 0.054661429366366296 },
+        { 10, 0.09755282581475774 }, { 11, 0.09704403844771134 }, { 50, 0.050000000000000065 }, { 100, 0.0 },
+        { 101, 2.467198171342e-05 }, { 120, 0.009549150281252607 } } },
+    { "StepLR(10, 0.5), ExponentialLR(0.98)",
+      function(o) return { O.StepLR(o, 10, 0.5), O.ExponentialLR(o, 0.98) } end,
+      { { 1, 0.098 }, { 9, 0.08337477621301498 }, { 10, 0.040853640344377336 }, { 11, 0.04003656753748979 },
+        { 20, 0.016690199293877356 }, { 25, 0.015086618244472416 } } },
+    { "MultiStepLR({3, 6}, 0.5), LinearLR(0.5, 1, 4)",
+      function(o) return { O.MultiStepLR(o, { 3, 6 }, 0.5), O.LinearLR(o, 0.5, 1, 4) } end,
+      { { 1, 0.0625 }, { 2, 0.075 }, { 3, 0.043750000000000004 }, { 4, 0.05 }, { 6, 0.025 }, { 8, 0.025 } } },
+    { "SequentialLR({LinearLR(0.5, 1, 2), StepLR(2, 0.5)}, {3}), ExponentialLR(0.9)",
+      function(o)
+        return { O.SequentialLR(o, { O.LinearLR(o, 0.5, 1, 2), O.StepLR(o, 2, 0.5) }, { 3 }), O.ExponentialLR(o, 0.9) }
+      end,
+      { { 1, 0.06750000000000002 }, { 2, 0.08100000000000003 }, { 3, 0.09000000000000001 }, { 4, 0.08100000000000002 },
+        { 5, 0.03645000000000001 }, { 7, 0.014762250000000005 } } },
+    { "ChainedScheduler({ConstantLR(0.1, 2), ExponentialLR(0.9)})",
+      function(o) return { O.ChainedScheduler(o, { O.ConstantLR(o, 0.1, 2), O.ExponentialLR(o, 0.9) }) } end,
+      { { 0, 0.010000000000000002 }, { 1, 0.009000000000000003 }, { 2, 0.08100000000000003 },
+        { 3, 0.07290000000000003 }, { 5, 0.059049000000000025 } } },
+    { "ConstantLR(0.25, 3) alone",
+      function(o) return { O.ConstantLR(o, 0.25, 3) } end,
+      { { 0, 0.025 }, { 2, 0.025 }, { 3, 0.1 }, { 5, 0.1 } } },
+  }
+  for _, c in ipairs(cases) do
+    local opt = O.SGD{ lr = 0.1 }
+    local scheds = c[2](opt)
+    local at = 1
+    for epoch = 0, c[3][#c[3]][1] do
+      if epoch > 0 then for _, s in ipairs(scheds) do s:step() end end
+      local want = c[3][at]
+      if want[1] == epoch then
+        H.near(opt.lr, want[2], 1e-15, c[1] .. " epoch " .. epoch)
+        at = at + 1
+      end
+    end
+  end
+  -- lr changed by hand: the schedule goes on from it (torch: StepLR(2, 0.5), lr halved after epoch 3)
+  local opt = O.SGD{ lr = 0.1 }
+  local s = O.StepLR(opt, 2, 0.5)
+  local lrs = {}
+  for i = 1, 6 do
+    s:step()
+    if i == 3 then opt.lr = opt.lr * 0.5 end
+    lrs[i] = opt.lr
+  end
+  H.near(lrs, { 0.1, 0.05, 0.025, 0.0125, 0.0125, 0.00625 }, 1e-15)
+  -- with ReduceLROnPlateau (torch: StepLR(2, 0.1), then ReduceLROnPlateau(patience 0, factor 0.5) on 1.0)
+  opt = O.SGD{ lr = 0.1 }
+  s = O.StepLR(opt, 2, 0.1)
+  local plateau = O.ReduceLROnPlateau(opt, { patience = 0, factor = 0.5 })
+  lrs = {}
+  for i = 1, 5 do s:step(); plateau:step(1.0); lrs[i] = opt.lr end
+  H.near(lrs, { 0.1, 0.005000000000000001, 0.0025000000000000005, 0.00012500000000000003, 6.250000000000001e-05 }, 1e-15)
+  -- get_last_lr is each schedule's own; a chained schedule's state leaves lr to the optimizer's
+  opt = O.SGD{ lr = 0.1 }
+  local a, b = O.StepLR(opt, 1, 0.5), O.ExponentialLR(opt, 0.5)
+  a:step(); b:step(); a:step(); b:step()
+  H.near(a:get_last_lr(), 0.0125, 1e-15)
+  H.near(b:get_last_lr(), 0.00625, 1e-15)
+  local sd = a:state_dict()
+  H.eq(sd.chained, true)
+  opt.lr = 0.5
+  a:load_state_dict(sd)
+  H.eq(opt.lr, 0.5)
+  a:step()
+  H.near(opt.lr, 0.25, 1e-15)
+  H.raises(function() O.ChainedScheduler(opt, { O.ReduceLROnPlateau(opt) }) end,
+           "ChainedScheduler: expected a schedule stepped without a metric at 1")
+  H.raises(function() O.ChainedScheduler(opt, { O.StepLR(O.SGD{}, 2) }) end,
+           "ChainedScheduler: schedule 1 drives another optimizer")
+  H.raises(function() O.ConstantLR(opt, 1.5) end, "ConstantLR: factor must be in (0, 1], got 1.5")
+end)
+
+H.test("CosineAnnealingWarmRestarts: periods counted exactly, and step(epoch) with fractions", function()
+  local O = dl.optim
+  -- torch: CosineAnnealingWarmRestarts(SGD(lr = 0.1), 1, 3) stepped 121 and 124 times
+  local opt = O.SGD{ lr = 0.1 }
+  local s = O.CosineAnnealingWarmRestarts(opt, 1, 3)
+  for _ = 1, 121 do s:step() end
+  H.near(opt.lr, 0.1, 1e-15, "a restart at 121 = 1 + 3 + 9 + 27 + 81")
+  for _ = 1, 3 do s:step() end
+  H.near(opt.lr, 0.09996239762521152, 1e-15)
+  -- torch: CosineAnnealingWarmRestarts(SGD(lr = 0.1), 10, 2, 0.001), step(epoch) for each, then step()
+  opt = O.SGD{ lr = 0.1 }
+  s = O.CosineAnnealingWarmRestarts(opt, 10, 2, 0.001)
+  local want = { { 0.5, 0.09939057285945932 }, { 3.25, 0.07636367895343947 }, { 9.9, 0.0010244252618962857 },
+                 { 10, 0.1 }, { 12.5, 0.0962320368593087 }, { 29.75, 0.0010381627060842165 },
+                 { 31, 0.09984740801978985 } }
+  for _, w in ipairs(want) do
+    s:step(w[1])
+    H.near(opt.lr, w[2], 1e-15, "epoch " .. w[1])
+  end
+  s:step()
+  H.eq(s.last_epoch, 32)
+  H.near(opt.lr, 0.09939057285945932, 1e-15)
+  -- a fractional position survives state_dict
+  s:step(12.5)
+  local opt2 = O.SGD{ lr = 0.1 }
+  local s2 = O.CosineAnnealingWarmRestarts(opt2, 10, 2, 0.001)
+  s2:load_state_dict(s:state_dict())
+  H.near(opt2.lr, 0.0962320368593087, 1e-15)
+  H.raises(function() s:step(-1) end, "CosineAnnealingWarmRestarts:step: epoch must be a finite number >= 0, got -1")
+  H.raises(function() s:step(math.huge) end, "epoch must be a finite number >= 0, got inf")
+  -- the others count the epochs themselves
+  H.raises(function() O.StepLR(opt, 2):step(3) end, "StepLR:step takes no epoch (it counts them itself), got 3")
+  H.raises(function() O.OneCycleLR(O.SGD{ momentum = 0.9 }, 1, 10):step(2) end, "OneCycleLR:step takes no epoch")
+  H.raises(function() O.ChainedScheduler(opt, { O.StepLR(opt, 2) }):step(1) end, "ChainedScheduler:step takes no epoch")
+  local plateau = O.ReduceLROnPlateau(opt)
+  plateau:step(1.0, 7)
+  H.eq(plateau.last_epoch, 7)
+end)
+
+H.test("OneCycleLR refuses a phase without steps (PyTorch divides by zero)", function()
+  local O = dl.optim
+  -- torch: OneCycleLR(opt, 0.5, total_steps=10, pct_start=0.1) raises ZeroDivisionError when made
+  H.raises(function() O.OneCycleLR(O.SGD{ momentum = 0.9 }, 0.5, 10, { pct_start = 0.1 }) end,
+           "OneCycleLR: phase 1 of the cycle has no steps (pct_start = 0.1 of total_steps = 10)")
+  -- pct_start = 1: the falling phase is empty, reached at the 10th step (torch raises there too)
+  local opt = O.SGD{ lr = 0.1, momentum = 0.9 }
+  local s = O.OneCycleLR(opt, 0.5, 10, { pct_start = 1 })
+  for _ = 1, 9 do s:step() end
+  H.near(opt.lr, 0.5, 1e-15)
+  H.raises(function() s:step() end, "OneCycleLR: phase 2 of the cycle has no steps")
+end)
+
+H.test("options of optimizers and schedules are checked when made", function()
+  local O = dl.optim
+  local sgd = O.SGD{ momentum = 0.9 }
+  H.raises(function() O.OneCycleLR(sgd, 1, 10, { div_factor = "x" }) end, "OneCycleLR: div_factor must be a number > 0, got x")
+  H.raises(function() O.OneCycleLR(sgd, 1, 10, { div_factor = 0 }) end, "OneCycleLR: div_factor must be a number > 0, got 0")
+  H.raises(function() O.OneCycleLR(sgd, 1, 10, { final_div_factor = -1 }) end,
+           "OneCycleLR: final_div_factor must be a number > 0, got -1")
+  H.raises(function() O.OneCycleLR(sgd, 1, 10, { base_momentum = "x" }) end,
+           "OneCycleLR: base_momentum must be a number >= 0, got x")
+  H.raises(function() O.OneCycleLR(sgd, 1, 10, { three_phase = "yes" }) end, "OneCycleLR: three_phase must be a boolean, got yes")
+  H.raises(function() O.OneCycleLR(sgd, 1, 10, { cycle_momentum = 1 }) end, "OneCycleLR: cycle_momentum must be a boolean, got 1")
+  H.raises(function() O.ReduceLROnPlateau(sgd, { patience = "x" }) end, "ReduceLROnPlateau: patience must be an integer >= 0, got x")
+  H.raises(function() O.ReduceLROnPlateau(sgd, { threshold = "x" }) end, "ReduceLROnPlateau: threshold must be a number >= 0, got x")
+  H.raises(function() O.ReduceLROnPlateau(sgd, { cooldown = 1.5 }) end, "ReduceLROnPlateau: cooldown must be an integer >= 0, got 1.5")
+  H.raises(function() O.ReduceLROnPlateau(sgd, { min_lr = -1 }) end, "ReduceLROnPlateau: min_lr must be a number >= 0, got -1")
+  H.raises(function() O.Adam{ betas = { 0.9, 1.5 } } end, "Adam: betas must be two numbers in [0, 1), got {0.9, 1.5}")
+  H.raises(function() O.NAdam{ betas = { 0.9 } } end, "NAdam: betas must be two numbers in [0, 1), got {0.9}")
+  H.raises(function() O.Adadelta{ rho = 1.5 } end, "Adadelta: rho must be in [0, 1], got 1.5")
+  O.Adadelta{ rho = 1 }
+end)
+
+H.test("NAdam keeps mu_product as PyTorch's float32 tensor does", function()
+  -- torch: NAdam([x], lr=0.01, betas=(0.8, 0.95), momentum_decay=0.01), float64 x = [1, -2],
+  -- 20 steps of the gradient [0.5 (t % 3 - 1), 1.5], t = 0..19
+  local x = dl.Variable(dl.tensor({ 1.0, -2.0 }, { dtype = "float64" }))
+  local opt = dl.optim.NAdam{ lr = 0.01, betas = { 0.8, 0.95 }, momentum_decay = 0.01 }
+  for t = 0, 9 do opt:step({ x }, { dl.tensor({ 0.5 * (t % 3 - 1), 1.5 }, { dtype = "float64" }) }) end
+  -- restored from its state dict halfway, it goes on the same
+  local fresh = dl.optim.NAdam{ lr = 0.01, betas = { 0.8, 0.95 }, momentum_decay = 0.01 }
+  fresh:load_state_dict(opt:state_dict())
+  for t = 10, 19 do fresh:step({ x }, { dl.tensor({ 0.5 * (t % 3 - 1), 1.5 }, { dtype = "float64" }) }) end
+  H.near(x:totable(), { 1.0118192254375233, -2.1901291750701186 }, 1e-15)
+end)
+
+H.test("LBFGS updates trainable parameters only, and takes params as its variables", function()
+  dl.manual_seed(5)
+  local lin = dl.nn.Linear(3, 1)
+  lin.bias:requires_grad_(false)
+  local x, y = dl.randn(16, 3), dl.randn(16, 1)
+  local b0, w0 = lin.bias:clone(), lin.weight:clone()
+  local opt = dl.optim.LBFGS{ max_iter = 5 }
+  opt:minimize(function() return dl.nn.mse_loss(lin(x), y) end, lin)
+  H.eq(lin.bias:totable(), b0:totable())
+  H.ok((lin.weight - w0):abs():max():item() > 1e-3, "the weight moved")
+  -- params: the variables minimize takes by default
+  local function quad(v) return function() return ((v - dl.tensor({ 1.0, 2.0 })) ^ 2):sum() end end
+  local a, b = dl.Variable(dl.zeros(2)), dl.Variable(dl.zeros(2))
+  dl.optim.LBFGS{ params = { a } }:minimize(quad(a))
+  dl.optim.LBFGS{}:minimize(quad(b), { b })
+  H.values(a, { 1, 2 }, { tol = 1e-5 })
+  H.eq(a:totable(), b:totable())
+  H.raises(function() dl.optim.LBFGS{}:minimize(quad(a)) end,
+           "LBFGS:minimize: expected a list of variables (or params given to LBFGS), got nil")
+  H.raises(function() dl.optim.LBFGS{ params = { 1 } } end, "LBFGS: params[1] is a number, expected a Variable")
+end)
+
+H.test("clip_grad_norm_: NaN and infinite norms as PyTorch's, p < 1, error_if_nonfinite", function()
+  local U = dl.nn.utils
+  local nan, inf = 0 / 0, math.huge
+  local function grads(vals)
+    local l = {}
+    for i, v in ipairs(vals) do l[i] = dl.tensor(v) end
+    return l
+  end
+  -- torch.nn.utils.clip_grad_norm_ (float32 grads [1, nan], [4, -2], max_norm 1): the norm is
+  -- nan for norm_type inf and 2, and every gradient is multiplied by nan
+  for _, p in ipairs({ inf, 2 }) do
+    local g = grads({ { 1, nan }, { 4, -2 } })
+    H.values(U.clip_grad_norm_(g, 1, p), nan)
+    H.values(g[1], { nan, nan })
+    H.values(g[2], { nan, nan })
+  end
+  -- an infinite norm: clip_coef 0 (and inf * 0 = nan)
+  local g = grads({ { 1, inf }, { 4, -2 } })
+  H.values(U.clip_grad_norm_(g, 1), inf)
+  H.values(g[1], { 0, nan })
+  H.values(g[2], { 0, 0 })
+  -- norm_type 0.5: torch gives 9 for three ones; float64 [1, -2], [0.5, 3] clipped to 1.5
+  H.values(U.clip_grad_norm_(grads({ { 1, 1, 1 } }), 100, 0.5), 9)
+  local g64 = { dl.tensor({ 1, -2 }, { dtype = "float64" }), dl.tensor({ 0.5, 3 }, { dtype = "float64" }) }
+  H.near(U.clip_grad_norm_(g64, 1.5, 0.5):item(), 23.55521153060657, 1e-14)
+  H.near(g64[1]:totable(), { 0.06368017261788525, -0.1273603452357705 }, 1e-15)
+  H.near(g64[2]:totable(), { 0.031840086308942625, 0.19104051785365575 }, 1e-15)
+  -- error_if_nonfinite: an error, the gradients untouched
+  g = grads({ { 1, nan } })
+  H.raises(function() U.clip_grad_norm_(g, 1, { error_if_nonfinite = true }) end,
+           "clip_grad_norm_: the total norm of order 2 of the gradients is nan, so they cannot be clipped")
+  H.values(g[1], { 1, nan })
+  H.raises(function() U.clip_grad_norm_(grads({ { 1, inf } }), 1, 1, { error_if_nonfinite = true }) end,
+           "the total norm of order 1 of the gradients is inf")
+  H.values(U.clip_grad_norm_(grads({ { 3, 4 } }), 10, { error_if_nonfinite = true }), 5)
+  H.raises(function() U.clip_grad_norm_(grads({ { 1 } }), 1, 2, true) end, "clip_grad_norm_: expected an options table, got boolean")
+  H.raises(function() U.clip_grad_norm_(grads({ { 1 } }), 1, 2, {}, 3) end, "clip_grad_norm_: too many arguments")
+  H.raises(function() U.clip_grad_norm_(grads({ { 1 } }), 1, 2, { error_if_nonfinte = true }) end,
+           "clip_grad_norm_: unknown option 'error_if_nonfinte'")
+  H.raises(function() U.clip_grad_norm_(grads({ { 1 } }), 1, 0) end, "clip_grad_norm_: norm_type must be a number > 0 or math.huge, got 0")
+end)
+
+H.test("the REPL's help lists every option of each optimizer", function()
+  local root = debug.getinfo(1, "S").source:match("^@(.-)tests/lua/[^/]*$") or ""
+  local help = assert(loadfile(root .. "repl/help.lua"))()
+  for _, name in ipairs({ "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam" }) do
+    local entry = help["dl.optim." .. name] or help[help._also["dl.optim." .. name]]
+    H.ok(type(entry) == "table", "an entry for dl.optim." .. name)
+    local sig = entry[1]:match("%f[%w]" .. name .. "(%b{})")
+    H.ok(sig ~= nil, name .. " in " .. entry[1])
+    for key in tostring(dl.optim[name]{}):gmatch("([%w_]+)=") do
+      H.ok(sig:find("%f[%w_]" .. key .. "%f[^%w_]") ~= nil, name .. "'s help names " .. key .. ": " .. sig)
+    end
+  end
+end)
+
 H.run()

@@ -207,7 +207,7 @@ with tempfile.TemporaryDirectory() as home:
     t = r.expect(r"x:atan2_\(b\)\s+In place: x becomes x:atan2\(b\)")
     check("an in-place method's help comes from its op's", t is not None, t)
     r.send("? dl.optim.RAdam\n")
-    t = r.expect(r"RAdam\{lr, betas\}")
+    t = r.expect(r"RAdam\{lr, betas, eps, weight_decay\}")
     check("a function documented in another's entry is found", t is not None, t)
     r.send("history_check = 1\n")
     r.send("\x1b[A\x1b[A\x1b[A")

@@ -6,14 +6,10 @@ core.own_source()
 
 local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, dl = T.is_tensor, T.dl
-local type, tostring, ipairs, max, huge = type, tostring, ipairs, math.max, math.huge
+local type, tostring, ipairs, select, huge = type, tostring, ipairs, select, math.huge
 
 local utils = {}
 
--- clip_grad_norm_(grads, max_norm [, norm_type = 2]): the norm of all gradients
--- together (norm_type a p >= 1, or math.huge for the largest magnitude), and when it
--- exceeds max_norm every gradient scaled in place by max_norm / (norm + 1e-6), as
--- PyTorch's. Returns the norm before clipping, a 0-dim tensor of the gradients' dtype.
 -- The gradients of `grads` (tensors, or {gradient, Variable} pairs; holes skipped) as a list.
 local function gradient_list(op, grads)
   if type(grads) ~= "table" then bad_arg(op, "a list of gradients", grads) end
@@ -30,18 +26,37 @@ local function gradient_list(op, grads)
   return list
 end
 
-function utils.clip_grad_norm_(grads, max_norm, norm_type)
+-- clip_grad_norm_(grads, max_norm [, norm_type = 2] [, {error_if_nonfinite = false}]): the
+-- norm of all gradients together (norm_type a p > 0, or math.huge for the largest
+-- magnitude), and every gradient scaled in place by min(1, max_norm / (norm + 1e-6)), as
+-- PyTorch's: by NaN when the norm is NaN, by 0 when it is infinite, unless
+-- error_if_nonfinite makes those an error (the gradients left as they were). Returns the
+-- norm before clipping, a 0-dim tensor of the gradients' dtype.
+local CLIP_OPTS = { error_if_nonfinite = true }
+
+function utils.clip_grad_norm_(grads, max_norm, norm_type, opts, ...)
   local op = "clip_grad_norm_"
+  if type(norm_type) == "table" and opts == nil then norm_type, opts = nil, norm_type end
+  if select("#", ...) > 0 then raise(op .. ": too many arguments (grads, max_norm [, norm_type] [, options])") end
+  opts = core.options(op, opts, CLIP_OPTS)
   local list = gradient_list(op, grads)
-  if type(max_norm) ~= "number" or max_norm < 0 then raise(op .. ": max_norm must be a number >= 0, got " .. tostring(max_norm)) end
+  if type(max_norm) ~= "number" or not (max_norm >= 0) then raise(op .. ": max_norm must be a number >= 0, got " .. tostring(max_norm)) end
   local p = norm_type == nil and 2 or norm_type
-  if type(p) ~= "number" or (p < 1 and p ~= huge) then raise(op .. ": norm_type must be >= 1 or math.huge, got " .. tostring(p)) end
+  if type(p) ~= "number" or not (p > 0) then raise(op .. ": norm_type must be a number > 0 or math.huge, got " .. tostring(p)) end
+  local strict = opts.error_if_nonfinite
+  if strict ~= nil and type(strict) ~= "boolean" then
+    raise(op .. ": error_if_nonfinite must be a boolean, got " .. tostring(strict))
+  end
   if #list == 0 then return dl.tensor(0) end
   return dl.no_grad(function()
     local total
     if p == huge then
       local m = 0
-      for _, g in ipairs(list) do m = max(m, g:abs():max():item()) end
+      for _, g in ipairs(list) do
+        local v = g:abs():max():item()
+        if v ~= v or v > m then m = v end   -- a NaN stays (math.max would drop it)
+        if m ~= m then break end
+      end
       total = dl.tensor(m, { dtype = list[1].dtype })
     else
       -- (The square as a product: pow is libm's general routine per element, 2.7% of
@@ -53,8 +68,13 @@ function utils.clip_grad_norm_(grads, max_norm, norm_type)
       end
       total = dl.tensor(acc ^ (1 / p), { dtype = list[1].dtype })
     end
-    local coef = max_norm / (total:item() + 1e-6)
-    if coef < 1 then
+    local t = total:item()
+    if strict and (t ~= t or t == huge) then
+      raise(op .. ": the total norm of order " .. tostring(p) .. " of the gradients is " .. tostring(t)
+            .. ", so they cannot be clipped (error_if_nonfinite = false scales them by it anyway)")
+    end
+    local coef = max_norm / (t + 1e-6)
+    if coef ~= coef or coef < 1 then
       for _, g in ipairs(list) do g:mul_(coef) end
     end
     return total
