@@ -136,6 +136,10 @@ local function label_sizes(ops, terms)
       if s == nil or s == 1 then
         size[l] = n
       elseif n ~= s and not (n == 1 and l:match("^%d")) then
+        if l:match("^%d") then   -- (the ellipsis's labels are internal: name the dim)
+          raise(OP .. ": the dims of '...' do not broadcast: operand " .. k .. "'s dim " .. i .. " has size " .. n
+                .. " where an earlier operand's has " .. s)
+        end
         raise(OP .. ": label " .. l .. " stands for sizes " .. s .. " and " .. n .. " (operand " .. k .. ")")
       end
     end

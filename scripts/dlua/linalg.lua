@@ -8,7 +8,8 @@
 --   local w, V = dl.linalg.eigh(A)              -- symmetric eigenproblem, w ascending
 --   local U, S, Vh = dl.linalg.svd(A, {full_matrices = false})
 --   local sign, logabsdet = dl.linalg.slogdet(A)
---   dl.linalg.inv, det, lstsq, pinv, norm, matrix_norm, vector_norm, matrix_rank, cond,
+--   local X, residuals, rank, S = dl.linalg.lstsq(A, B)
+--   dl.linalg.inv, det, pinv, norm, matrix_norm, vector_norm, matrix_rank, cond,
 --   solve_triangular, eigvalsh, svdvals
 --
 -- The factorizations are the engine's ops (LAPACK on the CPU: tensor/cpu/lapack.cpp,
@@ -46,6 +47,7 @@ local several = T.several   -- n handles from f(..., outs), outs the last argume
 local function mT(x) return x:transpose(-2, -1) end
 local function flag(v) return v and 1 or 0 end
 local function eye_like(n, x) return dl.eye(n, { dtype = x.dtype, device = x.device }) end
+local function eps_of(dtype) return dtype == "float64" and 2.220446049250313e-16 or 1.1920928955078125e-07 end
 -- The float dtype a decomposition returns for x.
 local function float_dtype(x)
   local d = x.dtype
@@ -72,7 +74,13 @@ function L.solve(a, b, opts)
   check("solve", b, "a tensor B")
   opts = options("linalg.solve", opts, { left = true })
   local left = opts.left ~= false
-  if not left then return mT(L.solve(mT(a), mT(b))) end
+  if not left then
+    if is_vector_rhs(a, b) then   -- X A = B has no vector form (torch's rule)
+      raise("linalg.solve: with left = false B must be matrices (..., k, n) for X A = B, got B "
+            .. shape_str(b) .. " (vectors) for A " .. shape_str(a))
+    end
+    return mT(L.solve(mT(a), mT(b)))
+  end
   if is_vector_rhs(a, b) then
     return one(C.dl_linalg_solve, hid(a), hid(b:unsqueeze(-1))):squeeze(-1)
   end
@@ -94,11 +102,28 @@ function L.solve_triangular(a, b, opts)
   return one(C.dl_solve_triangular, hid(a), hid(b), flag(upper), flag(unit))
 end
 
+-- A square matrix or a batch of them, checked.
+local function check_square(op, a)
+  check_matrix(op, a)
+  if a:size(-1) ~= a:size(-2) then
+    raise("linalg." .. op .. ": expected square matrices, got shape " .. shape_str(a.shape))
+  end
+end
+
+-- A's inverse as a solve against the identity, its errors (a singular matrix) naming
+-- op, the function called, not linalg.solve.
+local function inverse(op, a)
+  local ok, r = pcall(one, C.dl_linalg_solve, hid(a), hid(eye_like(a:size(-1), a):to(float_dtype(a)):expand_as(a)))
+  if ok then return r end
+  local msg = tostring(r)
+  local at = msg:find("linalg.solve: ", 1, true)
+  if not at then error(r, 0) end
+  raise("linalg." .. op .. ": " .. msg:sub(at + #"linalg.solve: "))
+end
+
 function L.inv(a)
-  check_matrix("inv", a)
-  local n = a:size(-1)
-  if a:size(-2) ~= n then raise("linalg.inv: expected square matrices, got shape " .. shape_str(a)) end
-  return one(C.dl_linalg_solve, hid(a), hid(eye_like(n, a):to(float_dtype(a)):expand_as(a)))
+  check_square("inv", a)
+  return inverse("inv", a)
 end
 
 -- ---- factorizations ---------------------------------------------------------------------------
@@ -177,13 +202,21 @@ end
 -- is invertible. A singular matrix has a finite one too (nonzero at rank n - 1), which
 -- slogdet's A^-T cannot give; there it comes from the SVD A = U S Vh as
 -- det(U) det(Vh) U diag(prod_{j ~= i} s_j) Vh (PyTorch's det_backward does the same).
--- The gradient's ops are recorded, so it differentiates again.
+-- The gradient's ops are recorded, so it differentiates again. While they are (a higher
+-- order to come), a det tiny beside Hadamard's bound, the product of the rows' norms,
+-- takes the SVD way too: det(A) A^-T through an A^-1 that rounding dominates has a
+-- derivative wrong by O(1), the adjugate through the SVD has not.
 local det = dl.custom_gradient(function(a)
   local sign, logabs = L.slogdet(a)
   local d = sign * logabs:exp()
   local function grad_fn(g)
     local gm = (g * d):unsqueeze(-1):unsqueeze(-1)
-    if not d:eq(0):any() then
+    local ill = false
+    if dl.is_grad_enabled() then
+      local bound = a:detach():norm({ -1 }, false, { p = 2 }):prod(-1)
+      ill = d:detach():abs():le(bound * 1e-8):any()
+    end
+    if not ill and not d:eq(0):any() then
       return gm * mT(L.inv(a))
     end
     local u, s, vh = L.svd(a, { full_matrices = false })
@@ -195,98 +228,212 @@ local det = dl.custom_gradient(function(a)
 end)
 
 function L.det(a)
-  check("det", a)
+  check_square("det", a)
   if a:size(-1) == 0 then return (L.slogdet(a)) end   -- det of 0 x 0 is 1
   return det(a)
 end
 
 -- ---- least squares and the pseudo-inverse -----------------------------------------------------
 
--- lstsq(A, B): the X that minimises |A X - B| (A (..., m, n) of full rank; the
--- minimum-norm solution when m < n), through the QR decomposition of A (or of A^T).
-function L.lstsq(a, b)
-  check_matrix("lstsq", a)
-  check("lstsq", b, "a tensor B")
-  local m, n = a:size(-2), a:size(-1)
-  if is_vector_rhs(a, b) then
-    if b:size(-1) ~= m then
-      raise("linalg.lstsq: A " .. shape_str(a) .. " and B " .. shape_str(b) .. " do not match (B needs as many rows as A)")
-    end
-    return L.lstsq(a, b:unsqueeze(-1)):squeeze(-1)
-  end
-  if b:size(-2) ~= m then
-    raise("linalg.lstsq: A " .. shape_str(a) .. " and B " .. shape_str(b) .. " do not match (B needs as many rows as A)")
-  end
-  if m >= n then
-    local q, r = L.qr(a)
-    return L.solve_triangular(r, mT(q):matmul(b), { upper = true })
-  end
-  local q, r = L.qr(mT(a))   -- A = R^T Q^T: X = Q R^-T B
-  return q:matmul(L.solve_triangular(mT(r), b, { upper = false }))
-end
-
--- The singular values of s (..., k) above rtol * the largest of each matrix.
+-- Which of the singular values s (..., k) count as nonzero: those above max(atol,
+-- rtol * the largest), torch.linalg's rule. rtol is eps * max(m, n) unless given, or 0
+-- when only an atol > 0 is; tol, matrix_rank's older form, is an atol alone.
 local function kept(op, s, m, n, opts)
-  opts = options("linalg." .. op, opts, { rtol = true, hermitian = true, tol = true })
-  local cut
+  local atol, rtol = opts.atol, opts.rtol
   if opts.tol ~= nil then
-    cut = opts.tol
-  else
-    local eps = s.dtype == "float64" and 2.220446049250313e-16 or 1.1920928955078125e-07
-    local rtol = opts.rtol or eps * math.max(m, n)
-    if s:size(-1) == 0 then return s:gt(0) end
-    cut = s:amax(-1, true) * rtol
+    if atol ~= nil or rtol ~= nil then raise("linalg." .. op .. ": tol is an atol alone: give tol, or atol and rtol") end
+    if type(opts.tol) ~= "number" then bad_arg("linalg." .. op, "a number tol", opts.tol) end
+    atol, rtol = opts.tol, 0
   end
+  if atol ~= nil and type(atol) ~= "number" then bad_arg("linalg." .. op, "a number atol", atol) end
+  if rtol ~= nil and type(rtol) ~= "number" then bad_arg("linalg." .. op, "a number rtol", rtol) end
+  if rtol == nil then rtol = (atol or 0) > 0 and 0 or eps_of(s.dtype) * math.max(m, n) end
+  if s:size(-1) == 0 then return s:gt(0) end
+  local cut = s:amax(-1, true) * rtol
+  if atol ~= nil then cut = cut:clamp(atol) end
   return s:gt(cut)
 end
 
--- pinv(A [, {rtol = eps * max(m, n), hermitian = false}]): the pseudo-inverse, through
--- the SVD (singular values at or below rtol times the largest are taken as zero).
-function L.pinv(a, opts)
-  check_matrix("pinv", a)
+-- The pseudo-inverse of a (no history), the singular values (a hermitian A's
+-- eigenvalues' magnitudes, from its lower triangle as torch's) and which were kept.
+local function pinv_parts(op, a, opts)
   local m, n = a:size(-2), a:size(-1)
+  if opts.hermitian then
+    local w, v = L.eigh(a)
+    local s = w:abs()
+    local keep = kept(op, s, m, n, opts)
+    local inv = dl.where(keep, 1 / dl.where(keep, w, dl.ones_like(w)), dl.zeros_like(w))
+    return (v * inv:unsqueeze(-2)):matmul(mT(v)), s, keep
+  end
   local u, s, vh = L.svd(a, { full_matrices = false })
-  local keep = kept("pinv", s, m, n, opts)
+  local keep = kept(op, s, m, n, opts)
   local inv = dl.where(keep, 1 / dl.where(keep, s, dl.ones_like(s)), dl.zeros_like(s))
-  return (mT(vh) * inv:unsqueeze(-2)):matmul(mT(u))
+  return (mT(vh) * inv:unsqueeze(-2)):matmul(mT(u)), s, keep
 end
 
--- matrix_rank(A [, {rtol =, tol =}]): the number of singular values kept (int64).
+-- The gradient of P = A+ is the closed form of its derivative where the rank stays
+-- (Golub and Pereyra, 1973; torch's pinv_backward, term for term), not the SVD's, which
+-- is NaN wherever singular values repeat (the identity, an orthogonal or a zero A).
+-- Recorded for a higher order, P is made by this op again, so that its derivative is
+-- this formula too. Further results: the singular values and the mask of those kept.
+local pinv_op
+pinv_op = dl.custom_gradient(function(a, opts, op)
+  local p, s, keep = pinv_parts(op, a:detach(), opts)
+  return p, function(g)
+    local pa = dl.is_grad_enabled() and pinv_op(a, opts, op) or p
+    local ph, gh = mT(pa), mT(g)
+    if a:size(-2) <= a:size(-1) then
+      local k = gh:matmul(pa)
+      local kph = k:matmul(ph)
+      return -mT(pa:matmul(k)) + kph - a:matmul(pa):matmul(kph) + ph:matmul(pa):matmul(gh - k:matmul(a))
+    end
+    local k = pa:matmul(gh)
+    local phk = ph:matmul(k)
+    return -mT(k:matmul(pa)) + (gh - a:matmul(k)):matmul(pa):matmul(ph) + phk - phk:matmul(pa):matmul(a)
+  end, s, keep
+end)
+
+-- pinv(A [, {atol, rtol = eps * max(m, n), hermitian = false}]): the pseudo-inverse,
+-- through the SVD (through eigh of the lower triangle with hermitian), the singular
+-- values at or below max(atol, rtol * the largest) taken as zero.
+function L.pinv(a, opts)
+  check_matrix("pinv", a)
+  opts = options("linalg.pinv", opts, { atol = true, rtol = true, hermitian = true, tol = true })
+  if opts.hermitian then check_square("pinv", a) end
+  return (pinv_op(T.floating(a), opts, "pinv"))
+end
+
+-- matrix_rank(A [, {atol, rtol, hermitian}]) (or {tol}, an atol alone): the number of
+-- singular values kept, as pinv keeps them (int64).
 function L.matrix_rank(a, opts)
   check_matrix("matrix_rank", a)
-  return kept("matrix_rank", L.svdvals(a), a:size(-2), a:size(-1), opts):sum(-1)
+  opts = options("linalg.matrix_rank", opts, { atol = true, rtol = true, hermitian = true, tol = true })
+  local s
+  if opts.hermitian then
+    check_square("matrix_rank", a)
+    s = L.eigvalsh(a):abs()
+  else
+    s = L.svdvals(a)
+  end
+  return kept("matrix_rank", s, a:size(-2), a:size(-1), opts):sum(-1)
+end
+
+local DRIVERS = { gels = true, gelsy = true, gelsd = true, gelss = true }
+
+-- lstsq(A, B [, {driver = "gelsy", rcond = eps * max(m, n)}]): as torch.linalg.lstsq,
+-- the X minimising |A X - B| (of least norm where A has not full rank), the residuals,
+-- the rank and the singular values, the last three empty where torch's driver gives
+-- none. "gels" takes A of full rank and solves through QR; the others through the
+-- pseudo-inverse, singular values up to rcond times the largest counting as zero:
+-- gelsd's and gelss's answer, and gelsy's wherever the rank is clear (an rcond that
+-- cuts singular values well above rounding truncates as the SVD does, not as gelsy's
+-- pivoted QR). The gradient is torch's: X's through the pseudo-inverse.
+function L.lstsq(a, b, opts)
+  local op = "linalg.lstsq"
+  check_matrix("lstsq", a)
+  check("lstsq", b, "a tensor B")
+  opts = options(op, opts, { driver = true, rcond = true })
+  local driver = opts.driver or "gelsy"
+  if not DRIVERS[driver] then
+    raise(op .. ": driver must be \"gels\", \"gelsy\", \"gelsd\" or \"gelss\", got " .. tostring(driver))
+  end
+  local rcond = opts.rcond
+  if rcond ~= nil and (type(rcond) ~= "number" or not (rcond >= 0)) then
+    raise(op .. ": rcond must be a number >= 0, got " .. tostring(rcond))
+  end
+  local m, n = a:size(-2), a:size(-1)
+  local vector = is_vector_rhs(a, b)
+  local bm = vector and b:unsqueeze(-1) or b
+  if bm:size(-2) ~= m then
+    raise(op .. ": A " .. shape_str(a) .. " and B " .. shape_str(b) .. " do not match (B needs as many rows as A)")
+  end
+  local fdt = float_dtype(a)
+  local none = dl.empty(0, { dtype = fdt, device = a.device })
+  local x, rank, s
+  if driver == "gels" then
+    if m >= n then
+      local q, r = L.qr(a)
+      x = L.solve_triangular(r, mT(q):matmul(bm), { upper = true })
+    else
+      local q, r = L.qr(mT(a))   -- A = R^T Q^T: X = Q R^-T B
+      x = q:matmul(L.solve_triangular(mT(r), bm, { upper = false }))
+    end
+    rank = dl.empty(0, { dtype = "int64", device = a.device })
+  else
+    local p, keep
+    p, s, keep = pinv_op(T.floating(a), { rtol = rcond }, "lstsq")
+    x = p:matmul(bm)
+    rank = keep:sum(-1)
+  end
+  local residuals = none
+  if m > n and driver ~= "gelsy" and (driver == "gels" or rank:eq(n):all()) then
+    residuals = (a:matmul(x) - bm):pow(2):sum(-2)
+  end
+  if vector then x = x:squeeze(-1) end
+  return x, residuals, rank, (driver == "gelsd" or driver == "gelss") and s or none
 end
 
 -- ---- norms --------------------------------------------------------------------------------
 
--- matrix_norm(A [, ord = "fro" [, keepdim = false]]): "fro", "nuc", 1, -1, 2, -2, inf, -inf
--- over the last two dims.
-function L.matrix_norm(a, ord, keepdim)
-  check_matrix("matrix_norm", a)
-  ord = ord == nil and "fro" or ord
-  local r
-  if ord == "fro" then
-    r = a:norm({ -2, -1 }, false, { p = 2 })   -- the norm's gradient is 0 at 0, not NaN
-  elseif ord == "nuc" then
-    r = L.svdvals(a):sum(-1)
-  elseif ord == 2 then
-    r = L.svdvals(a):amax(-1)
-  elseif ord == -2 then
-    r = L.svdvals(a):amin(-1)
-  elseif ord == 1 then
-    r = a:abs():sum(-2):amax(-1)
-  elseif ord == -1 then
-    r = a:abs():sum(-2):amin(-1)
-  elseif ord == math_huge then
-    r = a:abs():sum(-1):amax(-1)
-  elseif ord == -math_huge then
-    r = a:abs():sum(-1):amin(-1)
-  else
-    raise("linalg.matrix_norm: ord must be \"fro\", \"nuc\", 1, -1, 2, -2, math.huge or -math.huge, got "
-          .. tostring(ord))
+local function count_of(dim)
+  if type(dim) == "table" and not is_tensor(dim) then return #dim .. " dims" end
+  return tostring(dim)
+end
+
+-- The two dims, positive and distinct, a matrix norm reduces: dim a table of two, or
+-- nil for the last two.
+local function matrix_dims(op, a, dim)
+  local nd = a:dim()
+  if nd < 2 then raise(op .. ": expected a matrix or a batch of matrices, got shape " .. shape_str(a)) end
+  if dim == nil then return nd - 1, nd end
+  if type(dim) ~= "table" or is_tensor(dim) or #dim ~= 2 then
+    raise(op .. ": dim must be a table of 2 dims for a matrix norm, got " .. count_of(dim))
   end
-  if keepdim then r = r:unsqueeze(-1):unsqueeze(-1) end
+  local d1, d2 = core.positive_dim(op, dim[1], nd), core.positive_dim(op, dim[2], nd)
+  if d1 == d2 then
+    raise(op .. ": dim must name 2 different dims, got {" .. tostring(dim[1]) .. ", " .. tostring(dim[2]) .. "}")
+  end
+  return d1, d2
+end
+
+-- torch.linalg.matrix_norm: the matrices are dims d1 (rows) and d2 (columns).
+local function matrix_norm(op, a, ord, dim, keepdim)
+  ord = ord == nil and "fro" or ord
+  local sums = ord == 1 or ord == -1 or ord == math_huge or ord == -math_huge
+  if ord ~= "fro" and ord ~= "nuc" and ord ~= 2 and ord ~= -2 and not sums then
+    raise(op .. ": ord must be \"fro\", \"nuc\", 1, -1, 2, -2, math.huge or -math.huge, got " .. tostring(ord))
+  end
+  local d1, d2 = matrix_dims(op, a, dim)
+  if ord == "fro" then
+    return a:norm({ d1, d2 }, keepdim, { p = 2 })   -- the norm's gradient is 0 at 0, not NaN
+  end
+  if sums then   -- the largest (smallest) column sum, or row sum for infinity
+    local across, pick = d1, d2
+    if ord == math_huge or ord == -math_huge then across, pick = d2, d1 end
+    local s = a:abs():sum(across, true)
+    local r = ord > 0 and s:amax(pick, true) or s:amin(pick, true)
+    if not keepdim then r = r:squeeze(math.max(d1, d2)):squeeze(math.min(d1, d2)) end
+    return r
+  end
+  -- through the singular values of the matrices moved to the last two dims
+  local perm, back = {}, {}
+  for i = 1, a:dim() do if i ~= d1 and i ~= d2 then perm[#perm + 1] = i end end
+  perm[#perm + 1], perm[#perm + 2] = d1, d2
+  for i, p in ipairs(perm) do back[p] = i end
+  local s = L.svdvals(a:permute(perm))
+  local r
+  if ord == "nuc" then r = s:sum(-1) elseif ord == 2 then r = s:amax(-1) else r = s:amin(-1) end
+  if keepdim then r = r:unsqueeze(-1):unsqueeze(-1):permute(back) end
   return r
+end
+
+-- matrix_norm(A [, ord = "fro" [, dim = {-2, -1} [, keepdim = false]]]): "fro", "nuc",
+-- 1, -1, 2, -2, inf, -inf of the matrices over the two dims (A, ord, keepdim, the older
+-- form, still reads).
+function L.matrix_norm(a, ord, dim, keepdim)
+  check("matrix_norm", a)
+  if type(dim) == "boolean" and keepdim == nil then dim, keepdim = nil, dim end
+  return matrix_norm("linalg.matrix_norm", a, ord, dim, keepdim == true)
 end
 
 -- vector_norm(x [, ord = 2 [, dim [, keepdim]]]): over every element, or over dim.
@@ -294,33 +441,85 @@ function L.vector_norm(x, ord, dim, keepdim)
   check("vector_norm", x)
   ord = ord == nil and 2 or ord
   if type(ord) ~= "number" then bad_arg("linalg.vector_norm", "a number ord", ord) end
-  if dim == nil then return x:norm({ p = ord }) end
+  if dim == nil then
+    local r = x:norm({ p = ord })
+    if keepdim and x:dim() > 0 then   -- every dim kept, of size 1
+      local ones = {}
+      for i = 1, x:dim() do ones[i] = 1 end
+      r = r:reshape(ones)
+    end
+    return r
+  end
   return x:norm(dim, keepdim == true, { p = ord })
 end
 
--- norm(A [, ord [, dim [, keepdim]]]): a matrix norm when ord is a string, or when A is
--- 2-D and ord is given; otherwise the vector 2-norm of every element (or ord, dim).
+-- norm(A [, ord [, dim [, keepdim]]]) as torch.linalg.norm: a matrix norm for a string
+-- ord, or a number ord over two dims (dim a table of two, or A 2-D without dim); else
+-- the vector norm (2 without ord) over dim or every element. An ord without dim needs A
+-- 1-D or 2-D.
 function L.norm(a, ord, dim, keepdim)
+  local op = "linalg.norm"
   check("norm", a)
-  if type(ord) == "string" or (ord ~= nil and dim == nil and a:dim() == 2) then
-    return L.matrix_norm(a, ord, keepdim)
+  if ord ~= nil and type(ord) ~= "number" and type(ord) ~= "string" then bad_arg(op, "a number or string ord", ord) end
+  local ndims
+  if dim ~= nil then
+    if type(dim) == "number" then
+      ndims = 1
+    elseif type(dim) == "table" and not is_tensor(dim) and (#dim == 1 or #dim == 2) then
+      ndims = #dim
+    else
+      raise(op .. ": dim must be a dim or a table of 1 or 2 dims, got " .. count_of(dim))
+    end
+  elseif ord ~= nil and a:dim() ~= 1 and a:dim() ~= 2 then
+    raise(op .. ": ord without dim needs A 1-D or 2-D, got shape " .. shape_str(a)
+          .. " (dim says which dims to reduce)")
+  end
+  if type(ord) == "string" then
+    if ndims == 1 then raise(op .. ": ord \"" .. ord .. "\" is a matrix norm: dim must be a table of 2 dims, got 1") end
+    return matrix_norm(op, a, ord, dim, keepdim == true)
+  end
+  if ord ~= nil and (ndims == 2 or (ndims == nil and a:dim() == 2)) then
+    return matrix_norm(op, a, ord, dim, keepdim == true)
   end
   return L.vector_norm(a, ord, dim, keepdim)
 end
 
--- cond(A): the 2-norm condition number, the largest singular value over the smallest.
-function L.cond(a)
+local COND_ORDS = { [2] = true, [-2] = true, [1] = true, [-1] = true, [math_huge] = true, [-math_huge] = true,
+                    fro = true, nuc = true }
+
+-- cond(A [, p]) as torch.linalg.cond: for p nil, 2 or -2 the largest singular value over
+-- the smallest (the smallest over the largest for -2); for "fro", "nuc", 1, -1, inf or
+-- -inf (square A), |A|_p |A^-1|_p, infinity where A is singular. 0 for an empty A.
+function L.cond(a, p)
+  local op = "linalg.cond"
   check_matrix("cond", a)
-  local s = L.svdvals(a)
-  return s:amax(-1) / s:amin(-1)
+  if p ~= nil and not COND_ORDS[p] then
+    raise(op .. ": p must be nil, 2, -2, 1, -1, math.huge, -math.huge, \"fro\" or \"nuc\", got " .. tostring(p))
+  end
+  a = T.floating(a)
+  if a:numel() == 0 then
+    local batch = a.shape
+    batch[#batch], batch[#batch - 1] = nil, nil
+    return dl.zeros(batch, { dtype = a.dtype, device = a.device })
+  end
+  if p == nil or p == 2 or p == -2 then
+    local s = L.svdvals(a)
+    if p == -2 then return s:amin(-1) / s:amax(-1) end
+    return s:amax(-1) / s:amin(-1)
+  end
+  check_square("cond", a)
+  local singular = L.slogdet(a:detach()):eq(0)   -- an exactly zero pivot, as inv's
+  local safe = dl.where(singular:unsqueeze(-1):unsqueeze(-1), eye_like(a:size(-1), a), a)
+  local r = matrix_norm(op, a, p) * matrix_norm(op, inverse("cond", safe), p)
+  return dl.where(singular, math_huge, r)
 end
 
 -- cross(a, b [, dim = -1]): the cross product of 3-vectors along dim (broadcast), as
 -- torch.linalg.cross; also dl.cross.
 function L.cross(a, b, dim)
-  local op = "cross"
-  check(op, a)
-  check(op, b)
+  local op = "linalg.cross"
+  check("cross", a)
+  check("cross", b)
   dim = dim or -1
   local n = math.max(a:dim(), b:dim())
   local d = core.positive_dim(op, dim, n)
@@ -329,7 +528,11 @@ function L.cross(a, b, dim)
     for _ = #view + 1, n do table.insert(view, 1, 1) end
     return x:reshape(view):narrow(d, i, 1)
   end
-  local la, lb = a:size(dim), b:size(dim)
+  local function length(x)   -- x's size along d, its dims aligned from the right
+    local i = d - (n - x:dim())
+    return i >= 1 and x:size(i) or 1
+  end
+  local la, lb = length(a), length(b)
   if la ~= 3 or lb ~= 3 then
     raise(op .. ": expected vectors of 3 along dim " .. tostring(dim) .. ", got shapes " .. shape_str(a.shape)
           .. " and " .. shape_str(b.shape))
@@ -355,21 +558,13 @@ function L.cdist(a, b, p)
 end
 dl.cdist = L.cdist
 
--- A square matrix or a batch of them, checked.
-local function check_square(op, a)
-  check_matrix(op, a)
-  if a:size(-1) ~= a:size(-2) then
-    raise("linalg." .. op .. ": expected square matrices, got shape " .. shape_str(a.shape))
-  end
-end
-
 -- matrix_power(A, n): A multiplied n times by repeated squaring (identity for n = 0,
 -- A's inverse's power for n < 0).
 function L.matrix_power(a, n)
   local op = "matrix_power"
   check_square(op, a)
   if not core.integer(n) then raise("linalg." .. op .. ": n must be an integer, got " .. tostring(n)) end
-  if n < 0 then a, n = L.inv(a), -n end
+  if n < 0 then a, n = inverse(op, a), -n end
   if n == 0 then return eye_like(a:size(-1), a):expand(a.shape):clone() end
   local result, base = nil, a
   while n > 0 do
