@@ -244,7 +244,8 @@ H.test("RNN, LSTM and GRU layers: outputs, final states and gradients as PyTorch
   end
   local lstm = nn.LSTM(4, 6, { dropout = 0.5, num_layers = 2 })
   H.raises(function() lstm(dl.randn(3, 2, 5)) end, "LSTM: expected input of size 4 in its last dim, got shape (3, 2, 5)")
-  H.raises(function() lstm(dl.randn(3, 2, 4), dl.zeros(1, 2, 6)) end, "LSTM: expected h0 of shape (2, 2, 6), got shape (1, 2, 6)")
+  H.raises(function() lstm(dl.randn(3, 2, 4), dl.zeros(1, 2, 6), dl.zeros(2, 2, 6)) end,
+           "LSTM: expected h0 of shape (2, 2, 6), got shape (1, 2, 6)")
   H.raises(function() nn.GRU(4, 6, { nonlinearity = "relu" }) end, "GRU: unknown option 'nonlinearity'")
   lstm:eval()
   local a = lstm(dl.ones(3, 2, 4))

@@ -1224,8 +1224,8 @@ H.test("errors in building modules", function()
   H.raises(function() nn.functional.conv2d(dl.zeros(1, 4, 3, 3), dl.zeros(2, 4, 3, 3), { groups = 0 }) end,
            "conv2d: groups must be a positive integer, got 0")
   H.raises(function() nn.Conv2d(3, 8, { 3 }) end, "Conv2d: kernel size must be a number or a pair {h, w}")
-  H.raises(function() nn.Conv2d(3, 8, 4, { padding = "same" })(dl.zeros(1, 3, 8, 8)) end,
-           "conv2d: padding \"same\" needs an odd (dilated) kernel size, got 4x4")
+  H.raises(function() nn.Conv2d(3, 8, 4, { padding = "same", stride = 2 })(dl.zeros(1, 3, 8, 8)) end,
+           "conv2d: padding \"same\" needs stride 1, got stride 2, 2")
   H.raises(function() nn.Dropout(1.5) end, "Dropout: probability must be between 0 and 1, got 1.5")
   H.raises(function() nn.Dense(10, { activation = "relu6" }) end, "Dense: unknown activation \"relu6\"")
   H.raises(function() nn.RNNCell(2, 2, { nonlinearity = "sigmoid" }) end, "RNNCell: nonlinearity must be \"tanh\" or \"relu\"")
@@ -1235,6 +1235,223 @@ H.test("errors in building modules", function()
   H.raises(function() NoForward()(1) end, "NoForward: forward is not defined")
   H.raises(function() nn.Module:extend("bad name") end, "Module:extend: expected a class name (an identifier)")
   H.raises(function() nn.Linear(2, 2):to(5) end, "to: expected a device or dtype name")
+end)
+
+-- ---- fixes from the differential audit against PyTorch 1.13 ------------------------------------
+
+H.test("Module:to converts the floating-point tensors only: integer buffers keep their dtype", function()
+  local bn = nn.BatchNorm1d(3)
+  bn:double()
+  H.eq(bn.num_batches_tracked.dtype, "int64")   -- torch: bn.double().num_batches_tracked.dtype == torch.int64
+  H.eq(bn.running_mean.dtype, "float64")
+  H.eq(bn.weight.dtype, "float64")
+  local sd = {}
+  for k, v in pairs(nn.BatchNorm1d(3):state_dict()) do sd[k] = v:double() end
+  sd.num_batches_tracked = dl.tensor(5, { dtype = "int64" })
+  bn:load_state_dict(sd)
+  H.eq(bn.num_batches_tracked:item(), 5)
+  bn:half()
+  H.eq(bn.num_batches_tracked.dtype, "int64")
+  H.eq(bn.running_var.dtype, "float16")
+  bn:to({ dtype = "float32", device = "cpu" })
+  H.eq(bn.num_batches_tracked.dtype, "int64")
+  H.eq(bn.weight.dtype, "float32")
+  -- torch: "nn.Module.to only accepts floating point or complex dtypes"
+  H.raises(function() bn:to("int64") end, "to: a module converts to a floating-point dtype only, got int64")
+end)
+
+H.test("BatchNorm momentum = false is PyTorch's momentum=None: a cumulative average", function()
+  local bn = nn.BatchNorm1d(3, { momentum = false }):double()
+  local a = dl.arange(0, 12, { dtype = "float64" }):reshape(4, 3)
+  for _, x in ipairs({ a * 0.5, a:cos() * 3, a:sin() + 1 }) do bn(x) end
+  -- torch.nn.BatchNorm1d(3, momentum=None).double() on the same three batches
+  H.near(bn.running_mean:totable(), { 1.1209137982998691, 1.2168418506786272, 1.3432553526268156 }, 1e-12)
+  H.near(bn.running_var:totable(), { 5.008974909170616, 3.4538067021539676, 1.9199303026586543 }, 1e-12)
+  H.eq(bn.num_batches_tracked:item(), 3)
+  H.raises(function() nn.BatchNorm2d(3, { momentum = "none" }) end,
+           "BatchNorm2d: momentum must be a number, or false for a cumulative average, got string")
+end)
+
+H.test("TransformerDecoderLayer and TransformerDecoder: memory_is_causal masks the memory causally", function()
+  dl.manual_seed(7)
+  local layer = nn.TransformerDecoderLayer(8, 2, { dim_feedforward = 16, dropout = 0, batch_first = true })
+  local tgt, memory = dl.randn(2, 3, 8), dl.randn(2, 5, 8)
+  local causal = dl.tensor({ { 0, -math.huge, -math.huge, -math.huge, -math.huge },
+                             { 0, 0, -math.huge, -math.huge, -math.huge },
+                             { 0, 0, 0, -math.huge, -math.huge } })
+  local want = layer(tgt, memory, { memory_mask = causal })
+  H.near(layer(tgt, memory, { memory_is_causal = true }):totable(), want:totable(), 1e-6)
+  H.ok((layer(tgt, memory) - want):abs():max():item() > 1e-3, "the mask changes the result")
+  local stack = nn.TransformerDecoder(layer, 2)
+  H.near(stack(tgt, memory, { memory_is_causal = true }):totable(),
+         stack(tgt, memory, { memory_mask = causal }):totable(), 1e-6)
+  -- sequence first: the lengths come from dim 1
+  local seq_first = nn.TransformerDecoderLayer(8, 2, { dim_feedforward = 16, dropout = 0 })
+  seq_first:load_state_dict(layer:state_dict())
+  H.near(seq_first(tgt:transpose(1, 2), memory:transpose(1, 2), { memory_is_causal = true }):transpose(1, 2):totable(),
+         want:totable(), 1e-6)
+end)
+
+H.test("MultiheadAttention and scaled_dot_product_attention check the shapes of their inputs and masks", function()
+  local m = nn.MultiheadAttention(8, 2, { batch_first = true })
+  local q, k = dl.randn(2, 3, 8), dl.randn(2, 5, 8)
+  H.raises(function() m(q, dl.randn(4, 5, 8), dl.randn(4, 5, 8)) end,
+           "MultiheadAttention: expected query, key and value of shapes (N, L, E), (N, S, E) and (N, S, E) (one batch "
+           .. "size, key and value of one length), got shapes (2, 3, 8), (4, 5, 8) and (4, 5, 8)")
+  H.raises(function() m(q, k, dl.randn(2, 4, 8)) end, "got shapes (2, 3, 8), (2, 5, 8) and (2, 4, 8)")
+  H.raises(function() nn.MultiheadAttention(8, 2)(dl.randn(3, 2, 8), dl.randn(5, 4, 8), dl.randn(5, 4, 8)) end,
+           "MultiheadAttention: expected query, key and value of shapes (L, N, E), (S, N, E) and (S, N, E)")
+  H.raises(function() m(dl.randn(3, 8), k, k) end,
+           "MultiheadAttention: expected query, key and value of 3 dims (or all 2, unbatched), got shapes (3, 8), (2, 5, 8)")
+  for _, c in ipairs({ { { 3, 4 }, "(3, 4)" }, { { 2, 3, 5 }, "(2, 3, 5)" }, { { 5 }, "(5,)" }, { { 1, 4, 3, 5 }, "(1, 4, 3, 5)" } }) do
+    H.raises(function() m(q, k, k, { attn_mask = dl.zeros(c[1]) }) end,
+             "MultiheadAttention: expected attn_mask of shape (3, 5) or (4, 3, 5), got shape " .. c[2])
+  end
+  H.shape(m(q, k, k, { attn_mask = dl.zeros(4, 3, 5) }), { 2, 3, 8 })
+  H.shape(m(dl.randn(3, 8), dl.randn(5, 8), dl.randn(5, 8), { attn_mask = dl.zeros(2, 3, 5) }), { 3, 8 })
+  H.raises(function() m(dl.randn(3, 8), dl.randn(5, 8), dl.randn(5, 8), { attn_mask = dl.zeros(4, 3, 5) }) end,
+           "expected attn_mask of shape (3, 5) or (2, 3, 5), got shape (4, 3, 5)")
+  H.raises(function() m(q, k, k, { key_padding_mask = dl.zeros(2, 4, { dtype = "bool" }) }) end,
+           "MultiheadAttention: expected key_padding_mask of shape (2, 5), got shape (2, 4)")
+  H.raises(function() m(dl.randn(3, 8), dl.randn(5, 8), dl.randn(5, 8), { key_padding_mask = dl.zeros(1, 5, { dtype = "bool" }) }) end,
+           "MultiheadAttention: expected key_padding_mask of shape (5,), got shape (1, 5)")
+  H.raises(function() m(q, k, k, { key_padding_mask = true }) end, "MultiheadAttention: expected a tensor, got boolean")
+  local sdpa = nn.functional.scaled_dot_product_attention
+  H.raises(function() sdpa(dl.randn(2, 3, 4), dl.randn(2, 5, 4), dl.randn(2, 5, 4), { mask = dl.ones(3, 4, { dtype = "bool" }) }) end,
+           "scaled_dot_product_attention: expected a mask that broadcasts against the scores' shape (2, 3, 5) (..., L, S), "
+           .. "got shape (3, 4)")
+  H.shape(sdpa(dl.randn(2, 3, 4), dl.randn(2, 5, 4), dl.randn(2, 5, 4), { mask = dl.ones(2, 1, 5, { dtype = "bool" }) }),
+          { 2, 3, 4 })
+  local enc = nn.TransformerEncoderLayer(8, 2, { dim_feedforward = 16, batch_first = true })
+  H.raises(function() enc(dl.randn(2, 3, 8), { src_mask = dl.zeros(4, 4) }) end,
+           "MultiheadAttention: expected attn_mask of shape (3, 3) or (4, 3, 3), got shape (4, 4)")
+end)
+
+H.test("RNN layers: unbatched states are 2-D, LSTM takes h0 and c0 together, dtypes are checked", function()
+  local lstm = nn.LSTM(3, 4, { num_layers = 2 })
+  H.raises(function() lstm(dl.randn(5, 3), dl.zeros(2, 1, 4), dl.zeros(2, 1, 4)) end,
+           "LSTM: expected h0 of shape (2, 4) for unbatched input, got shape (2, 1, 4)")
+  local out, h, c = lstm(dl.randn(5, 3), dl.zeros(2, 4), dl.zeros(2, 4))
+  H.shape(out, { 5, 4 })
+  H.shape(h, { 2, 4 })
+  H.shape(c, { 2, 4 })
+  H.raises(function() nn.GRU(3, 4)(dl.randn(5, 1, 3), dl.zeros(1, 4)) end,
+           "GRU: expected h0 of shape (1, 1, 4), got shape (1, 4)")
+  H.raises(function() lstm(dl.randn(5, 1, 3), dl.zeros(2, 1, 4)) end,
+           "LSTM: expected both h0 and c0, or neither (zeros), got h0 only")
+  H.raises(function() lstm(dl.randn(5, 1, 3), nil, dl.zeros(2, 1, 4)) end, "got c0 only")
+  local h64 = dl.zeros(2, 1, 4, { dtype = "float64" })
+  H.raises(function() lstm(dl.randn(5, 1, 3), h64, h64) end, "LSTM: expected h0 of the input's dtype float32, got float64")
+  H.raises(function() lstm(dl.randn(5, 1, 3), dl.zeros(2, 1, 4), h64) end, "LSTM: expected c0 of the input's dtype float32")
+  H.raises(function() nn.GRU(3, 4)(dl.ones(5, 1, 3, { dtype = "int64" })) end, "GRU: expected a floating-point input, got int64")
+  H.raises(function() nn.GRUCell(3, 4)(dl.ones(2, 3, { dtype = "int64" })) end, "GRUCell: expected a floating-point input, got int64")
+  H.raises(function() nn.RNNCell(3, 4)(dl.ones(2, 3), h64:view(2, 4)) end,
+           "RNNCell: expected a hidden state of the input's dtype float32, got float64")
+end)
+
+H.test("conv1d, conv2d and conv3d padding \"same\" with an even kernel pad the extra element at the end", function()
+  local F = nn.functional
+  local x = dl.arange(0, 10, { dtype = "float64" }):reshape(1, 1, 10)
+  local w = dl.tensor({ { { 1, 2, -1, 3 } } }, { dtype = "float64" })
+  local tape = dl.GradientTape()
+  tape:watch(x)
+  tape:watch(w)
+  local y
+  local loss = tape:record(function()
+    y = F.conv1d(x, w, { padding = "same", dilation = 3 })
+    return (y * dl.arange(0, 10, { dtype = "float64" })):sum()
+  end)
+  local g = tape:gradient(loss, { x, w })
+  local gx, gw = g[1], g[2]
+  -- torch.nn.functional.conv1d(x, w, padding="same", dilation=3), and the gradients of (y * arange(10)).sum()
+  H.near(y:totable()[1][1], { 13, 15, 19, 23, 27, 2, 4, 6, 18, 21 }, 1e-12)
+  H.near(gx:totable()[1][1], { 6, 9, 12, 14, 16, 18, 13, 17, 21, 5 }, 1e-12)
+  H.near(gw:totable()[1][1], { 115, 240, 196, 80 }, 1e-12)
+  H.shape(nn.Conv1d(1, 2, { 3 }, { padding = "same" })(dl.randn(1, 1, 6)), { 1, 2, 6 })
+  -- torch: F.conv2d(arange(20.).reshape(1, 1, 4, 5), w (1, 1, 2, 4) of ones with w[0, 0, 0, 0] = 2, padding="same")
+  local w2 = dl.ones(1, 1, 2, 4)
+  w2[{ 1, 1, 1, 1 }] = 2
+  H.near(F.conv2d(dl.arange(0, 20):reshape(1, 1, 4, 5), w2, { padding = "same" }):totable()[1][1],
+         { { 21, 32, 41, 35, 27 }, { 51, 77, 86, 70, 52 }, { 81, 122, 131, 105, 77 }, { 48, 81, 86, 71, 55 } }, 1e-5)
+  -- torch: F.conv3d(arange(120.).reshape(1, 2, 3, 4, 5) / 10, arange(144.).reshape(3, 2, 2, 3, 4).cos(), padding="same")
+  local y3 = F.conv3d(dl.arange(0, 120, { dtype = "float64" }):reshape(1, 2, 3, 4, 5) / 10,
+                      dl.arange(0, 144, { dtype = "float64" }):reshape(3, 2, 2, 3, 4):cos(), { padding = "same" })
+  H.shape(y3, { 1, 3, 3, 4, 5 })
+  H.near(y3:totable()[1][2][3][1], { -3.2274160385131836, 6.915722846984863, 6.927506446838379, 17.357872009277344,
+                                     19.205665588378906 }, 1e-6)
+  -- the errors speak of conv1d and its 1-D shapes
+  H.raises(function() F.conv1d(x, w, { padding = "same", stride = 2 }) end, "conv1d: padding \"same\" needs stride 1, got stride 2")
+  H.raises(function() F.conv1d(x, w, { padding = "full" }) end,
+           "conv1d: padding must be a number, \"same\" or \"valid\", got \"full\"")
+  H.raises(function() F.conv1d(dl.randn(1, 1, 2), dl.ones(1, 1, 4)) end,
+           "conv1d: the kernel of size 4 (dilation 1) is longer than the padded input (2) of an input of shape (1, 1, 2)")
+  H.raises(function() F.conv1d(dl.randn(1, 2, 5), dl.ones(1, 1, 3)) end,
+           "conv1d: input of shape (1, 2, 5) and weight of shape (1, 1, 3) do not match with groups = 1")
+  H.raises(function() F.conv1d(x, w, { stride = 1.5 }) end, "conv1d: stride must be an integer >= 1, got 1.5")
+  H.raises(function() F.conv2d(dl.randn(1, 1, 4, 4), w2, { padding = "full" }) end,
+           "conv2d: padding must be sizes, \"same\" or \"valid\", got \"full\"")
+end)
+
+H.test("pad: reflect and replicate pad before cropping, as PyTorch's; value only with constant", function()
+  local F = nn.functional
+  local a = dl.arange(0, 5):view(1, 1, 5)
+  -- torch.nn.functional.pad(torch.arange(5.).view(1, 1, 5), ..., mode=...)
+  H.eq(F.pad(a, { -3, 4 }, { mode = "reflect" }):totable()[1][1], { 3, 4, 3, 2, 1, 0 })
+  H.eq(F.pad(a, { 4, -3 }, { mode = "reflect" }):totable()[1][1], { 4, 3, 2, 1, 0, 1 })
+  H.eq(F.pad(a, { -4, 3 }, { mode = "reflect" }):totable()[1][1], { 4, 3, 2, 1 })
+  H.eq(F.pad(a, { -5, 2 }, { mode = "replicate" }):totable()[1][1], { 4, 4 })
+  H.eq(F.pad(a, { -3, 4 }, { mode = "replicate" }):totable()[1][1], { 3, 4, 4, 4, 4, 4 })
+  H.eq(F.pad(a, { 2, -3 }, { mode = "circular" }):totable()[1][1], { 0, 1, 0, 1 })
+  -- torch: F.pad(torch.arange(12.).view(1, 1, 3, 4), (-1, 2, 2, -1), mode="reflect")
+  H.eq(F.pad(dl.arange(0, 12):view(1, 1, 3, 4), { -1, 2, 2, -1 }, { mode = "reflect" }):totable()[1][1],
+       { { 9, 10, 11, 10, 9 }, { 5, 6, 7, 6, 5 }, { 1, 2, 3, 2, 1 }, { 5, 6, 7, 6, 5 } })
+  H.shape(F.pad(a, { -2, -3 }), { 1, 1, 0 })
+  H.raises(function() F.pad(a, { -1, 5 }, { mode = "reflect" }) end, "pad: reflect padding of 5 is too large for a dim of size 5")
+  H.raises(function() F.pad(dl.randn(1, 2, 3), { -2, -2 }) end,
+           "pad: padding (-2, -2) of dim 3 (size 3) would leave a negative size -1")
+  H.raises(function() F.pad(a, { -2, -3 }, { mode = "replicate" }) end, "pad: padding (-2, -3) of dim 3 (size 5) would leave it empty")
+  H.raises(function() F.pad(dl.randn(1, 2, 3), { 1, 1 }, { mode = "reflect", value = 2 }) end,
+           "pad: mode reflect takes no value (it is for mode constant), got value 2")
+  H.shape(F.pad(dl.randn(1, 2, 3), { 1, 1 }, { mode = "reflect", value = 0 }), { 1, 2, 5 })
+end)
+
+H.test("F.embedding takes options: padding_idx, max_norm (rows renormalised in place) and norm_type", function()
+  local F = nn.functional
+  local w = dl.Variable(dl.arange(0, 15, { dtype = "float64" }):reshape(5, 3) / 4 - 1)
+  local idx = dl.tensor({ { 1, 4 }, { 4, 5 } }, { dtype = "int64" })
+  local y
+  local grads = dl.implicit_grad(function() y = F.embedding(idx, w, { max_norm = 1.5 }) return y:sum() end)()
+  -- torch: w = arange(15.).reshape(5, 3) / 4 - 1; F.embedding(tensor([[0, 3], [3, 4]]), w, max_norm=1.5)
+  local r4, r5 = { 0.7150969146614681, 0.8581162975937616, 1.0011356805260552 },
+                 { 0.7666518584080917, 0.8624833407091032, 0.9583148230101146 }
+  H.near(y:totable(), { { { -1, -0.75, -0.5 }, r4 }, { r4, r5 } }, 1e-12)
+  H.near(w:totable(), { { -1, -0.75, -0.5 }, { -0.25, 0, 0.25 }, { 0.5, 0.75, 1 }, r4, r5 }, 1e-12)
+  H.near(grads[1][1]:totable(), { { 1, 1, 1 }, { 0, 0, 0 }, { 0, 0, 0 }, { 2, 2, 2 }, { 1, 1, 1 } }, 0)
+  local w2 = dl.arange(0, 15, { dtype = "float64" }):reshape(5, 3) / 4 - 1
+  F.embedding(idx, w2, { max_norm = 1, norm_type = 1, padding_idx = 4 })
+  -- torch: F.embedding(idx, w2, max_norm=1, norm_type=1, padding_idx=3) leaves w2
+  H.near(w2:totable(), { { -0.4444444246913589, -0.3333333185185192, -0.22222221234567946 }, { -0.25, 0, 0.25 },
+                         { 0.5, 0.75, 1 }, { 0.2777777716049384, 0.33333332592592607, 0.38888888024691376 },
+                         { 0.2962962919067216, 0.3333333283950618, 0.37037036488340197 } }, 1e-12)
+  H.raises(function() F.embedding(idx, w2, { maxnorm = 1 }) end, "embedding: unknown option 'maxnorm'")
+  H.raises(function() F.embedding(idx, w2, { max_norm = "1" }) end, "embedding: expected a non-negative max_norm, got string")
+  H.raises(function() F.embedding(idx, w2, { padding_idx = 9 }) end, "embedding: padding_idx must be in 1..5 or -5..-1, got 9")
+  H.eq(F.embedding(idx, w2, 4):totable(), F.embedding(idx, w2, { padding_idx = 4 }):totable())
+end)
+
+H.test("load_state_dict says when a state dict's names count from 0, as PyTorch's", function()
+  local enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, { dim_feedforward = 16 }), 2)
+  local sd = {}
+  for k, v in pairs(enc:state_dict()) do
+    sd[(k:gsub("^layers%.(%d+)", function(i) return "layers." .. (tonumber(i) - 1) end))] = v
+  end
+  H.raises(function() enc:load_state_dict(sd) end,
+           "load_state_dict: missing key \"layers.2.linear1.bias\" in the state dict (PyTorch's containers count "
+           .. "from 0, dlua's from 1: the state dict's \"layers.0.linear1.bias\" is the model's \"layers.1.linear1.bias\"; "
+           .. "add 1 to every index in the names)")
+  sd.other = dl.zeros(1)
+  local msg = H.raises(function() enc:load_state_dict(sd) end, "load_state_dict: missing key \"layers.2.linear1.bias\"")
+  H.ok(not msg:find("count from 0", 1, true), msg)
 end)
 
 H.run()

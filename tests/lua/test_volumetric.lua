@@ -96,8 +96,8 @@ H.test("the 3-D forms check their inputs, naming the op", function()
   H.raises(function() F.conv3d(x, dl.ones(1, 2, 1, 1)) end, "conv3d: expected a weight (O, C/groups, kD, kH, kW)")
   H.raises(function() F.conv3d(x, dl.ones(2, 2, 1, 1, 1), { groups = 2 }) end, "conv3d: input of shape (1, 2, 4, 4, 4)")
   H.raises(function() F.conv3d(x, dl.ones(1, 2, 6, 1, 1)) end, "conv3d: the kernel of depth 6")
-  H.raises(function() F.conv3d(x, dl.ones(1, 2, 2, 1, 1), { padding = "same" }) end,
-           "conv3d: padding \"same\" needs odd (dilated) kernel sizes")
+  H.raises(function() F.conv3d(x, dl.ones(1, 2, 2, 1, 1), { padding = "same", stride = 2 }) end,
+           "conv3d: padding \"same\" needs stride 1")
   H.raises(function() F.conv3d(x, dl.ones(1, 2, 1, 1, 1), { stride = { 1, 2 } }) end,
            "conv3d: stride must be a number or a triple {d, h, w}")
   H.raises(function() F.conv3d(x, dl.ones(1, 2, 1, 1, 1), { bogus = 1 }) end, "conv3d: unknown option 'bogus'")

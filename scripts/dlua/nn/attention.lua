@@ -79,7 +79,19 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   local scale = opts.scale or 1 / sqrt(E)
   local scores = q:matmul(k:transpose(-2, -1)) * scale
   if opts.causal then scores = scores + causal_mask(Lq, S, scores.dtype, q.device) end
-  if opts.mask ~= nil then scores = scores + additive(op, opts.mask, scores.dtype, true) end
+  if opts.mask ~= nil then
+    local mask = opts.mask
+    check_tensor(op, mask)
+    local ms, ss = mask.shape, scores.shape
+    for i = 1, math.min(#ms, #ss) do
+      local a, b = ms[#ms - i + 1], ss[#ss - i + 1]
+      if a ~= b and a ~= 1 and b ~= 1 then
+        raise(op .. ": expected a mask that broadcasts against the scores' shape " .. shape_str(ss)
+              .. " (..., L, S), got shape " .. shape_str(ms))
+      end
+    end
+    scores = scores + additive(op, mask, scores.dtype, true)
+  end
   local w = dl.softmax(scores, -1)
   local p = opts.dropout_p or 0
   if p > 0 then w = F.dropout(w, p, true) end
@@ -141,17 +153,25 @@ function MHA:forward(query, key, value, opts)
   local unbatched = query:dim() == 2
   local E, H = self.embed_dim, self.num_heads
   local hd = E / H
+  local shapes = shape_str(query.shape) .. ", " .. shape_str(key.shape) .. " and " .. shape_str(value.shape)
+  if (query:dim() ~= 2 and query:dim() ~= 3) or key:dim() ~= query:dim() or value:dim() ~= query:dim() then
+    raise(name .. ": expected query, key and value of 3 dims (or all 2, unbatched), got shapes " .. shapes)
+  end
   local function batched(t)   -- (N, L, E)
     if unbatched then return t:unsqueeze(1) end
-    if t:dim() ~= 3 then raise(name .. ": expected inputs of 3 dims (or 2, unbatched), got shape " .. shape_str(t.shape)) end
     return self.batch_first and t or t:transpose(1, 2)
   end
   local q, k, v = batched(query), batched(key), batched(value)
   if q:size(3) ~= E or k:size(3) ~= E or v:size(3) ~= E then
-    raise(name .. ": expected inputs with " .. E .. " features, got shapes " .. shape_str(query.shape) .. ", "
-          .. shape_str(key.shape) .. ", " .. shape_str(value.shape))
+    raise(name .. ": expected inputs with " .. E .. " features, got shapes " .. shapes)
   end
   local N, Lq, S = q:size(1), q:size(2), k:size(2)
+  if k:size(1) ~= N or v:size(1) ~= N or v:size(2) ~= S then
+    local layout = unbatched and "(L, E), (S, E) and (S, E)"
+                   or self.batch_first and "(N, L, E), (N, S, E) and (N, S, E)" or "(L, N, E), (S, N, E) and (S, N, E)"
+    raise(name .. ": expected query, key and value of shapes " .. layout .. " (one batch size, key and value "
+          .. "of one length), got shapes " .. shapes)
+  end
   local w, b = self.in_proj_weight, self.in_proj_bias
   local function project(t, i, len)   -- (N, len, E) -> (N, H, len, hd)
     local p = F.linear(t, w:narrow(1, (i - 1) * E + 1, E), b and b:narrow(1, (i - 1) * E + 1, E) or nil)
@@ -160,15 +180,23 @@ function MHA:forward(query, key, value, opts)
   local qh, kh, vh = project(q, 1, Lq), project(k, 2, S), project(v, 3, S)
   local mask = nil
   if opts.attn_mask ~= nil then
-    local m = additive(name, opts.attn_mask, qh.dtype, false)
+    local am = opts.attn_mask
+    check_tensor(name, am)
+    local two, three = shape_str({ Lq, S }), shape_str({ unbatched and H or N * H, Lq, S })
+    local got = shape_str(am.shape)
+    if got ~= two and got ~= three then   -- (L, S), or (N * num_heads, L, S)
+      raise(name .. ": expected attn_mask of shape " .. two .. " or " .. three .. ", got shape " .. got)
+    end
+    local m = additive(name, am, qh.dtype, false)
     if m:dim() == 3 then m = m:reshape(N, H, Lq, S) end   -- (N * H, L, S)
     mask = m
   end
   if opts.key_padding_mask ~= nil then
     local kp = opts.key_padding_mask
-    if unbatched then kp = kp:unsqueeze(1) end
-    if kp:dim() ~= 2 or kp:size(1) ~= N or kp:size(2) ~= S then
-      raise(name .. ": expected key_padding_mask of shape (" .. N .. ", " .. S .. "), got shape " .. shape_str(kp.shape))
+    check_tensor(name, kp)
+    local want = unbatched and { S } or { N, S }
+    if shape_str(kp.shape) ~= shape_str(want) then
+      raise(name .. ": expected key_padding_mask of shape " .. shape_str(want) .. ", got shape " .. shape_str(kp.shape))
     end
     local m = additive(name, kp, qh.dtype, false):reshape(N, 1, 1, S)
     mask = mask and mask + m or m
@@ -263,7 +291,10 @@ end
 -- TransformerDecoderLayer(d_model, nhead [, opts as the encoder layer's]): self-attention,
 -- attention over the encoder's output (memory) and a feed-forward block, each with a
 -- residual connection and a LayerNorm. forward(tgt, memory [, {tgt_mask, memory_mask,
--- tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal}]).
+-- tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal, memory_is_causal}]):
+-- tgt_is_causal (memory_is_causal) without tgt_mask (memory_mask) makes the causal mask,
+-- position i attending to the memory's first i (options of torch 2, not 1.13; torch 2
+-- reads them as hints about the mask given, and refuses them without it).
 local Decoder = Encoder:extend("TransformerDecoderLayer")   -- (its self-attention is the encoder's)
 A.TransformerDecoderLayer = Decoder
 function Decoder:init(d_model, nhead, opts)
@@ -274,7 +305,12 @@ local DECODER_FORWARD = { tgt_mask = true, memory_mask = true, tgt_key_padding_m
                           memory_key_padding_mask = true, tgt_is_causal = true, memory_is_causal = true }
 
 function Decoder:_mha(x, memory, opts)
-  local y = self.multihead_attn(x, memory, memory, { attn_mask = opts.memory_mask,
+  local mask = opts.memory_mask
+  if opts.memory_is_causal and mask == nil then
+    local d = self.multihead_attn.batch_first and x:dim() == 3 and 2 or 1
+    mask = causal_mask(x:size(d), memory:size(d), x.dtype, x.device)
+  end
+  local y = self.multihead_attn(x, memory, memory, { attn_mask = mask,
                                                      key_padding_mask = opts.memory_key_padding_mask,
                                                      need_weights = false })
   return self.dropout2(y)

@@ -57,18 +57,21 @@ end
 
 local CONV_OPTS = { stride = true, padding = true, dilation = true, groups = true }
 
--- Padding "valid" (none) or "same" (output as large as the input; stride 1), or sizes.
+-- Padding "valid" (none) or "same" (output as large as the input; stride 1), or sizes:
+-- the padding on both sides of each dim, and with "same" what an even (dilated) kernel
+-- needs on the far side only (one more, at the end, as PyTorch's).
 local function conv_padding(op, padding, kh, kw, dh, dw, sh, sw)
-  if padding == nil or padding == "valid" then return 0, 0 end
+  if padding == nil or padding == "valid" then return 0, 0, 0, 0 end
   if padding == "same" then
-    if sh ~= 1 or sw ~= 1 then raise(op .. ": padding \"same\" needs stride 1") end
+    if sh ~= 1 or sw ~= 1 then raise(op .. ": padding \"same\" needs stride 1, got stride " .. sh .. ", " .. sw) end
     local eh, ew = dh * (kh - 1), dw * (kw - 1)
-    if eh % 2 ~= 0 or ew % 2 ~= 0 then
-      raise(op .. ": padding \"same\" needs an odd (dilated) kernel size, got " .. (eh + 1) .. "x" .. (ew + 1))
-    end
-    return eh / 2, ew / 2
+    return floor(eh / 2), floor(ew / 2), eh % 2, ew % 2
   end
-  return pair(op, "padding", padding, 0)
+  if type(padding) == "string" then
+    raise(op .. ": padding must be sizes, \"same\" or \"valid\", got \"" .. padding .. "\"")
+  end
+  local ph, pw = pair(op, "padding", padding, 0)
+  return ph, pw, 0, 0
 end
 
 -- conv2d(x, weight [, bias] [, {stride, padding, dilation, groups}]): x (N, C, H, W) or
@@ -83,7 +86,8 @@ function F.conv2d(x, w, b, opts)
   local dh, dw = pair("conv2d", "dilation", opts.dilation or 1, 1)
   local groups = groups_arg("conv2d", opts.groups)
   local ws = w.shape
-  local ph, pw = conv_padding("conv2d", opts.padding, ws[3] or 1, ws[4] or 1, dh, dw, sh, sw)
+  local ph, pw, eh, ew = conv_padding("conv2d", opts.padding, ws[3] or 1, ws[4] or 1, dh, dw, sh, sw)
+  if eh + ew > 0 then x = F.pad(x, { 0, ew, 0, eh }) end
   local bid = b and hid(b) or 0
   local id = C.dl_conv2d(hid(x), hid(w), bid, sh, sw, ph, pw, dh, dw, groups)
   if id == 0 and retry() then id = C.dl_conv2d(hid(x), hid(w), bid, sh, sw, ph, pw, dh, dw, groups) end
@@ -101,28 +105,50 @@ local has_values_only = pcall(function() return C.dl_max_pool2d_values end)
 -- also the 1-based position of each maximum within its (H, W) plane.
 -- conv1d(x (N, C, L) or (C, L), w (O, C / groups, K) [, b (O)] [, {stride, padding,
 -- dilation, groups}]): the 2-D convolution on a height of 1 (the same kernels and
--- gradients); padding a number or "same" / "valid".
+-- gradients); padding a number or "same" / "valid", the sizes numbers or {n}.
 local function single(op, what, v, min)
-  if type(v) == "number" then return v end
-  if type(v) == "table" and #v == 1 and type(v[1]) == "number" then return v[1] end
+  if type(v) == "table" and #v == 1 then v = v[1] end
   if type(v) == "string" and what == "padding" then return v end
-  raise(op .. ": " .. what .. " must be a number, got " .. core.typename(v))
+  if type(v) ~= "number" then raise(op .. ": " .. what .. " must be a number, got " .. core.typename(v)) end
+  if v ~= floor(v) or v < min then raise(op .. ": " .. what .. " must be an integer >= " .. min .. ", got " .. v) end
+  return v
 end
 
 function F.conv1d(x, w, b, opts)
+  local op = "conv1d"
   if type(b) == "table" and not is_tensor(b) then b, opts = nil, b end
-  check_tensor("conv1d", x)
-  check_tensor("conv1d", w)
-  opts = options("conv1d", opts, CONV_OPTS)
+  check_tensor(op, x)
+  check_tensor(op, w)
+  if b ~= nil then check_tensor(op, b) end
+  opts = options(op, opts, CONV_OPTS)
   if (x:dim() ~= 3 and x:dim() ~= 2) or w:dim() ~= 3 then
-    raise("conv1d: expected input (N, C, L) or (C, L) and weight (O, C/groups, K), got shapes "
+    raise(op .. ": expected input (N, C, L) or (C, L) and weight (O, C/groups, K), got shapes "
           .. shape_str(x.shape) .. " and " .. shape_str(w.shape))
   end
-  local p = single("conv1d", "padding", opts.padding or 0, 0)
-  local o2 = { stride = { 1, single("conv1d", "stride", opts.stride or 1, 1) },
-               dilation = { 1, single("conv1d", "dilation", opts.dilation or 1, 1) },
-               padding = type(p) == "string" and p or { 0, p }, groups = opts.groups }
-  local y = F.conv2d(x:unsqueeze(x:dim()), w:unsqueeze(3), b, o2)
+  local s = single(op, "stride", opts.stride or 1, 1)
+  local d = single(op, "dilation", opts.dilation or 1, 1)
+  local groups = groups_arg(op, opts.groups)
+  local C, Lin, K = x:size(-2), x:size(-1), w:size(3)
+  if C ~= w:size(2) * groups or w:size(1) % groups ~= 0 then
+    raise(op .. ": input of shape " .. shape_str(x.shape) .. " and weight of shape " .. shape_str(w.shape)
+          .. " do not match with groups = " .. groups .. " (C = weight's dim 2 x groups, O divisible by groups)")
+  end
+  local p, extra = single(op, "padding", opts.padding or 0, 0), 0
+  if p == "valid" then p = 0
+  elseif p == "same" then
+    if s ~= 1 then raise(op .. ": padding \"same\" needs stride 1, got stride " .. s) end
+    local span = d * (K - 1)
+    p, extra = floor(span / 2), span % 2   -- (an even kernel's extra element at the end, as PyTorch's)
+  elseif type(p) == "string" then
+    raise(op .. ": padding must be a number, \"same\" or \"valid\", got \"" .. p .. "\"")
+  end
+  if Lin + 2 * p + extra < d * (K - 1) + 1 then
+    raise(op .. ": the kernel of size " .. K .. " (dilation " .. d .. ") is longer than the padded input ("
+          .. (Lin + 2 * p + extra) .. ") of an input of shape " .. shape_str(x.shape))
+  end
+  if extra > 0 then x = F.pad(x, { 0, extra }) end
+  local y = F.conv2d(x:unsqueeze(x:dim()), w:unsqueeze(3), b,
+                     { stride = { 1, s }, dilation = { 1, d }, padding = { 0, p }, groups = groups })
   return y:squeeze(y:dim() - 1)
 end
 
@@ -197,7 +223,9 @@ end
 -- pad(x, pad [, {mode = "constant", value = 0}]): PyTorch's F.pad. pad lists (before,
 -- after) counts for the last dim, then the one before it, and so on; a negative count
 -- crops. Modes: "constant", "reflect" (mirrored without the edge), "replicate" (the
--- edge repeated), "circular" (wrapped around).
+-- edge repeated), "circular" (wrapped around). As PyTorch's, reflect and replicate pad
+-- the uncropped dim and crop after (a reflection may reach into the cropped part),
+-- circular wraps the cropped one.
 local PAD_MODES = { constant = true, reflect = true, replicate = true, circular = true }
 function F.pad(x, pad, opts)
   local op = "pad"
@@ -205,6 +233,9 @@ function F.pad(x, pad, opts)
   opts = options(op, opts, { mode = true, value = true })
   local mode = opts.mode or "constant"
   if not PAD_MODES[mode] then raise(op .. ": mode must be constant, reflect, replicate or circular, got " .. tostring(mode)) end
+  if mode ~= "constant" and opts.value ~= nil and opts.value ~= 0 then
+    raise(op .. ": mode " .. mode .. " takes no value (it is for mode constant), got value " .. tostring(opts.value))
+  end
   if type(pad) ~= "table" or #pad % 2 ~= 0 or #pad / 2 > x:dim() then
     raise(op .. ": pad must list (before, after) pairs for at most " .. x:dim() .. " dims, got " .. core.typename(pad))
   end
@@ -215,9 +246,18 @@ function F.pad(x, pad, opts)
     if type(before) ~= "number" or type(after) ~= "number" or before ~= floor(before) or after ~= floor(after) then
       raise(op .. ": pad counts must be integers")
     end
-    -- crop first (negative counts), then grow
-    if before < 0 then y = y:narrow(d, 1 - before, y:size(d) + before); before = 0 end
-    if after < 0 then y = y:narrow(d, 1, y:size(d) + after); after = 0 end
+    local size = y:size(d) + before + after
+    if size < 0 or (size == 0 and mode ~= "constant") then
+      raise(op .. ": padding (" .. before .. ", " .. after .. ") of dim " .. d .. " (size " .. y:size(d)
+            .. ") would leave " .. (size < 0 and "a negative size " .. size or "it empty"))
+    end
+    local crop_before, crop_after = math.min(before, 0), math.min(after, 0)
+    before, after = math.max(before, 0), math.max(after, 0)
+    local function crop()
+      if crop_before < 0 then y = y:narrow(d, 1 - crop_before, y:size(d) + crop_before) end
+      if crop_after < 0 then y = y:narrow(d, 1, y:size(d) + crop_after) end
+    end
+    if mode == "circular" then crop() end
     local n = y:size(d)
     if mode ~= "constant" and (before > 0 or after > 0) then
       local most = mode == "reflect" and n - 1 or (mode == "circular" and n or math.huge)
@@ -246,6 +286,7 @@ function F.pad(x, pad, opts)
     parts[#parts + 1] = y
     block(after, false)
     if #parts > 1 then y = dl.cat(parts, d) end
+    if mode ~= "circular" then crop() end
   end
   return y
 end
@@ -402,13 +443,43 @@ function F.group_norm(x, num_groups, weight, bias, eps)
   return y
 end
 
--- Rows of weight (V, D) at 1-based integer indices of any shape.
-function F.embedding(indices, weight, padding_idx)
-  check_tensor("embedding", indices)
-  check_tensor("embedding", weight)
-  local id = C.dl_embedding(hid(weight), hid(indices), padding_idx or 0)
-  if id == 0 and retry() then id = C.dl_embedding(hid(weight), hid(indices), padding_idx or 0) end
+local function lookup(weight, indices, padding_idx)
+  local id = C.dl_embedding(hid(weight), hid(indices), padding_idx)
+  if id == 0 and retry() then id = C.dl_embedding(hid(weight), hid(indices), padding_idx) end
   return wrap(id)
+end
+
+-- embedding(indices, weight (V, D) [, padding_idx | {padding_idx, max_norm, norm_type =
+-- 2}]): the rows of weight at 1-based integer indices of any shape; the padding_idx row
+-- (1-based, or from the end if negative) gets no gradient. With max_norm, as PyTorch's,
+-- the rows looked up are first renormalised in place (outside the gradient) to a
+-- norm_type norm of at most max_norm.
+function F.embedding(indices, weight, opts)
+  local op = "embedding"
+  check_tensor(op, indices)
+  check_tensor(op, weight)
+  if type(opts) == "number" then opts = { padding_idx = opts } end
+  opts = options(op, opts, { padding_idx = true, max_norm = true, norm_type = true })
+  local pad, V = opts.padding_idx, weight:size(1)
+  if pad ~= nil then
+    if type(pad) ~= "number" or pad ~= floor(pad) or pad == 0 or pad > V or pad < -V then
+      raise(op .. ": padding_idx must be in 1.." .. V .. " or -" .. V .. "..-1, got " .. tostring(pad))
+    end
+    if pad < 0 then pad = V + 1 + pad end
+  end
+  local max_norm, p = opts.max_norm, opts.norm_type or 2
+  if max_norm ~= nil then
+    if type(max_norm) ~= "number" or max_norm < 0 then bad_arg(op, "a non-negative max_norm", max_norm) end
+    if type(p) ~= "number" then bad_arg(op, "a number norm_type", p) end
+    dl.no_grad(function()
+      local at = dl.unique(indices:reshape(-1))
+      local rows = lookup(weight, at, 0)
+      local norm = dl.linalg.vector_norm(rows, p, 2, true)
+      local scale = dl.where(norm:gt(max_norm), max_norm / (norm + 1e-7), dl.ones_like(norm))
+      weight:index_copy_(1, at, rows * scale)
+    end)
+  end
+  return lookup(weight, indices, pad or 0)
 end
 
 -- y = x W^T + b, W (out, in) as PyTorch's Linear.

@@ -196,12 +196,14 @@ function Conv2d:forward(x)
 end
 
 -- Conv1d(in_channels, out_channels, k [, {stride, padding, dilation, groups, bias}]):
--- weight (out, in / groups, k), PyTorch's initialisation; input (N, C, L) or (C, L).
+-- weight (out, in / groups, k), PyTorch's initialisation; input (N, C, L) or (C, L); k
+-- a number or {k}.
 local Conv1d = Module:extend("Conv1d")
 L.Conv1d = Conv1d
 function Conv1d:init(in_channels, out_channels, k, opts)
   opts = options("Conv1d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
   local groups = conv_groups("Conv1d", in_channels, out_channels, opts.groups)
+  if type(k) == "table" and #k == 1 then k = k[1] end
   int_arg("Conv1d", k, "kernel size")
   self.in_channels, self.out_channels, self.kernel_size, self.groups = in_channels, out_channels, k, groups
   self._opts = { stride = opts.stride or 1, padding = opts.padding or 0, dilation = opts.dilation or 1, groups = groups }
@@ -403,7 +405,9 @@ function Dropout:forward(x) return F.dropout(x, self.p, self.training) end
 function Dropout:extra_repr() return fmt("p", self.p) end
 
 -- Batch normalisation over dim 2 (channels) of (N, C) or (N, C, ...): the running mean
--- and variance are buffers (in state_dict), updated in training with `momentum`.
+-- and variance are buffers (in state_dict), updated in training with `momentum` (0.1);
+-- momentum = false (PyTorch's None) makes them cumulative averages of every batch so
+-- far (the factor 1 / num_batches_tracked).
 local BatchNorm = Module:extend("BatchNorm")
 L.BatchNorm = BatchNorm
 BatchNorm._dims = nil   -- accepted input ranks (BatchNorm1d: 2 or 3, BatchNorm2d: 4)
@@ -412,7 +416,13 @@ function BatchNorm:init(num_features, opts)
   opts = options(self.__name, opts, { eps = true, momentum = true, affine = true, track_running_stats = true })
   self.num_features = int_arg(self.__name, num_features, "num_features")
   self.eps = opts.eps or 1e-5
-  self.momentum = opts.momentum or 0.1
+  local momentum = opts.momentum
+  if momentum == nil then momentum = 0.1 end
+  if momentum ~= false and type(momentum) ~= "number" then
+    raise(self.__name .. ": momentum must be a number, or false for a cumulative average, got "
+          .. typename(momentum))
+  end
+  self.momentum = momentum
   self.affine = opts.affine ~= false
   self.track_running_stats = opts.track_running_stats ~= false
   if self.affine then
@@ -440,8 +450,13 @@ function BatchNorm:forward(x)
   end
   local training = self.training
   local rm, rv = self.running_mean, self.running_var
-  if training and rm then self.num_batches_tracked:add_(1) end
-  return F.batch_norm(x, rm, rv, self.weight, self.bias, training or not rm, self.momentum, self.eps)
+  local momentum = self.momentum
+  if training and rm then
+    local count = self.num_batches_tracked
+    count:add_(1)
+    if momentum == false then momentum = 1 / count:item() end
+  end
+  return F.batch_norm(x, rm, rv, self.weight, self.bias, training or not rm, momentum or 0, self.eps)
 end
 
 function BatchNorm:extra_repr()

@@ -27,8 +27,8 @@ core.own_source()
 local raise, bad_arg, typename = core.raise, core.bad_arg, core.typename
 local is_tensor, shape_str = T.is_tensor, T.shape_str
 local dl = T.dl
-local type, pairs, ipairs, tostring, rawget, rawset, rawequal, setmetatable, getmetatable, select =
-  type, pairs, ipairs, tostring, rawget, rawset, rawequal, setmetatable, getmetatable, select
+local type, pairs, ipairs, tostring, tonumber, rawget, rawset, rawequal, setmetatable, getmetatable, select =
+  type, pairs, ipairs, tostring, tonumber, rawget, rawset, rawequal, setmetatable, getmetatable, select
 local sort, concat = table.sort, table.concat
 local sformat, sgsub, smatch = string.format, string.gsub, string.match
 
@@ -405,6 +405,31 @@ function Module:state_dict()
   return out
 end
 
+-- A PyTorch name with every list index moved from 0-based to 1-based ("layers.0.bias" ->
+-- "layers.1.bias"), or nil if it has no index.
+local function one_based(name)
+  local n
+  name, n = sgsub("." .. name .. ".", "%.(%d+)%f[.]", function(i) return "." .. (tonumber(i) + 1) end)
+  if n == 0 then return nil end
+  return name:sub(2, -2)
+end
+
+-- Why a key is missing when the state dict comes from PyTorch: its names count list
+-- entries from 0. Empty unless every key of sd not in the model, shifted, is one.
+local function zero_based_hint(sd, own)
+  local example
+  for k in pairs(sd) do
+    if own[k] == nil then
+      local shifted = type(k) == "string" and one_based(k)
+      if not (shifted and own[shifted] ~= nil) then return "" end
+      if example == nil or k < example then example = k end
+    end
+  end
+  if example == nil then return "" end
+  return " (PyTorch's containers count from 0, dlua's from 1: the state dict's \"" .. example
+         .. "\" is the model's \"" .. one_based(example) .. "\"; add 1 to every index in the names)"
+end
+
 -- Copies the tensors of `sd` into the parameters and buffers, after checking all of them
 -- (missing or unexpected keys, shapes, dtypes): on any mismatch nothing is changed.
 -- With strict = false, keys missing on either side are skipped and returned as two lists.
@@ -424,7 +449,9 @@ function Module:load_state_dict(sd, strict)
   for _, k in ipairs(names) do
     local src, dst = sd[k], own[k]
     if src == nil then
-      if strict then raise("load_state_dict: missing key \"" .. k .. "\" in the state dict") end
+      if strict then
+        raise("load_state_dict: missing key \"" .. k .. "\" in the state dict" .. zero_based_hint(sd, own))
+      end
       missing[#missing + 1] = k
     else
       if not is_tensor(src) then
@@ -471,21 +498,34 @@ end
 -- net:to({device =, dtype =}). A parameter that must change is replaced by a new
 -- Variable (same name) in its module: a tensor cannot change device or dtype in place.
 -- So build the optimizer after moving the model (as in PyTorch), and refetch a
--- parameter held in a local variable.
+-- parameter held in a local variable. A dtype applies to the floating-point tensors
+-- only, as PyTorch's: an integer buffer (BatchNorm's num_batches_tracked) keeps its
+-- dtype, so that a state dict still loads and the count does not stop at float16's 2048.
+local FLOAT_DTYPES = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+
 function Module:to(what)
   if type(what) ~= "string" and type(what) ~= "table" then
     bad_arg("to", "a device or dtype name, or {device =, dtype =}", what)
   end
+  local code, dev = T.parse_opts("to", what)
+  local dtype = code and core.dtype_names[code]
+  if dtype and not FLOAT_DTYPES[dtype] then
+    raise("to: a module converts to a floating-point dtype only, got " .. dtype)
+  end
+  local function moved(v)
+    if dtype and v:is_floating_point() then v = v:to(dtype) end
+    if dev then v = v:to(dev) end
+    return v
+  end
   walk(self, function(kind, _, v, owner, key)
     if kind == "param" then
-      local moved = v:to(what)
-      if not rawequal(moved, v) then
-        local nv = dl.Variable(moved, v.name)
+      local m = moved(v)
+      if not rawequal(m, v) then
+        local nv = dl.Variable(m, v.name)
         if is_module(owner) then rawget(owner, "_members")[key] = nv else owner[key] = nv end
       end
     elseif kind == "buffer" then
-      local moved = v:to(what)
-      rawget(owner, "_members")[key] = moved
+      rawget(owner, "_members")[key] = moved(v)
     end
   end)
   return self

@@ -78,12 +78,16 @@ local function cell_check(self, name, x, h)
     raise(name .. ": expected input (N, " .. self.input_size .. ") or (" .. self.input_size
           .. "), got shape " .. shape_str(x))
   end
+  if not x:is_floating_point() then raise(name .. ": expected a floating-point input, got " .. x.dtype) end
   local hs = x:dim() == 2 and { x:size(1), self.hidden_size } or { self.hidden_size }
   if h == nil then return dl.zeros(hs, { dtype = x.dtype, device = x.device }) end
   check_tensor(name, h)
   local s = h.shape
   if #s ~= #hs or s[1] ~= hs[1] or s[#s] ~= hs[#hs] then
     raise(name .. ": expected a hidden state of shape " .. shape_str(hs) .. ", got shape " .. shape_str(s))
+  end
+  if h.dtype ~= x.dtype then
+    raise(name .. ": expected a hidden state of the input's dtype " .. x.dtype .. ", got " .. h.dtype)
   end
   return h
 end
@@ -190,11 +194,17 @@ local function layer_class(name, gates)
   return cls
 end
 
+-- A given state is checked as given: (layers x directions, N, hidden), or (layers x
+-- directions, hidden) for unbatched input; x the input as given too.
 local function state_or_zeros(name, what, s, shape, x)
   if s == nil then return dl.zeros(shape, { dtype = x.dtype, device = x.device }) end
   check_tensor(name, s)
   if shape_str(s.shape) ~= shape_str(shape) then
-    raise(name .. ": expected " .. what .. " of shape " .. shape_str(shape) .. ", got shape " .. shape_str(s.shape))
+    raise(name .. ": expected " .. what .. " of shape " .. shape_str(shape)
+          .. (#shape == 2 and " for unbatched input" or "") .. ", got shape " .. shape_str(s.shape))
+  end
+  if s.dtype ~= x.dtype then
+    raise(name .. ": expected " .. what .. " of the input's dtype " .. x.dtype .. ", got " .. s.dtype)
   end
   return s
 end
@@ -220,6 +230,12 @@ local function run(self, name, x, h0, c0)
   if x:dim() ~= 3 and not unbatched then
     raise(name .. ": expected input of 3 dims (or 2, unbatched), got shape " .. shape_str(x.shape))
   end
+  if not x:is_floating_point() then
+    raise(name .. ": expected a floating-point input, got " .. x.dtype)
+  end
+  if name == "LSTM" and (h0 == nil) ~= (c0 == nil) then
+    raise("LSTM: expected both h0 and c0, or neither (zeros), got " .. (h0 == nil and "c0" or "h0") .. " only")
+  end
   if unbatched then x = x:unsqueeze(2)
   elseif self.batch_first and not packed then x = x:transpose(1, 2) end
   local running   -- running[t]: (N, 1) true where step t is within the sequence
@@ -233,14 +249,14 @@ local function run(self, name, x, h0, c0)
   end
   local steps, N, H = x:size(1), x:size(2), self.hidden_size
   local dirs = self.bidirectional and 2 or 1
-  local sshape = { self.num_layers * dirs, N, H }
-  if unbatched then
-    if h0 ~= nil then h0 = h0:unsqueeze(2) end
-    if c0 ~= nil then c0 = c0:unsqueeze(2) end
-  end
+  local sshape = unbatched and { self.num_layers * dirs, H } or { self.num_layers * dirs, N, H }
   h0 = state_or_zeros(name, "h0", h0, sshape, x)
   local lstm = name == "LSTM"
   if lstm then c0 = state_or_zeros(name, "c0", c0, sshape, x) end
+  if unbatched then
+    h0 = h0:unsqueeze(2)
+    if lstm then c0 = c0:unsqueeze(2) end
+  end
   local relu = self.nonlinearity == "relu"
   local hn, cn = {}, {}
   local input = x

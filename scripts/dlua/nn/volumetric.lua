@@ -103,11 +103,13 @@ function F.conv3d(x, w, b, opts)
   elseif p == "same" then
     if s[1] ~= 1 or s[2] ~= 1 or s[3] ~= 1 then raise(op .. ": padding \"same\" needs stride 1") end
     p = {}
+    local extra = {}   -- an even (dilated) kernel's one more at the end, as PyTorch's
     for i = 1, 3 do
       local span = dil[i] * (w:size(2 + i) - 1)
-      if span % 2 ~= 0 then raise(op .. ": padding \"same\" needs odd (dilated) kernel sizes") end
-      p[i] = span / 2
+      p[i], extra[i] = floor(span / 2), span % 2
     end
+    if extra[1] + extra[2] + extra[3] > 0 then x = F0.pad(x, { 0, extra[3], 0, extra[2], 0, extra[1] }) end
+    D = x:size(3)
   else p = triple(op, "padding", p, 0) end
   local Do = floor((D + 2 * p[1] - dil[1] * (kd - 1) - 1) / s[1]) + 1
   if Do < 1 then
