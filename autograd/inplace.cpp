@@ -138,7 +138,7 @@ void binary_(Op op, Tensor& a, const Tensor& b) {
   Tensor result = ag::binary(op, ag::clone(a), b);
   DL_CHECK(result.shape() == a.shape(), op_name(op), "_: cannot broadcast shape ", b.shape(),
            " into the in-place target of shape ", a.shape());
-  DL_CHECK_KIND(Type, result.dtype() == a.dtype(), op_name(op), "_: result dtype ",
+  DL_CHECK_KIND(Type, can_cast(result.dtype(), a.dtype()), op_name(op), "_: result dtype ",
                 dtype_name(result.dtype()), " cannot be stored in the in-place target of dtype ",
                 dtype_name(a.dtype()));
   dl::copy_(a, result);
@@ -152,7 +152,7 @@ void binary_(Op op, Tensor& a, Scalar s) {
   }
   check_writable(a, op_name(op));
   Tensor result = ag::binary(op, ag::clone(a), s);
-  DL_CHECK_KIND(Type, result.dtype() == a.dtype(), op_name(op), "_: result dtype ",
+  DL_CHECK_KIND(Type, can_cast(result.dtype(), a.dtype()), op_name(op), "_: result dtype ",
                 dtype_name(result.dtype()), " cannot be stored in the in-place target of dtype ",
                 dtype_name(a.dtype()));
   dl::copy_(a, result);

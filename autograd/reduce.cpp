@@ -140,8 +140,12 @@ template <> Grads derivative<Op::Norm>(Node& n, const TensorList& grads) {
   Tensor y = ag::where(zero, ones(Shape{}, r.y.dtype(), r.y.device()), r.y);
   Tensor nonzero = mask(ag::compare(Op::Ne, r.y, Scalar(0.0)), r.y);
   if (p == 2) return {r.x * (r.g * nonzero / y)};
-  // sign(x) |x|^(p-1) is x |x|^(p-2) without its inf at x = 0 for 1 < p < 2.
-  return {sign(r.x) * pow(abs(r.x), p - 1) * (r.g * nonzero / pow(y, p - 1))};
+  // sign(x) |x|^(p-1) is x |x|^(p-2) without its inf at x = 0 for 1 < p < 2. Below 1,
+  // |x|^(p-1) is infinite at x = 0 itself: those entries get 0 (PyTorch's masked fill),
+  // from an |x| of 1 there, so that no 0 * inf appears at any order.
+  Tensor ax = abs(r.x);
+  if (p < 1) ax = ag::where(ag::compare(Op::Eq, r.x, Scalar(0.0)), ones(Shape{}, r.x.dtype(), r.x.device()), ax);
+  return {sign(r.x) * pow(ax, p - 1) * (r.g * nonzero / pow(y, p - 1))};
 }
 template <> Grads derivative<Op::Logsumexp>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);

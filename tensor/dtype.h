@@ -36,6 +36,14 @@ constexpr bool is_integral(DType t, bool include_bool = false) {
   return t == DType::UInt8 || t == DType::Int32 || t == DType::Int64 ||
          (include_bool && t == DType::Bool);
 }
+// Whether a result of dtype `from` may be written into a tensor of dtype `to` (an
+// in-place op's), as PyTorch's can_cast: within a kind, narrowing included (float64
+// into float32, int64 into int32, wrapping), and up the kinds; never a float into an
+// integer tensor, nor anything but a bool into a bool one.
+constexpr bool can_cast(DType from, DType to) {
+  if (is_floating(from) && !is_floating(to)) return false;
+  return to != DType::Bool || from == DType::Bool;
+}
 
 std::string_view dtype_name(DType t);
 // Parses "float32", "float", "double", "int64", "long", ...; throws on unknown names.

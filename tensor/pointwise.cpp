@@ -228,11 +228,11 @@ void binary_(Op op, Tensor& a, const Tensor& b) {
            " into the in-place target of shape ", a.shape());
   const DType rt = result_type(a, b);
   DType ct = compute_dtype(op, rt);
-  DL_CHECK_KIND(Type, compute_type(a.dtype()) == ct && (rt == a.dtype() || !is_half(a.dtype())),
-                info.lua_name, "_: result dtype ", dtype_name(is_half(rt) ? rt : ct),
-                " cannot be stored in the in-place target of dtype ", dtype_name(a.dtype()));
+  DL_CHECK_KIND(Type, can_cast(is_half(rt) ? rt : ct, a.dtype()), info.lua_name, "_: result dtype ",
+                dtype_name(is_half(rt) ? rt : ct), " cannot be stored in the in-place target of dtype ",
+                dtype_name(a.dtype()));
   check_int_divisor(op, ct, b);
-  if (is_half(a.dtype())) {
+  if (is_half(a.dtype()) || compute_type(a.dtype()) != ct) {   // computed apart, then cast into a
     backend_for(a.device(), info.lua_name).copy(a, binary_impl(op, a, b));
   } else {
     backend_for(a.device(), info.lua_name).binary(op, a, a, to_dtype(b, ct));
@@ -245,12 +245,12 @@ void binary_(Op op, Tensor& a, Scalar s) {
   const OpInfo& info = op_info(op);
   const DType rt = result_type(a, s);
   DType ct = compute_dtype(op, rt);
-  DL_CHECK_KIND(Type, compute_type(a.dtype()) == ct && (rt == a.dtype() || !is_half(a.dtype())),
-                info.lua_name, "_: result dtype ", dtype_name(is_half(rt) ? rt : ct),
-                " cannot be stored in the in-place target of dtype ", dtype_name(a.dtype()));
+  DL_CHECK_KIND(Type, can_cast(is_half(rt) ? rt : ct, a.dtype()), info.lua_name, "_: result dtype ",
+                dtype_name(is_half(rt) ? rt : ct), " cannot be stored in the in-place target of dtype ",
+                dtype_name(a.dtype()));
   if (divides(op) && !is_floating(ct)) DL_CHECK(!wraps_to_zero(ct, s.v), info.lua_name, ": integer division by zero");
   if (op == Op::Pow && !is_floating(ct)) check_int_exponent(ct, s.v);
-  if (is_half(a.dtype())) {
+  if (is_half(a.dtype()) || compute_type(a.dtype()) != ct) {
     backend_for(a.device(), info.lua_name).copy(a, binary_scalar_impl(op, a, s, false));
   } else {
     backend_for(a.device(), info.lua_name).binary_scalar(op, a, a, s.v, false);

@@ -446,4 +446,15 @@ H.test("errors name the function called", function()
            "einsum: the dims of '...' do not broadcast: operand 2's dim 1 has size 4 where an earlier operand's has 2")
 end)
 
+-- A p-norm with p < 1: |x|^(p-1) is infinite at 0, where the gradient is 0 (PyTorch's
+-- torch.linalg.vector_norm(x, 0.5) and (x, -1) backward).
+H.test("vector_norm's gradient for p < 1 is 0 at zero entries", function()
+  local f64 = { dtype = "float64" }
+  local function g(p, v) return dl.grad(function(x) return dl.linalg.vector_norm(x, p) end)(dl.tensor(v, f64)):totable() end
+  local half = g(0.5, { 0, 1, 2 })
+  H.eq(half[1], 0); H.near(half[2], 2.414213562373095, 1e-12); H.near(half[3], 1.7071067811865472, 1e-12)
+  H.eq(g(0.5, { 0, 0, 0 }), { 0, 0, 0 })
+  H.eq(g(-1, { 0, 1, 2 }), { 0, 0, 0 })
+end)
+
 H.run()
