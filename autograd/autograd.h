@@ -49,6 +49,18 @@ class NoGradScope {
  private:
   bool prev_;
 };
+// Recording switched back on inside a NoGradScope, as torch.enable_grad: a gradient
+// taken inside dl.no_grad (the bindings' user-level scopes open one) is taken.
+class EnableGradScope {
+ public:
+  EnableGradScope();
+  ~EnableGradScope();
+  EnableGradScope(const EnableGradScope&) = delete;
+  EnableGradScope& operator=(const EnableGradScope&) = delete;
+
+ private:
+  bool prev_;
+};
 
 // ---- what gradients are taken with respect to ---------------------------------------
 // A new tensor sharing x's storage whose gradient can be asked for (a fresh node each

@@ -36,6 +36,8 @@ GradScope::~GradScope() {
 }
 NoGradScope::NoGradScope() : prev_(t_mode.no_grad) { t_mode.no_grad = true; }
 NoGradScope::~NoGradScope() { t_mode.no_grad = prev_; }
+EnableGradScope::EnableGradScope() : prev_(t_mode.no_grad) { t_mode.no_grad = false; }
+EnableGradScope::~EnableGradScope() { t_mode.no_grad = prev_; }
 uint64_t next_history_stamp() { return g_stamp.fetch_add(1, std::memory_order_relaxed) + 1; }
 
 uint64_t history_stamp(const Tensor& t) noexcept {
@@ -384,7 +386,8 @@ GraphTask::GraphTask(const TensorList& outputs, const TensorList& grad_outputs,
   DL_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
            "grad: ", outputs.size(), " outputs but ", grad_outputs.size(), " output gradients");
   inputs_.assign(inputs.begin(), inputs.end());
-  GradScope scope;  // edges of variables are visible while the task is set up
+  GradScope scope;  // edges of variables are visible while the task is set up,
+  EnableGradScope enable;   // inside no_grad too
   for (const Tensor& x : inputs) input_edges_.push_back(edge_of(x));
   captured_.resize(inputs.size());
   std::vector<Edge>& roots = buf_->roots;

@@ -6,6 +6,9 @@
 // old history. Values an earlier node saved are protected by version counters
 // (Note [Saved tensors and versions]); views see the new history through stamps
 // (autograd/engine.h).
+#include <cstring>
+#include <string>
+
 #include "autograd/math.h"
 #include "autograd/record.h"
 #include "autograd/views.h"
@@ -75,6 +78,12 @@ void check_writable(const Tensor& dst, const char* op) {
   const TensorImpl* root = i->view_base ? i->view_base.get() : i;
   DL_CHECK(!(root->is_variable && is_recording()), op, ": a Variable cannot be modified in place "
            "while a gradient is being taken (use v:assign(...) outside the computation)");
+  // A watched tensor is a leaf of the gradient being taken (PyTorch's leaf that requires
+  // grad): written in place, the pass would differentiate the new value, not the input.
+  const Node* leaf = static_cast<const Node*>(root->grad_node.get());
+  DL_CHECK(!(leaf && is_recording() && std::strcmp(leaf->name, "watch") == 0), op,
+           ": a tensor that a gradient is taken with respect to cannot be modified in place "
+           "(write into a copy: x = x:clone())");
 }
 
 bool involved(const Tensor& dst, const Tensor* src) {
@@ -131,7 +140,7 @@ void binary_(Op op, Tensor& a, const Tensor& b) {
     dl::binary_(op, a, b);
     return;
   }
-  check_writable(a, op_name(op));
+  check_writable(a, (std::string(op_name(op)) + "_").c_str());
   // Computed out of place from a copy of the old value (which the node may need),
   // then written back as an overwrite: correct gradients at the cost of one copy,
   // paid only while recording.
@@ -150,7 +159,7 @@ void binary_(Op op, Tensor& a, Scalar s) {
     dl::binary_(op, a, s);
     return;
   }
-  check_writable(a, op_name(op));
+  check_writable(a, (std::string(op_name(op)) + "_").c_str());
   Tensor result = ag::binary(op, ag::clone(a), s);
   DL_CHECK_KIND(Type, can_cast(result.dtype(), a.dtype()), op_name(op), "_: result dtype ",
                 dtype_name(result.dtype()), " cannot be stored in the in-place target of dtype ",

@@ -287,6 +287,10 @@ void dl_arena_free(double serial);
 double dl_arena_values(void);
 int dl_no_grad_enter(void);
 int dl_no_grad_exit(void);
+/* Recording back on inside dl_no_grad_enter's scope (torch.enable_grad); every
+   dl_grad_enter opens one too. */
+int dl_enable_grad_enter(void);
+int dl_enable_grad_exit(void);
 int dl_is_recording(void);
 uint64_t dl_watch(uint64_t x);
 /* dl_watch for a value: the watched alias of an inline x is a value in the arena (its

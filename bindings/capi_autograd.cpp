@@ -24,6 +24,9 @@ namespace {
 // Scopes opened from Lua; the Lua side pairs every enter with an exit (also on error).
 thread_local std::vector<ag::GradScope> t_grad;
 thread_local std::vector<std::unique_ptr<ag::NoGradScope>> t_nograd;
+// dl.enable_grad's, and each gradient's own: a gradient taken inside dl.no_grad is taken
+// (as functorch's transforms and TF's tapes do), not silently zero.
+thread_local std::vector<std::unique_ptr<ag::EnableGradScope>> t_enable;
 thread_local std::vector<std::unique_ptr<ag::VariableLog>> t_logs;
 
 // Backward passes in flight, by id (never a pointer handed to Lua).
@@ -126,12 +129,15 @@ int hook_end(const ag::GraphTask* task, bool ok) {
 namespace dl::bind {
 void grad_scope_open() {
   t_grad.reserve(t_grad.size() + 1);
+  t_enable.reserve(t_enable.size() + 1);
   arena_open();
+  t_enable.push_back(std::make_unique<ag::EnableGradScope>());
   t_grad.emplace_back();
 }
 void grad_scope_close() {
-  DL_CHECK(!t_grad.empty(), "grad: unbalanced scope exit");
+  DL_CHECK(!t_grad.empty() && !t_enable.empty(), "grad: unbalanced scope exit");
   t_grad.pop_back();
+  t_enable.pop_back();
   arena_close();
 }
 }  // namespace dl::bind
@@ -226,6 +232,15 @@ int dl_no_grad_exit(void) {
   return guard_status([] {
     DL_CHECK(!t_nograd.empty(), "no_grad: unbalanced scope exit");
     t_nograd.pop_back();
+  });
+}
+int dl_enable_grad_enter(void) {
+  return guard_status([] { t_enable.push_back(std::make_unique<ag::EnableGradScope>()); });
+}
+int dl_enable_grad_exit(void) {
+  return guard_status([] {
+    DL_CHECK(!t_enable.empty(), "enable_grad: unbalanced scope exit");
+    t_enable.pop_back();
   });
 }
 int dl_is_recording(void) {

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "autograd/autograd.h"
 #include "bindings/capi.h"
 #include "bindings/guard.h"
 #include "bindings/arenas.h"
@@ -155,6 +156,15 @@ int dl_export_end(void) {
     std::unique_ptr<Capture> cap = std::move(t_export.stack.back());
     stop();
     if (!cap->error().empty()) fail(ErrorKind::Value, t_export.who, ": ", cap->error());
+    // A mapped function's results carry no gradient history: one that reads a tensor a
+    // gradient is being taken with respect to (a weight it closes over, a Variable)
+    // would give that tensor a gradient of zero, silently.
+    if (std::string_view(t_export.who) == "vmap" && dl::ag::is_recording())
+      for (const dl::Tensor& t : cap->constant_sources())
+        DL_CHECK(!dl::ag::requires_grad(t), "vmap: the mapped function reads a tensor that requires grad (a weight ",
+                 "it closes over, or a Variable) of shape ", t.shape(), " while a gradient is being taken; the ",
+                 "batched results carry no gradient history, so differentiate inside the mapped function ",
+                 "(dl.vmap(dl.grad(f)) with the weights as arguments), not through it");
     cap->prune();
     t_export.done.push_back(std::move(cap));
     k = int(t_export.done.size()) - 1;

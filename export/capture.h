@@ -53,6 +53,8 @@ class Capture final : public Observer {
   void mark(const Tensor& t);
   // The first thing that could not be captured, or empty.
   const std::string& error() const { return error_; }
+  // Per constant, the tensor it was taken from (a weight the function closes over).
+  const std::vector<Tensor>& constant_sources() const { return sources_; }
   void set_error(const std::string& e) { if (error_.empty()) error_ = e; }
 
   Graph graph;

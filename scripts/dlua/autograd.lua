@@ -65,6 +65,14 @@ function dl.no_grad(f, ...)
   return unpack(r, 1, r.n)
 end
 
+-- f(...) recording again inside dl.no_grad, as torch.enable_grad (a gradient's own scope
+-- does this already: dl.grad inside dl.no_grad takes its gradient).
+function dl.enable_grad(f, ...)
+  if type(f) ~= "function" then raise("enable_grad: expected a function, got " .. type(f)) end
+  local r = scoped(C.dl_enable_grad_enter, C.dl_enable_grad_exit, f, ...)
+  return unpack(r, 1, r.n)
+end
+
 function dl.is_grad_enabled() return C.dl_is_recording() == 1 end
 
 local function detach(x)
@@ -181,18 +189,37 @@ local function drain_dead_refs()
   end
 end
 
-local function gradient_list(op, v, n)
-  -- What a custom backward returned, as one tensor (or nil) per input.
-  local out = {}
-  if n == 1 and (is_tensor(v) or type(v) == "number") then v = { v } end
-  if type(v) ~= "table" then
-    raise(op .. ": the gradient function must return " .. n .. " gradient(s), got " .. type(v))
+-- Whether a tensor of shape `from` broadcasts to shape `to` (a gradient of shape `to`
+-- then sums back to `from`, as PyTorch accepts a custom backward's result).
+local function expandable(from, to)
+  if #from > #to then return false end
+  for i = 0, #from - 1 do
+    local a, b = from[#from - i], to[#to - i]
+    if a ~= b and a ~= 1 then return false end
   end
+  return true
+end
+
+-- What a custom backward returned (r, packed), as one tensor (or nil) per input: a list,
+-- or the gradients as separate results (`return dy * b, dy * a`). A number is that value
+-- everywhere in its input's shape.
+local function gradient_list(info, r)
+  local op, n = info.op, info.n
+  local list, count = r, r.n
+  if r.n == 1 and type(r[1]) == "table" and not is_tensor(r[1]) then list, count = r[1], #r[1] end
+  if count > n then
+    raise(op .. ": the gradient function returned " .. count .. " gradients for " .. n .. " input(s)")
+  end
+  local out = {}
   for i = 1, n do
-    local g = v[i]
-    if type(g) == "number" then g = float_scalar(g) end
-    if g ~= nil and not is_tensor(g) then
+    local g, shape = list[i], info.shapes[i]
+    if type(g) == "number" then
+      g = dl.full(shape, g, { dtype = info.dtypes[i], device = info.devices[i] })
+    elseif g ~= nil and not is_tensor(g) then
       raise(op .. ": gradient " .. i .. " is a " .. type(g) .. ", expected a tensor")
+    elseif g ~= nil and not expandable(shape, g.shape) then
+      raise(op .. ": gradient " .. i .. " has shape " .. T.shape_str(g.shape) .. ", expected its input's shape "
+            .. T.shape_str(shape) .. " (or one that sums to it)")
     end
     out[i] = g
   end
@@ -216,7 +243,7 @@ local function run_task(op, task, st)
     for i = 0, 15 do
       if pending[i] ~= 0 then nargs = i + 1; args[i + 1] = wrap(pending[i]) end
     end
-    local grads = gradient_list("custom_gradient", info.fn(unpack(args, 1, max(nargs, 1))), info.n)
+    local grads = gradient_list(info, pack(info.fn(unpack(args, 1, max(nargs, info.nout)))))
     local gids = ffi_new("uint64_t[?]", max(info.n, 1))
     for i = 1, info.n do gids[i - 1] = grads[i] and hid(grads[i]) or 0 end
     if C.dl_backward_supply(task, gids, info.n) ~= 0 then raise_last() end
@@ -285,15 +312,24 @@ M.watch_tree, M.rebuild, M.result_tensor = watch_tree, rebuild, result_tensor
 -- few aborts a run, never enough to blacklist anything: tests/lua/test_jit.lua.)
 local function call_watched(op, f, n, x, b, c)
   local w = watch_one(op, x)
-  local y
+  local y, extra
   if n == 1 then
-    y = f(w)
+    y, extra = f(w)
   elseif n == 2 then
-    y = f(w, b)
+    y, extra = f(w, b)
   else
-    y = f(w, b, c)
+    y, extra = f(w, b, c)
   end
-  return w, y
+  return w, y, extra
+end
+
+-- dl.grad differentiates a function of one element, as functorch's grad (a tape or an
+-- implicit gradient sums a larger target, as TensorFlow's).
+local function check_scalar(op, y)
+  if methods.numel(y) ~= 1 then
+    raise(op .. ": the function must return a single-element tensor, got shape " .. T.shape_str(y.shape)
+          .. ": dl." .. op .. " differentiates a scalar function (sum it, or use dl.vjp or dl.jacobian)")
+  end
 end
 
 -- The gradient of y with respect to one watched tensor w (the tape is left to the
@@ -303,6 +339,7 @@ local function backward_one(op, y, w)
   local g = fresh()
   local task_out = int1()
   local st = C.dl_backward_one(y, w, g, task_out)
+  if st < 0 then check_scalar(op, y) end
   if st == 2 then
     -- A custom gradient's Lua backward runs first.
     local res = ffi_new("uint64_t[1]")
@@ -314,13 +351,21 @@ local function backward_one(op, y, w)
   return g
 end
 
+-- f returned n results to dl.grad, which differentiates a function of one (as functorch's
+-- grad refuses a tuple).
+local function more_results(op, n)
+  raise(op .. ": the function returned " .. n .. " results; it must return one tensor "
+        .. "(pass {has_aux = true} to get the others after the gradients, or use dl.value_and_grad)")
+end
+
 -- The gradient of f at its first argument x (a tensor or a number); f takes n
 -- arguments, x, b and c.
 local function grad_one(op, f, n, x, b, c)
   if C.dl_grad_enter() ~= 0 then raise_last() end
-  local ok, w, y = pcall(call_watched, op, f, n, x, b, c)
+  local ok, w, y, extra = pcall(call_watched, op, f, n, x, b, c)
   C.dl_grad_exit()
   if not ok then error(w, 0) end
+  if extra ~= nil then C.dl_arena_done(); more_results(op, 2) end
   y = result_tensor(op, y)
   local g = backward_one(op, y, w)
   C.dl_arena_done()
@@ -357,14 +402,34 @@ local function backward_watched(op, y, flat)
   return backward(op, { y }, nil, flat, false)
 end
 
+-- The gradients of y with respect to flat; a y of more than one element is summed, as
+-- TensorFlow's tape and implicit_gradients differentiate the sum of a target that is
+-- not a scalar (a per-example loss).
+local function backward_target(op, y, flat)
+  if methods.numel(y) == 1 then return backward_watched(op, y, flat) end
+  return backward(op, { y }, { dl.ones_like(y) }, flat, false)
+end
+
 -- ---- dl.grad and dl.value_and_grad ----------------------------------------------------------
 
 local function argnum_list(op, argnums)
+  local nums, multi
   if argnums == nil then return { 1 }, false end
-  if type(argnums) == "number" then return { argnums }, false end
-  if type(argnums) == "table" and #argnums > 0 then return argnums, true end
-  raise(op .. ": argnums must be a number or a list of numbers, got " .. type(argnums))
+  if type(argnums) == "number" then
+    nums, multi = { argnums }, false
+  elseif type(argnums) == "table" and not is_tensor(argnums) and #argnums > 0 then
+    nums, multi = argnums, true
+  else
+    raise(op .. ": argnums must be a number or a list of numbers, got " .. core.typename(argnums))
+  end
+  for _, k in ipairs(nums) do
+    if type(k) ~= "number" or k ~= math.floor(k) or k < 1 then
+      raise(op .. ": argnums must be argument positions (whole numbers from 1), got " .. tostring(k))
+    end
+  end
+  return nums, multi
 end
+M.argnum_list = argnum_list
 
 -- Runs f with watched arguments; returns the results of f, the watched structures per
 -- argnum, and the flat list of watched tensors.
@@ -386,12 +451,18 @@ local function run_watched(op, f, nums, ...)
   return r, trees, flat
 end
 
-local function differentiate(op, f, argnums, with_value)
+local GRAD_OPTS = { has_aux = true }
+
+-- has_aux (functorch's): f returns its result and auxiliary values, which come back
+-- after the gradients. dl.value_and_grad passes them through in any case.
+local function differentiate(op, f, argnums, with_value, opts)
   if type(f) ~= "function" and not (type(f) == "table" and getmetatable(f) and getmetatable(f).__call) then
     raise(op .. ": expected a function, got " .. type(f))
   end
   local nums, multi = argnum_list(op, argnums)
-  local first_only = not with_value and not multi and nums[1] == 1
+  opts = core.options(op, opts, GRAD_OPTS)
+  local aux = opts.has_aux and true or with_value
+  local first_only = not aux and not multi and nums[1] == 1
   return function(...)
     local n = select("#", ...)
     if first_only and n >= 1 and n <= 3 then
@@ -402,24 +473,32 @@ local function differentiate(op, f, argnums, with_value)
       end
     end
     local r, trees, flat = run_watched(op, f, nums, ...)
+    if not aux then
+      for i = r.n, 2, -1 do
+        if r[i] ~= nil then C.dl_arena_done(); more_results(op, i) end
+      end
+    end
     local y = result_tensor(op, r[1])
+    check_scalar(op, y)
     local g = #flat == 1 and { backward_one(op, y, flat[1]) } or backward_watched(op, y, flat)
     C.dl_arena_done()
     local res = {}
     for i, t in ipairs(trees) do res[i] = rebuild(t, flat, g) end
     local nres = #trees
-    if with_value then
-      local out = { y }
-      for i = 1, nres do out[#out + 1] = res[i] end
-      for i = 2, r.n do out[#out + 1] = r[i] end
-      return unpack(out, 1, 1 + nres + max(r.n - 1, 0))
+    if aux then
+      local out, k = {}, 0
+      if with_value then out[1], k = y, 1 end
+      for i = 1, nres do out[k + i] = res[i] end
+      k = k + nres
+      for i = 2, r.n do out[k + i - 1] = r[i] end
+      return unpack(out, 1, k + max(r.n - 1, 0))
     end
     return unpack(res, 1, nres)
   end
 end
 
-function dl.grad(f, argnums) return differentiate("grad", f, argnums, false) end
-function dl.value_and_grad(f, argnums) return differentiate("value_and_grad", f, argnums, true) end
+function dl.grad(f, argnums, opts) return differentiate("grad", f, argnums, false, opts) end
+function dl.value_and_grad(f, argnums, opts) return differentiate("value_and_grad", f, argnums, true, opts) end
 
 -- ---- variables --------------------------------------------------------------------------------
 
@@ -514,29 +593,39 @@ end
 
 -- ---- implicit gradients: every Variable the function used -------------------------------------
 
+-- The Variables the innermost variable log holds, as the script's objects, that are
+-- trainable, and how many it holds, frozen ones too; or nil and the error.
+local function logged_variables()
+  local used, n = {}, C.dl_varlog_count()
+  for i = 1, n do
+    local id = C.dl_varlog_get(i)
+    if id == 0 then return nil, ffi_string(C.dl_last_error()) end
+    -- A Variable of the script's is found by its key without making a value of the id
+    -- (a value would run a compiled call's deferred steps: compile.md).
+    local key = C.dl_tensor_key(id)
+    local v = variables[key]
+    if v then C.dl_release_id(id) else v = wrap(id) end
+    if not frozen[key] then used[#used + 1] = v end
+  end
+  return used, n
+end
+
 local function implicit(op, f, with_value)
   if type(f) ~= "function" then raise(op .. ": expected a function, got " .. type(f)) end
   return function(...)
     if C.dl_varlog_push() ~= 0 then raise_last() end
     local ok, r = pcall(scoped, C.dl_grad_enter, C.dl_grad_exit, f, ...)
-    local used = {}
+    local used
     if ok then
-      -- A Variable of the script's is found by its key without making a value of the id
-      -- (a value would run a compiled call's deferred steps: compile.md).
-      for i = 1, C.dl_varlog_count() do
-        local id = C.dl_varlog_get(i)
-        if id == 0 then ok, r = false, ffi_string(C.dl_last_error()) break end
-        local key = C.dl_tensor_key(id)
-        local v = variables[key]
-        if v then C.dl_release_id(id) else v = wrap(id) end
-        if not frozen[key] then used[#used + 1] = v end
-      end
+      local err
+      used, err = logged_variables()
+      if not used then ok, r = false, err end
     end
     C.dl_varlog_pop()
     if not ok then error(r, 0) end
     local y = r[1]
     if not is_tensor(y) then raise(op .. ": the function must return a tensor, got " .. type(y)) end
-    local g = backward_watched(op, y, used)
+    local g = backward_target(op, y, used)
     C.dl_arena_done()
     local pairs_ = {}
     for i = 1, #used do pairs_[i] = { g[i], used[i] } end
@@ -612,7 +701,33 @@ local function rebuild_sources(v, grads, pos)
   return grads[pos], pos + 1
 end
 
-function Tape:gradient(target, sources, output_gradients)
+-- Note [Unconnected sources]
+-- The engine gives zeros to an input its outputs do not reach, which is the tape's
+-- default (unconnected_gradients = "zero"; TensorFlow's default is "none"). For "none",
+-- a source whose gradient is all zeros is told apart from one that is reached with a
+-- zero gradient (a dead relu) by a second pass, taken recorded from watched seeds: a
+-- source the targets reach gets a gradient that depends on the seeds (its backward
+-- multiplies them through); an unreached one, fresh zeros with no history. That pass
+-- is taken, and its history discarded, in a gradient scope of its own.
+local function reached(targets, seeds, sources)
+  local probe = {}
+  for i, t in ipairs(targets) do
+    probe[i] = watch_one("GradientTape.gradient", seeds and seeds[i] or dl.ones_like(t))
+  end
+  local g = backward("GradientTape.gradient", targets, probe, sources, true)
+  local r = {}
+  for i = 1, #sources do r[i] = methods.requires_grad(g[i]) end
+  return r
+end
+
+local GRADIENT_OPTS = { unconnected_gradients = true }
+
+function Tape:gradient(target, sources, output_gradients, opts)
+  opts = core.options("GradientTape.gradient", opts, GRADIENT_OPTS)
+  local unconnected = opts.unconnected_gradients or "zero"
+  if unconnected ~= "zero" and unconnected ~= "none" then
+    raise("GradientTape.gradient: unconnected_gradients must be \"zero\" or \"none\", got " .. tostring(unconnected))
+  end
   if self.used and not self.persistent then
     raise("GradientTape.gradient: can only be called once on a non-persistent tape "
           .. "(use dl.GradientTape{persistent = true})")
@@ -622,13 +737,40 @@ function Tape:gradient(target, sources, output_gradients)
   if type(targets) ~= "table" then
     raise("GradientTape.gradient: target must be a tensor or a table of tensors, got " .. type(target))
   end
+  for i, t in ipairs(targets) do
+    if not is_tensor(t) then
+      raise("GradientTape.gradient: target " .. i .. " is a " .. core.typename(t) .. ", expected a tensor")
+    end
+  end
   local flat = {}
   flatten_sources(sources, flat, 0)
   local seeds = nil
   if output_gradients ~= nil then
     seeds = is_tensor(output_gradients) and { output_gradients } or output_gradients
   end
-  local g = backward("GradientTape.gradient", targets, seeds, flat, self.persistent)
+  -- A target of more than one element without an output gradient is summed (TensorFlow's).
+  for i, t in ipairs(targets) do
+    if (seeds == nil or seeds[i] == nil) and methods.numel(t) ~= 1 then
+      seeds = seeds or {}
+      seeds[i] = dl.ones_like(t)
+    end
+  end
+  local none = unconnected == "none"
+  local g = backward("GradientTape.gradient", targets, seeds, flat, self.persistent or none)
+  if none then
+    local zero, idx = {}, {}
+    for i, x in ipairs(g) do
+      if not methods.any(methods.ne(x, 0)) then idx[#idx + 1] = i; zero[#zero + 1] = flat[i] end
+    end
+    if #idx > 0 then
+      local r = scoped(C.dl_grad_enter, C.dl_grad_exit, reached, targets, seeds, zero)
+      local serial = C.dl_arena_hold()
+      if serial ~= 0 then C.dl_arena_free(serial) end
+      for j, i in ipairs(idx) do
+        if not r[1][j] then g[i] = nil end
+      end
+    end
+  end
   if self.watched then   -- watch_accessed_variables = false: Variables not watched get nil
     for i, src in ipairs(flat) do
       if is_variable(src) and not self.watched[src] then g[i] = nil end
@@ -648,22 +790,144 @@ end
 
 -- ---- custom gradients ------------------------------------------------------------------------
 
+-- Attaches the outputs (a list of tensors) to a node whose backward is the Lua function
+-- fn: fn(dy1, dy2, ...) (nil for an output that got no gradient) returns one gradient
+-- per input, as a list or as separate results. Returns the outputs as the node's, or
+-- the outputs themselves when no input needs a gradient (nothing is recorded).
+local function custom_record(op, inputs, outputs, fn)
+  drain_dead_refs()
+  local ref = next_ref
+  next_ref = next_ref + 1
+  local ins, nin = tensor_list(op, inputs)
+  local nout = #outputs
+  local outs = ffi_new("uint64_t[?]", nout)
+  for i = 1, nout do outs[i - 1] = hid(outputs[i]) end
+  if C.dl_custom_record(ins, nin, outs, nout, ref) ~= 0 then raise_last() end
+  if outs[0] == hid(outputs[1]) then return outputs end
+  local shapes, dtypes, devices = {}, {}, {}
+  for i, x in ipairs(inputs) do shapes[i], dtypes[i], devices[i] = x.shape, x.dtype, x.device end
+  custom_fns[ref] = { fn = fn, op = op, n = nin, nout = nout, shapes = shapes, dtypes = dtypes, devices = devices }
+  local res = {}
+  for i = 1, nout do res[i] = wrap(outs[i - 1]) end
+  return res
+end
+M.custom_record = custom_record
+
+-- Note [What a custom node does not see]
+-- A custom gradient (and dl.checkpoint, built the same way) gives gradients to the
+-- inputs of its node only. A tensor that needs a gradient and that its function reads
+-- some other way would get none, silently: a Variable (a layer's weight), or a tensor
+-- with a gradient history captured by the closure (the argument of an enclosing
+-- dl.grad). Variables are found by the engine's log of the Variables used; a captured
+-- tensor by the function's upvalues (one level: a tensor reached through a table or
+-- another function's closure is not found). Both are errors, as TensorFlow's
+-- custom_gradient refuses Variables its grad_fn does not take.
+local getupvalue = debug and debug.getupvalue
+
+local function check_captured(op, f, inputs)
+  if not getupvalue or type(f) ~= "function" then return end
+  for i = 1, 255 do
+    local name, v = getupvalue(f, i)
+    if name == nil then return end
+    if is_tensor(v) and not is_variable(v) and methods.requires_grad(v) then
+      local arg = false
+      for _, x in ipairs(inputs) do arg = arg or rawequal(x, v) end
+      if not arg then
+        raise(op .. ": the function reads '" .. name .. "', a tensor that needs a gradient, from its closure; "
+              .. "it would get none: pass it as an argument (or detach it)")
+      end
+    end
+  end
+end
+
+-- Each tensor that needs a gradient in a (nested) table argument, as an error: only the
+-- tensor arguments themselves are inputs of a custom gradient.
+local function check_table_arg(op, v, i, depth)
+  if depth > 32 then return end
+  for _, x in entries(v) do
+    if is_tensor(x) then
+      if methods.requires_grad(x) then
+        raise(op .. ": argument " .. i .. " is a table holding a tensor that needs a gradient; "
+              .. "pass tensors as arguments of their own (a custom gradient's inputs)")
+      end
+    elseif type(x) == "table" and getmetatable(x) == nil then
+      check_table_arg(op, x, i, depth + 1)
+    end
+  end
+end
+
+
+-- f(...) with the Variables it uses logged: f's results packed, the trainable Variables
+-- used, in first-use order, and how many were used, frozen ones too.
+local function call_logged(f, ...)
+  if C.dl_varlog_push() ~= 0 then raise_last() end
+  local ok, r = pcall(invoke, f, ...)
+  local used, n = nil, nil
+  if ok then used, n = logged_variables() end
+  C.dl_varlog_pop()
+  if not ok then error(r, 0) end
+  if not used then raise(n) end
+  return r, used, n
+end
+
+-- f(...) run recorded in a gradient scope of its own, for the Variables it uses, and
+-- that scope's history then discarded (dl.checkpoint's forward keeps no intermediate
+-- value, but its node must know the Variables). Returns f's results packed, tensors
+-- detached; the trainable Variables used; and whether a result needed a gradient though
+-- no Variable was used: then f read a tensor with a history that is not an argument.
+function M.call_forgetting(f, ...)
+  local s = scoped(C.dl_grad_enter, C.dl_grad_exit, call_logged, f, ...)
+  local r, used, n = s[1], s[2], s[3]
+  local stray = false
+  for i = 1, r.n do
+    local y = r[i]
+    if is_tensor(y) then
+      stray = stray or (n == 0 and methods.requires_grad(y))
+      r[i] = detach(y)
+    end
+  end
+  local serial = C.dl_arena_hold()
+  if serial ~= 0 then C.dl_arena_free(serial) end
+  return r, used, stray
+end
+M.check_captured = check_captured
+
 -- f returns y, grad_fn; grad_fn(dy) returns one gradient per tensor argument of f.
 function dl.custom_gradient(f)
   if type(f) ~= "function" then raise("custom_gradient: expected a function, got " .. type(f)) end
   return function(...)
-    drain_dead_refs()
     local args = pack(...)
     local inputs = {}
+    local recording = C.dl_is_recording() == 1
     for i = 1, args.n do
       local a = args[i]
       if type(a) == "number" then a = float_scalar(a); args[i] = a end
-      if is_tensor(a) then inputs[#inputs + 1] = a end
+      if is_tensor(a) then
+        inputs[#inputs + 1] = a
+      elseif recording and type(a) == "table" and getmetatable(a) == nil then
+        check_table_arg("custom_gradient", a, i, 0)
+      end
     end
     -- The forward runs recorded, so that values it computes and the gradient function
     -- uses stay differentiable (higher orders); its output is cut from that history
-    -- and attached to a node whose backward is grad_fn.
-    local r = pack(f(unpack(args, 1, args.n)))
+    -- and attached to a node whose backward is grad_fn. Note [What a custom node does
+    -- not see].
+    local r
+    if recording then
+      check_captured("custom_gradient", f, inputs)
+      local used
+      r, used = call_logged(f, unpack(args, 1, args.n))
+      for _, v in ipairs(used) do
+        local arg = false
+        for _, x in ipairs(inputs) do arg = arg or rawequal(x, v) end
+        if not arg then
+          raise("custom_gradient: the function uses the Variable '" .. tostring(names[v]) .. "', which is not "
+                .. "an argument: its gradient would be lost; pass it as an argument")
+        end
+      end
+    else
+      r = pack(f(unpack(args, 1, args.n)))
+    end
     local y, grad_fn = r[1], r[2]
     if type(y) == "number" then y = float_scalar(y) end
     if not is_tensor(y) then
@@ -672,14 +936,7 @@ function dl.custom_gradient(f)
     if type(grad_fn) ~= "function" then
       raise("custom_gradient: the function's second result must be the gradient function, got " .. type(grad_fn))
     end
-    local ref = next_ref
-    next_ref = next_ref + 1
-    local ins, nin = tensor_list("custom_gradient", inputs)
-    local outs = ffi_new("uint64_t[1]", hid(y))
-    if C.dl_custom_record(ins, nin, outs, 1, ref) ~= 0 then raise_last() end
-    if outs[0] == hid(y) then return y, unpack(r, 3, r.n) end  -- nothing was recorded
-    custom_fns[ref] = { fn = grad_fn, n = nin }
-    return wrap(outs[0]), unpack(r, 3, r.n)
+    return custom_record("custom_gradient", inputs, { y }, grad_fn)[1], unpack(r, 3, r.n)
   end
 end
 

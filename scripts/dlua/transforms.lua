@@ -17,6 +17,7 @@ core.own_source()
 
 local raise = core.raise
 local is_tensor, dl = T.is_tensor, T.dl
+local entries = core.entries
 local type, select, ipairs, tostring, unpack, getmetatable =
   type, select, ipairs, tostring, unpack, getmetatable
 
@@ -141,21 +142,24 @@ function dl.jvp(f, primals, tangents)
 end
 
 -- dl.jacobian(f [, argnums]): a function that returns the Jacobian of f at its
--- arguments with respect to argument argnums (1; a list gives one Jacobian each), of
--- shape y.shape followed by the argument's shape: one backward pass per element of y,
--- as PyTorch's autograd.functional.jacobian. f returns one tensor.
-local function jacobian(op, f, argnums)
+-- arguments with respect to argument argnums (1), of shape y.shape followed by the
+-- argument's shape: one backward pass per element of y, as PyTorch's
+-- autograd.functional.jacobian. A list of argnums gives one block per argument; f of
+-- several results (or a list of them) one per result, as torch's tuples:
+--
+--   one result, argnums k          J
+--   one result, argnums {k, l}     Jk, Jl
+--   results a, b (or {a, b})       Ja, Jb (or {Ja, Jb}); with argnums {k, l}, each is
+--                                  the list {Jak, Jal}
+local function jacobian(op, f, argnums, opts)
   callable(op, f)
-  local nums = argnums == nil and { 1 } or (type(argnums) == "number" and { argnums } or argnums)
-  if type(nums) ~= "table" or #nums == 0 then raise(op .. ": argnums must be a number or a list of numbers") end
-  local multi = type(argnums) == "table"
+  core.options(op, opts, {})
+  local nums, multi = AG.argnum_list(op, argnums)
   return function(...)
     local args = pack(...)
     local picked = {}
     for i, k in ipairs(nums) do
-      if type(k) ~= "number" or k < 1 or k > args.n then
-        raise(op .. ": argnum " .. tostring(k) .. " out of range for " .. args.n .. " argument(s)")
-      end
+      if k > args.n then raise(op .. ": argnum " .. k .. " out of range for " .. args.n .. " argument(s)") end
       local a = args[k]
       if type(a) == "number" then a = dl.tensor(a, { dtype = core.dtype_names[core.C.dl_default_dtype()] }) end
       if not is_tensor(a) or not differentiable(a) then
@@ -163,85 +167,170 @@ local function jacobian(op, f, argnums)
       end
       picked[i] = a
     end
+    local separate = false   -- f returned several results (not one tensor, not a list)
     local y, back = vjp(op, function(...)
       local xs = { ... }
       for i, k in ipairs(nums) do args[k] = xs[i] end
-      return f(unpack(args, 1, args.n))
-    end, unpack(picked))
-    if not is_tensor(y) then raise(op .. ": the function must return one tensor") end
-    local m = y:numel()
-    local rows = {}
-    for i = 1, #nums do rows[i] = {} end
-    local basis = m > 0 and dl.eye(m, { dtype = y.dtype, device = y.device }) or nil
-    for e = 1, m do
-      local gs = pack(back(basis[e]:reshape(y.shape)))
-      for i = 1, #nums do
-        local g = gs[i] or dl.zeros_like(picked[i])
-        rows[i][e] = g:reshape(-1)
+      local r = pack(f(unpack(args, 1, args.n)))
+      if r.n <= 1 then return r[1] end
+      separate = true
+      for i = 1, r.n do
+        if r[i] == nil then raise(op .. ": result " .. i .. " of the function is nil, expected a tensor") end
       end
+      return { unpack(r, 1, r.n) }
+    end, unpack(picked))
+    local single = is_tensor(y)
+    local ys = single and { y } or y
+    local blocks = {}
+    for o, yo in ipairs(ys) do
+      local m = yo:numel()
+      local rows = {}
+      for i = 1, #nums do rows[i] = {} end
+      local basis = m > 0 and dl.eye(m, { dtype = yo.dtype, device = yo.device }) or nil
+      for e = 1, m do
+        local cts = {}
+        for q, yq in ipairs(ys) do cts[q] = q == o and basis[e]:reshape(yo.shape) or dl.zeros_like(yq) end
+        local gs = pack(back(single and cts[1] or cts))
+        for i = 1, #nums do rows[i][e] = (gs[i] or dl.zeros_like(picked[i])):reshape(-1) end
+      end
+      local out = {}
+      for i, x in ipairs(picked) do
+        local shape = {}
+        for _, d in ipairs(yo.shape) do shape[#shape + 1] = d end
+        for _, d in ipairs(x.shape) do shape[#shape + 1] = d end
+        out[i] = (m == 0 and dl.zeros({ 0, x:numel() }, { dtype = yo.dtype }) or dl.stack(rows[i], 1)):reshape(shape)
+      end
+      blocks[o] = multi and out or out[1]
     end
-    local out = {}
-    for i, x in ipairs(picked) do
-      local shape = {}
-      for _, d in ipairs(y.shape) do shape[#shape + 1] = d end
-      for _, d in ipairs(x.shape) do shape[#shape + 1] = d end
-      out[i] = (m == 0 and dl.zeros({ 0, x:numel() }, { dtype = y.dtype }) or dl.stack(rows[i], 1)):reshape(shape)
+    if single then
+      if multi then return unpack(blocks[1], 1, #nums) end
+      return blocks[1]
     end
-    if multi then return unpack(out, 1, #nums) end
-    return out[1]
+    if separate then return unpack(blocks, 1, #ys) end
+    return blocks
   end
 end
 
-function dl.jacobian(f, argnums) return jacobian("jacobian", f, argnums) end
+function dl.jacobian(f, argnums, opts) return jacobian("jacobian", f, argnums, opts) end
 
 -- dl.hessian(f [, argnums]): the Jacobian of dl.grad(f): for x of shape s, a tensor of
--- shape s .. s (f returns a single-element tensor).
-function dl.hessian(f, argnums)
+-- shape s .. s (f returns a single-element tensor). With argnums {k, l}, the blocks as
+-- torch.autograd.functional.hessian nests them: {Hkk, Hkl}, {Hlk, Hll}.
+function dl.hessian(f, argnums, opts)
   callable("hessian", f)
+  core.options("hessian", opts, {})
   return jacobian("hessian", dl.grad(f, argnums), argnums)
 end
 
+-- The float tensors of v (an argument: plain tables are walked), each appended once to
+-- list (index: a tensor's place in it).
+local function collect(v, list, index, depth)
+  if is_tensor(v) then
+    if v:is_floating_point() and not index[v] then
+      list[#list + 1] = v
+      index[v] = #list
+    end
+  elseif type(v) == "table" and getmetatable(v) == nil then
+    if depth > 32 then raise("checkpoint: argument tables nested too deeply") end
+    for _, x in entries(v) do collect(x, list, index, depth + 1) end
+  end
+end
+
+-- v with each tensor that collect() listed replaced by its counterpart in `by`.
+local function substitute(v, index, by, depth)
+  if is_tensor(v) then
+    local i = index[v]
+    if i then return by[i] end
+    return v
+  end
+  if type(v) == "table" and getmetatable(v) == nil and depth <= 32 then
+    local out = {}
+    for k, x in entries(v) do out[k] = substitute(x, index, by, depth + 1) end
+    return out
+  end
+  return v
+end
+
 -- dl.checkpoint(f, ...): f(...), without keeping f's intermediate values for the
--- backward pass: the forward runs unrecorded, and the backward pass runs f again
--- (recorded) to get them, trading compute for memory (activation checkpointing, as
--- torch.utils.checkpoint). The random state is restored for the rerun, so dropout
--- draws the same mask. f returns one tensor.
+-- backward pass: the backward pass runs f again (recorded) to get them, trading compute
+-- for memory (activation checkpointing, as torch.utils.checkpoint). The random state is
+-- restored for the rerun, so dropout draws the same mask. f may return several tensors.
+--
+-- Gradients reach what f differentiates through: the float tensors among its arguments
+-- (in tables too), and the Variables it uses (a module's parameters), found by running
+-- the forward recorded with a log of the Variables, its history then discarded. A
+-- tensor with a history that f reads otherwise (a closure's) cannot be an input of the
+-- node, and is an error (Note [What a custom node does not see] in autograd.lua).
 function dl.checkpoint(f, ...)
   callable("checkpoint", f)
   if not dl.is_grad_enabled() then return f(...) end
   local args = pack(...)
-  -- custom_gradient differentiates the tensor and number arguments; the others are
-  -- passed by closure.
-  local slots, tensors = {}, {}
-  for i = 1, args.n do
-    local a = args[i]
-    if type(a) == "number" or is_tensor(a) then
-      tensors[#tensors + 1] = a
-      slots[#slots + 1] = i
-    end
-  end
+  local inputs, index = {}, {}
+  for i = 1, args.n do collect(args[i], inputs, index, 0) end
+  AG.check_captured("checkpoint", f, inputs)
+  local detached = {}
+  for i, x in ipairs(inputs) do detached[i] = dl.detach(x) end
   local rng = dl.get_rng_state()
-  local function call_with(xs)
-    local full = { unpack(args, 1, args.n) }
-    for j, i in ipairs(slots) do full[i] = xs[j] end
+  local function call_with(by)
+    local full = {}
+    for i = 1, args.n do full[i] = substitute(args[i], index, by, 0) end
     return f(unpack(full, 1, args.n))
   end
-  return dl.custom_gradient(function(...)
-    local xs = { ... }
-    local y = dl.no_grad(call_with, xs)
-    if not is_tensor(y) then raise("checkpoint: the function must return a tensor, got " .. type(y)) end
-    return y, function(dy)
-      local now = dl.get_rng_state()
-      dl.set_rng_state(rng)
-      local ok, _, back = pcall(vjp, "checkpoint", function(...) return call_with({ ... }) end, unpack(xs, 1, #slots))
-      dl.set_rng_state(now)
-      if not ok then error(_, 0) end
-      local gs = pack(back(dy))
-      local out = {}   -- (nil for an argument that gets no gradient)
-      for j = 1, #slots do out[j] = gs[j] end
-      return out
+  local r, used, stray = AG.call_forgetting(call_with, detached)
+  if stray then
+    raise("checkpoint: the function reads a tensor that needs a gradient and is neither an argument nor a "
+          .. "Variable (from a closure?): it would get none; pass it as an argument")
+  end
+  local ins = {}
+  for i, x in ipairs(inputs) do ins[i] = x end
+  for _, v in ipairs(used) do
+    if not index[v] then ins[#ins + 1] = v end
+  end
+  -- The results that carry gradients: float tensors (others pass through).
+  local outs, at = {}, {}
+  for i = 1, r.n do
+    local y = r[i]
+    if is_tensor(y) and y:is_floating_point() then
+      outs[#outs + 1] = y
+      at[#outs] = i
+    elseif type(y) == "table" and getmetatable(y) == nil then
+      raise("checkpoint: result " .. i .. " is a table; the function must return tensors (several as "
+            .. "separate results)")
     end
-  end)(unpack(tensors))
+  end
+  if #outs == 0 then return unpack(r, 1, r.n) end
+  local nin = #inputs
+  local function back(...)
+    local dys = pack(...)
+    local now = dl.get_rng_state()
+    dl.set_rng_state(rng)
+    local flat = {}
+    local tape = dl.GradientTape()
+    local ok, rr = pcall(function()
+      return pack(tape:record(function()
+        for i, x in ipairs(inputs) do flat[i] = AG.watch_tree("checkpoint", x, {}, 0) end
+        return call_with(flat)
+      end))
+    end)
+    dl.set_rng_state(now)
+    if not ok then error(rr, 0) end
+    local ys, cts = {}, {}
+    for j, i in ipairs(at) do
+      if dys[j] ~= nil then
+        local y = rr[i]
+        if not is_tensor(y) then raise("checkpoint: result " .. i .. " of the rerun is a " .. type(y)) end
+        ys[#ys + 1], cts[#cts + 1] = y, dys[j]
+      end
+    end
+    local sources = {}
+    for i = 1, nin do sources[i] = flat[i] end
+    for i = nin + 1, #ins do sources[i] = ins[i] end
+    if #ys == 0 then return {} end
+    return tape:gradient(ys, sources, cts)
+  end
+  local ys = AG.custom_record("checkpoint", ins, outs, back)
+  for j, i in ipairs(at) do r[i] = ys[j] end
+  return unpack(r, 1, r.n)
 end
 
 return dl

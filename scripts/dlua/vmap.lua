@@ -86,8 +86,17 @@ local function batched(f, in_dims, out_dims, ...)
   local args = pack(...)
   local n = args.n
   local batch, examples, inputs, flags = nil, {}, {}, {}
+  -- A list of in_dims has an entry for each tensor argument (false: shared), as
+  -- functorch's in_dims must match the structure of the inputs.
+  if type(in_dims) == "table" and table.maxn(in_dims) > n then
+    raise("vmap: in_dims has " .. table.maxn(in_dims) .. " entries for " .. n .. " argument(s)")
+  end
   for i = 1, n do
     local a, d = args[i], dim_of(in_dims, i)
+    if is_tensor(a) and type(in_dims) == "table" and in_dims[i] == nil then
+      raise("vmap: in_dims has no entry for argument " .. i .. ", a tensor: give its dim, or false to share it "
+            .. "(in_dims is a dim for every argument or a list with an entry per argument)")
+    end
     if is_tensor(a) then
       if d then
         local nd = #a.shape

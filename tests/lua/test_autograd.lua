@@ -363,4 +363,214 @@ H.test("dl.grad's one-argument path and the general path agree", function()
   H.values(g(x), want())
 end)
 
+local function f64(t) return dl.tensor(t, { dtype = "float64" }) end
+
+-- Gradients of the same function through two paths agree within tol.
+local function same_grads(a, b, tol)
+  H.eq(#a, #b, "number of gradients")
+  for i = 1, #a do
+    H.ok(rawequal(a[i][2], b[i][2]), "the same Variable at " .. i)
+    H.ok((a[i][1] - b[i][1]):abs():max():item() <= tol, "gradient " .. i .. " differs")
+  end
+end
+
+H.test("checkpoint gives the gradients it gives without: modules, Variables, tables, several results", function()
+  -- torch.utils.checkpoint gives the same gradients as the plain call.
+  dl.manual_seed(0)
+  local net = dl.nn.Sequential(dl.nn.Linear(3, 4), dl.nn.Tanh(), dl.nn.Linear(4, 2))
+  local x = dl.randn(5, 3)
+  local plain = dl.implicit_grad(function() return net(x):pow(2):sum() end)()
+  same_grads(plain, dl.implicit_grad(function() return dl.checkpoint(net, x):pow(2):sum() end)(), 1e-6)
+  same_grads(plain, dl.implicit_grad(function()
+    return dl.checkpoint(function(u) return net(u) end, x):pow(2):sum()
+  end)(), 1e-6)
+  local tape = dl.GradientTape()
+  local l = tape:record(function() return dl.checkpoint(net, x):pow(2):sum() end)
+  local gs = tape:gradient(l, net:parameters())
+  for i, p in ipairs(plain) do H.ok((gs[i] - p[1]):abs():max():item() <= 1e-6, "tape gradient " .. i) end
+  -- A Variable in a closure, tensors in a table argument, a number and a label.
+  local w = dl.Variable(f64({ { 1, 2 }, { 3, 4 } }), "w")
+  local u = f64({ { 0.5, -1 } })
+  local function f(v) return dl.tanh(v:matmul(w)) end
+  same_grads(dl.implicit_grad(function() return f(u):sum() end)(),
+             dl.implicit_grad(function() return dl.checkpoint(f, u):sum() end)(), 1e-12)
+  local p = { w = f64({ { 1, 2 }, { 3, 4 } }) }
+  local function g(q) return dl.tanh(u:matmul(q.w)):sum() * 3 end
+  local want = dl.grad(g)(p)
+  local got = dl.grad(function(q)
+    return dl.checkpoint(function(v, qq, k, tag)
+      assert(tag == "tag")
+      return dl.tanh(v:matmul(qq.w)):sum() * k
+    end, u, q, 3, "tag")
+  end)(p)
+  H.ok((got.w - want.w):abs():max():item() < 1e-12, "a tensor in a table argument")
+  -- Several results: torch.utils.checkpoint(lambda a: (a*2, a*3), a), then (p+q).sum() -> [5., 5.].
+  local ga = dl.grad(function(a)
+    local r1, r2 = dl.checkpoint(function(b) return b * 2, b * 3 end, a)
+    return (r1 + r2):sum()
+  end)(f64({ 1, 2 }))
+  H.values(ga, { 5, 5 })
+  -- Second order through the rerun, with a Variable.
+  local v = dl.Variable(f64({ 0.5, -2 }))
+  local h = function(a) return (a:sin() * v * a):sum() end
+  local H1 = dl.hessian(function(a) return dl.checkpoint(h, a) end)(f64({ 1, 2 }))
+  H.ok((H1 - dl.hessian(h)(f64({ 1, 2 }))):abs():max():item() < 1e-12, "the Hessian through checkpoint")
+end)
+
+H.test("checkpoint: a tensor that needs a gradient read from a closure is an error, not a zero", function()
+  local W = f64({ { 1, 2 }, { 3, 4 } })
+  local x = f64({ { 0.5, -1 } })
+  H.raises(function()
+    dl.grad(function(M) return dl.checkpoint(function(u) return u:matmul(M) end, x):sum() end)(W)
+  end, "checkpoint: the function reads 'M', a tensor that needs a gradient, from its closure")
+  H.raises(function()
+    dl.grad(function(M)
+      local function inner(u) return u:matmul(M) end
+      return dl.checkpoint(function(u) return inner(u) end, x):sum()
+    end)(W)
+  end, "checkpoint: the function reads a tensor that needs a gradient and is neither an argument nor a Variable")
+  -- As an argument it is differentiated.
+  local g = dl.grad(function(M) return dl.checkpoint(function(u, m) return u:matmul(m) end, x, M):sum() end)(W)
+  H.values(g, { { 0.5, 0.5 }, { -1, -1 } })
+end)
+
+H.test("hessian with argnums {1, 2} is the block Hessian; jacobian of several results", function()
+  local x, y = f64({ 1, 2 }), f64({ 3, 4 })
+  local h = function(a, b) return (a:sin() * b:pow(2)):sum() + (a * a):sum() * b[1] end
+  -- torch.autograd.functional.hessian(h, (x, y)) -> ((Hxx, Hxy), (Hyx, Hyy))
+  local rx, ry = dl.hessian(h, { 1, 2 })(x, y)
+  H.values(rx[1], { { -1.5732388632710688, 0 }, { 0, -8.548758829210907 } }, { tol = 1e-12 })
+  H.values(rx[2], { { 5.241813835208839, 0 }, { 4, -3.3291746923771393 } }, { tol = 1e-12 })
+  H.values(ry[1], { { 5.241813835208839, 4 }, { 0, -3.3291746923771393 } }, { tol = 1e-12 })
+  H.values(ry[2], { { 1.682941969615793, 0 }, { 0, 1.8185948536513634 } }, { tol = 1e-12 })
+  H.values(dl.hessian(h, 2)(x, y), { { 1.682941969615793, 0 }, { 0, 1.8185948536513634 } }, { tol = 1e-12 })
+  -- torch.autograd.functional.jacobian(lambda a, b: (a*b, (a+b).sum()), (x, y))
+  local jp, jq = dl.jacobian(function(a, b) return a * b, (a + b):sum() end, { 1, 2 })(x, y)
+  H.values(jp[1], { { 3, 0 }, { 0, 4 } })
+  H.values(jp[2], { { 1, 0 }, { 0, 2 } })
+  H.values(jq[1], { 1, 1 })
+  H.values(jq[2], { 1, 1 })
+  local jl = dl.jacobian(function(a) return { a * 2, a:sum() } end)(x)
+  H.values(jl[1], { { 2, 0 }, { 0, 2 } })
+  H.values(jl[2], { 1, 1 })
+  H.raises(function() dl.jacobian(function(a) return a end, 1, { vectorize = true }) end,
+           "jacobian: unknown option 'vectorize'")
+  H.raises(function() dl.hessian(function(a) return a:sum() end, 1, { strict = true }) end,
+           "hessian: unknown option 'strict'")
+end)
+
+H.test("custom_gradient: gradients as separate results or numbers; shapes checked", function()
+  local mul = dl.custom_gradient(function(a, b) return a * b, function(dy) return dy * b, dy * a end end)
+  local ga, gb = dl.grad(function(a, b) return mul(a, b):sum() end, { 1, 2 })(f64({ 1, 2 }), f64({ 3, 4 }))
+  H.values(ga, { 3, 4 })
+  H.values(gb, { 1, 2 })
+  local five = dl.custom_gradient(function(a) return a * 2, function() return 5 end end)
+  H.values(dl.grad(function(a) return five(a):sum() end)(f64({ 1, 2, 3 })), { 5, 5, 5 })
+  local bad = dl.custom_gradient(function(a) return a * 2, function() return dl.ones(2) end end)
+  H.raises(function() dl.grad(function(a) return bad(a):sum() end)(dl.ones(3)) end,
+           "custom_gradient: gradient 1 has shape (2,), expected its input's shape (3,)")
+  local many = dl.custom_gradient(function(a) return a * 2, function(dy) return dy, dy end end)
+  H.raises(function() dl.grad(function(a) return many(a):sum() end)(dl.ones(3)) end,
+           "custom_gradient: the gradient function returned 2 gradients for 1 input(s)")
+  -- The R guide's clip_gradient_by_norm: a list with nil for the norm.
+  local clip = dl.custom_gradient(function(x, norm)
+    return x * 1, function(dy) return { dy:clamp(-norm:item(), norm:item()), nil } end
+  end)
+  H.values(dl.grad(function(a) return (clip(a, 0.5) * 10):sum() end)(f64({ 1, 2 })), { 0.5, 0.5 })
+end)
+
+H.test("custom_gradient: a Variable, a captured tensor or a tensor in a table argument is an error", function()
+  local x = f64({ 1, 2 })
+  local v = dl.Variable(f64({ 2, 3 }), "v")
+  local usev = dl.custom_gradient(function(a) return a * v, function(dy) return dy * v end end)
+  H.raises(function() dl.implicit_grad(function() return usev(dl.Variable(x)):sum() end)() end,
+           "custom_gradient: the function uses the Variable 'v', which is not an argument")
+  H.raises(function()
+    dl.grad(function(a, W)
+      local c = dl.custom_gradient(function(u) return u * W, function(dy) return dy * W end end)
+      return c(a):sum()
+    end, { 1, 2 })(x, f64({ 5, 7 }))
+  end, "custom_gradient: the function reads 'W', a tensor that needs a gradient, from its closure")
+  local tin = dl.custom_gradient(function(t) return t.a * t.b, function(dy) return { dy * 100 } end end)
+  H.raises(function() dl.grad(function(t) return tin(t):sum() end)({ a = x, b = f64({ 3, 4 }) }) end,
+           "custom_gradient: argument 1 is a table holding a tensor that needs a gradient")
+  -- As an argument, a Variable gets the custom gradient; a constant may be captured.
+  local usew = dl.custom_gradient(function(a, w) return a * w, function(dy) return dy * w, dy * a * 10 end end)
+  local g = dl.implicit_grad(function() return usew(x, v):sum() end)()
+  H.eq(#g, 1)
+  H.values(g[1][1], { 10, 20 })
+  local K = f64({ 5, 7 })
+  local ck = dl.custom_gradient(function(u) return u * K, function(dy) return dy * K end end)
+  H.values(dl.grad(function(a) return ck(a):sum() end)(x), { 5, 7 })
+end)
+
+H.test("GradientTape: unconnected_gradients = 'none' gives nil, 'zero' (the default) zeros", function()
+  -- tf.GradientTape.gradient(y, [x, z], unconnected_gradients=tf.UnconnectedGradients.NONE) -> [2x, None]
+  local x, z = f64({ 1, 2 }), f64({ 3, 5 })
+  local tape = dl.GradientTape({ persistent = true })
+  tape:watch(x); tape:watch(z)
+  local y, d = tape:record(function() return (x * x):sum(), dl.relu(-x):sum() end)
+  local g = tape:gradient(y, { x, z }, nil, { unconnected_gradients = "none" })
+  H.values(g[1], { 2, 4 })
+  H.ok(g[2] == nil, "an unconnected source gets nil")
+  H.values(tape:gradient(y, z), { 0, 0 })
+  H.values(tape:gradient(y, z, nil, { unconnected_gradients = "zero" }), { 0, 0 })
+  -- Reached with a zero gradient (a dead relu) is not unconnected.
+  H.values(tape:gradient(d, x, nil, { unconnected_gradients = "none" }), { 0, 0 })
+  H.raises(function() tape:gradient(y, x, nil, { unconnected_gradients = "nil" }) end,
+           "GradientTape.gradient: unconnected_gradients must be \"zero\" or \"none\"")
+  H.raises(function() tape:gradient(y, x, nil, { unconected = "none" }) end,
+           "GradientTape.gradient: unknown option 'unconected'")
+end)
+
+H.test("targets of more than one element: tapes and implicit gradients sum them, dl.grad refuses", function()
+  -- tf.GradientTape().gradient(x * x, x) -> 2x (the sum's gradient)
+  local x = f64({ 1, 2 })
+  local tape = dl.GradientTape()
+  tape:watch(x)
+  local y = tape:record(function() return x * x end)
+  H.values(tape:gradient(y, x), { 2, 4 })
+  -- The announcement's MNIST loop: implicit_gradients of a per-example
+  -- softmax_cross_entropy_with_logits. torch: autograd.grad(loss.sum(), W) with
+  -- loss = -(Y * log_softmax(X @ W, -1)).sum(-1).
+  local W = dl.Variable(f64({ { 0.1, -0.2 }, { 0.3, 0.4 }, { -0.5, 0.6 } }), "W")
+  local X = f64({ { 1, 2, 3 }, { -1, 0.5, 2 } })
+  local Y = f64({ { 1, 0 }, { 0, 1 } })
+  local function loss_function(x, y)
+    return dl.nn.functional.softmax_cross_entropy_with_logits(y, x:matmul(W), { reduction = "none" })
+  end
+  local grads = dl.implicit_grad(loss_function)(X, Y)
+  H.eq(#grads, 1)
+  H.values(grads[1][1], { { -1.0332607625647534, 1.0332607625647534 }, { -1.8854553117257125, 1.8854553117257125 },
+                         { -2.7376498608866715, 2.7376498608866715 } }, { tol = 1e-12 })
+  dl.optim.SGD({ lr = 0.001 }):apply_gradients(grads)
+  H.raises(function() dl.grad(function(a) return a * 2 end)(x) end,
+           "grad: the function must return a single-element tensor, got shape (2,): dl.grad differentiates a scalar function")
+  H.raises(function() dl.grad(function(a, b) return a * b end, { 1, 2 })(x, x) end,
+           "grad: the function must return a single-element tensor")
+end)
+
+H.test("dl.grad refuses a second result unless has_aux; options and argnums are checked", function()
+  local x = f64({ 1, 2 })
+  -- functorch.grad: "Expected f(*args) to return a Tensor, got tuple"; has_aux=True returns (grad, aux).
+  H.raises(function() dl.grad(function(a) return (a * 2):sum(), "aux" end)(x) end,
+           "grad: the function returned 2 results; it must return one tensor")
+  H.raises(function() dl.grad(function(a, b) return (a * b):sum(), "aux" end, 2)(x, x) end,
+           "grad: the function returned 2 results")
+  local g, aux = dl.grad(function(a) return (a * 2):sum(), "aux" end, 1, { has_aux = true })(x)
+  H.values(g, { 2, 2 })
+  H.eq(aux, "aux")
+  local v, g2, aux2 = dl.value_and_grad(function(a) return (a * a):sum(), 7 end, 1, { has_aux = true })(x)
+  H.values(v, 5)
+  H.values(g2, { 2, 4 })
+  H.eq(aux2, 7)
+  H.raises(function() dl.grad(function(a) return a:sum() end, 1, { vectorize = true }) end,
+           "grad: unknown option 'vectorize'")
+  H.raises(function() dl.grad(function(a, b) return (a * b):sum() end, 1.5) end,
+           "grad: argnums must be argument positions (whole numbers from 1), got 1.5")
+  H.raises(function() dl.grad(function(a, b) return (a * b):sum() end, { 1, 0 }) end,
+           "grad: argnums must be argument positions (whole numbers from 1), got 0")
+  H.raises(function() dl.jacobian(function(a) return a end, 2.5) end, "jacobian: argnums must be argument positions")
+end)
+
 H.run()

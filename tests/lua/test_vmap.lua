@@ -230,4 +230,16 @@ H.test("errors: reading a value, sizes, grad history, options", function()
   check("after the errors", function(a) return a * 2 end, { x })
 end)
 
+H.test("a list of in_dims has an entry for each tensor argument (functorch's structure check)", function()
+  local x = randn(4, 3)
+  -- functorch.vmap(f, in_dims=(0,))(x, y): "in_dims is not compatible with the structure of inputs"
+  H.raises(function() dl.vmap(function(a, b) return a + b end, { in_dims = { 1 } })(x, randn(4, 3)) end,
+           "vmap: in_dims has no entry for argument 2, a tensor: give its dim, or false to share it")
+  H.raises(function() dl.vmap(function(a) return a end, { in_dims = { 1, 1 } })(x) end,
+           "vmap: in_dims has 2 entries for 1 argument(s)")
+  -- A trailing argument that is no tensor needs no entry.
+  local r = dl.vmap(function(a, k) return a * k end, { in_dims = { 1 } })(x, 2)
+  H.ok((r - x * 2):abs():max():item() == 0, "a number passed through")
+end)
+
 H.run()
