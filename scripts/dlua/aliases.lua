@@ -3,7 +3,9 @@
 --
 --   x:clamp_min(lo), x:clamp_max(hi)        x:clamp(lo), x:clamp(nil, hi)
 --   x:swapaxes(a, b), x:swapdims(a, b)      x:transpose(a, b)
---   x:movedim(from, to)                     dims (a number or a list) moved to positions
+--   x:movedim(from, to), x:moveaxis         dims (a number or a list) moved to positions
+--   dl.gather(x, dim, idx), index_select, narrow, select, permute, flatten, squeeze,
+--   unsqueeze, transpose, reshape, t        the methods of those names
 --   x:type_as(y)                            x:to(y.dtype)
 --   x:new_zeros(shape), x:new_ones(shape), x:new_full(shape, v), x:new_tensor(data)
 --                                           x's dtype and device
@@ -66,7 +68,14 @@ function methods.movedim(x, from, to)
   end
   return x:permute(placed)
 end
-dl.movedim, dl.swapaxes, dl.swapdims = methods.movedim, methods.swapaxes, methods.swapdims
+methods.moveaxis = methods.movedim
+dl.movedim, dl.moveaxis, dl.swapaxes, dl.swapdims = methods.movedim, methods.movedim, methods.swapaxes, methods.swapdims
+
+-- The view and indexing methods as functions of dl too, as torch.reshape(x, shape) ...
+for _, name in ipairs({ "gather", "index_select", "narrow", "select", "permute", "flatten", "squeeze", "unsqueeze",
+                        "transpose", "reshape", "t" }) do
+  dl[name] = methods[name]
+end
 
 function methods.type_as(x, y)
   check("type_as", x)

@@ -158,9 +158,11 @@ function methods.flip(x, dims)
     for _, d in ipairs(dims) do core.positive_dim(op, d, 1, 0) end
     return x:clone()
   end
-  local y = x
+  local y, seen = x, {}
   for _, d in ipairs(dims) do
     d = dim_of(op, y, d)
+    if seen[d] then raise(op .. ": dim " .. d .. " appears more than once in the dims") end
+    seen[d] = true
     local n = y:size(d)
     if n > 1 then y = y:index_select(d, dl.arange(n, 0, -1, { dtype = "int64", device = y.device })) end
   end

@@ -189,6 +189,14 @@ return function(H)
   -- as many tensors of shape (n1, n2, ...), the k-th varying along dim k ("xy": the first
   -- two dims swapped, as numpy's default), returned as values.
   function dl.meshgrid(...)
+    local first = ...
+    if type(first) == "table" and not istype(Tensor, first) and istype(Tensor, first[1]) then   -- ({a, b} [, opts])
+      local list, opts = first, select(2, ...)
+      local args = {}
+      for i = 1, #list do args[i] = list[i] end
+      if opts ~= nil then args[#list + 1] = opts end
+      return dl.meshgrid(unpack(args, 1, #list + (opts ~= nil and 1 or 0)))
+    end
     local n = select("#", ...)
     local opts = n > 0 and type(select(n, ...)) == "table" and not istype(Tensor, select(n, ...)) and select(n, ...) or nil
     if opts then n = n - 1 end

@@ -59,13 +59,15 @@ core.on_first_use(T.methods, ARRANGE, loader("dlua.arrange"))
 core.on_first_use(T.methods, { "repeat" }, loader("dlua.arrange"))
 core.on_first_use(dl, NONFINITE, loader("dlua.nonfinite"))
 core.on_first_use(T.methods, NONFINITE, loader("dlua.nonfinite"))
-local ALIASES = { "clamp_min", "clamp_max", "swapaxes", "swapdims", "movedim", "type_as", "new_zeros", "new_ones",
+local ALIASES = { "clamp_min", "clamp_max", "swapaxes", "swapdims", "movedim", "moveaxis", "type_as", "new_zeros", "new_ones",
                   "new_full", "new_tensor", "uniform_", "normal_", "clip", "clip_", "absolute", "negative", "positive",
                   "ravel", "msort", "tolist", "ndimension", "new_empty", "ger", "inner", "dist", "addcmul", "addcdiv",
                   "addcmul_", "addcdiv_", "det", "inverse", "pinverse", "slogdet", "logdet", "cholesky", "qr", "svd" }
 core.on_first_use(T.methods, ALIASES, loader("dlua.aliases"))
-core.on_first_use(dl, { "movedim", "swapaxes", "swapdims", "clip", "absolute", "negative", "positive", "ravel", "msort",
-                        "ger", "inner", "addcmul", "addcdiv", "logdet" }, loader("dlua.aliases"))
+core.on_first_use(dl, { "movedim", "moveaxis", "swapaxes", "swapdims", "clip", "absolute", "negative", "positive", "ravel",
+                        "msort", "ger", "inner", "addcmul", "addcdiv", "logdet", "gather", "index_select", "narrow",
+                        "select", "permute", "flatten", "squeeze", "unsqueeze", "transpose", "reshape", "t" },
+                  loader("dlua.aliases"))
 local INDEXED = { "index_add", "index_copy", "index_fill", "scatter", "scatter_reduce", "index_put", "put",
                   "masked_scatter", "take" }
 core.on_first_use(dl, INDEXED, loader("dlua.indexed"))
@@ -84,7 +86,8 @@ local SHAPING = { "broadcast_to", "take_along_dim", "tensor_split", "atleast_1d"
                   "diag_embed", "diagflat", "unflatten" }
 core.on_first_use(dl, SHAPING, loader("dlua.shaping"))
 core.on_first_use(T.methods, SHAPING, loader("dlua.shaping"))
-core.on_first_use(dl, { "broadcast_shapes", "broadcast_tensors" }, loader("dlua.shaping"))
+core.on_first_use(dl, { "broadcast_shapes", "broadcast_tensors", "hstack", "vstack", "dstack", "column_stack" },
+                  loader("dlua.shaping"))
 core.on_first_use(T.methods, { "t_", "transpose_", "swapaxes_", "swapdims_", "squeeze_", "unsqueeze_", "set_", "resize_",
                                "resize_as_" }, loader("dlua.shaping"))
 core.on_first_use(dl, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))

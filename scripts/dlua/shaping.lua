@@ -10,6 +10,8 @@
 --                                       longer), or parts split where i1, i2 ... elements
 --                                       of dim have passed (PyTorch's boundaries)
 --   dl.atleast_1d(x), atleast_2d, atleast_3d   (PyTorch's placement of the new dims)
+--   dl.hstack(list), vstack, dstack, column_stack   the tensors joined along dim 2 (1 for
+--                                       1-D), 1, 3; column_stack's 1-D ones as columns
 --   dl.diag_embed(x [, offset = 0 [, dim1 = -2 [, dim2 = -1]]])   each last-dim vector
 --                                       on a diagonal of a new square pair of dims
 --   dl.diagflat(x [, offset])           x flattened onto a diagonal
@@ -174,6 +176,33 @@ function dl.atleast_3d(x)
   return x
 end
 methods.atleast_1d, methods.atleast_2d, methods.atleast_3d = dl.atleast_1d, dl.atleast_2d, dl.atleast_3d
+
+-- The tensors of a list through `lift` (atleast_1d ...), checked: at least one.
+local function lifted(op, list, lift)
+  if type(list) ~= "table" or is_tensor(list) then bad_arg(op, "a list of tensors", list) end
+  if #list == 0 then raise(op .. ": expected a non-empty list of tensors") end
+  local out = {}
+  for i, t in ipairs(list) do
+    if not is_tensor(t) then bad_arg(op, "a list of tensors (item " .. i .. ")", t) end
+    out[i] = lift(t)
+  end
+  return out
+end
+
+-- PyTorch's rules: hstack joins along dim 1 when the first is 1-D (or 0-D), else along
+-- dim 2; vstack along dim 1 of at least 2-D, dstack along dim 3 of at least 3-D;
+-- column_stack makes 0-D and 1-D tensors columns, then hstacks.
+function dl.hstack(list)
+  local ts = lifted("hstack", list, dl.atleast_1d)
+  return dl.cat(ts, ts[1]:dim() == 1 and 1 or 2)
+end
+function dl.vstack(list) return dl.cat(lifted("vstack", list, dl.atleast_2d), 1) end
+function dl.dstack(list) return dl.cat(lifted("dstack", list, dl.atleast_3d), 3) end
+function dl.column_stack(list)
+  return dl.hstack(lifted("column_stack", list, function(t)
+    return t:dim() <= 1 and t:reshape(t:numel(), 1) or t
+  end))
+end
 
 function dl.diag_embed(x, offset, dim1, dim2)
   local op = "diag_embed"

@@ -1113,6 +1113,13 @@ end
 function methods.masked_fill(x, mask, v)
   check_tensor("masked_fill", x)
   check_tensor("masked_fill", mask)
+  if istype(Tensor, v) then   -- a 0-dim tensor value, differentiated through (as PyTorch's)
+    if v:dim() ~= 0 then
+      raise("masked_fill: the value must be a number or a 0-dim tensor, got a tensor of shape " .. shape_str(v.shape))
+    end
+    if mask.dtype ~= "bool" then raise("masked_fill: expected a bool mask, got " .. mask.dtype) end
+    return dl.where(mask, v:to(x.dtype), x)
+  end
   local id = C.dl_masked_fill(hid(x), hid(mask), fill_value("masked_fill", v))
   if id == 0 and retry() then id = C.dl_masked_fill(hid(x), hid(mask), fill_value("masked_fill", v)) end
   return wrap(id)

@@ -17,9 +17,11 @@
 -- Each is made of the engine's differentiable ops, so gradients (to any order), dl.compile,
 -- dl.vmap and dl.export follow, with PyTorch 1.13's gradients at the corners: elu, selu,
 -- celu and prelu take the x <= 0 side's at 0, hardtanh, relu6 and hardsigmoid pass none
--- at their bounds, and hardswish's is x / 3 + 1/2 at -3 and 1 at 3. The exponential side
--- reads x clamped to at most 0: e^x where x is large would make its (unused) gradient
--- 0 inf = NaN.
+-- at their bounds, and hardswish's is x / 3 + 1/2 at -3 and 1 at 3; the second
+-- derivatives of elu, selu, celu and hardswish are 0 at those corners (0 and -3). At NaN,
+-- elu, selu, celu, hardtanh, relu6, hardswish, threshold and hardshrink pass the gradient
+-- as PyTorch's. The exponential side reads x clamped to at most 0: e^x where x is large
+-- would make its (unused) gradient 0 inf = NaN.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 local Module = require("dlua.nn.module")
@@ -43,10 +45,16 @@ local function number(op, what, v, default)
 end
 
 -- x where x > 0, else alpha (e^(x / scale) - 1): scale is alpha for celu, 1 otherwise.
+-- The value is expm1's; the gradient is e^b, not expm1's own e^b - 1 + 1, which cancels
+-- in float32 below -5. It is the gradient of e^u (1 + d) with u = b live only below 0 and
+-- d = 0 live only at 0, so that the second derivative there is 0, as PyTorch's.
 local function elu(x, alpha, scale)
-  local below = x:clamp(nil, 0)
-  if scale ~= 1 then below = below / scale end
-  return dl.where(x:gt(0), x, below:expm1() * alpha)
+  local b = x:clamp(nil, 0)
+  if scale ~= 1 then b = b / scale end
+  local neg, fixed = x:lt(0), b:detach()
+  local u, d = dl.where(neg, b, fixed), dl.where(neg, 0, b - fixed)
+  local live = u:exp() * (d + 1)
+  return dl.where(x:le(0), (b:expm1():detach() + (live - live:detach())) * alpha, x)
 end
 
 function F.elu(x, alpha)
@@ -67,9 +75,9 @@ function F.celu(x, alpha)
   return elu(x, alpha, alpha)
 end
 
--- x clamped to [lo, hi], with a gradient only strictly inside.
+-- x clamped to [lo, hi], with a gradient only strictly inside (and at NaN).
 local function hard_clamp(x, lo, hi)
-  return dl.where(x:gt(lo):logical_and(x:lt(hi)), x, x:clamp(lo, hi):detach())
+  return dl.where(x:le(lo):logical_or(x:ge(hi)), x:clamp(lo, hi):detach(), x)
 end
 
 function F.hardtanh(x, lo, hi)
@@ -86,13 +94,16 @@ end
 
 function F.hardsigmoid(x)
   check("hardsigmoid", x)
-  return hard_clamp(x + 3, 0, 6) / 6
+  local s = x + 3
+  return dl.where(s:gt(0):logical_and(s:lt(6)), s, s:clamp(0, 6):detach()) / 6
 end
 
+-- x (x + 3) / 6 on [-3, 3), 0 below and x above; x is held fixed at -3 so that the second
+-- derivative there is 0 (the first -1/2), as PyTorch's.
 function F.hardswish(x)
   check("hardswish", x)
-  local shifted = x + 3
-  return x * dl.where(x:ge(-3):logical_and(x:lt(3)), shifted, shifted:clamp(0, 6):detach()) / 6
+  local factor = dl.where(x:lt(-3), 0, dl.where(x:lt(3), x + 3, 6))
+  return dl.where(x:eq(-3), x:detach(), x) * factor / 6
 end
 
 function F.mish(x)
@@ -157,7 +168,7 @@ end
 function F.hardshrink(x, l)
   check("hardshrink", x)
   l = number("hardshrink", "lambd", l, 0.5)
-  return dl.where(x:abs():gt(l), x, 0)
+  return dl.where(x:abs():le(l), 0, x)
 end
 function F.tanhshrink(x)
   check("tanhshrink", x)
@@ -167,7 +178,7 @@ function F.threshold(x, t, v)
   check("threshold", x)
   t, v = number("threshold", "threshold", t, nil), number("threshold", "value", v, nil)
   if t == nil or v == nil then raise("threshold: expected a threshold and a value") end
-  return dl.where(x:gt(t), x, v)
+  return dl.where(x:le(t), v, x)
 end
 
 -- rrelu(x [, lower = 1/8, upper = 1/3, training = false]): leaky ReLU with a random slope
@@ -182,7 +193,7 @@ function F.rrelu(x, lower, upper, training)
   else
     slope = (lower + upper) / 2
   end
-  return dl.where(x:ge(0), x, x * slope)
+  return dl.where(x:gt(0), x, x * slope)
 end
 
 -- gumbel_softmax(logits [, {tau = 1, hard = false, dim = -1}]): a sample of the

@@ -64,7 +64,8 @@ function FN.multi_margin_loss(x, y, opts)
     raise(op .. ": targets must be class numbers from 1 to " .. C)
   end
   local xy = X:gather(2, idx)                               -- (N, 1)
-  local h = (X - xy + margin):clamp(0)
+  local z = X - xy + margin
+  local h = dl.where(z:gt(0), z, 0)   -- (no gradient at z = 0, as PyTorch's)
   if p == 2 then h = h * h end
   if opts.weight ~= nil then h = h * opts.weight:to(X.dtype):gather(1, Y:long()):unsqueeze(2) end
   -- (the target's own term, max(0, margin)^p, is left out)
@@ -96,7 +97,8 @@ function FN.multilabel_margin_loss(x, y, opts)
   local valid = Yl:ne(0):to(X.dtype):cumprod(2)
   local counts = dl.zeros(X.shape, { dtype = X.dtype, device = X.device }):scatter_add(2, Yl:clamp(1), valid)
   local is_target = counts:gt(0):to(X.dtype)
-  local margins = (1 - X:unsqueeze(3) + X:unsqueeze(2)):clamp(0)   -- (N, j, k)
+  local z = 1 - X:unsqueeze(3) + X:unsqueeze(2)   -- (N, j, k)
+  local margins = dl.where(z:gt(0), z, 0)           -- (no gradient at z = 0, as PyTorch's)
   local loss = (margins * counts:unsqueeze(3) * (1 - is_target):unsqueeze(2)):sum({ 2, 3 }) / C
   if x:dim() == 1 then loss = loss:reshape({}) end
   return reduced(op, loss, opts.reduction)

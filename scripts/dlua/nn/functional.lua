@@ -96,13 +96,14 @@ end
 
 -- (each pool its own options: count_include_pad given to a max pool is an error, not
 -- dropped)
-local MAX_POOL_OPTS = { stride = true, padding = true, ceil_mode = true, return_indices = true }
-local AVG_POOL_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true }
+local MAX_POOL_OPTS = { stride = true, padding = true, dilation = true, ceil_mode = true, return_indices = true }
+local AVG_POOL_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true,
+                        divisor_override = true }
 -- The maxima without their indices (the engine makes those only for a gradient).
 local has_values_only = pcall(function() return C.dl_max_pool2d_values end)
 
--- max_pool2d(x, k [, {stride, padding, ceil_mode, return_indices}]): with return_indices,
--- also the 1-based position of each maximum within its (H, W) plane.
+-- max_pool2d(x, k [, {stride, padding, dilation, ceil_mode, return_indices}]): with
+-- return_indices, also the 1-based position of each maximum within its (H, W) plane.
 -- conv1d(x (N, C, L) or (C, L), w (O, C / groups, K) [, b (O)] [, {stride, padding,
 -- dilation, groups}]): the 2-D convolution on a height of 1 (the same kernels and
 -- gradients); padding a number or "same" / "valid", the sizes numbers or {n}.
@@ -291,12 +292,87 @@ function F.pad(x, pad, opts)
   return y
 end
 
+-- An average pool's divisor_override: a non-zero integer, as PyTorch's.
+local function divisor_arg(op, v)
+  if not core.integer(v) or v == 0 then raise(op .. ": divisor_override must be a non-zero integer, got " .. tostring(v)) end
+  return v
+end
+F._divisor_arg = divisor_arg
+
+-- A pool's stride: 0 for the engine's default (the kernel's) when absent; a stride of 0
+-- given is refused, as PyTorch's.
+local function pool_stride(op, v)
+  if v == nil then return 0, 0 end
+  return pair(op, "stride", v, 1)
+end
+
+-- The windows of a pool along a dim of n (PyTorch's pooling_output_shape), and the
+-- padding at its end that makes the last window fit exactly (negative: a crop).
+local function pool_windows(n, k, s, p, d, ceil_mode)
+  local span = n + 2 * p - d * (k - 1) - 1
+  local out = (ceil_mode and math.ceil(span / s) or floor(span / s)) + 1
+  if ceil_mode and (out - 1) * s >= n + p then out = out - 1 end   -- (the last starts inside)
+  return out, (out - 1) * s + d * (k - 1) + 1 - n - p
+end
+
+-- A 2-D pool's windows (oh, ow) and end paddings, checked as the engine's kernels check,
+-- for the pools made here of other ops (dilation, divisor_override).
+local function pool_geometry(op, x, k, s, p, d, ceil_mode)
+  if x:dim() ~= 3 and x:dim() ~= 4 then
+    raise(op .. ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape " .. shape_str(x.shape))
+  end
+  if p[1] > k[1] / 2 or p[2] > k[2] / 2 then
+    raise(("%s: padding must be between 0 and half the kernel size, got padding (%d, %d) for kernel_size (%d, %d)")
+          :format(op, p[1], p[2], k[1], k[2]))
+  end
+  local oh, eh = pool_windows(x:size(-2), k[1], s[1], p[1], d[1], ceil_mode)
+  local ow, ew = pool_windows(x:size(-1), k[2], s[2], p[2], d[2], ceil_mode)
+  if oh < 1 or ow < 1 then
+    raise(("%s: the output size (%d, %d) is too small: kernel_size (%d, %d) with dilation (%d, %d) is larger than "
+           .. "the padded input of an input of shape %s"):format(op, oh, ow, k[1], k[2], d[1], d[2], shape_str(x.shape)))
+  end
+  return oh, ow, eh, ew
+end
+
+-- A dilated max pool (the engine's kernel has no dilation): unfold's windows of x padded
+-- with -inf (and at the end as far as ceil_mode's last window reads), their maxima (the
+-- first of equal ones, as PyTorch's), and with indices the flat 1-based position of each
+-- in its (H, W) plane.
+local function dilated_max_pool2d(op, x, k, s, p, d, ceil_mode, with_indices)
+  local oh, ow, eh, ew = pool_geometry(op, x, k, s, p, d, ceil_mode)
+  local unbatched = x:dim() == 3
+  if unbatched then x = x:unsqueeze(1) end
+  if not x:is_floating_point() then x = x:float() end   -- (as the engine's kernel)
+  local N, C, W, K = x:size(1), x:size(2), x:size(4), k[1] * k[2]
+  local padded = F.pad(x, { p[2], ew, p[1], eh }, { value = -math.huge })
+  local cols = require("dlua.nn.spatial").functional.unfold(padded, k, { dilation = d, stride = s })
+  local values, at = cols:reshape(N, C, K, oh * ow):max(3)
+  local y, i = values:view(N, C, oh, ow), nil
+  if with_indices then
+    local o = { dtype = "int64", device = x.device }
+    local pos = dl.arange(k[1], o):view(k[1], 1, 1, 1) * (d[1] * W) + dl.arange(k[2], o):view(1, k[2], 1, 1) * d[2]
+      + dl.arange(oh, o):view(1, 1, oh, 1) * (s[1] * W) + dl.arange(ow, o):view(1, 1, 1, ow) * s[2]
+      + (1 - p[1] * W - p[2])
+    i = pos:view(1, 1, K, oh * ow):expand(N, C, K, oh * ow):gather(3, at:unsqueeze(3)):view(N, C, oh, ow)
+    if unbatched then i = i:squeeze(1) end
+  end
+  if unbatched then y = y:squeeze(1) end
+  return y, i
+end
+
 function F.max_pool2d(x, k, opts)
   check_tensor("max_pool2d", x)
   opts = options("max_pool2d", opts, MAX_POOL_OPTS)
   local kh, kw = pair("max_pool2d", "kernel size", k, 1)
-  local sh, sw = pair("max_pool2d", "stride", opts.stride or 0, 0)
+  local sh, sw = pool_stride("max_pool2d", opts.stride)
   local ph, pw = pair("max_pool2d", "padding", opts.padding or 0, 0)
+  local dh, dw = pair("max_pool2d", "dilation", opts.dilation or 1, 1)
+  if dh ~= 1 or dw ~= 1 then
+    local y, i = dilated_max_pool2d("max_pool2d", x, { kh, kw }, { sh > 0 and sh or kh, sw > 0 and sw or kw },
+                                    { ph, pw }, { dh, dw }, opts.ceil_mode, opts.return_indices)
+    if opts.return_indices then return y, i end
+    return y
+  end
   local ceil = opts.ceil_mode and 1 or 0
   if not opts.return_indices and has_values_only then
     local id = C.dl_max_pool2d_values(hid(x), kh, kw, sh, sw, ph, pw, ceil)
@@ -313,12 +389,22 @@ function F.max_pool2d(x, k, opts)
   return wrap(values)
 end
 
+-- avg_pool2d(x, k [, {stride, padding, ceil_mode, count_include_pad = true,
+-- divisor_override}]): with divisor_override, each window's sum (padding adds zeros)
+-- divided by it instead, as PyTorch's: the engine's mean over windows that fit the
+-- input padded with zeros, times the window's size.
 function F.avg_pool2d(x, k, opts)
   check_tensor("avg_pool2d", x)
   opts = options("avg_pool2d", opts, AVG_POOL_OPTS)
   local kh, kw = pair("avg_pool2d", "kernel size", k, 1)
-  local sh, sw = pair("avg_pool2d", "stride", opts.stride or 0, 0)
+  local sh, sw = pool_stride("avg_pool2d", opts.stride)
   local ph, pw = pair("avg_pool2d", "padding", opts.padding or 0, 0)
+  if opts.divisor_override ~= nil then
+    local div = divisor_arg("avg_pool2d", opts.divisor_override)
+    local kk, ss = { kh, kw }, { sh > 0 and sh or kh, sw > 0 and sw or kw }
+    local _, _, eh, ew = pool_geometry("avg_pool2d", x, kk, ss, { ph, pw }, { 1, 1 }, opts.ceil_mode)
+    return F.avg_pool2d(F.pad(x, { pw, ew, ph, eh }), kk, { stride = ss }) * (kh * kw / div)
+  end
   local ceil = opts.ceil_mode and 1 or 0
   local cip = opts.count_include_pad == false and 0 or 1
   local id = C.dl_avg_pool2d(hid(x), kh, kw, sh, sw, ph, pw, ceil, cip)
@@ -327,8 +413,8 @@ function F.avg_pool2d(x, k, opts)
 end
 
 -- max_pool1d / avg_pool1d(x (N, C, L) or (C, L), k [, {stride, padding, ceil_mode,
--- return_indices (max) or count_include_pad (avg)}]): the 2-D pools over a height of 1
--- (indices are then positions along L).
+-- dilation and return_indices (max) or count_include_pad and divisor_override (avg)}]):
+-- the 2-D pools over a height of 1 (indices are then positions along L).
 local function pool1d(op, pool2d, allowed)
   return function(x, k, opts)
     check_tensor(op, x)
@@ -341,6 +427,8 @@ local function pool1d(op, pool2d, allowed)
     local kk = single(op, "kernel size", k, 1)
     o2.stride = { 1, single(op, "stride", opts.stride or kk, 1) }
     o2.padding = { 0, single(op, "padding", opts.padding or 0, 0) }
+    if opts.dilation ~= nil then o2.dilation = { 1, single(op, "dilation", opts.dilation, 1) } end
+    if opts.divisor_override ~= nil then divisor_arg(op, opts.divisor_override) end
     local y, i = pool2d(x:unsqueeze(x:dim()), { 1, kk }, o2)
     if i then return y:squeeze(y:dim() - 1), i:squeeze(i:dim() - 1) end
     return y:squeeze(y:dim() - 1)
@@ -491,16 +579,64 @@ end
 
 -- ---- activations ------------------------------------------------------------------------------
 
-F.relu, F.tanh, F.sigmoid, F.softplus = dl.relu, dl.tanh, dl.sigmoid, dl.softplus
-F.softmax, F.log_softmax = dl.softmax, dl.log_softmax
+F.relu, F.tanh, F.sigmoid = dl.relu, dl.tanh, dl.sigmoid
 
-function F.leaky_relu(x, slope)
-  slope = slope or 0.01
-  return dl.where(x:gt(0), x, x * slope)
+-- PyTorch refuses integer inputs to these (dl.softmax computes them in float32).
+local function check_float(op, x)
+  check_tensor(op, x)
+  if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
 end
 
--- x Phi(x) (PyTorch's approximate='none'): one fused op, its gradient another.
-function F.gelu(x) return dl.gelu(x) end
+function F.softmax(x, ...)
+  check_float("softmax", x)
+  return dl.softmax(x, ...)
+end
+function F.log_softmax(x, ...)
+  check_float("log_softmax", x)
+  return dl.log_softmax(x, ...)
+end
+
+-- leaky_relu(x [, negative_slope = 0.01 | {negative_slope}]).
+function F.leaky_relu(x, slope)
+  check_float("leaky_relu", x)
+  if type(slope) == "table" then slope = options("leaky_relu", slope, { negative_slope = true }).negative_slope end
+  if slope ~= nil and type(slope) ~= "number" then bad_arg("leaky_relu", "a number (negative_slope)", slope) end
+  return dl.where(x:gt(0), x, x * (slope or 0.01))
+end
+
+-- gelu(x [, approximate = "none" | {approximate}]): x Phi(x), one fused op (its gradient
+-- another); "tanh" is PyTorch's approximation 0.5 x (1 + tanh(z)), z = sqrt(2 / pi) (x +
+-- 0.044715 x^3), taken as x sigmoid(2 z): the same, without 1 + tanh's cancellation below 0.
+function F.gelu(x, approximate)
+  if type(approximate) == "table" then
+    approximate = options("gelu", approximate, { approximate = true }).approximate
+  end
+  if approximate == nil or approximate == "none" then return dl.gelu(x) end
+  if approximate ~= "tanh" then
+    raise("gelu: approximate must be \"none\" or \"tanh\", got " .. (type(approximate) == "string"
+          and ("\"" .. approximate .. "\"") or core.typename(approximate)))
+  end
+  check_float("gelu", x)
+  return x * dl.sigmoid((x + x * x * x * 0.044715) * math.sqrt(8 / math.pi))
+end
+
+-- softplus(x [, beta = 1, threshold = 20 | {beta, threshold}]): log(1 + e^(beta x)) / beta,
+-- and x itself where beta x > threshold, as PyTorch's (value and gradient).
+function F.softplus(x, beta, threshold)
+  if type(beta) == "table" then
+    local o = options("softplus", beta, { beta = true, threshold = true })
+    beta, threshold = o.beta, o.threshold
+  end
+  for _, v in ipairs({ { "beta", beta }, { "threshold", threshold } }) do
+    if v[2] ~= nil and type(v[2]) ~= "number" then bad_arg("softplus", "a number (" .. v[1] .. ")", v[2]) end
+  end
+  check_float("softplus", x)
+  beta, threshold = beta or 1, threshold or 20
+  if beta == 0 then raise("softplus: beta must not be 0") end
+  local bx = beta == 1 and x or x * beta
+  local soft = dl.softplus(bx)
+  return dl.where(bx:gt(threshold), x, beta == 1 and soft or soft / beta)
+end
 
 function F.silu(x) return x * dl.sigmoid(x) end
 
@@ -577,30 +713,94 @@ end
 -- loss with e / C times the sum over classes of -w_c log softmax_c (w = 1 without
 -- weights), 0 for an ignored label; its mean divides by the weights of the labels kept
 -- (without weights, by their count), as nll_loss's.
+-- A mean's num / den; where keep (the labels not ignored, or nil) holds none, NaN with a
+-- gradient of 0 (not 0 / 0), as PyTorch's. (Kept labels whose weights sum to 0 give a NaN
+-- gradient, as there.)
+local function mean_over(num, den, keep)
+  if keep == nil then return num / den end
+  local none = keep:sum():eq(0)
+  return dl.where(none, 0 / 0, num / dl.where(none, 1, den))
+end
+
+-- The class weights of a loss over C classes (nil when not given), as dtype.
+local function class_weight(op, opts, C, dtype)
+  local w = type(opts) == "table" and opts.weight or nil
+  if w == nil then return nil end
+  if not is_tensor(w) or w:dim() ~= 1 or w:size(1) ~= C then
+    raise(op .. ": weight must be a (" .. C .. ") tensor, one per class, got "
+          .. (is_tensor(w) and ("shape " .. shape_str(w.shape)) or core.typename(w)))
+  end
+  return w:to(dtype)
+end
+
+-- PyTorch's other input forms of a loss over classes, as its (N, C) form: (N, C, d1, ...)
+-- with labels (N, d1, ...) becomes (N d1 ..., C) and (N d1 ...), the classes moved last;
+-- unbatched (C) with a label of no dims, (1, C) and (1). Also returns the labels' shape,
+-- which a per-label loss (reduction "none") takes back.
+local function classes_last(op, input, labels, what)
+  local d = input:dim()
+  if d == 1 then
+    if labels:dim() ~= 0 then
+      raise(op .. ": expected a label of no dims for unbatched " .. what .. " " .. shape_str(input.shape)
+            .. ", got shape " .. shape_str(labels.shape))
+    end
+    return input:unsqueeze(1), labels:reshape(1), labels.shape
+  end
+  local want = { input:size(1) }
+  for i = 3, d do want[#want + 1] = input:size(i) end
+  local got = labels.shape
+  local ok = d >= 2 and #got == #want
+  for i = 1, #want do ok = ok and got[i] == want[i] end
+  if not ok then
+    raise(op .. ": expected " .. what .. " (N, C), (C) or (N, C, d1, ...) and labels without the C, got shapes "
+          .. shape_str(input.shape) .. " and " .. shape_str(got))
+  end
+  local perm = { 1 }
+  for i = 3, d do perm[#perm + 1] = i end
+  perm[#perm + 1] = 2
+  return input:permute(perm):reshape(-1, input:size(2)), labels:reshape(-1), got
+end
+
+-- fn(input, labels, opts) on classes_last's (N, C) form, its per-label loss in labels' shape.
+local function over_classes(op, fn, input, labels, opts, what)
+  local r = reduction_of(op, opts)
+  local x, y, shape = classes_last(op, input, labels, what)
+  local loss = fn(x, y, opts)
+  if r == "none" then loss = loss:reshape(shape) end
+  return loss
+end
+
+local function label_smoothing(opts)
+  local eps = type(opts) == "table" and opts.label_smoothing or 0
+  if type(eps) ~= "number" or eps < 0 or eps > 1 then
+    raise("cross_entropy: label_smoothing must be in [0, 1], got " .. tostring(eps))
+  end
+  return eps
+end
+
+-- cross_entropy with class weights or label smoothing e (in [0, 1]), PyTorch's: composed
+-- from log_softmax and nll_loss, so its gradient is theirs. Smoothing mixes (1 - e) the
+-- loss with e / C times the sum over classes of -w_c log softmax_c (w = 1 without
+-- weights), 0 for an ignored label; its mean divides by the weights of the labels kept
+-- (without weights, by their count), as nll_loss's.
 local function composed_cross_entropy(logits, labels, opts, eps)
   local op = "cross_entropy"
-  if type(eps) ~= "number" or eps < 0 or eps > 1 then
-    raise(op .. ": label_smoothing must be in [0, 1], got " .. tostring(eps))
-  end
-  if logits:dim() ~= 2 then
-    raise(op .. ": " .. (eps ~= 0 and "label_smoothing" or "weight") .. " takes logits (N, C), got shape "
-          .. shape_str(logits.shape))
-  end
   local r = reduction_of(op, opts)
-  local ign, w = opts.ignore_index, opts.weight
+  local ign = opts.ignore_index
+  local w = class_weight(op, opts, logits:size(2), logits.dtype)
   local logp = dl.log_softmax(logits, 2)
   local nll = F.nll_loss(logp, labels, { reduction = r, ignore_index = ign, weight = w })
   if eps == 0 then return nll end
-  local smooth = -(w ~= nil and logp * w:to(logp.dtype) or logp):sum(2)
+  local smooth = -(w ~= nil and logp * w or logp):sum(2)
   local keep = ign ~= nil and labels:ne(ign) or nil
   if keep then smooth = dl.where(keep, smooth, 0) end
   if r == "mean" then
     if w ~= nil then
       local kept = labels:long()
       if keep then kept = kept:masked_select(keep) end
-      smooth = smooth:sum() / w:to(logp.dtype):gather(1, kept):sum()
+      smooth = mean_over(smooth:sum(), w:gather(1, kept):sum(), keep)
     elseif keep then
-      smooth = smooth:sum() / keep:sum():to(logp.dtype)
+      smooth = mean_over(smooth:sum(), keep:sum():to(logp.dtype), keep)
     else
       smooth = smooth:mean()
     end
@@ -610,13 +810,52 @@ local function composed_cross_entropy(logits, labels, opts, eps)
   return nll * (1 - eps) + smooth * (eps / logits:size(2))
 end
 
+-- cross_entropy on probability targets t of the logits' shape (the classes along dim 2,
+-- dim 1 when unbatched): -sum_c w_c t_c log softmax_c, with label smoothing e on t (1 - e)
+-- + e / C; the mean is over the rows (the weights do not divide it), as PyTorch's.
+local function probability_cross_entropy(logits, probs, opts)
+  local op = "cross_entropy"
+  local sl, sp = logits.shape, probs.shape
+  local ok = #sl == #sp
+  for i = 1, #sl do ok = ok and sl[i] == sp[i] end
+  if not ok then
+    raise(op .. ": expected integer class labels, or probability targets of the logits' shape " .. shape_str(sl)
+          .. ", got " .. probs.dtype .. " labels of shape " .. shape_str(sp))
+  end
+  local r = reduction_of(op, opts)
+  if type(opts) == "table" and opts.ignore_index ~= nil then
+    raise(op .. ": ignore_index is not supported for probability targets (floating-point labels)")
+  end
+  if logits:dim() == 0 then raise(op .. ": expected logits (N, C, ...) or (C), got a scalar") end
+  local cd = logits:dim() == 1 and 1 or 2
+  local C_, eps = logits:size(cd), label_smoothing(opts)
+  local t = eps ~= 0 and probs * (1 - eps) + eps / C_ or probs
+  local logp = dl.log_softmax(logits, cd)
+  local w = class_weight(op, opts, C_, logits.dtype)
+  if w ~= nil then
+    local shape = {}
+    for i = 1, logits:dim() do shape[i] = i == cd and C_ or 1 end
+    logp = logp * w:view(shape)
+  end
+  return reduce(-(logp * t):sum(cd), r)
+end
+
 -- cross_entropy(logits (N, C), labels (N) int64 1-based [, {reduction, ignore_index,
 -- weight, label_smoothing}]). weight (C) weighs each class, the mean dividing by the
 -- weights of the labels kept, as nll_loss; label_smoothing as composed_cross_entropy.
+-- Also PyTorch's other forms: logits (N, C, d1, ...) with labels (N, d1, ...), unbatched
+-- (C) with a label of no dims, and probability targets (floating-point, the logits' shape).
 function F.cross_entropy(logits, labels, opts)
   check_tensor("cross_entropy", logits)
   check_tensor("cross_entropy", labels)
-  local eps = type(opts) == "table" and opts.label_smoothing or 0
+  if not logits:is_floating_point() then
+    raise("cross_entropy: expected floating-point logits, got " .. logits.dtype)
+  end
+  if labels:is_floating_point() then return probability_cross_entropy(logits, labels, opts) end
+  if logits:dim() ~= 2 then
+    return over_classes("cross_entropy", F.cross_entropy, logits, labels, opts, "logits")
+  end
+  local eps = label_smoothing(opts)
   if eps ~= 0 or (type(opts) == "table" and opts.weight ~= nil) then
     return composed_cross_entropy(logits, labels, opts, eps)
   end
@@ -650,7 +889,8 @@ end
 
 -- Binary cross-entropy on logits, stable for any logit: softplus(x) - x y, whose
 -- gradient sigmoid(x) - y is exact everywhere. With pos_weight (PyTorch's), the
--- positive term is weighted: (1 - y) x + (1 + (pw - 1) y) softplus(-x). A weight (a
+-- positive term is weighted: (1 - y) softplus(x) + pw y softplus(-x) (no cancellation
+-- between a large x and a large softplus). A weight (a
 -- tensor that broadcasts, or a number) scales each element's loss. Also
 -- F.binary_cross_entropy_with_logits, PyTorch's name.
 function F.bce_with_logits(logits, targets, opts)
@@ -663,7 +903,7 @@ function F.bce_with_logits(logits, targets, opts)
   if pw == nil then
     loss = dl.softplus(logits) - logits * targets
   else
-    loss = (1 - targets) * logits + (targets * (pw - 1) + 1) * dl.softplus(-logits)
+    loss = (1 - targets) * dl.softplus(logits) + targets * pw * dl.softplus(-logits)
   end
   local w = type(opts) == "table" and opts.weight or nil
   if w ~= nil then
@@ -676,21 +916,22 @@ F.binary_cross_entropy_with_logits = F.bce_with_logits
 
 -- nll_loss(log_probs (N, C), labels (N) int64 1-based [, {reduction, ignore_index,
 -- weight}]): -log_probs[i, labels[i]], weighted by weight[labels[i]] (a (C) tensor);
--- the mean divides by the weights' sum over the labels not ignored, as PyTorch's.
+-- the mean divides by the weights' sum over the labels not ignored, as PyTorch's. Also
+-- (N, C, d1, ...) with labels (N, d1, ...) and unbatched (C) with a label of no dims.
 function F.nll_loss(log_probs, labels, opts)
   local op = "nll_loss"
   check_tensor(op, log_probs)
   check_tensor(op, labels)
   local r = reduction_of(op, opts)
+  if log_probs:dim() ~= 2 and log_probs:dim() > 0 then
+    return over_classes(op, F.nll_loss, log_probs, labels, opts, "log_probs")
+  end
   if log_probs:dim() ~= 2 or labels:dim() ~= 1 or labels:size(1) ~= log_probs:size(1) then
     raise(op .. ": expected log_probs (N, C) and labels (N), got " .. shape_str(log_probs.shape) .. " and "
           .. shape_str(labels.shape))
   end
   local ign = type(opts) == "table" and opts.ignore_index or nil
-  local w = type(opts) == "table" and opts.weight or nil
-  if w ~= nil and (not is_tensor(w) or w:dim() ~= 1 or w:size(1) ~= log_probs:size(2)) then
-    raise(op .. ": weight must be a (" .. log_probs:size(2) .. ") tensor, one per class")
-  end
+  local w = class_weight(op, opts, log_probs:size(2), log_probs.dtype)
   local idx = labels:long()
   local keep = nil
   if ign ~= nil then
@@ -702,13 +943,13 @@ function F.nll_loss(log_probs, labels, opts)
     raise(op .. ": labels must be class numbers from 1 to " .. C_ .. " (or ignore_index)")
   end
   local loss = -log_probs:gather(2, idx:unsqueeze(2)):squeeze(2)
-  local wt = w ~= nil and w:to(log_probs.dtype):gather(1, idx) or nil
+  local wt = w ~= nil and w:gather(1, idx) or nil
   if keep ~= nil then
     local k = keep:to(log_probs.dtype)
     wt = wt and wt * k or k
   end
   if wt ~= nil then loss = loss * wt end
-  if r == "mean" then return wt and loss:sum() / wt:sum() or loss:mean() end
+  if r == "mean" then return wt and mean_over(loss:sum(), wt:sum(), keep) or loss:mean() end
   return reduce(loss, r)
 end
 
@@ -764,7 +1005,8 @@ function F.kl_div(input, target, opts)
 end
 
 -- cosine_embedding_loss(x1, x2, y [, {reduction, margin = 0}]): x1, x2 (N, D) or (D),
--- y of 1 or -1 per row: 1 - cos where y = 1, max(0, cos - margin) where y = -1.
+-- y of 1 or -1 per row: 1 - cos where y = 1, max(0, cos - margin) where y = -1 (0 for
+-- any other y, as PyTorch's).
 function F.cosine_embedding_loss(x1, x2, y, opts)
   local op = "cosine_embedding_loss"
   check_tensor(op, x1)
@@ -779,7 +1021,7 @@ function F.cosine_embedding_loss(x1, x2, y, opts)
   local n1, n2 = (x1 * x1):sum(d) + eps, (x2 * x2):sum(d) + eps
   local cos = dot / (n1 * n2):sqrt()
   local yy = y:to(x1.dtype)
-  local loss = dl.where(yy:gt(0), 1 - cos, 0) + dl.where(yy:lt(0), (cos - margin):clamp(0), 0)
+  local loss = dl.where(yy:eq(1), 1 - cos, 0) + dl.where(yy:eq(-1), (cos - margin):clamp(0), 0)
   return reduce(loss, r)
 end
 
@@ -791,14 +1033,21 @@ end
 
 -- binary_cross_entropy(probs, targets [, {reduction, weight}]): -(y log p + (1 - y)
 -- log(1 - p)) with each log at least -100, as PyTorch's; probs must lie in [0, 1]. (On
--- logits, bce_with_logits is the stable form.)
+-- logits, bce_with_logits is the stable form.) The gradient is PyTorch's (p - y) / max(p (1
+-- - p), 1e-12): where p (1 - p) is below 1e-12 it is that slope, held constant (the logs'
+-- own gradients are infinite at 0 and 1, and 0 below e^-100 where the clamp holds).
 function F.binary_cross_entropy(probs, targets, opts)
   local op = "binary_cross_entropy"
   local r = paired(op, probs, targets, opts, "probs and targets")
   if probs:numel() > 0 and (probs:min():item() < 0 or probs:max():item() > 1) then
     raise(op .. ": probs must lie in [0, 1] (on logits, use bce_with_logits)")
   end
-  local loss = -(targets * probs:log():clamp(-100) + (1 - targets) * (1 - probs):log():clamp(-100))
+  local inside = (probs * (1 - probs)):gt(1e-12)
+  local p = dl.where(inside, probs, 0.5)
+  local loss = -(targets * p:log() + (1 - targets) * (1 - p):log())
+  local q = probs:detach()
+  local edge = -(targets * q:log():clamp(-100) + (1 - targets) * (1 - q):log():clamp(-100))
+  loss = dl.where(inside, loss, edge + (q - targets) / (q * (1 - q)):clamp(1e-12) * (probs - q))
   local w = type(opts) == "table" and opts.weight or nil
   if w ~= nil then
     check_tensor(op, w)
@@ -862,6 +1111,11 @@ function F.triplet_margin_loss(anchor, positive, negative, opts)
   local op = "triplet_margin_loss"
   local r = paired(op, anchor, positive, opts, "anchor and positive")
   check_tensor(op, negative)
+  if negative:dim() ~= anchor:dim() then
+    raise(op .. ": anchor, positive and negative must have the same number of dims, got shapes "
+          .. shape_str(anchor.shape) .. " and " .. shape_str(negative.shape))
+  end
+  T.check_broadcast(op, anchor, negative)
   local margin = number_option(op, opts, "margin", 1)
   local dist = { p = type(opts) == "table" and opts.p or 2, eps = number_option(op, opts, "eps", 1e-6, 0) }
   local dp, dn = F.pairwise_distance(anchor, positive, dist), F.pairwise_distance(anchor, negative, dist)
@@ -888,7 +1142,8 @@ end
 
 -- gaussian_nll_loss(input, target, var [, {reduction, full = false, eps = 1e-6}]): (log v +
 -- (input - target)^2 / v) / 2 with v = var at least eps (the floor passes var's gradient
--- through, as PyTorch's in-place clamp); full adds log(2 pi) / 2.
+-- through, as PyTorch's in-place clamp); full adds log(2 pi) / 2. var has input's shape,
+-- or one variance per row: input's shape without its last dim, or with a last dim of 1.
 function F.gaussian_nll_loss(input, target, var, opts)
   local op = "gaussian_nll_loss"
   check_tensor(op, input)
@@ -896,6 +1151,23 @@ function F.gaussian_nll_loss(input, target, var, opts)
   check_tensor(op, var)
   local r = reduction_of(op, opts)
   local eps = number_option(op, opts, "eps", 1e-6, 0)
+  local si, sv = input.shape, var.shape
+  local same = #si == #sv
+  for i = 1, #si do same = same and si[i] == sv[i] end
+  if not same then
+    local ok = #sv == #si - 1   -- (PyTorch's three cases, in its order)
+    for i = 1, #sv do ok = ok and sv[i] == si[i] end
+    if ok then
+      var = var:unsqueeze(-1)
+    else
+      ok = #sv == #si and #si > 0 and sv[#sv] == 1
+      for i = 1, #si - 1 do ok = ok and sv[i] == si[i] end
+      if not ok then
+        raise(op .. ": var is of incorrect size: expected " .. shape_str(si)
+              .. ", that without its last dim, or with a last dim of 1, got " .. shape_str(sv))
+      end
+    end
+  end
   if var:numel() > 0 and var:min():item() < 0 then raise(op .. ": var has negative entries") end
   local v = var + (var:clamp(eps) - var):detach()
   local loss = (v:log() + (input - target) ^ 2 / v) * 0.5
@@ -925,12 +1197,12 @@ function F.multilabel_soft_margin_loss(input, y, opts)
 end
 
 -- hinge_embedding_loss(input, y [, {reduction, margin = 1}]): input where y = 1,
--- max(0, margin - input) where y = -1.
+-- max(0, margin - input) where y = -1; as PyTorch's, any other y takes both terms.
 function F.hinge_embedding_loss(input, y, opts)
   local op = "hinge_embedding_loss"
   local r = paired(op, input, y, opts, "input and y")
   local margin = number_option(op, opts, "margin", 1)
-  local loss = dl.where(y:eq(1), input, 0) + dl.where(y:eq(-1), (margin - input):clamp(0), 0)
+  local loss = dl.where(y:ne(-1), input, 0) + dl.where(y:ne(1), (margin - input):clamp(0), 0)
   return reduce(loss, r)
 end
 

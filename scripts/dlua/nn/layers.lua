@@ -164,11 +164,74 @@ end
 
 L.conv_groups = conv_groups
 
+-- A convolution's padding_mode; for one other than "zeros", also the F.pad counts that
+-- make its padding before a convolution with none (PyTorch's
+-- _reversed_padding_repeated_twice: the last dim first, and "same"'s odd one at the end).
+-- padding is "same", "valid" or the per-dim sizes; kernel, dilation and stride lists.
+local PADDING_MODES = { zeros = true, reflect = true, replicate = true, circular = true }
+function L.conv_padding_mode(name, mode, padding, kernel, dilation, stride)
+  mode = mode == nil and "zeros" or mode
+  if not PADDING_MODES[mode] then
+    raise(name .. ": padding_mode must be zeros, reflect, replicate or circular, got "
+          .. (type(mode) == "string" and ("\"" .. mode .. "\"") or typename(mode)))
+  end
+  if mode == "zeros" then return mode, nil end
+  local pads = {}
+  for i = #kernel, 1, -1 do
+    local before, after = 0, 0
+    if padding == "same" then
+      if stride[i] ~= 1 then raise(name .. ": padding \"same\" needs stride 1, got stride " .. shape_str(stride)) end
+      local total = dilation[i] * (kernel[i] - 1)
+      before = floor(total / 2)
+      after = total - before
+    elseif padding ~= "valid" then
+      before, after = padding[i], padding[i]
+    end
+    pads[#pads + 1], pads[#pads + 2] = before, after
+  end
+  return mode, pads
+end
+
+-- The output_padding that makes a transposed convolution m's output output_size (its
+-- spatial sizes, or with the batch and channel dims too), as PyTorch's _output_padding:
+-- each size from the smallest the layer makes to stride - 1 more.
+function L.transposed_output_padding(name, m, x, output_size, dims)
+  if dims == 1 and type(output_size) == "number" then output_size = { output_size } end
+  if type(output_size) ~= "table" or is_tensor(output_size) then
+    bad_arg(name, "an output_size (a list of sizes)", output_size)
+  end
+  local lead = x:dim() - dims   -- (N, C) or, unbatched, (C)
+  local want = {}
+  if #output_size ~= dims and #output_size ~= dims + lead then
+    raise(name .. ": for an input of " .. x:dim() .. " dims, output_size must have " .. dims .. " or " .. (dims + lead)
+          .. " sizes, got " .. #output_size)
+  end
+  local skip = #output_size - dims
+  local lo, hi, pads, fits = {}, {}, {}, true
+  for i = 1, dims do
+    want[i] = output_size[skip + i]
+    if not core.integer(want[i]) then raise(name .. ": output_size must be integers, got " .. tostring(want[i])) end
+    lo[i] = (x:size(lead + i) - 1) * m.stride[i] - 2 * m.padding[i] + m.dilation[i] * (m.kernel_size[i] - 1) + 1
+    hi[i] = lo[i] + m.stride[i] - 1
+    fits = fits and want[i] >= lo[i] and want[i] <= hi[i]
+    pads[i] = want[i] - lo[i]
+  end
+  if not fits then
+    raise(name .. ": requested an output size of " .. shape_str(want) .. ", but valid sizes range from " .. shape_str(lo)
+          .. " to " .. shape_str(hi) .. " (for an input of shape " .. shape_str(x.shape) .. ")")
+  end
+  return pads
+end
+
 local Conv2d = Module:extend("Conv2d")
 L.Conv2d = Conv2d
 
+-- Conv2d(in_channels, out_channels, k [, {stride, padding, dilation, groups, bias,
+-- padding_mode = "zeros"}]): padding_mode "reflect", "replicate" or "circular" pads the
+-- input with F.pad's mode instead of zeros.
 function Conv2d:init(in_channels, out_channels, k, opts)
-  opts = options("Conv2d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
+  opts = options("Conv2d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true,
+                                   padding_mode = true })
   local groups = conv_groups("Conv2d", in_channels, out_channels, opts.groups)
   local kh, kw = F._pair("Conv2d", "kernel size", k, 1)
   self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, { kh, kw }
@@ -178,6 +241,9 @@ function Conv2d:init(in_channels, out_channels, k, opts)
   self.padding = type(p) == "string" and p or { F._pair("Conv2d", "padding", p, 0) }
   self.groups = groups
   self._opts = { stride = self.stride, padding = self.padding, dilation = self.dilation, groups = groups }
+  self.padding_mode, self._pad = L.conv_padding_mode("Conv2d", opts.padding_mode, self.padding, self.kernel_size,
+                                                     self.dilation, self.stride)
+  if self._pad then self._opts.padding = 0 end
   local fan_in = in_channels / groups * kh * kw
   local bound = 1 / sqrt(fan_in)
   self.weight = param(uniform({ out_channels, in_channels / groups, kh, kw }, bound), "weight")
@@ -192,21 +258,30 @@ function Conv2d:forward(x)
     raise("Conv2d: expected input (N, " .. self.in_channels .. ", H, W) or (" .. self.in_channels
           .. ", H, W), got shape " .. shape_str(x))
   end
+  if self._pad then x = F.pad(x, self._pad, { mode = self.padding_mode }) end
   return F.conv2d(x, self.weight, self.bias, self._opts)
 end
 
--- Conv1d(in_channels, out_channels, k [, {stride, padding, dilation, groups, bias}]):
--- weight (out, in / groups, k), PyTorch's initialisation; input (N, C, L) or (C, L); k
--- a number or {k}.
+-- Conv1d(in_channels, out_channels, k [, {stride, padding, dilation, groups, bias,
+-- padding_mode}]): weight (out, in / groups, k), PyTorch's initialisation; input (N, C, L)
+-- or (C, L); k a number or {k}.
 local Conv1d = Module:extend("Conv1d")
 L.Conv1d = Conv1d
 function Conv1d:init(in_channels, out_channels, k, opts)
-  opts = options("Conv1d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
+  opts = options("Conv1d", opts, { stride = true, padding = true, dilation = true, groups = true, bias = true,
+                                   padding_mode = true })
   local groups = conv_groups("Conv1d", in_channels, out_channels, opts.groups)
   if type(k) == "table" and #k == 1 then k = k[1] end
   int_arg("Conv1d", k, "kernel size")
   self.in_channels, self.out_channels, self.kernel_size, self.groups = in_channels, out_channels, k, groups
   self._opts = { stride = opts.stride or 1, padding = opts.padding or 0, dilation = opts.dilation or 1, groups = groups }
+  local function one(v) return type(v) == "table" and v[1] or v end
+  local p = one(self._opts.padding)
+  self.padding_mode, self._pad = L.conv_padding_mode("Conv1d", opts.padding_mode, type(p) == "string" and p or { p },
+                                                     { k }, { one(self._opts.dilation) }, { one(self._opts.stride) })
+  if self._pad then
+    self._padded_opts = { stride = self._opts.stride, padding = 0, dilation = self._opts.dilation, groups = groups }
+  end
   local bound = 1 / sqrt(in_channels / groups * k)
   self.weight = param(uniform({ out_channels, in_channels / groups, k }, bound), "weight")
   if opts.bias ~= false then self.bias = param(uniform({ out_channels }, bound), "bias") end
@@ -218,11 +293,15 @@ function Conv1d:forward(x)
     raise("Conv1d: expected input (N, " .. self.in_channels .. ", L) or (" .. self.in_channels .. ", L), got shape "
           .. shape_str(x))
   end
+  if self._pad then
+    return F.conv1d(F.pad(x, self._pad, { mode = self.padding_mode }), self.weight, self.bias, self._padded_opts)
+  end
   return F.conv1d(x, self.weight, self.bias, self._opts)
 end
 function Conv1d:extra_repr()
   return fmt("", self.in_channels, "", self.out_channels, "kernel_size", self.kernel_size, "stride", self._opts.stride,
-             "padding", self._opts.padding, "groups", self.groups ~= 1 and self.groups or nil)
+             "padding", self._opts.padding, "groups", self.groups ~= 1 and self.groups or nil,
+             "padding_mode", self.padding_mode ~= "zeros" and self.padding_mode or nil)
 end
 
 function Conv2d:extra_repr()
@@ -230,18 +309,28 @@ function Conv2d:extra_repr()
   return fmt("", self.in_channels, "", self.out_channels, "kernel_size", self.kernel_size,
              "stride", self.stride, "padding", pad, "dilation",
              (self.dilation[1] ~= 1 or self.dilation[2] ~= 1) and self.dilation or nil,
-             "groups", self.groups ~= 1 and self.groups or nil, "bias", self.bias ~= nil)
+             "groups", self.groups ~= 1 and self.groups or nil, "bias", self.bias ~= nil,
+             "padding_mode", self.padding_mode ~= "zeros" and self.padding_mode or nil)
 end
 
 -- ConvTranspose2d(in_channels, out_channels, k [, {stride, padding, output_padding,
 -- dilation, groups, bias}]) and ConvTranspose1d (k a number): F.conv_transpose2d / 1d
 -- with a weight (in, out / groups, kH, kW) or (in, out / groups, k), initialised as
 -- PyTorch's (its fan-in is the weight's second dim times the kernel's size: out / groups
--- k). Input (N, C, H, W) or (C, H, W); (N, C, L) or (C, L).
+-- k). Input (N, C, H, W) or (C, H, W); (N, C, L) or (C, L). forward(x [, output_size])
+-- picks the output_padding that gives that size (L.transposed_output_padding).
+-- padding_mode: "zeros" only, as PyTorch's.
 local CONVT_OPTS = { stride = true, padding = true, output_padding = true, dilation = true, groups = true,
-                     bias = true }
+                     bias = true, padding_mode = true }
+function L.transposed_padding_mode(name, mode)
+  if mode ~= nil and mode ~= "zeros" then
+    raise(name .. ": padding_mode must be \"zeros\" (the only one of a transposed convolution), got "
+          .. (type(mode) == "string" and ("\"" .. mode .. "\"") or typename(mode)))
+  end
+end
 local function conv_transpose_init(self, name, dims, in_channels, out_channels, k, opts)
   opts = options(name, opts, CONVT_OPTS)
+  L.transposed_padding_mode(name, opts.padding_mode)
   local groups = conv_groups(name, in_channels, out_channels, opts.groups)
   local function sizes(what, v, min)
     if dims == 1 then return { int_arg(name, v, what, min) } end
@@ -284,22 +373,31 @@ for dims, what in ipairs({ "L", "H, W" }) do
   function Layer:init(in_channels, out_channels, k, opts)
     conv_transpose_init(self, name, dims, in_channels, out_channels, k, opts)
   end
-  function Layer:forward(x)
+  function Layer:forward(x, output_size)
     check_tensor(name, x)
     local n = x:dim()
     if (n ~= dims + 2 and n ~= dims + 1) or x:size(n - dims) ~= self.in_channels then
       raise(name .. ": expected input (N, " .. self.in_channels .. ", " .. what .. ") or (" .. self.in_channels
             .. ", " .. what .. "), got shape " .. shape_str(x))
     end
-    return conv(x, self.weight, self.bias, self._opts)
+    local opts = self._opts
+    if output_size ~= nil then
+      local o = L.transposed_output_padding(name, self, x, output_size, dims)
+      opts = { stride = opts.stride, padding = opts.padding, dilation = opts.dilation, groups = opts.groups,
+               output_padding = dims == 1 and o[1] or o }
+    end
+    return conv(x, self.weight, self.bias, opts)
   end
   Layer.extra_repr = conv_transpose_repr
 end
 
--- A pooling layer's options: count_include_pad for the average pools only.
+-- A pooling layer's options: count_include_pad and divisor_override for the average
+-- pools, dilation and return_indices (forward gives the maxima and their indices) for
+-- the max pools.
 local function pool_options(name)
   local o = { stride = true, padding = true, ceil_mode = true }
-  if name:find("^Avg") then o.count_include_pad = true end
+  if name:find("^Avg") then o.count_include_pad, o.divisor_override = true, true
+  else o.dilation, o.return_indices = true, true end
   return o
 end
 
@@ -310,13 +408,20 @@ local function pool_init(self, name, k, opts)
   self.stride = { F._pair(name, "stride", opts.stride or { kh, kw }, 1) }
   self.padding = { F._pair(name, "padding", opts.padding or 0, 0) }
   self.ceil_mode = opts.ceil_mode and true or false
+  if opts.dilation ~= nil then self.dilation = { F._pair(name, "dilation", opts.dilation, 1) } end
+  if opts.divisor_override ~= nil then self.divisor_override = F._divisor_arg(name, opts.divisor_override) end
+  self.return_indices = opts.return_indices and true or nil
   self._opts = { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
-                 count_include_pad = opts.count_include_pad }
+                 count_include_pad = opts.count_include_pad, dilation = self.dilation,
+                 divisor_override = self.divisor_override, return_indices = self.return_indices }
 end
 
 local function pool_repr(self)
+  local d = self.dilation
+  if type(d) == "table" and d[1] == 1 and d[2] == 1 then d = nil end
   return fmt("kernel_size", self.kernel_size, "stride", self.stride, "padding", self.padding,
-             "ceil_mode", self.ceil_mode or nil)
+             "dilation", d ~= 1 and d or nil, "ceil_mode", self.ceil_mode or nil,
+             "divisor_override", self.divisor_override, "return_indices", self.return_indices)
 end
 
 local MaxPool2d = Module:extend("MaxPool2d")
@@ -331,7 +436,8 @@ function AvgPool2d:init(k, opts) pool_init(self, "AvgPool2d", k, opts) end
 function AvgPool2d:forward(x) return F.avg_pool2d(x, self.kernel_size, self._opts) end
 AvgPool2d.extra_repr = pool_repr
 
--- MaxPool1d(k [, {stride = k, padding, ceil_mode}]) and AvgPool1d (count_include_pad too).
+-- MaxPool1d(k [, {stride = k, padding, dilation, ceil_mode, return_indices}]) and
+-- AvgPool1d (count_include_pad and divisor_override instead of dilation and return_indices).
 for _, name in ipairs({ "MaxPool1d", "AvgPool1d" }) do
   local cls = Module:extend(name)
   local fn = name == "MaxPool1d" and F.max_pool1d or F.avg_pool1d
@@ -341,8 +447,12 @@ for _, name in ipairs({ "MaxPool1d", "AvgPool1d" }) do
     self.stride = int_arg(name, opts.stride or k, "stride")
     self.padding = int_arg(name, opts.padding or 0, "padding", 0)
     self.ceil_mode = opts.ceil_mode and true or false
+    if opts.dilation ~= nil then self.dilation = int_arg(name, opts.dilation, "dilation") end
+    if opts.divisor_override ~= nil then self.divisor_override = F._divisor_arg(name, opts.divisor_override) end
+    self.return_indices = opts.return_indices and true or nil
     self._opts = { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
-                   count_include_pad = opts.count_include_pad }
+                   count_include_pad = opts.count_include_pad, dilation = self.dilation,
+                   divisor_override = self.divisor_override, return_indices = self.return_indices }
   end
   function cls:forward(x) return fn(x, self.kernel_size, self._opts) end
   cls.extra_repr = pool_repr
@@ -568,9 +678,16 @@ end
 
 -- ---- activations -------------------------------------------------------------------------------
 
--- A layer without parameters that applies fn, as into[name] (L when absent).
-local function activation(name, fn, into)
+-- A layer without parameters that applies fn, as into[name] (L when absent). It takes no
+-- arguments (an option PyTorch's takes would otherwise be dropped in silence), unless
+-- any_args (Identity ignores its arguments, as PyTorch's).
+local function activation(name, fn, into, any_args)
   local cls = Module:extend(name)
+  if not any_args then
+    function cls:init(...)
+      if select("#", ...) > 0 then raise(name .. ": takes no arguments, got " .. typename((...))) end
+    end
+  end
   function cls:forward(x) return fn(x) end
   local target = into or L
   target[name] = cls
@@ -580,14 +697,48 @@ L.activation = activation
 activation("ReLU", dl.relu)
 activation("Tanh", dl.tanh)
 activation("Sigmoid", dl.sigmoid)
-activation("Softplus", dl.softplus)
-activation("GELU", F.gelu)
 activation("SiLU", F.silu)
-activation("Identity", function(x) return x end)
+activation("Identity", function(x) return x end, nil, true)
 
+-- GELU([approximate = "none" | {approximate}]): F.gelu, "tanh" its approximation.
+local GELU = Module:extend("GELU")
+L.GELU = GELU
+function GELU:init(approximate)
+  if type(approximate) == "table" then approximate = options("GELU", approximate, { approximate = true }).approximate end
+  if approximate ~= nil and approximate ~= "none" and approximate ~= "tanh" then
+    raise("GELU: approximate must be \"none\" or \"tanh\", got "
+          .. (type(approximate) == "string" and ("\"" .. approximate .. "\"") or typename(approximate)))
+  end
+  self.approximate = approximate or "none"
+end
+function GELU:forward(x) return F.gelu(x, self.approximate) end
+function GELU:extra_repr() return fmt("approximate", self.approximate) end
+
+-- Softplus([beta = 1, threshold = 20] | {beta, threshold}): F.softplus.
+local Softplus = Module:extend("Softplus")
+L.Softplus = Softplus
+function Softplus:init(beta, threshold)
+  if type(beta) == "table" then
+    local o = options("Softplus", beta, { beta = true, threshold = true })
+    beta, threshold = o.beta, o.threshold
+  end
+  for _, v in ipairs({ { "beta", beta }, { "threshold", threshold } }) do
+    if v[2] ~= nil and type(v[2]) ~= "number" then bad_arg("Softplus", "a number (" .. v[1] .. ")", v[2]) end
+  end
+  if beta == 0 then raise("Softplus: beta must not be 0") end
+  self.beta, self.threshold = beta or 1, threshold or 20
+end
+function Softplus:forward(x) return F.softplus(x, self.beta, self.threshold) end
+function Softplus:extra_repr() return fmt("beta", self.beta, "threshold", self.threshold) end
+
+-- LeakyReLU([negative_slope = 0.01 | {negative_slope}]).
 local LeakyReLU = Module:extend("LeakyReLU")
 L.LeakyReLU = LeakyReLU
-function LeakyReLU:init(slope) self.negative_slope = slope or 0.01 end
+function LeakyReLU:init(slope)
+  if type(slope) == "table" then slope = options("LeakyReLU", slope, { negative_slope = true }).negative_slope end
+  if slope ~= nil and type(slope) ~= "number" then bad_arg("LeakyReLU", "a number (negative_slope)", slope) end
+  self.negative_slope = slope or 0.01
+end
 function LeakyReLU:forward(x) return F.leaky_relu(x, self.negative_slope) end
 function LeakyReLU:extra_repr() return fmt("negative_slope", self.negative_slope) end
 
@@ -654,16 +805,20 @@ function Sequential:named_children()
   return out
 end
 
--- A layer of one argument, an output size (a number or a list), that applies fn(x, size),
--- as into[name]: the adaptive pools.
-function L.sized_layer(name, fn, into)
+-- A layer of an output size (a number or a list) and the options `allowed` (none when
+-- absent; a boolean for the first of them, PyTorch's positional return_indices) that
+-- applies fn(x, size, opts), as into[name]: the adaptive pools.
+function L.sized_layer(name, fn, into, allowed)
   local cls = Module:extend(name)
-  function cls:init(size)
+  function cls:init(size, opts)
     if size == nil then raise(name .. ": expected an output size") end
+    if type(opts) == "boolean" and allowed and allowed.return_indices then opts = { return_indices = opts } end
     self.output_size = size
+    self._opts = options(name, opts, allowed or {})
+    self.return_indices = self._opts.return_indices and true or nil
   end
-  function cls:forward(x) return fn(x, self.output_size) end
-  function cls:extra_repr() return fmt("output_size", self.output_size) end
+  function cls:forward(x) return fn(x, self.output_size, self.return_indices and self._opts or nil) end
+  function cls:extra_repr() return fmt("output_size", self.output_size, "return_indices", self.return_indices) end
   into[name] = cls
   return cls
 end

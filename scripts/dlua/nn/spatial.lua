@@ -7,12 +7,13 @@
 --        momentum, eps}]), nn.InstanceNorm2d(C [, {eps, momentum, affine,
 --        track_running_stats}]), nn.InstanceNorm1d, 3d: each (sample, channel) normalised
 --        over its positions
---   F.adaptive_max_pool2d(x, size), nn.AdaptiveMaxPool2d(size); 1d, 3d: the maximum of each of
---        a grid of windows of the input, whatever its size
+--   F.adaptive_max_pool2d(x, size [, {return_indices}]), nn.AdaptiveMaxPool2d(size [, opts]);
+--        1d, 3d: the maximum of each of a grid of windows of the input, whatever its size
+--        (and where it is)
 --   F.pixel_shuffle(x, r), nn.PixelShuffle(r): (N, C r^2, H, W) -> (N, C, H r, W r);
 --        F.pixel_unshuffle, nn.PixelUnshuffle the other way
 --   F.unfold(x, k [, {dilation, padding, stride}]) (im2col) and F.fold (col2im, its adjoint),
---        nn.Unfold, nn.Fold
+--        nn.Unfold, nn.Fold; batched or not
 --   F.embedding_bag, nn.EmbeddingBag (sum, mean or max per bag); F.bilinear, nn.Bilinear
 --   F.alpha_dropout, F.feature_alpha_dropout, nn.AlphaDropout, nn.FeatureAlphaDropout (SELU's
 --        statistics kept); F.local_response_norm, nn.LocalResponseNorm
@@ -217,29 +218,46 @@ end
 -- ---- adaptive max pooling -------------------------------------------------------------------
 
 -- The maxima of the windows floor(i n / m) .. ceil((i + 1) n / m) along dim d, m windows.
-local function windows_max(x, d, m)
+-- With `at` (the flat 0-based positions of y's elements within the later dims, of
+-- `inner` elements), also the flat 0-based positions of the maxima within dim d and
+-- those: the later dims are reduced first, so the first of equal maxima in the window's
+-- row-major order is picked, as PyTorch's.
+local function windows_max(x, d, m, at, inner)
   local n = x:size(d)
-  if m == n then return x end
-  local parts = {}
+  if m == n and not at then return x end
+  local parts, where = {}, {}
   for i = 0, m - 1 do
     local lo, hi = floor(i * n / m), ceil((i + 1) * n / m)
-    parts[i + 1] = (x:narrow(d, lo + 1, hi - lo):max(d, true))   -- (a tie's gradient to one element, as PyTorch's)
+    local v, j = x:narrow(d, lo + 1, hi - lo):max(d, true)   -- (a tie's gradient to one element, as PyTorch's)
+    parts[i + 1] = v
+    if at then
+      local within = at:narrow(d, lo + 1, hi - lo):gather(d, j)
+      where[i + 1] = (j + (lo - 1)) * inner + within
+    end
   end
-  return dl.cat(parts, d)
+  return dl.cat(parts, d), at and dl.cat(where, d)
 end
 
+-- adaptive_max_pool2d(x, size [, {return_indices}]) (or return_indices as the third
+-- argument, PyTorch's order): with return_indices, also each maximum's flat 1-based
+-- position within its plane, as max_pool2d's.
 local function adaptive_max(op, spatial)
-  return function(x, size)
+  return function(x, size, opts)
     local nd = dims_checked(op, x, spatial)
+    if type(opts) == "boolean" then opts = { return_indices = opts } end
+    opts = options(op, opts, { return_indices = true })
     local sizes = type(size) == "table" and size or {}
     if type(size) == "number" then for i = 1, spatial do sizes[i] = size end end
-    local y = x
-    for i = 1, spatial do
+    local y, at, inner = x, nil, 1
+    if opts.return_indices then at = dl.zeros(x.shape, { dtype = "int64", device = x.device }) end
+    for i = spatial, 1, -1 do
       local d = nd - spatial + i
       local m = sizes[i] == nil and x:size(d) or int_arg(op, sizes[i], "output size")
       if x:size(d) == 0 then raise(op .. ": input of shape " .. shape_str(x.shape) .. " is empty along dim " .. d) end
-      y = windows_max(y, d, m)
+      y, at = windows_max(y, d, m, at, inner)
+      inner = inner * x:size(d)
     end
+    if at then return y, at + 1 end
     return y
   end
 end
@@ -248,9 +266,9 @@ F.adaptive_max_pool2d = adaptive_max("adaptive_max_pool2d", 2)
 F.adaptive_max_pool1d = adaptive_max("adaptive_max_pool1d", 1)
 
 local layers = require("dlua.nn.layers")
-layers.sized_layer("AdaptiveMaxPool1d", F.adaptive_max_pool1d, L)
-layers.sized_layer("AdaptiveMaxPool2d", F.adaptive_max_pool2d, L)
-layers.sized_layer("AdaptiveMaxPool3d", F.adaptive_max_pool3d, L)
+for _, name in ipairs({ "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d" }) do
+  layers.sized_layer(name, F[name:gsub("^AdaptiveMaxPool(%d)d$", "adaptive_max_pool%1d")], L, { return_indices = true })
+end
 
 -- ---- power-average and unpooling --------------------------------------------------------------
 
@@ -448,11 +466,12 @@ local function positions(k, d, s, oh, ow, Wp, device)
 end
 
 -- F.unfold(x (N, C, H, W), k [, {dilation, padding, stride}]): the sliding blocks of x as
--- columns, (N, C kh kw, L), as PyTorch's (im2col).
+-- columns, (N, C kh kw, L), as PyTorch's (im2col); x (C, H, W) gives (C kh kw, L).
 function F.unfold(x, k, opts)
   local op = "unfold"
   check(op, x)
-  if x:dim() ~= 4 then raise(op .. ": expected input (N, C, H, W), got shape " .. shape_str(x.shape)) end
+  if x:dim() == 3 then return F.unfold(x:unsqueeze(1), k, opts):squeeze(1) end
+  if x:dim() ~= 4 then raise(op .. ": expected input (N, C, H, W) or (C, H, W), got shape " .. shape_str(x.shape)) end
   local kk, d, p, s = fold_geometry(op, k, opts)
   local N, C, H, W = x:size(1), x:size(2), x:size(3), x:size(4)
   local oh, ow, Hp, Wp = fold_sizes(H, W, kk, d, p, s)
@@ -463,11 +482,15 @@ function F.unfold(x, k, opts)
 end
 
 -- F.fold(cols (N, C kh kw, L), output_size, k [, opts]): the adjoint of unfold, summing
--- each block's values into an (N, C, H, W) image where blocks overlap (col2im).
+-- each block's values into an (N, C, H, W) image where blocks overlap (col2im); cols
+-- (C kh kw, L) gives (C, H, W).
 function F.fold(cols, output_size, k, opts)
   local op = "fold"
   check(op, cols)
-  if cols:dim() ~= 3 then raise(op .. ": expected input (N, C kh kw, L), got shape " .. shape_str(cols.shape)) end
+  if cols:dim() == 2 then return F.fold(cols:unsqueeze(1), output_size, k, opts):squeeze(1) end
+  if cols:dim() ~= 3 then
+    raise(op .. ": expected input (N, C kh kw, L) or (C kh kw, L), got shape " .. shape_str(cols.shape))
+  end
   local H, W = pair(op, "output_size", output_size, 1)
   local kk, d, p, s = fold_geometry(op, k, opts)
   local oh, ow, Hp, Wp = fold_sizes(H, W, kk, d, p, s)

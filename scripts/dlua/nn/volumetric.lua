@@ -4,8 +4,9 @@
 --   F.conv3d(x, w [, b] [, {stride, padding, dilation, groups}]), nn.Conv3d(in, out, k [, opts])
 --   F.conv_transpose3d(x, w [, b] [, {stride, padding, output_padding, dilation, groups}]),
 --        nn.ConvTranspose3d(in, out, k [, opts])
---   F.max_pool3d(x, k [, {stride, padding, ceil_mode, return_indices}]), nn.MaxPool3d
---   F.avg_pool3d(x, k [, {stride, padding, ceil_mode, count_include_pad}]), nn.AvgPool3d
+--   F.max_pool3d(x, k [, {stride, padding, dilation, ceil_mode, return_indices}]), nn.MaxPool3d
+--   F.avg_pool3d(x, k [, {stride, padding, ceil_mode, count_include_pad, divisor_override}]),
+--        nn.AvgPool3d
 --
 -- Sizes are a number or a triple {d, h, w}; an input may also be unbatched (C, D, H, W).
 -- Each is made of the engine's 2-D kernels, so gradients, dl.compile and dl.export follow:
@@ -186,39 +187,44 @@ end
 
 -- ---- pooling -------------------------------------------------------------------------------
 
-local MAX_OPTS = { stride = true, padding = true, ceil_mode = true, return_indices = true }
-local AVG_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true }
+local MAX_OPTS = { stride = true, padding = true, dilation = true, ceil_mode = true, return_indices = true }
+local AVG_OPTS = { stride = true, padding = true, ceil_mode = true, count_include_pad = true, divisor_override = true }
 
 -- The sizes of a 3-D pool, checked: kernel, stride (the kernel's by default), padding
--- (at most half the kernel, as PyTorch's).
+-- (at most half the kernel, as PyTorch's), dilation.
 local function pool_sizes(op, x, k, opts)
   k = triple(op, "kernel size", k, 1)
   local s = triple(op, "stride", opts.stride or k, 1)
   local p = triple(op, "padding", opts.padding or 0, 0)
+  local d = triple(op, "dilation", opts.dilation or 1, 1)
   for i = 1, 3 do
     if p[i] > k[i] / 2 then
       raise(op .. ": padding " .. p[i] .. " must be at most half the kernel size " .. k[i])
     end
     local n = x:size(2 + i)
-    if windows(n, k[i], s[i], p[i], 1, opts.ceil_mode) < 1 then
-      raise(op .. ": the kernel " .. shape_str(k) .. " does not fit the input of shape " .. shape_str(x.shape))
+    if windows(n, k[i], s[i], p[i], d[i], opts.ceil_mode) < 1 then
+      local dilated = (d[1] ~= 1 or d[2] ~= 1 or d[3] ~= 1) and " (dilation " .. shape_str(d) .. ")" or ""
+      raise(op .. ": the kernel " .. shape_str(k) .. dilated .. " does not fit the input of shape " .. shape_str(x.shape))
     end
   end
-  return k, s, p
+  return k, s, p, d
 end
 
 -- A 2-D pool over (H, W) of every depth slice, then a 1-D pool over D: (N, C, Do, Ho, Wo),
 -- and (with indices) the 1-based positions of each 2-D result within its (H, W) plane and
--- of the 1-D result along D.
-local function separable(x, k, s, p, opts, pool2d, pool1d, with_indices)
+-- of the 1-D result along D. (A dilated max is as separable; with divisor_override the
+-- 2-D pool sums and the 1-D one divides.)
+local function separable(x, k, s, p, d, opts, pool2d, pool1d, with_indices)
   local N, C, D, H, W = x:size(1), x:size(2), x:size(3), x:size(4), x:size(5)
+  local div = opts.divisor_override
   local o2 = { stride = { s[2], s[3] }, padding = { p[2], p[3] }, ceil_mode = opts.ceil_mode,
-               count_include_pad = opts.count_include_pad, return_indices = with_indices or nil }
+               count_include_pad = opts.count_include_pad, return_indices = with_indices or nil,
+               dilation = opts.dilation and { d[2], d[3] }, divisor_override = div and 1 }
   local planes, hw = pool2d(x:reshape(N, C * D, H, W), { k[2], k[3] }, o2)
   local Ho, Wo = planes:size(3), planes:size(4)
   local function depth_last(t) return t:view(N, C, D, Ho, Wo):permute(1, 2, 4, 5, 3):reshape(N, C * Ho * Wo, D) end
   local o1 = { stride = s[1], padding = p[1], ceil_mode = opts.ceil_mode, count_include_pad = opts.count_include_pad,
-               return_indices = with_indices or nil }
+               return_indices = with_indices or nil, dilation = opts.dilation and d[1], divisor_override = div }
   local y, d = pool1d(depth_last(planes), k[1], o1)
   local Do = y:size(3)
   local function back(t) return t:view(N, C, Ho, Wo, Do):permute(1, 2, 5, 3, 4):contiguous() end
@@ -228,17 +234,19 @@ local function separable(x, k, s, p, opts, pool2d, pool1d, with_indices)
   return back(y), back((d - 1) * (H * W) + at)
 end
 
--- max_pool3d(x, k [, {stride = k, padding, ceil_mode, return_indices}]): with
+-- max_pool3d(x, k [, {stride = k, padding, dilation, ceil_mode, return_indices}]): with
 -- return_indices, also each maximum's 1-based position within its (D, H, W) volume.
--- avg_pool3d(x, k [, {stride = k, padding, ceil_mode, count_include_pad = true}]).
+-- avg_pool3d(x, k [, {stride = k, padding, ceil_mode, count_include_pad = true,
+-- divisor_override}]).
 local function pool3d(op, allowed, pool2d, pool1d, max)
   return function(x, k, opts)
     local unbatched
     x, unbatched = batched(op, x)
     opts = options(op, opts, allowed)
     if not max and not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
-    local kk, s, p = pool_sizes(op, x, k, opts)
-    local y, i = separable(x, kk, s, p, opts, pool2d, pool1d, max and opts.return_indices)
+    local kk, s, p, d = pool_sizes(op, x, k, opts)
+    if opts.divisor_override ~= nil then F0._divisor_arg(op, opts.divisor_override) end
+    local y, i = separable(x, kk, s, p, d, opts, pool2d, pool1d, max and opts.return_indices)
     if unbatched then y, i = y:squeeze(1), i and i:squeeze(1) end
     if i then return y, i end
     return y
@@ -251,14 +259,15 @@ F.avg_pool3d = pool3d("avg_pool3d", AVG_OPTS, F0.avg_pool2d, F0.avg_pool1d, fals
 
 local layers = require("dlua.nn.layers")
 
--- Conv3d(in_channels, out_channels, k [, {stride, padding, dilation, groups, bias}]):
--- weight (out, in / groups, kD, kH, kW) and bias initialised as PyTorch's
--- (U(-1/sqrt(fan_in), 1/sqrt(fan_in))).
+-- Conv3d(in_channels, out_channels, k [, {stride, padding, dilation, groups, bias,
+-- padding_mode = "zeros"}]): weight (out, in / groups, kD, kH, kW) and bias initialised
+-- as PyTorch's (U(-1/sqrt(fan_in), 1/sqrt(fan_in))); padding_mode as Conv2d's.
 local Conv3d = Module:extend("Conv3d")
 L.Conv3d = Conv3d
 function Conv3d:init(in_channels, out_channels, k, opts)
   local name = "Conv3d"
-  opts = options(name, opts, { stride = true, padding = true, dilation = true, groups = true, bias = true })
+  opts = options(name, opts, { stride = true, padding = true, dilation = true, groups = true, bias = true,
+                               padding_mode = true })
   local groups = layers.conv_groups(name, in_channels, out_channels, opts.groups)
   self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
   self.kernel_size = triple(name, "kernel size", k, 1)
@@ -267,6 +276,9 @@ function Conv3d:init(in_channels, out_channels, k, opts)
   local pad = opts.padding or 0
   self.padding = type(pad) == "string" and pad or triple(name, "padding", pad, 0)
   self._opts = { stride = self.stride, padding = self.padding, dilation = self.dilation, groups = groups }
+  self.padding_mode, self._pad = layers.conv_padding_mode(name, opts.padding_mode, self.padding, self.kernel_size,
+                                                          self.dilation, self.stride)
+  if self._pad then self._opts.padding = 0 end
   local kd, kh, kw = self.kernel_size[1], self.kernel_size[2], self.kernel_size[3]
   local bound = 1 / sqrt(in_channels / groups * kd * kh * kw)
   self.weight = dl.Variable(layers.uniform({ out_channels, in_channels / groups, kd, kh, kw }, bound), "weight")
@@ -279,6 +291,7 @@ function Conv3d:forward(x)
     raise("Conv3d: expected input (N, " .. self.in_channels .. ", D, H, W) or (" .. self.in_channels
           .. ", D, H, W), got shape " .. shape_str(x.shape))
   end
+  if self._pad then x = F0.pad(x, self._pad, { mode = self.padding_mode }) end
   return F.conv3d(x, self.weight, self.bias, self._opts)
 end
 function Conv3d:extra_repr()
@@ -290,18 +303,21 @@ function Conv3d:extra_repr()
   return fmt("", self.in_channels, "", self.out_channels, "kernel_size", self.kernel_size, "stride", self.stride,
              "padding", shown(self.padding, 0), "output_padding", shown(self.output_padding, 0),
              "dilation", shown(self.dilation, 1),
-             "groups", self.groups ~= 1 and self.groups or nil, "bias", self.bias ~= nil)
+             "groups", self.groups ~= 1 and self.groups or nil, "bias", self.bias ~= nil,
+             "padding_mode", self.padding_mode ~= nil and self.padding_mode ~= "zeros" and self.padding_mode or nil)
 end
 
 -- ConvTranspose3d(in_channels, out_channels, k [, {stride, padding, output_padding,
--- dilation, groups, bias}]): weight (in, out / groups, kD, kH, kW), PyTorch's
--- initialisation (its fan-in is out / groups kD kH kW).
+-- dilation, groups, bias, padding_mode = "zeros"}]): weight (in, out / groups, kD, kH,
+-- kW), PyTorch's initialisation (its fan-in is out / groups kD kH kW); forward(x [,
+-- output_size]) as ConvTranspose2d's.
 local ConvTranspose3d = Module:extend("ConvTranspose3d")
 L.ConvTranspose3d = ConvTranspose3d
 function ConvTranspose3d:init(in_channels, out_channels, k, opts)
   local name = "ConvTranspose3d"
   opts = options(name, opts, { stride = true, padding = true, output_padding = true, dilation = true, groups = true,
-                               bias = true })
+                               bias = true, padding_mode = true })
+  layers.transposed_padding_mode(name, opts.padding_mode)
   local groups = layers.conv_groups(name, in_channels, out_channels, opts.groups)
   self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
   self.kernel_size = triple(name, "kernel size", k, 1)
@@ -316,19 +332,24 @@ function ConvTranspose3d:init(in_channels, out_channels, k, opts)
   self.weight = dl.Variable(layers.uniform({ in_channels, out_channels / groups, kd, kh, kw }, bound), "weight")
   if opts.bias ~= false then self.bias = dl.Variable(layers.uniform({ out_channels }, bound), "bias") end
 end
-function ConvTranspose3d:forward(x)
+function ConvTranspose3d:forward(x, output_size)
   check("ConvTranspose3d", x)
   local n = x:dim()
   if (n ~= 5 and n ~= 4) or x:size(n - 3) ~= self.in_channels then
     raise("ConvTranspose3d: expected input (N, " .. self.in_channels .. ", D, H, W) or (" .. self.in_channels
           .. ", D, H, W), got shape " .. shape_str(x.shape))
   end
-  return F.conv_transpose3d(x, self.weight, self.bias, self._opts)
+  local opts = self._opts
+  if output_size ~= nil then
+    opts = { stride = opts.stride, padding = opts.padding, dilation = opts.dilation, groups = opts.groups,
+             output_padding = layers.transposed_output_padding("ConvTranspose3d", self, x, output_size, 3) }
+  end
+  return F.conv_transpose3d(x, self.weight, self.bias, opts)
 end
 ConvTranspose3d.extra_repr = Conv3d.extra_repr
 
--- MaxPool3d(k [, {stride = k, padding, ceil_mode, return_indices}]) and AvgPool3d
--- (count_include_pad instead of return_indices).
+-- MaxPool3d(k [, {stride = k, padding, dilation, ceil_mode, return_indices}]) and AvgPool3d
+-- (count_include_pad and divisor_override instead of dilation and return_indices).
 for _, name in ipairs({ "MaxPool3d", "AvgPool3d" }) do
   local cls = Module:extend(name)
   local max = name == "MaxPool3d"
@@ -340,13 +361,18 @@ for _, name in ipairs({ "MaxPool3d", "AvgPool3d" }) do
     self.stride = triple(name, "stride", opts.stride or k, 1)
     self.padding = triple(name, "padding", opts.padding or 0, 0)
     self.ceil_mode = opts.ceil_mode and true or false
+    if opts.dilation ~= nil then self.dilation = triple(name, "dilation", opts.dilation, 1) end
+    if opts.divisor_override ~= nil then self.divisor_override = F0._divisor_arg(name, opts.divisor_override) end
+    self.return_indices = opts.return_indices and true or nil
     self._opts = { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
-                   count_include_pad = opts.count_include_pad, return_indices = opts.return_indices }
+                   count_include_pad = opts.count_include_pad, return_indices = self.return_indices,
+                   dilation = self.dilation, divisor_override = self.divisor_override }
   end
   function cls:forward(x) return fn(x, self.kernel_size, self._opts) end
   function cls:extra_repr()
     return fmt("kernel_size", self.kernel_size, "stride", self.stride, "padding", self.padding,
-               "ceil_mode", self.ceil_mode or nil)
+               "dilation", self.dilation, "ceil_mode", self.ceil_mode or nil, "divisor_override", self.divisor_override,
+               "return_indices", self.return_indices)
   end
   L[name] = cls
 end
