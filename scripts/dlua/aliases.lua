@@ -18,6 +18,9 @@
 --   dl.addcmul(t, a, b [, {value = 1}]), dl.addcdiv: t + value a b, t + value a / b (and _)
 --   x:det(), x:inverse(), x:pinverse(), x:slogdet(), x:logdet(), x:cholesky(), x:qr(), x:svd()
 --                                           dl.linalg's functions
+--   dl.multiply, dl.subtract, dl.divide (and methods)   mul, sub (alpha), div (rounding_mode)
+--   dl.fmax(a, b), dl.fmin(a, b)            maximum and minimum that ignore a NaN (NaN only
+--                                           where both are)
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
@@ -152,5 +155,23 @@ function methods.logdet(x)
   return dl.where(sign:lt(0), 0 / 0, dl.where(sign:eq(0), -math.huge, logabs))
 end
 dl.logdet = methods.logdet
+
+dl.multiply, methods.multiply = dl.mul, methods.mul
+dl.subtract, methods.subtract = dl.sub, methods.sub
+dl.divide, methods.divide = dl.div, methods.div
+
+-- maximum and minimum that take the other operand where one is NaN (NaN only where both
+-- are), as PyTorch's fmax and fmin.
+local function nan_ignoring(name, pick)
+  return function(a, b)
+    check(name, a)
+    if not T.is_tensor(b) and type(b) ~= "number" then bad_arg(name, "a tensor or a number", b) end
+    local m = pick(a, b)
+    return dl.where(a:ne(a), b, dl.where(m:ne(m), a, m))
+  end
+end
+dl.fmax = nan_ignoring("fmax", dl.maximum)
+dl.fmin = nan_ignoring("fmin", dl.minimum)
+methods.fmax, methods.fmin = dl.fmax, dl.fmin
 
 return {}

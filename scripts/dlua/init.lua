@@ -62,11 +62,13 @@ core.on_first_use(T.methods, NONFINITE, loader("dlua.nonfinite"))
 local ALIASES = { "clamp_min", "clamp_max", "swapaxes", "swapdims", "movedim", "moveaxis", "type_as", "new_zeros", "new_ones",
                   "new_full", "new_tensor", "uniform_", "normal_", "clip", "clip_", "absolute", "negative", "positive",
                   "ravel", "msort", "tolist", "ndimension", "new_empty", "ger", "inner", "dist", "addcmul", "addcdiv",
-                  "addcmul_", "addcdiv_", "det", "inverse", "pinverse", "slogdet", "logdet", "cholesky", "qr", "svd" }
+                  "addcmul_", "addcdiv_", "det", "inverse", "pinverse", "slogdet", "logdet", "cholesky", "qr", "svd",
+                  "multiply", "subtract", "divide", "fmax", "fmin" }
 core.on_first_use(T.methods, ALIASES, loader("dlua.aliases"))
 core.on_first_use(dl, { "movedim", "moveaxis", "swapaxes", "swapdims", "clip", "absolute", "negative", "positive", "ravel",
                         "msort", "ger", "inner", "addcmul", "addcdiv", "logdet", "gather", "index_select", "narrow",
-                        "select", "permute", "flatten", "squeeze", "unsqueeze", "transpose", "reshape", "t" },
+                        "select", "permute", "flatten", "squeeze", "unsqueeze", "transpose", "reshape", "t",
+                        "multiply", "subtract", "divide", "fmax", "fmin" },
                   loader("dlua.aliases"))
 local INDEXED = { "index_add", "index_copy", "index_fill", "scatter", "scatter_reduce", "index_put", "put",
                   "masked_scatter", "take" }

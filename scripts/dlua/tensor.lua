@@ -479,7 +479,9 @@ end
 -- The options each reduction takes (var and std their correction, norm its p; the rest
 -- none: an option given to a reduction that has no use for it is an error, not dropped).
 local VARIANCE_OPTS, NORM_OPTS, NO_OPTS = { correction = true, unbiased = true }, { p = true }, {}
-local REDUCE_OPTS = { var = VARIANCE_OPTS, std = VARIANCE_OPTS, norm = NORM_OPTS }
+local DTYPE_OPTS = { dtype = true }   -- sum, mean, prod: x converted to dtype first (PyTorch's)
+local REDUCE_OPTS = { var = VARIANCE_OPTS, std = VARIANCE_OPTS, norm = NORM_OPTS, sum = DTYPE_OPTS, mean = DTYPE_OPTS,
+                      prod = DTYPE_OPTS }
 
 -- (x [, dim | {dims}] [, keepdim] [, opts]): fills dims_buf; returns ndims, keepdim, opts.
 local function reduce_args(name, x, a, b, c)
@@ -524,6 +526,10 @@ local function reduce_fn(op, name)
     local nd, keepdim, opts = reduce_args(name, x, a, b, c)
     local corr, p = 1, 2
     if opts then
+      if opts.dtype ~= nil then
+        if dtype_codes[opts.dtype] == nil then raise(name .. ": unknown dtype '" .. tostring(opts.dtype) .. "'") end
+        x = x:to(opts.dtype)
+      end
       if opts.correction ~= nil then corr = opts.correction
       elseif opts.unbiased == false then corr = 0 end
       if opts.p ~= nil then p = opts.p end
