@@ -88,6 +88,8 @@ bool is_variable(const Tensor& x);
 // an op with a derivative records (and logs) its operands: has_derivative says which.
 void note_variable_use(const Tensor& x);
 bool has_derivative(Op op);
+// Whether a VariableLog is open on this thread (an implicit gradient collects).
+bool logging_variables();
 class VariableLog {
  public:
   VariableLog();

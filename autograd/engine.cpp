@@ -153,6 +153,7 @@ Tensor watch(const Tensor& x) {
   Tensor y = alias(x);
   Ref<Node> n = make_ref<Node>();
   n->name = "watch";
+  n->argument = true;
   n->backward = identity_backward;
   n->next.push_back(edge_of(x));
   n->inputs.push_back(InputMeta{x.shape(), x.dtype()});
@@ -191,6 +192,7 @@ void note_variable_use(const Tensor& x) {
   if (t_varlog && !t_mode.no_grad && x.impl()->is_variable) t_varlog->note(x);
 }
 
+bool logging_variables() { return t_varlog != nullptr; }
 VariableLog::VariableLog() : prev_(t_varlog) { t_varlog = this; }
 VariableLog::~VariableLog() { t_varlog = prev_; }
 void VariableLog::note(const Tensor& v) {

@@ -6,8 +6,6 @@
 // old history. Values an earlier node saved are protected by version counters
 // (Note [Saved tensors and versions]); views see the new history through stamps
 // (autograd/engine.h).
-#include <cstring>
-#include <string>
 
 #include "autograd/math.h"
 #include "autograd/record.h"
@@ -73,15 +71,17 @@ void rebase(const Tensor& dst, const Tensor& value, const char* op) {
   regenerate_view_history(dst);
 }
 
-void check_writable(const Tensor& dst, const char* op) {
+void check_writable(const Tensor& dst, const char* op, const char* suffix = "") {
   const TensorImpl* i = dst.impl();
   const TensorImpl* root = i->view_base ? i->view_base.get() : i;
-  DL_CHECK(!(root->is_variable && is_recording()), op, ": a Variable cannot be modified in place "
+  DL_CHECK(!(root->is_variable && is_recording()), op, suffix, ": a Variable cannot be modified in place "
            "while a gradient is being taken (use v:assign(...) outside the computation)");
-  // A watched tensor is a leaf of the gradient being taken (PyTorch's leaf that requires
-  // grad): written in place, the pass would differentiate the new value, not the input.
+  // A gradient's argument (watch()'s alias, made for the call) is a leaf of the gradient
+  // being taken (PyTorch's leaf that requires grad): written in place, the pass would
+  // differentiate the new value, not the argument. (A tape's watch, on the tensor itself,
+  // outlives its tape, so it is not held to this.)
   const Node* leaf = static_cast<const Node*>(root->grad_node.get());
-  DL_CHECK(!(leaf && is_recording() && std::strcmp(leaf->name, "watch") == 0), op,
+  DL_CHECK(!(leaf && leaf->argument && is_recording()), op, suffix,
            ": a tensor that a gradient is taken with respect to cannot be modified in place "
            "(write into a copy: x = x:clone())");
 }
@@ -140,7 +140,7 @@ void binary_(Op op, Tensor& a, const Tensor& b) {
     dl::binary_(op, a, b);
     return;
   }
-  check_writable(a, (std::string(op_name(op)) + "_").c_str());
+  check_writable(a, op_name(op), "_");
   // Computed out of place from a copy of the old value (which the node may need),
   // then written back as an overwrite: correct gradients at the cost of one copy,
   // paid only while recording.
@@ -159,7 +159,7 @@ void binary_(Op op, Tensor& a, Scalar s) {
     dl::binary_(op, a, s);
     return;
   }
-  check_writable(a, (std::string(op_name(op)) + "_").c_str());
+  check_writable(a, op_name(op), "_");
   Tensor result = ag::binary(op, ag::clone(a), s);
   DL_CHECK_KIND(Type, can_cast(result.dtype(), a.dtype()), op_name(op), "_: result dtype ",
                 dtype_name(result.dtype()), " cannot be stored in the in-place target of dtype ",

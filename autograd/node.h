@@ -169,6 +169,7 @@ struct Node : RefCounted {
   Attrs attrs;
   uint32_t num_outputs = 1;
   bool released = false;          // saved values freed by a backward pass
+  bool argument = false;          // watch(): the alias a gradient is taken with respect to
   int64_t custom_ref = 0;         // custom (Lua) gradient: the binding's function ref
   std::vector<Shape> output_shapes;  // custom nodes: shapes of their outputs
 

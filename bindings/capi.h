@@ -303,6 +303,7 @@ int dl_mark_variable(uint64_t x);
 int dl_is_variable(uint64_t x);
 int dl_varlog_push(void);
 int dl_varlog_count(void);
+int dl_varlog_depth(void);   /* the variable logs open on this thread (0: no implicit gradient collects) */
 uint64_t dl_varlog_get(int i);
 int dl_varlog_pop(void);
 int dl_backward_begin(const uint64_t* outs, int nout, const uint64_t* grad_outs,

@@ -285,6 +285,7 @@ int dl_varlog_push(void) {
   return guard_status_nosync([] { t_logs.push_back(std::make_unique<ag::VariableLog>()); });
 }
 int dl_varlog_count(void) { return t_logs.empty() ? 0 : int(t_logs.back()->used().size()); }
+int dl_varlog_depth(void) { return int(t_logs.size()); }
 uint64_t dl_varlog_get(int i) {
   return guard_handle_nosync([&] {
     DL_CHECK(!t_logs.empty() && i >= 1 && i <= int(t_logs.back()->used().size()),

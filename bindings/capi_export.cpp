@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "autograd/node.h"
 #include "bindings/capi.h"
 #include "bindings/guard.h"
 #include "bindings/arenas.h"
@@ -157,14 +158,19 @@ int dl_export_end(void) {
     stop();
     if (!cap->error().empty()) fail(ErrorKind::Value, t_export.who, ": ", cap->error());
     // A mapped function's results carry no gradient history: one that reads a tensor a
-    // gradient is being taken with respect to (a weight it closes over, a Variable)
-    // would give that tensor a gradient of zero, silently.
+    // gradient is being taken with respect to (a weight it closes over; a Variable while
+    // an implicit gradient collects them) would give that tensor a gradient of zero,
+    // silently. (Frozen Variables are the Lua side's to know: they are refused too.)
     if (std::string_view(t_export.who) == "vmap" && dl::ag::is_recording())
-      for (const dl::Tensor& t : cap->constant_sources())
-        DL_CHECK(!dl::ag::requires_grad(t), "vmap: the mapped function reads a tensor that requires grad (a weight ",
-                 "it closes over, or a Variable) of shape ", t.shape(), " while a gradient is being taken; the ",
-                 "batched results carry no gradient history, so differentiate inside the mapped function ",
-                 "(dl.vmap(dl.grad(f)) with the weights as arguments), not through it");
+      for (const dl::Tensor& t : cap->constant_sources()) {
+        const bool variable = t.impl()->is_variable;
+        if (variable && !dl::ag::logging_variables()) continue;
+        DL_CHECK(!variable && !dl::ag::edge_of(t).valid(), "vmap: the mapped function reads a tensor that requires grad (",
+                 variable ? "a Variable" : "a tensor it closes over", " of shape ", t.shape(),
+                 ") while a gradient is being taken; the batched results carry no gradient history, so "
+                 "differentiate inside the mapped function (dl.vmap(dl.grad(f)) with the weights as arguments), "
+                 "not through it");
+      }
     cap->prune();
     t_export.done.push_back(std::move(cap));
     k = int(t_export.done.size()) - 1;

@@ -915,9 +915,10 @@ function dl.custom_gradient(f)
     local r
     if recording then
       check_captured("custom_gradient", f, inputs)
+      local collecting = C.dl_varlog_depth() > 0   -- (under dl.grad alone no Variable's gradient is taken)
       local used
       r, used = call_logged(f, unpack(args, 1, args.n))
-      for _, v in ipairs(used) do
+      for _, v in ipairs(collecting and used or {}) do
         local arg = false
         for _, x in ipairs(inputs) do arg = arg or rawequal(x, v) end
         if not arg then

@@ -839,7 +839,7 @@ local function outermost(op)
 end
 
 local GRAD_OPTS = { op = true, bucket_mb = true, first_bucket_mb = true, sync = true, parameters = true,
-                    overlap = true }
+                    overlap = true, has_aux = true }
 
 local function pack(...) return { n = select("#", ...), ... } end
 
@@ -882,7 +882,7 @@ end
 
 local function split_args(op, argnums, opts)
   if type(argnums) == "table" and opts == nil and (argnums.op or argnums.bucket_mb or argnums.sync ~= nil
-      or argnums.first_bucket_mb) then
+      or argnums.first_bucket_mb or argnums.has_aux ~= nil) then
     return nil, grad_opts(op, argnums)
   end
   return argnums, grad_opts(op, opts)
@@ -890,12 +890,14 @@ end
 
 function dist.grad(f, argnums, opts)
   argnums, opts = split_args("dist.grad", argnums, opts)
-  local g = dl.grad(f, argnums)
+  local g = dl.grad(f, argnums, opts.has_aux and { has_aux = true } or nil)
+  local ngrads = type(argnums) == "table" and #argnums or 1
   return function(...)
     outermost("dist.grad")
     if S.size == 1 or opts.sync == false then return g(...) end
     local r, done = overlapped("dist.grad", opts, g, ...)
-    if not done then reduce_results("dist.grad", r, 1, r.n, opts) end
+    -- (with has_aux, the auxiliary values after the gradients are this rank's own)
+    if not done then reduce_results("dist.grad", r, 1, opts.has_aux and ngrads or r.n, opts) end
     return unpack(r, 1, r.n)
   end
 end

@@ -138,6 +138,9 @@ H.test("gradient wrappers equal dl's at size 1", function()
   local local_pairs = dist.implicit_grad(loss, { sync = false })(3)
   H.values(dist.allreduce_grads(local_pairs)[1][1], { 3, 3, 3 })
   H.raises(function() dist.grad(f, { op = "median" }) end, "dist.grad: op must be mean or sum")
+  -- has_aux, as dl.grad's: the auxiliary values after the gradients
+  local ga, aux = dist.grad(function(u) return (u * u):sum(), "aux" end, 1, { has_aux = true })(w)
+  H.values(ga, (w * 2):totable()); H.eq(aux, "aux")
   -- only the outermost gradient communicates
   H.raises(function() dl.grad(function(v) return dist.grad(function(u) return (u * u):sum() end)(v):sum() end)(w) end,
            "dist.grad: a gradient averaged over the ranks cannot be taken inside another gradient")

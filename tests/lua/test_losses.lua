@@ -182,6 +182,10 @@ H.test("activations and margin losses at their kinks and at NaN, as PyTorch's", 
   H.near(d1(F.selu, { 0 }), { 1.7580993408473766 }, 1e-15)
   H.near(d2(F.hardswish, { -3, -1, 3 }), { 0, 1 / 3, 0 }, 1e-15)
   H.near(d1(F.hardswish, { -3, -1 }), { -0.5, 1 / 6 }, 1e-15)
+  -- the values alone (nothing recorded) are the recorded path's
+  local xs = dl.tensor({ -30, -3, -1, 0, 3, 30 })
+  H.eq(dl.no_grad(F.elu, xs):totable(), F.elu(xs):totable())
+  H.eq(dl.no_grad(F.hardswish, xs):totable(), F.hardswish(xs):totable())
   -- torch: F.multi_margin_loss(x, [0]) and F.multilabel_margin_loss(x, [[0, -1, -1]]) at a margin of exactly 0
   H.eq(d1(function(v) return F.multi_margin_loss(v, dl.tensor({ 1 }, { dtype = "int64" })) end, { { 1, 0, -5 } }), { { 0, 0, 0 } })
   H.eq(d1(function(v) return F.multilabel_margin_loss(v, dl.tensor({ { 1, 0, 0 } }, { dtype = "int64" })) end, { { 1, 0, -5 } }),

@@ -51,6 +51,7 @@ end
 local function elu(x, alpha, scale)
   local b = x:clamp(nil, 0)
   if scale ~= 1 then b = b / scale end
+  if not dl.is_grad_enabled() then return dl.where(x:le(0), b:expm1() * alpha, x) end   -- (the value alone)
   local neg, fixed = x:lt(0), b:detach()
   local u, d = dl.where(neg, b, fixed), dl.where(neg, 0, b - fixed)
   local live = u:exp() * (d + 1)
@@ -99,7 +100,8 @@ function F.hardsigmoid(x)
 end
 
 -- x (x + 3) / 6 on [-3, 3), 0 below and x above; x is held fixed at -3 so that the second
--- derivative there is 0 (the first -1/2), as PyTorch's.
+-- derivative there is 0 (the first -1/2), as PyTorch's. (At 3 the derivative is 1, as
+-- PyTorch's vectorised kernel gives it; its scalar loop, for short tensors, gives 3/2.)
 function F.hardswish(x)
   check("hardswish", x)
   local factor = dl.where(x:lt(-3), 0, dl.where(x:lt(3), x + 3, 6))
