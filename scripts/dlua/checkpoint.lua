@@ -222,7 +222,11 @@ function dl.latest_checkpoint(dir)
   end
   if not name or name == "" or sfind(name, "/", 1, true) then return nil end
   local path = dir .. "/" .. name
-  if not IO.exists(path) then return nil end
+  -- Returning nil here would make restore(latest_checkpoint(dir)) start again from step 0,
+  -- over the run whose checkpoint went missing.
+  if not IO.exists(path) then
+    raise(op .. ": " .. dir .. "/" .. INDEX_NAME .. " names " .. name .. ", which does not exist")
+  end
   return path
 end
 
@@ -303,8 +307,11 @@ function Checkpoint:restore(path)
       for _, key in ipairs(keys) do
         local x, y = cur[key], incoming[key]
         local full = "\"" .. name .. "/" .. key .. "\""
-        if y == nil then raise(where .. "the checkpoint has no entry " .. full) end
-        if is_tensor(x) ~= is_tensor(y) or (not is_tensor(x) and type(x) ~= type(y)) then
+        if y == nil then
+          -- An optimizer's "class" (its type, which its load_state_dict checks) is not in
+          -- files saved before optimizers recorded it.
+          if not (key == "class" and type(x) == "string") then raise(where .. "the checkpoint has no entry " .. full) end
+        elseif is_tensor(x) ~= is_tensor(y) or (not is_tensor(x) and type(x) ~= type(y)) then
           raise(where .. full .. " is a " .. core.typename(y) .. " in the file, a "
                 .. core.typename(x) .. " here")
         end

@@ -6,9 +6,14 @@
 -- The format is RFC 4180's: fields separated by the delimiter (","), a field in double
 -- quotes may hold delimiters, line breaks and doubled quotes (""), lines end with LF or
 -- CRLF; the first line names the columns unless header = false (then "1", "2", ...). A
--- column whose every non-empty field is a number becomes a tensor (float32, or
--- opts.dtype; an empty field is NaN); any other column stays a Lua list of strings.
--- Errors name the file and the line.
+-- column whose every field is a decimal number or missing becomes a tensor (float32, or
+-- opts.dtype); any other column stays a Lua list of strings. Numbers are decimal, as
+-- Python's float() and pandas read them: hexadecimal ("0x10") is text, "inf" and
+-- "Infinity" are numbers. Missing values are pandas' default na_values: an empty or blank field, "NA",
+-- "N/A", "NaN", "null", "None", "#N/A", ... (MISSING below); they are NaN, and an error
+-- under an integer or bool dtype (as pandas'). A quoted empty line ("") in a one-column
+-- file is a missing value, an unquoted empty line no record. Errors name the file and
+-- the line.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
@@ -33,10 +38,11 @@ local function records(text, delim, where)
     row[#row + 1] = concat(field)
     field = {}
   end
+  local quoted = false   -- whether the row has a quoted field: "" alone is a value, not a blank line
   local function end_row()
     end_field()
-    rows[#rows + 1] = { fields = row, line = line }
-    row = {}
+    rows[#rows + 1] = { fields = row, line = line, quoted = quoted }
+    row, quoted = {}, false
   end
   while i <= n do
     local c = byte(text, i)
@@ -60,6 +66,7 @@ local function records(text, delim, where)
         end
       end
       field[1] = concat(parts)
+      quoted = true
       local nc = byte(text, i)
       if nc ~= nil and nc ~= d and nc ~= CR and nc ~= LF then
         raise("read_csv: " .. where .. ":" .. line .. ": text after a quoted field's closing quote")
@@ -88,12 +95,35 @@ local function records(text, delim, where)
   -- blank lines are no records
   local out = {}
   for _, r in ipairs(rows) do
-    if not (#r.fields == 1 and r.fields[1] == "") then out[#out + 1] = r end
+    if not (#r.fields == 1 and r.fields[1] == "" and not r.quoted) then out[#out + 1] = r end
   end
   return out
 end
 
 local READ = { header = true, delimiter = true, dtype = true, columns = true }
+
+-- pandas' default na_values (read_csv's keep_default_na).
+local MISSING = {}
+for _, s in ipairs({ "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                     "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null" }) do
+  MISSING[s] = true
+end
+
+-- A field's number: 0/0 when missing, nil when it is not a number. tonumber alone would
+-- also take hexadecimal, which Python's float() and pandas leave as text.
+local function field_number(s)
+  if MISSING[s] or s:match("^%s*$") then return 0 / 0 end
+  local t = s:match("^%s*(.-)%s*$")
+  if t:match("^[+-]?%d+%.?%d*[eE][+-]?%d+$") or t:match("^[+-]?%.%d+[eE][+-]?%d+$")
+     or t:match("^[+-]?%d+%.?%d*$") or t:match("^[+-]?%.%d+$") then
+    return tonumber(t)
+  end
+  local l = t:lower()
+  if l == "inf" or l == "+inf" or l == "infinity" or l == "+infinity" then return 1 / 0 end
+  if l == "-inf" or l == "-infinity" then return -1 / 0 end
+  if l == "nan" or l == "+nan" or l == "-nan" then return 0 / 0 end
+  return nil
+end
 
 -- dl.data.read_csv(path [, {header = true, delimiter = ",", dtype = "float32",
 -- columns = {names to keep}}]): {names = {...}, columns = {name = tensor or list},
@@ -138,15 +168,20 @@ function data.read_csv(path, opts)
   local out = { names = {}, columns = {}, rows = #recs }
   for k, nm in ipairs(names) do
     if keep == nil or keep[nm] then
-      local values, numeric = {}, true
+      local values, numeric, missing = {}, true, nil
       for i, r in ipairs(recs) do
-        local s = r.fields[k]
-        local v = s:match("^%s*$") and (0 / 0) or tonumber(s)
+        local v = field_number(r.fields[k])
         if v == nil then numeric = false break end
+        if v ~= v and not missing then missing = r end
         values[i] = v
       end
       if numeric then
-        out.columns[nm] = dl.tensor(#recs > 0 and values or {}, { dtype = opts.dtype or "float32" })
+        local col = dl.tensor(#recs > 0 and values or {}, { dtype = opts.dtype or "float32" })
+        if missing and not col:is_floating_point() then
+          raise("read_csv: " .. path .. ":" .. missing.line .. ": column '" .. nm .. "' has a missing value ("
+                .. '"' .. missing.fields[k] .. '")' .. ", which dtype " .. col.dtype .. " cannot hold")
+        end
+        out.columns[nm] = col
       else
         local strings = {}
         for i, r in ipairs(recs) do strings[i] = r.fields[k] end
@@ -159,7 +194,8 @@ function data.read_csv(path, opts)
 end
 
 -- dl.data.from_csv(path [, opts]): a data set of (features, label) rows: features (F)
--- the numeric columns other than opts.label, in file order (or opts.features), label
+-- the columns other than opts.label, in file order (or opts.features; a column of text
+-- among them is an error), label
 -- the label column (a tensor; a column of strings becomes 1-based class numbers in the
 -- order of first appearance, listed in ds.classes). Without a label, rows of features.
 -- Other options as read_csv's.
@@ -173,17 +209,25 @@ function data.from_csv(path, opts)
   local t = data.read_csv(path, read_opts)
   local label = opts.label
   if label ~= nil and t.columns[label] == nil then raise("from_csv: " .. path .. " has no column '" .. tostring(label) .. "'") end
-  local feats = {}
+  local feats, text = {}, {}
   for _, nm in ipairs(opts.features or t.names) do
     local col = t.columns[nm]
     if col == nil then raise("from_csv: " .. path .. " has no column '" .. tostring(nm) .. "'") end
     if nm ~= label then
       if not T.is_tensor(col) then
         if opts.features then raise("from_csv: column '" .. nm .. "' is not numeric") end
+        text[#text + 1] = "'" .. nm .. "'"
       else
         feats[#feats + 1] = col
       end
     end
+  end
+  -- A column of text among the features is a typo in the data more often than not: left
+  -- out silently, the model would train on fewer features than the file has.
+  if #text > 0 then
+    raise("from_csv: " .. path .. ": the column" .. (#text > 1 and "s " or " ") .. concat(text, ", ")
+          .. (#text > 1 and " are" or " is") .. " not numeric (a field that is neither a number nor missing); "
+          .. "name the feature columns with opts.features to leave " .. (#text > 1 and "them" or "it") .. " out")
   end
   if #feats == 0 then raise("from_csv: " .. path .. " has no numeric feature column") end
   local X = dl.stack(feats, 2)

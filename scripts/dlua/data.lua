@@ -9,7 +9,8 @@
 --
 -- An element is a tuple of values (tensors or numbers), like the results of a Lua
 -- function. from_tensors(x, y, ...) has one element per row (index along dim 1) of its
--- tensors.
+-- tensors: a view of the row, as indexing PyTorch's TensorDataset gives, while a batch
+-- holds new tensors, as its default_collate makes.
 --
 -- Speed: while a pipeline is still about rows of the source tensors (shuffle, take and
 -- skip before any map), it is planned as an index tensor (a permutation, a prefix) and
@@ -345,7 +346,9 @@ local function row_plan(ds)
   end
 end
 
--- Rows start..start+count-1 of the plan, from every source tensor.
+-- Rows start..start+count-1 of the plan, from every source tensor: new tensors, as
+-- PyTorch's default_collate makes (a view would let an in-place change to a batch change
+-- the data set).
 local function gather_rows(src, order, start, count)
   local ts = src.tensors
   local out = {}
@@ -353,7 +356,7 @@ local function gather_rows(src, order, start, count)
     local idx = order:narrow(1, start, count)
     for i = 1, #ts do out[i] = ts[i]:index_select(1, idx) end
   else
-    for i = 1, #ts do out[i] = ts[i]:narrow(1, start, count) end
+    for i = 1, #ts do out[i] = ts[i]:narrow(1, start, count):clone() end
   end
   return out
 end
@@ -363,7 +366,9 @@ end
 local iterators = {}
 
 -- A batch of elements: per component, tensors stacked along a new dim 1, numbers and
--- booleans as a tensor.
+-- booleans as a tensor (numbers float32, not int64 for whole ones as PyTorch's
+-- default_collate does for Python ints: a Lua number does not tell an integer from a
+-- float, and a dtype chosen from the values would change from batch to batch).
 local function stack_elements(els)
   local first = els[1]
   local out = { n = first.n }
@@ -513,11 +518,15 @@ iterators.batch = function(ds)
 end
 
 iterators.map = function(ds)
-  local it, f = iterate(ds.parent), ds.fn
+  local it, f, k = iterate(ds.parent), ds.fn, 0
   return function()
     local el = it()
     if el == nil then return nil end
-    return pack(f(unpack(el, 1, el.n)))
+    k = k + 1
+    local out = pack(f(unpack(el, 1, el.n)))
+    -- A first value nil would end the caller's for loop: the epoch cut short in silence.
+    if out[1] == nil then raise("map: the function returned nil for element " .. k) end
+    return out
   end
 end
 
@@ -556,13 +565,12 @@ iterators.prefetch = function(ds)
       local left = len - start + 1
       if left <= 0 or (drop and left < size) then return nil end
       local count = min(size, left)
+      -- The engine's indices are 0-based. Rows in order are gathered too, not narrowed:
+      -- the job's narrow of a contiguous source would be a view of it (see gather_rows).
+      local idx0 = order and order:narrow(1, start, count) - 1
+                   or dl.arange(start - 1, start - 1 + count, { dtype = "int64" })
       local ids = {}
-      if order then
-        local idx0 = order:narrow(1, start, count) - 1   -- the engine's indices are 0-based
-        for i, t in ipairs(src.tensors) do ids[i] = jobs.start(C.dl_job_index_select(hid(t), 0, hid(idx0))) end
-      else
-        for i, t in ipairs(src.tensors) do ids[i] = jobs.start(C.dl_job_narrow(hid(t), start - 1, count)) end
-      end
+      for i, t in ipairs(src.tensors) do ids[i] = jobs.start(C.dl_job_index_select(hid(t), 0, hid(idx0))) end
       start = start + count
       return function()
         local out = { n = #ids }
@@ -635,6 +643,7 @@ iterators.filter = function(ds)
 end
 
 iterators["repeat"] = function(ds)
+  if ds.count == 0 then return function() return nil end end
   local pass, it = 1, iterate(ds.parent)
   return function()
     while true do

@@ -228,8 +228,10 @@ end
 
 -- ---- state ---------------------------------------------------------------------------------------
 
+-- "class" names the optimizer's type, so that a state is not given to another type (an
+-- Adam's lr and moments to an SGD); states saved without it still load.
 function Optimizer:state_dict()
-  local sd = { iterations = self.iterations }
+  local sd = { class = self.__name, iterations = self.iterations }
   if type(self.lr) == "number" then sd.lr = self.lr end
   for pos, st in entries(self._state) do
     for k, v in entries(st) do
@@ -248,8 +250,18 @@ function Optimizer:load_state_dict(sd)
   if type(sd) ~= "table" then bad_arg(name, "a state dict (a table)", sd) end
   local states = {}
   local iterations, lr = self.iterations, self.lr
+  local class = sd.class
+  if class ~= nil and class ~= self.__name then
+    if type(class) ~= "string" then raise(name .. ": \"class\" must be a string, got " .. typename(class)) end
+    local function an(s)   -- the article read aloud: an Adam, an SGD, a Lion
+      local vowel = s:match("^[AEIOUaeiou]") or s:match("^[FHLMNRSX]%u")
+      return (vowel and "an " or "a ") .. s
+    end
+    raise(name .. ": the state is " .. an(class) .. "'s, this optimizer is " .. an(self.__name))
+  end
   for k, v in pairs(sd) do
-    if k == "iterations" then
+    if k == "class" then   -- (checked above)
+    elseif k == "iterations" then
       if type(v) ~= "number" then raise(name .. ": \"iterations\" must be a number, got " .. typename(v)) end
       iterations = v
     elseif k == "lr" then

@@ -278,4 +278,97 @@ H.test("random_split: disjoint parts covering every row, the same for a seed, th
   H.raises(function() dl.data.random_split(ds:batch(4), { 5 }) end, "random_split: expected a data set of tensors")
 end)
 
+H.test("batches are tensors of their own: an in-place change leaves the data set alone", function()
+  -- torch.utils.data.DataLoader(TensorDataset(x), batch_size=4): default_collate stacks
+  -- new tensors, so `xb.mul_(0)` leaves x as it was, in order or shuffled.
+  local pipelines = {
+    ["batch"] = function(ds) return ds:batch(4) end,
+    ["shuffle:batch"] = function(ds) return ds:shuffle(1):batch(4) end,
+    ["batch:prefetch"] = function(ds) return ds:batch(4):prefetch(2) end,
+    ["take:batch:prefetch"] = function(ds) return ds:take(7):batch(4):prefetch(2) end,
+    ["skip:batch"] = function(ds) return ds:skip(3):batch(4) end,
+    ["map:batch"] = function(ds) return ds:map(function(v) return v end):batch(4) end,
+  }
+  for name, make in pairs(pipelines) do
+    local x = dl.arange(1, 11)
+    local seen = {}
+    for xb in make(dl.data.from_tensors(x)):iter() do
+      for _, v in ipairs(xb:totable()) do seen[#seen + 1] = v end
+      xb:mul_(0)
+    end
+    H.eq(x:totable(), range(1, 10), name .. ": the source is unchanged")
+    H.ok(#seen > 0 and seen[1] ~= 0, name .. ": the batches held the rows")
+  end
+  local seen = {}
+  for xb in dl.data.from_tensors(dl.arange(1, 11)):batch(4):prefetch(2):iter() do seen[#seen + 1] = xb:sum():item() end
+  H.eq(seen, { 10, 26, 19 })
+end)
+
+H.test("map: a function that returns nothing raises instead of ending the pass", function()
+  local ds = dl.data.from_tensors(dl.arange(1, 5)):map(function(x) if x:item() ~= 3 then return x end end)
+  H.raises(function() for _ in ds:iter() do end end, "map: the function returned nil for element 3")
+  local after = dl.data.from_tensors(dl.arange(1, 5)):batch(2):map(function() return nil end)
+  H.raises(function() for _ in after:iter() do end end, "map: the function returned nil for element 1")
+  -- later values may be nil
+  local n = 0
+  for x, y in dl.data.from_tensors(dl.arange(1, 4)):map(function(x) return x, nil end):iter() do
+    n = n + 1
+    H.eq(y, nil)
+  end
+  H.eq(n, 3)
+end)
+
+H.test("repeat_(0) gives nothing, as its size says", function()
+  local ds = dl.data.from_tensors(xs, ys):repeat_(0)
+  H.eq(ds:size(), 0)
+  H.eq(ids(ds), {})
+  H.eq(ids(dl.data.from_tensors(xs, ys):batch(4):repeat_(0)), {})
+  H.eq(#ids(dl.data.from_tensors(xs, ys):repeat_(2)), 2 * N)
+end)
+
+H.test("read_csv: missing values as pandas' (NA, null, ...), hex as text, a quoted empty line kept", function()
+  local path = os.tmpname()
+  local function write(text)
+    local f = assert(io.open(path, "wb"))
+    f:write(text)
+    f:close()
+  end
+  -- pandas.read_csv: the default na_values are NaN in a numeric column
+  write("a,b\n1,NA\n2,N/A\n3,NaN\n4,null\n5,None\n6,#N/A\n7,<NA>\n8,-nan\n9,\n10,2.5\n")
+  local t = dl.data.read_csv(path)
+  H.ok(dl.is_tensor(t.columns.b), "b is numeric")
+  local b = t.columns.b:totable()
+  for i = 1, 9 do H.ok(b[i] ~= b[i], "row " .. i .. " is NaN") end
+  H.eq(b[10], 2.5)
+  H.ok(dl.is_tensor(dl.data.from_csv(path, { label = "a" }).tensors[1]), "b is a feature")
+  -- no NaN in an integer or bool column: pandas raises ("Integer column has NA values")
+  H.raises(function() dl.data.read_csv(path, { dtype = "int64" }) end,
+           "read_csv: " .. path .. ":2: column 'b' has a missing value (\"NA\"), which dtype int64 cannot hold")
+  write("a,b\n1,2\n3,\n")
+  H.raises(function() dl.data.read_csv(path, { dtype = "bool" }) end,
+           "read_csv: " .. path .. ":3: column 'b' has a missing value (\"\"), which dtype bool cannot hold")
+  H.values(dl.data.read_csv(path, { dtype = "int64", columns = { "a" } }).columns.a, { 1, 3 })
+  -- Python's float("0x10") and pandas leave hexadecimal as text; "inf" is a number
+  write("h,v\n0x10,inf\n0x1p4,-Infinity\n")
+  t = dl.data.read_csv(path)
+  H.eq(t.columns.h, { "0x10", "0x1p4" })
+  H.eq(t.columns.v:totable(), { math.huge, -math.huge })
+  -- csv.writer writes an empty value of a one-column row as "": pandas reads NaN
+  write('a\n1\n""\n\n3\n')
+  t = dl.data.read_csv(path)
+  H.eq(t.rows, 3)
+  local a = t.columns.a:totable()
+  H.eq({ a[1], a[3] }, { 1, 3 })
+  H.ok(a[2] ~= a[2], "the quoted empty line is a missing value")
+  -- from_csv: a column of text is an error unless the features are named
+  write("x1,name,x2,kind,y\n1,a,2,p,0\n3,b,4,q,1\n")
+  H.raises(function() dl.data.from_csv(path, { label = "y" }) end,
+           "from_csv: " .. path .. ": the columns 'name', 'kind' are not numeric")
+  H.raises(function() dl.data.from_csv(path, { label = "kind" }) end, "the column 'name' is not numeric")
+  local ds = dl.data.from_csv(path, { label = "kind", features = { "x1", "x2" } })
+  H.eq(ds.classes, { "p", "q" })
+  H.shape(ds.tensors[1], { 2, 2 })
+  os.remove(path)
+end)
+
 H.run()

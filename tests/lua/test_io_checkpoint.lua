@@ -135,10 +135,16 @@ H.test("restore(nil) and a directory without checkpoints are a first run", funct
   local ckpt = dl.Checkpoint{ v = v, step = 0 }
   H.eq(ckpt:restore(dl.latest_checkpoint(dir)), nil)
   H.values(v, { 4, 5 })
-  -- An index naming a file that is gone.
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+H.test("an index naming a file that is gone is an error, not a first run", function()
+  local dir = fresh_dir()
+  local ckpt = dl.Checkpoint{ v = dl.Variable({ 4, 5 }), step = 0 }
   ckpt:save(dir .. "/m")
   os.remove(dir .. "/m-0.safetensors")
-  H.eq(dl.latest_checkpoint(dir), nil)
+  H.raises(function() ckpt:restore(dl.latest_checkpoint(dir)) end,
+           "latest_checkpoint: " .. dir .. "/checkpoint names m-0.safetensors, which does not exist")
   os.execute("rm -rf '" .. dir .. "'")
 end)
 
@@ -232,6 +238,32 @@ if dl.nn and dl.optim and dl.nn.Linear and dl.optim.SGD then
     for k, t in pairs(net2:state_dict()) do
       H.ok(dl.equal(t, before["model/" .. k]), k)
     end
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
+  H.test("an optimizer's type is checked on restore; files saved before it was recorded still load", function()
+    local dir = fresh_dir()
+    local net = dl.nn.Linear(3, 2)
+    local file = dl.Checkpoint{ model = net, optimizer = dl.optim.Adam{ lr = 0.5 }, step = 1 }:save(dir .. "/net")
+    local sgd = dl.optim.SGD{ lr = 0.1 }
+    local w = net.weight:clone()
+    H.raises(function() dl.Checkpoint{ model = net, optimizer = sgd, step = 0 }:restore(file) end,
+             "restoring \"optimizer\" failed, nothing was restored: SGD:load_state_dict: the state is an Adam's, "
+             .. "this optimizer is an SGD")
+    H.eq(sgd.lr, 0.1)
+    H.ok(dl.equal(net.weight, w))
+    -- a file without "optimizer/class", as written before optimizers recorded it
+    local tensors, meta = dl.load(file)
+    H.eq(meta["string:optimizer/class"], "Adam")
+    meta["string:optimizer/class"] = nil
+    meta["number:optimizer/lr"] = "0.25"
+    local old = dir .. "/old.safetensors"
+    dl.save(old, tensors, meta)
+    local sgd2 = dl.optim.SGD{ lr = 0.1 }
+    local ckpt = dl.Checkpoint{ model = dl.nn.Linear(3, 2), optimizer = sgd2, step = 0 }
+    H.eq(ckpt:restore(old), old)
+    H.eq(sgd2.lr, 0.25)
+    H.eq(ckpt.step, 1)
     os.execute("rm -rf '" .. dir .. "'")
   end)
 else

@@ -513,4 +513,25 @@ H.test("the REPL's help lists every option of each optimizer", function()
   end
 end)
 
+H.test("load_state_dict refuses another optimizer type's state, and takes states without a class", function()
+  local adam = dl.optim.Adam{ lr = 0.5 }
+  local w = dl.Variable(dl.ones(3))
+  adam:apply_gradients({ { dl.ones(3), w } })
+  local sd = adam:state_dict()
+  H.eq(sd.class, "Adam")
+  local sgd = dl.optim.SGD{ lr = 0.1, momentum = 0.9 }
+  sgd:apply_gradients({ { dl.ones(3), w } })
+  H.raises(function() sgd:load_state_dict(sd) end, "SGD:load_state_dict: the state is an Adam's, this optimizer is an SGD")
+  H.eq(sgd.lr, 0.1)
+  H.eq(sgd.iterations, 1)
+  H.raises(function() dl.optim.Adam{}:load_state_dict({ class = 3 }) end, "Adam:load_state_dict: \"class\" must be a string")
+  -- a state saved without "class" loads as before
+  sd.class = nil
+  local adam2 = dl.optim.Adam{ lr = 0.5 }
+  adam2:load_state_dict(sd)
+  H.eq(adam2.iterations, 1)
+  H.eq(adam2:state_dict().class, "Adam")
+  H.eq(dl.optim.LBFGS{}:state_dict().class, "LBFGS")
+end)
+
 H.run()
