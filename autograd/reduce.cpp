@@ -121,7 +121,12 @@ template <> Grads derivative<Op::Var>(Node& n, const TensorList& grads) {
 template <> Grads derivative<Op::Std>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);
   Tensor mean = ag::reduce(Op::Mean, r.x, dims_of(n.attrs), true);
-  return {r.g * (r.x - mean) / (r.y * (double(r.count) - n.attrs.d[0]))};
+  // A slice whose std is zero (constant, or one element) gets a zero gradient, as
+  // PyTorch's masked one, from a divisor of 1 there (no 0 / 0 at any order); where
+  // count - correction is not positive, NaN stays, as there.
+  Tensor y = ag::where(ag::compare(Op::Eq, r.y, Scalar(0.0)), ones(Shape{}, r.y.dtype(), r.y.device()), r.y);
+  Tensor nonzero = mask(ag::compare(Op::Ne, r.y, Scalar(0.0)), r.y);
+  return {r.g * nonzero * (r.x - mean) / (y * (double(r.count) - n.attrs.d[0]))};
 }
 template <> Grads derivative<Op::Norm>(Node& n, const TensorList& grads) {
   Red r = unpack_reduction(n, grads);

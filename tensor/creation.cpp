@@ -68,6 +68,13 @@ Tensor generate(const Shape& shape, DType dtype, Device device, const char* op, 
 static Tensor arange_impl(double start, double stop, double step, DType dtype, Device device) {
   DL_CHECK(step != 0 && std::isfinite(step), "arange: step must be non-zero and finite, got ", step);
   DL_CHECK(std::isfinite(start) && std::isfinite(stop), "arange: start and stop must be finite");
+  if (is_integral(dtype)) {
+    // As PyTorch's: an integer range takes its bounds and step in the dtype first (toward
+    // zero), so that arange(-3.5, 2, 1) in int64 is -3 .. 1 with no value twice.
+    const double whole = std::trunc(step);
+    DL_CHECK(whole != 0, "arange: step ", step, " truncates to 0 in ", dtype_name(dtype), " (an integer range takes whole steps)");
+    start = std::trunc(start), stop = std::trunc(stop), step = whole;
+  }
   DL_CHECK((stop - start) / step >= 0 || start == stop, "arange: step ", step,
            " has the wrong sign for the range [", start, ", ", stop, ")");
   double count = std::ceil((stop - start) / step);
@@ -82,6 +89,7 @@ Tensor arange(double start, double stop, double step, DType dtype, Device device
 
 static Tensor linspace_impl(double start, double stop, int64_t n, DType dtype, Device device) {
   DL_CHECK(n >= 0, "linspace: number of points must be non-negative, got ", n);
+  if (is_integral(dtype)) start = std::trunc(start), stop = std::trunc(stop);   // (PyTorch's, as arange)
   double step = n > 1 ? (stop - start) / double(n - 1) : 0;
   // Symmetric evaluation, as PyTorch does, so both ends are exact.
   return generate(Shape{n}, dtype, device, "linspace", [=](int64_t i) {

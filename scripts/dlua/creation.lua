@@ -44,7 +44,7 @@ return function(H)
   local dtype_names = H.dtype_names
   local device_of = H.device_of
   local check_tensor = H.check_tensor
-  local type, select, tostring = type, select, tostring
+  local type, select, tostring, next = type, select, tostring, next
 
   local function default_dtype() return C.dl_default_dtype() end
 
@@ -123,13 +123,19 @@ return function(H)
     local code, dev = like_opts("empty_like", x, opts)
     return finish(new(C.dl_empty, shape_buf, nd, code, dev), opts)
   end)
+  -- (checked here, the engine's error naming rand)
+  local FLOATS = { float16 = true, bfloat16 = true, float32 = true, float64 = true }
+  local function floating_code(op, code)
+    if not FLOATS[dtype_names[code]] then raise(op .. ": expected a floating dtype, got " .. dtype_names[code]) end
+    return code
+  end
   dl.rand_like = like("rand_like", function(nd, x, opts)
     local code, dev = like_opts("rand_like", x, opts)
-    return finish(new(C.dl_rand, shape_buf, nd, code, dev), opts)
+    return finish(new(C.dl_rand, shape_buf, nd, floating_code("rand_like", code), dev), opts)
   end)
   dl.randn_like = like("randn_like", function(nd, x, opts)
     local code, dev = like_opts("randn_like", x, opts)
-    return finish(new(C.dl_randn, shape_buf, nd, code, dev), opts)
+    return finish(new(C.dl_randn, shape_buf, nd, floating_code("randn_like", code), dev), opts)
   end)
   dl.randint_like = like("randint_like", function(nd, x, lo, hi, opts)
     int_arg("randint_like", lo, "bound")
@@ -222,7 +228,14 @@ return function(H)
     return unpack(out, 1, n)
   end
 
+  -- dl.eye(n [, m] [, opts]), or with the shape as a table: dl.eye({n, m} [, opts]).
   function dl.eye(...)
+    local first = ...
+    if type(first) == "table" and (first[1] ~= nil or next(first) == nil) then
+      if #first < 1 or #first > 2 then raise("eye: expected a shape of one or two sizes, got " .. #first) end
+      if select("#", ...) > 2 then raise("eye: unexpected arguments after the shape and the options") end
+      return dl.eye(first[1], first[2] or first[1], (select(2, ...)))
+    end
     local v, opts = numbers_then_opts("eye", 1, 2, ...)
     local n = int_arg("eye", v[1], "size")
     local m = v[2] == nil and n or int_arg("eye", v[2], "size")
@@ -367,6 +380,11 @@ return function(H)
         if tdtype == nil or tdtype == dt then tdtype = dt else tdtype = false end
       elseif tx == "table" then
         local len = #x
+        -- # of a table with a hole or other keys is any border: count every key, so
+        -- that data past a nil or under a name is refused rather than dropped
+        local keys = 0
+        for _ in pairs(x) do keys = keys + 1 end
+        if keys ~= len then raise("tensor: the table at dimension " .. d .. " has holes or non-integer keys") end
         if len ~= shape[d] then
           raise("tensor: inconsistent sizes: expected " .. shape[d] .. " elements at dimension "
                 .. d .. ", got " .. len)

@@ -102,13 +102,14 @@ core.on_first_use(T.methods, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, { "lerp_" }, loader("dlua.pointwise"))
 core.on_first_use(dl, { "nansum", "nanmean", "var_mean", "std_mean", "aminmax", "bincount", "histc", "cov", "corrcoef",
                         "quantile", "nanquantile", "renorm" }, loader("dlua.statistics"))
-core.on_first_use(T.methods, { "nansum", "nanmean", "aminmax", "cov", "corrcoef", "quantile", "nanquantile", "renorm" },
+core.on_first_use(T.methods, { "nansum", "nanmean", "var_mean", "std_mean", "aminmax", "cov", "corrcoef", "quantile",
+                               "nanquantile", "renorm" },
                   loader("dlua.statistics"))
 core.on_first_use(dl, { "cross", "cdist" }, loader("dlua.linalg"))
 core.on_first_use(T.methods, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
 core.on_first_use(dl, { "vmap" }, loader("dlua.vmap"))
-local SORTING = { "sort", "argsort", "topk", "kthvalue", "median", "nonzero", "argwhere", "count_nonzero",
+local SORTING = { "sort", "argsort", "topk", "kthvalue", "median", "nanmedian", "nonzero", "argwhere", "count_nonzero",
                   "masked_select", "unique", "unique_consecutive", "mode" }
 core.on_first_use(dl, SORTING, loader("dlua.sorting"))
 core.on_first_use(T.methods, SORTING, loader("dlua.sorting"))

@@ -16,7 +16,7 @@ core.own_source()
 
 local raise, bad_arg, options = core.raise, core.bad_arg, core.options
 local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
-local type, tostring, floor = type, tostring, math.floor
+local type, tostring, select, floor = type, tostring, select, math.floor
 
 local function check(op, p)
   if not is_tensor(p) then bad_arg(op, "a tensor of probabilities", p) end
@@ -25,8 +25,9 @@ end
 
 function dl.bernoulli(p)
   check("bernoulli", p)
-  if p:numel() > 0 and (p:min():item() < 0 or p:max():item() > 1) then
-    raise("bernoulli: probabilities must lie in [0, 1]")
+  -- (NaN is neither >= 0 nor <= 1)
+  if p:numel() > 0 and not p:ge(0):logical_and(p:le(1)):all() then
+    raise("bernoulli: probabilities must lie in [0, 1], got a value outside or NaN")
   end
   return dl.rand_like(p):lt(p):to(p.dtype)
 end
@@ -44,9 +45,15 @@ function dl.multinomial(probs, n, opts)
   local p = nd == 1 and probs:unsqueeze(1) or probs
   local rows, cats = p:size(1), p:size(2)
   if cats == 0 then raise(op .. ": there are no categories to draw from") end
-  if p:numel() > 0 and p:min():item() < 0 then raise(op .. ": probabilities must not be negative") end
+  if not opts.replacement and n > cats then
+    raise(op .. ": cannot draw " .. n .. " samples from " .. cats .. " categories without replacement")
+  end
+  if rows == 0 then return dl.zeros(0, n, { dtype = "int64", device = p.device }) end
+  if not p:ge(0):logical_and(p:lt(math.huge)):all() then
+    raise(op .. ": probabilities must not be negative, infinite or NaN")
+  end
   local nonzero = p:gt(0):sum(2)
-  if rows > 0 and nonzero:min():item() == 0 then raise(op .. ": a row of probabilities sums to 0") end
+  if nonzero:min():item() == 0 then raise(op .. ": a row of probabilities sums to 0") end
   local out
   p = dl.no_grad(function() return p:double() end)
   if opts.replacement then
@@ -54,9 +61,6 @@ function dl.multinomial(probs, n, opts)
     local u = dl.rand(rows, n, { dtype = "float64", device = p.device }) * cdf:narrow(2, cats, 1)
     out = dl.searchsorted(cdf, u, { right = true }):clamp(nil, cats)
   else
-    if n > cats then
-      raise(op .. ": cannot draw " .. n .. " samples from " .. cats .. " categories without replacement")
-    end
     if nonzero:min():item() < n then
       raise(op .. ": a row has fewer than " .. n .. " categories of nonzero probability to draw without replacement")
     end
@@ -69,18 +73,25 @@ function dl.multinomial(probs, n, opts)
 end
 methods.multinomial = dl.multinomial
 
--- dl.normal(mean, std [, shape]): draws of N(mean, std^2), mean and std tensors
--- (broadcast) or numbers (then shape gives the size), as torch.normal.
-function dl.normal(mean, std, shape)
+-- dl.normal(mean, std [, shape... | {shape}] [, opts]): draws of N(mean, std^2), as
+-- torch.normal: mean and std tensors (broadcast; no shape then), or numbers, when the
+-- shape (as dl.randn's, with its dtype and device options) gives the size.
+function dl.normal(mean, std, ...)
   local op = "normal"
   local like = is_tensor(mean) and mean or is_tensor(std) and std or nil
   if like == nil then
     if type(mean) ~= "number" or type(std) ~= "number" then bad_arg(op, "tensors or numbers for mean and std", mean) end
-    if shape == nil then raise(op .. ": give a shape when mean and std are numbers") end
-    return dl.randn(shape) * std + mean
+    if not (std >= 0) then raise(op .. ": std must be >= 0, got " .. tostring(std)) end
+    if select("#", ...) == 0 or ... == nil then raise(op .. ": give a shape when mean and std are numbers") end
+    local _, opts = T.parse_shape(op, true, ...)   -- (checked here, for errors that name normal)
+    T.parse_opts(op, opts)
+    return dl.randn(...) * std + mean
   end
-  if type(std) == "number" and std < 0 then raise(op .. ": std must be >= 0, got " .. std) end
-  if is_tensor(std) and std:numel() > 0 and std:min():item() < 0 then raise(op .. ": std must be >= 0") end
+  if (...) ~= nil then raise(op .. ": the shape comes from mean and std when one is a tensor: give no shape") end
+  if type(std) == "number" and not (std >= 0) then raise(op .. ": std must be >= 0, got " .. tostring(std)) end
+  if is_tensor(std) and std:numel() > 0 and not std:ge(0):all() then
+    raise(op .. ": std must be >= 0 (every element, not NaN)")
+  end
   local shape_of = is_tensor(mean) and is_tensor(std) and (mean + std) or like
   return dl.randn(shape_of.shape, { dtype = like.dtype, device = like.device }) * std + mean
 end

@@ -241,18 +241,34 @@ function M.newindex(x, key, v)
   x:copy_(lead_flat(x, k):index_copy(1, pos, spread:to(x.dtype)):view(x.shape))
 end
 
--- x:median(): the lower median of all elements (a 0-dim tensor); x:median(dim [,
--- keepdim]): along dim, values and indices, as PyTorch's (the lower of the two middle
--- values for an even count; NaN where the slice holds one).
+-- The k-th smallest of the 1-D tensor flat (NaN last) as a 0-dim tensor whose gradient
+-- is shared evenly by the elements equal to it (the NaN ones when it is NaN), as
+-- PyTorch's median and nanmedian over all elements.
+local function shared_kth(flat, k)
+  local function f(a)
+    local v = methods.kthvalue(a, k, 1)
+    local hit = a:eq(v):logical_or(a:ne(a):logical_and(v:ne(v)))
+    local w = hit:to(a.dtype) / hit:sum():to(a.dtype)
+    return v, function(dy) return dy * w end
+  end
+  if dl.custom_gradient and dl.is_grad_enabled() then return dl.custom_gradient(f)(flat) end
+  return (f(flat))
+end
+
+-- x:median(): the lower median of all elements (a 0-dim tensor; NaN when x has one);
+-- x:median(dim [, keepdim]): along dim, values and indices, as PyTorch's (the lower of
+-- the two middle values for an even count; NaN where the slice holds one).
 function methods.median(x, dim, keepdim)
   check("median", x)
   if dim == nil then
     local flat = x:reshape(-1)
     local n = flat:numel()
-    if n == 0 then raise("median: the tensor is empty") end
-    local v = methods.kthvalue(flat, floor((n + 1) / 2), 1)
-    if x:is_floating_point() and flat:ne(flat):any() then return dl.tensor(0 / 0, { dtype = x.dtype }) end
-    return v
+    if n == 0 then   -- NaN, as PyTorch's (an integer tensor has none to give)
+      if not x:is_floating_point() then raise("median: the tensor is empty (an integer tensor has no NaN to give)") end
+      return dl.full({}, 0 / 0, { dtype = x.dtype, device = x.device })
+    end
+    if not x:is_floating_point() then return methods.kthvalue(flat, floor((n + 1) / 2), 1) end
+    return shared_kth(flat, flat:ne(flat):any() and n or floor((n + 1) / 2))   -- (NaN sorts last)
   end
   dim = int_arg("median", dim, "dimension")
   local n = size_along("median", x, dim)
@@ -267,6 +283,33 @@ function methods.median(x, dim, keepdim)
   return v, i
 end
 dl.median = methods.median
+
+-- x:nanmedian([dim [, keepdim]]): the median of the values that are not NaN, as
+-- torch.nanmedian (NaN only where all are); along dim, values and indices (of a slice of
+-- NaN only: its first NaN's).
+function methods.nanmedian(x, dim, keepdim)
+  check("nanmedian", x)
+  if not x:is_floating_point() then return methods.median(x, dim, keepdim) end
+  if dim == nil then
+    local flat = x:reshape(-1)
+    if flat:numel() == 0 then return dl.full({}, 0 / 0, { dtype = x.dtype, device = x.device }) end
+    local count = flat:eq(flat):sum():item()
+    return shared_kth(flat, math.max(floor((count + 1) / 2), 1))
+  end
+  dim = int_arg("nanmedian", dim, "dimension")
+  local n = size_along("nanmedian", x, dim)
+  if n == 0 then raise("nanmedian: dimension " .. dim .. " is empty") end
+  keepdim = bool_arg("nanmedian", keepdim, "keepdim", false)
+  if x:dim() == 0 then return methods.median(x, dim, keepdim) end
+  local d = core.positive_dim("nanmedian", dim, x:dim())
+  local sorted, perm = x:sort(d)   -- stable, NaN last
+  -- the lower middle of each slice's count of values (1 for a slice of NaN only)
+  local k = ((x:eq(x):sum(d, true):double() + 1) / 2):floor():clamp(1):long()
+  local v, i = sorted:gather(d, k), perm:gather(d, k)
+  if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
+  return v, i
+end
+dl.nanmedian = methods.nanmedian
 
 -- For a tensor sorted along dim d, each element's place in its run of equal values: 0
 -- for a run's first, 1 for the next ... (int64, its shape). Each NaN is a run of its own.

@@ -2,8 +2,9 @@
 -- methods, loaded when first used):
 --
 --   x:nansum([dim [, keepdim]]), x:nanmean(...)   sum and mean ignoring NaN
---   dl.var_mean(x [, dim [, {unbiased = true, keepdim}]]), dl.std_mean(...)   both at once
---   x:aminmax([dim [, keepdim]])                  the smallest and largest values
+--   dl.var_mean(x [, dim [, keepdim]] [, {correction, unbiased}]), dl.std_mean(...)
+--                                                 both at once (x:var's arguments)
+--   x:aminmax([dim [, keepdim]] | {dim, keepdim}) the smallest and largest values
 --   dl.bincount(x [, weights [, minlength]])      counts (or weight sums) of 1..max(x)
 --   dl.histc(x [, bins = 100, min, max])          a histogram of bins equal widths
 --   dl.cov(x [, {correction, fweights, aweights}]), dl.corrcoef(x)   rows are variables
@@ -20,7 +21,7 @@ core.own_source()
 
 local raise = core.raise
 local shape_str, methods, dl = T.shape_str, T.methods, T.dl
-local type, tostring, ipairs, floor = type, tostring, ipairs, math.floor
+local type, tostring, ipairs, next, floor = type, tostring, ipairs, next, math.floor
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 
@@ -47,23 +48,61 @@ function methods.nanmean(x, dim, keepdim)
 end
 dl.nansum, dl.nanmean = methods.nansum, methods.nanmean
 
+-- dl.var_mean(x [, dim | {dims}] [, keepdim] [, {correction, unbiased}]): x:var's
+-- arguments (keepdim also as an option, as torch's keyword).
+local MEAN_OPTS = { correction = true, unbiased = true, keepdim = true }
 local function with_mean(op, spread)
-  return function(x, dim, opts)
+  return function(x, dim, keepdim, opts)
     check(op, x)
-    if type(dim) == "table" then dim, opts = nil, dim end
-    opts = core.options(op, opts, { unbiased = true, keepdim = true })
-    local keep = opts.keepdim and true or false
-    local o = { unbiased = opts.unbiased }
-    if dim == nil then return x[spread](x, o), x:mean() end
-    return x[spread](x, dim, keep, o), x:mean(dim, keep)
+    if type(dim) == "table" and dim[1] == nil and next(dim) ~= nil then   -- (x, opts)
+      if keepdim ~= nil or opts ~= nil then raise(op .. ": unexpected arguments after the options") end
+      dim, opts = nil, dim
+    elseif type(keepdim) == "table" then
+      if opts ~= nil then raise(op .. ": unexpected arguments after the options") end
+      keepdim, opts = nil, keepdim
+    end
+    opts = core.options(op, opts, MEAN_OPTS)
+    if opts.keepdim ~= nil then
+      if keepdim ~= nil and keepdim ~= opts.keepdim then raise(op .. ": keepdim given twice, differently") end
+      keepdim = opts.keepdim
+    end
+    if keepdim ~= nil and type(keepdim) ~= "boolean" then core.bad_arg(op, "keepdim (a boolean)", keepdim) end
+    local n = math.max(x:dim(), 1)
+    if type(dim) == "number" then
+      core.positive_dim(op, dim, n, x:dim())
+    elseif type(dim) == "table" then
+      for _, d in ipairs(dim) do core.positive_dim(op, d, n, x:dim()) end
+    elseif dim ~= nil then
+      core.bad_arg(op, "a dimension or a table of dims", dim)
+    end
+    keepdim = keepdim or false
+    return x[spread](x, dim, keepdim, { correction = opts.correction, unbiased = opts.unbiased }), x:mean(dim, keepdim)
   end
 end
 dl.var_mean, dl.std_mean = with_mean("var_mean", "var"), with_mean("std_mean", "std")
+methods.var_mean, methods.std_mean = dl.var_mean, dl.std_mean
 
+-- x:aminmax([dim [, keepdim]]) or x:aminmax({dim =, keepdim =}) (torch's keywords).
 function methods.aminmax(x, dim, keepdim)
-  check("aminmax", x)
-  if dim == nil then return x:amin(), x:amax() end
-  return x:amin(dim, keepdim), x:amax(dim, keepdim)
+  local op = "aminmax"
+  check(op, x)
+  if type(dim) == "table" then
+    if keepdim ~= nil then raise(op .. ": unexpected arguments after the options") end
+    local opts = core.options(op, dim, { dim = true, keepdim = true })
+    dim, keepdim = opts.dim, opts.keepdim
+  end
+  if keepdim ~= nil and type(keepdim) ~= "boolean" then core.bad_arg(op, "keepdim (a boolean)", keepdim) end
+  if dim == nil then
+    if x:numel() == 0 then raise(op .. ": cannot take the smallest and largest of an empty tensor") end
+    if not keepdim then return x:amin(), x:amax() end
+    local all = {}
+    for d = 1, x:dim() do all[d] = d end
+    return x:amin(all, true), x:amax(all, true)
+  end
+  if not core.integer(dim) then core.bad_arg(op, "a dimension (an integer)", dim) end
+  local d = core.positive_dim(op, dim, math.max(x:dim(), 1), x:dim())
+  if x:dim() > 0 and x:size(d) == 0 then raise(op .. ": cannot reduce over dimension " .. dim .. " of size 0") end
+  return x:amin(dim, keepdim or false), x:amax(dim, keepdim or false)
 end
 dl.aminmax = methods.aminmax
 
@@ -106,7 +145,11 @@ function dl.histc(x, bins, lo, hi)
   end
   lo, hi = lo or 0, hi or 0
   local flat = x:reshape(-1)
-  if lo == 0 and hi == 0 and flat:numel() > 0 then lo, hi = flat:min():item(), flat:max():item() end
+  -- (min == max, whatever their value: the data's range, as PyTorch's)
+  if lo == hi and flat:numel() > 0 then lo, hi = flat:min():item(), flat:max():item() end
+  if not (lo > -math.huge and lo < math.huge and hi > -math.huge and hi < math.huge) then
+    raise(op .. ": the range [" .. lo .. ", " .. hi .. "] is not finite (give min and max to leave out NaN and inf)")
+  end
   if lo == hi then lo, hi = lo - 1, hi + 1 end
   if lo > hi then raise(op .. ": max (" .. hi .. ") is below min (" .. lo .. ")") end
   local inside = flat:ge(lo):logical_and(flat:le(hi))

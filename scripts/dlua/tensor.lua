@@ -486,6 +486,9 @@ local REDUCE_OPTS = { var = VARIANCE_OPTS, std = VARIANCE_OPTS, norm = NORM_OPTS
 -- (x [, dim | {dims}] [, keepdim] [, opts]): fills dims_buf; returns ndims, keepdim, opts.
 local function reduce_args(name, x, a, b, c)
   if not istype(Tensor, x) then bad_arg(name, "a tensor", x) end
+  if type(a) == "boolean" and REDUCE_OPTS[name] == VARIANCE_OPTS and b == nil and c == nil then
+    a = { unbiased = a }   -- x:var(false): PyTorch's positional unbiased
+  end
   local nd, keepdim, opts = 0, false, nil
   if type(a) == "number" then
     dims_buf[0] = dim_arg(name, a)

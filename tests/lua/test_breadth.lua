@@ -1368,4 +1368,46 @@ H.test("masked_fill's 0-dim tensor value, flip's repeated dims, meshgrid of a li
   H.eq(c.shape, { 2, 3 })
 end)
 
+H.test("multinomial, bernoulli and normal refuse NaN, inf and negative std; histc's non-finite range", function()
+  local nan, inf = 0 / 0, math.huge
+  -- torch.multinomial: "probability tensor contains either inf, nan or element < 0"
+  H.raises(function() return dl.multinomial(dl.tensor({ 0.5, nan, 0.5 }), 1) end,
+           "multinomial: probabilities must not be negative, infinite or NaN")
+  H.raises(function() return dl.multinomial(dl.tensor({ 0.5, inf, 0.5 }), 2, { replacement = true }) end,
+           "multinomial: probabilities must not be negative, infinite or NaN")
+  -- torch.multinomial(torch.zeros(0, 3), 1): an empty (0, 1); (.., 5) without replacement: refused
+  local none = dl.multinomial(dl.zeros(0, 3), 1)
+  H.shape(none, { 0, 1 })
+  H.eq(none.dtype, "int64")
+  H.shape(dl.multinomial(dl.zeros(0, 3), 5, { replacement = true }), { 0, 5 })
+  H.raises(function() return dl.multinomial(dl.zeros(0, 3), 5) end, "multinomial: cannot draw 5 samples from 3 categories")
+  -- torch.bernoulli: "Expected p_in >= 0 && p_in <= 1"
+  H.raises(function() return dl.bernoulli(dl.tensor({ 0.5, nan })) end, "bernoulli: probabilities must lie in [0, 1]")
+  -- torch.normal: "normal expects std >= 0.0"
+  H.raises(function() return dl.normal(0, -1, { 3 }) end, "normal: std must be >= 0, got -1")
+  H.raises(function() return dl.normal(0, nan, 3) end, "normal: std must be >= 0")
+  H.raises(function() return dl.normal(dl.zeros(3), dl.tensor({ 1, -1, 1 })) end, "normal: std must be >= 0")
+  H.raises(function() return dl.normal(dl.zeros(3), 1, { 3 }) end, "normal: the shape comes from mean and std")
+  H.raises(function() return dl.normal(0, 1, { 3 }, { dtype = "float65" }) end, "normal: unknown dtype 'float65'")
+  local d = dl.normal(0, 1, { 3 }, { dtype = "float64" })
+  H.eq(d.dtype, "float64")
+  H.shape(d, { 3 })
+  H.shape(dl.normal(0, 1, 2, 3), { 2, 3 })
+  dl.manual_seed(5)
+  local n = dl.normal(3, 0.5, 20000, "float64")
+  H.eq(n.dtype, "float64")
+  H.near(n:mean():item(), 3, 0.02)
+  H.near(n:std():item(), 0.5, 0.02)
+  -- torch.histc: "range of [nan, nan] is not finite", "range of [1, inf] is not finite"
+  H.raises(function() return dl.histc(dl.tensor({ 1, nan, 3 }), 3) end, "histc: the range [")
+  H.raises(function() return dl.histc(dl.tensor({ 1, inf, 3 }), 3) end, "histc: the range [1, inf] is not finite")
+  H.raises(function() return dl.histc(dl.tensor({ 1, 2 }), 3, 0, inf) end, "histc: the range [0, inf] is not finite")
+  -- torch.histc(torch.tensor([1., 2, 2, 3, 5]), 4, 2, 2): the data's range, [1, 2, 1, 1]
+  H.values(dl.histc(dl.tensor({ 1, 2, 2, 3, 5 }), 4, 2, 2), { 1, 2, 1, 1 })
+  -- torch.histc(torch.tensor([2., 2, 2]), 4, 5, 5): [0, 0, 3, 0]
+  H.values(dl.histc(dl.tensor({ 2, 2, 2 }), 4, 5, 5), { 0, 0, 3, 0 })
+  -- with a range given, NaN and inf outside it are left out: torch.histc([1., inf, 3], 3, 0, 4): [1, 0, 1]
+  H.values(dl.histc(dl.tensor({ 1, inf, 3 }), 3, 0, 4), { 1, 0, 1 })
+end)
+
 H.run()

@@ -226,4 +226,35 @@ H.test("from_ptr views foreign memory without a copy", function()
   H.raises(function() return dl.from_ptr(buf, { 2 }, "float32", { 1, 1 }) end, "from_ptr: expected 1 strides")
 end)
 
+H.test("tensor refuses tables with holes or other keys; eye takes a shape table; rand_like's errors", function()
+  -- Lua's # of a table with a hole is any border: the data after it was dropped
+  H.raises(function() return dl.tensor({ 1, nil, 3 }) end, "tensor: the table at dimension 1 has holes or non-integer keys")
+  H.raises(function() return dl.tensor({ a = 1 }) end, "tensor: the table at dimension 1 has holes or non-integer keys")
+  H.raises(function() return dl.tensor({ { 1, 2 }, { 3, 4, x = 5 } }) end,
+           "tensor: the table at dimension 2 has holes or non-integer keys")
+  H.raises(function() return dl.tensor({ [0] = 1, 2 }) end, "tensor: the table at dimension 1 has holes")
+  H.raises(function() return dl.tensor({ 1, 2, [2.5] = 3 }) end, "tensor: the table at dimension 1 has holes")
+  local backwards = {}
+  for k = 3, 1, -1 do backwards[k] = k end   -- (integer keys in the hash part)
+  H.values(dl.tensor(backwards), { 1, 2, 3 })
+  H.shape(dl.tensor({ {}, {} }), { 2, 0 })
+  -- torch.eye(2, 3)
+  H.values(dl.eye({ 2, 3 }), { { 1, 0, 0 }, { 0, 1, 0 } })
+  H.values(dl.eye({ 2 }, { dtype = "int64" }), { { 1, 0 }, { 0, 1 } }, { dtype = "int64" })
+  H.raises(function() return dl.eye({ 1, 2, 3 }) end, "eye: expected a shape of one or two sizes, got 3")
+  H.raises(function() return dl.rand_like(dl.zeros(2, { dtype = "int64" })) end, "rand_like: expected a floating dtype, got int64")
+  H.raises(function() return dl.randn_like(dl.zeros(2), { dtype = "int32" }) end, "randn_like: expected a floating dtype, got int32")
+  H.eq(dl.rand_like(dl.zeros(2, { dtype = "int64" }), { dtype = "float64" }).dtype, "float64")
+end)
+
+-- (torch.arange(-3.5, 2, 1, dtype=int64), arange(10, 0, -1.5, ...), linspace(0.5, 9.5, 4, ...))
+H.test("an integer arange or linspace takes its bounds and step in the dtype first, as PyTorch's", function()
+  local i64 = { dtype = "int64" }
+  H.eq(dl.arange(-3.5, 2, 1, i64):totable(), { -3, -2, -1, 0, 1 })
+  H.eq(dl.arange(10, 0, -1.5, i64):totable(), { 10, 9, 8, 7, 6, 5, 4, 3, 2, 1 })
+  H.eq(dl.linspace(0.5, 9.5, 4, i64):totable(), { 0, 3, 6, 9 })
+  H.raises(function() return dl.arange(0, 3, 0.5, i64) end, "arange: step 0.5 truncates to 0 in int64")
+  H.eq(dl.arange(0, 3, 0.5):numel(), 6)   -- (floats as before)
+end)
+
 H.run()

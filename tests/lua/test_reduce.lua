@@ -124,4 +124,101 @@ H.test("softmax's gradient in one pass equals the formula", function()
   H.shape(h, { 2, 5 })
 end)
 
+H.test("median shares its gradient among tied elements; nanmedian, var_mean and aminmax as PyTorch's", function()
+  local nan = 0 / 0
+  -- torch.tensor([1., 2, 2, 3, 2]).median().backward(): [0, .3333, .3333, 0, .3333]
+  H.values(dl.grad(function(x) return x:median() end)(dl.tensor({ 1, 2, 2, 3, 2 })), { 0, 1 / 3, 1 / 3, 0, 1 / 3 })
+  -- torch.tensor([[1., 2, 2], [3, 2, 2]]).median(): 2, gradient 0.25 on each 2
+  local g = dl.grad(function(x) return x:median() end)(dl.tensor({ { 1, 2, 2 }, { 3, 2, 2 } }))
+  H.values(g, { { 0, 0.25, 0.25 }, { 0, 0.25, 0.25 } })
+  -- torch.tensor([1., nan, 2, nan]).median().backward(): [0, .5, 0, .5] (the NaN ones)
+  H.values(dl.grad(function(x) return x:median() end)(dl.tensor({ 1, nan, 2, nan })), { 0, 0.5, 0, 0.5 })
+  H.values(dl.tensor({ -0.0 }):median(), -0.0)
+  H.ok(1 / dl.tensor({ -0.0 }):median():item() < 0, "median keeps -0")
+  local en = dl.zeros(0):nanmedian():item()
+  H.ok(en ~= en)   -- (torch.nanmedian of an empty tensor: NaN)
+
+  local m = dl.tensor({ { 1, nan, 3, 2 }, { nan, nan, nan, nan }, { 4, nan, nan, 1 }, { nan, 5, nan, nan }, { 2, 2, 1, 1 } },
+                      { dtype = "float64" })
+  H.values(m:nanmedian(), 2, { shape = {}, dtype = "float64" })   -- torch.nanmedian(m): 2
+  -- torch.nanmedian(m, 1): values [2, nan, 1, 5, 1], indices [3, 2, 3, 1, 3] (0-based; a
+  -- slice of NaN only has no defined index: dlua gives its first)
+  local v, i = m:nanmedian(2)
+  H.values(v, { 2, nan, 1, 5, 1 })
+  H.values(i, { 4, 1, 4, 2, 4 }, { dtype = "int64" })
+  -- torch.nanmedian(m, 0, keepdim=True): [[2, 2, 1, 1]], indices [[4, 4, 4, 4]]
+  v, i = dl.nanmedian(m, 1, true)
+  H.values(v, { { 2, 2, 1, 1 } })
+  H.values(i, { { 5, 5, 5, 5 } })
+  -- torch.tensor([1., nan, 2, 2, nan, 2]).nanmedian().backward(): [0, 0, .3333, .3333, 0, .3333]
+  H.values(dl.grad(function(x) return x:nanmedian() end)(dl.tensor({ 1, nan, 2, 2, nan, 2 })), { 0, 0, 1 / 3, 1 / 3, 0, 1 / 3 })
+  H.values(dl.grad(function(x) return x:nanmedian() end)(dl.tensor({ nan, nan })), { 0.5, 0.5 })
+  -- x = [[3., 1, nan], [nan, 2, 2]]; v, i = x.nanmedian(1); (v * [1, 10]).sum().backward():
+  -- v [1, 2], i [1, 1], x.grad [[0, 1, 0], [0, 10, 0]]
+  local x = dl.tensor({ { 3, 1, nan }, { nan, 2, 2 } }, { dtype = "float64" })
+  v, i = x:nanmedian(2)
+  H.values(v, { 1, 2 })
+  H.values(i, { 2, 2 })
+  H.values(dl.grad(function(a) return (a:nanmedian(2) * dl.tensor({ 1, 10 }, { dtype = "float64" })):sum() end)(x),
+           { { 0, 1, 0 }, { 0, 10, 0 } })
+  H.values(dl.tensor({ 1, 5, 3, 2 }, { dtype = "int64" }):nanmedian(), 2, { dtype = "int64" })
+  H.raises(function() return dl.zeros(2, 0):nanmedian(2) end, "nanmedian: dimension 2 is empty")
+
+  local a = dl.tensor({ { 1, 2, 3, 4 }, { 2, 5, 1, 0 }, { 3, 3, 3, 9 } }, { dtype = "float64" })
+  -- torch.var_mean(a, 1, correction=0): [1.25, 3.5, 6.75], [2.5, 2, 4.5]
+  local var, mean = dl.var_mean(a, 2, { correction = 0 })
+  H.values(var, { 1.25, 3.5, 6.75 })
+  H.values(mean, { 2.5, 2, 4.5 })
+  -- torch.var_mean(a, (0, 1)): 5.454545..., 3
+  var, mean = dl.var_mean(a, { 1, 2 })
+  H.values(var, 60 / 11, { shape = {} })
+  H.values(mean, 3)
+  -- torch.var_mean(a, 1, keepdim=True): [[1.6667], [4.6667], [9]], [[2.5], [2], [4.5]]
+  var, mean = dl.var_mean(a, 2, true)
+  H.values(var, { { 5 / 3 }, { 14 / 3 }, { 9 } })
+  H.values(mean, { { 2.5 }, { 2 }, { 4.5 } })
+  -- torch.std_mean(a, 0, unbiased=False, keepdim=True)
+  local sd, sm = a:std_mean(1, true, { unbiased = false })
+  H.values(sd, { { 0.816496580927726, 1.247219128924647, 0.942809041582063, 3.681787005729087 } })
+  H.values(sm, { { 2, 10 / 3, 7 / 3, 13 / 3 } })
+  var = a:var_mean({ keepdim = true })
+  H.values(var, { { 60 / 11 } })
+  H.raises(function() return dl.var_mean(a, 2, { ddof = 1 }) end, "var_mean: unknown option 'ddof'")
+  H.raises(function() return dl.std_mean(a, 3) end, "std_mean: dimension 3 is out of range")
+  -- torch.aminmax(a, dim=1): [1, 0, 3], [4, 5, 9]; dim=0, keepdim=True: [[1, 2, 1, 0]], [[3, 5, 3, 9]]
+  local lo, hi = dl.aminmax(a, { dim = 2 })
+  H.values(lo, { 1, 0, 3 })
+  H.values(hi, { 4, 5, 9 })
+  lo, hi = a:aminmax({ dim = 1, keepdim = true })
+  H.values(lo, { { 1, 2, 1, 0 } })
+  H.values(hi, { { 3, 5, 3, 9 } })
+  lo, hi = a:aminmax({ keepdim = true })
+  H.values(lo, { { 0 } })
+  H.values(hi, { { 9 } })
+  H.raises(function() return a:aminmax({ dims = 2 }) end, "aminmax: unknown option 'dims'")
+  H.raises(function() return dl.zeros(2, 0):aminmax() end, "aminmax: cannot take the smallest and largest of an empty tensor")
+  H.raises(function() return dl.zeros(2, 0):aminmax(2) end, "aminmax: cannot reduce over dimension 2 of size 0")
+end)
+
+H.test("var and std take PyTorch's positional unbiased; the median of an empty tensor is NaN", function()
+  local x = dl.tensor({ 1, 2, 3, 4 }, { dtype = "float64" })
+  H.eq(x:var(false):item(), 1.25); H.near(x:std(false):item(), 1.118033988749895, 1e-15)   -- (torch: x.var(False))
+  H.near(x:var(true):item(), 1.6666666666666667, 1e-15)
+  local m = dl.zeros(0):median():item()
+  H.ok(m ~= m)
+end)
+
+H.test("std's gradient is 0 where the std is 0, as PyTorch's (NaN only where count - correction <= 0)", function()
+  H.eq(dl.grad(function(x) return x:std(2):sum() end)(dl.ones(2, 3)):totable(), { { 0, 0, 0 }, { 0, 0, 0 } })
+  H.eq(dl.grad(function(x) return x:std({ correction = 0 }) end)(dl.tensor({ 1.5 })):totable(), { 0 })
+  local g = dl.grad(function(x) return x:std() end)(dl.tensor({ 1.5 })):totable()
+  H.ok(g[1] ~= g[1])
+  -- and elsewhere as before: d std / dx = (x - mean) / ((n - 1) std)
+  local x = dl.tensor({ 1, 2, 4 }, { dtype = "float64" })
+  local s = x:std():item()
+  local want = {}
+  for i, v in ipairs({ 1, 2, 4 }) do want[i] = (v - 7 / 3) / (2 * s) end
+  H.near(dl.grad(function(t) return t:std() end)(x):totable(), want, 1e-15)
+end)
+
 H.run()
