@@ -108,7 +108,9 @@ uint64_t dl_job_index_select(uint64_t x, int dim, uint64_t index) {
 uint64_t dl_job_narrow(uint64_t x, int64_t start, int64_t length) {
   return guard_job([&] {
     Tensor t = get(x, "prefetch");
-    return worker().submit([t, start, length] { return dl::contiguous(dl::narrow(t, 0, start, length)); });
+    // (a copy, not contiguous(): the rows of a contiguous source are contiguous already,
+    // and a view would let an in-place change to the batch reach the source)
+    return worker().submit([t, start, length] { return dl::clone(dl::narrow(t, 0, start, length)); });
   });
 }
 

@@ -565,12 +565,14 @@ iterators.prefetch = function(ds)
       local left = len - start + 1
       if left <= 0 or (drop and left < size) then return nil end
       local count = min(size, left)
-      -- The engine's indices are 0-based. Rows in order are gathered too, not narrowed:
-      -- the job's narrow of a contiguous source would be a view of it (see gather_rows).
-      local idx0 = order and order:narrow(1, start, count) - 1
-                   or dl.arange(start - 1, start - 1 + count, { dtype = "int64" })
+      -- Each job makes a tensor of its own (see gather_rows); the engine's indices are 0-based.
       local ids = {}
-      for i, t in ipairs(src.tensors) do ids[i] = jobs.start(C.dl_job_index_select(hid(t), 0, hid(idx0))) end
+      if order then
+        local idx0 = order:narrow(1, start, count) - 1
+        for i, t in ipairs(src.tensors) do ids[i] = jobs.start(C.dl_job_index_select(hid(t), 0, hid(idx0))) end
+      else
+        for i, t in ipairs(src.tensors) do ids[i] = jobs.start(C.dl_job_narrow(hid(t), start - 1, count)) end
+      end
       start = start + count
       return function()
         local out = { n = #ids }
