@@ -71,6 +71,9 @@ Tensor watch(const Tensor& x);
 // Makes x itself differentiable (a leaf), unless it already has a history
 // (GradientTape.watch: later ops on the same tensor are recorded).
 void watch_inplace(const Tensor& x);
+// The tape that watched x in place is done recording: x is no longer held to the leaf
+// rule (written in place while recorded: an error), though it stays differentiable.
+void watch_done(const Tensor& x);
 // True when ops on x are recorded right now.
 bool requires_grad(const Tensor& x);
 // x's values without its history (shares storage).
@@ -88,19 +91,23 @@ bool is_variable(const Tensor& x);
 // an op with a derivative records (and logs) its operands: has_derivative says which.
 void note_variable_use(const Tensor& x);
 bool has_derivative(Op op);
-// Whether a VariableLog is open on this thread (an implicit gradient collects).
+// Whether a collecting VariableLog is open on this thread (an implicit gradient
+// collects the Variables it will differentiate; a probe only asks which were used).
 bool logging_variables();
 class VariableLog {
  public:
-  VariableLog();
+  explicit VariableLog(bool collects = true);
   ~VariableLog();
   const TensorList& used() const { return used_; }
+  bool collects() const { return collects_; }
   void note(const Tensor& v);
 
  private:
   TensorList used_;
   std::vector<const void*> seen_;
   VariableLog* prev_;
+  bool collects_;
+  friend bool logging_variables();
 };
 
 // Gradients of sum(outputs[i] * grad_outputs[i]) with respect to `inputs` (tensors

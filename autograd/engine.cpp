@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "autograd/autograd.h"
 #include "autograd/record.h"
@@ -165,10 +166,20 @@ void watch_inplace(const Tensor& x) {
   DL_CHECK_KIND(Type, x.is_floating(), "watch: cannot differentiate with respect to a tensor of dtype ",
                 dtype_name(x.dtype()), " (only float32 and float64)");
   TensorImpl* i = x.impl();
-  if (i->grad_node) return;
+  if (i->grad_node) {
+    Node* n = static_cast<Node*>(i->grad_node.get());
+    if (n->next.empty() && n->backward == nullptr && std::strcmp(n->name, "watch") == 0) n->argument = true;   // again
+    return;
+  }
   Ref<Node> leaf = make_ref<Node>();
   leaf->name = "watch";
+  leaf->argument = true;
   set_history(x, leaf, 0);
+}
+
+void watch_done(const Tensor& x) {
+  Node* n = static_cast<Node*>(x.impl()->grad_node.get());
+  if (n && n->next.empty() && n->backward == nullptr && std::strcmp(n->name, "watch") == 0) n->argument = false;
 }
 
 // ---- variables -------------------------------------------------------------------------
@@ -192,8 +203,12 @@ void note_variable_use(const Tensor& x) {
   if (t_varlog && !t_mode.no_grad && x.impl()->is_variable) t_varlog->note(x);
 }
 
-bool logging_variables() { return t_varlog != nullptr; }
-VariableLog::VariableLog() : prev_(t_varlog) { t_varlog = this; }
+bool logging_variables() {
+  for (const VariableLog* l = t_varlog; l; l = l->prev_)
+    if (l->collects_) return true;
+  return false;
+}
+VariableLog::VariableLog(bool collects) : prev_(t_varlog), collects_(collects) { t_varlog = this; }
 VariableLog::~VariableLog() { t_varlog = prev_; }
 void VariableLog::note(const Tensor& v) {
   const void* key = v.impl();

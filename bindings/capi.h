@@ -302,8 +302,9 @@ int dl_requires_grad(uint64_t x);
 int dl_mark_variable(uint64_t x);
 int dl_is_variable(uint64_t x);
 int dl_varlog_push(void);
+int dl_varlog_probe(void);   /* dl_varlog_push's log, for asking which Variables a call used (it collects nothing) */
 int dl_varlog_count(void);
-int dl_varlog_depth(void);   /* the variable logs open on this thread (0: no implicit gradient collects) */
+int dl_varlog_depth(void);   /* 1 while a collecting log (dl_varlog_push's) is open on this thread, else 0 */
 uint64_t dl_varlog_get(int i);
 int dl_varlog_pop(void);
 int dl_backward_begin(const uint64_t* outs, int nout, const uint64_t* grad_outs,
@@ -351,6 +352,7 @@ void dl_grad_hook_arm(const struct dl_grad_hook* h);
 int dl_grad_hook_disarm(void);
 int dl_dead_custom_refs(double* out, int n);
 int dl_watch_inplace(uint64_t x);            /* GradientTape.watch: x itself becomes differentiable */
+int dl_watch_done(uint64_t x);               /* its tape's recording ended: x may be written in place again */
 double dl_tensor_key(uint64_t x);            /* the same number for every handle of one tensor */
 /* ---- files (bindings/capi_io.cpp; the Lua side is scripts/dlua/io.lua, checkpoint.lua,
    summary.lua, progress.lua) ---- */

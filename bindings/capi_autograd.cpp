@@ -284,8 +284,11 @@ int dl_is_variable(uint64_t x) {
 int dl_varlog_push(void) {
   return guard_status_nosync([] { t_logs.push_back(std::make_unique<ag::VariableLog>()); });
 }
+int dl_varlog_probe(void) {
+  return guard_status_nosync([] { t_logs.push_back(std::make_unique<ag::VariableLog>(false)); });
+}
 int dl_varlog_count(void) { return t_logs.empty() ? 0 : int(t_logs.back()->used().size()); }
-int dl_varlog_depth(void) { return int(t_logs.size()); }
+int dl_varlog_depth(void) { return ag::logging_variables() ? 1 : 0; }
 uint64_t dl_varlog_get(int i) {
   return guard_handle_nosync([&] {
     DL_CHECK(!t_logs.empty() && i >= 1 && i <= int(t_logs.back()->used().size()),
@@ -446,6 +449,7 @@ int dl_custom_record(const uint64_t* ins, int nin, uint64_t* outs, int nout, dou
 }
 
 int dl_watch_inplace(uint64_t x) { return guard_status([&] { ag::watch_inplace(get(x, "watch")); }); }
+int dl_watch_done(uint64_t x) { return guard_status([&] { ag::watch_done(get(x, "watch")); }); }
 
 double dl_tensor_key(uint64_t x) {
   double k = 0;

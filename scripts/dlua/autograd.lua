@@ -658,7 +658,7 @@ local TAPE_OPTS = { persistent = true, watch_accessed_variables = true }
 -- gradient; a Variable source not watched gets nil.
 function dl.GradientTape(opts)
   opts = core.options("GradientTape", opts, TAPE_OPTS)
-  local tape = { persistent = opts.persistent or false, used = false, held = {} }
+  local tape = { persistent = opts.persistent or false, used = false, held = {}, watching = {} }
   if opts.watch_accessed_variables == false then tape.watched = setmetatable({}, { __mode = "k" }) end
   return setmetatable(tape, Tape)
 end
@@ -671,11 +671,23 @@ function Tape:watch(x)
   if not is_tensor(x) then raise("GradientTape.watch: expected a tensor, got " .. type(x)) end
   if C.dl_watch_inplace(hid(x)) ~= 0 then raise_last() end
   if self.watched then self.watched[x] = true end
+  self.watching[#self.watching + 1] = x
+end
+
+-- While a tape records, what it watches may not be written in place (the gradient would
+-- be the new value's: PyTorch's rule for a leaf that requires grad); once it is done,
+-- the tensors are free again (a training loop updates what it watched).
+local function watching_done(tape)
+  for i = #tape.watching, 1, -1 do
+    C.dl_watch_done(hid(tape.watching[i]))
+    tape.watching[i] = nil
+  end
 end
 
 function Tape:record(f, ...)
   if type(f) ~= "function" then raise("GradientTape.record: expected a function, got " .. type(f)) end
   local ok, r = pcall(scoped, C.dl_grad_enter, C.dl_grad_exit, f, ...)
+  watching_done(self)
   local serial = C.dl_arena_hold()
   if serial ~= 0 then self.held[#self.held + 1] = ffi.gc(tape_holder(serial), free_held) end
   if not ok then error(r, 0) end
@@ -860,7 +872,7 @@ end
 -- f(...) with the Variables it uses logged: f's results packed, the trainable Variables
 -- used, in first-use order, and how many were used, frozen ones too.
 local function call_logged(f, ...)
-  if C.dl_varlog_push() ~= 0 then raise_last() end
+  if C.dl_varlog_probe() ~= 0 then raise_last() end
   local ok, r = pcall(invoke, f, ...)
   local used, n = nil, nil
   if ok then used, n = logged_variables() end

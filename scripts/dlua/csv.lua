@@ -92,10 +92,12 @@ local function records(text, delim, where)
     end
   end
   if #field > 0 or #row > 0 then end_row() end
-  -- blank lines are no records
+  -- blank lines are no records; in a file of one column a quoted empty line ("") is a
+  -- missing value (Python's csv writer writes one so), elsewhere a blank line too
+  local one_column = rows[1] ~= nil and #rows[1].fields == 1
   local out = {}
   for _, r in ipairs(rows) do
-    if not (#r.fields == 1 and r.fields[1] == "" and not r.quoted) then out[#out + 1] = r end
+    if not (#r.fields == 1 and r.fields[1] == "" and not (r.quoted and one_column)) then out[#out + 1] = r end
   end
   return out
 end
@@ -109,10 +111,17 @@ for _, s in ipairs({ "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN
   MISSING[s] = true
 end
 
--- A field's number: 0/0 when missing, nil when it is not a number. tonumber alone would
--- also take hexadecimal, which Python's float() and pandas leave as text.
+-- A field's number: 0/0 when missing, nil when it is not a number. tonumber reads the
+-- decimal forms Python's float() reads (and inf, nan, infinity); it also reads
+-- hexadecimal, which Python's float() and pandas leave as text.
 local function field_number(s)
-  if MISSING[s] or s:match("^%s*$") then return 0 / 0 end
+  if MISSING[s] then return 0 / 0 end
+  local v = tonumber(s)
+  if type(v) == "number" then
+    if find(s, "[xX]") then return nil end
+    return v
+  end
+  if s:match("^%s*$") then return 0 / 0 end
   local t = s:match("^%s*(.-)%s*$")
   if t:match("^[+-]?%d+%.?%d*[eE][+-]?%d+$") or t:match("^[+-]?%.%d+[eE][+-]?%d+$")
      or t:match("^[+-]?%d+%.?%d*$") or t:match("^[+-]?%.%d+$") then

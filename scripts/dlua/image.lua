@@ -66,12 +66,22 @@ local function as_uint8(op, x)
   return x:to("uint8"):cpu()
 end
 
+-- A JPEG quality given: a whole number from 1 to 100 (the engine takes 0 for its default, 95).
+local function quality_of(op, opts)
+  local q = opts.quality
+  if q ~= nil and (type(q) ~= "number" or q ~= math.floor(q) or q < 1 or q > 100) then
+    raise(op .. ": quality must be a whole number from 1 to 100, got " .. tostring(q))
+  end
+  return q or 0
+end
+
 -- dl.image.encode(x, format [, {quality = 95}]): the bytes of a "png" or "jpeg" file.
 function M.encode(x, format, opts)
   opts = options("image.encode", opts, { quality = true })
+  local quality = quality_of("image.encode", opts)
   local img = as_uint8("image.encode", x)
   local n = ffi.new("uint64_t[1]")
-  local p = C.dl_image_encode(T.hid(img), format, opts.quality or 0, "image", n)
+  local p = C.dl_image_encode(T.hid(img), format, quality, "image", n)
   if p == nil then return raise_last() end
   return ffi.string(p, n[0])
 end
@@ -79,13 +89,14 @@ end
 -- dl.image.save(path, x [, {quality = 95}]): PNG for .png, JPEG for .jpg / .jpeg.
 function M.save(path, x, opts)
   opts = options("image.save", opts, { quality = true })
+  local quality = quality_of("image.save", opts)
   if type(path) ~= "string" then bad_arg("image.save", "a path", path) end
   local ext = (path:match("%.([%w]+)$") or ""):lower()
   local format = (ext == "jpg" or ext == "jpeg") and "jpeg" or ext == "png" and "png" or nil
   if not format then raise("image.save: " .. path .. ": the extension must be .png, .jpg or .jpeg") end
   local img = as_uint8("image.save", x)
   local n = ffi.new("uint64_t[1]")
-  local p = C.dl_image_encode(T.hid(img), format, opts.quality or 0, path, n)
+  local p = C.dl_image_encode(T.hid(img), format, quality, path, n)
   if p == nil then return raise_last() end
   IO.write_file_atomic("image.save", path, ffi.string(p, n[0]))
 end

@@ -267,7 +267,7 @@ function methods.median(x, dim, keepdim)
       if not x:is_floating_point() then raise("median: the tensor is empty (an integer tensor has no NaN to give)") end
       return dl.full({}, 0 / 0, { dtype = x.dtype, device = x.device })
     end
-    if not x:is_floating_point() then return methods.kthvalue(flat, floor((n + 1) / 2), 1) end
+    if not x:is_floating_point() then return (methods.kthvalue(flat, floor((n + 1) / 2), 1)) end
     return shared_kth(flat, flat:ne(flat):any() and n or floor((n + 1) / 2))   -- (NaN sorts last)
   end
   dim = int_arg("median", dim, "dimension")

@@ -485,8 +485,11 @@ H.test("custom_gradient: a Variable, a captured tensor or a tensor in a table ar
   local usev = dl.custom_gradient(function(a) return a * v, function(dy) return dy * v end end)
   H.raises(function() dl.implicit_grad(function() return usev(dl.Variable(x)):sum() end)() end,
            "custom_gradient: the function uses the Variable 'v', which is not an argument")
-  -- under dl.grad, where no Variable's gradient is taken, the Variable is a constant
+  -- under dl.grad, where no Variable's gradient is taken, the Variable is a constant (a
+  -- custom gradient's own probe of the Variables it used is no implicit gradient)
   H.eq(dl.grad(function(a) return usev(a):sum() end)(x):totable(), { 2, 3 })
+  local outer = dl.custom_gradient(function(a) return usev(a), function(dy) return dy end end)
+  H.eq(dl.grad(function(a) return outer(a):sum() end)(x):totable(), { 1, 1 })
   H.raises(function()
     dl.grad(function(a, W)
       local c = dl.custom_gradient(function(u) return u * W, function(dy) return dy * W end end)

@@ -360,6 +360,9 @@ H.test("read_csv: missing values as pandas' (NA, null, ...), hex as text, a quot
   local a = t.columns.a:totable()
   H.eq({ a[1], a[3] }, { 1, 3 })
   H.ok(a[2] ~= a[2], "the quoted empty line is a missing value")
+  -- in a file of several columns it is a blank line, as before
+  write('a,b\n1,2\n""\n3,4\n')
+  H.eq(dl.data.read_csv(path).rows, 2)
   -- from_csv: a column of text is an error unless the features are named
   write("x1,name,x2,kind,y\n1,a,2,p,0\n3,b,4,q,1\n")
   H.raises(function() dl.data.from_csv(path, { label = "y" }) end,

@@ -62,8 +62,13 @@ H.test("a watched argument written in place while recorded is an error, not a wr
   -- a copy may be written, and the gradient is the copy's function's
   local g = dl.grad(function(x) local c = x:clone(); c:mul_(2); return (c * c):sum() end)(x0)
   H.eq(g:totable(), { 4, 12, -2.4 })
-  -- a tensor a tape watched is not held to it once the tape is done (a later gradient may
-  -- write it, as the TF guide's training loops update what they watched)
+  -- a tape's watched tensor while that tape records (the gradient would be the new value's)
+  local w2 = dl.tensor({ 1, 2 }, f64)
+  local tw = dl.GradientTape()
+  H.raises(function() tw:record(function() tw:watch(w2); w2:mul_(2); return (w2 * w2):sum() end) end,
+           "mul_: a tensor that a gradient is taken with respect to cannot be modified in place")
+  -- but not once the tape is done (a later gradient may write it, as the TF guide's
+  -- training loops update what they watched)
   local y, x = dl.tensor({ 1, 2, 3 }, f64), dl.tensor({ 1, 1, 1 }, f64)
   for _ = 1, 2 do
     local t = dl.GradientTape()

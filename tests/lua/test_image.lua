@@ -2,6 +2,7 @@
 -- modes, floats, data sets, and files that are not images (or claim absurd sizes).
 local dl = require("dlua")
 local H = require("harness")
+local bit = require("bit")
 
 local dir = os.getenv("TMPDIR") or "/tmp"
 local stem = dir .. "/dlua_image_" .. os.time() .. "_" .. math.random(1e6)
@@ -134,7 +135,18 @@ end)
 -- so that the stream says exactly what it holds (Note [PNG data that inflates past its
 -- image] in io/image.cpp).
 local function le16(v) return string.char(v % 256, math.floor(v / 256) % 256) end
-local function chunk(kind, body) return be32(#body) .. kind .. body .. "\0\0\0\0" end   -- (CRCs are not read)
+local CRC = {}
+for i = 0, 255 do
+  local c = i
+  for _ = 1, 8 do c = bit.band(c, 1) == 1 and bit.bxor(bit.rshift(c, 1), 0xEDB88320) or bit.rshift(c, 1) end
+  CRC[i] = c
+end
+local function crc32(s)   -- PNG's (zlib's) CRC-32
+  local c = 0xFFFFFFFF
+  for i = 1, #s do c = bit.bxor(CRC[bit.band(bit.bxor(c, s:byte(i)), 255)], bit.rshift(c, 8)) end
+  return bit.bxor(c, 0xFFFFFFFF) % 2 ^ 32
+end
+local function chunk(kind, body) return be32(#body) .. kind .. body .. be32(crc32(kind .. body)) end
 local function stored(data, final)   -- one stored deflate block
   return string.char(final and 1 or 0) .. le16(#data) .. le16(65535 - #data) .. data
 end
@@ -160,7 +172,12 @@ H.test("a PNG's image data is checked against its header before stb reads it", f
   H.eq(img:totable(), { { { 0, 1, 2, 3, 4 }, { 10, 11, 12, 13, 14 }, { 20, 21, 22, 23, 24 } } })
   -- The same rows, not interlaced
   local flat = "\0\0\1\2\3\4" .. "\0\10\11\12\13\14" .. "\0\20\21\22\23\24"
-  H.eq(dl.image.decode(png(5, 3, 0, 0, "\120\1" .. stored(flat, true))):totable(), img:totable())
+  local good = png(5, 3, 0, 0, "\120\1" .. stored(flat, true))
+  H.eq(dl.image.decode(good):totable(), img:totable())
+  -- One pixel byte changed, the image data's CRC left as it was: corrupt (libpng's answer)
+  local at = good:find("IDAT", 1, true) + 4 + 2 + 5 + 2
+  local bad = good:sub(1, at - 1) .. string.char((good:byte(at) + 1) % 256) .. good:sub(at + 1)
+  H.raises(function() return dl.image.decode(bad) end, "the PNG's IDAT chunk fails its CRC")
   -- A stream giving far more than a 2 x 2 image's 6 bytes of rows
   H.raises(function() return dl.image.decode(png(2, 2, 0, 0, "\120\1" .. stored(string.rep("\0", 60000), true))) end,
            "inflates to more than its 7 bytes of rows")
@@ -183,6 +200,14 @@ H.test("a PNG's image data is checked against its header before stb reads it", f
   H.eq(dl.image.decode(dl.image.encode(pattern(3, 16, 16), "jpeg")).shape, { 3, 16, 16 })
   -- the runtime stays usable
   H.eq(dl.image.decode(png(5, 3, 0, 0, "\120\1" .. stored(flat, true))).shape, { 1, 3, 5 })
+end)
+
+H.test("a JPEG quality is a whole number from 1 to 100", function()
+  local img = dl.zeros(3, 4, 4, { dtype = "uint8" })
+  H.raises(function() return dl.image.encode(img, "jpeg", { quality = 0 }) end,
+           "image.encode: quality must be a whole number from 1 to 100, got 0")
+  H.raises(function() return dl.image.save("x.jpg", img, { quality = 50.5 }) end, "image.save: quality must be")
+  H.ok(#dl.image.encode(img, "jpeg", { quality = 1 }) > 0 and #dl.image.encode(img, "jpeg") > 0)
 end)
 
 H.run()

@@ -206,6 +206,7 @@ H.test("var and std take PyTorch's positional unbiased; the median of an empty t
   H.near(x:var(true):item(), 1.6666666666666667, 1e-15)
   local m = dl.zeros(0):median():item()
   H.ok(m ~= m)
+  H.eq(select("#", dl.tensor({ 1, 2, 3 }, { dtype = "int64" }):median()), 1)   -- (a value, no index)
 end)
 
 H.test("std's gradient is 0 where the std is 0, as PyTorch's (NaN only where count - correction <= 0)", function()
