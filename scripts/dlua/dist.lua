@@ -874,6 +874,7 @@ end
 -- local (reduce them later with dist.allreduce_grads).
 local function grad_opts(op, opts)
   opts = options(op, opts, GRAD_OPTS)
+  if opts.has_aux ~= nil and op ~= "dist.grad" then raise(op .. ": unknown option 'has_aux'") end   -- (dl.grad's)
   if opts.op ~= nil and opts.op ~= "mean" and opts.op ~= "sum" then
     raise(op .. ": op must be mean or sum, got " .. tostring(opts.op))
   end

@@ -141,6 +141,7 @@ H.test("gradient wrappers equal dl's at size 1", function()
   -- has_aux, as dl.grad's: the auxiliary values after the gradients
   local ga, aux = dist.grad(function(u) return (u * u):sum(), "aux" end, 1, { has_aux = true })(w)
   H.values(ga, (w * 2):totable()); H.eq(aux, "aux")
+  H.raises(function() dist.implicit_grad(f, { has_aux = true }) end, "dist.implicit_grad: unknown option 'has_aux'")
   -- only the outermost gradient communicates
   H.raises(function() dl.grad(function(v) return dist.grad(function(u) return (u * u):sum() end)(v):sum() end)(w) end,
            "dist.grad: a gradient averaged over the ranks cannot be taken inside another gradient")
