@@ -296,9 +296,11 @@ end
 function dist._uncaught(msg, traceback)
   if not (S and S.lib and S.lib.dld_initialized() == 1) then return false end
   if io_stderr then
-    io_stderr:write(("dlua: rank %d of %d: %s\n"):format(S.rank, S.size, tostring(msg)))
-    if traceback and traceback ~= "" then io_stderr:write(traceback, "\n") end
-    io_stderr:write(("dlua: rank %d of %d ends the job (MPI_Abort)\n"):format(S.rank, S.size))
+    -- One write, so that mpirun's forwarding cannot set its own abort banner between
+    -- the message and its traceback.
+    local tb = (traceback and traceback ~= "") and (traceback .. "\n") or ""
+    io_stderr:write(("dlua: rank %d of %d: %s\n%sdlua: rank %d of %d ends the job (MPI_Abort)\n")
+      :format(S.rank, S.size, tostring(msg), tb, S.rank, S.size))
     io_stderr:flush()
   end
   S.lib.dld_abort(1)
