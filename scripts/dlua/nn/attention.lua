@@ -116,26 +116,37 @@ end
 
 -- ---- MultiheadAttention --------------------------------------------------------------------
 
--- MultiheadAttention(embed_dim, num_heads [, {bias, batch_first, dropout}]): PyTorch's
--- in_proj_weight (3E, E) (xavier_uniform), in_proj_bias (3E) (zeros), out_proj (a Linear,
--- bias zeros). forward(query, key, value [, {key_padding_mask, attn_mask, need_weights,
--- average_attn_weights}]): masks as PyTorch's (bool True = masked out; float added);
+-- MultiheadAttention(embed_dim, num_heads [, {bias, batch_first, dropout, kdim, vdim}]):
+-- PyTorch's in_proj_weight (3E, E) (xavier_uniform), in_proj_bias (3E) (zeros), out_proj
+-- (a Linear, bias zeros). A key of kdim features or a value of vdim (E when absent)
+-- other than E takes separate q_proj_weight (E, E), k_proj_weight (E, kdim) and
+-- v_proj_weight (E, vdim) instead of in_proj_weight, as PyTorch's. forward(query, key,
+-- value [, {key_padding_mask, attn_mask, need_weights, average_attn_weights}]): masks as
+-- PyTorch's (bool True = masked out; float added);
 -- returns the output and the weights (averaged over heads unless average_attn_weights
 -- is false; nil when need_weights is false).
 local MHA = Module:extend("MultiheadAttention")
 A.MultiheadAttention = MHA
 function MHA:init(embed_dim, num_heads, opts)
   local name = "MultiheadAttention"
-  opts = options(name, opts, { bias = true, batch_first = true, dropout = true })
+  opts = options(name, opts, { bias = true, batch_first = true, dropout = true, kdim = true, vdim = true })
   self.embed_dim = int_arg(name, embed_dim, "embed_dim")
   self.num_heads = int_arg(name, num_heads, "num_heads")
+  self.kdim = int_arg(name, opts.kdim or embed_dim, "kdim")
+  self.vdim = int_arg(name, opts.vdim or embed_dim, "vdim")
   if embed_dim % num_heads ~= 0 then
     raise(name .. ": embed_dim (" .. embed_dim .. ") must be a multiple of num_heads (" .. num_heads .. ")")
   end
   self.head_dim = embed_dim / num_heads
   self.batch_first = opts.batch_first == true
   self.dropout = opts.dropout or 0
-  self.in_proj_weight = param(init.xavier_uniform_(dl.empty(3 * embed_dim, embed_dim)), "in_proj_weight")
+  if self.kdim == embed_dim and self.vdim == embed_dim then
+    self.in_proj_weight = param(init.xavier_uniform_(dl.empty(3 * embed_dim, embed_dim)), "in_proj_weight")
+  else
+    self.q_proj_weight = param(init.xavier_uniform_(dl.empty(embed_dim, embed_dim)), "q_proj_weight")
+    self.k_proj_weight = param(init.xavier_uniform_(dl.empty(embed_dim, self.kdim)), "k_proj_weight")
+    self.v_proj_weight = param(init.xavier_uniform_(dl.empty(embed_dim, self.vdim)), "v_proj_weight")
+  end
   if opts.bias ~= false then self.in_proj_bias = param(dl.zeros(3 * embed_dim), "in_proj_bias") end
   self.out_proj = L.Linear(embed_dim, embed_dim, { bias = opts.bias ~= false })
   if self.out_proj.bias then init.zeros_(self.out_proj.bias) end
@@ -162,8 +173,12 @@ function MHA:forward(query, key, value, opts)
     return self.batch_first and t or t:transpose(1, 2)
   end
   local q, k, v = batched(query), batched(key), batched(value)
-  if q:size(3) ~= E or k:size(3) ~= E or v:size(3) ~= E then
-    raise(name .. ": expected inputs with " .. E .. " features, got shapes " .. shapes)
+  if q:size(3) ~= E or k:size(3) ~= self.kdim or v:size(3) ~= self.vdim then
+    if self.kdim == E and self.vdim == E then
+      raise(name .. ": expected inputs with " .. E .. " features, got shapes " .. shapes)
+    end
+    raise(name .. ": expected a query with " .. E .. " features, a key with " .. self.kdim .. " (kdim) and a value with "
+          .. self.vdim .. " (vdim), got shapes " .. shapes)
   end
   local N, Lq, S = q:size(1), q:size(2), k:size(2)
   if k:size(1) ~= N or v:size(1) ~= N or v:size(2) ~= S then
@@ -173,8 +188,10 @@ function MHA:forward(query, key, value, opts)
           .. "of one length), got shapes " .. shapes)
   end
   local w, b = self.in_proj_weight, self.in_proj_bias
-  local function project(t, i, len)   -- (N, len, E) -> (N, H, len, hd)
-    local p = F.linear(t, w:narrow(1, (i - 1) * E + 1, E), b and b:narrow(1, (i - 1) * E + 1, E) or nil)
+  local sep = { self.q_proj_weight, self.k_proj_weight, self.v_proj_weight }
+  local function project(t, i, len)   -- (N, len, E (kdim, vdim)) -> (N, H, len, hd)
+    local wi = w and w:narrow(1, (i - 1) * E + 1, E) or sep[i]
+    local p = F.linear(t, wi, b and b:narrow(1, (i - 1) * E + 1, E) or nil)
     return p:reshape(N, len, H, hd):transpose(2, 3)
   end
   local qh, kh, vh = project(q, 1, Lq), project(k, 2, S), project(v, 3, S)
@@ -213,7 +230,9 @@ function MHA:forward(query, key, value, opts)
 end
 
 function MHA:extra_repr()
-  return fmt("", self.embed_dim, "", self.num_heads, "batch_first", self.batch_first, "dropout", self.dropout)
+  local E = self.embed_dim
+  return fmt("", E, "", self.num_heads, "kdim", self.kdim ~= E and self.kdim or nil, "vdim",
+             self.vdim ~= E and self.vdim or nil, "batch_first", self.batch_first, "dropout", self.dropout)
 end
 
 -- ---- TransformerEncoderLayer ---------------------------------------------------------------

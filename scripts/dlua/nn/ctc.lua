@@ -5,7 +5,8 @@
 --                               [, {blank = 1, reduction = "mean", zero_infinity = false}])
 --
 -- log_probs (T, N, C) are log-softmax outputs over C classes (class `blank` the blank),
--- targets (N, S) 1-based class numbers (each row's first target_lengths[n] used),
+-- targets (N, S) 1-based class numbers (each row's first target_lengths[n] used), or
+-- all of them concatenated (sum(target_lengths)), as PyTorch takes them too,
 -- input_lengths and target_lengths (N) lists or tensors. The loss of a sequence is minus
 -- the log of the summed probability of every alignment: the forward recursion over the
 -- targets interleaved with blanks (Graves et al. 2006), in log space, a step per time
@@ -49,6 +50,30 @@ local function shifted(x, k, fill)
   return dl.cat({ pad, x:narrow(2, 1, n - k) }, 2)
 end
 
+-- Concatenated targets (sum(lens)) as (N, max(lens)): each row its own targets, then
+-- copies of some given target (never read: the recursion moves only forward, and a row's
+-- loss is read at its length).
+local function padded_targets(op, targets, lens)
+  local ls, total, S = lens:totable(), 0, 0
+  for _, l in ipairs(ls) do
+    if l < 0 then raise(op .. ": target_lengths must be >= 0, got " .. l) end
+    total, S = total + l, l > S and l or S
+  end
+  if targets:numel() ~= total then
+    raise(op .. ": expected concatenated targets of sum(target_lengths) = " .. total .. " elements, got shape "
+          .. shape_str(targets.shape))
+  end
+  if S == 0 then return targets:reshape(#ls, 0) end
+  local at, start = {}, 0
+  for n, l in ipairs(ls) do
+    local row = {}
+    for j = 1, S do row[j] = start + (j <= l and j or (l > 0 and l or 1)) end   -- (clamped below)
+    at[n], start = row, start + l
+  end
+  local idx = dl.tensor(at, { dtype = "int64", device = targets.device }):clamp(1, total)
+  return targets:index_select(1, idx:reshape(-1)):reshape(#ls, S)
+end
+
 function F.ctc_loss(log_probs, targets, input_lengths, target_lengths, opts)
   local op = "ctc_loss"
   check(op, log_probs)
@@ -56,8 +81,9 @@ function F.ctc_loss(log_probs, targets, input_lengths, target_lengths, opts)
   opts = options(op, opts, { blank = true, reduction = true, zero_infinity = true })
   if log_probs:dim() ~= 3 then raise(op .. ": expected log_probs (T, N, C), got shape " .. shape_str(log_probs.shape)) end
   local Tn, N, Cn = log_probs:size(1), log_probs:size(2), log_probs:size(3)
-  if targets:dim() ~= 2 or targets:size(1) ~= N then
-    raise(op .. ": expected targets (N, S) with N = " .. N .. ", got shape " .. shape_str(targets.shape))
+  if targets:dim() ~= 1 and (targets:dim() ~= 2 or targets:size(1) ~= N) then
+    raise(op .. ": expected targets (N, S) with N = " .. N .. ", or 1-D (sum(target_lengths)), got shape "
+          .. shape_str(targets.shape))
   end
   local blank = opts.blank or 1
   if type(blank) ~= "number" or blank < 1 or blank > Cn then
@@ -70,6 +96,7 @@ function F.ctc_loss(log_probs, targets, input_lengths, target_lengths, opts)
   local dev = log_probs.device
   local in_len = lengths(op, input_lengths, N, "input_lengths", dev)
   local tg_len = lengths(op, target_lengths, N, "target_lengths", dev)
+  if targets:dim() == 1 then targets = padded_targets(op, targets, tg_len) end
   local S = targets:size(2)
   if N > 0 and (in_len:max():item() > Tn or in_len:min():item() < 0 or tg_len:max():item() > S or tg_len:min():item() < 0) then
     raise(op .. ": lengths must lie in 0.." .. Tn .. " (inputs) and 0.." .. S .. " (targets)")

@@ -635,12 +635,25 @@ local BatchNorm3d = BatchNorm:extend("BatchNorm3d")
 BatchNorm3d._dims = { 5, 5 }
 L.BatchNorm3d = BatchNorm3d
 
--- Embedding(n, d [, {padding_idx}]): rows of an (n, d) table at 1-based indices; the
--- padding row (1-based) starts at zero and gets no gradient.
+-- Embedding(n, d [, {padding_idx, max_norm, norm_type = 2}]): rows of an (n, d) table at
+-- 1-based indices; the padding row (1-based) starts at zero and gets no gradient. With
+-- max_norm, each call first renormalises the weight rows it looks up, in place, to a
+-- norm_type norm of at most max_norm (F.embedding's, as PyTorch's).
 local Embedding = Module:extend("Embedding")
 L.Embedding = Embedding
+local function norm_opts(name, opts)
+  local max_norm, p = opts.max_norm, opts.norm_type
+  if max_norm ~= nil and (type(max_norm) ~= "number" or not (max_norm >= 0)) then
+    raise(name .. ": max_norm must be a number >= 0, got " .. tostring(max_norm))
+  end
+  if p ~= nil and (type(p) ~= "number" or p ~= p) then
+    raise(name .. ": norm_type must be a number, got " .. tostring(p))
+  end
+  return max_norm, p
+end
 function Embedding:init(n, d, opts)
-  opts = options("Embedding", opts, { padding_idx = true })
+  opts = options("Embedding", opts, { padding_idx = true, max_norm = true, norm_type = true })
+  self.max_norm, self.norm_type = norm_opts("Embedding", opts)
   self.num_embeddings = int_arg("Embedding", n, "num_embeddings")
   self.embedding_dim = int_arg("Embedding", d, "embedding_dim")
   local pad = opts.padding_idx
@@ -657,21 +670,27 @@ function Embedding:init(n, d, opts)
 end
 function Embedding:forward(idx)
   check_tensor("Embedding", idx)
-  return F.embedding(idx, self.weight, self.padding_idx)
+  if self.max_norm == nil then return F.embedding(idx, self.weight, self.padding_idx) end
+  return F.embedding(idx, self.weight, { padding_idx = self.padding_idx, max_norm = self.max_norm,
+                                         norm_type = self.norm_type })
 end
 function Embedding:extra_repr()
-  return fmt("", self.num_embeddings, "", self.embedding_dim, "padding_idx", self.padding_idx)
+  return fmt("", self.num_embeddings, "", self.embedding_dim, "padding_idx", self.padding_idx,
+             "max_norm", self.max_norm, "norm_type", self.norm_type ~= 2 and self.norm_type or nil)
 end
 
--- nn.Embedding.from_pretrained(weights (n, d) [, {freeze = true, padding_idx}]): an
--- Embedding holding a copy of weights, frozen unless freeze = false (PyTorch's).
+-- nn.Embedding.from_pretrained(weights (n, d) [, {freeze = true, padding_idx, max_norm,
+-- norm_type}]): an Embedding holding a copy of weights (its padding row, dtype and
+-- device too), frozen unless freeze = false (PyTorch's).
 function Embedding.from_pretrained(weights, opts)
   local name = "Embedding.from_pretrained"
   check_tensor(name, weights)
   if weights:dim() ~= 2 then raise(name .. ": expected weights of 2 dims (n, d), got shape " .. shape_str(weights)) end
-  opts = options(name, opts, { freeze = true, padding_idx = true })
-  local e = Embedding(weights:size(1), weights:size(2), { padding_idx = opts.padding_idx })
-  dl.no_grad(function() e.weight:copy_(weights) end)
+  opts = options(name, opts, { freeze = true, padding_idx = true, max_norm = true, norm_type = true })
+  norm_opts(name, opts)
+  local e = Embedding(weights:size(1), weights:size(2), { padding_idx = opts.padding_idx, max_norm = opts.max_norm,
+                                                          norm_type = opts.norm_type })
+  e.weight = param(weights:detach():clone(), "weight")   -- (of the weights' dtype and device)
   if opts.freeze ~= false then e.weight:requires_grad_(false) end
   return e
 end

@@ -37,9 +37,12 @@ local function rnn_step(gi, h, w_hh, b_hh, relu)
   return dl.tanh(y)
 end
 
--- The gates' pointwise math (c' = f c + i g, h' = o tanh(c')) is one fused op.
-local function lstm_step(gi, h, c, w_hh, b_hh)
-  return F.lstm_gates(gi + F.linear(h, w_hh, b_hh), c)
+-- The gates' pointwise math (c' = f c + i g, h' = o tanh(c')) is one fused op. With
+-- w_hr (proj_size, hidden), h' is projected: o tanh(c') W_hr^T.
+local function lstm_step(gi, h, c, w_hh, b_hh, w_hr)
+  local h1, c1 = F.lstm_gates(gi + F.linear(h, w_hh, b_hh), c)
+  if w_hr ~= nil then h1 = F.linear(h1, w_hr) end
+  return h1, c1
 end
 
 -- h' = n + z (h - n), n = tanh(x_n + r (h_n)).
@@ -150,20 +153,31 @@ GRUCell.extra_repr = cell_repr
 -- ---- layers over a sequence -------------------------------------------------------------------
 
 local LAYER_OPTS = { num_layers = true, bias = true, batch_first = true, dropout = true, bidirectional = true,
-                     nonlinearity = true }
+                     nonlinearity = true, proj_size = true }
 
 -- A layer of kind "RNN", "LSTM" or "GRU": opts num_layers (1), bias (true),
 -- batch_first (false: input (L, N, in)), dropout (0: between layers, when training),
--- bidirectional (false), nonlinearity (RNN: "tanh" or "relu").
+-- bidirectional (false), nonlinearity (RNN: "tanh" or "relu"), proj_size (LSTM: 0, or
+-- p < hidden: each layer's h projected to p by weight_hr_l{k} (p, hidden), so h, the
+-- output and the next layer's input have p features a direction; c keeps hidden).
 local function layer_class(name, gates)
   local cls = Module:extend(name)
   R[name] = cls
   function cls:init(in_size, hidden, opts)
     opts = options(name, opts, LAYER_OPTS)
     if name ~= "RNN" and opts.nonlinearity ~= nil then raise(name .. ": unknown option 'nonlinearity'") end
+    if name ~= "LSTM" and opts.proj_size ~= nil and opts.proj_size ~= 0 then
+      raise(name .. ": proj_size is only supported for LSTM, not RNN or GRU")
+    end
     self.nonlinearity = name == "RNN" and nonlinearity_of(name, opts) or nil
     self.input_size = int_arg(name, in_size, "input_size")
     self.hidden_size = int_arg(name, hidden, "hidden_size")
+    local proj = opts.proj_size or 0
+    int_arg(name, proj, "proj_size", 0)
+    if proj >= hidden then
+      raise(name .. ": proj_size must be smaller than hidden_size (" .. hidden .. "), got " .. proj)
+    end
+    self.proj_size = proj
     self.num_layers = int_arg(name, opts.num_layers or 1, "num_layers")
     self.batch_first = opts.batch_first == true
     self.bidirectional = opts.bidirectional == true
@@ -173,23 +187,25 @@ local function layer_class(name, gates)
     self.dropout = p
     local dirs = self.bidirectional and 2 or 1
     local k = 1 / sqrt(hidden)
+    local out_size = proj > 0 and proj or hidden
     for l = 0, self.num_layers - 1 do
-      local in_l = l == 0 and in_size or hidden * dirs
+      local in_l = l == 0 and in_size or out_size * dirs
       for d = 1, dirs do
         local sfx = "_l" .. l .. (d == 2 and "_reverse" or "")
         self["weight_ih" .. sfx] = param(uniform({ gates * hidden, in_l }, k), "weight_ih" .. sfx)
-        self["weight_hh" .. sfx] = param(uniform({ gates * hidden, hidden }, k), "weight_hh" .. sfx)
+        self["weight_hh" .. sfx] = param(uniform({ gates * hidden, out_size }, k), "weight_hh" .. sfx)
         if self.bias then
           self["bias_ih" .. sfx] = param(uniform({ gates * hidden }, k), "bias_ih" .. sfx)
           self["bias_hh" .. sfx] = param(uniform({ gates * hidden }, k), "bias_hh" .. sfx)
         end
+        if proj > 0 then self["weight_hr" .. sfx] = param(uniform({ proj, hidden }, k), "weight_hr" .. sfx) end
       end
     end
   end
   cls.extra_repr = function(self)
-    return fmt("", self.input_size, "", self.hidden_size, "num_layers", self.num_layers, "batch_first",
-               self.batch_first, "bidirectional", self.bidirectional, "dropout", self.dropout,
-               "nonlinearity", self.nonlinearity)
+    return fmt("", self.input_size, "", self.hidden_size, "proj_size", self.proj_size > 0 and self.proj_size or nil,
+               "num_layers", self.num_layers, "batch_first", self.batch_first, "bidirectional", self.bidirectional,
+               "dropout", self.dropout, "nonlinearity", self.nonlinearity)
   end
   return cls
 end
@@ -211,7 +227,7 @@ end
 
 -- Runs the layers: x (L, N, in) or batch-first, or unbatched (L, in), or a
 -- PackedSequence; h0 (and c0) of
--- shape (num_layers x directions, N, hidden), zeros when nil. Returns the last
+-- shape (num_layers x directions, N, hidden (h0: proj_size if set)), zeros when nil. Returns the last
 -- layer's outputs at every step (both directions side by side), and the final states.
 local function run(self, name, x, h0, c0)
   -- A PackedSequence (dlua.nn.packing): run padded, each sequence held at its last step
@@ -249,10 +265,13 @@ local function run(self, name, x, h0, c0)
   end
   local steps, N, H = x:size(1), x:size(2), self.hidden_size
   local dirs = self.bidirectional and 2 or 1
-  local sshape = unbatched and { self.num_layers * dirs, H } or { self.num_layers * dirs, N, H }
-  h0 = state_or_zeros(name, "h0", h0, sshape, x)
+  local P = self.proj_size > 0 and self.proj_size or H
+  local function state_shape(size)
+    return unbatched and { self.num_layers * dirs, size } or { self.num_layers * dirs, N, size }
+  end
+  h0 = state_or_zeros(name, "h0", h0, state_shape(P), x)
   local lstm = name == "LSTM"
-  if lstm then c0 = state_or_zeros(name, "c0", c0, sshape, x) end
+  if lstm then c0 = state_or_zeros(name, "c0", c0, state_shape(H), x) end
   if unbatched then
     h0 = h0:unsqueeze(2)
     if lstm then c0 = c0:unsqueeze(2) end
@@ -264,7 +283,7 @@ local function run(self, name, x, h0, c0)
     local outs = {}
     for d = 1, dirs do
       local sfx = "_l" .. l .. (d == 2 and "_reverse" or "")
-      local w_hh, b_hh = self["weight_hh" .. sfx], self["bias_hh" .. sfx]
+      local w_hh, b_hh, w_hr = self["weight_hh" .. sfx], self["bias_hh" .. sfx], self["weight_hr" .. sfx]
       local gi_all = F.linear(input, self["weight_ih" .. sfx], self["bias_ih" .. sfx])   -- (L, N, gates H)
       -- RNN and LSTM add b_hh to every step's gates: once for the sequence instead
       -- (GRU's sits inside r * (h W_hn^T + b_hn)).
@@ -278,7 +297,7 @@ local function run(self, name, x, h0, c0)
         local gi = gis[t]
         local h1, c1
         if lstm then
-          h1, c1 = lstm_step(gi, h, c, w_hh, b_hh)
+          h1, c1 = lstm_step(gi, h, c, w_hh, b_hh, w_hr)
         elseif name == "GRU" then
           h1 = gru_step(gi, h, w_hh, b_hh, H)
         else
