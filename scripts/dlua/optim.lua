@@ -1,4 +1,5 @@
--- dlua.optim: optimizers and learning-rate schedules, as dl.optim (docs/training.md).
+-- dlua.optim: optimizers and learning-rate schedules (optim_schedules.lua), as dl.optim
+-- (docs/training.md).
 --
 --   local opt = dl.optim.Adam{lr = 1e-3}
 --   local loss, grads = dl.implicit_value_and_grad(loss_fn)()
@@ -6,6 +7,7 @@
 --   opt:step(net:parameters(), gs)                -- or parallel tables
 --   opt:minimize(function() return loss_fn() end) -- or both at once; returns the loss
 --   local sched = dl.optim.StepLR(opt, 10, 0.1)   -- sched:step() once per epoch
+--   dl.optim.SGD{params = {{params = net.body, lr = 1e-4}, {params = net.head}}, lr = 1e-2}
 --
 -- The update rules are PyTorch's (torch/optim/*.py of 1.13, the single-tensor code
 -- paths), operation for operation, so that runs match to float rounding
@@ -54,11 +56,112 @@ local function number_opt(name, opts, key, default, min)
   return v
 end
 
+local function check_lr(name, lr)
+  if type(lr) ~= "number" and type(lr) ~= "function" then
+    raise(name .. ": lr must be a number or a function of the step, got " .. typename(lr))
+  end
+  if type(lr) == "number" and lr < 0 then raise(name .. ": lr must be >= 0, got " .. lr) end
+end
+
+-- Sets the options of `into` (an optimizer, or one of its param groups) from opts, checked;
+-- an option that opts leaves out comes from `base` (a group's optimizer) or the defaults.
+local function set_options(name, cls, opts, into, base)
+  local defaults = cls._defaults
+  local lr = opts.lr
+  if lr == nil then lr = base and base.lr or defaults.lr end
+  check_lr(name, lr)
+  into.lr = lr
+  for k, d in pairs(defaults) do
+    if k ~= "lr" then
+      local v = opts[k]
+      if v == nil and base then into[k] = base[k]
+      elseif type(d) == "number" then into[k] = number_opt(name, opts, k, d, 0)
+      elseif type(d) == "boolean" then
+        if v ~= nil and type(v) ~= "boolean" then raise(name .. ": " .. k .. " must be a boolean, got " .. typename(v)) end
+        if v == nil then v = d end
+        into[k] = v
+      else
+        into[k] = v == nil and d or v
+      end
+    end
+  end
+  cls._check(into, name)
+end
+
+local function unknown_options(name, defaults, opts, where)
+  for k in pairs(opts) do
+    if defaults[k] == nil and k ~= "params" and k ~= "lr" then
+      raise(name .. ": unknown option '" .. tostring(k) .. "'" .. (where or ""))
+    end
+  end
+end
+
+-- The Variables of a params option: a module's parameters, a Variable, or a list of
+-- Variables or of {name, Variable} pairs (named_parameters()).
+local function variables_of(name, ps)
+  if Module.is_module(ps) then ps = ps:parameters() end
+  if is_tensor(ps) then return { ps } end
+  if type(ps) ~= "table" then bad_arg(name, "a list of Variables or a module for params", ps) end
+  local out = {}
+  for i, p in ipairs(ps) do
+    if type(p) == "table" and is_tensor(p[2]) then p = p[2] end   -- named_parameters()
+    if not is_tensor(p) then raise(name .. ": params[" .. i .. "] is a " .. typename(p) .. ", expected a Variable") end
+    out[i] = p
+  end
+  return out
+end
+
+-- A param group as PyTorch's: a plain table of params and options (a {name, Variable}
+-- pair of named_parameters() is not one).
+local function is_group(e)
+  return type(e) == "table" and getmetatable(e) == nil and not is_tensor(e[2])
+end
+
+local function var_name(v)
+  return v.name and (" (" .. v.name .. ")") or ""
+end
+
+-- params = {{params = ..., <options>}, ...}: each group's options are the optimizer's
+-- but for those it gives; the variables are numbered in the order of the groups.
+local function make_groups(self, name, list)
+  local groups, owner, index = {}, {}, {}
+  for i, spec in ipairs(list) do
+    local where = name .. ": param group " .. i
+    if not is_group(spec) then
+      raise(name .. ": params mixes param groups with other values (params[" .. i .. "] is a " .. typename(spec) .. ")")
+    end
+    if spec.params == nil then raise(where .. " has no params") end
+    unknown_options(name, self._defaults, spec, " in param group " .. i)
+    local group = {}
+    set_options(where, getmetatable(self), spec, group, self)
+    group.params = variables_of(where, spec.params)
+    for _, v in ipairs(group.params) do
+      local other = index[v]
+      if other and other ~= i then
+        raise(name .. ": a variable" .. var_name(v) .. " is in param groups " .. other .. " and " .. i)
+      end
+      index[v], owner[v] = i, group
+      self:_position(v)
+    end
+    groups[i] = group
+  end
+  self.param_groups, self._group, self._grouped = groups, owner, true
+end
+
 -- An optimizer class: `defaults` maps each option to its default (nil: the option is
--- required), `check(self)` validates the options, `update(self, p, g, state, lr)` is the
--- rule for one variable.
+-- required), `check(self)` validates the options, `update(group, p, g, state, lr)` is
+-- the rule for one variable, with the options of its group (the optimizer itself when
+-- it has no param groups).
+--
+-- opt.param_groups is PyTorch's: with params given as groups, a table of each group's
+-- options and params, which a step reads afresh (opt.param_groups[2].lr = 1e-4 between
+-- steps works); a variable outside every group is an error, where PyTorch's step would
+-- pass it by. Without groups, the one group is the optimizer itself (opt.lr is
+-- opt.param_groups[1].lr), which updates every variable it is given.
+-- maximize (where PyTorch 1.13 has it) negates each gradient first, as PyTorch's.
 local function class(name, defaults, check, update)
-  local cls = setmetatable({ __name = name, _update = update }, { __index = Optimizer })
+  local cls = setmetatable({ __name = name, _update = update, _defaults = defaults, _check = check },
+                           { __index = Optimizer })
   cls.__index = cls
   cls.__tostring = function(self)
     local keys = {}
@@ -76,41 +179,16 @@ local function class(name, defaults, check, update)
     if opts == nil then opts = {} end
     if type(opts) ~= "table" then bad_arg(name, "an options table", opts) end
     local self = setmetatable({ iterations = 0, _state = {}, _pos = {}, _vars = {}, _pending = {} }, cls)
-    for k in pairs(opts) do
-      if defaults[k] == nil and k ~= "params" and k ~= "lr" then
-        raise(name .. ": unknown option '" .. tostring(k) .. "'")
+    unknown_options(name, defaults, opts)
+    set_options(name, cls, opts, self)
+    local ps = opts.params
+    if type(ps) == "table" and not Module.is_module(ps) and #ps > 0 and is_group(ps[1]) then
+      make_groups(self, name, ps)
+    else
+      if ps ~= nil then
+        for _, p in ipairs(variables_of(name, ps)) do self:_position(p) end
       end
-    end
-    local lr = opts.lr
-    if lr == nil then lr = defaults.lr end
-    if type(lr) ~= "number" and type(lr) ~= "function" then
-      raise(name .. ": lr must be a number or a function of the step, got " .. typename(lr))
-    end
-    if type(lr) == "number" and lr < 0 then raise(name .. ": lr must be >= 0, got " .. lr) end
-    self.lr = lr
-    for k, d in pairs(defaults) do
-      if k ~= "lr" then
-        if type(d) == "number" then self[k] = number_opt(name, opts, k, d, 0)
-        elseif type(d) == "boolean" then
-          local v = opts[k]
-          if v ~= nil and type(v) ~= "boolean" then raise(name .. ": " .. k .. " must be a boolean, got " .. typename(v)) end
-          if v == nil then v = d end
-          self[k] = v
-        else
-          self[k] = opts[k] == nil and d or opts[k]
-        end
-      end
-    end
-    check(self, name)
-    if opts.params ~= nil then
-      local ps = opts.params
-      if Module.is_module(ps) then ps = ps:parameters() end
-      if type(ps) ~= "table" then bad_arg(name, "a list of Variables or a module for params", ps) end
-      for i, p in ipairs(ps) do
-        if type(p) == "table" and is_tensor(p[2]) then p = p[2] end   -- named_parameters()
-        if not is_tensor(p) then raise(name .. ": params[" .. i .. "] is a " .. typename(p) .. ", expected a Variable") end
-        self:_position(p)
-      end
+      self.param_groups, self.params = { self }, self._vars
     end
     return self
   end
@@ -149,14 +227,32 @@ end
 
 -- ---- applying gradients ---------------------------------------------------------------------------
 
-function Optimizer:current_lr()
-  local lr = self.lr
+local function lr_of(self, group)
+  local lr = group.lr
   if type(lr) == "function" then
     lr = lr(self.iterations)
     if is_tensor(lr) then lr = lr:item() end
     if type(lr) ~= "number" then raise(self.__name .. ": the lr function returned a " .. typename(lr)) end
+  elseif type(lr) ~= "number" then
+    raise(self.__name .. ": lr must be a number or a function of the step, got " .. typename(lr))
   end
   return lr
+end
+
+-- The lr of this step: a number, or with param groups a list (one per group).
+function Optimizer:current_lr()
+  if not self._grouped then return lr_of(self, self) end
+  local out = {}
+  for i, g in ipairs(self.param_groups) do out[i] = lr_of(self, g) end
+  return out
+end
+
+-- This step's lr: a number, or with param groups a table group -> lr.
+local function step_lrs(self)
+  if not self._grouped then return lr_of(self, self) end
+  local out = {}
+  for _, g in ipairs(self.param_groups) do out[g] = lr_of(self, g) end
+  return out
 end
 
 local function apply_one(self, g, v, lr)
@@ -164,10 +260,20 @@ local function apply_one(self, g, v, lr)
   if not is_tensor(g) then raise(self.__name .. ": expected a gradient tensor, got " .. typename(g)) end
   if C.dl_numel(g) ~= C.dl_numel(v) then
     raise(self.__name .. ": gradient of shape " .. shape_str(g) .. " for a variable of shape " .. shape_str(v)
-          .. (v.name and (" (" .. v.name .. ")") or ""))
+          .. var_name(v))
+  end
+  local group = self
+  if self._grouped then
+    group = self._group[v]
+    if group == nil then
+      raise(self.__name .. ": a variable" .. var_name(v) .. " of shape " .. shape_str(v) .. " is in none of the "
+            .. "param groups: add it to one, or leave its gradient out")
+    end
+    lr = lr[group]
   end
   local pos = self._pos[v] or self:_position(v)
-  self:_update(v, g, self._state[pos], lr)
+  if group.maximize then g = -g end
+  self._update(group, v, g, self._state[pos], lr)
 end
 
 local function apply_pairs(self, gv, lr)
@@ -189,7 +295,7 @@ end
 -- The {grad, variable} pairs of dl.implicit_grad (a nil grad skips its variable).
 function Optimizer:apply_gradients(gv)
   if type(gv) ~= "table" then bad_arg("apply_gradients", "a list of {gradient, variable} pairs", gv) end
-  dl.no_grad(apply_pairs, self, gv, self:current_lr())
+  dl.no_grad(apply_pairs, self, gv, step_lrs(self))
   self.iterations = self.iterations + 1
 end
 
@@ -202,7 +308,7 @@ function Optimizer:step(params, grads)
   if #grads > #params then   -- fewer is fine: a nil gradient (a hole) skips its variable
     raise("step: " .. #params .. " variables but " .. #grads .. " gradients")
   end
-  dl.no_grad(apply_parallel, self, params, grads, self:current_lr())
+  dl.no_grad(apply_parallel, self, params, grads, step_lrs(self))
   self.iterations = self.iterations + 1
 end
 
@@ -229,10 +335,27 @@ end
 -- ---- state ---------------------------------------------------------------------------------------
 
 -- "class" names the optimizer's type, so that a state is not given to another type (an
--- Adam's lr and moments to an SGD); states saved without it still load.
+-- Adam's lr and moments to an SGD); states saved without it still load. With param
+-- groups, "param_groups.<i>.<option>" holds each group's options (a pair such as betas
+-- as "<option>.1" and "<option>.2"), and there is no "lr".
 function Optimizer:state_dict()
   local sd = { class = self.__name, iterations = self.iterations }
-  if type(self.lr) == "number" then sd.lr = self.lr end
+  if self._grouped then
+    for i, group in ipairs(self.param_groups) do
+      local at = "param_groups." .. i .. "."
+      if type(group.lr) == "number" then sd[at .. "lr"] = group.lr end
+      for k in pairs(self._defaults) do
+        local v = group[k]
+        if type(v) == "table" then
+          for j = 1, #v do sd[at .. k .. "." .. j] = v[j] end
+        elseif k ~= "lr" then
+          sd[at .. k] = v
+        end
+      end
+    end
+  elseif type(self.lr) == "number" then
+    sd.lr = self.lr
+  end
   for pos, st in entries(self._state) do
     for k, v in entries(st) do
       if k:sub(1, 1) ~= "_" then sd["state." .. pos .. "." .. k] = v end
@@ -244,11 +367,39 @@ function Optimizer:state_dict()
   return sd
 end
 
+-- The groups' options of a state dict, checked: group index -> the group's new options
+-- (a copy of the group's table).
+local function restored_groups(self, name, changes)
+  local out = {}
+  for i, ch in pairs(changes) do
+    local group = self.param_groups[i]
+    local new = {}
+    for k, v in pairs(group) do new[k] = v end
+    for k, v in pairs(ch) do
+      if type(v) == "table" then
+        local pair = {}
+        for j, x in ipairs(group[k]) do pair[j] = v[j] == nil and x or v[j] end
+        new[k] = pair
+      elseif k ~= "lr" or type(group.lr) == "number" then
+        new[k] = v
+      end
+    end
+    local where = name .. ": param group " .. i
+    if type(new.lr) == "number" then check_lr(where, new.lr) end
+    for k, d in pairs(self._defaults) do
+      if type(d) == "number" then number_opt(where, new, k, 0, 0) end
+    end
+    self._check(new, where)
+    out[i] = new
+  end
+  return out
+end
+
 -- Checks every entry, then replaces the whole state (all or nothing).
 function Optimizer:load_state_dict(sd)
   local name = self.__name .. ":load_state_dict"
   if type(sd) ~= "table" then bad_arg(name, "a state dict (a table)", sd) end
-  local states = {}
+  local states, changes = {}, {}
   local iterations, lr = self.iterations, self.lr
   local class = sd.class
   if class ~= nil and class ~= self.__name then
@@ -260,6 +411,7 @@ function Optimizer:load_state_dict(sd)
     raise(name .. ": the state is " .. an(class) .. "'s, this optimizer is " .. an(self.__name))
   end
   for k, v in pairs(sd) do
+    local gi, gkey, gj = smatch(tostring(k), "^param_groups%.(%d+)%.([%a_][%w_]*)%.?(%d*)$")
     if k == "class" then   -- (checked above)
     elseif k == "iterations" then
       if type(v) ~= "number" then raise(name .. ": \"iterations\" must be a number, got " .. typename(v)) end
@@ -267,6 +419,26 @@ function Optimizer:load_state_dict(sd)
     elseif k == "lr" then
       if type(v) ~= "number" then raise(name .. ": \"lr\" must be a number, got " .. typename(v)) end
       if type(lr) == "number" then lr = v end
+    elseif gi and self._grouped then
+      gi, gj = tonumber(gi), tonumber(gj)
+      local n = #self.param_groups
+      if gi < 1 or gi > n then
+        raise(name .. ": \"" .. k .. "\": the state has a param group " .. gi .. ", this optimizer has " .. n)
+      end
+      local d = gkey == "lr" and 0 or self._defaults[gkey]
+      if d == nil or (type(d) == "table") ~= (gj ~= nil) or (gj and (gj < 1 or gj > #d)) then
+        raise(name .. ": unexpected key \"" .. k .. "\"")
+      end
+      local want = type(d) == "table" and "number" or type(d)
+      if type(v) ~= want then raise(name .. ": \"" .. k .. "\" must be a " .. want .. ", got " .. typename(v)) end
+      local ch = changes[gi] or {}
+      changes[gi] = ch
+      if gj then
+        ch[gkey] = ch[gkey] or {}
+        ch[gkey][gj] = v
+      else
+        ch[gkey] = v
+      end
     else
       local pos, key = smatch(tostring(k), "^state%.(%d+)%.([%w_]+)$")
       if not pos then raise(name .. ": unexpected key \"" .. tostring(k) .. "\"") end
@@ -283,6 +455,7 @@ function Optimizer:load_state_dict(sd)
       states[pos][key] = v
     end
   end
+  local groups = restored_groups(self, name, changes)
   -- Copies, so that the state never aliases the tensors handed in.
   local copies = dl.no_grad(function()
     local out = {}
@@ -294,6 +467,11 @@ function Optimizer:load_state_dict(sd)
     return out
   end)
   self.iterations, self.lr = iterations, lr
+  -- (the group tables stay the same, for those who hold one)
+  for i, new in pairs(groups) do
+    local group = self.param_groups[i]
+    for k, v in pairs(new) do group[k] = v end
+  end
   self._state, self._pending = {}, {}
   for pos, var in ipairs(self._vars) do
     local st = copies[pos] or {}
@@ -347,7 +525,7 @@ end
 -- SGD: d = g + wd p; buf = mom buf + (1 - dampening) d (d on the first step);
 -- d = d + mom buf (nesterov) or buf; p = p - lr d. One fused pass over p, g and buf
 -- (tensor/optim_functors.h has the rule, in PyTorch's order of operations).
-class("SGD", { lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false },
+class("SGD", { lr = 0.01, momentum = 0, dampening = 0, weight_decay = 0, nesterov = false, maximize = false },
   function(self, name)
     if self.nesterov and (self.momentum <= 0 or self.dampening ~= 0) then
       raise(name .. ": nesterov momentum needs momentum > 0 and dampening 0")
@@ -411,15 +589,17 @@ local function adam_check(self, name)
   if self.eps < 0 or self.weight_decay < 0 then raise(name .. ": eps and weight_decay must be >= 0") end
 end
 
-class("Adam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0, amsgrad = false },
+class("Adam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0, amsgrad = false, maximize = false },
       adam_check, adam_update(false))
-class("AdamW", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 1e-2, amsgrad = false },
+class("AdamW", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 1e-2, amsgrad = false,
+                 maximize = false },
       adam_check, adam_update(true))
 
 -- RMSprop: s = a s + (1 - a) g^2; centered: m = a m + (1 - a) g, d = sqrt(s - m^2) + eps,
 -- else d = sqrt(s) + eps; with momentum: buf = mom buf + g / d, p = p - lr buf;
 -- else p = p - lr g / d.
-class("RMSprop", { lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0, centered = false },
+class("RMSprop", { lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0, centered = false,
+                   maximize = false },
   nonneg_check({ "alpha", "eps", "weight_decay", "momentum" }),
   function(self, p, g, st, lr)
     local a, mom = self.alpha, self.momentum
@@ -454,7 +634,8 @@ class("RMSprop", { lr = 1e-2, alpha = 0.99, eps = 1e-8, weight_decay = 0, moment
 
 -- Adagrad: s = s + g^2 (s starts at initial_accumulator_value); p = p - clr g /
 -- (sqrt(s) + eps), clr = lr / (1 + (t - 1) lr_decay); weight decay added to g.
-class("Adagrad", { lr = 1e-2, lr_decay = 0, weight_decay = 0, initial_accumulator_value = 0, eps = 1e-10 },
+class("Adagrad", { lr = 1e-2, lr_decay = 0, weight_decay = 0, initial_accumulator_value = 0, eps = 1e-10,
+                   maximize = false },
   nonneg_check({ "lr_decay", "weight_decay", "initial_accumulator_value", "eps" }),
   function(self, p, g, st, lr)
     g = decayed(st, p, g, self.weight_decay, true)
@@ -489,7 +670,7 @@ end
 
 -- Adadelta: s = rho s + (1 - rho) g^2; d = sqrt(u + eps) / sqrt(s + eps) g;
 -- u = rho u + (1 - rho) d^2; p = p - lr d (weight decay added to g).
-class("Adadelta", { lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0 },
+class("Adadelta", { lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0, maximize = false },
   function(self, name)
     if self.rho > 1 then raise(name .. ": rho must be in [0, 1], got " .. self.rho) end
   end,
@@ -510,7 +691,7 @@ class("Adadelta", { lr = 1.0, rho = 0.9, eps = 1e-6, weight_decay = 0 },
   end)
 
 -- Adamax: m = b1 m + (1 - b1) g; u = max(b2 u, |g| + eps); p = p - lr / (1 - b1^t) m / u.
-class("Adamax", { lr = 2e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0 }, adam_check,
+class("Adamax", { lr = 2e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0, maximize = false }, adam_check,
   function(self, p, g, st, lr)
     g = decayed(st, p, g, self.weight_decay, true)
     local m, u = st.exp_avg, st.exp_inf
@@ -574,6 +755,59 @@ class("RAdam", { lr = 1e-3, betas = { 0.9, 0.999 }, eps = 1e-8, weight_decay = 0
     end
   end)
 
+-- Rprop: the step size of each element grows by etas[2] while its gradient keeps its
+-- sign and shrinks by etas[1] when it flips (within step_sizes), and the element moves
+-- by it against the gradient's sign; after a flip the gradient counts as 0 (no move, and
+-- no flip seen at the next step). lr is only the first step size.
+class("Rprop", { lr = 1e-2, etas = { 0.5, 1.2 }, step_sizes = { 1e-6, 50 }, maximize = false },
+  function(self, name)
+    local e, s = self.etas, self.step_sizes
+    if type(e) ~= "table" or type(e[1]) ~= "number" or type(e[2]) ~= "number" or #e ~= 2
+       or not (e[1] > 0 and e[1] < 1 and e[2] > 1) then
+      raise(name .. ": etas must be two numbers, 0 < etas[1] < 1 < etas[2], got "
+            .. (type(e) == "table" and "{" .. concat(e, ", ") .. "}" or typename(e)))
+    end
+    if type(s) ~= "table" or type(s[1]) ~= "number" or type(s[2]) ~= "number" or #s ~= 2
+       or not (s[1] >= 0 and s[1] <= s[2]) then
+      raise(name .. ": step_sizes must be two numbers, 0 <= min <= max, got "
+            .. (type(s) == "table" and "{" .. concat(s, ", ") .. "}" or typename(s)))
+    end
+  end,
+  function(self, p, g, st, lr)
+    local prev, size = st.prev, st.step_size
+    if prev == nil then
+      prev, size = dl.zeros_like(p), dl.full_like(p, lr)
+      st.prev, st.step_size, st.step = prev, size, 0
+    end
+    st.step = st.step + 1
+    local sign = (g * prev):sign()
+    sign:masked_fill_(sign:gt(0), self.etas[2]):masked_fill_(sign:lt(0), self.etas[1]):masked_fill_(sign:eq(0), 1)
+    size:mul_(sign):clamp_(self.step_sizes[1], self.step_sizes[2])
+    -- (sign < 1 where it is etas[1], compared in the tensor's dtype as PyTorch's eq)
+    local d = g:clone():masked_fill_(sign:lt(1), 0)
+    p:addcmul_(d:sign(), size, { value = -1 })
+    prev:copy_(d)
+  end)
+
+-- ASGD: p = p (1 - lambd eta) - eta g (weight decay added to g); ax, the average of p
+-- over the steps after t0 (p itself before), is kept in the state; then eta = lr /
+-- (1 + lambd lr t)^alpha and mu = 1 / max(1, t - t0) for the next step. eta and mu are
+-- rounded to float32, as PyTorch's state tensors hold them.
+class("ASGD", { lr = 1e-2, lambd = 1e-4, alpha = 0.75, t0 = 1e6, weight_decay = 0, maximize = false },
+  function() end,
+  function(self, p, g, st, lr)
+    if st.ax == nil then st.step, st.eta, st.mu, st.ax = 0, f32(lr), 1, dl.zeros_like(p) end
+    local t = st.step + 1
+    st.step = t
+    g = decayed(st, p, g, self.weight_decay, false)
+    local eta, ax = st.eta, st.ax
+    p:mul_(1 - self.lambd * eta)
+    p:add_(scratch(st, "_t", p):copy_(g):mul_(-eta))
+    if st.mu ~= 1 then ax:add_((p - ax):mul_(st.mu)) else ax:copy_(p) end
+    st.eta = f32(lr / (1 + self.lambd * lr * t) ^ self.alpha)
+    st.mu = f32(1 / math.max(1, t - self.t0))
+  end)
+
 -- ---- L-BFGS ---------------------------------------------------------------------------------
 
 -- LBFGS{lr = 1, max_iter = 20, max_eval, tolerance_grad = 1e-7, tolerance_change = 1e-9,
@@ -615,6 +849,7 @@ function optim.LBFGS(opts)
     end
   end
   self.max_eval = number_opt(name, opts, "max_eval", floor(self.max_iter * 5 / 4), 1)
+  self.param_groups = { self }
   return self
 end
 
@@ -873,536 +1108,8 @@ function optim.clip_by_global_norm(grads, max_norm)
   return out, norm
 end
 
--- ---- learning-rate schedules -------------------------------------------------------------------
 
--- A schedule changes opt.lr at each sched:step() (once per epoch, as PyTorch's), from
--- the lr the optimizer had when its first schedule was made. Alone, it sets lr from its
--- closed form, a function of the epoch. Schedules stepped back to back on one optimizer
--- compose as PyTorch's: a schedule that finds lr changed since it last set it (by
--- another schedule, ReduceLROnPlateau or a hand) follows from then on its chainable form
--- (`_chain(lr, epoch)`, PyTorch's get_lr: the new lr from the current one), so that each
--- scales what the others set. The two forms agree but for rounding, which the closed
--- form does not gather over a long run. LambdaLR, CosineAnnealingWarmRestarts,
--- OneCycleLR and WarmupCosineLR have no chainable form: they set lr from the base lr,
--- over what the others set (PyTorch's do the same).
-local Schedule = {}
-Schedule.__index = Schedule
-
-local function schedule(name, lr_at, chain)
-  local cls = setmetatable({ __name = name }, { __index = Schedule })
-  cls.__index = cls
-  cls._lr_at, cls._chain = lr_at, chain
-  return cls
-end
-
--- Sets opt.lr for epoch e; returns it.
-function Schedule:_apply(e)
-  local opt = self.optimizer
-  local cur = opt.lr
-  if self._chain and cur ~= self._lr then
-    if type(cur) ~= "number" then raise(self.__name .. ": the optimizer's lr must be a number, got " .. typename(cur)) end
-    self._chained = true
-  end
-  local lr
-  if self._chained then lr = self:_chain(cur, e) else lr = self:_lr_at(e) end
-  opt.lr, self._lr = lr, lr
-  return lr
-end
-
--- A schedule just made takes its first step, to epoch 0, as PyTorch's (which sets lr
--- for some: LinearLR's start factor); one made on an lr that another schedule has
--- changed is chained from the start.
-local function made(self)
-  self._lr = self.base_lr
-  self:_apply(0)
-  return self
-end
-
-function Schedule:step(epoch)
-  if epoch ~= nil then
-    raise(self.__name .. ":step takes no epoch (it counts them itself), got " .. tostring(epoch))
-  end
-  self.last_epoch = self.last_epoch + 1
-  return self:_apply(self.last_epoch)
-end
-
--- The lr this schedule set last (a later schedule may have changed opt.lr since).
-function Schedule:get_last_lr() return self._lr end
-
-function Schedule:state_dict()
-  return { last_epoch = self.last_epoch, base_lr = self.base_lr, epoch = self._epoch, lr = self._lr,
-           chained = self._chained }
-end
-
--- A chained schedule leaves opt.lr as it is: what it set depends on the others, and the
--- optimizer's own state dict has it (as PyTorch's).
-function Schedule:load_state_dict(sd)
-  if type(sd) ~= "table" or type(sd.last_epoch) ~= "number" or type(sd.base_lr) ~= "number"
-     or (sd.epoch ~= nil and type(sd.epoch) ~= "number") then
-    raise(self.__name .. ":load_state_dict: expected {last_epoch = n, base_lr = x}")
-  end
-  self.last_epoch, self.base_lr, self._epoch = sd.last_epoch, sd.base_lr, sd.epoch
-  self._chained = sd.chained == true or nil
-  if self._chained then
-    self._lr = type(sd.lr) == "number" and sd.lr or self.optimizer.lr
-  else
-    self._lr = self:_lr_at(sd.epoch or sd.last_epoch)
-    self.optimizer.lr = self._lr
-  end
-end
-
--- Checks opt; returns the lr a schedule starts from: the optimizer's lr when its first
--- schedule was made (PyTorch's initial_lr), so that a second schedule (SequentialLR's
--- parts) starts from the same lr as the first, whatever the first set since.
-local function schedule_opt(name, opt)
-  if type(opt) ~= "table" or getmetatable(opt) == nil or type(opt.apply_gradients) ~= "function" then
-    bad_arg(name, "an optimizer", opt)
-  end
-  if type(opt.lr) ~= "number" then raise(name .. ": the optimizer's lr must be a number, got " .. typename(opt.lr)) end
-  if opt.initial_lr == nil then opt.initial_lr = opt.lr end
-  return opt.initial_lr
-end
-
--- A number option of a schedule, checked: ok(v) says whether it may be v.
-local function schedule_number(name, what, v, default, ok, needs)
-  if v == nil then v = default end
-  if type(v) ~= "number" or not ok(v) then
-    raise(name .. ": " .. what .. " must be " .. needs .. ", got " .. tostring(v))
-  end
-  return v
-end
-local function positive(v) return v > 0 end
-local function nonneg(v) return v >= 0 end
-local function whole(v) return v >= 1 and v == floor(v) end
-local function whole0(v) return v >= 0 and v == floor(v) end
-local function any_number(v) return v == v end
-
-local function schedule_bool(name, what, v, default)
-  if v == nil then return default end
-  if type(v) ~= "boolean" then raise(name .. ": " .. what .. " must be a boolean, got " .. tostring(v)) end
-  return v
-end
-
--- lr = base gamma^floor(epoch / step_size).
-local StepLR = schedule("StepLR", function(self, e)
-  return self.base_lr * self.gamma ^ floor(e / self.step_size)
-end, function(self, lr, e)
-  if e == 0 or e % self.step_size ~= 0 then return lr end
-  return lr * self.gamma
-end)
-
-function optim.StepLR(opt, step_size, gamma)
-  local base = schedule_opt("StepLR", opt)
-  if type(step_size) ~= "number" or step_size < 1 or step_size ~= floor(step_size) then
-    raise("StepLR: step_size must be an integer >= 1, got " .. tostring(step_size))
-  end
-  gamma = gamma == nil and 0.1 or gamma
-  if type(gamma) ~= "number" then bad_arg("StepLR", "a number for gamma", gamma) end
-  return made(setmetatable({ optimizer = opt, step_size = step_size, gamma = gamma, base_lr = base,
-                             last_epoch = 0 }, StepLR))
-end
-
--- lr = eta_min + (base - eta_min) (1 + cos(pi epoch / T_max)) / 2; chained, PyTorch's
--- recurrence (the ratio of two such factors, and a step up past each trough).
-local Cosine = schedule("CosineAnnealingLR", function(self, e)
-  return self.eta_min + (self.base_lr - self.eta_min) * (1 + cos(pi * e / self.T_max)) / 2
-end, function(self, lr, e)
-  local T, eta = self.T_max, self.eta_min
-  if e == 0 then return lr end
-  if (e - 1 - T) % (2 * T) == 0 then return lr + (self.base_lr - eta) * (1 - cos(pi / T)) / 2 end
-  return (1 + cos(pi * e / T)) / (1 + cos(pi * (e - 1) / T)) * (lr - eta) + eta
-end)
-
-function optim.CosineAnnealingLR(opt, T_max, eta_min)
-  local base = schedule_opt("CosineAnnealingLR", opt)
-  if type(T_max) ~= "number" or T_max <= 0 then
-    raise("CosineAnnealingLR: T_max must be a number > 0, got " .. tostring(T_max))
-  end
-  eta_min = eta_min == nil and 0 or eta_min
-  if type(eta_min) ~= "number" then bad_arg("CosineAnnealingLR", "a number for eta_min", eta_min) end
-  return made(setmetatable({ optimizer = opt, T_max = T_max, eta_min = eta_min, base_lr = base,
-                             last_epoch = 0 }, Cosine))
-end
-
--- lr = base gamma^epoch.
-local Exponential = schedule("ExponentialLR", function(self, e)
-  return self.base_lr * self.gamma ^ e
-end, function(self, lr, e)
-  if e == 0 then return lr end
-  return lr * self.gamma
-end)
-function optim.ExponentialLR(opt, gamma)
-  local base = schedule_opt("ExponentialLR", opt)
-  gamma = schedule_number("ExponentialLR", "gamma", gamma, nil, positive, "a number > 0")
-  return made(setmetatable({ optimizer = opt, gamma = gamma, base_lr = base, last_epoch = 0 }, Exponential))
-end
-
--- lr = base gamma^(the number of milestones reached), milestones increasing epochs.
-local MultiStep = schedule("MultiStepLR", function(self, e)
-  local n = 0
-  for _, m in ipairs(self.milestones) do if e >= m then n = n + 1 end end
-  return self.base_lr * self.gamma ^ n
-end, function(self, lr, e)
-  for _, m in ipairs(self.milestones) do
-    if e == m then return lr * self.gamma end
-  end
-  return lr
-end)
-function optim.MultiStepLR(opt, milestones, gamma)
-  local base = schedule_opt("MultiStepLR", opt)
-  if type(milestones) ~= "table" or #milestones == 0 then bad_arg("MultiStepLR", "a list of milestones", milestones) end
-  for i, m in ipairs(milestones) do
-    if type(m) ~= "number" or m ~= floor(m) or m < 1 or (i > 1 and m <= milestones[i - 1]) then
-      raise("MultiStepLR: milestones must be increasing integers >= 1, got " .. tostring(m) .. " at " .. i)
-    end
-  end
-  gamma = schedule_number("MultiStepLR", "gamma", gamma, 0.1, positive, "a number > 0")
-  return made(setmetatable({ optimizer = opt, milestones = milestones, gamma = gamma, base_lr = base,
-                             last_epoch = 0 }, MultiStep))
-end
-
--- lr = base f(epoch), f a Lua function of the epoch (0 when made).
-local Lambda = schedule("LambdaLR", function(self, e)
-  local f = self.lr_lambda(e)
-  if type(f) ~= "number" then raise("LambdaLR: the function returned " .. typename(f) .. ", expected a number") end
-  return self.base_lr * f
-end)
-function optim.LambdaLR(opt, lr_lambda)
-  local base = schedule_opt("LambdaLR", opt)
-  if type(lr_lambda) ~= "function" then bad_arg("LambdaLR", "a function of the epoch", lr_lambda) end
-  return made(setmetatable({ optimizer = opt, lr_lambda = lr_lambda, base_lr = base, last_epoch = 0 }, Lambda))
-end
-
--- LinearLR(opt [, start_factor = 1/3, end_factor = 1, total_iters = 5]): the factor moves
--- linearly from start to end over total_iters epochs, then stays (a warm-up); made,
--- it sets lr to base start_factor, as PyTorch's.
-local Linear = schedule("LinearLR", function(self, e)
-  local t = math.min(e, self.total_iters) / self.total_iters
-  return self.base_lr * (self.start_factor + (self.end_factor - self.start_factor) * t)
-end, function(self, lr, e)
-  local s, d = self.start_factor, self.end_factor - self.start_factor
-  if e == 0 then return lr * s end
-  if e > self.total_iters then return lr end
-  return lr * (1 + d / (self.total_iters * s + (e - 1) * d))
-end)
-function optim.LinearLR(opt, start_factor, end_factor, total_iters)
-  local name = "LinearLR"
-  local base = schedule_opt(name, opt)
-  start_factor = schedule_number(name, "start_factor", start_factor, 1 / 3, function(v) return v > 0 and v <= 1 end,
-                                 "in (0, 1]")
-  end_factor = schedule_number(name, "end_factor", end_factor, 1, function(v) return v >= 0 and v <= 1 end, "in [0, 1]")
-  total_iters = schedule_number(name, "total_iters", total_iters, 5, whole, "an integer >= 1")
-  return made(setmetatable({ optimizer = opt, start_factor = start_factor, end_factor = end_factor,
-                             total_iters = total_iters, base_lr = base, last_epoch = 0 }, Linear))
-end
-
--- ConstantLR(opt [, factor = 1/3, total_iters = 5]): lr = base factor for total_iters
--- epochs, then base (PyTorch's closed form, to the rounding).
-local Constant = schedule("ConstantLR", function(self, e)
-  return self.base_lr * (self.factor + (e >= self.total_iters and 1 - self.factor or 0))
-end, function(self, lr, e)
-  if e == 0 then return lr * self.factor end
-  if e ~= self.total_iters then return lr end
-  return lr * (1 / self.factor)
-end)
-function optim.ConstantLR(opt, factor, total_iters)
-  local name = "ConstantLR"
-  local base = schedule_opt(name, opt)
-  factor = schedule_number(name, "factor", factor, 1 / 3, function(v) return v > 0 and v <= 1 end, "in (0, 1]")
-  total_iters = schedule_number(name, "total_iters", total_iters, 5, whole, "an integer >= 1")
-  return made(setmetatable({ optimizer = opt, factor = factor, total_iters = total_iters, base_lr = base,
-                             last_epoch = 0 }, Constant))
-end
-
--- CosineAnnealingWarmRestarts(opt, T_0 [, T_mult = 1, eta_min = 0]): cosine annealing that
--- restarts at base lr every T_0 epochs, each period T_mult times the last (SGDR).
--- sched:step(epoch) moves it to an epoch, fractional within a period (PyTorch's
--- step(epoch + i / iters), once per batch); sched:step() moves it on by one.
--- The periods are counted in integers: a logarithm of the epoch (PyTorch's step(epoch))
--- can round an epoch at a restart into the period before (121 = 1 + 3 + 9 + 27 + 81).
-local Restarts = schedule("CosineAnnealingWarmRestarts", function(self, e)
-  local T0, mult = self.T_0, self.T_mult
-  local t_cur, t_i = e % T0, T0
-  if mult > 1 then
-    local start = 0
-    while e >= start + t_i do start, t_i = start + t_i, t_i * mult end
-    t_cur = e - start
-  end
-  return self.eta_min + (self.base_lr - self.eta_min) * (1 + cos(pi * t_cur / t_i)) / 2
-end)
-function optim.CosineAnnealingWarmRestarts(opt, T_0, T_mult, eta_min)
-  local name = "CosineAnnealingWarmRestarts"
-  local base = schedule_opt(name, opt)
-  T_0 = schedule_number(name, "T_0", T_0, nil, whole, "an integer >= 1")
-  T_mult = schedule_number(name, "T_mult", T_mult, 1, whole, "an integer >= 1")
-  eta_min = schedule_number(name, "eta_min", eta_min, 0, any_number, "a number")
-  return made(setmetatable({ optimizer = opt, T_0 = T_0, T_mult = T_mult, eta_min = eta_min, base_lr = base,
-                             last_epoch = 0 }, Restarts))
-end
-
-function Restarts:step(epoch)
-  if epoch == nil then
-    epoch = (self._epoch or self.last_epoch) + 1
-  elseif type(epoch) ~= "number" or not (epoch >= 0 and epoch < 2 ^ 53) then
-    raise("CosineAnnealingWarmRestarts:step: epoch must be a finite number >= 0, got " .. tostring(epoch))
-  end
-  self._epoch, self.last_epoch = epoch, floor(epoch)
-  return self:_apply(epoch)
-end
-
--- SequentialLR(opt, {s1, s2, ...}, {m1, m2, ...}): schedule s1 until epoch m1, then s2
--- counted from 0 again, and so on (a warm-up then a decay), as PyTorch's; the schedules
--- must drive opt. Chained, the part in force steps by its chainable form, but at a
--- milestone, where PyTorch's step(0) takes the closed form.
-local function sequential_part(self, e)
-  local k, start = 1, 0
-  for i, m in ipairs(self.milestones) do
-    if e >= m then k, start = i + 1, m end
-  end
-  return self.schedulers[k], e - start, k > 1 and e == start
-end
-local Sequential = schedule("SequentialLR", function(self, e)
-  local sc, se = sequential_part(self, e)
-  return sc:_lr_at(se)
-end, function(self, lr, e)
-  local sc, se, at_milestone = sequential_part(self, e)
-  if at_milestone or sc._chain == nil then return sc:_lr_at(se) end
-  return sc:_chain(lr, se)
-end)
-function optim.SequentialLR(opt, schedulers, milestones)
-  local name = "SequentialLR"
-  local base = schedule_opt(name, opt)
-  if type(schedulers) ~= "table" or #schedulers == 0 then bad_arg(name, "a list of schedules", schedulers) end
-  if type(milestones) ~= "table" or #milestones ~= #schedulers - 1 then
-    raise(name .. ": expected " .. (#schedulers - 1) .. " milestones for " .. #schedulers .. " schedules")
-  end
-  for i, sc in ipairs(schedulers) do
-    if type(sc) ~= "table" or type(sc._lr_at) ~= "function" then bad_arg(name, "a schedule at " .. i, sc) end
-    if sc.optimizer ~= opt then raise(name .. ": schedule " .. i .. " drives another optimizer") end
-  end
-  opt.lr = base   -- what the parts set when made undone, as PyTorch's
-  return made(setmetatable({ optimizer = opt, schedulers = schedulers, milestones = milestones, base_lr = base,
-                             last_epoch = 0 }, Sequential))
-end
-
--- OneCycleLR(opt, max_lr, total_steps [, opts]): Smith's one-cycle policy, as PyTorch's,
--- stepped once per batch: lr rises from max_lr / div_factor to max_lr over pct_start
--- of the steps, then falls to max_lr / div_factor / final_div_factor (three_phase: back
--- to the start first, then down), annealed by cosine or linearly; the momentum (SGD's,
--- or Adam's first beta) moves the other way between max_momentum and base_momentum.
-local ONE_CYCLE = { pct_start = true, anneal_strategy = true, div_factor = true, final_div_factor = true,
-                    three_phase = true, cycle_momentum = true, base_momentum = true, max_momentum = true }
-local OneCycle = schedule("OneCycleLR", function(self, e)
-  if e > self.total_steps then
-    raise("OneCycleLR: stepped " .. e .. " times, more than total_steps (" .. self.total_steps .. ")")
-  end
-  local start = 0
-  for i, ph in ipairs(self.phases) do
-    if e <= ph.stop or i == #self.phases then
-      if ph.stop == start then   -- PyTorch divides by zero here
-        raise("OneCycleLR: phase " .. i .. " of the cycle has no steps (pct_start = " .. self.pct_start
-              .. " of total_steps = " .. self.total_steps .. "): change pct_start or total_steps")
-      end
-      local pct = (e - start) / (ph.stop - start)
-      self._momentum = self.anneal(ph.m0, ph.m1, pct)
-      return self.anneal(ph.lr0, ph.lr1, pct)
-    end
-    start = ph.stop
-  end
-end)
-
-local function set_momentum(opt, m)
-  if type(opt.betas) == "table" then opt.betas = { m, opt.betas[2] } else opt.momentum = m end
-end
-
-function OneCycle:step(epoch)
-  local lr = Schedule.step(self, epoch)
-  if self.cycle_momentum then set_momentum(self.optimizer, self._momentum) end
-  return lr
-end
-
-function optim.OneCycleLR(opt, max_lr, total_steps, opts)
-  local name = "OneCycleLR"
-  schedule_opt(name, opt)
-  opts = core.options(name, opts, ONE_CYCLE)
-  max_lr = schedule_number(name, "max_lr", max_lr, nil, positive, "a number > 0")
-  total_steps = schedule_number(name, "total_steps", total_steps, nil, whole, "an integer >= 1")
-  local pct = schedule_number(name, "pct_start", opts.pct_start, 0.3, function(v) return v >= 0 and v <= 1 end,
-                              "in [0, 1]")
-  local strategy = opts.anneal_strategy or "cos"
-  local anneal
-  if strategy == "cos" then
-    anneal = function(a, b, t) return b + (a - b) / 2 * (cos(pi * t) + 1) end
-  elseif strategy == "linear" then
-    anneal = function(a, b, t) return (b - a) * t + a end
-  else
-    raise(name .. ": anneal_strategy must be cos or linear, got " .. tostring(strategy))
-  end
-  local initial = max_lr / schedule_number(name, "div_factor", opts.div_factor, 25, positive, "a number > 0")
-  local min_lr = initial / schedule_number(name, "final_div_factor", opts.final_div_factor, 1e4, positive,
-                                           "a number > 0")
-  local cycle = schedule_bool(name, "cycle_momentum", opts.cycle_momentum, true)
-  local m_lo = schedule_number(name, "base_momentum", opts.base_momentum, 0.85, nonneg, "a number >= 0")
-  local m_hi = schedule_number(name, "max_momentum", opts.max_momentum, 0.95, nonneg, "a number >= 0")
-  if cycle and opt.momentum == nil and type(opt.betas) ~= "table" then
-    raise(name .. ": cycle_momentum needs an optimizer with momentum or betas (pass cycle_momentum = false)")
-  end
-  local phases
-  if schedule_bool(name, "three_phase", opts.three_phase, false) then
-    phases = { { stop = pct * total_steps - 1, lr0 = initial, lr1 = max_lr, m0 = m_hi, m1 = m_lo },
-               { stop = 2 * pct * total_steps - 2, lr0 = max_lr, lr1 = initial, m0 = m_lo, m1 = m_hi },
-               { stop = total_steps - 1, lr0 = initial, lr1 = min_lr, m0 = m_hi, m1 = m_hi } }
-  else
-    phases = { { stop = pct * total_steps - 1, lr0 = initial, lr1 = max_lr, m0 = m_hi, m1 = m_lo },
-               { stop = total_steps - 1, lr0 = max_lr, lr1 = min_lr, m0 = m_lo, m1 = m_hi } }
-  end
-  local self = made(setmetatable({ optimizer = opt, total_steps = total_steps, pct_start = pct, phases = phases,
-                                   anneal = anneal, cycle_momentum = cycle, base_lr = initial, last_epoch = 0 },
-                                 OneCycle))
-  if cycle then set_momentum(opt, self._momentum) end
-  return self
-end
-
--- WarmupCosineLR(opt, warmup_steps, total_steps [, eta_min = 0]): lr rises linearly from
--- 0 to the optimizer's lr over warmup_steps, then follows a cosine down to eta_min at
--- total_steps (and stays there): the transformer schedule, stepped once per batch.
-local WarmupCosine = schedule("WarmupCosineLR", function(self, e)
-  if e < self.warmup then return self.base_lr * e / self.warmup end
-  local t = (math.min(e, self.total) - self.warmup) / math.max(1, self.total - self.warmup)
-  return self.eta_min + (self.base_lr - self.eta_min) * 0.5 * (1 + cos(pi * t))
-end)
-
-function optim.WarmupCosineLR(opt, warmup_steps, total_steps, eta_min)
-  local name = "WarmupCosineLR"
-  local base = schedule_opt(name, opt)
-  if type(warmup_steps) ~= "number" or warmup_steps < 0 or warmup_steps ~= floor(warmup_steps) then
-    raise(name .. ": warmup_steps must be an integer >= 0, got " .. tostring(warmup_steps))
-  end
-  if type(total_steps) ~= "number" or total_steps < warmup_steps then
-    raise(name .. ": total_steps must be a number >= warmup_steps, got " .. tostring(total_steps))
-  end
-  eta_min = eta_min == nil and 0 or eta_min
-  if type(eta_min) ~= "number" then bad_arg(name, "a number for eta_min", eta_min) end
-  return made(setmetatable({ optimizer = opt, warmup = warmup_steps, total = total_steps, eta_min = eta_min,
-                             base_lr = base, last_epoch = 0 }, WarmupCosine))
-end
-
--- ChainedScheduler(opt, {s1, s2, ...}): one step() steps s1, s2, ... in turn (schedules
--- of opt, which compose as above), as PyTorch's.
-local Chained = {}
-Chained.__index = Chained
-Chained.__name = "ChainedScheduler"
-
-function optim.ChainedScheduler(opt, schedulers)
-  local name = "ChainedScheduler"
-  schedule_opt(name, opt)
-  if type(schedulers) ~= "table" or getmetatable(schedulers) ~= nil or #schedulers == 0 then
-    bad_arg(name, "a list of schedules", schedulers)
-  end
-  for i, sc in ipairs(schedulers) do
-    local mt = type(sc) == "table" and getmetatable(sc)
-    if not mt or (type(sc._lr_at) ~= "function" and mt ~= Chained) then
-      bad_arg(name, "a schedule stepped without a metric at " .. i, sc)
-    end
-    if sc.optimizer ~= opt then raise(name .. ": schedule " .. i .. " drives another optimizer") end
-  end
-  return setmetatable({ optimizer = opt, schedulers = schedulers }, Chained)
-end
-
-function Chained:step(epoch)
-  if epoch ~= nil then raise("ChainedScheduler:step takes no epoch (it counts them itself), got " .. tostring(epoch)) end
-  for _, sc in ipairs(self.schedulers) do sc:step() end
-  return self.optimizer.lr
-end
-
-function Chained:get_last_lr() return self.optimizer.lr end
-
-function Chained:state_dict()
-  local parts = {}
-  for i, sc in ipairs(self.schedulers) do parts[i] = sc:state_dict() end
-  return { schedulers = parts }
-end
-
-function Chained:load_state_dict(sd)
-  if type(sd) ~= "table" or type(sd.schedulers) ~= "table" or #sd.schedulers ~= #self.schedulers then
-    raise("ChainedScheduler:load_state_dict: expected the table of state_dict() (" .. #self.schedulers .. " schedules)")
-  end
-  for i, sc in ipairs(self.schedulers) do sc:load_state_dict(sd.schedulers[i]) end
-end
-
--- ReduceLROnPlateau(opt [, opts]): sched:step(metric) after each evaluation; when the
--- metric has not improved (mode "min": fallen, "max": risen, by more than threshold,
--- relative or absolute) for more than `patience` evaluations, lr = max(lr factor, min_lr),
--- then `cooldown` evaluations pass before counting again. PyTorch's rule.
-local PLATEAU = { mode = true, factor = true, patience = true, threshold = true, threshold_mode = true,
-                  cooldown = true, min_lr = true, eps = true }
-local Plateau = {}
-Plateau.__index = Plateau
-Plateau.__name = "ReduceLROnPlateau"
-
-function optim.ReduceLROnPlateau(opt, opts)
-  local name = "ReduceLROnPlateau"
-  schedule_opt(name, opt)
-  opts = core.options(name, opts, PLATEAU)
-  local mode, tmode = opts.mode or "min", opts.threshold_mode or "rel"
-  if mode ~= "min" and mode ~= "max" then raise(name .. ": mode must be min or max, got " .. tostring(mode)) end
-  if tmode ~= "rel" and tmode ~= "abs" then raise(name .. ": threshold_mode must be rel or abs, got " .. tostring(tmode)) end
-  local factor = schedule_number(name, "factor", opts.factor, 0.1, function(v) return v > 0 and v < 1 end, "in (0, 1)")
-  return setmetatable({ optimizer = opt, mode = mode, threshold_mode = tmode, factor = factor,
-                        patience = schedule_number(name, "patience", opts.patience, 10, whole0, "an integer >= 0"),
-                        threshold = schedule_number(name, "threshold", opts.threshold, 1e-4, nonneg, "a number >= 0"),
-                        cooldown = schedule_number(name, "cooldown", opts.cooldown, 0, whole0, "an integer >= 0"),
-                        min_lr = schedule_number(name, "min_lr", opts.min_lr, 0, nonneg, "a number >= 0"),
-                        eps = schedule_number(name, "eps", opts.eps, 1e-8, nonneg, "a number >= 0"),
-                        best = mode == "min" and math.huge or -math.huge, num_bad_epochs = 0,
-                        cooldown_counter = 0, last_epoch = 0 }, Plateau)
-end
-
-function Plateau:_better(a)
-  local best, th = self.best, self.threshold
-  if self.mode == "min" then
-    return self.threshold_mode == "rel" and a < best * (1 - th) or (self.threshold_mode == "abs" and a < best - th)
-  end
-  return self.threshold_mode == "rel" and a > best * (1 + th) or (self.threshold_mode == "abs" and a > best + th)
-end
-
--- (epoch: the epoch to count this one as, PyTorch's deprecated second argument.)
-function Plateau:step(metric, epoch)
-  if is_tensor(metric) then metric = metric:item() end
-  if type(metric) ~= "number" then bad_arg("ReduceLROnPlateau:step", "the metric (a number)", metric) end
-  if epoch ~= nil and type(epoch) ~= "number" then bad_arg("ReduceLROnPlateau:step", "a number for the epoch", epoch) end
-  self.last_epoch = epoch or self.last_epoch + 1
-  if self:_better(metric) then
-    self.best, self.num_bad_epochs = metric, 0
-  else
-    self.num_bad_epochs = self.num_bad_epochs + 1
-  end
-  if self.cooldown_counter > 0 then
-    self.cooldown_counter = self.cooldown_counter - 1
-    self.num_bad_epochs = 0
-  end
-  if self.num_bad_epochs > self.patience then
-    local old = self.optimizer.lr
-    local new = math.max(old * self.factor, self.min_lr)
-    if old - new > self.eps then self.optimizer.lr = new end
-    self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
-  end
-  return self.optimizer.lr
-end
-
-function Plateau:get_last_lr() return self.optimizer.lr end
-
-function Plateau:state_dict()
-  return { best = self.best, num_bad_epochs = self.num_bad_epochs, cooldown_counter = self.cooldown_counter,
-           last_epoch = self.last_epoch }
-end
-
-function Plateau:load_state_dict(sd)
-  if type(sd) ~= "table" or type(sd.best) ~= "number" then
-    raise("ReduceLROnPlateau:load_state_dict: expected the table of state_dict()")
-  end
-  self.best, self.num_bad_epochs = sd.best, sd.num_bad_epochs or 0
-  self.cooldown_counter, self.last_epoch = sd.cooldown_counter or 0, sd.last_epoch or 0
-end
+-- (the learning-rate schedules, dl.optim.StepLR and the rest)
+require("dlua.optim_schedules")
 
 return optim

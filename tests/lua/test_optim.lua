@@ -212,7 +212,7 @@ H.test("ExponentialLR, MultiStepLR, LambdaLR, LinearLR, warm restarts and Sequen
     end
   end
   local opt = O.SGD{ lr = 0.1 }
-  H.raises(function() O.MultiStepLR(opt, { 3, 2 }) end, "MultiStepLR: milestones must be increasing integers >= 1, got 2 at 2")
+  H.raises(function() O.MultiStepLR(opt, { 3, 2 }) end, "MultiStepLR: milestones must be nondecreasing integers >= 1, got 2 at 2")
   H.raises(function() O.ExponentialLR(opt) end, "ExponentialLR: gamma must be a number > 0, got nil")
   H.raises(function() O.LinearLR(opt, 0) end, "LinearLR: start_factor must be in (0, 1], got 0")
   H.raises(function() O.SequentialLR(opt, { O.StepLR(opt, 2) }, { 3 }) end, "SequentialLR: expected 0 milestones for 1 schedules")
@@ -265,7 +265,7 @@ end)
 
 H.test("printing an optimizer shows its options", function()
   H.eq(tostring(dl.optim.SGD{ lr = 0.1, momentum = 0.9 }),
-       "SGD{dampening=0, lr=0.1, momentum=0.9, nesterov=false, weight_decay=0}")
+       "SGD{dampening=0, lr=0.1, maximize=false, momentum=0.9, nesterov=false, weight_decay=0}")
 end)
 
 H.test("schedules stepped back to back compose as PyTorch's", function()
@@ -502,7 +502,8 @@ end)
 H.test("the REPL's help lists every option of each optimizer", function()
   local root = debug.getinfo(1, "S").source:match("^@(.-)tests/lua/[^/]*$") or ""
   local help = assert(loadfile(root .. "repl/help.lua"))()
-  for _, name in ipairs({ "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam" }) do
+  for _, name in ipairs({ "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam",
+                          "Rprop", "ASGD" }) do
     local entry = help["dl.optim." .. name] or help[help._also["dl.optim." .. name]]
     H.ok(type(entry) == "table", "an entry for dl.optim." .. name)
     local sig = entry[1]:match("%f[%w]" .. name .. "(%b{})")
@@ -532,6 +533,393 @@ H.test("load_state_dict refuses another optimizer type's state, and takes states
   H.eq(adam2.iterations, 1)
   H.eq(adam2:state_dict().class, "Adam")
   H.eq(dl.optim.LBFGS{}:state_dict().class, "LBFGS")
+end)
+
+-- ---- param groups, maximize, Rprop, ASGD, CyclicLR, PolynomialLR ----------------------------------
+
+local F64 = { dtype = "float64" }
+
+-- Two variables, w (2x3) and b (3), float64, and three steps of fixed gradients (the
+-- torch runs below set p.grad to the same).
+local function two_vars()
+  return dl.Variable(dl.tensor({ { 0.5, -1.0, 2.0 }, { 1.5, 0.25, -0.75 } }, F64), "w"),
+         dl.Variable(dl.tensor({ 0.1, -0.2, 0.3 }, F64), "b")
+end
+local function grads_at(k)   -- k = 0, 1, 2
+  return dl.tensor({ { 0.2, -0.1, 0.4 }, { -0.3, 0.5, 0.05 } }, F64) * ((k + 1) * (-1) ^ k),
+         dl.tensor({ 0.3, -0.6, 0.1 }, F64) * (1 + 0.5 * k)
+end
+
+H.test("param groups: each group's options, as PyTorch's (SGD with momentum, AdamW)", function()
+  -- torch: SGD([{params: [w], lr: 0.1}, {params: [b], lr: 0.01, weight_decay: 0.1, nesterov: True}],
+  -- lr=0.05, momentum=0.9), float64, three steps
+  local w, b = two_vars()
+  local opt = dl.optim.SGD{ params = { { params = { w }, lr = 0.1 },
+                                       { params = b, lr = 0.01, weight_decay = 0.1, nesterov = true } },
+                            lr = 0.05, momentum = 0.9 }
+  local want = {
+    { { 0.48, -0.99, 1.96, 1.53, 0.2, -0.755 }, { 0.09411, -0.18822, 0.29752999999999996 } },
+    { { 0.502, -1.001, 2.004, 1.497, 0.255, -0.7495 }, { 0.082870191, -0.165740382, 0.29306169299999996 } },
+    { { 0.4618, -0.9808999999999999, 1.9236, 1.5573000000000001, 0.1545, -0.7595500000000001 },
+      { 0.0653316085371, -0.1306632170742, 0.28630117648329995 } } }
+  for k = 0, 2 do
+    local gw, gb = grads_at(k)
+    opt:apply_gradients({ { gw, w }, { gb, b } })
+    H.near(w:reshape(-1):totable(), want[k + 1][1], 1e-14, "w after step " .. k + 1)
+    H.near(b:totable(), want[k + 1][2], 1e-14, "b after step " .. k + 1)
+  end
+  H.eq(#opt.param_groups, 2)
+  H.eq(opt.param_groups[1].momentum, 0.9)
+  H.eq(opt.param_groups[2].nesterov, true)
+  H.ok(rawequal(opt.param_groups[2].params[1], b))
+  -- torch: AdamW([{params: [w]}, {params: [b], lr: 0.1, weight_decay: 0, amsgrad: True, betas: (0.8, 0.9)}],
+  -- lr=0.01), float64, three steps; the groups from a module and from named_parameters()
+  w, b = two_vars()
+  opt = dl.optim.AdamW{ params = { { params = { { "w", w } } },
+                                   { params = { b }, lr = 0.1, weight_decay = 0, amsgrad = true, betas = { 0.8, 0.9 } } },
+                        lr = 0.01 }
+  for k = 0, 2 do
+    local gw, gb = grads_at(k)
+    opt:step({ w, b }, { gw, gb })
+  end
+  H.near(w:reshape(-1):totable(), { 0.4900802737269915, -0.9899302891900704, 1.989630318493702, 1.5093197864255348,
+                                    0.2401552659490941, -0.7595447623810218 }, 1e-14)
+  H.near(b:totable(), { -0.1983338800228599, 0.09833388401403514, 0.0016661359418400495 }, 1e-14)
+  -- a module as a group's params
+  local net = dl.nn.Sequential{ dl.nn.Linear(2, 3), dl.nn.Linear(3, 1) }
+  local o2 = dl.optim.SGD{ params = { { params = net[1], lr = 1e-4 }, { params = net[2] } }, lr = 1e-2 }
+  H.eq(#o2.param_groups[1].params, 2)
+  H.eq(o2.param_groups[2].lr, 1e-2)
+end)
+
+H.test("param groups: lr changed between steps, schedules per group, state dicts round-trip", function()
+  local O = dl.optim
+  local a, b = dl.Variable(dl.zeros(2)), dl.Variable(dl.zeros(2))
+  local opt = O.SGD{ params = { { params = { a } }, { params = { b }, lr = 0.02 } }, lr = 0.1 }
+  -- torch: StepLR(2, 0.5) on SGD([{params: [w]}, {params: [b], lr: 0.02}], lr=0.1),
+  -- param_groups[0]["lr"] halved by hand after epoch 3
+  local s = O.StepLR(opt, 2, 0.5)
+  local want = { { 0.1, 0.02 }, { 0.05, 0.01 }, { 0.025, 0.01 }, { 0.0125, 0.005 }, { 0.0125, 0.005 }, { 0.00625, 0.0025 } }
+  for e = 1, 6 do
+    opt:apply_gradients({ { dl.ones(2), a }, { dl.ones(2), b } })
+    local got = s:step()
+    if e == 3 then opt.param_groups[1].lr = opt.param_groups[1].lr * 0.5 end
+    H.near({ opt.param_groups[1].lr, opt.param_groups[2].lr }, want[e], 1e-15, "epoch " .. e)
+    H.eq(type(got), "table")
+  end
+  H.eq(#s:get_last_lr(), 2)
+  -- a step reads each group's lr afresh
+  opt.param_groups[2].lr = 1
+  local before = b:totable()[1]
+  opt:apply_gradients({ { dl.ones(2), b } })
+  H.near(b:totable()[1], before - 1, 1e-6)
+  -- the optimizer's state dict carries each group's options; the schedule's each base lr
+  local sd = opt:state_dict()
+  H.eq(sd["param_groups.1.lr"], 0.00625)
+  H.eq(sd["param_groups.2.lr"], 1)
+  H.eq(sd["param_groups.2.nesterov"], false)
+  H.eq(sd.lr, nil)
+  local a2, b2 = dl.Variable(dl.zeros(2)), dl.Variable(dl.zeros(2))
+  local opt2 = O.SGD{ params = { { params = { a2 } }, { params = { b2 }, lr = 0.02 } }, lr = 0.1 }
+  local s2 = O.StepLR(opt2, 2, 0.5)
+  local group2 = opt2.param_groups[2]
+  opt2:load_state_dict(sd)
+  H.ok(rawequal(opt2.param_groups[2], group2), "the group tables stay")
+  H.eq(opt2.param_groups[1].lr, 0.00625)
+  H.eq(opt2.param_groups[2].lr, 1)
+  local ssd = s:state_dict()
+  H.eq(ssd["base_lr.2"], 0.02)
+  s2:load_state_dict(ssd)
+  H.eq(s2.last_epoch, 6)
+  -- Adam's betas go as two numbers
+  local o3 = O.Adam{ params = { { params = { a } }, { params = { b }, betas = { 0.5, 0.6 } } } }
+  local sd3 = o3:state_dict()
+  H.eq(sd3["param_groups.2.betas.1"], 0.5)
+  sd3["param_groups.2.betas.2"] = 0.7
+  o3:load_state_dict(sd3)
+  H.eq(o3.param_groups[2].betas, { 0.5, 0.7 })
+  H.eq(o3.param_groups[1].betas, { 0.9, 0.999 })
+  -- all or nothing: a bad group entry changes nothing
+  H.raises(function() o3:load_state_dict({ ["param_groups.2.betas.1"] = 0.1, ["param_groups.1.eps"] = -1 }) end,
+           "Adam:load_state_dict: param group 1: eps must be a number >= 0, got -1")
+  H.eq(o3.param_groups[2].betas, { 0.5, 0.7 })
+  H.raises(function() o3:load_state_dict({ ["param_groups.3.lr"] = 0.1 }) end,
+           "Adam:load_state_dict: \"param_groups.3.lr\": the state has a param group 3, this optimizer has 2")
+  H.raises(function() o3:load_state_dict({ ["param_groups.1.amsgrad"] = 1 }) end,
+           "Adam:load_state_dict: \"param_groups.1.amsgrad\" must be a boolean, got number")
+  H.raises(function() o3:load_state_dict({ ["param_groups.1.momentum"] = 1 }) end,
+           "Adam:load_state_dict: unexpected key \"param_groups.1.momentum\"")
+  H.raises(function() O.Adam{}:load_state_dict({ ["param_groups.1.lr"] = 1 }) end,
+           "Adam:load_state_dict: unexpected key \"param_groups.1.lr\"")
+end)
+
+H.test("param groups: errors name the optimizer, the group and the option", function()
+  local O = dl.optim
+  local a, b = dl.Variable(dl.zeros(2), "a"), dl.Variable(dl.zeros(3), "b")
+  H.raises(function() O.SGD{ params = { { params = { a } }, { params = { b, a } } } } end,
+           "SGD: a variable (a) is in param groups 1 and 2")
+  H.raises(function() O.SGD{ params = { { params = { a }, momentom = 0.9 } } } end,
+           "SGD: unknown option 'momentom' in param group 1")
+  H.raises(function() O.SGD{ params = { { params = { a } }, { params = { b }, momentum = -1 } } } end,
+           "SGD: param group 2: momentum must be a number >= 0, got -1")
+  H.raises(function() O.SGD{ params = { { params = { a }, lr = -1 } } } end, "SGD: param group 1: lr must be >= 0, got -1")
+  H.raises(function() O.SGD{ params = { { params = { a }, nesterov = true } } } end,
+           "SGD: param group 1: nesterov momentum needs momentum > 0")
+  H.raises(function() O.Adam{ params = { { params = { a }, betas = { 0.9 } } } } end,
+           "Adam: param group 1: betas must be two numbers in [0, 1), got {0.9}")
+  H.raises(function() O.SGD{ params = { { lr = 0.1 } } } end, "SGD: param group 1 has no params")
+  H.raises(function() O.SGD{ params = { { params = { a } }, b } } end,
+           "SGD: params mixes param groups with other values (params[2] is a tensor)")
+  H.raises(function() O.SGD{ params = { { params = { a, 3 } } } } end,
+           "SGD: param group 1: params[2] is a number, expected a Variable")
+  -- a variable outside every group: PyTorch's step would pass it by
+  local opt = O.SGD{ params = { { params = { a } } } }
+  H.raises(function() opt:apply_gradients({ { dl.ones(3), b } }) end,
+           "SGD: a variable (b) of shape (3,) is in none of the param groups")
+  H.raises(function() O.StepLR(O.SGD{ params = { { params = { a }, lr = function() return 1 end } } }, 2) end,
+           "StepLR: the lr of param group 1 must be a number, got function")
+end)
+
+H.test("maximize: the gradient negated first, as PyTorch 1.13's", function()
+  -- torch: each optimizer([x], maximize=True, ...), float64 x = [1, -2, 0.5], the three gradients below
+  local gs = { { 0.5, 1.5, -0.25 }, { -0.3, 0.7, 0.9 }, { 0.2, -0.4, 0.6 } }
+  local cases = {
+    { "SGD", { lr = 0.1, momentum = 0.9, weight_decay = 0.1 }, { 1.041284, -1.395643, 0.635487 } },
+    { "Adam", { lr = 0.1, weight_decay = 0.1, amsgrad = true },
+      { 1.0985349490044733, -1.7412770001628657, 0.5132801428782241 } },
+    { "AdamW", { lr = 0.1 }, { 1.1506765184100576, -1.7478504567096023, 0.5219313894358217 } },
+    { "Adagrad", { lr = 0.1, weight_decay = 0.1 }, { 1.0451448504671135, -1.8647350434394212, 0.5461500708909425 } },
+    { "RMSprop", { lr = 0.01, momentum = 0.5, centered = true },
+      { 1.13114400424935, -1.783679396987269, 0.5236511298813353 } },
+    { "Adadelta", { lr = 1.0, weight_decay = 0.1 }, { 1.0009367650968741, -1.9952131812569835, 0.5043800546109075 } },
+    { "Adamax", { lr = 0.1 }, { 1.1405780441473086, -1.7923796180274087, 0.48903123985387353 } },
+    { "Rprop", { lr = 0.1 }, { 1.1500000000000001, -1.7799999999999998, 0.45 } },
+  }
+  for _, c in ipairs(cases) do
+    local x = dl.Variable(dl.tensor({ 1.0, -2.0, 0.5 }, F64))
+    c[2].maximize = true
+    local opt = dl.optim[c[1]](c[2])
+    for _, g in ipairs(gs) do opt:step({ x }, { dl.tensor(g, F64) }) end
+    H.near(x:totable(), c[3], 1e-14, c[1])
+  end
+  H.raises(function() dl.optim.SGD{ maximize = 1 } end, "SGD: maximize must be a boolean, got number")
+  -- (torch 1.13's NAdam and RAdam have no maximize)
+  H.raises(function() dl.optim.NAdam{ maximize = true } end, "NAdam: unknown option 'maximize'")
+end)
+
+-- the gradients of the Rprop and ASGD runs: sign changes, zeros
+local GR = { { 0.5, -1.0, 0.0, 2.0 }, { 0.4, 1.0, 0.3, 2.0 }, { -0.2, 0.5, 0.3, 0.0 }, { 0.1, 0.5, -0.3, 1.0 },
+             { 0.1, -0.5, -0.3, 1.0 } }
+
+H.test("Rprop follows PyTorch 1.13 step by step", function()
+  -- torch: Rprop([x]) and Rprop([x], lr=0.05, etas=(0.3, 1.5), step_sizes=(0.01, 0.1)), float64
+  -- x = [1, 2, -3, 0.5]; x and state["step_size"] after each step
+  local runs = {
+    { {}, { { 0.99, 2.01, -3.0, 0.49 }, { 0.01, 0.01, 0.01, 0.01 } },
+      { { 0.978, 2.01, -3.01, 0.478 }, { 0.012, 0.005, 0.01, 0.012 } },
+      { { 0.978, 2.005, -3.022, 0.478 }, { 0.006, 0.005, 0.012, 0.012 } },
+      { { 0.972, 1.9989999999999999, -3.022, 0.46599999999999997 }, { 0.006, 0.006, 0.006, 0.012 } },
+      { { 0.9648, 1.9989999999999999, -3.016, 0.45159999999999995 }, { 0.0072, 0.003, 0.006, 0.0144 } } },
+    { { lr = 0.05, etas = { 0.3, 1.5 }, step_sizes = { 0.01, 0.1 } },
+      { { 0.95, 2.05, -3.0, 0.45 }, { 0.05, 0.05, 0.05, 0.05 } },
+      { { 0.875, 2.05, -3.05, 0.375 }, { 0.07500000000000001, 0.015, 0.05, 0.07500000000000001 } },
+      { { 0.875, 2.0349999999999997, -3.125, 0.375 },
+        { 0.022500000000000003, 0.015, 0.07500000000000001, 0.07500000000000001 } },
+      { { 0.8525, 2.0124999999999997, -3.125, 0.3 },
+        { 0.022500000000000003, 0.0225, 0.022500000000000003, 0.07500000000000001 } },
+      { { 0.8187500000000001, 2.0124999999999997, -3.1025, 0.19999999999999998 },
+        { 0.03375, 0.01, 0.022500000000000003, 0.1 } } },
+  }
+  for r, run in ipairs(runs) do
+    local x = dl.Variable(dl.tensor({ 1.0, 2.0, -3.0, 0.5 }, F64))
+    local opt = dl.optim.Rprop(run[1])
+    for k, g in ipairs(GR) do
+      opt:step({ x }, { dl.tensor(g, F64) })
+      H.near(x:totable(), run[k + 1][1], 1e-15, "run " .. r .. " x after step " .. k)
+      H.near(opt:state_dict()["state.1.step_size"]:totable(), run[k + 1][2], 1e-15, "run " .. r .. " step sizes " .. k)
+    end
+    H.eq(opt:state_dict()["state.1.step"], 5)
+  end
+  -- torch: Rprop([x], lr=0.03, etas=(0.3, 1.7)), float32; restored halfway from its state dict
+  local x = dl.Variable(dl.tensor({ 1.0, 2.0, -3.0, 0.5 }))
+  local opt = dl.optim.Rprop{ lr = 0.03, etas = { 0.3, 1.7 } }
+  for k = 1, 2 do opt:step({ x }, { dl.tensor(GR[k]) }) end
+  local fresh = dl.optim.Rprop{ lr = 0.03, etas = { 0.3, 1.7 } }
+  fresh:load_state_dict(opt:state_dict())
+  for k = 3, 5 do fresh:step({ x }, { dl.tensor(GR[k]) }) end
+  H.near(x:totable(), { 0.8776900768280029, 2.005699872970581, -3.065699815750122, 0.28130000829696655 }, 1e-7)
+  -- torch: Rprop(..., lr=0.05, etas=(0.3, 1.5), step_sizes=(0.01, 0.1), maximize=True), float64
+  x = dl.Variable(dl.tensor({ 1.0, 2.0, -3.0, 0.5 }, F64))
+  opt = dl.optim.Rprop{ lr = 0.05, etas = { 0.3, 1.5 }, step_sizes = { 0.01, 0.1 }, maximize = true }
+  for _, g in ipairs(GR) do opt:step({ x }, { dl.tensor(g, F64) }) end
+  H.near(x:totable(), { 1.18125, 1.9874999999999998, -2.8975, 0.7999999999999999 }, 1e-15)
+  H.raises(function() dl.optim.Rprop{ etas = { 0.5, 0.9 } } end,
+           "Rprop: etas must be two numbers, 0 < etas[1] < 1 < etas[2], got {0.5, 0.9}")
+  H.raises(function() dl.optim.Rprop{ step_sizes = { 1, 0.1 } } end,
+           "Rprop: step_sizes must be two numbers, 0 <= min <= max, got {1, 0.1}")
+  H.raises(function() dl.optim.Rprop{ lr = 0.1, eta = 1 } end, "Rprop: unknown option 'eta'")
+end)
+
+H.test("ASGD follows PyTorch 1.13 step by step (eta and mu in float32)", function()
+  -- torch: ASGD([x], lr=0.1, lambd=0.01, alpha=0.75, t0=2, weight_decay=0.1) and
+  -- ASGD([x], lr=0.1, t0=1, maximize=True), float64 x = [1, 2, -3, 0.5], five steps: x, and
+  -- state ax, eta, mu
+  local runs = {
+    { { lr = 0.1, lambd = 0.01, alpha = 0.75, t0 = 2, weight_decay = 0.1 },
+      { 0.8594631333570918, 1.8432342872557927, -2.8376144193426662, -0.10994652986037043 },
+      { 0.8692686393995674, 1.8282521965568894, -2.8684681751409915, -0.060152811067522564 },
+      0.09962663054466248, 0.3333333432674408 },
+    { { lr = 0.1, t0 = 1, maximize = true },
+      { 1.0899465779276567, 2.0498983755401756, -2.9998503066626405, 1.099953252701789 },
+      { 1.0799576190858553, 2.0665852483681317, -2.9698807302812624, 0.9999656705485411 },
+      0.09999625384807587, 0.25 },
+  }
+  for r, run in ipairs(runs) do
+    local x = dl.Variable(dl.tensor({ 1.0, 2.0, -3.0, 0.5 }, F64))
+    local opt = dl.optim.ASGD(run[1])
+    for _, g in ipairs(GR) do opt:step({ x }, { dl.tensor(g, F64) }) end
+    local sd = opt:state_dict()
+    H.near(x:totable(), run[2], 1e-15, "run " .. r .. " x")
+    H.near(sd["state.1.ax"]:totable(), run[3], 1e-15, "run " .. r .. " ax")
+    H.eq(sd["state.1.eta"], run[4])
+    H.eq(sd["state.1.mu"], run[5])
+  end
+  -- torch: ASGD([x], lr=0.05, lambd=0.1, t0=1), float32, restored after two steps
+  local x = dl.Variable(dl.tensor({ 1.0, 2.0, -3.0, 0.5 }))
+  local opt = dl.optim.ASGD{ lr = 0.05, lambd = 0.1, t0 = 1 }
+  for k = 1, 2 do opt:step({ x }, { dl.tensor(GR[k]) }) end
+  local fresh = dl.optim.ASGD{ lr = 0.05, lambd = 0.1, t0 = 1 }
+  fresh:load_state_dict(opt:state_dict())
+  for k = 3, 5 do fresh:step({ x }, { dl.tensor(GR[k]) }) end
+  H.near(x:totable(), { 0.9312721490859985, 1.9262601137161255, -2.9262170791625977, 0.1930617094039917 }, 1e-7)
+  H.near(fresh:state_dict()["state.1.ax"]:totable(),
+         { 0.94086092710495, 1.9275624752044678, -2.9556405544281006, 0.2436702698469162 }, 1e-7)
+  H.raises(function() dl.optim.ASGD{ t0 = -1 } end, "ASGD: t0 must be a number >= 0, got -1")
+end)
+
+-- Steps a schedule made by make(opt) on SGD(lr = 0.1) (with groups: lr 0.1 and 0.02) and
+-- compares each epoch's lrs (and momenta) with torch's.
+local function check_schedule(what, make, want, opts)
+  opts = opts or {}
+  local a, b = dl.Variable(dl.zeros(2)), dl.Variable(dl.zeros(2))
+  local O = dl.optim
+  local o = opts.optimizer or "SGD"
+  local opt
+  if opts.groups then
+    opt = O[o]{ params = { { params = { a } }, { params = { b }, lr = 0.02 } }, lr = 0.1, momentum = opts.momentum }
+  else
+    opt = O[o]{ lr = 0.1, momentum = opts.momentum }
+  end
+  local s = make(opt)
+  for e, w in ipairs(want) do
+    if e > 1 then s:step() end
+    for i, g in ipairs(opt.param_groups) do
+      H.near(g.lr, w[i], opts.tol or 1e-15, what .. " epoch " .. (e - 1) .. " group " .. i)
+      if w.mom then H.near(g.momentum, w.mom[i], 1e-15, what .. " momentum, epoch " .. (e - 1) .. " group " .. i) end
+    end
+  end
+  return s, opt
+end
+
+H.test("MultiStepLR counts a repeated milestone twice, as PyTorch's Counter", function()
+  local O = dl.optim
+  -- torch: MultiStepLR(opt, [2, 2, 4], 0.5) alone, and chained with ExponentialLR(0.9); epochs 0..5
+  check_schedule("MultiStepLR", function(o) return O.MultiStepLR(o, { 2, 2, 4 }, 0.5) end,
+                 { { 0.1 }, { 0.1 }, { 0.025 }, { 0.025 }, { 0.0125 }, { 0.0125 } })
+  check_schedule("MultiStepLR + ExponentialLR", function(o)
+    return O.ChainedScheduler(o, { O.MultiStepLR(o, { 2, 2, 4 }, 0.5), O.ExponentialLR(o, 0.9) })
+  end, { { 0.1 }, { 0.09000000000000001 }, { 0.020250000000000004 }, { 0.018225000000000005 },
+         { 0.008201250000000002 }, { 0.007381125000000002 } })
+end)
+
+H.test("PolynomialLR follows PyTorch's", function()
+  local O = dl.optim
+  -- torch: PolynomialLR(opt, 4, 2.0); PolynomialLR(opt) on two groups; epochs 0..6
+  check_schedule("PolynomialLR(4, 2)", function(o) return O.PolynomialLR(o, 4, 2) end,
+                 { { 0.1 }, { 0.05625 }, { 0.024999999999999998 }, { 0.0062499999999999995 }, { 0 }, { 0 }, { 0 } })
+  check_schedule("PolynomialLR() with groups", function(o) return O.PolynomialLR(o) end,
+                 { { 0.1, 0.02 }, { 0.08000000000000002, 0.016 }, { 0.060000000000000005, 0.011999999999999999 },
+                   { 0.04000000000000001, 0.008 }, { 0.02, 0.003999999999999999 }, { 0, 0 }, { 0, 0 } },
+                 { groups = true })
+  H.raises(function() O.PolynomialLR(O.SGD{}, 0) end, "PolynomialLR: total_iters must be an integer >= 1, got 0")
+  H.raises(function() O.PolynomialLR(O.SGD{}, 3, -1) end, "PolynomialLR: power must be a number >= 0, got -1")
+end)
+
+H.test("CyclicLR follows PyTorch's: triangular, triangular2, exp_range, momentum, groups", function()
+  local O = dl.optim
+  -- torch: CyclicLR(SGD(lr=0.1, momentum=0.9), 0.01, 0.1, step_size_up=3, step_size_down=2): lr and momentum, epochs 0..11
+  local lr = { 0.01, 0.039999999999999994, 0.06999999999999999, 0.09999999999999999, 0.055, 0.01, 0.04000000000000003,
+               0.06999999999999999, 0.09999999999999999, 0.05500000000000005, 0.01, 0.04000000000000003 }
+  local mom = { 0.9, 0.8666666666666667, 0.8333333333333334, 0.8, 0.8500000000000001, 0.9, 0.8666666666666667,
+                0.8333333333333334, 0.8, 0.85, 0.9, 0.8666666666666667 }
+  local want = {}
+  for e = 1, #lr do want[e] = { lr[e], mom = { mom[e] } } end
+  check_schedule("triangular", function(o) return O.CyclicLR(o, 0.01, 0.1, { step_size_up = 3, step_size_down = 2 }) end,
+                 want, { momentum = 0.9 })
+  -- torch: CyclicLR(SGD(lr=0.1), 0.01, 0.1, step_size_up=2, mode="triangular2", cycle_momentum=False), epochs 0..10
+  lr = { 0.01, 0.05500000000000001, 0.1, 0.05500000000000001, 0.01, 0.0325, 0.05500000000000001, 0.0325, 0.01, 0.02125,
+         0.0325 }
+  want = {}
+  for e = 1, #lr do want[e] = { lr[e] } end
+  check_schedule("triangular2", function(o)
+    return O.CyclicLR(o, 0.01, 0.1, { step_size_up = 2, mode = "triangular2", cycle_momentum = false })
+  end, want)
+  -- torch: CyclicLR on two groups (SGD momentum 0.9), [0.01, 0.001], [0.1, 0.05], step_size_up=2,
+  -- mode="exp_range", gamma=0.9, base_momentum=[0.8, 0.7], max_momentum=0.95; epochs 0..7
+  want = {
+    { 0.01, 0.001, mom = { 0.95, 0.95 } },
+    { 0.05050000000000001, 0.02305, mom = { 0.8825, 0.8374999999999999 } },
+    { 0.0829, 0.040690000000000004, mom = { 0.8285, 0.7474999999999999 } },
+    { 0.04280500000000001, 0.018860500000000002, mom = { 0.8953249999999999, 0.8588749999999999 } },
+    { 0.01, 0.001, mom = { 0.95, 0.95 } },
+    { 0.03657205000000001, 0.015467005000000002, mom = { 0.90571325, 0.87618875 } },
+    { 0.05782969000000001, 0.027040609000000004, mom = { 0.87028385, 0.8171397499999999 } },
+    { 0.03152336050000001, 0.012718274050000002, mom = { 0.9141277325, 0.8902128874999999 } } }
+  local s = check_schedule("exp_range", function(o)
+    return O.CyclicLR(o, { 0.01, 0.001 }, { 0.1, 0.05 }, { step_size_up = 2, mode = "exp_range", gamma = 0.9,
+                                                          base_momentum = { 0.8, 0.7 }, max_momentum = 0.95 })
+  end, want, { groups = true, momentum = 0.9 })
+  H.eq(s.last_epoch, 7)
+  -- torch 1.13 refuses cycle_momentum with an optimizer without momentum (Adam: ValueError)
+  H.raises(function() O.CyclicLR(O.Adam{}, 0.01, 0.1) end,
+           "CyclicLR: cycle_momentum needs an optimizer with a momentum option (SGD, RMSprop)")
+  O.CyclicLR(O.Adam{}, 0.01, 0.1, { cycle_momentum = false })
+  H.raises(function() O.CyclicLR(O.SGD{}, 0.01, 0.1, { mode = "sine" }) end,
+           "CyclicLR: mode must be triangular, triangular2 or exp_range (or give scale_fn), got sine")
+  H.raises(function() O.CyclicLR(O.SGD{}, 0.01, 0.1, { step_size_up = 0 }) end,
+           "CyclicLR: step_size_up must be a number > 0, got 0")
+  H.raises(function() O.CyclicLR(O.SGD{}, { 0.01, 0.02 }, 0.1) end,
+           "CyclicLR: expected 1 values for base_lr (one per param group), got 2")
+  H.raises(function() O.CyclicLR(O.SGD{}, 0.01, 0.1, { step_up = 2 }) end, "CyclicLR: unknown option 'step_up'")
+  -- a scale_fn of the cycle: triangular's, given by hand
+  local opt = O.SGD{ momentum = 0.9 }
+  local c = O.CyclicLR(opt, 0.01, 0.1, { step_size_up = 2, scale_fn = function() return 1 end })
+  c:step()
+  H.near(opt.lr, 0.05500000000000001, 1e-15)
+end)
+
+H.test("OneCycleLR, ReduceLROnPlateau and LambdaLR take one value per param group", function()
+  local O = dl.optim
+  -- torch: OneCycleLR(Adam([{params: [w]}, {params: [b], lr: 0.02}], lr=0.1), [0.5, 0.1], 10), epochs 0..6
+  check_schedule("OneCycleLR", function(o) return O.OneCycleLR(o, { 0.5, 0.1 }, 10) end,
+                 { { 0.020000000000000018, 0.0040000000000000036 }, { 0.26, 0.052000000000000005 }, { 0.5, 0.1 },
+                   { 0.47524231600673683, 0.09504846320134738 }, { 0.40587282697488153, 0.0811745653949763 },
+                   { 0.30563101096814466, 0.06112620219362893 }, { 0.19437098903185537, 0.03887419780637107 } },
+                 { groups = true, optimizer = "Adam" })
+  -- torch: ReduceLROnPlateau(SGD([{params: [w]}, {params: [b], lr: 0.02}], lr=0.1), factor=0.5,
+  -- patience=0, min_lr=[0.06, 0]), step(1.0) four times
+  local a, b = dl.Variable(dl.zeros(2)), dl.Variable(dl.zeros(2))
+  local opt = O.SGD{ params = { { params = { a } }, { params = { b }, lr = 0.02 } }, lr = 0.1 }
+  local p = O.ReduceLROnPlateau(opt, { factor = 0.5, patience = 0, min_lr = { 0.06, 0 } })
+  local got = {}
+  for i = 1, 4 do got[i] = p:step(1.0) end
+  H.eq(got, { { 0.1, 0.02 }, { 0.06, 0.01 }, { 0.06, 0.005 }, { 0.06, 0.0025 } })
+  -- LambdaLR: a function per group
+  opt = O.SGD{ params = { { params = { a } }, { params = { b }, lr = 0.02 } }, lr = 0.1 }
+  local l = O.LambdaLR(opt, { function(e) return 0.5 ^ e end, function(e) return 1 + e end })
+  H.eq(l:step(), { 0.05, 0.04 })
+  H.raises(function() O.LambdaLR(opt, { function() return 1 end }) end,
+           "LambdaLR: expected 2 values for lr_lambda (one per param group), got 1")
 end)
 
 H.run()
