@@ -199,6 +199,27 @@ int dl_dtype_size(int code) {
 
 int dl_default_dtype(void) { return int(dl::default_float()); }
 
+int dl_result_type(uint64_t a, uint64_t b, double s) {
+  int code = -1;
+  guard_status([&] {
+    const Tensor& x = get(a, "result_type");
+    code = int(b ? dl::result_type(x, get(b, "result_type")) : dl::result_type(x, Scalar::from_lua(s)));
+  });
+  return code;
+}
+
+int dl_promote_types(int a, int b) {
+  int code = -1;
+  guard_status([&] { code = int(dl::promote(dtype_of(a, "promote_types"), dtype_of(b, "promote_types"))); });
+  return code;
+}
+
+int dl_can_cast(int from, int to) {
+  int code = -1;
+  guard_status([&] { code = dl::can_cast(dtype_of(from, "can_cast"), dtype_of(to, "can_cast")) ? 1 : 0; });
+  return code;
+}
+
 int dl_set_default_dtype(int code) {
   return guard_status([&] { dl::set_default_float(dtype_of(code, "set_default_dtype")); });
 }
@@ -494,7 +515,8 @@ int dl_set1(uint64_t id, int64_t i, double v) {
       ag::fill_(s, Scalar::from_lua(v));
     } else {
       int64_t off = i0 * t.stride(0);
-      DL_DISPATCH_STORAGE(t.dtype(), "index", t.data<scalar_t>()[off] = dl::convert_element<scalar_t>(v));
+      dl::check_fits("x[i] = v", v, t.dtype());
+      DL_DISPATCH_STORAGE(t.dtype(), "index", t.data<scalar_t>()[off] = dl::fill_value<scalar_t>(v));
       t.storage().bump_version();
     }
     code = 0;
@@ -598,8 +620,9 @@ uint64_t dl_ones(const int64_t* shape, int ndim, int dtype, const char* device) 
 
 uint64_t dl_full(const int64_t* shape, int ndim, double value, int dtype, const char* device) {
   return guard_handle([&] {
-    return dl::full(shape_of(shape, ndim, "full"), Scalar::from_lua(value), dtype_of(dtype, "full"),
-                    device_of(device));
+    const DType dt = dtype_of(dtype, "full");
+    dl::check_fits("full", value, dt);
+    return dl::full(shape_of(shape, ndim, "full"), Scalar::from_lua(value), dt, device_of(device));
   });
 }
 

@@ -101,6 +101,12 @@ int dl_dtype_code(const char* name);         /* accepts aliases ("float", "long"
 int dl_dtype_size(int dtype);
 int dl_default_dtype(void);
 int dl_set_default_dtype(int dtype);
+/* PyTorch's promotion: the dtype of a (op) b for tensors a and b, or for a and the number
+ * s when b is 0 (-1: error); the promotion of two dtypes; whether a result of dtype `from`
+ * may be written into a tensor of dtype `to` (1 or 0). */
+int dl_result_type(uint64_t a, uint64_t b, double s);
+int dl_promote_types(int a, int b);
+int dl_can_cast(int from, int to);
 int dl_check_device(const char* device);     /* 0 when the name parses */
 int dl_cuda_available(void);                /* loads the CUDA plugin on first use */
 int dl_cuda_device_count(void);

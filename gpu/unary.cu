@@ -87,7 +87,7 @@ void clamp(const Tensor& out, const Tensor& x, double lo, double hi) {
 void fill(const Tensor& out, double value) {
   const DeviceContext& c = activate(out, "fill_");
   DL_DISPATCH_STORAGE(out.dtype(), "fill_",
-      launch_elementwise<1>(c, make_geom<1>({&out}), FillOp<scalar_t>{convert_element<scalar_t>(value)}, "fill_"));
+      launch_elementwise<1>(c, make_geom<1>({&out}), FillOp<scalar_t>{fill_value<scalar_t>(value)}, "fill_"));
 }
 
 }  // namespace dl::gpu

@@ -56,7 +56,7 @@ Tensor generate(const Shape& shape, DType dtype, Device device, const char* op, 
   DL_DISPATCH_STORAGE(dtype, op, {
     scalar_t* p = t.data<scalar_t>();
     int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) p[i] = convert_element<scalar_t>(f(i));
+    for (int64_t i = 0; i < n; ++i) p[i] = fill_value<scalar_t>(f(i));
   });
   if (device.is_cpu()) return t;
   Tensor d = empty(shape, dtype, device, op);
@@ -114,6 +114,10 @@ Tensor eye(int64_t n, int64_t m, DType dtype, Device device) {
 static Tensor from_values_impl(const double* values, int64_t n, const Shape& shape, DType dtype, Device device) {
   int64_t numel = checked_numel(shape, "tensor");
   DL_CHECK(numel == n, "tensor: ", n, " values cannot fill shape ", shape);
+  // A float past float32's range is inf there, as in PyTorch's torch.tensor; a number an
+  // integer dtype cannot hold is refused.
+  if (!is_floating(dtype))
+    for (int64_t i = 0; i < n; ++i) check_fits("tensor", values[i], dtype);
   return generate(shape, dtype, device, "tensor", [=](int64_t i) { return values[i]; });
 }
 

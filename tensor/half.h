@@ -123,6 +123,16 @@ DL_HD To convert_element(From v) {
   }
 }
 
+// A number written into a tensor (fill_, full, x[i] = v): a whole number wraps to an
+// integer dtype's width, as beside it in arithmetic (uint8's -1 is 255), anything else
+// converts as convert_element. The front ends first refuse a number that the dtype cannot
+// hold (check_fits in tensor/ops.h), as PyTorch does.
+template <typename T>
+DL_HD T fill_value(double v) {
+  if constexpr (kIsHalf<T>) return convert_element<T>(v);
+  else return fn::scalar_operand<T>(v);
+}
+
 }  // namespace dl
 
 // DL_DISPATCH_ALL plus the half dtypes, for the kernels that move or convert elements

@@ -75,6 +75,11 @@ struct Scalar {
 // scalars, unless a lower-priority operand is of a higher category (bool < int < float).
 DType result_type(const Tensor& a, const Tensor& b);
 DType result_type(const Tensor& a, Scalar s);
+// Refuses a number written into a tensor of `dtype` (fill_, full, masked_fill, x[i] = v)
+// that the dtype cannot hold, as PyTorch's "cannot be converted without overflow": NaN or
+// an infinity into an integer, a finite number past a float's range. A whole number up to
+// the width in either sign wraps into uint8 (-1 is 255), as PyTorch's.
+void check_fits(const char* op, double value, DType dtype);
 
 // ---- creation --------------------------------------------------------------------
 Tensor zeros(const Shape& shape, DType dtype, Device device = Device{});

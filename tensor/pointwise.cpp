@@ -1,6 +1,8 @@
 // Front ends of the pointwise ops: argument checks, promotion, broadcasting, output
 // allocation. The arithmetic itself is in the device kernels (tensor/cpu/, gpu/).
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 
 #include "tensor/backend.h"
 #include "tensor/functors.h"
@@ -69,7 +71,7 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
 DType compute_dtype(Op op, DType t) {
   unsigned f = op_info(op).flags;
   DL_CHECK_KIND(Type, !(t == DType::Bool && (f & kNoBool)), op_name(op),
-                ": not supported for bool tensors");
+                ": not supported for bool tensors", op == Op::Sub ? " (logical_xor is a - b of bools)" : "");
   DL_CHECK_KIND(Type, !((f & kIntOnly) && is_floating(t)), op_name(op),
                 ": expected integer or bool tensors, got ", dtype_name(t));
   if ((f & kFloatOnly) && !is_floating(t)) return default_float();
@@ -337,6 +339,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   DL_CHECK(shape == x.shape(), "masked_fill: mask of shape ", mask.shape(),
            " cannot be broadcast to the tensor's shape ", x.shape());
+  check_fits("masked_fill", value.v, x.dtype());
   Tensor v = full(Shape{}, value, x.dtype(), x.device());
   return where(mask, v, x);
 }
@@ -372,7 +375,28 @@ void copy_(Tensor& dst, const Tensor& src) {
   dst.storage().bump_version();
 }
 
+void check_fits(const char* op, double v, DType dtype) {
+  bool ok = true;
+  switch (dtype) {
+    case DType::Bool:
+    case DType::Float64: break;
+    case DType::Float32: ok = !std::isfinite(v) || std::fabs(v) <= 3.4028234663852886e38; break;
+    case DType::BFloat16: ok = !std::isfinite(v) || std::fabs(v) <= 3.3895313892515355e38; break;
+    case DType::Float16: ok = !std::isfinite(v) || std::fabs(v) <= 65504.0; break;
+    case DType::UInt8: ok = v >= -255.0 && v <= 255.0; break;
+    case DType::Int32: ok = v >= -2147483648.0 && v <= 2147483647.0; break;
+    case DType::Int64: ok = v >= -9223372036854775808.0 && v < 9223372036854775808.0; break;
+  }
+  if (ok) return;
+  std::ostringstream shown;
+  if (std::isnan(v)) shown << "nan";
+  else shown << std::setprecision(17) << v;
+  fail(ErrorKind::Value, op, ": the value ", shown.str(), " cannot be converted to ", dtype_name(dtype),
+       " without overflow");
+}
+
 void fill_(Tensor& dst, Scalar value) {
+  check_fits("fill_", value.v, dst.dtype());
   observe_write(dst);
   backend_for(dst.device(), "fill_").fill(dst, value.v);
   dst.storage().bump_version();

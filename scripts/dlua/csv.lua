@@ -185,12 +185,12 @@ function data.read_csv(path, opts)
         values[i] = v
       end
       if numeric then
-        local col = dl.tensor(#recs > 0 and values or {}, { dtype = opts.dtype or "float32" })
-        if missing and not col:is_floating_point() then
+        local dtype = opts.dtype or "float32"
+        if missing and not dl.empty(0, { dtype = dtype }):is_floating_point() then
           raise("read_csv: " .. path .. ":" .. missing.line .. ": column '" .. nm .. "' has a missing value ("
-                .. '"' .. missing.fields[k] .. '")' .. ", which dtype " .. col.dtype .. " cannot hold")
+                .. '"' .. missing.fields[k] .. '")' .. ", which dtype " .. dtype .. " cannot hold")
         end
-        out.columns[nm] = col
+        out.columns[nm] = dl.tensor(#recs > 0 and values or {}, { dtype = dtype })
       else
         local strings = {}
         for i, r in ipairs(recs) do strings[i] = r.fields[k] end

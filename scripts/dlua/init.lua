@@ -108,6 +108,7 @@ core.on_first_use(T.methods, { "nansum", "nanmean", "var_mean", "std_mean", "ami
 core.on_first_use(dl, { "cross", "cdist" }, loader("dlua.linalg"))
 core.on_first_use(T.methods, { "bernoulli", "multinomial" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
+core.on_first_use(dl, { "result_type", "promote_types", "can_cast", "finfo", "iinfo" }, loader("dlua.dtypes"))
 core.on_first_use(dl, { "vmap" }, loader("dlua.vmap"))
 local SORTING = { "sort", "argsort", "topk", "kthvalue", "median", "nanmedian", "nonzero", "argwhere", "count_nonzero",
                   "masked_select", "unique", "unique_consecutive", "mode" }

@@ -188,6 +188,10 @@ local function with_options(name, a, b, opts)
   opts = core.options(name, opts, ALPHA_OPTS)
   local alpha = opts.alpha or 1
   if type(alpha) ~= "number" then bad_arg(name, "a number for alpha", alpha) end
+  if alpha ~= math.floor(alpha) and not ((is_tensor(a) and a:is_floating_point())
+                                    or (is_tensor(b) and b:is_floating_point())) then
+    raise(name .. ": alpha must be a whole number for integer tensors, got " .. alpha)
+  end
   if name == "add" then return a + b * alpha end
   return a - b * alpha
 end

@@ -437,10 +437,28 @@ end
 local function binary_fn(op, name) return pointwise2_fn(op, name, C.dl_binary, C.dl_binary_scalar, false) end
 local function compare_fn(op, name) return pointwise2_fn(op, name, C.dl_compare, C.dl_compare_scalar, true) end
 
+-- x:add_(y, {alpha = k}), x:sub_ and x:div_ with their options: the result made out of
+-- place, then written into x under the in-place rules (never a float into an integer
+-- tensor; the result's shape must be x's).
+local function inplace_with_options(iname, name, a, b, c)
+  local v = third_argument(name, a, b, c)
+  if v:is_floating_point() and not a:is_floating_point() then
+    raise(iname .. ": result dtype " .. v.dtype .. " cannot be stored in the in-place target of dtype " .. a.dtype)
+  end
+  if C.dl_copy_(hid(a), hid(v)) ~= 0 then raise_last() end
+  return a
+end
+
 local function binary_inplace_fn(op, name)
   local iname = name .. "_"
-  return function(a, b)
+  return function(a, b, c)
     if not istype(Tensor, a) then return bad_arg(iname, "a tensor", a) end
+    if c ~= nil then
+      if name ~= "div" and name ~= "add" and name ~= "sub" then
+        raise(iname .. ": expected two operands, got a third (" .. typename(c) .. ")")
+      end
+      return inplace_with_options(iname, name, a, b, c)
+    end
     local st
     if istype(Tensor, b) then
       st = C.dl_binary_(op, hid(a), hid(b))

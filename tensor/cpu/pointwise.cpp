@@ -279,7 +279,7 @@ void copy(const Tensor& out, const Tensor& src) {
 
 void fill(const Tensor& out, double value) {
   DL_DISPATCH_STORAGE(out.dtype(), "fill_", {
-    scalar_t v = convert_element<scalar_t>(value);
+    scalar_t v = fill_value<scalar_t>(value);
     elementwise<scalar_t, scalar_t, 1>({&out}, [v]() { return v; });
   });
 }

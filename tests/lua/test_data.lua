@@ -26,6 +26,12 @@ local function sorted(t)
   return c
 end
 
+local function write_file(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
 local N = 10
 local xs = dl.arange(1, N + 1):view(N, 1) * dl.tensor({ { 1, 10 } })   -- row i: {i, 10 i}
 local ys = dl.arange(1, N + 1, { dtype = "int64" })
@@ -211,11 +217,7 @@ end)
 
 H.test("read_csv and from_csv: quotes, CRLF, empty fields, strings, errors with lines", function()
   local path = os.tmpname()
-  local function write(text)
-    local f = assert(io.open(path, "wb"))
-    f:write(text)
-    f:close()
-  end
+  local function write(text) write_file(path, text) end
   write('a,b,name\n1,2.5,"x, y"\n3,,"he said ""hi"""\r\n-4e2,7,"two\nlines"\n\n')
   local t = dl.data.read_csv(path)
   H.eq(t.rows, 3)
@@ -328,11 +330,7 @@ end)
 
 H.test("read_csv: missing values as pandas' (NA, null, ...), hex as text, a quoted empty line kept", function()
   local path = os.tmpname()
-  local function write(text)
-    local f = assert(io.open(path, "wb"))
-    f:write(text)
-    f:close()
-  end
+  local function write(text) write_file(path, text) end
   -- pandas.read_csv: the default na_values are NaN in a numeric column
   write("a,b\n1,NA\n2,N/A\n3,NaN\n4,null\n5,None\n6,#N/A\n7,<NA>\n8,-nan\n9,\n10,2.5\n")
   local t = dl.data.read_csv(path)
