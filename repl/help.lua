@@ -321,6 +321,7 @@ local H = {
   ["dl.optim.ReduceLROnPlateau"] = { "dl.optim.ReduceLROnPlateau(opt [, {mode, factor, patience, threshold, threshold_mode, cooldown, min_lr, eps}])", "sched:step(metric) lowers lr when the metric stops improving." },
   ["dl.optim.SGD"] = { "dl.optim.SGD{lr, momentum, dampening, weight_decay, nesterov, maximize, params}", "Stochastic gradient descent. params: Variables, a module, or param groups {{params = net.body, lr = 1e-4}, ...}, in opt.param_groups." },
   ["dl.optim.Adam"] = { "dl.optim.Adam{lr, betas, eps, weight_decay, amsgrad, maximize, params}", "The Adam optimizer." },
+  ["dl.optim.Optimizer:add_param_group"] = { "opt:add_param_group{params = ..., <options>}", "A param group more (PyTorch's): the options it leaves out are the optimizer's; a variable already in a group is an error. Returns the group, in opt.param_groups." },
   ["dl.data.read_csv"] = { "dl.data.read_csv(path [, {header, delimiter, dtype, columns}])", "{names, columns, rows}: numeric columns as tensors (empty, NA, null, NaN, ... are missing: NaN, an error under an int or bool dtype), others as lists." },
   ["dl.data.from_csv"] = { "dl.data.from_csv(path [, {label, features, ...}])", "A data set of (features, label) rows from a CSV file; a text column among the features is an error unless features names them." },
   ["dl.data.from_tensors"] = { "dl.data.from_tensors(x, y, ...)", "A dataset slicing the tensors along dim 1: :shuffle(), :batch(n) (copies of the rows; unbatched elements are views), :prefetch(n) (next batches gathered on a worker thread), :iter()." },

@@ -16,7 +16,8 @@
 --
 -- State is kept per variable and numbered by position: the order of `params` when given
 -- to the constructor, otherwise the order in which the variables are first updated
--- (for implicit gradients, the order of first use, which the same program repeats).
+-- (for implicit gradients, the order of first use, which the same program repeats);
+-- with param groups, the order of the groups' variables when the state is saved.
 -- state_dict() is flat: "iterations", "lr", "state.<position>.<name>" (momentum buffers,
 -- moments, per-variable step counts). load_state_dict() before the variables have been
 -- seen keeps the state and gives it to each variable when it first comes (a checkpoint
@@ -63,6 +64,15 @@ local function check_lr(name, lr)
   if type(lr) == "number" and lr < 0 then raise(name .. ": lr must be >= 0, got " .. lr) end
 end
 
+-- A pair option (betas, etas, step_sizes) as a table of its own: groups and optimizers
+-- never share one, so that changing a group's betas[1] changes that group only.
+local function own(v)
+  if type(v) ~= "table" or getmetatable(v) ~= nil then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = x end
+  return out
+end
+
 -- Sets the options of `into` (an optimizer, or one of its param groups) from opts, checked;
 -- an option that opts leaves out comes from `base` (a group's optimizer) or the defaults.
 local function set_options(name, cls, opts, into, base)
@@ -74,24 +84,24 @@ local function set_options(name, cls, opts, into, base)
   for k, d in pairs(defaults) do
     if k ~= "lr" then
       local v = opts[k]
-      if v == nil and base then into[k] = base[k]
+      if v == nil and base then into[k] = own(base[k])
       elseif type(d) == "number" then into[k] = number_opt(name, opts, k, d, 0)
       elseif type(d) == "boolean" then
         if v ~= nil and type(v) ~= "boolean" then raise(name .. ": " .. k .. " must be a boolean, got " .. typename(v)) end
         if v == nil then v = d end
         into[k] = v
       else
-        into[k] = v == nil and d or v
+        into[k] = own(v == nil and d or v)
       end
     end
   end
   cls._check(into, name)
 end
 
-local function unknown_options(name, defaults, opts, where)
+local function unknown_options(name, defaults, opts)
   for k in pairs(opts) do
     if defaults[k] == nil and k ~= "params" and k ~= "lr" then
-      raise(name .. ": unknown option '" .. tostring(k) .. "'" .. (where or ""))
+      raise(name .. ": unknown option '" .. tostring(k) .. "'")
     end
   end
 end
@@ -121,31 +131,105 @@ local function var_name(v)
   return v.name and (" (" .. v.name .. ")") or ""
 end
 
--- params = {{params = ..., <options>}, ...}: each group's options are the optimizer's
--- but for those it gives; the variables are numbered in the order of the groups.
-local function make_groups(self, name, list)
-  local groups, owner, index = {}, {}, {}
-  for i, spec in ipairs(list) do
-    local where = name .. ": param group " .. i
-    if not is_group(spec) then
-      raise(name .. ": params mixes param groups with other values (params[" .. i .. "] is a " .. typename(spec) .. ")")
+-- A param group made from spec: its params as a list, the options it leaves out from the
+-- optimizer's, and any other key kept as it is (a name, as PyTorch keeps them).
+local function new_group(self, where, spec)
+  if spec.params == nil then raise(where .. " has no params") end
+  local group = {}
+  for k, v in pairs(spec) do
+    if k ~= "params" and k ~= "lr" and self._defaults[k] == nil then group[k] = v end
+  end
+  set_options(where, getmetatable(self), spec, group, self)
+  group.params = variables_of(where, spec.params)
+  return group
+end
+
+-- opt.param_groups is what a step reads: the variable -> group map (and each variable's
+-- position, for its state) is made again when a group's params or the list of groups
+-- changed since the last step. Finding that out reads each params list once, which costs
+-- little beside the updates themselves; a group added to the list by hand gets the
+-- options it leaves out, as add_param_group's.
+local function groups_changed(self)
+  local groups, seen = self.param_groups, self._seen
+  if type(groups) ~= "table" or #groups ~= #seen then return true end
+  for i = 1, #seen do
+    local g, s = groups[i], seen[i]
+    if not rawequal(g, s.group) then return true end
+    local ps = g.params
+    if not rawequal(ps, s.params) or #ps ~= s.n then return true end
+    for j = 1, s.n do
+      if not rawequal(ps[j], s[j]) then return true end
     end
-    if spec.params == nil then raise(where .. " has no params") end
-    unknown_options(name, self._defaults, spec, " in param group " .. i)
-    local group = {}
-    set_options(where, getmetatable(self), spec, group, self)
-    group.params = variables_of(where, spec.params)
-    for _, v in ipairs(group.params) do
+  end
+  return false
+end
+
+local function sync_groups(self)
+  if not groups_changed(self) then return end
+  local name = self.__name
+  local groups = self.param_groups
+  if type(groups) ~= "table" or getmetatable(groups) ~= nil then
+    raise(name .. ": param_groups must be a list of param groups, got " .. typename(groups))
+  end
+  local owner, index, seen, known = {}, {}, {}, self._known
+  for i, g in ipairs(groups) do
+    local where = name .. ": param group " .. i
+    if not is_group(g) then
+      raise(name .. ": param_groups[" .. i .. "] is a " .. typename(g) .. ", expected a param group (a table)")
+    end
+    if not known[g] then
+      local made = new_group(self, where, g)
+      local ps, same = g.params, type(g.params) == "table" and getmetatable(g.params) == nil
+      for j, v in ipairs(made.params) do same = same and rawequal(ps[j], v) end
+      if same then made.params = nil end   -- (a list of Variables: the group's own list stays)
+      for k, v in pairs(made) do g[k] = v end
+      known[g] = true
+    end
+    local ps = g.params
+    if type(ps) ~= "table" or getmetatable(ps) ~= nil or is_tensor(ps) then
+      raise(where .. ": params must be a list of Variables, got " .. typename(ps))
+    end
+    local s = { group = g, params = ps, n = #ps }
+    for j, v in ipairs(ps) do
+      if not is_tensor(v) then
+        raise(where .. ": params[" .. j .. "] is a " .. typename(v) .. ", expected a Variable")
+      end
       local other = index[v]
       if other and other ~= i then
         raise(name .. ": a variable" .. var_name(v) .. " is in param groups " .. other .. " and " .. i)
       end
-      index[v], owner[v] = i, group
-      self:_position(v)
+      index[v], owner[v], s[j] = i, g, v
     end
-    groups[i] = group
+    seen[i] = s
   end
-  self.param_groups, self._group, self._grouped = groups, owner, true
+  for _, s in ipairs(seen) do
+    for j = 1, s.n do self:_position(s[j]) end
+  end
+  self._group, self._index, self._seen = owner, index, seen
+end
+
+-- The variables of the param groups, in order: what "state.<i>" of a state dict numbers.
+local function group_vars(self)
+  local out = {}
+  for _, s in ipairs(self._seen) do
+    for j = 1, s.n do out[#out + 1] = s[j] end
+  end
+  return out
+end
+
+-- params = {{params = ..., <options>}, ...}: each group's options are the optimizer's
+-- but for those it gives; the variables are numbered in the order of the groups.
+local function make_groups(self, name, list)
+  local groups, known = {}, {}
+  for i, spec in ipairs(list) do
+    if not is_group(spec) then
+      raise(name .. ": params mixes param groups with other values (params[" .. i .. "] is a " .. typename(spec) .. ")")
+    end
+    groups[i] = new_group(self, name .. ": param group " .. i, spec)
+    known[groups[i]] = true
+  end
+  self.param_groups, self._known, self._seen, self._grouped = groups, known, {}, true
+  sync_groups(self)
 end
 
 -- An optimizer class: `defaults` maps each option to its default (nil: the option is
@@ -155,9 +239,10 @@ end
 --
 -- opt.param_groups is PyTorch's: with params given as groups, a table of each group's
 -- options and params, which a step reads afresh (opt.param_groups[2].lr = 1e-4 between
--- steps works); a variable outside every group is an error, where PyTorch's step would
--- pass it by. Without groups, the one group is the optimizer itself (opt.lr is
--- opt.param_groups[1].lr), which updates every variable it is given.
+-- steps, a variable added to a group's params or taken out of it); a variable outside
+-- every group is an error, where PyTorch's step would pass it by. Without groups, the
+-- one group is the optimizer itself (opt.lr is opt.param_groups[1].lr), which updates
+-- every variable it is given.
 -- maximize (where PyTorch 1.13 has it) negates each gradient first, as PyTorch's.
 local function class(name, defaults, check, update)
   local cls = setmetatable({ __name = name, _update = update, _defaults = defaults, _check = check },
@@ -193,6 +278,38 @@ local function class(name, defaults, check, update)
     return self
   end
   return cls
+end
+
+-- opt:add_param_group{params = ..., <options>}: PyTorch's: a group more, its options
+-- those it gives, the others the optimizer's. A variable already in a group is an error.
+-- An optimizer made without groups becomes one with them: group 1 holds its options
+-- and the variables it has (params, or those it has updated), and from then on a
+-- gradient for a variable in no group is an error, as for any optimizer with groups.
+function Optimizer:add_param_group(spec)
+  local name = self.__name .. ":add_param_group"
+  if not is_group(spec) then bad_arg(name, "a param group {params = ..., <options>}", spec) end
+  if self._grouped then sync_groups(self) end
+  local group = new_group(self, name .. ": the group", spec)
+  local index = self._grouped and self._index or {}
+  if not self._grouped then
+    for _, v in ipairs(self._vars) do index[v] = 1 end
+  end
+  for _, v in ipairs(group.params) do
+    if index[v] then raise(name .. ": a variable" .. var_name(v) .. " is already in param group " .. index[v]) end
+  end
+  if not self._grouped then
+    local first = { params = {}, initial_lr = rawget(self, "initial_lr") }
+    for k in pairs(self._defaults) do first[k] = own(self[k]) end
+    first.lr = self.lr
+    for i, v in ipairs(self._vars) do first.params[i] = v end
+    self.params = nil
+    self.param_groups, self._known, self._seen, self._grouped = { first }, { [first] = true }, {}, true
+  end
+  local groups = self.param_groups
+  groups[#groups + 1] = group
+  self._known[group] = true
+  sync_groups(self)
+  return group
 end
 
 -- The position of variable v (assigned on first sight, with its pending restored state).
@@ -250,6 +367,7 @@ end
 -- This step's lr: a number, or with param groups a table group -> lr.
 local function step_lrs(self)
   if not self._grouped then return lr_of(self, self) end
+  sync_groups(self)
   local out = {}
   for _, g in ipairs(self.param_groups) do out[g] = lr_of(self, g) end
   return out
@@ -335,27 +453,56 @@ end
 -- ---- state ---------------------------------------------------------------------------------------
 
 -- "class" names the optimizer's type, so that a state is not given to another type (an
--- Adam's lr and moments to an SGD); states saved without it still load. With param
--- groups, "param_groups.<i>.<option>" holds each group's options (a pair such as betas
--- as "<option>.1" and "<option>.2"), and there is no "lr".
+-- Adam's lr and moments to an SGD); states saved without it still load.
+--
+-- With param groups, "param_groups.<i>.<option>" holds each group's options (a pair such
+-- as betas as "<option>.1" and "<option>.2") and its other keys that are numbers,
+-- booleans or strings (a name), and "state.<i>" numbers the variables of the groups in
+-- their order now, as PyTorch's: a state restores into groups made alike, whatever was
+-- added to them or taken out before. A schedule's initial_lr stays out: the schedule's
+-- own state has its base lrs, and a key that only some runs have would stop dl.Checkpoint
+-- (which wants every key of a state dict in the file) restoring the others' files.
+--
+-- Without groups, "lr", and "state.<i>" numbered in the order the variables came. The
+-- other options are not saved (states saved before they could be must still restore),
+-- but for those a schedule moves: CyclicLR's and OneCycleLR's momentum ("momentum", or
+-- "betas.1" and "betas.2"), which the optimizer's state has, as with groups, so that a
+-- restored run goes on as the first.
+local function put_option(sd, at, k, v)
+  if type(v) == "table" then
+    for j = 1, #v do sd[at .. k .. "." .. j] = v[j] end
+  else
+    sd[at .. k] = v
+  end
+end
+
+local function saved_key(k, v, defaults)
+  if type(k) ~= "string" or k == "lr" or k == "params" or k == "initial_lr" then return false end
+  if defaults[k] ~= nil then return true end
+  local t = type(v)
+  return (t == "number" or t == "boolean" or t == "string") and smatch(k, "^[%a_][%w_]*$") ~= nil
+end
+
 function Optimizer:state_dict()
   local sd = { class = self.__name, iterations = self.iterations }
   if self._grouped then
+    sync_groups(self)
     for i, group in ipairs(self.param_groups) do
       local at = "param_groups." .. i .. "."
       if type(group.lr) == "number" then sd[at .. "lr"] = group.lr end
-      for k in pairs(self._defaults) do
-        local v = group[k]
-        if type(v) == "table" then
-          for j = 1, #v do sd[at .. k .. "." .. j] = v[j] end
-        elseif k ~= "lr" then
-          sd[at .. k] = v
-        end
+      for k, v in entries(group) do
+        if saved_key(k, v, self._defaults) then put_option(sd, at, k, v) end
       end
     end
-  elseif type(self.lr) == "number" then
-    sd.lr = self.lr
+    for i, v in ipairs(group_vars(self)) do
+      for k, x in entries(self._state[self._pos[v]]) do
+        if k:sub(1, 1) ~= "_" then sd["state." .. i .. "." .. k] = x end
+      end
+    end
+    return sd
   end
+  if type(self.lr) == "number" then sd.lr = self.lr end
+  for k in entries(rawget(self, "_moved") or {}) do put_option(sd, "", k, self[k]) end
   for pos, st in entries(self._state) do
     for k, v in entries(st) do
       if k:sub(1, 1) ~= "_" then sd["state." .. pos .. "." .. k] = v end
@@ -367,40 +514,63 @@ function Optimizer:state_dict()
   return sd
 end
 
+-- The group a key of a state dict sets, and what: "param_groups.<i>.<key>[.<j>]", or
+-- (a state saved without groups) "lr" or "<option>[.<j>]" for group 1. Returns i, key,
+-- j (nil without), and whether the key named its group.
+local function group_key(self, k)
+  local i, key, j = smatch(k, "^param_groups%.(%d+)%.([%a_][%w_]*)%.?(%d*)$")
+  if i then return tonumber(i), key, tonumber(j), true end
+  key, j = smatch(k, "^([%a_][%w_]*)%.?(%d*)$")
+  if key and (key == "lr" or (self._defaults or {})[key] ~= nil) then return 1, key, tonumber(j), false end
+end
+
 -- The groups' options of a state dict, checked: group index -> the group's new options
--- (a copy of the group's table).
+-- (a copy of the group's table, changed).
 local function restored_groups(self, name, changes)
   local out = {}
   for i, ch in pairs(changes) do
     local group = self.param_groups[i]
     local new = {}
-    for k, v in pairs(group) do new[k] = v end
-    for k, v in pairs(ch) do
+    for k, v in entries(group) do new[k] = v end
+    for k, v in entries(ch) do
       if type(v) == "table" then
         local pair = {}
         for j, x in ipairs(group[k]) do pair[j] = v[j] == nil and x or v[j] end
         new[k] = pair
-      elseif k ~= "lr" or type(group.lr) == "number" then
+      elseif k ~= "lr" or type(group.lr) == "number" then   -- (an lr function stays)
         new[k] = v
       end
     end
-    local where = name .. ": param group " .. i
+    local where = self._grouped and (name .. ": param group " .. i) or name
     if type(new.lr) == "number" then check_lr(where, new.lr) end
-    for k, d in pairs(self._defaults) do
-      if type(d) == "number" then number_opt(where, new, k, 0, 0) end
+    for k, d in entries(self._defaults or {}) do
+      if k ~= "lr" and type(d) == "number" then number_opt(where, new, k, 0, 0) end
     end
-    self._check(new, where)
+    if self._check then self._check(new, where) end
     out[i] = new
   end
   return out
 end
 
--- Checks every entry, then replaces the whole state (all or nothing).
+-- A restored state tensor as the variable's: its device, dtype and shape.
+local function shaped(st, var)
+  for k, v in entries(st) do
+    if is_tensor(v) then
+      if v.device ~= var.device or v.dtype ~= var.dtype then v = v:to(var) end
+      st[k] = v:view_as(var)
+    end
+  end
+  return st
+end
+
+-- Checks every entry, then replaces the whole state (all or nothing). A state of another
+-- number of param groups is refused, as PyTorch's, before anything changes.
 function Optimizer:load_state_dict(sd)
   local name = self.__name .. ":load_state_dict"
   if type(sd) ~= "table" then bad_arg(name, "a state dict (a table)", sd) end
+  local defaults = self._defaults or {}
   local states, changes = {}, {}
-  local iterations, lr = self.iterations, self.lr
+  local iterations = self.iterations
   local class = sd.class
   if class ~= nil and class ~= self.__name then
     if type(class) ~= "string" then raise(name .. ": \"class\" must be a string, got " .. typename(class)) end
@@ -410,27 +580,52 @@ function Optimizer:load_state_dict(sd)
     end
     raise(name .. ": the state is " .. an(class) .. "'s, this optimizer is " .. an(self.__name))
   end
+  if self._grouped then sync_groups(self) end
+  local groups = self.param_groups
+  local vars = self._grouped and group_vars(self) or self._vars
+  -- the state's number of groups: the largest <i> of its "param_groups.<i>." keys, or 1
+  -- for a state saved without groups (none when it has no options at all)
+  local count, plain, named
+  for k in pairs(sd) do
+    local i, _, _, in_groups = group_key(self, tostring(k))
+    if i and in_groups then
+      if i < 1 then raise(name .. ": unexpected key \"" .. k .. "\"") end
+      count, named = math.max(count or 0, i), named or k
+    elseif i then
+      plain = plain or k
+    end
+  end
+  if plain and named then
+    raise(name .. ": the state has both \"" .. plain .. "\" (no param groups) and \"" .. named .. "\"")
+  end
+  count = count or (plain and 1)
+  if count and count ~= #groups then
+    raise(name .. ": loaded state dict has a different number of parameter groups (" .. count
+          .. ", this optimizer has " .. #groups .. ")")
+  end
   for k, v in pairs(sd) do
-    local gi, gkey, gj = smatch(tostring(k), "^param_groups%.(%d+)%.([%a_][%w_]*)%.?(%d*)$")
+    local gi, gkey, gj = group_key(self, tostring(k))
     if k == "class" then   -- (checked above)
     elseif k == "iterations" then
       if type(v) ~= "number" then raise(name .. ": \"iterations\" must be a number, got " .. typename(v)) end
       iterations = v
-    elseif k == "lr" then
-      if type(v) ~= "number" then raise(name .. ": \"lr\" must be a number, got " .. typename(v)) end
-      if type(lr) == "number" then lr = v end
-    elseif gi and self._grouped then
-      gi, gj = tonumber(gi), tonumber(gj)
-      local n = #self.param_groups
-      if gi < 1 or gi > n then
-        raise(name .. ": \"" .. k .. "\": the state has a param group " .. gi .. ", this optimizer has " .. n)
+    elseif gi then
+      local d = gkey == "lr" and 0 or defaults[gkey]
+      if d == nil then
+        -- another key of a group (a name), kept as PyTorch keeps them; an optimizer
+        -- without groups is its own group, and takes its options only
+        if not self._grouped or gkey == "params" or gj then raise(name .. ": unexpected key \"" .. k .. "\"") end
+        local t = type(v)
+        if t ~= "number" and t ~= "boolean" and t ~= "string" then
+          raise(name .. ": \"" .. k .. "\" must be a number, a boolean or a string, got " .. typename(v))
+        end
+      else
+        if (type(d) == "table") ~= (gj ~= nil) or (gj and (gj < 1 or gj > #d)) then
+          raise(name .. ": unexpected key \"" .. k .. "\"")
+        end
+        local want = type(d) == "table" and "number" or type(d)
+        if type(v) ~= want then raise(name .. ": \"" .. k .. "\" must be a " .. want .. ", got " .. typename(v)) end
       end
-      local d = gkey == "lr" and 0 or self._defaults[gkey]
-      if d == nil or (type(d) == "table") ~= (gj ~= nil) or (gj and (gj < 1 or gj > #d)) then
-        raise(name .. ": unexpected key \"" .. k .. "\"")
-      end
-      local want = type(d) == "table" and "number" or type(d)
-      if type(v) ~= want then raise(name .. ": \"" .. k .. "\" must be a " .. want .. ", got " .. typename(v)) end
       local ch = changes[gi] or {}
       changes[gi] = ch
       if gj then
@@ -446,7 +641,10 @@ function Optimizer:load_state_dict(sd)
         raise(name .. ": \"" .. k .. "\" must be a tensor or a number, got " .. typename(v))
       end
       pos = tonumber(pos)
-      local var = self._vars[pos]
+      local var = vars[pos]
+      if self._grouped and var == nil then
+        raise(name .. ": \"" .. k .. "\": the state has a variable " .. pos .. ", the param groups hold " .. #vars)
+      end
       if var and is_tensor(v) and v:numel() ~= var:numel() then
         raise(name .. ": \"" .. k .. "\" has shape " .. shape_str(v) .. ", but variable " .. pos
               .. " (" .. tostring(var.name) .. ") has shape " .. shape_str(var))
@@ -455,7 +653,7 @@ function Optimizer:load_state_dict(sd)
       states[pos][key] = v
     end
   end
-  local groups = restored_groups(self, name, changes)
+  local restored = restored_groups(self, name, changes)
   -- Copies, so that the state never aliases the tensors handed in.
   local copies = dl.no_grad(function()
     local out = {}
@@ -466,22 +664,23 @@ function Optimizer:load_state_dict(sd)
     end
     return out
   end)
-  self.iterations, self.lr = iterations, lr
+  self.iterations = iterations
   -- (the group tables stay the same, for those who hold one)
-  for i, new in pairs(groups) do
-    local group = self.param_groups[i]
-    for k, v in pairs(new) do group[k] = v end
+  for i, new in pairs(restored) do
+    local group = groups[i]
+    for k in entries(changes[i]) do group[k] = new[k] end
+  end
+  if self._grouped then
+    -- a variable taken out of the groups keeps no state, as PyTorch's
+    local st = {}
+    for pos in ipairs(self._vars) do st[pos] = {} end
+    for i, var in ipairs(vars) do st[self._pos[var]] = shaped(copies[i] or {}, var) end
+    self._state, self._pending = st, {}
+    return
   end
   self._state, self._pending = {}, {}
   for pos, var in ipairs(self._vars) do
-    local st = copies[pos] or {}
-    for k, v in pairs(st) do
-      if is_tensor(v) then
-        if v.device ~= var.device or v.dtype ~= var.dtype then v = v:to(var) end
-        st[k] = v:view_as(var)
-      end
-    end
-    self._state[pos] = st
+    self._state[pos] = shaped(copies[pos] or {}, var)
     copies[pos] = nil
   end
   for pos, st in pairs(copies) do self._pending[pos] = st end
@@ -857,6 +1056,10 @@ function LBFGS:apply_gradients()
   raise("LBFGS: it evaluates the loss several times a step; use opt:minimize(loss_fn, variables)")
 end
 LBFGS.step = LBFGS.apply_gradients
+
+function LBFGS:add_param_group()
+  raise("LBFGS:add_param_group: LBFGS takes no param groups (one set of options for all, as PyTorch's)")
+end
 
 local function dot(a, b) return (a * b):sum():item() end
 

@@ -72,9 +72,18 @@ local function schedule(name, lr_at, chain)
   return cls
 end
 
+-- A schedule knows the groups its optimizer had when it was made.
+local function same_groups(self, groups, n)
+  if #groups ~= n then
+    raise(self.__name .. ": the optimizer has " .. #groups .. " param groups, this schedule was made for " .. n
+          .. " (make schedules after add_param_group)")
+  end
+end
+
 -- Sets each group's lr for epoch e; returns them.
 function Schedule:_apply(e)
   local groups, last = groups_of(self.optimizer), self._lrs
+  same_groups(self, groups, #self.base_lrs)
   if self._chain then
     for i, g in ipairs(groups) do
       local cur = g.lr
@@ -124,8 +133,12 @@ function Schedule:state_dict()
   return sd
 end
 
--- A chained schedule leaves the lrs as they are: what it set depends on the others, and
--- the optimizer's own state dict has them (as PyTorch's).
+-- The lrs are the optimizer's, as PyTorch's: its own state (restored before or after this
+-- one) has them, with an lr set by hand or by ReduceLROnPlateau after the schedule's last
+-- step, which the schedule then finds changed at its next step, as the first run did.
+-- Only an lr that is still the one this schedule set (its optimizer not restored, or
+-- restored after it) becomes the one the saved schedule set, so that a schedule restored
+-- alone goes on from its epoch; not a chained schedule's, which the others' steps changed.
 function Schedule:load_state_dict(sd)
   local groups = groups_of(self.optimizer)
   local many = grouped(self.optimizer)
@@ -145,12 +158,10 @@ function Schedule:load_state_dict(sd)
   self.base_lrs, self.base_lr = bases, bases[1]
   self._chained = sd.chained == true or nil
   for i, g in ipairs(groups) do
-    if self._chained then
-      self._lrs[i] = type(lrs[i]) == "number" and lrs[i] or g.lr
-    else
-      local lr = self:_lr_at(sd.epoch or sd.last_epoch, i)
-      self._lrs[i], g.lr = lr, lr
-    end
+    local lr = lrs[i]
+    if type(lr) ~= "number" then lr = self._chained and g.lr or self:_lr_at(sd.epoch or sd.last_epoch, i) end
+    if not self._chained and g.lr == self._lrs[i] then g.lr = lr end
+    self._lrs[i] = lr
   end
 end
 
@@ -432,13 +443,21 @@ function optim.SequentialLR(opt, schedulers, milestones)
                              last_epoch = 0 }, Sequential))
 end
 
--- The momentum of a group: SGD's (and RMSprop's) momentum, or Adam's first beta.
-local function set_momentum(group, m)
-  if type(group.betas) == "table" then group.betas = { m, group.betas[2] } else group.momentum = m end
+-- The momentum of a group: SGD's (and RMSprop's) momentum, or Adam's first beta. An
+-- optimizer without groups (its own group) then keeps that option in its state dict
+-- (_moved), as a group does, since the restored run needs it before the next step.
+local function set_momentum(opt, group, m)
+  local key = type(group.betas) == "table" and "betas" or "momentum"
+  if key == "betas" then group.betas = { m, group.betas[2] } else group.momentum = m end
+  if rawequal(group, opt) then
+    local moved = rawget(opt, "_moved") or {}
+    moved[key] = true
+    rawset(opt, "_moved", moved)
+  end
 end
 
 local function set_momenta(self)
-  for i, g in ipairs(groups_of(self.optimizer)) do set_momentum(g, self._momenta[i]) end
+  for i, g in ipairs(groups_of(self.optimizer)) do set_momentum(self.optimizer, g, self._momenta[i]) end
 end
 
 -- OneCycleLR(opt, max_lr, total_steps [, opts]): Smith's one-cycle policy, as PyTorch's,
@@ -722,6 +741,7 @@ function Plateau:step(metric, epoch)
     self.num_bad_epochs = 0
   end
   if self.num_bad_epochs > self.patience then
+    same_groups(self, groups_of(self.optimizer), #self.min_lrs)
     for i, g in ipairs(groups_of(self.optimizer)) do
       local old = g.lr
       local new = max(old * self.factor, self.min_lrs[i])

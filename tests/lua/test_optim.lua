@@ -644,13 +644,20 @@ H.test("param groups: lr changed between steps, schedules per group, state dicts
            "Adam:load_state_dict: param group 1: eps must be a number >= 0, got -1")
   H.eq(o3.param_groups[2].betas, { 0.5, 0.7 })
   H.raises(function() o3:load_state_dict({ ["param_groups.3.lr"] = 0.1 }) end,
-           "Adam:load_state_dict: \"param_groups.3.lr\": the state has a param group 3, this optimizer has 2")
-  H.raises(function() o3:load_state_dict({ ["param_groups.1.amsgrad"] = 1 }) end,
+           "Adam:load_state_dict: loaded state dict has a different number of parameter groups (3, this optimizer has 2)")
+  H.raises(function() o3:load_state_dict({ ["param_groups.1.amsgrad"] = 1, ["param_groups.2.eps"] = 1e-8 }) end,
            "Adam:load_state_dict: \"param_groups.1.amsgrad\" must be a boolean, got number")
-  H.raises(function() o3:load_state_dict({ ["param_groups.1.momentum"] = 1 }) end,
+  H.raises(function() o3:load_state_dict({ ["param_groups.1.params"] = 1, ["param_groups.2.eps"] = 1e-8 }) end,
+           "Adam:load_state_dict: unexpected key \"param_groups.1.params\"")
+  H.raises(function() o3:load_state_dict({ ["param_groups.1.eps.1"] = 1, ["param_groups.2.eps"] = 1e-8 }) end,
+           "Adam:load_state_dict: unexpected key \"param_groups.1.eps.1\"")
+  -- an optimizer made without groups is its one group: it takes a state of one group, but
+  -- no key that is not one of its options
+  local plain = O.Adam{}
+  plain:load_state_dict({ ["param_groups.1.lr"] = 0.25, ["param_groups.1.betas.1"] = 0.5 })
+  H.eq({ plain.lr, plain.betas[1], plain.betas[2] }, { 0.25, 0.5, 0.999 })
+  H.raises(function() plain:load_state_dict({ ["param_groups.1.momentum"] = 1 }) end,
            "Adam:load_state_dict: unexpected key \"param_groups.1.momentum\"")
-  H.raises(function() O.Adam{}:load_state_dict({ ["param_groups.1.lr"] = 1 }) end,
-           "Adam:load_state_dict: unexpected key \"param_groups.1.lr\"")
 end)
 
 H.test("param groups: errors name the optimizer, the group and the option", function()
@@ -658,8 +665,7 @@ H.test("param groups: errors name the optimizer, the group and the option", func
   local a, b = dl.Variable(dl.zeros(2), "a"), dl.Variable(dl.zeros(3), "b")
   H.raises(function() O.SGD{ params = { { params = { a } }, { params = { b, a } } } } end,
            "SGD: a variable (a) is in param groups 1 and 2")
-  H.raises(function() O.SGD{ params = { { params = { a }, momentom = 0.9 } } } end,
-           "SGD: unknown option 'momentom' in param group 1")
+  H.raises(function() O.SGD{ params = { a }, momentom = 0.9 } end, "SGD: unknown option 'momentom'")
   H.raises(function() O.SGD{ params = { { params = { a } }, { params = { b }, momentum = -1 } } } end,
            "SGD: param group 2: momentum must be a number >= 0, got -1")
   H.raises(function() O.SGD{ params = { { params = { a }, lr = -1 } } } end, "SGD: param group 1: lr must be >= 0, got -1")
@@ -920,6 +926,266 @@ H.test("OneCycleLR, ReduceLROnPlateau and LambdaLR take one value per param grou
   H.eq(l:step(), { 0.05, 0.04 })
   H.raises(function() O.LambdaLR(opt, { function() return 1 end }) end,
            "LambdaLR: expected 2 values for lr_lambda (one per param group), got 1")
+end)
+
+-- ---- param groups as the source of truth, and restoring with schedules ---------------------------
+
+H.test("a param group with an lr function loads a state dict and restores from a Checkpoint", function()
+  local O = dl.optim
+  local a, b = dl.Variable(dl.tensor({ 0.3, -0.7, 1.2 })), dl.Variable(dl.tensor({ -0.4, 0.9 }))
+  local function f() return 0.1 end
+  local o = O.SGD{ params = { { params = { a }, lr = f }, { params = { b } } }, lr = 0.1 }
+  o:load_state_dict(o:state_dict())
+  H.ok(rawequal(o.param_groups[1].lr, f), "the function stays")
+  o = O.SGD{ params = { { params = { a } }, { params = { b }, lr = 0.2 } }, lr = f }
+  o:load_state_dict(o:state_dict())
+  H.ok(rawequal(o.param_groups[1].lr, f) and o.param_groups[2].lr == 0.2)
+  local c = dl.Variable(dl.tensor({ 1.0 }))
+  local function make()
+    return O.SGD{ params = { { params = { c }, lr = function(t) return 0.1 / (t + 1) end } }, lr = 0.1, momentum = 0.9 }
+  end
+  local opt = make()
+  opt:step({ c }, { dl.tensor({ 1 }) })
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p '" .. dir .. "'")
+  local file = dl.Checkpoint{ optimizer = opt, c = c }:save(dir .. "/ckpt")
+  local opt2 = make()
+  dl.Checkpoint{ optimizer = opt2, c = c }:restore(file)
+  H.eq(opt2.iterations, 1)
+  H.near(opt2:state_dict()["state.1.momentum_buffer"]:totable(), { 1 }, 0)
+  os.execute("rm -rf '" .. dir .. "'")
+end)
+
+H.test("CyclicLR's and OneCycleLR's momentum restore with an optimizer made without groups", function()
+  local O = dl.optim
+  -- torch: SGD([a], lr=0.1, momentum=0.9) with CyclicLR(opt, 0.01, 0.1, step_size_up=4), float64, gradients of
+  -- ones; three steps, state dicts into a new pair, two more steps: momentum 0.825 and the same a as the first run
+  local function cyclic(a)
+    local opt = O.SGD{ params = { a }, lr = 0.1, momentum = 0.9 }
+    return opt, O.CyclicLR(opt, 0.01, 0.1, { step_size_up = 4 })
+  end
+  local a = dl.Variable(dl.tensor({ 0.3, -0.7, 1.2 }, F64))
+  local opt, s = cyclic(a)
+  for _ = 1, 3 do opt:step({ a }, { dl.ones(3, F64) }); s:step() end
+  local a2 = dl.Variable(a:clone())
+  local opt2, s2 = cyclic(a2)
+  opt2:load_state_dict(opt:state_dict())
+  s2:load_state_dict(s:state_dict())
+  H.near(opt2.momentum, 0.8250000000000001, 1e-15)
+  H.near(opt2.lr, 0.0775, 1e-15)
+  for _, run in ipairs({ { opt, s, a }, { opt2, s2, a2 } }) do
+    for _ = 1, 2 do run[1]:step({ run[3] }, { dl.ones(3, F64) }); run[2]:step() end
+    H.near(run[3]:totable(), { -0.5081191406250001, -1.508119140625, 0.3918808593749998 }, 1e-15)
+  end
+  -- torch: Adam([b], lr=0.1) with OneCycleLR(opt, 0.5, 10), gradient [1, -2]: betas[0] after three steps,
+  -- and b after two more, restored or not
+  local function one_cycle(b)
+    local opt = O.Adam{ params = { b }, lr = 0.1 }
+    return opt, O.OneCycleLR(opt, 0.5, 10)
+  end
+  local b = dl.Variable(dl.tensor({ 0.3, -0.7 }, F64))
+  opt, s = one_cycle(b)
+  local g = dl.tensor({ 1, -2 }, F64)
+  for _ = 1, 3 do opt:step({ b }, { g }); s:step() end
+  local b2 = dl.Variable(b:clone())
+  opt2, s2 = one_cycle(b2)
+  s2:load_state_dict(s:state_dict())   -- (either order)
+  opt2:load_state_dict(opt:state_dict())
+  H.near(opt2.betas[1], 0.854951556604879, 1e-15)
+  H.eq(opt2.betas[2], 0.999)
+  for _, run in ipairs({ { opt, s, b }, { opt2, s2, b2 } }) do
+    for _ = 1, 2 do run[1]:step({ run[3] }, { g }); run[2]:step() end
+    H.near(run[3]:totable(), { -1.028778398540854, 0.628778405184746 }, 1e-14)
+  end
+  -- an optimizer that no schedule moved keeps its state dict as it was
+  local keys = {}
+  for k in pairs(O.SGD{ lr = 0.1, momentum = 0.9 }:state_dict()) do keys[#keys + 1] = k end
+  table.sort(keys)
+  H.eq(keys, { "class", "iterations", "lr" })
+end)
+
+H.test("a schedule's state leaves the optimizer's restored lr, set by hand after its last step", function()
+  local O = dl.optim
+  -- torch: StepLR(SGD([{params: [a]}], lr=0.1), 2, 0.5) stepped 3 times, then param_groups[0]["lr"] = 0.03;
+  -- the optimizer's and the schedule's state dicts into a new pair: lr 0.03, then 0.015 and 0.015 in both runs
+  for _, grouped in ipairs({ true, false }) do
+    for _, schedule_first in ipairs({ false, true }) do
+      local a = dl.Variable(dl.zeros(1))
+      local function make()
+        local o = grouped and O.SGD{ params = { { params = { a } } }, lr = 0.1 } or O.SGD{ params = { a }, lr = 0.1 }
+        return o, O.StepLR(o, 2, 0.5)
+      end
+      local o, s = make()
+      s:step(); s:step(); s:step()
+      o.param_groups[1].lr = 0.03
+      local o2, s2 = make()
+      if schedule_first then s2:load_state_dict(s:state_dict()) end
+      o2:load_state_dict(o:state_dict())
+      if not schedule_first then s2:load_state_dict(s:state_dict()) end
+      local what = (grouped and "groups" or "no groups") .. (schedule_first and ", schedule first" or "")
+      H.eq(o2.param_groups[1].lr, 0.03, what)
+      for _, want in ipairs({ 0.015, 0.015 }) do
+        s:step(); s2:step()
+        H.near({ o.param_groups[1].lr, o2.param_groups[1].lr }, { want, want }, 1e-15, what)
+      end
+    end
+  end
+end)
+
+H.test("param groups hold their own betas, etas and step sizes", function()
+  local O = dl.optim
+  local a, b = dl.Variable(dl.zeros(2)), dl.Variable(dl.zeros(2))
+  local opt = O.Adam{ params = { { params = { a } }, { params = { b } } }, lr = 0.1 }
+  H.ok(not rawequal(opt.param_groups[1].betas, opt.param_groups[2].betas), "two tables")
+  H.ok(not rawequal(opt.param_groups[1].betas, opt.betas), "not the optimizer's")
+  opt.param_groups[1].betas[1] = 0.5
+  H.eq(opt.param_groups[2].betas, { 0.9, 0.999 })
+  H.eq(O.Adam{}.betas, { 0.9, 0.999 })
+  local mine = { 0.8, 0.9 }
+  local adam = O.Adam{ betas = mine }
+  adam.betas[1] = 0.1
+  H.eq(mine, { 0.8, 0.9 })
+  local rp = O.Rprop{ params = { { params = { a } }, { params = { b }, etas = { 0.4, 1.3 } } } }
+  rp.param_groups[1].etas[1], rp.param_groups[1].step_sizes[2] = 0.3, 10
+  H.eq({ O.Rprop{}.etas, O.Rprop{}.step_sizes, rp.etas, rp.param_groups[2].etas },
+       { { 0.5, 1.2 }, { 1e-6, 50 }, { 0.5, 1.2 }, { 0.4, 1.3 } })
+end)
+
+H.test("load_state_dict refuses another number of param groups, changing nothing", function()
+  local O = dl.optim
+  local a, b = dl.Variable(dl.zeros(3)), dl.Variable(dl.zeros(2))
+  local one = O.SGD{ params = { { params = { a } } }, lr = 0.1, momentum = 0.9 }
+  local two = O.SGD{ params = { { params = { a }, lr = 0.5 }, { params = { b }, lr = 0.7 } }, lr = 0.1, momentum = 0.9 }
+  local plain = O.SGD{ params = { a, b }, lr = 0.3, momentum = 0.9 }
+  one:step({ a }, { dl.ones(3) })
+  plain:step({ a, b }, { dl.ones(3), dl.ones(2) })
+  -- torch: ValueError("loaded state dict has a different number of parameter groups")
+  H.raises(function() two:load_state_dict(one:state_dict()) end,
+           "SGD:load_state_dict: loaded state dict has a different number of parameter groups (1, this optimizer has 2)")
+  H.raises(function() two:load_state_dict(plain:state_dict()) end,
+           "SGD:load_state_dict: loaded state dict has a different number of parameter groups (1, this optimizer has 2)")
+  H.raises(function() plain:load_state_dict(two:state_dict()) end,
+           "SGD:load_state_dict: loaded state dict has a different number of parameter groups (2, this optimizer has 1)")
+  H.eq({ two.param_groups[1].lr, two.param_groups[2].lr, two.iterations, two.lr }, { 0.5, 0.7, 0, 0.1 })
+  H.eq({ plain.lr, plain.iterations }, { 0.3, 1 })
+  -- one group, with or without groups, is the same to PyTorch: each takes the other's state
+  local p1 = O.SGD{ params = { a }, lr = 0.2, momentum = 0.9 }
+  p1:load_state_dict(one:state_dict())
+  H.eq({ p1.lr, p1.iterations }, { 0.1, 1 })
+  local g1 = O.SGD{ params = { { params = { a } } }, lr = 0.2, momentum = 0.9 }
+  g1:load_state_dict(p1:state_dict())
+  H.eq({ g1.param_groups[1].lr, g1.iterations }, { 0.1, 1 })
+  H.near(g1:state_dict()["state.1.momentum_buffer"]:totable(), { 1, 1, 1 }, 0)
+  H.raises(function() g1:load_state_dict({ lr = 0.1, ["param_groups.1.lr"] = 0.1 }) end,
+           "SGD:load_state_dict: the state has both \"lr\" (no param groups) and \"param_groups.1.lr\"")
+end)
+
+H.test("opt.param_groups is what a step reads: params edited, groups added", function()
+  local O = dl.optim
+  local function vars()
+    return dl.Variable(dl.tensor({ 1, 2 }, F64), "x"), dl.Variable(dl.tensor({ 3 }, F64), "y"),
+           dl.Variable(dl.tensor({ -1, 0.5 }, F64), "z")
+  end
+  -- torch: SGD([{params: [x]}], lr=0.1, momentum=0.9); add_param_group({params: [y], lr: 0.5});
+  -- param_groups[0]["params"].append(z); two steps (x.grad ones, y.grad 1, z.grad [1, -1]);
+  -- param_groups[0]["params"].remove(x); a step with z.grad only
+  local x, y, z = vars()
+  local opt = O.SGD{ params = { { params = { x } } }, lr = 0.1, momentum = 0.9 }
+  local added = opt:add_param_group{ params = { y }, lr = 0.5 }
+  H.ok(rawequal(opt.param_groups[2], added))
+  H.eq({ added.lr, added.momentum, added.dampening, added.weight_decay, added.nesterov, added.maximize },
+       { 0.5, 0.9, 0, 0, false, false })
+  H.raises(function() opt:add_param_group{ params = { x } } end,
+           "SGD:add_param_group: a variable (x) is already in param group 1")
+  H.raises(function() opt:add_param_group{ params = { z }, momentum = -1 } end,
+           "SGD:add_param_group: the group: momentum must be a number >= 0, got -1")
+  H.raises(function() opt:add_param_group(z) end, "SGD:add_param_group: expected a param group")
+  H.eq(#opt.param_groups, 2)
+  table.insert(opt.param_groups[1].params, z)
+  local dz = dl.tensor({ 1, -1 }, F64)
+  for _ = 1, 2 do opt:step({ x, y, z }, { dl.ones(2, F64), dl.ones(1, F64), dz }) end
+  H.near(x:totable(), { 0.7100000000000001, 1.71 }, 1e-15)
+  H.near(y:totable(), { 1.55 }, 1e-15)
+  H.near(z:totable(), { -1.29, 0.7899999999999999 }, 1e-15)
+  table.remove(opt.param_groups[1].params, 1)
+  H.raises(function() opt:step({ x }, { dl.ones(2, F64) }) end,
+           "SGD: a variable (x) of shape (2,) is in none of the param groups")
+  opt:step({ z }, { dz })
+  H.near(z:totable(), { -1.561, 1.061 }, 1e-15)
+  H.near(x:totable(), { 0.7100000000000001, 1.71 }, 1e-15)
+  -- the state numbers the groups' variables as they are now: it restores into groups made so
+  local sd = opt:state_dict()
+  H.near(sd["state.1.momentum_buffer"]:totable(), { 2.71, -2.71 }, 1e-15)   -- z's
+  H.near(sd["state.2.momentum_buffer"]:totable(), { 1.9 }, 1e-15)            -- y's
+  H.eq(sd["state.3.momentum_buffer"], nil)
+  local _, y2, z2 = vars()
+  local fresh = O.SGD{ params = { { params = { z2 } }, { params = { y2 }, lr = 0.5 } }, lr = 0.1, momentum = 0.9 }
+  fresh:load_state_dict(sd)
+  y2:assign(y)
+  z2:assign(z)
+  opt:step({ y, z }, { dl.ones(1, F64), dz })
+  fresh:step({ y2, z2 }, { dl.ones(1, F64), dz })
+  H.eq({ y2:totable(), z2:totable() }, { y:totable(), z:totable() })
+  H.raises(function() O.SGD{ params = { { params = { z2 } } }, momentum = 0.9 }:load_state_dict(sd) end,
+           "loaded state dict has a different number of parameter groups (2, this optimizer has 1)")
+  local small = O.SGD{ params = { { params = { z2 } }, { params = {} } }, momentum = 0.9 }
+  H.raises(function() small:load_state_dict(sd) end,
+           "SGD:load_state_dict: \"state.2.momentum_buffer\": the state has a variable 2, the param groups hold 1")
+  -- a group put in the list by hand takes the options it leaves out; a variable in two groups is refused
+  local w = dl.Variable(dl.zeros(2, F64), "w")
+  opt.param_groups[3] = { params = { w }, lr = 0.2 }
+  opt:step({ w }, { dl.ones(2, F64) })
+  H.eq({ opt.param_groups[3].momentum, opt.param_groups[3].nesterov }, { 0.9, false })
+  H.near(w:totable(), { -0.2, -0.2 }, 1e-15)
+  table.insert(opt.param_groups[2].params, w)
+  H.raises(function() opt:step({ w }, { dl.ones(2, F64) }) end, "SGD: a variable (w) is in param groups 2 and 3")
+  opt.param_groups[2].params[2] = 3
+  H.raises(function() opt:step({ w }, { dl.ones(2, F64) }) end,
+           "SGD: param group 2: params[2] is a number, expected a Variable")
+end)
+
+H.test("add_param_group on an optimizer made without groups, and a schedule made before it", function()
+  local O = dl.optim
+  local x, y = dl.Variable(dl.zeros(2), "x"), dl.Variable(dl.zeros(1), "y")
+  local opt = O.SGD{ params = { x }, lr = 0.1, momentum = 0.9 }
+  local s = O.StepLR(opt, 2)
+  opt:add_param_group{ params = { y }, lr = 0.5 }
+  H.eq(#opt.param_groups, 2)
+  H.eq({ opt.param_groups[1].lr, opt.param_groups[1].momentum, opt.param_groups[2].lr }, { 0.1, 0.9, 0.5 })
+  H.ok(rawequal(opt.param_groups[1].params[1], x))
+  opt:step({ x, y }, { dl.ones(2), dl.ones(1) })
+  H.near({ x:totable()[1], y:totable()[1] }, { -0.1, -0.5 }, 1e-7)
+  H.raises(function() opt:step({ dl.Variable(dl.zeros(3), "v") }, { dl.ones(3) }) end,
+           "SGD: a variable (v) of shape (3,) is in none of the param groups")
+  H.raises(function() s:step() end,
+           "StepLR: the optimizer has 2 param groups, this schedule was made for 1 (make schedules after add_param_group)")
+  H.eq(#O.StepLR(opt, 2):step(), 2)
+  H.raises(function() O.LBFGS{}:add_param_group{ params = { x } } end, "LBFGS:add_param_group: LBFGS takes no param groups")
+end)
+
+H.test("a param group keeps keys of its own, as PyTorch's (in the state dict when plain values)", function()
+  local O = dl.optim
+  local a, b = dl.Variable(dl.zeros(2)), dl.Variable(dl.zeros(2))
+  local tags = { "frozen later" }
+  local function make()
+    return O.SGD{ params = { { params = { a }, name = "body", tags = tags }, { params = { b }, name = "head", rank = 2 } },
+                  lr = 0.1 }
+  end
+  local opt = make()
+  H.eq({ opt.param_groups[1].name, opt.param_groups[2].name, opt.param_groups[2].rank }, { "body", "head", 2 })
+  H.ok(rawequal(opt.param_groups[1].tags, tags))
+  local sd = opt:state_dict()
+  H.eq({ sd["param_groups.1.name"], sd["param_groups.2.rank"], sd["param_groups.1.tags.1"], sd["param_groups.1.tags"] },
+       { "body", 2, nil, nil })
+  opt.param_groups[1].name = "trunk"
+  local other = make()
+  other:load_state_dict(opt:state_dict())
+  H.eq(other.param_groups[1].name, "trunk")
+  H.raises(function() other:load_state_dict({ ["param_groups.1.name"] = {}, ["param_groups.2.lr"] = 1 }) end,
+           "SGD:load_state_dict: \"param_groups.1.name\" must be a number, a boolean or a string, got table")
+  -- the options of the optimizer itself are still checked by name
+  H.raises(function() O.SGD{ momentom = 0.9 } end, "SGD: unknown option 'momentom'")
 end)
 
 H.run()
