@@ -220,6 +220,10 @@ int dl_can_cast(int from, int to) {
   return code;
 }
 
+int dl_check_fits(const char* op, double v, int dtype) {
+  return guard_status([&] { dl::check_fits(op, v, dtype_of(dtype, op)); });
+}
+
 int dl_set_default_dtype(int code) {
   return guard_status([&] { dl::set_default_float(dtype_of(code, "set_default_dtype")); });
 }

@@ -107,6 +107,9 @@ int dl_set_default_dtype(int dtype);
 int dl_result_type(uint64_t a, uint64_t b, double s);
 int dl_promote_types(int a, int b);
 int dl_can_cast(int from, int to);
+/* 0 when a tensor of `dtype` can hold the number v (a fill's check, tensor/ops.h check_fits);
+ * -1 with op's error otherwise. */
+int dl_check_fits(const char* op, double v, int dtype);
 int dl_check_device(const char* device);     /* 0 when the name parses */
 int dl_cuda_available(void);                /* loads the CUDA plugin on first use */
 int dl_cuda_device_count(void);
@@ -307,6 +310,7 @@ uint64_t dl_detach(uint64_t x);
 int dl_requires_grad(uint64_t x);
 int dl_mark_variable(uint64_t x);
 int dl_is_variable(uint64_t x);
+int dl_set_frozen(uint64_t x, int frozen);   /* v:requires_grad_(false): no implicit gradient */
 int dl_varlog_push(void);
 int dl_varlog_probe(void);   /* dl_varlog_push's log, for asking which Variables a call used (it collects nothing) */
 int dl_varlog_count(void);

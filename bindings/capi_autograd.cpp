@@ -273,6 +273,9 @@ int dl_requires_grad(uint64_t x) {
   return r;
 }
 int dl_mark_variable(uint64_t x) { return guard_status([&] { ag::mark_variable(get(x, "Variable")); }); }
+int dl_set_frozen(uint64_t x, int frozen) {
+  return guard_status([&] { get(x, "requires_grad_").impl()->frozen = frozen != 0; });
+}
 int dl_is_variable(uint64_t x) {
   int r = -1;
   guard_status_nosync([&] { r = ag::is_variable(get(x, "is_variable")) ? 1 : 0; });

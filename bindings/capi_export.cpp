@@ -159,12 +159,12 @@ int dl_export_end(void) {
     if (!cap->error().empty()) fail(ErrorKind::Value, t_export.who, ": ", cap->error());
     // A mapped function's results carry no gradient history: one that reads a tensor a
     // gradient is being taken with respect to (a weight it closes over; a Variable while
-    // an implicit gradient collects them) would give that tensor a gradient of zero,
-    // silently. (Frozen Variables are the Lua side's to know: they are refused too.)
+    // an implicit gradient collects them, unless frozen: implicit gradients leave those
+    // out) would give that tensor a gradient of zero, silently.
     if (std::string_view(t_export.who) == "vmap" && dl::ag::is_recording())
       for (const dl::Tensor& t : cap->constant_sources()) {
         const bool variable = t.impl()->is_variable;
-        if (variable && !dl::ag::logging_variables()) continue;
+        if (variable && (!dl::ag::logging_variables() || t.impl()->frozen)) continue;
         DL_CHECK(!variable && !dl::ag::edge_of(t).valid(), "vmap: the mapped function reads a tensor that requires grad (",
                  variable ? "a Variable" : "a tensor it closes over", " of shape ", t.shape(),
                  ") while a gradient is being taken; the batched results carry no gradient history, so "

@@ -89,7 +89,11 @@ Tensor arange(double start, double stop, double step, DType dtype, Device device
 
 static Tensor linspace_impl(double start, double stop, int64_t n, DType dtype, Device device) {
   DL_CHECK(n >= 0, "linspace: number of points must be non-negative, got ", n);
-  if (is_integral(dtype)) start = std::trunc(start), stop = std::trunc(stop);   // (PyTorch's, as arange)
+  if (is_integral(dtype)) {
+    start = std::trunc(start), stop = std::trunc(stop);   // (PyTorch's, as arange)
+    check_fits("linspace", start, dtype);                 // the points lie between the two
+    check_fits("linspace", stop, dtype);
+  }
   double step = n > 1 ? (stop - start) / double(n - 1) : 0;
   // Symmetric evaluation, as PyTorch does, so both ends are exact.
   return generate(Shape{n}, dtype, device, "linspace", [=](int64_t i) {

@@ -78,7 +78,8 @@ DType result_type(const Tensor& a, Scalar s);
 // Refuses a number written into a tensor of `dtype` (fill_, full, masked_fill, x[i] = v)
 // that the dtype cannot hold, as PyTorch's "cannot be converted without overflow": NaN or
 // an infinity into an integer, a finite number past a float's range. A whole number up to
-// the width in either sign wraps into uint8 (-1 is 255), as PyTorch's.
+// the width in either sign wraps into uint8 (-1 is 255), as PyTorch's; a negative fraction
+// does not.
 void check_fits(const char* op, double value, DType dtype);
 
 // ---- creation --------------------------------------------------------------------

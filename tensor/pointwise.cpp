@@ -383,7 +383,7 @@ void check_fits(const char* op, double v, DType dtype) {
     case DType::Float32: ok = !std::isfinite(v) || std::fabs(v) <= 3.4028234663852886e38; break;
     case DType::BFloat16: ok = !std::isfinite(v) || std::fabs(v) <= 3.3895313892515355e38; break;
     case DType::Float16: ok = !std::isfinite(v) || std::fabs(v) <= 65504.0; break;
-    case DType::UInt8: ok = v >= -255.0 && v <= 255.0; break;
+    case DType::UInt8: ok = v >= -255.0 && v <= 255.0 && (v >= 0 || v == std::floor(v)); break;
     case DType::Int32: ok = v >= -2147483648.0 && v <= 2147483647.0; break;
     case DType::Int64: ok = v >= -9223372036854775808.0 && v < 9223372036854775808.0; break;
   }

@@ -104,6 +104,7 @@ class TensorImpl : public RefCounted {
   Ref<RefCounted> grad_node;
   uint32_t grad_nr = 0;
   bool is_variable = false;
+  bool frozen = false;   // a Variable left out of implicit gradients (v:requires_grad_(false))
   uint64_t grad_version = 0;
   Ref<AutogradMetaBase> autograd;
 

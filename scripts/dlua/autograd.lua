@@ -558,6 +558,7 @@ function methods.requires_grad_(x, flag)
           .. "with respect to its arguments")
   end
   frozen[key_of(x)] = (not flag) or nil
+  if C.dl_set_frozen(hid(x), flag and 0 or 1) ~= 0 then raise_last() end
   return x
 end
 props.trainable = function(x) return is_variable(x) and not frozen[key_of(x)] end

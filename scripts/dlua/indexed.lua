@@ -109,7 +109,14 @@ function methods.index_fill(x, dim, idx, v)
   if type(v) ~= "number" and type(v) ~= "boolean" and not (is_tensor(v) and v:numel() == 1) then
     bad_arg(op, "a number or a one-element tensor", v)
   end
-  if is_tensor(v) then v = v:reshape({}):to(x.dtype) end
+  -- The value in x's dtype (uint8's 2.5 is 2, -1 is 255; 300 is refused), as PyTorch's.
+  if is_tensor(v) then
+    v = v:reshape({}):to(x.dtype)
+  else
+    if type(v) == "boolean" then v = v and 1 or 0 end
+    T.check_fits(op, v, core.dtype_codes[x.dtype])
+    v = dl.full({}, v, { dtype = x.dtype, device = x.device })
+  end
   return dl.where(slices(x, d, idx), v, x)
 end
 

@@ -171,29 +171,50 @@ end
 
 local DIV_OPTS, ALPHA_OPTS = { rounding_mode = true }, { alpha = true }
 
--- div, add and sub given an options table (PyTorch's rounding_mode and alpha).
-local function with_options(name, a, b, opts)
+local function options_table(name, opts)
   if type(opts) ~= "table" then
     raise(name .. ": expected an options table as the third argument, got " .. core.typename(opts))
   end
-  either_tensor(name, a, b)
-  if name == "div" then
-    opts = core.options(name, opts, DIV_OPTS)
-    local mode = opts.rounding_mode
-    if mode == nil then return a / b end
-    if mode == "floor" then return floor_div(name, a, b) end
-    if mode == "trunc" then return trunc_div(name, a, b) end
+end
+
+-- div's rounding_mode: nil, "floor" or "trunc".
+local function rounding_mode(name, opts)
+  options_table(name, opts)
+  local mode = core.options(name, opts, DIV_OPTS).rounding_mode
+  if mode ~= nil and mode ~= "floor" and mode ~= "trunc" then
     raise(name .. ": rounding_mode must be floor or trunc, got " .. tostring(mode))
   end
-  opts = core.options(name, opts, ALPHA_OPTS)
-  local alpha = opts.alpha or 1
+  return mode
+end
+
+local FLOAT_DTYPES = { float16 = true, bfloat16 = true, float32 = true, float64 = true }
+
+-- add's and sub's b * alpha. As PyTorch's, alpha must be whole where a (op) b is of an
+-- integer dtype.
+local function scaled_operand(name, a, b, opts)
+  options_table(name, opts)
+  local alpha = core.options(name, opts, ALPHA_OPTS).alpha or 1
   if type(alpha) ~= "number" then bad_arg(name, "a number for alpha", alpha) end
-  if alpha ~= math.floor(alpha) and not ((is_tensor(a) and a:is_floating_point())
-                                    or (is_tensor(b) and b:is_floating_point())) then
+  if alpha == 1 then return b end
+  if alpha ~= math.floor(alpha) and not FLOAT_DTYPES[dl.result_type(a, b)] then
     raise(name .. ": alpha must be a whole number for integer tensors, got " .. alpha)
   end
-  if name == "add" then return a + b * alpha end
-  return a - b * alpha
+  return b * alpha
+end
+
+-- div, add and sub given an options table (PyTorch's rounding_mode and alpha).
+local function with_options(name, a, b, opts)
+  options_table(name, opts)
+  either_tensor(name, a, b)
+  if name == "div" then
+    local mode = rounding_mode(name, opts)
+    if mode == nil then return a / b end
+    if mode == "floor" then return floor_div(name, a, b) end
+    return trunc_div(name, a, b)
+  end
+  b = scaled_operand(name, a, b, opts)
+  if name == "add" then return a + b end
+  return a - b
 end
 
 function dl.true_divide(a, b)
@@ -303,4 +324,5 @@ local function round_decimals(x, d)
   return (x / p):round() * p
 end
 
-return { with_options = with_options, round_decimals = round_decimals }
+return { with_options = with_options, round_decimals = round_decimals, scaled_operand = scaled_operand,
+         rounding_mode = rounding_mode }

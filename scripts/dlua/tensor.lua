@@ -437,16 +437,26 @@ end
 local function binary_fn(op, name) return pointwise2_fn(op, name, C.dl_binary, C.dl_binary_scalar, false) end
 local function compare_fn(op, name) return pointwise2_fn(op, name, C.dl_compare, C.dl_compare_scalar, true) end
 
--- x:add_(y, {alpha = k}), x:sub_ and x:div_ with their options: the result made out of
--- place, then written into x under the in-place rules (never a float into an integer
--- tensor; the result's shape must be x's).
-local function inplace_with_options(iname, name, a, b, c)
+-- x:add_(y, {alpha = k}) and x:sub_: y scaled first, then the in-place kernel (its cast
+-- and shape rules, recorded as any in-place op). x:div_(y, {rounding_mode = m}): the
+-- rounded quotient (whose gradient is zero) written into x under the same rules.
+local function inplace_options(iname, name, a, b, c)
+  local P = require("dlua.pointwise")
+  if name ~= "div" then return P.scaled_operand(iname, a, b, c) end
+  local mode = P.rounding_mode(iname, c)
+  if mode == nil then return b end
   local v = third_argument(name, a, b, c)
-  if v:is_floating_point() and not a:is_floating_point() then
+  if v.dtype ~= a.dtype and not dl.can_cast(v.dtype, a.dtype) then
     raise(iname .. ": result dtype " .. v.dtype .. " cannot be stored in the in-place target of dtype " .. a.dtype)
   end
+  local same = #v.shape == #a.shape
+  for k = 1, #a.shape do same = same and v.shape[k] == a.shape[k] end
+  if not same then
+    raise(iname .. ": the result of shape " .. shape_str(v.shape) .. " cannot be written into a tensor of shape "
+          .. shape_str(a.shape))
+  end
   if C.dl_copy_(hid(a), hid(v)) ~= 0 then raise_last() end
-  return a
+  return nil
 end
 
 local function binary_inplace_fn(op, name)
@@ -457,7 +467,8 @@ local function binary_inplace_fn(op, name)
       if name ~= "div" and name ~= "add" and name ~= "sub" then
         raise(iname .. ": expected two operands, got a third (" .. typename(c) .. ")")
       end
-      return inplace_with_options(iname, name, a, b, c)
+      b = inplace_options(iname, name, a, b, c)
+      if b == nil then return a end
     end
     local st
     if istype(Tensor, b) then
@@ -1119,9 +1130,27 @@ end
 
 M.scalar_tensor = scalar_tensor
 
+-- Refuses a number that a tensor of dtype code `dt` cannot hold when written into it
+-- (tensor/ops.h check_fits: PyTorch's "cannot be converted without overflow").
+local function check_fits(op, v, dt)
+  if C.dl_check_fits(op, v, dt) ~= 0 then raise_last() end
+end
+M.check_fits = check_fits
+
+-- where's number beside an integer tensor, written into that dtype: one it cannot hold
+-- is refused (a whole number did wrap: uint8's 300 was 44), as PyTorch's.
+local function where_number(v, other)
+  if type(v) == "number" and istype(Tensor, other) and v == floor(v) then
+    local dt = dtype_of(other)
+    if dt ~= BOOL and not FLOATS[dt] then check_fits("where", v, dt) end
+  end
+end
+
 function dl.where(cond, a, b)
   check_tensor("where", cond)
   local device = (istype(Tensor, a) and a or istype(Tensor, b) and b or cond).device
+  where_number(a, b)
+  where_number(b, a)
   if not istype(Tensor, a) then a = scalar_tensor("where", a, device, istype(Tensor, b) and b or nil) end
   if not istype(Tensor, b) then b = scalar_tensor("where", b, device, istype(Tensor, a) and a or nil) end
   local id = C.dl_where(hid(cond), hid(a), hid(b))
@@ -1145,6 +1174,7 @@ function methods.masked_fill(x, mask, v)
       raise("masked_fill: the value must be a number or a 0-dim tensor, got a tensor of shape " .. shape_str(v.shape))
     end
     if mask.dtype ~= "bool" then raise("masked_fill: expected a bool mask, got " .. mask.dtype) end
+    if v.dtype ~= x.dtype and x.dtype ~= "bool" then check_fits("masked_fill", v:item(), dtype_of(x)) end
     return dl.where(mask, v:to(x.dtype), x)
   end
   local id = C.dl_masked_fill(hid(x), hid(mask), fill_value("masked_fill", v))

@@ -330,6 +330,23 @@ H.test("numbers written into a tensor: refused past the dtype's range, whole num
   H.values(dl.zeros({ 1 }, { dtype = "bool" }):fill_(300), { true })
   -- arithmetic beside an integer tensor still wraps (torch: uint8 [1, 2] + 300 is [45, 46])
   H.values(u + 300, { 45, 46 }, { dtype = "uint8" })
+  -- a negative fraction is no whole number to wrap: torch refuses fill_(-0.5) into uint8
+  H.raises(function() u:clone():fill_(-0.5) end, "fill_: the value -0.5 cannot be converted to uint8")
+  H.raises(function() dl.full({ 1 }, -1.5, { dtype = "uint8" }) end, "full: the value -1.5 cannot be converted")
+  -- the other writers: torch.where(m, u, 300), u.index_fill(0, i, 300), u.masked_fill(m, torch.tensor(300.)),
+  -- torch.linspace(0, 300, 4, dtype=torch.uint8) raise; where(m, u, -1) is [255, 2], index_fill 2.5 is 2
+  -- (uint8 kept), -1 is 255; torch.arange(250, 260, dtype=torch.uint8) wraps past 255
+  local m, first = dl.tensor({ false, true }), dl.tensor({ 1 }, { dtype = "int64" })
+  H.raises(function() dl.where(m, u, 300) end, "where: the value 300 cannot be converted to uint8")
+  H.values(dl.where(m, u, -1), { 255, 2 }, { dtype = "uint8" })
+  H.values(dl.where(m, u, 2.5), { 2.5, 2 }, { dtype = "float32" })
+  H.raises(function() u:index_fill(1, first, 300) end, "index_fill: the value 300 cannot be converted to uint8")
+  H.values(u:index_fill(1, first, 2.5), { 2, 2 }, { dtype = "uint8" })
+  H.values(u:index_fill(1, first, -1), { 255, 2 }, { dtype = "uint8" })
+  H.raises(function() u:masked_fill(m, dl.tensor(300)) end, "masked_fill: the value 300 cannot be converted to uint8")
+  H.raises(function() dl.linspace(0, 300, 4, { dtype = "uint8" }) end, "linspace: the value 300 cannot be converted")
+  H.raises(function() dl.linspace(-1e10, 0, 3, { dtype = "int32" }) end, "linspace: the value -10000000000 cannot")
+  H.values(dl.arange(253, 258, 1, { dtype = "uint8" }), { 253, 254, 255, 0, 1 }, { dtype = "uint8" })
 end)
 
 H.test("alpha: in place too, whole for integers; bool subtraction names logical_xor", function()
@@ -343,6 +360,19 @@ H.test("alpha: in place too, whole for integers; bool subtraction names logical_
   H.values(i, { 3, -3 }, { dtype = "int64" })
   H.raises(function() i:add_(dl.tensor({ 1.5, 1 }), { alpha = 2 }) end,
            "add_: result dtype float32 cannot be stored in the in-place target of dtype int64")
+  -- the in-place kernel's rules and names: torch's "result type Long can't be cast to ... Bool"
+  H.raises(function() dl.tensor({ true, false }):add_(dl.tensor({ 1, 2 }, { dtype = "int64" }), { alpha = 1 }) end,
+           "add_: result dtype int64 cannot be stored in the in-place target of dtype bool")
+  H.raises(function() dl.zeros(3):add_(dl.ones(2, 3), { alpha = 2 }) end, "add_: cannot broadcast shape (2, 3)")
+  H.raises(function() i:add_(1, { alpha = 1.5 }) end, "add_: alpha must be a whole number for integer tensors")
+  H.raises(function() i:div_(2, {}) end, "div_: result dtype float32 cannot be stored")
+  -- torch.tensor([1, 2]).add(1.5, alpha=0.5) is [1.75, 2.75]: alpha's rule is the result's dtype
+  H.values(dl.add(dl.tensor({ 1, 2 }, { dtype = "int64" }), 1.5, { alpha = 0.5 }), { 1.75, 2.75 })
+  -- x.div_(z) recorded: torch's gradients y.grad = [0.5, 0.25], z.grad = [-0.25, -0.125]
+  local y, z = dl.Variable(dl.tensor({ 1., 2. })), dl.Variable(dl.tensor({ 2., 4. }))
+  local g = dl.implicit_grad(function() local t = y * 1; t:div_(z, {}); return (t * t):sum() end)()
+  H.values(g[1][1], { 0.5, 0.25 })
+  H.values(g[2][1], { -0.25, -0.125 })
   H.raises(function() i:mul_(2, { alpha = 2 }) end, "mul_: expected two operands, got a third (table)")
   -- torch.add(int, int, alpha=1.5): "For integral input tensors, argument alpha must not be a floating point number."
   H.raises(function() dl.add(i, i, { alpha = 1.5 }) end, "add: alpha must be a whole number for integer tensors, got 1.5")

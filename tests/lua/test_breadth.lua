@@ -497,8 +497,8 @@ H.test("index_add, index_copy, index_fill and scatter as PyTorch's, with gradien
   H.raises(function() z:scatter(1, dl.tensor({ 1 }, { dtype = "int64" }), 0) end, "scatter: expected an index of 2 dims")
   H.raises(function() dl.zeros(2, { dtype = "int64" }):index_add_(1, { 1 }, dl.ones(1)) end,
            "index_add: expected a source of dtype int64 (x's), got float32")
-  H.raises(function() dl.zeros(2, { dtype = "int64" }):index_fill_(1, { 1 }, 0.5) end,
-           "index_fill_: result dtype float32 cannot be stored in the in-place target of dtype int64")
+  -- torch: x.index_fill_(0, [0], 0.5) of an int64 x writes 0 (the value in x's dtype)
+  H.values(dl.full({ 2 }, 7, { dtype = "int64" }):index_fill_(1, { 1 }, 0.5), { 0, 7 }, { dtype = "int64" })
   -- a place written twice holds one write: a value stays the value, and of a source's
   -- values the last along the dim stands, as PyTorch's (summing them gave 2 and 8)
   local i2 = dl.tensor({ { 1, 1 }, { 3, 2 } }, { dtype = "int64" })

@@ -96,6 +96,17 @@ H.test("vmap refuses to drop the gradient of a tensor its function closes over",
     return head(dl.no_grad(function() return dl.vmap(function(r) return net(r) end)(A:float()) end)):sum()
   end)()
   H.eq(#grads, 2)
+  -- a frozen module (requires_grad_(false)) is left out of implicit gradients, so reading it
+  -- in the mapped function loses nothing: the head's gradients come (it was refused)
+  local frozen = dl.nn.Linear(3, 2)
+  frozen:requires_grad_(false)
+  local v = dl.Variable(dl.ones(2))
+  local fg = dl.implicit_grad(function() return (dl.vmap(function(r) return frozen(r) end)(A:float()) * v):sum() end)()
+  H.eq(#fg, 1)
+  H.near(fg[1][1]:totable(), dl.no_grad(function() return frozen(A:float()):sum(1):totable() end), 1e-5)
+  frozen:requires_grad_(true)   -- unfrozen, refused again
+  H.raises(function() dl.implicit_grad(function() return (dl.vmap(function(r) return frozen(r) end)(A:float()) * v):sum() end)() end,
+           "vmap: the mapped function reads a tensor that requires grad")
   -- outside a gradient, a closed-over weight is read as a constant
   local s = dl.vmap(function(a) return (a * dl.ones(3, f64)):sum() end)(A)
   H.eq(s:totable(), A:sum(2):totable())

@@ -450,6 +450,9 @@ H.test("Embedding and Embedding.from_pretrained take max_norm and norm_type: loo
   H.raises(function() nn.Embedding(5, 3, { max_norm = -1 }) end, "Embedding: max_norm must be a number >= 0, got -1")
   H.raises(function() nn.Embedding.from_pretrained(w, { norm_type = "2" }) end,
            "Embedding.from_pretrained: norm_type must be a number, got 2")
+  -- torch: "Only Tensors of floating point and complex dtype can require gradients" (int64 weights)
+  H.raises(function() nn.Embedding.from_pretrained(dl.ones(2, 2, { dtype = "int64" })) end,
+           "Embedding.from_pretrained: expected floating-point weights, got int64")
 end)
 
 H.run()

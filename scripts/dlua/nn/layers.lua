@@ -686,6 +686,9 @@ function Embedding.from_pretrained(weights, opts)
   local name = "Embedding.from_pretrained"
   check_tensor(name, weights)
   if weights:dim() ~= 2 then raise(name .. ": expected weights of 2 dims (n, d), got shape " .. shape_str(weights)) end
+  if not weights:is_floating_point() then
+    raise(name .. ": expected floating-point weights, got " .. weights.dtype)   -- (parameters are floats)
+  end
   opts = options(name, opts, { freeze = true, padding_idx = true, max_norm = true, norm_type = true })
   norm_opts(name, opts)
   local e = Embedding(weights:size(1), weights:size(2), { padding_idx = opts.padding_idx, max_norm = opts.max_norm,
