@@ -134,7 +134,8 @@ namespace {
 std::pair<Tensor, Tensor> arg_reduce(Op op, const Tensor& x, int dim, bool keepdim,
                                      bool want_values) {
   if (is_half(x.dtype())) return narrowed(arg_reduce(op, widened(x), dim, keepdim, want_values), x.dtype());
-  const char* name = op_name(op);
+  // (max_dim and min_dim are the scripts' max(x, dim) and min(x, dim): named so)
+  const char* name = op == Op::MaxDim ? "max" : op == Op::MinDim ? "min" : op_name(op);
   int d = wrap_dim(dim, x.dim(), name);
   Tensor x1 = as_1d(x);
   DL_CHECK(x1.size(d) != 0, name, ": cannot reduce over dimension ", pos(d),

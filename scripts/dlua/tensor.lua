@@ -657,6 +657,10 @@ local function extremum(is_max)
   return function(x, dim, keepdim, opts)
     check_tensor(name, x)
     if istype(Tensor, dim) then return elementwise(x, dim) end
+    if dim == nil and C.dl_numel(x) == 0 then
+      raise(name .. ": an empty tensor (shape " .. shape_str(x.shape) .. ") has no " .. name
+            .. "; give a dim to reduce over one of its sizes")
+    end
     if dim == nil or type(dim) == "table" then return whole(x, dim, keepdim, opts) end
     dim_arg(name, dim)
     if keepdim ~= nil and type(keepdim) ~= "boolean" then bad_arg(name, "keepdim (a boolean)", keepdim) end

@@ -365,7 +365,7 @@ TEST_CASE("reductions refuse bad dims", "[reduce]") {
   CHECK(error_of([&] { reduce(Op::Any, x, {1, 1}, true); }) ==
         "any: dimension 1 appears more than once in the dims {1, 1}");
   CHECK(error_of([&] { max_dim(x, 2, false); }) ==
-        "max_dim: dimension 2 out of range for a tensor of 2 dimensions");
+        "max: dimension 2 out of range for a tensor of 2 dimensions");
   CHECK(error_of([&] { argmin(x, -3, false); }) ==
         "argmin: dimension -3 out of range for a tensor of 2 dimensions");
   CHECK(error_of([&] { softmax(x, 2); }) ==
@@ -402,7 +402,7 @@ TEST_CASE("reductions without an identity refuse empty reductions", "[reduce]") 
   CHECK_THAT(error_of([&] { reduce(Op::Norm, e, {0}, false, inf); }),
              Catch::Matchers::StartsWith("norm: cannot compute the -inf norm over dimension 0"));
   CHECK(error_of([&] { max_dim(e, 0, false); }) ==
-        "max_dim: cannot reduce over dimension 0 of size 0 (tensor of shape (0, 3)): "
+        "max: cannot reduce over dimension 0 of size 0 (tensor of shape (0, 3)): "
         "the operation has no identity");
   CHECK(error_of([&] { argmax(e, std::nullopt, false); }) ==
         "argmax: cannot take the argmax of an empty tensor (shape (0, 3))");
@@ -464,7 +464,7 @@ TEST_CASE("a backend without reduction kernels says so", "[reduce]") {
     Tensor x = empty(Shape{2, 3}, DType::Float32, Device{DeviceType::CUDA, 0});
     CHECK(error_of([&] { reduce(Op::Sum, x, {}, false); }) == "sum: not implemented for cuda");
     CHECK(error_kind_of([&] { reduce(Op::Sum, x, {}, false); }) == ErrorKind::NotImplemented);
-    CHECK(error_of([&] { max_dim(x, 1, false); }) == "max_dim: not implemented for cuda");
+    CHECK(error_of([&] { max_dim(x, 1, false); }) == "max: not implemented for cuda");
     CHECK(error_of([&] { argmin(x, std::nullopt, false); }) == "argmin: not implemented for cuda");
     CHECK(error_of([&] { softmax(x, 0); }) == "softmax: not implemented for cuda");
   }

@@ -197,6 +197,11 @@ H.test("median shares its gradient among tied elements; nanmedian, var_mean and 
   H.values(hi, { { 9 } })
   H.raises(function() return a:aminmax({ dims = 2 }) end, "aminmax: unknown option 'dims'")
   H.raises(function() return dl.zeros(2, 0):aminmax() end, "aminmax: cannot take the smallest and largest of an empty tensor")
+  -- torch: max() of an empty tensor asks for a dim, max(0) of a (0, 3) one names max (dlua said amax, max_dim)
+  H.raises(function() return dl.zeros(0):max() end, "max: an empty tensor (shape (0,)) has no max; give a dim")
+  H.raises(function() return dl.zeros(0):min() end, "min: an empty tensor (shape (0,)) has no min")
+  H.raises(function() return dl.zeros(0, 3):max(1) end, "max: cannot reduce over dimension 1 of size 0")
+  H.eq(dl.zeros(0, 3):max(2).shape, { 0 })
   H.raises(function() return dl.zeros(2, 0):aminmax(2) end, "aminmax: cannot reduce over dimension 2 of size 0")
 end)
 
