@@ -221,9 +221,19 @@ Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first) {
                   [&](Observed& o) { o.fn = Fn::BinaryScalar; o.op = op; o.in[0] = &a; o.nin = 1; o.s = s.v; o.skind = s.kind; o.first = scalar_first; });
 }
 
+// An in-place op's target must not have elements sharing memory (an expanded view: a
+// dim of stride 0 and size > 1): each would be written once per element that reads it,
+// x:expand(3, 2):mul_(2) multiplying by 8. PyTorch's check (has_internal_overlap) too.
+static void check_no_overlap(const Tensor& t, const char* op, const char* suffix = "") {
+  for (int d = 0; d < t.dim(); ++d)
+    DL_CHECK(t.stride(d) != 0 || t.size(d) <= 1, op, suffix, ": the in-place target has elements sharing memory "
+             "(an expanded view, shape ", t.shape(), "); clone() it first");
+}
+
 void binary_(Op op, Tensor& a, const Tensor& b) {
-  observe_write(a);
   const OpInfo& info = op_info(op);
+  check_no_overlap(a, info.lua_name, "_");
+  observe_write(a);
   check_same_device(a, b, info.lua_name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), info.lua_name);
   DL_CHECK(shape == a.shape(), info.lua_name, "_: cannot broadcast shape ", b.shape(),
@@ -243,8 +253,9 @@ void binary_(Op op, Tensor& a, const Tensor& b) {
 }
 
 void binary_(Op op, Tensor& a, Scalar s) {
-  observe_write(a);
   const OpInfo& info = op_info(op);
+  check_no_overlap(a, info.lua_name, "_");
+  observe_write(a);
   const DType rt = result_type(a, s);
   DType ct = compute_dtype(op, rt);
   DL_CHECK_KIND(Type, can_cast(is_half(rt) ? rt : ct, a.dtype()), info.lua_name, "_: result dtype ",
@@ -361,6 +372,7 @@ Tensor cast(const Tensor& x, DType dtype, bool copy) {
 }
 
 void copy_(Tensor& dst, const Tensor& src) {
+  check_no_overlap(dst, "copy_");
   observe_write(dst);
   Shape shape = broadcast_shapes(dst.shape(), src.shape(), "copy_");
   DL_CHECK(shape == dst.shape(), "copy_: cannot broadcast shape ", src.shape(),

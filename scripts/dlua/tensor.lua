@@ -492,7 +492,10 @@ local function assign(op, x, y)
     raise(op .. ": result dtype " .. dtype_names[dy]
           .. " cannot be stored in the in-place target of dtype " .. dtype_names[dx])
   end
-  if C.dl_copy_(hid(x), hid(y)) ~= 0 then raise_last() end
+  if C.dl_copy_(hid(x), hid(y)) ~= 0 then
+    local msg = ffi.string(C.dl_last_error())   -- (the copy is this op's write: named so)
+    raise((msg:gsub("^copy_:", op .. ":", 1)))
+  end
   return x
 end
 

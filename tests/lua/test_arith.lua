@@ -412,4 +412,22 @@ H.test("result_type, promote_types, can_cast, finfo, iinfo (torch's)", function(
   H.raises(function() dl.promote_types("float32", "int8") end, "promote_types: unknown dtype 'int8'")
 end)
 
+H.test("in-place ops refuse a target whose elements share memory (an expanded view), as PyTorch's", function()
+  -- torch: "unsupported operation: more than one element of the written-to tensor refers to a single
+  -- memory location" (dlua multiplied each element by 8: once per element that shares it)
+  local e = dl.tensor({ 1, 2 }):expand(3, 2)
+  H.raises(function() e:mul_(2) end, "mul_: the in-place target has elements sharing memory")
+  H.raises(function() dl.zeros(1, 3):expand(4, 3):add_(dl.ones(4, 3)) end, "add_: the in-place target has elements")
+  H.raises(function() dl.zeros(1, 3):expand(4, 3):copy_(dl.ones(4, 3)) end, "copy_: the in-place target has elements")
+  H.raises(function() dl.zeros(1, 3):expand(4, 3):exp_() end, "exp_: the in-place target has elements")
+  H.values(e, { { 1, 2 }, { 1, 2 }, { 1, 2 } })   -- unchanged
+  -- fill_ writes one value (PyTorch allows it), and a size-1 dim of stride 0 is no overlap
+  local f = dl.zeros(1, 3):expand(4, 3)
+  f:fill_(1)
+  H.values(f, { { 1, 1, 1 }, { 1, 1, 1 }, { 1, 1, 1 }, { 1, 1, 1 } })
+  local one = dl.zeros(3):expand(1, 3)
+  one:add_(1)
+  H.values(one, { { 1, 1, 1 } })
+end)
+
 H.run()
