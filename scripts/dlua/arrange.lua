@@ -19,7 +19,7 @@ core.own_source()
 
 local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
-local type, tostring, ipairs, select, floor = type, tostring, ipairs, select, math.floor
+local type, tostring, ipairs, select, next, floor = type, tostring, ipairs, select, next, math.floor
 local unpack = unpack or table.unpack
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
@@ -53,14 +53,18 @@ local function tiled(op, x, reps, ...)
     r[i] = reps[i - (n - #reps)] or 1
     s[i] = x.shape[i - (n - x:dim())] or 1
   end
-  -- (s1, ..., sn) viewed as (1, s1, ..., 1, sn), expanded to (r1, s1, ..., rn, sn)
+  -- (s1, ..., sn) viewed as (1, s1, ..., 1, sn), expanded to (r1, s1, ..., rn, sn),
+  -- copied: as PyTorch's, the result is a new contiguous tensor, never a view of x (an
+  -- expanded view would alias its copies, and with all reps 1 be x's storage itself)
   local split, grown, out = {}, {}, {}
   for i = 1, n do
     split[#split + 1], split[#split + 2] = 1, s[i]
     grown[#grown + 1], grown[#grown + 2] = r[i], s[i]
     out[i] = r[i] * s[i]
   end
-  return x:reshape(split):expand(grown):reshape(out)
+  local y = x:reshape(split):expand(grown)
+  y = y:is_contiguous() and y:clone() or y:contiguous()
+  return y:reshape(out)
 end
 function methods.tile(x, reps, ...) return tiled("tile", x, reps, ...) end
 dl.tile = methods.tile
@@ -84,20 +88,44 @@ local function positions_of(op, counts)
   return dl.searchsorted(counts:cumsum(1), dl.arange(0, total, at), { right = true })
 end
 
--- x:repeat_interleave(repeats [, dim]): each slice along dim repeated in place, as
--- PyTorch's: repeats a count, or one count per slice (a list or an integer tensor; a
--- single count serves every slice); without dim, over the flattened tensor.
--- dl.repeat_interleave(counts): the positions 1, 1, ..., 2, ..., each i counts[i] times.
-function methods.repeat_interleave(x, repeats, dim)
+-- x:repeat_interleave(repeats [, dim] [, {dim =, output_size =}]): each slice along dim
+-- repeated in place, as PyTorch's: repeats a count, or one count per slice (a list or an
+-- integer tensor; a single count serves every slice); without dim, over the flattened
+-- tensor. output_size, PyTorch's hint of the result's length along dim, must be it.
+-- dl.repeat_interleave(counts [, {output_size =}]): the positions 1, 1, ..., 2, ..., each
+-- i counts[i] times.
+local RI_OPTS = { dim = true, output_size = true }
+local function is_options(v) return type(v) == "table" and v[1] == nil and next(v) ~= nil end
+
+function methods.repeat_interleave(x, repeats, dim, opts)
   local op = "repeat_interleave"
   check(op, x)
+  if opts == nil and type(dim) == "table" then dim, opts = nil, dim end
+  if opts == nil and dim == nil and is_options(repeats) then repeats, opts = nil, repeats end
+  opts = core.options(op, opts, RI_OPTS)
+  if opts.dim ~= nil then
+    if dim ~= nil then raise(op .. ": dim given twice, as an argument (" .. tostring(dim) .. ") and as an option") end
+    dim = opts.dim
+  end
+  local size = opts.output_size
+  if size ~= nil and not (core.integer(size) and size >= 0) then
+    raise(op .. ": output_size must be an integer >= 0, got " .. tostring(size))
+  end
+  local function sized(index, along)
+    if size ~= nil and index:numel() ~= size then
+      raise(op .. ": output_size " .. size .. " does not match the repeats, which make " .. index:numel()
+            .. " elements" .. (along or ""))
+    end
+    return index
+  end
   if repeats == nil then
+    if dim ~= nil then raise(op .. ": dim needs repeats (with one argument, x is the counts)") end
     if x.dtype ~= "int64" and x.dtype ~= "int32" or x:dim() ~= 1 then
       raise(op .. ": with one argument, expected a 1-D integer tensor of counts, got " .. x.dtype .. " " .. x:dim() .. "-D")
     end
-    return positions_of(op, x:to("int64"))
+    return sized(positions_of(op, x:to("int64")))
   end
-  if dim == nil then return methods.repeat_interleave(x:reshape(-1), repeats, 1) end
+  if dim == nil then return methods.repeat_interleave(x:reshape(-1), repeats, 1, { output_size = size }) end
   dim = dim_of(op, x, dim)
   local n = x:size(dim)
   local at = { dtype = "int64", device = x.device }
@@ -110,7 +138,7 @@ function methods.repeat_interleave(x, repeats, dim)
   else
     local counts
     if type(repeats) == "table" then
-      counts = dl.tensor(int_list(op, repeats, "the repeats"), at)
+      counts = dl.tensor(int_list(op, { unpack(repeats) }, "the repeats"), at)
     elseif is_tensor(repeats) and (repeats.dtype == "int64" or repeats.dtype == "int32") and repeats:dim() <= 1 then
       counts = repeats:reshape(-1):to(at.dtype):to(x.device)
     else
@@ -122,12 +150,13 @@ function methods.repeat_interleave(x, repeats, dim)
     end
     index = positions_of(op, counts)
   end
-  return x:index_select(dim, index)
+  return x:index_select(dim, sized(index, " along dimension " .. dim))
 end
 dl.repeat_interleave = methods.repeat_interleave
 
 -- x:roll(shifts [, dims]): elements moved `shifts` places along each of `dims`,
--- wrapping around; without dims, over the flattened tensor, its shape kept.
+-- wrapping around, in a new tensor (as PyTorch's, also where nothing moves); without
+-- dims, over the flattened tensor, its shape kept.
 function methods.roll(x, shifts, dims)
   local op = "roll"
   check(op, x)
@@ -145,14 +174,16 @@ function methods.roll(x, shifts, dims)
     local s = n > 0 and shifts[i] % n or 0
     if s ~= 0 then y = dl.cat({ y:narrow(d, n - s + 1, s), y:narrow(d, 1, n - s) }, d) end
   end
-  return y
+  return rawequal(y, x) and x:clone() or y
 end
 dl.roll = methods.roll
 
--- x:flip(dims): the order along each of `dims` reversed.
-function methods.flip(x, dims)
+-- x:flip(dims), x:flip(d1, d2, ...): the order along each of `dims` reversed, in a new
+-- tensor (as PyTorch's, also where nothing moves: a size-1 dim, no dims).
+function methods.flip(x, dims, ...)
   local op = "flip"
   check(op, x)
+  if type(dims) == "number" then dims = { dims, ... } end
   dims = int_list(op, dims, "the dims (a list)")
   if x:dim() == 0 then   -- (its one place: dim 1 or -1, as PyTorch's)
     for _, d in ipairs(dims) do core.positive_dim(op, d, 1, 0) end
@@ -166,7 +197,7 @@ function methods.flip(x, dims)
     local n = y:size(d)
     if n > 1 then y = y:index_select(d, dl.arange(n, 0, -1, { dtype = "int64", device = y.device })) end
   end
-  return y
+  return rawequal(y, x) and x:clone() or y
 end
 dl.flip = methods.flip
 

@@ -11,14 +11,14 @@
 -- operand) needs become the batch, the shared others the contracted dim, the rest the
 -- rows and columns; labels only one operand has and nothing needs are summed first.
 -- Everything is the engine's differentiable ops (permute, reshape, matmul, sum,
--- index_select), so gradients of any order come with it.
+-- diagonal), so gradients of any order come with it.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
 
 local raise = core.raise
 local is_tensor, dl = T.is_tensor, T.dl
-local type, tostring, tonumber, ipairs, pairs, select, unpack = type, tostring, tonumber, ipairs, pairs, select, unpack
+local type, tostring, tonumber, ipairs, pairs, select = type, tostring, tonumber, ipairs, pairs, select
 local sort, concat = table.sort, table.concat
 
 local OP = "einsum"
@@ -85,8 +85,8 @@ local function permuted(x, have, want)
   return x:permute(perm)
 end
 
--- The diagonal over a repeated label: one dim for each label, the repeated ones kept
--- once (index_select of the flattened pair).
+-- The diagonal over a repeated label, one pair at a time: x:diagonal(0, p, q) keeps the
+-- other dims in order and puts the diagonal last, so the label moves to the end.
 local function take_diagonals(x, labels)
   while true do
     local first, p, q = {}, nil, nil
@@ -101,15 +101,7 @@ local function take_diagonals(x, labels)
     end
     local rest = {}
     for i, l in ipairs(labels) do if i ~= p and i ~= q then rest[#rest + 1] = l end end
-    local order = join(rest, { labels[p] .. "#a", labels[p] .. "#b" })
-    local tagged = { unpack(labels) }
-    tagged[p], tagged[q] = labels[p] .. "#a", labels[p] .. "#b"
-    local y = permuted(x, tagged, order)
-    local shape = {}
-    for i = 1, #rest do shape[i] = y:size(i) end
-    shape[#shape + 1] = n * n
-    local idx = dl.arange(0, n, { dtype = "int64", device = x.device }) * (n + 1) + 1
-    x = y:reshape(shape):index_select(#shape, idx)
+    x = x:diagonal(0, p, q)
     rest[#rest + 1] = labels[p]
     labels = rest
   end
@@ -126,7 +118,8 @@ local function sum_unneeded(x, labels, keep)
   return x, left
 end
 
--- The size of each label, checked across operands (a broadcast dim of size 1 gives way).
+-- The size of each label, checked across operands: a dim of size 1 gives way, a
+-- labelled one as the ellipsis's (PyTorch broadcasts both).
 local function label_sizes(ops, terms)
   local size = {}
   for k, x in ipairs(ops) do
@@ -135,7 +128,7 @@ local function label_sizes(ops, terms)
       local s = size[l]
       if s == nil or s == 1 then
         size[l] = n
-      elseif n ~= s and not (n == 1 and l:match("^%d")) then
+      elseif n ~= s and n ~= 1 then
         if l:match("^%d") then   -- (the ellipsis's labels are internal: name the dim)
           raise(OP .. ": the dims of '...' do not broadcast: operand " .. k .. "'s dim " .. i .. " has size " .. n
                 .. " where an earlier operand's has " .. s)

@@ -3,12 +3,14 @@
 --
 --   dl.broadcast_shapes(s1, s2, ...)    the shape the shapes broadcast to
 --   dl.broadcast_to(x, shape)           x expanded to shape (-1 keeps a dim)
---   dl.broadcast_tensors(t1, t2, ...)   the tensors expanded to their common shape
+--   dl.broadcast_tensors(t1, t2, ...)   the tensors expanded to their common shape, returned
+--                                       as values (as dl.meshgrid's)
 --   dl.take_along_dim(x, idx [, dim])   gather with idx broadcast against x off dim (on
 --                                       the flattened x without dim); idx 1-based
 --   dl.tensor_split(x, n | {i1, i2, ...} [, dim = 1])   n parts (the first size % n one
 --                                       longer), or parts split where i1, i2 ... elements
---                                       of dim have passed (PyTorch's boundaries)
+--                                       of dim have passed (PyTorch's boundaries); n a
+--                                       0-dim, the points a 1-D integer tensor too
 --   dl.atleast_1d(x), atleast_2d, atleast_3d   (PyTorch's placement of the new dims)
 --   dl.hstack(list), vstack, dstack, column_stack   the tensors joined along dim 2 (1 for
 --                                       1-D), 1, 3; column_stack's 1-D ones as columns
@@ -130,6 +132,13 @@ function dl.tensor_split(x, parts, dim)
   local d = core.positive_dim(op, dim == nil and 1 or dim, x:dim())
   local n = x:size(d)
   local bounds = {}
+  if is_tensor(parts) then   -- (PyTorch's tensor_indices_or_sections)
+    if (parts.dtype ~= "int64" and parts.dtype ~= "int32") or parts:dim() > 1 then
+      raise(op .. ": a tensor of sections or split points must be a 0-dim or 1-D integer tensor, got "
+            .. parts.dtype .. " of shape " .. shape_str(parts.shape))
+    end
+    parts = parts:dim() == 0 and parts:item() or parts:totable()
+  end
   if type(parts) == "number" then
     if not core.integer(parts) or parts < 1 then raise(op .. ": sections must be an integer >= 1, got " .. tostring(parts)) end
     local base, extra = floor(n / parts), n % parts
@@ -144,7 +153,7 @@ function dl.tensor_split(x, parts, dim)
       bounds[i] = b
     end
   else
-    bad_arg(op, "a number of sections or a list of split points", parts)
+    bad_arg(op, "a number of sections or a list of split points (or a tensor of them)", parts)
   end
   local out, prev = {}, 0
   bounds[#bounds + 1] = n

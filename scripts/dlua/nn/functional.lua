@@ -226,7 +226,8 @@ end
 -- crops. Modes: "constant", "reflect" (mirrored without the edge), "replicate" (the
 -- edge repeated), "circular" (wrapped around). As PyTorch's, reflect and replicate pad
 -- the uncropped dim and crop after (a reflection may reach into the cropped part),
--- circular wraps the cropped one.
+-- circular wraps the cropped one. The result is a new tensor even where nothing is padded
+-- (pad all zeros, or crops only), as PyTorch's: never x, nor a view of it.
 local PAD_MODES = { constant = true, reflect = true, replicate = true, circular = true }
 function F.pad(x, pad, opts)
   local op = "pad"
@@ -240,7 +241,7 @@ function F.pad(x, pad, opts)
   if type(pad) ~= "table" or #pad % 2 ~= 0 or #pad / 2 > x:dim() then
     raise(op .. ": pad must list (before, after) pairs for at most " .. x:dim() .. " dims, got " .. core.typename(pad))
   end
-  local y = x
+  local y, copied = x, false
   for k = 1, #pad / 2 do
     local d = y:dim() - k + 1
     local before, after = pad[2 * k - 1], pad[2 * k]
@@ -286,9 +287,10 @@ function F.pad(x, pad, opts)
     block(before, true)
     parts[#parts + 1] = y
     block(after, false)
-    if #parts > 1 then y = dl.cat(parts, d) end
+    if #parts > 1 then y, copied = dl.cat(parts, d), true end
     if mode ~= "circular" then crop() end
   end
+  if not copied then y = y:is_contiguous() and y:clone() or y:contiguous() end
   return y
 end
 
