@@ -4,8 +4,10 @@
 --   x:index_add(dim, idx, src [, alpha])  x with src's slices added at idx along dim
 --   x:index_copy(dim, idx, src)           x with src's slices put at idx
 --   x:index_fill(dim, idx, v)             x with the slices at idx filled with v
---   x:scatter(dim, idx, src or v)         x with src[i][j] put at (idx[i][j], j) (dim 1;
---                                         likewise for others), scatter_add without the sum
+--   x:scatter(dim, idx, src or v [, reduce])   x with src[i][j] put at (idx[i][j], j) (dim 1;
+--                                         likewise for others), scatter_add without the sum;
+--                                         reduce "add" or "multiply" combines them with x's
+--   x:scatter_add(dim, idx, src)          (the engine's) also as dl.scatter_add, x:scatter_add_
 --   x:scatter_reduce(dim, idx, src, reduce [, {include_self = true}])   src's values
 --                                         combined into x at those places by sum, prod,
 --                                         mean, amax or amin
@@ -149,13 +151,51 @@ end
 -- identity for every value (0 + -0 is +0: a -0 placed on zeros lost its sign).
 local function blank(x) return dl.full_like(x, -0.0) end
 
-function methods.scatter(x, dim, idx, src)
+-- idx checked as the index of a scatter along dim d of x: an integer tensor of x's dims,
+-- no larger than x but along d.
+local function scatter_index(op, x, d, idx)
+  check(op, idx)
+  if idx:is_floating_point() or idx.dtype == "bool" then
+    raise(op .. ": expected an integer index tensor, got " .. idx.dtype)
+  end
+  if idx:dim() ~= x:dim() then
+    raise(op .. ": expected an index of " .. x:dim() .. " dims, got shape " .. shape_str(idx.shape))
+  end
+  for k = 1, x:dim() do
+    if k ~= d and idx:size(k) > x:size(k) then
+      raise(op .. ": the index of shape " .. shape_str(idx.shape) .. " is larger than the input of shape "
+            .. shape_str(x.shape) .. " in dim " .. k)
+    end
+  end
+end
+
+-- scatter's reduce: PyTorch's names for scatter_reduce's sum and prod.
+local SCATTER_REDUCE = { add = "sum", multiply = "prod" }
+
+-- x:scatter(dim, idx, src or v [, reduce | {reduce =}]): without reduce, each write
+-- replaces; with "add" or "multiply", the writes are combined with x's value there.
+function methods.scatter(x, dim, idx, src, reduce)
   local op = "scatter"
   check(op, x)
   local d = dim_of(op, x, dim)
-  check(op, idx)
-  if idx:dim() ~= x:dim() then
-    raise(op .. ": expected an index of " .. x:dim() .. " dims, got shape " .. shape_str(idx.shape))
+  scatter_index(op, x, d, idx)
+  if idx:numel() > 0 and (idx:min():item() < 1 or idx:max():item() > x:size(d)) then
+    raise(op .. ": an index is out of range for dimension " .. d .. " of size " .. x:size(d)
+          .. " (indices are 1-based)")
+  end
+  if type(reduce) == "table" and not is_tensor(reduce) then
+    reduce = core.options(op, reduce, { reduce = true }).reduce
+  end
+  if reduce ~= nil then
+    local how = SCATTER_REDUCE[reduce]
+    if how == nil then raise(op .. ": reduce must be \"add\" or \"multiply\", got " .. tostring(reduce)) end
+    if type(src) == "number" or type(src) == "boolean" then
+      local v = type(src) == "boolean" and (src and 1 or 0) or src
+      src = dl.full(idx.shape, v, { dtype = x.dtype, device = x.device })
+    else
+      src = covered(op, idx, src):to(x.dtype)
+    end
+    return methods.scatter_reduce(x, d, idx, src, how)
   end
   local shape = idx.shape
   local hits = dl.zeros(x.shape, { device = x.device }):scatter_add(d, idx, dl.ones(shape, { device = x.device }))
@@ -218,19 +258,7 @@ function methods.scatter_reduce(x, dim, idx, src, reduce, opts)
   local op = "scatter_reduce"
   check(op, x)
   local d = dim_of(op, x, dim)
-  check(op, idx)
-  if idx:is_floating_point() or idx.dtype == "bool" then
-    raise(op .. ": expected an integer index tensor, got " .. idx.dtype)
-  end
-  if idx:dim() ~= x:dim() then
-    raise(op .. ": expected an index of " .. x:dim() .. " dims, got shape " .. shape_str(idx.shape))
-  end
-  for k = 1, x:dim() do
-    if k ~= d and idx:size(k) > x:size(k) then
-      raise(op .. ": the index of shape " .. shape_str(idx.shape) .. " is larger than the input of shape "
-            .. shape_str(x.shape) .. " in dim " .. k)
-    end
-  end
+  scatter_index(op, x, d, idx)
   src = covered(op, idx, src)
   if src.dtype ~= x.dtype then raise(op .. ": expected a source of dtype " .. x.dtype .. " (x's), got " .. src.dtype) end
   if not REDUCE[reduce] then
@@ -330,7 +358,9 @@ function methods.index_put(x, indices, values, accumulate)
           .. shape_str(want))
   end
   spread = spread:to(x.dtype):reshape({ n, width })
-  local rows = x:reshape({ -1, width })
+  local lead = 1   -- (not -1: with a zero-size dim past the indexed ones, any count fits)
+  for k = 1, #list do lead = lead * x:size(k) end
+  local rows = x:reshape({ lead, width })
   local placed
   if accumulate then
     placed = rows:index_add(1, row:reshape(-1), spread)
@@ -386,8 +416,8 @@ function methods.masked_scatter(x, mask, src)
 end
 
 -- The in-place forms: the result copied into x (recorded for gradients as a copy).
-for _, name in ipairs({ "index_add", "index_copy", "index_fill", "scatter", "scatter_reduce", "index_put", "put",
-                        "masked_scatter" }) do
+for _, name in ipairs({ "index_add", "index_copy", "index_fill", "scatter", "scatter_add", "scatter_reduce", "index_put",
+                        "put", "masked_scatter" }) do
   local f = methods[name]
   methods[name .. "_"] = function(x, ...)
     local y = f(x, ...)

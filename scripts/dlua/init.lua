@@ -74,8 +74,9 @@ local INDEXED = { "index_add", "index_copy", "index_fill", "scatter", "scatter_r
                   "masked_scatter", "take" }
 core.on_first_use(dl, INDEXED, loader("dlua.indexed"))
 core.on_first_use(T.methods, INDEXED, loader("dlua.indexed"))
-core.on_first_use(T.methods, { "index_add_", "index_copy_", "index_fill_", "scatter_", "scatter_reduce_", "index_put_",
-                               "put_", "masked_scatter_" }, loader("dlua.indexed"))
+core.on_first_use(dl, { "scatter_add" }, loader("dlua.indexed"))   -- (the method is the engine's)
+core.on_first_use(T.methods, { "index_add_", "index_copy_", "index_fill_", "scatter_", "scatter_add_",
+                               "scatter_reduce_", "index_put_", "put_", "masked_scatter_" }, loader("dlua.indexed"))
 core.on_first_use(dl, { "bernoulli", "multinomial", "normal" }, loader("dlua.sampling"))
 core.on_first_use(dl, { "tensordot", "kron", "block_diag", "cartesian_prod", "combinations", "mv", "vdot", "addmm",
                         "addmv", "baddbmm", "addbmm" }, loader("dlua.products"))
@@ -111,7 +112,7 @@ core.on_first_use(dl, { "cond", "while_loop" }, loader("dlua.control"))
 core.on_first_use(dl, { "result_type", "promote_types", "can_cast", "finfo", "iinfo" }, loader("dlua.dtypes"))
 core.on_first_use(dl, { "vmap" }, loader("dlua.vmap"))
 local SORTING = { "sort", "argsort", "topk", "kthvalue", "median", "nanmedian", "nonzero", "argwhere", "count_nonzero",
-                  "masked_select", "unique", "unique_consecutive", "mode" }
+                  "masked_select", "unique", "unique_consecutive", "mode", "isin" }
 core.on_first_use(dl, SORTING, loader("dlua.sorting"))
 core.on_first_use(T.methods, SORTING, loader("dlua.sorting"))
 core.on_first_use(dl, { "searchsorted", "bucketize" }, loader("dlua.sorting"))

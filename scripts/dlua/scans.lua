@@ -40,6 +40,7 @@ end
 -- by a left value that is NaN or strictly better.
 local function running_extreme(op, x, dim, sign)
   check(op, x)
+  if dim == nil then raise(op .. ": expected the dim to run along (as dl." .. op .. "(x, 1))") end
   if x.dtype == "bool" then   -- (as PyTorch's: false < true)
     local v, i = running_extreme(op, x:to("uint8"), dim, sign)
     return v:to("bool"), i
@@ -73,6 +74,7 @@ function dl.logcumsumexp(x, dim)
   local op = "logcumsumexp"
   check(op, x)
   if not x:is_floating_point() then raise(op .. ": expected a floating-point tensor, got " .. x.dtype) end
+  if dim == nil then raise(op .. ": expected the dim to run along (as dl." .. op .. "(x, 1))") end
   local d = core.positive_dim(op, dim, math.max(x:dim(), 1), x:dim())   -- (a 0-dim x takes 1 or -1)
   if x:dim() == 0 then return x:clone() end
   local n, y, k = x:size(d), x, 1
@@ -106,6 +108,13 @@ function dl.diff(x, n, dim, prepend, append)
     local extra = given[i]
     if extra ~= nil then
       if not is_tensor(extra) then bad_arg(op, "a tensor to prepend or append", extra) end
+      local fits = extra:dim() == x:dim()
+      for k = 1, x:dim() do fits = fits and (k == d or extra:size(k) == x:size(k)) end
+      if not fits then
+        raise(op .. ": the tensor to " .. (i == 1 and "prepend" or "append") .. " has shape "
+              .. T.shape_str(extra.shape) .. "; it must match the input's " .. T.shape_str(x.shape)
+              .. " but along dim " .. d)
+      end
       parts[#parts + 1] = extra
     end
   end

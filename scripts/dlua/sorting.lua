@@ -5,9 +5,10 @@
 --   x:argsort(dim, descending), x:topk(k, dim, largest, sorted), x:kthvalue(k, dim, keepdim)
 --   dl.unique(x, {return_inverse = true, return_counts = true}), x:mode(dim, keepdim)
 --   dl.searchsorted(sorted, values, {right = false})   -- insertion points in [1, n + 1]
+--   dl.isin(elements, test_elements, {invert = false})   -- membership, elements' shape
 --   x:nonzero(), dl.argwhere(x), x:count_nonzero(dim)
 --   x[mask], dl.masked_select(x, mask), x[mask] = v    -- mask a bool tensor
---   x[idx]                                             -- idx an integer tensor: rows idx
+--   x[idx], x[idx] = v                                 -- idx an integer tensor: rows idx
 --
 -- sort, nonzero and searchsorted are ops of the engine (tensor/sorting.cpp, CPU and CUDA
 -- kernels); the rest is made of them and of differentiable views and ops here, so
@@ -113,19 +114,27 @@ function methods.nonzero(x, opts)
   return list
 end
 
+-- x:count_nonzero([dim | {dims}]): the number of non-zero elements (along dims).
 function methods.count_nonzero(x, dim)
   check("count_nonzero", x)
   local nz = x:ne(0)
   if dim == nil then return nz:sum() end
+  for _, d in ipairs(type(dim) == "table" and dim or { dim }) do   -- (checked here to be named so)
+    core.positive_dim("count_nonzero", d, math.max(x:dim(), 1), x:dim())
+  end
   return nz:sum(dim)
 end
 
--- dl.searchsorted(sorted, values [, {right = false}]): for each value, the 1-based
--- position in [1, n + 1] at which inserting it keeps the last dim of `sorted` ascending
--- (before equal elements; after them with right = true).
+-- dl.searchsorted(sorted, values [, {right = false, sorter, out_int32 = false}]): for
+-- each value, the 1-based position in [1, n + 1] at which inserting it keeps the last dim
+-- of `sorted` ascending (before equal elements; after them with right = true). With
+-- sorter (1-based int64 indices that sort `sorted` along its last dim, as argsort's),
+-- `sorted` may be in any order: the positions are in the sorted order. out_int32: int32
+-- positions, not int64.
 function M.searchsorted(seq, values, opts)
   check("searchsorted", seq)
-  opts = options("searchsorted", opts, { right = true, side = true })
+  opts = options("searchsorted", opts, { right = true, side = true, sorter = true, out_int32 = true })
+  local int32 = bool_arg("searchsorted", opts.out_int32, "out_int32", false)
   local side = opts.side
   if side ~= nil and side ~= "left" and side ~= "right" then
     raise("searchsorted: side must be \"left\" or \"right\", got " .. tostring(side))
@@ -139,7 +148,26 @@ function M.searchsorted(seq, values, opts)
     values = dl.tensor(values, { dtype = dt, device = seq.device })
   end
   check("searchsorted", values)
-  return one(C.dl_searchsorted, hid(seq), hid(values), right and 1 or 0)
+  local sorter = opts.sorter
+  if sorter ~= nil then
+    check("searchsorted", sorter)
+    if sorter.dtype ~= "int64" then
+      raise("searchsorted: the sorter must be int64 (as argsort gives), got " .. sorter.dtype)
+    end
+    if shape_str(sorter) ~= shape_str(seq) then
+      raise("searchsorted: the sorter's shape " .. shape_str(sorter) .. " must be the sorted sequence's "
+            .. shape_str(seq))
+    end
+    local d = math.max(seq:dim(), 1)
+    local n = seq:dim() == 0 and 1 or seq:size(d)
+    if sorter:numel() > 0 and (sorter:min():item() < 1 or sorter:max():item() > n) then
+      raise("searchsorted: a sorter index is out of range for the last dim of size " .. n
+            .. " (indices are 1-based)")
+    end
+    seq = seq:dim() == 0 and seq or seq:gather(d, sorter)
+  end
+  local pos = one(C.dl_searchsorted, hid(seq), hid(values), right and 1 or 0)
+  return int32 and pos:to("int32") or pos
 end
 
 -- dl.masked_select(x, mask): the elements of x where mask (broadcast with x) is true, as
@@ -179,14 +207,23 @@ end
 
 -- x with its first k dims flattened into one.
 local function lead_flat(x, k)
-  local shape = { -1 }
+  local shape = { 1 }   -- (not -1: with a zero-size trailing dim, any count would fit)
+  for d = 1, k do shape[1] = shape[1] * x:size(d) end
   for d = k + 1, x:dim() do shape[#shape + 1] = x:size(d) end
   return x:reshape(shape)
 end
 
+-- A tensor key that is no mask checked: integers, and a dim of x to pick rows along.
+local function rows_key(x, key)
+  if key:is_floating_point() then
+    raise("index: expected a bool mask or an integer index tensor, got " .. key.dtype)
+  end
+  if x:dim() == 0 then raise("index: a 0-dim tensor has no rows to pick with an integer index tensor") end
+end
+
 -- x[key] for a tensor key: a bool mask over x's leading dims selects those entries (a
--- tensor (count, the remaining dims...)); an integer tensor picks rows (index_select
--- along dim 1), in the key's shape.
+-- tensor (count, the remaining dims...)); an integer tensor picks rows, in the key's
+-- shape (negative indices count from the end: -1 is the last row).
 function M.index(x, key)
   if key.dtype == "bool" then
     -- a 0-dim mask selects all of x (as a new leading dim of 1) or none of it
@@ -194,24 +231,20 @@ function M.index(x, key)
     local pos, k = mask_positions(x, key)
     return lead_flat(x, k):index_select(1, pos)
   end
-  if key:is_floating_point() then
-    raise("index: expected a bool mask or an integer index tensor, got " .. key.dtype)
-  end
-  if key:dim() ~= 1 then
-    local shape = key.shape
-    for d = 2, x:dim() do shape[#shape + 1] = x:size(d) end
-    return x:index_select(1, key:reshape(-1)):view(shape)
-  end
-  return x:index_select(1, key)
+  rows_key(x, key)
+  return require("dlua.subscript").take(x, 1, 1, key)
 end
 
 -- x[mask] = v: v a number, or a tensor that broadcasts to x[mask]'s shape (count, the
 -- remaining dims...): one element, one per true element of mask (in row-major order), or
--- one entry of the remaining dims for every selected one (PyTorch's index_put_). In
--- place; recorded for gradients as a copy into x.
+-- one entry of the remaining dims for every selected one (PyTorch's index_put_). x[idx]
+-- = v, idx an integer tensor: v broadcast to x[idx]'s shape, written to those rows (of
+-- a row named twice, the last write stands). In place; recorded for gradients as a copy
+-- into x.
 function M.newindex(x, key, v)
   if key.dtype ~= "bool" then
-    raise("index: assigning through a tensor key needs a bool mask, got " .. key.dtype)
+    rows_key(x, key)
+    return require("dlua.subscript").put(x, 1, 1, key, v)
   end
   if key:dim() == 0 then return M.newindex(x:unsqueeze(1), key:reshape(1), v) end   -- (a view of x)
   local pos, k = mask_positions(x, key)
@@ -227,10 +260,8 @@ function M.newindex(x, key, v)
     x:copy_(dl.where(mask, v:reshape({}):to(x.dtype), x))
     return
   end
-  local want, total = { pos:numel() }, pos:numel()
-  for d = k + 1, x:dim() do want[#want + 1] = x:size(d); total = total * x:size(d) end
-  -- as many values as selected elements, in the selection's order, whatever their shape
-  if v:numel() == total then v = v:reshape(want) end
+  local want = { pos:numel() }
+  for d = k + 1, x:dim() do want[#want + 1] = x:size(d) end
   while v:dim() > #want and v:size(1) == 1 do v = v:squeeze(1) end   -- (leading 1s broadcast away)
   local ok, spread = pcall(v.expand, v, want)
   if not ok then
@@ -357,7 +388,9 @@ function dl.bucketize(x, boundaries, opts)
   if boundaries:dim() ~= 1 then
     raise("bucketize: expected 1-D boundaries, got shape " .. shape_str(boundaries.shape))
   end
-  return dl.searchsorted(boundaries, x, opts)
+  opts = options("bucketize", opts, { right = true, out_int32 = true })
+  return dl.searchsorted(boundaries, x, { right = bool_arg("bucketize", opts.right, "right", false),
+                                          out_int32 = bool_arg("bucketize", opts.out_int32, "out_int32", false) })
 end
 
 -- The runs of equal neighbours along dim 1 of vals (1-D: elements; 2-D: rows, equal
@@ -433,16 +466,67 @@ function M.unique(x, opts)
   return unpack(results)
 end
 
--- dl.unique_consecutive(x [, {return_inverse = false, return_counts = false}]): x
+-- dl.unique_consecutive(x [, {return_inverse = false, return_counts = false, dim}]): x
 -- (flattened) with each run of equal neighbours made one element, as
 -- torch.unique_consecutive; with return_inverse, each element's 1-based run (x's shape),
--- with return_counts, each run's length.
+-- with return_counts, each run's length. With dim, the runs of equal slices along dim
+-- (the inverse and counts per slice).
 function M.unique_consecutive(x, opts)
-  check("unique_consecutive", x)
-  opts = options("unique_consecutive", opts, { return_inverse = true, return_counts = true })
-  return unpack(runs(x:reshape(-1), opts, nil, x:dim() == 0 and {} or x.shape))
+  local op = "unique_consecutive"
+  check(op, x)
+  opts = options(op, opts, { return_inverse = true, return_counts = true, dim = true })
+  if opts.dim == nil then return unpack(runs(x:reshape(-1), opts, nil, x:dim() == 0 and {} or x.shape)) end
+  local d = core.positive_dim(op, opts.dim, x:dim())
+  local n = x:size(d)
+  local moved = x:transpose(d, 1)
+  local rest = moved.shape
+  table.remove(rest, 1)
+  local width = 1
+  for _, m in ipairs(rest) do width = width * m end
+  if width == 0 and n > 0 then   -- (PyTorch's refusal, as unique's)
+    raise(op .. ": the slices along dim " .. opts.dim .. " of shape " .. shape_str(x) .. " are empty")
+  end
+  local results = runs(moved:reshape(n, width), opts, nil, { n })
+  local shape = { results[1]:size(1) }
+  for _, m in ipairs(rest) do shape[#shape + 1] = m end
+  results[1] = results[1]:reshape(shape):transpose(1, d)
+  return unpack(results)
 end
 methods.unique_consecutive, dl.unique_consecutive = M.unique_consecutive, M.unique_consecutive
+
+-- dl.isin(elements, test_elements [, {assume_unique = false, invert = false}]): a bool
+-- tensor of elements' shape, true where the element equals one of test_elements (false
+-- with invert), as torch.isin; either may be a number. Both are compared in their common
+-- dtype (an integer 2 is in {2.0}); NaN is in nothing.
+function M.isin(elements, test, opts)
+  local op = "isin"
+  opts = options(op, opts, { assume_unique = true, invert = true })
+  bool_arg(op, opts.assume_unique, "assume_unique", false)   -- (a hint: sorting needs none)
+  local invert = bool_arg(op, opts.invert, "invert", false)
+  if type(elements) == "number" and is_tensor(test) then
+    elements = dl.tensor(elements, { dtype = dl.result_type(test, elements), device = test.device })
+  elseif type(test) == "number" and is_tensor(elements) then
+    test = dl.tensor({ test }, { dtype = dl.result_type(elements, test), device = elements.device })
+  end
+  check(op, elements)
+  check(op, test)
+  if elements.dtype == "bool" or test.dtype == "bool" then
+    raise(op .. ": bool tensors are not supported (as in PyTorch); compare them as x:to(\"uint8\")")
+  end
+  local dtype = dl.promote_types(elements.dtype, test.dtype)
+  local flat = elements:reshape(-1):to(dtype)
+  local sorted = test:reshape(-1):to(dtype):sort()
+  local n = sorted:numel()
+  local hit
+  if n == 0 or flat:numel() == 0 then
+    hit = dl.zeros(flat:numel(), { dtype = "bool", device = elements.device })
+  else   -- each element against the test value at its insertion point (the first not below it)
+    hit = sorted:index_select(1, M.searchsorted(sorted, flat):clamp(1, n)):eq(flat)
+  end
+  if invert then hit = hit:logical_not() end
+  return hit:view(elements.shape)
+end
+methods.isin, dl.isin = M.isin, M.isin
 
 dl.searchsorted, dl.masked_select, dl.unique = M.searchsorted, M.masked_select, M.unique
 methods.masked_select, methods.unique = M.masked_select, M.unique

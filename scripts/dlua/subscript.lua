@@ -7,12 +7,14 @@
 --   x[{{2, 4}}]          rows 2 to 4, inclusive: a view, as x:slice(1, 2, 4)
 --   x[{{1, -1, 2}, {}}]  every second row (a step); negative bounds count from the end
 --   x[{{2}}]             row 2 with its dim kept (torch7's {i}), as x:narrow(1, 2, 1)
---   x[{{}, idx}]         the columns idx, an integer or bool tensor: a copy (index_select)
+--   x[{{}, idx}]         the columns idx, an integer or bool tensor: a copy (index_select);
+--                        negative indices count from the end (-1 is the last)
 --   x[{{}, 2}] = 0       fills the view; `= t` copies t into it, broadcast
+--   x[{{}, idx}] = t     t broadcast to x[{{}, idx}]'s shape, written to the columns idx
 --
 -- Everything but a tensor entry is a view through select, narrow and slice, so a
 -- subscript reads and writes x's memory, carries x's gradient and is deferred inside
--- dl.compile as those are.
+-- dl.compile as those are; a tensor entry's write is an index_copy_ into that view.
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
@@ -76,29 +78,91 @@ local function range(v, d, i, e)
   return v:slice(d, a, b, step)
 end
 
--- The entries at `t` (an integer tensor of any shape, or a bool tensor as long as the
--- dim) along dim d of v, x's dim i: a copy, t's dims in place of dim d.
-local function take(v, d, i, t)
+-- An error naming the first index of the integer tensor t out of range for dim i of
+-- size `size`, if t has one.
+local function check_range(i, size, t)
+  if t:numel() == 0 then return end
+  local lo, hi = t:min():item(), t:max():item()
+  local bad = (hi > size and hi) or (lo < -size and lo) or (lo == 0 and 0) or nil
+  if bad == nil and lo < 0 and hi > 0 and t:eq(0):any() then bad = 0 end
+  if bad then
+    raise(format("index: index %d out of range for dimension %d of size %d (1-based, or negative from the end)",
+                 bad, i, size))
+  end
+end
+
+-- The positions `t` names along dim d of v, x's dim i: t an integer tensor of any shape
+-- (negative indices count from the end) made positive, or a bool mask as long as the
+-- dim (its true positions, 1-D). With `checked`, the indices are checked first; without,
+-- those out of range stay out of range (0 or below, or past the end) for the op that
+-- reads them to refuse, which a read needs no wait for.
+local function positions(v, d, i, t, checked)
+  local size = v:size(d)
   if t.dtype == "bool" then
-    if t:dim() ~= 1 or t:size(1) ~= v:size(d) then
-      raise(format("index: entry %d is a bool mask of shape %s for dim %d of size %d", i, shape_str(t), i, v:size(d)))
+    if t:dim() ~= 1 or t:size(1) ~= size then
+      raise(format("index: entry %d is a bool mask of shape %s for dim %d of size %d", i, shape_str(t), i, size))
     end
-    return v:index_select(d, t:nonzero():view(-1))
+    return t:nonzero():view(-1)
   end
   if t:is_floating_point() then
     raise(format("index: entry %d must be an integer or bool tensor, got %s", i, t.dtype))
   end
-  if t:dim() == 1 then return v:index_select(d, t) end
+  if checked then check_range(i, size, t) end
+  return T.dl.where(t:lt(0), t + (size + 1), t)
+end
+
+-- What v[..., t (at dim d), ...] reads: v's dims with t's in place of dim d.
+local function taken_shape(v, d, t)
   local shape = {}
   for k = 1, d - 1 do shape[#shape + 1] = v:size(k) end
   for _, s in ipairs(t.shape) do shape[#shape + 1] = s end
   for k = d + 1, v:dim() do shape[#shape + 1] = v:size(k) end
-  return v:index_select(d, t:reshape(-1)):view(shape)
+  return shape
 end
 
--- x's subscript by entries 1 to last of key; an assignment takes no tensor entry.
+-- The entries at `t` along dim d of v, x's dim i: a copy, t's dims in place of dim d.
+function M.take(v, d, i, t)
+  local at = positions(v, d, i, t)
+  local ok, r = pcall(v.index_select, v, d, at:dim() == 1 and at or at:reshape(-1))
+  if not ok then
+    if t.dtype ~= "bool" then check_range(i, v:size(d), t) end   -- (the index named as given)
+    error(r, 0)
+  end
+  return at:dim() == 1 and r or r:view(taken_shape(v, d, at))
+end
+local take = M.take
+
+-- v[..., t (at dim d), ...] = value, in place (v a view of x, t x's entry i): a number
+-- fills those entries; a tensor is broadcast to what the subscript reads (leading dims
+-- of 1 dropped, as PyTorch's) and copied there. Of an entry named twice the last write
+-- stands, and each write gets the place's gradient (index_copy's).
+function M.put(v, d, i, t, value)
+  t = positions(v, d, i, t, true)
+  local tv = type(value)
+  if tv == "boolean" then value, tv = value and 1 or 0, "number" end
+  if tv == "number" then
+    v:index_fill_(d, t:reshape(-1), value)
+    return
+  end
+  if not is_tensor(value) then bad_arg("index", "a number, a boolean or a tensor to assign", value) end
+  local want = taken_shape(v, d, t)
+  while value:dim() > #want and value:size(1) == 1 do value = value:squeeze(1) end
+  local ok, spread = pcall(value.expand, value, want)
+  if not ok then
+    raise(format("index: the subscript selects shape %s, and the values' shape %s does not broadcast to it",
+                 shape_str(want), shape_str(value)))
+  end
+  local rows = v.shape
+  rows[d] = t:numel()
+  v:index_copy_(d, t:reshape(-1), spread:to(v.dtype):reshape(rows))
+end
+
+-- x's subscript by entries 1 to last of key. An assignment keeps a tensor entry's dim
+-- whole and returns, after the view, where the entry goes: its dim in the view, the
+-- entry's number and the tensor.
 local function apply(x, key, last, assigning)
   local v, d, took = x, 1, false
+  local put_d, put_i, put_t
   for i = 1, last do
     local e = key[i]
     local te = type(e)
@@ -108,21 +172,22 @@ local function apply(x, key, last, assigning)
       v = range(v, d, i, e)
       d = d + 1
     elseif is_tensor(e) then
-      if assigning then
-        raise(format("index: entry %d is a tensor; an assignment takes numbers and ranges only "
-                     .. "(x[mask] = v assigns through a bool mask)", i))
-      end
       if took then raise("index: at most one tensor entry in a subscript table") end
       took = true
-      local before = v:dim()
-      v = take(v, d, i, e)
-      d = d + 1 + v:dim() - before
+      if assigning then
+        put_d, put_i, put_t = d, i, e
+        d = d + 1
+      else
+        local before = v:dim()
+        v = take(v, d, i, e)
+        d = d + 1 + v:dim() - before
+      end
     else
       raise(format("index: entry %d must be an integer, a range table or an index tensor, got a %s", i,
                    typename(e)))
     end
   end
-  return v
+  return v, put_d, put_i, put_t
 end
 
 -- Whether every entry is a number and there is one per dim: the subscript is an element.
@@ -150,7 +215,8 @@ function M.set(x, key, value)
     v[position(n, key[n], v:size(1))] = value
     return
   end
-  local v = apply(x, key, n, true)
+  local v, d, i, t = apply(x, key, n, true)
+  if t then return M.put(v, d, i, t, value) end
   local tv = type(value)
   if tv == "boolean" then value, tv = value and 1 or 0, "number" end
   if tv == "number" then

@@ -715,12 +715,22 @@ methods.softmax, dl.softmax = softmax_fn("softmax", false), softmax_fn("softmax"
 methods.log_softmax, dl.log_softmax = softmax_fn("log_softmax", true), softmax_fn("log_softmax", true)
 
 -- x:cumsum(dim), x:cumprod(dim): running sums and products along dim (as PyTorch's;
--- integer and bool tensors give int64). Differentiable to any order (zeros included).
+-- integer and bool tensors give int64; {dtype =} converts x first, as PyTorch's).
+-- Differentiable to any order (zeros included).
 local function scan_fn(name, entry)
-  return function(x, dim)
+  return function(x, dim, opts)
     check_tensor(name, x)
     if dim == nil then raise(name .. ": expected the dim to run along (as x:" .. name .. "(1))") end
-    return new(entry, hid(x), dim_arg(name, dim))
+    local dtype = opts ~= nil and core.options(name, opts, DTYPE_OPTS).dtype
+    if dtype then
+      if dtype_codes[dtype] == nil then raise(name .. ": unknown dtype '" .. tostring(dtype) .. "'") end
+      x = x:to(dtype)
+    end
+    local y = new(entry, hid(x), dim_arg(name, dim))
+    -- (the engine runs integers in int64: a narrower dtype asked for is given back, wrapped as
+    -- its own running values would be)
+    if dtype and y.dtype ~= dtype then y = y:to(dtype) end
+    return y
   end
 end
 methods.cumsum, methods.cumprod = scan_fn("cumsum", C.dl_cumsum), scan_fn("cumprod", C.dl_cumprod)
