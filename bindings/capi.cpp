@@ -1119,7 +1119,11 @@ uint64_t dl_cat(const uint64_t* xs, int n, int dim) {
   return guard_handle([&] {
     TensorList list = tensor_list(xs, n, "cat");
     DL_CHECK(!list.empty(), "cat: expected a non-empty list of tensors");
-    return ag::cat(list, lua_dim(dim, list[0].dim(), "cat"));
+    // dim counts in the first tensor that takes part (an empty 1-D one is skipped, as
+    // PyTorch's legacy rule: tensor/index.cpp).
+    size_t ref = 0;
+    while (ref + 1 < list.size() && list[ref].dim() == 1 && list[ref].size(0) == 0) ++ref;
+    return ag::cat(list, lua_dim(dim, list[ref].dim(), "cat"));
   });
 }
 

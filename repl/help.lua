@@ -478,7 +478,7 @@ H._also = {
   ["Tensor:normal_"] = "Tensor:uniform_",
   ["Tensor:pinverse"] = "Tensor:inverse", ["Tensor:logdet"] = "Tensor:inverse",
   ["Tensor:moveaxis"] = "Tensor:movedim", ["dl.moveaxis"] = "Tensor:movedim",
-  ["dl.vstack"] = "dl.hstack", ["dl.dstack"] = "dl.hstack", ["dl.column_stack"] = "dl.hstack",
+  ["dl.vstack"] = "dl.hstack", ["dl.row_stack"] = "dl.hstack", ["dl.concat"] = "dl.cat", ["dl.dstack"] = "dl.hstack", ["dl.column_stack"] = "dl.hstack",
   ["dl.nn.functional.avg_pool2d"] = "dl.nn.functional.max_pool2d",
   ["Tensor:swapaxes"] = "Tensor:movedim", ["Tensor:swapdims"] = "Tensor:movedim", ["dl.swapaxes"] = "Tensor:movedim",
   ["Tensor:type_as"] = "Tensor:movedim", ["Tensor:clamp_min"] = "Tensor:movedim", ["Tensor:clamp_max"] = "Tensor:movedim",

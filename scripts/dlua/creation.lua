@@ -210,6 +210,7 @@ return function(H)
     for i = 1, n do
       local t = select(i, ...)
       check_tensor("meshgrid", t)
+      if t:dim() == 0 then t = t:reshape({ 1 }) end   -- (PyTorch's: one point)
       if t:dim() ~= 1 then raise("meshgrid: expected 1-D tensors, got shape " .. shape_str(t.shape) .. " for tensor " .. i) end
       list[i] = t
     end

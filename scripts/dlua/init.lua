@@ -89,7 +89,8 @@ local SHAPING = { "broadcast_to", "take_along_dim", "tensor_split", "atleast_1d"
                   "diag_embed", "diagflat", "unflatten" }
 core.on_first_use(dl, SHAPING, loader("dlua.shaping"))
 core.on_first_use(T.methods, SHAPING, loader("dlua.shaping"))
-core.on_first_use(dl, { "broadcast_shapes", "broadcast_tensors", "hstack", "vstack", "dstack", "column_stack" },
+core.on_first_use(dl, { "broadcast_shapes", "broadcast_tensors", "hstack", "vstack", "row_stack", "dstack",
+                            "column_stack" },
                   loader("dlua.shaping"))
 core.on_first_use(T.methods, { "t_", "transpose_", "swapaxes_", "swapdims_", "squeeze_", "unsqueeze_", "set_", "resize_",
                                "resize_as_" }, loader("dlua.shaping"))

@@ -206,6 +206,7 @@ function dl.hstack(list)
   return dl.cat(ts, ts[1]:dim() == 1 and 1 or 2)
 end
 function dl.vstack(list) return dl.cat(lifted("vstack", list, dl.atleast_2d), 1) end
+dl.row_stack = dl.vstack   -- (PyTorch's alias)
 function dl.dstack(list) return dl.cat(lifted("dstack", list, dl.atleast_3d), 3) end
 function dl.column_stack(list)
   return dl.hstack(lifted("column_stack", list, function(t)

@@ -1043,6 +1043,13 @@ end
 
 function methods.narrow(x, d, start, len)
   check_tensor("narrow", x)
+  if istype(Tensor, start) then   -- a 0-dim integer tensor, as PyTorch's
+    if start:dim() ~= 0 or start:is_floating_point() or start.dtype == "bool" then
+      raise("narrow: start must be an integer or a 0-dim integer tensor, got a " .. start.dtype .. " tensor of shape "
+            .. shape_str(start.shape))
+    end
+    start = start:item()
+  end
   return wrap(C.dl_narrow(hid(x), dim_arg("narrow", d), int_arg("narrow", start, "start"),
                           int_arg("narrow", len, "length")))
 end
@@ -1106,6 +1113,7 @@ function dl.cat(list, d)
   if id == 0 and retry() then id = C.dl_cat(ids, n, d) end
   return wrap(id)
 end
+dl.concat = dl.cat   -- (PyTorch's alias)
 
 function dl.stack(list, d)
   local ids, n = list_ids("stack", list)
