@@ -1122,7 +1122,8 @@ uint64_t dl_cat(const uint64_t* xs, int n, int dim) {
     // dim counts in the first tensor that takes part (an empty 1-D one is skipped, as
     // PyTorch's legacy rule: tensor/index.cpp).
     size_t ref = 0;
-    while (ref + 1 < list.size() && list[ref].dim() == 1 && list[ref].size(0) == 0) ++ref;
+    while (ref < list.size() && list[ref].dim() == 1 && list[ref].size(0) == 0) ++ref;
+    if (ref == list.size()) return ag::cat(list, 0);   // all skipped: an empty (0,), whatever the dim
     return ag::cat(list, lua_dim(dim, list[ref].dim(), "cat"));
   });
 }

@@ -225,6 +225,7 @@ Tensor binary(Op op, const Tensor& a, Scalar s, bool scalar_first) {
 // dim of stride 0 and size > 1): each would be written once per element that reads it,
 // x:expand(3, 2):mul_(2) multiplying by 8. PyTorch's check (has_internal_overlap) too.
 static void check_no_overlap(const Tensor& t, const char* op, const char* suffix = "") {
+  if (t.numel() == 0) return;
   for (int d = 0; d < t.dim(); ++d)
     DL_CHECK(t.stride(d) != 0 || t.size(d) <= 1, op, suffix, ": the in-place target has elements sharing memory "
              "(an expanded view, shape ", t.shape(), "); clone() it first");

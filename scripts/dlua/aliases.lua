@@ -142,8 +142,8 @@ end
 dl.addcmul = addc("addcmul", function(a, b) return a * b end)
 dl.addcdiv = addc("addcdiv", function(a, b) return a / b end)
 methods.addcmul, methods.addcdiv = dl.addcmul, dl.addcdiv
-function methods.addcmul_(t, a, b, opts) return t:copy_(dl.addcmul(t, a, b, opts)) end
-function methods.addcdiv_(t, a, b, opts) return t:copy_(dl.addcdiv(t, a, b, opts)) end
+function methods.addcmul_(t, a, b, opts) return T.write_into("addcmul_", t, dl.addcmul(t, a, b, opts)) end
+function methods.addcdiv_(t, a, b, opts) return T.write_into("addcdiv_", t, dl.addcdiv(t, a, b, opts)) end
 
 -- dl.linalg's functions as methods, PyTorch's names (inverse for inv).
 for name, fn in pairs({ det = "det", inverse = "inv", pinverse = "pinv", slogdet = "slogdet", cholesky = "cholesky",

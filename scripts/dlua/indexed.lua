@@ -179,10 +179,6 @@ function methods.scatter(x, dim, idx, src, reduce)
   check(op, x)
   local d = dim_of(op, x, dim)
   scatter_index(op, x, d, idx)
-  if idx:numel() > 0 and (idx:min():item() < 1 or idx:max():item() > x:size(d)) then
-    raise(op .. ": an index is out of range for dimension " .. d .. " of size " .. x:size(d)
-          .. " (indices are 1-based)")
-  end
   if type(reduce) == "table" and not is_tensor(reduce) then
     reduce = core.options(op, reduce, { reduce = true }).reduce
   end
@@ -195,10 +191,15 @@ function methods.scatter(x, dim, idx, src, reduce)
     else
       src = covered(op, idx, src):to(x.dtype)
     end
-    return methods.scatter_reduce(x, d, idx, src, how)
+    local ok, r = pcall(methods.scatter_reduce, x, d, idx, src, how)
+    if not ok then error((tostring(r):gsub("scatter_add:", op .. ":", 1)), 0) end
+    return r
   end
   local shape = idx.shape
-  local hits = dl.zeros(x.shape, { device = x.device }):scatter_add(d, idx, dl.ones(shape, { device = x.device }))
+  -- (the engine checks the indices' range as it scatters: its error is scatter's)
+  local ok, hits = pcall(methods.scatter_add, dl.zeros(x.shape, { device = x.device }), d, idx,
+                         dl.ones(shape, { device = x.device }))
+  if not ok then error((tostring(hits):gsub("scatter_add:", op .. ":", 1)), 0) end
   if type(src) == "number" or type(src) == "boolean" then
     -- (a value written twice is still the value; in x's dtype, as PyTorch's value=, made
     -- so before the selection, which would otherwise promote x's untouched elements)
@@ -424,7 +425,7 @@ for _, name in ipairs({ "index_add", "index_copy", "index_fill", "scatter", "sca
     if y.dtype ~= x.dtype then
       raise(name .. "_: result dtype " .. y.dtype .. " cannot be stored in the in-place target of dtype " .. x.dtype)
     end
-    return x:copy_(y)
+    return T.write_into(name .. "_", x, y)
   end
   dl[name] = f
 end

@@ -48,7 +48,7 @@ function dl.lerp(a, b, w)
   return dl.where(w:lt(0.5), a + d * w, b - d * (1 - w))
 end
 methods.lerp = dl.lerp
-function methods.lerp_(a, b, w) return a:copy_(dl.lerp(a, b, w)) end
+function methods.lerp_(a, b, w) return T.write_into("lerp_", a, dl.lerp(a, b, w)) end
 
 function dl.hypot(a, b)
   check("hypot", a)

@@ -257,7 +257,7 @@ function M.newindex(x, key, v)
   end
   if not is_tensor(v) then bad_arg("index", "a number or a tensor to assign", v) end
   if v:numel() == 1 then
-    x:copy_(dl.where(mask, v:reshape({}):to(x.dtype), x))
+    T.write_into("index", x, dl.where(mask, v:reshape({}):to(x.dtype), x))
     return
   end
   local want = { pos:numel() }
@@ -269,7 +269,7 @@ function M.newindex(x, key, v)
           .. " does not broadcast to it")
   end
   -- copied over the selected rows (not added to zeros, which would turn -0 into +0)
-  x:copy_(lead_flat(x, k):index_copy(1, pos, spread:to(x.dtype)):view(x.shape))
+  T.write_into("index", x, lead_flat(x, k):index_copy(1, pos, spread:to(x.dtype)):view(x.shape))
 end
 
 -- The k-th smallest of the 1-D tensor flat (NaN last) as a 0-dim tensor whose gradient

@@ -486,17 +486,22 @@ local function binary_inplace_fn(op, name)
 end
 
 -- x = y in place, for ops that have no in-place kernel (exp_, clamp_, masked_fill_).
+-- x:copy_(y) as the write of the in-place op `op`, whose name its errors carry.
+local function write_into(op, x, y)
+  if C.dl_copy_(hid(x), hid(y)) ~= 0 then
+    raise((ffi.string(C.dl_last_error()):gsub("^copy_:", op .. ":", 1)))
+  end
+  return x
+end
+M.write_into = write_into
+
 local function assign(op, x, y)
   local dx, dy = dtype_of(x), dtype_of(y)
   if dx ~= dy then
     raise(op .. ": result dtype " .. dtype_names[dy]
           .. " cannot be stored in the in-place target of dtype " .. dtype_names[dx])
   end
-  if C.dl_copy_(hid(x), hid(y)) ~= 0 then
-    local msg = ffi.string(C.dl_last_error())   -- (the copy is this op's write: named so)
-    raise((msg:gsub("^copy_:", op .. ":", 1)))
-  end
-  return x
+  return write_into(op, x, y)
 end
 
 local function unary_inplace_fn(op, name)

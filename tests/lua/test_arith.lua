@@ -421,6 +421,14 @@ H.test("in-place ops refuse a target whose elements share memory (an expanded vi
   H.raises(function() dl.zeros(1, 3):expand(4, 3):copy_(dl.ones(4, 3)) end, "copy_: the in-place target has elements")
   H.raises(function() dl.zeros(1, 3):expand(4, 3):exp_() end, "exp_: the in-place target has elements")
   H.values(e, { { 1, 2 }, { 1, 2 }, { 1, 2 } })   -- unchanged
+  -- the ops written as a copy name themselves
+  H.raises(function() e:addcmul_(e, e) end, "addcmul_: the in-place target has elements")
+  H.raises(function() e:lerp_(dl.zeros(3, 2), 0.5) end, "lerp_: the in-place target has elements")
+  H.raises(function() e:index_add_(1, dl.tensor({ 1 }, { dtype = "int64" }), dl.ones(1, 2)) end,
+           "index_add_: the in-place target has elements")
+  H.raises(function() e[{ {}, 1 }] = dl.zeros(3) end, "index: the in-place target has elements")
+  -- an expanded view of no elements has nothing to share (PyTorch's too)
+  H.eq(dl.zeros(0, 1):expand(0, 3):mul_(2).shape, { 0, 3 })
   -- fill_ writes one value (PyTorch allows it), and a size-1 dim of stride 0 is no overlap
   local f = dl.zeros(1, 3):expand(4, 3)
   f:fill_(1)

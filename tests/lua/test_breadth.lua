@@ -206,6 +206,17 @@ H.test("clip_grad_value_, parameters_to_vector and vector_to_parameters", functi
   H.raises(function() nn.utils.vector_to_parameters(dl.ones(3), net) end,
            "vector_to_parameters: the vector has 3 elements for parameters of 11")
   H.raises(function() nn.utils.clip_grad_value_(g, -1) end, "clip_grad_value_: clip_value must be a number >= 0, got -1")
+  -- the gradient of a sum is an expanded view: clipped all the same (torch: x.sum().backward(),
+  -- clip_grad_norm_([x], 0.1) scales x.grad = ones(3, 4) by 0.1 / (sqrt(12) + 1e-6))
+  local w = dl.Variable(dl.ones(3, 4))
+  local gw = dl.implicit_grad(function() return w:sum() end)()
+  local held = gw[1][1]
+  H.near(nn.utils.clip_grad_norm_(gw, 0.1):item(), math.sqrt(12), 1e-6)
+  H.near(held:totable()[2][3], 0.1 / (math.sqrt(12) + 1e-6), 1e-7)
+  H.near(held:sum():item(), 12 * 0.1 / (math.sqrt(12) + 1e-6), 1e-5)   -- each element once
+  local gv = dl.implicit_grad(function() return (w * 3):mean() end)()
+  nn.utils.clip_grad_value_(gv, 0.1)
+  H.values(gv[1][1], { { 0.1, 0.1, 0.1, 0.1 }, { 0.1, 0.1, 0.1, 0.1 }, { 0.1, 0.1, 0.1, 0.1 } }, { tol = 1e-7 })
 end)
 
 H.test("RNN, LSTM and GRU layers: outputs, final states and gradients as PyTorch's", function()

@@ -187,6 +187,7 @@ H.test("cat skips a leading empty 1-D tensor; concat, row_stack; meshgrid of 0-d
   local x = dl.tensor({ { 1, 2 }, { 3, 4 } })
   -- torch.cat([torch.zeros(0), x], 1) is x (the legacy empty tensor is skipped wherever it is)
   H.values(dl.cat({ dl.zeros(0), x }, 2), { { 1, 2 }, { 3, 4 } })
+  H.eq(dl.cat({ dl.zeros(0), dl.zeros(0) }, 2).shape, { 0 })   -- torch: all skipped, (0,) whatever the dim
   H.values(dl.concat({ x, x }, 1), { { 1, 2 }, { 3, 4 }, { 1, 2 }, { 3, 4 } })
   H.values(dl.row_stack({ dl.tensor({ 1, 2 }), dl.tensor({ 3, 4 }) }), { { 1, 2 }, { 3, 4 } })
   -- torch.meshgrid(torch.tensor(5.), torch.tensor([1., 2.]), indexing="ij"): shapes (1, 2)

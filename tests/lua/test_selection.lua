@@ -232,7 +232,15 @@ H.test("errors name the op called", function()
   H.raises(function() dl.zeros(2, 2):scatter(1, L({ { 1, 2, 1 } }), dl.ones(1, 3)) end,
            "scatter: the index of shape (1, 3) is larger than the input of shape (2, 2) in dim 2")
   H.raises(function() dl.zeros(2, 2):scatter(1, L({ { 5 } }), dl.ones(1, 1)) end,
-           "scatter: an index is out of range for dimension 1 of size 2")
+           "scatter: index 5 out of range for dimension 1 of size 2")
+  H.raises(function() dl.zeros(2, 2):scatter(1, L({ { 5 } }), 1, "add") end,
+           "scatter: index 5 out of range for dimension 1 of size 2")
+  -- the range is the engine's to check as it scatters (no wait on the indices first):
+  -- so a number scattered in dl.vmap works, as it did
+  H.eq(dl.vmap(function(r) return r:scatter(1, L({ 1 }), 0) end)(dl.ones(2, 3)):totable(), { { 0, 1, 1 }, { 0, 1, 1 } })
+  -- index 0 beside negative ones (the largest index 0) is named as out of range
+  H.raises(function() local x = dl.zeros(3); x[L({ -1, 0 })] = 5 end, "index: index 0 out of range for dimension 1")
+  H.raises(function() return dl.zeros(3)[L({ -1, 0 })] end, "index: index 0 out of range for dimension 1")
   H.raises(function() dl.cummax(dl.ones(3)) end, "cummax: expected the dim to run along")
   H.raises(function() dl.ones(3):cummin() end, "cummin: expected the dim to run along")
   H.raises(function() dl.logcumsumexp(dl.ones(3)) end, "logcumsumexp: expected the dim to run along")

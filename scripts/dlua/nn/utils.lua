@@ -10,6 +10,18 @@ local type, tostring, ipairs, select, huge = type, tostring, ipairs, select, mat
 
 local utils = {}
 
+-- The gradient of a sum or mean comes from the engine as an expanded view (one value
+-- shared by every element, as torch.autograd.grad's), which an in-place op refuses: a
+-- clip makes it dense first, in place (x:set_), so that every reference to it (the
+-- list's, an optimizer's) sees the clipped values. (PyTorch clips p.grad, which its
+-- accumulation made dense.)
+local function dense(g)
+  for d = 1, g:dim() do
+    if g:stride(d) == 0 and g:size(d) > 1 then return g:set_(g:contiguous()) end
+  end
+  return g
+end
+
 -- The gradients of `grads` (tensors, or {gradient, Variable} pairs; holes skipped) as a list.
 local function gradient_list(op, grads)
   if type(grads) ~= "table" then bad_arg(op, "a list of gradients", grads) end
@@ -75,7 +87,7 @@ function utils.clip_grad_norm_(grads, max_norm, norm_type, opts, ...)
     end
     local coef = max_norm / (t + 1e-6)
     if coef ~= coef or coef < 1 then
-      for _, g in ipairs(list) do g:mul_(coef) end
+      for _, g in ipairs(list) do dense(g):mul_(coef) end
     end
     return total
   end)
@@ -87,7 +99,7 @@ function utils.clip_grad_value_(grads, v)
   local list = gradient_list(op, grads)
   if type(v) ~= "number" or v < 0 then raise(op .. ": clip_value must be a number >= 0, got " .. tostring(v)) end
   dl.no_grad(function()
-    for _, g in ipairs(list) do g:clamp_(-v, v) end
+    for _, g in ipairs(list) do dense(g):clamp_(-v, v) end
   end)
 end
 
