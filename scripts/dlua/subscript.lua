@@ -142,11 +142,34 @@ local take = M.take
 -- fills those entries; a tensor is broadcast to what the subscript reads (leading dims
 -- of 1 dropped, as PyTorch's) and copied there. Of an entry named twice the last write
 -- stands, and each write gets the place's gradient (index_copy's).
+-- A few places written outside any gradient go row by row (a select and a fill or copy
+-- each: the work of the rows written), not through index_fill_ and index_copy_, whose
+-- out-of-place result and copy back cost the whole tensor: 15 ms for x[idx] = 0 on
+-- (4000, 256) against microseconds.
+local FEW_ROWS = 32
+
+local function put_rows(v, d, at, value)
+  local rows = at:totable()
+  for k = 1, #rows do
+    local row = v:select(d, rows[k])
+    if type(value) == "number" then row:fill_(value) else T.write_into("index", row, value:select(d, k)) end
+  end
+end
+
+local function by_rows(v, t, value)
+  return t:numel() <= FEW_ROWS and v.device == "cpu" and not v:requires_grad()
+         and not (is_tensor(value) and value:requires_grad())
+end
+
 function M.put(v, d, i, t, value)
   t = positions(v, d, i, t, true)
   local tv = type(value)
   if tv == "boolean" then value, tv = value and 1 or 0, "number" end
   if tv == "number" then
+    if by_rows(v, t, value) then
+      T.check_fits("index", value, T.dtype_code("index", v.dtype))
+      return put_rows(v, d, t:reshape(-1), value)
+    end
     v:index_fill_(d, t:reshape(-1), value)
     return
   end
@@ -160,6 +183,7 @@ function M.put(v, d, i, t, value)
   end
   local rows = v.shape
   rows[d] = t:numel()
+  if by_rows(v, t, value) then return put_rows(v, d, t:reshape(-1), spread:reshape(rows)) end
   v:index_copy_(d, t:reshape(-1), spread:to(v.dtype):reshape(rows))
 end
 

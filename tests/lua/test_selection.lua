@@ -246,4 +246,23 @@ H.test("errors name the op called", function()
   H.raises(function() dl.logcumsumexp(dl.ones(3)) end, "logcumsumexp: expected the dim to run along")
 end)
 
+H.test("x[idx] = v by rows (a few places, no gradient) equals the index_copy way, duplicates and negatives too", function()
+  dl.manual_seed(3)
+  for _, n in ipairs({ 4, 40 }) do   -- (40: past the few places written row by row)
+    local a = dl.randn(50, 5, { dtype = "float64" })
+    local b = a:clone()
+    local I = dl.randint(-50, 51, { n }, { dtype = "int64" })
+    I = dl.where(I:eq(0), 1, I)
+    I[1], I[2] = 7, 7                                   -- a place written twice: the last stands
+    local V = dl.randn(n, 5, { dtype = "float64" })
+    a[I] = V
+    local pos = dl.where(I:lt(0), I + 51, I)
+    H.ok(dl.equal(a, b:index_copy(1, pos, V)), "n = " .. n)
+    local c = b:clone()
+    c[{ {}, dl.tensor({ 2, -1 }, { dtype = "int64" }) }] = 0.5
+    H.eq(c[{ {}, 5 }]:sum():item(), 25)
+    H.eq(c[{ {}, 1 }]:sum():item(), b[{ {}, 1 }]:sum():item())
+  end
+end)
+
 H.run()
