@@ -1,7 +1,7 @@
 -- dlua.special: dl.special, torch.special's functions (loaded when first read):
 --
 --   dl.special.ndtr(x)       the standard normal's cdf, 0.5 erfc(-x / sqrt 2)
---   dl.special.log_ndtr(x)   its logarithm, exact far into the left tail (-804.6 at -40)
+--   dl.special.log_ndtr(x)   its logarithm, exact in both tails (-804.6 at -40, -7.6e-24 at 10)
 --   dl.special.ndtri(p)      its inverse, exact for p down to the smallest doubles
 --   dl.special.erfcx(x)      exp(x^2) erfc(x), without overflow for large x
 --   dl.special.entr(x)       -x log x (0 at 0, -inf below)
@@ -46,14 +46,16 @@ function S.ndtr(x)
   return (-x / SQRT2):erfc() * 0.5
 end
 
--- log Phi(x): log(erfc(-x / sqrt 2) / 2) while erfc holds it (to about -37); below, the
+-- log Phi(x): log(erfc(-x / sqrt 2) / 2) while erfc holds it (to about -37), and right of
+-- 0 log1p(-erfc(x / sqrt 2) / 2), which keeps the digits of Phi's distance to 1; below, the
 -- asymptotic series -x^2/2 - log(-x) - log sqrt(2 pi) + log(1 - 1/x^2 + 3/x^4 - ...),
 -- whose terms are below 1e-20 there. Its derivative phi(x) / Phi(x) = exp(log phi -
 -- log Phi) in both regions.
 local function log_ndtr_value(x)
   local far = x:lt(-30)
   local near = dl.where(far, 0, x)
-  local direct = ((-near / SQRT2):erfc() * 0.5):log()
+  local right = near:gt(0)
+  local direct = dl.where(right, ((near / SQRT2):erfc() * -0.5):log1p(), ((-near / SQRT2):erfc() * 0.5):log())
   local t = dl.where(far, x, -30)
   local r = (t * t):reciprocal()
   local series = ((((r * -945 + 105) * r - 15) * r + 3) * r - 1) * r + 1
@@ -64,7 +66,8 @@ function S.log_ndtr(x)
   x = floating("special.log_ndtr", x)
   return dl.custom_gradient(function(v)
     local y = dl.stop_gradient(log_ndtr_value(v))
-    return y, function(g) return g * (v * v * -0.5 - LOG_SQRT_2PI - y):exp() end
+    -- (the backward calls S.log_ndtr again, not y, so that it has derivatives too)
+    return y, function(g) return g * (v * v * -0.5 - LOG_SQRT_2PI - S.log_ndtr(v)):exp() end
   end)(x)
 end
 
@@ -89,7 +92,10 @@ function S.ndtri(p)
   p = floating("special.ndtri", p)
   return dl.custom_gradient(function(v)
     local x = dl.stop_gradient(ndtri_value(v))
-    return x, function(g) return g * (x * x * 0.5):exp() * sqrt(2 * pi) end
+    return x, function(g)
+      local xv = S.ndtri(v)
+      return g * (xv * xv * 0.5):exp() * sqrt(2 * pi)
+    end
   end)(p)
 end
 
@@ -108,7 +114,7 @@ function S.erfcx(x)
   x = floating("special.erfcx", x)
   return dl.custom_gradient(function(v)
     local y = dl.stop_gradient(erfcx_value(v))
-    return y, function(g) return g * (v * y * 2 - 2 / sqrt(pi)) end
+    return y, function(g) return g * (v * S.erfcx(v) * 2 - 2 / sqrt(pi)) end
   end)(x)
 end
 

@@ -767,4 +767,45 @@ H.test("CatTransform, StackTransform and CumulativeDistributionTransform match P
   H.raises(function() TT.CumulativeDistributionTransform(3) end, "CumulativeDistributionTransform: expected a distribution")
 end)
 
+H.test("StudentT takes validate_args after df or loc; KL of Bernoullis with q.probs 0 or 1 is inf; SigmoidTransform.inv clamps at tiny", function()
+  -- the options table after one or two parameters is not read as loc or scale
+  local t = D.StudentT(3, { validate_args = false })
+  H.values(t.loc, 0)
+  H.values(t.scale, 1)
+  t = D.StudentT(3, 2, { validate_args = false })
+  H.values(t.loc, 2)
+  H.values(t.scale, 1)
+  H.values(D.StudentT(3, 2, 5, { validate_args = false }).scale, 5)
+  H.raises(function() D.StudentT(-1, 0) end, "StudentT: df and scale must be positive")
+  -- torch.distributions.kl_divergence(Bernoulli(probs=p), Bernoulli(probs=q)), float64
+  local inf = math.huge
+  local p = D.Bernoulli({ probs = dl.tensor({ 0.3, 0.3, 0, 1, 0, 1, 0.5 }, f64) })
+  local q = D.Bernoulli({ probs = dl.tensor({ 0, 1, 0, 1, 1, 0, 0.2 }, f64) })
+  local kl = D.kl_divergence(p, q):totable()
+  for i, want in ipairs({ inf, inf, 0, 0, inf, inf }) do H.eq(kl[i], want) end   -- (H.values' tol scales with inf)
+  H.near(kl[7], 0.22314355131420974, 1e-15)
+  -- TransformedDistribution(Normal(0, 1), [SigmoidTransform()]).log_prob(...), torch
+  local function lp(dtype, y)
+    local d = D.TransformedDistribution(D.Normal(dl.tensor(0, { dtype = dtype }), 1), { D.transforms.SigmoidTransform() })
+    return d:log_prob(dl.tensor({ y }, { dtype = dtype })):item()
+  end
+  H.near(lp("float64", 1e-9), -194.92254614991012, 1e-11)
+  H.near(lp("float64", 1e-20), -1015.2468587690034, 1e-10)
+  H.near(lp("float32", 1e-9), -194.92256164550781, 1e-4)
+end)
+
+H.test("the gamma draws' slope far right of the mean: a continued fraction, finite and quick (no runaway series)", function()
+  local function slope(a, x) return D._standard_gamma_grad(dl.tensor({ a }, f64), dl.tensor({ x }, f64)):item() end
+  local t0 = os.clock()
+  local far = slope(999, 3007)
+  H.ok(os.clock() - t0 < 1, "took " .. (os.clock() - t0) .. " s")
+  -- mpmath (50 digits): diff(gammainc(a, x, inf, regularized=True), a) / the density
+  H.near(far, 1.6504358866202962, 1e-12)
+  H.near(slope(0.3, 40), 7.0941805065082564, 1e-12)
+  H.near(slope(100, 160), 1.2554191648515343, 1e-12)
+  H.near(slope(999, 1200), 1.094642450718077, 1e-12)
+  H.near(slope(3000, 3300), 1.0484702073580172, 1e-12)
+  H.near(slope(1e6, 1e6 + 2), 1.0000011666661834, 1e-12)
+end)
+
 H.run()

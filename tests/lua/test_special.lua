@@ -109,4 +109,37 @@ H.test("zeta far from its start: large x, q past 9, negative q folded (no loop o
   end
 end)
 
+H.test("log_ndtr, ndtri and erfcx have second derivatives (their backward differentiates again)", function()
+  local f64 = { dtype = "float64" }
+  local function d2(f, x)
+    return dl.grad(dl.grad(function(v) return f(v):sum() end))(dl.tensor({ x }, f64)):item()
+  end
+  -- torch.autograd.grad twice (create_graph=True) of torch.special.*, float64
+  H.near(d2(S.log_ndtr, 0.3), -0.56612783821825308, 1e-13)
+  H.near(d2(S.log_ndtr, -2), -0.88572089958591782, 1e-12)
+  H.near(d2(S.log_ndtr, 3), -0.013333211541740808, 1e-14)
+  H.near(d2(S.ndtri, 0.3), -4.3378264936389526, 1e-12)
+  H.near(d2(S.ndtri, 0.9), 41.609270291997753, 1e-11)
+  H.near(d2(S.ndtri, 1e-5) / -2126167979.9193513, 1, 1e-12)
+  H.near(d2(S.erfcx, 0.3), 1.0566269293223591, 1e-13)
+  H.near(d2(S.erfcx, -1), 32.31063881876473, 1e-12)
+  H.near(d2(S.erfcx, 5), 0.0080813778178739082, 1e-14)
+  -- and a third: log_ndtr'''(0.3), 0.25146931297074593 in torch (three torch.autograd.grad)
+  local d3 = dl.grad(dl.grad(dl.grad(function(v) return S.log_ndtr(v):sum() end)))(dl.tensor({ 0.3 }, f64)):item()
+  H.near(d3, 0.25146931297074593, 1e-12)
+end)
+
+H.test("log_ndtr keeps its digits in the right tail (log1p of erfc), float64 and float32", function()
+  local function rel(x, want, dtype)
+    return S.log_ndtr(dl.tensor({ x }, { dtype = dtype })):item() / want - 1
+  end
+  -- torch.special.log_ndtr(torch.tensor([x], dtype=...))
+  H.near(rel(5, -2.8665161296376331e-07, "float64"), 0, 1e-13)
+  H.near(rel(8.5, -9.4795348222032529e-18, "float64"), 0, 1e-13)
+  H.near(rel(10, -7.6198530241604975e-24, "float64"), 0, 1e-13)
+  H.near(rel(5, -2.86651613e-07, "float32"), 0, 1e-5)
+  H.near(rel(6, -9.86589255e-10, "float32"), 0, 1e-5)
+  H.eq(S.log_ndtr(dl.tensor({ 0 }, { dtype = "float64" })):item(), -math.log(2))
+end)
+
 H.run()

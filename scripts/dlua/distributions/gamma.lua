@@ -60,27 +60,65 @@ end
 -- series e^-x sum_n x^(alpha + n) / Gamma(alpha + n + 1), for log x:
 --   dlog(x)/dalpha = sum_n q_n (psi(alpha + n + 1) - log x),
 --   q_0 = 1 / alpha,  q_n = q_(n-1) x / (alpha + n)
--- summed in float64 until the terms are negligible (about x + a few sqrt(x) of them);
--- it holds where x itself is below the dtype's range. From alpha = 1000, Wilson and
--- Hilferty's normal cube root x = alpha (1 - 1/(9 alpha) + z / (3 sqrt(alpha)))^3, z
--- fixed, is within 1e-6 and costs one step.
+-- summed in float64 until the terms are negligible (about x + a few sqrt(x) of them).
+-- Right of alpha + 1 its terms grow as P / p, past the doubles far out (and cancel
+-- before): there the upper gamma Q = 1 - P, whose continued fraction Q = p x C,
+--   C = 1 / (b_0 - 1 (1 - alpha) / (b_1 - 2 (2 - alpha) / (b_2 - ...))),  b_k = x + 1 - alpha + 2 k,
+-- gives dlog(x)/dalpha = C (log x - psi(alpha)) + dC/dalpha, the fraction and its
+-- derivative carried by the recurrences of its convergents (exact to 1e-9 both). Left of
+-- alpha + 1 from alpha = 1000 (the series' terms grow with x), and where the fraction
+-- has not settled, Wilson and Hilferty's normal cube root x = alpha (1 - 1/(9 alpha) +
+-- z / (3 sqrt(alpha)))^3, z fixed, costs one step: within 1e-5 of the slope down to
+-- z = -3 and 1e-4 to z = -6 (at alpha = 1000; closer for larger alpha).
+local SERIES_TERMS, FRACTION_TERMS = 4000, 2000
 local function gamma_log_slope(alpha, logx)
   local a, lx = alpha:to("float64"), logx:to("float64")
-  local big = a:ge(1000):logical_or(a:ne(a)):logical_or(lx:ge(math.huge))
-  local sa = dl.where(big, 1, a)
-  local slx = dl.where(big, 0, lx)
+  local odd = a:ne(a):logical_or(lx:ge(math.huge))
+  local right = odd:logical_not():logical_and(lx:exp():gt(a + 1))
+  local big = a:ge(1000):logical_or(odd)
+  local series_at = big:logical_or(right)
+  local sa = dl.where(series_at, 1, a)
+  local slx = dl.where(series_at, 0, lx)
   local sx = slx:exp()
   local q = sa:reciprocal()
   local psi = sa:digamma() + q   -- psi(alpha + 1)
   local sum = q * (psi - slx)
-  local n = 0
-  while true do
-    n = n + 1
+  for n = 1, SERIES_TERMS do
     local j = sa + n
     q = q * sx / j
     psi = psi + j:reciprocal()
     sum = sum + q * (psi - slx)
-    if n % 8 == 0 and q:le(sum:abs() * 1e-17 + 1e-300):logical_and(sx:lt(j)):all() then break end
+    if n % 8 == 0 and q:le(sum:abs() * 1e-17 + 1e-300):logical_and(sx:lt(j)):logical_or(sum:ne(sum)):all() then
+      break
+    end
+  end
+  if right:any() then
+    -- G = b_0 + a_1 / (b_1 + ...), a_k = -k (k - alpha), from A_k = b_k A_(k-1) + a_k A_(k-2)
+    -- (B likewise) and their derivatives in alpha (da_k = k, db_k = -1), rescaled by B_k
+    local ca = dl.where(right, a, 1)
+    local cx = dl.where(right, lx:exp(), 3)
+    local b = cx + 1 - ca
+    local A0, B0, dA0, dB0 = dl.ones_like(b), dl.zeros_like(b), dl.zeros_like(b), dl.zeros_like(b)
+    local A1, B1, dA1, dB1 = b, dl.ones_like(b), dl.full_like(b, -1), dl.zeros_like(b)
+    local G, last = b, b
+    for k = 1, FRACTION_TERMS do
+      local ak = (ca - k) * k
+      b = b + 2
+      local A2, B2 = b * A1 + ak * A0, b * B1 + ak * B0
+      local dA2 = -A1 + b * dA1 + A0 * k + ak * dA0
+      local dB2 = -B1 + b * dB1 + B0 * k + ak * dB0
+      local s = B2:reciprocal()
+      A0, B0, dA0, dB0 = A1 * s, B1 * s, dA1 * s, dB1 * s
+      A1, B1, dA1, dB1 = A2 * s, dl.ones_like(b), dA2 * s, dB2 * s
+      last, G = G, A1
+      if k % 4 == 0 and (G - last):abs():le(G:abs() * 1e-16):logical_or(G:ne(G)):all() then break end
+    end
+    local dG = dA1 - G * dB1
+    local C = G:reciprocal()
+    sum = dl.where(right, C * (cx:log() - ca:digamma()) - dG * C * C, sum)
+    -- (a fraction that has not settled, near the middle of a huge alpha, leaves it to the cube root)
+    right = right:logical_and((G - last):abs():le(G:abs() * 1e-14))
+    big = big:logical_and(right:logical_not())
   end
   if big:any() then
     local x = lx:exp()
@@ -233,7 +271,9 @@ function StudentT.new(...)
   local args = { ... }
   local validate, n = take_options("StudentT", args, select("#", ...))
   if n < 1 or n > 3 then raise("StudentT: expected df [, loc [, scale]]") end
-  local p = parameters("StudentT", { "df", "loc", "scale" }, { args[1], args[2] or 0, args[3] or 1 })
+  -- (args[n + 1] is the options table take_options has read)
+  local loc, scale = n >= 2 and args[2] or 0, n >= 3 and args[3] or 1
+  local p = parameters("StudentT", { "df", "loc", "scale" }, { args[1], loc, scale })
   if validate then require_all("StudentT", p[1]:gt(0):logical_and(p[3]:gt(0)), "df and scale must be positive") end
   return setmetatable({ df = p[1], loc = p[2], scale = p[3], batch_shape = p[1].shape, event_shape = {}, _like = p[1],
                         _validate = validate }, StudentT)

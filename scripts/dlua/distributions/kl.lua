@@ -26,9 +26,12 @@ rule(Normal, Normal, function(p, q)
   return (ratio + t - 1 - ratio:log()) * 0.5
 end)
 rule(Bernoulli, Bernoulli, function(p, q)
-  local pp = p.probs
-  local t1 = dl.where(pp:eq(0), 0, pp * (dl.softplus(-q.logits) - dl.softplus(-p.logits)))
-  local t2 = dl.where(pp:eq(1), 0, (1 - pp) * (dl.softplus(q.logits) - dl.softplus(p.logits)))
+  -- (q's logits are clamped finite where q.probs is 0 or 1: the infinities are set, as PyTorch's)
+  local pp, qp = p.probs, q.probs
+  local t1 = dl.where(pp:eq(0), 0,
+                      dl.where(qp:eq(0), math.huge, pp * (dl.softplus(-q.logits) - dl.softplus(-p.logits))))
+  local t2 = dl.where(pp:eq(1), 0,
+                      dl.where(qp:eq(1), math.huge, (1 - pp) * (dl.softplus(q.logits) - dl.softplus(p.logits))))
   return t1 + t2
 end)
 rule(Categorical, Categorical, function(p, q)

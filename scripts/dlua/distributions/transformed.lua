@@ -107,8 +107,7 @@ Affine.__tostring = function(self) return "AffineTransform(" .. tostring(self.lo
 transform("SigmoidTransform", {
   forward = function(_, x) return x:sigmoid() end,
   inv = function(_, y)
-    local e = eps_of(y)
-    y = y:clamp(e, 1 - e)
+    y = y:clamp(B.tiny_of(y), 1 - eps_of(y))   -- (as PyTorch's: a y of 1e-9 keeps its logit)
     return y:log() - (-y):log1p()
   end,
   log_abs_det_jacobian = function(_, x) return -dl.softplus(-x) - dl.softplus(x) end,
