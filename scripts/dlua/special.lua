@@ -118,9 +118,17 @@ function S.erfcx(x)
   end)(x)
 end
 
+-- -x log x; its derivative -(log x + 1) is +inf at 0, as PyTorch's (xlogy's own gradient
+-- there is 0), and NaN below 0, where the value is -inf.
 function S.entr(x)
   x = floating("special.entr", x)
-  return dl.where(x:lt(0), -math.huge, -dl.xlogy(x, x))
+  return dl.custom_gradient(function(v)
+    local y = dl.stop_gradient(dl.where(v:lt(0), -math.huge, -dl.xlogy(v, v)))
+    return y, function(g)
+      local d = -(v:log() + 1)   -- (+inf at 0, NaN below: log's own)
+      return g * d
+    end
+  end)(x)
 end
 
 function S.xlog1py(x, y)

@@ -58,6 +58,8 @@ local function same(a, b, tol)
   if type(a) == "number" and type(b) == "number" then
     if a ~= a or b ~= b then return a ~= a and b ~= b end
     if a == b then return true end
+    -- (an infinity matches only itself: the relative tolerance of an infinite b is infinite)
+    if math.abs(a) == math.huge or math.abs(b) == math.huge then return false end
     return math.abs(a - b) <= tol * (1 + math.abs(b))
   end
   if type(a) == "table" and type(b) == "table" then
