@@ -808,4 +808,12 @@ H.test("the gamma draws' slope far right of the mean: a continued fraction, fini
   H.near(slope(1e6, 1e6 + 2), 1.0000011666661834, 1e-12)
 end)
 
+H.test("HalfNormal's log density is -inf left of 0 without validation; Multinomial names itself in its checks", function()
+  -- torch: HalfNormal(1., validate_args=False).log_prob(tensor([-1., 0.5])) is [-inf, -0.3508]
+  local lp = D.HalfNormal(1, { validate_args = false }):log_prob(dl.tensor({ -1, 0.5 })):totable()
+  H.eq(lp[1], -math.huge)
+  H.near(lp[2], -0.3507913526447274, 1e-6)
+  H.raises(function() D.Multinomial(3, { probs = dl.tensor({ -1, 2 }) }) end, "Multinomial: probs must be non-negative")
+end)
+
 H.run()

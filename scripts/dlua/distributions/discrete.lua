@@ -325,7 +325,8 @@ function Multinomial.new(total_count, ...)
   if type(total_count) ~= "number" or total_count ~= math.floor(total_count) or total_count < 0 then
     raise(op .. ": total_count must be a whole number >= 0, got " .. tostring(total_count))
   end
-  local cat = Categorical.new(...)
+  local ok, cat = pcall(Categorical.new, ...)
+  if not ok then error((tostring(cat):gsub("Categorical", op, 1)), 0) end   -- (the checks are its own)
   local k = cat._num_events
   return setmetatable({ total_count = total_count, _cat = cat, batch_shape = cat.batch_shape, event_shape = { k },
                         _like = cat._like, _validate = cat._validate, _params = cat._params, _num_events = k },

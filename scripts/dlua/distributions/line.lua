@@ -154,7 +154,8 @@ function HalfNormal:log_prob(v)
   v = self:_value("log_prob", v)
   if self._validate then require_all("HalfNormal.log_prob", v:ge(0), "a value is negative") end
   local z = v / self.scale
-  return z * z * -0.5 - self.scale:log() - LOG_SQRT_2PI + log(2)
+  -- (-inf left of 0, outside the support, as PyTorch's with validate_args = false)
+  return dl.where(v:ge(0), z * z * -0.5 - self.scale:log() - LOG_SQRT_2PI + log(2), -math.huge)
 end
 function HalfNormal:entropy() return (self.scale:pow(2) * (pi / 2)):log() * 0.5 + 0.5 end
 function HalfNormal:cdf(v) return (self:_value("cdf", v) / (self.scale * math.sqrt(2))):erf() end
