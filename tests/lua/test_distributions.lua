@@ -363,7 +363,13 @@ H.test("the distributions check their parameters and values, naming the distribu
   H.raises(function() D.kl_divergence(D.Normal(0, 1), D.Laplace(0, 1)) end, "kl_divergence: no rule for Normal and Laplace")
   H.raises(function() D.Bernoulli({ probs = 0.5 }):rsample() end, "Bernoulli.rsample: the distribution cannot be reparameterised")
   H.raises(function() D.Gamma(0, 1) end, "Gamma: concentration and rate must be positive")
-  H.raises(function() D.Beta(1, 1):log_prob(1) end, "Beta.log_prob: a value lies outside (0, 1)")
+  H.raises(function() D.Beta(1, 1):log_prob(1.5) end, "Beta.log_prob: a value lies outside [0, 1]")
+  -- the supports are closed, as PyTorch 1.13's: Beta(2, 2).log_prob(1) and Gamma(2, 1).log_prob(0) are -inf,
+  -- Gamma(0.5, 1).log_prob(0) is inf
+  H.eq(D.Beta(2, 2):log_prob(1):item(), -math.huge)
+  H.eq(D.Gamma(2, 1):log_prob(0):item(), -math.huge)
+  H.eq(D.Gamma(0.5, 1):log_prob(0):item(), math.huge)
+  H.raises(function() D.Gamma(2, 1):log_prob(-1) end, "Gamma.log_prob: a value is negative")
   H.raises(function() D.Dirichlet(dl.ones(3)):log_prob(dl.ones(3)) end, "Dirichlet.log_prob: a value is not a point of the simplex")
   H.raises(function() D.Poisson(1):log_prob(0.5) end, "Poisson.log_prob: a value is not a count 0, 1, 2 ...")
   H.raises(function() D.Poisson(-1) end, "Poisson: rate must not be negative")
@@ -547,7 +553,7 @@ H.test("edges: float32 VonMises at small concentrations, errors naming the famil
            "LogitRelaxedBernoulli: temperature of shape (3,) and probs of shape (2,) do not broadcast")
   H.eq(D.NegativeBinomial(dl.tensor({ 2 }, f64), { probs = dl.tensor({ 0.5 }) }).mean.dtype, "float64")
   H.raises(function() D.Weibull(1, 2):log_prob(-1) end, "Weibull.log_prob: a value lies outside [0, infinity)")
-  H.raises(function() D.Kumaraswamy(1, 2):log_prob(1.5) end, "Kumaraswamy.log_prob: a value lies outside (0, 1)")
+  H.raises(function() D.Kumaraswamy(1, 2):log_prob(1.5) end, "Kumaraswamy.log_prob: a value lies outside [0, 1]")
   H.raises(function() D.FisherSnedecor(1, 2):log_prob(0) end, "FisherSnedecor.log_prob: a value lies outside (0, infinity)")
   -- a large logit gap: the relaxed Bernoulli's density stays finite in float32
   local lp = D.LogitRelaxedBernoulli(0.1, { logits = dl.tensor({ 95 }) }):log_prob(dl.tensor({ -10 }))

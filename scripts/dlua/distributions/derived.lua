@@ -123,7 +123,7 @@ function Kumaraswamy:rsample(shape)   -- (1 - u^(1/b))^(1/a)
 end
 function Kumaraswamy:log_prob(v)
   local a, b = self.concentration1, self.concentration0
-  v = self:_checked_value(v, function(x) return x:gt(0):logical_and(x:lt(1)) end, "a value lies outside (0, 1)")
+  v = self:_checked_value(v, function(x) return x:ge(0):logical_and(x:le(1)) end, "a value lies outside [0, 1]")
   return a:log() + b:log() + (a - 1) * v:log() + (b - 1) * (-v:pow(a)):log1p()
 end
 function Kumaraswamy:entropy()

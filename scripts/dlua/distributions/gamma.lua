@@ -166,7 +166,8 @@ function Gamma:rsample(shape)
 end
 function Gamma:log_prob(v)
   v = self:_value("log_prob", v)
-  if self._validate then require_all("Gamma.log_prob", v:gt(0), "a value is not positive") end
+  -- (the support is closed, as PyTorch 1.13's: at 0 the density's limit, -inf or inf)
+  if self._validate then require_all("Gamma.log_prob", v:ge(0), "a value is negative") end
   local a, r = self.concentration, self.rate
   return dl.xlogy(a, r) + dl.xlogy(a - 1, v) - r * v - a:lgamma()
 end
@@ -210,7 +211,7 @@ function Beta:rsample(shape)
 end
 function Beta:log_prob(v)
   v = self:_value("log_prob", v)
-  if self._validate then require_all("Beta.log_prob", v:gt(0):logical_and(v:lt(1)), "a value lies outside (0, 1)") end
+  if self._validate then require_all("Beta.log_prob", v:ge(0):logical_and(v:le(1)), "a value lies outside [0, 1]") end
   local a, b = self.concentration1, self.concentration0
   return dl.xlogy(a - 1, v) + dl.xlogy(b - 1, 1 - v) - log_beta(a, b)
 end
