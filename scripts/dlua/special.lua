@@ -1,7 +1,8 @@
 -- dlua.special: dl.special, torch.special's functions (loaded when first read):
 --
 --   dl.special.ndtr(x)       the standard normal's cdf, 0.5 erfc(-x / sqrt 2)
---   dl.special.log_ndtr(x)   its logarithm, exact in both tails (-804.6 at -40, -7.6e-24 at 10)
+--   dl.special.log_ndtr(x)   its logarithm, exact in both tails in float64 (-804.6 at -40,
+--                            -7.6e-24 at 10; in float32 -inf from about -13 to -30)
 --   dl.special.ndtri(p)      its inverse, exact for p down to the smallest doubles
 --   dl.special.erfcx(x)      exp(x^2) erfc(x), without overflow for large x
 --   dl.special.entr(x)       -x log x (0 at 0, -inf below)

@@ -156,9 +156,15 @@ local function put_rows(v, d, at, value)
   end
 end
 
+-- (not into an expanded view, which the in-place ops refuse: a row of it looks dense)
 local function by_rows(v, t, value)
-  return t:numel() <= FEW_ROWS and v.device == "cpu" and not v:requires_grad()
-         and not (is_tensor(value) and value:requires_grad())
+  if t:numel() > FEW_ROWS or v.device ~= "cpu" or v:requires_grad() or (is_tensor(value) and value:requires_grad()) then
+    return false
+  end
+  for k = 1, v:dim() do
+    if v:stride(k) == 0 and v:size(k) > 1 then return false end
+  end
+  return true
 end
 
 function M.put(v, d, i, t, value)
@@ -183,7 +189,8 @@ function M.put(v, d, i, t, value)
   end
   local rows = v.shape
   rows[d] = t:numel()
-  if by_rows(v, t, value) then return put_rows(v, d, t:reshape(-1), spread:reshape(rows)) end
+  -- (the values copied first: they may be x's own rows, which the writes would change)
+  if by_rows(v, t, value) then return put_rows(v, d, t:reshape(-1), spread:reshape(rows):clone()) end
   v:index_copy_(d, t:reshape(-1), spread:to(v.dtype):reshape(rows))
 end
 

@@ -216,6 +216,12 @@ H.test("clip_grad_value_, parameters_to_vector and vector_to_parameters", functi
   H.near(held:sum():item(), 12 * 0.1 / (math.sqrt(12) + 1e-6), 1e-5)   -- each element once
   local gv = dl.implicit_grad(function() return (w * 3):mean() end)()
   nn.utils.clip_grad_value_(gv, 0.1)
+  -- a 0-dim gradient and an expanded view of its memory (what the engine gives for b and a of
+  -- a:sum() + b) are each scaled once: torch gives 1 / sqrt(7) for both
+  local gy, gx = dl.grad(function(b, a) return a:sum() + b end, { 1, 2 })(dl.tensor(1), dl.ones(2, 3))
+  nn.utils.clip_grad_norm_({ gy, gx }, 1.0)
+  H.near(gy:item(), 1 / math.sqrt(7), 1e-6)
+  H.near(gx:totable()[2][3], 1 / math.sqrt(7), 1e-6)
   H.values(gv[1][1], { { 0.1, 0.1, 0.1, 0.1 }, { 0.1, 0.1, 0.1, 0.1 }, { 0.1, 0.1, 0.1, 0.1 } }, { tol = 1e-7 })
 end)
 

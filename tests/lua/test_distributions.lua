@@ -822,4 +822,14 @@ H.test("HalfNormal's log density is -inf left of 0 without validation; Multinomi
   H.raises(function() D.Multinomial(3, { probs = dl.tensor({ -1, 2 }) }) end, "Multinomial: probs must be non-negative")
 end)
 
+H.test("Kumaraswamy at its edges with a concentration of 1; a float16 SigmoidTransform keeps float16's tiny", function()
+  -- the density's limit: Kumaraswamy(1, 2) at 0 is log 2 (1 - x)^1 -> log 2 (PyTorch 1.13 gives NaN there)
+  H.near(D.Kumaraswamy(1, 2):log_prob(0):item(), math.log(2), 1e-6)
+  H.near(D.Kumaraswamy(2, 1):log_prob(1):item(), math.log(2), 1e-6)
+  -- torch.finfo(torch.float16).tiny = 6.1035e-05: logit(tiny) = -9.7040 (float32's tiny rounded to 0: -inf)
+  local t = D.transforms.SigmoidTransform()
+  local y = t:inv(dl.tensor({ 0 }, { dtype = "float16" }))
+  H.near(y:float():item(), -9.7040, 2e-3)
+end)
+
 H.run()

@@ -265,4 +265,17 @@ H.test("x[idx] = v by rows (a few places, no gradient) equals the index_copy way
   end
 end)
 
+H.test("x[idx] = v by rows: values that are x's own rows are read before any write; an expanded target is refused", function()
+  local x = dl.arange(0, 12, { dtype = "float32" }):reshape({ 4, 3 })
+  x[L({ 2, 3 })] = x[{ { 1, 2 } }]   -- a shift: rows 2 and 3 get the old rows 1 and 2
+  H.values(x, { { 0, 1, 2 }, { 0, 1, 2 }, { 3, 4, 5 }, { 9, 10, 11 } })
+  local y = dl.arange(0, 12, { dtype = "float32" }):reshape({ 4, 3 })
+  y[L({ 4, 3, 2, 1 })] = y           -- reversed in place
+  H.values(y, { { 9, 10, 11 }, { 6, 7, 8 }, { 3, 4, 5 }, { 0, 1, 2 } })
+  local b = dl.zeros(5)
+  local e = b:view(1, 5):expand(4, 5)
+  H.raises(function() e[L({ 2 })] = 1 end, "the in-place target has elements sharing memory")
+  H.values(b, { 0, 0, 0, 0, 0 })
+end)
+
 H.run()

@@ -184,8 +184,11 @@ B.EULER = 0.57721566490153286061
 
 -- The float epsilon of a dtype (PyTorch's clamp_probs: probabilities kept off 0 and 1),
 -- and the smallest positive normal number (draws kept off 0).
-function B.eps_of(t) return t.dtype == "float64" and 2.220446049250313e-16 or 1.1920928955078125e-07 end
-function B.tiny_of(t) return t.dtype == "float64" and 2.2250738585072014e-308 or 1.1754943508222875e-38 end
+-- (Of the tensor's own dtype: float16's tiny, 6.1e-5, not float32's, which it rounds to 0.)
+local OWN_FINFO = { float64 = true, float16 = true, bfloat16 = true }   -- (others: float32's)
+local function finfo_of(t) return dl.finfo(OWN_FINFO[t.dtype] and t.dtype or "float32") end
+function B.eps_of(t) return finfo_of(t).eps end
+function B.tiny_of(t) return finfo_of(t).tiny end
 
 -- (a location must be a number: NaN is refused, as PyTorch's Real constraint)
 function B.located(loc, scale) return loc:eq(loc), "loc must not be NaN", scale:gt(0), "scale must be positive" end

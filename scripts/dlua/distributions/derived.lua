@@ -124,7 +124,8 @@ end
 function Kumaraswamy:log_prob(v)
   local a, b = self.concentration1, self.concentration0
   v = self:_checked_value(v, function(x) return x:ge(0):logical_and(x:le(1)) end, "a value lies outside [0, 1]")
-  return a:log() + b:log() + (a - 1) * v:log() + (b - 1) * (-v:pow(a)):log1p()
+  -- (xlogy: at an edge with a concentration of 1 the term is 0, not 0 * -inf)
+  return a:log() + b:log() + dl.xlogy(a - 1, v) + dl.xlogy(b - 1, 1 - v:pow(a))
 end
 function Kumaraswamy:entropy()
   local a, b = self.concentration1, self.concentration0

@@ -87,7 +87,10 @@ function utils.clip_grad_norm_(grads, max_norm, norm_type, opts, ...)
     end
     local coef = max_norm / (t + 1e-6)
     if coef ~= coef or coef < 1 then
-      for _, g in ipairs(list) do dense(g):mul_(coef) end
+      -- (all made dense first: a 0-dim gradient and an expanded view of its memory would
+      -- otherwise be scaled twice)
+      for _, g in ipairs(list) do dense(g) end
+      for _, g in ipairs(list) do g:mul_(coef) end
     end
     return total
   end)
@@ -99,7 +102,8 @@ function utils.clip_grad_value_(grads, v)
   local list = gradient_list(op, grads)
   if type(v) ~= "number" or v < 0 then raise(op .. ": clip_value must be a number >= 0, got " .. tostring(v)) end
   dl.no_grad(function()
-    for _, g in ipairs(list) do dense(g):clamp_(-v, v) end
+    for _, g in ipairs(list) do dense(g) end
+    for _, g in ipairs(list) do g:clamp_(-v, v) end
   end)
 end
 
