@@ -312,6 +312,17 @@ function Optimizer:add_param_group(spec)
   return group
 end
 
+-- A restored state tensor as the variable's: its device, dtype and shape.
+local function shaped(st, var)
+  for k, v in entries(st) do
+    if is_tensor(v) then
+      if v.device ~= var.device or v.dtype ~= var.dtype then v = v:to(var) end
+      st[k] = v:view_as(var)
+    end
+  end
+  return st
+end
+
 -- The position of variable v (assigned on first sight, with its pending restored state).
 function Optimizer:_position(v)
   local pos = self._pos[v]
@@ -326,13 +337,7 @@ function Optimizer:_position(v)
               .. shape_str(x) .. ", but variable " .. pos .. " (" .. tostring(v.name) .. ") has shape " .. shape_str(v))
       end
     end
-    for k, x in pairs(pending) do
-      if is_tensor(x) then
-        if x.device ~= v.device or x.dtype ~= v.dtype then x = x:to(v) end
-        pending[k] = x:view_as(v)
-      end
-    end
-    self._state[pos] = pending
+    self._state[pos] = shaped(pending, v)
     self._pending[pos] = nil
   else
     self._state[pos] = {}
@@ -552,16 +557,6 @@ local function restored_groups(self, name, changes)
   return out
 end
 
--- A restored state tensor as the variable's: its device, dtype and shape.
-local function shaped(st, var)
-  for k, v in entries(st) do
-    if is_tensor(v) then
-      if v.device ~= var.device or v.dtype ~= var.dtype then v = v:to(var) end
-      st[k] = v:view_as(var)
-    end
-  end
-  return st
-end
 
 -- Checks every entry, then replaces the whole state (all or nothing). A state of another
 -- number of param groups is refused, as PyTorch's, before anything changes.
