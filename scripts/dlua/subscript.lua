@@ -158,13 +158,8 @@ end
 
 -- (not into an expanded view, which the in-place ops refuse: a row of it looks dense)
 local function by_rows(v, t, value)
-  if t:numel() > FEW_ROWS or v.device ~= "cpu" or v:requires_grad() or (is_tensor(value) and value:requires_grad()) then
-    return false
-  end
-  for k = 1, v:dim() do
-    if v:stride(k) == 0 and v:size(k) > 1 then return false end
-  end
-  return true
+  return t:numel() <= FEW_ROWS and v.device == "cpu" and not T.overlapping(v) and not v:requires_grad()
+         and not (is_tensor(value) and value:requires_grad())
 end
 
 function M.put(v, d, i, t, value)

@@ -495,6 +495,15 @@ local function write_into(op, x, y)
 end
 M.write_into = write_into
 
+-- Whether x's elements share memory (an expanded view: a dim of stride 0 and size > 1),
+-- which in-place ops refuse (check_no_overlap in tensor/pointwise.cpp).
+function M.overlapping(x)
+  for d = 1, x:dim() do
+    if x:stride(d) == 0 and x:size(d) > 1 then return true end
+  end
+  return false
+end
+
 local function assign(op, x, y)
   local dx, dy = dtype_of(x), dtype_of(y)
   if dx ~= dy then

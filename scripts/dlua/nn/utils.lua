@@ -16,10 +16,7 @@ local utils = {}
 -- list's, an optimizer's) sees the clipped values. (PyTorch clips p.grad, which its
 -- accumulation made dense.)
 local function dense(g)
-  for d = 1, g:dim() do
-    if g:stride(d) == 0 and g:size(d) > 1 then return g:set_(g:contiguous()) end
-  end
-  return g
+  if T.overlapping(g) then g:set_(g:contiguous()) end
 end
 
 -- The gradients of `grads` (tensors, or {gradient, Variable} pairs; holes skipped) as a list.
