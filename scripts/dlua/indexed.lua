@@ -169,6 +169,13 @@ local function scatter_index(op, x, d, idx)
   end
 end
 
+-- f(...) for scatter, whose range check is the engine's scatter_add's: its error named op.
+local function as_scatter(op, f, ...)
+  local ok, r = pcall(f, ...)
+  if not ok then error((tostring(r):gsub("scatter_add:", op .. ":", 1)), 0) end
+  return r
+end
+
 -- scatter's reduce: PyTorch's names for scatter_reduce's sum and prod.
 local SCATTER_REDUCE = { add = "sum", multiply = "prod" }
 
@@ -191,15 +198,11 @@ function methods.scatter(x, dim, idx, src, reduce)
     else
       src = covered(op, idx, src):to(x.dtype)
     end
-    local ok, r = pcall(methods.scatter_reduce, x, d, idx, src, how)
-    if not ok then error((tostring(r):gsub("scatter_add:", op .. ":", 1)), 0) end
-    return r
+    return as_scatter(op, methods.scatter_reduce, x, d, idx, src, how)
   end
   local shape = idx.shape
-  -- (the engine checks the indices' range as it scatters: its error is scatter's)
-  local ok, hits = pcall(methods.scatter_add, dl.zeros(x.shape, { device = x.device }), d, idx,
-                         dl.ones(shape, { device = x.device }))
-  if not ok then error((tostring(hits):gsub("scatter_add:", op .. ":", 1)), 0) end
+  local hits = as_scatter(op, methods.scatter_add, dl.zeros(x.shape, { device = x.device }), d, idx,
+                          dl.ones(shape, { device = x.device }))
   if type(src) == "number" or type(src) == "boolean" then
     -- (a value written twice is still the value; in x's dtype, as PyTorch's value=, made
     -- so before the selection, which would otherwise promote x's untouched elements)

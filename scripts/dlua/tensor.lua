@@ -449,13 +449,7 @@ local function inplace_options(iname, name, a, b, c)
   if v.dtype ~= a.dtype and not dl.can_cast(v.dtype, a.dtype) then
     raise(iname .. ": result dtype " .. v.dtype .. " cannot be stored in the in-place target of dtype " .. a.dtype)
   end
-  local same = #v.shape == #a.shape
-  for k = 1, #a.shape do same = same and v.shape[k] == a.shape[k] end
-  if not same then
-    raise(iname .. ": the result of shape " .. shape_str(v.shape) .. " cannot be written into a tensor of shape "
-          .. shape_str(a.shape))
-  end
-  if C.dl_copy_(hid(a), hid(v)) ~= 0 then raise_last() end
+  M.write_into(iname, a, v)   -- (its shape check too: v may not be larger than a)
   return nil
 end
 
@@ -485,7 +479,6 @@ local function binary_inplace_fn(op, name)
   end
 end
 
--- x = y in place, for ops that have no in-place kernel (exp_, clamp_, masked_fill_).
 -- x:copy_(y) as the write of the in-place op `op`, whose name its errors carry.
 local function write_into(op, x, y)
   if C.dl_copy_(hid(x), hid(y)) ~= 0 then
@@ -504,6 +497,7 @@ function M.overlapping(x)
   return false
 end
 
+-- x = y in place, for ops that have no in-place kernel (exp_, clamp_, masked_fill_).
 local function assign(op, x, y)
   local dx, dy = dtype_of(x), dtype_of(y)
   if dx ~= dy then
