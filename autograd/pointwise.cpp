@@ -139,6 +139,9 @@ DL_UNARY_GRAD(SphericalJ0, x, gy * over_x(cos(x) - ag::unary(Op::SphericalJ0, x)
   X(Polygamma, kInputs, Tensor(), g * ag::binary(Op::Polygamma, a + 1.0, b))                        \
   /* zeta(x, q): d/dq = -x zeta(x + 1, q); d/dx has no closed form here */                         \
   X(Zeta, kInputs, no_derivative("zeta", "x (its first operand)"), -(g * a * ag::binary(Op::Zeta, a + 1.0, b))) \
+  /* P(a, x)' in x = x^(a - 1) e^-x / Gamma(a) (PyTorch's formula, NaN at a = 1, x = 0 as its); none in a */ \
+  X(Igamma, kInputs, no_derivative("igamma", "a (its first operand)"), g * gamma_density(a, b))       \
+  X(Igammac, kInputs, no_derivative("igammac", "a (its first operand)"), -(g * gamma_density(a, b)))  \
   /* the gradients of unary ops (ops.def): linear in a, the incoming gradient */                    \
   X(TanhBackward, kInputs, ag::binary(Op::TanhBackward, g, b), g * a * b * -2.0)                     \
   X(SigmoidBackward, kInputs, ag::binary(Op::SigmoidBackward, g, b), g * a * (1.0 - b * 2.0))        \
@@ -165,6 +168,11 @@ Tensor share(Op cmp, const Tensor& a, const Tensor& b, const Tensor& like) {
 Tensor log_or_zero(const Tensor& a, const Tensor& b) {
   Tensor zero_base = ag::compare(Op::Logical_and, ag::compare(Op::Eq, a, Scalar(0.0)), ag::compare(Op::Ge, b, Scalar(0.0)));
   return log(ag::where(zero_base, ones(Shape{}, a.dtype(), a.device()), a));
+}
+
+// x^(a - 1) e^-x / Gamma(a), the Gamma(a, 1) density: the incomplete gammas' derivative in x.
+Tensor gamma_density(const Tensor& a, const Tensor& x) {
+  return exp((a - 1.0) * log(x) - x - ag::unary(Op::Lgamma, a));
 }
 
 struct Operands {

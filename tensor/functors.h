@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "tensor/bessel.h"
+#include "tensor/gamma_inc.h"
 #include "tensor/special.h"
 
 #ifdef __CUDACC__
@@ -436,6 +437,14 @@ struct PolygammaFn { template <typename T> DL_HD T operator()(T n, T x) const {
 // zeta(x, q): Hurwitz's, sum over k >= 0 of (q + k)^-x, x first as PyTorch's.
 struct ZetaFn { template <typename T> DL_HD T operator()(T x, T q) const {
   return T(special::zeta(double(x), double(q))); } };
+// The incomplete gamma pair and Gamma draws' slopes (tensor/gamma_inc.h: Note
+// [Incomplete gamma], Note [Gamma draws' slopes]), in double.
+struct IgammaFn { template <typename T> DL_HD T operator()(T a, T x) const {
+  return T(special::igamma(double(a), double(x))); } };
+struct IgammacFn { template <typename T> DL_HD T operator()(T a, T x) const {
+  return T(special::igammac(double(a), double(x))); } };
+struct StandardGammaLogGradFn { template <typename T> DL_HD T operator()(T alpha, T logx) const {
+  return T(special::gamma_draw_log_slope(double(alpha), double(logx))); } };
 struct Atan2Fn { template <typename T> DL_HD T operator()(T a, T b) const { return std::atan2(a, b); } };
 
 // Note [Bits of integers]

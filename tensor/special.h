@@ -136,15 +136,51 @@ DL_SPECIAL double zeta(double x, double q) {
   return hurwitz_zeta(x, q);
 }
 
-// The n-th derivative of digamma; n a whole number (NaN below 0).
+// Note [polygamma left of 0]
+// Left of 0, zeta's folding (above) subtracts two zetas of about the same size near a
+// pole: at x = -1e-10 it kept 7 digits. There polygamma takes the reflection
+//   psi^(n)(x) = (-1)^n psi^(n)(1 - x) - pi^(n+1) P_n(cot(pi x)),
+// P_n the polynomial in c = cot y of cot's n-th derivative (P_0 = c, P_(k+1) = -(1 + c^2)
+// P_k'(c): terms of one sign, no cancellation), cot taken of x less its nearest whole
+// number (exact) as a quotient of sines. Orders past kReflectedOrders keep the fold (their coefficients pass
+// the doubles' range near there anyway).
+constexpr int kReflectedOrders = 40;
+
+// cot's n-th derivative at y, with c = cot(y), as P_n(c).
+DL_SPECIAL double cot_derivative(int n, double c) {
+  double coef[kReflectedOrders + 2] = {0, 1};   // P_0 = c
+  for (int k = 0; k < n; ++k) {
+    double next[kReflectedOrders + 2] = {};
+    for (int j = 1; j <= k + 1; ++j) {   // -(1 + c^2) j coef_j c^(j-1)
+      next[j - 1] -= j * coef[j];
+      next[j + 1] -= j * coef[j];
+    }
+    for (int j = 0; j <= k + 2; ++j) coef[j] = next[j];
+  }
+  double p = 0;
+  for (int j = n + 1; j >= 0; --j) p = p * c + coef[j];
+  return p;
+}
+
+// The n-th derivative of digamma; n a whole number (NaN below 0). 0 at +infinity (the
+// limit), NaN at -infinity.
 DL_SPECIAL double polygamma(double n, double x) {
   const double k = std::nearbyint(n);
   if (!(k >= 0)) return std::numeric_limits<double>::quiet_NaN();
   if (k == 0) return digamma(x);
+  if (x == std::numeric_limits<double>::infinity()) return 0;
+  if (x == -std::numeric_limits<double>::infinity()) return std::numeric_limits<double>::quiet_NaN();
+  const double sign = std::fmod(k, 2.0) == 1 ? 1.0 : -1.0;
+  if (x < 0 && x != std::floor(x) && k <= kReflectedOrders) {
+    // cot(pi x) = cos(pi f) / sin(pi f), f = x less its nearest whole number (exact), the
+    // cosine as sin(pi (1/2 - |f|)): exactly 0 at f = +-1/2, where cot's odd derivatives peak
+    const double frac = x - std::nearbyint(x);
+    const double cot = std::sin(kPi * (0.5 - std::fabs(frac))) / std::sin(kPi * frac);
+    return -sign * polygamma(k, 1 - x) - std::pow(kPi, k + 1) * cot_derivative(int(k), cot);
+  }
   // (in double throughout: n! is infinite past 170, and n may exceed int's range)
   double factorial = 1;
   for (double i = 2; i <= k && factorial < std::numeric_limits<double>::infinity(); ++i) factorial *= i;
-  const double sign = std::fmod(k, 2.0) == 1 ? 1.0 : -1.0;
   return sign * factorial * hurwitz_zeta(k + 1, x);
 }
 

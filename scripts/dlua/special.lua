@@ -1,8 +1,8 @@
 -- dlua.special: dl.special, torch.special's functions (loaded when first read):
 --
 --   dl.special.ndtr(x)       the standard normal's cdf, 0.5 erfc(-x / sqrt 2)
---   dl.special.log_ndtr(x)   its logarithm, exact in both tails in float64 (-804.6 at -40,
---                            -7.6e-24 at 10; in float32 -inf from about -13 to -30)
+--   dl.special.log_ndtr(x)   its logarithm, exact in both tails (-804.6 at -40, -7.6e-24 at
+--                            10; computed in double, so that float32 keeps them too)
 --   dl.special.ndtri(p)      its inverse, exact for p down to the smallest doubles
 --   dl.special.erfcx(x)      exp(x^2) erfc(x), without overflow for large x
 --   dl.special.entr(x)       -x log x (0 at 0, -inf below)
@@ -19,7 +19,8 @@
 --   spherical_bessel_j0           sin(x) / x
 --   zeta(x, q)                    sum over k >= 0 of (q + k)^-x, x > 1
 --
--- and torch.special's other names for dlua's functions: expit, logit, gammaln, psi,
+-- and torch.special's other names for dlua's functions: gammainc and gammaincc (the
+-- regularized incomplete gammas dl.igamma and dl.igammac), expit, logit, gammaln, psi,
 -- digamma, polygamma, multigammaln, erf, erfc, erfinv, exp2, expm1, log1p, sinc, round,
 -- xlogy, logsumexp, softmax, log_softmax. Gradients are exact everywhere (the tails'
 -- formulas carry their own derivatives).
@@ -66,7 +67,8 @@ end
 function S.log_ndtr(x)
   x = floating("special.log_ndtr", x)
   return dl.custom_gradient(function(v)
-    local y = dl.stop_gradient(log_ndtr_value(v))
+    -- (in double: float32's erfc underflows from about -13, where log Phi is only -88)
+    local y = dl.stop_gradient(log_ndtr_value(v:double()):to(v.dtype))
     -- (the backward calls S.log_ndtr again, not y, so that it has derivatives too)
     return y, function(g) return g * (v * v * -0.5 - LOG_SQRT_2PI - S.log_ndtr(v)):exp() end
   end)(x)
@@ -149,6 +151,8 @@ S.logit = function(...) return dl.logit(...) end
 S.gammaln = dl.lgamma
 S.psi, S.digamma = dl.digamma, dl.digamma
 S.polygamma = function(...) return dl.polygamma(...) end
+S.gammainc = function(...) return dl.igamma(...) end
+S.gammaincc = function(...) return dl.igammac(...) end
 S.multigammaln = function(...) return dl.mvlgamma(...) end
 S.erf, S.erfc, S.erfinv = dl.erf, dl.erfc, dl.erfinv
 S.exp2, S.expm1, S.log1p, S.round = dl.exp2, dl.expm1, dl.log1p, dl.round

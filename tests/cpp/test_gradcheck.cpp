@@ -155,19 +155,21 @@ std::vector<Case> unary_cases(Op op) {
           {"0-dim", f, {values(Shape{}, 3, pos)}}};
 }
 
-// zeta(x, q) on x in (1.3, 2.3); differentiable in q only.
-std::vector<Case> zeta_cases() {
-  Tensor x = binary(Op::Add, values(Shape{2, 3}, 11, true), Scalar(1.0));
-  auto f = [x](const TensorList& q) { return ag::binary(Op::Zeta, x, q[0]); };
-  auto sf = [](const TensorList& q) { return ag::binary(Op::Zeta, q[0], Scalar(2.5), true); };
-  return {{"q", f, {values(Shape{2, 3}, 12, true)}},
-          {"q broadcast", f, {values(Shape{3}, 13, true)}},
-          {"q non-contiguous", f, {transposed(2, 3, 14, true)}},
-          {"number x", sf, {values(Shape{2, 2}, 15, true)}}};
+// Ops differentiable in their second operand only: zeta(x, q) on x in (1.3, 2.3), and
+// the incomplete gammas P(a, x), Q(a, x) on a in (1.3, 2.3); the second on (0.3, 1.3).
+bool second_operand_only(Op op) { return op == Op::Zeta || op == Op::Igamma || op == Op::Igammac; }
+std::vector<Case> second_operand_cases(Op op) {
+  Tensor first = binary(Op::Add, values(Shape{2, 3}, 11, true), Scalar(1.0));
+  auto f = [op, first](const TensorList& q) { return ag::binary(op, first, q[0]); };
+  auto sf = [op](const TensorList& q) { return ag::binary(op, q[0], Scalar(2.5), true); };
+  return {{"second", f, {values(Shape{2, 3}, 12, true)}},
+          {"second broadcast", f, {values(Shape{3}, 13, true)}},
+          {"second non-contiguous", f, {transposed(2, 3, 14, true)}},
+          {"number first", sf, {values(Shape{2, 2}, 15, true)}}};
 }
 
 std::vector<Case> binary_cases(Op op) {
-  if (op == Op::Zeta) return zeta_cases();
+  if (second_operand_only(op)) return second_operand_cases(op);
   bool pos = needs_positive(op);
   auto f = [op](const TensorList& x) { return ag::binary(op, x[0], x[1]); };
   auto fs = [op](const TensorList& x) { return ag::binary(op, x[0], Scalar(1.7)); };
