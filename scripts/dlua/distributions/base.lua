@@ -138,12 +138,16 @@ local function unsupported(name, what)
   return function() raise(name .. "." .. what .. ": not defined for this distribution") end
 end
 Distribution.entropy = function(self) unsupported(self.__name, "entropy")() end
+Distribution.enumerate_support = function(self) unsupported(self.__name, "enumerate_support")() end
+Distribution.has_rsample, Distribution.has_enumerate_support = false, false
+function Distribution:perplexity() return self:entropy():exp() end
 Distribution.cdf = function(self) unsupported(self.__name, "cdf")() end
 Distribution.icdf = function(self) unsupported(self.__name, "icdf")() end
 
--- The properties read as fields (d.mean, d.mode, d.variance, d.stddev), computed when read.
+-- The properties read as fields (d.mean, d.mode, d.variance, d.stddev, d.support), computed
+-- when read.
 local PROPERTIES = { mean = true, mode = true, variance = true, stddev = true, probs = true, logits = true,
-                     covariance_matrix = true }
+                     covariance_matrix = true, support = true }
 local function with_properties(cls)
   cls.__index = function(self, k)
     if PROPERTIES[k] then
@@ -174,6 +178,158 @@ local function constructor(cls, names, check)
     for i, k in ipairs(names) do self[k] = p[i] end
     return setmetatable(self, cls)
   end
+end
+
+-- ---- supports: constraints as torch.distributions.constraints' ------------------------------
+
+-- A constraint: `name` (torch's: "real", "positive", "integer_interval" ...), event_dim
+-- (the right-most dims checked as one value), is_discrete, lower_bound and upper_bound
+-- where it has them (numbers or tensors), and c:check(v), a bool tensor over v's dims
+-- but the event's.
+local Constraint = {}
+Constraint.__index = Constraint
+Constraint.__tostring = function(c)
+  local function bound(b)
+    return is_tensor(b) and (b:numel() == 1 and tostring(b:item()) or shape_str(b.shape)) or tostring(b)
+  end
+  if c.name == "independent" then
+    return "independent(" .. tostring(c.base_constraint) .. ", " .. c.reinterpreted_batch_ndims .. ")"
+  end
+  if c._named or (c.lower_bound == nil and c.upper_bound == nil) then return c.name end
+  local parts = {}
+  if c.lower_bound ~= nil then parts[#parts + 1] = bound(c.lower_bound) end
+  if c.upper_bound ~= nil then parts[#parts + 1] = bound(c.upper_bound) end
+  return c.name .. "(" .. table.concat(parts, ", ") .. ")"
+end
+function Constraint:check(v)
+  if not is_tensor(v) then bad_arg("constraint(" .. tostring(self) .. ").check", "a tensor", v) end
+  return self._check(v)
+end
+local function constraint(name, check, fields)
+  local c = fields or {}
+  c.name, c._check = name, check
+  c.event_dim, c.is_discrete = c.event_dim or 0, c.is_discrete or false
+  return setmetatable(c, Constraint)
+end
+local C = {}
+D.constraints = C
+local function whole(v) return v:eq(v:floor()) end
+function C.greater_than(lo) return constraint("greater_than", function(v) return v:gt(lo) end, { lower_bound = lo }) end
+function C.greater_than_eq(lo) return constraint("greater_than_eq", function(v) return v:ge(lo) end, { lower_bound = lo }) end
+function C.less_than(hi) return constraint("less_than", function(v) return v:lt(hi) end, { upper_bound = hi }) end
+function C.interval(lo, hi)
+  return constraint("interval", function(v) return v:ge(lo):logical_and(v:le(hi)) end, { lower_bound = lo, upper_bound = hi })
+end
+function C.half_open_interval(lo, hi)
+  return constraint("half_open_interval", function(v) return v:ge(lo):logical_and(v:lt(hi)) end,
+                    { lower_bound = lo, upper_bound = hi })
+end
+function C.integer_interval(lo, hi)
+  return constraint("integer_interval", function(v) return whole(v):logical_and(v:ge(lo)):logical_and(v:le(hi)) end,
+                    { lower_bound = lo, upper_bound = hi, is_discrete = true })
+end
+-- base's check over n more of the right-most dims, all of which must hold
+function C.independent(base, n)
+  if getmetatable(base) ~= Constraint then bad_arg("constraints.independent", "a constraint", base) end
+  if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
+    raise("constraints.independent: n must be a whole number >= 0, got " .. tostring(n))
+  end
+  return constraint("independent", function(v)
+    local r = base:check(v)
+    for _ = 1, n do r = r:all(-1) end
+    return r
+  end, { base_constraint = base, reinterpreted_batch_ndims = n, event_dim = base.event_dim + n,
+         is_discrete = base.is_discrete })
+end
+-- (counts in each category summing to at most upper_bound, as torch's)
+function C.multinomial(hi)
+  return constraint("multinomial", function(v) return v:ge(0):all(-1):logical_and(v:sum(-1):le(hi)) end,
+                    { upper_bound = hi, event_dim = 1, is_discrete = true })
+end
+C.real = constraint("real", function(v) return v:eq(v) end)   -- (NaN is not a number)
+C.positive = constraint("positive", function(v) return v:gt(0) end, { _named = true, lower_bound = 0 })
+C.nonnegative = constraint("nonnegative", function(v) return v:ge(0) end, { _named = true, lower_bound = 0 })
+C.unit_interval = constraint("unit_interval", function(v) return v:ge(0):logical_and(v:le(1)) end,
+                             { _named = true, lower_bound = 0, upper_bound = 1 })
+C.boolean = constraint("boolean", function(v) return v:eq(0):logical_or(v:eq(1)) end, { is_discrete = true })
+C.nonnegative_integer = constraint("nonnegative_integer", function(v) return whole(v):logical_and(v:ge(0)) end,
+                                   { _named = true, lower_bound = 0, is_discrete = true })
+C.real_vector = C.independent(C.real, 1)
+C.simplex = constraint("simplex", function(v)
+  return v:ge(0):all(-1):logical_and((v:sum(-1) - 1):abs():lt(1e-6))
+end, { event_dim = 1 })
+C.one_hot = constraint("one_hot", function(v)
+  return v:eq(0):logical_or(v:eq(1)):all(-1):logical_and(v:sum(-1):eq(1))
+end, { event_dim = 1, is_discrete = true })
+local function lower_cholesky(v)
+  return v:tril():eq(v):all(-1):all(-1):logical_and(v:diagonal(0, -2, -1):gt(0):all(-1))
+end
+C.lower_cholesky = constraint("lower_cholesky", lower_cholesky, { event_dim = 2 })
+C.corr_cholesky = constraint("corr_cholesky", function(v)   -- (rows of length 1, to torch's tolerance)
+  local tol = dl.finfo(v.dtype).eps * v:size(-1) * 10
+  return lower_cholesky(v):logical_and((v:detach():norm(-1) - 1):abs():le(tol):all(-1))
+end, { event_dim = 2 })
+C.positive_definite = constraint("positive_definite", function(v)   -- (symmetric as torch.isclose)
+  local vt = v:transpose(-1, -2)
+  local symmetric = (v - vt):abs():le(vt:abs() * 1e-5 + 1e-6):all(-1):all(-1)
+  return symmetric:logical_and(dl.linalg.eigvalsh(v:detach()):gt(0):all(-1))
+end, { event_dim = 2 })
+
+-- cls's support: the constraint c, or what c(self) gives.
+local function support(cls, c)
+  cls._get_support = type(c) == "function" and c or function() return c end
+end
+
+-- ---- expand ---------------------------------------------------------------------------------
+
+-- shape, checked as a batch shape that `from` expands to (torch's rules: new leading dims,
+-- and a dim of 1 to any size).
+local function expanded_batch(op, from, shape)
+  if type(shape) == "number" then shape = { shape } end
+  if type(shape) ~= "table" or is_tensor(shape) then bad_arg(op, "a batch shape (a list of sizes)", shape) end
+  for _, n in ipairs(shape) do
+    if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then bad_arg(op, "a batch shape (sizes >= 0)", shape) end
+  end
+  local lead = #shape - #from
+  local ok = lead >= 0
+  for i = 1, ok and #from or 0 do ok = ok and (from[i] == shape[lead + i] or from[i] == 1) end
+  if not ok then raise(op .. ": cannot expand the batch shape " .. shape_str(from) .. " to " .. shape_str(shape)) end
+  return concat(shape, {})
+end
+
+-- The prefix `batch` of shape replaced by `to` (nil where shape does not begin with batch).
+local function rebatched(shape, batch, to)
+  if #shape < #batch then return nil end
+  for i = 1, #batch do if shape[i] ~= batch[i] then return nil end end
+  local out = concat(to, {})
+  for i = #batch + 1, #shape do out[#out + 1] = shape[i] end
+  return out
+end
+
+-- (self's fields but `skip`, those of its batch expanded to `to`: a new instance of its class)
+local function expanded_copy(self, to, skip)
+  local from = self.batch_shape
+  local new = {}
+  for k, v in pairs(self) do
+    if k ~= skip then
+      if is_tensor(v) then
+        local s = rebatched(v.shape, from, to)
+        if s then v = v:expand(s) end
+      elseif type(v) == "table" and getmetatable(v) ~= nil and rawget(v, "batch_shape") ~= nil and v.expand then
+        local s = rebatched(v.batch_shape, from, to)
+        if s then v = v:expand(s) end
+      end
+      new[k] = v
+    end
+  end
+  new.batch_shape = to
+  return setmetatable(new, getmetatable(self))
+end
+-- A distribution of batch shape batch_shape drawing as this one along the new dims: the
+-- parameters (tensors and distributions whose shape begins with the batch) as expanded
+-- views of this one's (torch's Distribution.expand).
+function Distribution:expand(batch_shape)
+  return expanded_copy(self, expanded_batch(self.__name .. ".expand", self.batch_shape, batch_shape))
 end
 
 -- ---- shared by several families -------------------------------------------------------------
@@ -210,5 +366,6 @@ end
 B.D, B.Distribution, B.class, B.constructor, B.parameters = D, Distribution, class, constructor, parameters
 B.take_options, B.require_all, B.concat, B.with_properties = take_options, require_all, concat, with_properties
 B.LOG_SQRT_2PI = LOG_SQRT_2PI
+B.C, B.constraint, B.support, B.expanded_batch, B.expanded_copy = C, constraint, support, expanded_batch, expanded_copy
 
 return B

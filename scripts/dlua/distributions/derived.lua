@@ -16,6 +16,7 @@ local log, pi = math.log, math.pi
 local D, class, constructor, with_properties = B.D, B.class, B.constructor, B.with_properties
 local require_all, parameters, eps_of, tiny_of = B.require_all, B.parameters, B.eps_of, B.tiny_of
 local EULER = B.EULER
+local C, support = B.C, B.support
 
 local function positive(what) return function(t) return t:gt(0), what .. " must be positive" end end
 local function both_positive(a, b)
@@ -58,6 +59,14 @@ function Weibull:cdf(v) return -(-(self:_value("cdf", v) / self.scale):pow(self.
 function Weibull:icdf(q)
   return self.scale * (-(-self:_value("icdf", q)):log1p()):pow(1 / self.concentration)
 end
+-- (as PyTorch's formula: below a concentration of 1, where the density is unbounded at 0,
+-- a negative number's power, NaN unless 1 / concentration is whole)
+function Weibull:_get_mode()
+  local k = self.concentration
+  return self.scale * ((k - 1) / k):pow(k:reciprocal())
+end
+support(Weibull, C.positive)
+Weibull.has_rsample = true
 with_properties(Weibull)
 
 -- Pareto(scale, alpha): density alpha scale^alpha / x^(alpha + 1) on x >= scale; the mean
@@ -81,6 +90,9 @@ end
 function Pareto:entropy() return (self.scale / self.alpha):log() + 1 / self.alpha + 1 end
 function Pareto:cdf(v) return 1 - (self.scale / self:_value("cdf", v)):pow(self.alpha) end
 function Pareto:icdf(q) return self.scale * (-(-self:_value("icdf", q)):log1p() / self.alpha):exp() end
+function Pareto:_get_mode() return self.scale end
+support(Pareto, function(self) return C.greater_than_eq(self.scale) end)
+Pareto.has_rsample = true
 with_properties(Pareto)
 
 -- HalfCauchy(scale): |x| of a Cauchy(0, scale); density 2 / (pi scale (1 + (x/scale)^2))
@@ -99,6 +111,9 @@ end
 function HalfCauchy:entropy() return (self.scale * (2 * pi)):log() end
 function HalfCauchy:cdf(v) return (self:_value("cdf", v) / self.scale):atan() * (2 / pi) end
 function HalfCauchy:icdf(q) return self.scale * (self:_value("icdf", q) * (pi / 2)):tan() end
+function HalfCauchy:_get_mode() return dl.zeros_like(self.scale) end
+support(HalfCauchy, C.nonnegative)
+HalfCauchy.has_rsample = true
 with_properties(HalfCauchy)
 
 -- Kumaraswamy(concentration1 a, concentration0 b): density a b x^(a-1) (1 - x^a)^(b-1) on
@@ -131,6 +146,25 @@ function Kumaraswamy:entropy()
   local a, b = self.concentration1, self.concentration0
   return (1 - 1 / b) + (1 - 1 / a) * ((b + 1):digamma() + EULER) - a:log() - b:log()
 end
+-- ((a - 1) / (a b - 1))^(1/a); NaN where a concentration is below 1 (as PyTorch's; its
+-- 1.13 formula, (1 - b)^(1/b) / (1 - a b), is NaN for every b > 1)
+function Kumaraswamy:_get_mode()
+  local a, b = self.concentration1, self.concentration0
+  local m = ((a - 1) / (a * b - 1)):pow(a:reciprocal())
+  return dl.where(a:lt(1):logical_or(b:lt(1)), 0 / 0, m)
+end
+-- (through its transforms of a uniform draw, as PyTorch's: F(x) = 1 - (1 - x^a)^b)
+function Kumaraswamy:cdf(v)
+  v = self:_value("cdf", v)
+  if self._validate then require_all("Kumaraswamy.cdf", v:ge(0):logical_and(v:le(1)), "a value lies outside [0, 1]") end
+  return 1 - (1 - v:pow(self.concentration1)):pow(self.concentration0):clamp(0, 1)
+end
+function Kumaraswamy:icdf(q)
+  local a, b = self.concentration1, self.concentration0
+  return (1 - (1 - self:_value("icdf", q)):pow(b:reciprocal())):pow(a:reciprocal())
+end
+support(Kumaraswamy, C.unit_interval)
+Kumaraswamy.has_rsample = true
 with_properties(Kumaraswamy)
 
 -- ---- from gamma draws -------------------------------------------------------------------------
@@ -161,6 +195,12 @@ function FisherSnedecor:log_prob(v)
   return (h1 + h2):lgamma() - h1:lgamma() - h2:lgamma() + h1 * ratio:log() + (h1 - 1) * v:log()
          - (h1 + h2) * (ratio * v):log1p()
 end
+function FisherSnedecor:_get_mode()
+  local d1, d2 = self.df1, self.df2
+  return dl.where(d1:gt(2), (d1 - 2) / d1 * d2 / (d2 + 2), 0 / 0)
+end
+support(FisherSnedecor, C.positive)
+FisherSnedecor.has_rsample = true
 with_properties(FisherSnedecor)
 
 -- NegativeBinomial(total_count, {probs =} or {logits =}): the successes (probability p
@@ -198,6 +238,8 @@ function NegativeBinomial:log_prob(v)
   norm = dl.where((r + v):eq(0), 0, norm)
   return -(r * dl.softplus(l)) - v * dl.softplus(-l) + norm   -- r log(1 - p) + v log p
 end
+function NegativeBinomial:_get_mode() return ((self.total_count - 1) * self.logits:exp()):floor():clamp_min(0) end
+support(NegativeBinomial, C.nonnegative_integer)
 with_properties(NegativeBinomial)
 
 -- ContinuousBernoulli({probs =} or {logits =}): density C(p) p^x (1 - p)^(1 - x) on [0, 1]
@@ -268,6 +310,8 @@ function ContinuousBernoulli:entropy()
   local l0, l1 = (-p):log1p(), p:log()
   return self.mean * (l0 - l1) - cb_log_norm(self) - l0
 end
+support(ContinuousBernoulli, C.unit_interval)
+ContinuousBernoulli.has_rsample = true
 with_properties(ContinuousBernoulli)
 
 -- ---- relaxed (Gumbel-softmax) families ------------------------------------------------------
@@ -306,6 +350,8 @@ function LogitRelaxedBernoulli:log_prob(v)
   local diff = self._logits - self:_value("log_prob", v) * self.temperature
   return self.temperature:log() + diff - dl.softplus(diff) * 2
 end
+support(LogitRelaxedBernoulli, C.real)
+LogitRelaxedBernoulli.has_rsample = true
 with_properties(LogitRelaxedBernoulli)
 
 -- A relaxed family: the draws of its base (made by base(name, temperature, ...)) through
@@ -332,7 +378,7 @@ end
 
 -- RelaxedBernoulli(temperature, {probs =} or {logits =}): the sigmoid of
 -- LogitRelaxedBernoulli's draw, in (0, 1).
-relaxed_family("RelaxedBernoulli", logit_relaxed, D.transforms.SigmoidTransform)
+support(relaxed_family("RelaxedBernoulli", logit_relaxed, D.transforms.SigmoidTransform), C.unit_interval)
 
 -- ExpRelaxedCategorical(temperature, {probs =} or {logits =}): the log of a relaxed
 -- one-hot draw, log softmax((logits + Gumbel noise) / temperature) (event_shape {K}).
@@ -373,11 +419,13 @@ function ExpRelaxed:log_prob(v)
   for i = 2, k - 1 do lg = lg + log(i) end
   return score + t:log() * (k - 1) + lg
 end
+support(ExpRelaxed, C.real_vector)
+ExpRelaxed.has_rsample = true
 with_properties(ExpRelaxed)
 
 -- RelaxedOneHotCategorical(temperature, {probs =} or {logits =}): the Gumbel-softmax
 -- draw, softmax((logits + Gumbel noise) / temperature), on the simplex.
-relaxed_family("RelaxedOneHotCategorical", exp_relaxed, D.transforms.ExpTransform)
+support(relaxed_family("RelaxedOneHotCategorical", exp_relaxed, D.transforms.ExpTransform), C.simplex)
 
 -- OneHotCategoricalStraightThrough: OneHotCategorical whose rsample is the one-hot draw
 -- with the gradient of its probabilities (draw + probs - stop_gradient(probs)).
@@ -390,6 +438,7 @@ function StraightThrough:rsample(shape)
   local p = self.probs
   return draw + (p - dl.stop_gradient(p))
 end
+StraightThrough.has_rsample = true
 with_properties(StraightThrough)
 
 -- ---- on the simplex ---------------------------------------------------------------------------
@@ -415,6 +464,8 @@ function LogisticNormal:log_prob(y)
   local x = stick:inv(y)
   return self.base_dist:log_prob(x):sum(-1) - stick:log_abs_det_jacobian(x, y)
 end
+support(LogisticNormal, C.simplex)
+LogisticNormal.has_rsample = true
 with_properties(LogisticNormal)
 
 return D

@@ -13,6 +13,7 @@ local D, class, constructor, parameters, take_options = B.D, B.class, B.construc
 local require_all, with_properties = B.require_all, B.with_properties
 local eps_of, tiny_of = B.eps_of, B.tiny_of
 local log_beta = B.log_beta
+local C, support = B.C, B.support
 
 -- ---- more continuous families -------------------------------------------------------------
 
@@ -52,82 +53,11 @@ local function standard_gamma_log(alpha)
   return dl.where(finite, out, alpha)   -- (inf stays inf: log(inf); NaN stays NaN)
 end
 
--- Note [Gamma draws' gradients]
--- A Gamma(alpha, 1) draw x = F^-1(u; alpha) moves with alpha while the uniform u behind
--- it stays: dx/dalpha = -(dP/dalpha)(alpha, x) / p(x; alpha), P the regularised lower
--- incomplete gamma and p the density (implicit reparameterisation, as PyTorch's
--- rsample; its derivative is an approximation of this, good to about 1e-3). From P's
--- series e^-x sum_n x^(alpha + n) / Gamma(alpha + n + 1), for log x:
---   dlog(x)/dalpha = sum_n q_n (psi(alpha + n + 1) - log x),
---   q_0 = 1 / alpha,  q_n = q_(n-1) x / (alpha + n)
--- summed in float64 until the terms are negligible (about x + a few sqrt(x) of them).
--- Right of alpha + 1 its terms grow as P / p, past the doubles far out (and cancel
--- before): there the upper gamma Q = 1 - P, whose continued fraction Q = p x C,
---   C = 1 / (b_0 - 1 (1 - alpha) / (b_1 - 2 (2 - alpha) / (b_2 - ...))),  b_k = x + 1 - alpha + 2 k,
--- gives dlog(x)/dalpha = C (log x - psi(alpha)) + dC/dalpha, the fraction and its
--- derivative carried by the recurrences of its convergents (exact to 1e-9 both). Left of
--- alpha + 1 from alpha = 1000 (the series' terms grow with x), and where the fraction
--- has not settled, Wilson and Hilferty's normal cube root x = alpha (1 - 1/(9 alpha) +
--- z / (3 sqrt(alpha)))^3, z fixed, costs one step: within 1e-5 of the slope down to
--- z = -3 and 1e-4 to z = -6 (at alpha = 1000; closer for larger alpha).
-local SERIES_TERMS, FRACTION_TERMS = 4000, 2000
+-- A Gamma(alpha, 1) draw's slope dlog(x)/dalpha, for rsample's implicit gradient: the
+-- engine's _standard_gamma_log_grad (Note [Gamma draws' slopes] in tensor/gamma_inc.h),
+-- in float64 whatever the draws' dtype.
 local function gamma_log_slope(alpha, logx)
-  local a, lx = alpha:to("float64"), logx:to("float64")
-  local odd = a:ne(a):logical_or(lx:ge(math.huge))
-  local right = odd:logical_not():logical_and(lx:exp():gt(a + 1))
-  local big = a:ge(1000):logical_or(odd)
-  local series_at = big:logical_or(right)
-  local sa = dl.where(series_at, 1, a)
-  local slx = dl.where(series_at, 0, lx)
-  local sx = slx:exp()
-  local q = sa:reciprocal()
-  local psi = sa:digamma() + q   -- psi(alpha + 1)
-  local sum = q * (psi - slx)
-  for n = 1, SERIES_TERMS do
-    local j = sa + n
-    q = q * sx / j
-    psi = psi + j:reciprocal()
-    sum = sum + q * (psi - slx)
-    if n % 8 == 0 and q:le(sum:abs() * 1e-17 + 1e-300):logical_and(sx:lt(j)):logical_or(sum:ne(sum)):all() then
-      break
-    end
-  end
-  if right:any() then
-    -- G = b_0 + a_1 / (b_1 + ...), a_k = -k (k - alpha), from A_k = b_k A_(k-1) + a_k A_(k-2)
-    -- (B likewise) and their derivatives in alpha (da_k = k, db_k = -1), rescaled by B_k
-    local ca = dl.where(right, a, 1)
-    local cx = dl.where(right, lx:exp(), 3)
-    local b = cx + 1 - ca
-    local A0, B0, dA0, dB0 = dl.ones_like(b), dl.zeros_like(b), dl.zeros_like(b), dl.zeros_like(b)
-    local A1, B1, dA1, dB1 = b, dl.ones_like(b), dl.full_like(b, -1), dl.zeros_like(b)
-    local G, last = b, b
-    for k = 1, FRACTION_TERMS do
-      local ak = (ca - k) * k
-      b = b + 2
-      local A2, B2 = b * A1 + ak * A0, b * B1 + ak * B0
-      local dA2 = -A1 + b * dA1 + A0 * k + ak * dA0
-      local dB2 = -B1 + b * dB1 + B0 * k + ak * dB0
-      local s = B2:reciprocal()
-      A0, B0, dA0, dB0 = A1 * s, B1 * s, dA1 * s, dB1 * s
-      A1, B1, dA1, dB1 = A2 * s, dl.ones_like(b), dA2 * s, dB2 * s
-      last, G = G, A1
-      if k % 4 == 0 and (G - last):abs():le(G:abs() * 1e-16):logical_or(G:ne(G)):all() then break end
-    end
-    local dG = dA1 - G * dB1
-    local C = G:reciprocal()
-    sum = dl.where(right, C * (cx:log() - ca:digamma()) - dG * C * C, sum)
-    -- (a fraction that has not settled, near the middle of a huge alpha, leaves it to the cube root)
-    right = right:logical_and((G - last):abs():le(G:abs() * 1e-14))
-    big = big:logical_and(right:logical_not())
-  end
-  if big:any() then
-    local x = lx:exp()
-    local t = (x / a):pow(1 / 3)
-    local root = a:sqrt()
-    local z = (t - 1 + (a * 9):reciprocal()) * root * 3
-    sum = dl.where(big, (t:pow(3) + t * t * ((a * 3):reciprocal() - z / (root * 2))) / x, sum)
-  end
-  return sum:to(logx.dtype)
+  return dl._standard_gamma_log_grad(alpha:to("float64"), logx:to("float64")):to(logx.dtype)
 end
 
 -- (for tests, as torch._standard_gamma_grad: dx/dalpha at given alpha and draws x)
@@ -153,7 +83,7 @@ local function kept_within(x, lo, hi)
 end
 
 -- Gamma(concentration, rate): shape concentration (> 0), rate (> 0); rsample carries
--- gradients for both (Note [Gamma draws' gradients]).
+-- gradients for both (Note [Gamma draws' slopes] in tensor/gamma_inc.h).
 local Gamma = class("Gamma")
 Gamma._params = { "concentration", "rate" }
 Gamma.new = constructor(Gamma, { "concentration", "rate" },
@@ -175,6 +105,9 @@ function Gamma:entropy()
   local a = self.concentration
   return a - self.rate:log() + a:lgamma() + (1 - a) * a:digamma()
 end
+function Gamma:_get_mode() return ((self.concentration - 1) / self.rate):clamp_min(0) end
+support(Gamma, C.nonnegative)
+Gamma.has_rsample = true
 with_properties(Gamma)
 
 -- Chi2(df): Gamma(df / 2, 1 / 2).
@@ -220,6 +153,11 @@ function Beta:entropy()
   local t = a + b
   return log_beta(a, b) - (a - 1) * a:digamma() - (b - 1) * b:digamma() + (t - 2) * t:digamma()
 end
+function Beta:_get_mode()
+  return D.Dirichlet.mode_of(dl.stack({ self.concentration1, self.concentration0 }, -1)):select(-1, 1)
+end
+support(Beta, C.unit_interval)
+Beta.has_rsample = true
 with_properties(Beta)
 
 -- Dirichlet(concentration (..., K)): points of the simplex, from K gamma draws normalised.
@@ -262,6 +200,18 @@ function Dirichlet:entropy()
   local k, t = c:size(-1), c:sum(-1)
   return c:lgamma():sum(-1) - t:lgamma() - ((c - 1) * c:digamma()):sum(-1) + (t - k) * t:digamma()
 end
+-- (c - 1) normalised where some concentration is at least 1 (NaN where those are all 1
+-- and the rest below); where all are below 1, a corner: the first, as PyTorch's argmax
+-- of NaNs
+function Dirichlet.mode_of(c)
+  local m = (c - 1):clamp_min(0)
+  m = m / m:sum(-1, true)
+  local corner = dl.nn.one_hot(m:argmax(-1), c:size(-1)):to(m.dtype)
+  return dl.where(c:lt(1):all(-1, true), corner, m)
+end
+function Dirichlet:_get_mode() return Dirichlet.mode_of(self.concentration) end
+support(Dirichlet, C.simplex)
+Dirichlet.has_rsample = true
 with_properties(Dirichlet)
 
 -- StudentT(df, loc = 0, scale = 1): a Normal over the square root of an independent
@@ -303,4 +253,7 @@ function StudentT:entropy()
   local lbeta = half:lgamma() + 0.5 * log(pi) - half1:lgamma()
   return self.scale:log() + half1 * (half1:digamma() - half:digamma()) + df:log() * 0.5 + lbeta
 end
+function StudentT:_get_mode() return self.loc end
+support(StudentT, C.real)
+StudentT.has_rsample = true
 with_properties(StudentT)

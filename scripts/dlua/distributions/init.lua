@@ -23,8 +23,10 @@
 -- (temperature, {probs =} or {logits =}; Gumbel-softmax) and
 -- OneHotCategoricalStraightThrough. Each has
 -- batch_shape and event_shape, sample([shape]) (no gradient), rsample([shape]) where the
--- distribution can be reparameterised, log_prob, entropy, and mean, variance and stddev;
--- the continuous ones on a line also cdf and icdf. Samples come from the generator
+-- distribution can be reparameterised, log_prob, entropy, perplexity, mean, variance,
+-- stddev and (where PyTorch has one) mode, support (a constraint of
+-- dl.distributions.constraints), has_rsample, has_enumerate_support and expand(batch_shape);
+-- the continuous ones on a line also cdf and icdf; the finite discrete ones enumerate_support. Samples come from the generator
 -- dl.manual_seed seeds, on the parameters' device and in their dtype. As PyTorch's
 -- (validate_args on by default), parameters and the values given to log_prob are checked
 -- against their support; {validate_args = false} as a last argument skips those checks

@@ -13,6 +13,7 @@ local require_all, with_properties = B.require_all, B.with_properties
 local LOG_SQRT_2PI, EULER = B.LOG_SQRT_2PI, B.EULER
 local eps_of, tiny_of = B.eps_of, B.tiny_of
 local located = B.located
+local C, support = B.C, B.support
 
 -- ---- continuous distributions on a line --------------------------------------------------
 
@@ -41,6 +42,9 @@ function Normal:icdf(q)
   q = self:_value("icdf", q)
   return self.loc + self.scale * dl.erfinv(q * 2 - 1) * math.sqrt(2)
 end
+function Normal:_get_mode() return self.loc end
+support(Normal, C.real)
+Normal.has_rsample = true
 with_properties(Normal)
 
 -- Uniform(low, high): uniform on [low, high) (low < high).
@@ -71,6 +75,9 @@ function Uniform:icdf(q)
   q = self:_value("icdf", q)
   return q * (self.high - self.low) + self.low
 end
+function Uniform:_get_mode() return self.high * (0 / 0) end   -- (every point is one: NaN, as PyTorch's)
+support(Uniform, function(self) return C.interval(self.low, self.high) end)
+Uniform.has_rsample = true
 with_properties(Uniform)
 
 -- Exponential(rate): the waiting time of a Poisson process of that rate (> 0).
@@ -92,6 +99,9 @@ end
 function Exponential:entropy() return 1 - self.rate:log() end
 function Exponential:cdf(v) return 1 - (-self.rate * self:_value("cdf", v)):exp() end
 function Exponential:icdf(q) return -(-self:_value("icdf", q)):log1p() / self.rate end
+function Exponential:_get_mode() return dl.zeros_like(self.rate) end
+support(Exponential, C.nonnegative)
+Exponential.has_rsample = true
 with_properties(Exponential)
 
 -- Laplace(loc, scale): the double exponential about loc.
@@ -120,6 +130,9 @@ function Laplace:icdf(q)
   local t = self:_value("icdf", q) - 0.5
   return self.loc - self.scale * t:sign() * (t:abs() * -2):log1p()
 end
+function Laplace:_get_mode() return self.loc end
+support(Laplace, C.real)
+Laplace.has_rsample = true
 with_properties(Laplace)
 
 -- LogNormal(loc, scale): exp of a Normal(loc, scale) draw.
@@ -139,6 +152,16 @@ function LogNormal:log_prob(v)
   return Normal.log_prob(self, lv) - lv
 end
 function LogNormal:entropy() return Normal.entropy(self) + self.loc end
+function LogNormal:_get_mode() return (self.loc - self.scale:pow(2)):exp() end
+-- (through the exponential, as PyTorch's: a negative value is outside the support)
+function LogNormal:cdf(v)
+  v = self:_value("cdf", v)
+  if self._validate then require_all("LogNormal.cdf", v:ge(0), "a value is negative") end
+  return Normal.cdf(self, v:log())
+end
+function LogNormal:icdf(q) return Normal.icdf(self, self:_value("icdf", q)):exp() end
+support(LogNormal, C.positive)
+LogNormal.has_rsample = true
 with_properties(LogNormal)
 
 -- HalfNormal(scale): |x| of a Normal(0, scale) draw.
@@ -160,6 +183,9 @@ end
 function HalfNormal:entropy() return (self.scale:pow(2) * (pi / 2)):log() * 0.5 + 0.5 end
 function HalfNormal:cdf(v) return (self:_value("cdf", v) / (self.scale * math.sqrt(2))):erf() end
 function HalfNormal:icdf(q) return dl.erfinv(self:_value("icdf", q)) * self.scale * math.sqrt(2) end
+function HalfNormal:_get_mode() return dl.zeros_like(self.scale) end
+support(HalfNormal, C.nonnegative)
+HalfNormal.has_rsample = true
 with_properties(HalfNormal)
 
 -- Gumbel(loc, scale): the law of a maximum; loc - scale log(-log u).
@@ -180,6 +206,9 @@ end
 function Gumbel:entropy() return self.scale:log() + (1 + EULER) end
 function Gumbel:cdf(v) return (-(-(self:_value("cdf", v) - self.loc) / self.scale):exp()):exp() end
 function Gumbel:icdf(q) return self.loc - self.scale * (-(self:_value("icdf", q):log())):log() end
+function Gumbel:_get_mode() return self.loc end
+support(Gumbel, C.real)
+Gumbel.has_rsample = true
 with_properties(Gumbel)
 
 -- Cauchy(loc, scale): heavy tails; no mean or variance (NaN and infinity, as PyTorch's).
@@ -199,6 +228,9 @@ end
 function Cauchy:entropy() return (self.scale * (4 * pi)):log() end
 function Cauchy:cdf(v) return ((self:_value("cdf", v) - self.loc) / self.scale):atan() / pi + 0.5 end
 function Cauchy:icdf(q) return self.loc + self.scale * ((self:_value("icdf", q) - 0.5) * pi):tan() end
+function Cauchy:_get_mode() return self.loc end
+support(Cauchy, C.real)
+Cauchy.has_rsample = true
 with_properties(Cauchy)
 
 -- ---- on the circle ------------------------------------------------------------------------
@@ -262,4 +294,5 @@ function VonMises:sample(shape)
     return von_mises_draws(self.loc:expand(ext):contiguous(), self.concentration:expand(ext):contiguous())
   end)
 end
+support(VonMises, C.real)
 with_properties(VonMises)

@@ -13,6 +13,7 @@ local require_all, concat, with_properties = B.require_all, B.concat, B.with_pro
 local LOG_SQRT_2PI = B.LOG_SQRT_2PI
 local half_log_det, sum_last = B.half_log_det, B.sum_last
 local D = B.D
+local C, support = B.C, B.support
 
 -- ---- multivariate -------------------------------------------------------------------------------
 
@@ -99,6 +100,9 @@ function MultivariateNormal:entropy()
   local k = self.event_shape[1]
   return half_log_det(self.scale_tril) + k * (0.5 + LOG_SQRT_2PI)
 end
+function MultivariateNormal:_get_mode() return self.loc end
+support(MultivariateNormal, C.real_vector)
+MultivariateNormal.has_rsample = true
 with_properties(MultivariateNormal)
 
 -- LowRankMultivariateNormal(loc, cov_factor W (..., n, r), cov_diag D (..., n)): the
@@ -174,6 +178,9 @@ function LowRank:entropy()
   local n = self.event_shape[1]
   return low_rank_log_det(self) * 0.5 + n * (0.5 + LOG_SQRT_2PI)
 end
+function LowRank:_get_mode() return self.loc end
+support(LowRank, C.real_vector)
+LowRank.has_rsample = true
 with_properties(LowRank)
 
 -- Wishart(df, {covariance_matrix = S | scale_tril = L | precision_matrix = P}): the
@@ -268,6 +275,8 @@ function Wishart:entropy()
   return (p + 1) * (p * LOG_2 / 2 + half_log_det(self.scale_tril)) + dl.mvlgamma(nu / 2, p)
          - (nu - p - 1) / 2 * mvdigamma(nu / 2, p) + nu * p / 2
 end
+support(Wishart, C.positive_definite)
+Wishart.has_rsample = true
 with_properties(Wishart)
 
 -- LKJCholesky(dim, concentration): the lower Cholesky factors of dim x dim correlation
@@ -325,6 +334,7 @@ function LKJ:log_prob(v)
   local normaliser = 0.5 * dm1 * math.log(math.pi) + dl.mvlgamma(alpha - 0.5, dm1) - alpha:lgamma() * dm1
   return unnormalised - normaliser
 end
+support(LKJ, C.corr_cholesky)
 with_properties(LKJ)
 
 -- Independent(base, n): base's last n batch dims taken as one event (log_prob and entropy
@@ -343,7 +353,9 @@ function Independent.new(base, n)
   for i = 1, nb do batch[i] = base.batch_shape[i] end
   for i = nb + 1, #base.batch_shape do moved[#moved + 1] = base.batch_shape[i] end
   return setmetatable({ base_dist = base, reinterpreted_batch_ndims = n, batch_shape = batch,
-                        event_shape = concat(moved, base.event_shape), _like = base._like }, Independent)
+                        event_shape = concat(moved, base.event_shape), _like = base._like,
+                        has_rsample = base.has_rsample, has_enumerate_support = n == 0 and base.has_enumerate_support },
+                      Independent)
 end
 function Independent:__repr()
   return "Independent(" .. tostring(self.base_dist) .. ", " .. self.reinterpreted_batch_ndims .. ")"
@@ -354,4 +366,14 @@ function Independent:rsample(shape) return self.base_dist:rsample(shape) end
 function Independent:sample(shape) return self.base_dist:sample(shape) end
 function Independent:log_prob(v) return sum_last(self.base_dist:log_prob(v), self.reinterpreted_batch_ndims) end
 function Independent:entropy() return sum_last(self.base_dist:entropy(), self.reinterpreted_batch_ndims) end
+function Independent:_get_mode() return self.base_dist.mode end
+support(Independent, function(self) return C.independent(self.base_dist.support, self.reinterpreted_batch_ndims) end)
+-- (the base's values, where no batch dim is taken into the event, as PyTorch's)
+function Independent:enumerate_support(opts)
+  if self.reinterpreted_batch_ndims > 0 then
+    raise("Independent.enumerate_support: not defined where batch dims are taken into the event (n = "
+          .. self.reinterpreted_batch_ndims .. ")")
+  end
+  return self.base_dist:enumerate_support(opts)
+end
 with_properties(Independent)

@@ -34,6 +34,7 @@ local type, ipairs, setmetatable, getmetatable, tostring = type, ipairs, setmeta
 local unpack = unpack or table.unpack
 local D, class, with_properties, concat, sum_last = B.D, B.class, B.with_properties, B.concat, B.sum_last
 local eps_of = B.eps_of
+local C, support = B.C, B.support
 
 -- ---- transforms -----------------------------------------------------------------------------
 
@@ -554,6 +555,52 @@ function Cdf.new(d)
 end
 Cdf.__tostring = function(self) return "CumulativeDistributionTransform(" .. tostring(self.distribution) .. ")" end
 
+-- ---- codomains ---------------------------------------------------------------------------------
+
+-- The set a transform maps into (PyTorch's codomain): TransformedDistribution's support.
+local CODOMAIN = {
+  ExpTransform = C.positive, PowerTransform = C.positive, AbsTransform = C.positive,
+  SigmoidTransform = C.unit_interval, CumulativeDistributionTransform = C.unit_interval,
+  TanhTransform = C.interval(-1, 1), StickBreakingTransform = C.simplex, SoftmaxTransform = C.simplex,
+  LowerCholeskyTransform = C.lower_cholesky, CorrCholeskyTransform = C.corr_cholesky,
+}
+local codomain
+-- the parts' codomains on the pieces of v along dim, put back together as Cat and Stack
+-- put their pieces (PyTorch's constraints.cat and constraints.stack)
+local function of_parts(name, self)
+  local parts, event_dim = {}, 0
+  for i, t in ipairs(self.parts) do
+    parts[i] = codomain(t)
+    event_dim = math.max(event_dim, parts[i].event_dim)
+  end
+  return B.constraint(name, function(v)
+    local d = dim_in("constraints." .. name .. ".check", self.dim, v:dim())
+    local checks, start = {}, 1
+    for i, part in ipairs(parts) do
+      if name == "cat" then
+        checks[i] = part:check(v:narrow(d, start, self.lengths[i]))
+        start = start + self.lengths[i]
+      else
+        checks[i] = part:check(v:select(d, i))
+      end
+    end
+    return name == "cat" and dl.cat(checks, d) or dl.stack(checks, d)
+  end, { event_dim = event_dim })
+end
+codomain = function(t)
+  local name = t.__name
+  if CODOMAIN[name] then return CODOMAIN[name] end
+  if name == "AffineTransform" then
+    return t.codomain_event_dim == 0 and C.real or C.independent(C.real, t.codomain_event_dim)
+  elseif name == "IndependentTransform" then return C.independent(codomain(t.base), t.n)
+  elseif name == "ReshapeTransform" then return C.independent(C.real, #t.out_shape)
+  elseif name == "ComposeTransform" then return #t.parts == 0 and C.real or codomain(t.parts[#t.parts])
+  elseif name == "CatTransform" then return of_parts("cat", t)
+  elseif name == "StackTransform" then return of_parts("stack", t)
+  end
+  return C.real
+end
+
 -- ---- TransformedDistribution ----------------------------------------------------------------
 
 local Transformed = class("TransformedDistribution")
@@ -590,7 +637,7 @@ function Transformed.new(base, ts)
   end
   return setmetatable({ base_dist = inner, transforms = chain.parts, _chain = chain, batch_shape = batch,
                         event_shape = event, _like = base._like, _validate = base._validate, _extra = extra,
-                        _expanded = expanded }, Transformed)
+                        _expanded = expanded, has_rsample = base.has_rsample }, Transformed)
 end
 function Transformed:__repr() return "TransformedDistribution(" .. tostring(self.base_dist) .. ", " .. tostring(self._chain) .. ")" end
 -- the base's sample shape for `shape` draws: shape and the leading batch dims the
@@ -641,6 +688,24 @@ function Transformed:icdf(q)
   if not sign then raise("TransformedDistribution.icdf: the transforms' direction is not known (one is not monotone)") end
   q = self:_value("icdf", q)
   return self._chain(self.base_dist:icdf(monotonized(sign, q)))
+end
+support(Transformed, function(self)
+  if #self.transforms == 0 then return self.base_dist.support end
+  local c = codomain(self.transforms[#self.transforms])
+  local n = #self.event_shape - c.event_dim
+  return n > 0 and C.independent(c, n) or c
+end)
+-- (the base expanded to the batch the transforms take back from the new one, as
+-- PyTorch's; it then has every batch dim itself)
+function Transformed:expand(batch_shape)
+  local to = B.expanded_batch(self.__name .. ".expand", self.batch_shape, batch_shape)
+  local shape = self._chain:inverse_shape(concat(to, self.event_shape))
+  local base_batch = {}
+  for i = 1, #shape - #self.base_dist.event_shape do base_batch[i] = shape[i] end
+  local new = B.expanded_copy(self, to, "base_dist")
+  new.base_dist = self.base_dist:expand(base_batch)
+  new._extra, new._expanded = {}, shape
+  return new
 end
 with_properties(Transformed)
 
@@ -709,6 +774,7 @@ function Mixture:sample(shape)
     return all:gather(-1 - #self.event_shape, idx):squeeze(-1 - #self.event_shape)
   end)
 end
+support(Mixture, function(self) return self.component_distribution.support end)
 with_properties(Mixture)
 
 return transforms
