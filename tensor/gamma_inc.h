@@ -14,7 +14,8 @@
 // S Stirling's remainder lgamma(a) - (a - 1/2) log a + a - log(2 pi) / 2, so that the
 // two large terms a log x and lgamma(a) do not cancel (at a = 1e4 their difference would
 // keep eleven digits). Both sums run until a term is below 1e-17 of the total, at most
-// 100,000 terms (about sqrt(a) times a few are needed where x is near a). Edges as
+// 100,000 terms (about sqrt(a) times a few are needed where x is near a: from a = 1e6,
+// within 0.3 a of x, Temme's expansion below takes over). Edges as
 // PyTorch's: NaN for a or x negative or NaN, and for a = x = 0; P(0, x > 0) = 1; P(a, 0)
 // = 0; P(a, inf) = 1; P(inf, x) = 0 for finite x, NaN at x = inf.
 //
@@ -89,6 +90,30 @@ DL_SPECIAL double upper_gamma_fraction(double a, double x) {
   return std::exp(gamma_log_factor(a, x)) * f;
 }
 
+// Q(a, x) for a huge a near x = a, where the sums would need many times sqrt(a) terms:
+// Temme's uniform expansion (DLMF 8.12.3-8.12.9) to its second term,
+//   Q = erfc(eta sqrt(a / 2)) / 2 + e^(-a eta^2 / 2) / sqrt(2 pi a) (C_0(eta) + C_1(eta) / a),
+//   eta^2 / 2 = lambda - 1 - log(lambda),  lambda = x / a,  eta of lambda - 1's sign,
+// C_0 = 1 / (lambda - 1) - 1 / eta, C_1 = 1 / eta^3 - 1 / (lambda - 1)^3 - 1 / (lambda - 1)^2
+// - 1 / (12 (lambda - 1)), by their Taylor series where those cancel (|eta| < 1e-3).
+// From a = 1e6 the next term is below 1e-18 of Q's size.
+DL_SPECIAL double upper_gamma_temme(double a, double x) {
+  const double lm1 = (x - a) / a;
+  const double eta = std::copysign(std::sqrt(2 * (lm1 - std::log1p(lm1))), lm1);
+  double c0, c1;
+  if (std::fabs(eta) < 1e-3) {
+    c0 = -1.0 / 3 + eta * (1.0 / 12 + eta * (-2.0 / 135 + eta * (1.0 / 864 + eta / 2835)));
+    c1 = -1.0 / 540 + eta * (-1.0 / 288 + eta / 378);
+  } else {
+    c0 = 1 / lm1 - 1 / eta;
+    c1 = 1 / (eta * eta * eta) - 1 / (lm1 * lm1 * lm1) - 1 / (lm1 * lm1) - 1 / (12 * lm1);
+  }
+  const double front = std::exp(-a * eta * eta / 2) / std::sqrt(2 * kPi * a);
+  return 0.5 * std::erfc(eta * std::sqrt(a / 2)) + front * (c0 + c1 / a);
+}
+// Where Temme's expansion is used instead of the sums.
+DL_SPECIAL bool temme_region(double a, double x) { return a > 1e6 && std::fabs(x - a) < 0.3 * a; }
+
 // The edges both share; returns true with P in *p where one applies.
 DL_SPECIAL bool incomplete_gamma_edge(double a, double x, double* p) {
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -104,15 +129,17 @@ DL_SPECIAL bool incomplete_gamma_edge(double a, double x, double* p) {
 DL_SPECIAL double igamma(double a, double x) {
   double p;
   if (incomplete_gamma_edge(a, x, &p)) return p;
+  if (temme_region(a, x)) return 1 - upper_gamma_temme(a, x);
   if (x > 1 && x > a) return 1 - upper_gamma_fraction(a, x);
-  return lower_gamma_series(a, x);
+  return std::fmin(1.0, lower_gamma_series(a, x));   // (a denormal a's factor loses its digits)
 }
 
 DL_SPECIAL double igammac(double a, double x) {
   double p;
   if (incomplete_gamma_edge(a, x, &p)) return p != p ? p : 1 - p;
+  if (temme_region(a, x)) return upper_gamma_temme(a, x);
   if (x >= 1 && x >= a) return upper_gamma_fraction(a, x);
-  return 1 - lower_gamma_series(a, x);
+  return std::fmax(0.0, 1 - lower_gamma_series(a, x));
 }
 
 // dlog(x)/dalpha of a Gamma(alpha, 1) draw x, from lx = log x (Note [Gamma draws' slopes]).
@@ -123,12 +150,17 @@ DL_SPECIAL double gamma_draw_log_slope(double alpha, double lx) {
   bool big = alpha >= 1000 || odd;
   const bool right = !odd && x > alpha + 1;
   double slope = 0;
-  if (right) {
+  if (right && x > 1e100) {
+    // (the fraction is b_0 to the doubles' precision, and its convergents overflow)
+    const double b = x + 1 - alpha;
+    slope = (lx - digamma(alpha)) / b + 1 / (b * b);
+    big = false;
+  } else if (right) {
     // G = b_0 + a_1 / (b_1 + ...), a_k = -k (k - alpha), from A_k = b_k A_(k-1) + a_k
     // A_(k-2) (B likewise) and their derivatives in alpha (da_k = k, db_k = -1), rescaled by B_k
     double b = x + 1 - alpha;
     double A0 = 1, B0 = 0, dA0 = 0, dB0 = 0, A1 = b, dA1 = -1, dB1 = 0;
-    double G = b, last = b;
+    double G = b, last = b, dG = -1;
     for (int k = 1; k <= kFractionTerms; ++k) {
       const double ak = (alpha - k) * k;
       b += 2;
@@ -139,9 +171,12 @@ DL_SPECIAL double gamma_draw_log_slope(double alpha, double lx) {
       A0 = A1 * s, B0 = s, dA0 = dA1 * s, dB0 = dB1 * s;
       A1 = A2 * s, dA1 = dA2 * s, dB1 = dB2 * s;
       last = G, G = A1;
-      if (std::fabs(G - last) <= std::fabs(G) * 1e-16 || G != G) break;
+      // (both settled: at a whole alpha = k the fraction ends, a_k = 0, but not its slope)
+      const double dlast = dG;
+      dG = dA1 - G * dB1;
+      if ((std::fabs(G - last) <= std::fabs(G) * 1e-16 && std::fabs(dG - dlast) <= std::fabs(dG) * 1e-16) || G != G) break;
     }
-    const double C = 1 / G, dG = dA1 - G * dB1;
+    const double C = 1 / G;
     slope = C * (lx - digamma(alpha)) - dG * C * C;
     // (a fraction that has not settled, near the middle of a huge alpha, leaves it to the cube root)
     if (std::fabs(G - last) <= std::fabs(G) * 1e-14) big = false;

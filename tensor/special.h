@@ -142,9 +142,9 @@ DL_SPECIAL double zeta(double x, double q) {
 //   psi^(n)(x) = (-1)^n psi^(n)(1 - x) - pi^(n+1) P_n(cot(pi x)),
 // P_n the polynomial in c = cot y of cot's n-th derivative (P_0 = c, P_(k+1) = -(1 + c^2)
 // P_k'(c): terms of one sign, no cancellation), cot taken of x less its nearest whole
-// number (exact) as a quotient of sines. Orders past kReflectedOrders keep the fold (their coefficients pass
-// the doubles' range near there anyway).
-constexpr int kReflectedOrders = 40;
+// number (exact) as a quotient of sines. Orders past kReflectedOrders keep the fold
+// (P_n's coefficients, about n! 2^n, pass the doubles' range before n = 150).
+constexpr int kReflectedOrders = 100;
 
 // cot's n-th derivative at y, with c = cot(y), as P_n(c).
 DL_SPECIAL double cot_derivative(int n, double c) {

@@ -125,10 +125,23 @@ H.test("support: torch's constraint of each family, checking values", function()
   H.values(D.Independent(D.Normal(dl.zeros(2, 2), 1), 1).support:check(dl.tensor({ { 1, 0 / 0 }, { 1, 2 } })), { false, true })
   H.values(D.LKJCholesky(2).support:check(dl.tensor({ { { 1, 0 }, { 0.6, 0.8 } }, { { 1, 0 }, { 0.6, 0.9 } } })),
            { true, false })
-  -- torch: constraints.positive_definite.check (symmetric to isclose, then Cholesky)
+  -- symmetric and positive-definite per matrix (torch 1.13 gives true, true, false: where one matrix of the
+  -- batch is not symmetric it returns the symmetry check alone, so the indefinite second passes)
   H.values(D.Wishart(3, { covariance_matrix = dl.eye(2) }).support:check(
              dl.tensor({ { { 2, 0.5 }, { 0.5, 1 } }, { { 1, 2 }, { 2, 1 } }, { { 1, 0.5 }, { 0.4, 1 } } })), { true, false, false })
   H.raises(function() return D.Normal(0, 1).support:check(3) end, "check: expected a tensor")
+  -- torch: nonnegative_integer.check(inf) is False (inf % 1 is NaN); independent(c, 2) of a vector raises
+  H.values(D.Poisson(1).support:check(dl.tensor({ math.huge, 2, 2.5, -1 })), { false, true, false, false })
+  H.raises(function() return D.Independent(D.Exponential(dl.ones(2, 3)), 2).support:check(dl.ones(3)) end,
+           "expected a value of at least 2 dims, got shape (3,)")
+  -- the ends, as torch 1.13's: Exponential's support is nonnegative, Uniform's a closed interval, positive
+  -- excludes 0
+  H.values(D.Exponential(1).support:check(dl.tensor({ 0, 1e-300 }, { dtype = "float64" })), { true, true })
+  H.values(D.Uniform(0, 1).support:check(dl.tensor({ 0, 1, 1.5 })), { true, true, false })
+  H.values(D.constraints.interval(0, 1):check(dl.tensor({ 0, 1, -0.1 })), { true, true, false })
+  H.values(D.constraints.positive:check(dl.tensor({ 0, 1e-30 })), { false, true })
+  H.values(D.constraints.simplex:check(dl.tensor({ { 0.5, 0.5 }, { 0.5, 0.6 } })), { true, false })
+  H.values(D.constraints.one_hot:check(dl.tensor({ { 0, 1 }, { 1, 1 } })), { true, false })
 end)
 
 H.test("has_rsample and has_enumerate_support as torch's; enumerate_support's shapes", function()

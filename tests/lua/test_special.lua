@@ -256,4 +256,25 @@ H.test("log_ndtr stays finite in float32's left tail (computed in double)", func
   H.eq(S.log_ndtr(dl.tensor({ -20 })).dtype, "float32")
 end)
 
+H.test("the incomplete gammas at a huge a (Temme's expansion), a denormal a, and polygamma's high orders left of 0", function()
+  local f64 = { dtype = "float64" }
+  -- mpmath (40 digits): gammainc(a, x, inf, regularized=True) and 1 minus it; torch 1.13 is 1e-5 off at a = 1e9
+  local a = dl.tensor({ 1e9, 1e9, 1e12 }, f64)
+  local x = dl.tensor({ 1e9, 1e9 - 3 * 31622.776601683792, 1e12 + 2e6 }, f64)
+  local P, Q = dl.igamma(a, x):totable(), dl.igammac(a, x):totable()
+  for i, want in ipairs({ 0.5000042052208701, 0.0013495243297381703, 0.9772498140608813 }) do
+    H.near(P[i] / want, 1, 1e-10, "P " .. i)
+  end
+  for i, want in ipairs({ 0.4999957947791299, 0.9986504756702619, 0.022750185939118726 }) do
+    H.near(Q[i] / want, 1, 1e-10, "Q " .. i)
+  end
+  -- a denormal a: P stays within [0, 1]
+  local p = dl.igamma(dl.tensor({ 1e-320 }, f64), dl.tensor({ 0.5 }, f64)):item()
+  H.ok(p >= 0 and p <= 1, "P = " .. p)
+  -- mpmath (400 digits): polygamma(42, -0.5), polygamma(42, -10.5); orders past 40 reflect too
+  local v = dl.polygamma(42, dl.tensor({ -0.5, -10.5 }, f64)):totable()
+  H.near(v[1] / -3.7649054672585512e43, 1, 1e-12)
+  H.near(v[2] / -354810.97945938316, 1, 1e-12)
+end)
+
 H.run()

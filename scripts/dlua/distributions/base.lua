@@ -213,7 +213,8 @@ local function constraint(name, check, fields)
 end
 local C = {}
 D.constraints = C
-local function whole(v) return v:eq(v:floor()) end
+-- (as torch's v % 1 == 0: not infinity)
+local function whole(v) return v:eq(v:floor()):logical_and(v:abs():lt(math.huge)) end
 function C.greater_than(lo) return constraint("greater_than", function(v) return v:gt(lo) end, { lower_bound = lo }) end
 function C.greater_than_eq(lo) return constraint("greater_than_eq", function(v) return v:ge(lo) end, { lower_bound = lo }) end
 function C.less_than(hi) return constraint("less_than", function(v) return v:lt(hi) end, { upper_bound = hi }) end
@@ -235,6 +236,10 @@ function C.independent(base, n)
     raise("constraints.independent: n must be a whole number >= 0, got " .. tostring(n))
   end
   return constraint("independent", function(v)
+    if v:dim() < n then
+      raise("constraint(independent).check: expected a value of at least " .. n .. " dims, got shape "
+            .. shape_str(v.shape))
+    end
     local r = base:check(v)
     for _ = 1, n do r = r:all(-1) end
     return r

@@ -61,7 +61,8 @@ local function gamma_log_slope(alpha, logx)
 end
 
 -- (for tests, as torch._standard_gamma_grad: dx/dalpha at given alpha and draws x)
-function D._standard_gamma_grad(alpha, x) return gamma_log_slope(alpha, x:log()) * x end
+-- (0 at x = 0, its limit, where the slope of log x is infinite)
+function D._standard_gamma_grad(alpha, x) return dl.where(x:eq(0), 0, gamma_log_slope(alpha, x:log()) * x) end
 
 -- The logarithms of Gamma(alpha, 1) draws, with the gradient of Note [Gamma draws'
 -- gradients] for alpha.
