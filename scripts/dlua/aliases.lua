@@ -1,7 +1,8 @@
 -- dlua.aliases: PyTorch's other spellings of what dlua already has, for code moved over
 -- from it (methods, and dl.* where PyTorch has the function; loaded when first used):
 --
---   x:clamp_min(lo), x:clamp_max(hi)        x:clamp(lo), x:clamp(nil, hi)
+--   x:clamp_min(lo), x:clamp_max(hi)        x:clamp(lo), x:clamp(nil, hi); or a tensor
+--                                           bound (broadcast, as torch's)
 --   x:swapaxes(a, b), x:swapdims(a, b)      x:transpose(a, b)
 --   x:movedim(from, to), x:moveaxis         dims (a number or a list) moved to positions
 --   dl.gather(x, dim, idx), index_select, narrow, select, permute, flatten, squeeze,
@@ -21,6 +22,22 @@
 --   dl.multiply, dl.subtract, dl.divide (and methods)   mul, sub (alpha), div (rounding_mode)
 --   dl.fmax(a, b), dl.fmin(a, b)            maximum and minimum that ignore a NaN (NaN only
 --                                           where both are)
+--   x:eq_(y), ne_, lt_, le_, gt_, ge_       the comparison written into x (1 and 0 of its dtype)
+--   dl.greater, greater_equal, less, less_equal, not_equal (and methods, and their _)
+--                                           gt, ge, lt, le, ne
+--   x:logical_and_(y), x:logical_or_(y)     in place, as the comparisons
+--   dl.arccos, arcsin, arctan, arccosh, arcsinh, arctanh, arctan2 (and _)   acos ... atan2
+--   x:multiply_, divide_, subtract_, true_divide_, negative_, absolute_   mul_, div_, sub_,
+--                                           div_, neg_, abs_
+--   x:clamp_min_(lo), x:clamp_max_(hi); dl.clamp_min(x, lo), dl.clamp_max(x, hi)
+--   x:nan_to_num_(...), x:tril_(k), x:triu_(k), x:cumsum_(dim), x:cumprod_(dim)   in place
+--   dl.concatenate(list, dim)               cat
+--   dl.rsub(a, b [, {alpha = 1}])           b - alpha a
+--   dl.scalar_tensor(v [, opts])            a 0-dim tensor (float32 unless opts.dtype)
+--   dl.fill(x, v)                           a tensor of x's shape, dtype and device, all v
+--   x:element_size(), x:is_signed(), x:is_nonzero() (dl.is_nonzero), x:is_same_size(y),
+--   x:is_complex()                          bytes per element, a dtype with negative values,
+--                                           the one element's truth, equal shapes, false
 local core = require("dlua.core")
 local T = require("dlua.tensor")
 core.own_source()
@@ -31,8 +48,25 @@ local type, ipairs, pairs = type, ipairs, pairs
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 
-function methods.clamp_min(x, lo) check("clamp_min", x) return x:clamp(lo, nil) end
-function methods.clamp_max(x, hi) check("clamp_max", x) return x:clamp(nil, hi) end
+-- A tensor bound as torch's clamp_min(Tensor): broadcast, both promoted to their result
+-- type, a NaN on either side kept; the gradient goes to x where it stands (ties too), else
+-- to the bound.
+local function one_bound(op, x, v, keep)
+  check(op, x)
+  if T.is_tensor(v) then
+    if not pcall(dl.broadcast_shapes, x.shape, v.shape) then
+      raise(op .. ": x " .. T.shape_str(x.shape) .. " and the bound " .. T.shape_str(v.shape) .. " do not broadcast")
+    end
+    local dtype = dl.result_type(x, v)
+    local a, b = x:to(dtype), v:to(dtype)
+    return dl.where(keep(a, b):logical_or(a:isnan()), a, b)
+  end
+  if type(v) ~= "number" then bad_arg(op, "a bound (a number or a tensor)", v) end
+  if op == "clamp_min" then return x:clamp(v, nil) end
+  return x:clamp(nil, v)
+end
+function methods.clamp_min(x, lo) return one_bound("clamp_min", x, lo, function(a, b) return a:ge(b) end) end
+function methods.clamp_max(x, hi) return one_bound("clamp_max", x, hi, function(a, b) return a:le(b) end) end
 function methods.swapaxes(x, a, b) check("swapaxes", x) return x:transpose(a, b) end
 methods.swapdims = methods.swapaxes
 
@@ -173,5 +207,89 @@ end
 dl.fmax = nan_ignoring("fmax", dl.maximum)
 dl.fmin = nan_ignoring("fmin", dl.minimum)
 methods.fmax, methods.fmin = dl.fmax, dl.fmin
+
+-- ---- comparisons and other spellings, in place ----------------------------------------------
+
+local into = require("dlua.pointwise").into
+
+for _, name in ipairs({ "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or" }) do
+  local op, f = name .. "_", methods[name]
+  methods[op] = function(x, y) return into(op, x, f, y) end
+end
+for other, name in pairs({ greater = "gt", greater_equal = "ge", less = "lt", less_equal = "le", not_equal = "ne" }) do
+  dl[other], methods[other], methods[other .. "_"] = dl[name], methods[name], methods[name .. "_"]
+end
+for _, name in ipairs({ "cos", "sin", "tan", "cosh", "sinh", "tanh", "tan2" }) do
+  local arc, a = "arc" .. name, "a" .. name
+  dl[arc], methods[arc], dl[arc .. "_"], methods[arc .. "_"] = dl[a], methods[a], methods[a .. "_"], methods[a .. "_"]
+end
+methods.multiply_, methods.divide_, methods.subtract_ = methods.mul_, methods.div_, methods.sub_
+methods.true_divide_, methods.negative_, methods.absolute_ = methods.div_, methods.neg_, methods.abs_
+
+dl.clamp_min, dl.clamp_max = methods.clamp_min, methods.clamp_max
+function methods.clamp_min_(x, lo) return into("clamp_min_", x, methods.clamp_min, lo) end
+function methods.clamp_max_(x, hi) return into("clamp_max_", x, methods.clamp_max, hi) end
+for _, name in ipairs({ "nan_to_num", "tril", "triu", "cumsum", "cumprod" }) do
+  local op = name .. "_"
+  methods[op] = function(x, ...) return into(op, x, methods[name], ...) end
+end
+
+dl.concatenate = dl.cat
+
+function dl.rsub(a, b, opts)
+  check("rsub", a)
+  opts = core.options("rsub", opts, { alpha = true })
+  local alpha = opts.alpha or 1
+  if type(alpha) ~= "number" then bad_arg("rsub", "a number for alpha", alpha) end
+  if type(b) ~= "number" and not T.is_tensor(b) then bad_arg("rsub", "a tensor or a number", b) end
+  if T.is_tensor(b) then T.check_broadcast("rsub", a, b) end
+  return b - (alpha == 1 and a or a * alpha)
+end
+
+local SCALAR_OPTS = { dtype = true, device = true }
+function dl.scalar_tensor(v, opts)
+  opts = core.options("scalar_tensor", opts, SCALAR_OPTS)
+  if type(v) == "boolean" then v = v and 1 or 0 end
+  if type(v) ~= "number" then bad_arg("scalar_tensor", "a number", v) end
+  return dl.full({}, v, { dtype = opts.dtype or dl.get_default_dtype(), device = opts.device })
+end
+
+function dl.fill(x, v)
+  check("fill", x)
+  if T.is_tensor(v) then
+    if v:dim() ~= 0 then raise("fill: the value must be a number or a 0-dim tensor, got shape " .. T.shape_str(v.shape)) end
+    return v:to(x.dtype):to(x.device):expand(x.shape):contiguous()
+  end
+  if type(v) == "boolean" then v = v and 1 or 0 end
+  if type(v) ~= "number" then bad_arg("fill", "a number or a 0-dim tensor", v) end
+  return dl.full(x.shape, v, like(x))
+end
+
+-- ---- questions -----------------------------------------------------------------------------
+
+local ELEMENT_SIZE = { bool = 1, uint8 = 1, int32 = 4, int64 = 8, float16 = 2, bfloat16 = 2, float32 = 4, float64 = 8 }
+function methods.element_size(x) check("element_size", x) return ELEMENT_SIZE[x.dtype] end
+function methods.is_signed(x) check("is_signed", x) return x.dtype ~= "uint8" and x.dtype ~= "bool" end
+function methods.is_complex(x) check("is_complex", x) return false end
+function methods.is_same_size(x, y)
+  check("is_same_size", x)
+  check("is_same_size", y)
+  if x:dim() ~= y:dim() then return false end
+  for d = 1, x:dim() do
+    if x:size(d) ~= y:size(d) then return false end
+  end
+  return true
+end
+function methods.is_nonzero(x)
+  check("is_nonzero", x)
+  local n = x:numel()
+  if n ~= 1 then
+    raise("is_nonzero: the truth of a tensor of " .. (n == 0 and "no values" or n .. " values")
+          .. " is ambiguous (shape " .. T.shape_str(x.shape) .. "); it takes one element")
+  end
+  local v = x:item()
+  return v ~= 0 and v ~= false
+end
+dl.is_nonzero = methods.is_nonzero
 
 return {}

@@ -433,4 +433,94 @@ for _, name in ipairs({ "index_add", "index_copy", "index_fill", "scatter", "sca
   dl[name] = f
 end
 
+-- ---- the view scatters ------------------------------------------------------------------------
+
+-- x's copy with `view(copy)` (a view of it: a select, slice or diagonal) replaced by src,
+-- which must have the view's shape. The write is an in-place copy into the copy's view,
+-- recorded as such: x's gradient is the incoming one outside the view, src's the view's.
+local function view_scatter(op, x, src, view)
+  check(op, x)
+  check(op, src)
+  local y = x:clone()
+  local part = view(y)
+  if not dl.equal(dl.tensor(part.shape, { dtype = "int64" }), dl.tensor(src.shape, { dtype = "int64" })) then
+    raise(op .. ": expected src of shape " .. shape_str(part.shape) .. " (the part of the input it replaces), got "
+          .. shape_str(src.shape))
+  end
+  T.write_into(op, part, src)
+  return y
+end
+
+-- x:select_scatter(src, dim, index): x with x:select(dim, index) replaced by src.
+function methods.select_scatter(x, src, dim, index)
+  local op = "select_scatter"
+  return view_scatter(op, x, src, function(y)
+    local d = dim_of(op, y, dim)
+    local n = y:size(d)
+    if not core.integer(index) or index == 0 or index > n or index < -n then
+      raise(op .. ": index " .. tostring(index) .. " is out of range for dim " .. d .. " of size " .. n
+            .. " (1-based; negative from the end)")
+    end
+    return y:select(d, index < 0 and n + 1 + index or index)
+  end)
+end
+
+-- x:slice_scatter(src [, {dim = 1, start = 1, stop = -1, step = 1}]): x with
+-- x:slice(dim, start, stop, step) replaced by src (stop inclusive, negative from the end,
+-- as x:slice's; end_ is stop by torch's name).
+function methods.slice_scatter(x, src, opts)
+  local op = "slice_scatter"
+  opts = core.options(op, opts, { dim = true, start = true, stop = true, end_ = true, step = true })
+  if opts.stop ~= nil and opts.end_ ~= nil then raise(op .. ": give stop or end_, not both") end
+  local stop = opts.stop
+  if stop == nil then stop = opts.end_ end
+  return view_scatter(op, x, src, function(y)
+    local d = dim_of(op, y, opts.dim or 1)
+    return y:slice(d, opts.start or 1, stop or -1, opts.step or 1)
+  end)
+end
+
+-- x:diagonal_scatter(src [, {offset = 0, dim1 = 1, dim2 = 2}]): x with
+-- x:diagonal(offset, dim1, dim2) replaced by src. The write goes through x permuted so
+-- that dim1 and dim2 are the last two, in that order: only there (in a fresh copy) is
+-- the diagonal a view for any dims, rather than a copy the write would miss.
+function methods.diagonal_scatter(x, src, opts)
+  local op = "diagonal_scatter"
+  opts = core.options(op, opts, { offset = true, dim1 = true, dim2 = true })
+  check(op, x)
+  if x:dim() < 2 then raise(op .. ": expected a tensor of 2 or more dims, got shape " .. shape_str(x.shape)) end
+  local d1, d2 = dim_of(op, x, opts.dim1 or 1), dim_of(op, x, opts.dim2 or 2)
+  if d1 == d2 then raise(op .. ": dim1 and dim2 must differ, got both " .. d1) end
+  local order, back = {}, {}
+  for d = 1, x:dim() do if d ~= d1 and d ~= d2 then order[#order + 1] = d end end
+  order[#order + 1], order[#order + 2] = d1, d2
+  for k, d in ipairs(order) do back[d] = k end
+  local offset = opts.offset or 0
+  return view_scatter(op, x:permute(order), src, function(y) return y:diagonal(offset, -2, -1) end)
+    :permute(back):contiguous()
+end
+
+dl.select_scatter, dl.slice_scatter, dl.diagonal_scatter =
+  methods.select_scatter, methods.slice_scatter, methods.diagonal_scatter
+
+-- x:index_reduce(dim, idx, src, reduce [, {include_self = true}]): src's slices combined
+-- into x's slices idx by prod, mean, amax or amin (scatter_reduce's, with idx along dim).
+local INDEX_REDUCE = { prod = true, mean = true, amax = true, amin = true }
+function methods.index_reduce(x, dim, idx, src, reduce, opts)
+  local op = "index_reduce"
+  local d
+  d, idx = operands(op, x, dim, idx)
+  check_src(op, x, d, idx, src)
+  if not INDEX_REDUCE[reduce] then
+    raise(op .. ": reduce must be prod, mean, amax or amin, got " .. tostring(reduce))
+  end
+  if src.dtype ~= x.dtype then raise(op .. ": expected a source of dtype " .. x.dtype .. " (x's), got " .. src.dtype) end
+  return methods.scatter_reduce(x, d, along(idx, d, x:dim(), src.shape), src, reduce, opts)
+end
+dl.index_reduce = methods.index_reduce
+function methods.index_reduce_(x, ...)
+  local y = methods.index_reduce(x, ...)
+  return T.write_into("index_reduce_", x, y)
+end
+
 return {}

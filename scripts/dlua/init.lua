@@ -65,6 +65,22 @@ local ALIASES = { "clamp_min", "clamp_max", "swapaxes", "swapdims", "movedim", "
                   "addcmul_", "addcdiv_", "det", "inverse", "pinverse", "slogdet", "logdet", "cholesky", "qr", "svd",
                   "multiply", "subtract", "divide", "fmax", "fmin" }
 core.on_first_use(T.methods, ALIASES, loader("dlua.aliases"))
+core.on_first_use(T.methods, { "eq_", "ne_", "lt_", "le_", "gt_", "ge_", "greater", "greater_", "greater_equal",
+                               "greater_equal_", "less", "less_", "less_equal", "less_equal_", "not_equal",
+                               "not_equal_", "logical_and_", "logical_or_", "arccos", "arcsin", "arctan", "arccosh",
+                               "arcsinh", "arctanh", "arctan2", "arccos_", "arcsin_", "arctan_", "arccosh_",
+                               "arcsinh_", "arctanh_", "arctan2_", "multiply_", "divide_", "subtract_",
+                               "true_divide_", "negative_", "absolute_", "clamp_min_", "clamp_max_", "nan_to_num_",
+                               "tril_", "triu_", "cumsum_", "cumprod_", "element_size", "is_signed", "is_nonzero",
+                               "is_same_size", "is_complex" }, loader("dlua.aliases"))
+core.on_first_use(dl, { "greater", "greater_equal", "less", "less_equal", "not_equal", "arccos", "arcsin", "arctan",
+                        "arccosh", "arcsinh", "arctanh", "arctan2", "arccos_", "arcsin_", "arctan_", "arccosh_",
+                        "arcsinh_", "arctanh_", "arctan2_", "clamp_min", "clamp_max", "concatenate", "rsub",
+                        "scalar_tensor", "fill", "is_nonzero" }, loader("dlua.aliases"))
+core.on_first_use(T.methods, { "square_", "sinc_", "xlogy_", "sgn_", "hypot_", "copysign_", "heaviside_",
+                               "float_power_", "mvlgamma_", "logit_", "frac_", "deg2rad_", "rad2deg_", "reciprocal_",
+                               "trunc_", "fix_", "logical_xor_", "ldexp_" }, loader("dlua.pointwise"))
+core.on_first_use(T.methods, { "split_with_sizes", "sum_to_size", "fill_diagonal_" }, loader("dlua.shaping"))
 core.on_first_use(dl, { "movedim", "moveaxis", "swapaxes", "swapdims", "clip", "absolute", "negative", "positive", "ravel",
                         "msort", "ger", "inner", "addcmul", "addcdiv", "logdet", "gather", "index_select", "narrow",
                         "select", "permute", "flatten", "squeeze", "unsqueeze", "transpose", "reshape", "t",
@@ -86,7 +102,7 @@ core.on_first_use(dl, SCANS, loader("dlua.scans"))
 core.on_first_use(T.methods, SCANS, loader("dlua.scans"))
 core.on_first_use(dl, { "trapezoid", "cumulative_trapezoid" }, loader("dlua.scans"))
 local SHAPING = { "broadcast_to", "take_along_dim", "tensor_split", "atleast_1d", "atleast_2d", "atleast_3d",
-                  "diag_embed", "diagflat", "unflatten" }
+                  "diag_embed", "diagflat", "unflatten", "hsplit", "vsplit", "dsplit" }
 core.on_first_use(dl, SHAPING, loader("dlua.shaping"))
 core.on_first_use(T.methods, SHAPING, loader("dlua.shaping"))
 core.on_first_use(dl, { "broadcast_shapes", "broadcast_tensors", "hstack", "vstack", "row_stack", "dstack",
@@ -98,7 +114,8 @@ core.on_first_use(dl, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
 core.on_first_use(T.methods, { "matrix_power", "matrix_exp" }, loader("dlua.linalg"))
 local POINTWISE = { "lerp", "hypot", "logaddexp", "trunc", "frac", "reciprocal", "square", "isclose",
                     "logical_xor", "true_divide", "xlogy", "logit", "sinc", "deg2rad", "rad2deg", "sgn",
-                    "signbit", "copysign", "heaviside", "float_power", "mvlgamma" }
+                    "signbit", "copysign", "heaviside", "float_power", "mvlgamma", "logaddexp2", "ldexp", "frexp",
+                    "nextafter", "fix" }
 core.on_first_use(dl, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, POINTWISE, loader("dlua.pointwise"))
 core.on_first_use(T.methods, { "lerp_" }, loader("dlua.pointwise"))
@@ -117,6 +134,21 @@ local SORTING = { "sort", "argsort", "topk", "kthvalue", "median", "nanmedian", 
 core.on_first_use(dl, SORTING, loader("dlua.sorting"))
 core.on_first_use(T.methods, SORTING, loader("dlua.sorting"))
 core.on_first_use(dl, { "searchsorted", "bucketize" }, loader("dlua.sorting"))
+local SIGNAL = { "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window", "stft",
+                 "istft" }
+core.on_first_use(dl, SIGNAL, loader("dlua.signal"))
+core.on_first_use(T.methods, { "stft", "istft" }, loader("dlua.signal"))
+local SOLVES = { "cholesky_solve", "cholesky_inverse", "triangular_solve" }
+core.on_first_use(dl, SOLVES, loader("dlua.linalg"))
+core.on_first_use(T.methods, SOLVES, loader("dlua.linalg"))
+core.on_first_use(dl, { "pdist", "bilinear" }, loader("dlua.linalg"))
+local VIEW_SCATTERS = { "select_scatter", "slice_scatter", "diagonal_scatter", "index_reduce" }
+core.on_first_use(dl, VIEW_SCATTERS, loader("dlua.indexed"))
+core.on_first_use(T.methods, VIEW_SCATTERS, loader("dlua.indexed"))
+core.on_first_use(T.methods, { "index_reduce_" }, loader("dlua.indexed"))
+core.on_first_use(dl, { "poisson", "binomial" }, loader("dlua.sampling"))
+core.on_first_use(T.methods, { "random_", "exponential_", "geometric_", "cauchy_", "log_normal_", "bernoulli_" },
+                  loader("dlua.sampling"))
 
 -- dl.linalg: decompositions, solves, norms (torch.linalg's names). Its module loads when
 -- the table is first read.

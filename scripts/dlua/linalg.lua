@@ -662,4 +662,243 @@ function L.multi_dot(list)
   return y
 end
 
+-- ---- more of torch's solves and forms ------------------------------------------------------------
+
+-- cholesky_solve(B, L [, upper = false]): X with A X = B, A = L L^T (U^T U with upper),
+-- by two triangular solves; B (..., n, k), batches broadcast.
+function L.cholesky_solve(b, l, upper)
+  local op = "cholesky_solve"
+  check_matrix(op, b)
+  check_square(op, l)
+  if upper ~= nil and type(upper) ~= "boolean" then bad_arg(op, "upper (a boolean)", upper) end
+  if l:size(-1) ~= b:size(-2) then
+    raise(op .. ": B " .. shape_str(b.shape) .. " does not have the " .. l:size(-1) .. " rows of the factor "
+          .. shape_str(l.shape))
+  end
+  if upper then l = mT(l) end
+  local y = L.solve_triangular(l, b, { upper = false })
+  return L.solve_triangular(mT(l), y, { upper = true })
+end
+
+-- cholesky_inverse(L [, upper = false]): (L L^T)^-1 (or (U^T U)^-1).
+function L.cholesky_inverse(l, upper)
+  check_square("cholesky_inverse", l)
+  if upper ~= nil and type(upper) ~= "boolean" then bad_arg("cholesky_inverse", "upper (a boolean)", upper) end
+  return L.cholesky_solve(eye_like(l:size(-1), l):to(float_dtype(l)):expand_as(l), l, upper)
+end
+
+-- triangular_solve(B, A [, upper = true, transpose = false, unitriangular = false] or
+-- {upper, transpose, unitriangular}): torch's older form, B first; returns X with A X = B
+-- (A^T X = B with transpose) and a copy of A.
+function L.triangular_solve(b, a, upper, transpose, unitriangular)
+  local op = "triangular_solve"
+  check_matrix(op, b)
+  check_square(op, a)
+  if type(upper) == "table" then
+    local o = options(op, upper, { upper = true, transpose = true, unitriangular = true })
+    upper, transpose, unitriangular = o.upper, o.transpose, o.unitriangular
+  end
+  if upper == nil then upper = true end
+  for name, v in pairs({ upper = upper, transpose = transpose, unitriangular = unitriangular }) do
+    if v ~= nil and type(v) ~= "boolean" then bad_arg(op, name .. " (a boolean)", v) end
+  end
+  local m = a
+  if transpose then m, upper = mT(a), not upper end
+  return L.solve_triangular(m, b, { upper = upper, unitriangular = unitriangular == true }), a:clone()
+end
+
+for _, name in ipairs({ "cholesky_solve", "cholesky_inverse", "triangular_solve" }) do
+  dl[name], T.methods[name] = L[name], L[name]
+end
+
+-- Note [Factorization infos]
+-- The _ex forms return torch's info with the result: per matrix (int32, the batch's
+-- shape), 0 on success, else the order of the leading minor that is not positive
+-- (cholesky) or the index of LU's zero pivot (inv, solve). The engine's errors name it
+-- ("order 2", "U(2, 2)"), so a failed batch is retried matrix by matrix to read it; the
+-- failed matrices' results are NaN (torch's are LAPACK's partial work) and the others'
+-- are the batch's, gradients included.
+local function with_info(op, a, f, check_errors, finish)
+  if check_errors ~= nil and type(check_errors) ~= "boolean" then
+    bad_arg("linalg." .. op, "check_errors (a boolean)", check_errors)
+  end
+  -- (every error names op, also those of the functions it is made of)
+  local function fail(err) error((tostring(err):gsub("linalg%.[%w_]+:", "linalg." .. op .. ":", 1)), 0) end
+  local batch = a.shape
+  batch[#batch], batch[#batch - 1] = nil, nil
+  local ok, r = pcall(finish or f, a)
+  if ok then return r, dl.zeros(batch, { dtype = "int32", device = a.device }) end
+  if check_errors then fail(r) end
+  local n = a:size(-1)
+  local flat = a:reshape(-1, n, n)
+  local infos, fixed = {}, {}
+  local eye = eye_like(n, a):to(a.dtype)
+  for i = 1, flat:size(1) do
+    local ok_i, err = pcall(f, flat[i])
+    if ok_i then
+      infos[i], fixed[i] = 0, flat[i]
+    else
+      local msg = tostring(err)
+      local k = msg:match("order (%d+)") or msg:match("U%((%d+),")
+      if not k then fail(err) end
+      infos[i], fixed[i] = tonumber(k), eye
+    end
+  end
+  local info = dl.tensor(infos, { dtype = "int32" }):to(a.device):view(batch)
+  local good = dl.stack(fixed):view(a.shape)
+  ok, r = pcall(finish or f, good)
+  if not ok then fail(r) end
+  local bad = info:ne(0)
+  for _ = 1, r:dim() - #batch do bad = bad:unsqueeze(-1) end
+  return dl.where(bad, 0 / 0, r), info
+end
+
+-- cholesky_ex(A [, {upper = false, check_errors = false}]): L, info.
+function L.cholesky_ex(a, opts)
+  check_square("cholesky_ex", a)
+  opts = options("linalg.cholesky_ex", opts, { upper = true, check_errors = true })
+  return with_info("cholesky_ex", a, function(m) return L.cholesky(m, { upper = opts.upper }) end, opts.check_errors)
+end
+
+-- inv_ex(A [, {check_errors = false}]): the inverse, info.
+function L.inv_ex(a, opts)
+  check_square("inv_ex", a)
+  opts = options("linalg.inv_ex", opts, { check_errors = true })
+  return with_info("inv_ex", a, function(m) return inverse("inv", m) end, opts.check_errors)
+end
+
+-- solve_ex(A, B [, {left = true, check_errors = false}]): X, info (inv's test of A, then
+-- the solve with the singular matrices swapped for the identity).
+function L.solve_ex(a, b, opts)
+  check_square("solve_ex", a)
+  check("solve_ex", b, "a tensor B")
+  opts = options("linalg.solve_ex", opts, { left = true, check_errors = true })
+  return with_info("solve_ex", a, function(m) return inverse("solve", m) end, opts.check_errors,
+                   function(good) return L.solve(good, b, { left = opts.left }) end)
+end
+
+-- tensorinv(A [, ind = 2]): the inverse of A seen as a matrix of its first ind dims by the
+-- rest, shaped A.shape[ind + 1 ..] .. A.shape[1 .. ind].
+function L.tensorinv(a, ind)
+  local op = "tensorinv"
+  check(op, a)
+  ind = ind or 2
+  if not core.integer(ind) or ind < 1 then
+    raise("linalg." .. op .. ": ind must be a whole number >= 1, got " .. tostring(ind))
+  end
+  local shape = a.shape
+  if ind > #shape then raise("linalg." .. op .. ": ind = " .. ind .. " is beyond the " .. #shape .. " dims of A") end
+  local rows, cols, out = 1, 1, {}
+  for i = 1, #shape do
+    if i <= ind then rows = rows * shape[i] else cols = cols * shape[i]; out[#out + 1] = shape[i] end
+  end
+  for i = 1, ind do out[#out + 1] = shape[i] end
+  if rows ~= cols then
+    raise("linalg." .. op .. ": the product of the first ind = " .. ind .. " dims (" .. rows
+          .. ") must equal that of the others (" .. cols .. "), got shape " .. shape_str(shape))
+  end
+  return inverse(op, a:reshape(rows, cols)):reshape(out)
+end
+
+-- tensorsolve(A, B [, dims]): X with tensordot(A, X, X's dims) = B; dims of A (1-based)
+-- are moved to its end first.
+function L.tensorsolve(a, b, dims)
+  local op = "tensorsolve"
+  check(op, a, "a tensor A")
+  check(op, b, "a tensor B")
+  if dims ~= nil then
+    if type(dims) == "number" then dims = { dims } end
+    if type(dims) ~= "table" or is_tensor(dims) then bad_arg("linalg." .. op, "a list of dims", dims) end
+    local moved, set = {}, {}
+    for i, d in ipairs(dims) do
+      d = core.positive_dim("linalg." .. op, d, a:dim())
+      set[d], moved[i] = true, d
+    end
+    local order = {}
+    for d = 1, a:dim() do if not set[d] then order[#order + 1] = d end end
+    for _, d in ipairs(moved) do order[#order + 1] = d end
+    a = a:permute(order)
+  end
+  local nb = b:dim()
+  local shape = a.shape
+  local rows, cols, out = b:numel(), 1, {}
+  for i = nb + 1, #shape do cols = cols * shape[i]; out[#out + 1] = shape[i] end
+  local lead = 1
+  for i = 1, math.min(nb, #shape) do lead = lead * shape[i] end
+  if nb > #shape or lead ~= rows or rows ~= cols then
+    raise("linalg." .. op .. ": A's first " .. nb .. " dims and its others must each hold as many elements as B "
+          .. shape_str(b.shape) .. " (" .. rows .. "), got A " .. shape_str(shape))
+  end
+  local ok, x = pcall(L.solve, a:reshape(rows, cols), b:reshape(rows))
+  if not ok then error((tostring(x):gsub("linalg%.solve:", "linalg." .. op .. ":", 1)), 0) end
+  return x:reshape(out)
+end
+
+-- vander(x [, N = x's last size]): (..., n, N), row i the powers x_i^0 .. x_i^(N-1)
+-- (increasing, unlike dl.vander's default), as products (differentiable at 0).
+function L.vander(x, n)
+  local op = "vander"
+  check(op, x)
+  if x:dim() < 1 then raise("linalg." .. op .. ": expected x of at least 1 dim, got a 0-dim tensor") end
+  n = n or x:size(-1)
+  if not core.integer(n) or n < 2 then raise("linalg." .. op .. ": N must be greater than 1, got " .. tostring(n)) end
+  local col = x:unsqueeze(-1)
+  local shape = col.shape
+  shape[#shape] = n - 1
+  return dl.cat({ dl.ones_like(col), col:expand(shape):cumprod(-1) }, -1)
+end
+
+-- vecdot(x, y [, {dim = -1}] or dim): the sum of x y over dim, broadcast.
+function L.vecdot(x, y, dim)
+  check("vecdot", x)
+  check("vecdot", y)
+  if type(dim) == "table" then dim = options("linalg.vecdot", dim, { dim = true }).dim end
+  return (x * y):sum(dim or -1)
+end
+
+-- diagonal(A [, {offset = 0, dim1 = -2, dim2 = -1}]): torch.linalg's defaults (the last two dims).
+function L.diagonal(a, opts)
+  check("diagonal", a)
+  opts = options("linalg.diagonal", opts, { offset = true, dim1 = true, dim2 = true })
+  return a:diagonal(opts.offset or 0, opts.dim1 or -2, opts.dim2 or -1)
+end
+
+function L.matmul(a, b)
+  check("matmul", a)
+  check("matmul", b)
+  return a:matmul(b)
+end
+
+-- householder_product(A (..., m, n), tau (..., k)): the first n columns of H_1 ... H_k,
+-- H_i = I - tau_i v_i v_i^T, v_i column i of A below the diagonal with a 1 on it (LAPACK's
+-- orgqr), k <= n <= m.
+function L.householder_product(a, tau)
+  local op = "householder_product"
+  check_matrix(op, a)
+  check(op, tau, "a tensor tau")
+  local m, n = a:size(-2), a:size(-1)
+  local k = tau:dim() >= 1 and tau:size(-1) or -1
+  if n > m or k < 0 or k > n or tau:dim() ~= a:dim() - 1 then
+    raise("linalg." .. op .. ": expected A (..., m, n) with m >= n and tau (..., k) with k <= n, got "
+          .. shape_str(a.shape) .. " and " .. shape_str(tau.shape))
+  end
+  local rows = dl.arange(1, m + 1, { device = a.device }):view(m, 1)
+  local q = eye_like(m, a):to(a.dtype)
+  for i = 1, k do
+    local v = dl.where(rows:gt(i), a:narrow(-1, i, 1), rows:eq(i):to(a.dtype))   -- (..., m, 1)
+    local t = tau:narrow(-1, i, 1):unsqueeze(-1)                                 -- (..., 1, 1)
+    q = q - q:matmul(v):matmul(mT(v)) * t
+  end
+  if k == 0 then
+    local shape = a.shape
+    shape[#shape] = m
+    q = q:expand(shape):clone()
+  end
+  return q:narrow(-1, 1, n)
+end
+
+-- dl.pdist and dl.bilinear: nn.functional's, by torch's top-level names.
+dl.pdist = function(...) return dl.nn.functional.pdist(...) end
+dl.bilinear = function(...) return dl.nn.functional.bilinear(...) end
+
 return L

@@ -17,6 +17,15 @@
 --   dl.deg2rad, dl.rad2deg, dl.sgn (sign), dl.signbit, dl.copysign(a, b) (|a| with b's
 --   sign bit, -0 included), dl.heaviside(x, values), dl.float_power(a, b) (in float64)
 --   dl.mvlgamma(x, p)       the multivariate log-gamma (of the engine's lgamma)
+--   dl.logaddexp2(a, b)     log2(2^a + 2^b); dl.ldexp(x, e): x 2^e (x:ldexp_ in place)
+--   dl.frexp(x)             mantissa (|m| in [0.5, 1), 0 for 0) and int32 exponent, x = m 2^e
+--   dl.nextafter(a, b)      the float32, float64 or bfloat16 next to a toward b (no gradient,
+--                           as PyTorch; float16 has none there)
+--   x:fix()                 trunc's other name
+--   In place, each as x:copy_ of its result (x's dtype must hold the result's, as
+--   PyTorch's): x:square_(), sinc_, xlogy_, sgn_, hypot_, copysign_, heaviside_,
+--   float_power_ (x float64), mvlgamma_, logit_, frac_, deg2rad_, rad2deg_, reciprocal_,
+--   trunc_, fix_, logical_xor_
 --
 -- Gradients are the compositions': PyTorch's where it defines one (trunc and frac as
 -- floor's, 0 and 1; a rounded division's 0). (fmod and floor_divide are ops of the table.)
@@ -26,7 +35,7 @@ core.own_source()
 
 local raise, bad_arg = core.raise, core.bad_arg
 local is_tensor, methods, dl = T.is_tensor, T.methods, T.dl
-local type = type
+local type, ipairs, tonumber = type, ipairs, tonumber
 
 local check = T.check_tensor   -- (op, x): an error naming op unless x is a tensor
 local function operand(op, v)
@@ -324,5 +333,120 @@ local function round_decimals(x, d)
   return (x / p):round() * p
 end
 
+-- ---- log2 of sums, powers of two, neighbours -------------------------------------------------
+
+local LN2 = math.log(2)
+
+function dl.logaddexp2(a, b)
+  check("logaddexp2", a)
+  operand("logaddexp2", b)
+  T.check_broadcast("logaddexp2", a, b)
+  local hi, lo = dl.maximum(a, b), dl.minimum(a, b)
+  -- (equal infinities: hi itself, where hi - lo would be NaN)
+  return dl.where(hi:eq(lo), hi + 1, hi + ((lo - hi) * LN2):exp():log1p() / LN2)
+end
+methods.logaddexp2 = dl.logaddexp2
+
+-- x 2^e as PyTorch's (x times pow(2.0, e)): an integer e is taken as floats, so that an
+-- integer x gives floats too.
+function dl.ldexp(x, e)
+  check("ldexp", x)
+  operand("ldexp", e)
+  if type(e) == "number" then
+    if not x:is_floating_point() then x = x:to(dl.get_default_dtype()) end
+    return x * 2 ^ e
+  end
+  T.check_broadcast("ldexp", x, e)
+  if not e:is_floating_point() then e = e:to(dl.get_default_dtype()) end
+  return x * dl.pow(2, e)
+end
+methods.ldexp = dl.ldexp
+
+-- The exponents come from C's frexp on the values (exact, subnormals included); the
+-- mantissa is x divided by 2^(e - 1) and then by 2 (each factor representable where
+-- 2^e alone would overflow or underflow), exact too, with PyTorch's gradient 2^-e.
+local FRAC_DTYPES = { float16 = true, bfloat16 = true, float32 = true, float64 = true }
+function dl.frexp(x)
+  check("frexp", x)
+  if not FRAC_DTYPES[x.dtype] then raise("frexp: expected a floating-point tensor, got " .. x.dtype) end
+  local buf, n = T.read_all(x)
+  local exps, scales = {}, {}
+  for i = 1, n do
+    local v = buf[i - 1]
+    local _, e = math.frexp(v)
+    if v ~= v or v == math.huge or v == -math.huge then e = 0 end
+    exps[i], scales[i] = e, 2 ^ (e - 1)
+  end
+  local shape, opts = x.shape, { dtype = x.dtype, device = x.device }
+  local s = dl.tensor(scales, opts):reshape(shape)
+  return x / s / 2, dl.tensor(exps, { dtype = "int32", device = x.device }):reshape(shape)
+end
+methods.frexp = dl.frexp
+
+-- The representable number next to a toward b: a's bits (as an integer) one up or down.
+local ffi = require("ffi")
+local bits32, bits64 = ffi.new("union { float f; uint32_t u; }"), ffi.new("union { double f; uint64_t u; }")
+local TINY = { float32 = 2 ^ -149, float64 = 2 ^ -1074, bfloat16 = 2 ^ -133 }
+local function next_toward(v, w, dtype)
+  if v ~= v or w ~= w then return 0 / 0 end
+  if v == w then return w end
+  if v == 0 then return w > 0 and TINY[dtype] or -TINY[dtype] end
+  local box = dtype == "float64" and bits64 or bits32
+  box.f = v
+  -- (a bfloat16 is a float32's upper 16 bits: its last bit is the float32's 2^16)
+  local one = dtype == "bfloat16" and 0x10000 or 1
+  if (v < w) == (v > 0) then box.u = box.u + one else box.u = box.u - one end
+  return tonumber(box.f)
+end
+
+function dl.nextafter(a, b)
+  check("nextafter", a)
+  check("nextafter", b)
+  local dtype = dl.result_type(a, b)
+  if not TINY[dtype] then
+    raise("nextafter: expected float32, float64 or bfloat16 tensors (float16's is not in PyTorch), got " .. a.dtype
+          .. " and " .. b.dtype)
+  end
+  a, b = dl.broadcast_tensors(a:to(dtype), b:to(dtype))
+  local va, n = T.read_all(a)
+  local vb = T.read_all(b)
+  local out = {}
+  for i = 1, n do out[i] = next_toward(va[i - 1], vb[i - 1], dtype) end
+  return dl.tensor(out, { dtype = dtype, device = a.device }):reshape(a.shape)
+end
+methods.nextafter = dl.nextafter
+
+methods.fix, dl.fix = methods.trunc, methods.trunc
+
+-- ---- in place ------------------------------------------------------------------------------
+
+-- x = y in place for the composed op `op`: x's dtype must hold y's (PyTorch's can_cast
+-- rule); the write refuses an expanded x and a leaf that a gradient is taken for, and
+-- bumps x's version. Under autograd f reads a copy of x, so that what f keeps for its
+-- backward is not the x being overwritten.
+local function into(op, x, f, ...)
+  check(op, x)
+  local y = f(x:requires_grad() and x:clone() or x, ...)
+  if y.dtype ~= x.dtype and not dl.can_cast(y.dtype, x.dtype) then
+    raise(op .. ": result dtype " .. y.dtype .. " cannot be stored in the in-place target of dtype " .. x.dtype)
+  end
+  return T.write_into(op, x, y)
+end
+
+for _, name in ipairs({ "square", "sinc", "xlogy", "sgn", "hypot", "copysign", "heaviside", "mvlgamma", "logit",
+                        "frac", "deg2rad", "rad2deg", "reciprocal", "trunc", "logical_xor", "ldexp" }) do
+  local op, f = name .. "_", methods[name]
+  methods[op] = function(x, ...) return into(op, x, f, ...) end
+end
+methods.fix_ = methods.trunc_
+
+function methods.float_power_(x, b)
+  check("float_power_", x)
+  if x.dtype ~= "float64" then
+    raise("float_power_: the result is float64, which a target of dtype " .. x.dtype .. " cannot hold (x:to(\"float64\") first)")
+  end
+  return into("float_power_", x, dl.float_power, b)
+end
+
 return { with_options = with_options, round_decimals = round_decimals, scaled_operand = scaled_operand,
-         rounding_mode = rounding_mode }
+         rounding_mode = rounding_mode, into = into }

@@ -18,6 +18,12 @@
 --                                       on a diagonal of a new square pair of dims
 --   dl.diagflat(x [, offset])           x flattened onto a diagonal
 --   x:unflatten(dim, sizes)             dim split into sizes (one may be -1)
+--   dl.hsplit(x, n | {i1, ...}), vsplit, dsplit   tensor_split along dim 2 (1 for 1-D), 1,
+--                                       3; n must divide the dim
+--   x:split_with_sizes(sizes [, dim = 1])   split into pieces of those lengths (summing to dim's)
+--   x:sum_to_size(sizes | s1, s2, ...)  x summed to a shape that expands to x's
+--   x:fill_diagonal_(v [, wrap = false])   v on the main diagonal (all dims equal past 2),
+--                                       in a tall matrix again every cols + 1 rows with wrap
 --
 -- Made of expand, gather, narrow, index_add and reshape: differentiable.
 --
@@ -166,6 +172,47 @@ function dl.tensor_split(x, parts, dim)
   return out
 end
 methods.tensor_split = dl.tensor_split
+
+-- tensor_split along a fixed dim, as numpy's: a number of sections must divide it.
+local function split_along(op, min_dims, dim_of)
+  return function(x, parts)
+    check(op, x)
+    if x:dim() < min_dims then
+      raise(op .. ": expected a tensor of at least " .. min_dims .. " dims, got shape " .. shape_str(x.shape))
+    end
+    local d = dim_of(x)
+    if type(parts) == "number" then
+      if not core.integer(parts) or parts < 1 then
+        raise(op .. ": the number of sections must be an integer >= 1, got " .. tostring(parts))
+      end
+      if x:size(d) % parts ~= 0 then
+        raise(op .. ": dim " .. d .. " of size " .. x:size(d) .. " does not divide into " .. parts .. " equal sections")
+      end
+    end
+    return dl.tensor_split(x, parts, d)
+  end
+end
+dl.hsplit = split_along("hsplit", 1, function(x) return x:dim() == 1 and 1 or 2 end)
+dl.vsplit = split_along("vsplit", 2, function() return 1 end)
+dl.dsplit = split_along("dsplit", 3, function() return 3 end)
+methods.hsplit, methods.vsplit, methods.dsplit = dl.hsplit, dl.vsplit, dl.dsplit
+
+function methods.split_with_sizes(x, sizes, dim)
+  local op = "split_with_sizes"
+  check(op, x)
+  if type(sizes) ~= "table" then bad_arg(op, "a list of sizes", sizes) end
+  local d = core.positive_dim(op, dim == nil and 1 or dim, x:dim())
+  local total = 0
+  for _, k in ipairs(sizes) do
+    if not core.integer(k) or k < 0 then raise(op .. ": sizes must be integers >= 0, got " .. tostring(k)) end
+    total = total + k
+  end
+  if total ~= x:size(d) then
+    raise(op .. ": the sizes " .. shape_str(sizes) .. " sum to " .. total .. ", but dim " .. d .. " has size "
+          .. x:size(d))
+  end
+  return x:split(sizes, d)
+end
 
 function dl.atleast_1d(x)
   check("atleast_1d", x)
@@ -367,6 +414,65 @@ function methods.resize_as_(x, y)
   check("resize_as_", x)
   check("resize_as_", y)
   return methods.resize_(x, y.shape)
+end
+
+function methods.sum_to_size(x, ...)
+  local op = "sum_to_size"
+  check(op, x)
+  local first = ...
+  local sizes = shape_list(op, (type(first) == "table" or is_tensor(first)) and first or { ... })
+  local n, nd = #sizes, x:dim()
+  local ok = n <= nd
+  for i = 1, n do
+    local want = sizes[i]
+    ok = ok and (want == x:size(nd - n + i) or want == 1)
+  end
+  if not ok then
+    raise(op .. ": size " .. shape_str(sizes) .. " is not expandable to size " .. shape_str(x.shape))
+  end
+  local dims = {}
+  for d = 1, nd - n do dims[#dims + 1] = d end
+  for i = 1, n do
+    if sizes[i] == 1 and x:size(nd - n + i) ~= 1 then dims[#dims + 1] = nd - n + i end
+  end
+  if #dims == 0 then return x end
+  return x:sum(dims, true):reshape(sizes)
+end
+
+-- The positions (i, i, ...); with wrap, in a matrix of more rows than columns + 1,
+-- also each (i, j) with i - j a positive multiple of cols + 1 (PyTorch's restart of the
+-- diagonal in the flat row-major order).
+function methods.fill_diagonal_(x, v, wrap)
+  local op = "fill_diagonal_"
+  check(op, x)
+  if type(v) == "boolean" then v = v and 1 or 0 end
+  if type(v) ~= "number" then bad_arg(op, "a number for the fill value", v) end
+  if wrap ~= nil and type(wrap) ~= "boolean" then bad_arg(op, "a boolean for wrap", wrap) end
+  local nd = x:dim()
+  if nd < 2 then raise(op .. ": expected a tensor of at least 2 dims, got shape " .. shape_str(x.shape)) end
+  if nd > 2 then
+    for d = 2, nd do
+      if x:size(d) ~= x:size(1) then raise(op .. ": all dims must be of equal length past 2 dims, got shape "
+                                           .. shape_str(x.shape)) end
+    end
+  end
+  local o = { dtype = "int64", device = x.device }
+  local function index(d)
+    local s = {}
+    for k = 1, nd do s[k] = 1 end
+    s[d] = x:size(d)
+    return dl.arange(x:size(d), o):view(s)
+  end
+  local i, mask = index(1), nil
+  for d = 2, nd do
+    local same = i:eq(index(d))
+    mask = mask and mask:logical_and(same) or same
+  end
+  if wrap and nd == 2 then
+    local gap = i - index(2)
+    mask = mask:logical_or(gap:ge(0):logical_and((gap % (x:size(2) + 1)):eq(0)))
+  end
+  return require("dlua.pointwise").into(op, x, function(t) return t:masked_fill(mask, v) end)
 end
 
 return {}

@@ -178,58 +178,15 @@ with_properties(Categorical)
 
 -- ---- more discrete families ---------------------------------------------------------------
 
--- Poisson(rate): counts 0, 1, 2 ... of mean rate (>= 0). Draws: the product of uniforms
--- below e^-rate where rate < 10; Hormann's transformed rejection (PTRS) above.
+-- Poisson(rate): counts 0, 1, 2 ... of mean rate (>= 0), drawn by dl.poisson.
 local Poisson = class("Poisson")
 Poisson._params = { "rate" }
 Poisson.new = constructor(Poisson, { "rate" }, function(rate) return rate:ge(0), "rate must not be negative" end)
 function Poisson:_get_mean() return self.rate end
 function Poisson:_get_variance() return self.rate end
-local function poisson_draws(lam)
-  local o = { dtype = lam.dtype, device = lam.device }
-  local shape = lam.shape
-  local small = lam:lt(10)
-  -- small rates: count the uniforms whose running product stays above e^-rate
-  local limit = (-lam):exp()
-  local prod, k = dl.ones(shape, o), dl.zeros(shape, o)
-  local live = small
-  while live:any() do
-    prod = prod * dl.rand(shape, o)
-    local more = prod:gt(limit):logical_and(live)
-    k = k + more:to(lam.dtype)
-    live = more
-  end
-  -- large rates: PTRS (as numpy's)
-  local big = small:logical_not()
-  if big:any() then
-    local l = dl.where(big, lam, 10)
-    local slam, loglam = l:sqrt(), l:log()
-    local b = slam * 2.53 + 0.931
-    local a = b * 0.02483 - 0.059
-    local invalpha = 1.1239 + 1.1328 / (b - 3.4)
-    local vr = 0.9277 - 3.6224 / (b - 2)
-    local out = dl.zeros(shape, o)
-    local todo = big
-    while todo:any() do
-      local u = dl.rand(shape, o) - 0.5
-      local v = dl.rand(shape, o)
-      local us = 0.5 - u:abs()
-      local kk = ((a * 2 / us + b) * u + l + 0.43):floor()
-      local quick = us:ge(0.07):logical_and(v:le(vr))
-      local bad = kk:lt(0):logical_or(us:lt(0.013):logical_and(v:gt(us)))
-      local slow = (v:log() + invalpha:log() - (a / (us * us) + b):log())
-        :le(-l + kk * loglam - (kk + 1):lgamma())
-      local ok = quick:logical_or(bad:logical_not():logical_and(slow)):logical_and(todo)
-      out = dl.where(ok, kk, out)
-      todo = todo:logical_and(ok:logical_not())
-    end
-    k = dl.where(big, out, k)
-  end
-  return k
-end
 function Poisson:sample(shape)
   require_all("Poisson.sample", self.rate:lt(math.huge), "the rate must be finite (not infinity or NaN)")
-  return dl.no_grad(function() return poisson_draws(self.rate:expand(self:_extended(shape)):contiguous()) end)
+  return dl.no_grad(function() return dl.poisson(self.rate:expand(self:_extended(shape))) end)
 end
 function Poisson:log_prob(v)
   v = self:_count_value(v)
@@ -329,68 +286,12 @@ end
 Binomial._get_probs, Binomial._get_logits = Bernoulli._get_probs, Bernoulli._get_logits
 function Binomial:_get_mean() return self.total_count * self.probs end
 function Binomial:_get_variance() return self.total_count * self.probs * (1 - self.probs) end
--- Binomial(n, p) draws of n's shape, as PyTorch's: of q = min(p, 1 - p) (n less the draw
--- where p > 1/2), where n q < 10 by inversion, counting geometric jumps (about n q + 1
--- rounds), and above by Hormann's transformed rejection (BTRS; over 79% accepted a round),
--- its ratio f(k) / f(mode) exact through lgamma; in float64, so that the cost does not
--- grow with n.
-local function binomial_draws(n, p)
-  local o = { dtype = "float64", device = p.device }
-  local shape = n.shape
-  n, p = n:to("float64"), p:to("float64")
-  local flip = p:gt(0.5)
-  local q = dl.where(flip, 1 - p, p)
-  local live = n:gt(0):logical_and(q:gt(0))
-  local big = (n * q):ge(10):logical_and(live)
-  local k = dl.zeros(shape, o)
-  local todo = live:logical_and(big:logical_not())
-  if todo:any() then
-    local lq = (-dl.where(todo, q, 0.5)):log1p()
-    local jumps = dl.zeros(shape, o)
-    while todo:any() do
-      jumps = jumps + (dl.rand(shape, o):log() / lq):ceil()
-      todo = todo:logical_and(jumps:le(n))
-      k = k + todo:to("float64")
-    end
-  end
-  if big:any() then
-    local nb, pb = dl.where(big, n, 100), dl.where(big, q, 0.25)
-    local sd = (nb * pb * (1 - pb)):sqrt()
-    local b = sd * 2.53 + 1.15
-    local a = b * 0.0248 + pb * 0.01 - 0.0873
-    local c = nb * pb + 0.5
-    local vr = 0.92 - 4.2 / b
-    local alpha = (5.1 / b + 2.83) * sd
-    local m = ((nb + 1) * pb):floor()
-    local logr = (pb / (1 - pb)):log()
-    local at_mode = (m + 1):lgamma() + (nb - m + 1):lgamma()
-    local out = dl.zeros(shape, o)
-    todo = big
-    local rounds = 0
-    while todo:any() do
-      rounds = rounds + 1
-      if rounds > 1000 then raise("Binomial.sample: the rejection sampler accepted no draw in 1000 rounds") end
-      local u = dl.rand(shape, o) - 0.5
-      local v = dl.rand(shape, o)
-      local us = 0.5 - u:abs()
-      local kk = ((a * 2 / us + b) * u + c):floor()
-      local inside = kk:ge(0):logical_and(kk:le(nb))
-      local ks = dl.where(inside, kk, m)
-      local ratio = at_mode - (ks + 1):lgamma() - (nb - ks + 1):lgamma() + (ks - m) * logr
-      local ok = us:ge(0.07):logical_and(v:le(vr))
-        :logical_or((v * alpha / (a / (us * us) + b)):log():le(ratio)):logical_and(inside):logical_and(todo)
-      out = dl.where(ok, kk, out)
-      todo = todo:logical_and(ok:logical_not())
-    end
-    k = dl.where(big, out, k)
-  end
-  return dl.where(flip, n - k, k)
-end
+-- (draws by dl.binomial, in float64 and back to the probabilities' dtype)
 function Binomial:sample(shape)
   return dl.no_grad(function()
     local out = self:_extended(shape)
     local p = self.probs
-    return binomial_draws(self.total_count:expand(out):contiguous(), p:expand(out):contiguous()):to(p.dtype)
+    return dl.binomial(self.total_count:expand(out):double(), p:expand(out):double()):to(p.dtype)
   end)
 end
 -- log C(n, k) + k log p + (n - k) log(1 - p), from the logits as PyTorch's (stable at p
