@@ -253,6 +253,13 @@ function M.integer(v)
   return type(v) == "number" and v == floor(v) and v < 2 ^ 53 and v > -2 ^ 53
 end
 
+-- A boolean argument of op (`what` names it in the error), `default` where it is nil.
+function M.boolean_arg(op, v, what, default)
+  if v == nil then return default end
+  if type(v) ~= "boolean" then M.bad_arg(op, what .. " (a boolean)", v) end
+  return v
+end
+
 -- A dim argument d (1-based, negative from the end) of a tensor of n dims, as a positive
 -- dim; an error naming op otherwise.
 function M.positive_dim(op, d, n, ndim)   -- (ndim: the tensor's dims named in the error, if not n)

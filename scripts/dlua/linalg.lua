@@ -670,7 +670,7 @@ function L.cholesky_solve(b, l, upper)
   local op = "cholesky_solve"
   check_matrix(op, b)
   check_square(op, l)
-  if upper ~= nil and type(upper) ~= "boolean" then bad_arg(op, "upper (a boolean)", upper) end
+  core.boolean_arg(op, upper, "upper")
   if l:size(-1) ~= b:size(-2) then
     raise(op .. ": B " .. shape_str(b.shape) .. " does not have the " .. l:size(-1) .. " rows of the factor "
           .. shape_str(l.shape))
@@ -683,7 +683,7 @@ end
 -- cholesky_inverse(L [, upper = false]): (L L^T)^-1 (or (U^T U)^-1).
 function L.cholesky_inverse(l, upper)
   check_square("cholesky_inverse", l)
-  if upper ~= nil and type(upper) ~= "boolean" then bad_arg("cholesky_inverse", "upper (a boolean)", upper) end
+  core.boolean_arg("cholesky_inverse", upper, "upper")
   return L.cholesky_solve(eye_like(l:size(-1), l):to(float_dtype(l)):expand_as(l), l, upper)
 end
 
@@ -700,7 +700,7 @@ function L.triangular_solve(b, a, upper, transpose, unitriangular)
   end
   if upper == nil then upper = true end
   for name, v in pairs({ upper = upper, transpose = transpose, unitriangular = unitriangular }) do
-    if v ~= nil and type(v) ~= "boolean" then bad_arg(op, name .. " (a boolean)", v) end
+    core.boolean_arg(op, v, name)
   end
   local m = a
   if transpose then m, upper = mT(a), not upper end

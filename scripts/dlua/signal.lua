@@ -53,9 +53,7 @@ local function window_args(op, n, names, ...)
     end
   end
   if count > #names + 1 then raise(op .. ": too many arguments (" .. count + 1 .. ")") end
-  local periodic = values.periodic
-  if periodic == nil then periodic = true end
-  if type(periodic) ~= "boolean" then bad_arg(op, "periodic (a boolean)", periodic) end
+  local periodic = core.boolean_arg(op, values.periodic, "periodic", true)
   for _, k in ipairs(names) do
     if values[k] ~= nil and type(values[k]) ~= "number" then bad_arg(op, k .. " (a number)", values[k]) end
   end
@@ -152,12 +150,7 @@ local function framing(op, n_fft, opts, like)
   return hop, w
 end
 
-local function flag(op, opts, name, default)
-  local v = opts[name]
-  if v == nil then return default end
-  if type(v) ~= "boolean" then bad_arg(op, name .. " (a boolean)", v) end
-  return v
-end
+local function flag(op, opts, name, default) return core.boolean_arg(op, opts[name], name, default) end
 
 function dl.stft(x, n_fft, opts)
   local op = "stft"

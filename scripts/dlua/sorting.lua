@@ -31,11 +31,7 @@ local function int_arg(op, v, what)
   if type(v) ~= "number" or v ~= floor(v) then bad_arg(op, "an integer " .. what, v) end
   return v
 end
-local function bool_arg(op, v, what, default)
-  if v == nil then return default end
-  if type(v) ~= "boolean" then bad_arg(op, what .. " (a boolean)", v) end
-  return v
-end
+local bool_arg = core.boolean_arg
 local one = T.new   -- one handle from f(...), retried once after a collection
 local several = T.several   -- n handles from f(..., outs), outs the last argument
 
